@@ -1,0 +1,39 @@
+"""The user-facing error hierarchy. Only the CLI turns these into exit codes and one line."""
+
+from __future__ import annotations
+
+
+class KtcliError(Exception):
+    """Base of every error the user may see. Its message is the one line printed."""
+
+    exit_code = 1
+
+
+class UsageError(KtcliError):
+    """The command line itself is wrong (empty question, conflicting flags)."""
+
+    exit_code = 2
+
+
+class InputError(KtcliError):
+    """The input cannot be used: missing path, empty file, encrypted PDF, binary file..."""
+
+    exit_code = 3
+
+
+class ModelNotInstalledError(KtcliError):
+    """A model is missing; the message says how to install it."""
+
+    exit_code = 1
+
+
+class OutOfMemoryError(KtcliError):
+    """The request does not fit the memory budget (KV cache or host memory)."""
+
+    exit_code = 1
+
+
+class BackendError(KtcliError):
+    """The generation backend failed at run time."""
+
+    exit_code = 1

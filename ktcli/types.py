@@ -1,0 +1,145 @@
+"""Immutable records handed from stage to stage: sources -> Corpus -> Plan -> Answer.
+
+No stage reaches back: ingest builds Documents and Chunks, plan builds a Plan, the
+pipeline builds an Answer, render prints it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+
+class Mode(str, Enum):
+    FULL = "full"  # the whole input fits the window
+    SPARSE = "sparse"  # whole input in the paged, quantized cache with sparse attention
+    RETRIEVAL = "retrieval"  # chunks + hybrid retrieval + memory passing
+
+
+@dataclass(frozen=True)
+class Span:
+    """Where a piece of text comes from: 1-based inclusive lines, or a PDF page."""
+
+    path: str
+    line_start: int | None = None
+    line_end: int | None = None
+    page: int | None = None
+
+    def cite(self) -> str:
+        if self.page is not None:
+            return f"{self.path} p.{self.page}"
+        if self.line_start is not None:
+            if self.line_end is None or self.line_end == self.line_start:
+                return f"{self.path}:{self.line_start}"
+            return f"{self.path}:{self.line_start}-{self.line_end}"
+        return self.path
+
+
+@dataclass(frozen=True)
+class Page:
+    """One PDF page (or the whole text of a non-paged document as page None)."""
+
+    number: int | None
+    text: str
+    line_offset: int = 0  # lines of the document before this page
+
+
+@dataclass(frozen=True)
+class Document:
+    """One loaded source. `text` is normalised (\\n line ends, no NULs). For PDFs the text
+    is the pages joined by '\\n' and `pages` records where each starts."""
+
+    path: str  # as shown to the user (relative to the folder given, or "<stdin>")
+    text: str
+    kind: str  # "text", "markdown", "code", "pdf", "html", "stdin"
+    language: str | None = None  # for code: "python", "rust", ...
+    pages: tuple[Page, ...] = ()
+    sha256: str = ""  # of the normalised text; the cache key
+
+    @property
+    def n_lines(self) -> int:
+        return self.text.count("\n") + (0 if self.text.endswith("\n") or not self.text else 1)
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A file left out of a folder walk, and why (reported, never silent)."""
+
+    path: str
+    reason: str  # "gitignored", "binary", "too large (12.3 MB > 2 MB)", "symlink outside", ...
+
+
+@dataclass(frozen=True)
+class Corpus:
+    documents: tuple[Document, ...]
+    skipped: tuple[Skipped, ...] = ()
+
+    @property
+    def text_chars(self) -> int:
+        return sum(len(d.text) for d in self.documents)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A token-aware piece of one document that never cuts a line."""
+
+    doc_path: str
+    ordinal: int  # position of the chunk within its document
+    text: str
+    span: Span
+    n_tokens: int  # tiktoken estimate
+    doc_sha256: str = ""
+
+    @property
+    def chunk_id(self) -> str:
+        return f"{self.doc_sha256[:16]}:{self.ordinal}"
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What the planner needs to know about a model, without loading it."""
+
+    name: str
+    context_window: int
+    n_layers: int
+    n_kv_heads: int
+    head_dim: int
+    n_params: int
+    weight_bytes: int
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: Mode
+    task: str  # "ask" | "summarize"
+    input_tokens: int  # estimate over the whole corpus
+    question_tokens: int
+    context_window: int
+    answer_budget: int  # tokens reserved for the answer
+    evidence_budget: int  # tokens of evidence per window
+    n_documents: int
+    n_chunks: int  # 0 when mode is full
+    n_windows: int  # model calls with evidence (1 when full)
+    top_k: int  # chunks retrieved (retrieval mode)
+    est_seconds: float
+    est_memory_bytes: int
+    kv_dtype: str = "model"
+    attention: str = "dense"
+    reasons: tuple[str, ...] = ()  # why this mode, in words, for `ktcli plan`
+    alternatives: tuple[dict, ...] = ()  # estimates for the modes/dtypes not chosen
+
+
+@dataclass(frozen=True)
+class Citation:
+    ref: str  # "src/app.py:12-40" or "paper.pdf p.3"
+    span: Span
+    score: float | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    citations: tuple[Citation, ...]
+    plan: Plan
+    stats: dict = field(default_factory=dict)  # tokens in/out, ttft, tok/s, peak rss, ...
+    skipped: tuple[Skipped, ...] = ()
