@@ -1,0 +1,1 @@
+"""Generation backends. The engine knows tokens, never documents."""

