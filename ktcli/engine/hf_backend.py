@@ -1,0 +1,136 @@
+"""The `transformers` backend: a fallback for architectures our engine does not cover,
+and the oracle our engine is tested against."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from ktcli.engine.backend import GenStats, Message, SamplingParams
+from ktcli.errors import BackendError
+
+
+class HFBackend:
+    name = "hf"
+
+    def __init__(self, model_dir: Path, *, threads: int = 0, dtype: str = "fp32") -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
+        self.model.eval()
+        self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self._stats = GenStats()
+
+    @property
+    def last_stats(self) -> GenStats:
+        return self._stats
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _encode_chat(self, messages: list[Message]) -> list[int]:
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        # transformers 5 returns a BatchEncoding here, 4.x a list
+        return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def prompt_tokens(self, messages: list[Message]) -> int:
+        return len(self._encode_chat(messages))
+
+    def _generate_kwargs(self, params: SamplingParams) -> dict:
+        kwargs: dict = {
+            "max_new_tokens": params.max_new_tokens,
+            "pad_token_id": self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+        }
+        if params.temperature > 0:
+            kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p)
+            if params.top_k:
+                kwargs["top_k"] = params.top_k
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        if params.stop:
+            kwargs.update(stop_strings=list(params.stop), tokenizer=self.tokenizer)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+        return kwargs
+
+    def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
+        from transformers import TextIteratorStreamer
+
+        ids = self._encode_chat(messages)
+        if len(ids) + params.max_new_tokens > self.context_window:
+            raise BackendError(
+                f"prompt of {len(ids)} tokens + {params.max_new_tokens} new exceeds the {self.context_window}-token window"
+            )
+        input_ids = torch.tensor([ids])
+        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        errors: list[BaseException] = []
+        out_len = [0]
+
+        def work() -> None:
+            try:
+                with torch.inference_mode():
+                    out = self.model.generate(
+                        input_ids, attention_mask=torch.ones_like(input_ids), streamer=streamer,
+                        **self._generate_kwargs(params),
+                    )
+                out_len[0] = out.shape[1] - input_ids.shape[1]
+            except BaseException as e:  # surfaced in the caller's thread below
+                errors.append(e)
+                streamer.end()
+
+        start = time.perf_counter()
+        thread = threading.Thread(target=work, daemon=True)
+        thread.start()
+        ttft = 0.0
+        text = ""
+        for piece in streamer:
+            if not ttft and piece:
+                ttft = time.perf_counter() - start
+            text += piece
+            yield piece
+        thread.join()
+        if errors:
+            raise BackendError(f"generation failed: {errors[0]}")
+        total = time.perf_counter() - start
+        ttft = ttft or total
+        self._stats = GenStats(
+            prompt_tokens=len(ids), new_tokens=out_len[0], prefill_s=ttft,
+            decode_s=max(total - ttft, 1e-9), ttft_s=ttft,
+        )
+
+    def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
+        # Left padding keeps every prompt's last token at the end, where generation starts.
+        self.tokenizer.padding_side = "left"
+        prompts = [self._encode_chat(m) for m in batch]
+        width = max(len(p) for p in prompts)
+        pad = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
+        input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+        start = time.perf_counter()
+        with torch.inference_mode():
+            out = self.model.generate(input_ids, attention_mask=mask, **self._generate_kwargs(params))
+        total = time.perf_counter() - start
+        new = out[:, width:]
+        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in new]
+        n_new = int((new != pad).sum())
+        self._stats = GenStats(
+            prompt_tokens=sum(len(p) for p in prompts), new_tokens=n_new, prefill_s=0.0, decode_s=total
+        )
+        return [_cut_at_stop(t, params.stop) for t in texts]
+
+
+def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
+    cut = len(text)
+    for s in stop:
+        i = text.find(s)
+        if i >= 0:
+            cut = min(cut, i)
+    return text[:cut]

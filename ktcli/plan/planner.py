@@ -1,0 +1,194 @@
+"""The planner: decides how a request uses the model, and says why.
+
+It is a pure function of facts so it can be unit-tested without a model: the pipeline
+counts tokens, reads the model's shape and the machine's memory, and passes them in.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ktcli.errors import OutOfMemoryError, UsageError
+from ktcli.plan.estimates import generation_memory, generation_seconds
+from ktcli.types import Mode, ModelFacts, Plan
+
+# Chat template, instructions and citation labels around the evidence.
+PROMPT_OVERHEAD_TOKENS = 160
+# Room kept for the running notes passed from window to window.
+MEMORY_TOKENS = 384
+# Retrieval QA reads at most this much evidence per window: a small model answers better
+# from a few focused passages than from a full window, and each window costs prefill time.
+QA_EVIDENCE_CAP = 3072
+# Summaries read everything; bigger windows mean fewer (fixed-cost) decode passes.
+SUMMARY_WINDOW_CAP = 6144
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Measured (or default) rates on this machine for the chosen engine and model."""
+
+    prefill_tok_s: float = 150.0
+    decode_tok_s: float = 10.0
+    embed_tok_s: float = 4000.0
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    task: str  # "ask" | "summarize"
+    corpus_tokens: int  # in the model's tokens (exact or scaled estimate)
+    question_tokens: int
+    n_documents: int
+    mode: str = "auto"  # auto | full | retrieval | sparse
+    chunk_tokens: int = 256
+    chunk_overlap: int = 32
+    n_chunks: int = 0  # when known (after chunking); else estimated
+    top_k: int = 12
+    max_new_tokens: int = 384
+    max_seconds: float = 0.0  # 0: no latency budget
+    memory_budget: int = 0  # bytes; 0: no limit
+    uncached_tokens: int | None = None  # tokens that still need embedding (None: all)
+
+
+def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
+    if req.task not in ("ask", "summarize"):
+        raise UsageError(f"unknown task {req.task!r}")
+    if req.mode not in ("auto", "full", "retrieval", "sparse"):
+        raise UsageError(f"--mode {req.mode!r}: choose auto, full or retrieval")
+    if req.mode == "sparse":
+        raise UsageError("--mode sparse is not available yet (needs the long-context engine); use auto, full or retrieval")
+
+    full_tokens = req.corpus_tokens + req.question_tokens + PROMPT_OVERHEAD_TOKENS
+    fits = full_tokens + req.max_new_tokens <= facts.context_window
+    full = _full_plan(req, facts, rates, full_tokens)
+    retrieval = _retrieval_plan(req, facts, rates)
+
+    if req.mode == "full":
+        if not fits:
+            raise UsageError(
+                f"--mode full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
+                f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto or retrieval"
+            )
+        return _with(full, ("--mode full asked for",), retrieval)
+    if req.mode == "retrieval":
+        return _with(retrieval, ("--mode retrieval asked for",), full if fits else None)
+
+    reasons: list[str] = []
+    chosen = retrieval
+    if fits:
+        chosen = full
+        reasons.append(
+            f"the whole input (~{full_tokens:,} tokens with the prompt) fits the {facts.context_window:,}-token window"
+        )
+        if req.memory_budget and full.est_memory_bytes > req.memory_budget:
+            chosen = retrieval
+            reasons.append(f"but full needs ~{_gb(full.est_memory_bytes)} > budget {_gb(req.memory_budget)}")
+        elif req.max_seconds and full.est_seconds > req.max_seconds and retrieval.est_seconds < full.est_seconds:
+            chosen = retrieval
+            reasons.append(f"but full needs ~{full.est_seconds:.0f}s > budget {req.max_seconds:.0f}s")
+    else:
+        reasons.append(
+            f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window"
+        )
+    if chosen is retrieval:
+        reasons.append(_retrieval_reason(req, retrieval))
+    if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
+        raise OutOfMemoryError(
+            f"even retrieval needs ~{_gb(chosen.est_memory_bytes)} (model weights + one window), over the "
+            f"--max-memory budget of {_gb(req.memory_budget)}"
+        )
+    other = retrieval if chosen is full else (full if fits else None)
+    return _with(chosen, tuple(reasons), other)
+
+
+def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
+    return Plan(
+        mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
+        context_window=facts.context_window, answer_budget=req.max_new_tokens,
+        evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
+        est_seconds=generation_seconds(full_tokens, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s),
+        est_memory_bytes=generation_memory(facts, full_tokens + req.max_new_tokens),
+    )
+
+
+def _estimated_chunks(req: PlanRequest) -> int:
+    if req.n_chunks:
+        return req.n_chunks
+    stride = max(req.chunk_tokens - req.chunk_overlap, 1)
+    return max(req.n_documents, math.ceil(req.corpus_tokens / stride))
+
+
+def _window_budget(req: PlanRequest, facts: ModelFacts, cap: int) -> int:
+    room = facts.context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - req.question_tokens - req.max_new_tokens
+    if room < 256:
+        raise UsageError(
+            f"the question (~{req.question_tokens:,} tokens) leaves no room for evidence in the "
+            f"{facts.context_window:,}-token window; shorten it or lower --max-new-tokens"
+        )
+    return min(room, cap)
+
+
+def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
+    n_chunks = _estimated_chunks(req)
+    if req.task == "ask":
+        budget = _window_budget(req, facts, QA_EVIDENCE_CAP)
+        evidence = min(req.top_k, n_chunks) * req.chunk_tokens
+        top_k = min(req.top_k, n_chunks)
+    else:
+        budget = _window_budget(req, facts, SUMMARY_WINDOW_CAP)
+        evidence = req.corpus_tokens  # a summary reads everything
+        top_k = 0
+    n_windows = max(1, math.ceil(evidence / budget))
+    # Each window: its evidence, the notes so far, and new notes; then one final answer.
+    per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
+    notes_tokens = MEMORY_TOKENS if n_windows > 1 else 0
+    seconds = n_windows * generation_seconds(
+        per_window_prompt, notes_tokens or req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s
+    )
+    if n_windows > 1:
+        seconds += generation_seconds(
+            MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS, req.max_new_tokens,
+            rates.prefill_tok_s, rates.decode_tok_s,
+        )
+    to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
+    seconds += to_embed / max(rates.embed_tok_s, 1e-9)
+    return Plan(
+        mode=Mode.RETRIEVAL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
+        context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
+        n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
+        est_seconds=seconds,
+        est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens)
+        + _index_memory(n_chunks),
+    )
+
+
+def _index_memory(n_chunks: int) -> int:
+    # 384-dim float32 embedding + chunk text and metadata (~1.5 KB) per chunk
+    return n_chunks * (384 * 4 + 1536)
+
+
+def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
+    if req.task == "ask":
+        return (
+            f"retrieve the top {plan.top_k} of {plan.n_chunks:,} chunks, read them in {plan.n_windows} "
+            f"window(s) of up to {plan.evidence_budget:,} tokens" + (" passing notes between windows" if plan.n_windows > 1 else "")
+        )
+    return (
+        f"map over {plan.n_windows} window(s) of up to {plan.evidence_budget:,} tokens with running notes, then reduce"
+    )
+
+
+def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None) -> Plan:
+    from dataclasses import replace
+
+    alternatives: tuple[dict, ...] = ()
+    if other is not None:
+        alternatives = (
+            {"mode": other.mode.value, "est_seconds": round(other.est_seconds, 1),
+             "est_memory_bytes": other.est_memory_bytes, "n_windows": other.n_windows},
+        )
+    return replace(plan, reasons=reasons, alternatives=alternatives)
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:.2f} GB"
