@@ -26,7 +26,7 @@ class Settings:
     max_file_bytes: int = 2_000_000  # folder walks skip (and report) larger files
     chunk_tokens: int = 256
     chunk_overlap: int = 32
-    top_k: int = 12  # chunks retrieved for a question
+    top_k: int = 8  # chunks retrieved for a question
     max_new_tokens: int = 384
     temperature: float = 0.0
     threads: int = 0  # 0: torch's default

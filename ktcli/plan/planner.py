@@ -43,7 +43,7 @@ class PlanRequest:
     chunk_tokens: int = 256
     chunk_overlap: int = 32
     n_chunks: int = 0  # when known (after chunking); else estimated
-    top_k: int = 12
+    top_k: int = 8
     max_new_tokens: int = 384
     max_seconds: float = 0.0  # 0: no latency budget
     memory_budget: int = 0  # bytes; 0: no limit
@@ -132,8 +132,11 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     n_chunks = _estimated_chunks(req)
     if req.task == "ask":
         budget = _window_budget(req, facts, QA_EVIDENCE_CAP)
-        evidence = min(req.top_k, n_chunks) * req.chunk_tokens
         top_k = min(req.top_k, n_chunks)
+        # chunk sizes are set in estimate tokens; the average chunk in model tokens,
+        # overlap included, is what a window really holds
+        per_chunk = req.corpus_tokens / max(n_chunks, 1) * req.chunk_tokens / max(req.chunk_tokens - req.chunk_overlap, 1)
+        evidence = int(top_k * min(per_chunk, req.chunk_tokens * 2))
     else:
         budget = _window_budget(req, facts, SUMMARY_WINDOW_CAP)
         evidence = req.corpus_tokens  # a summary reads everything

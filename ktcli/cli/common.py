@@ -1,0 +1,104 @@
+"""What every command shares: settings from flags, the guard that turns errors into one
+line and an exit code, and the glue from pipeline results to render."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+from ktcli.config import Settings, load_settings
+from ktcli.errors import KtcliError, UsageError
+
+SETTING_FLAGS = (
+    "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
+    "threads", "weights", "max_memory", "max_seconds", "temperature",
+)
+
+
+def fail(message: str, code: int) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+
+    Console(stderr=True, highlight=False).print(f"[bold red]error:[/bold red] {escape(message)}")
+    raise SystemExit(code)
+
+
+class Options:
+    """The parsed flags of one command and the commands' bodies."""
+
+    def __init__(self, values: dict) -> None:
+        self.json = bool(values.get("json", False))
+        self.quiet = bool(values.get("quiet", False))
+        self.flags = {k: values.get(k) for k in SETTING_FLAGS if k in values}
+
+    def settings(self) -> Settings:
+        return load_settings(self.flags)
+
+    def reporter(self):
+        from ktcli.render.console import ConsoleReporter
+
+        return ConsoleReporter(quiet=self.quiet, stream_answer=not self.json)
+
+    def run_ask(self, paths: list[str], question: str) -> None:
+        from ktcli.pipeline.api import ask
+
+        settings, reporter = self.settings(), self.reporter()
+        answer = ask(paths, question, settings, reporter, None, self._show_plan(reporter))
+        self._finish(answer, reporter)
+
+    def run_summarize(self, paths: list[str]) -> None:
+        from ktcli.pipeline.api import summarize_paths
+
+        settings, reporter = self.settings(), self.reporter()
+        answer = summarize_paths(paths, settings, reporter, None, self._show_plan(reporter))
+        self._finish(answer, reporter)
+
+    def run_plan(self, paths: list[str], question: str) -> None:
+        from ktcli.pipeline.api import plan_only
+        from ktcli.render.formats import plan_json, plan_lines
+
+        settings, reporter = self.settings(), self.reporter()
+        prep, extra = plan_only(paths, question, settings, reporter, None)
+        if self.json:
+            print(plan_json(prep.plan, prep.corpus.skipped, extra))
+        else:
+            lines = plan_lines(prep.plan)
+            lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
+            print("\n".join(lines))
+
+    def _show_plan(self, reporter) -> Callable:
+        def show(prep) -> None:
+            p = prep.plan
+            what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)" if p.mode.value == "retrieval" else "whole input"
+            reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est ~{p.est_seconds:.0f}s")
+        return show
+
+    def _finish(self, answer, reporter) -> None:
+        from ktcli.render.formats import answer_json, citations_text, figures_line
+
+        if self.json:
+            print(answer_json(answer))
+        else:
+            sys.stdout.write(citations_text(answer) + "\n")
+            sys.stdout.flush()
+        reporter.figures(figures_line(answer))
+
+
+def run_guarded(opts: Options, body: Callable[[], None]) -> None:
+    """Run a command; user-facing errors become one line and their exit code."""
+    try:
+        body()
+    except KtcliError as e:
+        fail(str(e), e.exit_code)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except BrokenPipeError:
+        # The reader of our stdout went away (e.g. `| head`): not an error worth a trace.
+        os._exit(0)
+    except MemoryError:
+        fail("out of memory: try --mode retrieval, a smaller --top-k or --max-memory", 1)
+    except Exception as e:  # noqa: BLE001 - never a traceback for the user
+        if os.environ.get("KTCLI_DEBUG"):
+            raise
+        fail(f"internal error: {type(e).__name__}: {e} (set KTCLI_DEBUG=1 for the traceback)", 1)

@@ -1,0 +1,1 @@
+"""Executes a Plan: the only package that imports both the engine and retrieval."""

@@ -1,0 +1,62 @@
+"""The three things the CLI can ask of the pipeline. Each is one call."""
+
+from __future__ import annotations
+
+from ktcli.config import Settings
+from ktcli.engine.loading import load_backend
+from ktcli.engine.model_store import is_converted, resolve_model
+from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.prepare import Prepared, prepare, save_rates
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+from ktcli.pipeline.summarize import summarize
+from ktcli.types import Answer
+
+
+def ask(paths: list[str], question: str, settings: Settings, reporter: Reporter,
+        stdin_text: str | None = None, on_plan=None) -> Answer:
+    tally = Tally()
+    prep = prepare(paths, question, "ask", settings, reporter, stdin_text)
+    if on_plan:
+        on_plan(prep)
+    backend = _load(settings, reporter)
+    answer = answer_question(prep, backend, settings, reporter, tally)
+    _remember_rates(settings, tally)
+    return answer
+
+
+def summarize_paths(paths: list[str], settings: Settings, reporter: Reporter,
+                    stdin_text: str | None = None, on_plan=None) -> Answer:
+    tally = Tally()
+    prep = prepare(paths, "", "summarize", settings, reporter, stdin_text)
+    if on_plan:
+        on_plan(prep)
+    backend = _load(settings, reporter)
+    answer = summarize(prep, backend, settings, reporter, tally)
+    _remember_rates(settings, tally)
+    return answer
+
+
+def plan_only(paths: list[str], question: str, settings: Settings, reporter: Reporter,
+              stdin_text: str | None = None) -> tuple[Prepared, dict]:
+    task = "ask" if question.strip() else "summarize"
+    prep = prepare(paths, question, task, settings, reporter, stdin_text)
+    source = resolve_model(settings.model)
+    extra = {
+        "model": {"name": prep.facts.name, "path": str(source.path), "converted": is_converted(source, settings.cache_path),
+                  "context_window": prep.facts.context_window, "layers": prep.facts.n_layers},
+        "engine": settings.engine,
+        "documents": len(prep.corpus.documents),
+        "chunks": len(prep.chunks),
+    }
+    return prep, extra
+
+
+def _load(settings: Settings, reporter: Reporter):
+    reporter.status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
+    return load_backend(settings, reporter.status)
+
+
+def _remember_rates(settings: Settings, tally: Tally) -> None:
+    if tally.prefill_s and tally.decode_s:
+        save_rates(settings, tally.prompt_tokens / tally.prefill_s, tally.new_tokens / tally.decode_s)

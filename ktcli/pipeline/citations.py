@@ -1,0 +1,128 @@
+"""Which lines of the evidence support the answer.
+
+Small models rarely cite reliably, so citations are attributed after the fact: every
+evidence line is scored by the rare answer words it contains, and the best lines become
+`path:a-b` (or `file.pdf p.N`) references. Labels the model did write ([3]) are kept too.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from ktcli.types import Chunk, Citation, Span
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:[.,]\d+)*")
+_LABEL = re.compile(r"\[(\d{1,3})\]")
+_STOP = frozenset(
+    "the a an and or of to in on for is are was were be been it its this that with as by at from "
+    "which who what when where how why not no yes can could would should will do does did has have "
+    "had their there they them these those than then also into about over under answer question "
+    "source sources document text file according said says".split()
+)
+
+
+def terms(text: str) -> list[str]:
+    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in _STOP and len(w) > 1]
+
+
+@dataclass(frozen=True)
+class _Line:
+    chunk: Chunk
+    number: int | None  # 1-based line number in the document, None when unknown
+    text: str
+
+
+def _lines(chunk: Chunk) -> list[_Line]:
+    start = chunk.span.line_start
+    out = []
+    for i, text in enumerate(chunk.text.split("\n")):
+        out.append(_Line(chunk, None if start is None else start + i, text))
+    return out
+
+
+def cited_labels(answer: str, n_labels: int) -> list[int]:
+    seen: list[int] = []
+    for m in _LABEL.finditer(answer):
+        label = int(m.group(1))
+        if 1 <= label <= n_labels and label not in seen:
+            seen.append(label)
+    return seen
+
+
+def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1) -> list[Citation]:
+    """The evidence lines that best support `answer`, as merged, de-duplicated citations."""
+    wanted = Counter(terms(_LABEL.sub(" ", answer)))
+    if not wanted or not evidence:
+        return []
+    lines = [line for chunk in evidence for line in _lines(chunk)]
+    df = Counter(t for line in lines for t in set(terms(line.text)))
+    n = len(lines)
+
+    def score(line: _Line) -> float:
+        present = set(terms(line.text))
+        return sum(math.log(1 + n / df[t]) for t in wanted if t in present)
+
+    scored = sorted(((score(line), i) for i, line in enumerate(lines)), key=lambda p: (-p[0], p[1]))
+    best = scored[0][0] if scored else 0.0
+    if best <= 0:
+        return []
+    citations: list[Citation] = []
+    taken: set[tuple[str, int | None, int | None]] = set()
+    for s, i in scored:
+        # Lines far weaker than the best one are coincidental word overlap.
+        if s < 0.5 * best or len(citations) >= max_citations:
+            break
+        span = _span_around(lines, i, context)
+        key = (span.path, span.line_start, span.page)
+        if any(_overlaps(span, c.span) for c in citations) or key in taken:
+            continue
+        taken.add(key)
+        citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3)))
+    return citations
+
+
+def _span_around(lines: list[_Line], i: int, context: int) -> Span:
+    line = lines[i]
+    chunk_span = line.chunk.span
+    if line.number is None:
+        return chunk_span
+    lo, hi = line.number, line.number
+    # widen within the same chunk only, so the range stays inside real evidence
+    for j in range(i - 1, max(i - context, 0) - 1, -1):
+        if lines[j].chunk is line.chunk and lines[j].number is not None and lines[j].text.strip():
+            lo = lines[j].number
+    for j in range(i + 1, min(i + context, len(lines) - 1) + 1):
+        if lines[j].chunk is line.chunk and lines[j].number is not None and lines[j].text.strip():
+            hi = lines[j].number
+    return Span(chunk_span.path, lo, hi, chunk_span.page)
+
+
+def _overlaps(a: Span, b: Span) -> bool:
+    if a.path != b.path or a.page != b.page:
+        return False
+    if a.line_start is None or b.line_start is None:
+        return True
+    return not (a.line_end < b.line_start or b.line_end < a.line_start)  # type: ignore[operator]
+
+
+def label_citations(labels: list[int], labelled: list[Chunk]) -> list[Citation]:
+    return [Citation(ref=labelled[k - 1].span.cite(), span=labelled[k - 1].span) for k in labels]
+
+
+def merge(*groups: list[Citation]) -> tuple[Citation, ...]:
+    out: list[Citation] = []
+    for group in groups:
+        for c in group:
+            if not any(_overlaps(c.span, o.span) and (c.span.line_start is None) == (o.span.line_start is None)
+                       and _contains(o.span, c.span) for o in out):
+                out.append(c)
+    return tuple(out)
+
+
+def _contains(outer: Span, inner: Span) -> bool:
+    if outer.line_start is None or inner.line_start is None:
+        return outer.path == inner.path and outer.page == inner.page
+    return outer.line_start <= inner.line_start and inner.line_end <= outer.line_end  # type: ignore[operator]

@@ -1,0 +1,21 @@
+"""Build (or reuse from the cache) the hybrid index over a request's chunks."""
+
+from __future__ import annotations
+
+from ktcli.config import Settings
+from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.prepare import Prepared
+from ktcli.retrieval.embedder import Embedder
+from ktcli.retrieval.retriever import HybridIndex
+from ktcli.retrieval.store import IndexStore
+
+
+def build_index(prep: Prepared, settings: Settings, reporter: Reporter) -> HybridIndex:
+    reporter.status(f"indexing {len(prep.chunks):,} chunks")
+    store = IndexStore(settings.cache_path)
+
+    def on_progress(phase: str, done: int, total: int) -> None:
+        reporter.progress(phase, done, total)
+
+    return HybridIndex.build(list(prep.chunks), embedder=Embedder(settings.embedder), store=store,
+                             on_progress=on_progress)

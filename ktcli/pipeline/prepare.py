@@ -1,0 +1,120 @@
+"""The shared front half of every command: read the sources, count, chunk, and plan.
+
+`ktcli plan` stops here; `ask` and `summarize` go on to execute the Plan.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from ktcli.config import Settings
+from ktcli.engine.model_store import model_facts, resolve_model
+from ktcli.errors import UsageError
+from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
+from ktcli.pipeline.events import Reporter
+from ktcli.plan import PlanRequest, Throughput, make_plan
+from ktcli.plan.estimates import parse_bytes
+from ktcli.types import Chunk, Corpus, ModelFacts, Plan
+
+# Model tokens per tiktoken (cl100k) token, measured on the sample docs with SmolLM2's
+# tokenizer; the planner pads estimates with it so "fits" errs on the safe side.
+MODEL_TOKENS_PER_ESTIMATE = 1.25
+RATES_FILE = "rates.json"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    corpus: Corpus
+    chunks: tuple[Chunk, ...]
+    plan: Plan
+    facts: ModelFacts
+    question: str
+
+
+def memory_budget(settings: Settings) -> int:
+    if settings.max_memory:
+        try:
+            return parse_bytes(settings.max_memory)
+        except ValueError:
+            raise UsageError(f"--max-memory {settings.max_memory!r}: give a size like 4GB or 512MiB") from None
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available * 0.8)
+    except Exception:  # noqa: BLE001 - no reading, no limit
+        return 0
+
+
+def load_rates(settings: Settings) -> Throughput:
+    """Throughput measured by earlier runs with this engine and model, else defaults."""
+    path = settings.cache_path / RATES_FILE
+    try:
+        data = json.loads(path.read_text())[f"{settings.engine}:{settings.model}:{settings.weights}"]
+        return Throughput(**data)
+    except (OSError, KeyError, ValueError, TypeError):
+        return Throughput()
+
+
+def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float) -> None:
+    """Blend this run's measured rates into the stored ones (used by the next plan)."""
+    if prefill_tok_s <= 0 or decode_tok_s <= 0:
+        return
+    path = settings.cache_path / RATES_FILE
+    try:
+        data = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        data = {}
+    key = f"{settings.engine}:{settings.model}:{settings.weights}"
+    old = data.get(key, {})
+    blend = lambda new, name: round(0.5 * old[name] + 0.5 * new if name in old else new, 2)  # noqa: E731
+    data[key] = {
+        "prefill_tok_s": blend(prefill_tok_s, "prefill_tok_s"),
+        "decode_tok_s": blend(decode_tok_s, "decode_tok_s"),
+        "embed_tok_s": old.get("embed_tok_s", Throughput().embed_tok_s),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+def prepare(
+    paths: list[str], question: str, task: str, settings: Settings, reporter: Reporter,
+    stdin_text: str | None = None,
+) -> Prepared:
+    if task == "ask" and not question.strip():
+        raise UsageError("the question is empty")
+    reporter.status("reading input")
+    corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
+    for skipped in corpus.skipped:
+        reporter.warn(f"skipped {skipped.path}: {skipped.reason}")
+    chunks = tuple(
+        chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap)
+    )
+    estimate = sum(count_tokens(d.text) for d in corpus.documents)
+    facts = model_facts(resolve_model(settings.model), settings.cache_path)
+    request = PlanRequest(
+        task=task,
+        corpus_tokens=int(estimate * MODEL_TOKENS_PER_ESTIMATE),
+        question_tokens=int(count_tokens(question) * MODEL_TOKENS_PER_ESTIMATE) if question else 0,
+        n_documents=len(corpus.documents),
+        mode=settings.mode,
+        chunk_tokens=settings.chunk_tokens,
+        chunk_overlap=settings.chunk_overlap,
+        n_chunks=len(chunks),
+        top_k=settings.top_k,
+        max_new_tokens=settings.max_new_tokens,
+        max_seconds=settings.max_seconds,
+        memory_budget=memory_budget(settings),
+    )
+    plan = make_plan(request, facts, load_rates(settings))
+    return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip())
+
+
+def cache_dir(settings: Settings) -> Path:
+    path = settings.cache_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path

@@ -1,0 +1,86 @@
+"""Every prompt ktcli sends, in one place. Written for small models: short instructions,
+the question repeated after long evidence, and labels the answer can cite."""
+
+from __future__ import annotations
+
+from ktcli.engine.backend import Message
+
+SYSTEM = (
+    "You are ktcli, a careful assistant that answers from the given sources only. "
+    "Quote names, numbers and code identifiers exactly as the sources write them. "
+    "If the sources do not contain the answer, say so plainly."
+)
+
+
+def evidence_block(items: list[tuple[int, str, str]]) -> str:
+    """items: (label, reference, text) -> '[1] path:3-9\\ntext' blocks."""
+    return "\n\n".join(f"[{label}] {ref}\n{text.rstrip()}" for label, ref, text in items)
+
+
+def ask_messages(question: str, evidence: str, notes: str = "") -> list[Message]:
+    parts = [f"Sources:\n{evidence}"] if evidence else []
+    if notes:
+        parts.append(f"Notes gathered from earlier sources:\n{notes}")
+    parts.append(f"Question: {question}\nAnswer the question in a few sentences, citing sources like [1].")
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def notes_messages(question: str, evidence: str, notes: str) -> list[Message]:
+    """One window of memory passing: keep what helps, drop the rest."""
+    prior = f"Notes so far:\n{notes}\n\n" if notes else ""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {
+            "role": "user",
+            "content": (
+                f"{prior}Sources:\n{evidence}\n\nQuestion: {question}\n"
+                "Update the notes: copy every fact from these sources that helps answer the question, "
+                "one short line each, ending with its source label like [3]. Keep the useful notes so far. "
+                "If nothing here helps, repeat the notes so far unchanged."
+            ),
+        },
+    ]
+
+
+def summary_messages(text: str, listing: str = "") -> list[Message]:
+    what = f"Files:\n{listing}\n\n" if listing else ""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {
+            "role": "user",
+            "content": (
+                f"{what}Content:\n{text}\n\n"
+                "Summarize the content above: its purpose, its main parts and the key facts, in a few short paragraphs."
+            ),
+        },
+    ]
+
+
+def summary_notes_messages(text: str, notes: str, position: str) -> list[Message]:
+    prior = f"Summary notes so far:\n{notes}\n\n" if notes else ""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {
+            "role": "user",
+            "content": (
+                f"{prior}Next part ({position}):\n{text}\n\n"
+                "Update the summary notes with the main points of this part, one short line each, "
+                "naming the file or page they come from. Keep the earlier notes, shortened if needed."
+            ),
+        },
+    ]
+
+
+def summary_reduce_messages(notes: str, listing: str = "") -> list[Message]:
+    what = f"Files:\n{listing}\n\n" if listing else ""
+    return [
+        {"role": "system", "content": SYSTEM},
+        {
+            "role": "user",
+            "content": (
+                f"{what}Notes taken while reading the whole input:\n{notes}\n\n"
+                "Write the final summary from these notes: what it is, how it is organised, and the key facts, "
+                "in a few short paragraphs."
+            ),
+        },
+    ]

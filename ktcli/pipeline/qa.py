@@ -1,0 +1,82 @@
+"""`ktcli ask`: answer a question from the whole input or from retrieved evidence."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ktcli.config import Settings
+from ktcli.engine.backend import Backend, SamplingParams
+from ktcli.pipeline import citations, prompts
+from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.indexing import build_index
+from ktcli.pipeline.prepare import Prepared
+from ktcli.pipeline.runner import Tally, generate_text, stream_answer
+from ktcli.pipeline.windows import merge_neighbours, pack, source_order
+from ktcli.plan.planner import MEMORY_TOKENS
+from ktcli.types import Answer, Chunk, Mode
+
+
+def answer_question(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
+                    tally: Tally) -> Answer:
+    params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
+    plan = prep.plan
+    if plan.mode is Mode.FULL:
+        messages = prompts.ask_messages(prep.question, _whole_corpus(prep))
+        needed = backend.prompt_tokens(messages) + params.max_new_tokens
+        if needed <= backend.context_window:
+            reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
+            text = stream_answer(backend, messages, params, tally, reporter)
+            cites = citations.attribute(text, list(prep.chunks))
+            return Answer(text, tuple(cites), plan, tally.figures(), prep.corpus.skipped)
+        # The estimate said it fits, the exact count says no: retrieval is the safe path.
+        reporter.warn(f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval")
+        plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks))
+    return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)
+
+
+def _whole_corpus(prep: Prepared) -> str:
+    items = [(i + 1, d.path, d.text) for i, d in enumerate(prep.corpus.documents)]
+    return prompts.evidence_block(items)
+
+
+def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
+                           tally: Tally, params: SamplingParams) -> Answer:
+    index = build_index(prep, settings, reporter)
+    hits = index.search(prep.question, prep.plan.top_k)
+    doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
+    ordered = source_order([h.chunk for h in hits], doc_rank)
+    budget = prep.plan.evidence_budget
+    passages = merge_neighbours(ordered, budget, backend.count_tokens)
+    windows = pack(passages, budget, backend.count_tokens)
+    labelled: list[Chunk] = [p for w in windows for p in w]
+
+    notes = ""
+    label = 1
+    note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
+    for i, window in enumerate(windows[:-1]):
+        reporter.status(f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
+        evidence, label = _labelled(window, label)
+        notes = generate_text(backend, prompts.notes_messages(prep.question, evidence, notes),
+                              note_params, tally, reporter, "notes")
+    evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
+    reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
+    text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally, reporter)
+
+    cited = citations.merge(
+        citations.label_citations(citations.cited_labels(text, len(labelled)), labelled)[:3],
+        citations.attribute(text, labelled),
+    )
+    figures = tally.figures() | {
+        "retrieved": len(hits), "windows": len(windows),
+        "index_bytes": index.stats.get("index_bytes", 0),
+        "embedded_now": index.stats.get("n_embedded_now", 0),
+        "reused": index.stats.get("n_reused", 0),
+    }
+    evidence_refs = [{"ref": h.chunk.span.cite(), "score": round(h.score, 4)} for h in hits]
+    figures["evidence"] = evidence_refs
+    return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
+
+
+def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:
+    items = [(first_label + i, c.span.cite(), c.text) for i, c in enumerate(window)]
+    return prompts.evidence_block(items), first_label + len(window)

@@ -1,0 +1,72 @@
+"""Calls into a Backend that add up their figures across the windows of one request."""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import dataclass, field
+
+from ktcli.engine.backend import Backend, Message, SamplingParams
+from ktcli.pipeline.events import Reporter
+
+
+@dataclass
+class Tally:
+    started: float = field(default_factory=time.perf_counter)
+    prompt_tokens: int = 0
+    new_tokens: int = 0
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    model_calls: int = 0
+    ttft_s: float = 0.0  # from the request's start to the first streamed answer token
+    extra: dict = field(default_factory=dict)
+
+    def add(self, backend: Backend) -> None:
+        s = backend.last_stats
+        self.prompt_tokens += s.prompt_tokens
+        self.new_tokens += s.new_tokens
+        self.prefill_s += s.prefill_s
+        self.decode_s += s.decode_s
+        self.model_calls += 1
+        self.extra.update(s.extra)
+
+    def figures(self) -> dict:
+        return {
+            "tokens_in": self.prompt_tokens,
+            "tokens_out": self.new_tokens,
+            "model_calls": self.model_calls,
+            "ttft_s": round(self.ttft_s, 3),
+            "prefill_tok_s": round(self.prompt_tokens / self.prefill_s, 1) if self.prefill_s else 0.0,
+            "decode_tok_s": round(self.new_tokens / self.decode_s, 1) if self.decode_s else 0.0,
+            "total_s": round(time.perf_counter() - self.started, 3),
+            "peak_rss_mb": round(peak_rss_mb(), 1),
+            **{k: v for k, v in self.extra.items() if isinstance(v, (int, float, str))},
+        }
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def generate_text(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
+                  reporter: Reporter, phase: str) -> str:
+    """A non-final step (notes): collect the text, show it as progress only."""
+    parts: list[str] = []
+    for piece in backend.stream_chat(messages, params):
+        parts.append(piece)
+        reporter.progress(phase, len("".join(parts)), 0)
+    tally.add(backend)
+    return "".join(parts).strip()
+
+
+def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
+                  reporter: Reporter) -> str:
+    """The final step: every piece goes to the user as soon as it exists."""
+    parts: list[str] = []
+    for piece in backend.stream_chat(messages, params):
+        if not parts and piece:
+            tally.ttft_s = time.perf_counter() - tally.started
+        parts.append(piece)
+        reporter.answer_text(piece)
+    tally.add(backend)
+    return "".join(parts).strip()

@@ -1,0 +1,79 @@
+"""The stderr side: status, progress bars with rates, warnings and the closing figures.
+
+stdout is left to the answer alone, so `ktcli ask ... | other-tool` stays clean. Rich
+turns colour and live bars off by itself when stderr is not a terminal or NO_COLOR is set.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+
+class ConsoleReporter:
+    def __init__(self, *, quiet: bool = False, stream_answer: bool = True) -> None:
+        self.err = Console(stderr=True, highlight=False)
+        self.quiet = quiet
+        self.stream_answer = stream_answer
+        self._progress: Progress | None = None
+        self._tasks: dict[str, int] = {}
+        self._started: dict[str, float] = {}
+        self._answer_started = False
+
+    # -- Reporter -------------------------------------------------------------------
+    def status(self, message: str) -> None:
+        if self.quiet:
+            return
+        self._stop_bars()
+        self.err.print(f"[dim]·[/dim] {escape(message)}")
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        if self.quiet or not self.err.is_terminal or total <= 0:
+            return
+        if self._progress is None:
+            self._progress = Progress(
+                SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=self.err, transient=True,
+            )
+            self._progress.start()
+        if phase not in self._tasks:
+            self._tasks[phase] = self._progress.add_task(phase, total=total, rate="")
+            self._started[phase] = time.perf_counter()
+        elapsed = max(time.perf_counter() - self._started[phase], 1e-6)
+        self._progress.update(self._tasks[phase], completed=done, total=total, rate=f"{done / elapsed:.1f}/s")
+
+    def warn(self, message: str) -> None:
+        if not self.quiet:
+            self._stop_bars()
+            self.err.print(f"[yellow]![/yellow] {escape(message)}")
+
+    def answer_text(self, delta: str) -> None:
+        if not self.stream_answer:
+            return
+        if not self._answer_started:
+            self._stop_bars()
+            self._answer_started = True
+        sys.stdout.write(delta)
+        sys.stdout.flush()
+
+    # -- closing --------------------------------------------------------------------
+    def figures(self, line: str) -> None:
+        if not self.quiet:
+            self._stop_bars()
+            self.err.print(f"[dim]{escape(line)}[/dim]")
+
+    def lines(self, lines: list[str]) -> None:
+        self._stop_bars()
+        for line in lines:
+            self.err.print(line, markup=False)
+
+    def _stop_bars(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._tasks.clear()
+            self._started.clear()

@@ -1,0 +1,99 @@
+"""What goes to stdout: the answer's citations after the streamed text, or one JSON object."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from enum import Enum
+
+from ktcli.types import Answer, Plan, Skipped
+
+
+def citations_text(answer: Answer) -> str:
+    if not answer.citations:
+        return ""
+    return "\n\nSources:\n" + "\n".join(f"  [{i + 1}] {c.ref}" for i, c in enumerate(answer.citations))
+
+
+def plan_dict(plan: Plan) -> dict:
+    out = asdict(plan)
+    out["mode"] = plan.mode.value
+    out["reasons"] = list(plan.reasons)
+    out["alternatives"] = list(plan.alternatives)
+    return out
+
+
+def skipped_list(skipped: tuple[Skipped, ...]) -> list[dict]:
+    return [{"path": s.path, "reason": s.reason} for s in skipped]
+
+
+def answer_json(answer: Answer) -> str:
+    payload = {
+        "answer": answer.text,
+        "citations": [{"ref": c.ref, **_span(c.span), "score": c.score} for c in answer.citations],
+        "plan": plan_dict(answer.plan),
+        "figures": answer.stats,
+        "skipped": skipped_list(answer.skipped),
+    }
+    return json.dumps(payload, indent=2, default=_default, ensure_ascii=False)
+
+
+def plan_json(plan: Plan, skipped: tuple[Skipped, ...], extra: dict) -> str:
+    return json.dumps({"plan": plan_dict(plan), "skipped": skipped_list(skipped), **extra},
+                      indent=2, default=_default, ensure_ascii=False)
+
+
+def _span(span) -> dict:
+    return {"path": span.path, "line_start": span.line_start, "line_end": span.line_end, "page": span.page}
+
+
+def _default(o: object) -> object:
+    if isinstance(o, Enum):
+        return o.value
+    return str(o)
+
+
+def human_bytes(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(n) < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def figures_line(answer: Answer) -> str:
+    f = answer.stats
+    parts = [
+        f"mode {answer.plan.mode.value}",
+        f"tokens in {f.get('tokens_in', 0):,} / out {f.get('tokens_out', 0):,}",
+        f"ttft {f.get('ttft_s', 0):.1f}s",
+        f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s",
+        f"decode {f.get('decode_tok_s', 0):.1f} tok/s",
+        f"total {f.get('total_s', 0):.1f}s",
+        f"peak RSS {f.get('peak_rss_mb', 0):.0f} MB",
+    ]
+    if f.get("index_bytes"):
+        parts.append(f"index {human_bytes(f['index_bytes'])} ({f.get('embedded_now', 0)} embedded now, {f.get('reused', 0)} reused)")
+    if f.get("kv_bytes"):
+        parts.append(f"KV {human_bytes(f['kv_bytes'])}")
+    return " · ".join(parts)
+
+
+def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
+    lines = [
+        f"mode        {plan.mode.value}",
+        f"task        {plan.task}",
+        f"input       ~{plan.input_tokens:,} tokens in {plan.n_documents} document(s){est_tokens_note}",
+        f"window      {plan.context_window:,} tokens (answer budget {plan.answer_budget})",
+    ]
+    if plan.mode.value == "retrieval":
+        lines.append(f"chunks      {plan.n_chunks:,}" + (f", top {plan.top_k} retrieved" if plan.top_k else ""))
+        lines.append(f"windows     {plan.n_windows} of up to {plan.evidence_budget:,} evidence tokens")
+    lines.append(f"estimate    ~{plan.est_seconds:.0f} s, ~{human_bytes(plan.est_memory_bytes)} memory")
+    lines.extend(f"why         {r}" for r in plan.reasons)
+    for alt in plan.alternatives:
+        lines.append(
+            f"instead     {alt['mode']}: ~{alt['est_seconds']:.0f} s, ~{human_bytes(alt['est_memory_bytes'])}, "
+            f"{alt['n_windows']} window(s)"
+        )
+    return lines
