@@ -1,0 +1,48 @@
+from ktcli.pipeline.citations import attribute, cited_labels, label_citations, merge
+from ktcli.types import Chunk, Span
+
+
+def chunk(path, start, lines, ordinal=0, page=None):
+    text = "\n".join(lines)
+    return Chunk(path, ordinal, text, Span(path, start, start + len(lines) - 1, page), len(text) // 4, "h" * 64)
+
+
+def test_attribution_points_at_the_line_with_the_fact():
+    c = chunk("notes.txt", 10, [
+        "The weather was mild.",
+        "The launch code for the vault is 7741-alpha.",
+        "Lunch was served at noon.",
+    ])
+    other = chunk("other.txt", 1, ["Nothing about vaults here.", "Only tea and biscuits."])
+    cites = attribute("The vault launch code is 7741-alpha.", [other, c])
+    assert cites, "expected a citation"
+    top = cites[0]
+    assert top.span.path == "notes.txt"
+    assert top.span.line_start <= 11 <= top.span.line_end
+    assert top.ref.startswith("notes.txt:")
+
+
+def test_pdf_citations_name_the_page():
+    c = chunk("paper.pdf", 40, ["Revenue in Q3 was 4.2 million euros."], page=3)
+    cites = attribute("Q3 revenue was 4.2 million euros", [c])
+    assert cites[0].ref == "paper.pdf p.3"
+
+
+def test_no_overlap_no_citation():
+    c = chunk("a.txt", 1, ["alpha beta gamma"])
+    assert attribute("I don't know.", [c]) == []
+
+
+def test_labels_the_model_wrote_are_kept_in_range():
+    chunks = [chunk("a.txt", 1, ["x"]), chunk("b.txt", 5, ["y"])]
+    assert cited_labels("see [2] and [1] and [9] and [2]", 2) == [2, 1]
+    cites = label_citations([2], chunks)
+    assert cites[0].ref == "b.txt:5"
+
+
+def test_merge_drops_citations_inside_others():
+    a = chunk("a.txt", 1, ["one", "two", "three"])
+    wide = label_citations([1], [a])
+    narrow = attribute("two", [a])
+    merged = merge(wide, narrow)
+    assert len(merged) == 1 and merged[0].ref == "a.txt:1-3"

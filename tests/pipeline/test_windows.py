@@ -1,0 +1,44 @@
+from ktcli.pipeline.windows import merge_neighbours, pack, source_order
+from ktcli.types import Chunk, Span
+
+
+def count(text):
+    return len(text.split())
+
+
+def make(path, ordinal, start, lines):
+    return Chunk(path, ordinal, "\n".join(lines), Span(path, start, start + len(lines) - 1), len(lines), "s" * 64)
+
+
+def test_source_order_follows_corpus_then_position():
+    a1, a0, b0 = make("a", 1, 5, ["x"]), make("a", 0, 1, ["y"]), make("b", 0, 1, ["z"])
+    assert source_order([b0, a1, a0], {"a": 0, "b": 1}) == [a0, a1, b0]
+
+
+def test_neighbours_merge_without_repeating_overlap():
+    first = make("doc", 0, 1, ["l1", "l2", "l3"])
+    second = make("doc", 1, 3, ["l3", "l4", "l5"])  # overlaps on line 3
+    merged = merge_neighbours([first, second], 100, count)
+    assert len(merged) == 1
+    assert merged[0].text == "l1\nl2\nl3\nl4\nl5"
+    assert (merged[0].span.line_start, merged[0].span.line_end) == (1, 5)
+
+
+def test_gaps_and_other_documents_do_not_merge():
+    a = make("doc", 0, 1, ["l1"])
+    gap = make("doc", 2, 10, ["l10"])
+    other = make("other", 1, 2, ["x"])
+    assert len(merge_neighbours([a, gap, other], 100, count)) == 3
+
+
+def test_merge_respects_budget():
+    first = make("doc", 0, 1, ["a b c"])
+    second = make("doc", 1, 2, ["d e f"])
+    assert len(merge_neighbours([first, second], 4, count)) == 2
+
+
+def test_pack_keeps_order_and_budget():
+    chunks = [make("d", i, i * 10 + 1, ["w " * 5]) for i in range(5)]
+    windows = pack(chunks, 40, count)
+    assert [c for w in windows for c in w] == chunks
+    assert all(sum(count(c.text) + 12 for c in w) <= 40 for w in windows if len(w) > 1)

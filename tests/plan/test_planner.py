@@ -1,0 +1,98 @@
+import pytest
+
+from ktcli.errors import OutOfMemoryError, UsageError
+from ktcli.plan import PlanRequest, Throughput, make_plan
+from ktcli.plan.estimates import kv_bytes_per_token, parse_bytes
+from ktcli.types import Mode, ModelFacts
+
+SMOL = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
+                  n_params=134_515_008, weight_bytes=538_090_408)
+RATES = Throughput(prefill_tok_s=150, decode_tok_s=10, embed_tok_s=4000)
+
+
+def req(**kw):
+    base = dict(task="ask", corpus_tokens=1000, question_tokens=10, n_documents=1)
+    base.update(kw)
+    return PlanRequest(**base)
+
+
+def test_small_input_is_read_whole():
+    plan = make_plan(req(), SMOL, RATES)
+    assert plan.mode is Mode.FULL
+    assert plan.n_windows == 1 and plan.n_chunks == 0
+    assert "fits" in plan.reasons[0]
+    assert plan.alternatives and plan.alternatives[0]["mode"] == "retrieval"
+
+
+def test_input_just_over_the_window_uses_retrieval():
+    plan = make_plan(req(corpus_tokens=8192 - 384 - 10 - 160 + 1, n_chunks=40), SMOL, RATES)
+    assert plan.mode is Mode.RETRIEVAL
+    assert plan.top_k == 8 and plan.n_chunks == 40
+    assert plan.evidence_budget <= 3072
+
+
+def test_answer_budget_counts_against_the_window():
+    fits = 8192 - 384 - 10 - 160
+    assert make_plan(req(corpus_tokens=fits), SMOL, RATES).mode is Mode.FULL
+    assert make_plan(req(corpus_tokens=fits, max_new_tokens=385), SMOL, RATES).mode is Mode.RETRIEVAL
+
+
+def test_forced_full_mode_that_cannot_fit_is_a_usage_error():
+    with pytest.raises(UsageError, match="window"):
+        make_plan(req(corpus_tokens=1_000_000, mode="full"), SMOL, RATES)
+
+
+def test_forced_retrieval_on_small_input():
+    plan = make_plan(req(mode="retrieval", n_chunks=4), SMOL, RATES)
+    assert plan.mode is Mode.RETRIEVAL and plan.top_k == 4
+
+
+def test_latency_budget_prefers_retrieval_when_faster():
+    # 7K tokens at 150 tok/s is ~47 s of prefill; retrieval of 8 chunks is far less
+    plan = make_plan(req(corpus_tokens=7000, n_chunks=30, max_seconds=20), SMOL, RATES)
+    assert plan.mode is Mode.RETRIEVAL
+    assert any("budget" in r for r in plan.reasons)
+
+
+def test_memory_budget_too_small_for_anything():
+    with pytest.raises(OutOfMemoryError):
+        make_plan(req(memory_budget=100_000_000), SMOL, RATES)
+
+
+def test_summary_of_long_input_reads_everything_in_windows():
+    plan = make_plan(req(task="summarize", corpus_tokens=100_000, question_tokens=0), SMOL, RATES)
+    assert plan.mode is Mode.RETRIEVAL
+    assert plan.n_windows * plan.evidence_budget >= 100_000
+
+
+def test_question_that_fills_the_window_is_refused():
+    with pytest.raises(UsageError, match="question"):
+        make_plan(req(corpus_tokens=100_000, question_tokens=8000), SMOL, RATES)
+
+
+def test_unknown_mode():
+    with pytest.raises(UsageError):
+        make_plan(req(mode="magic"), SMOL, RATES)
+
+
+def test_estimates_grow_with_input():
+    small = make_plan(req(corpus_tokens=2000), SMOL, RATES)
+    big = make_plan(req(corpus_tokens=6000), SMOL, RATES)
+    assert big.est_seconds > small.est_seconds
+    assert big.est_memory_bytes > small.est_memory_bytes
+
+
+def test_kv_bytes_per_token():
+    assert kv_bytes_per_token(SMOL, "fp32") == 2 * 30 * 3 * 64 * 4
+    assert kv_bytes_per_token(SMOL, "int4") < 0.3 * kv_bytes_per_token(SMOL, "fp32")
+
+
+@pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20), ("1e9", 10**9), ("2 gib", 2 * 2**30)])
+def test_parse_bytes(text, value):
+    assert parse_bytes(text) == value
+
+
+@pytest.mark.parametrize("text", ["", "lots", "-1GB", "4XB"])
+def test_parse_bytes_rejects(text):
+    with pytest.raises(ValueError):
+        parse_bytes(text)
