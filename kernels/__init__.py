@@ -1,0 +1,212 @@
+"""Paged, quantized, sparse KV attention: Triton kernels and their plain-torch twins.
+
+This package imports torch (and triton when present), never ktcli. Every public function
+below dispatches: CUDA tensors go to the Triton kernel, anything else (or a machine
+without triton) to ``kernels.reference``, which computes the same function and is the
+test oracle. ``set_backend("reference" | "triton" | "auto")`` overrides the choice (tests
+force "triton" on CPU tensors under ``TRITON_INTERPRET=1``); so does the environment
+variable ``KTCLI_KERNELS``.
+
+Notation: NB pages (blocks) per layer, BS tokens per page (``block_size``), H kv heads,
+HQ query heads (a multiple of H; query head ``hq`` reads kv head ``hq // (HQ // H)``),
+D head_dim, G value group size, NS staging slots, S sequences.
+
+Paged KV layout (one ``PagedKVLayer`` per layer, all layers share one ``KVCacheSpec``)
+---------------------------------------------------------------------------------------
+* Token ``t`` of a sequence lives in logical page ``t // BS`` at offset ``t % BS``; the
+  sequence's row of ``block_tables`` ([S, max_pages] int32) maps a logical page to a
+  physical block. ``slot = block * BS + offset`` addresses one token row. Context
+  lengths ([S] int32) count every stored token, the current query's own K/V included:
+  callers store K/V (``kv_store``) *before* they attend.
+* The engine writes each sequence's tokens in order (offset 0 first, offset BS-1 last).
+  Writing offset 0 of a block starts it afresh, so blocks are reusable after a free.
+
+Page kinds (``spec.kv_dtype``):
+
+``"fp32" | "bf16" | "fp16"``
+    ``k_pages``, ``v_pages``: [NB, BS, H, D] of that dtype, written in place.
+``"fp8"``
+    ``k_pages``, ``v_pages``: [NB, BS, H, D] uint8 holding float8 e4m3fn bit patterns;
+    ``k_scale``, ``v_scale``: [NB, H] float32. Stored code = x / scale with
+    ``scale = amax(|x| over the page's BS tokens and D channels) / 448``;
+    dequantised x = float(code) * scale.
+``"int8" | "int4"`` (KIVI: keys per channel, values per token)
+    qmax = 255 (int8) or 15 (int4); codes are unsigned, asymmetric.
+    Keys: one (zero, scale) per (block, kv head, channel) over the page's BS tokens, and
+    they are the page summary itself: ``zero = k_min``, ``scale = (k_max - k_min) / qmax``,
+    dequantised k = k_min + code * scale.
+    Values: one (zero, scale) per (block, token, kv head, group of G channels):
+    ``v_zero``, ``v_scale`` [NB, BS, H, D // G] float32, v = v_zero + code * v_scale.
+    ``k_pages``, ``v_pages``: [NB, BS, H, D] uint8 for int8; [NB, BS, H, D // 2] uint8 for
+    int4, channel ``2c`` in the low nibble and ``2c + 1`` in the high nibble of byte c.
+    Codes are ``floor((x - zero) / scale + 0.5)`` clamped to [0, qmax] (0 when scale is 0).
+
+Staging and sealing (quantized kinds only: fp8, int8, int4). A page's scales need all
+of its BS tokens, so the partial last page of a sequence lives at full precision in a
+staging pool: ``stage_k``, ``stage_v`` [NS, BS, H, D] of ``spec.stage_dtype``;
+``stage_of_block`` [NB] int32 gives a block's slot (-1 = none) and ``block_of_stage``
+[NS] int32 the owner of a slot (-1 = free). ``kv_store`` gives a block a slot when it
+first writes into it, and *seals* the block the moment its last row (offset BS-1) is
+written: the slot's rows are quantised into the block's page, then the slot is freed.
+Hence, for a sequence of length L, attention reads:
+
+* logical pages ``p < L // BS`` (full ones): the sealed, quantised page;
+* logical page ``p = L // BS`` when ``L % BS != 0`` (the tail): rows ``0 .. L % BS - 1``
+  of staging slot ``stage_of_block[block_tables[s, p]]``, at full precision.
+
+Float kinds have no staging: the tail is read from its page, rows beyond L masked.
+When a sequence is freed with a partial page, call ``release_blocks(layer, blocks)`` so
+its staging slot returns to the pool (a block that is re-written from offset 0 also
+reuses its stale slot, so forgetting this leaks slots, never corrupts data).
+
+Page summaries (Quest): ``k_min``, ``k_max`` [NB, H, D] float32, the per-channel min and
+max of the page's keys *as attention sees them*: the dequantised page once sealed, the
+full-precision keys while staged or for float kinds; rows beyond the fill are ignored
+and a never-written block has (+inf, -inf). For int8/int4 they are also the key scales.
+(fp8 and int kinds: the bound holds up to float32 rounding of the dequantisation.)
+
+Memory: ``bytes_per_token(spec)`` (pages, scales, summaries, amortised over BS) and
+``staging_bytes(spec, n_stage)`` let a planner size the pool without allocating.
+
+Attention
+---------
+``scale`` is the softmax scale (usually D ** -0.5). Queries and outputs are
+[tokens, HQ, D]; outputs have the query's dtype. Scores, softmax and accumulation are
+float32 in both paths.
+
+Sparse selection (Quest): ``score_pages`` gives each page an upper bound of q.k over its
+keys, ``sum_d max(q_d * k_min_d, q_d * k_max_d)``, and takes the max over the HQ/H query
+heads that share a kv head (a page matters if any head of the group may attend to it);
+``per_kv_head=False`` also takes the max over kv heads (one selection per sequence).
+Pages at or past ``ceil(L / BS)`` score -inf. Selection (``select_pages``) is by logical
+page: the first ``n_sink_pages`` pages, the last ``n_local_pages`` pages (those ending at
+the query's page), and the ``top_k_pages`` best-scoring other pages, sorted ascending and
+padded with -1. Selections have shape [S, 1 or H, n_sink + n_local + top_k].
+
+``AttentionPolicy`` names a policy: ``dense``; ``window`` (sinks + local pages, StreamingLLM
+at page granularity); ``topk`` (sinks + local + top-k scored pages, Quest). For a query at
+position i (page p_i) a key at position j is visible iff ``j <= i`` and its page is a sink,
+or local (``p_i - n_local_pages < page(j) <= p_i``), or selected. In prefill the top-k is
+chosen once per query chunk (max score over the chunk's queries) among the pages that are
+neither sinks nor local to the chunk's last query; in decode the chunk is one query, so
+prefill and decode follow the same rule. ``topk`` with a k covering every page is dense.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from . import reference
+from .layout import (
+    FLOAT_KINDS,
+    KV_KINDS,
+    QUANT_KINDS,
+    KVCacheSpec,
+    PagedKVLayer,
+    allocate,
+    bytes_per_block,
+    bytes_per_token,
+    staging_bytes,
+)
+from .reference import AttentionPolicy, release_blocks, select_pages
+
+try:  # triton is optional: without it every call takes the reference path
+    import triton  # noqa: F401
+
+    HAS_TRITON = True
+except ImportError:  # pragma: no cover - depends on the machine
+    HAS_TRITON = False
+
+__all__ = [
+    "FLOAT_KINDS", "QUANT_KINDS", "KV_KINDS", "HAS_TRITON",
+    "KVCacheSpec", "PagedKVLayer", "AttentionPolicy",
+    "allocate", "bytes_per_block", "bytes_per_token", "staging_bytes", "release_blocks",
+    "kv_store", "paged_attention_decode", "score_pages", "select_pages",
+    "sparse_attention_decode", "attention_decode", "paged_prefill_attention",
+    "set_backend", "get_backend",
+]
+
+_BACKENDS = ("auto", "reference", "triton")
+_backend = os.environ.get("KTCLI_KERNELS", "auto")
+
+
+def set_backend(name: str) -> None:
+    """'auto' (Triton for CUDA tensors), 'reference' (always torch), 'triton' (always)."""
+    global _backend
+    if name not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}")
+    _backend = name
+
+
+def get_backend() -> str:
+    return _backend
+
+
+def _use_triton(t: torch.Tensor) -> bool:
+    if _backend == "reference" or not HAS_TRITON:
+        return False
+    return _backend == "triton" or t.is_cuda
+
+
+def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write K/V rows [N, H, D] to ``slot_mapping`` [N] (block * BS + offset), quantising
+    and sealing pages and refreshing the key summaries of every touched block."""
+    if _use_triton(k_new):
+        from .kv_store import kv_store_triton
+
+        return kv_store_triton(layer, k_new, v_new, slot_mapping)
+    return reference.kv_store(layer, k_new, v_new, slot_mapping)
+
+
+def paged_attention_decode(q, layer, block_tables, context_lens, scale, out=None):
+    """Dense decode: q [S, HQ, D], one query per sequence -> [S, HQ, D]."""
+    if _use_triton(q):
+        from .paged_attention import paged_attention_decode_triton
+
+        return paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=out)
+    return reference.paged_attention_decode(q, layer, block_tables, context_lens, scale, out=out)
+
+
+def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None):
+    """Quest upper bound per page: q [S, HQ, D] -> [S, H or 1, max_pages] float32."""
+    if _use_triton(q):
+        from .sparse_attention import score_pages_triton
+
+        return score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
+    return reference.score_pages(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
+
+
+def sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None):
+    """Decode over the selected logical pages ``selected`` [S, 1 or H, K] (first
+    ``n_selected[s]`` valid) -> [S, HQ, D]."""
+    if _use_triton(q):
+        from .sparse_attention import sparse_attention_decode_triton
+
+        return sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected, context_lens, scale, out=out)
+    return reference.sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=out)
+
+
+def attention_decode(q, layer, block_tables, context_lens, scale, policy: AttentionPolicy | None = None):
+    """One decode step under ``policy``: dense, or select pages then sparse attention."""
+    policy = policy or AttentionPolicy()
+    if policy.kind == "dense":
+        return paged_attention_decode(q, layer, block_tables, context_lens, scale)
+    scores = None
+    if policy.kind == "topk" and policy.top_k_pages > 0:
+        scores = score_pages(q, layer, block_tables, context_lens, per_kv_head=policy.per_kv_head)
+    selected, n_selected = select_pages(
+        scores, context_lens, layer.spec.block_size, policy, max_pages=block_tables.shape[1]
+    )
+    return sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale)
+
+
+def paged_prefill_attention(q, layer, block_table, start_pos, scale, policy: AttentionPolicy | None = None, out=None):
+    """A chunk of one sequence: q [N, HQ, D] at positions start_pos .. start_pos+N-1,
+    causal over its stored pages (the chunk's own K/V stored first) -> [N, HQ, D]."""
+    if _use_triton(q):
+        from .prefill_attention import paged_prefill_attention_triton
+
+        return paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=policy, out=out)
+    return reference.paged_prefill_attention(q, layer, block_table, start_pos, scale, policy=policy, out=out)

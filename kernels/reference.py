@@ -1,0 +1,566 @@
+"""Plain-torch twin of every kernel: the test oracle and the CPU path.
+
+Everything here is vectorised over tokens, sequences and heads; the only Python loops
+run over tiles of pages (to bound memory at long contexts) or over pieces of a kv_store
+call that touches more pages than there are free staging slots. The format is specified
+in the package docstring (``kernels/__init__.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from .layout import FP8_MAX, KVCacheSpec, PagedKVLayer, qmax_of
+
+# Bytes of float32 work a reference tile may use; bounds memory at 1M-token contexts.
+_TILE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class AttentionPolicy:
+    """Which keys a query sees; page counts are in pages of the layer's block size."""
+
+    kind: str = "dense"  # "dense" | "window" | "topk"
+    n_sink_pages: int = 1
+    n_local_pages: int = 4
+    top_k_pages: int = 8
+    per_kv_head: bool = True  # topk: one selection per kv head (else one per sequence)
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("dense", "window", "topk"):
+            raise ValueError(f"unknown attention policy {self.kind!r}")
+        if self.kind != "dense" and self.n_local_pages < 1:
+            raise ValueError("sparse policies need n_local_pages >= 1 (the query's own page)")
+
+
+DENSE = AttentionPolicy()
+
+# --------------------------------------------------------------------------------------
+# Quantisation helpers. Error bounds (x real, x' = dequantise(quantise(x))):
+#   int8/int4 (asymmetric, round to nearest): |x - x'| <= (max - min) / (2 * qmax) over
+#     the group the (zero, scale) pair covers, plus float32 rounding (~1e-6 relative).
+#   fp8 e4m3 with scale s = amax / 448: |x - x'| <= max(|x| * 2**-4, s * 2**-10)
+#     (3 mantissa bits: half an ulp is 2**-4 relative; subnormal step is s * 2**-9).
+# --------------------------------------------------------------------------------------
+
+
+def quant_error_bound(kind: str, lo: torch.Tensor, hi: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
+    """Largest |x - dequantise(quantise(x))| allowed by the format: ``lo``/``hi`` are the
+    group's min/max (int kinds) or ``hi`` the page scale (fp8, with ``x`` the inputs)."""
+    if kind in ("int8", "int4"):
+        return (hi - lo) / (2 * qmax_of(kind)) * (1 + 1e-5) + 1e-6 * torch.maximum(lo.abs(), hi.abs())
+    if kind == "fp8":
+        return torch.maximum(x.abs() * 2.0**-4, hi * 2.0**-10) * (1 + 1e-5)
+    raise ValueError(kind)
+
+
+def asym_codes(x: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch.Tensor:
+    """Unsigned codes floor((x - lo) / scale + 0.5) in [0, qmax] (0 when scale is 0)."""
+    inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
+    return torch.floor((x - lo) * inv + 0.5).clamp_(0, qmax).to(torch.uint8)
+
+
+def pack_int4(codes: torch.Tensor) -> torch.Tensor:
+    """[..., D] codes in 0..15 -> [..., D // 2] bytes, channel 2c low nibble, 2c+1 high."""
+    pairs = codes.view(*codes.shape[:-1], codes.shape[-1] // 2, 2)  # [..., D/2, 2]
+    return pairs[..., 0] | (pairs[..., 1] << 4)
+
+
+def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
+    """[..., D // 2] bytes -> [..., D] codes."""
+    pairs = torch.stack((packed & 0xF, packed >> 4), dim=-1)  # [..., D/2, 2]
+    return pairs.view(*packed.shape[:-1], packed.shape[-1] * 2)  # [..., D]
+
+
+def quantize_keys(k: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KIVI keys, one (zero, scale) per channel over the page's tokens.
+    k [T, BS, H, D] float32 -> (codes [T, BS, H, Dp] uint8, k_min [T, H, D], k_max [T, H, D])."""
+    qmax = qmax_of(kind)
+    k_min, k_max = k.amin(dim=1), k.amax(dim=1)  # [T, H, D]
+    scale = (k_max - k_min) / qmax
+    codes = asym_codes(k, k_min[:, None], scale[:, None], qmax)  # [T, BS, H, D]
+    return (pack_int4(codes) if kind == "int4" else codes), k_min, k_max
+
+
+def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tensor, kind: str) -> torch.Tensor:
+    """codes [..., BS, Dp], k_min/k_max [..., D] -> keys [..., BS, D] float32."""
+    qmax = qmax_of(kind)
+    q = unpack_int4(codes) if kind == "int4" else codes
+    scale = (k_max - k_min) / qmax
+    return k_min.unsqueeze(-2) + q.float() * scale.unsqueeze(-2)
+
+
+def quantize_values(v: torch.Tensor, kind: str, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """KIVI values, one (zero, scale) per token and group of ``group`` channels.
+    v [..., D] float32 -> (codes [..., Dp] uint8, zero [..., D/G], scale [..., D/G])."""
+    qmax = qmax_of(kind)
+    d = v.shape[-1]
+    g = v.view(*v.shape[:-1], d // group, group)  # [..., D/G, G]
+    lo, hi = g.amin(-1), g.amax(-1)  # [..., D/G]
+    scale = (hi - lo) / qmax
+    codes = asym_codes(g, lo[..., None], scale[..., None], qmax).view(v.shape)  # [..., D]
+    return (pack_int4(codes) if kind == "int4" else codes), lo, scale
+
+
+def dequantize_values(codes: torch.Tensor, zero: torch.Tensor, scale: torch.Tensor, kind: str) -> torch.Tensor:
+    """codes [..., Dp], zero/scale [..., D/G] -> values [..., D] float32."""
+    q = (unpack_int4(codes) if kind == "int4" else codes).float()
+    ng = zero.shape[-1]
+    g = q.view(*q.shape[:-1], ng, q.shape[-1] // ng)  # [..., D/G, G]
+    return (zero[..., None] + g * scale[..., None]).view(q.shape)  # [..., D]
+
+
+def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [T, BS, H, D] float32 -> (e4m3fn bit patterns as uint8, scale [T, H])."""
+    amax = x.abs().amax(dim=(1, 3))  # [T, H]
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scaled = (x / scale[:, None, :, None]).clamp_(-FP8_MAX, FP8_MAX)
+    return scaled.to(torch.float8_e4m3fn).view(torch.uint8), scale
+
+
+def dequantize_fp8(bits: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """bits [..., BS, D] uint8, scale [...] -> [..., BS, D] float32."""
+    return bits.view(torch.float8_e4m3fn).float() * scale[..., None, None]
+
+
+# --------------------------------------------------------------------------------------
+# kv_store. The orchestration (which blocks are touched, staging slots, when to seal) is
+# shared with the Triton path, which swaps the three data operations in ``StoreOps``.
+# --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoreOps:
+    # write rows: (dst [M, BS, H, D], major [N], minor [N], src [N, H, D]) -> None
+    write_rows: Callable
+    # summaries of rows [0, fill) of src [M, BS, H, D] at (src_index [T], fill [T]) into
+    # layer.k_min/k_max[blocks [T]]
+    refresh_summary: Callable
+    # seal: (layer, blocks [T], slots [T]) -> None
+    seal: Callable
+
+
+def _write_rows_torch(dst, major, minor, src):
+    dst[major.long(), minor.long()] = src.to(dst.dtype)
+
+
+def _refresh_summary_torch(layer, src, src_index, fill, blocks):
+    bs = layer.spec.block_size
+    rows = src[src_index.long()].float()  # [T, BS, H, D]
+    valid = (torch.arange(bs, device=rows.device)[None, :] < fill[:, None])[..., None, None]  # [T, BS, 1, 1]
+    layer.k_min[blocks.long()] = torch.where(valid, rows, math.inf).amin(dim=1)
+    layer.k_max[blocks.long()] = torch.where(valid, rows, -math.inf).amax(dim=1)
+
+
+def seal_torch(layer: PagedKVLayer, blocks: torch.Tensor, slots: torch.Tensor) -> None:
+    """Quantise full staging slots ``slots`` [T] into pages ``blocks`` [T]."""
+    spec, b, s = layer.spec, blocks.long(), slots.long()
+    k = layer.stage_k[s].float()  # [T, BS, H, D]
+    v = layer.stage_v[s].float()
+    if spec.kv_dtype == "fp8":
+        layer.k_pages[b], layer.k_scale[b] = quantize_fp8(k)
+        layer.v_pages[b], layer.v_scale[b] = quantize_fp8(v)
+        # The summary must bound what attention reads: the dequantised page.
+        kd = dequantize_fp8(layer.k_pages[b].transpose(1, 2), layer.k_scale[b])  # [T, H, BS, D]
+        layer.k_min[b], layer.k_max[b] = kd.amin(dim=2), kd.amax(dim=2)
+        return
+    layer.k_pages[b], layer.k_min[b], layer.k_max[b] = quantize_keys(k, spec.kv_dtype)
+    layer.v_pages[b], layer.v_zero[b], layer.v_scale[b] = quantize_values(v, spec.kv_dtype, spec.group_size)
+
+
+TORCH_OPS = StoreOps(_write_rows_torch, _refresh_summary_torch, seal_torch)
+
+
+def _touched(blocks: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distinct blocks [T] of a write and their fill after it (max offset written + 1):
+    tokens arrive in order, so the last written offset is the page's last row."""
+    touched, inverse = torch.unique(blocks, return_inverse=True)
+    fill = torch.zeros_like(touched).scatter_reduce_(0, inverse, offsets + 1, reduce="amax")
+    return touched, fill
+
+
+def _assign_stage_slots(layer: PagedKVLayer, touched: torch.Tensor) -> None:
+    need = touched[layer.stage_of_block[touched.long()] < 0]
+    if need.numel() == 0:
+        return
+    free = (layer.block_of_stage < 0).nonzero().flatten()
+    if free.numel() < need.numel():
+        raise RuntimeError(
+            f"KV staging pool exhausted: {need.numel()} pages need a slot, {free.numel()} free of "
+            f"{layer.n_stage}; allocate more n_stage or release_blocks() of finished sequences"
+        )
+    slots = free[: need.numel()]
+    layer.stage_of_block[need.long()] = slots.to(torch.int32)
+    layer.block_of_stage[slots] = need.to(torch.int32)
+
+
+def release_blocks(layer: PagedKVLayer, blocks: torch.Tensor) -> None:
+    """Return the staging slots of freed blocks [N] to the pool (no-op for float kinds)."""
+    if layer.stage_of_block is None or blocks.numel() == 0:
+        return
+    blocks = blocks.to(device=layer.device, dtype=torch.long)
+    slots = layer.stage_of_block[blocks]
+    layer.block_of_stage[slots[slots >= 0].long()] = -1
+    layer.stage_of_block[blocks] = -1
+
+
+def kv_store_with(ops: StoreOps, layer: PagedKVLayer, k_new, v_new, slot_mapping) -> None:
+    spec = layer.spec
+    if k_new.shape != v_new.shape or k_new.shape[1:] != (spec.n_kv_heads, spec.head_dim):
+        raise ValueError(f"k/v rows must be [N, {spec.n_kv_heads}, {spec.head_dim}], got {tuple(k_new.shape)}")
+    if k_new.shape[0] == 0:
+        return
+    slot = slot_mapping.to(device=layer.device, dtype=torch.long)
+    blocks, offsets = slot // spec.block_size, slot % spec.block_size
+    if not spec.quantized:
+        ops.write_rows(layer.k_pages, blocks, offsets, k_new)
+        ops.write_rows(layer.v_pages, blocks, offsets, v_new)
+        touched, fill = _touched(blocks, offsets)
+        ops.refresh_summary(layer, layer.k_pages, touched, fill, touched)
+        return
+    # A long prefill chunk can touch more pages than there are free staging slots: store
+    # it in pieces of at most `free` runs of same-block tokens; each piece seals its full
+    # pages (freeing their slots) before the next one starts.
+    n = blocks.numel()
+    run_start = torch.ones(n, dtype=torch.bool, device=blocks.device)
+    run_start[1:] = blocks[1:] != blocks[:-1]
+    run_id = torch.cumsum(run_start.long(), 0) - 1  # [N]
+    start = 0
+    while start < n:
+        free, first_run, n_runs = torch.stack(
+            [(layer.block_of_stage < 0).sum(), run_id[start], run_id[-1] + 1]
+        ).tolist()
+        stop_run = first_run + max(free, 1)
+        end = n if stop_run >= n_runs else int(torch.searchsorted(run_id, stop_run))
+        sl = slice(start, end)
+        _store_quantized(ops, layer, k_new[sl], v_new[sl], blocks[sl], offsets[sl])
+        start = end
+
+
+def _store_quantized(ops, layer, k, v, blocks, offsets) -> None:
+    touched, fill = _touched(blocks, offsets)
+    _assign_stage_slots(layer, touched)
+    token_slot = layer.stage_of_block[blocks]  # [N]
+    ops.write_rows(layer.stage_k, token_slot, offsets, k)
+    ops.write_rows(layer.stage_v, token_slot, offsets, v)
+    touched_slot = layer.stage_of_block[touched]
+    ops.refresh_summary(layer, layer.stage_k, touched_slot, fill, touched)
+    full = fill == layer.spec.block_size
+    if bool(full.any()):
+        sealed, slots = touched[full], touched_slot[full]
+        ops.seal(layer, sealed, slots)
+        layer.block_of_stage[slots.long()] = -1
+        layer.stage_of_block[sealed.long()] = -1
+
+
+def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write K/V rows [N, H, D] to slots [N]; see the package docstring."""
+    kv_store_with(TORCH_OPS, layer, k_new, v_new, slot_mapping)
+
+
+# --------------------------------------------------------------------------------------
+# Reading pages: gather + dequantise, the staged tail swapped in.
+# --------------------------------------------------------------------------------------
+
+
+def gather_kv(layer: PagedKVLayer, block_tables: torch.Tensor, pages: torch.Tensor, context_lens: torch.Tensor):
+    """Keys and values of logical ``pages`` [S, H, P] (entries < 0 are padding) as
+    attention sees them.
+
+    Returns k, v [S, H, P * BS, D] float32, pos [S, H, P * BS] (token position, -1 where
+    the token does not exist: padding, or at/after the context length)."""
+    spec = layer.spec
+    bs, nh = spec.block_size, spec.n_kv_heads
+    s_n, h_n, p_n = pages.shape
+    dev = block_tables.device
+    pages = pages.long()
+    ok = pages >= 0
+    logical = pages.clamp(min=0)
+    phys = torch.gather(block_tables.long(), 1, logical.view(s_n, -1)).view(s_n, h_n, p_n)  # [S, H, P]
+    phys = torch.where(ok, phys, 0).clamp_(0, layer.num_blocks - 1)
+    heads = torch.arange(nh, device=dev).view(1, nh, 1).expand(s_n, nh, p_n)  # [S, H, P]
+    k, v = _dequantize(layer, phys, heads)  # [S, H, P, BS, D] each
+
+    lens = context_lens.to(device=dev, dtype=torch.long).view(s_n, 1, 1)
+    if spec.quantized:
+        tail = ok & (logical == lens // bs) & (lens % bs != 0)  # [S, H, P]
+        if bool(tail.any()):
+            idx = tail.nonzero(as_tuple=True)
+            slot = layer.stage_of_block[phys[idx]].long()
+            # stage rows [n, BS, H, D] -> this entry's head: [n, BS, D]
+            k[idx] = layer.stage_k[slot, :, heads[idx]].float()
+            v[idx] = layer.stage_v[slot, :, heads[idx]].float()
+    pos = logical[..., None] * bs + torch.arange(bs, device=dev)  # [S, H, P, BS]
+    pos = torch.where(ok[..., None] & (pos < lens[..., None]), pos, -1)
+    d = spec.head_dim
+    return k.reshape(s_n, h_n, p_n * bs, d), v.reshape(s_n, h_n, p_n * bs, d), pos.reshape(s_n, h_n, p_n * bs)
+
+
+def _dequantize(layer: PagedKVLayer, phys: torch.Tensor, heads: torch.Tensor):
+    """Dequantised sealed pages at (phys, heads) [...] -> k, v [..., BS, D] float32."""
+    kind = layer.spec.kv_dtype
+    # Pages are [NB, BS, H, Dp]; index (block, head) on a [NB, H, BS, Dp] view.
+    kp = layer.k_pages.transpose(1, 2)[phys, heads]  # [..., BS, Dp]
+    vp = layer.v_pages.transpose(1, 2)[phys, heads]
+    if kind in ("fp32", "bf16", "fp16"):
+        return kp.float(), vp.float()
+    if kind == "fp8":
+        return dequantize_fp8(kp, layer.k_scale[phys, heads]), dequantize_fp8(vp, layer.v_scale[phys, heads])
+    k = dequantize_keys(kp, layer.k_min[phys, heads], layer.k_max[phys, heads], kind)
+    vz = layer.v_zero.transpose(1, 2)[phys, heads]  # [..., BS, D/G]
+    vs = layer.v_scale.transpose(1, 2)[phys, heads]
+    return k, dequantize_values(vp, vz, vs, kind)
+
+
+# --------------------------------------------------------------------------------------
+# Attention: online softmax over tiles of pages.
+# --------------------------------------------------------------------------------------
+
+
+class _OnlineSoftmax:
+    """Running max / sum / weighted values for rows of queries, tile by tile."""
+
+    def __init__(self, shape_rows: tuple[int, ...], d: int, device) -> None:
+        self.m = torch.full(shape_rows, -math.inf, device=device)
+        self.l = torch.zeros(shape_rows, device=device)
+        self.acc = torch.zeros(*shape_rows, d, device=device)
+
+    def update(self, scores: torch.Tensor, v: torch.Tensor, visible: torch.Tensor) -> None:
+        """scores [..., R, T] (already scaled), v [..., T, D], visible [..., R, T] bool."""
+        scores = scores.masked_fill(~visible, -math.inf)
+        m_new = torch.maximum(self.m, scores.amax(-1))
+        m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)  # rows that saw nothing yet
+        p = torch.exp(scores - m_safe[..., None])
+        alpha = torch.exp(self.m - m_safe)
+        self.l = self.l * alpha + p.sum(-1)
+        self.acc = self.acc * alpha[..., None] + p @ v
+        self.m = m_new
+
+    def result(self) -> torch.Tensor:
+        return self.acc / torch.where(self.l > 0, self.l, 1.0)[..., None]
+
+
+def _pages_per_tile(layer: PagedKVLayer, score_rows: int, kv_rows: int) -> int:
+    """Pages per tile so that scores ([score_rows, T], twice for exp) and dequantised
+    k/v ([kv_rows, T, D] each) stay under _TILE_BYTES."""
+    per_page = layer.spec.block_size * 4 * (2 * score_rows + 2 * kv_rows * layer.spec.head_dim)
+    return max(1, _TILE_BYTES // per_page)
+
+
+def _check_q(q: torch.Tensor, spec: KVCacheSpec) -> int:
+    if q.dim() != 3 or q.shape[-1] != spec.head_dim or q.shape[1] % spec.n_kv_heads:
+        raise ValueError(f"q must be [tokens, n_heads, {spec.head_dim}] with n_heads a multiple of {spec.n_kv_heads}")
+    return q.shape[1] // spec.n_kv_heads
+
+
+def _decode_over_pages(q, layer, block_tables, pages, context_lens, scale, out):
+    """Shared by dense and sparse decode: q [S, HQ, D], pages [S, 1 or H, P] logical."""
+    spec = layer.spec
+    group = _check_q(q, spec)
+    s_n, hq, d = q.shape
+    h = spec.n_kv_heads
+    qg = q.float().view(s_n, h, group, d) * scale  # [S, H, G, D]
+    pages = pages.expand(s_n, h, pages.shape[-1])  # shared selection -> every kv head
+    state = _OnlineSoftmax((s_n, h, group), d, q.device)
+    tile = _pages_per_tile(layer, s_n * hq, s_n * h)
+    for p0 in range(0, pages.shape[-1], tile):
+        k, v, pos = gather_kv(layer, block_tables, pages[..., p0 : p0 + tile], context_lens)
+        scores = qg @ k.transpose(-1, -2)  # [S, H, G, T]
+        state.update(scores, v, (pos >= 0)[:, :, None, :].expand_as(scores))
+    res = state.result().view(s_n, hq, d).to(q.dtype)  # [S, HQ, D]
+    if out is None:
+        return res
+    out.copy_(res)
+    return out
+
+
+def paged_attention_decode(q, layer, block_tables, context_lens, scale, out=None):
+    """Dense decode attention: q [S, HQ, D] -> [S, HQ, D]."""
+    s_n, max_pages = block_tables.shape
+    pages = torch.arange(max_pages, device=q.device).view(1, 1, max_pages).expand(s_n, 1, max_pages)
+    return _decode_over_pages(q, layer, block_tables, pages, context_lens, scale, out)
+
+
+def sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None):
+    """Decode over ``selected`` [S, 1 or H, K] logical pages, first n_selected [S] valid."""
+    k_n = selected.shape[-1]
+    valid = torch.arange(k_n, device=q.device) < n_selected.to(q.device).long().view(-1, 1, 1)
+    pages = torch.where(valid, selected.long(), -1)
+    return _decode_over_pages(q, layer, block_tables, pages, context_lens, scale, out)
+
+
+# --------------------------------------------------------------------------------------
+# Quest page scores and selection.
+# --------------------------------------------------------------------------------------
+
+
+def quest_bound(q: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tensor) -> torch.Tensor:
+    """sum_d max(q_d k_min_d, q_d k_max_d) as two matmuls: q+ . k_max + q- . k_min.
+    q [..., R, D], k_min/k_max [..., P, D] -> [..., R, P]."""
+    # 0 * inf would be NaN for never-written pages; those are masked by the caller.
+    k_min = torch.nan_to_num(k_min, posinf=0.0, neginf=0.0)
+    k_max = torch.nan_to_num(k_max, posinf=0.0, neginf=0.0)
+    return q.clamp(min=0) @ k_max.transpose(-1, -2) + q.clamp(max=0) @ k_min.transpose(-1, -2)
+
+
+def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None):
+    """Quest scores q [S, HQ, D] -> [S, H or 1, max_pages] float32, -inf past the end."""
+    spec = layer.spec
+    group = _check_q(q, spec)
+    s_n, max_pages = block_tables.shape
+    h, d, bs = spec.n_kv_heads, spec.head_dim, spec.block_size
+    phys = block_tables.long().clamp(0, layer.num_blocks - 1)  # [S, P]
+    kmin = layer.k_min[phys].transpose(1, 2)  # [S, H, P, D]
+    kmax = layer.k_max[phys].transpose(1, 2)
+    qg = q.float().view(s_n, h, group, d)  # [S, H, G, D]
+    scores = quest_bound(qg, kmin, kmax).amax(dim=2)  # [S, H, P]: max over the group
+    n_pages = (context_lens.to(q.device).long() + bs - 1) // bs
+    live = torch.arange(max_pages, device=q.device)[None, :] < n_pages[:, None]  # [S, P]
+    scores = scores.masked_fill(~live[:, None, :], -math.inf)
+    if not per_kv_head:
+        scores = scores.amax(dim=1, keepdim=True)  # [S, 1, P]
+    if out is None:
+        return scores
+    out.copy_(scores)
+    return out
+
+
+def select_pages(scores, context_lens, block_size, policy: AttentionPolicy, max_pages=None, last_page=None):
+    """Sinks + local + top-k pages by logical index.
+
+    scores: [S, Hs, P] (or None for window / top_k 0); context_lens [S]. ``last_page``
+    [S] overrides the page of the query that defines "local" (prefill: the chunk's last
+    query). Returns (selected [S, Hs, n_sink + n_local + top_k] int32 ascending, -1
+    padded; n_selected [S] int32)."""
+    lens = context_lens.long()
+    dev = lens.device
+    s_n = lens.shape[0]
+    if max_pages is None:
+        max_pages = scores.shape[-1]
+    top_k = policy.top_k_pages if policy.kind == "topk" else 0
+    hs = scores.shape[1] if (scores is not None and top_k > 0) else 1
+    n_pages = (lens + block_size - 1) // block_size  # [S]
+    last = n_pages - 1 if last_page is None else last_page.to(dev).long()
+    idx = torch.arange(max_pages, device=dev)[None, :]  # [1, P]
+    sink = idx < torch.clamp(n_pages, max=policy.n_sink_pages)[:, None]
+    local_lo = (last - policy.n_local_pages + 1)[:, None]
+    local = (idx >= local_lo) & (idx <= last[:, None])
+    chosen = (sink | local)[:, None, :].expand(s_n, hs, max_pages).clone()  # [S, Hs, P]
+    if top_k > 0:
+        cand = (idx >= policy.n_sink_pages) & (idx < local_lo)  # [S, P]
+        # Candidates always outrank non-candidates, whatever their (finite or not) score.
+        sc = torch.nan_to_num(scores.float(), nan=-3e38, neginf=-3e38, posinf=3e38)
+        sc = sc.masked_fill(~cand[:, None, :], -math.inf)
+        k = min(top_k, max_pages)
+        top_val, top_idx = sc.topk(k, dim=-1)  # [S, Hs, k]
+        chosen.scatter_(-1, top_idx, torch.isfinite(top_val) | chosen.gather(-1, top_idx))
+    width = policy.n_sink_pages + policy.n_local_pages + top_k
+    # Sort selected indices first (ascending) by pushing the rest to max_pages.
+    keyed = torch.where(chosen, idx, max_pages)  # [S, Hs, P]
+    ordered = keyed.sort(dim=-1).values[..., :width]
+    if ordered.shape[-1] < width:  # fewer pages exist than the selection width
+        pad = torch.full((s_n, hs, width - ordered.shape[-1]), max_pages, device=dev, dtype=ordered.dtype)
+        ordered = torch.cat([ordered, pad], dim=-1)
+    selected = torch.where(ordered < max_pages, ordered, -1).to(torch.int32)
+    n_selected = chosen[:, 0].sum(-1).to(torch.int32)  # same count for every head
+    return selected, n_selected
+
+
+# --------------------------------------------------------------------------------------
+# Prefill: a chunk of one sequence against its pages.
+# --------------------------------------------------------------------------------------
+
+
+def chunk_page_plan(q, layer, block_table, start_pos: int, policy: AttentionPolicy):
+    """Which logical pages a prefill chunk visits, per kv head.
+
+    Returns (pages [Hs, L] int32 ascending, -1 padded; local_only [Hs, L] bool: the page
+    is visible only to queries for which it is local; n_pages [Hs] int32)."""
+    spec = layer.spec
+    bs = spec.block_size
+    n_q = q.shape[0]
+    dev = q.device
+    end = start_pos + n_q
+    p_first, p_last = start_pos // bs, (end - 1) // bs
+    n_total = p_last + 1
+    idx = torch.arange(n_total, device=dev)
+    if policy.kind == "dense":
+        pages = idx[None].to(torch.int32)
+        return pages, torch.zeros_like(pages, dtype=torch.bool), torch.tensor([n_total], dtype=torch.int32, device=dev)
+    always = (idx < policy.n_sink_pages)[None]  # [1, P]
+    if policy.kind == "topk" and policy.top_k_pages > 0:
+        scores = chunk_scores(q, layer, block_table, end, policy.per_kv_head)  # [Hs, P]
+        lens = torch.tensor([end], device=dev)
+        sel, n_sel = select_pages(scores[None], lens, bs, policy, max_pages=n_total,
+                                  last_page=torch.tensor([p_last], device=dev))
+        always = torch.zeros(sel.shape[1], n_total, dtype=torch.bool, device=dev)
+        always.scatter_(1, sel[0].long().clamp(min=0), sel[0] >= 0)
+        # Local pages of the last query are in sel too; only sinks and top-k are "always".
+        local_last = idx >= p_last - policy.n_local_pages + 1
+        always &= ~local_last[None] | (idx < policy.n_sink_pages)[None]
+    local_any = (idx >= p_first - policy.n_local_pages + 1)[None]  # local to some query
+    visit = always | local_any  # [Hs, P]
+    keyed = torch.where(visit, idx, n_total).sort(dim=-1).values  # selected first, ascending
+    width = int(visit.sum(-1).max())
+    keyed = keyed[:, :width]
+    pages = torch.where(keyed < n_total, keyed, -1).to(torch.int32)
+    local_only = ~always.gather(1, keyed.clamp(max=n_total - 1)) & (pages >= 0)
+    return pages, local_only, visit.sum(-1).to(torch.int32)
+
+
+def chunk_scores(q, layer, block_table, ctx_len: int, per_kv_head=True, max_rows=None):
+    """Quest scores of every page for a query chunk: max over the chunk's queries and the
+    group's heads. q [N, HQ, D] -> [H or 1, n_pages]."""
+    spec = layer.spec
+    bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
+    n_pages = (ctx_len + bs - 1) // bs
+    phys = block_table[:n_pages].long()
+    kmin = layer.k_min[phys].transpose(0, 1)  # [H, P, D]
+    kmax = layer.k_max[phys].transpose(0, 1)
+    group = q.shape[1] // h
+    qg = q.float().view(-1, h, group, d).permute(1, 0, 2, 3).reshape(h, -1, d)  # [H, N*G, D]
+    rows = max_rows or max(1, _TILE_BYTES // (4 * max(n_pages, 1) * h))
+    best = torch.full((h, n_pages), -math.inf, device=q.device)
+    for r0 in range(0, qg.shape[1], rows):
+        best = torch.maximum(best, quest_bound(qg[:, r0 : r0 + rows], kmin, kmax).amax(dim=1))
+    return best if per_kv_head else best.amax(dim=0, keepdim=True)
+
+
+def paged_prefill_attention(q, layer, block_table, start_pos: int, scale: float, policy=None, out=None):
+    """Causal attention of a chunk q [N, HQ, D] (positions start_pos..) over its pages."""
+    policy = policy or DENSE
+    spec = layer.spec
+    group = _check_q(q, spec)
+    n_q, hq, d = q.shape
+    h, bs = spec.n_kv_heads, spec.block_size
+    dev = q.device
+    end = start_pos + n_q
+    pages, local_only, _ = chunk_page_plan(q, layer, block_table, start_pos, policy)
+    pages = pages.expand(h, pages.shape[-1])
+    local_only = local_only.expand(h, local_only.shape[-1])
+    # Rows are (query, head-in-group) pairs of one kv head: [H, N*G, D].
+    qh = (q.float() * scale).view(n_q, h, group, d).permute(1, 0, 2, 3).reshape(h, n_q * group, d)
+    q_pos = (start_pos + torch.arange(n_q, device=dev)).repeat_interleave(group)  # [N*G]
+    q_page = q_pos // bs
+    state = _OnlineSoftmax((h, n_q * group), d, dev)
+    tile = _pages_per_tile(layer, n_q * hq, h)
+    lens = torch.tensor([end], device=dev)
+    for p0 in range(0, pages.shape[-1], tile):
+        pg, lo = pages[:, p0 : p0 + tile], local_only[:, p0 : p0 + tile]
+        k, v, pos = gather_kv(layer, block_table[None], pg[None], lens)  # [1, H, T, D]
+        k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
+        lo_tok = lo.repeat_interleave(bs, dim=-1)  # [H, T]
+        k_page = pos // bs
+        visible = (pos[:, None, :] >= 0) & (pos[:, None, :] <= q_pos[None, :, None])  # [H, R, T]
+        near = k_page[:, None, :] > q_page[None, :, None] - policy.n_local_pages
+        visible &= ~lo_tok[:, None, :] | near
+        state.update(qh @ k.transpose(-1, -2), v, visible)
+    res = state.result().view(h, n_q, group, d).permute(1, 0, 2, 3).reshape(n_q, hq, d).to(q.dtype)
+    if out is None:
+        return res
+    out.copy_(res)
+    return out
