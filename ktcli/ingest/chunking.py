@@ -1,0 +1,204 @@
+"""Token-aware, overlapping chunks that never cut a line and always know their source.
+
+Each distinct line is tokenised once; chunk sizes then come from prefix sums, so a
+4 MB document costs one pass of the tokenizer plus cheap arithmetic.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from dataclasses import dataclass
+from itertools import accumulate
+
+from ktcli.errors import UsageError
+from ktcli.ingest.tokens import encoding
+from ktcli.types import Chunk, Corpus, Document, Span
+
+# A chunk may end early at a nicer boundary, but must then hold at least this share of
+# the budget: otherwise a heading every few lines would shred the text into crumbs.
+_MIN_FILL = 0.5
+
+_MARKDOWN_HEADING = re.compile(r"#{1,6}\s")
+_RST_UNDERLINE = re.compile(r"""([=\-~^"'`#*+_])\1{2,}\s*$""")
+_TOP_LEVEL_DEF = re.compile(
+    r"(@|(async\s+)?def\s|class\s|(pub(\(\w+\))?\s+)?(fn|struct|enum|trait|impl|mod)\b|impl\b|func\s|"
+    r"function\s|(export\s+)?(default\s+)?(async\s+)?(function|class|interface|type|const)\s|"
+    r"(public|private|protected|static)\s|package\s|import\s|from\s\S+\simport\s|#include\s|template\s*<)"
+)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One chunk before it is numbered: lines [start, end) of a segment (0-based)."""
+
+    start: int
+    end: int
+    text: str
+    n_tokens: int
+
+
+def chunk_corpus(corpus: Corpus, *, chunk_tokens: int = 256, overlap_tokens: int = 32) -> list[Chunk]:
+    chunks: list[Chunk] = []
+    for document in corpus.documents:
+        chunks.extend(chunk_document(document, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens))
+    return chunks
+
+
+def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: int = 32) -> list[Chunk]:
+    """Chunks of at most `chunk_tokens` (tiktoken estimate), each starting about
+    `overlap_tokens` before the previous one ended. A line longer than the budget is
+    split at character boundaries into chunks whose span still names that line. PDF
+    chunks stay within one page; whitespace-only pages get none."""
+    _check_budget(chunk_tokens, overlap_tokens)
+    counter = _LineTokens()
+    chunks: list[Chunk] = []
+    for page, line_offset, text in _segments(doc):
+        lines = _split_lines(text)
+        breaks = _break_scores(lines, code=doc.kind == "code")
+        for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
+            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
+            chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256))
+    return chunks
+
+
+def _check_budget(chunk_tokens: int, overlap_tokens: int) -> None:
+    if chunk_tokens < 1:
+        raise UsageError(f"chunk_tokens must be at least 1, not {chunk_tokens}")
+    if not 0 <= overlap_tokens < chunk_tokens:
+        raise UsageError(f"chunk_overlap must be between 0 and chunk_tokens - 1 ({chunk_tokens - 1}), not {overlap_tokens}")
+
+
+def _segments(doc: Document) -> list[tuple[int | None, int, str]]:
+    """(page number, lines before it, text): the pages of a PDF, else the whole text."""
+    if doc.pages and any(p.number is not None for p in doc.pages):
+        return [(p.number, p.line_offset, p.text) for p in doc.pages if p.text.strip()]
+    return [(None, 0, doc.text)]
+
+
+def _split_lines(text: str) -> list[str]:
+    """Lines as Document.n_lines counts them: a final newline does not open a line."""
+    if not text:
+        return []
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return lines
+
+
+class _LineTokens:
+    """Token counts of lines (with their newline), each distinct line encoded once:
+    blank lines, braces and repeated boilerplate are common."""
+
+    def __init__(self) -> None:
+        self.cache: dict[str, int] = {}
+        self.encode = encoding().encode_ordinary
+
+    def counts(self, lines: list[str]) -> list[int]:
+        cache, encode = self.cache, self.encode
+        out = []
+        for line in lines:
+            n = cache.get(line)
+            if n is None:
+                n = cache[line] = len(encode(line + "\n"))
+            out.append(n)
+        return out
+
+
+def _break_scores(lines: list[str], *, code: bool) -> list[int]:
+    """How good a chunk start each line is: 3 heading or top-level definition after a
+    blank line, 2 first line of a paragraph, 1 a blank line, 0 mid-paragraph."""
+    scores = [0] * len(lines)
+    previous_blank = True
+    for k, line in enumerate(lines):
+        blank = not line.strip()
+        if blank:
+            scores[k] = 1
+        elif code:
+            if previous_blank:
+                scores[k] = 3 if _TOP_LEVEL_DEF.match(line) else 2
+        elif _MARKDOWN_HEADING.match(line) or (
+            k + 1 < len(lines) and _RST_UNDERLINE.match(lines[k + 1]) and len(lines[k + 1].strip()) >= len(line.strip())
+        ):
+            scores[k] = 3
+        elif previous_blank:
+            scores[k] = 2
+        previous_blank = blank
+    return scores
+
+
+def _chunk_lines(
+    lines: list[str], tokens: list[int], breaks: list[int], budget: int, overlap: int
+) -> list[_Piece]:
+    n = len(lines)
+    cum = [0, *accumulate(tokens)]  # cum[k] = tokens of lines [0, k)
+    pieces: list[_Piece] = []
+    start, prev_end = 0, 0
+    while start < n:
+        if tokens[start] > budget:
+            pieces.extend(_split_long_line(lines[start], start, budget, overlap))
+            start = prev_end = start + 1
+            continue
+        end = _fit(cum, tokens, start, budget)
+        if end < n:
+            end = _nicer_end(cum, breaks, start, max(end, prev_end + 1), prev_end + 1, budget)
+        pieces.append(_Piece(start, end, "\n".join(lines[start:end]), cum[end] - cum[start]))
+        prev_end = end
+        start = _overlap_start(cum, tokens, start, end, budget, overlap) if end < n else n
+    return pieces
+
+
+def _fit(cum: list[int], tokens: list[int], start: int, budget: int) -> int:
+    """The furthest end such that lines [start, end) fit the budget, stopping before a
+    line too long to share a chunk."""
+    end = bisect_right(cum, cum[start] + budget, lo=start + 1) - 1
+    for k in range(start + 1, end):
+        if tokens[k] > budget:
+            return k
+    return end
+
+
+def _nicer_end(cum: list[int], breaks: list[int], start: int, end: int, lowest: int, budget: int) -> int:
+    """The best-scored boundary in (start, end] that still fills the chunk enough; the
+    latest one among equals. `lowest` keeps the chunk past the previous chunk's end."""
+    floor = cum[start] + _MIN_FILL * budget
+    best, best_score = end, breaks[end] if end < len(breaks) else 0
+    for k in range(end - 1, max(start, lowest - 1), -1):
+        if cum[k] < floor:
+            break
+        if breaks[k] > best_score:
+            best, best_score = k, breaks[k]
+    return best
+
+
+def _overlap_start(cum: list[int], tokens: list[int], start: int, end: int, budget: int, overlap: int) -> int:
+    """Step back from `end` over whole lines worth at most `overlap` tokens, leaving room
+    for line `end` itself so the next chunk always reaches past this one."""
+    if end >= len(tokens) or tokens[end] > budget:
+        return end  # the next line is split alone: nothing to share a chunk with
+    allowed = min(overlap, budget - tokens[end])
+    s = end
+    while s - 1 > start and cum[end] - cum[s - 1] <= allowed:
+        s -= 1
+    return s
+
+
+def _split_long_line(line: str, index: int, budget: int, overlap: int) -> list[_Piece]:
+    """Windows of `budget` tokens stepping by budget - overlap, cut at the characters
+    where their first tokens start (a token inside a multi-byte character snaps to it)."""
+    enc = encoding()
+    ids = enc.encode_ordinary(line)
+    if len(ids) <= budget:
+        return [_Piece(index, index + 1, line, len(ids))]
+    _, offsets = enc.decode_with_offsets(ids)
+    step = budget - overlap
+    pieces: list[_Piece] = []
+    for a in range(0, len(ids), step):
+        b = min(a + budget, len(ids))
+        lo = offsets[a]
+        hi = offsets[b] if b < len(ids) else len(line)
+        if hi > lo:
+            pieces.append(_Piece(index, index + 1, line[lo:hi], b - a))
+        if b == len(ids):
+            break
+    return pieces

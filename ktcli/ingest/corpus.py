@@ -1,0 +1,61 @@
+"""load_corpus: the paths a user gave (files, folders, `-`) to one Corpus."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+from ktcli.errors import InputError
+from ktcli.ingest.loaders import load_file, load_stdin
+from ktcli.ingest.walk import walk_folder
+from ktcli.types import Corpus, Document, Skipped
+
+STDIN_ARG = "-"
+
+
+def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text: str | None = None) -> Corpus:
+    """Documents in the order given (a folder's files in sorted tree order) and every
+    file left out of a folder walk with its reason. Raises InputError with one line for
+    anything unusable that the user named, or a folder that yields nothing."""
+    if not paths:
+        raise InputError("no input: name a file, a folder, or `-` for standard input")
+    if list(paths).count(STDIN_ARG) > 1:
+        raise InputError("`-` (standard input) given more than once")
+    documents: list[Document] = []
+    skipped: list[Skipped] = []
+    seen: set[str] = set()
+    for arg in paths:
+        if arg == STDIN_ARG:
+            documents.append(load_stdin(stdin_text))
+            continue
+        path = Path(arg)
+        if path.is_dir():
+            result = walk_folder(arg, max_file_bytes=max_file_bytes, seen=seen)
+            if not result.documents:
+                raise InputError(_nothing_left(arg, result.skipped))
+            documents.extend(result.documents)
+            skipped.extend(result.skipped)
+            continue
+        real = os.path.realpath(arg)
+        if real in seen:
+            continue
+        documents.append(load_file(path, arg))
+        seen.add(real)
+    return Corpus(tuple(documents), tuple(skipped))
+
+
+def _nothing_left(arg: str, skipped: list[Skipped]) -> str:
+    if not skipped:
+        return f"{arg}: the folder holds no files to read"
+    reasons = Counter(_reason_kind(s.reason) for s in skipped)
+    summary = ", ".join(f"{n} {reason}" for reason, n in reasons.most_common(4))
+    if len(reasons) > 4:
+        summary += ", ..."
+    entries = "entry was" if len(skipped) == 1 else f"{len(skipped)} entries were"
+    return f"{arg}: nothing left to read; {'the' if len(skipped) == 1 else 'all'} {entries} skipped ({summary})"
+
+
+def _reason_kind(reason: str) -> str:
+    """"too large (3.1 MB > 2.0 MB limit)" -> "too large": groups reasons for a summary."""
+    return reason.split(" (", 1)[0]

@@ -1,0 +1,17 @@
+"""Why one input cannot be used: a short reason for the skipped list, a full line for the user."""
+
+from __future__ import annotations
+
+from ktcli.errors import InputError
+
+
+class RejectedInput(InputError):
+    """A file we cannot use. Given explicitly it reaches the user as an InputError whose
+    message is the one line shown (reason plus what to do); met in a folder walk it
+    becomes Skipped(path, reason)."""
+
+    def __init__(self, display: str, reason: str, hint: str = "") -> None:
+        self.display = display
+        self.reason = reason
+        message = f"{display}: {reason}"
+        super().__init__(f"{message}; {hint}" if hint else message)

@@ -1,0 +1,121 @@
+"""One source (a file's bytes or stdin) to one Document, whatever its format."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import BinaryIO
+
+from ktcli.ingest.errors import RejectedInput
+from ktcli.ingest.htmltext import html_to_text
+from ktcli.ingest.normalize import UndecodableError, decode_bytes, normalize_text, text_sha256
+from ktcli.ingest.pdftext import extract_pages
+from ktcli.ingest.sniff import (
+    SNIFF_BYTES,
+    doc_kind_for_name,
+    language_for_name,
+    language_from_content,
+    looks_binary,
+)
+from ktcli.types import Document, Page
+
+STDIN_PATH = "<stdin>"
+_READABLE = "ktcli reads text, source code, PDF and HTML"
+
+
+def load_file(path: Path, display: str) -> Document:
+    """A file the user named: never skipped for size, every problem an InputError."""
+    return document_from_bytes(read_file_bytes(path, display), display, path.name)
+
+
+def read_file_bytes(path: Path, display: str) -> bytes:
+    try:
+        mode = path.stat().st_mode
+        if stat.S_ISDIR(mode):
+            raise RejectedInput(display, "is a folder, not a file")
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or stat.S_ISSOCK(mode):
+            raise RejectedInput(display, "not a regular file (a device or socket)")
+        # FIFOs are allowed: `ktcli ask <(git diff) ...` hands us one.
+        with open(path, "rb") as handle:
+            return handle.read()
+    except RejectedInput:
+        raise
+    except FileNotFoundError:
+        reason = "broken symlink" if os.path.islink(path) else "no such file or directory"
+        raise RejectedInput(display, reason) from None
+    except PermissionError:
+        raise RejectedInput(display, "unreadable (permission denied)") from None
+    except OSError as e:
+        raise RejectedInput(display, f"unreadable ({e.strerror or e})") from None
+
+
+def load_stdin(stdin_text: str | None, stream: BinaryIO | None = None) -> Document:
+    """`-`: text handed over by the caller, else the bytes of sys.stdin (so a PDF or a
+    UTF-16 file piped in is decoded like a file)."""
+    if stdin_text is not None:
+        text = normalize_text(stdin_text)
+        if not text.strip():
+            raise RejectedInput(STDIN_PATH, "empty input", "pipe some text into `-`")
+        return _text_document(text, STDIN_PATH, "stdin", language_from_content(text))
+    if stream is None:
+        if sys.stdin is None or sys.stdin.isatty():
+            raise RejectedInput(STDIN_PATH, "`-` reads standard input, but nothing is piped in")
+        stream = sys.stdin.buffer
+    data = stream.read()
+    return document_from_bytes(data, STDIN_PATH, "", is_stdin=True)
+
+
+def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False) -> Document:
+    """Dispatch on the name first and the content second. Raises RejectedInput."""
+    if not data:
+        raise RejectedInput(display, "empty input" if is_stdin else "empty file")
+    kind = doc_kind_for_name(name)
+    if kind == "pdf" or data.startswith(b"%PDF-"):
+        return _pdf_document(data, display)
+    if looks_binary(data[:SNIFF_BYTES]):
+        raise RejectedInput(display, "binary", f"not text; {_READABLE}")
+    try:
+        text = normalize_text(decode_bytes(data))
+    except UndecodableError as e:
+        raise RejectedInput(display, f"undecodable text ({e})", "convert it to UTF-8, e.g. with iconv") from None
+    if not text.strip():
+        raise RejectedInput(display, "empty input" if is_stdin else "empty file", "it holds only whitespace")
+    if kind == "html" or (kind is None and _looks_like_html(text)):
+        return _html_document(text, display)
+    if is_stdin:
+        return _text_document(text, display, "stdin", language_from_content(text))
+    if kind == "code":
+        return _text_document(text, display, "code", language_for_name(name))
+    if kind in ("text", "markdown"):
+        return _text_document(text, display, kind, None)
+    language = language_from_content(text)
+    return _text_document(text, display, "code" if language else "text", language)
+
+
+def _text_document(text: str, display: str, kind: str, language: str | None) -> Document:
+    return Document(path=display, text=text, kind=kind, language=language, sha256=text_sha256(text))
+
+
+def _looks_like_html(text: str) -> bool:
+    head = text[:512].lstrip().lower()
+    return head.startswith("<!doctype html") or head.startswith("<html")
+
+
+def _html_document(markup: str, display: str) -> Document:
+    text = html_to_text(markup)
+    if not text.strip():
+        raise RejectedInput(display, "HTML page without visible text")
+    return _text_document(text, display, "html", None)
+
+
+def _pdf_document(data: bytes, display: str) -> Document:
+    page_texts = extract_pages(data, display)
+    pages: list[Page] = []
+    offset = 0
+    for number, page_text in enumerate(page_texts, start=1):
+        pages.append(Page(number=number, text=page_text, line_offset=offset))
+        offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
+    text = "\n".join(page_texts)
+    return Document(path=display, text=text, kind="pdf", pages=tuple(pages), sha256=text_sha256(text))

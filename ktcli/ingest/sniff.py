@@ -1,0 +1,184 @@
+"""What a file is, from its name and its first bytes: binary or text, code or prose."""
+
+from __future__ import annotations
+
+import codecs
+import re
+from pathlib import PurePath
+
+SNIFF_BYTES = 8192
+
+# Extensions skipped in folder walks without reading a byte: they are never text.
+BINARY_EXTENSIONS = frozenset(
+    """
+    png jpg jpeg gif bmp ico icns webp tif tiff psd heic avif
+    zip gz tgz bz2 xz zst lz4 7z rar tar jar war ear whl egg apk deb rpm msi dmg iso
+    exe dll so dylib a o obj lib bin elf class pyc pyo pyd wasm
+    woff woff2 ttf otf eot
+    mp3 mp4 m4a m4v wav flac ogg oga opus avi mov mkv webm
+    sqlite sqlite3 db mdb parquet feather arrow npy npz pt pth ckpt safetensors gguf onnx
+    h5 hdf5 pkl pickle joblib
+    doc docx xls xlsx ppt pptx odt ods odp
+    """.split()
+)
+
+_TEXT_CONTROLS = frozenset(b"\t\n\r\f\b\x1b\x0b")
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in _TEXT_CONTROLS) + b"\x7f"
+_HIGH_BYTES = bytes(range(128, 256))
+_UTF16_32_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32 BOMs start with these
+
+# Text editors write few control bytes; binaries are full of them.
+_MAX_CONTROL_RATIO = 0.10
+
+
+def control_ratio(data: bytes) -> float:
+    """Share of bytes that are control characters never found in text."""
+    if not data:
+        return 0.0
+    return (len(data) - len(data.translate(None, _CONTROL_BYTES))) / len(data)
+
+
+def high_byte_ratio(data: bytes) -> float:
+    if not data:
+        return 0.0
+    return (len(data) - len(data.translate(None, _HIGH_BYTES))) / len(data)
+
+
+def has_binary_extension(name: str) -> bool:
+    return PurePath(name).suffix.lower().lstrip(".") in BINARY_EXTENSIONS
+
+
+def looks_binary(head: bytes) -> bool:
+    """True for data that is not text: NUL bytes (unless a UTF-16/32 BOM explains them)
+    or many control bytes in the first SNIFF_BYTES."""
+    head = head[:SNIFF_BYTES]
+    if head.startswith(_UTF16_32_BOMS):
+        return False
+    if b"\x00" in head:
+        return True
+    return control_ratio(head) > _MAX_CONTROL_RATIO
+
+
+# ---- kinds and languages -------------------------------------------------------------
+
+_MARKDOWN = {".md", ".markdown", ".mdown", ".mkd"}
+_HTML = {".html", ".htm", ".xhtml"}
+
+LANGUAGE_BY_EXTENSION: dict[str, str] = {
+    ".py": "python", ".pyi": "python", ".pyw": "python",
+    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+    ".ts": "typescript", ".tsx": "typescript", ".mts": "typescript", ".cts": "typescript",
+    ".rs": "rust", ".go": "go", ".c": "c", ".h": "c",
+    ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".hpp": "cpp", ".hh": "cpp", ".hxx": "cpp",
+    ".cu": "cuda", ".cuh": "cuda", ".java": "java", ".kt": "kotlin", ".kts": "kotlin",
+    ".scala": "scala", ".swift": "swift", ".m": "objective-c", ".mm": "objective-c",
+    ".cs": "csharp", ".fs": "fsharp", ".vb": "vbnet", ".rb": "ruby", ".php": "php",
+    ".pl": "perl", ".pm": "perl", ".lua": "lua", ".r": "r", ".jl": "julia", ".dart": "dart",
+    ".ex": "elixir", ".exs": "elixir", ".erl": "erlang", ".hs": "haskell", ".ml": "ocaml",
+    ".clj": "clojure", ".zig": "zig", ".nim": "nim", ".v": "verilog", ".sv": "verilog",
+    ".vhd": "vhdl", ".sh": "shell", ".bash": "shell", ".zsh": "shell", ".fish": "fish",
+    ".ps1": "powershell", ".bat": "batch", ".cmd": "batch", ".sql": "sql",
+    ".css": "css", ".scss": "scss", ".less": "less", ".vue": "vue", ".svelte": "svelte",
+    ".json": "json", ".jsonc": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",
+    ".ini": "ini", ".cfg": "ini", ".xml": "xml", ".svg": "xml", ".proto": "protobuf",
+    ".graphql": "graphql", ".tf": "terraform", ".cmake": "cmake", ".mk": "make",
+    ".gradle": "groovy", ".groovy": "groovy", ".tex": "latex", ".diff": "diff",
+    ".patch": "diff", ".ipynb": "json", ".triton": "python",
+}
+
+LANGUAGE_BY_FILENAME: dict[str, str] = {
+    "makefile": "make", "gnumakefile": "make", "dockerfile": "dockerfile",
+    "containerfile": "dockerfile", "cmakelists.txt": "cmake", "rakefile": "ruby",
+    "gemfile": "ruby", "vagrantfile": "ruby", "justfile": "just", "build": "starlark",
+    "build.bazel": "starlark", "workspace": "starlark", "jenkinsfile": "groovy",
+    ".bashrc": "shell", ".zshrc": "shell", ".profile": "shell",
+}
+
+_SHEBANG_INTERPRETERS: tuple[tuple[str, str], ...] = (
+    ("python", "python"), ("pypy", "python"), ("bash", "shell"), ("zsh", "shell"),
+    ("dash", "shell"), ("ksh", "shell"), ("sh", "shell"), ("fish", "fish"),
+    ("node", "javascript"), ("deno", "typescript"), ("ts-node", "typescript"),
+    ("bun", "javascript"), ("ruby", "ruby"), ("perl", "perl"), ("php", "php"),
+    ("lua", "lua"), ("rscript", "r"), ("julia", "julia"), ("awk", "awk"), ("gawk", "awk"),
+    ("tclsh", "tcl"), ("pwsh", "powershell"), ("osascript", "applescript"),
+)
+
+# Line patterns typical of one language and rare in prose. A file needs hits from at
+# least _MIN_SYNTAX_HITS distinct lines before we call it code, so a README that quotes
+# one `import x` stays prose.
+_SYNTAX: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (lang, re.compile(pattern))
+    for lang, pattern in (
+        ("diff", r"^(diff --git |@@ -\d+(,\d+)? \+\d+(,\d+)? @@|--- a/|\+\+\+ b/)"),
+        ("python", r"^(from [\w.]+ import |import [\w.]+(, [\w.]+)*$|def \w+\(.*\).*:$|class \w+(\(.*\))?:$|if __name__ == ['\"]__main__['\"]:)"),
+        ("python", r"^\s+(def \w+\(self|return\b|elif .*:$|self\.\w+ = )"),
+        ("c", r"^#(include [<\"]|define \w+|ifn?def \w+|endif)"),
+        ("rust", r"^\s*(pub )?(fn \w+|struct \w+|enum \w+|impl\b|use \w+::|mod \w+;|let mut )"),
+        ("go", r"^(package \w+$|func (\(\w+ \*?\w+\) )?\w+\(|import \($)"),
+        ("javascript", r"^\s*(const|let|var) \w+ = (require\(|\(|function|async|\{|\[)|^(export (default |const |function |class )|module\.exports\b|function \w+\()"),
+        ("java", r"^(package [\w.]+;$|import [\w.]+(\.\*)?;$|public (final )?(class|interface|enum) \w+)"),
+        ("shell", r"^(set -[euxo]+|export \w+=|\w+\(\) \{$|fi$|done$|esac$)"),
+        ("sql", r"^(SELECT .* FROM |CREATE (TABLE|INDEX|VIEW) |INSERT INTO |ALTER TABLE )"),
+    )
+)
+_MIN_SYNTAX_HITS = 3
+_SNIFF_LINES = 200
+
+
+def doc_kind_for_name(name: str) -> str | None:
+    """"markdown", "text", "html", "pdf", "code", or None when the name says nothing."""
+    path = PurePath(name)
+    suffix = path.suffix.lower()
+    if suffix == ".pdf":
+        return "pdf"
+    if suffix in _HTML:
+        return "html"
+    if suffix in _MARKDOWN:
+        return "markdown"
+    if path.name.lower() in LANGUAGE_BY_FILENAME or suffix in LANGUAGE_BY_EXTENSION:
+        return "code"
+    if suffix in {".txt", ".text", ".rst", ".adoc", ".asciidoc", ".org"}:
+        return "text"
+    return None
+
+
+def language_for_name(name: str) -> str | None:
+    path = PurePath(name)
+    return LANGUAGE_BY_FILENAME.get(path.name.lower()) or LANGUAGE_BY_EXTENSION.get(path.suffix.lower())
+
+
+def language_from_shebang(first_line: str) -> str | None:
+    """`#!/usr/bin/env python3`, `#!/bin/bash -e`, `#!/usr/bin/env -S deno run` ..."""
+    if not first_line.startswith("#!"):
+        return None
+    words = first_line[2:].strip().split()
+    if not words:
+        return None
+    program = words[0].rsplit("/", 1)[-1]
+    if program == "env":
+        rest = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        program = rest[0].rsplit("/", 1)[-1] if rest else ""
+    program = program.lower()
+    for prefix, language in _SHEBANG_INTERPRETERS:
+        # "python3.11", "perl5" and "sh" itself, but not "shellcheck"
+        if program == prefix or (program.startswith(prefix) and re.fullmatch(r"[\d.]*", program[len(prefix):])):
+            return language
+    return None
+
+
+def language_from_content(text: str) -> str | None:
+    """A shebang, or enough lines of one language's typical syntax."""
+    first_line = text[: text.find("\n")] if "\n" in text else text
+    shebang = language_from_shebang(first_line)
+    if shebang:
+        return shebang
+    hits: dict[str, int] = {}
+    for line in text.split("\n", _SNIFF_LINES)[:_SNIFF_LINES]:
+        for language, pattern in _SYNTAX:
+            if pattern.search(line):
+                hits[language] = hits.get(language, 0) + 1
+                break
+    if not hits:
+        return None
+    language, count = max(hits.items(), key=lambda kv: (kv[1], kv[0]))
+    return language if count >= _MIN_SYNTAX_HITS else None

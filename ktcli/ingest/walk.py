@@ -1,0 +1,145 @@
+"""Folder and repository walks: which files become Documents, and why the rest do not."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ktcli.ingest.errors import RejectedInput
+from ktcli.ingest.gitignore import IgnoreChain, enclosing_rules, is_ignored, read_ignore_file
+from ktcli.ingest.loaders import document_from_bytes, read_file_bytes
+from ktcli.ingest.sniff import has_binary_extension
+from ktcli.types import Document, Skipped
+
+# Version-control internals are never content and not worth reporting.
+VCS_NAMES = frozenset({".git", ".hg", ".svn", ".bzr", "_darcs", ".jj", "CVS", ".pijul", ".fossil"})
+# Folders of installed dependencies and tool caches: reported, never read. A repo without
+# a .gitignore would otherwise pour a whole virtualenv into the context.
+CACHE_DIRS = frozenset(
+    {"__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox",
+     ".hypothesis", ".ipynb_checkpoints", ".gradle", ".idea", ".venv", ".eggs", ".cache", "site-packages"}
+)
+
+
+@dataclass
+class WalkResult:
+    documents: list[Document] = field(default_factory=list)
+    skipped: list[Skipped] = field(default_factory=list)
+
+
+def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = None) -> WalkResult:
+    """Every usable file under `root_arg` in sorted tree order; the rest as Skipped.
+
+    `seen` holds real paths already loaded (shared across the paths of one call), so a
+    file named twice is read once. Symlinks are never followed: one pointing outside
+    the folder would leak files the user did not give, and one pointing inside names a
+    file or folder the walk reaches at its own path anyway (and could form a loop)."""
+    root = Path(root_arg)
+    real_root = root.resolve()
+    walker = _Walker(root_arg, real_root, max_file_bytes, seen if seen is not None else set())
+    walker.walk_dir(real_root, "", enclosing_rules(real_root))
+    return walker.result
+
+
+@dataclass
+class _Walker:
+    root_arg: str
+    real_root: Path
+    max_file_bytes: int
+    seen: set[str]
+    result: WalkResult = field(default_factory=WalkResult)
+
+    def display(self, rel: str) -> str:
+        """The folder as the user typed it, joined with the relative path, so a citation
+        opens from the user's working directory."""
+        if self.root_arg in (".", "./"):
+            return rel
+        return f"{self.root_arg.rstrip('/')}/{rel}" if self.root_arg.rstrip("/") else f"/{rel}"
+
+    def skip(self, rel: str, reason: str, is_dir: bool = False) -> None:
+        self.result.skipped.append(Skipped(self.display(rel) + ("/" if is_dir else ""), reason))
+
+    def walk_dir(self, folder: Path, rel: str, chain: IgnoreChain) -> None:
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except PermissionError:
+            self.skip(rel or ".", "unreadable folder (permission denied)", is_dir=True)
+            return
+        except OSError as e:
+            self.skip(rel or ".", f"unreadable folder ({e.strerror or e})", is_dir=True)
+            return
+        if any(e.name == ".gitignore" for e in entries):
+            rules = read_ignore_file(folder / ".gitignore", base=rel)
+            if rules is not None:
+                chain = (*chain, rules)
+        for entry in entries:
+            self.visit(entry, f"{rel}/{entry.name}" if rel else entry.name, chain)
+
+    def visit(self, entry: os.DirEntry[str], rel: str, chain: IgnoreChain) -> None:
+        if entry.name in VCS_NAMES:
+            return
+        try:
+            is_link = entry.is_symlink()
+            is_dir = entry.is_dir()  # follows links: "dir/" patterns match linked folders too
+        except OSError:
+            is_link, is_dir = False, False
+        if is_ignored(chain, rel, is_dir):
+            self.skip(rel, "gitignored", is_dir=is_dir)
+        elif is_link:
+            self.skip(rel, self.symlink_reason(entry))
+        elif is_dir:
+            self.visit_dir(entry, rel, chain)
+        elif entry.is_file(follow_symlinks=False):
+            self.visit_file(entry, rel)
+        else:
+            self.skip(rel, "not a regular file")
+
+    def symlink_reason(self, entry: os.DirEntry[str]) -> str:
+        try:
+            target = Path(entry.path).resolve(strict=True)
+        except (OSError, RuntimeError):  # missing target or a loop of links
+            return "broken symlink"
+        if target != self.real_root and self.real_root not in target.parents:
+            return "symlink outside the folder (not followed)"
+        return "symlink inside the folder (not followed; its target is walked at its own path)"
+
+    def visit_dir(self, entry: os.DirEntry[str], rel: str, chain: IgnoreChain) -> None:
+        if entry.name in CACHE_DIRS:
+            self.skip(rel, "dependency or cache folder", is_dir=True)
+        elif os.path.isfile(os.path.join(entry.path, "pyvenv.cfg")):
+            self.skip(rel, "virtual environment", is_dir=True)
+        else:
+            self.walk_dir(Path(entry.path), rel, chain)
+
+    def visit_file(self, entry: os.DirEntry[str], rel: str) -> None:
+        real = os.path.realpath(entry.path)
+        if real in self.seen:
+            return
+        try:
+            size = entry.stat(follow_symlinks=False).st_size
+        except OSError as e:
+            self.skip(rel, f"unreadable ({e.strerror or e})")
+            return
+        if size > self.max_file_bytes:
+            self.skip(rel, f"too large ({format_size(size)} > {format_size(self.max_file_bytes)} limit)")
+            return
+        if has_binary_extension(entry.name):
+            self.skip(rel, "binary")
+            return
+        display = self.display(rel)
+        try:
+            document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name)
+        except RejectedInput as e:
+            self.skip(rel, e.reason)
+            return
+        self.seen.add(real)
+        self.result.documents.append(document)
+
+
+def format_size(n_bytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if n_bytes >= scale:
+            return f"{n_bytes / scale:.1f} {unit}"
+    return f"{n_bytes} B"
