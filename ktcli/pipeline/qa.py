@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 from ktcli.config import Settings
@@ -41,7 +42,9 @@ def _whole_corpus(prep: Prepared) -> str:
 
 def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
                            tally: Tally, params: SamplingParams) -> Answer:
+    started = time.perf_counter()
     index = build_index(prep, settings, reporter)
+    index_s = time.perf_counter() - started
     hits = index.search(prep.question, prep.plan.top_k)
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
     ordered = source_order([h.chunk for h in hits], doc_rank)
@@ -67,12 +70,16 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         citations.attribute(text, labelled),
     )
     figures = tally.figures() | {
-        "retrieved": len(hits), "windows": len(windows),
+        "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),
         "index_bytes": index.stats.get("index_bytes", 0),
         "embedded_now": index.stats.get("n_embedded_now", 0),
         "reused": index.stats.get("n_reused", 0),
     }
-    evidence_refs = [{"ref": h.chunk.span.cite(), "score": round(h.score, 4)} for h in hits]
+    evidence_refs = [
+        {"ref": h.chunk.span.cite(), "path": h.chunk.span.path, "line_start": h.chunk.span.line_start,
+         "line_end": h.chunk.span.line_end, "page": h.chunk.span.page, "score": round(h.score, 4)}
+        for h in hits
+    ]
     figures["evidence"] = evidence_refs
     return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
