@@ -20,7 +20,7 @@ def fail(message: str, code: int) -> None:
     from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True, highlight=False).print(f"[bold red]error:[/bold red] {escape(message)}")
+    Console(stderr=True, highlight=False).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
     raise SystemExit(code)
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 from ktcli.config import Settings
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
-from ktcli.retrieval.embedder import Embedder
-from ktcli.retrieval.retriever import HybridIndex
-from ktcli.retrieval.store import IndexStore
 
 
-def build_index(prep: Prepared, settings: Settings, reporter: Reporter) -> HybridIndex:
+def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
+    # Imported here: sentence-transformers costs seconds to import, and a question that
+    # fits the window whole never needs it.
+    from ktcli.retrieval.embedder import Embedder
+    from ktcli.retrieval.retriever import HybridIndex
+    from ktcli.retrieval.store import IndexStore
+
     reporter.status(f"indexing {len(prep.chunks):,} chunks")
     store = IndexStore(settings.cache_path)
 

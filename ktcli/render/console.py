@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 
 class ConsoleReporter:
     def __init__(self, *, quiet: bool = False, stream_answer: bool = True) -> None:
-        self.err = Console(stderr=True, highlight=False)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.quiet = quiet
         self.stream_answer = stream_answer
         self._progress: Progress | None = None

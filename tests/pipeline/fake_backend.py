@@ -1,0 +1,56 @@
+"""A deterministic stand-in for a model, for pipeline tests that must not wait on one.
+
+It "reads" like an extractive reader: it answers with the source lines that share the
+most words with the question, so tests can check what evidence reached the model.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ktcli.engine.backend import GenStats, SamplingParams
+
+WORD = re.compile(r"[a-z0-9]+")
+
+
+class FakeBackend:
+    name = "fake"
+
+    def __init__(self, context_window: int = 8192) -> None:
+        self.context_window = context_window
+        self.calls: list[list[dict]] = []
+        self._stats = GenStats()
+
+    @property
+    def last_stats(self) -> GenStats:
+        return self._stats
+
+    def count_tokens(self, text: str) -> int:
+        return len(text.split()) + text.count("\n")
+
+    def prompt_tokens(self, messages) -> int:
+        return sum(self.count_tokens(m["content"]) + 4 for m in messages)
+
+    def _reply(self, messages) -> str:
+        content = messages[-1]["content"]
+        question = content.rsplit("Question:", 1)[-1] if "Question:" in content else ""
+        qwords = set(WORD.findall(question.lower())) - {"what", "is", "the", "a", "of"}
+        best, best_score = "I could not find it.", 0
+        for line in content.split("\n"):
+            if line.startswith(("Question:", "Answer", "Update")):
+                continue
+            score = len(qwords & set(WORD.findall(line.lower())))
+            if score > best_score:
+                best, best_score = line.strip(), score
+        return best
+
+    def stream_chat(self, messages, params: SamplingParams):
+        self.calls.append(messages)
+        reply = self._reply(messages)
+        self._stats = GenStats(prompt_tokens=self.prompt_tokens(messages), new_tokens=len(reply.split()),
+                               prefill_s=0.01, decode_s=0.01, ttft_s=0.01)
+        for word in reply.split(" "):
+            yield word + " "
+
+    def generate_chat_batch(self, batch, params):
+        return ["".join(self.stream_chat(m, params)).strip() for m in batch]
