@@ -1,0 +1,3 @@
+"""shelf: a tiny catalogue for a home library."""
+
+__version__ = "0.3.1"
