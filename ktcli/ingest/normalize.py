@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 
-from ktcli.ingest.sniff import control_ratio, high_byte_ratio
+from ktcli.ingest.sniff import MAX_CONTROL_RATIO, control_ratio, high_byte_ratio
 
 # Longest BOMs first: the UTF-32 LE BOM starts with the UTF-16 LE one.
 _BOMS: tuple[tuple[bytes, str], ...] = (
@@ -20,7 +20,6 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
 # far more likely another legacy encoding (Shift-JIS, GBK, KOI8...) that a Latin
 # decoding would silently turn into mojibake.
 _MAX_LEGACY_HIGH_RATIO = 0.30
-_MAX_CONTROL_RATIO = 0.05
 
 
 class UndecodableError(ValueError):
@@ -47,7 +46,7 @@ def decode_bytes(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         pass
-    if high_byte_ratio(data) > _MAX_LEGACY_HIGH_RATIO or control_ratio(data) > _MAX_CONTROL_RATIO:
+    if high_byte_ratio(data) > _MAX_LEGACY_HIGH_RATIO or control_ratio(data) > MAX_CONTROL_RATIO:
         raise UndecodableError("not UTF-8 or UTF-16, and too many non-ASCII bytes for Latin-1")
     try:
         return data.decode("cp1252")

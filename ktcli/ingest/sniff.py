@@ -27,12 +27,15 @@ _CONTROL_BYTES = bytes(b for b in range(32) if b not in _TEXT_CONTROLS) + b"\x7f
 _HIGH_BYTES = bytes(range(128, 256))
 _UTF16_32_BOMS = (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # UTF-32 BOMs start with these
 
-# Text editors write few control bytes; binaries are full of them.
-_MAX_CONTROL_RATIO = 0.10
+# Text editors write few control bytes; binaries are full of them (random or compressed
+# data has about 10% bytes below 0x20 that are not whitespace).
+MAX_CONTROL_RATIO = 0.05
+_MAX_HIGH_RATIO = 0.30
+_MAX_NUL_RATIO = 0.10
 
 
 def control_ratio(data: bytes) -> float:
-    """Share of bytes that are control characters never found in text."""
+    """Share of bytes that are control characters never found in text (NUL included)."""
     if not data:
         return 0.0
     return (len(data) - len(data.translate(None, _CONTROL_BYTES))) / len(data)
@@ -49,14 +52,31 @@ def has_binary_extension(name: str) -> bool:
 
 
 def looks_binary(head: bytes) -> bool:
-    """True for data that is not text: NUL bytes (unless a UTF-16/32 BOM explains them)
-    or many control bytes in the first SNIFF_BYTES."""
+    """True for data that is not text, judged on the first SNIFF_BYTES: many control
+    bytes, or NUL bytes in something that is not otherwise clean text. A stray NUL in
+    a text file does not make it binary (normalisation drops it); UTF-16/32 text full
+    of NULs is recognised by its byte-order mark."""
     head = head[:SNIFF_BYTES]
     if head.startswith(_UTF16_32_BOMS):
         return False
-    if b"\x00" in head:
+    rest = head.replace(b"\x00", b"")
+    if control_ratio(rest) > MAX_CONTROL_RATIO:
         return True
-    return control_ratio(head) > _MAX_CONTROL_RATIO
+    n_nul = len(head) - len(rest)
+    if n_nul == 0:
+        return False
+    if n_nul > _MAX_NUL_RATIO * len(head):
+        return True
+    return not _utf8_prefix_ok(rest) and high_byte_ratio(rest) > _MAX_HIGH_RATIO
+
+
+def _utf8_prefix_ok(data: bytes) -> bool:
+    """Valid UTF-8, allowing a character cut off at the end of the sample."""
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=False)
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 # ---- kinds and languages -------------------------------------------------------------

@@ -1,0 +1,54 @@
+"""Inputs made at test time: PDFs (text, image-only, encrypted) and a tiny PNG."""
+
+from __future__ import annotations
+
+import io
+
+
+def make_text_pdf(pages: list[list[str]]) -> bytes:
+    """A PDF with a real text layer: one list of lines per page."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    for lines in pages:
+        y = 800
+        for line in lines:
+            pdf.drawString(72, y, line)
+            y -= 16
+        pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
+def make_image_only_pdf(n_pages: int = 2) -> bytes:
+    """Pages with drawings but no text, as a scanner would produce (minus the bitmap)."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    for i in range(n_pages):
+        pdf.rect(72, 400 + i * 10, 300, 200, fill=1)
+        pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
+def encrypt_pdf(data: bytes, user_password: str) -> bytes:
+    """RC4-128, which pypdf reads without extra packages."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    writer.append(PdfReader(io.BytesIO(data)))
+    writer.encrypt(user_password=user_password, owner_password="owner-secret", algorithm="RC4-128")
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+PNG_BYTES = (
+    b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS\xde"
+    b"\x00\x00\x00\x0cIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82"
+)

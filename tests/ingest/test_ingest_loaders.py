@@ -1,0 +1,259 @@
+"""Single inputs: every kind we read, the normalisation rules, and every bad input."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.ingest.fixtures import PNG_BYTES, encrypt_pdf, make_image_only_pdf, make_text_pdf
+from ktcli.errors import InputError
+from ktcli.ingest import load_corpus
+from ktcli.ingest.loaders import load_stdin
+from ktcli.types import Document
+
+
+def load_one(path: Path) -> Document:
+    corpus = load_corpus([str(path)])
+    assert len(corpus.documents) == 1
+    return corpus.documents[0]
+
+
+def input_error(path: Path | str, **kwargs: object) -> str:
+    with pytest.raises(InputError) as info:
+        load_corpus([str(path)], **kwargs)  # type: ignore[arg-type]
+    message = str(info.value)
+    assert "\n" not in message, "the user sees exactly one line"
+    return message
+
+
+# ---- kinds ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "kind", "language"),
+    [
+        ("notes.txt", "plain text\n", "text", None),
+        ("guide.md", "# Title\n\nBody\n", "markdown", None),
+        ("guide.rst", "Title\n=====\n\nBody\n", "text", None),
+        ("app.py", "def f():\n    return 1\n", "code", "python"),
+        ("lib.rs", "fn main() {}\n", "code", "rust"),
+        ("Makefile", "all:\n\techo hi\n", "code", "make"),
+        ("Dockerfile", "FROM python:3.11\n", "code", "dockerfile"),
+        ("deploy", "#!/usr/bin/env bash\necho deploy\n", "code", "shell"),
+        ("tool", "#!/usr/bin/python3.11 -u\nprint(1)\n", "code", "python"),
+        ("server", "#!/usr/bin/env node\nconsole.log(1)\n", "code", "javascript"),
+        ("script.unknown", "import os\nimport sys\n\ndef main():\n    return 0\n", "code", "python"),
+        ("patch.weird", "diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n", "code", "diff"),
+        ("LICENSE", "Permission is hereby granted, free of charge, to any person\n", "text", None),
+        ("data.xyz", "just some words\nimport this is prose\n", "text", None),
+    ],
+)
+def test_kind_and_language(write, name: str, content: str, kind: str, language: str | None) -> None:
+    doc = load_one(write(name, content))
+    assert (doc.kind, doc.language) == (kind, language)
+    assert doc.text == content
+    assert doc.sha256 == hashlib.sha256(content.encode()).hexdigest()
+
+
+def test_explicit_path_shown_as_given(write, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write("sub/a.txt", "hello\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_corpus(["sub/a.txt"]).documents[0].path == "sub/a.txt"
+
+
+def test_html_keeps_visible_text_as_lines(write) -> None:
+    html = """<!DOCTYPE html><html><head><title>Hidden title</title>
+    <style>body { color: red }</style><script>var secret = 1;</script></head>
+    <body><h1>Release   notes</h1><p>First <b>bold</b>
+    paragraph.</p><ul><li>one</li><li>two</li></ul>
+    <table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr></table>
+    <pre>def f():
+    return 1</pre><noscript>enable js</noscript><!-- a comment --></body></html>"""
+    doc = load_one(write("page.html", html))
+    assert doc.kind == "html"
+    assert doc.text.split("\n") == [
+        "# Release notes", "", "First bold paragraph.", "", "- one", "- two", "",
+        "k | v", "a | 1", "", "def f():", "    return 1",
+    ]
+    for hidden in ("Hidden title", "secret", "color", "enable js", "comment"):
+        assert hidden not in doc.text
+
+
+def test_html_sniffed_without_extension(write) -> None:
+    doc = load_one(write("page", "<!doctype html><html><body><p>Hi</p></body></html>"))
+    assert (doc.kind, doc.text) == ("html", "Hi")
+
+
+def test_stdin_text_and_bytes() -> None:
+    corpus = load_corpus(["-"], stdin_text="line one\r\nline two\n")
+    doc = corpus.documents[0]
+    assert (doc.path, doc.kind, doc.text) == ("<stdin>", "stdin", "line one\nline two\n")
+    diff = load_stdin(None, io.BytesIO(b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n"))
+    assert (diff.kind, diff.language) == ("stdin", "diff")
+    pdf = load_stdin(None, io.BytesIO(make_text_pdf([["piped page"]])))
+    assert pdf.kind == "pdf" and "piped page" in pdf.text
+
+
+def test_stdin_among_files(write) -> None:
+    path = write("a.txt", "file\n")
+    corpus = load_corpus([str(path), "-"], stdin_text="piped\n")
+    assert [d.path for d in corpus.documents] == [str(path), "<stdin>"]
+
+
+# ---- normalisation -------------------------------------------------------------------
+
+
+def test_utf8_bom_crlf_cr_and_nul(write) -> None:
+    doc = load_one(write("a.txt", b"\xef\xbb\xbfone\r\ntwo\rthree\x00\n"))
+    assert doc.text == "one\ntwo\nthree\n"
+    assert doc.sha256 == hashlib.sha256(b"one\ntwo\nthree\n").hexdigest()
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_by_bom(write, encoding: str) -> None:
+    text = "Grüße, 世界\r\nzweite Zeile\r\n"
+    data = text.encode(encoding)
+    if encoding == "utf-16-be":
+        data = b"\xfe\xff" + data
+    assert load_one(write("wide.txt", data)).text == "Grüße, 世界\nzweite Zeile\n"
+
+
+def test_latin1_and_cp1252_fallback(write) -> None:
+    assert load_one(write("l1.txt", "café déjà vu\n".encode("latin-1"))).text == "café déjà vu\n"
+    assert load_one(write("w.txt", "“quoted” – dash €5\n".encode("cp1252"))).text == "“quoted” – dash €5\n"
+
+
+# ---- bad input -----------------------------------------------------------------------
+
+
+def test_missing_path(tmp_path: Path) -> None:
+    message = input_error(tmp_path / "nope.txt")
+    assert message.endswith("nope.txt: no such file or directory")
+
+
+def test_no_paths() -> None:
+    with pytest.raises(InputError, match="no input"):
+        load_corpus([])
+
+
+@pytest.mark.parametrize("content", [b"", b"  \n\t\r\n"])
+def test_empty_file_given_explicitly(write, content: bytes) -> None:
+    assert "empty file" in input_error(write("empty.txt", content))
+
+
+def test_empty_stdin() -> None:
+    with pytest.raises(InputError, match="<stdin>: empty input"):
+        load_corpus(["-"], stdin_text="")
+    with pytest.raises(InputError, match="more than once"):
+        load_corpus(["-", "-"], stdin_text="x")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [PNG_BYTES, bytes(range(256)) * 4, b"\x7fELF\x02\x01\x01" + b"\x00" * 100, bytes(range(1, 256)) * 4],
+)
+def test_binary_given_explicitly(write, data: bytes) -> None:
+    message = input_error(write("thing.dat", data))
+    assert "binary" in message and "thing.dat" in message
+
+
+def test_binary_despite_text_extension(write) -> None:
+    assert "binary" in input_error(write("fake.txt", PNG_BYTES))
+
+
+def test_undecodable_text(write) -> None:
+    # Shift-JIS Japanese: not UTF-8, and far too many high bytes to be Latin-1 prose
+    message = input_error(write("jp.txt", "日本語のテキストです。これはテストです。".encode("shift_jis")))
+    assert "undecodable" in message
+    # a UTF-16 BOM followed by an unpaired surrogate
+    assert "undecodable" in input_error(write("bad16.txt", b"\xff\xfe" + "ok".encode("utf-16-le") + b"\x00\xd8A\x00"))
+
+
+def test_unreadable_file(write, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write("secret.txt", "x\n")
+    real_open = open
+
+    def deny(file, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if str(file) == str(path):
+            raise PermissionError(13, "Permission denied")
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr("builtins.open", deny)
+    assert input_error(path).endswith("secret.txt: unreadable (permission denied)")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their mode")
+def test_unreadable_file_by_mode(write) -> None:
+    path = write("secret.txt", "x\n")
+    path.chmod(0)
+    assert "permission denied" in input_error(path)
+
+
+def test_explicit_file_never_skipped_for_size(write) -> None:
+    path = write("big.txt", "word " * 1000 + "\n")
+    doc = load_corpus([str(path)], max_file_bytes=100).documents[0]
+    assert doc.text.count("word") == 1000
+
+
+def test_same_file_twice_read_once(write) -> None:
+    path = write("a.txt", "x\n")
+    assert len(load_corpus([str(path), str(path)]).documents) == 1
+
+
+# ---- PDFs ----------------------------------------------------------------------------
+
+
+def test_pdf_pages_and_line_offsets(write) -> None:
+    pages = [["Alpha page one", "second line"], ["Beta page two"], ["Gamma page three", "x", "y"]]
+    doc = load_one(write("r.pdf", make_text_pdf(pages)))
+    assert doc.kind == "pdf"
+    assert [p.number for p in doc.pages] == [1, 2, 3]
+    lines = doc.text.split("\n")
+    for page, expected in zip(doc.pages, pages):
+        page_lines = page.text.split("\n")
+        assert lines[page.line_offset : page.line_offset + len(page_lines)] == page_lines
+        assert page_lines == expected
+
+
+def test_pdf_with_empty_user_password_opens(write) -> None:
+    data = encrypt_pdf(make_text_pdf([["Open sesame"]]), user_password="")
+    assert "Open sesame" in load_one(write("locked-lightly.pdf", data)).text
+
+
+def test_encrypted_pdf_needs_password(write) -> None:
+    data = encrypt_pdf(make_text_pdf([["Top secret"]]), user_password="hunter2")
+    message = input_error(write("locked.pdf", data))
+    assert "encrypted PDF that needs a password" in message and "locked.pdf" in message
+
+
+def test_image_only_pdf(write) -> None:
+    message = input_error(write("scan.pdf", make_image_only_pdf(3)))
+    assert "no text layer on any of its 3 pages" in message and "OCR" in message
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"%PDF-1.4\n" + bytes(range(256)) * 8,
+        b"%PDF-1.7\n%%EOF\n",
+        b"not a pdf at all, just text",
+    ],
+)
+def test_corrupt_pdf(write, data: bytes) -> None:
+    message = input_error(write("broken.pdf", data))
+    assert "broken.pdf" in message and ("corrupt" in message or "PDF" in message)
+
+
+def test_truncated_pdf_is_an_input_error_or_partial(write) -> None:
+    data = make_text_pdf([["page one text"], ["page two text"]])
+    path = write("cut.pdf", data[: len(data) // 2])
+    try:
+        doc = load_one(path)
+    except InputError as e:
+        assert "\n" not in str(e)
+    else:
+        assert doc.kind == "pdf"
