@@ -1,0 +1,103 @@
+"""Chunked-prefill attention: a chunk of one sequence's queries against its pages.
+
+Grid (row tiles, H). A tile's rows are (query, head-in-group) pairs of one kv head, so
+the GQA heads that share a page read it once. Each program walks the page list of the
+chunk's plan (``reference.chunk_page_plan``: every page for dense, sinks + the chunk's
+local range for window, plus the chunk's top-k pages for topk), with an online softmax:
+no score matrix larger than [BLOCK_M, BS] ever exists. Visibility of a key at position
+j for a query at i: ``j <= i``, ``j < ctx`` and, for pages marked local-only,
+``page(j) > page(i) - n_local_pages``.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._page_io import check_supported, dot_flags, kind_code, load_page_kv, page_args, qk_dot, softmax_step, stage_map
+from .reference import DENSE, chunk_page_plan
+
+
+@triton.jit
+def _prefill_kernel(
+    q_ptr, stride_qn, stride_qh, out_ptr, stride_on, stride_oh,
+    block_table, plan_pages, plan_local, stride_plan, plan_n,
+    k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v, stage_of_block,
+    scale, H, n_q, start_pos, n_local,
+    GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+    KIND: tl.constexpr, PER_HEAD_PLAN: tl.constexpr, DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr,
+):
+    mt = tl.program_id(0)
+    h = tl.program_id(1)
+    r = mt * BLOCK_M + tl.arange(0, BLOCK_M)  # row = query * GROUP + head-in-group
+    row_ok = r < n_q * GROUP
+    qi = r // GROUP
+    head = h * GROUP + r % GROUP
+    offs_d = tl.arange(0, D)
+    q = tl.load(q_ptr + qi[:, None].to(tl.int64) * stride_qn + head[:, None] * stride_qh + offs_d[None, :],
+                mask=row_ok[:, None], other=0.0).to(tl.float32) * scale  # [BLOCK_M, D]
+    q_pos = start_pos + qi
+    q_pos = tl.where(row_ok, q_pos, -1)  # padding rows see nothing
+    q_page = q_pos // BS
+    last_pos = tl.max(q_pos, axis=0)
+    ctx = start_pos + n_q
+
+    hp = h if PER_HEAD_PLAN else 0
+    n_list = tl.load(plan_n + hp)
+    m = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, D], tl.float32)
+    offs_t = tl.arange(0, BS)
+    for i in range(0, n_list):
+        p = tl.load(plan_pages + hp * stride_plan + i)
+        if p * BS <= last_pos:  # pages wholly after this tile's queries are causally hidden
+            local_only = tl.load(plan_local + hp * stride_plan + i)
+            blk = tl.load(block_table + p).to(tl.int64)
+            n_valid = tl.minimum(ctx - p * BS, BS)
+            slot = 0
+            if KIND != 0:
+                slot = tl.load(stage_of_block + blk).to(tl.int64)
+            k, v = load_page_kv(k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v,
+                                blk, slot, n_valid < BS, h, H, KIND, BS, D, G)
+            valid = offs_t < n_valid
+            v = tl.where(valid[:, None], v, 0.0)
+            k_pos = p * BS + offs_t  # [BS]
+            vis = valid[None, :] & (k_pos[None, :] <= q_pos[:, None])
+            near = (p > q_page - n_local) | (local_only == 0)  # [BLOCK_M]
+            vis = vis & near[:, None]
+            scores = qk_dot(q, k, DOT_FP32, DOT_BF16)
+            scores = tl.where(vis, scores, float("-inf"))
+            m, l, acc = softmax_step(scores, v, m, l, acc, DOT_FP32, DOT_BF16)
+
+    res = acc / tl.where(l > 0, l, 1.0)[:, None]
+    o_off = qi[:, None].to(tl.int64) * stride_on + head[:, None] * stride_oh + offs_d[None, :]
+    tl.store(out_ptr + o_off, res.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
+
+
+def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=None, out=None, block_m=None):
+    """Triton twin of ``reference.paged_prefill_attention``."""
+    policy = policy or DENSE
+    check_supported(layer)
+    spec = layer.spec
+    n_q, hq, d = q.shape
+    h = spec.n_kv_heads
+    group = hq // h
+    # The plan (and, for topk, the chunk's page scores) is small host-side torch work.
+    pages, local_only, n_list = chunk_page_plan(q, layer, block_table, start_pos, policy)
+    pages = pages.to(torch.int32).contiguous()
+    local_only = local_only.to(torch.int32).contiguous()
+    if out is None:
+        out = torch.empty_like(q)
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    rows = n_q * group
+    block_m = block_m or max(16, min(64, triton.next_power_of_2(rows)))
+    dot_fp32, dot_bf16 = dot_flags(layer)
+    _prefill_kernel[(triton.cdiv(rows, block_m), h)](
+        q, q.stride(0), q.stride(1), out, out.stride(0), out.stride(1),
+        block_table.to(torch.int32), pages, local_only, pages.stride(0), n_list.to(torch.int32),
+        *page_args(layer), stage_map(layer), float(scale), h, n_q, int(start_pos), policy.n_local_pages,
+        GROUP=group, BLOCK_M=block_m, BS=spec.block_size, D=d, G=spec.group_size,
+        KIND=kind_code(layer), PER_HEAD_PLAN=pages.shape[0] > 1, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
+    )
+    return out
