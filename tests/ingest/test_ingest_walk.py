@@ -1,0 +1,223 @@
+"""Folder walks: .gitignore (nested), VCS and cache folders, binaries, size limits,
+symlinks, display paths, order, and the one-line error when nothing is left."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.ingest.fixtures import PNG_BYTES, make_image_only_pdf, make_text_pdf
+from ktcli.errors import InputError
+from ktcli.ingest import load_corpus
+from ktcli.types import Corpus
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def walk(folder: Path, **kwargs: object) -> Corpus:
+    return load_corpus([str(folder)], **kwargs)  # type: ignore[arg-type]
+
+
+def rels(corpus: Corpus, folder: Path) -> list[str]:
+    prefix = str(folder).rstrip("/") + "/"
+    return [d.path.removeprefix(prefix) for d in corpus.documents]
+
+
+def reasons(corpus: Corpus, folder: Path) -> dict[str, str]:
+    prefix = str(folder).rstrip("/") + "/"
+    return {s.path.removeprefix(prefix): s.reason for s in corpus.skipped}
+
+
+def test_sorted_tree_order_and_display_paths(write, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for rel in ["b.txt", "a/z.py", "a/b/c.md", "A.txt", "a.txt"]:
+        write(f"proj/{rel}", f"content of {rel}\n")
+    corpus = walk(tmp_path / "proj")
+    assert rels(corpus, tmp_path / "proj") == ["A.txt", "a/b/c.md", "a/z.py", "a.txt", "b.txt"]
+    monkeypatch.chdir(tmp_path)
+    assert load_corpus(["proj/"]).documents[1].path == "proj/a/b/c.md"
+    assert load_corpus(["proj"]).documents[1].path == "proj/a/b/c.md"
+    monkeypatch.chdir(tmp_path / "proj")
+    assert load_corpus(["."]).documents[1].path == "a/b/c.md"
+    assert load_corpus(["./"]).documents[1].path == "a/b/c.md"
+
+
+def test_nested_gitignore_relative_to_its_folder(write, tmp_path: Path) -> None:
+    write("r/.gitignore", "*.log\nbuild/\n/top-only.txt\n")
+    write("r/keep.txt", "keep\n")
+    write("r/run.log", "log\n")
+    write("r/top-only.txt", "ignored at the top\n")
+    write("r/build/out.txt", "built\n")
+    write("r/sub/top-only.txt", "kept: the / anchors to r/\n")
+    write("r/sub/.gitignore", "secret*.md\n!important.log\n")
+    write("r/sub/secret-plan.md", "x\n")
+    write("r/sub/important.log", "re-included\n")
+    write("r/secret-outside.md", "not matched: sub/.gitignore applies to sub/ only\n")
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == [
+        ".gitignore", "keep.txt", "secret-outside.md", "sub/.gitignore", "sub/important.log", "sub/top-only.txt",
+    ]
+    assert reasons(corpus, tmp_path / "r") == {
+        "build/": "gitignored", "run.log": "gitignored", "top-only.txt": "gitignored",
+        "sub/secret-plan.md": "gitignored",
+    }
+
+
+def test_vcs_and_cache_folders(write, tmp_path: Path) -> None:
+    write("r/.git/HEAD", "ref: refs/heads/main\n")
+    write("r/.hg/store", "x\n")
+    write("r/node_modules/lib/index.js", "module.exports = 1\n")
+    write("r/__pycache__/a.cpython-311.pyc", b"\x00\x01")
+    write("r/env/pyvenv.cfg", "home = /usr/bin\n")
+    write("r/env/lib/site.py", "x = 1\n")
+    write("r/main.py", "print(1)\n")
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == ["main.py"]
+    assert reasons(corpus, tmp_path / "r") == {
+        "__pycache__/": "dependency or cache folder",
+        "env/": "virtual environment",
+        "node_modules/": "dependency or cache folder",
+    }
+
+
+def test_binary_large_undecodable_and_bad_pdfs_are_listed(write, tmp_path: Path) -> None:
+    write("r/logo.png", PNG_BYTES)
+    write("r/blob.dat", bytes(range(256)) * 8)
+    write("r/big.txt", "x" * 5000)
+    write("r/jp.txt", "日本語のテキストです。これはテストです。".encode("shift_jis"))
+    write("r/scan.pdf", make_image_only_pdf(1))
+    write("r/empty.txt", "")
+    write("r/report.pdf", make_text_pdf([["page one"], ["page two"]]))
+    write("r/ok.txt", "fine\n")
+    corpus = walk(tmp_path / "r", max_file_bytes=4000)
+    assert rels(corpus, tmp_path / "r") == ["ok.txt", "report.pdf"]
+    got = reasons(corpus, tmp_path / "r")
+    assert got["logo.png"] == "binary" and got["blob.dat"] == "binary"
+    assert got["big.txt"] == "too large (5.0 KB > 4.0 KB limit)"
+    assert got["jp.txt"].startswith("undecodable")
+    assert got["scan.pdf"].startswith("no text layer")
+    assert got["empty.txt"] == "empty file"
+
+
+def test_symlinks_outside_inside_broken_and_loops(write, tmp_path: Path) -> None:
+    write("outside/secret.txt", "must not leak\n")
+    write("r/real/a.txt", "inside\n")
+    root = tmp_path / "r"
+    (root / "leak.txt").symlink_to(tmp_path / "outside" / "secret.txt")
+    (root / "leakdir").symlink_to(tmp_path / "outside", target_is_directory=True)
+    (root / "alias.txt").symlink_to(root / "real" / "a.txt")
+    (root / "real" / "loop").symlink_to(root, target_is_directory=True)
+    (root / "dangling").symlink_to(tmp_path / "missing")
+    corpus = walk(root)
+    assert rels(corpus, root) == ["real/a.txt"]
+    assert "must not leak" not in "".join(d.text for d in corpus.documents)
+    got = reasons(corpus, root)
+    assert got["leak.txt"].startswith("symlink outside")
+    assert got["leakdir"].startswith("symlink outside")
+    assert got["alias.txt"].startswith("symlink inside")
+    assert got["real/loop"].startswith("symlink inside")
+    assert got["dangling"] == "broken symlink"
+
+
+def test_folder_given_as_symlink_is_walked(write, tmp_path: Path) -> None:
+    write("real/a.txt", "x\n")
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    corpus = walk(tmp_path / "link")
+    assert [d.path for d in corpus.documents] == [f"{tmp_path}/link/a.txt"]
+
+
+def test_nothing_left_is_one_clear_line(write, tmp_path: Path) -> None:
+    write("r/.gitignore", "*.log\n")  # .gitignore itself is text: ignore it too
+    write("r/.gitignore", "*.log\n.gitignore\n")
+    write("r/a.log", "x\n")
+    write("r/b.log", "x\n")
+    write("r/pic.png", PNG_BYTES)
+    with pytest.raises(InputError) as info:
+        walk(tmp_path / "r")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "nothing left to read" in message and "4 entries were skipped" in message
+    assert "3 gitignored" in message and "1 binary" in message
+
+
+def test_empty_folder(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="holds no files"):
+        walk(tmp_path / "empty")
+
+
+def test_unreadable_subfolder_is_listed(write, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write("r/ok.txt", "x\n")
+    write("r/locked/a.txt", "x\n")
+    real_scandir = os.scandir
+
+    def scandir(path):  # type: ignore[no-untyped-def]
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied")
+        return real_scandir(path)
+
+    monkeypatch.setattr("ktcli.ingest.walk.os.scandir", scandir)
+    corpus = walk(tmp_path / "r")
+    assert reasons(corpus, tmp_path / "r") == {"locked/": "unreadable folder (permission denied)"}
+
+
+def test_ancestor_gitignore_applies_inside_a_repo(write, tmp_path: Path) -> None:
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    write("repo/.gitignore", "*.tmp\n")
+    write("repo/src/a.py", "x = 1\n")
+    write("repo/src/scratch.tmp", "junk\n")
+    corpus = walk(tmp_path / "repo" / "src")
+    assert rels(corpus, tmp_path / "repo" / "src") == ["a.py"]
+    assert reasons(corpus, tmp_path / "repo" / "src") == {"scratch.tmp": "gitignored"}
+
+
+def test_folder_ignored_by_its_ancestors_is_still_read_when_named(write, tmp_path: Path) -> None:
+    (tmp_path / "repo" / ".git").mkdir(parents=True)
+    write("repo/.gitignore", "build/\n")
+    write("repo/build/out.txt", "asked for explicitly\n")
+    assert rels(walk(tmp_path / "repo" / "build"), tmp_path / "repo" / "build") == ["out.txt"]
+
+
+def test_several_paths_and_duplicates(write, tmp_path: Path) -> None:
+    write("r/a.txt", "a\n")
+    write("r/b.txt", "b\n")
+    corpus = load_corpus([str(tmp_path / "r" / "b.txt"), str(tmp_path / "r")])
+    assert [Path(d.path).name for d in corpus.documents] == ["b.txt", "a.txt"]
+
+
+def test_deterministic(write, tmp_path: Path) -> None:
+    for i in range(30):
+        write(f"r/d{i % 4}/f{i}.txt", f"file {i}\n")
+    first, second = walk(tmp_path / "r"), walk(tmp_path / "r")
+    assert first == second
+
+
+def test_minirepo_sample(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(REPO)
+    corpus = load_corpus(["sample_docs/minirepo/"])
+    paths = [d.path for d in corpus.documents]
+    assert "sample_docs/minirepo/src/shelf/search.py" in paths
+    assert paths == sorted(paths, key=lambda p: p.split("/"))
+    skipped = {s.path: s.reason for s in corpus.skipped}
+    assert skipped == {
+        "sample_docs/minirepo/assets/logo.png": "binary",
+        "sample_docs/minirepo/build.log": "gitignored",
+        "sample_docs/minirepo/docs/notes/draft-ideas.md": "gitignored",
+    }
+    release = next(d for d in corpus.documents if d.path.endswith("scripts/release"))
+    assert (release.kind, release.language) == ("code", "shell")
+    for doc in corpus.documents:
+        assert Path(doc.path).is_file()  # a citation opens from the working directory
+
+
+def test_minirepo_ignored_files_are_committed() -> None:
+    """The fixture only works if git has the ignored files (they were force-added)."""
+    if not (REPO / ".git").exists():
+        pytest.skip("not a git checkout")
+    out = subprocess.run(
+        ["git", "ls-files", "sample_docs/minirepo/build.log", "sample_docs/minirepo/docs/notes/draft-ideas.md"],
+        cwd=REPO, capture_output=True, text=True, check=False,
+    ).stdout.split()
+    assert len(out) == 2
