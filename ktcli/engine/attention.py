@@ -1,0 +1,120 @@
+"""Paged attention behind one small interface, so `kernels` (quantized or sparse pages,
+Triton on CUDA) can replace the body without touching the model.
+
+The runner describes each sequence of a step once (`SeqAttn`); every layer then calls
+`store_kv` and `attend`. This CPU path reads a sequence's keys as one strided view when
+its pages are consecutive (the block manager arranges that whenever it can) and gathers
+them otherwise; it never builds more than an [n_chunk, context] score matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class SeqAttn:
+    """One sequence's part of a step: query rows [start, start + n) of the flattened
+    batch, at positions ctx - n .. ctx - 1, over a cache that holds ctx tokens after the
+    step's K/V are stored."""
+
+    start: int
+    n: int
+    ctx: int
+    first_slot: int | None  # slot of token 0 when the pages are consecutive, else None
+    slots: torch.Tensor | None  # [ctx] slot of every token, when they are not
+    masks: dict  # window (None: full) -> (key offset, [n, keys] bool mask or None)
+
+    def keys(self, cache: torch.Tensor, lo: int) -> torch.Tensor:
+        """[ctx - lo, H, D] rows of tokens lo .. ctx-1."""
+        if self.first_slot is not None:
+            return cache[self.first_slot + lo : self.first_slot + self.ctx]  # a view
+        return cache.index_select(0, self.slots[lo:])  # gather
+
+
+def block_slots(table: list[int], block_size: int, n_tokens: int) -> tuple[int | None, torch.Tensor | None]:
+    """(first slot, None) when the pages in `table` covering n_tokens are consecutive,
+    else (None, [n_tokens] slot index)."""
+    used = -(-n_tokens // block_size)
+    if used == 0 or table[used - 1] - table[0] == used - 1 and _consecutive(table, used):
+        return (table[0] * block_size if used else 0), None
+    blocks = torch.tensor(table[:used], dtype=torch.int64)
+    # [used, 1] * BS + [1, BS] -> [used, BS] -> flat [used * BS], cut to n_tokens
+    slots = (blocks[:, None] * block_size + torch.arange(block_size)[None, :]).reshape(-1)
+    return None, slots[:n_tokens]
+
+
+def _consecutive(table: list[int], used: int) -> bool:
+    first = table[0]
+    return all(table[i] == first + i for i in range(used))
+
+
+def make_masks(n: int, ctx: int, windows: set) -> dict:
+    """For each window: the first key position attended to, and a bool mask [n, keys]
+    (True = attend), or None where plain causal (or no mask) is exact."""
+    out = {}
+    for window in windows:
+        first_q = ctx - n
+        lo = 0 if window is None else max(0, first_q - window + 1)
+        if n == 1:
+            out[window] = (lo, None)  # one query sees every key in [lo, ctx)
+            continue
+        if lo == 0 and n == ctx and window is None:
+            out[window] = (0, "causal")
+            continue
+        q_pos = torch.arange(first_q, ctx)[:, None]  # [n, 1]
+        k_pos = torch.arange(lo, ctx)[None, :]  # [1, keys]
+        mask = k_pos <= q_pos
+        if window is not None:
+            mask &= k_pos > q_pos - window
+        out[window] = (lo, mask)
+    return out
+
+
+def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+    """Write the step's K/V rows [T, H, D] into slots [T] of one layer's cache."""
+    k_cache.index_copy_(0, slot_mapping, k)
+    v_cache.index_copy_(0, slot_mapping, v)
+
+
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: SeqAttn, window: int | None, scale: float) -> torch.Tensor:
+    """q [n, HQ, D] of one sequence -> [n, HQ, D]. GQA is handled by SDPA (enable_gqa),
+    which on CPU runs its flash kernel over the strided cache views without copies."""
+    lo, mask = seq.masks[window]
+    k = seq.keys(k_cache, lo)  # [keys, H, D]
+    v = seq.keys(v_cache, lo)
+    if q.dtype != k.dtype:
+        q = q.to(k.dtype)
+    # [n, HQ, D] -> [1, HQ, n, D]; [keys, H, D] -> [1, H, keys, D] (views)
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1).unsqueeze(0),
+        k.transpose(0, 1).unsqueeze(0),
+        v.transpose(0, 1).unsqueeze(0),
+        attn_mask=mask if isinstance(mask, torch.Tensor) else None,
+        is_causal=mask == "causal",
+        scale=scale,
+        enable_gqa=True,
+    )
+    return out[0].transpose(0, 1)  # [1, HQ, n, D] -> [n, HQ, D]
+
+
+def attend_reference(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: SeqAttn, window: int | None, scale: float) -> torch.Tensor:
+    """Plain softmax(q k^T) v over gathered keys with explicit positions: the oracle."""
+    first_slot, slots = seq.first_slot, seq.slots
+    idx = torch.arange(seq.ctx) + first_slot if first_slot is not None else slots
+    k = k_cache[idx].float()  # [ctx, H, D]
+    v = v_cache[idx].float()
+    group = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(group, dim=1)  # [ctx, HQ, D]
+    v = v.repeat_interleave(group, dim=1)
+    scores = torch.einsum("qhd,khd->hqk", q.float(), k) * scale  # [HQ, n, ctx]
+    q_pos = torch.arange(seq.ctx - seq.n, seq.ctx)[:, None]
+    k_pos = torch.arange(seq.ctx)[None, :]
+    visible = k_pos <= q_pos
+    if window is not None:
+        visible &= k_pos > q_pos - window
+    scores = scores.masked_fill(~visible, float("-inf"))
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v).to(q.dtype)

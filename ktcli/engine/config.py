@@ -1,0 +1,172 @@
+"""Model shape, read from a Hugging Face config.json (or GGUF metadata) into one record.
+
+The engine never holds a transformers config object: everything the layers need is here,
+so the forward pass reads plain attributes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ktcli.errors import InputError
+
+# Architectures the engine implements, by HF model_type. They differ only in flags below.
+SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    rms_eps: float
+    max_position: int
+    rope: dict = field(default_factory=dict)  # rope_type, rope_theta, factor, ... (see rope.py)
+    tie_embeddings: bool = False
+    qkv_bias: bool = False  # Qwen2/2.5
+    o_bias: bool = False
+    mlp_bias: bool = False
+    qk_norm: bool = False  # Qwen3: RMSNorm over head_dim on q and k before RoPE
+    # Per layer: None for full attention or the window in tokens (Mistral, Qwen sliding).
+    sliding_windows: tuple[int | None, ...] = ()
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+
+    @property
+    def q_size(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    @property
+    def group(self) -> int:
+        return self.n_heads // self.n_kv_heads
+
+    def kv_bytes_per_token(self, element_size: int) -> int:
+        return 2 * self.n_layers * self.kv_size * element_size
+
+
+def _ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def rope_params(cfg: dict) -> dict:
+    """Normalise the two spellings: transformers 5 `rope_parameters` and the older
+    `rope_theta` + `rope_scaling`."""
+    params = dict(cfg.get("rope_parameters") or {})
+    if "rope_theta" not in params:
+        params["rope_theta"] = float(cfg.get("rope_theta", 10000.0))
+    scaling = cfg.get("rope_scaling") or {}
+    for key, value in scaling.items():
+        params.setdefault(key, value)
+    kind = params.get("rope_type") or params.get("type") or "default"
+    params["rope_type"] = kind
+    params.pop("type", None)
+    for key in ("partial_rotary_factor",):
+        if key in cfg and key not in params:
+            params[key] = cfg[key]
+    return params
+
+
+def from_hf_dict(cfg: dict) -> ModelConfig:
+    cfg = cfg.get("text_config", cfg)
+    model_type = cfg.get("model_type", "llama")
+    if model_type not in SUPPORTED:
+        raise InputError(f"model type {model_type!r} is not supported by the ktcli engine (use --engine hf)")
+    n_heads = int(cfg["num_attention_heads"])
+    hidden = int(cfg["hidden_size"])
+    n_layers = int(cfg["num_hidden_layers"])
+    head_dim = int(cfg.get("head_dim") or hidden // n_heads)
+
+    windows: list[int | None] = [None] * n_layers
+    layer_types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if layer_types:
+        windows = [int(window) if t == "sliding_attention" and window else None for t in layer_types]
+    elif model_type == "mistral" and window:
+        windows = [int(window)] * n_layers
+    elif model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window") and window:
+        first = int(cfg.get("max_window_layers", n_layers))
+        windows = [int(window) if i >= first else None for i in range(n_layers)]
+
+    default_bias = bool(cfg.get("attention_bias", False))
+    return ModelConfig(
+        model_type=model_type,
+        vocab_size=int(cfg["vocab_size"]),
+        hidden_size=hidden,
+        intermediate_size=int(cfg["intermediate_size"]),
+        n_layers=n_layers,
+        n_heads=n_heads,
+        n_kv_heads=int(cfg.get("num_key_value_heads") or n_heads),
+        head_dim=head_dim,
+        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        max_position=int(cfg.get("max_position_embeddings", 2048)),
+        rope=rope_params(cfg),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        # Qwen2 always has q/k/v biases; its config does not say so.
+        qkv_bias=True if model_type == "qwen2" else default_bias,
+        o_bias=default_bias if model_type != "qwen2" else False,
+        mlp_bias=bool(cfg.get("mlp_bias", False)),
+        qk_norm=model_type == "qwen3",
+        sliding_windows=tuple(windows),
+        bos_token_id=cfg.get("bos_token_id"),
+        eos_token_ids=_ids(cfg.get("eos_token_id")),
+    )
+
+
+def load_config(model_dir: Path) -> ModelConfig:
+    path = Path(model_dir) / "config.json"
+    if not path.is_file():
+        raise InputError(f"{model_dir}: no config.json")
+    return from_hf_dict(json.loads(path.read_text()))
+
+
+def from_gguf_metadata(fields: dict) -> ModelConfig:
+    """Shape from GGUF key/values (`general.architecture`, `<arch>.block_count`, ...),
+    for a GGUF file loaded without a config.json."""
+    arch = fields["general.architecture"]
+    model_type = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral"}.get(arch)
+    if model_type is None:
+        raise InputError(f"GGUF architecture {arch!r} is not supported by the ktcli engine")
+
+    def get(key, default=None):
+        return fields.get(f"{arch}.{key}", default)
+
+    n_heads = int(get("attention.head_count"))
+    hidden = int(get("embedding_length"))
+    cfg = {
+        "model_type": model_type,
+        "vocab_size": int(get("vocab_size", 0) or fields.get("tokenizer.ggml.tokens_count", 0)),
+        "hidden_size": hidden,
+        "intermediate_size": int(get("feed_forward_length")),
+        "num_hidden_layers": int(get("block_count")),
+        "num_attention_heads": n_heads,
+        "num_key_value_heads": int(get("attention.head_count_kv", n_heads)),
+        "head_dim": int(get("attention.key_length", hidden // n_heads)),
+        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
+        "max_position_embeddings": int(get("context_length", 2048)),
+        "rope_theta": float(get("rope.freq_base", 10000.0)),
+        "bos_token_id": fields.get("tokenizer.ggml.bos_token_id"),
+        "eos_token_id": fields.get("tokenizer.ggml.eos_token_id"),
+    }
+    scaling = get("rope.scaling.type")
+    if scaling and scaling != "none":
+        cfg["rope_scaling"] = {
+            "rope_type": scaling,
+            "factor": float(get("rope.scaling.factor", 1.0)),
+            "original_max_position_embeddings": int(get("rope.scaling.original_context_length", 0) or 0),
+        }
+    return from_hf_dict(cfg)

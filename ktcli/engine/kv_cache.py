@@ -1,0 +1,60 @@
+"""The paged KV cache: the tensors, allocated once. The block manager decides who owns
+which page; this module only stores.
+
+Layout per layer: pages [num_blocks, block_size, n_kv_heads, head_dim] (the layout of
+`kernels.layout`), kept as one flat slot axis [num_blocks * block_size, H, D] so a slot
+index addresses a token row and a run of consecutive pages is one strided view.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ktcli.errors import OutOfMemoryError
+
+
+class PagedKVCache:
+    """`__init__` records the shape; `allocate(num_blocks)` creates the tensors once."""
+
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype):
+        self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
+        self.block_size, self.dtype = block_size, dtype
+        self.num_blocks = 0
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+
+    @property
+    def bytes_per_block(self) -> int:
+        element = torch.empty(0, dtype=self.dtype).element_size()
+        return 2 * self.n_layers * self.block_size * self.n_kv_heads * self.head_dim * element
+
+    def blocks_for_budget(self, budget_bytes: int) -> int:
+        return budget_bytes // self.bytes_per_block
+
+    def allocate(self, num_blocks: int) -> None:
+        if num_blocks < 1:
+            raise OutOfMemoryError(
+                f"KV memory budget is below one page ({self.bytes_per_block} bytes for {self.block_size} tokens)"
+            )
+        slots = num_blocks * self.block_size
+        try:
+            # One tensor per kind for all layers; torch.empty leaves pages untouched until
+            # written, so resident memory grows with use, not with the budget.
+            k = torch.empty(self.n_layers, slots, self.n_kv_heads, self.head_dim, dtype=self.dtype)
+            v = torch.empty(self.n_layers, slots, self.n_kv_heads, self.head_dim, dtype=self.dtype)
+        except RuntimeError as e:  # allocation failure
+            raise OutOfMemoryError(f"cannot allocate a KV cache of {num_blocks} pages: {e}") from None
+        self.num_blocks = num_blocks
+        self.k = list(k.unbind(0))  # per layer [slots, H, D], views of the one tensor
+        self.v = list(v.unbind(0))
+        self._k_all, self._v_all = k, v
+
+    def pages(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of one layer as [num_blocks, block_size, H, D] (the kernels layout)."""
+        # [slots, H, D] -> [NB, BS, H, D]
+        shape = (self.num_blocks, self.block_size, self.n_kv_heads, self.head_dim)
+        return self.k[layer].view(shape), self.v[layer].view(shape)
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.num_blocks * self.bytes_per_block

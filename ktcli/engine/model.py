@@ -1,0 +1,125 @@
+"""The decoder: embedding, N x (attention + gated MLP), final norm, LM head.
+
+One forward runs a *step*: the new tokens of several sequences flattened into [T, hidden]
+rows (prefill chunks or one token each in decode). Matmuls run on all rows at once;
+attention runs per sequence over its pages. The layer loop is written out flat, with
+fused weights, so a decode step costs a few torch calls per layer and Python stays a
+small share of the time.
+
+Weight dtypes: fp32 runs everything in fp32. bf16 keeps the weights in bf16 (half the
+bytes to read per token, which is what bounds decode on a CPU) and the residual stream,
+norms, RoPE, attention and logits in fp32. On CPUs without native bf16 matmul (AVX2) a
+bf16 GEMM with more than a couple of rows is slow, so wide steps (prefill) widen each
+weight to fp32 on the fly and run the fp32 GEMM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from ktcli.engine.attention import SeqAttn, attend, store_kv
+from ktcli.engine.config import ModelConfig
+from ktcli.engine.kv_cache import PagedKVCache
+from ktcli.engine.rope import RotaryTable
+from ktcli.engine.weights import ModelWeights
+
+
+@dataclass
+class Step:
+    """What one forward needs beyond token ids, built once by the runner."""
+
+    positions: torch.Tensor  # [T] int64
+    slot_mapping: torch.Tensor  # [T] int64, where each row's K/V go
+    seqs: list[SeqAttn]
+    logit_rows: torch.Tensor | None  # rows to compute logits for (None: every row)
+    max_len: int  # longest sequence after the step (RoPE tables, dynamic NTK)
+    windows: set = field(default_factory=lambda: {None})
+
+
+class Model:
+    # Up to this many rows a bf16 weight is used as is (a few matrix-vector products);
+    # beyond, it is widened to fp32 for one GEMM. Measured on AVX2: bf16 cost grows
+    # linearly with rows while fp32 GEMM barely grows, and they cross near 2-4 rows.
+    BF16_MAX_ROWS = 2
+
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights, kv: PagedKVCache):
+        self.cfg, self.w, self.kv = cfg, weights, kv
+        self.rope = RotaryTable(cfg.rope, cfg.head_dim, cfg.max_position)
+        self.wdtype = weights.embed.dtype
+        self.scale = cfg.head_dim**-0.5
+        self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
+
+    # -- matmuls ------------------------------------------------------------------
+
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
+        if w.dtype == torch.float32:
+            return F.linear(x, w, b)
+        if rows <= self.BF16_MAX_ROWS:
+            y = F.linear(x.to(w.dtype), w).float()
+        else:
+            y = F.linear(x, w.float())
+        return y if b is None else y + b
+
+    def _linear_add(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
+        """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
+        if w.dtype == torch.float32 and b is None:
+            return torch.addmm(x, a, w.t())
+        return x + self._linear(a, w, b, rows)
+
+    # -- forward ------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def forward(self, ids: torch.Tensor, step: Step) -> torch.Tensor:
+        """ids [T] -> logits [R, vocab] float32 for step.logit_rows (R = T when None)."""
+        cfg, w = self.cfg, self.w
+        T = ids.shape[0]
+        H, Hq, Hkv, D = cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+        q_size, qk_size, inter = cfg.q_size, cfg.q_size + cfg.kv_size, cfg.intermediate_size
+        eps = cfg.rms_eps
+        lin, lin_add = self._linear, self._linear_add
+
+        x = F.embedding(ids, w.embed).float()  # [T, H]
+        # [T, D/2] complex -> [T, 1, D/2]: one rotation per position, broadcast over heads
+        rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)
+        one_seq = len(step.seqs) == 1
+        for li, lw in enumerate(w.layers):
+            h = F.rms_norm(x, (H,), lw.in_norm, eps)
+            qkv = lin(h, lw.qkv, lw.qkv_bias, T)  # [T, q + 2 kv]
+            # [T, q + kv] -> [T, Hq + Hkv, D/2, 2]: q and k heads rotated in one multiply
+            qk = qkv[:, :qk_size].view(T, Hq + Hkv, D // 2, 2)
+            if cfg.qk_norm:
+                qk = self._qk_norm(qk, lw, T)
+            qk = torch.view_as_real(torch.view_as_complex(qk) * rot).view(T, Hq + Hkv, D)
+            q, k = qk[:, :Hq], qk[:, Hq:]  # [T, Hq, D], [T, Hkv, D]
+            v = qkv[:, qk_size:].view(T, Hkv, D)
+            kc, vc = self.kv.k[li], self.kv.v[li]
+            store_kv(kc, vc, k, v, step.slot_mapping)
+            window = self.windows[li]
+            if one_seq:
+                o = attend(q, kc, vc, step.seqs[0], window, self.scale).reshape(T, q_size)
+            else:
+                o = torch.cat(
+                    [attend(q[s.start : s.start + s.n], kc, vc, s, window, self.scale) for s in step.seqs]
+                ).reshape(T, q_size)  # [T, Hq, D] -> [T, q]
+            x = lin_add(x, o, lw.o, lw.o_bias, T)
+            h = F.rms_norm(x, (H,), lw.post_norm, eps)
+            gu = lin(h, lw.gate_up, lw.gate_up_bias, T)  # [T, 2 * inter]
+            a = F.silu(gu[:, :inter]) * gu[:, inter:]
+            x = lin_add(x, a, lw.down, lw.down_bias, T)
+
+        if step.logit_rows is not None:
+            x = x.index_select(0, step.logit_rows)  # [R, H]
+        x = F.rms_norm(x, (H,), w.norm, eps)
+        return lin(x, w.lm_head, None, x.shape[0])  # [R, vocab]
+
+    def _qk_norm(self, qk: torch.Tensor, lw, T: int) -> torch.Tensor:
+        cfg = self.cfg
+        D = cfg.head_dim
+        # [T, Hq + Hkv, D/2, 2] -> [T, Hq + Hkv, D] (a copy: qk is a strided slice)
+        flat = qk.reshape(T, cfg.n_heads + cfg.n_kv_heads, D)
+        q = F.rms_norm(flat[:, : cfg.n_heads], (D,), lw.q_norm, cfg.rms_eps)
+        k = F.rms_norm(flat[:, cfg.n_heads :], (D,), lw.k_norm, cfg.rms_eps)
+        return torch.cat([q, k], dim=1).view(T, cfg.n_heads + cfg.n_kv_heads, D // 2, 2)

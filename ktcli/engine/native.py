@@ -1,0 +1,209 @@
+"""NativeBackend: ktcli's own engine behind the `Backend` protocol.
+
+    backend = NativeBackend.load(model_dir, weights="bf16", threads=2)
+    for delta in backend.stream_chat(messages, SamplingParams(max_new_tokens=128)):
+        ...
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import torch
+
+from ktcli.engine.backend import GenStats, Message, SamplingParams
+from ktcli.engine.block_manager import BlockManager
+from ktcli.engine.config import ModelConfig, load_config
+from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
+from ktcli.engine.kv_cache import PagedKVCache
+from ktcli.engine.model import Model
+from ktcli.engine.runner import Engine
+from ktcli.engine.weights import load_weights
+from ktcli.errors import InputError
+
+# Default KV budget: room for this many full context windows, capped by a share of RAM.
+_DEFAULT_WINDOWS = 4
+_DEFAULT_RAM_SHARE = 0.3
+_MAX_DEFAULT_WINDOW = 32768  # tokens per window counted for the default budget
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+class NativeBackend:
+    name = "ktcli"
+
+    def __init__(self, cfg: ModelConfig, engine: Engine, tokenizer, kv: PagedKVCache, weights_name: str, weight_bytes: int):
+        self.cfg, self.engine, self.tokenizer, self.kv = cfg, engine, tokenizer, kv
+        self.context_window = cfg.max_position
+        self.weights_name, self.weight_bytes = weights_name, weight_bytes
+        self._stats = GenStats()
+        self.eos_ids = self._eos_ids(tokenizer, cfg)
+        backend_tok = getattr(tokenizer, "backend_tokenizer", None)
+        if backend_tok is not None:
+            self._decode = lambda ids: backend_tok.decode(ids, skip_special_tokens=True)
+        else:
+            self._decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+
+    # -- loading ------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        model_dir: Path,
+        *,
+        weights: str = "fp32",
+        threads: int = 0,
+        block_size: int = 16,
+        kv_budget_bytes: int | None = None,
+        prefill_chunk: int = 512,
+        kv_dtype: str = "fp32",
+    ) -> "NativeBackend":
+        """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
+        are converted to such a folder once by `model_store.ensure_hf_dir`."""
+        from transformers import AutoTokenizer
+
+        if threads > 0:
+            torch.set_num_threads(threads)
+        model_dir = Path(model_dir)
+        cfg = load_config(model_dir)
+        w = load_weights(model_dir, cfg, weights)
+        # fp32 pages by default: on AVX2 CPUs SDPA over bf16 pages is several times slower.
+        kv_torch = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(kv_dtype)
+        if kv_torch is None:
+            raise InputError(f"kv dtype {kv_dtype!r}: choose fp32, bf16 or fp16")
+        kv = PagedKVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, block_size, kv_torch)
+        if kv_budget_bytes is None:
+            window = min(cfg.max_position, _MAX_DEFAULT_WINDOW)
+            element = torch.empty(0, dtype=kv_torch).element_size()
+            want = _DEFAULT_WINDOWS * window * cfg.kv_bytes_per_token(element)
+            kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * psutil.virtual_memory().available))
+        kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
+        model = Model(cfg, w, kv)
+        engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk)
+        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
+
+    @staticmethod
+    def _eos_ids(tokenizer, cfg: ModelConfig) -> frozenset[int]:
+        ids = set(cfg.eos_token_ids)
+        if tokenizer.eos_token_id is not None:
+            ids.add(int(tokenizer.eos_token_id))
+        gen_cfg = Path(getattr(tokenizer, "name_or_path", "")) / "generation_config.json"
+        if gen_cfg.is_file():
+            eos = json.loads(gen_cfg.read_text()).get("eos_token_id")
+            ids.update([eos] if isinstance(eos, int) else (eos or []))
+        return frozenset(ids)
+
+    # -- tokens -------------------------------------------------------------------
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def chat_ids(self, messages: list[Message]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        if isinstance(out, dict) or hasattr(out, "keys"):
+            out = out["input_ids"]
+        return list(out)
+
+    def prompt_tokens(self, messages: list[Message]) -> int:
+        return len(self.chat_ids(messages))
+
+    # -- generation ---------------------------------------------------------------
+
+    def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
+        yield from self.stream_ids(self.chat_ids(messages), params)
+
+    def stream_ids(self, prompt: list[int], params: SamplingParams) -> Iterator[str]:
+        detok = IncrementalDetokenizer(self._decode, prompt)
+        stops = StopStrings(params.stop)
+        gen = self.engine.generate([prompt], params, self.eos_ids)
+        try:
+            for _, tok in gen:
+                text = stops.feed(detok.push(tok))
+                if text:
+                    yield text
+                if stops.stopped:
+                    break
+            if not stops.stopped:
+                tail = stops.feed(detok.flush()) + stops.flush()
+                if tail:
+                    yield tail
+        finally:
+            gen.close()
+            self._record()
+
+    def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
+        return self.generate_ids_batch([self.chat_ids(m) for m in batch], params)[0]
+
+    def generate_ids_batch(self, prompts: list[list[int]], params: SamplingParams) -> tuple[list[str], list[list[int]]]:
+        """Texts and token ids for several prompts, run together."""
+        detoks = [IncrementalDetokenizer(self._decode, p) for p in prompts]
+        stops = [StopStrings(params.stop) for _ in prompts]
+        texts = [[] for _ in prompts]
+        ids = [[] for _ in prompts]
+        gen = self.engine.generate(prompts, params, self.eos_ids)
+        try:
+            for i, tok in gen:
+                if stops[i].stopped:
+                    continue
+                ids[i].append(tok)
+                texts[i].append(stops[i].feed(detoks[i].push(tok)))
+                if stops[i].stopped:
+                    self.engine.abort(i)
+        finally:
+            gen.close()
+            self._record()
+        for i in range(len(prompts)):
+            if not stops[i].stopped:
+                texts[i].append(stops[i].feed(detoks[i].flush()) + stops[i].flush())
+        return ["".join(t) for t in texts], ids
+
+    def generate_ids(self, prompts: list[list[int]], params: SamplingParams) -> list[list[int]]:
+        """Token ids only (EOS excluded): the form tests compare with transformers."""
+        out = [[] for _ in prompts]
+        for i, tok in self.engine.generate(prompts, params, self.eos_ids):
+            out[i].append(tok)
+        self._record()
+        return out
+
+    def prompt_logits(self, ids: list[int]) -> torch.Tensor:
+        return self.engine.prompt_logits(ids)
+
+    # -- figures ------------------------------------------------------------------
+
+    def _record(self) -> None:
+        st = self.engine.stats
+        page_bytes = self.kv.bytes_per_block
+        self._stats = GenStats(
+            prompt_tokens=st.prompt_tokens,
+            new_tokens=st.new_tokens,
+            prefill_s=st.prefill_s,
+            decode_s=st.decode_s,
+            ttft_s=st.ttft_s,
+            extra={
+                "engine": "ktcli",
+                "weights": self.weights_name,
+                "weight_bytes": self.weight_bytes,
+                "prefill_tok_s": st.prefill_tokens / st.prefill_s if st.prefill_s else 0.0,
+                "decode_tok_s": st.decode_tokens / st.decode_s if st.decode_s else 0.0,
+                "kv_pages_peak": st.peak_pages,
+                "kv_pages_in_use": self.engine.blocks.num_used,
+                "kv_pages_total": self.kv.num_blocks,
+                "kv_page_bytes": page_bytes,
+                "kv_bytes_peak": st.peak_pages * page_bytes,
+                "kv_bytes_allocated": self.kv.allocated_bytes,
+                "preemptions": st.preemptions,
+                "peak_rss_mb": peak_rss_mb(),
+            },
+        )
+
+    @property
+    def last_stats(self) -> GenStats:
+        return self._stats

@@ -1,0 +1,246 @@
+"""Scheduler and step loop: turns sequences into model steps and sampled tokens.
+
+Every step processes, for each scheduled sequence, the tokens whose K/V are not cached
+yet: a chunk of the prompt (prefill) or the one token sampled last (decode). Prefill
+steps go first, packing chunks of several prompts up to `prefill_chunk` tokens, so no
+step ever builds more than a [chunk, context] score matrix; once every running sequence
+has its prompt cached, decode steps advance all of them together.
+
+Memory: a sequence is admitted with pages for its whole prompt; decode adds a page when
+the last one fills. When a page is missing, the most recently admitted other sequence
+is preempted (its pages freed, recomputed later); a sequence that cannot fit alone
+raises OutOfMemoryError. Nothing is ever overwritten.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+
+from ktcli.engine.attention import SeqAttn, block_slots, make_masks
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.block_manager import BlockManager
+from ktcli.engine.model import Model, Step
+from ktcli.engine.sampler import make_generator, sample
+from ktcli.engine.sequence import Sequence, Status
+from ktcli.errors import OutOfMemoryError
+
+
+@dataclass
+class RunStats:
+    prompt_tokens: int = 0
+    prefill_tokens: int = 0  # includes recomputation after preemption
+    new_tokens: int = 0
+    decode_tokens: int = 0  # tokens produced by decode steps (the first comes from prefill)
+    prefill_s: float = 0.0
+    decode_s: float = 0.0
+    ttft_s: float = 0.0
+    peak_pages: int = 0
+    preemptions: int = 0
+    steps: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class Engine:
+    def __init__(self, model: Model, blocks: BlockManager, prefill_chunk: int = 512, max_batch: int = 64):
+        self.model, self.blocks = model, blocks
+        self.block_size = blocks.block_size
+        self.prefill_chunk = max(1, prefill_chunk)
+        self.max_batch = max_batch
+        self.context_window = model.cfg.max_position
+        self.windows = set(model.windows) | {None}
+        self.stats = RunStats()
+        self._aborted: set[int] = set()
+        self._next_id = 0
+        self._current: list[Sequence] = []
+
+    # -- public -------------------------------------------------------------------
+
+    def abort(self, index: int) -> None:
+        """Stop the sequence of prompt `index` in the running `generate` call (a stop
+        string matched, say); its pages are freed before the next step."""
+        self._aborted.add(self._current[index].seq_id)
+
+    def generate(
+        self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset()
+    ) -> Iterator[tuple[int, int]]:
+        """Yield (prompt index, token id) as tokens are produced, until every sequence
+        finishes (EOS, max tokens, context window or abort). EOS is not yielded."""
+        self.stats = RunStats(prompt_tokens=sum(len(p) for p in prompts))
+        seqs = []
+        for p in prompts:
+            if not p:
+                raise ValueError("empty prompt")
+            s = Sequence(self._next_id, list(p), len(p), params.max_new_tokens, generator=make_generator(params))
+            self._next_id += 1
+            seqs.append(s)
+        index = {s.seq_id: i for i, s in enumerate(seqs)}
+        self._current = seqs
+        waiting: deque[Sequence] = deque(s for s in seqs if s.max_new_tokens > 0)
+        running: list[Sequence] = []
+        start = time.perf_counter()
+        try:
+            while waiting or running:
+                self._drop_aborted(running, waiting)
+                self._admit(waiting, running)
+                if not running:
+                    break
+                prefill = [s for s in running if s.in_prefill]
+                if prefill:
+                    t0 = time.perf_counter()
+                    produced = self._step(self._take_chunks(prefill), params)
+                    self.stats.prefill_s += time.perf_counter() - t0
+                    if produced and not self.stats.ttft_s:
+                        self.stats.ttft_s = time.perf_counter() - start
+                else:
+                    self._ensure_decode_pages(running, waiting)
+                    batch = [(s, 1) for s in running[: self.max_batch]]
+                    t0 = time.perf_counter()
+                    produced = self._step(batch, params)
+                    self.stats.decode_s += time.perf_counter() - t0
+                    self.stats.decode_tokens += len(produced)
+                self.stats.peak_pages = max(self.stats.peak_pages, self.blocks.num_used)
+                for s, tok in produced:
+                    self._finish_if_done(s, tok, eos_ids)
+                    if s.finish_reason != "stop":
+                        self.stats.new_tokens += 1
+                        yield index[s.seq_id], tok
+                    if s.status is Status.FINISHED:
+                        running.remove(s)
+                        self.blocks.free(s.block_table)
+        finally:
+            # A consumer that stops early (or an error) must not leak pages.
+            for s in seqs:
+                if s.block_table:
+                    self.blocks.free(s.block_table)
+            self._aborted.clear()
+
+    @torch.inference_mode()
+    def prompt_logits(self, ids: list[int]) -> torch.Tensor:
+        """Logits [n, vocab] at every position of one prompt, computed with the same
+        chunked, paged prefill as generation (for tests and the benchmark)."""
+        s = Sequence(self._next_id, list(ids), len(ids), 0)
+        self._next_id += 1
+        try:
+            self.blocks.grow(s.block_table, len(ids))
+            out = []
+            while s.pending:
+                n = min(s.pending, self.prefill_chunk)
+                step, _ = self._build_step([(s, n)], all_rows=True)
+                out.append(self.model.forward(torch.tensor(s.token_ids[s.num_cached : s.num_cached + n]), step))
+                s.num_cached += n
+            return torch.cat(out)
+        finally:
+            self.blocks.free(s.block_table)
+
+    # -- scheduling ---------------------------------------------------------------
+
+    def _admit(self, waiting: deque[Sequence], running: list[Sequence]) -> None:
+        while waiting and len(running) < self.max_batch:
+            s = waiting[0]
+            # Pages for the prompt (or prompt + generated, after a preemption).
+            if not self.blocks.can_grow(s.block_table, s.num_tokens):
+                if not running:
+                    self.blocks.grow(s.block_table, s.num_tokens)  # raises OutOfMemoryError
+                return
+            self.blocks.grow(s.block_table, s.num_tokens)
+            s.status = Status.RUNNING
+            running.append(waiting.popleft())
+
+    def _ensure_decode_pages(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
+        for s in list(running):
+            if s not in running:
+                continue  # preempted below for an earlier sequence
+            while not self.blocks.can_grow(s.block_table, s.num_tokens):
+                victims = [v for v in running if v is not s]
+                if not victims:
+                    self.blocks.grow(s.block_table, s.num_tokens)  # raises OutOfMemoryError
+                victim = victims[-1]  # the most recently admitted
+                running.remove(victim)
+                self.blocks.free(victim.block_table)
+                victim.num_cached, victim.status = 0, Status.WAITING
+                waiting.appendleft(victim)
+                self.stats.preemptions += 1
+            self.blocks.grow(s.block_table, s.num_tokens)
+
+    def _take_chunks(self, prefill: list[Sequence]) -> list[tuple[Sequence, int]]:
+        budget, batch = self.prefill_chunk, []
+        for s in prefill:
+            if budget <= 0:
+                break
+            n = min(s.pending, budget)
+            batch.append((s, n))
+            budget -= n
+        return batch
+
+    def _drop_aborted(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
+        if not self._aborted:
+            return
+        for group in (running, waiting):
+            for s in list(group):
+                if s.seq_id in self._aborted:
+                    group.remove(s)
+                    s.status, s.finish_reason = Status.FINISHED, "abort"
+                    self.blocks.free(s.block_table)
+
+    def _finish_if_done(self, s: Sequence, tok: int, eos_ids) -> None:
+        if tok in eos_ids:
+            s.status, s.finish_reason = Status.FINISHED, "stop"
+        elif s.num_generated >= s.max_new_tokens or s.num_tokens >= self.context_window:
+            s.status, s.finish_reason = Status.FINISHED, "length"
+
+    # -- one step -----------------------------------------------------------------
+
+    def _build_step(self, batch: list[tuple[Sequence, int]], all_rows: bool = False) -> tuple[Step, list[int]]:
+        positions, slots, seq_attn, last_rows = [], [], [], []
+        row = 0
+        max_len = 0
+        bs = self.block_size
+        for s, n in batch:
+            lo, ctx = s.num_cached, s.num_cached + n
+            first, slot_index = block_slots(s.block_table, bs, ctx)
+            positions.append(torch.arange(lo, ctx))
+            if first is not None:
+                slots.append(torch.arange(first + lo, first + ctx))
+            else:
+                slots.append(slot_index[lo:ctx])
+            seq_attn.append(SeqAttn(row, n, ctx, first, slot_index, make_masks(n, ctx, self.windows)))
+            row += n
+            last_rows.append(row - 1)
+            max_len = max(max_len, ctx)
+        step = Step(
+            positions=torch.cat(positions) if len(positions) > 1 else positions[0],
+            slot_mapping=torch.cat(slots) if len(slots) > 1 else slots[0],
+            seqs=seq_attn,
+            logit_rows=None if all_rows else torch.tensor(last_rows),
+            max_len=max_len,
+            windows=self.windows,
+        )
+        return step, last_rows
+
+    def _step(self, batch: list[tuple[Sequence, int]], params: SamplingParams) -> list[tuple[Sequence, int]]:
+        """Run one forward; sample for the sequences whose pending tokens are all in."""
+        step, _ = self._build_step(batch)
+        ids = [t for s, n in batch for t in s.token_ids[s.num_cached : s.num_cached + n]]
+        logits = self.model.forward(torch.tensor(ids), step)  # [B, vocab]
+        self.stats.steps += 1
+        done, rows = [], []
+        for i, (s, n) in enumerate(batch):
+            s.num_cached += n
+            if s.num_cached == s.num_tokens:
+                done.append(s)
+                rows.append(i)
+            if s.num_generated == 0 or n > 1:
+                self.stats.prefill_tokens += n
+        if not done:
+            return []
+        if len(rows) != len(batch):
+            logits = logits[rows]
+        tokens = sample(logits, params, [s.generator for s in done])
+        for s, t in zip(done, tokens):
+            s.token_ids.append(t)
+        return list(zip(done, tokens))

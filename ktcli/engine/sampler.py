@@ -1,0 +1,39 @@
+"""Next-token choice: greedy, or temperature with optional top-k and top-p."""
+
+from __future__ import annotations
+
+import torch
+
+from ktcli.engine.backend import SamplingParams
+
+
+def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]) -> list[int]:
+    """logits [B, vocab] float32 -> one token id per row. Each row draws from its own
+    generator, so a sequence samples the same tokens alone or in a batch."""
+    if params.temperature <= 0:
+        return logits.argmax(dim=-1).tolist()
+    scaled = logits / params.temperature
+    if params.top_k > 0 and params.top_k < scaled.shape[-1]:
+        kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # [B, 1]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, order = torch.sort(scaled, dim=-1, descending=True)
+        probs = sorted_logits.softmax(-1)
+        # Drop a token when the tokens ranked above it already reach top_p (the first
+        # token is always kept).
+        drop = probs.cumsum(-1) - probs >= params.top_p
+        sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
+        scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
+    probs = scaled.softmax(-1)
+    return [int(torch.multinomial(probs[i], 1, generator=g).item()) for i, g in enumerate(generators)]
+
+
+def make_generator(params: SamplingParams) -> torch.Generator | None:
+    if params.temperature <= 0:
+        return None
+    g = torch.Generator()
+    if params.seed is not None:
+        g.manual_seed(params.seed)
+    else:
+        g.seed()
+    return g

@@ -1,0 +1,46 @@
+"""One request moving through the engine: its tokens, its pages, its progress."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+
+import torch
+
+
+class Status(Enum):
+    WAITING = "waiting"  # no pages yet (or preempted: pages given back, recompute later)
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False)
+class Sequence:
+    seq_id: int
+    token_ids: list[int]  # prompt followed by generated tokens
+    prompt_len: int
+    max_new_tokens: int
+    block_table: list[int] = field(default_factory=list)
+    num_cached: int = 0  # tokens whose K/V are in the cache
+    status: Status = Status.WAITING
+    finish_reason: str | None = None
+    generator: torch.Generator | None = None  # sampling RNG, per sequence
+
+    @property
+    def num_tokens(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def num_generated(self) -> int:
+        return len(self.token_ids) - self.prompt_len
+
+    @property
+    def pending(self) -> int:
+        """Tokens whose K/V still have to be computed (prompt in prefill, 1 in decode)."""
+        return len(self.token_ids) - self.num_cached
+
+    @property
+    def in_prefill(self) -> bool:
+        # More than the last sampled token is missing: the prompt (or a recompute after
+        # preemption) is not cached yet.
+        return self.pending > 1 or self.num_generated == 0

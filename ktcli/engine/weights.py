@@ -1,0 +1,148 @@
+"""Load a safetensors folder into the engine's layout: q/k/v fused into one matrix and
+gate/up into another (fewer, bigger matmuls), q/k rows permuted for interleaved RoPE,
+cast to the weight dtype one tensor at a time so peak memory stays near the final size.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from ktcli.engine.config import ModelConfig
+from ktcli.engine.rope import interleave_permutation
+from ktcli.errors import InputError
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+@dataclass
+class LayerWeights:
+    in_norm: torch.Tensor  # [hidden] fp32
+    qkv: torch.Tensor  # [q_size + 2 kv_size, hidden]
+    qkv_bias: torch.Tensor | None  # fp32
+    o: torch.Tensor  # [hidden, q_size]
+    o_bias: torch.Tensor | None
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor  # [2 * intermediate, hidden]: gate rows first
+    gate_up_bias: torch.Tensor | None
+    down: torch.Tensor  # [hidden, intermediate]
+    down_bias: torch.Tensor | None
+    q_norm: torch.Tensor | None  # [head_dim] (Qwen3), permuted like q
+    k_norm: torch.Tensor | None
+
+
+@dataclass
+class ModelWeights:
+    embed: torch.Tensor  # [vocab, hidden]
+    layers: list[LayerWeights]
+    norm: torch.Tensor
+    lm_head: torch.Tensor  # [vocab, hidden]; the embedding itself when tied
+
+    def nbytes(self) -> int:
+        seen, total = set(), 0
+        tensors = [self.embed, self.norm, self.lm_head]
+        for lw in self.layers:
+            tensors += [t for t in vars(lw).values() if t is not None]
+        for t in tensors:
+            if t.data_ptr() not in seen:
+                seen.add(t.data_ptr())
+                total += t.numel() * t.element_size()
+        return total
+
+
+class _Reader:
+    """Tensors by name across the folder's shards, opened lazily (memory-mapped)."""
+
+    def __init__(self, folder: Path):
+        index = folder / "model.safetensors.index.json"
+        if index.is_file():
+            mapping = json.loads(index.read_text())["weight_map"]
+            files = sorted(set(mapping.values()))
+        else:
+            files = [p.name for p in sorted(folder.glob("*.safetensors"))]
+        if not files:
+            raise InputError(f"{folder}: no .safetensors weights")
+        self._handles = [safe_open(str(folder / f), framework="pt") for f in files]
+        self._where = {}
+        for h in self._handles:
+            for name in h.keys():
+                self._where[name] = h
+
+    def has(self, name: str) -> bool:
+        return name in self._where
+
+    def get(self, name: str) -> torch.Tensor:
+        if name not in self._where:
+            raise InputError(f"weights lack tensor {name}")
+        return self._where[name].get_tensor(name)
+
+    def maybe(self, name: str) -> torch.Tensor | None:
+        return self.get(name) if name in self._where else None
+
+
+def _permute_heads(w: torch.Tensor, n_heads: int, head_dim: int, perm: torch.Tensor) -> torch.Tensor:
+    """Reorder each head's rows (dim 0) from half-split to interleaved pairs."""
+    rest = w.shape[1:]
+    # [heads * D, ...] -> [heads, D, ...] -> permute D -> [heads * D, ...]
+    return w.reshape(n_heads, head_dim, *rest)[:, perm].reshape(n_heads * head_dim, *rest)
+
+
+def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32") -> ModelWeights:
+    if weights not in DTYPES:
+        raise InputError(f"--weights {weights}: choose one of {', '.join(DTYPES)}")
+    dtype = DTYPES[weights]
+    r = _Reader(Path(folder))
+    perm = interleave_permutation(cfg.head_dim)
+    f32 = torch.float32
+
+    def mat(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype).contiguous()
+
+    def vec(t: torch.Tensor | None) -> torch.Tensor | None:
+        return None if t is None else t.to(f32).contiguous()
+
+    layers = []
+    for i in range(cfg.n_layers):
+        p = f"model.layers.{i}."
+        q = _permute_heads(r.get(p + "self_attn.q_proj.weight"), cfg.n_heads, cfg.head_dim, perm)
+        k = _permute_heads(r.get(p + "self_attn.k_proj.weight"), cfg.n_kv_heads, cfg.head_dim, perm)
+        v = r.get(p + "self_attn.v_proj.weight")
+        bias = None
+        if cfg.qkv_bias:
+            qb = _permute_heads(r.get(p + "self_attn.q_proj.bias"), cfg.n_heads, cfg.head_dim, perm)
+            kb = _permute_heads(r.get(p + "self_attn.k_proj.bias"), cfg.n_kv_heads, cfg.head_dim, perm)
+            bias = torch.cat([qb, kb, r.get(p + "self_attn.v_proj.bias")])
+        gate_up = torch.cat([r.get(p + "mlp.gate_proj.weight"), r.get(p + "mlp.up_proj.weight")])
+        gu_bias = None
+        if cfg.mlp_bias:
+            gu_bias = torch.cat([r.get(p + "mlp.gate_proj.bias"), r.get(p + "mlp.up_proj.bias")])
+        q_norm = k_norm = None
+        if cfg.qk_norm:
+            q_norm = r.get(p + "self_attn.q_norm.weight")[perm]
+            k_norm = r.get(p + "self_attn.k_norm.weight")[perm]
+        layers.append(
+            LayerWeights(
+                in_norm=vec(r.get(p + "input_layernorm.weight")),
+                qkv=mat(torch.cat([q, k, v])),
+                qkv_bias=vec(bias),
+                o=mat(r.get(p + "self_attn.o_proj.weight")),
+                o_bias=vec(r.maybe(p + "self_attn.o_proj.bias")) if cfg.o_bias else None,
+                post_norm=vec(r.get(p + "post_attention_layernorm.weight")),
+                gate_up=mat(gate_up),
+                gate_up_bias=vec(gu_bias),
+                down=mat(r.get(p + "mlp.down_proj.weight")),
+                down_bias=vec(r.maybe(p + "mlp.down_proj.bias")) if cfg.mlp_bias else None,
+                q_norm=vec(q_norm),
+                k_norm=vec(k_norm),
+            )
+        )
+    embed = mat(r.get("model.embed_tokens.weight"))
+    if cfg.tie_embeddings or not r.has("lm_head.weight"):
+        lm_head = embed
+    else:
+        lm_head = mat(r.get("lm_head.weight"))
+    return ModelWeights(embed=embed, layers=layers, norm=vec(r.get("model.norm.weight")), lm_head=lm_head)
