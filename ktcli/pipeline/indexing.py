@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 from ktcli.config import Settings
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
@@ -20,5 +22,13 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
     def on_progress(phase: str, done: int, total: int) -> None:
         reporter.progress(phase, done, total)
 
-    return HybridIndex.build(list(prep.chunks), embedder=Embedder(settings.embedder), store=store,
+    return HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder), store=store,
                              on_progress=on_progress)
+
+
+@functools.lru_cache(maxsize=2)
+def _embedder(spec: str):
+    """One embedder per process: loading it costs seconds, and a process may index twice."""
+    from ktcli.retrieval.embedder import Embedder
+
+    return Embedder(spec)

@@ -33,11 +33,11 @@ class FakeBackend:
 
     def _reply(self, messages) -> str:
         content = messages[-1]["content"]
-        question = content.rsplit("Question:", 1)[-1] if "Question:" in content else ""
+        question = content.rsplit("Question:", 1)[-1].split("\n")[0] if "Question:" in content else ""
         qwords = set(WORD.findall(question.lower())) - {"what", "is", "the", "a", "of"}
         best, best_score = "I could not find it.", 0
         for line in content.split("\n"):
-            if line.startswith(("Question:", "Answer", "Update")):
+            if line.startswith(("Question:", "Answer", "Update", "[")):
                 continue
             score = len(qwords & set(WORD.findall(line.lower())))
             if score > best_score:
