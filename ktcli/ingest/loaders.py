@@ -10,7 +10,7 @@ from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.htmltext import html_to_text
-from ktcli.ingest.normalize import UndecodableError, decode_bytes, normalize_text, text_sha256
+from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, normalize_text, text_sha256
 from ktcli.ingest.pdftext import extract_pages
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
@@ -77,7 +77,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if looks_binary(data[:SNIFF_BYTES]):
         raise RejectedInput(display, "binary", f"not text; {_READABLE}")
     try:
-        text = normalize_text(decode_bytes(data))
+        text = normalize_text(_decode(data, kind))
     except UndecodableError as e:
         raise RejectedInput(display, f"undecodable text ({e})", "convert it to UTF-8, e.g. with iconv") from None
     if not text.strip():
@@ -92,6 +92,29 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         return _text_document(text, display, kind, None)
     language = language_from_content(text)
     return _text_document(text, display, "code" if language else "text", language)
+
+
+def _decode(data: bytes, kind: str | None) -> str:
+    """Our decoding policy, except that an HTML page that is not UTF-8 may declare its
+    own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess."""
+    if kind == "html" and bom_encoding(data) is None and not _is_utf8(data):
+        from bs4.dammit import EncodingDetector
+
+        declared = EncodingDetector.find_declared_encoding(data[:4096], is_html=True)
+        if declared:
+            try:
+                return data.decode(declared)
+            except (LookupError, UnicodeDecodeError):
+                pass  # a wrong or unknown declaration: fall back to our policy
+    return decode_bytes(data)
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _text_document(text: str, display: str, kind: str, language: str | None) -> Document:

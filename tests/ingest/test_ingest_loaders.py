@@ -257,3 +257,41 @@ def test_truncated_pdf_is_an_input_error_or_partial(write) -> None:
         assert "\n" not in str(e)
     else:
         assert doc.kind == "pdf"
+
+
+def test_html_declared_charset(write) -> None:
+    page = '<html><head><meta charset="shift_jis"></head><body><p>日本語のテキストです。これはテストです。</p></body></html>'
+    doc = load_one(write("jp.html", page.encode("shift_jis")))
+    assert doc.text == "日本語のテキストです。これはテストです。"
+
+
+def test_pdf_needing_an_extra_package(write, monkeypatch: pytest.MonkeyPatch) -> None:
+    """AES-encrypted PDFs need `cryptography`; without it the user is told so in one line."""
+    from pypdf import PdfReader
+    from pypdf.errors import DependencyError
+
+    def missing(self, password):  # type: ignore[no-untyped-def]
+        raise DependencyError("cryptography>=3.1 is required for AES algorithm")
+
+    data = encrypt_pdf(make_text_pdf([["x"]]), user_password="")
+    monkeypatch.setattr(PdfReader, "decrypt", missing)
+    message = input_error(write("aes.pdf", data))
+    assert "encrypted PDF" in message and "cryptography" in message
+
+
+def test_fifo_as_given_by_process_substitution(tmp_path: Path) -> None:
+    """`ktcli ask <(git diff) ...` names a FIFO: it is read like a file."""
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+
+    def feed() -> None:
+        with open(fifo, "wb") as handle:
+            handle.write(b"diff --git a/x b/x\n--- a/x\n+++ b/x\n@@ -1 +1 @@\n-a\n+b\n")
+
+    writer = threading.Thread(target=feed, daemon=True)
+    writer.start()
+    doc = load_corpus([str(fifo)]).documents[0]
+    writer.join(timeout=5)
+    assert (doc.kind, doc.language) == ("code", "diff")
