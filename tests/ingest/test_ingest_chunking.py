@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, chunk_document, count_tokens, load_corpus
-from ktcli.types import Chunk, Corpus, Document, Page
+from ktcli.types import Chunk, Document, Page
 
 REPO = Path(__file__).resolve().parents[2]
 
