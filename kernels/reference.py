@@ -296,6 +296,9 @@ def gather_kv(layer: PagedKVLayer, block_tables: torch.Tensor, pages: torch.Tens
             v[idx] = layer.stage_v[slot, :, heads[idx]].float()
     pos = logical[..., None] * bs + torch.arange(bs, device=dev)  # [S, H, P, BS]
     pos = torch.where(ok[..., None] & (pos < lens[..., None]), pos, -1)
+    # Rows past the fill are stale memory: zero them so 0-weight * garbage cannot be NaN.
+    dead = (pos < 0)[..., None]  # [S, H, P, BS, 1]
+    k, v = k.masked_fill(dead, 0.0), v.masked_fill(dead, 0.0)
     d = spec.head_dim
     return k.reshape(s_n, h_n, p_n * bs, d), v.reshape(s_n, h_n, p_n * bs, d), pos.reshape(s_n, h_n, p_n * bs)
 
@@ -497,8 +500,10 @@ def chunk_page_plan(q, layer, block_table, start_pos: int, policy: AttentionPoli
         lens = torch.tensor([end], device=dev)
         sel, n_sel = select_pages(scores[None], lens, bs, policy, max_pages=n_total,
                                   last_page=torch.tensor([p_last], device=dev))
-        always = torch.zeros(sel.shape[1], n_total, dtype=torch.bool, device=dev)
-        always.scatter_(1, sel[0].long().clamp(min=0), sel[0] >= 0)
+        # Padding (-1) goes to a spare last column, so it cannot clobber a real page.
+        always = torch.zeros(sel.shape[1], n_total + 1, dtype=torch.bool, device=dev)
+        always.scatter_(1, torch.where(sel[0] >= 0, sel[0].long(), n_total), True)
+        always = always[:, :n_total]
         # Local pages of the last query are in sel too; only sinks and top-k are "always".
         local_last = idx >= p_last - policy.n_local_pages + 1
         always &= ~local_last[None] | (idx < policy.n_sink_pages)[None]
