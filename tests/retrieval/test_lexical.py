@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from ktcli.retrieval.lexical import BM25Index, tokenize
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("parseHttpResponse", ["parsehttpresponse", "parse", "http", "response"]),
+        ("parse_http_response", ["parse_http_response", "parse", "http", "response"]),
+        ("HTTPServer", ["httpserver", "http", "server"]),
+        ("getV2Data", ["getv2data", "get", "v", "2", "data"]),
+        ("MAX_SIZE = 10", ["max_size", "max", "size", "10"]),
+        ("Revenue: $1,000,000 (3.14%)", ["revenue", "1000000", "3.14"]),
+        ("version 2.0.1", ["version", "2.0.1"]),
+        ("Größe café", ["größe", "café"]),
+        ("os.path.join()", ["os", "path", "join"]),
+    ],
+)
+def test_tokenizer(text, expected):
+    assert tokenize(text) == expected
+
+
+def test_empty_and_punctuation_only():
+    assert tokenize("") == []
+    assert tokenize("!!! --- ...") == []
+    assert BM25Index([]).search("anything", 5) == []
+    assert BM25Index(["", "  "]).search("anything", 5) == []
+
+
+DOCS = [
+    "def parse_http_response(raw): headers, body = raw.split('\\n\\n', 1)",
+    "class HttpClient: sends a request and reads the response",
+    "The weather today is sunny with a light breeze.",
+    "def parse_config(path): return toml.load(path)",
+    "Quarterly revenue was $4,200,000, up 12% from last year.",
+]
+
+
+def test_identifier_query_ranks_exact_definition_first():
+    index = BM25Index(DOCS)
+    assert index.search("parse_http_response", 3)[0][0] == 0
+    # camelCase in the question finds the snake_case definition too
+    assert index.search("parseHttpResponse", 3)[0][0] == 0
+
+
+def test_words_find_code_and_numbers_find_prose():
+    index = BM25Index(DOCS)
+    assert index.search("how is an http response parsed", 2)[0][0] in {0, 1}
+    assert index.search("4,200,000", 1)[0][0] == 4
+    assert index.search("4200000", 1)[0][0] == 4
+
+
+def test_no_match_returns_nothing_and_scores_positive():
+    index = BM25Index(DOCS)
+    assert index.search("zebra", 5) == []
+    hits = index.search("parse", 5)
+    assert {i for i, _ in hits} == {0, 3}
+    assert all(s > 0 for _, s in hits)
+
+
+def test_rare_terms_outweigh_common_ones():
+    docs = ["common word " * 3 + "needle", *["common word filler text"] * 20]
+    assert BM25Index(docs).search("common needle", 1)[0][0] == 0
+
+
+def test_length_normalisation_prefers_the_focused_chunk():
+    docs = ["alpha beta", "alpha " + "filler " * 200]
+    assert BM25Index(docs).search("alpha", 2)[0][0] == 0
+    # with b=0 (no length normalisation) both have tf=1 and tie; the index breaks the tie
+    assert [i for i, _ in BM25Index(docs, b=0.0).search("alpha", 2)] == [0, 1]
+
+
+def test_ties_break_by_index_deterministically():
+    docs = ["same text"] * 5
+    assert [i for i, _ in BM25Index(docs).search("same", 3)] == [0, 1, 2]
+
+
+def test_build_5k_chunks_under_2_seconds():
+    """5K chunks of ~256 tokens (about 1M tokens), code and prose mixed."""
+    rng = random.Random(0)
+    vocab = [f"word{i}" for i in range(3000)] + [f"camelCase{i}Name" for i in range(500)] + [
+        f"snake_case_{i}" for i in range(500)
+    ]
+    texts = [" ".join(rng.choices(vocab, k=200)) for _ in range(5000)]
+    t0 = time.process_time()  # CPU time: other work on a shared machine must not fail this
+    index = BM25Index(texts)
+    build_s = time.process_time() - t0
+    assert build_s < 2.0, f"BM25 build took {build_s:.2f}s"
+    t0 = time.process_time()
+    index.search("word1 camelCase7Name snake case", 12)
+    assert time.process_time() - t0 < 0.1
