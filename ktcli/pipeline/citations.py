@@ -103,8 +103,8 @@ def _span_around(lines: list[_Line], i: int, context: int) -> Span:
 def _overlaps(a: Span, b: Span) -> bool:
     if a.path != b.path or a.page != b.page:
         return False
-    if a.line_start is None or b.line_start is None:
-        return True
+    if a.page is not None or a.line_start is None or b.line_start is None:
+        return True  # a page is cited as a whole: two lines of one page are one citation
     return not (a.line_end < b.line_start or b.line_end < a.line_start)  # type: ignore[operator]
 
 

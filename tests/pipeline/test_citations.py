@@ -46,3 +46,9 @@ def test_merge_drops_citations_inside_others():
     narrow = attribute("two", [a])
     merged = merge(wide, narrow)
     assert len(merged) == 1 and merged[0].ref == "a.txt:1-3"
+
+
+def test_one_citation_per_pdf_page():
+    c = chunk("r.pdf", 10, ["Q3 revenue 5.87 million", "filler", "Q3 revenue grew 5.87 percent"], page=3)
+    cites = attribute("Q3 revenue was 5.87 million", [c], context=0)
+    assert [x.ref for x in cites] == ["r.pdf p.3"]
