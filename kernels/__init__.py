@@ -144,16 +144,22 @@ def get_backend() -> str:
     return _backend
 
 
-def _use_triton(t: torch.Tensor) -> bool:
+def _use_triton(t: torch.Tensor, layer: PagedKVLayer) -> bool:
+    """Triton for CUDA tensors (or always, if forced) when the layer's shapes suit the
+    kernels (power-of-two block_size, head_dim, group >= 16); the reference otherwise."""
     if _backend == "reference" or not HAS_TRITON:
         return False
-    return _backend == "triton" or t.is_cuda
+    if not (_backend == "triton" or t.is_cuda):
+        return False
+    from ._page_io import triton_supports
+
+    return triton_supports(layer)
 
 
 def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write K/V rows [N, H, D] to ``slot_mapping`` [N] (block * BS + offset), quantising
     and sealing pages and refreshing the key summaries of every touched block."""
-    if _use_triton(k_new):
+    if _use_triton(k_new, layer):
         from .kv_store import kv_store_triton
 
         return kv_store_triton(layer, k_new, v_new, slot_mapping)
@@ -162,7 +168,7 @@ def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot
 
 def paged_attention_decode(q, layer, block_tables, context_lens, scale, out=None):
     """Dense decode: q [S, HQ, D], one query per sequence -> [S, HQ, D]."""
-    if _use_triton(q):
+    if _use_triton(q, layer):
         from .paged_attention import paged_attention_decode_triton
 
         return paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=out)
@@ -171,7 +177,7 @@ def paged_attention_decode(q, layer, block_tables, context_lens, scale, out=None
 
 def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None):
     """Quest upper bound per page: q [S, HQ, D] -> [S, H or 1, max_pages] float32."""
-    if _use_triton(q):
+    if _use_triton(q, layer):
         from .sparse_attention import score_pages_triton
 
         return score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
@@ -181,7 +187,7 @@ def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None
 def sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None):
     """Decode over the selected logical pages ``selected`` [S, 1 or H, K] (first
     ``n_selected[s]`` valid) -> [S, HQ, D]."""
-    if _use_triton(q):
+    if _use_triton(q, layer):
         from .sparse_attention import sparse_attention_decode_triton
 
         return sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected, context_lens, scale, out=out)
@@ -205,7 +211,7 @@ def attention_decode(q, layer, block_tables, context_lens, scale, policy: Attent
 def paged_prefill_attention(q, layer, block_table, start_pos, scale, policy: AttentionPolicy | None = None, out=None):
     """A chunk of one sequence: q [N, HQ, D] at positions start_pos .. start_pos+N-1,
     causal over its stored pages (the chunk's own K/V stored first) -> [N, HQ, D]."""
-    if _use_triton(q):
+    if _use_triton(q, layer):
         from .prefill_attention import paged_prefill_attention_triton
 
         return paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=policy, out=out)
