@@ -192,17 +192,19 @@ def _embed_missing(
                 on_progress("embed", offset + n, total)
 
         t0 = time.perf_counter()
-        vectors = embedder.embed(texts, on_progress=report)
+        embedded = embedder.embed(texts, on_progress=report)
         embed_s += time.perf_counter() - t0
         done += len(texts)
+        # saved as embedded; used as a later run will load them (see IndexStore.as_stored)
+        usable = store.as_stored(embedded) if store is not None else embedded
         start = 0
         for part in group:
-            part_vectors = vectors[start : start + len(part.positions)]
-            start += len(part.positions)
+            rows = slice(start, start + len(part.positions))
+            start = rows.stop
             for same in by_key[part.key]:
-                same.vectors = part_vectors
+                same.vectors = usable[rows]
             if store is not None:
-                store.save(part.key, part.hashes, part_vectors, _meta(part, chunks))
+                store.save(part.key, part.hashes, embedded[rows], _meta(part, chunks))
     return embed_s, total
 
 

@@ -115,12 +115,14 @@ class IndexStore:
             return None
         if array.ndim != 2 or array.shape[0] != expected_rows or (dim is not None and array.shape[1] != dim):
             return None
-        vectors = array.astype(np.float32)
-        if not np.isfinite(vectors).all():
-            return None
-        # float16 storage rounds the norm slightly off 1; restore exact unit length
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        return vectors / np.maximum(norms, 1e-12)
+        vectors = _restore(array)
+        return vectors if np.isfinite(vectors).all() else None
+
+    def as_stored(self, vectors: np.ndarray) -> np.ndarray:
+        """The vectors exactly as a later load() will return them. A build uses these
+        for what it has just embedded, so rankings do not depend on whether a vector
+        came from the cache or from the model (float16 rounding can reorder near-ties)."""
+        return _restore(np.ascontiguousarray(vectors, dtype=self.dtype))
 
     # -- writing ---------------------------------------------------------------------
 
@@ -237,6 +239,13 @@ class IndexStore:
 
     def _manifest_path(self, key: str) -> Path:
         return self._shard(key) / f"{key}.json"
+
+
+def _restore(stored: np.ndarray) -> np.ndarray:
+    """Stored rows -> float32 unit rows (float16 rounding leaves norms slightly off 1)."""
+    vectors = stored.astype(np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
 
 
 def _fsync_dir(path: Path) -> None:
