@@ -35,6 +35,11 @@ class Settings:
     attention: str = "auto"
     max_memory: str = ""  # e.g. "4GB"; empty: a share of available RAM
     max_seconds: float = 0.0  # latency budget for the planner, 0: none
+    backend: str = "local"  # "local" (load --engine in this process) or "openai" (a server)
+    base_url: str = ""  # the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1
+    api_key: str = ""  # empty: $OPENAI_API_KEY, if set
+    context_window: int = 0  # tokens; 0: what the server says (a smaller value caps it)
+    request_timeout: float = 600.0  # seconds for one server request, retries included
 
     @property
     def cache_path(self) -> Path:
