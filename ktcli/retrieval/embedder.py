@@ -2,6 +2,10 @@
 
 The model loads lazily on the first `embed`, so a run whose embeddings are all cached
 never pays the multi-second model load until it embeds the question.
+
+all-MiniLM-L6-v2 reads at most 256 word pieces per text and truncates the rest. A chunk
+of 256 tiktoken tokens is ~310 word pieces on code (~270 on prose), so the tail of a
+full chunk is seen by BM25 only; the hybrid ranking covers it lexically.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -121,6 +126,7 @@ class Embedder:
         self.batch_size = batch_size
         self.folder, self.name = _resolve(spec)
         self._model: SentenceTransformer | None = None
+        self.load_s = 0.0  # seconds spent loading the model (kept apart from embedding time)
         self._dim = _declared_dim(self.folder)
 
     @property
@@ -137,7 +143,9 @@ class Embedder:
 
     def _load(self) -> SentenceTransformer:
         if self._model is None:
+            t0 = time.perf_counter()
             self._model = _load_model(self.folder, self.device)
+            self.load_s = time.perf_counter() - t0
             self._dim = _model_dim(self._model)
         return self._model
 

@@ -64,7 +64,9 @@ def tokenize(text: str) -> list[str]:
 
 
 class BM25Index:
-    """Okapi BM25 with an inverted index of numpy posting arrays.
+    """Okapi BM25 over an inverted index in CSR form: for term id t, its postings are
+    docs[offsets[t]:offsets[t + 1]] with term frequencies tfs[...] (numpy arrays; the
+    counting is one np.unique, not a Python loop per posting).
 
     idf = ln(1 + (N - df + 0.5) / (df + 0.5)) (the Lucene form: never negative, so a term
     in most documents still counts a little instead of penalising its matches).
@@ -74,35 +76,58 @@ class BM25Index:
         self.k1 = k1
         self.b = b
         self._tokenizer = Tokenizer()
-        postings: dict[str, tuple[list[int], list[int]]] = {}
-        lengths: list[int] = []
-        for doc_id, text in enumerate(texts):
-            terms = self._tokenizer(text)
-            lengths.append(len(terms))
-            for term, tf in Counter(terms).items():
-                ids, tfs = postings.setdefault(term, ([], []))
-                ids.append(doc_id)
-                tfs.append(tf)
+        self._vocab: dict[str, int] = {}
+        flat, lengths = self._term_ids(texts)
         self.n_docs = len(lengths)
         self.doc_len = np.asarray(lengths, dtype=np.float32)
         self.avg_len = float(self.doc_len.mean()) if self.n_docs and self.doc_len.sum() > 0 else 1.0
-        self._postings = {
-            term: (np.asarray(ids, dtype=np.int32), np.asarray(tfs, dtype=np.float32))
-            for term, (ids, tfs) in postings.items()
-        }
+        self._build_postings(flat, lengths)
         # k1 * (1 - b + b * |d| / avgdl), the per-document part of the BM25 denominator
         self._norm = (k1 * (1.0 - b + b * self.doc_len / self.avg_len)).astype(np.float32)
+
+    def _term_ids(self, texts: Iterable[str]) -> tuple[np.ndarray, list[int]]:
+        """Every token of every text as term ids, concatenated, and the per-text counts."""
+        vocab = self._vocab
+        by_raw: dict[str, list[int]] = {}  # raw token -> its term ids (a corpus repeats tokens)
+        flat: list[int] = []
+        lengths: list[int] = []
+        for text in texts:
+            before = len(flat)
+            for raw in _TOKEN.findall(text):
+                ids = by_raw.get(raw)
+                if ids is None:
+                    ids = by_raw[raw] = [vocab.setdefault(t, len(vocab)) for t in _expand(raw)]
+                flat.extend(ids)
+            lengths.append(len(flat) - before)
+        return np.asarray(flat, dtype=np.int64), lengths
+
+    def _build_postings(self, flat: np.ndarray, lengths: list[int]) -> None:
+        n_docs, n_terms = max(self.n_docs, 1), len(self._vocab)
+        doc_of_token = np.repeat(np.arange(self.n_docs, dtype=np.int64), lengths)  # [n_tokens]
+        # one key per (term, doc) occurrence; unique() sorts by term, then doc, and counts tf
+        keys, tf = np.unique(flat * n_docs + doc_of_token, return_counts=True)
+        self._docs = (keys % n_docs).astype(np.int32)
+        self._tfs = tf.astype(np.float32)
+        self._offsets = np.zeros(n_terms + 1, dtype=np.int64)
+        np.cumsum(np.bincount(keys // n_docs, minlength=n_terms), out=self._offsets[1:])
 
     def __len__(self) -> int:
         return self.n_docs
 
     @property
     def nbytes(self) -> int:
-        arrays = sum(ids.nbytes + tfs.nbytes for ids, tfs in self._postings.values())
+        arrays = self._docs.nbytes + self._tfs.nbytes + self._offsets.nbytes
         return int(arrays + self.doc_len.nbytes + self._norm.nbytes)
 
+    def _postings(self, term: str) -> tuple[np.ndarray, np.ndarray] | None:
+        t = self._vocab.get(term)
+        if t is None:
+            return None
+        lo, hi = self._offsets[t], self._offsets[t + 1]
+        return self._docs[lo:hi], self._tfs[lo:hi]
+
     def idf(self, term: str) -> float:
-        posting = self._postings.get(term)
+        posting = self._postings(term)
         df = 0 if posting is None else len(posting[0])
         return math.log(1.0 + (self.n_docs - df + 0.5) / (df + 0.5))
 
@@ -111,7 +136,7 @@ class BM25Index:
         once per occurrence, as in the original formulation."""
         scores = np.zeros(self.n_docs, dtype=np.float32)
         for term, q_tf in Counter(self._tokenizer(query)).items():
-            posting = self._postings.get(term)
+            posting = self._postings(term)
             if posting is None:
                 continue
             ids, tfs = posting
