@@ -94,6 +94,7 @@ prefill and decode follow the same rule. ``topk`` with a k covering every page i
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import torch
@@ -112,12 +113,11 @@ from .layout import (
 )
 from .reference import AttentionPolicy, release_blocks, select_pages
 
-try:  # triton is optional: without it every call takes the reference path
-    import triton  # noqa: F401
-
-    HAS_TRITON = True
-except ImportError:  # pragma: no cover - depends on the machine
-    HAS_TRITON = False
+# triton is optional (without it every call takes the reference path) and imported only
+# when a kernel first runs: triton chooses between compiling and interpreting
+# (TRITON_INTERPRET) when its modules are first imported, so importing it here would
+# fix that choice before a test or the bench could make it.
+HAS_TRITON = importlib.util.find_spec("triton") is not None
 
 __all__ = [
     "FLOAT_KINDS", "QUANT_KINDS", "KV_KINDS", "HAS_TRITON",
@@ -160,7 +160,7 @@ def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot
     """Write K/V rows [N, H, D] to ``slot_mapping`` [N] (block * BS + offset), quantising
     and sealing pages and refreshing the key summaries of every touched block."""
     if _use_triton(k_new, layer):
-        from .kv_store import kv_store_triton
+        from .kv_store_triton import kv_store_triton
 
         return kv_store_triton(layer, k_new, v_new, slot_mapping)
     return reference.kv_store(layer, k_new, v_new, slot_mapping)

@@ -1,4 +1,7 @@
-"""Write (and quantise) new K/V rows into the paged pool.
+"""Write (and quantise) new K/V rows into the paged pool (Triton).
+
+(Not named ``kv_store.py``: a submodule of that name would shadow the package-level
+``kernels.kv_store`` function the moment it was imported.)
 
 The bookkeeping (which blocks a write touches, their fill, staging slots, which pages
 seal) is the reference's ``kv_store_with``; this module supplies the three data

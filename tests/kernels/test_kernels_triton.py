@@ -21,7 +21,7 @@ from tests.kernels.kernels_testutil import dot_tolerance, fill
 pytestmark = pytest.mark.triton
 
 if kernels.HAS_TRITON:
-    from kernels.kv_store import kv_store_triton
+    from kernels.kv_store_triton import kv_store_triton
     from kernels.paged_attention import paged_attention_decode_triton
     from kernels.prefill_attention import paged_prefill_attention_triton
     from kernels.sparse_attention import score_pages_triton, sparse_attention_decode_triton

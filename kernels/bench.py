@@ -1,0 +1,276 @@
+"""Check and time every kernel on a CUDA GPU, in one command.
+
+    python -m kernels.bench --out benchmarks/results/kernels.json
+    python -m kernels.bench --smoke --out /tmp/k.json   # CPU: logic only, TRITON_INTERPRET=1
+
+For each page kind it first checks every Triton kernel against the torch reference on
+small shapes (pass/fail and max error), then, for one Llama-3-8B-shaped layer (32 query
+heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens, times:
+
+* decode (dense): against the memory floor (the layer's KV bytes at the GPU's measured
+  copy bandwidth) and against torch SDPA on dense fp16 tensors of the same context;
+* sparse decode (Quest): page scoring, selection and attention over 1/16 of the pages;
+* chunked prefill: a 512-query chunk at the end of the context, against SDPA (no mask:
+  the same work as the causal chunk to within 512 keys);
+* kv_store: one decode token, and a 4096-token prefill chunk.
+
+Prints a table and writes everything as JSON to ``--out``. Without CUDA (and without
+``--smoke``) it says so and exits 0. Sized to finish in under 5 minutes on one GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import sys
+import time
+
+import torch
+
+GB = 1e9
+
+
+def _parse(argv):
+    ap = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", help="write results as JSON here")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes; on CPU runs the kernels under TRITON_INTERPRET=1")
+    ap.add_argument("--contexts", help="comma-separated context lengths (default 4K..1M; --smoke: 64,200)")
+    ap.add_argument("--kinds", default="fp16,fp8,int8,int4", help="page kinds to time")
+    ap.add_argument("--block-size", type=int, default=16)
+    return ap.parse_args(argv)
+
+
+class Shape:
+    def __init__(self, smoke: bool):
+        self.hq, self.h, self.d = (4, 2, 32) if smoke else (32, 8, 128)
+        self.prefill_chunk = 24 if smoke else 512
+        self.store_chunk = 40 if smoke else 4096
+
+
+def _timer(device):
+    """(fn) -> seconds per call: CUDA events via triton's do_bench on a GPU, one
+    wall-clock run on the CPU (the interpreter is for logic, not speed)."""
+    if device.type == "cuda":
+        from triton.testing import do_bench
+
+        return lambda fn: do_bench(fn, warmup=10, rep=40) / 1e3
+
+    def once(fn):
+        t = time.perf_counter()
+        fn()
+        return time.perf_counter() - t
+
+    return once
+
+
+def _copy_bandwidth(device) -> float:
+    """Achievable bytes/s of a device-to-device copy: the floor a memory-bound kernel
+    can hope to reach (reads + writes counted)."""
+    if device.type != "cuda":
+        return float("nan")
+    from triton.testing import do_bench
+
+    src = torch.empty(1 << 30, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    sec = do_bench(lambda: dst.copy_(src), warmup=5, rep=30) / 1e3
+    del src, dst
+    return 2 * (1 << 30) / sec
+
+
+def _fill(kernels, spec, n_tokens, device, seed=0):
+    """One sequence of n_tokens random K/V stored through kv_store, in big chunks."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    bs = spec.block_size
+    n_pages = math.ceil(n_tokens / bs)
+    layer = kernels.allocate(spec, n_pages + 1, device=device, n_stage=256)
+    bt = torch.arange(n_pages, dtype=torch.int32, device=device).view(1, -1)
+    step = 1 << 16
+    for a in range(0, n_tokens, step):
+        b = min(n_tokens, a + step)
+        k = torch.randn(b - a, spec.n_kv_heads, spec.head_dim, device=device, generator=g, dtype=torch.float16)
+        v = torch.randn(b - a, spec.n_kv_heads, spec.head_dim, device=device, generator=g, dtype=torch.float16)
+        kernels.kv_store(layer, k, v, torch.arange(a, b, device=device))
+    return layer, bt, torch.tensor([n_tokens], dtype=torch.int32, device=device)
+
+
+def _max_err(a, b) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+def check_kernels(kernels, kinds, shape, device, bs) -> list[dict]:
+    """Every Triton kernel vs the reference on small shapes, per kind."""
+    from kernels import reference as R
+    from kernels.kv_store_triton import kv_store_triton
+    from kernels.paged_attention import paged_attention_decode_triton
+    from kernels.prefill_attention import paged_prefill_attention_triton
+    from kernels.sparse_attention import score_pages_triton, sparse_attention_decode_triton
+
+    rows = []
+    for kind in kinds:
+        spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
+        n = 5 * bs + 3
+        g = torch.Generator(device=device).manual_seed(1)
+        k = torch.randn(n, shape.h, shape.d, device=device, generator=g)
+        v = torch.randn(n, shape.h, shape.d, device=device, generator=g)
+        la, lb = (kernels.allocate(spec, 8, device=device) for _ in range(2))
+        for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):  # a partial page then the rest
+            slots = torch.arange(a, b, device=device)
+            R.kv_store(la, k[a:b], v[a:b], slots)
+            kv_store_triton(lb, k[a:b], v[a:b], slots)
+        bt = torch.arange(8, dtype=torch.int32, device=device).view(1, -1)
+        lens = torch.tensor([n], dtype=torch.int32, device=device)
+        q = torch.randn(1, shape.hq, shape.d, device=device, generator=g)
+        scale = shape.d**-0.5
+        pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=1, top_k_pages=2)
+        # Each pair reads the same (reference-written) pool; the store check compares pools.
+        sc = R.score_pages(q, la, bt, lens)
+        sel, ns = R.select_pages(sc, lens, bs, pol, max_pages=8)
+        qc = torch.randn(bs + 5, shape.hq, shape.d, device=device, generator=g)
+        pairs = {
+            "kv_store": (la.k_min, lb.k_min),
+            "decode": (R.paged_attention_decode(q, la, bt, lens, scale), paged_attention_decode_triton(q, la, bt, lens, scale)),
+            "score_pages": (sc, score_pages_triton(q, la, bt, lens)),
+            "sparse_decode": (R.sparse_attention_decode(q, la, bt, sel, ns, lens, scale),
+                              sparse_attention_decode_triton(q, la, bt, sel, ns, lens, scale)),
+        }
+        for p in (kernels.AttentionPolicy(), pol):
+            start = n - qc.shape[0]
+            pairs[f"prefill_{p.kind}"] = (R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
+                                          paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
+        tol = 2e-5 if kind == "fp32" else 2e-2
+        for name, (want, got) in pairs.items():
+            err = _max_err(want.nan_to_num(), got.nan_to_num())
+            if name in ("kv_store", "score_pages"):  # +-inf are legitimate here: empty pages
+                ok = err <= tol and torch.equal(torch.isinf(want), torch.isinf(got))
+            else:
+                ok = bool(torch.isfinite(got).all()) and err <= tol
+            rows.append({"kind": kind, "kernel": name, "max_err": err, "tol": tol, "ok": ok})
+    return rows
+
+
+def time_kernels(kernels, kinds, contexts, shape, device, bs, copy_bw) -> list[dict]:
+    from kernels import reference as R
+
+    timer = _timer(device)
+    scale = shape.d**-0.5
+    rows = []
+    q = torch.randn(1, shape.hq, shape.d, device=device, dtype=torch.float16)
+    for n in contexts:
+        sdpa_decode = sdpa_prefill = None
+        if device.type == "cuda":
+            # torch SDPA on dense fp16 K/V of the same context (GQA via enable_gqa).
+            kd = torch.randn(1, shape.h, n, shape.d, device=device, dtype=torch.float16)
+            vd = torch.randn_like(kd)
+            qd = q.view(1, shape.hq, 1, shape.d)
+            qp = torch.randn(1, shape.hq, shape.prefill_chunk, shape.d, device=device, dtype=torch.float16)
+            sdpa = torch.nn.functional.scaled_dot_product_attention
+            sdpa_decode = timer(lambda: sdpa(qd, kd, vd, enable_gqa=True))
+            sdpa_prefill = timer(lambda: sdpa(qp, kd, vd, enable_gqa=True))
+            del kd, vd
+        for kind in kinds:
+            spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
+            layer, bt, lens = _fill(kernels, spec, n, device)
+            kv_bytes = kernels.bytes_per_token(spec) * n
+            row = {"context": n, "kind": kind, "kv_bytes": kv_bytes}
+            row["decode_s"] = timer(lambda: kernels.paged_attention_decode(q, layer, bt, lens, scale))
+            row["floor_s"] = kv_bytes / copy_bw if copy_bw == copy_bw else None  # copy_bw counts all bytes moved
+            row["sdpa_decode_s"] = sdpa_decode
+            n_pages = bt.shape[1]
+            pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=max(1, n_pages // 16))
+            row["score_s"] = timer(lambda: kernels.score_pages(q, layer, bt, lens))
+            scores = kernels.score_pages(q, layer, bt, lens)
+            row["select_s"] = timer(lambda: R.select_pages(scores, lens, bs, pol, max_pages=n_pages))
+            sel, ns = R.select_pages(scores, lens, bs, pol, max_pages=n_pages)
+            row["sparse_decode_s"] = timer(lambda: kernels.sparse_attention_decode(q, layer, bt, sel, ns, lens, scale))
+            chunk = min(shape.prefill_chunk, n)
+            qc = torch.randn(chunk, shape.hq, shape.d, device=device, dtype=torch.float16)
+            row["prefill_chunk"] = chunk
+            row["prefill_s"] = timer(lambda: kernels.paged_prefill_attention(qc, layer, bt[0], n - chunk, scale))
+            row["sdpa_prefill_s"] = sdpa_prefill
+            del layer
+            # kv_store on a fresh pool: a decode token, then a prefill chunk.
+            fresh = kernels.allocate(spec, math.ceil(shape.store_chunk / bs) + 2, device=device, n_stage=512)
+            one = torch.randn(1, shape.h, shape.d, device=device, dtype=torch.float16)
+            many = torch.randn(shape.store_chunk, shape.h, shape.d, device=device, dtype=torch.float16)
+            row["store_token_s"] = timer(lambda: kernels.kv_store(fresh, one, one, torch.tensor([3], device=device)))
+            slots = torch.arange(shape.store_chunk, device=device)
+            row["store_chunk_s"] = timer(lambda: kernels.kv_store(fresh, many, many, slots))
+            row["store_chunk"] = shape.store_chunk
+            rows.append(row)
+            del fresh
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+    return rows
+
+
+def _fmt_ms(x):
+    return "-" if x is None else f"{x * 1e3:8.3f}"
+
+
+def print_tables(checks, timings):
+    print("\nkernel checks (Triton vs reference)")
+    print(f"{'kind':6} {'kernel':16} {'max err':>10} {'tol':>8}  ok")
+    for r in checks:
+        print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}")
+    print("\ntimings, ms (one sequence, one layer)")
+    head = ["context", "kind", "decode", "floor", "sdpa", "score", "select", "sparse", "prefill", "sdpa_pf", "store1", "storeN"]
+    print(" ".join(f"{h:>9}" for h in head))
+    for r in timings:
+        vals = [r["decode_s"], r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"], r["sparse_decode_s"],
+                r["prefill_s"], r["sdpa_prefill_s"], r["store_token_s"], r["store_chunk_s"]]
+        print(f"{r['context']:>9} {r['kind']:>9} " + " ".join(f"{_fmt_ms(v):>9}" for v in vals))
+
+
+def main(argv=None) -> int:
+    args = _parse(argv)
+    cuda = torch.cuda.is_available()
+    if not cuda and not args.smoke:
+        print("kernels.bench: no CUDA device, nothing to time (use --smoke for a CPU logic check).")
+        return 0
+    if not cuda:
+        # Must precede the first @triton.jit: triton picks the interpreter at decoration.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    import kernels
+
+    if not kernels.HAS_TRITON:
+        print("kernels.bench: triton is not installed, nothing to check.")
+        return 0
+    device = torch.device("cuda" if cuda else "cpu")
+    shape = Shape(args.smoke)
+    kinds = [k for k in args.kinds.split(",") if k]
+    contexts = args.contexts or ("64,200" if args.smoke else "4096,16384,65536,262144,1048576")
+    contexts = [int(c) for c in contexts.split(",")]
+    if args.smoke:
+        kinds = kinds if args.kinds != "fp16,fp8,int8,int4" else ["fp32", "fp16", "fp8", "int8", "int4"]
+    if not cuda:
+        kernels.set_backend("triton")  # CPU tensors through the (interpreted) kernels
+    started = time.perf_counter()
+    copy_bw = _copy_bandwidth(device)
+    checks = check_kernels(kernels, kinds, shape, device, args.block_size)
+    timings = time_kernels(kernels, kinds, contexts, shape, device, args.block_size, copy_bw)
+    result = {
+        "device": torch.cuda.get_device_name(device) if cuda else f"cpu (TRITON_INTERPRET) {platform.processor()}",
+        "torch": torch.__version__,
+        "triton": __import__("triton").__version__,
+        "shape": {"n_heads": shape.hq, "n_kv_heads": shape.h, "head_dim": shape.d, "block_size": args.block_size},
+        "copy_bandwidth_GBps": copy_bw / GB if copy_bw == copy_bw else None,
+        "smoke": args.smoke,
+        "checks": checks,
+        "timings": timings,
+        "wall_s": time.perf_counter() - started,
+    }
+    print_tables(checks, timings)
+    print(f"\n{len(checks)} checks, {sum(not r['ok'] for r in checks)} failed; {result['wall_s']:.1f} s")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as fh:
+            json.dump(result, fh, indent=2)
+        print(f"wrote {args.out}")
+    return 0 if all(r["ok"] for r in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
