@@ -45,6 +45,10 @@ Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype:
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", help="Memory budget, e.g. 4GB.")]
 MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", help="Latency budget the planner aims for.")]
 Temperature = Annotated[Optional[float], typer.Option("--temperature", help="0 for greedy.")]
+BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
+BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
+ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
+ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps (or, where the server does not say, sets) the window.")]
 
 
 @app.command()
@@ -55,6 +59,7 @@ def ask(
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None,
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
+    backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
 ) -> None:
     """Answer QUESTION about PATHS, with citations."""
     opts = Options(locals())
@@ -68,6 +73,7 @@ def summarize(
     max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None, max_file_bytes: MaxFile = None,
     cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None, temperature: Temperature = None,
+    backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
 ) -> None:
     """Summarize PATHS (a document, a folder or a repo)."""
     opts = Options(locals())
@@ -81,11 +87,29 @@ def plan(
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None,
+    backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
 ) -> None:
     """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model."""
     opts = Options(locals())
     paths, question = split_plan_args(args)
     run_guarded(opts, lambda: opts.run_plan(paths, question))
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port, printed on start).")] = 8000,
+    model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
+    weights: Weights = None, api_key: ApiKey = None, max_new_tokens: MaxNew = None,
+    kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
+    attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests run together in one batch.")] = 16,
+    batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", help="How long a free engine waits for more requests to batch.")] = 30.0,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Log every request on stderr.")] = False,
+) -> None:
+    """Serve the local engine behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)."""
+    opts = Options(locals())
+    run_guarded(opts, lambda: opts.run_serve(host, port, max_batch, batch_wait_ms, verbose))
 
 
 def split_plan_args(args: list[str]) -> tuple[list[str], str]:

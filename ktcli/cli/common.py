@@ -13,6 +13,7 @@ from ktcli.errors import KtcliError, UsageError
 SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
     "threads", "weights", "max_memory", "max_seconds", "temperature",
+    "backend", "base_url", "api_key", "context_window", "kv_dtype", "attention",
 )
 
 
@@ -67,6 +68,16 @@ class Options:
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
             print("\n".join(lines))
 
+    def run_serve(self, host: str, port: int, max_batch: int, batch_wait_ms: float, verbose: bool) -> None:
+        from ktcli.serve.run import serve
+        from ktcli.serve.server import ServeOptions
+
+        settings, reporter = self.settings(), self.reporter()
+        options = ServeOptions(host=host, port=port, api_key=settings.api_key,
+                               default_max_tokens=settings.max_new_tokens, gather_ms=batch_wait_ms,
+                               max_batch=max_batch, verbose=verbose)
+        serve(settings, options, reporter.status)
+
     def _show_plan(self, reporter) -> Callable:
         def show(prep) -> None:
             p = prep.plan
@@ -90,6 +101,9 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     try:
         body()
     except KtcliError as e:
+        partial = getattr(e, "partial", None)
+        if partial is not None:
+            _keep_partial(opts, partial, str(e))
         fail(str(e), e.exit_code)
     except KeyboardInterrupt:
         fail("interrupted", 130)
@@ -102,3 +116,15 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
         if os.environ.get("KTCLI_DEBUG"):
             raise
         fail(f"internal error: {type(e).__name__}: {e} (set KTCLI_DEBUG=1 for the traceback)", 1)
+
+
+def _keep_partial(opts: Options, partial: str, error: str) -> None:
+    """An answer cut off mid-stream is not thrown away: the text already streamed stays
+    (marked by the backend); with --json, stdout still gets one object, marked incomplete."""
+    import json
+
+    if opts.json:
+        print(json.dumps({"answer": partial, "incomplete": True, "error": error}, ensure_ascii=False))
+    else:
+        sys.stdout.write("\n")
+        sys.stdout.flush()

@@ -13,6 +13,12 @@ ENGINES = ("ktcli", "hf")
 
 
 def load_backend(settings: Settings, on_status: Callable[[str], None] | None = None) -> Backend:
+    if settings.backend == "openai":
+        from ktcli.engine.openai_backend import OpenAIBackend
+
+        return OpenAIBackend.from_settings(settings)
+    if settings.backend != "local":
+        raise UsageError(f"--backend {settings.backend!r}: choose local or openai")
     source = resolve_model(settings.model)
     model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
     if settings.engine == "hf":

@@ -41,11 +41,15 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
               stdin_text: str | None = None) -> tuple[Prepared, dict]:
     task = "ask" if question.strip() else "summarize"
     prep = prepare(paths, question, task, settings, reporter, stdin_text)
-    source = resolve_model(settings.model)
+    if settings.backend == "openai":
+        model = {"name": prep.facts.name, "server": settings.base_url, "context_window": prep.facts.context_window}
+    else:
+        source = resolve_model(settings.model)
+        model = {"name": prep.facts.name, "path": str(source.path), "converted": is_converted(source, settings.cache_path),
+                 "context_window": prep.facts.context_window, "layers": prep.facts.n_layers}
     extra = {
-        "model": {"name": prep.facts.name, "path": str(source.path), "converted": is_converted(source, settings.cache_path),
-                  "context_window": prep.facts.context_window, "layers": prep.facts.n_layers},
-        "engine": settings.engine,
+        "model": model,
+        "engine": "openai" if settings.backend == "openai" else settings.engine,
         "documents": len(prep.corpus.documents),
         "chunks": len(prep.chunks),
     }
@@ -53,7 +57,10 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
 
 
 def _load(settings: Settings, reporter: Reporter):
-    reporter.status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
+    if settings.backend == "openai":
+        reporter.status(f"connecting to {settings.base_url} (OpenAI-compatible server)")
+    else:
+        reporter.status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
     return load_backend(settings, reporter.status)
 
 

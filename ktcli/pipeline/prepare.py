@@ -48,11 +48,18 @@ def memory_budget(settings: Settings) -> int:
         return 0
 
 
+def _rates_key(settings: Settings) -> str:
+    # A server's speed says nothing about the local engine's, and the reverse.
+    if settings.backend == "openai":
+        return f"openai:{settings.base_url}:{settings.model}"
+    return f"{settings.engine}:{settings.model}:{settings.weights}"
+
+
 def load_rates(settings: Settings) -> Throughput:
     """Throughput measured by earlier runs with this engine and model, else defaults."""
     path = settings.cache_path / RATES_FILE
     try:
-        data = json.loads(path.read_text())[f"{settings.engine}:{settings.model}:{settings.weights}"]
+        data = json.loads(path.read_text())[_rates_key(settings)]
         return Throughput(**data)
     except (OSError, KeyError, ValueError, TypeError):
         return Throughput()
@@ -67,7 +74,7 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float) ->
         data = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
         data = {}
-    key = f"{settings.engine}:{settings.model}:{settings.weights}"
+    key = _rates_key(settings)
     old = data.get(key, {})
     blend = lambda new, name: round(0.5 * old[name] + 0.5 * new if name in old else new, 2)  # noqa: E731
     data[key] = {
@@ -79,6 +86,15 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float) ->
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1))
     os.replace(tmp, path)
+
+
+def planning_facts(settings: Settings) -> ModelFacts:
+    """The model's shape; for a remote server, its window (and no local memory to plan)."""
+    if settings.backend == "openai":
+        from ktcli.engine.openai_backend import remote_model_facts
+
+        return remote_model_facts(settings)
+    return model_facts(resolve_model(settings.model), settings.cache_path)
 
 
 def prepare(
@@ -95,7 +111,7 @@ def prepare(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap)
     )
     estimate = sum(count_tokens(d.text) for d in corpus.documents)
-    facts = model_facts(resolve_model(settings.model), settings.cache_path)
+    facts = planning_facts(settings)
     request = PlanRequest(
         task=task,
         corpus_tokens=int(estimate * MODEL_TOKENS_PER_ESTIMATE),

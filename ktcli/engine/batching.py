@@ -1,0 +1,264 @@
+"""Run several independent requests through one engine together, streaming each one.
+
+This is the step-level API `ktcli serve` needs, built on the engines' public pieces:
+a request (a `Job`) carries token ids in and emits text deltas out, and a runner
+drives a group of jobs through one batched generation:
+
+- `NativeRunner`: our engine's `Engine.generate(prompts)`, which yields (index, token)
+  across a batch with paged KV, and `Engine.abort(index)` for jobs that finish early
+  (their own token limit, a stop string, a client that went away).
+- `HFRunner`: transformers' `generate` with left padding, a streamer that sees every
+  step's tokens for all rows, and a per-row stopping criterion.
+
+Neither accepts new requests into a batch that is already running (the engine's
+`generate` takes its prompts up front), so the scheduler gathers concurrent requests
+for a moment and runs them as one batch; requests arriving meanwhile form the next.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+from ktcli.engine.backend import Message, SamplingParams
+from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
+
+
+@dataclass(eq=False)
+class Job:
+    """One request in flight. The runner writes events; the HTTP thread reads them:
+    ("text", str), then ("done", "stop"|"length") or ("error", message)."""
+
+    prompt: list[int]
+    params: SamplingParams
+    events: "queue.Queue[tuple[str, str]]" = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    completion_tokens: int = 0
+    finished: bool = False
+
+    def emit(self, text: str) -> None:
+        if text and not self.finished:
+            self.events.put(("text", text))
+
+    def finish(self, reason: str) -> None:
+        if not self.finished:
+            self.finished = True
+            self.events.put(("done", reason))
+
+    def fail(self, message: str) -> None:
+        if not self.finished:
+            self.finished = True
+            self.events.put(("error", message))
+
+    def cancel(self) -> None:
+        """The client went away: stop spending compute on this one."""
+        self.cancelled.set()
+
+    @property
+    def live(self) -> bool:
+        return not self.finished and not self.cancelled.is_set()
+
+
+def sampling_key(params: SamplingParams) -> tuple:
+    """Jobs with equal keys can share one batch: the engines sample a batch with one
+    set of parameters. Token limits and stop strings are per job, handled here."""
+    if params.temperature <= 0:
+        return ("greedy",)
+    return (params.temperature, params.top_k, params.top_p, params.seed)
+
+
+def chat_ids(tokenizer, messages: list[Message]) -> list[int]:
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    # transformers 5 returns a BatchEncoding here, 4.x a list
+    return list(out["input_ids"] if hasattr(out, "keys") else out)
+
+
+def text_ids(tokenizer, text: str) -> list[int]:
+    return list(tokenizer.encode(text, add_special_tokens=False))
+
+
+class Runner(Protocol):
+    name: str
+    context_window: int
+    max_batch: int
+    tokenizer: object
+
+    def run(self, jobs: list[Job]) -> None:
+        """Generate for every job; each ends with exactly one done/error event."""
+
+
+class _Stream:
+    """Per-job text state: incremental detokenizing, stop strings, token limit."""
+
+    def __init__(self, job: Job, decode: Callable[[list[int]], str], window: int) -> None:
+        self.job = job
+        self.detok = IncrementalDetokenizer(decode, job.prompt)
+        self.stops = StopStrings(job.params.stop)
+        self.window = window
+
+    def push(self, token: int) -> bool:
+        """Take one generated token; True once the job needs no more."""
+        job = self.job
+        if not job.live:
+            return True
+        job.completion_tokens += 1
+        job.emit(self.stops.feed(self.detok.push(token)))
+        if self.stops.stopped:
+            job.finish("stop")
+            return True
+        if job.completion_tokens >= job.params.max_new_tokens or len(job.prompt) + job.completion_tokens >= self.window:
+            self.close("length")
+            return True
+        return False
+
+    def close(self, reason: str) -> None:
+        """End of generation for this job (EOS, limit): flush what is held back."""
+        if not self.job.live:
+            self.job.finish(reason)  # a cancelled job still gets its one final event
+            return
+        if not self.stops.stopped:
+            self.job.emit(self.stops.feed(self.detok.flush()) + self.stops.flush())
+        self.job.finish(reason)
+
+
+def _group_params(jobs: list[Job]) -> SamplingParams:
+    # The batch runs to the longest limit; shorter jobs are aborted at their own.
+    return replace(jobs[0].params, max_new_tokens=max(j.params.max_new_tokens for j in jobs), stop=())
+
+
+class NativeRunner:
+    """Our engine: batched chunked prefill and batched decode over the paged KV cache."""
+
+    name = "ktcli"
+
+    def __init__(self, backend, max_batch: int = 16) -> None:
+        self.backend = backend
+        self.engine = backend.engine
+        self.tokenizer = backend.tokenizer
+        self.context_window = int(backend.context_window)
+        self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
+        self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def run(self, jobs: list[Job]) -> None:
+        streams = [_Stream(j, self._decode, self.context_window) for j in jobs]
+        ended = [False] * len(jobs)
+        gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids)
+        try:
+            for i, token in gen:
+                if not ended[i] and streams[i].push(token):
+                    ended[i] = True
+                    self.engine.abort(i)
+                self._drop_cancelled(jobs, ended)
+        except Exception as e:  # noqa: BLE001 - reported to every waiting client
+            for s in streams:
+                s.job.fail(f"generation failed: {type(e).__name__}: {e}")
+            return
+        finally:
+            gen.close()
+        for i, s in enumerate(streams):
+            if not ended[i]:
+                s.close("stop")  # the engine ended it without reaching a limit: EOS
+
+    def _drop_cancelled(self, jobs: list[Job], ended: list[bool]) -> None:
+        for k, job in enumerate(jobs):
+            if not ended[k] and job.cancelled.is_set():
+                ended[k] = True
+                job.finish("cancelled")
+                self.engine.abort(k)
+
+
+class HFRunner:
+    """transformers: one left-padded batch per group, streamed step by step."""
+
+    name = "hf"
+
+    def __init__(self, backend, max_batch: int = 8) -> None:
+        self.backend = backend
+        self.model = backend.model
+        self.tokenizer = backend.tokenizer
+        self.context_window = int(backend.context_window)
+        self.max_batch = max(1, max_batch)
+        self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+        eos = self.model.generation_config.eos_token_id
+        self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+        if self.tokenizer.eos_token_id is not None:
+            self.eos_ids.add(int(self.tokenizer.eos_token_id))
+
+    def run(self, jobs: list[Job]) -> None:
+        import torch
+        from transformers import StoppingCriteria, StoppingCriteriaList
+        from transformers.generation.streamers import BaseStreamer
+
+        streams = [_Stream(j, self._decode, self.context_window) for j in jobs]
+        ended = [False] * len(jobs)
+        runner = self
+
+        class RowStreamer(BaseStreamer):
+            first = True
+
+            def put(self, value) -> None:
+                if self.first:  # generate hands over the prompt first
+                    self.first = False
+                    return
+                for i, token in enumerate(value.reshape(-1).tolist()):
+                    if ended[i]:
+                        continue
+                    if token in runner.eos_ids:
+                        ended[i] = True
+                        streams[i].close("stop")
+                    elif streams[i].push(token):
+                        ended[i] = True
+
+            def end(self) -> None:
+                pass
+
+        class RowsDone(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs):
+                for k, job in enumerate(jobs):
+                    if not ended[k] and job.cancelled.is_set():
+                        ended[k] = True
+                        job.finish("cancelled")
+                return torch.tensor(ended, dtype=torch.bool, device=input_ids.device)
+
+        pad = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
+        width = max(len(j.prompt) for j in jobs)
+        # Left padding keeps every prompt's last token at the end, where generation starts.
+        input_ids = torch.tensor([[pad] * (width - len(j.prompt)) + j.prompt for j in jobs])
+        mask = torch.tensor([[0] * (width - len(j.prompt)) + [1] * len(j.prompt) for j in jobs])
+        kwargs = _hf_sampling(_group_params(jobs), pad)
+        try:
+            with torch.inference_mode():
+                self.model.generate(input_ids, attention_mask=mask, streamer=RowStreamer(),
+                                    stopping_criteria=StoppingCriteriaList([RowsDone()]), **kwargs)
+        except Exception as e:  # noqa: BLE001 - reported to every waiting client
+            for s in streams:
+                s.job.fail(f"generation failed: {type(e).__name__}: {e}")
+            return
+        for i, s in enumerate(streams):
+            if not ended[i]:
+                s.close("length")
+
+
+def _hf_sampling(params: SamplingParams, pad: int) -> dict:
+    import torch
+
+    kwargs: dict = {"max_new_tokens": params.max_new_tokens, "pad_token_id": pad}
+    if params.temperature > 0:
+        kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=params.top_k or None)
+        if params.seed is not None:
+            torch.manual_seed(params.seed)
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+    return kwargs
+
+
+def make_runner(backend, max_batch: int = 16) -> Runner:
+    """The runner for a loaded backend (NativeBackend or HFBackend)."""
+    if getattr(backend, "name", "") == "ktcli" and hasattr(backend, "engine"):
+        return NativeRunner(backend, max_batch)
+    if getattr(backend, "name", "") == "hf":
+        return HFRunner(backend, max_batch)
+    raise TypeError(f"cannot serve a {getattr(backend, 'name', type(backend).__name__)!r} backend")

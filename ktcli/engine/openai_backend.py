@@ -1,0 +1,271 @@
+"""A Backend that drives an OpenAI-compatible server (vLLM, SGLang, llama.cpp, TGI, or
+`ktcli serve`): the server does the parallel inference, ktcli keeps ingestion, planning,
+retrieval, memory passing and citations.
+
+    ktcli ask report.pdf "..." --backend openai --base-url http://gpu-box:8000/v1 --model NAME
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import lru_cache
+
+from ktcli.config import Settings
+from ktcli.engine.backend import GenStats, Message, SamplingParams
+from ktcli.engine.openai_http import HttpClient, ServerStatusError, StreamCutOffError
+from ktcli.errors import BackendError, UsageError
+from ktcli.types import ModelFacts
+
+# Chat templates add a few tokens per message (role markers, separators) and a
+# generation prompt; used only when the server cannot count a chat for us.
+TEMPLATE_TOKENS_PER_MESSAGE = 4
+TEMPLATE_TOKENS_FIXED = 3
+MAX_PARALLEL_REQUESTS = 8  # map steps sent at once; the server batches them
+CUT_OFF_MARK = "\n[answer cut off: {reason}]"
+# Keys servers use for the context window in /v1/models entries: vLLM and SGLang say
+# max_model_len; ktcli serve also says context_window; llama.cpp puts n_ctx_train in meta.
+WINDOW_KEYS = ("max_model_len", "context_window", "context_length", "max_context_length")
+
+
+@dataclass(frozen=True)
+class ServedModel:
+    id: str
+    context_window: int
+
+
+def client_for(settings: Settings) -> HttpClient:
+    key = settings.api_key or os.environ.get("OPENAI_API_KEY", "")
+    return HttpClient(settings.base_url, key, timeout_s=settings.request_timeout)
+
+
+def _window_of(entry: dict) -> int:
+    for key in WINDOW_KEYS:
+        if isinstance(entry.get(key), int) and entry[key] > 0:
+            return int(entry[key])
+    meta = entry.get("meta")
+    if isinstance(meta, dict):
+        for key in ("n_ctx", "n_ctx_train"):
+            if isinstance(meta.get(key), int) and meta[key] > 0:
+                return int(meta[key])
+    return 0
+
+
+def discover_model(client: HttpClient, requested: str, window_flag: int, default_model: str) -> ServedModel:
+    """Which model to call and its window: from /v1/models, capped by --context-window.
+
+    The default --model ("smollm2") names a local model, so when the user did not pick one
+    and the server serves something else, the server's first model is used."""
+    try:
+        listing = client.get_json("/models")
+    except ServerStatusError as e:
+        if e.status != 404:
+            raise
+        listing = {}  # some servers have no /v1/models: trust the user
+    entries = [m for m in listing.get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    if not entries:
+        if window_flag <= 0:
+            raise UsageError(f"the server at {client.endpoint.display} lists no models; pass --context-window N")
+        return ServedModel(requested, window_flag)
+    by_id = {m["id"]: m for m in entries}
+    if requested in by_id:
+        entry = by_id[requested]
+    elif requested == default_model:
+        entry = entries[0]
+    else:
+        raise BackendError(
+            f"the server at {client.endpoint.display} does not serve model {requested!r}; it serves: "
+            + ", ".join(sorted(by_id))
+        )
+    window = _window_of(entry)
+    if window and window_flag > 0:
+        window = min(window, window_flag)
+    window = window or window_flag
+    if window <= 0:
+        raise UsageError(f"the server does not say the context window of {entry['id']!r}; pass --context-window N")
+    return ServedModel(entry["id"], window)
+
+
+@lru_cache(maxsize=8)
+def _discover_cached(base_url: str, api_key: str, timeout: float, model: str, window: int) -> ServedModel:
+    settings = Settings(base_url=base_url, api_key=api_key, request_timeout=timeout)
+    return discover_model(client_for(settings), model, window, Settings().model)
+
+
+def served_model(settings: Settings) -> ServedModel:
+    """One /v1/models call per process, however often planning and loading ask."""
+    return _discover_cached(settings.base_url, settings.api_key, settings.request_timeout,
+                            settings.model, settings.context_window)
+
+
+def remote_model_facts(settings: Settings) -> ModelFacts:
+    """What the planner needs. Weights and KV live on the server: no local memory to plan."""
+    served = served_model(settings)
+    return ModelFacts(name=served.id, context_window=served.context_window, n_layers=0, n_kv_heads=0,
+                      head_dim=0, n_params=0, weight_bytes=0)
+
+
+class TokenCounter:
+    """The server's tokenizer through /tokenize (vLLM, llama.cpp, ktcli serve) when it has
+    one, else tiktoken's cl100k as an estimate. Probed once, then remembered."""
+
+    def __init__(self, client: HttpClient, model: str) -> None:
+        self.client, self.model = client, model
+        self.remote: bool | None = None  # None: not probed yet
+        self.remote_chat: bool | None = None
+        self._count = lru_cache(maxsize=4096)(self._count_uncached)
+
+    @property
+    def source(self) -> str:
+        return "server" if self.remote else "tiktoken"
+
+    def count(self, text: str) -> int:
+        return self._count(text) if text else 0
+
+    def _count_uncached(self, text: str) -> int:
+        if self.remote is not False:
+            n = self._remote({"model": self.model, "prompt": text, "content": text, "add_special_tokens": False})
+            self.remote = n is not None
+            if n is not None:
+                return n
+        from ktcli.ingest.tokens import count_tokens
+
+        return count_tokens(text)
+
+    def chat(self, messages: list[Message]) -> int:
+        estimate = sum(self.count(m["content"]) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages) + TEMPLATE_TOKENS_FIXED
+        if self.remote and self.remote_chat is not False:
+            n = self._remote({"model": self.model, "messages": messages, "add_generation_prompt": True})
+            # A server that ignores "messages" (llama.cpp) counts an empty prompt: too few.
+            content = sum(self.count(m["content"]) for m in messages)
+            self.remote_chat = n is not None and n >= content
+            if self.remote_chat:
+                return int(n)  # type: ignore[arg-type]
+        return estimate
+
+    def _remote(self, body: dict) -> int | None:
+        try:
+            data = self.client.post_json("/tokenize", body, root=True)
+        except ServerStatusError:
+            return None  # no /tokenize (404), or it rejects this shape (400)
+        if isinstance(data.get("count"), int):
+            return int(data["count"])
+        if isinstance(data.get("tokens"), list):
+            return len(data["tokens"])
+        return None
+
+
+class OpenAIBackend:
+    name = "openai"
+
+    def __init__(self, client: HttpClient, model: str, context_window: int) -> None:
+        self.client = client
+        self.model = model
+        self.context_window = context_window
+        self.tokens = TokenCounter(client, model)
+        self._stats = GenStats()
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "OpenAIBackend":
+        served = served_model(settings)
+        return cls(client_for(settings), served.id, served.context_window)
+
+    @property
+    def last_stats(self) -> GenStats:
+        return self._stats
+
+    def count_tokens(self, text: str) -> int:
+        return self.tokens.count(text)
+
+    def prompt_tokens(self, messages: list[Message]) -> int:
+        return self.tokens.chat(messages)
+
+    def _body(self, messages: list[Message], params: SamplingParams, stream: bool) -> dict:
+        body: dict = {
+            "model": self.model,
+            "messages": [{"role": m["role"], "content": m["content"]} for m in messages],
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "stream": stream,
+        }
+        if params.temperature > 0 and params.top_p < 1.0:
+            body["top_p"] = params.top_p
+        if params.top_k:
+            body["top_k"] = params.top_k  # vLLM, SGLang and llama.cpp read this extension
+        if params.stop:
+            body["stop"] = list(params.stop)
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        return body
+
+    def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
+        start = time.perf_counter()
+        ttft = 0.0
+        parts: list[str] = []
+        usage: dict = {}
+        try:
+            for event in self.client.post_stream("/chat/completions", self._body(messages, params, True)):
+                if isinstance(event.get("usage"), dict):
+                    usage = event["usage"]
+                piece = _delta_text(event)
+                if piece:
+                    ttft = ttft or time.perf_counter() - start
+                    parts.append(piece)
+                    yield piece
+        except StreamCutOffError as e:
+            # No token counting here: it would ask the server that just went away.
+            usage = {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": len(parts), **usage}
+            self._record(messages, parts, usage, start, ttft)
+            if parts:
+                # Kept and marked: the reader sees where the answer stops and why.
+                yield CUT_OFF_MARK.format(reason=str(e))
+            raise StreamCutOffError(f"{e} (partial answer kept: {len(''.join(parts))} characters)",
+                                    partial="".join(parts)) from None
+        self._record(messages, parts, usage, start, ttft)
+
+    def _record(self, messages: list[Message], parts: list[str], usage: dict, start: float, ttft: float) -> None:
+        total = time.perf_counter() - start
+        ttft = ttft or total
+        self._stats = GenStats(
+            prompt_tokens=int(usage["prompt_tokens"] if "prompt_tokens" in usage else self.prompt_tokens(messages)),
+            new_tokens=int(usage["completion_tokens"] if "completion_tokens" in usage else self.count_tokens("".join(parts))),
+            prefill_s=ttft, decode_s=max(total - ttft, 1e-9), ttft_s=ttft,
+            extra={"backend": "openai", "server": self.client.endpoint.display, "server_model": self.model,
+                   "tokenizer": self.tokens.source, "retries": self.client.retries},
+        )
+
+    def _complete(self, messages: list[Message], params: SamplingParams) -> tuple[str, dict]:
+        data = self.client.post_json("/chat/completions", self._body(messages, params, False))
+        choices = data.get("choices") or [{}]
+        message = choices[0].get("message") or {}
+        return str(message.get("content") or ""), data.get("usage") or {}
+
+    def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
+        """Sent concurrently: a batching server (vLLM, ktcli serve) runs them together."""
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=max(1, min(MAX_PARALLEL_REQUESTS, len(batch)))) as pool:
+            results = list(pool.map(lambda m: self._complete(m, params), batch))
+        total = time.perf_counter() - start
+        self._stats = GenStats(
+            prompt_tokens=sum(int(u.get("prompt_tokens") or 0) for _, u in results),
+            new_tokens=sum(int(u.get("completion_tokens") or 0) for _, u in results),
+            prefill_s=0.0, decode_s=total,
+            extra={"backend": "openai", "server": self.client.endpoint.display, "server_model": self.model},
+        )
+        return [text for text, _ in results]
+
+
+def _delta_text(event: dict) -> str:
+    choices = event.get("choices")
+    if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+        return ""
+    delta = choices[0].get("delta") or {}
+    content = delta.get("content") if isinstance(delta, dict) else None
+    if content is None:
+        content = choices[0].get("text")  # a /v1/completions-style chunk
+    return content if isinstance(content, str) else ""

@@ -1,0 +1,1 @@
+"""`ktcli serve`: the local engine behind an OpenAI-compatible HTTP API."""

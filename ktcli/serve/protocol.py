@@ -1,0 +1,218 @@
+"""The OpenAI wire format: request validation and response bodies. No sockets here.
+
+Every way a request can be wrong becomes an `ApiError` (a 4xx with an OpenAI-style JSON
+error body), so nothing a client sends can reach the engine malformed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ktcli.engine.backend import SamplingParams
+
+MAX_BODY_BYTES = 32 * 2**20
+MAX_STOP_STRINGS = 16
+ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error",
+                 code: str | None = None, param: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.type, self.code, self.param = status, message, type, code, param
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    kind: str  # "chat" | "completion"
+    prompt_ids: list[int]
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+def parse_json(raw: bytes) -> dict:
+    try:
+        data = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise ApiError(400, "the request body is not valid JSON") from None
+    if not isinstance(data, dict):
+        raise ApiError(400, "the request body must be a JSON object")
+    return data
+
+
+def check_model(body: dict, served: str) -> None:
+    model = body.get("model")
+    if model is None:
+        return  # one model is served: leaving it out is unambiguous
+    if not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string", param="model")
+    if model != served:
+        raise ApiError(404, f"the model {model!r} does not exist; this server serves {served!r}",
+                       type="not_found_error", code="model_not_found", param="model")
+
+
+def _number(body: dict, name: str, lo: float, hi: float, default: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not lo <= value <= hi:
+        raise ApiError(400, f"'{name}' must be a number from {lo} to {hi}", param=name)
+    return float(value)
+
+
+def _integer(body: dict, name: str, lo: int) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ApiError(400, f"'{name}' must be an integer of at least {lo}", param=name)
+    return value
+
+
+def _stop(body: dict) -> tuple[str, ...]:
+    stop = body.get("stop")
+    if stop is None:
+        return ()
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list) or len(stop) > MAX_STOP_STRINGS or not all(isinstance(s, str) for s in stop):
+        raise ApiError(400, f"'stop' must be a string or a list of up to {MAX_STOP_STRINGS} strings", param="stop")
+    return tuple(s for s in stop if s)
+
+
+def _flag(body: dict, name: str) -> bool:
+    value = body.get(name, False)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ApiError(400, f"'{name}' must be true or false", param=name)
+    return value
+
+
+def _include_usage(body: dict) -> bool:
+    options = body.get("stream_options")
+    if options is None:
+        return False
+    if not isinstance(options, dict):
+        raise ApiError(400, "'stream_options' must be an object", param="stream_options")
+    return bool(options.get("include_usage", False))
+
+
+def _text_content(content: object, index: int) -> str:
+    """A message's text: a string, or the text parts of a content list (no images here)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        texts = []
+        for part in content:
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                raise ApiError(400, f"messages[{index}].content: only text parts are supported", param="messages")
+            texts.append(part["text"])
+        return "".join(texts)
+    raise ApiError(400, f"messages[{index}].content must be a string or a list of text parts", param="messages")
+
+
+def parse_messages(body: dict) -> list[dict[str, str]]:
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty list", param="messages")
+    out = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, dict):
+            raise ApiError(400, f"messages[{i}] must be an object", param="messages")
+        role = m.get("role")
+        if role not in ROLES:
+            raise ApiError(400, f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}", param="messages")
+        out.append({"role": "system" if role == "developer" else role, "content": _text_content(m.get("content"), i)})
+    return out
+
+
+def parse_prompt(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]  # a batch of one
+    if isinstance(prompt, str) and prompt:
+        return encode(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        return list(prompt)
+    raise ApiError(400, "'prompt' must be a non-empty string (or one list of token ids)", param="prompt")
+
+
+def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> SamplingParams:
+    if body.get("n") not in (None, 1):
+        raise ApiError(400, "only n=1 is supported", param="n")
+    if prompt_len >= window:
+        raise ApiError(400, f"the prompt has {prompt_len} tokens; this model's context window is {window}",
+                       code="context_length_exceeded", param="messages")
+    asked = _integer(body, "max_completion_tokens", 1)
+    asked = _integer(body, "max_tokens", 1) if asked is None else asked
+    if asked is not None and prompt_len + asked > window:
+        raise ApiError(400, f"the prompt has {prompt_len} tokens and {asked} more were asked for; "
+                       f"this model's context window is {window}", code="context_length_exceeded", param="max_tokens")
+    top_k = _integer(body, "top_k", -1)
+    return SamplingParams(
+        max_new_tokens=asked if asked is not None else min(default_max, window - prompt_len),
+        temperature=_number(body, "temperature", 0.0, 2.0, 1.0),  # OpenAI's default
+        top_p=_number(body, "top_p", 1e-6, 1.0, 1.0),
+        top_k=max(0, top_k or 0),
+        stop=_stop(body),
+        seed=_integer(body, "seed", 0),
+    )
+
+
+def parse_generation(kind: str, body: dict, *, served: str, window: int, default_max: int,
+                     encode_chat: Callable[[list[dict[str, str]]], list[int]],
+                     encode_text: Callable[[str], list[int]]) -> GenRequest:
+    check_model(body, served)
+    stream = _flag(body, "stream")
+    include_usage = _include_usage(body)
+    ids = encode_chat(parse_messages(body)) if kind == "chat" else parse_prompt(body, encode_text)
+    return GenRequest(kind, ids, sampling(body, len(ids), window, default_max), stream, include_usage)
+
+
+# -- responses -----------------------------------------------------------------------
+
+
+class Reply:
+    """The bodies of one answer, complete or in chunks, sharing an id and timestamp."""
+
+    def __init__(self, kind: str, model: str) -> None:
+        self.kind, self.model = kind, model
+        self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+        self.created = int(time.time())
+
+    def _head(self, chunk: bool) -> dict:
+        obj = "chat.completion" if self.kind == "chat" else "text_completion"
+        return {"id": self.id, "object": obj + (".chunk" if chunk and self.kind == "chat" else ""),
+                "created": self.created, "model": self.model}
+
+    def full(self, text: str, finish: str, usage: dict) -> dict:
+        if self.kind == "chat":
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return {**self._head(False), "choices": [choice], "usage": usage}
+
+    def chunk(self, text: str, finish: str | None = None, first: bool = False) -> dict:
+        if self.kind == "chat":
+            delta: dict = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
+            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+        else:
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+        return {**self._head(True), "choices": [choice]}
+
+    def usage_chunk(self, usage: dict) -> dict:
+        return {**self._head(True), "choices": [], "usage": usage}
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens}

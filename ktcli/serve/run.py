@@ -1,0 +1,69 @@
+"""Load the engine a `ktcli serve` command asks for, and serve it until interrupted."""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import replace
+from collections.abc import Callable
+
+from ktcli.config import Settings
+from ktcli.engine.batching import Runner, make_runner
+from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+from ktcli.errors import UsageError
+from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
+
+
+def load_engine(settings: Settings, on_status: Callable[[str], None] | None = None):
+    """The local backend, with the server-side options (KV dtype, attention policy)."""
+    if settings.engine == "hf":
+        if settings.kv_dtype != "auto" or settings.attention != "auto":
+            raise UsageError("--kv-dtype and --attention need --engine ktcli")
+        from ktcli.engine.loading import load_backend
+
+        return load_backend(replace(settings, backend="local"), on_status)
+    if settings.engine != "ktcli":
+        raise UsageError(f"--engine {settings.engine!r}: ktcli serve runs ktcli or hf")
+    from ktcli.engine.native import NativeBackend
+
+    model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
+    return NativeBackend.load(model_dir, weights=settings.weights, threads=settings.threads,
+                              **_engine_options(NativeBackend.load, settings))
+
+
+def _engine_options(load: Callable, settings: Settings) -> dict:
+    """Pass KV dtype and attention policy only as far as this engine build takes them."""
+    accepted = inspect.signature(load).parameters
+    options: dict = {}
+    for name, value in (("kv_dtype", settings.kv_dtype), ("attention", settings.attention)):
+        if value == "auto":
+            continue
+        if name not in accepted:
+            raise UsageError(f"--{name.replace('_', '-')} {value}: this engine build does not take that option yet")
+        options[name] = value
+    return options
+
+
+def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], None],
+          runner: Runner | None = None) -> None:
+    check_exposure(options.host, options.api_key)  # before minutes of model loading
+    if not options.model_id:
+        options = replace(options, model_id=resolve_model(settings.model).name)
+    if runner is None:
+        on_status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
+        runner = make_runner(load_engine(settings, on_status), options.max_batch)
+    app = ServeApp(runner, options)
+    try:
+        httpd = make_server(app)
+    except OSError as e:
+        raise UsageError(f"cannot listen on {options.host}:{options.port}: {e.strerror or e}") from None
+    host, port = httpd.server_address[:2]
+    app.scheduler.start()
+    shown = f"[{host}]" if ":" in str(host) else host
+    on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
+              f"({runner.name} engine, batches of up to {app.scheduler.max_batch}"
+              f"{', API key required' if options.api_key else ''})")
+    try:
+        httpd.serve_forever(poll_interval=0.2)
+    finally:
+        app.scheduler.stop()
+        httpd.server_close()

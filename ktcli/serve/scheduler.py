@@ -1,0 +1,112 @@
+"""One engine thread; many HTTP threads. Requests queue here and run in batches.
+
+The engine's `generate` takes a batch's prompts up front, so batching comes from
+gathering: when the engine is free, the first waiting request opens a short window
+(`gather_s`) in which more requests join, up to `max_batch`, and the group runs as one
+batch. Requests arriving during a run queue for the next batch. Only requests with the
+same sampling parameters share a batch (the engines sample a batch one way).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+
+from ktcli.engine.batching import Job, Runner, sampling_key
+
+
+@dataclass
+class SchedulerStats:
+    batches: int = 0
+    jobs: int = 0
+    largest_batch: int = 0
+    busy_s: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {"batches": self.batches, "requests": self.jobs, "largest_batch": self.largest_batch,
+                "mean_batch": round(self.jobs / self.batches, 2) if self.batches else 0.0,
+                "busy_s": round(self.busy_s, 2)}
+
+
+class Scheduler:
+    def __init__(self, runner: Runner, *, gather_s: float = 0.03, max_batch: int | None = None) -> None:
+        self.runner = runner
+        self.gather_s = gather_s
+        self.max_batch = max(1, max_batch or runner.max_batch)
+        self.stats = SchedulerStats()
+        self._waiting: deque[Job] = deque()
+        self._cv = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="ktcli-engine", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
+    def submit(self, job: Job) -> None:
+        with self._cv:
+            self._waiting.append(job)
+            self._cv.notify_all()
+
+    @property
+    def queued(self) -> int:
+        with self._cv:
+            return len(self._waiting)
+
+    def _loop(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            if not batch:
+                continue
+            started = time.perf_counter()
+            try:
+                self.runner.run(batch)
+            except Exception as e:  # noqa: BLE001 - the engine thread must survive any request
+                for job in batch:
+                    job.fail(f"generation failed: {type(e).__name__}: {e}")
+            self.stats.busy_s += time.perf_counter() - started
+            self.stats.batches += 1
+            self.stats.jobs += len(batch)
+            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+
+    def _next_batch(self) -> list[Job] | None:
+        with self._cv:
+            while not self._waiting and not self._stopped:
+                self._cv.wait()
+            if self._stopped:
+                return None
+            # The first request opens the gathering window; a full batch closes it early.
+            deadline = time.monotonic() + self.gather_s
+            while len(self._waiting) < self.max_batch and not self._stopped:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._cv.wait(left)
+            return self._take()
+
+    def _take(self) -> list[Job]:
+        """The oldest live request and every later one that can share its batch."""
+        while self._waiting and self._waiting[0].cancelled.is_set():
+            self._waiting.popleft().finish("cancelled")
+        if not self._waiting:
+            return []
+        key = sampling_key(self._waiting[0].params)
+        batch, rest = [], deque()
+        while self._waiting:
+            job = self._waiting.popleft()
+            if job.cancelled.is_set():
+                job.finish("cancelled")
+            elif len(batch) < self.max_batch and sampling_key(job.params) == key:
+                batch.append(job)
+            else:
+                rest.append(job)
+        self._waiting = rest
+        return batch
