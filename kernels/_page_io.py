@@ -85,21 +85,23 @@ def qk_dot(q, k, DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr):
     """q [M, D] @ k[N, D]^T -> [M, N] float32; fp32 pages stay exact (ieee), everything
     else runs on 16-bit tensor cores with float32 accumulation."""
     if DOT_FP32:
-        return tl.dot(q, tl.trans(k), input_precision="ieee")
+        res = tl.dot(q, tl.trans(k), input_precision="ieee")
     elif DOT_BF16:
-        return tl.dot(q.to(tl.bfloat16), tl.trans(k.to(tl.bfloat16)))
+        res = tl.dot(q.to(tl.bfloat16), tl.trans(k.to(tl.bfloat16)))
     else:
-        return tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16)))
+        res = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16)))
+    return res
 
 
 @triton.jit
 def pv_dot(p, v, DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr):
     if DOT_FP32:
-        return tl.dot(p, v, input_precision="ieee")
+        res = tl.dot(p, v, input_precision="ieee")
     elif DOT_BF16:
-        return tl.dot(p.to(tl.bfloat16), v.to(tl.bfloat16))
+        res = tl.dot(p.to(tl.bfloat16), v.to(tl.bfloat16))
     else:
-        return tl.dot(p.to(tl.float16), v.to(tl.float16))
+        res = tl.dot(p.to(tl.float16), v.to(tl.float16))
+    return res
 
 
 @triton.jit

@@ -43,7 +43,9 @@ def _prefill_kernel(
     last_pos = tl.max(q_pos, axis=0)
     ctx = start_pos + n_q
 
-    hp = h if PER_HEAD_PLAN else 0
+    hp = 0
+    if PER_HEAD_PLAN:
+        hp = h
     n_list = tl.load(plan_n + hp)
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)

@@ -160,3 +160,10 @@ def test_dispatch_routes_cpu_tensors_to_triton_when_forced(monkeypatch):
     assert calls == [1]
     want = kernels.paged_attention_decode(q, f.layer, f.block_tables, f.context_lens, D**-0.5)  # CPU -> reference
     torch.testing.assert_close(got, want, rtol=dot_tolerance(f.layer), atol=dot_tolerance(f.layer))
+
+
+def test_importing_the_kernel_modules_keeps_the_package_functions():
+    import kernels.kv_store_triton  # noqa: F401
+    import kernels.paged_attention  # noqa: F401
+
+    assert callable(kernels.kv_store) and kernels.kv_store.__module__ == "kernels"
