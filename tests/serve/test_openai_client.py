@@ -1,0 +1,240 @@
+"""The `openai` backend against a scripted loopback server: retries, errors, cut-off
+streams, window discovery and token counting. No model runs here."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+
+from ktcli.config import Settings
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.openai_backend import OpenAIBackend, discover_model, remote_model_facts
+from ktcli.engine.openai_http import (
+    AuthError, Endpoint, HttpClient, ServerStatusError, ServerUnreachableError, StreamCutOffError,
+)
+from ktcli.errors import BackendError, UsageError
+from ktcli.ingest.tokens import count_tokens
+from tests.serve.fake_openai import ANSWER, FakeOpenAI
+
+MSGS = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is the answer?"}]
+PARAMS = SamplingParams(max_new_tokens=8)
+
+
+def backend(fake: FakeOpenAI, key: str = "", **client_kw) -> OpenAIBackend:
+    client = HttpClient(fake.url, key, backoff_s=0.01, timeout_s=client_kw.pop("timeout_s", 20), **client_kw)
+    served = discover_model(client, "fake-model", 0, "smollm2")
+    return OpenAIBackend(client, served.id, served.context_window)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("url, prefix, root", [
+    ("http://h:8000/v1", "/v1", ""), ("http://h:8000", "/v1", ""), ("http://h:8000/v1/", "/v1", ""),
+    ("h:8000", "/v1", ""), ("https://proxy/llm/v1", "/llm/v1", "/llm"),
+])
+def test_base_url_forms(url, prefix, root):
+    e = Endpoint.parse(url)
+    assert (e.prefix, e.root) == (prefix, root)
+
+
+def test_base_url_required():
+    with pytest.raises(UsageError, match="--base-url"):
+        Endpoint.parse("")
+
+
+def test_streams_chat_and_reads_usage():
+    with FakeOpenAI() as fake:
+        b = backend(fake)
+        assert list(b.stream_chat(MSGS, PARAMS)) == ANSWER
+        path, body = fake.calls[-1]
+        assert path == "/v1/chat/completions" and body["stream"] is True
+        assert body["messages"] == MSGS and body["max_tokens"] == 8 and body["model"] == "fake-model"
+        assert (b.last_stats.prompt_tokens, b.last_stats.new_tokens) == (11, 4)
+        assert b.last_stats.extra["backend"] == "openai"
+
+
+@pytest.mark.parametrize("failure", ["429", "500", "503", "reset"])
+def test_retries_transient_failures(failure):
+    with FakeOpenAI(script=[failure, failure]) as fake:
+        b = backend(fake)
+        assert "".join(b.stream_chat(MSGS, PARAMS)) == "".join(ANSWER)
+        assert fake.chat_calls == 3 and b.client.retries == 2
+
+
+def test_gives_up_with_one_line_after_attempts():
+    with FakeOpenAI(script=["500"] * 10) as fake:
+        b = backend(fake, max_attempts=3)
+        with pytest.raises(ServerStatusError, match="HTTP 500: scripted 500"):
+            list(b.stream_chat(MSGS, PARAMS))
+        assert fake.chat_calls == 3
+
+
+def test_total_timeout_bounds_a_slow_server():
+    with FakeOpenAI(script=["slow"]) as fake:
+        b = backend(fake, timeout_s=0.5)
+        b.client.read_timeout_s = 0.5
+        started = time.monotonic()
+        with pytest.raises(BackendError, match="did not answer within"):
+            list(b.stream_chat(MSGS, PARAMS))
+        assert time.monotonic() - started < 2
+
+
+def test_unreachable_server_fails_fast():
+    client = HttpClient(f"http://127.0.0.1:{free_port()}/v1", backoff_s=0.01)
+    started = time.monotonic()
+    with pytest.raises(ServerUnreachableError, match="cannot reach the server .* connection refused"):
+        client.get_json("/models")
+    assert time.monotonic() - started < 3
+
+
+def test_refused_key():
+    with FakeOpenAI(key="right") as fake:
+        with pytest.raises(AuthError, match="refused the API key"):
+            backend(fake, key="wrong")
+        b = backend(fake, key="right")
+        assert "".join(b.stream_chat(MSGS, PARAMS))
+        assert fake.headers[-1]["Authorization"] == "Bearer right"
+
+
+def test_unknown_model_names_the_served_ones():
+    with FakeOpenAI() as fake:
+        client = HttpClient(fake.url)
+        with pytest.raises(BackendError, match="does not serve model 'gpt-9'; it serves: fake-model"):
+            discover_model(client, "gpt-9", 0, "smollm2")
+        # The default local model name means "whatever the server serves".
+        assert discover_model(client, "smollm2", 0, "smollm2").id == "fake-model"
+
+
+def test_cut_off_stream_keeps_and_marks_the_partial_answer():
+    with FakeOpenAI(script=["cut"]) as fake:
+        b = backend(fake)
+        pieces = []
+        with pytest.raises(StreamCutOffError) as info:
+            for piece in b.stream_chat(MSGS, PARAMS):
+                pieces.append(piece)
+        assert pieces[:2] == ANSWER[:2] and "[answer cut off:" in pieces[-1]
+        assert info.value.partial == "".join(ANSWER[:2])
+        assert "closed the stream" in str(info.value)
+        assert fake.chat_calls == 1  # never retried: the answer had started
+
+
+def test_in_band_error_event_is_a_cut():
+    with FakeOpenAI(script=["error_event"]) as fake:
+        with pytest.raises(StreamCutOffError, match="engine exploded"):
+            list(backend(fake).stream_chat(MSGS, PARAMS))
+
+
+@pytest.mark.parametrize("models, flag, window", [
+    ([{"id": "fake-model", "max_model_len": 4096}], 0, 4096),
+    ([{"id": "fake-model", "max_model_len": 4096}], 1000, 1000),  # the flag caps
+    ([{"id": "fake-model", "max_model_len": 4096}], 9000, 4096),  # never past the server's
+    ([{"id": "fake-model", "meta": {"n_ctx_train": 2048}}], 0, 2048),  # llama.cpp
+    ([{"id": "fake-model"}], 3000, 3000),  # the server does not say: the flag decides
+])
+def test_context_window_discovery(models, flag, window):
+    with FakeOpenAI(models=models) as fake:
+        assert discover_model(HttpClient(fake.url), "fake-model", flag, "smollm2").context_window == window
+
+
+def test_window_unknown_asks_for_the_flag():
+    with FakeOpenAI(models=[{"id": "fake-model"}]) as fake:
+        with pytest.raises(UsageError, match="--context-window"):
+            discover_model(HttpClient(fake.url), "fake-model", 0, "smollm2")
+
+
+def test_no_models_endpoint_trusts_the_flags():
+    with FakeOpenAI(models_status=404) as fake:
+        served = discover_model(HttpClient(fake.url), "mine", 2048, "smollm2")
+        assert (served.id, served.context_window) == ("mine", 2048)
+
+
+def test_planner_facts_come_from_the_server():
+    with FakeOpenAI() as fake:
+        facts = remote_model_facts(Settings(backend="openai", base_url=fake.url, model="fake-model"))
+        assert facts.context_window == 4096 and facts.weight_bytes == 0
+
+
+def test_counts_with_the_server_tokenizer_when_offered():
+    with FakeOpenAI() as fake:
+        b = backend(fake)
+        assert b.count_tokens("one two three") == 3
+        assert b.count_tokens("one two three") == 3  # cached: asked once
+        assert sum(1 for p, _ in fake.calls if p == "/tokenize") == 1
+        assert b.prompt_tokens(MSGS) == 6 + 10  # the server applied its chat template
+        assert b.tokens.source == "server"
+
+
+def test_counts_with_tiktoken_without_a_tokenize_endpoint():
+    with FakeOpenAI(tokenize=False) as fake:
+        b = backend(fake)
+        text = "def f(x):\n    return x ** 2  # squares"
+        assert b.count_tokens(text) == count_tokens(text)
+        assert b.prompt_tokens(MSGS) > count_tokens("Be brief.") + count_tokens("What is the answer?")
+        assert b.tokens.source == "tiktoken"
+
+
+def test_batch_goes_out_concurrently():
+    with FakeOpenAI() as fake:
+        b = backend(fake)
+        out = b.generate_chat_batch([MSGS] * 4, PARAMS)
+        assert out == ["".join(ANSWER)] * 4
+        assert fake.max_active >= 2
+        assert b.last_stats.new_tokens == 16
+
+
+def test_openai_api_key_env_is_the_fallback(monkeypatch):
+    from ktcli.engine.openai_backend import client_for
+
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    assert client_for(Settings(base_url="http://127.0.0.1:1/v1")).api_key == "from-env"
+    assert client_for(Settings(base_url="http://127.0.0.1:1/v1", api_key="flag")).api_key == "flag"
+
+
+def test_settings_from_env(monkeypatch, tmp_path):
+    from ktcli.config import load_settings
+
+    monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("KTCLI_BACKEND", "openai")
+    monkeypatch.setenv("KTCLI_BASE_URL", "http://10.0.0.5:8000/v1")
+    monkeypatch.setenv("KTCLI_CONTEXT_WINDOW", "32768")
+    s = load_settings({"api_key": "k"})
+    assert (s.backend, s.base_url, s.context_window, s.api_key) == ("openai", "http://10.0.0.5:8000/v1", 32768, "k")
+
+
+# -- through the real CLI (a subprocess; the fake server answers) ---------------------
+
+
+def test_cli_keeps_a_cut_off_answer(tmp_path):
+    from tests.serve.helpers import run_cli
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The answer to everything is 42.\n")
+    with FakeOpenAI(script=["cut", "cut"]) as fake:
+        args = ["ask", str(doc), "What is the answer?", "--backend", "openai", "--base-url", fake.url, "--model", "fake-model"]
+        text = run_cli(args, tmp_path)
+        as_json = run_cli([*args, "--json"], tmp_path)
+    assert text.returncode == 1
+    assert text.stdout.startswith("The answer ") and "[answer cut off:" in text.stdout
+    assert "error:" in text.stderr and "partial answer kept" in text.stderr and "Traceback" not in text.stderr
+    assert as_json.returncode == 1
+    payload = json.loads(as_json.stdout)
+    assert payload == {"answer": "The answer ", "incomplete": True, "error": payload["error"]}
+
+
+def test_cli_refused_key_is_one_line(tmp_path):
+    from tests.serve.helpers import run_cli
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text("Some text.\n")
+    with FakeOpenAI(key="right") as fake:
+        done = run_cli(["ask", str(doc), "What?", "--backend", "openai", "--base-url", fake.url, "--api-key", "wrong"], tmp_path)
+    assert done.returncode == 1
+    assert "refused the API key" in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) <= 3
