@@ -1,0 +1,288 @@
+"""The server's HTTP layer and scheduler in-process, over a fake runner (no model):
+validation, auth, SSE shape, disconnects, batching of concurrent requests."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.batching import Job, _Stream
+from ktcli.errors import UsageError
+from ktcli.serve.scheduler import Scheduler
+from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
+from tests.serve.helpers import request
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa".split()
+
+
+class FakeTokenizer:
+    """One token per word; the chat template adds 3 tokens per message and 2 at the end."""
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [len(w) for w in text.split()]
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=True):
+        return [0] * sum(3 + len(m["content"].split()) for m in messages) + [0, 0]
+
+    def decode(self, ids, skip_special_tokens=True) -> str:
+        return "".join(WORDS[i % len(WORDS)] + " " for i in ids)
+
+
+class FakeRunner:
+    name = "fake"
+    context_window = 64
+    max_batch = 8
+
+    def __init__(self, step_s: float = 0.01) -> None:
+        self.tokenizer = FakeTokenizer()
+        self.step_s = step_s
+        self.batches: list[int] = []
+
+    def run(self, jobs: list[Job]) -> None:
+        self.batches.append(len(jobs))
+        streams = [_Stream(j, self.tokenizer.decode, self.context_window) for j in jobs]
+        done = [False] * len(jobs)
+        for step in range(max(j.params.max_new_tokens for j in jobs)):
+            time.sleep(self.step_s)
+            for i, s in enumerate(streams):
+                if not done[i]:
+                    done[i] = s.push(step)
+            if all(done):
+                return
+        for i, s in enumerate(streams):
+            if not done[i]:
+                s.close("stop")
+
+
+@pytest.fixture
+def served(request):
+    options = getattr(request, "param", {})
+    runner = FakeRunner(**options.pop("runner", {}))
+    app = ServeApp(runner, ServeOptions(host="127.0.0.1", port=0, model_id="fake", default_max_tokens=5, **options))
+    httpd = make_server(app)
+    app.scheduler.start()
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield httpd.server_address[1], app, runner
+    httpd.shutdown()
+    httpd.server_close()
+    app.scheduler.stop()
+
+
+def chat(content: str = "say something", **extra) -> dict:
+    return {"model": "fake", "messages": [{"role": "user", "content": content}], **extra}
+
+
+def sse(port: int, path: str, body: dict) -> list[dict | str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("Content-Type") == "text/event-stream"
+    events = []
+    for line in resp.read().decode().split("\n\n"):
+        if line.startswith("data: "):
+            payload = line[6:]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+def test_models_lists_the_window(served):
+    port, _, _ = served
+    status, body = request(port, "GET", "/v1/models")
+    assert status == 200
+    assert body["data"][0]["id"] == "fake" and body["data"][0]["max_model_len"] == 64
+
+
+def test_chat_completion(served):
+    port, _, _ = served
+    status, body = request(port, "POST", "/v1/chat/completions", chat(max_tokens=3))
+    assert status == 200
+    assert body["object"] == "chat.completion"
+    assert body["choices"][0]["message"] == {"role": "assistant", "content": "alpha beta gamma "}
+    assert body["choices"][0]["finish_reason"] == "length"
+    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+
+
+def test_default_max_tokens_and_stop_strings(served):
+    port, _, _ = served
+    _, body = request(port, "POST", "/v1/completions", {"prompt": "one two", "stop": ["gamma"]})
+    assert body["choices"][0] == {"index": 0, "text": "alpha beta ", "logprobs": None, "finish_reason": "stop"}
+    _, body = request(port, "POST", "/v1/completions", {"prompt": "one two"})
+    assert body["usage"]["completion_tokens"] == 5  # the server's default
+
+
+def test_chat_stream_shape(served):
+    port, _, _ = served
+    events = sse(port, "/v1/chat/completions", chat(max_tokens=2, stream=True, stream_options={"include_usage": True}))
+    assert events[-1] == "[DONE]"
+    assert events[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events[:-2] if e["choices"])
+    assert text == "alpha beta "
+    assert events[-3]["choices"][0]["finish_reason"] == "length"
+    assert events[-2]["usage"]["completion_tokens"] == 2 and events[-2]["choices"] == []
+    assert all(e["object"] == "chat.completion.chunk" for e in events[:-1])
+
+
+def test_completion_stream(served):
+    port, _, _ = served
+    events = sse(port, "/v1/completions", {"prompt": "hi", "max_tokens": 3, "stream": True})
+    assert "".join(e["choices"][0]["text"] for e in events[:-1]) == "alpha beta gamma "
+
+
+def test_tokenize(served):
+    port, _, _ = served
+    assert request(port, "POST", "/tokenize", {"prompt": "a b c"})[1]["count"] == 3
+    assert request(port, "POST", "/tokenize", {"messages": [{"role": "user", "content": "a b"}]})[1]["count"] == 7
+
+
+@pytest.mark.parametrize("body, status, fragment", [
+    (b"{not json", 400, "not valid JSON"),
+    (b"[1, 2]", 400, "JSON object"),
+    (chat(model="gpt-4"), 404, "does not exist"),
+    ({"model": "fake"}, 400, "'messages'"),
+    ({"messages": []}, 400, "'messages'"),
+    ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "role"),
+    ({"messages": [{"role": "user", "content": 5}]}, 400, "content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400, "text parts"),
+    (chat(max_tokens=0), 400, "max_tokens"),
+    (chat(max_tokens="ten"), 400, "max_tokens"),
+    (chat(max_tokens=True), 400, "max_tokens"),
+    (chat(temperature=5), 400, "temperature"),
+    (chat(top_p=0), 400, "top_p"),
+    (chat(stop=[1]), 400, "stop"),
+    (chat(n=2), 400, "n=1"),
+    (chat(stream="yes"), 400, "stream"),
+    (chat(max_tokens=60), 400, "context window"),
+    (chat(" ".join(["w"] * 80)), 400, "context window"),
+])
+def test_malformed_requests_get_4xx_json(served, body, status, fragment):
+    port, _, _ = served
+    got, payload = request(port, "POST", "/v1/chat/completions", body)
+    assert got == status
+    assert fragment in payload["error"]["message"]
+    assert request(port, "GET", "/v1/models")[0] == 200  # still serving
+
+
+def test_over_window_has_the_openai_code(served):
+    port, _, _ = served
+    _, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=60))
+    assert payload["error"]["code"] == "context_length_exceeded"
+
+
+def test_bad_prompts_and_routes(served):
+    port, _, _ = served
+    assert request(port, "POST", "/v1/completions", {"prompt": ""})[0] == 400
+    assert request(port, "POST", "/v1/completions", {"prompt": [1, -2]})[0] == 400
+    assert request(port, "GET", "/v1/nothing")[0] == 404
+    assert request(port, "GET", "/v1/chat/completions")[0] == 405
+    assert request(port, "POST", "/v1/completions", {"prompt": [3, 4]})[0] == 200  # token ids are fine
+
+
+def test_missing_length_and_huge_body(served):
+    port, _, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999999\r\n\r\n")
+        assert b" 413 " in s.recv(4096).split(b"\r\n")[0]
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert b" 411 " in s.recv(4096).split(b"\r\n")[0]
+
+
+@pytest.mark.parametrize("served", [{"api_key": "sekrit"}], indirect=True)
+def test_every_route_needs_the_key(served):
+    port, _, _ = served
+    for method, path, body in [("GET", "/v1/models", None), ("GET", "/health", None),
+                               ("POST", "/v1/chat/completions", chat()), ("POST", "/tokenize", {"prompt": "x"})]:
+        status, payload = request(port, method, path, body)
+        assert status == 401 and payload["error"]["code"] == "invalid_api_key"
+        assert request(port, method, path, body, key="wrong")[0] == 401
+    assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=1), key="sekrit")[0] == 200
+
+
+def test_non_loopback_needs_a_key():
+    with pytest.raises(UsageError, match="--api-key"):
+        check_exposure("0.0.0.0", "")
+    check_exposure("0.0.0.0", "k")
+    for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
+        check_exposure(host, "")
+
+
+@pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}}], indirect=True)
+def test_client_disconnect_mid_stream_cancels_and_server_goes_on(served):
+    port, app, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        body = json.dumps(chat(max_tokens=50, stream=True)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        seen = b""
+        while b"data: " not in seen:
+            seen += s.recv(4096)
+    # The job is cancelled at the next token written to the dead socket, long before 50.
+    started = time.monotonic()
+    status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
+    assert status == 200 and payload["usage"]["completion_tokens"] == 2
+    assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}, "gather_ms": 100}], indirect=True)
+def test_concurrent_requests_share_a_batch(served):
+    port, app, runner = served
+    results: list[int] = []
+
+    def go() -> None:
+        results.append(request(port, "POST", "/v1/chat/completions", chat(max_tokens=3))[0])
+
+    threads = [threading.Thread(target=go) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [200] * 6
+    assert max(runner.batches) >= 4
+    assert request(port, "GET", "/health")[1]["largest_batch"] >= 4
+
+
+def _job(temp: float = 0.0, n: int = 2) -> Job:
+    return Job([1, 2], SamplingParams(max_new_tokens=n, temperature=temp))
+
+
+def test_scheduler_batches_only_like_sampling():
+    runner = FakeRunner()
+    sched = Scheduler(runner, gather_s=0.05)
+    jobs = [_job(), _job(0.7), _job(), _job(0.7), _job()]
+    for j in jobs:
+        sched.submit(j)
+    sched.start()
+    for j in jobs:
+        while j.events.get(timeout=5)[0] == "text":
+            pass
+    sched.stop()
+    assert sorted(runner.batches) == [2, 3]
+
+
+def test_scheduler_survives_a_failing_runner():
+    class Broken(FakeRunner):
+        def run(self, jobs):
+            if len(self.batches) == 0:
+                self.batches.append(len(jobs))
+                raise RuntimeError("boom")
+            super().run(jobs)
+
+    sched = Scheduler(Broken(), gather_s=0.0)
+    sched.start()
+    first = _job()
+    sched.submit(first)
+    assert first.events.get(timeout=5) == ("error", "generation failed: RuntimeError: boom")
+    second = _job()
+    sched.submit(second)
+    kinds = []
+    while not kinds or kinds[-1] == "text":
+        kinds.append(second.events.get(timeout=5)[0])
+    assert kinds[-1] == "done"
+    sched.stop()
