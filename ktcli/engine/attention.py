@@ -80,6 +80,22 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     v_cache.index_copy_(0, slot_mapping, v)
 
 
+# Below this many keys a decode query runs as two small BLAS batched products, which stay
+# on one thread; SDPA's flash kernel splits even tiny work across OpenMP threads, whose
+# barriers cost more than the work (badly so when other processes share the cores).
+SMALL_DECODE_KEYS = 2048
+
+
+def _decode_small(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    n_kv, d = k.shape[1], k.shape[2]
+    group = q.shape[1] // n_kv
+    qg = q.reshape(n_kv, group, d)  # [1, HQ, D] -> [H, G, D]: query heads grouped by kv head
+    scores = torch.bmm(qg, k.permute(1, 2, 0))  # [H, G, D] x [H, D, keys] -> [H, G, keys]
+    probs = torch.softmax(scores.mul_(scale), dim=-1)
+    out = torch.bmm(probs, v.transpose(0, 1))  # [H, G, keys] x [H, keys, D] -> [H, G, D]
+    return out.view(1, n_kv * group, d)  # [H, G, D] -> [1, HQ, D]
+
+
 def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: SeqAttn, window: int | None, scale: float) -> torch.Tensor:
     """q [n, HQ, D] of one sequence -> [n, HQ, D]. GQA is handled by SDPA (enable_gqa),
     which on CPU runs its flash kernel over the strided cache views without copies."""
@@ -88,6 +104,8 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: S
     v = seq.keys(v_cache, lo)
     if q.dtype != k.dtype:
         q = q.to(k.dtype)
+    if seq.n == 1 and k.shape[0] <= SMALL_DECODE_KEYS and k.dtype == torch.float32:
+        return _decode_small(q, k, v, scale)
     # [n, HQ, D] -> [1, HQ, n, D]; [keys, H, D] -> [1, H, keys, D] (views)
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0),

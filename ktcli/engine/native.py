@@ -23,6 +23,7 @@ from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import Engine
+from ktcli.engine.tokenizer import ChatTokenizer
 from ktcli.engine.weights import load_weights
 from ktcli.errors import InputError
 
@@ -45,11 +46,7 @@ class NativeBackend:
         self.weights_name, self.weight_bytes = weights_name, weight_bytes
         self._stats = GenStats()
         self.eos_ids = self._eos_ids(tokenizer, cfg)
-        backend_tok = getattr(tokenizer, "backend_tokenizer", None)
-        if backend_tok is not None:
-            self._decode = lambda ids: backend_tok.decode(ids, skip_special_tokens=True)
-        else:
-            self._decode = lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+        self._decode = tokenizer.decode if tokenizer is not None else None
 
     # -- loading ------------------------------------------------------------------
 
@@ -67,8 +64,6 @@ class NativeBackend:
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`."""
-        from transformers import AutoTokenizer
-
         if threads > 0:
             torch.set_num_threads(threads)
         model_dir = Path(model_dir)
@@ -87,15 +82,18 @@ class NativeBackend:
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
         engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk)
-        tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        # A folder without tokenizer.json (a test model) still runs on token ids.
+        tokenizer = ChatTokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
         return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
 
     @staticmethod
     def _eos_ids(tokenizer, cfg: ModelConfig) -> frozenset[int]:
         ids = set(cfg.eos_token_ids)
+        if tokenizer is None:
+            return frozenset(ids)
         if tokenizer.eos_token_id is not None:
             ids.add(int(tokenizer.eos_token_id))
-        gen_cfg = Path(getattr(tokenizer, "name_or_path", "")) / "generation_config.json"
+        gen_cfg = Path(tokenizer.name_or_path) / "generation_config.json"
         if gen_cfg.is_file():
             eos = json.loads(gen_cfg.read_text()).get("eos_token_id")
             ids.update([eos] if isinstance(eos, int) else (eos or []))
@@ -107,10 +105,7 @@ class NativeBackend:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
     def chat_ids(self, messages: list[Message]) -> list[int]:
-        out = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-        if isinstance(out, dict) or hasattr(out, "keys"):
-            out = out["input_ids"]
-        return list(out)
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
 
     def prompt_tokens(self, messages: list[Message]) -> int:
         return len(self.chat_ids(messages))
