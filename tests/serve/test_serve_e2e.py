@@ -1,0 +1,152 @@
+"""`ktcli ask/summarize/plan --backend openai` against a real `ktcli serve` subprocess on
+a loopback port, with the bundled SmolLM2: streaming and not, a bad key, malformed
+requests, a client that disconnects, a server stopped mid-answer."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.openai_backend import OpenAIBackend, discover_model
+from ktcli.engine.openai_http import HttpClient, StreamCutOffError
+from tests.serve.helpers import request, run_cli, start_serve
+
+KEY = "test-key-123"
+DOC = ("Harbor Light Ltd. annual report 2023.\n"
+       "Revenue in the third quarter was 4.2 million euros.\n"
+       "The company opened a second lighthouse museum in Bergen.\n")
+QUESTION = "What was the revenue in the third quarter?"
+SHORT = ["--max-new-tokens", "6"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    base = tmp_path_factory.mktemp("serve")
+    served = start_serve(base, "--api-key", KEY, "--threads", "2", "--max-new-tokens", "8", "--batch-wait-ms", "50")
+    yield served
+    served.stop()
+
+
+@pytest.fixture(scope="module")
+def doc(tmp_path_factory):
+    path = tmp_path_factory.mktemp("doc") / "report.txt"
+    path.write_text(DOC)
+    return path
+
+
+def remote_args(server, key: str = KEY) -> list[str]:
+    return ["--backend", "openai", "--base-url", server.url, "--api-key", key]
+
+
+def client_backend(server) -> OpenAIBackend:
+    client = HttpClient(server.url, KEY, timeout_s=300)
+    served = discover_model(client, "smollm2", 0, "smollm2")
+    return OpenAIBackend(client, served.id, served.context_window)
+
+
+def test_window_and_tokenizer_come_from_the_server(server):
+    b = client_backend(server)
+    assert b.model == "smollm2" and b.context_window == 8192
+    assert b.count_tokens("hello world") == 2 and b.tokens.source == "server"
+    # The server's chat template wraps the messages: more tokens than their text.
+    assert b.prompt_tokens([{"role": "user", "content": "hello world"}]) > 2
+
+
+def test_plan_against_the_server(server, doc, tmp_path):
+    done = run_cli(["plan", str(doc), QUESTION, "--json", *remote_args(server)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["plan"]["mode"] == "full" and payload["plan"]["context_window"] == 8192
+
+
+def test_ask_streams_the_answer(server, doc, tmp_path):
+    done = run_cli(["ask", str(doc), QUESTION, *SHORT, *remote_args(server)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip()
+    assert "connecting to" in done.stderr and "tokens in" in done.stderr
+
+
+def test_ask_json(server, doc, tmp_path):
+    done = run_cli(["ask", str(doc), QUESTION, "--json", *SHORT, *remote_args(server)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert payload["answer"].strip()
+    assert payload["figures"]["backend"] == "openai" and payload["figures"]["tokenizer"] == "server"
+    assert 0 < payload["figures"]["tokens_out"] <= 6
+
+
+def test_summarize(server, doc, tmp_path):
+    done = run_cli(["summarize", str(doc), "--json", *SHORT, *remote_args(server)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["answer"].strip()
+
+
+def test_non_streaming_batch_runs_together(server):
+    b = client_backend(server)
+    convs = [[{"role": "user", "content": f"Name a colour number {i}."}] for i in range(3)]
+    out = b.generate_chat_batch(convs, SamplingParams(max_new_tokens=4))
+    assert len(out) == 3 and all(t.strip() for t in out)
+    assert b.last_stats.new_tokens <= 12
+    health = request(server.port, "GET", "/health", key=KEY)[1]
+    assert health["largest_batch"] >= 2
+
+
+def test_bad_key_is_one_clear_line(server, doc, tmp_path):
+    done = run_cli(["ask", str(doc), QUESTION, *SHORT, *remote_args(server, key="wrong")], tmp_path)
+    assert done.returncode == 1
+    assert "refused the API key" in done.stderr and "Traceback" not in done.stderr
+    assert request(server.port, "GET", "/v1/models")[0] == 401
+
+
+def test_malformed_requests_get_json_errors(server):
+    port = server.port
+    assert request(port, "POST", "/v1/chat/completions", b"{oops", key=KEY)[0] == 400
+    status, body = request(port, "POST", "/v1/chat/completions",
+                           {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 9000}, key=KEY)
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+    status, body = request(port, "POST", "/v1/chat/completions",
+                           {"model": "nope", "messages": [{"role": "user", "content": "hi"}]}, key=KEY)
+    assert status == 404 and "smollm2" in body["error"]["message"]
+    assert request(port, "POST", "/v1/completions", {"prompt": 3}, key=KEY)[0] == 400
+    assert server.alive()
+    status, body = request(port, "POST", "/v1/completions", {"prompt": "The sky is", "max_tokens": 2}, key=KEY)
+    assert status == 200 and body["usage"]["completion_tokens"] <= 2
+
+
+def test_client_disconnect_mid_stream(server):
+    body = json.dumps({"messages": [{"role": "user", "content": "Write a long poem about the sea."}],
+                       "max_tokens": 200, "stream": True}).encode()
+    with socket.create_connection(("127.0.0.1", server.port), timeout=120) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Authorization: Bearer " + KEY.encode() + b"\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        seen = b""
+        while seen.count(b"data: ") < 2:  # the opening chunk and one token
+            chunk = s.recv(4096)
+            assert chunk, "server closed before streaming"
+            seen += chunk
+    status, reply = request(server.port, "POST", "/v1/chat/completions",
+                            {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}, key=KEY, timeout=120)
+    assert status == 200 and reply["usage"]["completion_tokens"] <= 2
+    assert server.alive()
+
+
+def test_server_stopped_mid_answer_keeps_the_partial(tmp_path):
+    served = start_serve(tmp_path, "--threads", "2")
+    try:
+        client = HttpClient(served.url, timeout_s=300)
+        b = OpenAIBackend(client, "smollm2", 8192)
+        pieces: list[str] = []
+        with pytest.raises(StreamCutOffError) as info:
+            for piece in b.stream_chat([{"role": "user", "content": "Write a long story about a lighthouse."}],
+                                       SamplingParams(max_new_tokens=300)):
+                pieces.append(piece)
+                if len(pieces) == 2:
+                    served.stop(hard=True)
+        assert info.value.partial.startswith("".join(pieces[:2]))
+        assert "[answer cut off:" in pieces[-1]
+    finally:
+        served.stop(hard=True)
