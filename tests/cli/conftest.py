@@ -1,0 +1,56 @@
+"""Run the real `ktcli` in a subprocess, as a user would, with the real bundled models.
+
+The converted model (GGUF -> safetensors, ~40 s once) is kept in a persistent test cache
+shared by every test's otherwise empty cache, so only the first run on a machine pays it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import platformdirs
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = ROOT / "sample_docs"
+PDF = SAMPLES / "harbor-light-annual-report-2023.pdf"
+LONG_TEXT = SAMPLES / "python-tutorial-3.11.rst"
+REPO = SAMPLES / "minirepo"
+
+
+def shared_models_dir() -> Path:
+    path = Path(os.environ.get("KTCLI_TEST_MODELS", platformdirs.user_cache_dir("ktcli-tests"))) / "models"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def fresh_cache(base: Path) -> Path:
+    cache = base / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    link = cache / "models"
+    if not link.exists():
+        link.symlink_to(shared_models_dir())
+    return cache
+
+
+def run_ktcli(args: list[str], cache: Path, stdin: bytes | None = None, extra_env: dict | None = None,
+              timeout: float = 600) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")}
+    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(cache / "no-config.toml"),
+                "HF_HUB_OFFLINE": "1", "KTCLI_THREADS": "2"})
+    env.update(extra_env or {})
+    return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], input=stdin, capture_output=True,
+                          env=env, cwd=ROOT, timeout=timeout)
+
+
+@pytest.fixture
+def cache(tmp_path) -> Path:
+    return fresh_cache(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory) -> Path:
+    return fresh_cache(tmp_path_factory.mktemp("module"))

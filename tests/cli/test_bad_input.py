@@ -1,0 +1,89 @@
+"""Bad input: one line on stderr, the documented exit code, never a traceback.
+None of these need the model, so they are fast."""
+
+import pytest
+
+from tests.ingest.fixtures import encrypt_pdf, make_image_only_pdf, make_text_pdf
+
+from .conftest import LONG_TEXT, run_ktcli
+
+
+def assert_one_line_error(proc, code, fragment):
+    err = proc.stderr.decode()
+    assert proc.returncode == code, err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1, err
+    assert fragment.lower() in lines[0].lower(), err
+    assert proc.stdout == b""
+
+
+def test_missing_path(cache):
+    assert_one_line_error(run_ktcli(["ask", "no/such/file.txt", "why?"], cache), 3, "no such file")
+
+
+def test_empty_question(cache):
+    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "   "], cache), 2, "question is empty")
+
+
+def test_empty_file(cache, tmp_path):
+    f = tmp_path / "empty.txt"
+    f.write_text("")
+    assert_one_line_error(run_ktcli(["ask", str(f), "why?"], cache), 3, "empty")
+
+
+def test_binary_file_given_explicitly(cache, tmp_path):
+    f = tmp_path / "blob.bin"
+    f.write_bytes(bytes(range(256)) * 64)
+    assert_one_line_error(run_ktcli(["ask", str(f), "why?"], cache), 3, "binary")
+
+
+def test_undecodable_text(cache, tmp_path):
+    f = tmp_path / "odd.txt"
+    f.write_bytes("ありがとう".encode("shift_jis") * 50)
+    proc = run_ktcli(["ask", str(f), "why?"], cache)
+    assert_one_line_error(proc, 3, str(f.name))
+
+
+def test_encrypted_pdf(cache, tmp_path):
+    f = tmp_path / "secret.pdf"
+    f.write_bytes(encrypt_pdf(make_text_pdf([["Top secret figures"]]), "hunter2"))
+    assert_one_line_error(run_ktcli(["ask", str(f), "why?"], cache), 3, "password")
+
+
+def test_image_only_pdf(cache, tmp_path):
+    f = tmp_path / "scan.pdf"
+    f.write_bytes(make_image_only_pdf(2))
+    assert_one_line_error(run_ktcli(["ask", str(f), "why?"], cache), 3, "text")
+
+
+def test_folder_with_nothing_left(cache, tmp_path):
+    d = tmp_path / "bins"
+    d.mkdir()
+    (d / "a.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(200))
+    assert_one_line_error(run_ktcli(["summarize", str(d)], cache), 3, "bins")
+
+
+def test_unknown_option_is_usage_error(cache):
+    proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--no-such-flag"], cache)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr.decode()
+
+
+def test_gguf_model_file_missing(cache):
+    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--model", "missing.gguf"], cache), 3, "missing.gguf")
+
+
+def test_repo_id_not_in_local_cache(cache):
+    proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--model", "nobody/not-a-model"], cache)
+    assert_one_line_error(proc, 1, "not in the local Hugging Face cache")
+
+
+def test_full_mode_that_cannot_fit(cache):
+    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--mode", "full"], cache), 2, "window")
+
+
+@pytest.mark.parametrize("value", ["lots", "-3"])
+def test_bad_memory_budget(cache, value):
+    proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--max-memory", value], cache)
+    assert_one_line_error(proc, 2, "--max-memory")

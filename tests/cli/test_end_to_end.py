@@ -1,0 +1,120 @@
+"""The real CLI, the real bundled model and embedder, real PDFs, real folders, stdin."""
+
+import json
+import re
+import shutil
+
+import pytest
+
+from .conftest import LONG_TEXT, PDF, REPO, run_ktcli
+
+ANSI = re.compile(rb"\x1b\[")
+SHORT = ["--max-new-tokens", "40"]
+NEEDLE = "The maintenance password for the tutorial server is TEAL-HERON-58."
+
+
+def payload(proc):
+    assert proc.returncode == 0, proc.stderr.decode()[-2000:]
+    return json.loads(proc.stdout)
+
+
+def lines_of(path, start, end):
+    return path.read_text(encoding="utf-8").split("\n")[start - 1:end]
+
+
+def test_ask_pdf_streams_a_clean_answer_with_page_citations(cache):
+    proc = run_ktcli(["ask", str(PDF), "What was the revenue in the third quarter?", *SHORT], cache)
+    out, err = proc.stdout.decode(), proc.stderr.decode()
+    assert proc.returncode == 0, err
+    assert not ANSI.search(proc.stdout) and not ANSI.search(proc.stderr)  # piped: no colour
+    answer, _, sources = out.partition("\n\nSources:\n")
+    assert answer.strip()
+    assert re.search(r"harbor-light-annual-report-2023\.pdf p\.\d", sources), out
+    # stderr carries the plan and the figures line, stdout none of it
+    assert "mode full" in err and "peak RSS" in err
+    assert "peak RSS" not in out and "plan:" not in out
+
+
+@pytest.fixture(scope="module")
+def needle_doc(tmp_path_factory):
+    """The long sample text with one planted fact, as its own file."""
+    folder = tmp_path_factory.mktemp("needle")
+    lines = LONG_TEXT.read_text(encoding="utf-8").split("\n")
+    at = len(lines) * 2 // 3
+    while lines[at - 1].strip():
+        at += 1
+    lines.insert(at, NEEDLE)
+    path = folder / "tutorial-with-needle.rst"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return path, at + 1
+
+
+def test_long_text_uses_retrieval_and_cites_real_lines(module_cache, needle_doc):
+    path, needle_line = needle_doc
+    data = payload(run_ktcli(["ask", str(path), "What is the maintenance password for the tutorial server?",
+                              "--json", *SHORT], module_cache))
+    assert data["plan"]["mode"] == "retrieval"
+    assert data["plan"]["input_tokens"] > 50_000
+    evidence = data["figures"]["evidence"]
+    assert any(e["line_start"] <= needle_line <= e["line_end"] for e in evidence), "needle not retrieved"
+    assert data["figures"]["embedded_now"] > 0
+    for cite in data["citations"]:
+        assert cite["path"] == str(path)
+        cited = " ".join(lines_of(path, cite["line_start"], cite["line_end"])).lower()
+        answer_words = {w for w in re.findall(r"[a-z0-9-]{4,}", data["answer"].lower())}
+        assert any(w in cited for w in answer_words), (cite, data["answer"])
+    if "teal-heron-58" in data["answer"].lower():
+        assert any(c["line_start"] <= needle_line <= c["line_end"] for c in data["citations"])
+
+
+def test_second_question_on_same_corpus_embeds_nothing(module_cache, needle_doc):
+    path, _ = needle_doc
+    data = payload(run_ktcli(["ask", str(path), "How do I open a file?", "--json", *SHORT], module_cache))
+    assert data["figures"]["embedded_now"] == 0
+    assert data["figures"]["reused"] > 0
+
+
+def test_editing_one_file_reindexes_only_that_file(cache, tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(REPO, repo)
+    args = ["ask", str(repo), "What does the shelf command do?", "--mode", "retrieval", "--json", *SHORT]
+    first = payload(run_ktcli(args, cache))
+    total = first["figures"]["embedded_now"]
+    assert total > 1
+    target = repo / "README.md"
+    target.write_text(target.read_text() + "\nAn added line about lanterns.\n")
+    second = payload(run_ktcli(args, cache))
+    assert 0 < second["figures"]["embedded_now"] < total
+    assert second["figures"]["reused"] > 0
+
+
+def test_stdin_is_read_and_cited(cache):
+    text = b"Build notes\nThe release train leaves every second Tuesday.\nOwners: the platform team.\n"
+    proc = run_ktcli(["ask", "-", "When does the release train leave?", "--json", *SHORT], cache, stdin=text)
+    data = payload(proc)
+    assert data["plan"]["mode"] == "full"
+    assert all(c["path"] == "<stdin>" for c in data["citations"])
+
+
+def test_summarize_repo_reports_skipped_files(cache):
+    data = payload(run_ktcli(["summarize", str(REPO), "--json", *SHORT], cache))
+    assert data["answer"].strip()
+    reasons = {s["path"].split("/")[-1]: s["reason"] for s in data["skipped"]}
+    assert "gitignored" in reasons.get("build.log", "")
+    assert "binary" in reasons.get("logo.png", "")
+
+
+def test_plan_is_a_dry_run(cache):
+    proc = run_ktcli(["plan", str(LONG_TEXT), "How do I define a function?", "--json"], cache)
+    data = payload(proc)
+    assert data["plan"]["mode"] == "retrieval"
+    assert data["plan"]["n_chunks"] > 100
+    assert data["plan"]["est_seconds"] > 0 and data["plan"]["est_memory_bytes"] > 0
+    assert "loading model" not in proc.stderr.decode()
+
+
+def test_quiet_leaves_stderr_empty(cache):
+    proc = run_ktcli(["ask", str(REPO / "README.md"), "What is this?", "--quiet", *SHORT], cache)
+    assert proc.returncode == 0
+    assert proc.stderr.decode().strip() == ""
+    assert proc.stdout.strip()
