@@ -71,20 +71,21 @@ def sampling_key(params: SamplingParams) -> tuple:
 
 
 def chat_ids(tokenizer, messages: list[Message]) -> list[int]:
+    """A transformers tokenizer's chat template, as token ids."""
     out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     # transformers 5 returns a BatchEncoding here, 4.x a list
     return list(out["input_ids"] if hasattr(out, "keys") else out)
-
-
-def text_ids(tokenizer, text: str) -> list[int]:
-    return list(tokenizer.encode(text, add_special_tokens=False))
 
 
 class Runner(Protocol):
     name: str
     context_window: int
     max_batch: int
-    tokenizer: object
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        """The model's chat template applied, with the generation prompt."""
+
+    def encode_text(self, text: str, special: bool = False) -> list[int]: ...
 
     def run(self, jobs: list[Job]) -> None:
         """Generate for every job; each ends with exactly one done/error event."""
@@ -142,6 +143,12 @@ class NativeRunner:
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
 
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        return list(self.backend.chat_ids(messages))
+
+    def encode_text(self, text: str, special: bool = False) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=special))
+
     def run(self, jobs: list[Job]) -> None:
         streams = [_Stream(j, self._decode, self.context_window) for j in jobs]
         ended = [False] * len(jobs)
@@ -186,6 +193,12 @@ class HFRunner:
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(int(self.tokenizer.eos_token_id))
+
+    def encode_chat(self, messages: list[Message]) -> list[int]:
+        return chat_ids(self.tokenizer, messages)
+
+    def encode_text(self, text: str, special: bool = False) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=special))
 
     def run(self, jobs: list[Job]) -> None:
         import torch

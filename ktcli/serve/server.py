@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from ktcli.engine.batching import Job, Runner, chat_ids, text_ids
+from ktcli.engine.batching import Job, Runner
 from ktcli.errors import UsageError
-from ktcli.serve.protocol import MAX_BODY_BYTES, ApiError, Reply, parse_generation, parse_json, usage
+from ktcli.serve.protocol import MAX_BODY_BYTES, ApiError, Reply, parse_generation, parse_json, parse_messages, usage
 from ktcli.serve.scheduler import Scheduler
 
 DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
@@ -74,16 +74,14 @@ class ServeApp:
                 "queued": self.scheduler.queued, **self.scheduler.stats.as_dict()}
 
     def tokenize(self, body: dict) -> dict:
-        tok = self.runner.tokenizer
+        """vLLM's /tokenize: a prompt's tokens, or a chat's with the template applied."""
         if "messages" in body:
-            from ktcli.serve.protocol import parse_messages
-
-            ids = chat_ids(tok, parse_messages(body))
+            ids = self.runner.encode_chat(parse_messages(body))
         else:
             text = body.get("prompt", body.get("content"))
             if not isinstance(text, str):
                 raise ApiError(400, "'prompt' must be a string (or give 'messages')", param="prompt")
-            ids = list(tok.encode(text, add_special_tokens=bool(body.get("add_special_tokens", False))))
+            ids = self.runner.encode_text(text, special=bool(body.get("add_special_tokens", False)))
         return {"count": len(ids), "tokens": ids, "max_model_len": self.runner.context_window}
 
 
@@ -172,11 +170,11 @@ class Handler(BaseHTTPRequestHandler):
     # -- generation -----------------------------------------------------------------
 
     def _generate(self, kind: str, body: dict) -> None:
-        app, tok = self.app, self.app.runner.tokenizer
+        app = self.app
         req = parse_generation(
             kind, body, served=app.options.model_id, window=app.runner.context_window,
             default_max=app.options.default_max_tokens,
-            encode_chat=lambda m: chat_ids(tok, m), encode_text=lambda t: text_ids(tok, t),
+            encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
         )
         job = Job(req.prompt_ids, req.params)
         reply = Reply(kind, app.options.model_id)

@@ -14,8 +14,9 @@ from pathlib import Path
 import platformdirs
 
 ROOT = Path(__file__).resolve().parents[2]
-# hf by default: it does not move under our feet while the native engine is being built.
-ENGINE = os.environ.get("KTCLI_SERVE_TEST_ENGINE", "hf")
+# Our engine by default (what `ktcli serve` is for); KTCLI_SERVE_TEST_ENGINE=hf runs the
+# same tests over transformers.
+ENGINE = os.environ.get("KTCLI_SERVE_TEST_ENGINE", "ktcli")
 READY = re.compile(r"serving (\S+) on http://127\.0\.0\.1:(\d+)/v1")
 
 
@@ -62,10 +63,10 @@ class Served:
         return self.proc.poll() is None
 
 
-def start_serve(base: Path, *extra: str, timeout: float = 240) -> Served:
+def start_serve(base: Path, *extra: str, engine: str = ENGINE, timeout: float = 240) -> Served:
     cache = make_cache(base)
     log = base / "serve.log"
-    cmd = [sys.executable, "-m", "ktcli.cli.app", "serve", "--port", "0", "--engine", ENGINE, *extra]
+    cmd = [sys.executable, "-m", "ktcli.cli.app", "serve", "--port", "0", "--engine", engine, *extra]
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(cache), cwd=ROOT)
     deadline = time.monotonic() + timeout

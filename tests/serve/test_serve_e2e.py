@@ -12,7 +12,7 @@ import pytest
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.openai_backend import OpenAIBackend, discover_model
 from ktcli.engine.openai_http import HttpClient, StreamCutOffError
-from tests.serve.helpers import request, run_cli, start_serve
+from tests.serve.helpers import ENGINE, request, run_cli, start_serve
 
 KEY = "test-key-123"
 DOC = ("Harbor Light Ltd. annual report 2023.\n"
@@ -150,3 +150,19 @@ def test_server_stopped_mid_answer_keeps_the_partial(tmp_path):
         assert "[answer cut off:" in pieces[-1]
     finally:
         served.stop(hard=True)
+
+
+@pytest.mark.slow  # ~20-60 s here: transformers loads slowly on 2 busy cores
+@pytest.mark.skipif(ENGINE == "hf", reason="the whole module ran on hf already")
+def test_the_hf_engine_serves_too(tmp_path):
+    served = start_serve(tmp_path, "--threads", "2", engine="hf")
+    try:
+        b = OpenAIBackend(HttpClient(served.url, timeout_s=300), "smollm2", 8192)
+        text = "".join(b.stream_chat([{"role": "user", "content": "Say hello."}], SamplingParams(max_new_tokens=3)))
+        assert text.strip() and b.last_stats.new_tokens <= 3
+        out = b.generate_chat_batch([[{"role": "user", "content": f"Count to {n}."}] for n in (2, 3)],
+                                    SamplingParams(max_new_tokens=3))
+        assert all(t.strip() for t in out)
+        assert request(served.port, "GET", "/health")[1]["engine"] == "hf"
+    finally:
+        served.stop()

@@ -44,6 +44,12 @@ class FakeRunner:
         self.step_s = step_s
         self.batches: list[int] = []
 
+    def encode_chat(self, messages) -> list[int]:
+        return self.tokenizer.apply_chat_template(messages)
+
+    def encode_text(self, text: str, special: bool = False) -> list[int]:
+        return self.tokenizer.encode(text)
+
     def run(self, jobs: list[Job]) -> None:
         self.batches.append(len(jobs))
         streams = [_Stream(j, self.tokenizer.decode, self.context_window) for j in jobs]
