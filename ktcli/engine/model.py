@@ -85,6 +85,7 @@ class Model:
         # [T, D/2] complex -> [T, 1, D/2]: one rotation per position, broadcast over heads
         rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)
         one_seq = len(step.seqs) == 1
+        kernel_attend = getattr(self.kv, "attend_layer", None)  # quantized/sparse pages: engine.longctx
         for li, lw in enumerate(w.layers):
             h = F.rms_norm(x, (H,), lw.in_norm, eps)
             qkv = lin(h, lw.qkv, lw.qkv_bias, T)  # [T, q + 2 kv]
@@ -96,9 +97,12 @@ class Model:
             q, k = qk[:, :Hq], qk[:, Hq:]  # [T, Hq, D], [T, Hkv, D]
             v = qkv[:, qk_size:].view(T, Hkv, D)
             kc, vc = self.kv.k[li], self.kv.v[li]
-            store_kv(kc, vc, k, v, step.slot_mapping)
+            if kernel_attend is None:
+                store_kv(kc, vc, k, v, step.slot_mapping)
             window = self.windows[li]
-            if one_seq:
+            if kernel_attend is not None:
+                o = kernel_attend(li, q, k, v, step).reshape(T, q_size)
+            elif one_seq:
                 o = attend(q, kc, vc, step.seqs[0], window, self.scale).reshape(T, q_size)
             else:
                 o = torch.cat(

@@ -57,15 +57,34 @@ class NativeBackend:
         *,
         weights: str = "fp32",
         threads: int = 0,
-        block_size: int = 16,
+        block_size: int | None = None,
         kv_budget_bytes: int | None = None,
         prefill_chunk: int = 512,
         kv_dtype: str = "fp32",
+        attention="dense",
+        dense_layers: int = 0,
+        position_remap: bool | None = None,
+        rope_scaling=None,
+        context_window: int | None = None,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
-        are converted to such a folder once by `model_store.ensure_hf_dir`."""
+        are converted to such a folder once by `model_store.ensure_hf_dir`.
+
+        Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
+        AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
+        cache of `engine.longctx` (block_size then defaults to the kernels' page size)."""
         if threads > 0:
             torch.set_num_threads(threads)
+        from ktcli.engine import longctx
+
+        if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap:
+            return longctx.load_backend(
+                cls, model_dir, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
+                prefill_chunk=prefill_chunk, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
+                position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
+                budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
+            )
+        block_size = block_size or 16
         model_dir = Path(model_dir)
         cfg = load_config(model_dir)
         w = load_weights(model_dir, cfg, weights)

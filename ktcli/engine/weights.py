@@ -54,8 +54,14 @@ class ModelWeights:
         return total
 
 
+_ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+
+
 class _Reader:
-    """Tensors by name across the folder's shards, opened lazily (memory-mapped)."""
+    """Tensors by name across the folder's shards. Each tensor is read with a plain file
+    read into its own buffer rather than through a memory map: a mapped file's touched
+    pages count as resident until it is closed, which would double peak memory while
+    the fused copies are built."""
 
     def __init__(self, folder: Path):
         index = folder / "model.safetensors.index.json"
@@ -66,11 +72,16 @@ class _Reader:
             files = [p.name for p in sorted(folder.glob("*.safetensors"))]
         if not files:
             raise InputError(f"{folder}: no .safetensors weights")
-        self._handles = [safe_open(str(folder / f), framework="pt") for f in files]
-        self._where = {}
-        for h in self._handles:
-            for name in h.keys():
-                self._where[name] = h
+        self._where: dict[str, tuple[Path, int, dict]] = {}
+        for f in files:
+            path = folder / f
+            with open(path, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(n))
+            header.pop("__metadata__", None)
+            for name, info in header.items():
+                self._where[name] = (path, 8 + n, info)
+        self._files: dict[Path, object] = {}
 
     def has(self, name: str) -> bool:
         return name in self._where
@@ -78,7 +89,24 @@ class _Reader:
     def get(self, name: str) -> torch.Tensor:
         if name not in self._where:
             raise InputError(f"weights lack tensor {name}")
-        return self._where[name].get_tensor(name)
+        path, base, info = self._where[name]
+        dtype = _ST_DTYPES.get(info["dtype"])
+        if dtype is None:
+            with safe_open(str(path), framework="pt") as h:  # rare dtypes: the library's reader
+                return h.get_tensor(name).clone()
+        begin, end = info["data_offsets"]
+        out = torch.empty(info["shape"], dtype=dtype)
+        fh = self._files.get(path) or self._files.setdefault(path, open(path, "rb"))
+        fh.seek(base + begin)
+        # Read straight into the tensor's memory (a uint8 view of the same bytes).
+        fh.readinto(memoryview(out.view(-1).view(torch.uint8).numpy()))
+        assert out.numel() * out.element_size() == end - begin
+        return out
+
+    def close(self) -> None:
+        for fh in self._files.values():
+            fh.close()
+        self._files.clear()
 
     def maybe(self, name: str) -> torch.Tensor | None:
         return self.get(name) if name in self._where else None
@@ -145,4 +173,6 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32") -> Model
         lm_head = embed
     else:
         lm_head = mat(r.get("lm_head.weight"))
-    return ModelWeights(embed=embed, layers=layers, norm=vec(r.get("model.norm.weight")), lm_head=lm_head)
+    norm = vec(r.get("model.norm.weight"))
+    r.close()
+    return ModelWeights(embed=embed, layers=layers, norm=norm, lm_head=lm_head)

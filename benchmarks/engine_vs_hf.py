@@ -1,0 +1,326 @@
+"""ktcli's engine against transformers (and llama.cpp when installed) on SmolLM2.
+
+    python -m benchmarks.engine_vs_hf --json
+
+Each engine runs in its own subprocess (so peak RSS is its own) on the same prompts:
+512 and 4096 tokens, 128 new tokens, greedy, 2 threads. Prints one JSON object and
+writes it to benchmarks/results/engine_vs_hf.json. llama.cpp is optional
+(`pip install .[bench-llamacpp]`); without it its figures are null.
+
+Decode ceiling: one over the time of the model's own weight products (every layer's
+fused matrices and the LM head, batch 1, in the weight dtype) measured in the worker,
+so `decode_util` says how close decode gets to reading the weights once per token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LENGTHS = (512, 4096)
+NEW_TOKENS = 128
+THREADS = 2
+MATCH_PROMPTS = (
+    "Explain why the sky is blue in two sentences.",
+    "Write a haiku about autumn leaves.",
+    "List three uses of a paperclip.",
+    "What is the difference between a list and a tuple in Python?",
+    "Summarize the plot of Romeo and Juliet.",
+)
+MATCH_TOKENS = 64
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    # Same for every engine: idle OpenMP threads sleep instead of spinning, which on a
+    # shared 2-core machine keeps one process's barrier from starving the other thread.
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    env["OMP_NUM_THREADS"] = str(THREADS)
+    return env
+
+
+def _model_paths() -> tuple[Path, Path]:
+    import platformdirs
+
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+
+    source = resolve_model("smollm2")
+    return source.path, ensure_hf_dir(source, Path(platformdirs.user_cache_dir("ktcli")))
+
+
+def _prompt_ids(n: int) -> list[int]:
+    """n ids of real English text (the same for every engine), no special tokens."""
+    from ktcli.engine.tokenizer import ChatTokenizer
+
+    _, folder = _model_paths()
+    tok = ChatTokenizer(folder)
+    para = (
+        "The history of the printing press begins in the fifteenth century, when movable type "
+        "changed how knowledge travelled between cities, universities and merchants. "
+    )
+    ids: list[int] = []
+    i = 0
+    while len(ids) < n:
+        ids += tok.encode(f"Section {i}. " + para)
+        i += 1
+    return ids[:n]
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# -- workers (one engine each, in a fresh process) -------------------------------------
+
+
+def worker_ktcli(weights: str) -> dict:
+    import torch
+    import torch.nn.functional as F
+
+    from ktcli.engine.backend import SamplingParams
+    from ktcli.engine.native import NativeBackend
+
+    _, folder = _model_paths()
+    t0 = time.perf_counter()
+    backend = NativeBackend.load(folder, weights=weights, threads=THREADS)
+    load_s = time.perf_counter() - t0
+    engine = backend.engine
+    model = engine.model
+
+    # The weight products alone, batch 1, in the dtype decode reads them in.
+    mats = [m for lw in model.w.layers for m in (lw.qkv, lw.o, lw.gate_up, lw.down)] + [model.w.lm_head]
+    xs = {m.shape[1]: torch.randn(1, m.shape[1], dtype=m.dtype) for m in mats}
+
+    def products() -> float:
+        t = time.perf_counter()
+        for m in mats:
+            F.linear(xs[m.shape[1]], m)
+        return time.perf_counter() - t
+
+    out = {"engine": "ktcli", "weights": weights, "warm_load_s": load_s, "lengths": {}}
+    greedy = SamplingParams(max_new_tokens=NEW_TOKENS)
+    with torch.inference_mode():
+        for n in LENGTHS:
+            ids = _prompt_ids(n)
+            for _ in engine.generate([ids[:64]], SamplingParams(max_new_tokens=4), eos_ids=frozenset()):
+                pass  # warm-up
+            toks = [t for _, t in engine.generate([ids], greedy, eos_ids=frozenset())]
+            st = engine.stats
+            products()
+            ceiling_s = sorted(products() for _ in range(7))[3]  # median of 7 passes
+            out["lengths"][str(n)] = {
+                "prefill_tok_s": n / st.prefill_s,
+                "decode_tok_s": st.decode_tokens / st.decode_s,
+                "new_tokens": len(toks),
+                "decode_ceiling_tok_s": 1.0 / ceiling_s,
+                "kv_pages_peak": st.peak_pages,
+                "kv_bytes_peak": st.peak_pages * backend.kv.bytes_per_block,
+            }
+        matches = []
+        for q in MATCH_PROMPTS:
+            ids = backend.chat_ids([{"role": "user", "content": q}])
+            matches.append([t for _, t in engine.generate([ids], SamplingParams(max_new_tokens=MATCH_TOKENS), eos_ids=frozenset())])
+    out["greedy_tokens"] = matches
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def worker_hf() -> dict:
+    import torch
+    from transformers import AutoModelForCausalLM, DynamicCache
+
+    torch.set_num_threads(THREADS)
+    _, folder = _model_paths()
+    t0 = time.perf_counter()
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    load_s = time.perf_counter() - t0
+    out = {"engine": "transformers", "weights": "fp32", "load_s": load_s, "lengths": {}}
+    with torch.inference_mode():
+        model(torch.tensor([_prompt_ids(64)]))  # warm-up
+        for n in LENGTHS:
+            ids = torch.tensor([_prompt_ids(n)])
+            cache = DynamicCache(config=model.config)
+            t = time.perf_counter()
+            logits = model(ids, past_key_values=cache, use_cache=True, logits_to_keep=1).logits
+            prefill_s = time.perf_counter() - t
+            tok = logits[:, -1].argmax(-1, keepdim=True)
+            t = time.perf_counter()
+            for _ in range(NEW_TOKENS - 1):
+                logits = model(tok, past_key_values=cache, use_cache=True).logits
+                tok = logits[:, -1].argmax(-1, keepdim=True)
+            decode_s = time.perf_counter() - t
+            out["lengths"][str(n)] = {"prefill_tok_s": n / prefill_s, "decode_tok_s": (NEW_TOKENS - 1) / decode_s}
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+def worker_hf_gguf() -> dict:
+    """transformers' own GGUF load (dequantize + build the model): what a warm start of
+    ours replaces."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.set_num_threads(THREADS)
+    gguf, _ = _model_paths()
+    t0 = time.perf_counter()
+    AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    return {"engine": "transformers-gguf", "load_s": time.perf_counter() - t0}
+
+
+def worker_logits() -> dict:
+    """Largest relative logit error of ours (fp32) against transformers, several lengths."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from ktcli.engine.native import NativeBackend
+
+    _, folder = _model_paths()
+    ref = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    ours = NativeBackend.load(folder, weights="fp32", threads=THREADS)
+    worst = 0.0
+    with torch.inference_mode():
+        for n in (7, 100, 512, 1500):
+            ids = _prompt_ids(n)
+            expected = ref(torch.tensor([ids])).logits[0]
+            got = ours.prompt_logits(ids)
+            worst = max(worst, ((got - expected).abs().max() / expected.abs().max()).item())
+    return {"max_rel_logit_err": worst}
+
+
+def worker_llamacpp() -> dict:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return {"engine": "llama.cpp", "available": False}
+    import numpy as np
+
+    gguf, _ = _model_paths()
+    t0 = time.perf_counter()
+    llm = Llama(model_path=str(gguf), n_ctx=max(LENGTHS) + NEW_TOKENS + 64, n_threads=THREADS,
+                n_threads_batch=THREADS, n_batch=512, verbose=False)
+    out = {"engine": "llama.cpp", "available": True, "weights": "q4_1", "load_s": time.perf_counter() - t0, "lengths": {}}
+    llm.eval(_prompt_ids(64))  # warm-up
+    for n in LENGTHS:
+        ids = _prompt_ids(n)
+        llm.reset()
+        t = time.perf_counter()
+        llm.eval(ids)
+        prefill_s = time.perf_counter() - t
+        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        t = time.perf_counter()
+        for _ in range(NEW_TOKENS - 1):
+            llm.eval([tok])
+            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        decode_s = time.perf_counter() - t
+        out["lengths"][str(n)] = {"prefill_tok_s": n / prefill_s, "decode_tok_s": (NEW_TOKENS - 1) / decode_s}
+    out["peak_rss_mb"] = _peak_rss_mb()
+    return out
+
+
+WORKERS = {
+    "ktcli-fp32": lambda: worker_ktcli("fp32"),
+    "ktcli-bf16": lambda: worker_ktcli("bf16"),
+    "hf": worker_hf,
+    "hf-gguf": worker_hf_gguf,
+    "logits": worker_logits,
+    "llamacpp": worker_llamacpp,
+}
+
+
+def run_worker(name: str) -> dict:
+    proc = subprocess.run(
+        [sys.executable, "-m", "benchmarks.engine_vs_hf", "--worker", name],
+        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=3600,
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"worker {name} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def summarize(r: dict) -> dict:
+    from benchmarks.common import machine
+
+    ours32, ours16, hf, lcpp = r["ktcli-fp32"], r["ktcli-bf16"], r["hf"], r["llamacpp"]
+    engines = {"ktcli-fp32": ours32, "ktcli-bf16": ours16, "transformers-fp32": hf}
+    if lcpp.get("available"):
+        engines["llama.cpp-q4_1"] = lcpp
+    per_engine = {
+        name: {
+            "weights": e.get("weights"),
+            "lengths": {n: {k: round(v, 2) for k, v in e["lengths"][n].items()} for n in e["lengths"]},
+            "peak_rss_mb": round(e["peak_rss_mb"], 1),
+        }
+        for name, e in engines.items()
+    }
+    ceiling = {
+        "fp32": round(ours32["lengths"]["512"]["decode_ceiling_tok_s"], 2),
+        "bf16": round(ours16["lengths"]["512"]["decode_ceiling_tok_s"], 2),
+    }
+    util = {
+        dt: {n: round(e["lengths"][n]["decode_tok_s"] / e["lengths"][n]["decode_ceiling_tok_s"], 3) for n in e["lengths"]}
+        for dt, e in (("fp32", ours32), ("bf16", ours16))
+    }
+    long = str(max(LENGTHS))
+    best = max((ours32, ours16), key=lambda e: e["lengths"][long]["decode_tok_s"])
+    vs_lcpp = None
+    if lcpp.get("available"):
+        vs_lcpp = {n: round(best["lengths"][n]["decode_tok_s"] / lcpp["lengths"][n]["decode_tok_s"], 3) for n in best["lengths"]}
+    a, b = ours32["greedy_tokens"], ours16["greedy_tokens"]
+    same = sum(x == y for ta, tb in zip(a, b) for x, y in zip(ta, tb))
+    total = sum(len(ta) for ta in a)
+    return {
+        "benchmark": "engine_vs_hf",
+        "machine": machine(),
+        "model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32; llama.cpp reads the GGUF)",
+        "settings": {"prompt_tokens": list(LENGTHS), "new_tokens": NEW_TOKENS, "greedy": True, "threads": THREADS,
+                     "omp_wait_policy": _env()["OMP_WAIT_POLICY"]},
+        "engines": per_engine,
+        "decode_ceiling_tok_s": ceiling,
+        "decode_util": util,
+        "decode_ratio": round(ours32["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
+        "prefill_ratio": round(ours32["lengths"][long]["prefill_tok_s"] / hf["lengths"][long]["prefill_tok_s"], 3),
+        "bf16_decode_ratio": round(ours16["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
+        "best_dtype": best["weights"],
+        "decode_vs_llamacpp": vs_lcpp,
+        "greedy_match_bf16": round(same / total, 3) if total else None,
+        "peak_rss_mb": {name: e["peak_rss_mb"] for name, e in per_engine.items()},
+        "warm_load_s": {"fp32": round(ours32["warm_load_s"], 2), "bf16": round(ours16["warm_load_s"], 2)},
+        "hf_gguf_load_s": round(r["hf-gguf"]["load_s"], 2),
+        "hf_folder_load_s": round(hf["load_s"], 2),
+        "max_rel_logit_err": r["logits"]["max_rel_logit_err"],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", action="store_true", help="print only the JSON object")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker]()))
+        return 0
+    _model_paths()  # convert once, outside every timing
+    results = {}
+    for name in ("logits", "hf-gguf", "hf", "ktcli-fp32", "ktcli-bf16", "llamacpp"):
+        if not args.json:
+            print(f"running {name} ...", file=sys.stderr)
+        results[name] = run_worker(name)
+    summary = summarize(results)
+    from benchmarks.common import write_result
+
+    write_result("engine_vs_hf", summary)
+    print(json.dumps(summary, indent=None if args.json else 2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,325 @@
+"""Long context in the engine: the KV cache and attention on `kernels`' paged format.
+
+The model's own cache (`kv_cache.PagedKVCache`) holds float pages and attends with SDPA.
+For quantized pages (fp8, int8, int4), sparse policies (window, topk) or RoPE scaling the
+engine swaps it for `KernelKVCache`: one `kernels.PagedKVLayer` per layer, K/V written
+with `kernels.kv_store` (quantise, seal, page summaries) and read with
+`kernels.attention_decode` / `kernels.paged_prefill_attention` (Triton on CUDA, the torch
+reference on CPU). The model calls `attend_layer(li, q, k, v, step)` per layer instead of
+its SDPA path; the runner and block manager are unchanged (a sequence's block table is
+read back from the step's `SeqAttn`).
+
+Positions past the trained window (`position_remap`, InfLLM-style): keys are stored
+*unrotated*, so page summaries and Quest scores compare content, not position. At
+attention time a key local to the query (within ``n_local_pages`` pages) is rotated at
+its true distance; every other visible key (sinks, selected pages) is placed at one fixed
+distance, the local window span. Every distance the model sees then stays inside its
+trained range, whatever the length. Logits are ``where(local, q(i).k(j), q(W).k(0))``
+under one softmax; decode is the one-query case of the same function.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+import kernels
+from kernels import AttentionPolicy
+from kernels.reference import chunk_page_plan, gather_kv
+from ktcli.engine.config import ModelConfig
+from ktcli.errors import InputError, OutOfMemoryError
+
+POLICIES = ("dense", "window", "topk")
+KV_DTYPES = kernels.KV_KINDS
+# Bytes of float32 scores a remapped-attention tile may use.
+_TILE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class LongContextOptions:
+    kv_dtype: str = "fp32"
+    policy: AttentionPolicy = AttentionPolicy()
+    dense_layers: int = 0  # the first N layers attend densely whatever the policy
+    position_remap: bool = False  # InfLLM-style distances (window / topk)
+    block_size: int = kernels.KVCacheSpec(1, 2).block_size
+    n_stage: int = 64  # staging slots: partial pages of sequences alive at once
+    stage_dtype: str = "fp32"  # the full-precision recent window of quantized kinds
+
+    def __post_init__(self) -> None:
+        if self.kv_dtype not in KV_DTYPES:
+            raise InputError(f"kv dtype {self.kv_dtype!r}: choose one of {', '.join(KV_DTYPES)}")
+        if self.position_remap and self.policy.kind == "dense":
+            raise InputError("position remapping needs a window or topk attention policy")
+
+
+def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_pages: int = 4,
+                top_k_pages: int = 8) -> AttentionPolicy:
+    if isinstance(kind, AttentionPolicy):
+        return kind
+    if kind not in POLICIES:
+        raise InputError(f"attention {kind!r}: choose one of {', '.join(POLICIES)}")
+    return AttentionPolicy(kind, n_sink_pages=n_sink_pages, n_local_pages=n_local_pages, top_k_pages=top_k_pages)
+
+
+def wants_kernels(kv_dtype: str, attention, rope_scaling) -> bool:
+    """Whether a load needs the kernels cache (anything the SDPA path cannot do)."""
+    kind = attention.kind if isinstance(attention, AttentionPolicy) else attention
+    return kv_dtype in kernels.QUANT_KINDS or kind != "dense" or bool(rope_scaling)
+
+
+# -- RoPE scaling ---------------------------------------------------------------------
+
+
+def parse_rope_scaling(spec: str | dict | None, cfg: ModelConfig) -> dict:
+    """'yarn:4', 'dynamic:2', 'linear:2', 'llama3:8' (or a dict of HF rope parameters) ->
+    rope parameters overriding the model's. Factors stretch the trained window."""
+    if not spec:
+        return {}
+    if isinstance(spec, dict):
+        return dict(spec)
+    kind, _, factor = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind in ("none", "default"):
+        return {"rope_type": "default"}
+    if kind not in ("linear", "dynamic", "yarn", "llama3"):
+        raise InputError(f"--rope-scaling {spec!r}: give linear|dynamic|yarn|llama3[:factor], e.g. yarn:4")
+    try:
+        f = float(factor) if factor else 2.0
+    except ValueError:
+        raise InputError(f"--rope-scaling {spec!r}: the factor must be a number") from None
+    if f < 1:
+        raise InputError(f"--rope-scaling {spec!r}: the factor must be at least 1")
+    params = {"rope_type": kind, "factor": f, "original_max_position_embeddings": cfg.max_position}
+    if kind == "llama3":
+        params.update(low_freq_factor=1.0, high_freq_factor=4.0)
+    return params
+
+
+def scaled_window(cfg: ModelConfig) -> int:
+    """Context the RoPE parameters are good for: the trained window times the factor of
+    a stretching scheme (linear, yarn, llama3, dynamic)."""
+    rope = cfg.rope
+    if rope.get("rope_type", "default") == "default":
+        return cfg.max_position
+    original = int(rope.get("original_max_position_embeddings") or cfg.max_position)
+    return max(cfg.max_position, int(original * float(rope.get("factor", 1.0))))
+
+
+# -- the cache --------------------------------------------------------------------------
+
+
+def _block_table(seq, block_size: int) -> torch.Tensor:
+    """[pages] int32 physical block of each logical page of a step's sequence."""
+    n_pages = -(-seq.ctx // block_size)
+    if seq.first_slot is not None:
+        return torch.arange(n_pages, dtype=torch.int32) + seq.first_slot // block_size
+    return (seq.slots[::block_size] // block_size).to(torch.int32)  # first slot of each page
+
+
+class KernelKVCache:
+    """Drop-in for `PagedKVCache` (same sizing interface) over `kernels` pages, plus the
+    attention of one layer. `rope` and `blocks` are attached by the loader."""
+
+    def __init__(self, cfg: ModelConfig, options: LongContextOptions):
+        if any(w is not None for w in cfg.sliding_windows):
+            raise InputError("models with sliding-window layers are not supported with quantized or sparse KV")
+        self.cfg, self.options = cfg, options
+        self.n_layers, self.n_kv_heads, self.head_dim = cfg.n_layers, cfg.n_kv_heads, cfg.head_dim
+        self.block_size = options.block_size
+        self.spec = kernels.KVCacheSpec(cfg.n_kv_heads, cfg.head_dim, options.block_size, options.kv_dtype,
+                                        stage_dtype=options.stage_dtype)
+        self.policy = options.policy
+        self.scale = cfg.head_dim**-0.5
+        self.num_blocks = 0
+        self.layers: list[kernels.PagedKVLayer] = []
+        self.k: list[None] = [None] * cfg.n_layers  # the SDPA path's per-layer views: none here
+        self.v: list[None] = [None] * cfg.n_layers
+        self.rope = None  # RotaryTable, for position remapping
+        self.blocks = None  # BlockManager, to reclaim staging slots of freed sequences
+        self._step = None
+        self._tables: list[torch.Tensor] = []
+        self.dtype = torch.float32
+
+    # sizing (the PagedKVCache interface) -------------------------------------------
+
+    @property
+    def bytes_per_block(self) -> int:
+        return self.n_layers * kernels.bytes_per_block(self.spec)
+
+    @property
+    def fixed_bytes(self) -> int:
+        return self.n_layers * kernels.staging_bytes(self.spec, self.options.n_stage)
+
+    def blocks_for_budget(self, budget_bytes: int) -> int:
+        return max(0, budget_bytes - self.fixed_bytes) // self.bytes_per_block
+
+    def allocate(self, num_blocks: int) -> None:
+        if num_blocks < 1:
+            raise OutOfMemoryError(
+                f"KV memory budget is below one page ({self.bytes_per_block} bytes for {self.block_size} tokens)"
+            )
+        try:
+            self.layers = [kernels.allocate(self.spec, num_blocks, "cpu", self.options.n_stage)
+                           for _ in range(self.n_layers)]
+        except RuntimeError as e:
+            raise OutOfMemoryError(f"cannot allocate a KV cache of {num_blocks} pages: {e}") from None
+        self.num_blocks = num_blocks
+
+    @property
+    def allocated_bytes(self) -> int:
+        return self.num_blocks * self.bytes_per_block + self.fixed_bytes
+
+    def layer_policy(self, li: int) -> AttentionPolicy:
+        return kernels.reference.DENSE if li < self.options.dense_layers else self.policy
+
+    # attention -----------------------------------------------------------------------
+
+    def attend_layer(self, li: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, step) -> torch.Tensor:
+        """Store the step's K/V [T, H, D] in layer li and attend q [T, HQ, D] (RoPE applied)
+        -> [T, HQ, D] float32."""
+        if step is not self._step:
+            self._begin_step(step)
+        layer = self.layers[li]
+        remap = self.options.position_remap
+        if remap:
+            q, k = self._unrotate(q, step), self._unrotate(k, step)
+        kernels.kv_store(layer, k.contiguous(), v.contiguous(), step.slot_mapping)
+        policy = self.layer_policy(li)
+        outs = []
+        for seq, table in zip(step.seqs, self._tables):
+            qs = q[seq.start : seq.start + seq.n]
+            start = seq.ctx - seq.n
+            if remap:
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len))
+            elif seq.n == 1:
+                lens = torch.tensor([seq.ctx], dtype=torch.int32)
+                outs.append(kernels.attention_decode(qs, layer, table[None], lens, self.scale, policy))
+            else:
+                outs.append(kernels.paged_prefill_attention(qs, layer, table, start, self.scale, policy))
+        return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _begin_step(self, step) -> None:
+        self._step = step
+        self._tables = [_block_table(s, self.block_size) for s in step.seqs]
+        if self.spec.quantized:
+            self._reclaim_staging(len(step.seqs))
+
+    def _reclaim_staging(self, need: int) -> None:
+        """Give back the staging slots of blocks the block manager has freed (a finished
+        sequence's partial page), once the pool runs low."""
+        first = self.layers[0]
+        if self.blocks is None or int((first.block_of_stage < 0).sum()) > need:
+            return
+        owners = first.block_of_stage[first.block_of_stage >= 0].tolist()
+        stale = torch.tensor([b for b in owners if self.blocks.is_free(b)], dtype=torch.long)
+        if stale.numel():
+            for layer in self.layers:
+                kernels.release_blocks(layer, stale)
+
+    def _unrotate(self, x: torch.Tensor, step) -> torch.Tensor:
+        """Undo the model's RoPE on x [T, heads, D] (interleaved pairs)."""
+        rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)  # [T, 1, D/2]
+        t, h, d = x.shape
+        xc = torch.view_as_complex(x.float().reshape(t, h, d // 2, 2).contiguous())
+        inv = rot.conj() / (rot.abs() ** 2)
+        return torch.view_as_real(xc * inv).reshape(t, h, d)
+
+    def _rotate(self, x: torch.Tensor, positions: torch.Tensor, max_len: int) -> torch.Tensor:
+        """RoPE at ``positions`` on x [..., T, D] with positions [..., T] (clamped >= 0)."""
+        shape = x.shape
+        rot = self.rope.get(positions.clamp(min=0).reshape(-1), max_len).view(*positions.shape, shape[-1] // 2)
+        xc = torch.view_as_complex(x.reshape(*shape[:-1], shape[-1] // 2, 2).contiguous())
+        return torch.view_as_real(xc * rot).reshape(shape)
+
+    def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int) -> torch.Tensor:
+        """InfLLM-style attention of unrotated queries q [N, HQ, D] at positions start..
+        over unrotated pages: local keys at their true distance, the rest at distance W."""
+        spec = layer.spec
+        n_q, hq, d = q.shape
+        h, bs = spec.n_kv_heads, spec.block_size
+        group = hq // h
+        n_local = self.policy.n_local_pages
+        far = n_local * bs  # W: the distance every non-local key is placed at
+        pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy)
+        pages = pages.expand(h, pages.shape[-1])
+        local_only = local_only.expand(h, local_only.shape[-1])
+        q_pos = (start + torch.arange(n_q)).repeat_interleave(group)  # [N*G]
+        q_page = q_pos // bs
+        qh = q.float().view(n_q, h, group, d).permute(1, 0, 2, 3).reshape(h, n_q * group, d)  # [H, R, D]
+        q_near = self._rotate(qh, q_pos.expand(h, -1), max_len) * self.scale  # at their positions
+        q_far = self._rotate(qh, torch.full((h, n_q * group), far), max_len) * self.scale  # at W
+        k0 = self.rope.get(torch.zeros(1, dtype=torch.long), max_len)[0, 0].real  # attention factor at 0
+        lens = torch.tensor([start + n_q])
+        m = torch.full((h, n_q * group), -math.inf)
+        l_sum = torch.zeros(h, n_q * group)
+        acc = torch.zeros(h, n_q * group, d)
+        tile = max(1, _TILE_BYTES // (4 * bs * (3 * n_q * hq + 2 * h * d)))
+        for p0 in range(0, pages.shape[-1], tile):
+            pg, lo = pages[:, p0 : p0 + tile], local_only[:, p0 : p0 + tile]
+            k, v, pos = gather_kv(layer, table[None], pg[None], lens)  # [1, H, T, D], [1, H, T]
+            k, v, pos = k[0], v[0], pos[0]
+            k_page = pos // bs
+            near = (k_page[:, None, :] > q_page[None, :, None] - n_local) & (k_page[:, None, :] <= q_page[None, :, None])
+            visible = (pos[:, None, :] >= 0) & (pos[:, None, :] <= q_pos[None, :, None])  # [H, R, T]
+            visible &= ~lo.repeat_interleave(bs, dim=-1)[:, None, :] | near
+            s_near = q_near @ self._rotate(k, pos, max_len).transpose(-1, -2)  # [H, R, T]
+            s_far = (q_far @ k.transpose(-1, -2)) * k0
+            scores = torch.where(near, s_near, s_far).masked_fill(~visible, -math.inf)
+            m_new = torch.maximum(m, scores.amax(-1))
+            m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)
+            p = torch.exp(scores - m_safe[..., None])
+            alpha = torch.exp(m - m_safe)
+            l_sum = l_sum * alpha + p.sum(-1)
+            acc = acc * alpha[..., None] + p @ v
+            m = m_new
+        out = acc / torch.where(l_sum > 0, l_sum, 1.0)[..., None]  # [H, R, D]
+        return out.view(h, n_q, group, d).permute(1, 0, 2, 3).reshape(n_q, hq, d)
+
+
+# -- loading ------------------------------------------------------------------------------
+
+
+def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
+                 prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
+                 rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int):
+    """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
+    import psutil
+
+    from ktcli.engine.block_manager import BlockManager
+    from ktcli.engine.config import load_config
+    from ktcli.engine.model import Model
+    from ktcli.engine.runner import Engine
+    from ktcli.engine.tokenizer import ChatTokenizer
+    from ktcli.engine.weights import load_weights
+
+    model_dir = Path(model_dir)
+    cfg = load_config(model_dir)
+    rope = parse_rope_scaling(rope_scaling, cfg)
+    if rope:
+        cfg = replace(cfg, rope={**cfg.rope, **rope})
+    policy = make_policy(attention)
+    remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
+    options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
+                                 position_remap=remap, block_size=block_size or LongContextOptions.block_size)
+    kv = KernelKVCache(cfg, options)
+    # Remapped positions never leave the trained range: the window is what memory holds.
+    window = context_window or (1 << 20 if remap else scaled_window(cfg))
+    if kv_budget_bytes is None:
+        want = default_windows * min(window, 32768) * kv.bytes_per_block / kv.block_size + kv.fixed_bytes
+        kv_budget_bytes = int(min(want, budget_ram_share * psutil.virtual_memory().available))
+    kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
+    w = load_weights(model_dir, cfg, weights)
+    model = Model(cfg, w, kv)
+    kv.rope = model.rope
+    blocks = BlockManager(kv.num_blocks, kv.block_size)
+    kv.blocks = blocks
+    engine = Engine(model, blocks, prefill_chunk=prefill_chunk)
+    engine.context_window = window
+    tokenizer = ChatTokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
+    backend = cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
+    backend.context_window = window
+    backend.long_context = options
+    return backend
