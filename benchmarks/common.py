@@ -49,7 +49,8 @@ def ktcli_cmd() -> list[str]:
 def run_cli(args: list[str], env: dict[str, str], timeout: float = 3600) -> tuple[dict | None, float, float, str]:
     """Run ktcli with --json; returns (payload, wall seconds, seconds to first stdout byte, stderr)."""
     start = time.perf_counter()
-    proc = subprocess.Popen(ktcli_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    # unbuffered: a buffered read(1) would swallow bytes that communicate() then never sees
+    proc = subprocess.Popen(ktcli_cmd() + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0,
                             env={**os.environ, **env}, cwd=ROOT)
     assert proc.stdout is not None
     first = proc.stdout.read(1)
