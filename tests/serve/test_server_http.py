@@ -292,3 +292,25 @@ def test_scheduler_survives_a_failing_runner():
         kinds.append(second.events.get(timeout=5)[0])
     assert kinds[-1] == "done"
     sched.stop()
+
+
+def test_engine_options_pass_only_what_the_engine_takes():
+    from ktcli.config import Settings
+    from ktcli.serve.run import _engine_options
+
+    def load(model_dir, *, weights="fp32", threads=0, kv_dtype="fp32"):
+        pass
+
+    assert _engine_options(load, Settings()) == {}
+    assert _engine_options(load, Settings(kv_dtype="bf16")) == {"kv_dtype": "bf16"}
+    with pytest.raises(UsageError, match="--attention sink"):
+        _engine_options(load, Settings(attention="sink"))
+
+
+def test_cli_refuses_an_exposed_server_without_a_key(tmp_path):
+    from tests.serve.helpers import run_cli
+
+    started = time.monotonic()
+    done = run_cli(["serve", "--host", "0.0.0.0", "--port", "0"], tmp_path, timeout=60)
+    assert done.returncode == 2 and "--api-key" in done.stderr
+    assert time.monotonic() - started < 30  # refused before any model loads
