@@ -26,6 +26,7 @@ TEMPLATE_TOKENS_PER_MESSAGE = 4
 TEMPLATE_TOKENS_FIXED = 3
 MAX_PARALLEL_REQUESTS = 8  # map steps sent at once; the server batches them
 CUT_OFF_MARK = "\n[answer cut off: {reason}]"
+CUT_RETRIES = 2  # streams cut before their first word are asked again this many times
 # Keys servers use for the context window in /v1/models entries: vLLM and SGLang say
 # max_model_len; ktcli serve also says context_window; llama.cpp puts n_ctx_train in meta.
 WINDOW_KEYS = ("max_model_len", "context_window", "context_length", "max_context_length")
@@ -208,15 +209,24 @@ class OpenAIBackend:
         ttft = 0.0
         parts: list[str] = []
         usage: dict = {}
+        body = self._body(messages, params, True)
         try:
-            for event in self.client.post_stream("/chat/completions", self._body(messages, params, True)):
-                if isinstance(event.get("usage"), dict):
-                    usage = event["usage"]
-                piece = _delta_text(event)
-                if piece:
-                    ttft = ttft or time.perf_counter() - start
-                    parts.append(piece)
-                    yield piece
+            for attempt in range(CUT_RETRIES + 1):
+                try:
+                    for event in self.client.post_stream("/chat/completions", body):
+                        if isinstance(event.get("usage"), dict):
+                            usage = event["usage"]
+                        piece = _delta_text(event)
+                        if piece:
+                            ttft = ttft or time.perf_counter() - start
+                            parts.append(piece)
+                            yield piece
+                    break
+                except StreamCutOffError:
+                    if parts or attempt == CUT_RETRIES:
+                        raise
+                    # Cut before the first word: nothing shown yet, so asking again is safe.
+                    time.sleep(self.client.backoff_s * 2**attempt)
         except StreamCutOffError as e:
             # No token counting here: it would ask the server that just went away.
             usage = {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": len(parts), **usage}

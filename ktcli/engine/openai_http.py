@@ -106,12 +106,14 @@ def error_message(body: bytes) -> str:
 
 class HttpClient:
     def __init__(self, base_url: str, api_key: str = "", *, timeout_s: float = 600.0,
-                 read_timeout_s: float = 120.0, max_attempts: int = 6, backoff_s: float = 0.5,
+                 read_timeout_s: float | None = None, max_attempts: int = 6, backoff_s: float = 0.5,
                  max_backoff_s: float = 8.0) -> None:
         self.endpoint = Endpoint.parse(base_url)
         self.api_key = api_key
         self.timeout_s = timeout_s
-        self.read_timeout_s = read_timeout_s
+        # A long prompt's prefill can keep a server silent for minutes before its first
+        # token: by default only the total budget bounds a wait, not a shorter idle limit.
+        self.read_timeout_s = read_timeout_s or timeout_s
         self.max_attempts = max(1, max_attempts)
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
@@ -132,7 +134,7 @@ class HttpClient:
         deadline = time.monotonic() + self.timeout_s
         conn, resp = self._open("POST", self._path(path), body, deadline)
         try:
-            yield from _sse_events(resp, deadline, self.timeout_s)
+            yield from _sse_events(conn, resp, deadline, self.timeout_s, self.read_timeout_s)
         finally:
             conn.close()
 
@@ -260,11 +262,15 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
 
 
-def _sse_events(resp: http.client.HTTPResponse, deadline: float, timeout_s: float) -> Iterator[dict]:
+def _sse_events(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, deadline: float,
+                timeout_s: float, read_timeout_s: float) -> Iterator[dict]:
     data: list[str] = []
     while True:
-        if time.monotonic() > deadline:
+        left = deadline - time.monotonic()
+        if left <= 0:
             raise StreamCutOffError(f"the answer took longer than the {timeout_s:.0f}s request timeout")
+        if conn.sock is not None:
+            conn.sock.settimeout(min(left, read_timeout_s))  # the total budget bounds every wait
         try:
             raw = resp.readline()
         except TimeoutError:

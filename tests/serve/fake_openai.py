@@ -15,7 +15,8 @@ ANSWER = ["The ", "answer ", "is ", "42."]
 
 class FakeOpenAI:
     """`script` is consumed one entry per chat/completions call; when it runs out, "ok".
-    Entries: "ok", "429", "500", "503", "reset", "cut" (two chunks then close),
+    Entries: "ok", "429", "500", "503", "reset", "cut" (two chunks then close), "cut0"
+    (the stream closes before its first chunk),
     "error_event" (an in-band error), "slow" (sleeps 2 s before answering)."""
 
     def __init__(self, *, script: list[str] | None = None, models: list[dict] | None = None,
@@ -136,6 +137,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Connection", "close")
         self.end_headers()
         self.close_connection = True
+        if action == "cut0":
+            return  # headers, then nothing: cut before the first word
         pieces = ANSWER[:2] if action == "cut" else ANSWER
         for piece in pieces:
             self._event({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})

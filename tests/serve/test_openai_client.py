@@ -125,6 +125,12 @@ def test_cut_off_stream_keeps_and_marks_the_partial_answer():
         assert fake.chat_calls == 1  # never retried: the answer had started
 
 
+def test_stream_cut_before_its_first_word_is_asked_again():
+    with FakeOpenAI(script=["cut0", "cut0"]) as fake:
+        assert "".join(backend(fake).stream_chat(MSGS, PARAMS)) == "".join(ANSWER)
+        assert fake.chat_calls == 3
+
+
 def test_in_band_error_event_is_a_cut():
     with FakeOpenAI(script=["error_event"]) as fake:
         with pytest.raises(StreamCutOffError, match="engine exploded"):
