@@ -32,10 +32,14 @@ class KVCacheSpec:
 
     n_kv_heads: int
     head_dim: int
-    block_size: int = 16
+    # 64-token pages: the fp32 key summaries (2 x 4 B per channel) amortise to 1/8 B per
+    # channel-token, which int4 needs to stay under 0.3x fp16; Quest selection still sees
+    # pages small enough to isolate a sentence (benchmarks/kv_memory.py has the sweep).
+    block_size: int = 64
     kv_dtype: str = "fp16"
-    # int8/int4 values: one (scale, zero) per this many channels of one token.
-    v_group_size: int = 32
+    # int8/int4 values: one (scale, zero) per this many channels of one token. 128 covers a
+    # whole head for head_dim <= 128 (KIVI's per-token values), halving scale bytes vs 64.
+    v_group_size: int = 128
     # Precision of the staging pool that holds unsealed pages of quantized kinds.
     stage_dtype: str = "fp16"
 
