@@ -17,8 +17,14 @@ def evidence_block(items: list[tuple[int, str, str]]) -> str:
     return "\n\n".join(f"[{label}] {ref}\n{text.rstrip()}" for label, ref, text in items)
 
 
+# A small model drifts into writing source blocks of its own after the answer; these
+# openings end the answer instead.
+ANSWER_STOPS = ("\n\n[", "\nQuestion:", "\nSources:", "<|im_end|>")
+
+
 def ask_messages(question: str, evidence: str, notes: str = "") -> list[Message]:
-    parts = [f"Sources:\n{evidence}"] if evidence else []
+    # The question comes first too, so the model reads the evidence knowing what to look for.
+    parts = [f"Question: {question}", f"Sources:\n{evidence}"] if evidence else []
     if notes:
         parts.append(f"Notes gathered from earlier sources:\n{notes}")
     parts.append(f"Question: {question}\nAnswer the question in a few sentences, citing sources like [1].")

@@ -19,7 +19,8 @@ from ktcli.types import Answer, Chunk, Mode
 
 def answer_question(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
                     tally: Tally) -> Answer:
-    params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
+    params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                            stop=prompts.ANSWER_STOPS)
     plan = prep.plan
     if plan.mode is Mode.FULL:
         messages = prompts.ask_messages(prep.question, _whole_corpus(prep))
