@@ -1,0 +1,80 @@
+"""The Backend surface: chat, streaming, batches, stats, memory errors, preemption."""
+
+import pytest
+import torch
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.native import NativeBackend
+from ktcli.errors import OutOfMemoryError
+
+CHAT = [{"role": "user", "content": "Say hello."}]
+
+
+def test_backend_surface(smollm2):
+    assert smollm2.name == "ktcli" and smollm2.context_window == 8192
+    assert smollm2.count_tokens("hello world") == 2
+    assert smollm2.prompt_tokens(CHAT) == len(smollm2.chat_ids(CHAT)) > smollm2.count_tokens("Say hello.")
+    params = SamplingParams(max_new_tokens=12)
+    streamed = "".join(smollm2.stream_chat(CHAT, params))
+    st = smollm2.last_stats
+    assert st.prompt_tokens == smollm2.prompt_tokens(CHAT) and 0 < st.new_tokens <= 12
+    assert st.prefill_s > 0 and st.ttft_s > 0
+    for key in ("prefill_tok_s", "decode_tok_s", "kv_pages_peak", "kv_page_bytes", "kv_bytes_peak", "peak_rss_mb"):
+        assert key in st.extra
+    assert st.extra["kv_pages_in_use"] == 0
+    batch = smollm2.generate_chat_batch([CHAT, [{"role": "user", "content": "Name a fruit."}]], params)
+    assert batch[0] == streamed and len(batch) == 2
+
+
+def test_stop_string_ends_generation(smollm2):
+    full = "".join(smollm2.stream_chat(CHAT, SamplingParams(max_new_tokens=20)))
+    assert len(full) > 4
+    stop = full[3:5]
+    cut = "".join(smollm2.stream_chat(CHAT, SamplingParams(max_new_tokens=20, stop=(stop,))))
+    assert cut == full[: full.index(stop)]
+    assert smollm2.engine.blocks.num_used == 0
+
+
+def test_prompt_larger_than_budget_raises(tiny_models):
+    b = NativeBackend.load(tiny_models["llama"], block_size=4, kv_budget_bytes=4 * b_per_block(tiny_models["llama"]))
+    with pytest.raises(OutOfMemoryError):
+        list(b.engine.generate([list(range(40))], SamplingParams(max_new_tokens=4)))
+    assert b.engine.blocks.num_used == 0  # nothing leaked
+    with pytest.raises(OutOfMemoryError):  # decode running out of pages, alone
+        list(b.engine.generate([list(range(14))], SamplingParams(max_new_tokens=10)))
+    assert b.engine.blocks.num_used == 0
+
+
+def b_per_block(folder):
+    from ktcli.engine.config import load_config
+
+    cfg = load_config(folder)
+    return 2 * cfg.n_layers * 4 * cfg.kv_size * 4
+
+
+def test_preemption_gives_the_same_tokens(tiny_models):
+    """A budget too small for all sequences at once: some are preempted and recomputed,
+    and every sequence still gets exactly the tokens it gets with room to spare."""
+    folder = tiny_models["qwen2"]
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (20, 33, 9, 25)]
+    params = SamplingParams(max_new_tokens=24)
+    roomy = NativeBackend.load(folder, block_size=4)
+    tight = NativeBackend.load(folder, block_size=4, kv_budget_bytes=22 * b_per_block(folder))
+    want = [[] for _ in prompts]
+    for i, t in roomy.engine.generate(prompts, params, frozenset()):
+        want[i].append(t)
+    got = [[] for _ in prompts]
+    for i, t in tight.engine.generate(prompts, params, frozenset()):
+        got[i].append(t)
+    assert got == want
+    assert tight.engine.stats.preemptions > 0 or tight.engine.stats.peak_pages <= 22
+    assert tight.engine.blocks.num_used == 0
+
+
+def test_bf16_weights_stay_close_to_fp32(tiny_models):
+    folder = tiny_models["llama"]
+    ids = list(range(3, 60))
+    a = NativeBackend.load(folder, weights="fp32", prefill_chunk=16).prompt_logits(ids)
+    b = NativeBackend.load(folder, weights="bf16", prefill_chunk=16).prompt_logits(ids)
+    assert ((a - b).abs().max() / a.abs().max()).item() < 0.05

@@ -1,0 +1,60 @@
+"""Streaming text: incremental detokenization, stop strings, sampling."""
+
+import pytest
+import torch
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
+from ktcli.engine.sampler import make_generator, sample
+
+TEXTS = [
+    "Plain ASCII text, with punctuation; and numbers 12345.",
+    "Multi-byte: naïve café, 日本語のテキスト, emoji 🚀🎉 and ünïcödé.",
+    "  leading spaces\n\nand blank lines\ttabs",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(smollm2_dir):
+    from ktcli.engine.tokenizer import ChatTokenizer
+
+    return ChatTokenizer(smollm2_dir)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_incremental_detokenizer_reassembles_text(tokenizer, text):
+    ids = tokenizer.encode(text)
+    prompt = tokenizer.encode("Some prompt before it:")
+    detok = IncrementalDetokenizer(tokenizer.decode, prompt)
+    pieces = [detok.push(t) for t in ids]
+    pieces.append(detok.flush())
+    assert "".join(pieces) == tokenizer.decode(ids)
+    assert not any("\ufffd" in p for p in pieces)  # never a half character
+
+
+def test_stop_strings_cut_across_deltas():
+    s = StopStrings(("###", "END"))
+    out = [s.feed(d) for d in ["Hello #", "# wor", "ld", " E", "N", "D more"]]
+    assert "".join(out) == "Hello ## world "
+    assert s.stopped and s.flush() == ""
+
+
+def test_stop_strings_release_held_text_at_the_end():
+    s = StopStrings(("STOP",))
+    assert s.feed("abc ST") == "abc "
+    assert s.flush() == "ST"
+
+
+def test_sampler_modes():
+    logits = torch.tensor([[0.0, 3.0, 1.0, 2.9], [5.0, 0.0, 0.0, 0.0]])
+    assert sample(logits, SamplingParams(), [None, None]) == [1, 0]
+    p = SamplingParams(temperature=1.0, top_k=1, seed=3)
+    assert sample(logits, p, [make_generator(p), make_generator(p)]) == [1, 0]
+    p = SamplingParams(temperature=0.7, top_p=0.01, seed=3)
+    assert sample(logits, p, [make_generator(p), make_generator(p)]) == [1, 0]
+    p = SamplingParams(temperature=1.0, seed=11)
+    draws = [sample(logits, p, [make_generator(p), make_generator(p)]) for _ in range(2)]
+    assert draws[0] == draws[1]  # same seed, same tokens
+    p = SamplingParams(temperature=1.0, top_k=2, seed=0)
+    g = make_generator(p)
+    assert {sample(logits[:1], p, [g])[0] for _ in range(50)} <= {1, 3}
