@@ -124,7 +124,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--engine", default="ktcli")
-    parser.add_argument("--threads", type=int, default=0, help="server CPU threads (0: torch's default)")
+    # One intra-op thread: on the shared 2-core box, 2 threads measured 0.6-7 tok/s for a
+    # single stream (OpenMP threads spinning against other jobs), 1 thread 7-9 tok/s.
+    parser.add_argument("--threads", type=int, default=1, help="server CPU threads (0: torch's default)")
     parser.add_argument("--requests", type=int, default=16, help="requests per concurrency level")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--levels", default="1,4,8")
@@ -145,6 +147,7 @@ def main() -> None:
     top = next((r["tok_s"] for r in rows if r["clients"] == 8), 0.0)
     result = {
         "benchmark": "serve_load", "machine": machine(), "engine": args.engine, "model": "smollm2",
+        "server_threads": args.threads or "torch default",
         "requests_per_level": args.requests, "max_tokens": args.max_tokens, "levels": rows,
         "speedup_8_over_1": round(top / single, 2) if single else None,
         "goals": {"errors": 0, "speedup_8_over_1": 3.0},
