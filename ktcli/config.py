@@ -19,7 +19,7 @@ from ktcli.errors import UsageError
 @dataclass(frozen=True)
 class Settings:
     model: str = "smollm2"  # "smollm2" (bundled), a .gguf path, a HF folder or a cached repo id
-    engine: str = "hf"  # "hf" (transformers) or "ktcli" (our engine)
+    engine: str = "ktcli"  # "ktcli" (our engine) or "hf" (transformers: fallback and oracle)
     embedder: str = "minilm"  # bundled all-MiniLM-L6-v2, or a sentence-transformers folder
     mode: str = "auto"  # auto | full | retrieval | sparse
     cache_dir: str = ""  # empty: platformdirs user cache dir

@@ -18,6 +18,9 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Idle OpenMP threads sleep instead of spinning: on a busy machine spinning workers made
+# some torch ops 10-100x slower (measured in benchmarks/engine_vs_hf.py).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from ktcli.cli.common import Options, fail, run_guarded  # noqa: E402
 
