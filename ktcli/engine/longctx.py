@@ -45,7 +45,8 @@ class LongContextOptions:
     dense_layers: int = 0  # the first N layers attend densely whatever the policy
     position_remap: bool = False  # InfLLM-style distances (window / topk)
     block_size: int = kernels.KVCacheSpec(1, 2).block_size
-    n_stage: int = 64  # staging slots: partial pages of sequences alive at once
+    # Staging slots: one per sequence holding a partial page (serve batches up to 16-32).
+    n_stage: int = 32
     stage_dtype: str = "fp32"  # the full-precision recent window of quantized kinds
 
     def __post_init__(self) -> None:
@@ -243,6 +244,7 @@ class KernelKVCache:
         group = hq // h
         n_local = self.policy.n_local_pages
         far = n_local * bs  # W: the distance every non-local key is placed at
+        max_len = max(max_len, far + 1)  # the rotary table must reach W
         pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy)
         pages = pages.expand(h, pages.shape[-1])
         local_only = local_only.expand(h, local_only.shape[-1])

@@ -1,0 +1,169 @@
+"""Long context in the engine (ktcli.engine.longctx): quantized pages, attention policies
+and InfLLM-style positions, on tiny random models (fast) against the SDPA path and
+against plain-torch oracles restricted to the selected positions."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import kernels
+from kernels import AttentionPolicy
+from kernels.reference import chunk_page_plan, gather_kv
+from ktcli.engine import longctx
+from ktcli.engine.config import ModelConfig
+from ktcli.engine.native import NativeBackend
+from ktcli.engine.rope import RotaryTable
+from ktcli.errors import InputError
+
+BS = 16
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_models):
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (150,), generator=torch.Generator().manual_seed(7)).tolist()
+
+
+@pytest.fixture(scope="module")
+def reference(llama, ids):
+    return NativeBackend.load(llama, block_size=BS, kv_budget_bytes=8 << 20).prompt_logits(ids)
+
+
+def load(path, **kw):
+    return NativeBackend.load(path, block_size=BS, kv_budget_bytes=32 << 20, prefill_chunk=64, **kw)
+
+
+@pytest.mark.parametrize("policy,remap", [
+    (AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=64), False),  # k covers every page
+    (AttentionPolicy("window", n_sink_pages=1, n_local_pages=64), False),  # window covers everything
+    (AttentionPolicy("window", n_sink_pages=1, n_local_pages=64), True),  # every key local: true distances
+])
+def test_policies_covering_every_page_equal_dense(llama, ids, reference, policy, remap):
+    got = load(llama, attention=policy, position_remap=remap).prompt_logits(ids)
+    torch.testing.assert_close(got, reference, atol=2e-4, rtol=1e-4)
+
+
+# A dequantised value is off by at most half a code step of its group's range; logits
+# move by a small multiple of that relative step (measured ~1-2x on the tiny model).
+STEP = {"fp8": 2.0**-4, "int8": 1 / 255, "int4": 1 / 15}
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8", "int4"])
+def test_quantized_logits_close_to_fp32(llama, ids, reference, kind):
+    got = load(llama, kv_dtype=kind).prompt_logits(ids)
+    rel = float((got - reference).norm() / reference.norm())
+    assert rel <= 4 * STEP[kind], (kind, rel)
+    if kind == "int8":  # a random tiny model's logits are flat: only int8 keeps every argmax
+        assert got.argmax(-1).eq(reference.argmax(-1)).float().mean() > 0.95
+
+
+def test_sparse_decode_generates_and_summaries_bound_keys(llama, ids):
+    b = load(llama, kv_dtype="int4", attention="topk")
+    from ktcli.engine.backend import SamplingParams
+
+    out = b.generate_ids([ids[:120]], SamplingParams(max_new_tokens=5))
+    assert len(out[0]) == 5
+    # Prefill only (pages kept): every stored key lies inside its page's [k_min, k_max].
+    seq_ids = ids[:128]
+    table = []
+    b.engine.blocks.grow(table, len(seq_ids))
+    from ktcli.engine.runner import Sequence
+
+    s = Sequence(999, list(seq_ids), len(seq_ids), 0, block_table=table)
+    step, _ = b.engine._build_step([(s, len(seq_ids))], all_rows=True)
+    b.engine.model.forward(torch.tensor(seq_ids), step)
+    layer = b.kv.layers[1]
+    pages = torch.arange(len(table)).view(1, 1, -1).expand(1, layer.spec.n_kv_heads, -1)
+    k, _, pos = gather_kv(layer, torch.tensor([table]), pages, torch.tensor([len(seq_ids)]))
+    k = k[0].view(layer.spec.n_kv_heads, len(table), BS, -1)  # [H, P, BS, D]
+    lo = layer.k_min[torch.tensor(table)].transpose(0, 1)[:, :, None]  # [H, P, 1, D]
+    hi = layer.k_max[torch.tensor(table)].transpose(0, 1)[:, :, None]
+    slack = 1e-5 * (lo.abs() + hi.abs() + 1)
+    assert bool(((k >= lo - slack) & (k <= hi + slack)).all())
+    b.engine.blocks.free(table)
+
+
+def _cache(policy, n_blocks=16, kind="fp32"):
+    cfg = ModelConfig("llama", 10, 32, 32, 1, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6, max_position=64,
+                      rope={"rope_type": "default", "rope_theta": 10000.0})
+    cache = longctx.KernelKVCache(cfg, longctx.LongContextOptions(kv_dtype=kind, policy=policy, position_remap=True,
+                                                                  block_size=8))
+    cache.allocate(n_blocks)
+    cache.rope = RotaryTable(cfg.rope, 16, 64)
+    return cache
+
+
+def _rot(cache, x, pos):
+    """RoPE of x [..., D] at integer positions pos [...] (oracle: explicit angles)."""
+    freq, _ = __import__("ktcli.engine.rope", fromlist=["inv_freq"]).inv_freq(cache.cfg.rope, 16, 64)
+    ang = pos[..., None].double() * freq.double()
+    xc = torch.view_as_complex(x.double().reshape(*x.shape[:-1], 8, 2).contiguous())
+    return torch.view_as_real(xc * torch.polar(torch.ones_like(ang), ang)).reshape(x.shape)
+
+
+@pytest.mark.parametrize("kind,n_q", [("topk", 1), ("topk", 5), ("window", 1), ("dense", 7)])
+def test_remapped_attention_equals_oracle_on_selected_positions(kind, n_q):
+    torch.manual_seed(0)
+    policy = AttentionPolicy("topk" if kind == "dense" else kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3)
+    layer_policy = kernels.reference.DENSE if kind == "dense" else policy
+    cache = _cache(policy)
+    layer, bs = cache.layers[0], 8
+    ctx = 83
+    table = torch.randperm(16)[: math.ceil(ctx / bs)].to(torch.int32)
+    k, v = torch.randn(ctx, 2, 16), torch.randn(ctx, 2, 16)
+    slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
+    kernels.kv_store(layer, k, v, slots)
+    q = torch.randn(n_q, 4, 16)
+    start = ctx - n_q
+    out = cache._remapped(q, layer, table, start, layer_policy, ctx)
+
+    pages, local_only, _ = chunk_page_plan(q, layer, table, start, layer_policy)
+    far = policy.n_local_pages * bs
+    for h in range(2):
+        vis_pages = {int(p) for p in pages[min(h, pages.shape[0] - 1)] if p >= 0}
+        lo_pages = {int(p) for p, lo in zip(pages[min(h, pages.shape[0] - 1)], local_only[min(h, local_only.shape[0] - 1)]) if lo}
+        for i in range(n_q):
+            qi = start + i
+            keys = [j for j in range(qi + 1) if j // bs in vis_pages]
+            near = [qi // bs - policy.n_local_pages < j // bs <= qi // bs for j in keys]
+            keys_ok = [j for j, nr in zip(keys, near) if nr or j // bs not in lo_pages]
+            near_ok = [qi // bs - policy.n_local_pages < j // bs <= qi // bs for j in keys_ok]
+            for g in range(2):
+                hq = h * 2 + g
+                logits = []
+                for j, nr in zip(keys_ok, near_ok):
+                    if nr:
+                        s = _rot(cache, q[i, hq], torch.tensor(qi)) @ _rot(cache, k[j, h], torch.tensor(j))
+                    else:
+                        s = _rot(cache, q[i, hq], torch.tensor(far)) @ k[j, h].double()
+                    logits.append(s * 16**-0.5)
+                p = torch.softmax(torch.stack(logits), 0)
+                want = (p[:, None] * v[keys_ok, h].double()).sum(0)
+                torch.testing.assert_close(out[i, hq].double(), want, atol=1e-4, rtol=1e-4)
+
+
+def test_rope_scaling_parse_and_window():
+    cfg = ModelConfig("llama", 10, 32, 32, 1, 4, 2, 16, 1e-6, 8192, rope={"rope_type": "default", "rope_theta": 1e4})
+    params = longctx.parse_rope_scaling("yarn:4", cfg)
+    assert params == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
+    from dataclasses import replace
+
+    assert longctx.scaled_window(replace(cfg, rope={**cfg.rope, **params})) == 32768
+    for bad in ("magic:2", "linear:x", "linear:0.5"):
+        with pytest.raises(InputError):
+            longctx.parse_rope_scaling(bad, cfg)
+
+
+def test_rope_scaled_engine_runs_past_the_trained_window(tiny_models):
+    # tiny llama is trained for 512 positions; linear:2 stretches it to 1024.
+    b = load(tiny_models["llama"], rope_scaling="linear:2")
+    assert b.context_window == 1024
+    logits = b.prompt_logits([i % 256 for i in range(1, 700)])
+    assert torch.isfinite(logits).all()
