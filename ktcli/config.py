@@ -33,6 +33,7 @@ class Settings:
     weights: str = "fp32"  # fp32 | bf16 (engine weight dtype)
     kv_dtype: str = "auto"
     attention: str = "auto"
+    rope_scaling: str = ""  # e.g. "yarn:4"; empty: the model config's (ktcli engine)
     max_memory: str = ""  # e.g. "4GB"; empty: a share of available RAM
     max_seconds: float = 0.0  # latency budget for the planner, 0: none
     backend: str = "local"  # "local" (load --engine in this process) or "openai" (a server)

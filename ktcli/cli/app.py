@@ -35,7 +35,7 @@ app = typer.Typer(
 Paths = Annotated[list[str], typer.Argument(help="Files, folders, or - for stdin.", show_default=False)]
 Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled), a .gguf file, a HF folder or cached repo id.")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine) or hf (transformers).")]
-ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto, full or retrieval.")]
+ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto, full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or figures on stderr.")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", help="Chunks retrieved for a question.")]
@@ -52,6 +52,9 @@ BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="local (loa
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
 ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps (or, where the server does not say, sets) the window.")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
+AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages).")]
+RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
 
 
 @app.command()
@@ -63,6 +66,7 @@ def ask(
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None,
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
+    kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
 ) -> None:
     """Answer QUESTION about PATHS, with citations."""
     opts = Options(locals())
@@ -77,6 +81,7 @@ def summarize(
     cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
+    kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
 ) -> None:
     """Summarize PATHS (a document, a folder or a repo)."""
     opts = Options(locals())
@@ -91,6 +96,7 @@ def plan(
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
+    kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
 ) -> None:
     """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model."""
     opts = Options(locals())

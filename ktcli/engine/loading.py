@@ -12,7 +12,9 @@ from ktcli.errors import UsageError
 ENGINES = ("ktcli", "hf")
 
 
-def load_backend(settings: Settings, on_status: Callable[[str], None] | None = None) -> Backend:
+def load_backend(settings: Settings, on_status: Callable[[str], None] | None = None, plan=None) -> Backend:
+    """The backend for `settings`; a Plan's KV dtype and attention policy (sparse mode,
+    or a --kv-dtype/--attention the plan kept) shape the native engine's cache."""
     if settings.backend == "openai":
         from ktcli.engine.openai_backend import OpenAIBackend
 
@@ -28,5 +30,24 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
     if settings.engine == "ktcli":
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
 
-        return NativeBackend.load(model_dir, weights=settings.weights, threads=settings.threads)
+        return NativeBackend.load(model_dir, weights=settings.weights, threads=settings.threads, **_long_context(settings, plan))
     raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
+
+
+def _long_context(settings: Settings, plan) -> dict:
+    """NativeBackend.load options for the plan's KV dtype and attention policy."""
+    kv_dtype = getattr(plan, "kv_dtype", "model")
+    attention = getattr(plan, "attention", "dense")
+    out: dict = {}
+    if kv_dtype not in ("model", "auto", ""):
+        out["kv_dtype"] = kv_dtype
+    if attention not in ("auto", "", "dense"):
+        out["attention"] = attention
+    if settings.rope_scaling:
+        out["rope_scaling"] = settings.rope_scaling
+    if plan is not None and getattr(plan, "mode", None) is not None and plan.mode.value == "sparse":
+        # Pages for the whole input and the answer (the default budget counts windows).
+        from ktcli.engine.config import load_config  # noqa: F401 - sizing happens in the loader
+        out["context_window"] = plan.input_tokens + plan.question_tokens + plan.answer_budget + 2048
+        out["kv_budget_bytes"] = None
+    return out

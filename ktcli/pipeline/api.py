@@ -19,7 +19,7 @@ def ask(paths: list[str], question: str, settings: Settings, reporter: Reporter,
     prep = prepare(paths, question, "ask", settings, reporter, stdin_text)
     if on_plan:
         on_plan(prep)
-    backend = _load(settings, reporter)
+    backend = _load(settings, reporter, prep.plan)
     answer = answer_question(prep, backend, settings, reporter, tally)
     _remember_rates(settings, tally)
     return answer
@@ -31,7 +31,7 @@ def summarize_paths(paths: list[str], settings: Settings, reporter: Reporter,
     prep = prepare(paths, "", "summarize", settings, reporter, stdin_text)
     if on_plan:
         on_plan(prep)
-    backend = _load(settings, reporter)
+    backend = _load(settings, reporter, prep.plan)
     answer = summarize(prep, backend, settings, reporter, tally)
     _remember_rates(settings, tally)
     return answer
@@ -56,12 +56,12 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
     return prep, extra
 
 
-def _load(settings: Settings, reporter: Reporter):
+def _load(settings: Settings, reporter: Reporter, plan=None):
     if settings.backend == "openai":
         reporter.status(f"connecting to {settings.base_url} (OpenAI-compatible server)")
     else:
         reporter.status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
-    return load_backend(settings, reporter.status)
+    return load_backend(settings, reporter.status, plan)
 
 
 def _remember_rates(settings: Settings, tally: Tally) -> None:

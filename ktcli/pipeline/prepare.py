@@ -125,6 +125,9 @@ def prepare(
         max_new_tokens=settings.max_new_tokens,
         max_seconds=settings.max_seconds,
         memory_budget=memory_budget(settings),
+        kv_dtype=settings.kv_dtype,
+        attention=settings.attention,
+        sparse_ok=settings.backend == "local" and settings.engine == "ktcli",
     )
     plan = make_plan(request, facts, load_rates(settings))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip())

@@ -22,7 +22,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                             stop=prompts.ANSWER_STOPS)
     plan = prep.plan
-    if plan.mode is Mode.FULL:
+    if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         messages = prompts.ask_messages(prep.question, _whole_corpus(prep))
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:

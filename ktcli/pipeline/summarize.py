@@ -23,7 +23,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
     listing = file_listing(prep.corpus) if len(prep.corpus.documents) > 1 else ""
     plan = prep.plan
-    if plan.mode is Mode.FULL:
+    if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         text = prompts.evidence_block([(i + 1, d.path, d.text) for i, d in enumerate(prep.corpus.documents)])
         messages = prompts.summary_messages(text, listing)
         needed = backend.prompt_tokens(messages) + params.max_new_tokens

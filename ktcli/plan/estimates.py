@@ -8,13 +8,32 @@ DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "
 
 
 def kv_bytes_per_token(facts: ModelFacts, kv_dtype: str = "fp32") -> float:
-    """K and V for every layer; quantized dtypes also pay for their scales (roughly one
-    fp32 scale+zero per 32 values)."""
-    values = 2 * facts.n_layers * facts.n_kv_heads * facts.head_dim
-    per_value = DTYPE_BYTES[kv_dtype]
-    if kv_dtype in ("int8", "int4"):
-        per_value += 8 / 32
-    return values * per_value
+    """K and V for every layer. Float dtypes: the engine's plain cache (no summaries);
+    quantized ones: the kernels' paged format, scales and page summaries included."""
+    if kv_dtype in ("fp8", "int8", "int4"):
+        return paged_kv_bytes_per_token(facts, kv_dtype)
+    return 2 * facts.n_layers * facts.n_kv_heads * facts.head_dim * DTYPE_BYTES[kv_dtype]
+
+
+def paged_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> float:
+    """Bytes per token of the kernels' paged cache (the sparse mode's), every layer."""
+    from kernels.layout import KVCacheSpec, bytes_per_token
+
+    return facts.n_layers * bytes_per_token(KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype))
+
+
+def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = 32) -> int:
+    """The staging pool of quantized kinds (full-precision partial pages), every layer."""
+    from kernels.layout import KVCacheSpec, staging_bytes
+
+    spec = KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype, stage_dtype="fp32")
+    return facts.n_layers * staging_bytes(spec, n_stage)
+
+
+def sparse_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str) -> int:
+    """Weights + paged KV for the whole context + staging + activations (rough 10%)."""
+    kv = paged_kv_bytes_per_token(facts, kv_dtype) * context_tokens + paged_fixed_bytes(facts, kv_dtype)
+    return int((facts.weight_bytes + kv) * 1.1)
 
 
 def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "fp32") -> int:

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ktcli.errors import OutOfMemoryError, UsageError
-from ktcli.plan.estimates import generation_memory, generation_seconds
+from ktcli.plan.estimates import generation_memory, generation_seconds, sparse_memory
 from ktcli.types import Mode, ModelFacts, Plan
 
 # Chat template, instructions and citation labels around the evidence.
@@ -22,6 +22,13 @@ MEMORY_TOKENS = 384
 QA_EVIDENCE_CAP = 3072
 # Summaries read everything; bigger windows mean fewer (fixed-cost) decode passes.
 SUMMARY_WINDOW_CAP = 6144
+# Sparse mode (whole input in the paged, quantized cache): the KV dtypes and policies it
+# weighs, most preferred first (int8 is near-lossless at a quarter of fp32's bytes).
+SPARSE_DTYPES = ("int8", "int4", "fp32")
+SPARSE_POLICIES = ("topk", "window")
+# Without --max-seconds, auto mode reads a too-long input whole only when that takes at
+# most this long; otherwise retrieval, which reads a few chunks, is the answer.
+SPARSE_DEFAULT_SECONDS = 600.0
 
 
 @dataclass(frozen=True)
@@ -31,6 +38,10 @@ class Throughput:
     prefill_tok_s: float = 150.0
     decode_tok_s: float = 10.0
     embed_tok_s: float = 4000.0
+    # The sparse mode's own rates (paged quantized cache, chunked sparse prefill); measured
+    # on 2 busy CPU cores with SmolLM2 (benchmarks/longctx_quality.py).
+    sparse_prefill_tok_s: float = 40.0
+    sparse_decode_tok_s: float = 6.0
 
 
 @dataclass(frozen=True)
@@ -48,20 +59,38 @@ class PlanRequest:
     max_seconds: float = 0.0  # 0: no latency budget
     memory_budget: int = 0  # bytes; 0: no limit
     uncached_tokens: int | None = None  # tokens that still need embedding (None: all)
+    kv_dtype: str = "auto"  # auto or a kernels KV kind (fp32, bf16, fp16, fp8, int8, int4)
+    attention: str = "auto"  # auto | dense | window | topk
+    sparse_ok: bool = False  # the engine can run the sparse mode (local ktcli engine)
 
 
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.task not in ("ask", "summarize"):
         raise UsageError(f"unknown task {req.task!r}")
     if req.mode not in ("auto", "full", "retrieval", "sparse"):
-        raise UsageError(f"--mode {req.mode!r}: choose auto, full or retrieval")
-    if req.mode == "sparse":
-        raise UsageError("--mode sparse is not available yet (needs the long-context engine); use auto, full or retrieval")
+        raise UsageError(f"--mode {req.mode!r}: choose auto, full, sparse or retrieval")
 
     full_tokens = req.corpus_tokens + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     fits = full_tokens + req.max_new_tokens <= facts.context_window
     full = _full_plan(req, facts, rates, full_tokens)
     retrieval = _retrieval_plan(req, facts, rates)
+    sparse = _sparse_options(req, facts, rates, full_tokens)
+    if req.mode == "sparse":
+        return _choose_sparse(req, sparse, fits, full, retrieval)
+    # Auto reads a too-long input whole only when asked to weigh it: a latency budget or
+    # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before.
+    wants_sparse = bool(req.max_seconds) or req.attention in ("window", "topk") or req.kv_dtype not in ("auto", "", "model")
+    if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
+        budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
+        ok = [p for p in sparse if (not req.memory_budget or p.est_memory_bytes <= req.memory_budget)
+              and p.est_seconds <= budget_s]
+        if ok:
+            reasons = (
+                f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window",
+                f"read it whole in the paged {ok[0].kv_dtype} KV cache with {ok[0].attention} attention: "
+                f"~{ok[0].est_seconds:.0f}s <= {budget_s:.0f}s budget, ~{_gb(ok[0].est_memory_bytes)}",
+            )
+            return _with(ok[0], reasons, retrieval, sparse)
 
     if req.mode == "full":
         if not fits:
@@ -98,7 +127,52 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             f"--max-memory budget of {_gb(req.memory_budget)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
-    return _with(chosen, tuple(reasons), other)
+    if chosen is retrieval and sparse and not fits:
+        reasons.append(_sparse_rejection(req, sparse))
+    return _with(chosen, tuple(reasons), other, sparse)
+
+
+def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> list[Plan]:
+    """One sparse plan per KV dtype and policy the request allows, most preferred first."""
+    from dataclasses import replace
+
+    dtypes = SPARSE_DTYPES if req.kv_dtype in ("auto", "", "model") else (req.kv_dtype,)
+    policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)
+    seconds = generation_seconds(full_tokens, req.max_new_tokens, rates.sparse_prefill_tok_s, rates.sparse_decode_tok_s)
+    base = _full_plan(req, facts, rates, full_tokens)
+    out = []
+    for policy in policies:
+        for dtype in dtypes:
+            out.append(replace(
+                base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=max(facts.context_window, full_tokens + req.max_new_tokens),
+                est_seconds=seconds, est_memory_bytes=sparse_memory(facts, full_tokens + req.max_new_tokens, dtype),
+            ))
+    return out
+
+
+def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan, retrieval: Plan) -> Plan:
+    if req.attention == "dense" and not fits:
+        raise UsageError("--mode sparse with --attention dense cannot go past the model's window; use window or topk")
+    ok = [p for p in sparse if not req.memory_budget or p.est_memory_bytes <= req.memory_budget]
+    if not ok:
+        raise OutOfMemoryError(
+            f"--mode sparse needs ~{_gb(min(p.est_memory_bytes for p in sparse))} even at "
+            f"{min(sparse, key=lambda p: p.est_memory_bytes).kv_dtype}, over the --max-memory budget of {_gb(req.memory_budget)}"
+        )
+    chosen = ok[0]
+    reasons = ("--mode sparse asked for",
+               f"{chosen.kv_dtype} pages with {chosen.attention} attention: ~{_gb(chosen.est_memory_bytes)}, ~{chosen.est_seconds:.0f}s")
+    return _with(chosen, reasons, retrieval, sparse)
+
+
+def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
+    if not req.sparse_ok:
+        return "(sparse mode, reading it whole, needs the local ktcli engine: --engine ktcli)"
+    best = min(sparse, key=lambda p: p.est_memory_bytes)
+    budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
+    if req.memory_budget and best.est_memory_bytes > req.memory_budget:
+        return f"sparse mode would need ~{_gb(best.est_memory_bytes)} even at {best.kv_dtype}, over the budget"
+    return f"sparse mode would take ~{best.est_seconds:.0f}s > {budget_s:.0f}s budget"
 
 
 def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
@@ -108,6 +182,8 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
         evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
         est_seconds=generation_seconds(full_tokens, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s),
         est_memory_bytes=generation_memory(facts, full_tokens + req.max_new_tokens),
+        kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
+        attention=req.attention if req.attention not in ("auto", "") else "dense",
     )
 
 
@@ -181,7 +257,7 @@ def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
     )
 
 
-def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None) -> Plan:
+def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list[Plan] = ()) -> Plan:
     from dataclasses import replace
 
     alternatives: tuple[dict, ...] = ()
@@ -190,6 +266,12 @@ def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None) -> Plan:
             {"mode": other.mode.value, "est_seconds": round(other.est_seconds, 1),
              "est_memory_bytes": other.est_memory_bytes, "n_windows": other.n_windows},
         )
+    # Every sparse estimate (per KV dtype and policy) except the chosen one, for `ktcli plan`.
+    alternatives += tuple(
+        {"mode": p.mode.value, "kv_dtype": p.kv_dtype, "attention": p.attention, "est_seconds": round(p.est_seconds, 1),
+         "est_memory_bytes": p.est_memory_bytes, "n_windows": p.n_windows}
+        for p in sparse if p is not plan
+    )
     return replace(plan, reasons=reasons, alternatives=alternatives)
 
 

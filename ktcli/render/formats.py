@@ -89,11 +89,14 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     if plan.mode.value == "retrieval":
         lines.append(f"chunks      {plan.n_chunks:,}" + (f", top {plan.top_k} retrieved" if plan.top_k else ""))
         lines.append(f"windows     {plan.n_windows} of up to {plan.evidence_budget:,} evidence tokens")
+    if plan.mode.value == "sparse" or plan.kv_dtype not in ("model", "auto"):
+        lines.append(f"kv cache    {plan.kv_dtype} pages, {plan.attention} attention")
     lines.append(f"estimate    ~{plan.est_seconds:.0f} s, ~{human_bytes(plan.est_memory_bytes)} memory")
     lines.extend(f"why         {r}" for r in plan.reasons)
     for alt in plan.alternatives:
         lines.append(
-            f"instead     {alt['mode']}: ~{alt['est_seconds']:.0f} s, ~{human_bytes(alt['est_memory_bytes'])}, "
+            f"instead     {alt['mode']}" + (f" {alt['kv_dtype']} {alt['attention']}" if "kv_dtype" in alt else "")
+            + f": ~{alt['est_seconds']:.0f} s, ~{human_bytes(alt['est_memory_bytes'])}, "
             f"{alt['n_windows']} window(s)"
         )
     return lines

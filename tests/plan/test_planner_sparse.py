@@ -1,0 +1,65 @@
+"""The planner's sparse mode: whole input in the paged, quantized cache."""
+
+import pytest
+
+from ktcli.errors import OutOfMemoryError, UsageError
+from ktcli.plan import PlanRequest, Throughput, make_plan
+from ktcli.plan.estimates import kv_bytes_per_token, paged_kv_bytes_per_token
+from ktcli.types import Mode, ModelFacts
+
+SMOL = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
+                  n_params=134_515_008, weight_bytes=538_090_408)
+RATES = Throughput(prefill_tok_s=150, decode_tok_s=10, embed_tok_s=4000, sparse_prefill_tok_s=100, sparse_decode_tok_s=8)
+
+
+def req(**kw):
+    base = dict(task="ask", corpus_tokens=20_000, question_tokens=10, n_documents=1, n_chunks=90, sparse_ok=True)
+    base.update(kw)
+    return PlanRequest(**base)
+
+
+def test_paged_bytes_shrink_with_the_dtype():
+    fp32, int8, int4 = (paged_kv_bytes_per_token(SMOL, k) for k in ("fp32", "int8", "int4"))
+    assert int4 < int8 < fp32
+    assert kv_bytes_per_token(SMOL, "int4") == int4  # quantized kinds: the kernels' exact figure
+
+
+def test_forced_sparse_prefers_int8_topk_and_lists_every_option():
+    plan = make_plan(req(mode="sparse"), SMOL, RATES)
+    assert plan.mode is Mode.SPARSE and plan.kv_dtype == "int8" and plan.attention == "topk"
+    listed = {(a.get("kv_dtype"), a.get("attention")) for a in plan.alternatives if a["mode"] == "sparse"}
+    assert ("int4", "topk") in listed and ("int8", "window") in listed and ("fp32", "topk") in listed
+
+
+def test_memory_budget_pushes_sparse_to_int4():
+    int8 = make_plan(req(mode="sparse", kv_dtype="int8"), SMOL, RATES).est_memory_bytes
+    int4 = make_plan(req(mode="sparse", kv_dtype="int4"), SMOL, RATES).est_memory_bytes
+    plan = make_plan(req(mode="sparse", memory_budget=(int8 + int4) // 2), SMOL, RATES)
+    assert plan.kv_dtype == "int4"
+    with pytest.raises(OutOfMemoryError):
+        make_plan(req(mode="sparse", memory_budget=int4 // 2), SMOL, RATES)
+
+
+def test_auto_reads_long_input_whole_within_latency_budget():
+    plan = make_plan(req(max_seconds=400), SMOL, RATES)  # 20K tokens at 100 tok/s ~ 200 s
+    assert plan.mode is Mode.SPARSE
+    assert plan.context_window >= 20_000
+
+
+def test_auto_falls_back_to_retrieval_when_sparse_is_too_slow_or_unavailable():
+    slow = make_plan(req(max_seconds=60), SMOL, RATES)
+    assert slow.mode is Mode.RETRIEVAL and any("sparse" in r for r in slow.reasons)
+    no_engine = make_plan(req(max_seconds=400, sparse_ok=False), SMOL, RATES)
+    assert no_engine.mode is Mode.RETRIEVAL
+    plain = make_plan(req(), SMOL, RATES)  # no budget, no sparse flags: retrieval as before
+    assert plain.mode is Mode.RETRIEVAL
+
+
+def test_short_input_stays_full_with_the_requested_dtype():
+    plan = make_plan(req(corpus_tokens=1000, kv_dtype="int8"), SMOL, RATES)
+    assert plan.mode is Mode.FULL and plan.kv_dtype == "int8"
+
+
+def test_sparse_dense_past_the_window_is_refused():
+    with pytest.raises(UsageError, match="window"):
+        make_plan(req(mode="sparse", attention="dense"), SMOL, RATES)
