@@ -46,8 +46,6 @@ def _long_context(settings: Settings, plan) -> dict:
     if settings.rope_scaling:
         out["rope_scaling"] = settings.rope_scaling
     if plan is not None and getattr(plan, "mode", None) is not None and plan.mode.value == "sparse":
-        # Pages for the whole input and the answer (the default budget counts windows).
-        from ktcli.engine.config import load_config  # noqa: F401 - sizing happens in the loader
+        # A window for the whole input and the answer (the loader sizes the pages for it).
         out["context_window"] = plan.input_tokens + plan.question_tokens + plan.answer_budget + 2048
-        out["kv_budget_bytes"] = None
     return out
