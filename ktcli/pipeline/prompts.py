@@ -22,71 +22,52 @@ def evidence_block(items: list[tuple[int, str, str]]) -> str:
 ANSWER_STOPS = ("\n\n[", "\nQuestion:", "\nSources:", "<|im_end|>")
 
 
+def chat(user: str) -> list[Message]:
+    """Our system prompt plus one user turn: the shape of every request ktcli makes."""
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
+
+
 def ask_messages(question: str, evidence: str, notes: str = "") -> list[Message]:
     # The question comes first too, so the model reads the evidence knowing what to look for.
     parts = [f"Question: {question}", f"Sources:\n{evidence}"] if evidence else []
     if notes:
         parts.append(f"Notes gathered from earlier sources:\n{notes}")
     parts.append(f"Question: {question}\nAnswer the question in a few sentences, citing sources like [1].")
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    return chat("\n\n".join(parts))
 
 
 def notes_messages(question: str, evidence: str, notes: str) -> list[Message]:
     """One window of memory passing: keep what helps, drop the rest."""
     prior = f"Notes so far:\n{notes}\n\n" if notes else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": (
-                f"{prior}Sources:\n{evidence}\n\nQuestion: {question}\n"
-                "Update the notes: copy every fact from these sources that helps answer the question, "
-                "one short line each, ending with its source label like [3]. Keep the useful notes so far. "
-                "If nothing here helps, repeat the notes so far unchanged."
-            ),
-        },
-    ]
+    return chat(
+        f"{prior}Sources:\n{evidence}\n\nQuestion: {question}\n"
+        "Update the notes: copy every fact from these sources that helps answer the question, "
+        "one short line each, ending with its source label like [3]. Keep the useful notes so far. "
+        "If nothing here helps, repeat the notes so far unchanged."
+    )
 
 
 def summary_messages(text: str, listing: str = "") -> list[Message]:
     what = f"Files:\n{listing}\n\n" if listing else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": (
-                f"{what}Content:\n{text}\n\n"
-                "Summarize the content above: its purpose, its main parts and the key facts, in a few short paragraphs."
-            ),
-        },
-    ]
+    return chat(
+        f"{what}Content:\n{text}\n\n"
+        "Summarize the content above: its purpose, its main parts and the key facts, in a few short paragraphs."
+    )
 
 
 def summary_notes_messages(text: str, notes: str, position: str) -> list[Message]:
     prior = f"Summary notes so far:\n{notes}\n\n" if notes else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": (
-                f"{prior}Next part ({position}):\n{text}\n\n"
-                "Update the summary notes with the main points of this part, one short line each, "
-                "naming the file or page they come from. Keep the earlier notes, shortened if needed."
-            ),
-        },
-    ]
+    return chat(
+        f"{prior}Next part ({position}):\n{text}\n\n"
+        "Update the summary notes with the main points of this part, one short line each, "
+        "naming the file or page they come from. Keep the earlier notes, shortened if needed."
+    )
 
 
 def summary_reduce_messages(notes: str, listing: str = "") -> list[Message]:
     what = f"Files:\n{listing}\n\n" if listing else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": (
-                f"{what}Notes taken while reading the whole input:\n{notes}\n\n"
-                "Write the final summary from these notes: what it is, how it is organised, and the key facts, "
-                "in a few short paragraphs."
-            ),
-        },
-    ]
+    return chat(
+        f"{what}Notes taken while reading the whole input:\n{notes}\n\n"
+        "Write the final summary from these notes: what it is, how it is organised, and the key facts, "
+        "in a few short paragraphs."
+    )
