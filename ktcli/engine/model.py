@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from ktcli.engine import bf16_gemv
 from ktcli.engine.attention import SeqAttn, attend, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.kv_cache import PagedKVCache
@@ -51,13 +52,17 @@ class Model:
         self.wdtype = weights.embed.dtype
         self.scale = cfg.head_dim**-0.5
         self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
+        # bf16 weights: our AVX2 matrix-vector kernel for decode-sized steps (engine.bf16_gemv)
+        self._gemv = self.wdtype == torch.bfloat16 and bf16_gemv.available()
 
     # -- matmuls ------------------------------------------------------------------
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         if w.dtype == torch.float32:
             return F.linear(x, w, b)
-        if rows <= self.BF16_MAX_ROWS:
+        if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
+            y = bf16_gemv.gemv(x, w)  # fp32 activations and sums: no bf16 rounding of x
+        elif rows <= self.BF16_MAX_ROWS:
             y = F.linear(x.to(w.dtype), w).float()
         else:
             y = F.linear(x, w.float())
