@@ -245,7 +245,10 @@ class KernelKVCache:
         n_local = self.policy.n_local_pages
         far = n_local * bs  # W: the distance every non-local key is placed at
         max_len = max(max_len, far + 1)  # the rotary table must reach W
-        pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy)
+        # Quest scores must bound the logits far keys get (q at W against keys at 0), not
+        # q.k at distance 0: score with the query rotated to W.
+        q_sel = self._rotate(q.float(), torch.full((n_q, hq), far), max_len)
+        pages, local_only, _ = chunk_page_plan(q_sel, layer, table, start, policy)
         pages = pages.expand(h, pages.shape[-1])
         local_only = local_only.expand(h, local_only.shape[-1])
         q_pos = (start + torch.arange(n_q)).repeat_interleave(group)  # [N*G]

@@ -124,8 +124,10 @@ def test_remapped_attention_equals_oracle_on_selected_positions(kind, n_q):
     start = ctx - n_q
     out = cache._remapped(q, layer, table, start, layer_policy, ctx)
 
-    pages, local_only, _ = chunk_page_plan(q, layer, table, start, layer_policy)
     far = policy.n_local_pages * bs
+    # Pages are scored with the logits far keys get: the query at W against keys at 0.
+    q_far = _rot(cache, q, torch.full(q.shape[:-1], far)).float()
+    pages, local_only, _ = chunk_page_plan(q_far, layer, table, start, layer_policy)
     for h in range(2):
         vis_pages = {int(p) for p in pages[min(h, pages.shape[0] - 1)] if p >= 0}
         lo_pages = {int(p) for p, lo in zip(pages[min(h, pages.shape[0] - 1)], local_only[min(h, local_only.shape[0] - 1)]) if lo}
