@@ -20,7 +20,6 @@ under one softmax; decode is the one-query case of the same function.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,8 +33,6 @@ from ktcli.errors import InputError, OutOfMemoryError
 
 POLICIES = ("dense", "window", "topk")
 KV_DTYPES = kernels.KV_KINDS
-# Bytes of float32 scores a remapped-attention tile may use.
-_TILE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -237,7 +234,13 @@ class KernelKVCache:
 
     def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int) -> torch.Tensor:
         """InfLLM-style attention of unrotated queries q [N, HQ, D] at positions start..
-        over unrotated pages: local keys at their true distance, the rest at distance W."""
+        over unrotated pages: local keys at their true distance, the rest at distance W.
+
+        Queries go in groups of one page: for such a group the visible keys split into a
+        near set (its n_local pages, causal) and a far set (sinks and selected pages
+        before them, all visible). One SDPA call per group does both at once on
+        concatenated halves: q' = [q at i, q at W], k' = [k at j, 0] (near) or
+        [0, k at 0] (far), so q'.k' is the remapped logit."""
         spec = layer.spec
         n_q, hq, d = q.shape
         h, bs = spec.n_kv_heads, spec.block_size
@@ -245,43 +248,44 @@ class KernelKVCache:
         n_local = self.policy.n_local_pages
         far = n_local * bs  # W: the distance every non-local key is placed at
         max_len = max(max_len, far + 1)  # the rotary table must reach W
-        # Quest scores must bound the logits far keys get (q at W against keys at 0), not
-        # q.k at distance 0: score with the query rotated to W.
-        q_sel = self._rotate(q.float(), torch.full((n_q, hq), far), max_len)
-        pages, local_only, _ = chunk_page_plan(q_sel, layer, table, start, policy)
+        q_pos = start + torch.arange(n_q)
+        qt = q.float().transpose(0, 1)  # [HQ, N, D]
+        q_near = self._rotate(qt, q_pos.expand(hq, n_q), max_len)
+        q_far = self._rotate(qt, torch.full((hq, n_q), far), max_len)
+        # Quest scores bound the logits far keys will get: q at W against keys at 0.
+        pages, local_only, _ = chunk_page_plan(q_far.transpose(0, 1), layer, table, start, policy)
         pages = pages.expand(h, pages.shape[-1])
-        local_only = local_only.expand(h, local_only.shape[-1])
-        q_pos = (start + torch.arange(n_q)).repeat_interleave(group)  # [N*G]
-        q_page = q_pos // bs
-        qh = q.float().view(n_q, h, group, d).permute(1, 0, 2, 3).reshape(h, n_q * group, d)  # [H, R, D]
-        q_near = self._rotate(qh, q_pos.expand(h, -1), max_len) * self.scale  # at their positions
-        q_far = self._rotate(qh, torch.full((h, n_q * group), far), max_len) * self.scale  # at W
+        always = (~local_only).expand(h, local_only.shape[-1])
         k0 = self.rope.get(torch.zeros(1, dtype=torch.long), max_len)[0, 0].real  # attention factor at 0
-        lens = torch.tensor([start + n_q])
-        m = torch.full((h, n_q * group), -math.inf)
-        l_sum = torch.zeros(h, n_q * group)
-        acc = torch.zeros(h, n_q * group, d)
-        tile = max(1, _TILE_BYTES // (4 * bs * (3 * n_q * hq + 2 * h * d)))
-        for p0 in range(0, pages.shape[-1], tile):
-            pg, lo = pages[:, p0 : p0 + tile], local_only[:, p0 : p0 + tile]
-            k, v, pos = gather_kv(layer, table[None], pg[None], lens)  # [1, H, T, D], [1, H, T]
-            k, v, pos = k[0], v[0], pos[0]
-            k_page = pos // bs
-            near = (k_page[:, None, :] > q_page[None, :, None] - n_local) & (k_page[:, None, :] <= q_page[None, :, None])
-            visible = (pos[:, None, :] >= 0) & (pos[:, None, :] <= q_pos[None, :, None])  # [H, R, T]
-            visible &= ~lo.repeat_interleave(bs, dim=-1)[:, None, :] | near
-            s_near = q_near @ self._rotate(k, pos, max_len).transpose(-1, -2)  # [H, R, T]
-            s_far = (q_far @ k.transpose(-1, -2)) * k0
-            scores = torch.where(near, s_near, s_far).masked_fill(~visible, -math.inf)
-            m_new = torch.maximum(m, scores.amax(-1))
-            m_safe = torch.where(torch.isinf(m_new), 0.0, m_new)
-            p = torch.exp(scores - m_safe[..., None])
-            alpha = torch.exp(m - m_safe)
-            l_sum = l_sum * alpha + p.sum(-1)
-            acc = acc * alpha[..., None] + p @ v
-            m = m_new
-        out = acc / torch.where(l_sum > 0, l_sum, 1.0)[..., None]  # [H, R, D]
-        return out.view(h, n_q, group, d).permute(1, 0, 2, 3).reshape(n_q, hq, d)
+        k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([start + n_q]))
+        k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
+        k_near, k_far = self._rotate(k, pos, max_len), k * k0
+        page_tok = pages.long().repeat_interleave(bs, dim=-1)  # [H, T]
+        valid = pos >= 0
+        always_tok = always.repeat_interleave(bs, dim=-1) & valid
+        qn = q_near.view(h, group, n_q, d)
+        qf = q_far.view(h, group, n_q, d)
+        out = torch.empty(n_q, h, group, d)
+        zeros = k.new_zeros(())
+        for qp in range(start // bs, (start + n_q - 1) // bs + 1):
+            a, b = max(start, qp * bs) - start, min(start + n_q, (qp + 1) * bs) - start
+            lo = qp - n_local + 1
+            near = valid & (page_tok >= lo) & (page_tok <= qp)
+            far_t = always_tok & (page_tok < lo)
+            keep = near | far_t
+            width = int(keep.sum(-1).max())
+            idx = torch.sort((~keep).to(torch.uint8), dim=-1, stable=True).indices[:, :width]  # kept first
+            nr, fr = near.gather(1, idx), far_t.gather(1, idx)  # [H, w]
+            gk = idx[..., None].expand(h, width, d)
+            kk = torch.cat([torch.where(nr[..., None], k_near.gather(1, gk), zeros),
+                            torch.where(fr[..., None], k_far.gather(1, gk), zeros)], dim=-1)  # [H, w, 2D]
+            vv = v.gather(1, gk)
+            qq = torch.cat([qn[:, :, a:b], qf[:, :, a:b]], dim=-1).reshape(h, group * (b - a), 2 * d)
+            rows_pos = q_pos[a:b].repeat(group)  # row order (g, query)
+            mask = fr[:, None, :] | (nr[:, None, :] & (pos.gather(1, idx)[:, None, :] <= rows_pos[None, :, None]))
+            o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=self.scale)
+            out[a:b] = o.view(h, group, b - a, d).permute(2, 0, 1, 3)
+        return out.reshape(n_q, hq, d)
 
 
 # -- loading ------------------------------------------------------------------------------
