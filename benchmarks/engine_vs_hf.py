@@ -209,17 +209,23 @@ def worker_llamacpp() -> dict:
                 n_threads_batch=THREADS, n_batch=512, verbose=False)
     out = {"engine": "llama.cpp", "available": True, "weights": "q4_1", "load_s": time.perf_counter() - t0, "lengths": {}}
     llm.eval(_prompt_ids(64))  # warm-up
+
+    def last_logits():
+        # Without logits_all, llama-cpp-python's eval no longer copies logits into
+        # llm.scores; the context still holds the last position's row.
+        return np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+
     for n in LENGTHS:
         ids = _prompt_ids(n)
         llm.reset()
         t = time.perf_counter()
         llm.eval(ids)
         prefill_s = time.perf_counter() - t
-        tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+        tok = int(np.argmax(last_logits()))
         t = time.perf_counter()
         for _ in range(NEW_TOKENS - 1):
             llm.eval([tok])
-            tok = int(np.argmax(llm.scores[llm.n_tokens - 1]))
+            tok = int(np.argmax(last_logits()))
         decode_s = time.perf_counter() - t
         out["lengths"][str(n)] = {"prefill_tok_s": n / prefill_s, "decode_tok_s": (NEW_TOKENS - 1) / decode_s}
     out["peak_rss_mb"] = _peak_rss_mb()
