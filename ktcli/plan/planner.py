@@ -76,6 +76,8 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     retrieval = _retrieval_plan(req, facts, rates)
     sparse = _sparse_options(req, facts, rates, full_tokens)
     if req.mode == "sparse":
+        if not sparse:
+            raise UsageError(f"--mode sparse {_sparse_rejection(req, sparse).strip('()')}")
         return _choose_sparse(req, sparse, fits, full, retrieval)
     # Auto reads a too-long input whole only when asked to weigh it: a latency budget or
     # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before.
@@ -133,8 +135,12 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
 
 
 def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> list[Plan]:
-    """One sparse plan per KV dtype and policy the request allows, most preferred first."""
+    """One sparse plan per KV dtype and policy the request allows, most preferred first
+    (none where the engine cannot run it: a remote server has no paged cache of ours)."""
     from dataclasses import replace
+
+    if not req.sparse_ok or facts.n_kv_heads <= 0:
+        return []
 
     dtypes = SPARSE_DTYPES if req.kv_dtype in ("auto", "", "model") else (req.kv_dtype,)
     policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)

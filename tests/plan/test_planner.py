@@ -96,3 +96,13 @@ def test_parse_bytes(text, value):
 def test_parse_bytes_rejects(text):
     with pytest.raises(ValueError):
         parse_bytes(text)
+
+
+def test_remote_server_facts_without_shape_plan_without_sparse_estimates():
+    # an OpenAI-compatible server tells its window, not its KV shape
+    remote = ModelFacts(name="remote", context_window=32768, n_layers=0, n_kv_heads=0, head_dim=0,
+                        n_params=0, weight_bytes=0)
+    plan = make_plan(req(corpus_tokens=100_000, n_chunks=400), remote, RATES)
+    assert plan.mode is Mode.RETRIEVAL
+    with pytest.raises(UsageError, match="sparse"):
+        make_plan(req(corpus_tokens=100_000, mode="sparse"), remote, RATES)
