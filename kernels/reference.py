@@ -424,8 +424,14 @@ def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None
     n_pages = (context_lens.to(q.device).long() + bs - 1) // bs
     live = torch.arange(max_pages, device=q.device)[None, :] < n_pages[:, None]  # [S, P]
     scores = scores.masked_fill(~live[:, None, :], -math.inf)
+    return finish_page_scores(scores, per_kv_head, out)
+
+
+def finish_page_scores(scores: torch.Tensor, per_kv_head: bool, out: torch.Tensor | None) -> torch.Tensor:
+    """Shared tail of both score_pages: one score per kv head, or the max over heads when
+    the sequence selects one page set for all heads; written into `out` when given."""
     if not per_kv_head:
-        scores = scores.amax(dim=1, keepdim=True)  # [S, 1, P]
+        scores = scores.amax(dim=1, keepdim=True)  # [S, H, P] -> [S, 1, P]
     if out is None:
         return scores
     out.copy_(scores)

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from ._page_io import check_supported
+from . import reference
 from .paged_attention import decode_launch
 
 
@@ -71,12 +72,7 @@ def score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=True, o
         block_tables, block_tables.stride(0), context_lens.to(torch.int32), layer.k_min, layer.k_max,
         h, max_pages, GROUP=group, GP=gp, BS=spec.block_size, D=d, TP=tp,
     )
-    if not per_kv_head:
-        scores = scores.amax(dim=1, keepdim=True)  # [S, 1, P]
-    if out is None:
-        return scores
-    out.copy_(scores)
-    return out
+    return reference.finish_page_scores(scores, per_kv_head, out)
 
 
 def sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None,

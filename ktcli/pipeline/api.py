@@ -15,24 +15,22 @@ from ktcli.types import Answer
 
 def ask(paths: list[str], question: str, settings: Settings, reporter: Reporter,
         stdin_text: str | None = None, on_plan=None) -> Answer:
-    tally = Tally()
-    prep = prepare(paths, question, "ask", settings, reporter, stdin_text)
-    if on_plan:
-        on_plan(prep)
-    backend = _load(settings, reporter, prep.plan)
-    answer = answer_question(prep, backend, settings, reporter, tally)
-    _remember_rates(settings, tally)
-    return answer
+    return _execute(paths, question, "ask", answer_question, settings, reporter, stdin_text, on_plan)
 
 
 def summarize_paths(paths: list[str], settings: Settings, reporter: Reporter,
                     stdin_text: str | None = None, on_plan=None) -> Answer:
+    return _execute(paths, "", "summarize", summarize, settings, reporter, stdin_text, on_plan)
+
+
+def _execute(paths, question, task, run, settings: Settings, reporter: Reporter, stdin_text, on_plan) -> Answer:
+    """prepare -> (show the plan) -> load the backend -> run the task -> remember the rates."""
     tally = Tally()
-    prep = prepare(paths, "", "summarize", settings, reporter, stdin_text)
+    prep = prepare(paths, question, task, settings, reporter, stdin_text)
     if on_plan:
         on_plan(prep)
     backend = _load(settings, reporter, prep.plan)
-    answer = summarize(prep, backend, settings, reporter, tally)
+    answer = run(prep, backend, settings, reporter, tally)
     _remember_rates(settings, tally)
     return answer
 
