@@ -13,6 +13,8 @@ log-sum-exp rescaling, in chunks of splits so any number of splits works.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -115,6 +117,27 @@ def _decode_reduce_kernel(
     tl.store(out_ptr + o_off, res.to(out_ptr.dtype.element_ty), mask=(rows < GROUP)[:, None])
 
 
+class LaunchShape(NamedTuple):
+    """What every decode-style launcher derives from (q, layer) before its grid."""
+
+    q: torch.Tensor  # [S, HQ, D], unit stride along D (what the kernels index)
+    n_seqs: int  # S
+    head_dim: int  # D
+    n_kv_heads: int  # H
+    group: int  # HQ // H query heads per kv head
+    group_pad: int  # GP: the group padded to a tl.dot tile (a power of two >= 16)
+
+
+def _launch_shape(q: torch.Tensor, layer: PagedKVLayer) -> LaunchShape:
+    """Check the layer suits the kernels and read the launch shape off q [S, HQ, D]."""
+    check_supported(layer)
+    s_n, hq, d = q.shape
+    h = layer.spec.n_kv_heads
+    group = hq // h
+    q = q if q.stride(-1) == 1 else q.contiguous()
+    return LaunchShape(q, s_n, d, h, group, max(16, triton.next_power_of_2(group)))
+
+
 def _num_sms(device: torch.device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).multi_processor_count
@@ -133,18 +156,13 @@ def _plan_splits(n_seqs: int, n_kv_heads: int, max_items: int, device: torch.dev
 def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out, selected=None, n_selected=None,
                   pages_per_split=None):
     """Shared launcher of dense (selected None) and sparse decode."""
-    check_supported(layer)
+    q, s_n, d, h, group, gp = _launch_shape(q, layer)
     spec = layer.spec
-    s_n, hq, d = q.shape
-    h = spec.n_kv_heads
-    group = hq // h
-    gp = max(16, triton.next_power_of_2(group))
     sparse = selected is not None
     max_items = selected.shape[-1] if sparse else block_tables.shape[1]
     pps, n_splits = _plan_splits(s_n, h, max_items, q.device, pages_per_split)
     if out is None:
         out = torch.empty_like(q)
-    q = q if q.stride(-1) == 1 else q.contiguous()
     part_acc = torch.empty(s_n, h, n_splits, gp, d, dtype=torch.float32, device=q.device)
     part_m = torch.empty(s_n, h, n_splits, gp, dtype=torch.float32, device=q.device)
     part_l = torch.empty_like(part_m)

@@ -15,9 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._page_io import check_supported
 from . import reference
-from .paged_attention import decode_launch
+from .paged_attention import _launch_shape, decode_launch
 
 
 @triton.jit
@@ -56,14 +55,9 @@ def _score_pages_kernel(
 
 def score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=True, out=None):
     """Triton twin of ``reference.score_pages`` -> [S, H or 1, max_pages] float32."""
-    check_supported(layer)
+    q, s_n, d, h, group, gp = _launch_shape(q, layer)
     spec = layer.spec
-    s_n, hq, d = q.shape
-    h = spec.n_kv_heads
-    group = hq // h
-    gp = max(16, triton.next_power_of_2(group))
     max_pages = block_tables.shape[1]
-    q = q if q.stride(-1) == 1 else q.contiguous()
     scores = torch.empty(s_n, h, max_pages, dtype=torch.float32, device=q.device)
     block_tables = block_tables.to(torch.int32)
     tp = 16
