@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ktcli.engine import prefill_attention
+
 
 @dataclass
 class SeqAttn:
@@ -52,9 +54,10 @@ def _consecutive(table: list[int], used: int) -> bool:
     return all(table[i] == first + i for i in range(used))
 
 
-def make_masks(n: int, ctx: int, windows: set) -> dict:
+def make_masks(n: int, ctx: int, windows: set, device: torch.device | None = None) -> dict:
     """For each window: the first key position attended to, and a bool mask [n, keys]
-    (True = attend), or None where plain causal (or no mask) is exact."""
+    (True = attend, on `device`), or None where plain causal (or no mask) is exact;
+    "causal" for a whole prompt in one chunk, "prefix" for a later chunk on the host."""
     out = {}
     for window in windows:
         first_q = ctx - n
@@ -65,8 +68,13 @@ def make_masks(n: int, ctx: int, windows: set) -> dict:
         if lo == 0 and n == ctx and window is None:
             out[window] = (0, "causal")
             continue
-        q_pos = torch.arange(first_q, ctx)[:, None]  # [n, 1]
-        k_pos = torch.arange(lo, ctx)[None, :]  # [1, keys]
+        if window is None and device is None:
+            # A later chunk on the host: earlier keys whole, its own causally, without a
+            # mask tensor (engine.prefill_attention).
+            out[window] = (0, "prefix")
+            continue
+        q_pos = torch.arange(first_q, ctx, device=device)[:, None]  # [n, 1]
+        k_pos = torch.arange(lo, ctx, device=device)[None, :]  # [1, keys]
         mask = k_pos <= q_pos
         if window is not None:
             mask &= k_pos > q_pos - window
@@ -76,8 +84,8 @@ def make_masks(n: int, ctx: int, windows: set) -> dict:
 
 def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write the step's K/V rows [T, H, D] into slots [T] of one layer's cache."""
-    k_cache.index_copy_(0, slot_mapping, k)
-    v_cache.index_copy_(0, slot_mapping, v)
+    k_cache.index_copy_(0, slot_mapping, k.to(k_cache.dtype))  # fp32 rows into half pages: one cast
+    v_cache.index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
 # A decode query runs as two BLAS batched products with the query heads grouped by the
@@ -106,6 +114,8 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: S
     v = seq.keys(v_cache, lo)
     if q.dtype != k.dtype:
         q = q.to(k.dtype)
+    if isinstance(mask, str) and mask == "prefix":
+        return prefill_attention.attend_prefix(q, k, v, scale)
     if seq.n == 1 and k.shape[0] <= SMALL_DECODE_KEYS and k.dtype == torch.float32:
         return _decode_small(q, k, v, scale)
     # [n, HQ, D] -> [1, HQ, n, D]; [keys, H, D] -> [1, H, keys, D] (views)
