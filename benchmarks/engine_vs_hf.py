@@ -8,7 +8,8 @@ writes it to benchmarks/results/engine_vs_hf.json. llama.cpp is optional
 (`pip install .[bench-llamacpp]`); without it its figures are null.
 
 Decode ceiling: one over the time of the model's own weight products (every layer's
-fused matrices and the LM head, batch 1, in the weight dtype) measured in the worker,
+fused matrices and the LM head, batch 1, run as decode runs them: fp32 BLAS, or the bf16
+kernel on fp32 activations) measured in the worker,
 so `decode_util` says how close decode gets to reading the weights once per token.
 """
 
@@ -84,7 +85,6 @@ def _peak_rss_mb() -> float:
 
 def worker_ktcli(weights: str) -> dict:
     import torch
-    import torch.nn.functional as F
 
     from ktcli.engine.backend import SamplingParams
     from ktcli.engine.native import NativeBackend
@@ -96,14 +96,15 @@ def worker_ktcli(weights: str) -> dict:
     engine = backend.engine
     model = engine.model
 
-    # The weight products alone, batch 1, in the dtype decode reads them in.
+    # The weight products alone, batch 1, as decode runs them (fp32 BLAS, or our bf16
+    # kernel on fp32 activations): what reading the weights once per token costs.
     mats = [m for lw in model.w.layers for m in (lw.qkv, lw.o, lw.gate_up, lw.down)] + [model.w.lm_head]
-    xs = {m.shape[1]: torch.randn(1, m.shape[1], dtype=m.dtype) for m in mats}
+    xs = {m.shape[1]: torch.randn(1, m.shape[1]) for m in mats}
 
     def products() -> float:
         t = time.perf_counter()
         for m in mats:
-            F.linear(xs[m.shape[1]], m)
+            model._linear(xs[m.shape[1]], m, None, 1)
         return time.perf_counter() - t
 
     out = {"engine": "ktcli", "weights": weights, "warm_load_s": load_s, "lengths": {}}

@@ -5,17 +5,15 @@ product rounds the activations to bf16 (most of the greedy-token drift from fp32
 is bound by its conversions, not by memory, so it barely beats fp32 although it reads
 half the bytes. This one widens each weight row in registers (a bf16 is the top half
 of an fp32), keeps x and the sums in fp32, and reads every weight byte once per call
-for all R rows. Built once with torch's C++ extension loader (cached in
-TORCH_EXTENSIONS_DIR); where that fails (no compiler, no AVX2) `available()` is False
-and the model falls back to torch's path.
+for all R rows. Built once by `engine.cpp_ext`; where that fails (no compiler, no AVX2)
+`available()` is False and the model falls back to torch's path.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-
 import torch
+
+from ktcli.engine import cpp_ext
 
 _SOURCE = r"""
 #include <torch/extension.h>
@@ -79,33 +77,10 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
 """
 
 MAX_ROWS = 8
-_lock = threading.Lock()
-_module = None
-_tried = False
 
 
 def _load():
-    global _module, _tried
-    with _lock:
-        if _tried:
-            return _module
-        _tried = True
-        if os.environ.get("KTCLI_NO_BF16_KERNEL") or torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
-            return None
-        try:
-            from torch.utils.cpp_extension import load_inline
-
-            _module = load_inline(
-                "ktcli_bf16_gemv",
-                cpp_sources=_SOURCE,
-                functions=["gemv"],
-                extra_cflags=["-O3", "-mavx2", "-mfma", "-fopenmp"],
-                extra_ldflags=["-fopenmp"],
-                verbose=False,
-            )
-        except Exception:  # no compiler or headers: torch's own path
-            _module = None
-        return _module
+    return cpp_ext.load("ktcli_bf16_gemv", _SOURCE, ["gemv"], disable_env="KTCLI_NO_BF16_KERNEL")
 
 
 def available() -> bool:
@@ -114,4 +89,4 @@ def available() -> bool:
 
 def gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """x [R <= MAX_ROWS, K] fp32, w [N, K] bf16 contiguous -> [R, N] fp32."""
-    return _module.gemv(x, w)
+    return _load().gemv(x, w)

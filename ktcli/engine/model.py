@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
-from ktcli.engine import bf16_gemv
+from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode
 from ktcli.engine.attention import SeqAttn, attend, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.kv_cache import PagedKVCache
@@ -54,6 +54,19 @@ class Model:
         self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
         # bf16 weights: our AVX2 matrix-vector kernel for decode-sized steps (engine.bf16_gemv)
         self._gemv = self.wdtype == torch.bfloat16 and bf16_gemv.available()
+        # Decode steps (one token per sequence) over dense CPU pages: our attention kernel
+        # (engine.cpu_attention), all sequences in one call per layer.
+        self._decode_kernel = (
+            weights.embed.device.type == "cpu"
+            and getattr(kv, "attend_layer", None) is None
+            and cpu_attention.supports(cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, getattr(kv, "dtype", None))
+        )
+        # ... and the whole layer loop of such a step in one C++ call (engine.cpu_decode),
+        # up to the rows its bf16 products take.
+        self._fused = None
+        if self._decode_kernel and cpu_decode.FusedDecode.supports(weights.layers):
+            self._fused = cpu_decode.FusedDecode(weights.layers, self.windows, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps, self.scale)
+        self._fused_rows = bf16_gemv.MAX_ROWS if self.wdtype == torch.bfloat16 else 1 << 30
 
     # -- matmuls ------------------------------------------------------------------
 
@@ -91,7 +104,14 @@ class Model:
         rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)
         one_seq = len(step.seqs) == 1
         kernel_attend = getattr(self.kv, "attend_layer", None)  # quantized/sparse pages: engine.longctx
-        for li, lw in enumerate(w.layers):
+        decode = None
+        if self._decode_kernel and T == len(step.seqs):  # one new token per sequence
+            decode = cpu_attention.DecodeBatch.from_seqs(step.seqs, self.kv.block_size, step.slot_mapping)
+        layers = w.layers
+        if decode is not None and self._fused is not None and T <= self._fused_rows:
+            x = self._fused.forward(x, rot, decode, self.kv.k, self.kv.v)
+            layers = ()  # run: the loop below, in C++
+        for li, lw in enumerate(layers):
             h = F.rms_norm(x, (H,), lw.in_norm, eps)
             qkv = lin(h, lw.qkv, lw.qkv_bias, T)  # [T, q + 2 kv]
             # [T, q + kv] -> [T, Hq + Hkv, D/2, 2]: q and k heads rotated in one multiply
@@ -102,10 +122,12 @@ class Model:
             q, k = qk[:, :Hq], qk[:, Hq:]  # [T, Hq, D], [T, Hkv, D]
             v = qkv[:, qk_size:].view(T, Hkv, D)
             kc, vc = self.kv.k[li], self.kv.v[li]
-            if kernel_attend is None:
+            if decode is None and kernel_attend is None:
                 store_kv(kc, vc, k, v, step.slot_mapping)
             window = self.windows[li]
-            if kernel_attend is not None:
+            if decode is not None:  # stores this step's K/V rows itself
+                o = decode.attend(q, k, v, kc, vc, window, self.scale).view(T, q_size)
+            elif kernel_attend is not None:
                 o = kernel_attend(li, q, k, v, step).reshape(T, q_size)
             elif one_seq:
                 o = attend(q, kc, vc, step.seqs[0], window, self.scale).reshape(T, q_size)

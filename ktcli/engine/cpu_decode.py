@@ -1,0 +1,176 @@
+"""The decoder's layer stack for a CPU decode step (a few rows, one token per sequence)
+in one C++ call.
+
+Why: a decode step on SmolLM2 is 30 layers x ~20 small torch ops (norms, RoPE, slicing,
+SiLU, adds), each a few to tens of microseconds of Python and dispatch, several
+milliseconds per token next to ~45 ms of weight reads. Here the glue between the weight
+products runs as plain loops over the rows, the products themselves stay BLAS (fp32) or
+our bf16 kernel (`engine.bf16_gemv`), and attention is `engine.cpu_attention`. Same
+function as `Model.forward`'s layer loop (the readable path and the test oracle):
+rms_norm, fused qkv (+ bias), Qwen3 q/k norm, interleaved RoPE, store K/V and attend,
+o (+ residual), rms_norm, gate/up, SiLU * up, down (+ residual).
+
+Built once by `engine.cpp_ext` from the two kernels' sources and the loop below; where
+that fails `available()` is False and the model runs its torch loop.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ktcli.engine import bf16_gemv, cpp_ext, cpu_attention
+
+_LOOP = r"""
+namespace fused {
+
+// y = x / rms(x) * w over n values (y may be x)
+inline void rms_norm_row(const float* x, const float* w, float* y, int64_t n, double eps) {
+    float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int u = 0; u < 8; ++u) part[u] += x[i + u] * x[i + u];
+    float ss = 0.f;
+    for (int u = 0; u < 8; ++u) ss += part[u];
+    for (; i < n; ++i) ss += x[i] * x[i];
+    const float inv = 1.f / std::sqrt(ss / float(n) + float(eps));
+    for (int64_t j = 0; j < n; ++j) y[j] = x[j] * inv * w[j];
+}
+
+// interleaved pairs (v[2i], v[2i+1]) times the complex rotation (rot[2i], rot[2i+1])
+inline void rope_row(float* v, const float* rot, int64_t d) {
+    for (int64_t i = 0; i < d; i += 2) {
+        const float a = v[i], b = v[i + 1], c = rot[i], s = rot[i + 1];
+        v[i] = a * c - b * s;
+        v[i + 1] = a * s + b * c;
+    }
+}
+
+// out[j] = silu(g[j]) * u[j], silu(g) = g * sigmoid(g) with e^-|g| so nothing overflows
+inline void silu_mul_row(const float* g, const float* u, float* out, int64_t n) {
+    int64_t j = 0;
+    const __m256 one = _mm256_set1_ps(1.f);
+    const __m256 sign = _mm256_set1_ps(-0.f);
+    for (; j + 8 <= n; j += 8) {
+        const __m256 gv = _mm256_loadu_ps(g + j);
+        const __m256 e = exp_neg(_mm256_or_ps(gv, sign));  // e^-|g|
+        const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
+        const __m256 neg = _mm256_cmp_ps(gv, _mm256_setzero_ps(), _CMP_LT_OQ);
+        const __m256 sig = _mm256_blendv_ps(r, _mm256_mul_ps(e, r), neg);  // g < 0: e / (1 + e)
+        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + j)));
+    }
+    for (; j < n; ++j) out[j] = g[j] / (1.f + std::exp(-g[j])) * u[j];
+}
+
+torch::Tensor lin(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
+    torch::Tensor y = w.scalar_type() == at::kBFloat16 ? gemv(h, w) : at::mm(h, w.t());
+    if (b.numel()) y.add_(b);
+    return y;
+}
+
+void lin_add(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w, const torch::Tensor& b) {
+    if (w.scalar_type() == at::kFloat && !b.numel()) x.addmm_(a, w.t());
+    else x.add_(lin(a, w, b));
+}
+
+}  // namespace fused
+
+constexpr int64_t PER_LAYER = 12;  // in_norm qkv qkv_bias o o_bias post_norm gate_up gate_up_bias down down_bias q_norm k_norm
+
+// x [T, hidden] fp32 after the embedding; rot [T, D] fp32 (cos, sin pairs); weights: PER_LAYER
+// tensors per layer, empty where absent; per-layer caches and first keys (window); the
+// step's block tables, lengths and slots as `decode` takes them. Returns x after the last layer.
+torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torch::Tensor> weights,
+                            std::vector<torch::Tensor> k_caches, std::vector<torch::Tensor> v_caches,
+                            std::vector<torch::Tensor> lo, torch::Tensor tables, int64_t block_size,
+                            torch::Tensor ctx, torch::Tensor slots, int64_t n_heads, int64_t n_kv_heads, double eps,
+                            double scale) {
+    const int64_t n_layers = int64_t(k_caches.size());
+    TORCH_CHECK(int64_t(weights.size()) == n_layers * PER_LAYER && int64_t(v_caches.size()) == n_layers &&
+                int64_t(lo.size()) == n_layers, "one entry per layer");
+    TORCH_CHECK(x.dtype() == torch::kFloat32 && x.dim() == 2, "x [T, hidden] fp32");
+    x = x.clone(at::MemoryFormat::Contiguous);  // updated in place below
+    rot = rot.contiguous();
+    const int64_t T = x.size(0), hidden = x.size(1), D = k_caches[0].size(2);
+    const int64_t q_size = n_heads * D, kv_size = n_kv_heads * D;
+    TORCH_CHECK(rot.dtype() == torch::kFloat32 && rot.numel() == T * D, "rot [T, D] fp32");
+    const float* rp = rot.data_ptr<float>();
+    auto h = torch::empty_like(x);
+    float* xp = x.data_ptr<float>();
+    float* hp = h.data_ptr<float>();
+    for (int64_t li = 0; li < n_layers; ++li) {
+        const torch::Tensor* L = &weights[li * PER_LAYER];
+        for (int64_t t = 0; t < T; ++t) fused::rms_norm_row(xp + t * hidden, L[0].data_ptr<float>(), hp + t * hidden, hidden, eps);
+        auto qkv = fused::lin(h, L[1], L[2]).contiguous();  // [T, q + 2 kv]
+        const int64_t N = qkv.size(1);
+        TORCH_CHECK(N == q_size + 2 * kv_size, "qkv width");
+        float* qp = qkv.data_ptr<float>();
+        const bool qk_norm = L[10].numel() > 0;
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t head = 0; head < n_heads + n_kv_heads; ++head) {
+                float* v = qp + t * N + head * D;
+                if (qk_norm) fused::rms_norm_row(v, (head < n_heads ? L[10] : L[11]).data_ptr<float>(), v, D, eps);
+                fused::rope_row(v, rp + t * D, D);
+            }
+        auto q = qkv.narrow(1, 0, q_size).view({T, n_heads, D});
+        auto k = qkv.narrow(1, q_size, kv_size).view({T, n_kv_heads, D});
+        auto v = qkv.narrow(1, q_size + kv_size, kv_size).view({T, n_kv_heads, D});
+        auto o = decode(q, k, v, slots, k_caches[li], v_caches[li], tables, block_size, ctx, lo[li], scale);
+        fused::lin_add(x, o.view({T, q_size}), L[3], L[4]);
+        for (int64_t t = 0; t < T; ++t) fused::rms_norm_row(xp + t * hidden, L[5].data_ptr<float>(), hp + t * hidden, hidden, eps);
+        auto gu = fused::lin(h, L[6], L[7]).contiguous();  // [T, 2 inter]: gate then up
+        const int64_t inter = gu.size(1) / 2;
+        auto a = torch::empty({T, inter}, x.options());
+        const float* gp = gu.data_ptr<float>();
+        for (int64_t t = 0; t < T; ++t)
+            fused::silu_mul_row(gp + t * 2 * inter, gp + t * 2 * inter + inter, a.data_ptr<float>() + t * inter, inter);
+        fused::lin_add(x, a, L[8], L[9]);
+    }
+    return x;
+}
+"""
+
+_SOURCE = bf16_gemv._SOURCE + cpu_attention._SOURCE + _LOOP
+_FIELDS = ("in_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm", "gate_up", "gate_up_bias", "down", "down_bias",
+           "q_norm", "k_norm")
+
+
+def _load():
+    return cpp_ext.load("ktcli_cpu_decode", _SOURCE, ["decode_layers"], disable_env="KTCLI_NO_FUSED_DECODE")
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+class FusedDecode:
+    """The model's layers as the flat argument lists `decode_layers` takes, built once."""
+
+    def __init__(self, layers, windows: list, n_heads: int, n_kv_heads: int, eps: float, scale: float):
+        empty = torch.empty(0)  # an absent bias or norm
+        self.weights = [t if t is not None else empty for lw in layers for t in (getattr(lw, f) for f in _FIELDS)]
+        self.windows = windows  # per layer
+        self.n_heads, self.n_kv_heads, self.eps, self.scale = n_heads, n_kv_heads, eps, scale
+
+    @staticmethod
+    def supports(layers) -> bool:
+        """fp32 or bf16 weight matrices, fp32 norms and biases (what the loop reads)."""
+        for lw in layers:
+            for name in _FIELDS:
+                t = getattr(lw, name)
+                if t is None:
+                    continue
+                matrix = name in ("qkv", "o", "gate_up", "down")
+                if t.dtype != torch.float32 and not (matrix and t.dtype == torch.bfloat16):
+                    return False
+                if not t.is_contiguous():
+                    return False
+        return available()
+
+    def forward(self, x: torch.Tensor, rot: torch.Tensor, batch: cpu_attention.DecodeBatch,
+                k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
+        """x [T, hidden] fp32, rot [T, 1, D/2] complex64 -> x after the last layer."""
+        rot = torch.view_as_real(rot).reshape(rot.shape[0], -1)  # [T, 1, D/2] complex -> [T, D] (cos, sin) pairs
+        lo = [batch.lo[w] for w in self.windows]
+        return _load().decode_layers(x, rot, self.weights, k_caches, v_caches, lo, batch.tables,
+                                     batch.block_size, batch.ctx, batch.slots, self.n_heads, self.n_kv_heads,
+                                     self.eps, self.scale)

@@ -1,0 +1,86 @@
+"""The CPU decode-attention kernel against `attend_reference`: lengths (odd ones, several
+key blocks and work splits), consecutive and scattered pages, GQA ratios, head sizes,
+sliding windows, fp32 and 16-bit pages, several sequences in one call, and the store of
+the step's new K/V rows."""
+
+import pytest
+import torch
+
+from ktcli.engine import cpu_attention
+from ktcli.engine.attention import SeqAttn, attend_reference, block_slots, make_masks, store_kv
+
+pytestmark = pytest.mark.skipif(not cpu_attention.available(), reason="no C++ compiler / AVX2 here")
+
+BS = 16
+NUM_BLOCKS = 160
+
+
+def _seq(table: list[int], ctx: int, windows: set) -> SeqAttn:
+    first, slots = block_slots(table, BS, ctx)
+    return SeqAttn(0, 1, ctx, first, slots, make_masks(1, ctx, windows))
+
+
+def _tables(ctxs: list[int], scattered: bool, g: torch.Generator) -> list[list[int]]:
+    """Disjoint page lists, one per sequence: a consecutive run or shuffled pages."""
+    order = torch.randperm(NUM_BLOCKS, generator=g).tolist() if scattered else list(range(NUM_BLOCKS))
+    out, at = [], 0
+    for ctx in ctxs:
+        used = -(-ctx // BS)
+        out.append(order[at : at + used])
+        at += used
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("heads,kv_heads,head_dim", [(9, 3, 64), (4, 4, 32), (8, 1, 16), (8, 2, 128)])
+@pytest.mark.parametrize("scattered", [False, True])
+@pytest.mark.parametrize("window", [None, 37])
+def test_decode_matches_reference(dtype, heads, kv_heads, head_dim, scattered, window):
+    g = torch.Generator().manual_seed(heads * 100 + head_dim + int(scattered))
+    ctxs = [1, 7, 100, 513, 1001]  # one sequence per length, all in one call
+    tables = _tables(ctxs, scattered, g)
+    shape = (NUM_BLOCKS * BS, kv_heads, head_dim)
+    k_cache = torch.randn(shape, generator=g).to(dtype)
+    v_cache = torch.randn(shape, generator=g).to(dtype)
+    seqs = [_seq(t, ctx, {None, window}) for t, ctx in zip(tables, ctxs)]
+    # the step's new rows (token ctx-1 of each sequence), stored by the kernel itself
+    q = torch.randn(len(ctxs), heads, head_dim, generator=g)
+    k_new = torch.randn(len(ctxs), kv_heads, head_dim, generator=g)
+    v_new = torch.randn(len(ctxs), kv_heads, head_dim, generator=g)
+    slot_mapping = torch.tensor([t[(c - 1) // BS] * BS + (c - 1) % BS for t, c in zip(tables, ctxs)])
+    batch = cpu_attention.DecodeBatch.from_seqs(seqs, BS, slot_mapping)
+    scale = head_dim**-0.5
+    kc, vc = k_cache.clone(), v_cache.clone()
+    got = batch.attend(q, k_new, v_new, kc, vc, window, scale)
+
+    store_kv(k_cache, v_cache, k_new, v_new, slot_mapping)  # the torch path's store
+    assert torch.equal(kc, k_cache) and torch.equal(vc, v_cache)
+    for i, s in enumerate(seqs):
+        want = attend_reference(q[i : i + 1], k_cache, v_cache, s, window, scale)[0]
+        # The reference reads the same (widened) page values: only the order of the fp32
+        # sums differs.
+        torch.testing.assert_close(got[i], want, rtol=1e-5, atol=2e-6)
+
+
+def test_decode_long_context_splits_agree():
+    """4096 keys split into many ranges across threads: the merge of their partial
+    softmaxes equals one pass."""
+    g = torch.Generator().manual_seed(7)
+    ctx, heads, kv_heads, d = 4096 + 3, 9, 3, 64
+    table = list(range(-(-ctx // BS)))
+    k_cache = torch.randn(len(table) * BS, kv_heads, d, generator=g) * 3  # peaky softmax
+    v_cache = torch.randn(len(table) * BS, kv_heads, d, generator=g)
+    seq = SeqAttn(0, 1, ctx, 0, None, make_masks(1, ctx, {None}))
+    q = torch.randn(1, heads, d, generator=g)
+    batch = cpu_attention.DecodeBatch.from_seqs([seq], BS, torch.tensor([ctx - 1]))
+    got = batch.attend(q, None, None, k_cache, v_cache, None, d**-0.5)
+    want = attend_reference(q, k_cache, v_cache, seq, None, d**-0.5)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=2e-6)
+
+
+def test_supports():
+    assert cpu_attention.supports(64, 9, 3, torch.float32)
+    assert cpu_attention.supports(128, 32, 8, torch.float16)
+    assert not cpu_attention.supports(80, 8, 8, torch.float32)  # head size without a kernel
+    assert not cpu_attention.supports(64, 64, 2, torch.float32)  # group of 32
+    assert not cpu_attention.supports(64, 8, 8, torch.int8)
