@@ -15,13 +15,13 @@ weight to fp32 on the fly and run the fp32 GEMM.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
 from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode
-from ktcli.engine.attention import SeqAttn, attend, store_kv
+from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.rope import RotaryTable
@@ -108,6 +108,10 @@ class Model:
         if self._decode_kernel and T == len(step.seqs):  # one new token per sequence
             decode = cpu_attention.DecodeBatch.from_seqs(step.seqs, self.kv.block_size, step.slot_mapping)
         layers = w.layers
+        # Prefill: the last layer's attention output and MLP feed only the logit rows.
+        host = ids.device.type == "cpu"
+        trim = self._last_layer_seqs(step, T) if host and decode is None and kernel_attend is None else None
+        last = len(layers) - 1
         if decode is not None and self._fused is not None and T <= self._fused_rows:
             x = self._fused.forward(x, rot, decode, self.kv.k, self.kv.v)
             layers = ()  # run: the loop below, in C++
@@ -125,6 +129,9 @@ class Model:
             if decode is None and kernel_attend is None:
                 store_kv(kc, vc, k, v, step.slot_mapping)
             window = self.windows[li]
+            if li == last and trim is not None:  # every row's K/V is stored; go on with R rows
+                q, x = q.index_select(0, step.logit_rows), x.index_select(0, step.logit_rows)
+                T, one_seq, step = x.shape[0], len(trim) == 1, replace(step, seqs=trim, logit_rows=None)
             if decode is not None:  # stores this step's K/V rows itself
                 o = decode.attend(q, k, v, kc, vc, window, self.scale).view(T, q_size)
             elif kernel_attend is not None:
@@ -145,6 +152,19 @@ class Model:
             x = x.index_select(0, step.logit_rows)  # [R, H]
         x = F.rms_norm(x, (H,), w.norm, eps)
         return lin(x, w.lm_head, None, x.shape[0])  # [R, vocab]
+
+    def _last_layer_seqs(self, step: Step, T: int) -> list[SeqAttn] | None:
+        """One-query SeqAttn records at the logit rows when they are the last row of each
+        sequence (prefill): the last layer then attends and runs its MLP for those rows
+        only. None when every row is wanted."""
+        if step.logit_rows is None or T == len(step.seqs):
+            return None
+        if step.logit_rows.tolist() != [s.start + s.n - 1 for s in step.seqs]:
+            return None
+        return [
+            SeqAttn(i, 1, s.ctx, s.first_slot, s.slots, make_masks(1, s.ctx, step.windows))
+            for i, s in enumerate(step.seqs)
+        ]
 
     def _qk_norm(self, qk: torch.Tensor, lw, T: int) -> torch.Tensor:
         cfg = self.cfg
