@@ -72,19 +72,19 @@ class Model:
 
     def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         if w.dtype == torch.float32:
-            return F.linear(x, w, b)
+            return F.linear(x.float(), w, b)  # x may be half-precision attention output
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
-            y = bf16_gemv.gemv(x, w)  # fp32 activations and sums: no bf16 rounding of x
+            y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
         elif rows <= self.BF16_MAX_ROWS:
             y = F.linear(x.to(w.dtype), w).float()
         else:
-            y = F.linear(x, w.float())
+            y = F.linear(x.float(), w.float())  # x may be half-precision attention output
         return y if b is None else y + b
 
     def _linear_add(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
         if w.dtype == torch.float32 and b is None:
-            return torch.addmm(x, a, w.t())
+            return torch.addmm(x, a.float(), w.t())
         return x + self._linear(a, w, b, rows)
 
     # -- forward ------------------------------------------------------------------
