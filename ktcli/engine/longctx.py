@@ -9,13 +9,14 @@ reference on CPU). The model calls `attend_layer(li, q, k, v, step)` per layer i
 its SDPA path; the runner and block manager are unchanged (a sequence's block table is
 read back from the step's `SeqAttn`).
 
-Positions past the trained window (`position_remap`, InfLLM-style): keys are stored
-*unrotated*, so page summaries and Quest scores compare content, not position. At
-attention time a key local to the query (within ``n_local_pages`` pages) is rotated at
-its true distance; every other visible key (sinks, selected pages) is placed at one fixed
-distance, the local window span. Every distance the model sees then stays inside its
-trained range, whatever the length. Logits are ``where(local, q(i).k(j), q(W).k(0))``
-under one softmax; decode is the one-query case of the same function.
+Positions past the trained window (`position_remap`): keys are stored *unrotated*, so
+page summaries and Quest scores compare content, not position. At attention time the keys
+a query sees (sink pages, selected pages, its local pages, in document order) get compact
+virtual positions 0..m-1, as if they were one short contiguous text, and the query the
+position after the keys before it (`virtual_plan`): local keys keep their true distances,
+and every distance stays below (sinks + top-k + local) pages, inside the trained range
+whatever the length. (An earlier version put every far key at one fixed distance,
+InfLLM-style; SmolLM2 then answered from the sink page.) Decode is the one-query case.
 """
 
 from __future__ import annotations
@@ -54,7 +55,9 @@ class LongContextOptions:
 
 
 def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_pages: int = 4,
-                top_k_pages: int = 8) -> AttentionPolicy:
+                top_k_pages: int = 32) -> AttentionPolicy:
+    # 32 pages of 64 tokens: a ~2K-token retrieved budget (Quest / InfLLM use 2-4K); with
+    # sinks and the local window every virtual position stays under 2.5K, inside 8K.
     if isinstance(kind, AttentionPolicy):
         return kind
     if kind not in POLICIES:
@@ -109,11 +112,11 @@ def scaled_window(cfg: ModelConfig) -> int:
 # -- the cache --------------------------------------------------------------------------
 
 
-def _block_table(seq, block_size: int) -> torch.Tensor:
+def _block_table(seq, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """[pages] int32 physical block of each logical page of a step's sequence."""
     n_pages = -(-seq.ctx // block_size)
     if seq.first_slot is not None:
-        return torch.arange(n_pages, dtype=torch.int32) + seq.first_slot // block_size
+        return torch.arange(n_pages, dtype=torch.int32, device=device) + seq.first_slot // block_size
     return (seq.slots[::block_size] // block_size).to(torch.int32)  # first slot of each page
 
 
@@ -121,10 +124,11 @@ class KernelKVCache:
     """Drop-in for `PagedKVCache` (same sizing interface) over `kernels` pages, plus the
     attention of one layer. `rope` and `blocks` are attached by the loader."""
 
-    def __init__(self, cfg: ModelConfig, options: LongContextOptions):
+    def __init__(self, cfg: ModelConfig, options: LongContextOptions, device: torch.device | str = "cpu"):
         if any(w is not None for w in cfg.sliding_windows):
             raise InputError("models with sliding-window layers are not supported with quantized or sparse KV")
         self.cfg, self.options = cfg, options
+        self.device = torch.device(device)  # CUDA pages make `kernels` dispatch to Triton
         self.n_layers, self.n_kv_heads, self.head_dim = cfg.n_layers, cfg.n_kv_heads, cfg.head_dim
         self.block_size = options.block_size
         self.spec = kernels.KVCacheSpec(cfg.n_kv_heads, cfg.head_dim, options.block_size, options.kv_dtype,
@@ -139,6 +143,7 @@ class KernelKVCache:
         self.blocks = None  # BlockManager, to reclaim staging slots of freed sequences
         self._step = None
         self._tables: list[torch.Tensor] = []
+        self._lens: list[torch.Tensor] = []
         self.dtype = torch.float32
 
     # sizing (the PagedKVCache interface) -------------------------------------------
@@ -160,7 +165,7 @@ class KernelKVCache:
                 f"KV memory budget is below one page ({self.bytes_per_block} bytes for {self.block_size} tokens)"
             )
         try:
-            self.layers = [kernels.allocate(self.spec, num_blocks, "cpu", self.options.n_stage)
+            self.layers = [kernels.allocate(self.spec, num_blocks, self.device, self.options.n_stage)
                            for _ in range(self.n_layers)]
         except RuntimeError as e:
             raise OutOfMemoryError(f"cannot allocate a KV cache of {num_blocks} pages: {e}") from None
@@ -187,13 +192,12 @@ class KernelKVCache:
         kernels.kv_store(layer, k.contiguous(), v.contiguous(), step.slot_mapping)
         policy = self.layer_policy(li)
         outs = []
-        for seq, table in zip(step.seqs, self._tables):
+        for seq, table, lens in zip(step.seqs, self._tables, self._lens):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
             if remap:
                 outs.append(self._remapped(qs, layer, table, start, policy, step.max_len))
             elif seq.n == 1:
-                lens = torch.tensor([seq.ctx], dtype=torch.int32)
                 outs.append(kernels.attention_decode(qs, layer, table[None], lens, self.scale, policy))
             else:
                 outs.append(kernels.paged_prefill_attention(qs, layer, table, start, self.scale, policy))
@@ -201,7 +205,10 @@ class KernelKVCache:
 
     def _begin_step(self, step) -> None:
         self._step = step
-        self._tables = [_block_table(s, self.block_size) for s in step.seqs]
+        self._tables = [_block_table(s, self.block_size, self.device) for s in step.seqs]
+        # [1] int32 context length per sequence, from the step's positions where they live
+        # (a sequence's last query sits at ctx - 1): no host-to-device copy per layer.
+        self._lens = [(step.positions[s.start + s.n - 1 : s.start + s.n] + 1).to(torch.int32) for s in step.seqs]
         if self.spec.quantized:
             self._reclaim_staging(len(step.seqs))
 
@@ -233,59 +240,69 @@ class KernelKVCache:
         return torch.view_as_real(xc * rot).reshape(shape)
 
     def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int) -> torch.Tensor:
-        """InfLLM-style attention of unrotated queries q [N, HQ, D] at positions start..
-        over unrotated pages: local keys at their true distance, the rest at distance W.
+        """Attention of unrotated queries q [N, HQ, D] at positions start.. over unrotated
+        pages at compact virtual positions (see `virtual_plan`).
 
-        Queries go in groups of one page: for such a group the visible keys split into a
-        near set (its n_local pages, causal) and a far set (sinks and selected pages
-        before them, all visible). One SDPA call per group does both at once on
-        concatenated halves: q' = [q at i, q at W], k' = [k at j, 0] (near) or
-        [0, k at 0] (far), so q'.k' is the remapped logit."""
+        Queries go in groups of one page (the whole chunk for a dense layer); each group
+        selects its own pages with its own queries (Quest bound at distance 0: keys are
+        stored unrotated), so the prompt's last page, the question, picks what the answer
+        reads. Keys and queries are rotated at their virtual positions and one SDPA call
+        per group does the rest."""
         spec = layer.spec
         n_q, hq, d = q.shape
         h, bs = spec.n_kv_heads, spec.block_size
         group = hq // h
-        n_local = self.policy.n_local_pages
-        far = n_local * bs  # W: the distance every non-local key is placed at
-        max_len = max(max_len, far + 1)  # the rotary table must reach W
-        q_pos = start + torch.arange(n_q)
-        qt = q.float().transpose(0, 1)  # [HQ, N, D]
-        q_near = self._rotate(qt, q_pos.expand(hq, n_q), max_len)
-        q_far = self._rotate(qt, torch.full((hq, n_q), far), max_len)
-        # Quest scores bound the logits far keys will get: q at W against keys at 0.
-        pages, local_only, _ = chunk_page_plan(q_far.transpose(0, 1), layer, table, start, policy)
-        pages = pages.expand(h, pages.shape[-1])
-        always = (~local_only).expand(h, local_only.shape[-1])
-        k0 = self.rope.get(torch.zeros(1, dtype=torch.long), max_len)[0, 0].real  # attention factor at 0
-        k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([start + n_q]))
-        k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
-        k_near, k_far = self._rotate(k, pos, max_len), k * k0
-        page_tok = pages.long().repeat_interleave(bs, dim=-1)  # [H, T]
-        valid = pos >= 0
-        always_tok = always.repeat_interleave(bs, dim=-1) & valid
-        qn = q_near.view(h, group, n_q, d)
-        qf = q_far.view(h, group, n_q, d)
-        out = torch.empty(n_q, h, group, d)
-        zeros = k.new_zeros(())
-        for qp in range(start // bs, (start + n_q - 1) // bs + 1):
-            a, b = max(start, qp * bs) - start, min(start + n_q, (qp + 1) * bs) - start
-            lo = qp - n_local + 1
-            near = valid & (page_tok >= lo) & (page_tok <= qp)
-            far_t = always_tok & (page_tok < lo)
-            keep = near | far_t
-            width = int(keep.sum(-1).max())
-            idx = torch.sort((~keep).to(torch.uint8), dim=-1, stable=True).indices[:, :width]  # kept first
-            nr, fr = near.gather(1, idx), far_t.gather(1, idx)  # [H, w]
-            gk = idx[..., None].expand(h, width, d)
-            kk = torch.cat([torch.where(nr[..., None], k_near.gather(1, gk), zeros),
-                            torch.where(fr[..., None], k_far.gather(1, gk), zeros)], dim=-1)  # [H, w, 2D]
-            vv = v.gather(1, gk)
-            qq = torch.cat([qn[:, :, a:b], qf[:, :, a:b]], dim=-1).reshape(h, group * (b - a), 2 * d)
-            rows_pos = q_pos[a:b].repeat(group)  # row order (g, query)
-            mask = fr[:, None, :] | (nr[:, None, :] & (pos.gather(1, idx)[:, None, :] <= rows_pos[None, :, None]))
-            o = torch.nn.functional.scaled_dot_product_attention(qq, kk, vv, attn_mask=mask, scale=self.scale)
+        qt = q.float().transpose(0, 1).reshape(h, group, n_q, d)  # [H, G, N, D]
+        end = start + n_q
+        step = n_q if policy.kind == "dense" else bs
+        first = start if policy.kind == "dense" else start // bs * bs
+        out = torch.empty(n_q, h, group, d, device=q.device)
+        for g0 in range(first, end, step):
+            a, b = max(start, g0) - start, min(end, g0 + step) - start
+            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy)
+            max_pos = int(qpos.max()) + 1
+            kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" else 0, max_pos))
+            qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
+            qq = qq.reshape(h, group * (b - a), d)
+            m = mask[:, None].expand(h, group, b - a, mask.shape[-1]).reshape(h, group * (b - a), -1)
+            o = torch.nn.functional.scaled_dot_product_attention(qq, kr, v, attn_mask=m, scale=self.scale)
             out[a:b] = o.view(h, group, b - a, d).permute(2, 0, 1, 3)
         return out.reshape(n_q, hq, d)
+
+
+def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy):
+    """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
+    one page unless the policy is dense) at compact virtual positions.
+
+    The keys a group sees are sink pages, selected pages and its local pages, in document
+    order; they get positions 0..m-1 as if they were one short contiguous text, and each
+    query the position right after the keys before it. Local keys keep their true
+    distances; every distance stays below (sinks + top-k + local) pages, inside the
+    trained range whatever the length (InfLLM / SelfExtend-style, without a fixed far
+    distance). Returns k, v [H, W, D] unrotated, key positions [H, W], query positions
+    [H, N] and the mask [H, N, W] (kept and causal in virtual positions)."""
+    bs = layer.spec.block_size
+    n_q = q.shape[0]
+    end = start + n_q
+    pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy)
+    h = layer.spec.n_kv_heads
+    pages, local_only = pages.expand(h, pages.shape[-1]), local_only.expand(h, local_only.shape[-1])
+    k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
+    k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
+    lo = max(0, (end - 1) // bs - policy.n_local_pages + 1) if policy.kind != "dense" else 0
+    page_tok = pos // bs
+    only_local = local_only.repeat_interleave(bs, dim=-1)
+    # A page local only to earlier chunks' queries (not selected) is not visible here.
+    keep = (pos >= 0) & ((page_tok >= lo) | ~only_local)
+    width = int(keep.sum(-1).max())
+    idx = torch.sort((~keep).to(torch.uint8), dim=-1, stable=True).indices[:, :width]  # kept first, in order
+    kept = keep.gather(1, idx)
+    kpos = torch.cumsum(kept.long(), dim=-1) - 1  # [H, W] rank among kept keys
+    n_far = (kept & (pos.gather(1, idx) < lo * bs)).sum(-1)  # [H] keys before the local pages
+    qpos = n_far[:, None] + (start + torch.arange(n_q, device=q.device))[None, :] - lo * bs  # [H, N]
+    gk = idx[..., None].expand(h, width, k.shape[-1])
+    mask = kept[:, None, :] & (kpos[:, None, :] <= qpos[:, :, None])
+    return k.gather(1, gk), v.gather(1, gk), kpos.clamp(min=0), qpos, mask
 
 
 # -- loading ------------------------------------------------------------------------------
@@ -293,12 +310,12 @@ class KernelKVCache:
 
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
-                 rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int):
+                 rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int,
+                 device: torch.device | str = "cpu"):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
-    import psutil
-
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
+    from ktcli.engine.device import available_bytes
     from ktcli.engine.model import Model
     from ktcli.engine.runner import Engine
     from ktcli.engine.tokenizer import ChatTokenizer
@@ -313,14 +330,15 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
                                  position_remap=remap, block_size=block_size or LongContextOptions.block_size)
-    kv = KernelKVCache(cfg, options)
+    device = torch.device(device)
+    kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.
     window = context_window or (1 << 20 if remap else scaled_window(cfg))
     if kv_budget_bytes is None:
         want = default_windows * min(window, 32768) * kv.bytes_per_block / kv.block_size + kv.fixed_bytes
-        kv_budget_bytes = int(min(want, budget_ram_share * psutil.virtual_memory().available))
+        kv_budget_bytes = int(min(want, budget_ram_share * available_bytes(device)))
     kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
-    w = load_weights(model_dir, cfg, weights)
+    w = load_weights(model_dir, cfg, weights, device)
     model = Model(cfg, w, kv)
     kv.rope = model.rope
     blocks = BlockManager(kv.num_blocks, kv.block_size)

@@ -44,6 +44,9 @@ def load(path, **kw):
     (AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=64), False),  # k covers every page
     (AttentionPolicy("window", n_sink_pages=1, n_local_pages=64), False),  # window covers everything
     (AttentionPolicy("window", n_sink_pages=1, n_local_pages=64), True),  # every key local: true distances
+    # Every page selected: compact virtual positions are the true positions.
+    (AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=64), True),
+    (AttentionPolicy("window", n_sink_pages=64, n_local_pages=1), True),
 ])
 def test_policies_covering_every_page_equal_dense(llama, ids, reference, policy, remap):
     got = load(llama, attention=policy, position_remap=remap).prompt_logits(ids)
@@ -108,47 +111,43 @@ def _rot(cache, x, pos):
     return torch.view_as_real(xc * torch.polar(torch.ones_like(ang), ang)).reshape(x.shape)
 
 
-@pytest.mark.parametrize("kind,n_q", [("topk", 1), ("topk", 5), ("window", 1), ("dense", 7)])
-def test_remapped_attention_equals_oracle_on_selected_positions(kind, n_q):
+@pytest.mark.parametrize("kind,n_q,start", [("topk", 1, 82), ("topk", 5, 78), ("topk", 19, 64 + 3),
+                                             ("window", 1, 82), ("window", 12, 70), ("dense", 7, 76)])
+def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start):
     torch.manual_seed(0)
     policy = AttentionPolicy("topk" if kind == "dense" else kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3)
     layer_policy = kernels.reference.DENSE if kind == "dense" else policy
     cache = _cache(policy)
     layer, bs = cache.layers[0], 8
-    ctx = 83
+    ctx = start + n_q
     table = torch.randperm(16)[: math.ceil(ctx / bs)].to(torch.int32)
     k, v = torch.randn(ctx, 2, 16), torch.randn(ctx, 2, 16)
     slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
     kernels.kv_store(layer, k, v, slots)
     q = torch.randn(n_q, 4, 16)
-    start = ctx - n_q
     out = cache._remapped(q, layer, table, start, layer_policy, ctx)
 
-    far = policy.n_local_pages * bs
-    # Pages are scored with the logits far keys get: the query at W against keys at 0.
-    q_far = _rot(cache, q, torch.full(q.shape[:-1], far)).float()
-    pages, local_only, _ = chunk_page_plan(q_far, layer, table, start, layer_policy)
-    for h in range(2):
-        vis_pages = {int(p) for p in pages[min(h, pages.shape[0] - 1)] if p >= 0}
-        lo_pages = {int(p) for p, lo in zip(pages[min(h, pages.shape[0] - 1)], local_only[min(h, local_only.shape[0] - 1)]) if lo}
-        for i in range(n_q):
-            qi = start + i
-            keys = [j for j in range(qi + 1) if j // bs in vis_pages]
-            near = [qi // bs - policy.n_local_pages < j // bs <= qi // bs for j in keys]
-            keys_ok = [j for j, nr in zip(keys, near) if nr or j // bs not in lo_pages]
-            near_ok = [qi // bs - policy.n_local_pages < j // bs <= qi // bs for j in keys_ok]
+    for i in range(n_q):
+        qi = start + i
+        # The query's group: its page (the whole call for a dense layer), planned with
+        # the group's own queries.
+        g0, g1 = (start, ctx) if kind == "dense" else (max(start, qi // bs * bs), min(ctx, (qi // bs + 1) * bs))
+        pages, local_only, _ = chunk_page_plan(q[g0 - start : g1 - start], layer, table, g0, layer_policy)
+        lo = 0 if kind == "dense" else max(0, qi // bs - policy.n_local_pages + 1)
+        for h in range(2):
+            row = min(h, pages.shape[0] - 1)
+            vis = {int(p) for p, only in zip(pages[row], local_only[row]) if p >= 0 and (not only or p >= lo)}
+            keys = [j for j in range(g1) if j // bs in vis]  # the group's keys, document order
+            vq = keys.index(qi)  # virtual positions: ranks in this list
             for g in range(2):
                 hq = h * 2 + g
-                logits = []
-                for j, nr in zip(keys_ok, near_ok):
-                    if nr:
-                        s = _rot(cache, q[i, hq], torch.tensor(qi)) @ _rot(cache, k[j, h], torch.tensor(j))
-                    else:
-                        s = _rot(cache, q[i, hq], torch.tensor(far)) @ k[j, h].double()
-                    logits.append(s * 16**-0.5)
-                p = torch.softmax(torch.stack(logits), 0)
-                want = (p[:, None] * v[keys_ok, h].double()).sum(0)
+                qr = _rot(cache, q[i, hq], torch.tensor(vq))
+                logits = torch.stack([qr @ _rot(cache, k[j, h], torch.tensor(r)) for r, j in enumerate(keys[: vq + 1])])
+                p = torch.softmax(logits * 16**-0.5, 0)
+                want = (p[:, None] * v[keys[: vq + 1], h].double()).sum(0)
                 torch.testing.assert_close(out[i, hq].double(), want, atol=1e-4, rtol=1e-4)
+            if kind != "dense":  # distances stay inside sinks + top-k + local pages
+                assert vq < (policy.n_sink_pages + policy.top_k_pages + policy.n_local_pages) * bs
 
 
 def test_rope_scaling_parse_and_window():
