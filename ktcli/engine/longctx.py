@@ -293,16 +293,12 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     page_tok = pos // bs
     only_local = local_only.repeat_interleave(bs, dim=-1)
     # A page local only to earlier chunks' queries (not selected) is not visible here.
-    keep = (pos >= 0) & ((page_tok >= lo) | ~only_local)
-    width = int(keep.sum(-1).max())
-    idx = torch.sort((~keep).to(torch.uint8), dim=-1, stable=True).indices[:, :width]  # kept first, in order
-    kept = keep.gather(1, idx)
-    kpos = torch.cumsum(kept.long(), dim=-1) - 1  # [H, W] rank among kept keys
-    n_far = (kept & (pos.gather(1, idx) < lo * bs)).sum(-1)  # [H] keys before the local pages
+    keep = (pos >= 0) & ((page_tok >= lo) | ~only_local)  # [H, T], pages ascending
+    kpos = torch.cumsum(keep.long(), dim=-1) - 1  # rank among kept keys (no reordering)
+    n_far = (keep & (page_tok < lo)).sum(-1)  # [H] keys before the local pages
     qpos = n_far[:, None] + (start + torch.arange(n_q, device=q.device))[None, :] - lo * bs  # [H, N]
-    gk = idx[..., None].expand(h, width, k.shape[-1])
-    mask = kept[:, None, :] & (kpos[:, None, :] <= qpos[:, :, None])
-    return k.gather(1, gk), v.gather(1, gk), kpos.clamp(min=0), qpos, mask
+    mask = keep[:, None, :] & (kpos[:, None, :] <= qpos[:, :, None])
+    return k, v, kpos.clamp(min=0), qpos, mask
 
 
 # -- loading ------------------------------------------------------------------------------
