@@ -112,10 +112,10 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: S
     lo, mask = seq.masks[window]
     k = seq.keys(k_cache, lo)  # [keys, H, D]
     v = seq.keys(v_cache, lo)
+    if isinstance(mask, str) and (mask == "prefix" or q.device.type == "cpu"):
+        return prefill_attention.attend_prefix(q, k, v, scale)  # a prefill chunk on the host
     if q.dtype != k.dtype:
         q = q.to(k.dtype)
-    if isinstance(mask, str) and mask == "prefix":
-        return prefill_attention.attend_prefix(q, k, v, scale)
     if seq.n == 1 and k.shape[0] <= SMALL_DECODE_KEYS and k.dtype == torch.float32:
         return _decode_small(q, k, v, scale)
     # [n, HQ, D] -> [1, HQ, n, D]; [keys, H, D] -> [1, H, keys, D] (views)

@@ -57,14 +57,15 @@ def test_sliding_window_chunks(window):
         assert _rel(attend(q, kc, vc, seq, w, scale), attend_reference(q, kc, vc, seq, w, scale)) < 1e-5
 
 
-def test_half_precision_pages():
-    n, ctx = 24, 90
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("n,ctx", [(24, 90), (50, 50)])
+def test_half_precision_pages_are_widened(dtype, n, ctx):
     table = list(range(-(-ctx // BS)))
-    q, kc, vc, seq = _case(table, n, ctx, 9, 3, dtype=torch.bfloat16, seed=3)
+    q, kc, vc, seq = _case(table, n, ctx, 9, 3, dtype=dtype, seed=3)
     scale = 0.125
     got = attend(q, kc, vc, seq, None, scale)
-    ref = attend_reference(q.to(torch.bfloat16).float(), kc, vc, seq, None, scale)
-    assert _rel(got, ref) < 2e-2
+    assert got.dtype == torch.float32  # fp32 queries over the widened pages
+    assert _rel(got, attend_reference(q, kc, vc, seq, None, scale)) < 1e-5
 
 
 def test_later_chunks_build_no_mask_tensor():
