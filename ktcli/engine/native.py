@@ -22,7 +22,7 @@ from ktcli.engine.config import ModelConfig, load_config
 from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
-from ktcli.engine.runner import Engine
+from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
 from ktcli.engine.tokenizer import ChatTokenizer
 from ktcli.engine.weights import load_weights
 from ktcli.errors import InputError
@@ -59,7 +59,7 @@ class NativeBackend:
         threads: int = 0,
         block_size: int | None = None,
         kv_budget_bytes: int | None = None,
-        prefill_chunk: int = 512,
+        prefill_chunk: int | None = None,
         kv_dtype: str = "fp32",
         attention="dense",
         dense_layers: int = 0,
@@ -80,7 +80,7 @@ class NativeBackend:
         if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap:
             return longctx.load_backend(
                 cls, model_dir, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
-                prefill_chunk=prefill_chunk, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
+                prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
                 budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
             )
@@ -100,7 +100,7 @@ class NativeBackend:
             kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * psutil.virtual_memory().available))
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
-        engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk)
+        engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)
         # A folder without tokenizer.json (a test model) still runs on token ids.
         tokenizer = ChatTokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
         return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())

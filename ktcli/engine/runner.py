@@ -45,8 +45,14 @@ class RunStats:
     extra: dict = field(default_factory=dict)
 
 
+# Prompt tokens per prefill step when none is given. Attention work does not depend on
+# it (engine.prefill_attention); longer chunks make taller GEMMs and fewer steps. At 2048
+# the step's largest activation ([chunk, 2 * intermediate] fp32) is 25 MB for SmolLM2.
+DEFAULT_PREFILL_CHUNK = 2048
+
+
 class Engine:
-    def __init__(self, model: Model, blocks: BlockManager, prefill_chunk: int = 512, max_batch: int = 64):
+    def __init__(self, model: Model, blocks: BlockManager, prefill_chunk: int = DEFAULT_PREFILL_CHUNK, max_batch: int = 64):
         self.model, self.blocks = model, blocks
         self.block_size = blocks.block_size
         self.prefill_chunk = max(1, prefill_chunk)
