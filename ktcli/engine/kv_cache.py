@@ -13,20 +13,6 @@ import torch
 from ktcli.errors import OutOfMemoryError
 
 
-def cpu_page_dtype(weights: str) -> str:
-    """Default page dtype of the dense CPU path. bf16 weights get fp16 pages where our
-    decode kernel (engine.cpu_attention) reads them: half the KV bytes per token, which
-    bounds decode at long contexts, and greedy tokens agree with fp32's as often as with
-    fp32 pages (0.975 on the engine_vs_hf prompts; bf16 pages, 7 mantissa bits: 0.90).
-    fp32 weights (the mode whose logits match transformers) and no kernel: fp32 pages."""
-    if weights == "bf16":
-        from ktcli.engine import cpu_attention  # builds the kernel once, cached
-
-        if cpu_attention.available():
-            return "fp16"
-    return "fp32"
-
-
 class PagedKVCache:
     """`__init__` records the shape; `allocate(num_blocks)` creates the tensors once."""
 
