@@ -44,7 +44,8 @@ ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help="Chun
 MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help="Folder walks skip larger files (reported).")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Where converted models and indexes live.")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
-Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: fp32 or bf16.")]
+Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (fp32 on CPU, bf16 on GPU), fp32, bf16 or fp16.")]
+Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", help="Memory budget, e.g. 4GB.")]
 MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", help="Latency budget the planner aims for.")]
 Temperature = Annotated[Optional[float], typer.Option("--temperature", help="0 for greedy.")]
@@ -64,6 +65,7 @@ def ask(
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None,
+    device: Device = None,
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
@@ -78,8 +80,8 @@ def summarize(
     paths: Paths,
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None, max_file_bytes: MaxFile = None,
-    cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None, max_memory: MaxMemory = None,
-    max_seconds: MaxSeconds = None, temperature: Temperature = None,
+    cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None, device: Device = None,
+    max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
 ) -> None:
@@ -94,7 +96,7 @@ def plan(
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
-    max_seconds: MaxSeconds = None,
+    max_seconds: MaxSeconds = None, device: Device = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
 ) -> None:
@@ -109,7 +111,7 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port, printed on start).")] = 8000,
     model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
-    weights: Weights = None, api_key: ApiKey = None, max_new_tokens: MaxNew = None,
+    weights: Weights = None, device: Device = None, api_key: ApiKey = None, max_new_tokens: MaxNew = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
     attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests run together in one batch.")] = 16,

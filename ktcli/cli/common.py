@@ -12,7 +12,7 @@ from ktcli.errors import KtcliError, UsageError
 
 SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
-    "threads", "weights", "max_memory", "max_seconds", "temperature",
+    "threads", "device", "weights", "max_memory", "max_seconds", "temperature",
     "backend", "base_url", "api_key", "context_window", "kv_dtype", "attention",
     "rope_scaling",
 )

@@ -16,9 +16,10 @@ from ktcli.errors import OutOfMemoryError
 class PagedKVCache:
     """`__init__` records the shape; `allocate(num_blocks)` creates the tensors once."""
 
-    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype):
+    def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
+                 device: torch.device | str = "cpu"):
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim
-        self.block_size, self.dtype = block_size, dtype
+        self.block_size, self.dtype, self.device = block_size, dtype, torch.device(device)
         self.num_blocks = 0
         self.k: list[torch.Tensor] = []
         self.v: list[torch.Tensor] = []
@@ -40,9 +41,9 @@ class PagedKVCache:
         try:
             # One tensor per kind for all layers; torch.empty leaves pages untouched until
             # written, so resident memory grows with use, not with the budget.
-            k = torch.empty(self.n_layers, slots, self.n_kv_heads, self.head_dim, dtype=self.dtype)
-            v = torch.empty(self.n_layers, slots, self.n_kv_heads, self.head_dim, dtype=self.dtype)
-        except RuntimeError as e:  # allocation failure
+            k = torch.empty(self.n_layers, slots, self.n_kv_heads, self.head_dim, dtype=self.dtype, device=self.device)
+            v = torch.empty(self.n_layers, slots, self.n_kv_heads, self.head_dim, dtype=self.dtype, device=self.device)
+        except RuntimeError as e:  # allocation failure (torch.OutOfMemoryError on CUDA)
             raise OutOfMemoryError(f"cannot allocate a KV cache of {num_blocks} pages: {e}") from None
         self.num_blocks = num_blocks
         self.k = list(k.unbind(0))  # per layer [slots, H, D], views of the one tensor

@@ -26,11 +26,14 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
     if settings.engine == "hf":
         from ktcli.engine.hf_backend import HFBackend
 
-        return HFBackend(model_dir, threads=settings.threads, dtype=settings.weights)
+        # The transformers fallback runs on the CPU, in fp32 unless asked otherwise.
+        dtype = "fp32" if settings.weights in ("", "auto") else settings.weights
+        return HFBackend(model_dir, threads=settings.threads, dtype=dtype)
     if settings.engine == "ktcli":
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
 
-        return NativeBackend.load(model_dir, weights=settings.weights, threads=settings.threads, **_long_context(settings, plan))
+        return NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
+                                  **_long_context(settings, plan))
     raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
 
 

@@ -48,12 +48,13 @@ class Model:
 
     def __init__(self, cfg: ModelConfig, weights: ModelWeights, kv: PagedKVCache):
         self.cfg, self.w, self.kv = cfg, weights, kv
-        self.rope = RotaryTable(cfg.rope, cfg.head_dim, cfg.max_position)
+        self.device = weights.embed.device  # where the weights are, every step's tensors are
+        self.rope = RotaryTable(cfg.rope, cfg.head_dim, cfg.max_position, self.device)
         self.wdtype = weights.embed.dtype
         self.scale = cfg.head_dim**-0.5
         self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
         # bf16 weights: our AVX2 matrix-vector kernel for decode-sized steps (engine.bf16_gemv)
-        self._gemv = self.wdtype == torch.bfloat16 and bf16_gemv.available()
+        self._gemv = self.device.type == "cpu" and self.wdtype == torch.bfloat16 and bf16_gemv.available()
         # Decode steps (one token per sequence) over dense CPU pages: our attention kernel
         # (engine.cpu_attention), all sequences in one call per layer.
         self._decode_kernel = (
@@ -67,6 +68,8 @@ class Model:
         if self._decode_kernel and cpu_decode.FusedDecode.supports(weights.layers):
             self._fused = cpu_decode.FusedDecode(weights.layers, self.windows, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps, self.scale)
         self._fused_rows = bf16_gemv.MAX_ROWS if self.wdtype == torch.bfloat16 else 1 << 30
+        # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
+        self._gpu = self.device.type == "cuda"
 
     # -- matmuls ------------------------------------------------------------------
 
@@ -75,7 +78,7 @@ class Model:
             return F.linear(x.float(), w, b)  # x may be half-precision attention output
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
-        elif rows <= self.BF16_MAX_ROWS:
+        elif rows <= self.BF16_MAX_ROWS or self._gpu:
             y = F.linear(x.to(w.dtype), w).float()
         else:
             y = F.linear(x.float(), w.float())  # x may be half-precision attention output

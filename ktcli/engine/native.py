@@ -1,6 +1,7 @@
 """NativeBackend: ktcli's own engine behind the `Backend` protocol.
 
     backend = NativeBackend.load(model_dir, weights="bf16", threads=2)
+    backend = NativeBackend.load(model_dir, device="cuda")  # bf16 weights and pages on the GPU
     for delta in backend.stream_chat(messages, SamplingParams(max_new_tokens=128)):
         ...
 """
@@ -8,18 +9,16 @@
 from __future__ import annotations
 
 import json
-import resource
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.block_manager import BlockManager
 from ktcli.engine.config import ModelConfig, load_config
 from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
+from ktcli.engine.device import available_bytes, peak_memory_mb, resolve_device, resolve_kv_dtype, resolve_weights
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
@@ -27,14 +26,11 @@ from ktcli.engine.tokenizer import ChatTokenizer
 from ktcli.engine.weights import load_weights
 from ktcli.errors import InputError
 
-# Default KV budget: room for this many full context windows, capped by a share of RAM.
+# Default KV budget: room for this many full context windows, capped by a share of the
+# device's free memory (RAM on the CPU, GPU memory after the weights on CUDA).
 _DEFAULT_WINDOWS = 4
 _DEFAULT_RAM_SHARE = 0.3
 _MAX_DEFAULT_WINDOW = 32768  # tokens per window counted for the default budget
-
-
-def peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 class NativeBackend:
@@ -42,6 +38,7 @@ class NativeBackend:
 
     def __init__(self, cfg: ModelConfig, engine: Engine, tokenizer, kv: PagedKVCache, weights_name: str, weight_bytes: int):
         self.cfg, self.engine, self.tokenizer, self.kv = cfg, engine, tokenizer, kv
+        self.device = engine.device
         self.context_window = cfg.max_position
         self.weights_name, self.weight_bytes = weights_name, weight_bytes
         self._stats = GenStats()
@@ -55,12 +52,13 @@ class NativeBackend:
         cls,
         model_dir: Path,
         *,
-        weights: str = "fp32",
+        device: str | torch.device = "cpu",
+        weights: str = "auto",
         threads: int = 0,
         block_size: int | None = None,
         kv_budget_bytes: int | None = None,
         prefill_chunk: int | None = None,
-        kv_dtype: str = "fp32",
+        kv_dtype: str = "auto",
         attention="dense",
         dense_layers: int = 0,
         position_remap: bool | None = None,
@@ -70,6 +68,10 @@ class NativeBackend:
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`.
 
+        `device` "auto" | "cpu" | "cuda" (`engine.device`): weights, KV pages and every
+        step's tensors live there. weights / kv_dtype "auto": fp32 and fp32 pages on the
+        CPU; bf16 and pages of the weights' dtype on CUDA.
+
         Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
         AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
         cache of `engine.longctx` (block_size then defaults to the kernels' page size)."""
@@ -77,9 +79,12 @@ class NativeBackend:
             torch.set_num_threads(threads)
         from ktcli.engine import longctx
 
+        device = resolve_device(device)
+        weights = resolve_weights(weights, device)
+        kv_dtype = resolve_kv_dtype(kv_dtype, weights, device)
         if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap:
             return longctx.load_backend(
-                cls, model_dir, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
+                cls, model_dir, device=device, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
                 prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
                 budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
@@ -87,17 +92,18 @@ class NativeBackend:
         block_size = block_size or 16
         model_dir = Path(model_dir)
         cfg = load_config(model_dir)
-        w = load_weights(model_dir, cfg, weights)
-        # fp32 pages by default: on AVX2 CPUs SDPA over bf16 pages is several times slower.
+        w = load_weights(model_dir, cfg, weights, device)
+        # fp32 pages by default on the CPU: on AVX2 CPUs SDPA over bf16 pages is several
+        # times slower; on CUDA the pages follow the weights (resolve_kv_dtype).
         kv_torch = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(kv_dtype)
         if kv_torch is None:
             raise InputError(f"kv dtype {kv_dtype!r}: choose fp32, bf16 or fp16")
-        kv = PagedKVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, block_size, kv_torch)
+        kv = PagedKVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, block_size, kv_torch, device)
         if kv_budget_bytes is None:
             window = min(cfg.max_position, _MAX_DEFAULT_WINDOW)
             element = torch.empty(0, dtype=kv_torch).element_size()
             want = _DEFAULT_WINDOWS * window * cfg.kv_bytes_per_token(element)
-            kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * psutil.virtual_memory().available))
+            kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * available_bytes(device)))
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
         engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)
@@ -214,7 +220,8 @@ class NativeBackend:
                 "kv_bytes_peak": st.peak_pages * page_bytes,
                 "kv_bytes_allocated": self.kv.allocated_bytes,
                 "preemptions": st.preemptions,
-                "peak_rss_mb": peak_rss_mb(),
+                "device": self.device.type,
+                **peak_memory_mb(self.device),
             },
         )
 

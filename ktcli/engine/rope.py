@@ -96,20 +96,21 @@ class RotaryTable:
     grown on demand. Dynamic NTK recomputes the whole table when the sequence passes the
     trained length, as transformers does."""
 
-    def __init__(self, params: dict, head_dim: int, max_position: int):
+    def __init__(self, params: dict, head_dim: int, max_position: int, device: torch.device | str = "cpu"):
         self.params, self.head_dim, self.max_position = params, head_dim, max_position
+        self.device = torch.device(device)  # the table lives where the positions do
         self.dynamic = params.get("rope_type") == "dynamic"
         self.rot_dim = int(head_dim * params.get("partial_rotary_factor", 1.0))
         if self.rot_dim != head_dim:
             raise ValueError("partial rotary embeddings are not supported by the ktcli engine")
-        self._table = torch.empty(0, head_dim // 2, dtype=torch.complex64)
+        self._table = torch.empty(0, head_dim // 2, dtype=torch.complex64, device=self.device)
         self._for_len = 0  # sequence length the dynamic table was built for
 
     def _build(self, n: int, seq_len: int | None) -> torch.Tensor:
         freq, factor = inv_freq(self.params, self.head_dim, self.max_position, seq_len)
         # [n, D/2]: the outer product is one multiply per entry, bit-equal to HF's matmul.
         angles = torch.outer(torch.arange(n, dtype=torch.float32), freq)
-        return torch.polar(torch.full_like(angles, factor), angles)
+        return torch.polar(torch.full_like(angles, factor), angles).to(self.device)
 
     def get(self, positions: torch.Tensor, seq_len: int) -> torch.Tensor:
         """[T, D/2] complex64 rotations for int64 `positions`; `seq_len` is the longest

@@ -59,6 +59,7 @@ class Engine:
         self.max_batch = max_batch
         self.context_window = model.cfg.max_position
         self.windows = set(model.windows) | {None}
+        self.device = getattr(model, "device", torch.device("cpu"))
         self.stats = RunStats()
         self._aborted: set[int] = set()
         self._next_id = 0
@@ -81,7 +82,7 @@ class Engine:
         for p in prompts:
             if not p:
                 raise ValueError("empty prompt")
-            s = Sequence(self._next_id, list(p), len(p), params.max_new_tokens, generator=make_generator(params))
+            s = Sequence(self._next_id, list(p), len(p), params.max_new_tokens, generator=make_generator(params, self.device))
             self._next_id += 1
             seqs.append(s)
         index = {s.seq_id: i for i, s in enumerate(seqs)}
@@ -128,7 +129,8 @@ class Engine:
     @torch.inference_mode()
     def prompt_logits(self, ids: list[int]) -> torch.Tensor:
         """Logits [n, vocab] at every position of one prompt, computed with the same
-        chunked, paged prefill as generation (for tests and the benchmark)."""
+        chunked, paged prefill as generation (for tests and the benchmark); on the CPU
+        whatever the engine's device."""
         s = Sequence(self._next_id, list(ids), len(ids), 0)
         self._next_id += 1
         try:
@@ -136,10 +138,10 @@ class Engine:
             out = []
             while s.pending:
                 n = min(s.pending, self.prefill_chunk)
-                step, _ = self._build_step([(s, n)], all_rows=True)
-                out.append(self.model.forward(torch.tensor(s.token_ids[s.num_cached : s.num_cached + n]), step))
+                step, ids = self._build_step([(s, n)], all_rows=True)
+                out.append(self.model.forward(ids, step))
                 s.num_cached += n
-            return torch.cat(out)
+            return torch.cat(out).cpu()
         finally:
             self.blocks.free(s.block_table)
 
@@ -201,38 +203,59 @@ class Engine:
 
     # -- one step -----------------------------------------------------------------
 
-    def _build_step(self, batch: list[tuple[Sequence, int]], all_rows: bool = False) -> tuple[Step, list[int]]:
-        positions, slots, seq_attn, last_rows = [], [], [], []
+    def _build_step(self, batch: list[tuple[Sequence, int]], all_rows: bool = False) -> tuple[Step, torch.Tensor]:
+        """The step and its token ids [T], on the model's device."""
+        ids, positions, slots, seq_attn, last_rows = [], [], [], [], []
         row = 0
         max_len = 0
         bs = self.block_size
+        on_host = self.device.type == "cpu"
         for s, n in batch:
             lo, ctx = s.num_cached, s.num_cached + n
+            ids.extend(s.token_ids[lo:ctx])
             first, slot_index = block_slots(s.block_table, bs, ctx)
             positions.append(torch.arange(lo, ctx))
             if first is not None:
                 slots.append(torch.arange(first + lo, first + ctx))
             else:
                 slots.append(slot_index[lo:ctx])
-            seq_attn.append(SeqAttn(row, n, ctx, first, slot_index, make_masks(n, ctx, self.windows)))
+            masks = make_masks(n, ctx, self.windows, None if on_host else self.device)
+            seq_attn.append(SeqAttn(row, n, ctx, first, slot_index, masks))
             row += n
             last_rows.append(row - 1)
             max_len = max(max_len, ctx)
+        pos = torch.cat(positions) if len(positions) > 1 else positions[0]
+        slot_mapping = torch.cat(slots) if len(slots) > 1 else slots[0]
+        logit_rows = None if all_rows else torch.tensor(last_rows)
+        ids_t = torch.tensor(ids)
+        if not on_host:
+            ids_t, pos, slot_mapping, logit_rows = self._to_device(ids_t, pos, slot_mapping, logit_rows, seq_attn)
         step = Step(
-            positions=torch.cat(positions) if len(positions) > 1 else positions[0],
-            slot_mapping=torch.cat(slots) if len(slots) > 1 else slots[0],
+            positions=pos,
+            slot_mapping=slot_mapping,
             seqs=seq_attn,
-            logit_rows=None if all_rows else torch.tensor(last_rows),
+            logit_rows=logit_rows,
             max_len=max_len,
             windows=self.windows,
         )
-        return step, last_rows
+        return step, ids_t
+
+    def _to_device(self, ids, positions, slot_mapping, logit_rows, seq_attn: list[SeqAttn]):
+        """Move a step's host-built int64 tensors (and the slot index of each sequence
+        whose pages are not consecutive) to the device in one copy: a step then costs one
+        host-to-device transfer and one sync, when its sampled tokens come back."""
+        gathered = [a for a in seq_attn if a.slots is not None]
+        parts = [ids, positions, slot_mapping] + ([logit_rows] if logit_rows is not None else [])
+        parts += [a.slots for a in gathered]
+        moved = torch.cat(parts).to(self.device).split([p.numel() for p in parts])
+        for a, slots in zip(gathered, moved[4 if logit_rows is not None else 3 :]):
+            a.slots = slots
+        return moved[0], moved[1], moved[2], (moved[3] if logit_rows is not None else None)
 
     def _step(self, batch: list[tuple[Sequence, int]], params: SamplingParams) -> list[tuple[Sequence, int]]:
         """Run one forward; sample for the sequences whose pending tokens are all in."""
-        step, _ = self._build_step(batch)
-        ids = [t for s, n in batch for t in s.token_ids[s.num_cached : s.num_cached + n]]
-        logits = self.model.forward(torch.tensor(ids), step)  # [B, vocab]
+        step, ids = self._build_step(batch)
+        logits = self.model.forward(ids, step)  # [B, vocab]
         self.stats.steps += 1
         done, rows = [], []
         for i, (s, n) in enumerate(batch):

@@ -25,13 +25,16 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
         sorted_logits = sorted_logits.masked_fill(drop, float("-inf"))
         scaled = torch.full_like(scaled, float("-inf")).scatter(-1, order, sorted_logits)
     probs = scaled.softmax(-1)
-    return [int(torch.multinomial(probs[i], 1, generator=g).item()) for i, g in enumerate(generators)]
+    # One draw per row on the logits' device, read back together: one sync per step.
+    draws = [torch.multinomial(probs[i], 1, generator=g) for i, g in enumerate(generators)]
+    return (torch.cat(draws) if len(draws) > 1 else draws[0]).tolist()
 
 
-def make_generator(params: SamplingParams) -> torch.Generator | None:
+def make_generator(params: SamplingParams, device: torch.device | str = "cpu") -> torch.Generator | None:
+    """A generator on the device the logits live on (multinomial needs them together)."""
     if params.temperature <= 0:
         return None
-    g = torch.Generator()
+    g = torch.Generator(device=device)
     if params.seed is not None:
         g.manual_seed(params.seed)
     else:

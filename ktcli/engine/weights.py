@@ -119,19 +119,22 @@ def _permute_heads(w: torch.Tensor, n_heads: int, head_dim: int, perm: torch.Ten
     return w.reshape(n_heads, head_dim, *rest)[:, perm].reshape(n_heads * head_dim, *rest)
 
 
-def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32") -> ModelWeights:
+def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: torch.device | str = "cpu") -> ModelWeights:
+    """`device`: each tensor is cast and moved on its own, so host memory holds at most
+    one layer's worth of staging copies."""
     if weights not in DTYPES:
         raise InputError(f"--weights {weights}: choose one of {', '.join(DTYPES)}")
     dtype = DTYPES[weights]
+    device = torch.device(device)
     r = _Reader(Path(folder))
     perm = interleave_permutation(cfg.head_dim)
     f32 = torch.float32
 
     def mat(t: torch.Tensor) -> torch.Tensor:
-        return t.to(dtype).contiguous()
+        return t.to(device=device, dtype=dtype).contiguous()
 
     def vec(t: torch.Tensor | None) -> torch.Tensor | None:
-        return None if t is None else t.to(f32).contiguous()
+        return None if t is None else t.to(device=device, dtype=f32).contiguous()
 
     layers = []
     for i in range(cfg.n_layers):

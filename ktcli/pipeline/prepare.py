@@ -40,6 +40,11 @@ def memory_budget(settings: Settings) -> int:
             return parse_bytes(settings.max_memory)
         except ValueError:
             raise UsageError(f"--max-memory {settings.max_memory!r}: give a size like 4GB or 512MiB") from None
+    if _on_gpu(settings):
+        # Weights and KV pages live in GPU memory: the budget is what the GPU has free.
+        import torch
+
+        return int(torch.cuda.mem_get_info()[0] * 0.8)
     try:
         import psutil
 
@@ -48,11 +53,24 @@ def memory_budget(settings: Settings) -> int:
         return 0
 
 
+def _on_gpu(settings: Settings) -> bool:
+    """Whether the local ktcli engine will run on CUDA (`--device`)."""
+    if settings.backend != "local" or settings.engine != "ktcli":
+        return False
+    from ktcli.engine.device import device_kind
+
+    return device_kind(settings.device) == "cuda"
+
+
 def _rates_key(settings: Settings) -> str:
-    # A server's speed says nothing about the local engine's, and the reverse.
+    # A server's speed says nothing about the local engine's, and the reverse; nor does a
+    # GPU's about the CPU's.
     if settings.backend == "openai":
         return f"openai:{settings.base_url}:{settings.model}"
-    return f"{settings.engine}:{settings.model}:{settings.weights}"
+    if _on_gpu(settings):
+        return f"{settings.engine}:{settings.model}:{settings.weights}:cuda"
+    weights = "fp32" if settings.weights in ("", "auto") else settings.weights  # the CPU's auto
+    return f"{settings.engine}:{settings.model}:{weights}"
 
 
 def load_rates(settings: Settings) -> Throughput:

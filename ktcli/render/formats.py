@@ -72,6 +72,8 @@ def figures_line(answer: Answer) -> str:
         f"total {f.get('total_s', 0):.1f}s",
         f"peak RSS {f.get('peak_rss_mb', 0):.0f} MB",
     ]
+    if f.get("peak_gpu_mb"):
+        parts.append(f"peak GPU {f['peak_gpu_mb']:.0f} MB")
     if f.get("index_bytes"):
         parts.append(f"index {human_bytes(f['index_bytes'])} ({f.get('embedded_now', 0)} embedded now, {f.get('reused', 0)} reused)")
     if f.get("kv_bytes"):

@@ -26,7 +26,7 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     from ktcli.engine.native import NativeBackend
 
     model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
-    return NativeBackend.load(model_dir, weights=settings.weights, threads=settings.threads,
+    return NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
                               **_engine_options(NativeBackend.load, settings))
 
 

@@ -1,0 +1,96 @@
+"""Where the engine runs: the `--device` option and the defaults that follow from it.
+
+    device = resolve_device("auto")          # cuda when torch sees a GPU, else cpu
+    weights = resolve_weights("auto", device) # bf16 on CUDA, fp32 on CPU
+    kv = resolve_kv_dtype("auto", weights, device)
+
+CPU keeps today's defaults (fp32 weights, fp32 pages: on AVX2 CPUs SDPA over bf16 pages
+is several times slower). On CUDA the model runs in bf16 (fp16 on request) and the dense
+KV pages follow the weights, so attention is one bf16 SDPA call; quantized or sparse
+pages go through `kernels`, which dispatch to Triton because the tensors are CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ktcli.errors import InputError, UsageError
+
+if TYPE_CHECKING:
+    import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+GPU_WEIGHTS = ("bf16", "fp16", "fp32")
+CPU_WEIGHTS = ("fp32", "bf16", "fp16")
+
+
+def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+    """'auto' -> cuda when available, else cpu; 'cpu'; 'cuda' or 'cuda:N' (an error when
+    torch sees no GPU)."""
+    import torch  # here, not at the top: the planner asks device_kind without a model
+
+    if isinstance(spec, torch.device):
+        return spec
+    spec = (spec or "auto").strip().lower()
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if spec == "cpu":
+        return torch.device("cpu")
+    if spec == "cuda" or spec.startswith("cuda:"):
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {spec}: torch sees no CUDA GPU here (try --device cpu)")
+        return torch.device(spec)
+    raise UsageError(f"--device {spec!r}: choose auto, cpu or cuda")
+
+
+def device_kind(spec: str | None) -> str:
+    """'cpu' or 'cuda' for a --device value, without importing CUDA state when no NVIDIA
+    driver is present (the planner runs before any model loads)."""
+    spec = (spec or "auto").strip().lower()
+    if spec == "cpu":
+        return "cpu"
+    if spec == "auto" and not os.path.exists("/proc/driver/nvidia/version"):
+        return "cpu"
+    return resolve_device(spec).type
+
+
+def resolve_weights(weights: str | None, device: torch.device) -> str:
+    """'auto' (or empty) -> bf16 on CUDA, fp32 on CPU."""
+    if not weights or weights == "auto":
+        return "bf16" if device.type == "cuda" else "fp32"
+    allowed = GPU_WEIGHTS if device.type == "cuda" else CPU_WEIGHTS
+    if weights not in allowed:
+        raise InputError(f"--weights {weights}: choose one of {', '.join(allowed)} on {device.type}")
+    return weights
+
+
+def resolve_kv_dtype(kv_dtype: str | None, weights: str, device: torch.device) -> str:
+    """'auto'/'model' (or empty) -> fp32 pages on CPU, the weights' dtype on CUDA."""
+    if not kv_dtype or kv_dtype in ("auto", "model"):
+        return weights if device.type == "cuda" else "fp32"
+    return kv_dtype
+
+
+def available_bytes(device: torch.device) -> int:
+    """Memory a new allocation can take: free GPU memory, or available RAM."""
+    if device.type == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """The peak figure that means something on this device: torch's peak CUDA allocation
+    on a GPU (the process RSS says little there), peak RSS on the CPU."""
+    if device.type == "cuda":
+        import torch
+
+        return {"peak_gpu_mb": torch.cuda.max_memory_allocated(device) / 2**20}
+    import resource
+
+    return {"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # Linux: KiB

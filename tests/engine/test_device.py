@@ -1,0 +1,81 @@
+"""The --device option: resolution, the defaults that follow from it, and the runner's
+one-copy move of a step's tensors (exercised on the CPU; the CUDA run is kernels/bench.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ktcli.config import load_settings
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, resolve_weights
+from ktcli.engine.native import NativeBackend
+from ktcli.engine.sequence import Sequence
+from ktcli.errors import InputError, UsageError
+
+CPU, CUDA = torch.device("cpu"), torch.device("cuda")
+
+
+def test_resolution_and_defaults():
+    assert resolve_device("cpu") == CPU
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(UsageError):
+        resolve_device("tpu")
+    if not torch.cuda.is_available():
+        with pytest.raises(InputError, match="no CUDA"):
+            resolve_device("cuda")
+        assert device_kind("auto") == "cpu"
+    assert device_kind("cpu") == "cpu"
+    # CPU keeps fp32 weights and pages; CUDA runs bf16 with pages of the weights' dtype.
+    assert resolve_weights("auto", CPU) == "fp32" and resolve_weights("auto", CUDA) == "bf16"
+    assert resolve_weights("fp16", CUDA) == "fp16"
+    with pytest.raises(InputError):
+        resolve_weights("int8", CUDA)
+    assert resolve_kv_dtype("auto", "bf16", CPU) == "fp32"
+    assert resolve_kv_dtype("auto", "bf16", CUDA) == "bf16"
+    assert resolve_kv_dtype("model", "fp16", CUDA) == "fp16"
+    assert resolve_kv_dtype("int4", "bf16", CUDA) == "int4"
+
+
+def test_setting_from_flag_and_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "none.toml"))
+    assert load_settings().device == "auto" and load_settings().weights == "auto"
+    monkeypatch.setenv("KTCLI_DEVICE", "cpu")
+    assert load_settings().device == "cpu"
+    assert load_settings({"device": "cuda"}).device == "cuda"
+
+
+def test_half_pages_on_the_sdpa_path(tiny_models):
+    """bf16 pages under fp32 weights (the CUDA dense layout, here on the CPU): K/V rows are
+    cast into the pages and attention output back to fp32 for the next GEMM."""
+    ids = list(range(1, 40))
+    p = SamplingParams(max_new_tokens=6)
+    fp32 = NativeBackend.load(tiny_models["llama"], device="cpu", kv_budget_bytes=4 << 20).generate_ids([ids], p)
+    b = NativeBackend.load(tiny_models["llama"], device="cpu", kv_dtype="bf16", kv_budget_bytes=4 << 20)
+    assert b.kv.dtype == torch.bfloat16 and b.device == CPU
+    assert b.generate_ids([ids], p) == fp32
+    assert "peak_rss_mb" in b.last_stats.extra and "peak_gpu_mb" not in b.last_stats.extra
+
+
+def test_step_tensors_move_in_one_packed_copy(tiny_models):
+    b = NativeBackend.load(tiny_models["llama"], device="cpu", kv_budget_bytes=4 << 20, block_size=16)
+    eng = b.engine
+    # Two sequences, the second on pages that are not consecutive (a gathered slot index).
+    s1 = Sequence(900, list(range(1, 20)), 19, 1)
+    s2 = Sequence(901, list(range(3, 40)), 37, 1)
+    eng.blocks.grow(s1.block_table, 19)
+    spare = []
+    eng.blocks.grow(spare, 16)
+    eng.blocks.grow(s2.block_table, 37)
+    s2.block_table[1], spare[0] = spare[0], s2.block_table[1]
+    try:
+        step, ids = eng._build_step([(s1, 19), (s2, 37)])
+        assert step.seqs[1].slots is not None
+        want = [ids, step.positions, step.slot_mapping, step.logit_rows, step.seqs[1].slots.clone()]
+        got = eng._to_device(ids, step.positions, step.slot_mapping, step.logit_rows, step.seqs)
+        for a, w in zip([*got, step.seqs[1].slots], want):
+            assert torch.equal(a, w)
+        assert ids.tolist() == s1.token_ids + s2.token_ids
+    finally:
+        for t in (s1.block_table, s2.block_table, spare):
+            eng.blocks.free(t)
