@@ -1,6 +1,6 @@
 """Check and time every kernel on a CUDA GPU, in one command.
 
-    python -m kernels.bench --out benchmarks/results/kernels.json
+    python -m kernels.bench        # on a GPU: writes benchmarks/results/kernels_gpu.json
     python -m kernels.bench --smoke --out /tmp/k.json   # CPU: logic only, TRITON_INTERPRET=1
 
 For each page kind it first checks every Triton kernel against the torch reference on
@@ -14,8 +14,18 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
   the same work as the causal chunk to within 512 keys);
 * kv_store: one decode token, and a 4096-token prefill chunk.
 
-Prints a table and writes everything as JSON to ``--out``. Without CUDA (and without
-``--smoke``) it says so and exits 0. Sized to finish in under 5 minutes on one GPU.
+End to end (``benchmarks/engine_gpu.py``, run from the repo root; ``--no-e2e`` skips it):
+SmolLM2 through our engine on CUDA with each KV dtype (fp32, bf16, fp8, int8, int4) and
+policy (dense, window, topk, topk with remapped positions), 32 greedy tokens after a
+~1.5K-token prompt, compared with the CPU reference path (fp32 weights, kernels' torch
+twins); in ``--smoke`` a tiny random Llama whose "device" runs go through the
+interpreted Triton kernels.
+
+Prints tables and writes everything as JSON to ``--out`` (on a GPU by default
+``benchmarks/results/kernels_gpu.json``). A check or timing that fails is reported in its
+row and the rest go on. Without CUDA (and without ``--smoke``) it says so and exits 0.
+Sized to finish in under 5 minutes on one GPU: the end-to-end part has its own budget
+(``--e2e-budget-s``) and timings stop at ``--budget-s``, the rows left marked skipped.
 """
 
 from __future__ import annotations
@@ -31,6 +41,8 @@ import time
 import torch
 
 GB = 1e9
+DEFAULT_GPU_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "benchmarks", "results", "kernels_gpu.json")
 
 
 def _parse(argv):
@@ -40,6 +52,9 @@ def _parse(argv):
     ap.add_argument("--contexts", help="comma-separated context lengths (default 4K..1M; --smoke: 64,200)")
     ap.add_argument("--kinds", default="fp16,fp8,int8,int4", help="page kinds to time")
     ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end engine check")
+    ap.add_argument("--e2e-budget-s", type=float, default=120.0, help="wall-clock budget of the end-to-end part")
+    ap.add_argument("--budget-s", type=float, default=285.0, help="timings stop (rows marked skipped) past this")
     return ap.parse_args(argv)
 
 
@@ -101,7 +116,23 @@ def _max_err(a, b) -> float:
 
 
 def check_kernels(kernels, kinds, shape, device, bs) -> list[dict]:
-    """Every Triton kernel vs the reference on small shapes, per kind."""
+    """Every Triton kernel vs the reference on small shapes, per kind; a kind that fails
+    to run reports one row with its error."""
+    rows = []
+    for kind in kinds:
+        try:
+            rows += _check_kind(kernels, kind, shape, device, bs)
+        except Exception as e:  # noqa: BLE001 - report, go on with the other kinds
+            rows.append({"kind": kind, "kernel": "all", "max_err": float("nan"), "tol": 0.0, "ok": False,
+                         "error": _error(e)})
+    return rows
+
+
+def _error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}".splitlines()[0][:300]
+
+
+def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     from kernels import reference as R
     from kernels.kv_store_triton import kv_store_triton
     from kernels.paged_attention import paged_attention_decode_triton
@@ -109,101 +140,127 @@ def check_kernels(kernels, kinds, shape, device, bs) -> list[dict]:
     from kernels.sparse_attention import score_pages_triton, sparse_attention_decode_triton
 
     rows = []
-    for kind in kinds:
-        spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
-        n = 5 * bs + 3
-        g = torch.Generator(device=device).manual_seed(1)
-        k = torch.randn(n, shape.h, shape.d, device=device, generator=g)
-        v = torch.randn(n, shape.h, shape.d, device=device, generator=g)
-        la, lb = (kernels.allocate(spec, 8, device=device) for _ in range(2))
-        for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):  # a partial page then the rest
-            slots = torch.arange(a, b, device=device)
-            R.kv_store(la, k[a:b], v[a:b], slots)
-            kv_store_triton(lb, k[a:b], v[a:b], slots)
-        bt = torch.arange(8, dtype=torch.int32, device=device).view(1, -1)
-        lens = torch.tensor([n], dtype=torch.int32, device=device)
-        q = torch.randn(1, shape.hq, shape.d, device=device, generator=g)
-        scale = shape.d**-0.5
-        pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=1, top_k_pages=2)
-        # Each pair reads the same (reference-written) pool; the store check compares pools.
-        sc = R.score_pages(q, la, bt, lens)
-        sel, ns = R.select_pages(sc, lens, bs, pol, max_pages=8)
-        qc = torch.randn(bs + 5, shape.hq, shape.d, device=device, generator=g)
-        pairs = {
-            "kv_store": (la.k_min, lb.k_min),
-            "decode": (R.paged_attention_decode(q, la, bt, lens, scale), paged_attention_decode_triton(q, la, bt, lens, scale)),
-            "score_pages": (sc, score_pages_triton(q, la, bt, lens)),
-            "sparse_decode": (R.sparse_attention_decode(q, la, bt, sel, ns, lens, scale),
-                              sparse_attention_decode_triton(q, la, bt, sel, ns, lens, scale)),
-        }
-        for p in (kernels.AttentionPolicy(), pol):
-            start = n - qc.shape[0]
-            pairs[f"prefill_{p.kind}"] = (R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
-                                          paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
-        tol = 2e-5 if kind == "fp32" else 2e-2
-        for name, (want, got) in pairs.items():
-            err = _max_err(want.nan_to_num(), got.nan_to_num())
-            if name in ("kv_store", "score_pages"):  # +-inf are legitimate here: empty pages
-                ok = err <= tol and torch.equal(torch.isinf(want), torch.isinf(got))
-            else:
-                ok = bool(torch.isfinite(got).all()) and err <= tol
-            rows.append({"kind": kind, "kernel": name, "max_err": err, "tol": tol, "ok": ok})
+    spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
+    n = 5 * bs + 3
+    g = torch.Generator(device=device).manual_seed(1)
+    k = torch.randn(n, shape.h, shape.d, device=device, generator=g)
+    v = torch.randn(n, shape.h, shape.d, device=device, generator=g)
+    la, lb = (kernels.allocate(spec, 8, device=device) for _ in range(2))
+    for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):  # a partial page then the rest
+        slots = torch.arange(a, b, device=device)
+        R.kv_store(la, k[a:b], v[a:b], slots)
+        kv_store_triton(lb, k[a:b], v[a:b], slots)
+    bt = torch.arange(8, dtype=torch.int32, device=device).view(1, -1)
+    lens = torch.tensor([n], dtype=torch.int32, device=device)
+    q = torch.randn(1, shape.hq, shape.d, device=device, generator=g)
+    scale = shape.d**-0.5
+    pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=1, top_k_pages=2)
+    # Each pair reads the same (reference-written) pool; the store check compares pools.
+    sc = R.score_pages(q, la, bt, lens)
+    sel, ns = R.select_pages(sc, lens, bs, pol, max_pages=8)
+    qc = torch.randn(bs + 5, shape.hq, shape.d, device=device, generator=g)
+    pairs = {
+        "kv_store": (la.k_min, lb.k_min),
+        "decode": (R.paged_attention_decode(q, la, bt, lens, scale), paged_attention_decode_triton(q, la, bt, lens, scale)),
+        "score_pages": (sc, score_pages_triton(q, la, bt, lens)),
+        "sparse_decode": (R.sparse_attention_decode(q, la, bt, sel, ns, lens, scale),
+                          sparse_attention_decode_triton(q, la, bt, sel, ns, lens, scale)),
+    }
+    for p in (kernels.AttentionPolicy(), pol):
+        start = n - qc.shape[0]
+        pairs[f"prefill_{p.kind}"] = (R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
+                                      paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
+    tol = 2e-5 if kind == "fp32" else 2e-2
+    for name, (want, got) in pairs.items():
+        err = _max_err(want.nan_to_num(), got.nan_to_num())
+        if name in ("kv_store", "score_pages"):  # +-inf are legitimate here: empty pages
+            ok = err <= tol and torch.equal(torch.isinf(want), torch.isinf(got))
+        else:
+            ok = bool(torch.isfinite(got).all()) and err <= tol
+        rows.append({"kind": kind, "kernel": name, "max_err": err, "tol": tol, "ok": ok})
     return rows
 
 
-def time_kernels(kernels, kinds, contexts, shape, device, bs, copy_bw) -> list[dict]:
+def time_kernels(kernels, kinds, contexts, shape, device, bs, copy_bw, deadline=float("inf")) -> list[dict]:
+    """Timings per (context, kind); rows past the deadline are marked skipped and a row
+    that fails (out of memory at 1M tokens, say) carries its error."""
+    rows = []
+    for n in contexts:
+        if time.perf_counter() > deadline:
+            rows += [{"context": n, "kind": kind, "skipped": "time budget"} for kind in kinds]
+            continue
+        try:
+            rows += _time_context(kernels, kinds, n, shape, device, bs, copy_bw, deadline)
+        except Exception as e:  # noqa: BLE001 - the SDPA baseline itself failed
+            rows += [{"context": n, "kind": kind, "error": _error(e)} for kind in kinds]
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _time_context(kernels, kinds, n, shape, device, bs, copy_bw, deadline) -> list[dict]:
+    timer = _timer(device)
+    rows = []
+    q = torch.randn(1, shape.hq, shape.d, device=device, dtype=torch.float16)
+    sdpa_decode = sdpa_prefill = None
+    if device.type == "cuda":
+        # torch SDPA on dense fp16 K/V of the same context (GQA via enable_gqa).
+        kd = torch.randn(1, shape.h, n, shape.d, device=device, dtype=torch.float16)
+        vd = torch.randn_like(kd)
+        qd = q.view(1, shape.hq, 1, shape.d)
+        qp = torch.randn(1, shape.hq, shape.prefill_chunk, shape.d, device=device, dtype=torch.float16)
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        sdpa_decode = timer(lambda: sdpa(qd, kd, vd, enable_gqa=True))
+        sdpa_prefill = timer(lambda: sdpa(qp, kd, vd, enable_gqa=True))
+        del kd, vd
+    for kind in kinds:
+        if time.perf_counter() > deadline:
+            rows.append({"context": n, "kind": kind, "skipped": "time budget"})
+            continue
+        try:
+            rows.append(_time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdpa_prefill))
+        except Exception as e:  # noqa: BLE001 - out of memory at 1M tokens, say: report, go on
+            rows.append({"context": n, "kind": kind, "error": _error(e)})
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdpa_prefill) -> dict:
     from kernels import reference as R
 
     timer = _timer(device)
     scale = shape.d**-0.5
-    rows = []
-    q = torch.randn(1, shape.hq, shape.d, device=device, dtype=torch.float16)
-    for n in contexts:
-        sdpa_decode = sdpa_prefill = None
-        if device.type == "cuda":
-            # torch SDPA on dense fp16 K/V of the same context (GQA via enable_gqa).
-            kd = torch.randn(1, shape.h, n, shape.d, device=device, dtype=torch.float16)
-            vd = torch.randn_like(kd)
-            qd = q.view(1, shape.hq, 1, shape.d)
-            qp = torch.randn(1, shape.hq, shape.prefill_chunk, shape.d, device=device, dtype=torch.float16)
-            sdpa = torch.nn.functional.scaled_dot_product_attention
-            sdpa_decode = timer(lambda: sdpa(qd, kd, vd, enable_gqa=True))
-            sdpa_prefill = timer(lambda: sdpa(qp, kd, vd, enable_gqa=True))
-            del kd, vd
-        for kind in kinds:
-            spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
-            layer, bt, lens = _fill(kernels, spec, n, device)
-            kv_bytes = kernels.bytes_per_token(spec) * n
-            row = {"context": n, "kind": kind, "kv_bytes": kv_bytes}
-            row["decode_s"] = timer(lambda: kernels.paged_attention_decode(q, layer, bt, lens, scale))
-            row["floor_s"] = kv_bytes / copy_bw if copy_bw == copy_bw else None  # copy_bw counts all bytes moved
-            row["sdpa_decode_s"] = sdpa_decode
-            n_pages = bt.shape[1]
-            pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=max(1, n_pages // 16))
-            row["score_s"] = timer(lambda: kernels.score_pages(q, layer, bt, lens))
-            scores = kernels.score_pages(q, layer, bt, lens)
-            row["select_s"] = timer(lambda: R.select_pages(scores, lens, bs, pol, max_pages=n_pages))
-            sel, ns = R.select_pages(scores, lens, bs, pol, max_pages=n_pages)
-            row["sparse_decode_s"] = timer(lambda: kernels.sparse_attention_decode(q, layer, bt, sel, ns, lens, scale))
-            chunk = min(shape.prefill_chunk, n)
-            qc = torch.randn(chunk, shape.hq, shape.d, device=device, dtype=torch.float16)
-            row["prefill_chunk"] = chunk
-            row["prefill_s"] = timer(lambda: kernels.paged_prefill_attention(qc, layer, bt[0], n - chunk, scale))
-            row["sdpa_prefill_s"] = sdpa_prefill
-            del layer
-            # kv_store on a fresh pool: a decode token, then a prefill chunk.
-            fresh = kernels.allocate(spec, math.ceil(shape.store_chunk / bs) + 2, device=device, n_stage=512)
-            one = torch.randn(1, shape.h, shape.d, device=device, dtype=torch.float16)
-            many = torch.randn(shape.store_chunk, shape.h, shape.d, device=device, dtype=torch.float16)
-            row["store_token_s"] = timer(lambda: kernels.kv_store(fresh, one, one, torch.tensor([3], device=device)))
-            slots = torch.arange(shape.store_chunk, device=device)
-            row["store_chunk_s"] = timer(lambda: kernels.kv_store(fresh, many, many, slots))
-            row["store_chunk"] = shape.store_chunk
-            rows.append(row)
-            del fresh
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-    return rows
+    spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
+    layer, bt, lens = _fill(kernels, spec, n, device)
+    kv_bytes = kernels.bytes_per_token(spec) * n
+    row = {"context": n, "kind": kind, "kv_bytes": kv_bytes}
+    row["decode_s"] = timer(lambda: kernels.paged_attention_decode(q, layer, bt, lens, scale))
+    row["floor_s"] = kv_bytes / copy_bw if copy_bw == copy_bw else None  # copy_bw counts all bytes moved
+    row["sdpa_decode_s"] = sdpa_decode
+    n_pages = bt.shape[1]
+    pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=max(1, n_pages // 16))
+    row["score_s"] = timer(lambda: kernels.score_pages(q, layer, bt, lens))
+    scores = kernels.score_pages(q, layer, bt, lens)
+    row["select_s"] = timer(lambda: R.select_pages(scores, lens, bs, pol, max_pages=n_pages))
+    sel, ns = R.select_pages(scores, lens, bs, pol, max_pages=n_pages)
+    row["sparse_decode_s"] = timer(lambda: kernels.sparse_attention_decode(q, layer, bt, sel, ns, lens, scale))
+    chunk = min(shape.prefill_chunk, n)
+    qc = torch.randn(chunk, shape.hq, shape.d, device=device, dtype=torch.float16)
+    row["prefill_chunk"] = chunk
+    row["prefill_s"] = timer(lambda: kernels.paged_prefill_attention(qc, layer, bt[0], n - chunk, scale))
+    row["sdpa_prefill_s"] = sdpa_prefill
+    del layer
+    # kv_store on a fresh pool: a decode token, then a prefill chunk.
+    fresh = kernels.allocate(spec, math.ceil(shape.store_chunk / bs) + 2, device=device, n_stage=512)
+    one = torch.randn(1, shape.h, shape.d, device=device, dtype=torch.float16)
+    many = torch.randn(shape.store_chunk, shape.h, shape.d, device=device, dtype=torch.float16)
+    row["store_token_s"] = timer(lambda: kernels.kv_store(fresh, one, one, torch.tensor([3], device=device)))
+    slots = torch.arange(shape.store_chunk, device=device)
+    row["store_chunk_s"] = timer(lambda: kernels.kv_store(fresh, many, many, slots))
+    row["store_chunk"] = shape.store_chunk
+    del fresh
+    return row
 
 
 def _fmt_ms(x):
@@ -214,11 +271,15 @@ def print_tables(checks, timings):
     print("\nkernel checks (Triton vs reference)")
     print(f"{'kind':6} {'kernel':16} {'max err':>10} {'tol':>8}  ok")
     for r in checks:
-        print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}")
+        note = f"  {r['error']}" if "error" in r else ""
+        print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}{note}")
     print("\ntimings, ms (one sequence, one layer)")
     head = ["context", "kind", "decode", "floor", "sdpa", "score", "select", "sparse", "prefill", "sdpa_pf", "store1", "storeN"]
     print(" ".join(f"{h:>9}" for h in head))
     for r in timings:
+        if "decode_s" not in r:
+            print(f"{r['context']:>9} {r['kind']:>9}  {r.get('error') or r.get('skipped')}")
+            continue
         vals = [r["decode_s"], r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"], r["sparse_decode_s"],
                 r["prefill_s"], r["sdpa_prefill_s"], r["store_token_s"], r["store_chunk_s"]]
         print(f"{r['context']:>9} {r['kind']:>9} " + " ".join(f"{_fmt_ms(v):>9}" for v in vals))
@@ -248,9 +309,17 @@ def main(argv=None) -> int:
     if not cuda:
         kernels.set_backend("triton")  # CPU tensors through the (interpreted) kernels
     started = time.perf_counter()
-    copy_bw = _copy_bandwidth(device)
+    deadline = started + args.budget_s
+    try:
+        copy_bw = _copy_bandwidth(device)
+    except Exception as e:  # noqa: BLE001 - timings go on without a floor
+        print(f"kernels.bench: copy bandwidth not measured: {_error(e)}")
+        copy_bw = float("nan")
     checks = check_kernels(kernels, kinds, shape, device, args.block_size)
-    timings = time_kernels(kernels, kinds, contexts, shape, device, args.block_size, copy_bw)
+    e2e = run_e2e(args) if args.e2e else {"skipped": "--no-e2e"}
+    if not cuda:
+        kernels.set_backend("triton")  # the end-to-end part resets the backend
+    timings = time_kernels(kernels, kinds, contexts, shape, device, args.block_size, copy_bw, deadline)
     result = {
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu (TRITON_INTERPRET) {platform.processor()}",
         "torch": torch.__version__,
@@ -260,16 +329,48 @@ def main(argv=None) -> int:
         "smoke": args.smoke,
         "checks": checks,
         "timings": timings,
+        "e2e": e2e,
         "wall_s": time.perf_counter() - started,
     }
     print_tables(checks, timings)
-    print(f"\n{len(checks)} checks, {sum(not r['ok'] for r in checks)} failed; {result['wall_s']:.1f} s")
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
+    _print_e2e(e2e)
+    e2e_errors = ("error" in e2e) + sum("error" in r for r in e2e.get("rows", []))
+    timing_errors = sum("error" in r for r in timings)
+    print(f"\n{len(checks)} checks, {sum(not r['ok'] for r in checks)} failed; {timing_errors} timing errors; "
+          f"{e2e_errors} end-to-end errors; {result['wall_s']:.1f} s")
+    out = args.out or (DEFAULT_GPU_OUT if cuda and not args.smoke else None)
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as fh:
             json.dump(result, fh, indent=2)
-        print(f"wrote {args.out}")
-    return 0 if all(r["ok"] for r in checks) else 1
+        print(f"wrote {out}")
+    return 0 if all(r["ok"] for r in checks) and not timing_errors and not e2e_errors else 1
+
+
+def run_e2e(args) -> dict:
+    """The engine end to end (benchmarks/engine_gpu.py); its failure is a report, not a crash."""
+    try:
+        from benchmarks import engine_gpu  # the engine: imported only here, never by the kernels
+    except Exception as e:  # noqa: BLE001
+        return {"error": f"benchmarks.engine_gpu not importable (run from the repo root): {_error(e)}"}
+    argv = ["--budget-s", str(args.e2e_budget_s)]
+    if args.smoke and torch.cuda.is_available():  # compiled kernels: the real model, a short run
+        argv += ["--kinds", "int8", "--policies", "dense,topk", "--prompt-tokens", "256", "--new-tokens", "8"]
+    elif args.smoke:  # a tiny random model through the interpreted kernels
+        argv += ["--smoke", "--kinds", "int8", "--policies", "dense,topk"]
+    try:
+        return engine_gpu.run(engine_gpu._parse(argv))
+    except Exception as e:  # noqa: BLE001
+        return {"error": _error(e)}
+
+
+def _print_e2e(e2e: dict) -> None:
+    try:
+        from benchmarks import engine_gpu
+
+        engine_gpu.print_table(e2e)
+    except Exception:  # noqa: BLE001
+        print(f"\nend to end: {e2e.get('error') or e2e.get('skipped') or 'see JSON'}")
 
 
 if __name__ == "__main__":
