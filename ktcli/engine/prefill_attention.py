@@ -62,8 +62,7 @@ def attend_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
 
     # Softmax over both key sets: weight of the earlier part = e^lse_past / (e^lse_past + e^lse_own)
     s = torch.sigmoid(lse_past - lse_own).unsqueeze(-1)  # [HQ, n, 1]
-    out = torch.lerp(o_own.float(), o_past.float(), s) if q.dtype != torch.float32 else torch.lerp(o_own, o_past, s)
-    return out.transpose(0, 1).to(q.dtype)  # [HQ, n, D] -> [n, HQ, D]
+    return torch.lerp(o_own, o_past, s.to(o_own.dtype)).transpose(0, 1)  # [HQ, n, D] -> [n, HQ, D]
 
 
 def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
