@@ -82,3 +82,29 @@ def test_masked_fallback_equals_split():
     split = prefill_attention.attend_prefix(q, k, v, 0.125)
     masked = prefill_attention._masked_sdpa(q, k, v, 0.125)
     assert _rel(split, masked) < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral"])
+def test_last_layer_on_logit_rows_only_gives_the_same_logits(tiny_models, kind):
+    """A prefill step of two sequences computes the last layer for their last rows only;
+    those logits equal the last rows of the every-row forward."""
+    from ktcli.engine.native import NativeBackend
+    from ktcli.engine.sequence import Sequence
+
+    engine = NativeBackend.load(tiny_models[kind], block_size=4, kv_budget_bytes=4 << 20).engine
+    g = torch.Generator().manual_seed(9)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (30, 45)]
+    out = {}
+    for all_rows in (False, True):
+        seqs = []
+        for p in prompts:
+            s = Sequence(engine._next_id, list(p), len(p), 0)
+            engine._next_id += 1
+            engine.blocks.grow(s.block_table, len(p))
+            seqs.append(s)
+        step, ids = engine._build_step([(s, len(s.token_ids)) for s in seqs], all_rows=all_rows)
+        assert (engine.model._last_layer_seqs(step, ids.shape[0]) is None) == all_rows
+        out[all_rows] = engine.model.forward(ids, step)
+        for s in seqs:
+            engine.blocks.free(s.block_table)
+    assert _rel(out[False], out[True][[29, 74]]) < 1e-5
