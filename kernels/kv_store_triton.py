@@ -102,14 +102,13 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
 
     # Values: one (zero, scale) per token and group of G channels.
     vg = tl.reshape(v, (BS, D // G, G))
-    # The pair is stored as float16: codes are computed against the rounded values.
-    vmn = tl.min(vg, axis=2).to(tl.float16).to(tl.float32)  # [BS, D/G]
-    vsc = ((tl.max(vg, axis=2) - vmn) / QMAX).to(tl.float16).to(tl.float32)
+    vmn = tl.min(vg, axis=2)  # [BS, D/G]
+    vsc = (tl.max(vg, axis=2) - vmn) / QMAX
     vc = tl.reshape(_asym_codes(vg, vmn[:, :, None], vsc[:, :, None], QMAX), (BS, D))
     _store_codes(v_pages, row, vc, D, BS, INT4)
     poff = row * (D // G) + tl.arange(0, D // G)[None, :]
-    tl.store(v_zero + poff, vmn.to(tl.float16))
-    tl.store(v_scale + poff, vsc.to(tl.float16))
+    tl.store(v_zero + poff, vmn)
+    tl.store(v_scale + poff, vsc)
 
 
 def _write_rows(dst, major, minor, src):

@@ -52,8 +52,7 @@ def quant_error_bound(kind: str, lo: torch.Tensor, hi: torch.Tensor, x: torch.Te
     """Largest |x - dequantise(quantise(x))| allowed by the format: ``lo``/``hi`` are the
     group's min/max (int kinds) or ``hi`` the page scale (fp8, with ``x`` the inputs)."""
     if kind in ("int8", "int4"):
-        # + fp16 rounding of the value zero and scale (2**-11 relative each).
-        return (hi - lo) / (2 * qmax_of(kind)) * (1 + 2.0**-9) + 2.0**-10 * (lo.abs() + hi.abs())
+        return (hi - lo) / (2 * qmax_of(kind)) * (1 + 1e-5) + 1e-6 * torch.maximum(lo.abs(), hi.abs())
     if kind == "fp8":
         return torch.maximum(x.abs() * 2.0**-4, hi * 2.0**-10) * (1 + 1e-5)
     raise ValueError(kind)
@@ -96,16 +95,15 @@ def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tenso
 
 
 def quantize_values(v: torch.Tensor, kind: str, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """KIVI values, one (zero, scale) per token and group of ``group`` channels, stored
-    as float16 (codes are computed against the rounded pair, so they match what is read).
-    v [..., D] float32 -> (codes [..., Dp] uint8, zero [..., D/G] fp16, scale [..., D/G] fp16)."""
+    """KIVI values, one (zero, scale) per token and group of ``group`` channels.
+    v [..., D] float32 -> (codes [..., Dp] uint8, zero [..., D/G], scale [..., D/G])."""
     qmax = qmax_of(kind)
     d = v.shape[-1]
     g = v.view(*v.shape[:-1], d // group, group)  # [..., D/G, G]
-    lo = g.amin(-1).half().float()  # [..., D/G]
-    scale = ((g.amax(-1) - lo) / qmax).half().float()
+    lo, hi = g.amin(-1), g.amax(-1)  # [..., D/G]
+    scale = (hi - lo) / qmax
     codes = asym_codes(g, lo[..., None], scale[..., None], qmax).view(v.shape)  # [..., D]
-    return (pack_int4(codes) if kind == "int4" else codes), lo.half(), scale.half()
+    return (pack_int4(codes) if kind == "int4" else codes), lo, scale
 
 
 def dequantize_values(codes: torch.Tensor, zero: torch.Tensor, scale: torch.Tensor, kind: str) -> torch.Tensor:
@@ -113,7 +111,7 @@ def dequantize_values(codes: torch.Tensor, zero: torch.Tensor, scale: torch.Tens
     q = (unpack_int4(codes) if kind == "int4" else codes).float()
     ng = zero.shape[-1]
     g = q.view(*q.shape[:-1], ng, q.shape[-1] // ng)  # [..., D/G, G]
-    return (zero.float()[..., None] + g * scale.float()[..., None]).view(q.shape)  # [..., D]
+    return (zero[..., None] + g * scale[..., None]).view(q.shape)  # [..., D]
 
 
 def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

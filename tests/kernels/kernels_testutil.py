@@ -103,7 +103,7 @@ def page_kv(layer, block: int, n_rows: int):
         grp = spec.group_size
         zero = layer.v_zero[block].repeat_interleave(grp, dim=-1)  # [BS, H, D]
         scl = layer.v_scale[block].repeat_interleave(grp, dim=-1)
-        v = zero.float() + vc.float() * scl.float()
+        v = zero + vc.float() * scl
     return k[:n_rows], v[:n_rows]
 
 
