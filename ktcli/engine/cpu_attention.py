@@ -23,7 +23,7 @@ import torch
 
 from ktcli.engine import cpp_ext
 
-_SOURCE = r"""
+SOURCE = r"""
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
@@ -339,8 +339,11 @@ MAX_GROUP = 16
 HEAD_DIMS = (16, 32, 64, 128, 256)
 
 
+FUNCTIONS = ["decode", "supported"]
+
+
 def _load():
-    return cpp_ext.load("ktcli_cpu_attention", _SOURCE, ["decode", "supported"], disable_env="KTCLI_NO_ATTN_KERNEL")
+    return cpp_ext.load("KTCLI_NO_ATTN_KERNEL")
 
 
 def available() -> bool:

@@ -10,7 +10,7 @@ function as `Model.forward`'s layer loop (the readable path and the test oracle)
 rms_norm, fused qkv (+ bias), Qwen3 q/k norm, interleaved RoPE, store K/V and attend,
 o (+ residual), rms_norm, gate/up, SiLU * up, down (+ residual).
 
-Built once by `engine.cpp_ext` from the two kernels' sources and the loop below; where
+Built once by `engine.cpp_ext` with the two kernels' sources (the loop below calls them); where
 that fails `available()` is False and the model runs its torch loop.
 """
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ktcli.engine import bf16_gemv, cpp_ext, cpu_attention
+from ktcli.engine import cpp_ext, cpu_attention
 
 _LOOP = r"""
 namespace fused {
@@ -129,13 +129,14 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torc
 }
 """
 
-_SOURCE = bf16_gemv._SOURCE + cpu_attention._SOURCE + _LOOP
+SOURCE = _LOOP  # compiled after bf16_gemv.SOURCE and cpu_attention.SOURCE, whose code it calls
+FUNCTIONS = ["decode_layers"]
 _FIELDS = ("in_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm", "gate_up", "gate_up_bias", "down", "down_bias",
            "q_norm", "k_norm")
 
 
 def _load():
-    return cpp_ext.load("ktcli_cpu_decode", _SOURCE, ["decode_layers"], disable_env="KTCLI_NO_FUSED_DECODE")
+    return cpp_ext.load("KTCLI_NO_FUSED_DECODE")
 
 
 def available() -> bool:
