@@ -3,9 +3,10 @@
 All kernels (`bf16_gemv`, `cpu_attention`, `cpu_decode`) are compiled as *one* library:
 each translation unit pulls in torch's headers, which is most of the compile time, so one
 library compiles about three times faster than three (the fused decode loop needs the
-other two's code anyway). The library is cached in TORCH_EXTENSIONS_DIR, so only the first
-start after a change of source compiles; `scripts/setup.sh` does that first build
-(`python -m ktcli.engine.cpp_ext`) so a user's first question does not wait for it.
+other two's code anyway). The library is cached (ktcli's cache folder, or
+TORCH_EXTENSIONS_DIR, one subfolder per virtualenv), so only the first start after a change
+of source compiles; `scripts/setup.sh` does that first build (`python -m
+ktcli.engine.cpp_ext`) so a user's first question does not wait for it.
 
 Where that cannot work (no compiler or headers, a CPU without AVX2) `load` returns None and
 callers keep their torch path; KTCLI_NO_CPP_KERNELS, or a kernel's own switch, does the
@@ -14,10 +15,12 @@ same on purpose.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 
@@ -57,11 +60,25 @@ def _build():
                 module = load_inline(
                     NAME, cpp_sources=source, functions=functions,
                     extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
+                    build_directory=str(_build_dir()),
                 )
             except Exception:  # no compiler or headers: the callers' torch path
                 module = None
         _built.append(module)
         return module
+
+
+def _build_dir() -> Path:
+    """A build folder per interpreter and torch version. torch's default is one folder per
+    name: two virtualenvs (a second checkout, CI beside a dev venv) compile with different
+    include paths and would rebuild each other's library on every switch (~50 s each)."""
+    import platformdirs
+
+    key = hashlib.sha1(f"{sys.prefix}|{torch.__version__}".encode()).hexdigest()[:12]
+    base = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(platformdirs.user_cache_dir("ktcli")) / "cpp")
+    folder = base / f"{NAME}-{key}"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 if __name__ == "__main__":  # scripts/setup.sh: compile now rather than on the first question
