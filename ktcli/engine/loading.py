@@ -52,3 +52,9 @@ def _long_context(settings: Settings, plan) -> dict:
         # A window for the whole input and the answer (the loader sizes the pages for it).
         out["context_window"] = plan.input_tokens + plan.question_tokens + plan.answer_budget + 2048
     return out
+
+
+def weights_note(weights: str | None) -> str:
+    """', bf16' for the "loading model" status line; nothing for auto (the engine picks the
+    dtype from the device once it has one, which the status line comes before)."""
+    return "" if weights in (None, "", "auto") else f", {weights}"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ktcli.config import Settings
-from ktcli.engine.loading import load_backend
+from ktcli.engine.loading import load_backend, weights_note
 from ktcli.engine.model_store import is_converted, resolve_model
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared, prepare, save_rates
@@ -58,7 +58,7 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
     if settings.backend == "openai":
         reporter.status(f"connecting to {settings.base_url} (OpenAI-compatible server)")
     else:
-        reporter.status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
+        reporter.status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
     return load_backend(settings, reporter.status, plan)
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ktcli.config import Settings
 from ktcli.engine.batching import Runner, make_runner
+from ktcli.engine.loading import weights_note
 from ktcli.engine.model_store import ensure_hf_dir, resolve_model
 from ktcli.errors import UsageError
 from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
@@ -49,7 +50,7 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
     if not options.model_id:
         options = replace(options, model_id=resolve_model(settings.model).name)
     if runner is None:
-        on_status(f"loading model {settings.model} ({settings.engine} engine, {settings.weights})")
+        on_status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
         runner = make_runner(load_engine(settings, on_status), options.max_batch)
     app = ServeApp(runner, options)
     try:
