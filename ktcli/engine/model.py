@@ -3,8 +3,10 @@
 One forward runs a *step*: the new tokens of several sequences flattened into [T, hidden]
 rows (prefill chunks or one token each in decode). Matmuls run on all rows at once;
 attention runs per sequence over its pages. The layer loop is written out flat, with
-fused weights, so a decode step costs a few torch calls per layer and Python stays a
-small share of the time.
+fused weights; it is the readable path and the oracle. On a CPU a decode step over dense
+pages runs the same loop in one C++ call instead (`engine.cpu_decode`, attention by
+`engine.cpu_attention`), because ~20 small torch calls per layer cost several
+milliseconds per token next to the weight reads.
 
 Weight dtypes: fp32 runs everything in fp32. bf16 keeps the weights in bf16 (half the
 bytes to read per token, which is what bounds decode on a CPU) and the residual stream,
@@ -58,7 +60,7 @@ class Model:
         # Decode steps (one token per sequence) over dense CPU pages: our attention kernel
         # (engine.cpu_attention), all sequences in one call per layer.
         self._decode_kernel = (
-            weights.embed.device.type == "cpu"
+            self.device.type == "cpu"
             and getattr(kv, "attend_layer", None) is None
             and cpu_attention.supports(cfg.head_dim, cfg.n_heads, cfg.n_kv_heads, getattr(kv, "dtype", None))
         )
