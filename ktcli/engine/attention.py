@@ -36,6 +36,13 @@ class SeqAttn:
             return cache[self.first_slot + lo : self.first_slot + self.ctx]  # a view
         return cache.index_select(0, self.slots[lo:])  # gather
 
+    def block_table(self, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
+        """[pages] int32 physical block of each logical page (read back from the slots)."""
+        n_pages = -(-self.ctx // block_size)
+        if self.first_slot is not None:
+            return torch.arange(n_pages, dtype=torch.int32, device=device) + self.first_slot // block_size
+        return (self.slots[::block_size] // block_size).to(torch.int32)  # first slot of each page
+
 
 def block_slots(table: list[int], block_size: int, n_tokens: int) -> tuple[int | None, torch.Tensor | None]:
     """(first slot, None) when the pages in `table` covering n_tokens are consecutive,

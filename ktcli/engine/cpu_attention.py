@@ -375,18 +375,10 @@ class DecodeBatch:
     @classmethod
     def from_seqs(cls, seqs, block_size: int, slot_mapping: torch.Tensor) -> "DecodeBatch":
         """From the runner's SeqAttn records (one token each)."""
-        rows = []
-        for s in seqs:
-            used = -(-s.ctx // block_size)
-            if s.first_slot is not None:
-                first = s.first_slot // block_size
-                rows.append(list(range(first, first + used)))
-            else:
-                rows.append((s.slots[::block_size] // block_size).tolist())
-        width = max(len(r) for r in rows)
-        tables = torch.zeros(len(rows), width, dtype=torch.int32)
+        rows = [s.block_table(block_size) for s in seqs]
+        tables = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int32)
         for i, r in enumerate(rows):
-            tables[i, : len(r)] = torch.tensor(r, dtype=torch.int32)
+            tables[i, : len(r)] = r
         ctx = torch.tensor([s.ctx for s in seqs], dtype=torch.int64)
         lo = {w: torch.tensor([s.masks[w][0] for s in seqs], dtype=torch.int64) for w in seqs[0].masks}
         return cls(tables, block_size, ctx, lo, slot_mapping.to(torch.int64).contiguous())

@@ -112,14 +112,6 @@ def scaled_window(cfg: ModelConfig) -> int:
 # -- the cache --------------------------------------------------------------------------
 
 
-def _block_table(seq, block_size: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """[pages] int32 physical block of each logical page of a step's sequence."""
-    n_pages = -(-seq.ctx // block_size)
-    if seq.first_slot is not None:
-        return torch.arange(n_pages, dtype=torch.int32, device=device) + seq.first_slot // block_size
-    return (seq.slots[::block_size] // block_size).to(torch.int32)  # first slot of each page
-
-
 class KernelKVCache:
     """Drop-in for `PagedKVCache` (same sizing interface) over `kernels` pages, plus the
     attention of one layer. `rope` and `blocks` are attached by the loader."""
@@ -205,7 +197,7 @@ class KernelKVCache:
 
     def _begin_step(self, step) -> None:
         self._step = step
-        self._tables = [_block_table(s, self.block_size, self.device) for s in step.seqs]
+        self._tables = [s.block_table(self.block_size, self.device) for s in step.seqs]
         # [1] int32 context length per sequence, from the step's positions where they live
         # (a sequence's last query sits at ctx - 1): no host-to-device copy per layer.
         self._lens = [(step.positions[s.start + s.n - 1 : s.start + s.n] + 1).to(torch.int32) for s in step.seqs]
