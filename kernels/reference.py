@@ -319,6 +319,40 @@ def _dequantize(layer: PagedKVLayer, phys: torch.Tensor, heads: torch.Tensor):
     return k, dequantize_values(vp, vz, vs, kind)
 
 
+def dequantize_pages(layer: PagedKVLayer, phys: torch.Tensor):
+    """Sealed pages ``phys`` [P], every head, in the pages' own layout -> k, v
+    [P, BS, H, D] float32. One gather per tensor (no per-head indexing): the fast way to
+    read a whole context."""
+    kind = layer.spec.kv_dtype
+    kp, vp = layer.k_pages[phys], layer.v_pages[phys]  # [P, BS, H, Dp]
+    if kind in ("fp32", "bf16", "fp16"):
+        return kp.float(), vp.float()
+    if kind == "fp8":
+        ks, vs = layer.k_scale[phys][:, None, :, None], layer.v_scale[phys][:, None, :, None]  # [P, 1, H, 1]
+        return kp.view(torch.float8_e4m3fn).float() * ks, vp.view(torch.float8_e4m3fn).float() * vs
+    lo, hi = layer.k_min[phys][:, None], layer.k_max[phys][:, None]  # [P, 1, H, D]
+    codes = (unpack_int4(kp) if kind == "int4" else kp).float()
+    k = lo + codes * ((hi - lo) / qmax_of(kind))  # as dequantize_keys, to the bit
+    return k, dequantize_values(vp, layer.v_zero[phys], layer.v_scale[phys], kind)
+
+
+def context_kv(layer: PagedKVLayer, block_table: torch.Tensor, ctx: int):
+    """Every key and value of one sequence's first ``ctx`` tokens, dequantised, staged tail
+    included: k, v [ctx, H, D] float32 (block_table [pages] int)."""
+    spec = layer.spec
+    bs = spec.block_size
+    n_pages = -(-ctx // bs)
+    phys = block_table[:n_pages].long()
+    k, v = dequantize_pages(layer, phys)  # [P, BS, H, D]
+    tail = ctx % bs
+    if spec.quantized and tail:  # the last page is still in its staging slot
+        slot = layer.stage_of_block[phys[-1]].long()
+        k[-1, :tail] = layer.stage_k[slot, :tail].float()
+        v[-1, :tail] = layer.stage_v[slot, :tail].float()
+    h, d = spec.n_kv_heads, spec.head_dim
+    return k.view(n_pages * bs, h, d)[:ctx], v.view(n_pages * bs, h, d)[:ctx]
+
+
 # --------------------------------------------------------------------------------------
 # Attention: online softmax over tiles of pages.
 # --------------------------------------------------------------------------------------
@@ -484,9 +518,11 @@ def select_pages(scores, context_lens, block_size, policy: AttentionPolicy, max_
 # --------------------------------------------------------------------------------------
 
 
-def chunk_page_plan(q, layer, block_table, start_pos: int, policy: AttentionPolicy):
+def chunk_page_plan(q, layer, block_table, start_pos: int, policy: AttentionPolicy, extra=None):
     """Which logical pages a prefill chunk visits, per kv head.
 
+    ``extra``: logical pages [E] every query of the chunk sees besides the policy's own
+    (a selection made elsewhere, e.g. from the question); ignored for dense.
     Returns (pages [Hs, L] int32 ascending, -1 padded; local_only [Hs, L] bool: the page
     is visible only to queries for which it is local; n_pages [Hs] int32)."""
     spec = layer.spec
@@ -513,6 +549,10 @@ def chunk_page_plan(q, layer, block_table, start_pos: int, policy: AttentionPoli
         # Local pages of the last query are in sel too; only sinks and top-k are "always".
         local_last = idx >= p_last - policy.n_local_pages + 1
         always &= ~local_last[None] | (idx < policy.n_sink_pages)[None]
+    if extra is not None and extra.numel():
+        forced = torch.zeros(n_total, dtype=torch.bool, device=dev)
+        forced[extra.long()[(extra >= 0) & (extra < n_total)]] = True
+        always = always | forced[None]
     local_any = (idx >= p_first - policy.n_local_pages + 1)[None]  # local to some query
     visit = always | local_any  # [Hs, P]
     keyed = torch.where(visit, idx, n_total).sort(dim=-1).values  # selected first, ascending

@@ -101,6 +101,17 @@ def test_store_then_read_matches_inputs(kind, bs):
 
 
 @pytest.mark.parametrize("kind", ALL_KINDS)
+def test_context_kv_reads_what_attention_sees(kind):
+    """The whole-context fast read (every head, one gather) equals the per-page reads,
+    for full pages and for a tail still in its staging slot."""
+    f = fill(spec_of(kind, 16), [1, 16, 35, 79], seed=5)
+    for s in range(len(f.keys)):
+        k, v = R.context_kv(f.layer, f.block_tables[s], int(f.context_lens[s]))
+        want_k, want_v = materialize(f, s)
+        assert torch.equal(k, want_k) and torch.equal(v, want_v)
+
+
+@pytest.mark.parametrize("kind", ALL_KINDS)
 def test_page_summaries_bound_every_key(kind):
     f = fill(spec_of(kind), [7, 16, 45, 64], seed=4)
     bs = 16
