@@ -29,6 +29,9 @@ class SeqAttn:
     first_slot: int | None  # slot of token 0 when the pages are consecutive, else None
     slots: torch.Tensor | None  # [ctx] slot of every token, when they are not
     masks: dict  # window (None: full) -> (key offset, [n, keys] bool mask or None)
+    # The step ends the sequence's pending tokens (a token is sampled after it): for a
+    # prefill chunk, the prompt's last, whose final queries are the question.
+    samples: bool = True
 
     def keys(self, cache: torch.Tensor, lo: int) -> torch.Tensor:
         """[ctx - lo, H, D] rows of tokens lo .. ctx-1."""
@@ -103,7 +106,7 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
 SMALL_DECODE_KEYS = 1 << 30
 
 
-def _decode_small(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+def decode_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     n_kv, d = k.shape[1], k.shape[2]
     group = q.shape[1] // n_kv
     qg = q.reshape(n_kv, group, d)  # [1, HQ, D] -> [H, G, D]: query heads grouped by kv head
@@ -124,7 +127,7 @@ def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: S
     if q.dtype != k.dtype:
         q = q.to(k.dtype)
     if seq.n == 1 and k.shape[0] <= SMALL_DECODE_KEYS and k.dtype == torch.float32:
-        return _decode_small(q, k, v, scale)
+        return decode_grouped(q, k, v, scale)
     # [n, HQ, D] -> [1, HQ, n, D]; [keys, H, D] -> [1, H, keys, D] (views)
     out = F.scaled_dot_product_attention(
         q.transpose(0, 1).unsqueeze(0),

@@ -28,7 +28,9 @@ import torch
 
 import kernels
 from kernels import AttentionPolicy
-from kernels.reference import chunk_page_plan, gather_kv
+from kernels.reference import chunk_page_plan, context_kv, gather_kv
+from ktcli.engine import prefill_attention
+from ktcli.engine.attention import decode_grouped
 from ktcli.engine.config import ModelConfig
 from ktcli.errors import InputError, OutOfMemoryError
 
@@ -43,6 +45,9 @@ class LongContextOptions:
     dense_layers: int = 0  # the first N layers attend densely whatever the policy
     position_remap: bool = False  # InfLLM-style distances (window / topk)
     block_size: int = kernels.KVCacheSpec(1, 2).block_size
+    # topk with remapped positions: pages the prompt's last queries (the question) attend
+    # to most, shared by every layer and head of the answer's steps (`QuestionPages`).
+    question_pages: int = 8
     # Staging slots: one per sequence holding a partial page (serve batches up to 16-32).
     n_stage: int = 32
     stage_dtype: str = "fp32"  # the full-precision recent window of quantized kinds
@@ -55,9 +60,12 @@ class LongContextOptions:
 
 
 def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_pages: int = 4,
-                top_k_pages: int = 32) -> AttentionPolicy:
-    # 32 pages of 64 tokens: a ~2K-token retrieved budget (Quest / InfLLM use 2-4K); with
-    # sinks and the local window every virtual position stays under 2.5K, inside 8K.
+                top_k_pages: int = 8) -> AttentionPolicy:
+    # 8 Quest pages per step plus 8 question pages (LongContextOptions): with sinks and the
+    # local window a query sees 21 pages, 1.3K tokens. On SmolLM2 a bigger budget hurt:
+    # at 16K, 32 Quest + 16 question pages missed the needle where 8 + 8 found it at
+    # every depth (more unrelated text for a 135M model to be distracted by), and each
+    # page costs prefill time. Larger models take more (Quest / InfLLM use 2-4K tokens).
     if isinstance(kind, AttentionPolicy):
         return kind
     if kind not in POLICIES:
@@ -136,6 +144,12 @@ class KernelKVCache:
         self._step = None
         self._tables: list[torch.Tensor] = []
         self._lens: list[torch.Tensor] = []
+        self._question: dict[int, QuestionPages] = {}  # first physical block -> the question's pages
+        self._observing: list[bool] = []  # per sequence of the step: its prompt ends here
+        self._asks = options.position_remap and self.policy.kind == "topk" and options.question_pages > 0
+        self._replaying = False
+        self._replay_of: list[bool] = []
+        self._store_rows: torch.Tensor | None = None  # rows a replayed step stores again
         self.dtype = torch.float32
 
     # sizing (the PagedKVCache interface) -------------------------------------------
@@ -181,14 +195,30 @@ class KernelKVCache:
         remap = self.options.position_remap
         if remap:
             q, k = self._unrotate(q, step), self._unrotate(k, step)
-        kernels.kv_store(layer, k.contiguous(), v.contiguous(), step.slot_mapping)
+        if self._store_rows is None:
+            kernels.kv_store(layer, k.contiguous(), v.contiguous(), step.slot_mapping)
+        elif self._store_rows.numel():
+            rows = self._store_rows
+            kernels.kv_store(layer, k[rows].contiguous(), v[rows].contiguous(), step.slot_mapping[rows])
         policy = self.layer_policy(li)
         outs = []
-        for seq, table, lens in zip(step.seqs, self._tables, self._lens):
+        for seq, table, lens, observe in zip(step.seqs, self._tables, self._lens, self._observing):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
             if remap:
-                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len))
+                extra = None
+                if policy.kind == "topk" and self.options.question_pages > 0:
+                    extra = self._question_pages(li, qs, layer, table, seq.ctx, observe)
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra))
+            elif policy.kind == "dense" and q.device.type == "cpu" and kernels.get_backend() != "triton":
+                # The reference walks page tiles with masks and an online softmax; one
+                # dequantisation of the context per call, then the flash kernels (prefill)
+                # or two batched products (decode), is several times faster.
+                k_all, v_all = context_kv(layer, table, seq.ctx)
+                if seq.n == 1:
+                    outs.append(decode_grouped(qs.float(), k_all, v_all, self.scale))
+                else:
+                    outs.append(prefill_attention.attend_prefix(qs, k_all, v_all, self.scale))
             elif seq.n == 1:
                 outs.append(kernels.attention_decode(qs, layer, table[None], lens, self.scale, policy))
             else:
@@ -201,6 +231,41 @@ class KernelKVCache:
         # [1] int32 context length per sequence, from the step's positions where they live
         # (a sequence's last query sits at ctx - 1): no host-to-device copy per layer.
         self._lens = [(step.positions[s.start + s.n - 1 : s.start + s.n] + 1).to(torch.int32) for s in step.seqs]
+        replaying, self._replaying = self._replaying, False
+        self._store_rows = self._replay_rows(step) if replaying else None
+        self._observing = []
+        for seq, table in zip(step.seqs, self._tables):
+            key = int(table[0])
+            if not seq.samples:  # a prompt chunk before the last: any old entry is stale
+                self._question.pop(key, None)
+            fresh = seq.n > 1 or key not in self._question
+            self._observing.append(self._asks and not replaying and seq.samples and fresh)
+        if len(self._question) > 4 * max(1, len(step.seqs)) and self.blocks is not None:
+            self._question = {k: v for k, v in self._question.items() if not self.blocks.is_free(k)}
+
+    def replay(self, step) -> bool:
+        """After a forward: whether it must run again because a prompt ended in it and its
+        question chose pages (`QuestionPages`). The replay reads those pages in every layer
+        and stores the K/V it computes over the first pass's."""
+        if step is not self._step or not any(self._observing):
+            return False
+        self._replay_of = list(self._observing)
+        self._step, self._replaying = None, True
+        return True
+
+    def _replay_rows(self, step) -> torch.Tensor:
+        """Rows of a replayed step to store again: the replayed sequences' only. Quantized
+        pages take whole pages: rows before the chunk's first page boundary keep the first
+        pass's values (rewriting part of a sealed page would re-seal it from a partly
+        stale staging slot)."""
+        rows = []
+        for seq, again in zip(step.seqs, self._replay_of):
+            if not again:
+                continue
+            skip = (-(seq.ctx - seq.n)) % self.block_size if self.spec.quantized else 0
+            rows.append(torch.arange(seq.start + min(skip, seq.n), seq.start + seq.n))
+        idx = torch.cat(rows) if rows else torch.empty(0, dtype=torch.long)
+        return idx.to(step.slot_mapping.device)
         if self.spec.quantized:
             self._reclaim_staging(len(step.seqs))
 
@@ -231,7 +296,19 @@ class KernelKVCache:
         xc = torch.view_as_complex(x.reshape(*shape[:-1], shape[-1] // 2, 2).contiguous())
         return torch.view_as_real(xc * rot).reshape(shape)
 
-    def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int) -> torch.Tensor:
+    def _question_pages(self, li: int, q, layer, table, ctx: int, observe: bool) -> torch.Tensor | None:
+        """Pages a sequence's question selects for layer li (see `QuestionPages`): updated
+        while the prompt's last chunk goes up the layers, then fixed for the decode steps."""
+        key = int(table[0])
+        if observe:
+            if li == 0 or key not in self._question:
+                self._question[key] = QuestionPages(self.options.question_pages, self.policy)
+            self._question[key].observe(q, layer, table, ctx, self.scale)
+        pages = self._question.get(key)
+        return pages.chosen if pages is not None else None
+
+    def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int,
+                  extra: torch.Tensor | None = None) -> torch.Tensor:
         """Attention of unrotated queries q [N, HQ, D] at positions start.. over unrotated
         pages at compact virtual positions (see `virtual_plan`).
 
@@ -251,7 +328,7 @@ class KernelKVCache:
         out = torch.empty(n_q, h, group, d, device=q.device)
         for g0 in range(first, end, step):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
-            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy)
+            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra)
             max_pos = int(qpos.max()) + 1
             kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" else 0, max_pos))
             qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
@@ -262,7 +339,55 @@ class KernelKVCache:
         return out.reshape(n_q, hq, d)
 
 
-def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy):
+class QuestionPages:
+    """The pages a prompt's question reads, found once at the end of the prompt.
+
+    Quest's per-page bound is loose for a small model: at 16K tokens the needle's page
+    ranked about 100th of 245 by it, for every aggregation tried. The question's exact
+    attention is sharp in a few retrieval heads (SmolLM2: layer 17 head 1, layer 18
+    head 2): the needle's page gets the most attention mass of all pages there, while
+    most heads spread theirs. So, at the prompt's last chunk, the last `WINDOW` queries
+    attend (unrotated, at distance 0: keys are stored unrotated) over every page of each
+    layer; each head's mass per page is z-scored over the candidate pages (neither sink
+    nor local), and a page scores the largest z any head gave it so far. As the chunk goes
+    up the layers each layer selects with the score so far (the retrieval layers and every
+    layer above them see the needle), and the decode steps all use the final one (the
+    needle page ranked first at 4K and 16K). SnapKV selects from the same observation
+    window; here the result adds pages to Quest's per-step top-k instead of evicting.
+    The cost is one pass over each layer's keys for `WINDOW` queries, once per prompt."""
+
+    WINDOW = 32
+
+    def __init__(self, n_pages: int, policy: AttentionPolicy):
+        self.n_pages, self.policy = n_pages, policy
+        self.score: torch.Tensor | None = None  # [pages of the prompt] best z so far
+        self.chosen: torch.Tensor | None = None  # [<= n_pages] logical pages
+
+    def observe(self, q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float) -> None:
+        """Fold in layer attention of the prompt's last queries q [N, HQ, D] (unrotated)."""
+        spec = layer.spec
+        bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
+        n_pages = -(-ctx // bs)
+        lo, hi = self.policy.n_sink_pages, n_pages - self.policy.n_local_pages  # candidates [lo, hi)
+        if hi <= lo:
+            return
+        obs = q[-self.WINDOW :].float()
+        group = obs.shape[1] // h
+        k, _ = context_kv(layer, table, ctx)  # [ctx, H, D]
+        qg = obs.view(-1, h, group, d).permute(1, 0, 2, 3).reshape(h, -1, d)  # [H, N*G, D]
+        scores = torch.bmm(qg, k.permute(1, 2, 0)).mul_(scale)  # [H, N*G, ctx]
+        probs = torch.nn.functional.pad(scores.softmax(-1), (0, n_pages * bs - ctx))  # the last page's tail: 0
+        mass = probs.view(h, qg.shape[1], n_pages, bs).sum(-1).mean(1)  # [H, P]
+        cand = mass[:, lo:hi]
+        z = (mass - cand.mean(1, keepdim=True)) / (cand.std(1, keepdim=True, unbiased=False) + 1e-9)
+        best = z.amax(0)
+        self.score = best if self.score is None else torch.maximum(self.score, best)
+        k_sel = min(self.n_pages, hi - lo)
+        self.chosen = (self.score[lo:hi].topk(k_sel).indices + lo).to(torch.int32)
+
+
+def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
+                 extra: torch.Tensor | None = None):
     """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
     one page unless the policy is dense) at compact virtual positions.
 
@@ -276,7 +401,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     bs = layer.spec.block_size
     n_q = q.shape[0]
     end = start + n_q
-    pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy)
+    pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy, extra)
     h = layer.spec.n_kv_heads
     pages, local_only = pages.expand(h, pages.shape[-1]), local_only.expand(h, local_only.shape[-1])
     k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))

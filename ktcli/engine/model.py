@@ -97,6 +97,16 @@ class Model:
     @torch.inference_mode()
     def forward(self, ids: torch.Tensor, step: Step) -> torch.Tensor:
         """ids [T] -> logits [R, vocab] float32 for step.logit_rows (R = T when None)."""
+        logits = self._forward(ids, step)
+        # Sparse pages chosen by the question (engine.longctx.QuestionPages) are known only
+        # once the prompt's last chunk has been through every layer; that chunk runs again
+        # with them, so every layer of the question and the answer reads the same pages.
+        replay = getattr(self.kv, "replay", None)
+        if replay is not None and replay(step):
+            logits = self._forward(ids, step)
+        return logits
+
+    def _forward(self, ids: torch.Tensor, step: Step) -> torch.Tensor:
         cfg, w = self.cfg, self.w
         T = ids.shape[0]
         H, Hq, Hkv, D = cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim

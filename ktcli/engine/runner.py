@@ -220,7 +220,7 @@ class Engine:
             else:
                 slots.append(slot_index[lo:ctx])
             masks = make_masks(n, ctx, self.windows, None if on_host else self.device)
-            seq_attn.append(SeqAttn(row, n, ctx, first, slot_index, masks))
+            seq_attn.append(SeqAttn(row, n, ctx, first, slot_index, masks, samples=ctx == s.num_tokens))
             row += n
             last_rows.append(row - 1)
             max_len = max(max_len, ctx)

@@ -37,7 +37,8 @@ def reference(llama, ids):
 
 
 def load(path, **kw):
-    return NativeBackend.load(path, block_size=BS, kv_budget_bytes=32 << 20, prefill_chunk=64, **kw)
+    kw.setdefault("prefill_chunk", 64)
+    return NativeBackend.load(path, block_size=BS, kv_budget_bytes=32 << 20, **kw)
 
 
 @pytest.mark.parametrize("policy,remap", [
@@ -111,9 +112,13 @@ def _rot(cache, x, pos):
     return torch.view_as_real(xc * torch.polar(torch.ones_like(ang), ang)).reshape(x.shape)
 
 
-@pytest.mark.parametrize("kind,n_q,start", [("topk", 1, 82), ("topk", 5, 78), ("topk", 19, 64 + 3),
-                                             ("window", 1, 82), ("window", 12, 70), ("dense", 7, 76)])
-def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start):
+@pytest.mark.parametrize("kind,n_q,start,extra", [
+    ("topk", 1, 82, None), ("topk", 5, 78, None), ("topk", 19, 64 + 3, None), ("window", 1, 82, None),
+    ("window", 12, 70, None), ("dense", 7, 76, None),
+    # pages the question chose, on top of the policy's own
+    ("topk", 1, 82, [2, 5]), ("topk", 19, 64 + 3, [1, 3, 4]), ("window", 12, 70, [3]),
+])
+def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start, extra):
     torch.manual_seed(0)
     policy = AttentionPolicy("topk" if kind == "dense" else kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3)
     layer_policy = kernels.reference.DENSE if kind == "dense" else policy
@@ -125,14 +130,15 @@ def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start)
     slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
     kernels.kv_store(layer, k, v, slots)
     q = torch.randn(n_q, 4, 16)
-    out = cache._remapped(q, layer, table, start, layer_policy, ctx)
+    extra = None if extra is None else torch.tensor(extra, dtype=torch.int32)
+    out = cache._remapped(q, layer, table, start, layer_policy, ctx, extra)
 
     for i in range(n_q):
         qi = start + i
         # The query's group: its page (the whole call for a dense layer), planned with
         # the group's own queries.
         g0, g1 = (start, ctx) if kind == "dense" else (max(start, qi // bs * bs), min(ctx, (qi // bs + 1) * bs))
-        pages, local_only, _ = chunk_page_plan(q[g0 - start : g1 - start], layer, table, g0, layer_policy)
+        pages, local_only, _ = chunk_page_plan(q[g0 - start : g1 - start], layer, table, g0, layer_policy, extra)
         lo = 0 if kind == "dense" else max(0, qi // bs - policy.n_local_pages + 1)
         for h in range(2):
             row = min(h, pages.shape[0] - 1)
@@ -146,8 +152,115 @@ def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start)
                 p = torch.softmax(logits * 16**-0.5, 0)
                 want = (p[:, None] * v[keys[: vq + 1], h].double()).sum(0)
                 torch.testing.assert_close(out[i, hq].double(), want, atol=1e-4, rtol=1e-4)
-            if kind != "dense":  # distances stay inside sinks + top-k + local pages
-                assert vq < (policy.n_sink_pages + policy.top_k_pages + policy.n_local_pages) * bs
+            if kind != "dense":  # distances stay inside sinks + top-k + question + local pages
+                n_extra = 0 if extra is None else extra.numel()
+                assert vq < (policy.n_sink_pages + policy.top_k_pages + n_extra + policy.n_local_pages) * bs
+        if extra is not None and kind != "dense":  # every question page is visible
+            assert set(extra.tolist()) <= {int(p) for p in pages[0] if p >= 0}
+
+
+def test_question_pages_find_the_page_one_head_attends_to():
+    """A page whose keys match the question in one head of one layer, among noise: its
+    z-scored attention mass is the highest, it is chosen, and layers fold in by max."""
+    torch.manual_seed(1)
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+    cache = _cache(policy, n_blocks=16)
+    bs, ctx = 8, 100
+    table = torch.randperm(16)[: math.ceil(ctx / bs)].to(torch.int32)
+    slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
+    q = torch.randn(6, 4, 16)
+    k = torch.randn(ctx, 2, 16) * 0.3
+    needle_page = 5
+    k[needle_page * bs : needle_page * bs + 3, 1] = 4 * q[:, 2:].mean((0, 1))  # kv head 1 only
+    layer0, layer1 = cache.layers[0], kernels.allocate(cache.spec, 16, torch.device("cpu"), 4)  # a second layer
+    kernels.kv_store(layer0, torch.randn(ctx, 2, 16) * 0.3, torch.randn(ctx, 2, 16), slots)  # noise only
+    kernels.kv_store(layer1, k, torch.randn(ctx, 2, 16), slots)
+    pages = longctx.QuestionPages(3, policy)
+    pages.observe(q, layer0, table, ctx, 0.25)
+    first = pages.score.clone()
+    pages.observe(q, layer1, table, ctx, 0.25)
+    assert int(pages.chosen[0]) == needle_page  # the best page first
+    assert pages.chosen.numel() == 3
+    n_pages = math.ceil(ctx / bs)
+    assert bool((pages.chosen >= 1).all()) and bool((pages.chosen < n_pages - 2).all())  # candidates only
+    assert bool((pages.score >= first).all())  # a running max over layers
+    # z of one outlier among n = 10 candidates is at most sqrt(n - 1) = 3
+    assert float(pages.score[needle_page]) > 2.5
+
+
+def test_question_pages_replay_the_prompt_end_with_the_final_choice(llama, ids, monkeypatch):
+    """The prompt's last chunk runs twice: the second pass, and every decode step, read the
+    pages the question chose over all layers, as if they had been known from the start."""
+    from ktcli.engine.backend import SamplingParams
+
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=1, top_k_pages=1)
+    prompt, params = ids[:140], SamplingParams(max_new_tokens=6)
+    b = load(llama, attention=policy)
+    replays = []
+    real_replay = longctx.KernelKVCache.replay
+    monkeypatch.setattr(longctx.KernelKVCache, "replay",
+                        lambda self, step: replays.append(real_replay(self, step)) or replays[-1])
+    got = b.generate_ids([prompt], params)[0]
+    assert replays.count(True) == 1  # the last prefill chunk, not the other chunks or decode steps
+    (entry,) = b.kv._question.values()
+    chosen = entry.chosen.clone()
+    assert chosen.numel() == longctx.LongContextOptions.question_pages or chosen.numel() == math.ceil(140 / BS) - 2
+
+    # The same run with the final choice forced at the last chunk and every decode step.
+    monkeypatch.setattr(longctx.KernelKVCache, "replay", lambda self, step: False)
+
+    def forced(self, li, q, layer, table, ctx, observe):
+        return chosen if ctx >= len(prompt) else None
+
+    monkeypatch.setattr(longctx.KernelKVCache, "_question_pages", forced)
+    want = load(llama, attention=policy).generate_ids([prompt], params)[0]
+    assert got == want
+
+
+@pytest.mark.parametrize("kind,chunk", [("fp32", 64), ("int8", 64), ("fp32", 60), ("int8", 60)])
+def test_replay_leaves_the_pages_of_a_run_that_knew_the_choice(llama, ids, monkeypatch, kind, chunk):
+    """After the replay every stored page equals those of an engine that used the final
+    page choice from the start. Exception: quantized pages keep the first pass's rows
+    before the last chunk's first page boundary (chunk 60 starts the last chunk at 120,
+    mid-page 7), which must still be finite, never a stale staging slot."""
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=1, top_k_pages=1)
+    prompt = ids[:150]
+    tables = []
+    real_begin = longctx.KernelKVCache._begin_step
+
+    def spy(self, step):
+        real_begin(self, step)
+        tables.append(self._tables[0].clone())
+
+    monkeypatch.setattr(longctx.KernelKVCache, "_begin_step", spy)
+
+    def pages_after(engine):
+        engine.prompt_logits(prompt)
+        table = tables[-1]
+        n = table.numel()
+        out = []
+        for layer in engine.kv.layers:
+            sel = torch.arange(n, dtype=torch.int32).view(1, 1, -1).expand(1, layer.spec.n_kv_heads, -1)
+            k, v, pos = gather_kv(layer, table[None], sel, torch.tensor([len(prompt)]))
+            out.append((k[0], v[0]))
+        return out
+
+    a = load(llama, attention=policy, kv_dtype=kind, prefill_chunk=chunk)
+    got = pages_after(a)
+    (entry,) = a.kv._question.values()
+    chosen = entry.chosen.clone()
+    monkeypatch.setattr(longctx.KernelKVCache, "replay", lambda self, step: False)
+    monkeypatch.setattr(longctx.KernelKVCache, "_question_pages",
+                        lambda self, li, q, layer, table, ctx, observe: chosen if ctx >= len(prompt) else None)
+    want = pages_after(load(llama, attention=policy, kv_dtype=kind, prefill_chunk=chunk))
+    kept = (120 // BS) if (kind == "int8" and chunk == 60) else None
+    for (gk, gv), (wk, wv) in zip(got, want):
+        gk, gv, wk, wv = (x.view(x.shape[0], -1, BS, x.shape[-1]) for x in (gk, gv, wk, wv))  # [H, P, BS, D]
+        assert torch.isfinite(gk).all() and torch.isfinite(gv).all()
+        if kept is not None:
+            gk, gv, wk, wv = (torch.cat([x[:, :kept], x[:, kept + 1 :]], 1) for x in (gk, gv, wk, wv))
+        torch.testing.assert_close(gk, wk, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(gv, wv, atol=1e-5, rtol=1e-5)
 
 
 def test_rope_scaling_parse_and_window():
