@@ -2,6 +2,7 @@
 
     python -m benchmarks.longctx_quality --json [--ppl-tokens 2048] [--lengths 2048,4096,8192,16384,32768]
         [--depths 0.1,0.3,0.5,0.7,0.9] [--configs dense-fp32,dense-int8,dense-int4,window-int4,topk-int4]
+        [--sparse-lengths 16384,32768]
 
 Everything runs through the engine API (``NativeBackend.load``), not the CLI.
 
@@ -124,7 +125,8 @@ def needle_prompt(tokenizer, length: int, depth: float) -> list[int]:
     return tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
 
 
-def needle_matrix(names: list[str], lengths: list[int], depths: list[float], new_tokens: int) -> dict:
+def needle_matrix(names: list[str], lengths: list[int], depths: list[float], new_tokens: int,
+                  sparse_lengths: list[int] | None = None) -> dict:
     from ktcli.engine.backend import SamplingParams
 
     cells: dict = {}
@@ -135,8 +137,12 @@ def needle_matrix(names: list[str], lengths: list[int], depths: list[float], new
         for length in lengths:
             row = []
             rates = []
+            sparse = CONFIGS[name].get("attention", "dense") != "dense"
             for depth in depths:
-                if CONFIGS[name].get("attention", "dense") == "dense" and length > backend.context_window:
+                if sparse and sparse_lengths is not None and length not in sparse_lengths:
+                    row.append({"depth": depth, "accuracy": None, "note": "not run (--sparse-lengths)"})
+                    continue
+                if not sparse and length > backend.context_window:
                     row.append({"depth": depth, "accuracy": None, "note": "beyond the trained window: dense cannot run"})
                     continue
                 prompt = needle_prompt(backend.tokenizer, length, depth)
@@ -199,6 +205,8 @@ def main() -> None:
     parser.add_argument("--lengths", default="2048,4096,8192,16384,32768")
     parser.add_argument("--depths", default="0.1,0.3,0.5,0.7,0.9")
     parser.add_argument("--configs", default="dense-fp32,dense-int8,dense-int4,window-int4,topk-int8,topk-int4")
+    parser.add_argument("--sparse-lengths", default=None,
+                        help="lengths for the window/topk configs (default: --lengths), e.g. 16384,32768")
     parser.add_argument("--new-tokens", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-ppl", action="store_true")
@@ -212,7 +220,8 @@ def main() -> None:
         write_result("longctx_quality", result)
     if args.configs:
         matrix = needle_matrix(args.configs.split(","), [int(x) for x in args.lengths.split(",")],
-                               [float(x) for x in args.depths.split(",")], args.new_tokens)
+                               [float(x) for x in args.depths.split(",")], args.new_tokens,
+                               [int(x) for x in args.sparse_lengths.split(",")] if args.sparse_lengths else None)
         result["needle"] = matrix
         heatmap(matrix, ROOT / "benchmarks" / "results" / "needle_heatmap.png")
     result["wall_s"] = round(time.perf_counter() - started, 1)
