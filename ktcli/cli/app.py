@@ -54,7 +54,7 @@ BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server f
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
 ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps (or, where the server does not say, sets) the window.")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
-AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages).")]
+AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
 RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
 
 

@@ -17,6 +17,11 @@ position after the keys before it (`virtual_plan`): local keys keep their true d
 and every distance stays below (sinks + top-k + local) pages, inside the trained range
 whatever the length. (An earlier version put every far key at one fixed distance,
 InfLLM-style; SmolLM2 then answered from the sink page.) Decode is the one-query case.
+
+Which pages `topk` reads: each group of queries picks its own top-k by Quest's bound, and
+the prompt's question adds pages of its own (`QuestionPages`): once the prompt's last
+chunk has gone through every layer, the pages its last queries attend to most are known,
+that chunk runs again with them (`replay`), and every decode step reads them too.
 """
 
 from __future__ import annotations
@@ -68,8 +73,17 @@ def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_p
     # page costs prefill time. Larger models take more (Quest / InfLLM use 2-4K tokens).
     if isinstance(kind, AttentionPolicy):
         return kind
+    spec = kind
+    kind, _, pages = spec.partition(":")  # "topk:16" = 16 pages per step; "window:8" = 8 local pages
     if kind not in POLICIES:
-        raise InputError(f"attention {kind!r}: choose one of {', '.join(POLICIES)}")
+        raise InputError(f"attention {spec!r}: choose one of {', '.join(POLICIES)} (topk:N / window:N set the pages)")
+    if pages:
+        if kind == "dense" or not pages.isdigit() or int(pages) < 1:
+            raise InputError(f"attention {spec!r}: give a page count of at least 1, e.g. topk:16 or window:8")
+        if kind == "topk":
+            top_k_pages = int(pages)
+        else:
+            n_local_pages = int(pages)
     return AttentionPolicy(kind, n_sink_pages=n_sink_pages, n_local_pages=n_local_pages, top_k_pages=top_k_pages)
 
 

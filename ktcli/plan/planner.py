@@ -81,7 +81,8 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         return _choose_sparse(req, sparse, fits, full, retrieval)
     # Auto reads a too-long input whole only when asked to weigh it: a latency budget or
     # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before.
-    wants_sparse = bool(req.max_seconds) or req.attention in ("window", "topk") or req.kv_dtype not in ("auto", "", "model")
+    policy_kind = req.attention.partition(":")[0]  # "topk:16": topk with 16 pages per step
+    wants_sparse = bool(req.max_seconds) or policy_kind in ("window", "topk") or req.kv_dtype not in ("auto", "", "model")
     if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
         budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
         ok = [p for p in sparse if (not req.memory_budget or p.est_memory_bytes <= req.memory_budget)
@@ -157,7 +158,7 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
 
 
 def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan, retrieval: Plan) -> Plan:
-    if req.attention == "dense" and not fits:
+    if req.attention.partition(":")[0] == "dense" and not fits:
         raise UsageError("--mode sparse with --attention dense cannot go past the model's window; use window or topk")
     ok = [p for p in sparse if not req.memory_budget or p.est_memory_bytes <= req.memory_budget]
     if not ok:

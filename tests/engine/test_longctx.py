@@ -87,8 +87,8 @@ def test_sparse_decode_generates_and_summaries_bound_keys(llama, ids):
     pages = torch.arange(len(table)).view(1, 1, -1).expand(1, layer.spec.n_kv_heads, -1)
     k, _, pos = gather_kv(layer, torch.tensor([table]), pages, torch.tensor([len(seq_ids)]))
     k = k[0].view(layer.spec.n_kv_heads, len(table), BS, -1)  # [H, P, BS, D]
-    lo = layer.k_min[torch.tensor(table)].transpose(0, 1)[:, :, None]  # [H, P, 1, D]
-    hi = layer.k_max[torch.tensor(table)].transpose(0, 1)[:, :, None]
+    lo = layer.k_min[torch.tensor(table)].transpose(0, 1)[:, :, None].float()  # [H, P, 1, D]
+    hi = layer.k_max[torch.tensor(table)].transpose(0, 1)[:, :, None].float()
     slack = 1e-5 * (lo.abs() + hi.abs() + 1)
     assert bool(((k >= lo - slack) & (k <= hi + slack)).all())
     b.engine.blocks.free(table)
@@ -281,3 +281,12 @@ def test_rope_scaled_engine_runs_past_the_trained_window(tiny_models):
     assert b.context_window == 1024
     logits = b.prompt_logits([i % 256 for i in range(1, 700)])
     assert torch.isfinite(logits).all()
+
+
+def test_attention_spec_sets_the_page_counts():
+    assert longctx.make_policy("topk").top_k_pages == 8
+    assert longctx.make_policy("topk:16").top_k_pages == 16
+    assert longctx.make_policy("window:6").n_local_pages == 6
+    for bad in ("topk:x", "topk:0", "dense:4", "sparse"):
+        with pytest.raises(InputError):
+            longctx.make_policy(bad)

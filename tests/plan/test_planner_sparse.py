@@ -63,3 +63,10 @@ def test_short_input_stays_full_with_the_requested_dtype():
 def test_sparse_dense_past_the_window_is_refused():
     with pytest.raises(UsageError, match="window"):
         make_plan(req(mode="sparse", attention="dense"), SMOL, RATES)
+
+
+def test_a_page_count_on_the_policy_still_asks_for_sparse():
+    plan = make_plan(req(attention="topk:16", max_seconds=0), SMOL, RATES)
+    assert plan.mode is Mode.SPARSE and plan.attention == "topk:16"
+    with pytest.raises(UsageError):
+        make_plan(req(mode="sparse", attention="dense:4"), SMOL, RATES)
