@@ -10,7 +10,7 @@ from ktcli.pipeline.prepare import Prepared, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
-from ktcli.types import Answer
+from ktcli.types import Answer, Mode
 
 
 def ask(paths: list[str], question: str, settings: Settings, reporter: Reporter,
@@ -31,7 +31,7 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
         on_plan(prep)
     backend = _load(settings, reporter, prep.plan)
     answer = run(prep, backend, settings, reporter, tally)
-    _remember_rates(settings, tally)
+    _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE)
     return answer
 
 
@@ -62,6 +62,6 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
     return load_backend(settings, reporter.status, plan)
 
 
-def _remember_rates(settings: Settings, tally: Tally) -> None:
+def _remember_rates(settings: Settings, tally: Tally, sparse: bool) -> None:
     if tally.prefill_s and tally.decode_s:
-        save_rates(settings, tally.prompt_tokens / tally.prefill_s, tally.new_tokens / tally.decode_s)
+        save_rates(settings, tally.prompt_tokens / tally.prefill_s, tally.new_tokens / tally.decode_s, sparse)

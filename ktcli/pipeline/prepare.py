@@ -83,8 +83,9 @@ def load_rates(settings: Settings) -> Throughput:
         return Throughput()
 
 
-def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float) -> None:
-    """Blend this run's measured rates into the stored ones (used by the next plan)."""
+def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False) -> None:
+    """Blend this run's measured rates into the stored ones (used by the next plan); a
+    sparse-mode run updates the sparse rates, which differ from full attention's."""
     if prefill_tok_s <= 0 or decode_tok_s <= 0:
         return
     path = settings.cache_path / RATES_FILE
@@ -95,10 +96,12 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float) ->
     key = _rates_key(settings)
     old = data.get(key, {})
     blend = lambda new, name: round(0.5 * old[name] + 0.5 * new if name in old else new, 2)  # noqa: E731
+    prefix = "sparse_" if sparse else ""
     data[key] = {
-        "prefill_tok_s": blend(prefill_tok_s, "prefill_tok_s"),
-        "decode_tok_s": blend(decode_tok_s, "decode_tok_s"),
+        **old,
         "embed_tok_s": old.get("embed_tok_s", Throughput().embed_tok_s),
+        f"{prefix}prefill_tok_s": blend(prefill_tok_s, f"{prefix}prefill_tok_s"),
+        f"{prefix}decode_tok_s": blend(decode_tok_s, f"{prefix}decode_tok_s"),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
