@@ -38,10 +38,12 @@ class Throughput:
     prefill_tok_s: float = 150.0
     decode_tok_s: float = 10.0
     embed_tok_s: float = 4000.0
-    # The sparse mode's own rates (paged quantized cache, chunked sparse prefill); measured
-    # on 2 busy CPU cores with SmolLM2 (benchmarks/longctx_quality.py).
-    sparse_prefill_tok_s: float = 40.0
-    sparse_decode_tok_s: float = 6.0
+    # The sparse mode's own rates (paged quantized cache, chunked sparse prefill), until a
+    # sparse run on this machine measures them: SmolLM2, topk int8/int4 at 16K-32K tokens
+    # on 2 CPU cores, prefill 197-238 tok/s and decode 5.1-5.6 tok/s
+    # (benchmarks/longctx_quality.py, 2026-11-30); rounded down.
+    sparse_prefill_tok_s: float = 180.0
+    sparse_decode_tok_s: float = 5.0
 
 
 @dataclass(frozen=True)
