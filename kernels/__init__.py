@@ -59,7 +59,7 @@ When a sequence is freed with a partial page, call ``release_blocks(layer, block
 its staging slot returns to the pool (a block that is re-written from offset 0 also
 reuses its stale slot, so forgetting this leaks slots, never corrupts data).
 
-Page summaries (Quest): ``k_min``, ``k_max`` [NB, H, D] float16 (rounded outward), the per-channel min and
+Page summaries (Quest): ``k_min``, ``k_max`` [NB, H, D] float32, the per-channel min and
 max of the page's keys *as attention sees them*: the dequantised page once sealed, the
 full-precision keys while staged or for float kinds; rows beyond the fill are ignored
 and a never-written block has (+inf, -inf). For int8/int4 they are also the key scales.

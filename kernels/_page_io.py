@@ -72,8 +72,8 @@ def load_page_kv(
                     kc = tl.load(k_pages + off).to(tl.int32)
                     vc = tl.load(v_pages + off).to(tl.int32)
                     qmax = 255.0
-                kmn = tl.load(k_min + (blk * H + h) * D + offs_d).to(tl.float32)  # [D]
-                kmx = tl.load(k_max + (blk * H + h) * D + offs_d).to(tl.float32)
+                kmn = tl.load(k_min + (blk * H + h) * D + offs_d)  # [D]
+                kmx = tl.load(k_max + (blk * H + h) * D + offs_d)
                 k = kmn[None, :] + kc.to(tl.float32) * ((kmx - kmn) / qmax)[None, :]
                 poff = row * (D // G) + offs_d[None, :] // G  # [BS, D] -> its group's params
                 v = tl.load(v_zero + poff) + vc.to(tl.float32) * tl.load(v_scale + poff)

@@ -53,19 +53,8 @@ def _summary_kernel(src, src_index, fill, blocks, k_min, k_max, H, BS: tl.conste
     offs_d = tl.arange(0, D)
     rows = tl.load(src + ((a * BS + offs_t[:, None]) * H + h) * D + offs_d[None, :]).to(tl.float32)
     valid = (offs_t < f)[:, None]
-    mn = _floor16(tl.min(tl.where(valid, rows, float("inf")), axis=0))
-    mx = -_floor16(-tl.max(tl.where(valid, rows, float("-inf")), axis=0))
-    tl.store(k_min + (b * H + h) * D + offs_d, mn)
-    tl.store(k_max + (b * H + h) * D + offs_d, mx)
-
-
-@triton.jit
-def _floor16(x):
-    """float32 -> the largest float16 <= x, bit for bit as reference.summary_floor."""
-    y = x.to(tl.float16)
-    bits = y.to(tl.int16, bitcast=True)
-    down = tl.where(bits > 0, bits - 1, tl.where(bits == 0, -32767, bits + 1)).to(tl.int16)
-    return tl.where(y.to(tl.float32) > x, down.to(tl.float16, bitcast=True), y)
+    tl.store(k_min + (b * H + h) * D + offs_d, tl.min(tl.where(valid, rows, float("inf")), axis=0))
+    tl.store(k_max + (b * H + h) * D + offs_d, tl.max(tl.where(valid, rows, float("-inf")), axis=0))
 
 
 @triton.jit
@@ -104,12 +93,10 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
     row = (b * BS + offs_t[:, None]) * H + h  # [BS, 1]
 
     # Keys: one (zero, scale) per channel over the page's tokens; min/max are the summary.
-    kmn16 = _floor16(tl.min(k, axis=0))
-    kmx16 = -_floor16(-tl.max(k, axis=0))
-    tl.store(k_min + (b * H + h) * D + offs_d, kmn16)
-    tl.store(k_max + (b * H + h) * D + offs_d, kmx16)
-    kmn = kmn16.to(tl.float32)  # the codes are relative to the stored, rounded range
-    kmx = kmx16.to(tl.float32)
+    kmn = tl.min(k, axis=0)
+    kmx = tl.max(k, axis=0)
+    tl.store(k_min + (b * H + h) * D + offs_d, kmn)
+    tl.store(k_max + (b * H + h) * D + offs_d, kmx)
     kc = _asym_codes(k, kmn[None, :], ((kmx - kmn) / QMAX)[None, :], QMAX)
     _store_codes(k_pages, row, kc, D, BS, INT4)
 

@@ -90,8 +90,8 @@ class PagedKVLayer:
     spec: KVCacheSpec
     k_pages: torch.Tensor  # [NB, BS, H, Dp]
     v_pages: torch.Tensor  # [NB, BS, H, Dp]
-    k_min: torch.Tensor  # [NB, H, D] float16, rounded down (reference.summary_floor)
-    k_max: torch.Tensor  # [NB, H, D] float16, rounded up
+    k_min: torch.Tensor  # [NB, H, D] float32
+    k_max: torch.Tensor  # [NB, H, D] float32
     # fp8: [NB, H] per-page scales. int8/int4: v_scale, v_zero [NB, BS, H, D // G].
     k_scale: torch.Tensor | None = None
     v_scale: torch.Tensor | None = None
@@ -128,8 +128,8 @@ def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device | str = "c
         k_pages=pages(),
         v_pages=pages(),
         # Empty pages get an empty interval (+inf, -inf): a bound that admits no key.
-        k_min=torch.full((nb, h, d), float("inf"), dtype=torch.float16, device=dev),
-        k_max=torch.full((nb, h, d), float("-inf"), dtype=torch.float16, device=dev),
+        k_min=torch.full((nb, h, d), float("inf"), dtype=torch.float32, device=dev),
+        k_max=torch.full((nb, h, d), float("-inf"), dtype=torch.float32, device=dev),
     )
     if spec.kv_dtype == "fp8":
         layer.k_scale = torch.ones(nb, h, dtype=torch.float32, device=dev)
@@ -152,7 +152,7 @@ def bytes_per_block(spec: KVCacheSpec) -> int:
     bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
     elem = torch.tensor([], dtype=spec.page_torch_dtype).element_size()
     total = 2 * bs * h * spec.packed_dim * elem  # K and V pages
-    total += 2 * h * d * 2  # k_min, k_max in fp16 (also the int8/int4 key scale and zero)
+    total += 2 * h * d * 4  # k_min, k_max (also the int8/int4 key scale and zero)
     if spec.kv_dtype == "fp8":
         total += 2 * h * 4  # k_scale, v_scale
     elif spec.kv_dtype in ("int8", "int4"):

@@ -76,37 +76,13 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return pairs.view(*packed.shape[:-1], packed.shape[-1] * 2)  # [..., D]
 
 
-# Page summaries (and int8/int4 key zero and scale) are stored in fp16: at head_dim 64
-# and 64-token pages, fp32 pairs cost 8 of int4's 80 bytes per token and head. A lower
-# bound is rounded down and an upper bound up (exact where fp16 holds the value), so the
-# summaries still bound every key; a key range grows by at most one fp16 ulp per end.
-SUMMARY_DTYPE = torch.float16
-
-
-def summary_floor(x: torch.Tensor) -> torch.Tensor:
-    """float32 -> the largest fp16 <= x (+-inf kept: an empty page's summary)."""
-    y = x.to(SUMMARY_DTYPE)  # round to nearest
-    bits = y.view(torch.int16)
-    # One fp16 step down, on the bit pattern: +x -> bits - 1, +0 -> -min subnormal
-    # (0x8001), -x -> bits + 1 (sign-magnitude: a larger magnitude).
-    down = torch.where(bits > 0, bits - 1, torch.where(bits == 0, torch.full_like(bits, -32767), bits + 1))
-    return torch.where(y.float() > x, down.view(SUMMARY_DTYPE), y)
-
-
-def summary_ceil(x: torch.Tensor) -> torch.Tensor:
-    """float32 -> fp16 values >= x."""
-    return -summary_floor(-x)
-
-
 def quantize_keys(k: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """KIVI keys, one (zero, scale) per channel over the page's tokens.
-    k [T, BS, H, D] float32 -> (codes [T, BS, H, Dp] uint8, k_min [T, H, D], k_max [T, H, D]
-    fp16, rounded outward)."""
+    k [T, BS, H, D] float32 -> (codes [T, BS, H, Dp] uint8, k_min [T, H, D], k_max [T, H, D])."""
     qmax = qmax_of(kind)
-    k_min, k_max = summary_floor(k.amin(dim=1)), summary_ceil(k.amax(dim=1))  # [T, H, D]
-    lo = k_min.float()
-    scale = (k_max.float() - lo) / qmax
-    codes = asym_codes(k, lo[:, None], scale[:, None], qmax)  # [T, BS, H, D]
+    k_min, k_max = k.amin(dim=1), k.amax(dim=1)  # [T, H, D]
+    scale = (k_max - k_min) / qmax
+    codes = asym_codes(k, k_min[:, None], scale[:, None], qmax)  # [T, BS, H, D]
     return (pack_int4(codes) if kind == "int4" else codes), k_min, k_max
 
 
@@ -114,7 +90,6 @@ def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tenso
     """codes [..., BS, Dp], k_min/k_max [..., D] -> keys [..., BS, D] float32."""
     qmax = qmax_of(kind)
     q = unpack_int4(codes) if kind == "int4" else codes
-    k_min, k_max = k_min.float(), k_max.float()
     scale = (k_max - k_min) / qmax
     return k_min.unsqueeze(-2) + q.float() * scale.unsqueeze(-2)
 
@@ -177,8 +152,8 @@ def _refresh_summary_torch(layer, src, src_index, fill, blocks):
     bs = layer.spec.block_size
     rows = src[src_index.long()].float()  # [T, BS, H, D]
     valid = (torch.arange(bs, device=rows.device)[None, :] < fill[:, None])[..., None, None]  # [T, BS, 1, 1]
-    layer.k_min[blocks.long()] = summary_floor(torch.where(valid, rows, math.inf).amin(dim=1))
-    layer.k_max[blocks.long()] = summary_ceil(torch.where(valid, rows, -math.inf).amax(dim=1))
+    layer.k_min[blocks.long()] = torch.where(valid, rows, math.inf).amin(dim=1)
+    layer.k_max[blocks.long()] = torch.where(valid, rows, -math.inf).amax(dim=1)
 
 
 def seal_torch(layer: PagedKVLayer, blocks: torch.Tensor, slots: torch.Tensor) -> None:
@@ -191,7 +166,7 @@ def seal_torch(layer: PagedKVLayer, blocks: torch.Tensor, slots: torch.Tensor) -
         layer.v_pages[b], layer.v_scale[b] = quantize_fp8(v)
         # The summary must bound what attention reads: the dequantised page.
         kd = dequantize_fp8(layer.k_pages[b].transpose(1, 2), layer.k_scale[b])  # [T, H, BS, D]
-        layer.k_min[b], layer.k_max[b] = summary_floor(kd.amin(dim=2)), summary_ceil(kd.amax(dim=2))
+        layer.k_min[b], layer.k_max[b] = kd.amin(dim=2), kd.amax(dim=2)
         return
     layer.k_pages[b], layer.k_min[b], layer.k_max[b] = quantize_keys(k, spec.kv_dtype)
     layer.v_pages[b], layer.v_zero[b], layer.v_scale[b] = quantize_values(v, spec.kv_dtype, spec.group_size)
@@ -355,7 +330,7 @@ def dequantize_pages(layer: PagedKVLayer, phys: torch.Tensor):
     if kind == "fp8":
         ks, vs = layer.k_scale[phys][:, None, :, None], layer.v_scale[phys][:, None, :, None]  # [P, 1, H, 1]
         return kp.view(torch.float8_e4m3fn).float() * ks, vp.view(torch.float8_e4m3fn).float() * vs
-    lo, hi = layer.k_min[phys][:, None].float(), layer.k_max[phys][:, None].float()  # [P, 1, H, D]
+    lo, hi = layer.k_min[phys][:, None], layer.k_max[phys][:, None]  # [P, 1, H, D]
     codes = (unpack_int4(kp) if kind == "int4" else kp).float()
     k = lo + codes * ((hi - lo) / qmax_of(kind))  # as dequantize_keys, to the bit
     return k, dequantize_values(vp, layer.v_zero[phys], layer.v_scale[phys], kind)
@@ -464,8 +439,8 @@ def quest_bound(q: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tensor) -> to
     """sum_d max(q_d k_min_d, q_d k_max_d) as two matmuls: q+ . k_max + q- . k_min.
     q [..., R, D], k_min/k_max [..., P, D] -> [..., R, P]."""
     # 0 * inf would be NaN for never-written pages; those are masked by the caller.
-    k_min = torch.nan_to_num(k_min.float(), posinf=0.0, neginf=0.0)
-    k_max = torch.nan_to_num(k_max.float(), posinf=0.0, neginf=0.0)
+    k_min = torch.nan_to_num(k_min, posinf=0.0, neginf=0.0)
+    k_max = torch.nan_to_num(k_max, posinf=0.0, neginf=0.0)
     return q.clamp(min=0) @ k_max.transpose(-1, -2) + q.clamp(max=0) @ k_min.transpose(-1, -2)
 
 

@@ -43,8 +43,8 @@ def _score_pages_kernel(
     blk = tl.load(block_tables + s.to(tl.int64) * stride_bt + pages, mask=live, other=0).to(tl.int64)
     summ = (blk[:, None] * H + h) * D + offs_d[None, :]  # [TP, D]
     # Dead pages load 0 instead of +-inf so that 0 * inf cannot poison the dot.
-    kmn = tl.load(k_min + summ, mask=live[:, None], other=0.0).to(tl.float32)
-    kmx = tl.load(k_max + summ, mask=live[:, None], other=0.0).to(tl.float32)
+    kmn = tl.load(k_min + summ, mask=live[:, None], other=0.0)
+    kmx = tl.load(k_max + summ, mask=live[:, None], other=0.0)
     bound = tl.dot(tl.maximum(q, 0.0), tl.trans(kmx), input_precision="ieee")
     bound += tl.dot(tl.minimum(q, 0.0), tl.trans(kmn), input_precision="ieee")  # [GP, TP]
     bound = tl.where(row_ok[:, None], bound, float("-inf"))

@@ -98,7 +98,7 @@ def page_kv(layer, block: int, n_rows: int):
         if kind == "int4":
             kc = torch.stack((kc & 15, kc >> 4), -1).flatten(-2)
             vc = torch.stack((vc & 15, vc >> 4), -1).flatten(-2)
-        kmin, kmax = layer.k_min[block].float(), layer.k_max[block].float()  # [H, D]
+        kmin, kmax = layer.k_min[block], layer.k_max[block]  # [H, D]
         k = kmin + kc.float() * ((kmax - kmin) / qmax)
         grp = spec.group_size
         zero = layer.v_zero[block].repeat_interleave(grp, dim=-1)  # [BS, H, D]
