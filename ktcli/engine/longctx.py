@@ -256,6 +256,8 @@ class KernelKVCache:
             self._observing.append(self._asks and not replaying and seq.samples and fresh)
         if len(self._question) > 4 * max(1, len(step.seqs)) and self.blocks is not None:
             self._question = {k: v for k, v in self._question.items() if not self.blocks.is_free(k)}
+        if self.spec.quantized:
+            self._reclaim_staging(len(step.seqs))
 
     def replay(self, step) -> bool:
         """After a forward: whether it must run again because a prompt ended in it and its
@@ -280,8 +282,6 @@ class KernelKVCache:
             rows.append(torch.arange(seq.start + min(skip, seq.n), seq.start + seq.n))
         idx = torch.cat(rows) if rows else torch.empty(0, dtype=torch.long)
         return idx.to(step.slot_mapping.device)
-        if self.spec.quantized:
-            self._reclaim_staging(len(step.seqs))
 
     def _reclaim_staging(self, need: int) -> None:
         """Give back the staging slots of blocks the block manager has freed (a finished
