@@ -210,6 +210,8 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-ppl", action="store_true")
+    parser.add_argument("--name", default="longctx_quality",
+                        help="results file stem: a partial rerun can go beside the full matrix, not over it")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     started = time.perf_counter()
@@ -217,15 +219,16 @@ def main() -> None:
               "command": " ".join(sys.argv), "needle": NEEDLE, "question": QUESTION}
     if not args.skip_ppl and args.ppl_configs:
         result["perplexity"] = perplexity(args.ppl_configs.split(","), args.ppl_tokens)
-        write_result("longctx_quality", result)
+        write_result(args.name, result)
     if args.configs:
         matrix = needle_matrix(args.configs.split(","), [int(x) for x in args.lengths.split(",")],
                                [float(x) for x in args.depths.split(",")], args.new_tokens,
                                [int(x) for x in args.sparse_lengths.split(",")] if args.sparse_lengths else None)
         result["needle"] = matrix
-        heatmap(matrix, ROOT / "benchmarks" / "results" / "needle_heatmap.png")
+        heat = "needle_heatmap" if args.name == "longctx_quality" else f"{args.name}_heatmap"
+        heatmap(matrix, ROOT / "benchmarks" / "results" / f"{heat}.png")
     result["wall_s"] = round(time.perf_counter() - started, 1)
-    path = write_result("longctx_quality", result)
+    path = write_result(args.name, result)
     print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
 
 
