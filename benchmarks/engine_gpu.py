@@ -53,7 +53,12 @@ def _parse(argv):
     ap.add_argument("--policies", help=f"(default {','.join(POLICIES)}; --smoke: dense,topk)")
     ap.add_argument("--prompt-tokens", type=int, help="prompt length (default 1536; --smoke 45)")
     ap.add_argument("--new-tokens", type=int, help="greedy tokens (default 32; --smoke 4)")
-    ap.add_argument("--weights", default="bf16", help="device weight dtype for the non-fp32 kinds: bf16 or fp16")
+    ap.add_argument("--weights", default="bf16",
+                    help="device weight dtype for the non-fp32 kinds: bf16, fp16, or fp32 (then every page dtype is "
+                         "compared with the same page dtype on the CPU: the kernels' exactness alone)")
+    ap.add_argument("--triton-cpu", action="store_true",
+                    help="the real model's 'device' runs on CPU tensors through the interpreted Triton kernels "
+                         "(slow: a logic check of the GPU path without a GPU)")
     ap.add_argument("--budget-s", type=float, default=150.0, help="wall-clock budget; CPU references stop when it is spent")
     ap.add_argument("--device", default="cuda", help="device of the engine runs; cpu checks this script's plumbing on the real model")
     return ap.parse_args(argv)
@@ -143,15 +148,17 @@ def run(args) -> dict:
     import kernels
 
     started = time.perf_counter()
-    cuda = args.device == "cuda" and torch.cuda.is_available() and not args.smoke
-    if args.device == "cuda" and not cuda and not args.smoke:
+    forced = args.smoke or args.triton_cpu  # CPU tensors forced through the interpreted kernels
+    cuda = args.device == "cuda" and torch.cuda.is_available() and not forced
+    if args.device == "cuda" and not cuda and not forced:
         return {"skipped": "no CUDA device (use --smoke for a CPU plumbing check)"}
     kinds = (args.kinds or ("fp32,int8" if args.smoke else ",".join(KINDS))).split(",")
     policies = (args.policies or ("dense,topk" if args.smoke else ",".join(POLICIES))).split(",")
     n_prompt = args.prompt_tokens or (45 if args.smoke else 1536)
     n_new = args.new_tokens or (4 if args.smoke else 32)
     device = "cuda" if cuda else "cpu"
-    where = "cpu (TRITON_INTERPRET, smoke)" if args.smoke else "cpu (reference kernels)"
+    where = ("cpu (TRITON_INTERPRET, smoke)" if args.smoke else "cpu (TRITON_INTERPRET)" if args.triton_cpu
+             else "cpu (reference kernels)")
     result: dict = {"device": torch.cuda.get_device_name() if cuda else where,
                     "model": "tiny random llama" if args.smoke else args.model, "smoke": args.smoke,
                     "prompt_tokens": None, "new_tokens": n_new, "weights": args.weights, "rows": []}
@@ -173,10 +180,10 @@ def run(args) -> dict:
     rows: list[dict] = result["rows"]
     try:
         # Device runs: CUDA tensors dispatch to Triton; in smoke CPU tensors are forced there.
-        kernels.set_backend("triton" if args.smoke else "auto")
+        kernels.set_backend("triton" if forced else "auto")
         for kind in kinds:
             for pol in policies:
-                weights = "fp32" if kind == "fp32" or args.smoke else args.weights
+                weights = "fp32" if kind == "fp32" or forced else args.weights
                 row = {"kind": kind, "policy": pol, "weights": weights}
                 rows.append(row)
                 try:
@@ -204,7 +211,8 @@ def run(args) -> dict:
         # anchor every float kind; then the quantized kinds, while the budget lasts.
         kernels.set_backend("reference")
         refs: dict[tuple[str, str], list[int] | str] = {}
-        ref_kinds = ["fp32"] + [k for k in kinds if k not in ("fp32", "bf16", "fp16")]
+        exact = args.weights == "fp32" or forced  # fp32 weights on both sides: each kind vs its own pages
+        ref_kinds = ["fp32"] + [k for k in kinds if k != "fp32" and (exact or k not in ("bf16", "fp16"))]
         for kind in ref_kinds:
             for pol in policies:
                 if prompt is None:
@@ -224,7 +232,7 @@ def run(args) -> dict:
             tmp.cleanup()
 
     for row in rows:
-        same_kind = "fp32" if row["kind"] in ("fp32", "bf16", "fp16") else row["kind"]
+        same_kind = row["kind"] if row["weights"] == "fp32" else "fp32" if row["kind"] in ("bf16", "fp16") else row["kind"]
         for label, kind in (("same", same_kind), ("fp32", "fp32")):
             ref = refs.get((kind, row["policy"]))
             ok = isinstance(ref, list)
@@ -253,7 +261,7 @@ def print_table(result: dict) -> None:
 
 def main(argv=None) -> int:
     args = _parse(argv)
-    if args.smoke or not torch.cuda.is_available():
+    if args.smoke or args.triton_cpu or not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first kernel import
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = run(args)

@@ -54,7 +54,7 @@ def _parse(argv):
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end engine check")
     ap.add_argument("--model", help="model of the end-to-end part (default: the bundled SmolLM2; a .gguf path)")
-    ap.add_argument("--e2e-budget-s", type=float, default=120.0, help="wall-clock budget of the end-to-end part")
+    ap.add_argument("--e2e-budget-s", type=float, default=170.0, help="wall-clock budget of the end-to-end part")
     ap.add_argument("--budget-s", type=float, default=285.0, help="timings stop (rows marked skipped) past this")
     return ap.parse_args(argv)
 
