@@ -80,7 +80,7 @@ def run() -> dict:
     shapes = [smollm2_shape(), QWEN_1M]
     result = {"benchmark": "kv_memory", "machine": machine(), "context_tokens": CONTEXT,
               "defaults": {"block_size": defaults.block_size, "v_group_size": defaults.v_group_size,
-                           "scale_dtype": "fp32", "n_stage": N_STAGE},
+                           "key_summary_dtype": "fp32", "value_param_dtype": "fp16", "n_stage": N_STAGE},
               "goal": "int4 <= 0.3x fp16", "models": {}, "sweep": {}}
     for shape in shapes:
         table = shape_table(shape, defaults.block_size, defaults.v_group_size)

@@ -36,7 +36,8 @@ Page kinds (``spec.kv_dtype``):
     they are the page summary itself: ``zero = k_min``, ``scale = (k_max - k_min) / qmax``,
     dequantised k = k_min + code * scale.
     Values: one (zero, scale) per (block, token, kv head, group of G channels):
-    ``v_zero``, ``v_scale`` [NB, BS, H, D // G] float32, v = v_zero + code * v_scale.
+    ``v_zero``, ``v_scale`` [NB, BS, H, D // G] float16, zero rounded down from the group's
+    min and scale up from (max - zero) / qmax, v = v_zero + code * v_scale in float32.
     ``k_pages``, ``v_pages``: [NB, BS, H, D] uint8 for int8; [NB, BS, H, D // 2] uint8 for
     int4, channel ``2c`` in the low nibble and ``2c + 1`` in the high nibble of byte c.
     Codes are ``floor((x - zero) / scale + 0.5)`` clamped to [0, qmax] (0 when scale is 0).

@@ -76,7 +76,8 @@ def load_page_kv(
                 kmx = tl.load(k_max + (blk * H + h) * D + offs_d)
                 k = kmn[None, :] + kc.to(tl.float32) * ((kmx - kmn) / qmax)[None, :]
                 poff = row * (D // G) + offs_d[None, :] // G  # [BS, D] -> its group's params
-                v = tl.load(v_zero + poff) + vc.to(tl.float32) * tl.load(v_scale + poff)
+                vz = tl.load(v_zero + poff).to(tl.float32)  # fp16 parameters
+                v = vz + vc.to(tl.float32) * tl.load(v_scale + poff).to(tl.float32)
     return k, v
 
 

@@ -58,6 +58,15 @@ def _summary_kernel(src, src_index, fill, blocks, k_min, k_max, H, BS: tl.conste
 
 
 @triton.jit
+def _fp16_floor(x):
+    """float32 -> the largest float16 <= x, bit for bit as reference.fp16_floor."""
+    y = x.to(tl.float16)
+    bits = y.to(tl.int16, bitcast=True)
+    down = tl.where(bits > 0, bits - 1, tl.where(bits == 0, -32767, bits + 1)).to(tl.int16)
+    return tl.where(y.to(tl.float32) > x, down.to(tl.float16, bitcast=True), y)
+
+
+@triton.jit
 def _asym_codes(x, lo, scale, QMAX: tl.constexpr):
     """floor((x - lo) / scale + 0.5) clamped to [0, QMAX]; 0 where scale is 0."""
     inv = tl.where(scale > 0, 1.0 / scale, 0.0)
@@ -101,14 +110,17 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
     _store_codes(k_pages, row, kc, D, BS, INT4)
 
     # Values: one (zero, scale) per token and group of G channels.
+    # Stored in fp16, zero rounded down and scale up (reference.quantize_values, bit for bit).
     vg = tl.reshape(v, (BS, D // G, G))
-    vmn = tl.min(vg, axis=2)  # [BS, D/G]
-    vsc = (tl.max(vg, axis=2) - vmn) / QMAX
+    vmn16 = _fp16_floor(tl.min(vg, axis=2))  # [BS, D/G]
+    vmn = vmn16.to(tl.float32)
+    vsc16 = -_fp16_floor(-((tl.max(vg, axis=2) - vmn) / QMAX))
+    vsc = vsc16.to(tl.float32)
     vc = tl.reshape(_asym_codes(vg, vmn[:, :, None], vsc[:, :, None], QMAX), (BS, D))
     _store_codes(v_pages, row, vc, D, BS, INT4)
     poff = row * (D // G) + tl.arange(0, D // G)[None, :]
-    tl.store(v_zero + poff, vmn)
-    tl.store(v_scale + poff, vsc)
+    tl.store(v_zero + poff, vmn16)
+    tl.store(v_scale + poff, vsc16)
 
 
 def _write_rows(dst, major, minor, src):

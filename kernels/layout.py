@@ -135,8 +135,9 @@ def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device | str = "c
         layer.k_scale = torch.ones(nb, h, dtype=torch.float32, device=dev)
         layer.v_scale = torch.ones(nb, h, dtype=torch.float32, device=dev)
     elif spec.kv_dtype in ("int8", "int4"):
-        layer.v_scale = torch.zeros(nb, bs, h, spec.n_groups, dtype=torch.float32, device=dev)
-        layer.v_zero = torch.zeros(nb, bs, h, spec.n_groups, dtype=torch.float32, device=dev)
+        # fp16: see reference.V_PARAM_DTYPE.
+        layer.v_scale = torch.zeros(nb, bs, h, spec.n_groups, dtype=torch.float16, device=dev)
+        layer.v_zero = torch.zeros(nb, bs, h, spec.n_groups, dtype=torch.float16, device=dev)
     if spec.quantized:
         if n_stage < 1:
             raise ValueError("quantized kinds need at least one staging slot")
@@ -156,7 +157,7 @@ def bytes_per_block(spec: KVCacheSpec) -> int:
     if spec.kv_dtype == "fp8":
         total += 2 * h * 4  # k_scale, v_scale
     elif spec.kv_dtype in ("int8", "int4"):
-        total += 2 * bs * h * spec.n_groups * 4  # v_scale, v_zero
+        total += 2 * bs * h * spec.n_groups * 2  # v_scale, v_zero (fp16)
     if spec.quantized:
         total += 4  # stage_of_block entry
     return total

@@ -94,16 +94,41 @@ def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tenso
     return k_min.unsqueeze(-2) + q.float() * scale.unsqueeze(-2)
 
 
+# Value (zero, scale) pairs are stored in fp16: with head_dim 64 and one group per token,
+# fp32 pairs cost 8 of int4's 80 bytes per token and head. Values arrive from an fp16
+# staging page, so fp16 holds their range; zero is rounded down and scale up, so the
+# codes still span [lo, hi], each step at most one fp16 ulp (2^-11 relative) wider.
+# (Keys keep fp32: a key channel often sits far from 0 with a narrow range, where one
+# fp16 ulp of its offset is several quantisation steps; 514be61 measured that.)
+V_PARAM_DTYPE = torch.float16
+
+
+def fp16_floor(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> the largest fp16 <= x."""
+    y = x.to(torch.float16)  # round to nearest
+    bits = y.view(torch.int16)
+    # One fp16 step down on the bit pattern: +x -> bits - 1, +0 -> the negative smallest
+    # subnormal (0x8001), -x -> bits + 1 (sign-magnitude: a larger magnitude).
+    down = torch.where(bits > 0, bits - 1, torch.where(bits == 0, torch.full_like(bits, -32767), bits + 1))
+    return torch.where(y.float() > x, down.view(torch.float16), y)
+
+
+def fp16_ceil(x: torch.Tensor) -> torch.Tensor:
+    """float32 -> the smallest fp16 >= x."""
+    return -fp16_floor(-x)
+
+
 def quantize_values(v: torch.Tensor, kind: str, group: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """KIVI values, one (zero, scale) per token and group of ``group`` channels.
-    v [..., D] float32 -> (codes [..., Dp] uint8, zero [..., D/G], scale [..., D/G])."""
+    v [..., D] float32 -> (codes [..., Dp] uint8, zero [..., D/G] fp16, scale [..., D/G] fp16)."""
     qmax = qmax_of(kind)
     d = v.shape[-1]
     g = v.view(*v.shape[:-1], d // group, group)  # [..., D/G, G]
-    lo, hi = g.amin(-1), g.amax(-1)  # [..., D/G]
-    scale = (hi - lo) / qmax
-    codes = asym_codes(g, lo[..., None], scale[..., None], qmax).view(v.shape)  # [..., D]
-    return (pack_int4(codes) if kind == "int4" else codes), lo, scale
+    zero = fp16_floor(g.amin(-1))  # [..., D/G]
+    scale = fp16_ceil((g.amax(-1) - zero.float()) / qmax)
+    # Codes against the stored (rounded) parameters: what dequantisation will use.
+    codes = asym_codes(g, zero.float()[..., None], scale.float()[..., None], qmax).view(v.shape)  # [..., D]
+    return (pack_int4(codes) if kind == "int4" else codes), zero, scale
 
 
 def dequantize_values(codes: torch.Tensor, zero: torch.Tensor, scale: torch.Tensor, kind: str) -> torch.Tensor:
@@ -111,7 +136,7 @@ def dequantize_values(codes: torch.Tensor, zero: torch.Tensor, scale: torch.Tens
     q = (unpack_int4(codes) if kind == "int4" else codes).float()
     ng = zero.shape[-1]
     g = q.view(*q.shape[:-1], ng, q.shape[-1] // ng)  # [..., D/G, G]
-    return (zero[..., None] + g * scale[..., None]).view(q.shape)  # [..., D]
+    return (zero.float()[..., None] + g * scale.float()[..., None]).view(q.shape)  # [..., D]
 
 
 def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

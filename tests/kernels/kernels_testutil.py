@@ -101,8 +101,8 @@ def page_kv(layer, block: int, n_rows: int):
         kmin, kmax = layer.k_min[block], layer.k_max[block]  # [H, D]
         k = kmin + kc.float() * ((kmax - kmin) / qmax)
         grp = spec.group_size
-        zero = layer.v_zero[block].repeat_interleave(grp, dim=-1)  # [BS, H, D]
-        scl = layer.v_scale[block].repeat_interleave(grp, dim=-1)
+        zero = layer.v_zero[block].float().repeat_interleave(grp, dim=-1)  # [BS, H, D]
+        scl = layer.v_scale[block].float().repeat_interleave(grp, dim=-1)
         v = zero + vc.float() * scl
     return k[:n_rows], v[:n_rows]
 

@@ -22,6 +22,15 @@ def spec_of(kind, bs=16, h=2, group=16, stage="fp16"):
 # ----------------------------------------------------------------------------- formats
 
 
+def value_bound(kind, lo, hi):
+    """quant_error_bound for values, whose fp16 (zero, scale) widen the range: zero is
+    rounded down by at most one fp16 ulp (2^-10 relative, 2^-24 among subnormals) and
+    scale up by as much."""
+    lo16 = lo - lo.abs() * 2.0**-10 - 2.0**-24
+    hi16 = lo16 + (hi - lo16) * (1 + 2.0**-10) + R.qmax_of(kind) * 2.0**-24
+    return R.quant_error_bound(kind, lo16, hi16)
+
+
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("group", [8, 16, 32])
 def test_int_roundtrip_within_bound(kind, group):
@@ -34,12 +43,31 @@ def test_int_roundtrip_within_bound(kind, group):
     assert torch.equal(kmin, x.amin(1)) and torch.equal(kmax, x.amax(1))
 
     vc, zero, scale = R.quantize_values(x, kind, group)
+    assert zero.dtype == scale.dtype == torch.float16
     v = R.dequantize_values(vc, zero, scale, kind)
     gx = x.view(*x.shape[:-1], D // group, group)  # [..., D/G, G]
-    bound = R.quant_error_bound(kind, gx.amin(-1), gx.amax(-1)).repeat_interleave(group, -1)
+    lo, hi = gx.amin(-1), gx.amax(-1)
+    # The stored range covers the group's and is at most one fp16 ulp wider at each end.
+    top = zero.float() + R.qmax_of(kind) * scale.float()
+    assert (zero.float() <= lo).all() and (top >= hi * (1 - 1e-6)).all()
+    assert ((lo - zero.float()) <= lo.abs() * 2.0**-10 + 2.0**-24).all()
+    bound = R.quant_error_bound(kind, zero.float(), top).repeat_interleave(group, -1)
     assert ((v - x).abs() <= bound).all()
     # The bound is tight: rounding uses about half a step somewhere.
     assert (v - x).abs().max() > 0.25 * bound.max()
+
+
+def test_fp16_rounding_is_outward_and_tight():
+    g = torch.Generator().manual_seed(5)
+    x = torch.cat([torch.randn(2000, generator=g) * 10.0 ** torch.randint(-9, 5, (2000,), generator=g),
+                   torch.tensor([0.0, -0.0, 1.0, -1.0, 65504.0, 1e-8, -1e-8, 0.1])])
+    lo, hi = R.fp16_floor(x), R.fp16_ceil(x)
+    assert lo.dtype == hi.dtype == torch.float16
+    assert (lo.float() <= x).all() and (hi.float() >= x).all()
+    exact = x.half().float() == x
+    assert torch.equal(lo.float()[exact], x[exact]) and torch.equal(hi.float()[exact], x[exact])
+    # Tight: floor and ceil are adjacent fp16 values (bit patterns one apart for x > 0).
+    assert ((hi.view(torch.int16).int() - lo.view(torch.int16).int()).abs() <= 1)[x > 0].all()
 
 
 def test_fp8_roundtrip_within_bound():
@@ -95,7 +123,7 @@ def test_store_then_read_matches_inputs(kind, bs):
         else:
             kb = R.quant_error_bound(kind, pk.amin(1, keepdim=True), pk.amax(1, keepdim=True))
             gv = pv.view(*pv.shape[:-1], -1, 16)  # group 16
-            vb = R.quant_error_bound(kind, gv.amin(-1), gv.amax(-1)).repeat_interleave(16, -1)
+            vb = value_bound(kind, gv.amin(-1), gv.amax(-1)).repeat_interleave(16, -1)
         assert ((k[:full].view_as(pk) - pk).abs() <= kb).all()
         assert ((v[:full].view_as(pv) - pv).abs() <= vb).all()
 
