@@ -54,6 +54,9 @@ def _parse(argv):
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end engine check")
     ap.add_argument("--model", help="model of the end-to-end part (default: the bundled SmolLM2; a .gguf path)")
+    ap.add_argument("--e2e-weights", default="bf16",
+                    help="device weights of the end-to-end part: bf16 (what users run) or fp32 (every page dtype "
+                         "then meets its own CPU twin: the kernels' exactness alone)")
     ap.add_argument("--e2e-budget-s", type=float, default=170.0, help="wall-clock budget of the end-to-end part")
     ap.add_argument("--budget-s", type=float, default=285.0, help="timings stop (rows marked skipped) past this")
     return ap.parse_args(argv)
@@ -354,7 +357,8 @@ def run_e2e(args) -> dict:
         from benchmarks import engine_gpu  # the engine: imported only here, never by the kernels
     except Exception as e:  # noqa: BLE001
         return {"error": f"benchmarks.engine_gpu not importable (run from the repo root): {_error(e)}"}
-    argv = ["--budget-s", str(args.e2e_budget_s)] + (["--model", args.model] if args.model else [])
+    argv = ["--budget-s", str(args.e2e_budget_s), "--weights", args.e2e_weights]
+    argv += ["--model", args.model] if args.model else []
     if args.smoke and torch.cuda.is_available():  # compiled kernels: the real model, a short run
         argv += ["--kinds", "int8", "--policies", "dense,topk", "--prompt-tokens", "256", "--new-tokens", "8"]
     elif args.smoke:  # a tiny random model through the interpreted kernels

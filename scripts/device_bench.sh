@@ -6,7 +6,7 @@
 # travels split in two, over two calls to the same warm machine:
 #   prepare here:  bash scripts/device_bench.sh split        (fills .gpu/, git-ignored)
 #   call 1:        carry [.gpu/a, .gpu/whl]   command: bash scripts/device_bench.sh stage
-#   call 2:        carry [.gpu/b, .gpu/whl]   command: bash scripts/device_bench.sh run
+#   call 2:        carry [.gpu/b, .gpu/whl]   command: bash scripts/device_bench.sh run [kernels.bench flags]
 # Call 2 must come within the machine's idle window; when part 1 is gone (a fresh
 # machine) the kernels are still checked and timed and the end-to-end part says why not.
 # Everything lands in $OUT: kernels_gpu.json and kernels_gpu.log.
@@ -48,7 +48,7 @@ run)
     fi
     [ ${#model[@]} -gt 0 ] || model=(--model "$STAGE/missing.gguf")  # the e2e rows then say why
     set -o pipefail
-    python3 -m kernels.bench --out "$OUT/kernels_gpu.json" "${model[@]}" 2>&1 | tee "$OUT/kernels_gpu.log"
+    python3 -m kernels.bench --out "$OUT/kernels_gpu.json" "${model[@]}" "${@:2}" 2>&1 | tee "$OUT/kernels_gpu.log"
     ;;
 *)
     echo "usage: bash scripts/device_bench.sh split|stage|run" >&2
