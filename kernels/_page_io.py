@@ -74,7 +74,8 @@ def load_page_kv(
                     qmax = 255.0
                 kmn = tl.load(k_min + (blk * H + h) * D + offs_d)  # [D]
                 kmx = tl.load(k_max + (blk * H + h) * D + offs_d)
-                k = kmn[None, :] + kc.to(tl.float32) * ((kmx - kmn) / qmax)[None, :]
+                # div_rn: the reference's IEEE division (a plain `/` is approximate on GPUs)
+                k = kmn[None, :] + kc.to(tl.float32) * tl.math.div_rn(kmx - kmn, qmax)[None, :]
                 poff = row * (D // G) + offs_d[None, :] // G  # [BS, D] -> its group's params
                 vz = tl.load(v_zero + poff).to(tl.float32)  # fp16 parameters
                 v = vz + vc.to(tl.float32) * tl.load(v_scale + poff).to(tl.float32)

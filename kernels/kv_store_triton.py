@@ -68,8 +68,13 @@ def _fp16_floor(x):
 
 @triton.jit
 def _asym_codes(x, lo, scale, QMAX: tl.constexpr):
-    """floor((x - lo) / scale + 0.5) clamped to [0, QMAX]; 0 where scale is 0."""
-    inv = tl.where(scale > 0, 1.0 / scale, 0.0)
+    """floor((x - lo) / scale + 0.5) clamped to [0, QMAX]; 0 where scale is 0.
+
+    Codes must equal the torch reference's bit for bit: a code one step off at a rounding
+    boundary is a whole int4 step (1/15 of the range). So the reciprocal is IEEE-rounded
+    (div_rn: a plain `/` compiles to an approximate division on NVIDIA GPUs) and the
+    launch disables FMA contraction (torch rounds the product before adding 0.5)."""
+    inv = tl.where(scale > 0, tl.math.div_rn(1.0, scale), 0.0)
     c = tl.floor((x - lo) * inv + 0.5)
     return tl.minimum(tl.maximum(c, 0.0), QMAX).to(tl.int32)
 
@@ -106,7 +111,7 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
     kmx = tl.max(k, axis=0)
     tl.store(k_min + (b * H + h) * D + offs_d, kmn)
     tl.store(k_max + (b * H + h) * D + offs_d, kmx)
-    kc = _asym_codes(k, kmn[None, :], ((kmx - kmn) / QMAX)[None, :], QMAX)
+    kc = _asym_codes(k, kmn[None, :], tl.math.div_rn(kmx - kmn, QMAX * 1.0)[None, :], QMAX)
     _store_codes(k_pages, row, kc, D, BS, INT4)
 
     # Values: one (zero, scale) per token and group of G channels.
@@ -114,7 +119,7 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
     vg = tl.reshape(v, (BS, D // G, G))
     vmn16 = _fp16_floor(tl.min(vg, axis=2))  # [BS, D/G]
     vmn = vmn16.to(tl.float32)
-    vsc16 = -_fp16_floor(-((tl.max(vg, axis=2) - vmn) / QMAX))
+    vsc16 = -_fp16_floor(-tl.math.div_rn(tl.max(vg, axis=2) - vmn, QMAX * 1.0))
     vsc = vsc16.to(tl.float32)
     vc = tl.reshape(_asym_codes(vg, vmn[:, :, None], vsc[:, :, None], QMAX), (BS, D))
     _store_codes(v_pages, row, vc, D, BS, INT4)
@@ -145,7 +150,7 @@ def _seal(layer: PagedKVLayer, blocks, slots):
         layer.stage_k, layer.stage_v, slots.to(torch.int32), blocks.to(torch.int32), layer.k_pages, layer.v_pages,
         layer.k_min, layer.k_max, layer.v_scale, layer.v_zero, spec.n_kv_heads,
         BS=spec.block_size, D=spec.head_dim, G=spec.group_size, QMAX=reference.qmax_of(spec.kv_dtype),
-        INT4=spec.kv_dtype == "int4")
+        INT4=spec.kv_dtype == "int4", enable_fp_fusion=False)
 
 
 TRITON_OPS = reference.StoreOps(_write_rows, _refresh_summary, _seal)
