@@ -290,3 +290,28 @@ def test_attention_spec_sets_the_page_counts():
     for bad in ("topk:x", "topk:0", "dense:4", "sparse"):
         with pytest.raises(InputError):
             longctx.make_policy(bad)
+
+
+def test_finished_sequences_give_back_their_staging_slots(llama):
+    """Each finished sequence leaves its partial page in a staging slot. More sequences
+    than the pool holds run one after another, and the reclaim (run by `_begin_step`
+    once the pool is low) frees every slot whose block the block manager has freed, in
+    every layer."""
+    from ktcli.engine.backend import SamplingParams
+
+    rng = torch.Generator().manual_seed(3)
+    params = SamplingParams(max_new_tokens=2)
+    b = load(llama, kv_dtype="int8")
+    n_stage = b.kv.options.n_stage
+    for i in range(n_stage + 8):  # lengths vary, so partial pages land on different blocks
+        prompt = torch.randint(0, 256, (BS * (1 + i % 3) + 5,), generator=rng).tolist()
+        list(b.engine.generate([prompt], params, frozenset()))  # tokens only: no tokenizer here
+
+    def stale(layer):
+        owners = layer.block_of_stage[layer.block_of_stage >= 0].tolist()
+        return [o for o in owners if b.kv.blocks.is_free(o)]
+
+    assert all(stale(layer) for layer in b.kv.layers)  # the last sequence's partial page at least
+    b.kv._reclaim_staging(need=n_stage)  # what _begin_step does when free slots run low
+    assert not any(stale(layer) for layer in b.kv.layers)
+    assert all(int((layer.block_of_stage < 0).sum()) == n_stage for layer in b.kv.layers)
