@@ -19,6 +19,8 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 # Largest finite float8 e4m3fn value; fp8 pages map each (block, kv_head) amax onto it.
 FP8_MAX = 448.0
+# int8/int4 value (zero, scale) pairs: fp16, rounded outward (reference.quantize_values).
+V_PARAM_DTYPE = torch.float16
 
 
 def qmax_of(kind: str) -> int:
@@ -135,9 +137,8 @@ def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device | str = "c
         layer.k_scale = torch.ones(nb, h, dtype=torch.float32, device=dev)
         layer.v_scale = torch.ones(nb, h, dtype=torch.float32, device=dev)
     elif spec.kv_dtype in ("int8", "int4"):
-        # fp16: see reference.V_PARAM_DTYPE.
-        layer.v_scale = torch.zeros(nb, bs, h, spec.n_groups, dtype=torch.float16, device=dev)
-        layer.v_zero = torch.zeros(nb, bs, h, spec.n_groups, dtype=torch.float16, device=dev)
+        layer.v_scale = torch.zeros(nb, bs, h, spec.n_groups, dtype=V_PARAM_DTYPE, device=dev)
+        layer.v_zero = torch.zeros(nb, bs, h, spec.n_groups, dtype=V_PARAM_DTYPE, device=dev)
     if spec.quantized:
         if n_stage < 1:
             raise ValueError("quantized kinds need at least one staging slot")
@@ -157,7 +158,7 @@ def bytes_per_block(spec: KVCacheSpec) -> int:
     if spec.kv_dtype == "fp8":
         total += 2 * h * 4  # k_scale, v_scale
     elif spec.kv_dtype in ("int8", "int4"):
-        total += 2 * bs * h * spec.n_groups * 2  # v_scale, v_zero (fp16)
+        total += 2 * bs * h * spec.n_groups * V_PARAM_DTYPE.itemsize  # v_scale, v_zero
     if spec.quantized:
         total += 4  # stage_of_block entry
     return total
