@@ -18,6 +18,13 @@ and every distance stays below (sinks + top-k + local) pages, inside the trained
 whatever the length. (An earlier version put every far key at one fixed distance,
 InfLLM-style; SmolLM2 then answered from the sink page.) Decode is the one-query case.
 
+int4 keys are stored unrotated too, whatever the positions (`keys_unroped`), and RoPE is
+applied at their true positions when they are read. A key channel of a Llama model has a
+steady magnitude before RoPE; after it, each channel pair turns with the position, so a
+page's per-channel range, which sets the int4 step, spans the pair's whole circle. On
+SmolLM2 at 8K tokens (fake int4 on an fp16 cache, mean KL to fp16 per token) pre-RoPE
+keys cut the error of int4 keys by a quarter (KVQuant makes the same observation).
+
 Which pages `topk` reads: each group of queries picks its own top-k by Quest's bound, and
 the prompt's question adds pages of its own (`QuestionPages`): once the prompt's last
 chunk has gone through every layer, the pages its last queries attend to most are known,
@@ -56,6 +63,15 @@ class LongContextOptions:
     # Staging slots: one per sequence holding a partial page (serve batches up to 16-32).
     n_stage: int = 32
     stage_dtype: str = "fp32"  # the full-precision recent window of quantized kinds
+    # Keys stored before RoPE (see the module doc). None: int4 only; remapped positions
+    # always store them so.
+    unroped_keys: bool | None = None
+
+    @property
+    def keys_unroped(self) -> bool:
+        if self.position_remap:
+            return True
+        return self.kv_dtype == "int4" if self.unroped_keys is None else self.unroped_keys
 
     def __post_init__(self) -> None:
         if self.kv_dtype not in KV_DTYPES:
@@ -207,7 +223,9 @@ class KernelKVCache:
             self._begin_step(step)
         layer = self.layers[li]
         remap = self.options.position_remap
-        if remap:
+        unroped = self.options.keys_unroped
+        q_roped = q
+        if unroped:
             q, k = self._unrotate(q, step), self._unrotate(k, step)
         if self._store_rows is None:
             kernels.kv_store(layer, k.contiguous(), v.contiguous(), step.slot_mapping)
@@ -219,16 +237,22 @@ class KernelKVCache:
         for seq, table, lens, observe in zip(step.seqs, self._tables, self._lens, self._observing):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
+            flat_cpu = policy.kind == "dense" and q.device.type == "cpu" and kernels.get_backend() != "triton"
             if remap:
                 extra = None
                 if policy.kind == "topk" and self.options.question_pages > 0:
                     extra = self._question_pages(li, qs, layer, table, seq.ctx, observe)
                 outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra))
-            elif policy.kind == "dense" and q.device.type == "cpu" and kernels.get_backend() != "triton":
+            elif unroped and not flat_cpu:  # the kernels read keys as stored: RoPE them here
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, true_positions=True))
+            elif flat_cpu:
                 # The reference walks page tiles with masks and an online softmax; one
                 # dequantisation of the context per call, then the flash kernels (prefill)
                 # or two batched products (decode), is several times faster.
                 k_all, v_all = context_kv(layer, table, seq.ctx)
+                if unroped:  # RoPE at true positions, as the model rotated q
+                    k_all = self._rope_context(k_all, step.max_len)
+                    qs = q_roped[seq.start : seq.start + seq.n]
                 if seq.n == 1:
                     outs.append(decode_grouped(qs.float(), k_all, v_all, self.scale))
                 else:
@@ -303,6 +327,13 @@ class KernelKVCache:
         inv = rot.conj() / (rot.abs() ** 2)
         return torch.view_as_real(xc * inv).reshape(t, h, d)
 
+    def _rope_context(self, k: torch.Tensor, max_len: int) -> torch.Tensor:
+        """RoPE on a sequence's keys k [ctx, H, D] at positions 0..ctx-1 (one rotation per
+        position, broadcast over the heads)."""
+        ctx, h, d = k.shape
+        rot = self.rope.get(torch.arange(ctx, device=k.device), max_len).unsqueeze(1)  # [ctx, 1, D/2]
+        return torch.view_as_real(torch.view_as_complex(k.view(ctx, h, d // 2, 2)) * rot).view(ctx, h, d)
+
     def _rotate(self, x: torch.Tensor, positions: torch.Tensor, max_len: int) -> torch.Tensor:
         """RoPE at ``positions`` on x [..., T, D] with positions [..., T] (clamped >= 0)."""
         shape = x.shape
@@ -322,9 +353,10 @@ class KernelKVCache:
         return pages.chosen if pages is not None else None
 
     def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int,
-                  extra: torch.Tensor | None = None) -> torch.Tensor:
+                  extra: torch.Tensor | None = None, true_positions: bool = False) -> torch.Tensor:
         """Attention of unrotated queries q [N, HQ, D] at positions start.. over unrotated
-        pages at compact virtual positions (see `virtual_plan`).
+        pages at compact virtual positions (see `virtual_plan`), or at their true positions
+        (unroped int4 keys read by a policy without remapping).
 
         Queries go in groups of one page (the whole chunk for a dense layer); each group
         selects its own pages with its own queries (Quest bound at distance 0: keys are
@@ -342,9 +374,9 @@ class KernelKVCache:
         out = torch.empty(n_q, h, group, d, device=q.device)
         for g0 in range(first, end, step):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
-            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra)
+            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions)
             max_pos = int(qpos.max()) + 1
-            kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" else 0, max_pos))
+            kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" or true_positions else 0, max_pos))
             qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
             qq = qq.reshape(h, group * (b - a), d)
             m = mask[:, None].expand(h, group, b - a, mask.shape[-1]).reshape(h, group * (b - a), -1)
@@ -401,7 +433,7 @@ class QuestionPages:
 
 
 def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
-                 extra: torch.Tensor | None = None):
+                 extra: torch.Tensor | None = None, true_positions: bool = False):
     """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
     one page unless the policy is dense) at compact virtual positions.
 
@@ -411,7 +443,8 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     distances; every distance stays below (sinks + top-k + local) pages, inside the
     trained range whatever the length (InfLLM / SelfExtend-style, without a fixed far
     distance). Returns k, v [H, W, D] unrotated, key positions [H, W], query positions
-    [H, N] and the mask [H, N, W] (kept and causal in virtual positions)."""
+    [H, N] and the mask [H, N, W] (kept and causal in virtual positions). With
+    `true_positions` the same keys keep their document positions instead."""
     bs = layer.spec.block_size
     n_q = q.shape[0]
     end = start + n_q
@@ -425,6 +458,10 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     only_local = local_only.repeat_interleave(bs, dim=-1)
     # A page local only to earlier chunks' queries (not selected) is not visible here.
     keep = (pos >= 0) & ((page_tok >= lo) | ~only_local)  # [H, T], pages ascending
+    if true_positions:
+        kpos, qpos = pos, (start + torch.arange(n_q, device=q.device))[None, :].expand(h, n_q)
+        mask = keep[:, None, :] & (kpos[:, None, :] <= qpos[:, :, None])
+        return k, v, kpos.clamp(min=0), qpos, mask
     kpos = torch.cumsum(keep.long(), dim=-1) - 1  # rank among kept keys (no reordering)
     n_far = (keep & (page_tok < lo)).sum(-1)  # [H] keys before the local pages
     qpos = n_far[:, None] + (start + torch.arange(n_q, device=q.device))[None, :] - lo * bs  # [H, N]
@@ -438,7 +475,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int,
-                 device: torch.device | str = "cpu"):
+                 unroped_keys: bool | None = None, device: torch.device | str = "cpu"):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
@@ -456,7 +493,8 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     policy = make_policy(attention)
     remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
-                                 position_remap=remap, block_size=block_size or LongContextOptions.block_size)
+                                 position_remap=remap, block_size=block_size or LongContextOptions.block_size,
+                                 unroped_keys=unroped_keys)
     device = torch.device(device)
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.

@@ -64,6 +64,7 @@ class NativeBackend:
         position_remap: bool | None = None,
         rope_scaling=None,
         context_window: int | None = None,
+        unroped_keys: bool | None = None,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`.
@@ -74,7 +75,8 @@ class NativeBackend:
 
         Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
         AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
-        cache of `engine.longctx` (block_size then defaults to the kernels' page size)."""
+        cache of `engine.longctx` (block_size then defaults to the kernels' page size);
+        unroped_keys overrides whether its keys are stored before RoPE (default: int4)."""
         if threads > 0:
             torch.set_num_threads(threads)
         from ktcli.engine import longctx
@@ -82,12 +84,12 @@ class NativeBackend:
         device = resolve_device(device)
         weights = resolve_weights(weights, device)
         kv_dtype = resolve_kv_dtype(kv_dtype, weights, device)
-        if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap:
+        if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap or unroped_keys:
             return longctx.load_backend(
                 cls, model_dir, device=device, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
                 prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
-                budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
+                unroped_keys=unroped_keys, budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
             )
         block_size = block_size or 16
         model_dir = Path(model_dir)

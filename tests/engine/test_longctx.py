@@ -54,6 +54,31 @@ def test_policies_covering_every_page_equal_dense(llama, ids, reference, policy,
     torch.testing.assert_close(got, reference, atol=2e-4, rtol=1e-4)
 
 
+def test_int4_stores_keys_before_rope():
+    opts = longctx.LongContextOptions
+    assert opts(kv_dtype="int4").keys_unroped and not opts(kv_dtype="int8").keys_unroped
+    assert not opts(kv_dtype="int4", unroped_keys=False).keys_unroped
+    assert opts(kv_dtype="int8", policy=AttentionPolicy("topk"), position_remap=True).keys_unroped
+
+
+@pytest.mark.parametrize("policy", [
+    kernels.reference.DENSE,  # the CPU's flat path: RoPE on the dequantised context
+    AttentionPolicy("window", n_sink_pages=1, n_local_pages=2),  # true positions through _remapped
+    AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=64),
+])
+def test_keys_stored_before_rope_leave_attention_unchanged(llama, ids, policy):
+    """Unroped keys get RoPE at their true positions when read: on fp32 pages prefill
+    logits and greedy tokens equal those of keys stored rotated, for any policy."""
+    from ktcli.engine.backend import SamplingParams
+
+    plain = load(llama, attention=policy, position_remap=False, unroped_keys=False)
+    unroped = load(llama, attention=policy, position_remap=False, unroped_keys=True)
+    assert unroped.kv.options.keys_unroped  # plain: rotated keys (dense fp32: the SDPA path's cache)
+    torch.testing.assert_close(unroped.prompt_logits(ids), plain.prompt_logits(ids), atol=2e-4, rtol=1e-4)
+    params = SamplingParams(max_new_tokens=8)
+    assert unroped.generate_ids([ids], params) == plain.generate_ids([ids], params)
+
+
 # A dequantised value is off by at most half a code step of its group's range; logits
 # move by a small multiple of that relative step (measured ~1-2x on the tiny model).
 STEP = {"fp8": 2.0**-4, "int8": 1 / 255, "int4": 1 / 15}
