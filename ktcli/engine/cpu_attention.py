@@ -38,6 +38,8 @@ namespace {
 constexpr int MAXG = 16;   // query heads per kv head
 constexpr int BLK = 64;    // keys per softmax block (their K and V rows stay in L1/L2)
 constexpr int64_t MIN_RANGE = 256;  // fewest keys worth a work item of their own
+constexpr int GT = 3;      // query heads per register tile (3 x 4 accumulators + loads fit 16 ymm)
+constexpr int CT = 4;      // output chunks of 8 per register tile in the value pass
 
 struct LoadF32 {
     using T = float;
@@ -74,15 +76,12 @@ inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// Eight partial-sum vectors -> one vector whose lane u is the full sum of a[u].
-inline __m256 reduce8(const __m256* a) {
+// Four partial-sum vectors -> their four full sums.
+inline __m128 reduce4(const __m256* a) {
     __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
     __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
-    __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
-    __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
-    __m256 u0 = _mm256_hadd_ps(t0, t1);  // lanes: a0 a1 a2 a3 (low halves) | same (high halves)
-    __m256 u1 = _mm256_hadd_ps(t2, t3);  // a4 a5 a6 a7 likewise
-    return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+    __m256 u = _mm256_hadd_ps(t0, t1);  // a0 a1 a2 a3 (low-half sums) | same (high halves)
+    return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
 // e^x for x <= 0: range reduction by ln 2 (split in two parts for precision), a degree-6
@@ -111,6 +110,49 @@ struct State {
     alignas(32) float acc[MAXG][D];
 };
 
+// Scores of NG query heads q [NG, D] (pre-scaled) against keys krow[0 .. nb8): four keys
+// x NG heads of accumulators per pass, so each key row is loaded (and, for half-precision
+// pages, widened) once per NG heads rather than once per head.
+template <class L, int D, int NG>
+inline void score_tile(const float* q, const typename L::T* const* krow, int nb8, float (*s)[BLK]) {
+    constexpr int NC = D / 8;
+    for (int j0 = 0; j0 < nb8; j0 += 4) {
+        __m256 a[NG][4];
+        for (int g = 0; g < NG; ++g)
+            for (int u = 0; u < 4; ++u) a[g][u] = _mm256_setzero_ps();
+        for (int c = 0; c < NC; ++c)
+            for (int u = 0; u < 4; ++u) {
+                const __m256 kc = L::load(krow[j0 + u] + c * 8);
+                for (int g = 0; g < NG; ++g) a[g][u] = _mm256_fmadd_ps(kc, _mm256_loadu_ps(q + g * D + c * 8), a[g][u]);
+            }
+        for (int g = 0; g < NG; ++g) _mm_store_ps(s[g] + j0, reduce4(a[g]));
+    }
+}
+
+// acc[g] += p[g][j] * v[j] for NG heads over value rows vrow[0 .. nb): CT chunks of 8
+// output dims x NG heads held in registers, each value chunk loaded once per NG heads.
+template <class L, int D, int NG>
+inline void value_tile(const float (*p)[BLK], const typename L::T* const* vrow, int nb, float (*acc)[D]) {
+    constexpr int NC = D / 8;
+    constexpr int W = NC < CT ? NC : CT;
+    for (int c0 = 0; c0 < NC; c0 += W) {
+        __m256 o[NG][W];
+        for (int g = 0; g < NG; ++g)
+            for (int c = 0; c < W; ++c) o[g][c] = _mm256_load_ps(acc[g] + (c0 + c) * 8);
+        for (int j = 0; j < nb; ++j) {
+            const typename L::T* vr = vrow[j] + c0 * 8;
+            __m256 pg[NG];
+            for (int g = 0; g < NG; ++g) pg[g] = _mm256_set1_ps(p[g][j]);
+            for (int c = 0; c < W; ++c) {
+                const __m256 vc = L::load(vr + c * 8);
+                for (int g = 0; g < NG; ++g) o[g][c] = _mm256_fmadd_ps(pg[g], vc, o[g][c]);
+            }
+        }
+        for (int g = 0; g < NG; ++g)
+            for (int c = 0; c < W; ++c) _mm256_store_ps(acc[g] + (c0 + c) * 8, o[g][c]);
+    }
+}
+
 // Keys [t0, t1) of one kv head for its G (pre-scaled) query heads q [G, D].
 template <class L, int D>
 void attend_range(const float* q, int G, const typename L::T* kbase, const typename L::T* vbase,
@@ -137,17 +179,12 @@ void attend_range(const float* q, int G, const typename L::T* kbase, const typen
         }
         const int nb8 = (nb + 7) & ~7;
         for (int j = nb; j < nb8; ++j) krow[j] = krow[nb - 1];  // padding: a real row, masked below
-        // scores: eight keys at a time, one accumulator each
-        for (int g = 0; g < G; ++g) {
-            const float* qg = q + g * D;
-            for (int j0 = 0; j0 < nb8; j0 += 8) {
-                __m256 a[8];
-                for (int u = 0; u < 8; ++u) a[u] = _mm256_setzero_ps();
-                for (int c = 0; c < NC; ++c) {
-                    const __m256 qc = _mm256_loadu_ps(qg + c * 8);
-                    for (int u = 0; u < 8; ++u) a[u] = _mm256_fmadd_ps(L::load(krow[j0 + u] + c * 8), qc, a[u]);
-                }
-                _mm256_store_ps(s[g] + j0, reduce8(a));
+        // scores: four keys x up to GT query heads per pass (score_tile)
+        for (int g0 = 0; g0 < G; g0 += GT) {
+            switch (std::min(GT, G - g0)) {
+                case 3: score_tile<L, D, 3>(q + g0 * D, krow, nb8, s + g0); break;
+                case 2: score_tile<L, D, 2>(q + g0 * D, krow, nb8, s + g0); break;
+                default: score_tile<L, D, 1>(q + g0 * D, krow, nb8, s + g0);
             }
         }
         // softmax update (padding scores equal a real key's, so the max is unaffected)
@@ -177,18 +214,12 @@ void attend_range(const float* q, int G, const typename L::T* kbase, const typen
             }
             st.l[g] += hsum(sum);
         }
-        // values: acc[g] += p[g][j] * v[j], up to 64 output dims held in registers
-        for (int g = 0; g < G; ++g) {
-            for (int c0 = 0; c0 < NC; c0 += 8) {
-                constexpr int W = NC < 8 ? NC : 8;
-                __m256 o[W];
-                for (int c = 0; c < W; ++c) o[c] = _mm256_load_ps(st.acc[g] + (c0 + c) * 8);
-                for (int j = 0; j < nb; ++j) {
-                    const __m256 p = _mm256_set1_ps(s[g][j]);
-                    const T* vr = vrow[j] + c0 * 8;
-                    for (int c = 0; c < W; ++c) o[c] = _mm256_fmadd_ps(p, L::load(vr + c * 8), o[c]);
-                }
-                for (int c = 0; c < W; ++c) _mm256_store_ps(st.acc[g] + (c0 + c) * 8, o[c]);
+        // values: acc[g] += p[g][j] * v[j] (value_tile)
+        for (int g0 = 0; g0 < G; g0 += GT) {
+            switch (std::min(GT, G - g0)) {
+                case 3: value_tile<L, D, 3>(s + g0, vrow, nb, st.acc + g0); break;
+                case 2: value_tile<L, D, 2>(s + g0, vrow, nb, st.acc + g0); break;
+                default: value_tile<L, D, 1>(s + g0, vrow, nb, st.acc + g0);
             }
         }
     }
