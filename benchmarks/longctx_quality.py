@@ -7,7 +7,10 @@
 Everything runs through the engine API (``NativeBackend.load``), not the CLI.
 
 * Perplexity: SmolLM2 on the first ``--ppl-tokens`` tokens of
-  sample_docs/python-tutorial-3.11.rst, each config against dense fp32 (the SDPA path).
+  sample_docs/python-tutorial-3.11.rst, each config against dense fp32 (the SDPA path),
+  and the mean KL divergence of each next-token distribution from the reference's.
+* Needle log-probability (``--logprob-configs``): how sure each config is of the needle,
+  teacher-forced, per length and depth; a continuous figure where found/missed flips.
 * Needle: a haystack of tutorial text cut to each length, one sentence planted at each
   depth, the question asked through the chat template, greedy answer; a cell's accuracy
   is 1 when the answer holds the fact. Per length, decode tokens/s of each config.
@@ -40,13 +43,17 @@ CONFIGS = {
     "dense-fp8": dict(kv_dtype="fp8"),
     "dense-int8": dict(kv_dtype="int8"),
     "dense-int4": dict(kv_dtype="int4"),
+    # int4 keys quantised before RoPE (engine.longctx `unroped_keys`; in the results of
+    # commit 455e564, where it was int4's default, this config was "dense-int4" and the
+    # default one "dense-int4-roped")
+    "dense-int4-prerope": dict(kv_dtype="int4", unroped_keys=True),
     "window-fp32": dict(kv_dtype="fp32", attention="window"),
     "window-int4": dict(kv_dtype="int4", attention="window"),
     "topk-fp32": dict(kv_dtype="fp32", attention="topk"),
     "topk-int8": dict(kv_dtype="int8", attention="topk"),
     "topk-int4": dict(kv_dtype="int4", attention="topk"),
     "topk-int4-dense2": dict(kv_dtype="int4", attention="topk", dense_layers=2),
-    # Within the trained window positions need no remapping: keys stored rotated.
+    # Within the trained window positions need no remapping: true positions.
     "topk-int4-noremap": dict(kv_dtype="int4", attention="topk", position_remap=False),
 }
 
@@ -83,19 +90,26 @@ def perplexity(names: list[str], n_tokens: int) -> dict:
     ids = ref_backend.tokenizer.encode(TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[:n_tokens]
     target = torch.tensor(ids[1:])
 
-    def ppl(backend) -> tuple[float, float]:
+    def ppl(backend) -> tuple[float, torch.Tensor, float]:
         t0 = time.perf_counter()
-        logits = backend.prompt_logits(ids)
-        return float(torch.exp(torch.nn.functional.cross_entropy(logits[:-1], target))), time.perf_counter() - t0
+        logp = torch.log_softmax(backend.prompt_logits(ids)[:-1].float(), -1)
+        nll = torch.nn.functional.nll_loss(logp, target)
+        return float(torch.exp(nll)), logp, time.perf_counter() - t0
 
-    ref, ref_s = ppl(ref_backend)
+    ref, ref_logp, ref_s = ppl(ref_backend)
     del ref_backend
     out = {"tokens": len(ids), "reference": "dense fp32 (SDPA path)", "reference_ppl": round(ref, 4),
            "reference_s": round(ref_s, 1), "configs": {}}
     for name in names:
         print(f"ppl: {name}", file=sys.stderr, flush=True)
-        value, secs = ppl(load(name, n_tokens))
-        out["configs"][name] = {"ppl": round(value, 4), "delta_pct": round(100 * (value / ref - 1), 3), "seconds": round(secs, 1)}
+        value, logp, secs = ppl(load(name, n_tokens))
+        # KL(reference || config) per token: how far each next-token distribution moved.
+        # It averages over every position and vocabulary entry, so it separates configs
+        # whose perplexity deltas sit inside one another's noise.
+        kl = float((ref_logp.exp() * (ref_logp - logp)).sum(-1).mean())
+        out["configs"][name] = {"ppl": round(value, 4), "delta_pct": round(100 * (value / ref - 1), 3),
+                                "kl_per_token": round(kl, 5), "seconds": round(secs, 1)}
+        del logp
     return out
 
 
@@ -165,6 +179,47 @@ def needle_matrix(names: list[str], lengths: list[int], depths: list[float], new
     return {"lengths": lengths, "depths": depths, "new_tokens": new_tokens, "cells": cells, "decode_tok_s": speed}
 
 
+ANSWER_STEM = "The secret passphrase for the lighthouse archive is"
+ANSWER = " MARIGOLD-4417"
+
+
+def needle_logprob(names: list[str], lengths: list[int], depths: list[float]) -> dict:
+    """How sure each config is of the needle: the log-probability of the fact's tokens,
+    teacher-forced after the needle prompt and the answer's first words. Greedy found /
+    missed flips on a 135M model when the answer's margin is thin; this measures the
+    margin itself, so configs compare on a continuous figure per cell. The first config
+    is the reference for `mean_drop` (nats; positive = less sure than it)."""
+    cells: dict = {}
+    for name in names:
+        backend = load(name, max(lengths) + 64)
+        tok = backend.tokenizer
+        stem = tok.encode(ANSWER_STEM, add_special_tokens=False)
+        full = tok.encode(ANSWER_STEM + ANSWER, add_special_tokens=False)
+        assert full[: len(stem)] == stem, "the answer stem must tokenize as a prefix"
+        fact = full[len(stem):]
+        cells[name] = {}
+        for length in lengths:
+            row = []
+            for depth in depths:
+                ids = needle_prompt(tok, length, depth) + full
+                t0 = time.perf_counter()
+                logits = backend.prompt_logits(ids)[-len(fact) - 1 : -1]  # rows predicting the fact
+                lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(fact)), torch.tensor(fact)].sum()
+                row.append(round(float(lp), 4))
+                print(f"logprob: {name} {length} {depth}: {row[-1]} ({time.perf_counter() - t0:.1f} s)",
+                      file=sys.stderr, flush=True)
+            cells[name][str(length)] = row
+        del backend
+    ref = names[0]
+    drop = {
+        name: {length: round(sum(a - b for a, b in zip(cells[ref][length], row)) / len(row), 4)
+               for length, row in cells[name].items()}
+        for name in names[1:]
+    }
+    return {"answer": ANSWER_STEM + ANSWER, "lengths": lengths, "depths": depths, "reference": ref,
+            "logprob": cells, "mean_drop": drop}
+
+
 # -- a PNG heat map with numpy + zlib (no matplotlib) ----------------------------------
 
 
@@ -210,6 +265,11 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=12)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--skip-ppl", action="store_true")
+    parser.add_argument("--logprob-configs", default="",
+                        help="configs for the needle log-probability table, reference first, "
+                             "e.g. dense-fp32,dense-int8,dense-int4,dense-int4-prerope")
+    parser.add_argument("--logprob-lengths", default="2048,4096")
+    parser.add_argument("--logprob-depths", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9")
     parser.add_argument("--name", default="longctx_quality",
                         help="results file stem: a partial rerun can go beside the full matrix, not over it")
     args = parser.parse_args()
@@ -219,6 +279,11 @@ def main() -> None:
               "command": " ".join(sys.argv), "needle": NEEDLE, "question": QUESTION}
     if not args.skip_ppl and args.ppl_configs:
         result["perplexity"] = perplexity(args.ppl_configs.split(","), args.ppl_tokens)
+        write_result(args.name, result)
+    if args.logprob_configs:
+        result["needle_logprob"] = needle_logprob(args.logprob_configs.split(","),
+                                                  [int(x) for x in args.logprob_lengths.split(",")],
+                                                  [float(x) for x in args.logprob_depths.split(",")])
         write_result(args.name, result)
     if args.configs:
         matrix = needle_matrix(args.configs.split(","), [int(x) for x in args.lengths.split(",")],

@@ -18,12 +18,13 @@ and every distance stays below (sinks + top-k + local) pages, inside the trained
 whatever the length. (An earlier version put every far key at one fixed distance,
 InfLLM-style; SmolLM2 then answered from the sink page.) Decode is the one-query case.
 
-int4 keys are stored unrotated too, whatever the positions (`keys_unroped`), and RoPE is
-applied at their true positions when they are read. A key channel of a Llama model has a
-steady magnitude before RoPE; after it, each channel pair turns with the position, so a
-page's per-channel range, which sets the int4 step, spans the pair's whole circle. On
-SmolLM2 at 8K tokens (fake int4 on an fp16 cache, mean KL to fp16 per token) pre-RoPE
-keys cut the error of int4 keys by a quarter (KVQuant makes the same observation).
+Keys may also be stored unrotated without remapping (`unroped_keys`; RoPE is then applied
+at their true positions when they are read), as KVQuant proposes for low-bit keys: a
+channel's magnitude is steady before RoPE, while after it each channel pair turns with
+the position and a page's per-channel range spans the pair's whole circle. Measured on
+SmolLM2 with int4 pages (BENCHMARKS.md) it halves the perplexity cost at 8K tokens but
+loses more needles (8 of 15 cells against 10 of 15, needle log-probability at 4K down
+3.0 nats against 0.9), so it is not the default.
 
 Which pages `topk` reads: each group of queries picks its own top-k by Quest's bound, and
 the prompt's question adds pages of its own (`QuestionPages`): once the prompt's last
@@ -63,15 +64,12 @@ class LongContextOptions:
     # Staging slots: one per sequence holding a partial page (serve batches up to 16-32).
     n_stage: int = 32
     stage_dtype: str = "fp32"  # the full-precision recent window of quantized kinds
-    # Keys stored before RoPE (see the module doc). None: int4 only; remapped positions
-    # always store them so.
-    unroped_keys: bool | None = None
+    # Keys stored before RoPE (see the module doc); remapped positions always store them so.
+    unroped_keys: bool = False
 
     @property
     def keys_unroped(self) -> bool:
-        if self.position_remap:
-            return True
-        return self.kv_dtype == "int4" if self.unroped_keys is None else self.unroped_keys
+        return self.position_remap or self.unroped_keys
 
     def __post_init__(self) -> None:
         if self.kv_dtype not in KV_DTYPES:
@@ -356,7 +354,7 @@ class KernelKVCache:
                   extra: torch.Tensor | None = None, true_positions: bool = False) -> torch.Tensor:
         """Attention of unrotated queries q [N, HQ, D] at positions start.. over unrotated
         pages at compact virtual positions (see `virtual_plan`), or at their true positions
-        (unroped int4 keys read by a policy without remapping).
+        (keys stored unroped, read by a policy without remapping).
 
         Queries go in groups of one page (the whole chunk for a dense layer); each group
         selects its own pages with its own queries (Quest bound at distance 0: keys are
@@ -475,7 +473,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int,
-                 unroped_keys: bool | None = None, device: torch.device | str = "cpu"):
+                 unroped_keys: bool = False, device: torch.device | str = "cpu"):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
@@ -494,7 +492,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
                                  position_remap=remap, block_size=block_size or LongContextOptions.block_size,
-                                 unroped_keys=unroped_keys)
+                                 unroped_keys=bool(unroped_keys))
     device = torch.device(device)
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.

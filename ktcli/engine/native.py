@@ -64,7 +64,7 @@ class NativeBackend:
         position_remap: bool | None = None,
         rope_scaling=None,
         context_window: int | None = None,
-        unroped_keys: bool | None = None,
+        unroped_keys: bool = False,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`.
@@ -76,7 +76,7 @@ class NativeBackend:
         Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
         AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
         cache of `engine.longctx` (block_size then defaults to the kernels' page size);
-        unroped_keys overrides whether its keys are stored before RoPE (default: int4)."""
+        unroped_keys stores its keys before RoPE (see `engine.longctx`)."""
         if threads > 0:
             torch.set_num_threads(threads)
         from ktcli.engine import longctx

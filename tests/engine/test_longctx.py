@@ -54,10 +54,9 @@ def test_policies_covering_every_page_equal_dense(llama, ids, reference, policy,
     torch.testing.assert_close(got, reference, atol=2e-4, rtol=1e-4)
 
 
-def test_int4_stores_keys_before_rope():
+def test_keys_stored_before_rope_when_asked_or_remapped():
     opts = longctx.LongContextOptions
-    assert opts(kv_dtype="int4").keys_unroped and not opts(kv_dtype="int8").keys_unroped
-    assert not opts(kv_dtype="int4", unroped_keys=False).keys_unroped
+    assert not opts(kv_dtype="int4").keys_unroped and opts(kv_dtype="int4", unroped_keys=True).keys_unroped
     assert opts(kv_dtype="int8", policy=AttentionPolicy("topk"), position_remap=True).keys_unroped
 
 
