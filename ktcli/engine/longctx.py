@@ -22,7 +22,7 @@ Keys may also be stored unrotated without remapping (`unroped_keys`; RoPE is the
 at their true positions when they are read), as KVQuant proposes for low-bit keys: a
 channel's magnitude is steady before RoPE, while after it each channel pair turns with
 the position and a page's per-channel range spans the pair's whole circle. Measured on
-SmolLM2 with int4 pages (BENCHMARKS.md) it halves the perplexity cost at 8K tokens but
+SmolLM2 with int4 pages (BENCHMARKS.md) it cuts the perplexity cost at 8K tokens by 40% but
 loses more needles (8 of 15 cells against 10 of 15, needle log-probability at 4K down
 3.0 nats against 0.9), so it is not the default.
 
