@@ -42,9 +42,9 @@ MATCH_TOKENS = 64
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     env.setdefault("HF_HUB_OFFLINE", "1")
-    # Same for every engine: idle OpenMP threads sleep instead of spinning, which on a
-    # shared 2-core machine keeps one process's barrier from starving the other thread.
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    # Same for every engine, and what the ktcli CLI sets: idle OpenMP threads spin for a
+    # bounded count, then sleep (libgomp's GOMP_SPINCOUNT; see ktcli/cli/app.py).
+    env.setdefault("GOMP_SPINCOUNT", "100000")
     env["OMP_NUM_THREADS"] = str(THREADS)
     return env
 
@@ -318,7 +318,8 @@ def summarize(r: dict) -> dict:
         "machine": machine(),
         "model": "SmolLM2-135M-Instruct (Q4_1 GGUF dequantized to fp32; llama.cpp reads the GGUF)",
         "settings": {"prompt_tokens": list(LENGTHS), "new_tokens": NEW_TOKENS, "greedy": True, "threads": THREADS,
-                     "omp_wait_policy": _env()["OMP_WAIT_POLICY"]},
+                     "omp_wait_policy": _env().get("OMP_WAIT_POLICY", "unset"),
+                     "gomp_spincount": _env()["GOMP_SPINCOUNT"]},
         "engines": per_engine,
         "decode_ceiling_tok_s": ceiling,
         "decode_util": util,
