@@ -231,11 +231,11 @@ class KernelKVCache:
             rows = self._store_rows
             kernels.kv_store(layer, k[rows].contiguous(), v[rows].contiguous(), step.slot_mapping[rows])
         policy = self.layer_policy(li)
+        flat_cpu = policy.kind == "dense" and q.device.type == "cpu" and kernels.get_backend() != "triton"
         outs = []
         for seq, table, lens, observe in zip(step.seqs, self._tables, self._lens, self._observing):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
-            flat_cpu = policy.kind == "dense" and q.device.type == "cpu" and kernels.get_backend() != "triton"
             if remap:
                 extra = None
                 if policy.kind == "topk" and self.options.question_pages > 0:
