@@ -19,7 +19,13 @@ TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.flo
 
 # Largest finite float8 e4m3fn value; fp8 pages map each (block, kv_head) amax onto it.
 FP8_MAX = 448.0
-# int8/int4 value (zero, scale) pairs: fp16, rounded outward (reference.quantize_values).
+# int8/int4 value (zero, scale) pairs are stored in fp16: with head_dim 64 and one group
+# per token, fp32 pairs cost 8 of int4's 80 bytes per token and head. Values arrive from an
+# fp16 staging page, so fp16 holds their range; zero is rounded down and scale up
+# (reference.quantize_values), so the codes still span [lo, hi], each step at most one fp16
+# ulp (2^-11 relative) wider. (Keys keep fp32: a key channel often sits far from 0 with a
+# narrow range, where one fp16 ulp of its offset is several quantisation steps; 514be61
+# measured that.)
 V_PARAM_DTYPE = torch.float16
 
 

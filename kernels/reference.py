@@ -94,14 +94,6 @@ def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tenso
     return k_min.unsqueeze(-2) + q.float() * scale.unsqueeze(-2)
 
 
-# Value (zero, scale) pairs are stored in fp16 (layout.V_PARAM_DTYPE): with head_dim 64 and one group per token,
-# fp32 pairs cost 8 of int4's 80 bytes per token and head. Values arrive from an fp16
-# staging page, so fp16 holds their range; zero is rounded down and scale up, so the
-# codes still span [lo, hi], each step at most one fp16 ulp (2^-11 relative) wider.
-# (Keys keep fp32: a key channel often sits far from 0 with a narrow range, where one
-# fp16 ulp of its offset is several quantisation steps; 514be61 measured that.)
-
-
 def fp16_floor(x: torch.Tensor) -> torch.Tensor:
     """float32 -> the largest fp16 <= x."""
     y = x.to(torch.float16)  # round to nearest
