@@ -33,13 +33,39 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// rows of x up to this many share each weight row's loads
-constexpr int64_t MAXR = 8;
+// y[r, n0:n1] for R rows of x. R is a template argument so the accumulators live in
+// registers: as a runtime-sized array they go through memory on every step.
+template <int R>
+static void bf16_rows(const float* x, const uint16_t* w, float* y, int64_t n0, int64_t n1, int64_t N, int64_t K) {
+    const int64_t K16 = K - K % 16;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint16_t* wr = w + n * K;
+        __m256 a0[R], a1[R];
+        for (int r = 0; r < R; ++r) { a0[r] = _mm256_setzero_ps(); a1[r] = _mm256_setzero_ps(); }
+        for (int64_t k = 0; k < K16; k += 16) {
+            const __m256 w0 = load_bf16x8(wr + k), w1 = load_bf16x8(wr + k + 8);
+            for (int r = 0; r < R; ++r) {
+                a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + r * K + k), a0[r]);
+                a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + r * K + k + 8), a1[r]);
+            }
+        }
+        for (int r = 0; r < R; ++r) {
+            float s = hsum(_mm256_add_ps(a0[r], a1[r]));
+            for (int64_t k = K16; k < K; ++k) {
+                uint32_t bits = uint32_t(wr[k]) << 16;
+                float wf;
+                std::memcpy(&wf, &bits, 4);
+                s += wf * x[r * K + k];
+            }
+            y[r * N + n] = s;
+        }
+    }
+}
 
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kBFloat16, "x fp32, w bf16");
     TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [R, K], w [N, K]");
-    TORCH_CHECK(x.size(0) <= MAXR, "at most 8 rows");
+    TORCH_CHECK(x.size(0) >= 1 && x.size(0) <= 8, "1 to 8 rows");
     x = x.contiguous();
     TORCH_CHECK(w.is_contiguous(), "w contiguous");
     const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
@@ -47,29 +73,16 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
     const float* xp = x.data_ptr<float>();
     const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
     float* yp = y.data_ptr<float>();
-    const int64_t K16 = K - K % 16;
     at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-        for (int64_t n = n0; n < n1; ++n) {
-            const uint16_t* wr = wp + n * K;
-            __m256 a0[MAXR], a1[MAXR];
-            for (int64_t r = 0; r < R; ++r) { a0[r] = _mm256_setzero_ps(); a1[r] = _mm256_setzero_ps(); }
-            for (int64_t k = 0; k < K16; k += 16) {
-                __m256 w0 = load_bf16x8(wr + k), w1 = load_bf16x8(wr + k + 8);
-                for (int64_t r = 0; r < R; ++r) {
-                    a0[r] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(xp + r * K + k), a0[r]);
-                    a1[r] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(xp + r * K + k + 8), a1[r]);
-                }
-            }
-            for (int64_t r = 0; r < R; ++r) {
-                float s = hsum(_mm256_add_ps(a0[r], a1[r]));
-                for (int64_t k = K16; k < K; ++k) {
-                    uint32_t bits = uint32_t(wr[k]) << 16;
-                    float wf;
-                    std::memcpy(&wf, &bits, 4);
-                    s += wf * xp[r * K + k];
-                }
-                yp[r * N + n] = s;
-            }
+        switch (R) {
+            case 1: bf16_rows<1>(xp, wp, yp, n0, n1, N, K); break;
+            case 2: bf16_rows<2>(xp, wp, yp, n0, n1, N, K); break;
+            case 3: bf16_rows<3>(xp, wp, yp, n0, n1, N, K); break;
+            case 4: bf16_rows<4>(xp, wp, yp, n0, n1, N, K); break;
+            case 5: bf16_rows<5>(xp, wp, yp, n0, n1, N, K); break;
+            case 6: bf16_rows<6>(xp, wp, yp, n0, n1, N, K); break;
+            case 7: bf16_rows<7>(xp, wp, yp, n0, n1, N, K); break;
+            default: bf16_rows<8>(xp, wp, yp, n0, n1, N, K); break;
         }
     });
     return y;
