@@ -11,7 +11,7 @@ writes it to benchmarks/results/engine_vs_hf.json. llama.cpp is optional
 
 Decode ceiling: one over the time of the model's own weight products (every layer's
 fused matrices and the LM head, batch 1, run as decode runs them: fp32 BLAS, or the bf16
-kernel on fp32 activations) measured in the worker,
+or int8 kernel on fp32 activations) measured in the worker,
 so `decode_util` says how close decode gets to reading the weights once per token.
 """
 
@@ -88,6 +88,7 @@ def _peak_rss_mb() -> float:
 def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
     import torch
 
+    from ktcli.engine import int8_gemv
     from ktcli.engine.backend import SamplingParams
     from ktcli.engine.native import NativeBackend
 
@@ -99,15 +100,15 @@ def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
     engine = backend.engine
     model = engine.model
 
-    # The weight products alone, batch 1, as decode runs them (fp32 BLAS, or our bf16
-    # kernel on fp32 activations): what reading the weights once per token costs.
+    # The weight products alone, batch 1, as decode runs them (fp32 BLAS, or our bf16 or
+    # int8 kernel on fp32 activations): what reading the weights once per token costs.
     mats = [m for lw in model.w.layers for m in (lw.qkv, lw.o, lw.gate_up, lw.down)] + [model.w.lm_head]
-    xs = {m.shape[1]: torch.randn(1, m.shape[1]) for m in mats}
+    xs = [torch.randn(1, int8_gemv.logical_width(m) if int8_gemv.is_packed(m) else m.shape[1]) for m in mats]
 
     def products() -> float:
         t = time.perf_counter()
-        for m in mats:
-            model._linear(xs[m.shape[1]], m, None, 1)
+        for m, x in zip(mats, xs):
+            model._linear(x, m, None, 1)
         return time.perf_counter() - t
 
     out = {"engine": "ktcli", "weights": weights, "kv_dtype": kv_dtype or "fp32", "warm_load_s": load_s, "lengths": {}}
@@ -239,6 +240,7 @@ def worker_llamacpp() -> dict:
 WORKERS = {
     "ktcli-fp32": lambda: worker_ktcli("fp32"),
     "ktcli-bf16": lambda: worker_ktcli("bf16"),
+    "ktcli-int8": lambda: worker_ktcli("int8"),  # the CPU default since int8 weights landed
     # opt-in `--kv-dtype fp16`: half the KV bytes per decode step; not the default because its
     # greedy tokens drift further from fp32's (see greedy_match_bf16_fp16kv)
     "ktcli-bf16-fp16kv": lambda: worker_ktcli("bf16", "fp16"),
@@ -249,7 +251,7 @@ WORKERS = {
 }
 
 
-TIMED = ("hf", "ktcli-fp32", "ktcli-bf16", "ktcli-bf16-fp16kv", "llamacpp")
+TIMED = ("hf", "ktcli-fp32", "ktcli-bf16", "ktcli-int8", "ktcli-bf16-fp16kv", "llamacpp")
 RATES = ("prefill_tok_s", "decode_tok_s", "decode_ceiling_tok_s")
 
 
@@ -279,9 +281,10 @@ def run_worker(name: str) -> dict:
 def summarize(r: dict) -> dict:
     from benchmarks.common import machine
 
-    ours32, ours16, hf, lcpp = r["ktcli-fp32"], r["ktcli-bf16"], r["hf"], r["llamacpp"]
+    ours32, ours16, ours8, hf, lcpp = r["ktcli-fp32"], r["ktcli-bf16"], r["ktcli-int8"], r["hf"], r["llamacpp"]
     half_kv = r["ktcli-bf16-fp16kv"]
-    engines = {"ktcli-fp32": ours32, "ktcli-bf16": ours16, "ktcli-bf16-fp16kv": half_kv, "transformers-fp32": hf}
+    engines = {"ktcli-fp32": ours32, "ktcli-bf16": ours16, "ktcli-int8": ours8, "ktcli-bf16-fp16kv": half_kv,
+               "transformers-fp32": hf}
     if lcpp.get("available"):
         engines["llama.cpp-q4_1"] = lcpp
     per_engine = {
@@ -296,13 +299,14 @@ def summarize(r: dict) -> dict:
     ceiling = {
         "fp32": round(ours32["lengths"]["512"]["decode_ceiling_tok_s"], 2),
         "bf16": round(ours16["lengths"]["512"]["decode_ceiling_tok_s"], 2),
+        "int8": round(ours8["lengths"]["512"]["decode_ceiling_tok_s"], 2),
     }
     util = {
         dt: {n: round(e["lengths"][n]["decode_tok_s"] / e["lengths"][n]["decode_ceiling_tok_s"], 3) for n in e["lengths"]}
-        for dt, e in (("fp32", ours32), ("bf16", ours16))
+        for dt, e in (("fp32", ours32), ("bf16", ours16), ("int8", ours8))
     }
     long = str(max(LENGTHS))
-    best = max((ours32, ours16), key=lambda e: e["lengths"][long]["decode_tok_s"])
+    best = max((ours32, ours16, ours8), key=lambda e: e["lengths"][long]["decode_tok_s"])
     vs_lcpp = None
     if lcpp.get("available"):
         vs_lcpp = {n: round(best["lengths"][n]["decode_tok_s"] / lcpp["lengths"][n]["decode_tok_s"], 3) for n in best["lengths"]}
@@ -328,11 +332,14 @@ def summarize(r: dict) -> dict:
         "bf16_decode_ratio": round(ours16["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
         "best_dtype": best["weights"],
         "decode_vs_llamacpp": vs_lcpp,
+        "int8_decode_ratio": round(ours8["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
         "greedy_match_bf16": greedy_match(ours16),
+        "greedy_match_int8": greedy_match(ours8),
         "bf16_fp16kv_decode_ratio": round(half_kv["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
         "greedy_match_bf16_fp16kv": greedy_match(half_kv),
         "peak_rss_mb": {name: e["peak_rss_mb"] for name, e in per_engine.items()},
-        "warm_load_s": {"fp32": round(ours32["warm_load_s"], 2), "bf16": round(ours16["warm_load_s"], 2)},
+        "warm_load_s": {"fp32": round(ours32["warm_load_s"], 2), "bf16": round(ours16["warm_load_s"], 2),
+                        "int8": round(ours8["warm_load_s"], 2)},
         "hf_gguf_load_s": round(r["hf-gguf"]["load_s"], 2),
         "hf_folder_load_s": round(hf["load_s"], 2),
         "max_rel_logit_err": r["logits"]["max_rel_logit_err"],

@@ -62,7 +62,7 @@ inline void silu_mul_row(const float* g, const float* u, float* out, int64_t n) 
 }
 
 torch::Tensor lin(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
-    torch::Tensor y = w.scalar_type() == at::kBFloat16 ? gemv(h, w) : at::mm(h, w.t());
+    torch::Tensor y = w.scalar_type() == at::kBFloat16 ? gemv(h, w) : w.scalar_type() == at::kByte ? gemv_q8(h, w) : at::mm(h, w.t());
     if (b.numel()) y.add_(b);
     return y;
 }
@@ -154,14 +154,14 @@ class FusedDecode:
 
     @staticmethod
     def supports(layers) -> bool:
-        """fp32 or bf16 weight matrices, fp32 norms and biases (what the loop reads)."""
+        """fp32, bf16 or packed int8 weight matrices, fp32 norms and biases (what the loop reads)."""
         for lw in layers:
             for name in _FIELDS:
                 t = getattr(lw, name)
                 if t is None:
                     continue
                 matrix = name in ("qkv", "o", "gate_up", "down")
-                if t.dtype != torch.float32 and not (matrix and t.dtype == torch.bfloat16):
+                if t.dtype != torch.float32 and not (matrix and t.dtype in (torch.bfloat16, torch.uint8)):
                     return False
                 if not t.is_contiguous():
                     return False

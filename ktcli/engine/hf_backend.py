@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
-from ktcli.errors import BackendError
+from ktcli.errors import BackendError, InputError
 
 
 class HFBackend:
@@ -22,7 +22,9 @@ class HFBackend:
 
         if threads > 0:
             torch.set_num_threads(threads)
-        torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
+        torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(dtype)
+        if torch_dtype is None:
+            raise InputError(f"--weights {dtype}: the transformers engine (--engine hf) runs fp32 or bf16")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()

@@ -12,7 +12,9 @@ Weight dtypes: fp32 runs everything in fp32. bf16 keeps the weights in bf16 (hal
 bytes to read per token, which is what bounds decode on a CPU) and the residual stream,
 norms, RoPE, attention and logits in fp32. On CPUs without native bf16 matmul (AVX2) a
 bf16 GEMM with more than a couple of rows is slow, so wide steps (prefill) widen each
-weight to fp32 on the fly and run the fp32 GEMM.
+weight to fp32 on the fly and run the fp32 GEMM. int8 (CPU, 9 bits a weight with its
+block scales: `engine.int8_gemv`) is the same: our kernel for decode-sized steps, fp32
+GEMMs over the unpacked weights for wide ones.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode
+from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, int8_gemv
 from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.kv_cache import PagedKVCache
@@ -57,6 +59,7 @@ class Model:
         self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
         # bf16 weights: our AVX2 matrix-vector kernel for decode-sized steps (engine.bf16_gemv)
         self._gemv = self.device.type == "cpu" and self.wdtype == torch.bfloat16 and bf16_gemv.available()
+        self._int8_kernel = self.wdtype == torch.uint8 and int8_gemv.available()
         # Decode steps (one token per sequence) over dense CPU pages: our attention kernel
         # (engine.cpu_attention), all sequences in one call per layer.
         self._decode_kernel = (
@@ -69,7 +72,7 @@ class Model:
         self._fused = None
         if self._decode_kernel and cpu_decode.FusedDecode.supports(weights.layers):
             self._fused = cpu_decode.FusedDecode(weights.layers, self.windows, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps, self.scale)
-        self._fused_rows = bf16_gemv.MAX_ROWS if self.wdtype == torch.bfloat16 else 1 << 30
+        self._fused_rows = {torch.bfloat16: bf16_gemv.MAX_ROWS, torch.uint8: int8_gemv.MAX_ROWS}.get(self.wdtype, 1 << 30)
         # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
         self._gpu = self.device.type == "cuda"
 
@@ -78,6 +81,12 @@ class Model:
     def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         if w.dtype == torch.float32:
             return F.linear(x.float(), w, b)  # x may be half-precision attention output
+        if w.dtype == torch.uint8:
+            if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
+                y = int8_gemv.gemv(x.float(), w)
+            else:
+                y = F.linear(x.float(), int8_gemv.unpack(w))
+            return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
         elif rows <= self.BF16_MAX_ROWS or self._gpu:
@@ -114,7 +123,7 @@ class Model:
         eps = cfg.rms_eps
         lin, lin_add = self._linear, self._linear_add
 
-        x = F.embedding(ids, w.embed).float()  # [T, H]
+        x = self._embed(ids)  # [T, H]
         # [T, D/2] complex -> [T, 1, D/2]: one rotation per position, broadcast over heads
         rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)
         one_seq = len(step.seqs) == 1
@@ -167,6 +176,11 @@ class Model:
             x = x.index_select(0, step.logit_rows)  # [R, H]
         x = F.rms_norm(x, (H,), w.norm, eps)
         return lin(x, w.lm_head, None, x.shape[0])  # [R, vocab]
+
+    def _embed(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.wdtype == torch.uint8:  # packed rows: gather, then unpack only those
+            return int8_gemv.unpack(self.w.embed.index_select(0, ids))
+        return F.embedding(ids, self.w.embed).float()
 
     def _last_layer_seqs(self, step: Step, T: int) -> list[SeqAttn] | None:
         """One-query SeqAttn records at the logit rows when they are the last row of each

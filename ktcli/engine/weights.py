@@ -1,6 +1,7 @@
 """Load a safetensors folder into the engine's layout: q/k/v fused into one matrix and
 gate/up into another (fewer, bigger matmuls), q/k rows permuted for interleaved RoPE,
 cast to the weight dtype one tensor at a time so peak memory stays near the final size.
+int8 (CPU only) packs each matrix, the embedding included, as `engine.int8_gemv` reads it.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from ktcli.engine import int8_gemv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.rope import interleave_permutation
 from ktcli.errors import InputError
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.uint8}
 
 
 @dataclass
@@ -130,7 +132,17 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: 
     perm = interleave_permutation(cfg.head_dim)
     f32 = torch.float32
 
+    if dtype == torch.uint8:
+        if device.type != "cpu":
+            raise InputError("--weights int8 runs on the CPU only (on a GPU use bf16)")
+        narrow = [k for k in {cfg.hidden_size, cfg.q_size, cfg.intermediate_size} if not int8_gemv.supports(k)]
+        if narrow:
+            raise InputError(f"--weights int8 needs layer widths that are multiples of {int8_gemv.GROUP} "
+                             f"(this model has {narrow[0]}); use bf16")
+
     def mat(t: torch.Tensor) -> torch.Tensor:
+        if dtype == torch.uint8:
+            return int8_gemv.pack(t)
         return t.to(device=device, dtype=dtype).contiguous()
 
     def vec(t: torch.Tensor | None) -> torch.Tensor | None:

@@ -1,6 +1,6 @@
 """Decode steps through the C++ paths (attention kernel alone, and the fused layer loop)
 give the logits of the torch layer loop: every architecture (qkv bias, q/k norm, sliding
-window), several sequences of different lengths in one step, fp32 and bf16 weights."""
+window), several sequences of different lengths in one step, fp32, bf16 and int8 weights."""
 
 import pytest
 import torch
@@ -53,7 +53,7 @@ def _prompts(vocab: int, lengths) -> list[list[int]]:
 
 @pytest.mark.parametrize("kind", ["llama", "qwen2", "qwen3", "mistral"])
 def test_tiny_decode_paths_agree(tiny_models, kind):
-    b = NativeBackend.load(tiny_models[kind], block_size=4, kv_budget_bytes=8 << 20)
+    b = NativeBackend.load(tiny_models[kind], weights="fp32", block_size=4, kv_budget_bytes=8 << 20)
     assert b.engine.model._fused is not None
     prompts = _prompts(256, (5, 40, 23))  # past mistral's window of 24, over many pages
     got = _decode_logits(b.engine, prompts)
@@ -61,7 +61,7 @@ def test_tiny_decode_paths_agree(tiny_models, kind):
         torch.testing.assert_close(got[m], got["torch"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("weights", ["fp32", "bf16"])
+@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
 def test_smollm2_decode_paths_agree(smollm2, smollm2_dir, weights):
     b = smollm2 if weights == "fp32" else NativeBackend.load(smollm2_dir, weights=weights, kv_budget_bytes=64 << 20)
     prompts = _prompts(49152, (150, 37))

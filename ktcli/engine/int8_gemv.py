@@ -1,0 +1,202 @@
+"""8-bit weights for CPU decode: the packed format and y = x @ w.T for a few fp32 rows.
+
+Why: decode on a CPU reads every weight once per token, so its speed is the weight bytes
+over memory bandwidth: 9 bits a weight here against bf16's 16. torch's own int8 CPU product
+(`_weight_int8pack_mm`) is slower than fp32 at batch 1 on AVX2, so the product is ours: it
+widens each weight to fp32 in registers and keeps the activations and sums in fp32 (only
+the weights are rounded, as with `engine.bf16_gemv`).
+
+The format: blocks of 32 along K, each w = scale * code + minimum with uint8 codes and an
+fp16 scale and minimum (an affine block, like GGUF's Q4_1 and Q8_1). Affine rather than
+symmetric because a GGUF model's 4- or 8-bit blocks then land exactly on the code grid
+(16 levels are codes 0, 17, ..., 255), so the bundled Q4_1 model loses nothing more; a
+symmetric int8 per block (scale = max|w| / 127) measured 0.49 greedy-token agreement with
+fp32 on SmolLM2, this 0.99 (bf16: 0.975).
+
+Packed layout, one uint8 tensor per matrix so everything that holds weights (the layer
+record, the fused decode's flat list, `ModelWeights.nbytes`) handles it like any other:
+row n of a [N, K] matrix is its K / 32 fp16 scales, its K / 32 fp16 minima, then its K
+codes, so the packed tensor is [N, K / 8 + K]. Parameters first: with them after the codes,
+reading each row's end before its start broke the hardware prefetcher's stream and cost
+a third of the speed (measured with a standalone copy of the kernel).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ktcli.engine import cpp_ext
+
+GROUP = 32
+
+SOURCE = r"""
+namespace q8 {
+
+// sum over 32 weight codes (widened to fp32) times 32 fp32 activations, as 8 lanes
+static inline __m256 block_dot(const __m256 w[4], const float* x) {
+    const __m256 a = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), _mm256_mul_ps(w[0], _mm256_loadu_ps(x)));
+    const __m256 b = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), _mm256_mul_ps(w[2], _mm256_loadu_ps(x + 16)));
+    return _mm256_add_ps(a, b);
+}
+
+static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+
+// y[r, n0:n1] for R rows of x: per block, scale * sum(code * x) + min * sum(x), the
+// second from the block sums of x (xsum [R, K / 32]). R is a template argument so the
+// accumulators live in registers: as a runtime-sized array they go through memory, and
+// the store-to-load latency on every block halves the speed.
+template <int R>
+static void rows(const float* x, const float* xsum, const uint8_t* w, float* y, int64_t n0, int64_t n1, int64_t N,
+                 int64_t K, int64_t row) {
+    const int64_t blocks = K / 32;
+    for (int64_t n = n0; n < n1; ++n) {
+        const uint16_t* scale = reinterpret_cast<const uint16_t*>(w + n * row);
+        const uint16_t* minimum = scale + blocks;
+        const uint8_t* q = w + n * row + K / 8;
+        __m256 acc[R];
+        float offset[R];
+        for (int r = 0; r < R; ++r) { acc[r] = _mm256_setzero_ps(); offset[r] = 0.f; }
+        for (int64_t b = 0; b < blocks; ++b) {
+            __m256 wv[4];
+            for (int j = 0; j < 4; ++j)
+                wv[j] = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 32 + 8 * j))));
+            const __m256 s = _mm256_set1_ps(half_to_float(scale[b]));
+            const float m = half_to_float(minimum[b]);
+            for (int r = 0; r < R; ++r) {
+                acc[r] = _mm256_fmadd_ps(block_dot(wv, x + r * K + b * 32), s, acc[r]);
+                offset[r] += m * xsum[r * blocks + b];
+            }
+        }
+        for (int r = 0; r < R; ++r) y[r * N + n] = hsum(acc[r]) + offset[r];
+    }
+}
+
+}  // namespace q8
+
+torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
+    TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kUInt8, "x fp32, w packed uint8");
+    TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) * 8 == x.size(1) * 9 && x.size(1) % 32 == 0,
+                "x [R, K], w [N, K / 8 + K] (K a multiple of 32)");
+    TORCH_CHECK(x.size(0) >= 1 && x.size(0) <= 8, "1 to 8 rows");
+    x = x.contiguous();
+    TORCH_CHECK(w.is_contiguous(), "w contiguous");
+    const int64_t R = x.size(0), K = x.size(1), N = w.size(0), row = w.size(1), blocks = K / 32;
+    auto y = torch::empty({R, N}, x.options());
+    const float* xp = x.data_ptr<float>();
+    std::vector<float> xsum(R * blocks);
+    for (int64_t i = 0; i < R * blocks; ++i) {
+        float s = 0.f;
+        for (int j = 0; j < 32; ++j) s += xp[i * 32 + j];
+        xsum[i] = s;
+    }
+    const float* xs = xsum.data();
+    const uint8_t* wp = w.data_ptr<uint8_t>();
+    float* yp = y.data_ptr<float>();
+    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+        switch (R) {
+            case 1: q8::rows<1>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            case 2: q8::rows<2>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            case 3: q8::rows<3>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            case 4: q8::rows<4>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            case 5: q8::rows<5>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            case 6: q8::rows<6>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            case 7: q8::rows<7>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+            default: q8::rows<8>(xp, xs, wp, yp, n0, n1, N, K, row); break;
+        }
+    });
+    return y;
+}
+
+// packed [N, K / 8 + K] -> fp32 [N, K] in one pass (wide steps run fp32 GEMMs over this)
+torch::Tensor unpack_q8(torch::Tensor w) {
+    TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 2 && w.size(1) % 36 == 0, "w packed uint8 [N, K / 8 + K]");
+    w = w.contiguous();
+    const int64_t N = w.size(0), row = w.size(1), K = row / 9 * 8, blocks = K / 32;
+    auto out = torch::empty({N, K}, w.options().dtype(torch::kFloat32));
+    const uint8_t* wp = w.data_ptr<uint8_t>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) {
+            const uint16_t* scale = reinterpret_cast<const uint16_t*>(wp + n * row);
+            const uint8_t* q = wp + n * row + K / 8;
+            for (int64_t b = 0; b < blocks; ++b) {
+                const __m256 s = _mm256_set1_ps(q8::half_to_float(scale[b]));
+                const __m256 m = _mm256_set1_ps(q8::half_to_float(scale[blocks + b]));
+                for (int j = 0; j < 4; ++j) {
+                    const __m256 c = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(
+                        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(q + b * 32 + 8 * j))));
+                    _mm256_storeu_ps(op + n * K + b * 32 + 8 * j, _mm256_fmadd_ps(c, s, m));
+                }
+            }
+        }
+    });
+    return out;
+}
+"""
+
+MAX_ROWS = 8
+FUNCTIONS = ["gemv_q8", "unpack_q8"]
+
+
+def _load():
+    return cpp_ext.load("KTCLI_NO_INT8_KERNEL")
+
+
+def available() -> bool:
+    return _load() is not None
+
+
+def supports(k: int) -> bool:
+    """Whether a matrix with rows of `k` values can be packed (whole blocks only)."""
+    return k % GROUP == 0
+
+
+def is_packed(w: torch.Tensor) -> bool:
+    return w.dtype == torch.uint8
+
+
+def logical_width(packed: torch.Tensor) -> int:
+    """K of the [N, K] matrix a packed [N, K / 8 + K] tensor holds."""
+    return packed.shape[-1] * 8 // 9
+
+
+def pack(w: torch.Tensor) -> torch.Tensor:
+    """[N, K] float (K a multiple of 32) -> packed uint8 [N, K / 8 + K] on the same device."""
+    n, k = w.shape
+    if k % GROUP:
+        raise ValueError(f"int8 weights need rows of a multiple of {GROUP} values, not {k}")
+    blocks = w.float().reshape(n, k // GROUP, GROUP)
+    low, high = blocks.amin(dim=-1, keepdim=True), blocks.amax(dim=-1, keepdim=True)
+    # fp16 scale and minimum (as GGUF stores them), the minimum rounded down and the scale
+    # up so the block's range still fits codes 0..255: the error stays within half a step
+    minimum = low.half()
+    minimum = torch.where(minimum.float() > low, torch.nextafter(minimum, torch.full_like(minimum, -torch.inf)), minimum)
+    scale = ((high - minimum.float()) / 255).half()
+    short = scale.float() * 255 < high - minimum.float()
+    scale = torch.where(short, torch.nextafter(scale, torch.full_like(scale, torch.inf)), scale)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant block: codes 0
+    codes = torch.round((blocks - minimum.float()) / scale.float()).clamp_(0, 255).to(torch.uint8).reshape(n, k)
+    params = torch.cat([scale.reshape(n, -1), minimum.reshape(n, -1)], dim=1).contiguous().view(torch.uint8)
+    return torch.cat([params, codes], dim=1).contiguous()
+
+
+def unpack(packed: torch.Tensor) -> torch.Tensor:
+    """Packed [N, K / 8 + K] (or a selection of its rows) -> fp32 [N, K]."""
+    kernels = _load() if packed.device.type == "cpu" else None
+    if kernels is not None:
+        return kernels.unpack_q8(packed)
+    return unpack_reference(packed)
+
+
+def unpack_reference(packed: torch.Tensor) -> torch.Tensor:
+    """`unpack` in torch ops: the test oracle, and the path without the C++ kernels."""
+    k = logical_width(packed)
+    n, blocks = packed.shape[0], k // GROUP
+    params = packed[:, : k // 8].contiguous().view(torch.float16).float()  # [N, 2 * blocks]: scales, then minima
+    codes = packed[:, k // 8 :].float().view(n, blocks, GROUP)
+    return torch.addcmul(params[:, blocks:].unsqueeze(-1), codes, params[:, :blocks].unsqueeze(-1)).view(n, k)
+
+
+def gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [R <= MAX_ROWS, K] fp32, w packed [N, K / 8 + K] contiguous -> [R, N] fp32."""
+    return _load().gemv_q8(x, w)
