@@ -72,7 +72,7 @@ def load(name: str, max_tokens: int):
     # Budget: the longest prompt plus the answer, in this config's page bytes.
     per_token = _bytes_per_token(kw.get("kv_dtype", "fp32"))
     budget = int((max_tokens + 256) * per_token) + (160 << 20)  # + staging pool
-    return NativeBackend.load(model_dir(), prefill_chunk=512, kv_budget_bytes=budget, **kw)
+    return NativeBackend.load(model_dir(), weights="fp32", prefill_chunk=512, kv_budget_bytes=budget, **kw)
 
 
 def _bytes_per_token(kind: str) -> float:
@@ -86,7 +86,7 @@ def _bytes_per_token(kind: str) -> float:
 def perplexity(names: list[str], n_tokens: int) -> dict:
     from ktcli.engine.native import NativeBackend
 
-    ref_backend = NativeBackend.load(model_dir(), prefill_chunk=512, kv_budget_bytes=int((n_tokens + 64) * _bytes_per_token("fp32")))
+    ref_backend = NativeBackend.load(model_dir(), weights="fp32", prefill_chunk=512, kv_budget_bytes=int((n_tokens + 64) * _bytes_per_token("fp32")))
     ids = ref_backend.tokenizer.encode(TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[:n_tokens]
     target = torch.tensor(ids[1:])
 

@@ -31,7 +31,7 @@ class Settings:
     temperature: float = 0.0
     threads: int = 0  # 0: torch's default
     device: str = "auto"  # auto (cuda when torch sees a GPU, else cpu) | cpu | cuda (ktcli engine)
-    weights: str = "auto"  # auto (fp32 on CPU, bf16 on CUDA) | fp32 | bf16 | fp16 (engine weight dtype)
+    weights: str = "auto"  # auto (int8 on CPU, bf16 on CUDA) | fp32 | bf16 | fp16 | int8 (engine weight dtype)
     kv_dtype: str = "auto"
     attention: str = "auto"
     rope_scaling: str = ""  # e.g. "yarn:4"; empty: the model config's (ktcli engine)

@@ -47,7 +47,7 @@ ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help="Chun
 MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help="Folder walks skip larger files (reported).")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Where converted models and indexes live.")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
-Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (fp32 on CPU, bf16 on GPU), fp32, bf16 or fp16.")]
+Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", help="Memory budget, e.g. 4GB.")]
 MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", help="Latency budget the planner aims for.")]

@@ -82,7 +82,7 @@ class NativeBackend:
         from ktcli.engine import longctx
 
         device = resolve_device(device)
-        weights = resolve_weights(weights, device)
+        weights = resolve_weights(weights, device, load_config(Path(model_dir)))
         kv_dtype = resolve_kv_dtype(kv_dtype, weights, device)
         if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap or unroped_keys:
             return longctx.load_backend(

@@ -69,8 +69,7 @@ def _rates_key(settings: Settings) -> str:
         return f"openai:{settings.base_url}:{settings.model}"
     if _on_gpu(settings):
         return f"{settings.engine}:{settings.model}:{settings.weights}:cuda"
-    weights = "fp32" if settings.weights in ("", "auto") else settings.weights  # the CPU's auto
-    return f"{settings.engine}:{settings.model}:{weights}"
+    return f"{settings.engine}:{settings.model}:{settings.weights or 'auto'}"
 
 
 def load_rates(settings: Settings) -> Throughput:

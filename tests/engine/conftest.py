@@ -90,4 +90,4 @@ def smollm2(smollm2_dir):
     from ktcli.engine.native import NativeBackend
 
     # Small pages and chunks so prompts of a few hundred tokens span many of both.
-    return NativeBackend.load(smollm2_dir, block_size=16, prefill_chunk=256, kv_budget_bytes=256 << 20)
+    return NativeBackend.load(smollm2_dir, weights="fp32", block_size=16, prefill_chunk=256, kv_budget_bytes=256 << 20)

@@ -3,11 +3,15 @@ one-copy move of a step's tensors (exercised on the CPU; the CUDA run is kernels
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from ktcli.config import load_settings
+from ktcli.engine import int8_gemv
 from ktcli.engine.backend import SamplingParams
+from ktcli.engine.config import load_config
 from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, resolve_weights
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.sequence import Sequence
@@ -16,7 +20,7 @@ from ktcli.errors import InputError, UsageError
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
 
-def test_resolution_and_defaults():
+def test_resolution_and_defaults(tiny_models):
     assert resolve_device("cpu") == CPU
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(UsageError):
@@ -26,8 +30,13 @@ def test_resolution_and_defaults():
             resolve_device("cuda")
         assert device_kind("auto") == "cpu"
     assert device_kind("cpu") == "cpu"
-    # CPU keeps fp32 weights and pages; CUDA runs bf16 with pages of the weights' dtype.
-    assert resolve_weights("auto", CPU) == "fp32" and resolve_weights("auto", CUDA) == "bf16"
+    # CPU: int8 weights where the kernels run and the widths pack into 32-value blocks, else
+    # fp32 (no model config: no width to check); fp32 pages. CUDA runs bf16 with pages of the
+    # weights' dtype.
+    cfg = load_config(tiny_models["llama"])
+    assert resolve_weights("auto", CPU, cfg) == ("int8" if int8_gemv.available() else "fp32")
+    assert resolve_weights("auto", CPU, dataclasses.replace(cfg, intermediate_size=100)) == "fp32"
+    assert resolve_weights("auto", CPU) == "fp32" and resolve_weights("auto", CUDA, cfg) == "bf16"
     assert resolve_weights("fp16", CUDA) == "fp16"
     with pytest.raises(InputError):
         resolve_weights("int8", CUDA)
@@ -50,15 +59,15 @@ def test_half_pages_on_the_sdpa_path(tiny_models):
     cast into the pages and attention output back to fp32 for the next GEMM."""
     ids = list(range(1, 40))
     p = SamplingParams(max_new_tokens=6)
-    fp32 = NativeBackend.load(tiny_models["llama"], device="cpu", kv_budget_bytes=4 << 20).generate_ids([ids], p)
-    b = NativeBackend.load(tiny_models["llama"], device="cpu", kv_dtype="bf16", kv_budget_bytes=4 << 20)
+    fp32 = NativeBackend.load(tiny_models["llama"], device="cpu", weights="fp32", kv_budget_bytes=4 << 20).generate_ids([ids], p)
+    b = NativeBackend.load(tiny_models["llama"], device="cpu", weights="fp32", kv_dtype="bf16", kv_budget_bytes=4 << 20)
     assert b.kv.dtype == torch.bfloat16 and b.device == CPU
     assert b.generate_ids([ids], p) == fp32
     assert "peak_rss_mb" in b.last_stats.extra and "peak_gpu_mb" not in b.last_stats.extra
 
 
 def test_step_tensors_move_in_one_packed_copy(tiny_models):
-    b = NativeBackend.load(tiny_models["llama"], device="cpu", kv_budget_bytes=4 << 20, block_size=16)
+    b = NativeBackend.load(tiny_models["llama"], device="cpu", weights="fp32", kv_budget_bytes=4 << 20, block_size=16)
     eng = b.engine
     # Two sequences, the second on pages that are not consecutive (a gathered slot index).
     s1 = Sequence(900, list(range(1, 20)), 19, 1)

@@ -33,11 +33,12 @@ def ids():
 
 @pytest.fixture(scope="module")
 def reference(llama, ids):
-    return NativeBackend.load(llama, block_size=BS, kv_budget_bytes=8 << 20).prompt_logits(ids)
+    return NativeBackend.load(llama, weights="fp32", block_size=BS, kv_budget_bytes=8 << 20).prompt_logits(ids)
 
 
 def load(path, **kw):
     kw.setdefault("prefill_chunk", 64)
+    kw.setdefault("weights", "fp32")  # the reference's weights
     return NativeBackend.load(path, block_size=BS, kv_budget_bytes=32 << 20, **kw)
 
 

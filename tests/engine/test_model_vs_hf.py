@@ -38,7 +38,7 @@ def test_tiny_logits_and_greedy_match_transformers(tiny_models, kind):
     folder = tiny_models[kind]
     ref = hf_model(folder)
     # 4-token pages and 16-token chunks: a 150-token prompt spans 38 pages and 10 chunks.
-    ours = NativeBackend.load(folder, block_size=4, prefill_chunk=16, kv_budget_bytes=4 << 20)
+    ours = NativeBackend.load(folder, weights="fp32", block_size=4, prefill_chunk=16, kv_budget_bytes=4 << 20)
     g = torch.Generator().manual_seed(7)
     for n in (1, 5, 16, 37, 150):
         ids = torch.randint(0, 256, (n,), generator=g).tolist()

@@ -36,7 +36,7 @@ def test_stop_string_ends_generation(smollm2):
 
 
 def test_prompt_larger_than_budget_raises(tiny_models):
-    b = NativeBackend.load(tiny_models["llama"], block_size=4, kv_budget_bytes=4 * b_per_block(tiny_models["llama"]))
+    b = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, kv_budget_bytes=4 * b_per_block(tiny_models["llama"]))
     with pytest.raises(OutOfMemoryError):
         list(b.engine.generate([list(range(40))], SamplingParams(max_new_tokens=4)))
     assert b.engine.blocks.num_used == 0  # nothing leaked
@@ -59,8 +59,8 @@ def test_preemption_gives_the_same_tokens(tiny_models):
     g = torch.Generator().manual_seed(3)
     prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (20, 33, 9, 25)]
     params = SamplingParams(max_new_tokens=24)
-    roomy = NativeBackend.load(folder, block_size=4)
-    tight = NativeBackend.load(folder, block_size=4, kv_budget_bytes=22 * b_per_block(folder))
+    roomy = NativeBackend.load(folder, weights="fp32", block_size=4)
+    tight = NativeBackend.load(folder, weights="fp32", block_size=4, kv_budget_bytes=22 * b_per_block(folder))
     want = [[] for _ in prompts]
     for i, t in roomy.engine.generate(prompts, params, frozenset()):
         want[i].append(t)

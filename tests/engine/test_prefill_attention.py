@@ -91,7 +91,7 @@ def test_last_layer_on_logit_rows_only_gives_the_same_logits(tiny_models, kind):
     from ktcli.engine.native import NativeBackend
     from ktcli.engine.sequence import Sequence
 
-    engine = NativeBackend.load(tiny_models[kind], block_size=4, kv_budget_bytes=4 << 20).engine
+    engine = NativeBackend.load(tiny_models[kind], weights="fp32", block_size=4, kv_budget_bytes=4 << 20).engine
     g = torch.Generator().manual_seed(9)
     prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (30, 45)]
     out = {}
