@@ -167,13 +167,12 @@ def pack(w: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"int8 weights need rows of a multiple of {GROUP} values, not {k}")
     blocks = w.float().reshape(n, k // GROUP, GROUP)
     low, high = blocks.amin(dim=-1, keepdim=True), blocks.amax(dim=-1, keepdim=True)
-    # fp16 scale and minimum (as GGUF stores them), the minimum rounded down and the scale
-    # up so the block's range still fits codes 0..255: the error stays within half a step
+    # fp16 scale and minimum (as GGUF stores them), the codes fitted to the rounded values.
+    # Round to nearest: a value pushed past either end of the code range by the rounding
+    # is clamped, off by at most the rounding itself (half an fp16 step of the minimum, or
+    # 255 x half an fp16 step of the scale), the same bound as inside the range.
     minimum = low.half()
-    minimum = torch.where(minimum.float() > low, torch.nextafter(minimum, torch.full_like(minimum, -torch.inf)), minimum)
     scale = ((high - minimum.float()) / 255).half()
-    short = scale.float() * 255 < high - minimum.float()
-    scale = torch.where(short, torch.nextafter(scale, torch.full_like(scale, torch.inf)), scale)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))  # a constant block: codes 0
     codes = torch.round((blocks - minimum.float()) / scale.float()).clamp_(0, 255).to(torch.uint8).reshape(n, k)
     params = torch.cat([scale.reshape(n, -1), minimum.reshape(n, -1)], dim=1).contiguous().view(torch.uint8)
