@@ -107,6 +107,38 @@ torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
     return y;
 }
 
+// fp32 [N, K] -> packed [N, K / 8 + K] in one pass: `pack_reference` (the oracle) rounding
+// for rounding (fp16 by round-to-nearest-even, codes by nearbyint: half to even as torch.round)
+torch::Tensor pack_q8(torch::Tensor w) {
+    TORCH_CHECK(w.dtype() == torch::kFloat32 && w.dim() == 2 && w.size(1) % 32 == 0, "w fp32 [N, K], K a multiple of 32");
+    w = w.contiguous();
+    const int64_t N = w.size(0), K = w.size(1), blocks = K / 32, row = K / 8 + K;
+    auto out = torch::empty({N, row}, w.options().dtype(torch::kUInt8));
+    const float* wp = w.data_ptr<float>();
+    uint8_t* op = out.data_ptr<uint8_t>();
+    at::parallel_for(0, N, 16, [&](int64_t n0, int64_t n1) {
+        for (int64_t n = n0; n < n1; ++n) {
+            uint16_t* scale = reinterpret_cast<uint16_t*>(op + n * row);
+            uint8_t* codes = op + n * row + K / 8;
+            for (int64_t b = 0; b < blocks; ++b) {
+                const float* x = wp + n * K + b * 32;
+                float low = x[0], high = x[0];
+                for (int i = 1; i < 32; ++i) { low = std::min(low, x[i]); high = std::max(high, x[i]); }
+                const uint16_t min16 = _cvtss_sh(low, _MM_FROUND_TO_NEAREST_INT);
+                const float minimum = _cvtsh_ss(min16);
+                uint16_t s16 = _cvtss_sh((high - minimum) / 255.f, _MM_FROUND_TO_NEAREST_INT);
+                if (!(_cvtsh_ss(s16) > 0.f)) s16 = 0x3c00;  // a constant block: scale 1, codes 0
+                const float s = _cvtsh_ss(s16);
+                scale[b] = s16;
+                scale[blocks + b] = min16;
+                for (int i = 0; i < 32; ++i)
+                    codes[b * 32 + i] = uint8_t(std::min(255.f, std::max(0.f, std::nearbyint((x[i] - minimum) / s))));
+            }
+        }
+    });
+    return out;
+}
+
 // packed [N, K / 8 + K] -> fp32 [N, K] in one pass (wide steps run fp32 GEMMs over this)
 torch::Tensor unpack_q8(torch::Tensor w) {
     TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 2 && w.size(1) % 36 == 0, "w packed uint8 [N, K / 8 + K]");
@@ -135,7 +167,7 @@ torch::Tensor unpack_q8(torch::Tensor w) {
 """
 
 MAX_ROWS = 8
-FUNCTIONS = ["gemv_q8", "unpack_q8"]
+FUNCTIONS = ["gemv_q8", "pack_q8", "unpack_q8"]
 
 
 def _load():
@@ -162,9 +194,17 @@ def logical_width(packed: torch.Tensor) -> int:
 
 def pack(w: torch.Tensor) -> torch.Tensor:
     """[N, K] float (K a multiple of 32) -> packed uint8 [N, K / 8 + K] on the same device."""
+    if w.shape[-1] % GROUP:
+        raise ValueError(f"int8 weights need rows of a multiple of {GROUP} values, not {w.shape[-1]}")
+    kernels = _load() if w.device.type == "cpu" else None
+    if kernels is not None:  # one pass, ~20x the torch expression below (load time)
+        return kernels.pack_q8(w.float())
+    return pack_reference(w)
+
+
+def pack_reference(w: torch.Tensor) -> torch.Tensor:
+    """`pack` in torch ops: the test oracle, and the path without the C++ kernels."""
     n, k = w.shape
-    if k % GROUP:
-        raise ValueError(f"int8 weights need rows of a multiple of {GROUP} values, not {k}")
     blocks = w.float().reshape(n, k // GROUP, GROUP)
     low, high = blocks.amin(dim=-1, keepdim=True), blocks.amax(dim=-1, keepdim=True)
     # fp16 scale and minimum (as GGUF stores them), the codes fitted to the rounded values.

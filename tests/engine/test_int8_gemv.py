@@ -22,7 +22,7 @@ def _weights(n: int, k: int, seed: int = 0) -> torch.Tensor:
 def test_pack_layout_and_error_bound():
     n, k = 7, 96
     w = _weights(n, k)
-    p = int8_gemv.pack(w)
+    p = int8_gemv.pack_reference(w)
     assert p.dtype == torch.uint8 and p.shape == (n, k + k // 8) and int8_gemv.logical_width(p) == k
     back = int8_gemv.unpack_reference(p)
     assert torch.equal(back[0, :32], w[0, :32]) and torch.allclose(back[1, 32:64], w[1, 32:64], rtol=1e-3)
@@ -46,7 +46,7 @@ def test_gguf_4bit_blocks_survive_exactly():
     q = torch.randint(0, 16, (n, k // 32, 32), generator=g).float()
     q[..., 0], q[..., 1] = 0, 15  # each block spans the whole 4-bit range
     w = (m + d * q).view(n, k)
-    back = int8_gemv.unpack_reference(int8_gemv.pack(w))
+    back = int8_gemv.unpack_reference(int8_gemv.pack_reference(w))
     assert ((back - w).abs().view(n, k // 32, 32) <= 0.01 * d).all()
 
 
@@ -69,6 +69,13 @@ def test_gemv_matches_torch_on_unpacked(k, rows):
     got = int8_gemv.gemv(x, p)
     assert got.shape == (rows, n)
     assert ((got - want).abs().max() / want.abs().max()).item() < 1e-5
+
+
+@needs_kernel
+def test_pack_kernel_equals_reference():
+    w = _weights(67, 160)
+    w[2, :32] = torch.linspace(-1, 1, 32)  # codes at both ends and ties at the half-code
+    assert torch.equal(int8_gemv.pack(w), int8_gemv.pack_reference(w))
 
 
 @needs_kernel
