@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ktcli.config import Settings
@@ -23,6 +23,15 @@ from ktcli.types import Chunk, Corpus, ModelFacts, Plan
 # tokenizer; the planner pads estimates with it so "fits" errs on the safe side.
 MODEL_TOKENS_PER_ESTIMATE = 1.25
 RATES_FILE = "rates.json"
+# Bytes a weight takes in the local engine (int8: codes plus an fp16 scale and minimum per 32).
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.125}
+# First-run rates of the local engine on a CPU, before a run has measured any, from the
+# model's size: decode reads every weight once per token, prefill is bound by GEMM FLOPs.
+# Both well under this 2-core EPYC's own (20-26 GB/s copy bandwidth, ~175 GFLOPS fp32
+# GEMM), so the first estimate errs long: SmolLM2 int8 gets 66 and 222 tok/s (measured:
+# 70-90 and 450-550).
+CPU_BYTES_PER_S = 10e9
+CPU_FLOPS = 60e9
 
 
 @dataclass(frozen=True)
@@ -72,14 +81,19 @@ def _rates_key(settings: Settings) -> str:
     return f"{settings.engine}:{settings.model}:{settings.weights or 'auto'}"
 
 
-def load_rates(settings: Settings) -> Throughput:
-    """Throughput measured by earlier runs with this engine and model, else defaults."""
+def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughput:
+    """Throughput measured by earlier runs with this engine and model, else defaults (from
+    the model's size for the local engine on a CPU, when `facts` are given)."""
     path = settings.cache_path / RATES_FILE
     try:
         data = json.loads(path.read_text())[_rates_key(settings)]
         return Throughput(**data)
     except (OSError, KeyError, ValueError, TypeError):
+        pass
+    if facts is None or settings.backend != "local" or _on_gpu(settings) or not facts.weight_bytes:
         return Throughput()
+    return Throughput(prefill_tok_s=round(CPU_FLOPS / (2 * facts.n_params)),
+                      decode_tok_s=round(CPU_BYTES_PER_S / facts.weight_bytes, 1))
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False) -> None:
@@ -109,12 +123,25 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
 
 
 def planning_facts(settings: Settings) -> ModelFacts:
-    """The model's shape; for a remote server, its window (and no local memory to plan)."""
+    """The model's shape, its weight bytes in the dtype the engine will load; for a remote
+    server, its window (and no local memory to plan)."""
     if settings.backend == "openai":
         from ktcli.engine.openai_backend import remote_model_facts
 
         return remote_model_facts(settings)
-    return model_facts(resolve_model(settings.model), settings.cache_path)
+    facts = model_facts(resolve_model(settings.model), settings.cache_path)
+    return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(planned_weights(settings), 4.0)))
+
+
+def planned_weights(settings: Settings) -> str:
+    """The weight dtype the local engine will load: `--weights`, or what auto resolves to
+    (engine.device.resolve_weights: int8 on a CPU, bf16 on CUDA; transformers: fp32).
+    Planning does not build the C++ kernels to check they run: setup builds them."""
+    if settings.engine == "hf":
+        return "bf16" if settings.weights == "bf16" else "fp32"
+    if settings.weights not in ("", "auto"):
+        return settings.weights
+    return "bf16" if _on_gpu(settings) else "int8"
 
 
 def prepare(
@@ -149,7 +176,7 @@ def prepare(
         attention=settings.attention,
         sparse_ok=settings.backend == "local" and settings.engine == "ktcli",
     )
-    plan = make_plan(request, facts, load_rates(settings))
+    plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip())
 
 

@@ -18,3 +18,30 @@ def test_sparse_runs_keep_their_own_rates(tmp_path):
     save_rates(settings, 100.0, 10.0)  # blended half and half; the sparse rates stay
     rates = load_rates(settings)
     assert (rates.prefill_tok_s, rates.decode_tok_s, rates.sparse_prefill_tok_s) == (200.0, 15.0, 180.0)
+
+
+def test_first_run_rates_follow_the_model_size(tmp_path):
+    """Before any run measured them, the local CPU engine's rates come from the model: decode
+    from its weight bytes, prefill from its parameter count; other backends keep defaults."""
+    from ktcli.types import ModelFacts
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    small = ModelFacts("m", 8192, 30, 3, 64, n_params=135_000_000, weight_bytes=152_000_000)
+    big = replace(small, n_params=1_350_000_000, weight_bytes=1_520_000_000)
+    a, b = load_rates(settings, small), load_rates(settings, big)
+    assert a.decode_tok_s > 9 * b.decode_tok_s and a.prefill_tok_s > 9 * b.prefill_tok_s
+    assert load_rates(replace(settings, backend="openai"), small) == Throughput()
+    save_rates(settings, 300.0, 20.0)  # measured rates win
+    assert load_rates(settings, small).decode_tok_s == 20.0
+
+
+def test_planned_weight_bytes_follow_the_dtype(monkeypatch):
+    from ktcli.pipeline import prepare
+
+    base = Settings()
+    monkeypatch.setattr(prepare, "_on_gpu", lambda s: False)
+    assert prepare.planned_weights(replace(base, weights="auto")) == "int8"
+    assert prepare.planned_weights(replace(base, weights="bf16")) == "bf16"
+    assert prepare.planned_weights(replace(base, engine="hf")) == "fp32"
+    monkeypatch.setattr(prepare, "_on_gpu", lambda s: True)
+    assert prepare.planned_weights(replace(base, weights="auto")) == "bf16"
