@@ -77,7 +77,7 @@ torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kUInt8, "x fp32, w packed uint8");
     TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) * 8 == x.size(1) * 9 && x.size(1) % 32 == 0,
                 "x [R, K], w [N, K / 8 + K] (K a multiple of 32)");
-    TORCH_CHECK(x.size(0) >= 1 && x.size(0) <= 8, "1 to 8 rows");
+    TORCH_CHECK(x.size(0) >= 1, "at least one row");
     x = x.contiguous();
     TORCH_CHECK(w.is_contiguous(), "w contiguous");
     const int64_t R = x.size(0), K = x.size(1), N = w.size(0), row = w.size(1), blocks = K / 32;
@@ -89,21 +89,26 @@ torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
         for (int j = 0; j < 32; ++j) s += xp[i * 32 + j];
         xsum[i] = s;
     }
-    const float* xs = xsum.data();
     const uint8_t* wp = w.data_ptr<uint8_t>();
-    float* yp = y.data_ptr<float>();
-    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-        switch (R) {
-            case 1: q8::rows<1>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            case 2: q8::rows<2>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            case 3: q8::rows<3>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            case 4: q8::rows<4>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            case 5: q8::rows<5>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            case 6: q8::rows<6>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            case 7: q8::rows<7>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-            default: q8::rows<8>(xp, xs, wp, yp, n0, n1, N, K, row); break;
-        }
-    });
+    // up to 8 rows share each pass over the weights (their accumulators fill the registers)
+    for (int64_t r0 = 0; r0 < R; r0 += 8) {
+        const int64_t rg = std::min<int64_t>(8, R - r0);
+        const float* xg = xp + r0 * K;
+        const float* xs = xsum.data() + r0 * blocks;
+        float* yg = y.data_ptr<float>() + r0 * N;
+        at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+            switch (rg) {
+                case 1: q8::rows<1>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                case 2: q8::rows<2>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                case 3: q8::rows<3>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                case 4: q8::rows<4>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                case 5: q8::rows<5>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                case 6: q8::rows<6>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                case 7: q8::rows<7>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+                default: q8::rows<8>(xg, xs, wp, yg, n0, n1, N, K, row); break;
+            }
+        });
+    }
     return y;
 }
 
@@ -166,7 +171,10 @@ torch::Tensor unpack_q8(torch::Tensor w) {
 }
 """
 
-MAX_ROWS = 8
+# Rows up to which the kernel (one pass over the weights per 8 rows) beats unpacking to
+# fp32 for a GEMM; measured on 30 gate_up matrices: 16 rows 23 ms against 115, 32 rows 45
+# against 54 (the unpack alone writes 4 bytes a weight).
+MAX_ROWS = 32
 FUNCTIONS = ["gemv_q8", "pack_q8", "unpack_q8"]
 
 
@@ -237,5 +245,6 @@ def unpack_reference(packed: torch.Tensor) -> torch.Tensor:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [R <= MAX_ROWS, K] fp32, w packed [N, K / 8 + K] contiguous -> [R, N] fp32."""
+    """x [R, K] fp32 (any R; worth it up to MAX_ROWS), w packed [N, K / 8 + K] contiguous
+    -> [R, N] fp32."""
     return _load().gemv_q8(x, w)

@@ -71,6 +71,15 @@ def test_smollm2_decode_paths_agree(smollm2, smollm2_dir, weights):
         assert (got[m] - got["torch"]).abs().max() / scale < 1e-5, m
 
 
+def test_int8_decode_step_of_many_sequences(smollm2_dir):
+    """12 sequences in one step: the int8 product runs its rows in two passes (8 + 4)."""
+    b = NativeBackend.load(smollm2_dir, weights="int8", kv_budget_bytes=64 << 20)
+    got = _decode_logits(b.engine, _prompts(49152, (30, 7, 19, 12, 25, 9, 40, 3, 16, 22, 11, 28)))
+    scale = got["torch"].abs().max()
+    for m in MODES[1:]:
+        assert (got[m] - got["torch"]).abs().max() / scale < 1e-5, m
+
+
 def test_smollm2_fp16_pages_keep_greedy_tokens(smollm2, smollm2_dir):
     """Half-size pages (read by the kernel with F16C) change fp32 greedy tokens little."""
     ids = smollm2.chat_ids([{"role": "user", "content": "Write a haiku about autumn leaves."}])
