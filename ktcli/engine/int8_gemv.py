@@ -17,8 +17,8 @@ Packed layout, one uint8 tensor per matrix so everything that holds weights (the
 record, the fused decode's flat list, `ModelWeights.nbytes`) handles it like any other:
 row n of a [N, K] matrix is its K / 32 fp16 scales, its K / 32 fp16 minima, then its K
 codes, so the packed tensor is [N, K / 8 + K]. Parameters first: with them after the codes,
-reading each row's end before its start broke the hardware prefetcher's stream and cost
-a third of the speed (measured with a standalone copy of the kernel).
+reading each row's end before its start broke the hardware prefetcher's stream: a
+standalone copy of the kernel took 4.9 ms against 4.2 over a whole model's matrices.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ static inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
 
 // y[r, n0:n1] for R rows of x: per block, scale * sum(code * x) + min * sum(x), the
 // second from the block sums of x (xsum [R, K / 32]). R is a template argument so the
-// accumulators live in registers: as a runtime-sized array they go through memory, and
-// the store-to-load latency on every block halves the speed.
+// accumulators live in registers: as a runtime-sized array they went through memory and
+// the LM head's product took 2.6 ms instead of 1.4 (a store-to-load wait on every block).
 template <int R>
 static void rows(const float* x, const float* xsum, const uint8_t* w, float* y, int64_t n0, int64_t n1, int64_t N,
                  int64_t K, int64_t row) {
