@@ -67,8 +67,7 @@ def resolve_weights(weights: str | None, device: torch.device, cfg: ModelConfig 
             return "bf16"
         from ktcli.engine import int8_gemv
 
-        widths = (cfg.hidden_size, cfg.q_size, cfg.intermediate_size) if cfg is not None else ()
-        return "int8" if cfg is not None and int8_gemv.available() and all(map(int8_gemv.supports, widths)) else "fp32"
+        return "int8" if cfg is not None and int8_gemv.available() and int8_gemv.misfit_width(cfg) is None else "fp32"
     allowed = GPU_WEIGHTS if device.type == "cuda" else CPU_WEIGHTS
     if weights not in allowed:
         raise InputError(f"--weights {weights}: choose one of {', '.join(allowed)} on {device.type}")

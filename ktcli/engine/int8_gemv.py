@@ -29,6 +29,7 @@ from ktcli.engine import cpp_ext
 
 GROUP = 32
 
+# Compiled after bf16_gemv.SOURCE (engine.cpp_ext), whose hsum it uses.
 SOURCE = r"""
 namespace q8 {
 
@@ -189,6 +190,12 @@ def available() -> bool:
 def supports(k: int) -> bool:
     """Whether a matrix with rows of `k` values can be packed (whole blocks only)."""
     return k % GROUP == 0
+
+
+def misfit_width(cfg) -> int | None:
+    """The first of a model's matrix widths (a ModelConfig's hidden, q and MLP sizes) that
+    does not pack into whole blocks, or None when every one does."""
+    return next((k for k in (cfg.hidden_size, cfg.q_size, cfg.intermediate_size) if not supports(k)), None)
 
 
 def is_packed(w: torch.Tensor) -> bool:

@@ -135,10 +135,10 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: 
     if dtype == torch.uint8:
         if device.type != "cpu":
             raise InputError("--weights int8 runs on the CPU only (on a GPU use bf16)")
-        narrow = [k for k in {cfg.hidden_size, cfg.q_size, cfg.intermediate_size} if not int8_gemv.supports(k)]
-        if narrow:
+        misfit = int8_gemv.misfit_width(cfg)
+        if misfit is not None:
             raise InputError(f"--weights int8 needs layer widths that are multiples of {int8_gemv.GROUP} "
-                             f"(this model has {narrow[0]}); use bf16")
+                             f"(this model has {misfit}); use bf16")
 
     def mat(t: torch.Tensor) -> torch.Tensor:
         if dtype == torch.uint8:

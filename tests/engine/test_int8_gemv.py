@@ -2,6 +2,8 @@
 GGUF-style 4-bit blocks, the C++ product and unpack against torch over the unpacked
 weights, and the engine with int8 weights against fp32."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -118,3 +120,6 @@ def test_int8_weights_are_cpu_only(tiny_models):
     folder = tiny_models["llama"]
     with pytest.raises(InputError, match="CPU only"):
         load_weights(folder, load_config(folder), "int8", device="meta")
+    narrow = dataclasses.replace(load_config(folder), intermediate_size=100)
+    with pytest.raises(InputError, match="multiples of 32 .this model has 100"):
+        load_weights(folder, narrow, "int8")
