@@ -113,7 +113,7 @@ def test_smollm2_int8_keeps_greedy_tokens(smollm2, smollm2_dir):
     assert (a - b).pow(2).mean().sqrt() / a.pow(2).mean().sqrt() < 0.01
 
 
-def test_int8_weights_are_cpu_only(tiny_models):
+def test_int8_weights_refuse_a_gpu_and_partial_blocks(tiny_models):
     from ktcli.engine.config import load_config
     from ktcli.engine.weights import load_weights
 
