@@ -65,31 +65,38 @@ static void bf16_rows(const float* x, const uint16_t* w, float* y, int64_t n0, i
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kBFloat16, "x fp32, w bf16");
     TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [R, K], w [N, K]");
-    TORCH_CHECK(x.size(0) >= 1 && x.size(0) <= 8, "1 to 8 rows");
+    TORCH_CHECK(x.size(0) >= 1, "at least one row");
     x = x.contiguous();
     TORCH_CHECK(w.is_contiguous(), "w contiguous");
     const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
     auto y = torch::empty({R, N}, x.options());
-    const float* xp = x.data_ptr<float>();
     const uint16_t* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
-    float* yp = y.data_ptr<float>();
-    at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
-        switch (R) {
-            case 1: bf16_rows<1>(xp, wp, yp, n0, n1, N, K); break;
-            case 2: bf16_rows<2>(xp, wp, yp, n0, n1, N, K); break;
-            case 3: bf16_rows<3>(xp, wp, yp, n0, n1, N, K); break;
-            case 4: bf16_rows<4>(xp, wp, yp, n0, n1, N, K); break;
-            case 5: bf16_rows<5>(xp, wp, yp, n0, n1, N, K); break;
-            case 6: bf16_rows<6>(xp, wp, yp, n0, n1, N, K); break;
-            case 7: bf16_rows<7>(xp, wp, yp, n0, n1, N, K); break;
-            default: bf16_rows<8>(xp, wp, yp, n0, n1, N, K); break;
-        }
-    });
+    // up to 8 rows share each pass over the weights (their accumulators fill the registers)
+    for (int64_t r0 = 0; r0 < R; r0 += 8) {
+        const int64_t rg = std::min<int64_t>(8, R - r0);
+        const float* xp = x.data_ptr<float>() + r0 * K;
+        float* yp = y.data_ptr<float>() + r0 * N;
+        at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
+            switch (rg) {
+                case 1: bf16_rows<1>(xp, wp, yp, n0, n1, N, K); break;
+                case 2: bf16_rows<2>(xp, wp, yp, n0, n1, N, K); break;
+                case 3: bf16_rows<3>(xp, wp, yp, n0, n1, N, K); break;
+                case 4: bf16_rows<4>(xp, wp, yp, n0, n1, N, K); break;
+                case 5: bf16_rows<5>(xp, wp, yp, n0, n1, N, K); break;
+                case 6: bf16_rows<6>(xp, wp, yp, n0, n1, N, K); break;
+                case 7: bf16_rows<7>(xp, wp, yp, n0, n1, N, K); break;
+                default: bf16_rows<8>(xp, wp, yp, n0, n1, N, K); break;
+            }
+        });
+    }
     return y;
 }
 """
 
-MAX_ROWS = 8
+# Rows up to which the kernel (one pass over the weights per 8 rows) beats widening the
+# matrix to fp32 for a GEMM; measured on 30 gate_up matrices: 16 rows 29 ms against 147,
+# 32 rows 47 against 142.
+MAX_ROWS = 32
 
 
 FUNCTIONS = ["gemv"]
@@ -104,5 +111,5 @@ def available() -> bool:
 
 
 def gemv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """x [R <= MAX_ROWS, K] fp32, w [N, K] bf16 contiguous -> [R, N] fp32."""
+    """x [R, K] fp32 (any R; worth it up to MAX_ROWS), w [N, K] bf16 contiguous -> [R, N] fp32."""
     return _load().gemv(x, w)

@@ -71,9 +71,10 @@ def test_smollm2_decode_paths_agree(smollm2, smollm2_dir, weights):
         assert (got[m] - got["torch"]).abs().max() / scale < 1e-5, m
 
 
-def test_int8_decode_step_of_many_sequences(smollm2_dir):
-    """12 sequences in one step: the int8 product runs its rows in two passes (8 + 4)."""
-    b = NativeBackend.load(smollm2_dir, weights="int8", kv_budget_bytes=64 << 20)
+@pytest.mark.parametrize("weights", ["int8", "bf16"])
+def test_decode_step_of_many_sequences(smollm2_dir, weights):
+    """12 sequences in one step: the int8 and bf16 products run their rows in two passes (8 + 4)."""
+    b = NativeBackend.load(smollm2_dir, weights=weights, kv_budget_bytes=64 << 20)
     got = _decode_logits(b.engine, _prompts(49152, (30, 7, 19, 12, 25, 9, 40, 3, 16, 22, 11, 28)))
     scale = got["torch"].abs().max()
     for m in MODES[1:]:
