@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 DEVICES = ("auto", "cpu", "cuda")
 GPU_WEIGHTS = ("bf16", "fp16", "fp32")
 CPU_WEIGHTS = ("fp32", "bf16", "fp16", "int8")
+# What `--weights auto` loads on each device type (the planner reads this too, without
+# torch); on a CPU, fp32 instead where int8 cannot run (resolve_weights).
+AUTO_WEIGHTS = {"cpu": "int8", "cuda": "bf16"}
 
 
 def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
@@ -64,10 +67,11 @@ def resolve_weights(weights: str | None, device: torch.device, cfg: ModelConfig 
     widths pack into 32-value blocks, else fp32."""
     if not weights or weights == "auto":
         if device.type == "cuda":
-            return "bf16"
+            return AUTO_WEIGHTS["cuda"]
         from ktcli.engine import int8_gemv
 
-        return "int8" if cfg is not None and int8_gemv.available() and int8_gemv.misfit_width(cfg) is None else "fp32"
+        int8_runs = cfg is not None and int8_gemv.available() and int8_gemv.misfit_width(cfg) is None
+        return AUTO_WEIGHTS["cpu"] if int8_runs else "fp32"
     allowed = GPU_WEIGHTS if device.type == "cuda" else CPU_WEIGHTS
     if weights not in allowed:
         raise InputError(f"--weights {weights}: choose one of {', '.join(allowed)} on {device.type}")

@@ -82,7 +82,9 @@ class NativeBackend:
         from ktcli.engine import longctx
 
         device = resolve_device(device)
-        weights = resolve_weights(weights, device, load_config(Path(model_dir)))
+        model_dir = Path(model_dir)
+        cfg = load_config(model_dir)
+        weights = resolve_weights(weights, device, cfg)
         kv_dtype = resolve_kv_dtype(kv_dtype, weights, device)
         if longctx.wants_kernels(kv_dtype, attention, rope_scaling) or position_remap or unroped_keys:
             return longctx.load_backend(
@@ -92,8 +94,6 @@ class NativeBackend:
                 unroped_keys=unroped_keys, budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
             )
         block_size = block_size or 16
-        model_dir = Path(model_dir)
-        cfg = load_config(model_dir)
         w = load_weights(model_dir, cfg, weights, device)
         # fp32 pages by default on the CPU: on AVX2 CPUs SDPA over bf16 pages is several
         # times slower; on CUDA the pages follow the weights (resolve_kv_dtype).
