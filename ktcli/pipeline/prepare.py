@@ -16,15 +16,13 @@ from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.pipeline.events import Reporter
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.estimates import parse_bytes
+from ktcli.plan.estimates import WEIGHT_BYTES, parse_bytes
 from ktcli.types import Chunk, Corpus, ModelFacts, Plan
 
 # Model tokens per tiktoken (cl100k) token, measured on the sample docs with SmolLM2's
 # tokenizer; the planner pads estimates with it so "fits" errs on the safe side.
 MODEL_TOKENS_PER_ESTIMATE = 1.25
 RATES_FILE = "rates.json"
-# Bytes a weight takes in the local engine (int8: codes plus an fp16 scale and minimum per 32).
-WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.125}
 # First-run rates of the local engine on a CPU, before a run has measured any, from the
 # model's size: decode reads every weight once per token, prefill is bound by GEMM FLOPs.
 # Both well under this 2-core EPYC's own (20-26 GB/s copy bandwidth, ~175 GFLOPS fp32
@@ -135,13 +133,15 @@ def planning_facts(settings: Settings) -> ModelFacts:
 
 def planned_weights(settings: Settings) -> str:
     """The weight dtype the local engine will load: `--weights`, or what auto resolves to
-    (engine.device.resolve_weights: int8 on a CPU, bf16 on CUDA; transformers: fp32).
-    Planning does not build the C++ kernels to check they run: setup builds them."""
+    (engine.device.AUTO_WEIGHTS; transformers: fp32). Planning does not build the C++
+    kernels to check that int8 runs: setup builds them."""
+    from ktcli.engine.device import AUTO_WEIGHTS
+
     if settings.engine == "hf":
         return "bf16" if settings.weights == "bf16" else "fp32"
     if settings.weights not in ("", "auto"):
         return settings.weights
-    return "bf16" if _on_gpu(settings) else "int8"
+    return AUTO_WEIGHTS["cuda" if _on_gpu(settings) else "cpu"]
 
 
 def prepare(

@@ -5,6 +5,9 @@ from __future__ import annotations
 from ktcli.types import ModelFacts
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# Bytes a weight takes in the local engine's formats (int8: uint8 codes plus an fp16 scale
+# and minimum per 32 values, engine.int8_gemv).
+WEIGHT_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "int8": 1.125}
 
 
 def kv_bytes_per_token(facts: ModelFacts, kv_dtype: str = "fp32") -> float:
