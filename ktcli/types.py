@@ -106,6 +106,7 @@ class ModelFacts:
     head_dim: int
     n_params: int
     weight_bytes: int
+    kv_dtype: str = "fp32"  # the dtype of the engine's dense KV pages for this model
 
 
 @dataclass(frozen=True)

@@ -70,8 +70,8 @@ class NativeBackend:
         are converted to such a folder once by `model_store.ensure_hf_dir`.
 
         `device` "auto" | "cpu" | "cuda" (`engine.device`): weights, KV pages and every
-        step's tensors live there. weights / kv_dtype "auto": fp32 and fp32 pages on the
-        CPU; bf16 and pages of the weights' dtype on CUDA.
+        step's tensors live there. weights / kv_dtype "auto": `engine.device` (int8 weights
+        and fp16 pages on the CPU; bf16 and pages of the weights' dtype on CUDA).
 
         Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
         AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
@@ -95,8 +95,7 @@ class NativeBackend:
             )
         block_size = block_size or 16
         w = load_weights(model_dir, cfg, weights, device)
-        # fp32 pages by default on the CPU: on AVX2 CPUs SDPA over bf16 pages is several
-        # times slower; on CUDA the pages follow the weights (resolve_kv_dtype).
+        # The default page dtype per device and weights: engine.device.auto_kv_dtype.
         kv_torch = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(kv_dtype)
         if kv_torch is None:
             raise InputError(f"kv dtype {kv_dtype!r}: choose fp32, bf16 or fp16")

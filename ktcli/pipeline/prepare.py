@@ -121,14 +121,18 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
 
 
 def planning_facts(settings: Settings) -> ModelFacts:
-    """The model's shape, its weight bytes in the dtype the engine will load; for a remote
-    server, its window (and no local memory to plan)."""
+    """The model's shape, its weight bytes in the dtype the engine will load and its KV
+    pages' dtype; for a remote server, its window (and no local memory to plan)."""
     if settings.backend == "openai":
         from ktcli.engine.openai_backend import remote_model_facts
 
         return remote_model_facts(settings)
+    from ktcli.engine.device import auto_kv_dtype
+
     facts = model_facts(resolve_model(settings.model), settings.cache_path)
-    return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(planned_weights(settings), 4.0)))
+    weights = planned_weights(settings)
+    return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0)),
+                   kv_dtype=auto_kv_dtype(weights, "cuda" if _on_gpu(settings) else "cpu"))
 
 
 def planned_weights(settings: Settings) -> str:

@@ -184,13 +184,18 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     return f"sparse mode would take ~{best.est_seconds:.0f}s > {budget_s:.0f}s budget"
 
 
+def _dense_kv(req: PlanRequest, facts: ModelFacts) -> str:
+    """The KV dtype a full read holds its context in: --kv-dtype, else the model's default."""
+    return req.kv_dtype if req.kv_dtype not in ("auto", "", "model") else facts.kv_dtype
+
+
 def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
     return Plan(
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens,
         evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
         est_seconds=generation_seconds(full_tokens, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s),
-        est_memory_bytes=generation_memory(facts, full_tokens + req.max_new_tokens),
+        est_memory_bytes=generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts)),
         kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
         attention=req.attention if req.attention not in ("auto", "") else "dense",
     )
@@ -245,7 +250,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds,
-        est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens)
+        est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, facts.kv_dtype)
         + _index_memory(n_chunks),
     )
 

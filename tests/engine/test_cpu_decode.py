@@ -63,7 +63,8 @@ def test_tiny_decode_paths_agree(tiny_models, kind):
 
 @pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
 def test_smollm2_decode_paths_agree(smollm2, smollm2_dir, weights):
-    b = smollm2 if weights == "fp32" else NativeBackend.load(smollm2_dir, weights=weights, kv_budget_bytes=64 << 20)
+    b = smollm2 if weights == "fp32" else NativeBackend.load(smollm2_dir, weights=weights, kv_dtype="fp32",
+                                                             kv_budget_bytes=64 << 20)
     prompts = _prompts(49152, (150, 37))
     got = _decode_logits(b.engine, prompts)
     scale = got["torch"].abs().max()
@@ -71,10 +72,21 @@ def test_smollm2_decode_paths_agree(smollm2, smollm2_dir, weights):
         assert (got[m] - got["torch"]).abs().max() / scale < 1e-5, m
 
 
+def test_smollm2_decode_over_default_fp16_pages(smollm2_dir):
+    """int8 weights load fp16 pages by default. Both C++ paths read them with fp32 queries
+    and sums (they agree to float rounding); torch's path attends in fp16 (looser)."""
+    b = NativeBackend.load(smollm2_dir, kv_budget_bytes=64 << 20)
+    assert b.kv.dtype == torch.float16
+    got = _decode_logits(b.engine, _prompts(49152, (150, 37)))
+    scale = got["torch"].abs().max()
+    assert (got["fused"] - got["attention"]).abs().max() / scale < 1e-5
+    assert (got["fused"] - got["torch"]).abs().max() / scale < 1e-2
+
+
 @pytest.mark.parametrize("weights", ["int8", "bf16"])
 def test_decode_step_of_many_sequences(smollm2_dir, weights):
     """12 sequences in one step: the int8 and bf16 products run their rows in two passes (8 + 4)."""
-    b = NativeBackend.load(smollm2_dir, weights=weights, kv_budget_bytes=64 << 20)
+    b = NativeBackend.load(smollm2_dir, weights=weights, kv_dtype="fp32", kv_budget_bytes=64 << 20)
     got = _decode_logits(b.engine, _prompts(49152, (30, 7, 19, 12, 25, 9, 40, 3, 16, 22, 11, 28)))
     scale = got["torch"].abs().max()
     for m in MODES[1:]:

@@ -31,8 +31,8 @@ def test_resolution_and_defaults(tiny_models):
         assert device_kind("auto") == "cpu"
     assert device_kind("cpu") == "cpu"
     # CPU: int8 weights where the kernels run and the widths pack into 32-value blocks, else
-    # fp32 (no model config: no width to check); fp32 pages. CUDA runs bf16 with pages of the
-    # weights' dtype.
+    # fp32 (no model config: no width to check); fp16 pages, fp32 under fp32 weights. CUDA
+    # runs bf16 with pages of the weights' dtype.
     cfg = load_config(tiny_models["llama"])
     assert resolve_weights("auto", CPU, cfg) == ("int8" if int8_gemv.available() else "fp32")
     assert resolve_weights("auto", CPU, dataclasses.replace(cfg, intermediate_size=100)) == "fp32"
@@ -40,7 +40,10 @@ def test_resolution_and_defaults(tiny_models):
     assert resolve_weights("fp16", CUDA) == "fp16"
     with pytest.raises(InputError):
         resolve_weights("int8", CUDA)
-    assert resolve_kv_dtype("auto", "bf16", CPU) == "fp32"
+    assert resolve_kv_dtype("auto", "bf16", CPU) == "fp16"
+    assert resolve_kv_dtype("auto", "int8", CPU) == "fp16"
+    assert resolve_kv_dtype("auto", "fp32", CPU) == "fp32"
+    assert resolve_kv_dtype("bf16", "int8", CPU) == "bf16"
     assert resolve_kv_dtype("auto", "bf16", CUDA) == "bf16"
     assert resolve_kv_dtype("model", "fp16", CUDA) == "fp16"
     assert resolve_kv_dtype("int4", "bf16", CUDA) == "int4"

@@ -45,3 +45,12 @@ def test_planned_weight_bytes_follow_the_dtype(monkeypatch):
     assert prepare.planned_weights(replace(base, engine="hf")) == "fp32"
     monkeypatch.setattr(prepare, "_on_gpu", lambda s: True)
     assert prepare.planned_weights(replace(base, weights="auto")) == "bf16"
+
+
+def test_planned_kv_dtype_follows_the_weights(monkeypatch):
+    from ktcli.pipeline import prepare
+
+    base = Settings()
+    monkeypatch.setattr(prepare, "_on_gpu", lambda s: False)
+    assert prepare.planning_facts(replace(base, weights="auto")).kv_dtype == "fp16"
+    assert prepare.planning_facts(replace(base, weights="fp32")).kv_dtype == "fp32"

@@ -1,3 +1,5 @@
+from dataclasses import replace
+
 import pytest
 
 from ktcli.errors import OutOfMemoryError, UsageError
@@ -85,6 +87,16 @@ def test_estimates_grow_with_input():
 def test_kv_bytes_per_token():
     assert kv_bytes_per_token(SMOL, "fp32") == 2 * 30 * 3 * 64 * 4
     assert kv_bytes_per_token(SMOL, "int4") < 0.3 * kv_bytes_per_token(SMOL, "fp32")
+
+
+def test_full_read_memory_counts_the_models_kv_dtype():
+    # 6K tokens of fp32 pages are 276 MB; fp16 pages (the CPU default beside int8 weights) half that.
+    big = req(corpus_tokens=6000)
+    fp32 = make_plan(big, SMOL, RATES).est_memory_bytes
+    fp16 = make_plan(big, replace(SMOL, kv_dtype="fp16"), RATES).est_memory_bytes
+    tokens = 6000 + 10 + 160 + 384
+    assert fp32 - fp16 == pytest.approx(1.1 * tokens * kv_bytes_per_token(SMOL, "fp16"), rel=1e-3)
+    assert make_plan(replace(big, kv_dtype="fp32"), replace(SMOL, kv_dtype="fp16"), RATES).est_memory_bytes == fp32
 
 
 @pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20), ("1e9", 10**9), ("2 gib", 2 * 2**30)])
