@@ -407,9 +407,12 @@ class DecodeBatch:
     def from_seqs(cls, seqs, block_size: int, slot_mapping: torch.Tensor) -> "DecodeBatch":
         """From the runner's SeqAttn records (one token each)."""
         rows = [s.block_table(block_size) for s in seqs]
-        tables = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int32)
-        for i, r in enumerate(rows):
-            tables[i, : len(r)] = r
+        if len(rows) == 1:
+            tables = rows[0][None]  # one sequence (a CLI answer): no padded copy
+        else:
+            tables = torch.zeros(len(rows), max(len(r) for r in rows), dtype=torch.int32)
+            for i, r in enumerate(rows):
+                tables[i, : len(r)] = r
         ctx = torch.tensor([s.ctx for s in seqs], dtype=torch.int64)
         lo = {w: torch.tensor([s.masks[w][0] for s in seqs], dtype=torch.int64) for w in seqs[0].masks}
         return cls(tables, block_size, ctx, lo, slot_mapping.to(torch.int64).contiguous())

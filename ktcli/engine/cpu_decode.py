@@ -78,12 +78,13 @@ constexpr int64_t PER_LAYER = 12;  // in_norm qkv qkv_bias o o_bias post_norm ga
 
 // x [T, hidden] fp32 after the embedding; rot [T, D] fp32 (cos, sin pairs); weights: PER_LAYER
 // tensors per layer, empty where absent; per-layer caches and first keys (window); the
-// step's block tables, lengths and slots as `decode` takes them. Returns x after the last layer.
+// step's block tables, lengths and slots as `decode` takes them; the model's final norm
+// weight (empty: none). Returns x after the last layer and the final norm.
 torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torch::Tensor> weights,
                             std::vector<torch::Tensor> k_caches, std::vector<torch::Tensor> v_caches,
                             std::vector<torch::Tensor> lo, torch::Tensor tables, int64_t block_size,
                             torch::Tensor ctx, torch::Tensor slots, int64_t n_heads, int64_t n_kv_heads, double eps,
-                            double scale) {
+                            double scale, torch::Tensor final_norm) {
     const int64_t n_layers = int64_t(k_caches.size());
     TORCH_CHECK(int64_t(weights.size()) == n_layers * PER_LAYER && int64_t(v_caches.size()) == n_layers &&
                 int64_t(lo.size()) == n_layers, "one entry per layer");
@@ -125,6 +126,10 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torc
             fused::silu_mul_row(gp + t * 2 * inter, gp + t * 2 * inter + inter, a.data_ptr<float>() + t * inter, inter);
         fused::lin_add(x, a, L[8], L[9]);
     }
+    if (final_norm.numel()) {
+        TORCH_CHECK(final_norm.dtype() == torch::kFloat32 && final_norm.numel() == hidden, "final norm [hidden] fp32");
+        for (int64_t t = 0; t < T; ++t) fused::rms_norm_row(xp + t * hidden, final_norm.data_ptr<float>(), xp + t * hidden, hidden, eps);
+    }
     return x;
 }
 """
@@ -146,15 +151,19 @@ def available() -> bool:
 class FusedDecode:
     """The model's layers as the flat argument lists `decode_layers` takes, built once."""
 
-    def __init__(self, layers, windows: list, n_heads: int, n_kv_heads: int, eps: float, scale: float):
+    def __init__(self, layers, windows: list, n_heads: int, n_kv_heads: int, eps: float, scale: float,
+                 final_norm: torch.Tensor | None = None):
         empty = torch.empty(0)  # an absent bias or norm
         self.weights = [t if t is not None else empty for lw in layers for t in (getattr(lw, f) for f in _FIELDS)]
+        self.final_norm = final_norm if final_norm is not None else empty
         self.windows = windows  # per layer
         self.n_heads, self.n_kv_heads, self.eps, self.scale = n_heads, n_kv_heads, eps, scale
 
     @staticmethod
-    def supports(layers) -> bool:
+    def supports(layers, final_norm: torch.Tensor | None = None) -> bool:
         """fp32, bf16 or packed int8 weight matrices, fp32 norms and biases (what the loop reads)."""
+        if final_norm is not None and (final_norm.dtype != torch.float32 or not final_norm.is_contiguous()):
+            return False
         for lw in layers:
             for name in _FIELDS:
                 t = getattr(lw, name)
@@ -169,9 +178,10 @@ class FusedDecode:
 
     def forward(self, x: torch.Tensor, rot: torch.Tensor, batch: cpu_attention.DecodeBatch,
                 k_caches: list[torch.Tensor], v_caches: list[torch.Tensor]) -> torch.Tensor:
-        """x [T, hidden] fp32, rot [T, 1, D/2] complex64 -> x after the last layer."""
+        """x [T, hidden] fp32, rot [T, 1, D/2] complex64 -> x after the last layer and the
+        final norm (when the model's was given)."""
         rot = torch.view_as_real(rot).reshape(rot.shape[0], -1)  # [T, 1, D/2] complex -> [T, D] (cos, sin) pairs
         lo = [batch.lo[w] for w in self.windows]
         return _load().decode_layers(x, rot, self.weights, k_caches, v_caches, lo, batch.tables,
                                      batch.block_size, batch.ctx, batch.slots, self.n_heads, self.n_kv_heads,
-                                     self.eps, self.scale)
+                                     self.eps, self.scale, self.final_norm)

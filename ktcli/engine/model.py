@@ -70,8 +70,9 @@ class Model:
         # ... and the whole layer loop of such a step in one C++ call (engine.cpu_decode),
         # up to the rows its bf16 products take.
         self._fused = None
-        if self._decode_kernel and cpu_decode.FusedDecode.supports(weights.layers):
-            self._fused = cpu_decode.FusedDecode(weights.layers, self.windows, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps, self.scale)
+        if self._decode_kernel and cpu_decode.FusedDecode.supports(weights.layers, weights.norm):
+            self._fused = cpu_decode.FusedDecode(weights.layers, self.windows, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps,
+                                                 self.scale, final_norm=weights.norm)
         self._fused_rows = {torch.bfloat16: bf16_gemv.MAX_ROWS, torch.uint8: int8_gemv.MAX_ROWS}.get(self.wdtype, 1 << 30)
         # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
         self._gpu = self.device.type == "cuda"
@@ -137,8 +138,9 @@ class Model:
         trim = self._last_layer_seqs(step, T) if host and decode is None and kernel_attend is None else None
         last = len(layers) - 1
         if decode is not None and self._fused is not None and T <= self._fused_rows:
+            # Every row of a decode step is a logit row: the C++ loop ends with the final norm.
             x = self._fused.forward(x, rot, decode, self.kv.k, self.kv.v)
-            layers = ()  # run: the loop below, in C++
+            return lin(x, w.lm_head, None, T)  # [T, vocab]
         for li, lw in enumerate(layers):
             h = F.rms_norm(x, (H,), lw.in_norm, eps)
             qkv = lin(h, lw.qkv, lw.qkv_bias, T)  # [T, q + 2 kv]

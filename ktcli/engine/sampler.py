@@ -11,6 +11,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
     """logits [B, vocab] float32 -> one token id per row. Each row draws from its own
     generator, so a sequence samples the same tokens alone or in a batch."""
     if params.temperature <= 0:
+        if logits.device.type == "cpu" and logits.dtype == torch.float32:
+            # numpy's argmax over a 49K vocabulary: ~10 us; torch's CPU argmax ~110 us here
+            return logits.numpy().argmax(axis=-1).tolist()
         return logits.argmax(dim=-1).tolist()
     scaled = logits / params.temperature
     if params.top_k > 0 and params.top_k < scaled.shape[-1]:
