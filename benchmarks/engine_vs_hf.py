@@ -131,13 +131,29 @@ def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
                 "kv_pages_peak": st.peak_pages,
                 "kv_bytes_peak": st.peak_pages * backend.kv.bytes_per_block,
             }
-        matches = []
-        for q in MATCH_PROMPTS:
-            ids = backend.chat_ids([{"role": "user", "content": q}])
-            matches.append([t for _, t in engine.generate([ids], SamplingParams(max_new_tokens=MATCH_TOKENS), eos_ids=frozenset())])
-    out["greedy_tokens"] = matches
+    out["greedy_tokens"] = _greedy_tokens(backend)
     out["peak_rss_mb"] = _peak_rss_mb()
     return out
+
+
+def _greedy_tokens(backend) -> list[list[int]]:
+    """MATCH_TOKENS greedy tokens for each of MATCH_PROMPTS."""
+    import torch
+
+    from ktcli.engine.backend import SamplingParams
+
+    params = SamplingParams(max_new_tokens=MATCH_TOKENS)
+    with torch.inference_mode():
+        return [[t for _, t in backend.engine.generate([backend.chat_ids([{"role": "user", "content": q}])], params,
+                                                       eos_ids=frozenset())] for q in MATCH_PROMPTS]
+
+
+def worker_greedy(weights: str, kv_dtype: str) -> dict:
+    """Greedy tokens only (not timed): separates what the weights change from what the pages do."""
+    from ktcli.engine.native import NativeBackend
+
+    _, folder = _model_paths()
+    return {"greedy_tokens": _greedy_tokens(NativeBackend.load(folder, weights=weights, kv_dtype=kv_dtype, threads=THREADS))}
 
 
 def worker_hf() -> dict:
@@ -245,6 +261,7 @@ WORKERS = {
     # is the CPU default; the same weights over fp32 pages show what the page dtype buys.
     "ktcli-int8": lambda: worker_ktcli("int8"),
     "ktcli-int8-fp32kv": lambda: worker_ktcli("int8", "fp32"),
+    "greedy-bf16-fp32kv": lambda: worker_greedy("bf16", "fp32"),
     "hf": worker_hf,
     "hf-gguf": worker_hf_gguf,
     "logits": worker_logits,
@@ -338,6 +355,7 @@ def summarize(r: dict) -> dict:
         "greedy_match_int8": greedy_match(ours8),
         "int8_fp32kv_decode_ratio": round(full_kv["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
         "greedy_match_int8_fp32kv": greedy_match(full_kv),
+        "greedy_match_bf16_fp32kv": greedy_match(r["greedy-bf16-fp32kv"]),
         "peak_rss_mb": {name: e["peak_rss_mb"] for name, e in per_engine.items()},
         "warm_load_s": {"fp32": round(ours32["warm_load_s"], 2), "bf16": round(ours16["warm_load_s"], 2),
                         "int8": round(ours8["warm_load_s"], 2)},
@@ -358,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     _model_paths()  # convert once, outside every timing
     results = {}
-    for name in ("logits", "hf-gguf"):
+    for name in ("logits", "hf-gguf", "greedy-bf16-fp32kv"):
         results[name] = run_worker(name)
     # The timed engines run in rounds (each engine once per round, in turn) and each figure
     # keeps its best round: this machine's speed drifts by tens of percent over minutes,
