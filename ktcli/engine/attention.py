@@ -93,9 +93,15 @@ def make_masks(n: int, ctx: int, windows: set, device: torch.device | None = Non
 
 
 def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write the step's K/V rows [T, H, D] into slots [T] of one layer's cache."""
+    """Write the step's K/V rows [T, H, D] into slots [T] of one layer's cache. fp16 pages
+    saturate at +-65504 (as the C++ decode store does) rather than store inf."""
+    if k_cache.dtype == torch.float16 and k.dtype != torch.float16:
+        k, v = k.clamp(-_FP16_MAX, _FP16_MAX), v.clamp(-_FP16_MAX, _FP16_MAX)
     k_cache.index_copy_(0, slot_mapping, k.to(k_cache.dtype))  # fp32 rows into half pages: one cast
     v_cache.index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+
+
+_FP16_MAX = 65504.0
 
 
 # A decode query runs as two BLAS batched products with the query heads grouped by the

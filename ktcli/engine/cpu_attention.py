@@ -306,6 +306,13 @@ void dispatch_d(int64_t D, const torch::Tensor& q, torch::Tensor& out, const tor
     }
 }
 
+// A value as a page element; fp16 saturates at its largest finite value (65504) rather
+// than becoming inf, which would turn every score it touches into NaN.
+template <class T>
+inline T to_page(float x) { return T(x); }
+template <>
+inline at::Half to_page<at::Half>(float x) { return at::Half(std::min(std::max(x, -65504.f), 65504.f)); }
+
 template <class T>
 void store(torch::Tensor& cache, const torch::Tensor& rows, const int64_t* slots) {
     // rows [B, H, D] fp32 (any strides with unit last stride) -> cache[slots[b]]
@@ -316,7 +323,7 @@ void store(torch::Tensor& cache, const torch::Tensor& rows, const int64_t* slots
         for (int64_t h = 0; h < H; ++h) {
             const float* src = rp + b * rows.stride(0) + h * rows.stride(1);
             T* dst = cp + (slots[b] * H + h) * D;
-            for (int64_t d = 0; d < D; ++d) dst[d] = T(src[d]);
+            for (int64_t d = 0; d < D; ++d) dst[d] = to_page<T>(src[d]);
         }
 }
 

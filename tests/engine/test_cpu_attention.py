@@ -84,3 +84,19 @@ def test_supports():
     assert not cpu_attention.supports(80, 8, 8, torch.float32)  # head size without a kernel
     assert not cpu_attention.supports(64, 64, 2, torch.float32)  # group of 32
     assert not cpu_attention.supports(64, 8, 8, torch.int8)
+
+
+def test_fp16_pages_saturate_instead_of_overflowing():
+    """A K/V value past fp16's range is stored as +-65504 by both stores (the decode
+    kernel's and the prefill's `store_kv`), never as inf, so attention stays finite."""
+    k_cache = torch.zeros(2 * BS, 1, 16, dtype=torch.float16)
+    v_cache = torch.zeros_like(k_cache)
+    k = torch.full((1, 1, 16), 1e5)
+    k[0, 0, 1] = -3e5
+    store_kv(k_cache, v_cache, k, k, torch.tensor([0]))
+    seq = SeqAttn(0, 1, 2, 0, None, make_masks(1, 2, {None}))
+    batch = cpu_attention.DecodeBatch.from_seqs([seq], BS, torch.tensor([1]))
+    out = batch.attend(torch.ones(1, 1, 16), k, k, k_cache, v_cache, None, 0.25)  # stores row 1 itself
+    for row in (0, 1):
+        assert k_cache[row, 0, 0] == 65504 and k_cache[row, 0, 1] == -65504 and v_cache[row, 0, 0] == 65504
+    assert torch.isfinite(out).all()
