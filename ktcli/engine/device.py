@@ -98,8 +98,8 @@ def auto_kv_dtype(weights: str, device_type: str) -> str:
     planner calls this without torch). CUDA: the weights' dtype. CPU: fp32 under fp32
     weights, else fp16. fp16 rather than bf16: on SmolLM2 over a 1,024-token prompt, fp16
     pages move fp32's logits by 0.28% (relative norm) and bf16 pages by 1.9%, for the same
-    bytes (our decode kernel widens fp16 with F16C, bf16 with a shift). (Keys or values
-    beyond fp16's 65,504 would overflow; the models we run stay far below.)"""
+    bytes (our decode kernel widens fp16 with F16C, bf16 with a shift). Keys or values
+    beyond fp16's range saturate at +-65,504 when stored (the models we run stay far below)."""
     if device_type == "cuda":
         return weights
     return "fp32" if weights == "fp32" else "fp16"
