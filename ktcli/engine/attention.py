@@ -101,7 +101,7 @@ def store_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     v_cache.index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
-_FP16_MAX = 65504.0
+_FP16_MAX = torch.finfo(torch.float16).max  # 65504
 
 
 # A decode query runs as two BLAS batched products with the query heads grouped by the
