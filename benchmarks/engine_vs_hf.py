@@ -88,6 +88,7 @@ def _peak_rss_mb() -> float:
 def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
     import torch
 
+    from kernels.layout import TORCH_DTYPES
     from ktcli.engine import int8_gemv
     from ktcli.engine.backend import SamplingParams
     from ktcli.engine.native import NativeBackend
@@ -111,7 +112,7 @@ def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
             model._linear(x, m, None, 1)
         return time.perf_counter() - t
 
-    pages = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}[backend.kv.dtype]
+    pages = next(name for name, dt in TORCH_DTYPES.items() if dt == backend.kv.dtype)
     out = {"engine": "ktcli", "weights": weights, "kv_dtype": pages, "warm_load_s": load_s, "lengths": {}}
     greedy = SamplingParams(max_new_tokens=NEW_TOKENS)
     with torch.inference_mode():

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from kernels.layout import TORCH_DTYPES
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.block_manager import BlockManager
 from ktcli.engine.config import ModelConfig, load_config
@@ -96,7 +97,7 @@ class NativeBackend:
         block_size = block_size or 16
         w = load_weights(model_dir, cfg, weights, device)
         # The default page dtype per device and weights: engine.device.auto_kv_dtype.
-        kv_torch = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}.get(kv_dtype)
+        kv_torch = TORCH_DTYPES.get(kv_dtype)
         if kv_torch is None:
             raise InputError(f"kv dtype {kv_dtype!r}: choose fp32, bf16 or fp16")
         kv = PagedKVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, block_size, kv_torch, device)
