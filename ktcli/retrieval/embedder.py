@@ -1,7 +1,10 @@
-"""Sentence embeddings for chunks and questions (sentence-transformers, CPU by default).
+"""Sentence embeddings for chunks and questions (CPU by default).
 
-The model loads lazily on the first `embed`, so a run whose embeddings are all cached
-never pays the multi-second model load until it embeds the question.
+Models of the common BERT + mean pooling shape, the bundled all-MiniLM-L6-v2 among them,
+run through `retrieval.bert_encoder` (plain torch: loads in well under a second, where
+importing sentence-transformers alone takes ~6 s here); any other sentence-transformers
+folder runs through sentence-transformers. The model loads lazily on the first `embed`,
+so a run whose chunk embeddings are all cached loads it only to embed the question.
 
 all-MiniLM-L6-v2 reads at most 256 word pieces per text and truncates the rest. A chunk
 of 256 tiktoken tokens is ~310 word pieces on code (~270 on prose), so the tail of a
@@ -21,6 +24,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from ktcli.errors import ModelNotInstalledError, UsageError
+from ktcli.retrieval import bert_encoder
+from ktcli.retrieval.bert_encoder import BertSentenceEncoder
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -118,14 +123,14 @@ def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 class Embedder:
-    """A sentence-transformers model: float32, L2-normalised vectors, one row per text."""
+    """A sentence-transformers model folder: float32, L2-normalised vectors, one row per text."""
 
     def __init__(self, spec: str = BUNDLED_SPEC, device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE):
         self.spec = spec
         self.device = device
         self.batch_size = batch_size
         self.folder, self.name = _resolve(spec)
-        self._model: SentenceTransformer | None = None
+        self._model: SentenceTransformer | BertSentenceEncoder | None = None
         self.load_s = 0.0  # seconds spent loading the model (kept apart from embedding time)
         self._dim = _declared_dim(self.folder)
 
@@ -141,7 +146,7 @@ class Embedder:
         """Word pieces the model reads per text; the rest of a longer text is truncated."""
         return int(self._load().max_seq_length)
 
-    def _load(self) -> SentenceTransformer:
+    def _load(self) -> SentenceTransformer | BertSentenceEncoder:
         if self._model is None:
             t0 = time.perf_counter()
             self._model = _load_model(self.folder, self.device)
@@ -174,7 +179,12 @@ class Embedder:
         return self.embed([text])[0]
 
 
-def _load_model(folder: Path, device: str) -> SentenceTransformer:
+def _load_model(folder: Path, device: str) -> SentenceTransformer | BertSentenceEncoder:
+    if bert_encoder.supports(folder):
+        try:
+            return BertSentenceEncoder(folder, device)
+        except (OSError, ValueError, KeyError, RuntimeError) as e:
+            raise ModelNotInstalledError(f"cannot load embedding model from {folder}: {e}") from None
     import transformers
     from sentence_transformers import SentenceTransformer
 
@@ -191,12 +201,16 @@ def _load_model(folder: Path, device: str) -> SentenceTransformer:
 
 
 def _model_dim(model: Any) -> int:
+    if isinstance(model, BertSentenceEncoder):
+        return model.dim
     # sentence-transformers 5 renamed get_sentence_embedding_dimension; support both.
     getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
     return int(getter())
 
 
 def _encode_batch(model: Any, batch: list[str]) -> np.ndarray:
+    if isinstance(model, BertSentenceEncoder):  # fp32, normalised where the folder says
+        return model.encode(batch)
     import torch
 
     # inference_mode drops autograd bookkeeping; encode() sets it too, but being explicit
