@@ -64,7 +64,7 @@ class HFBackend:
         return kwargs
 
     def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
-        from transformers import TextIteratorStreamer
+        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
         ids = self._encode_chat(messages)
         if len(ids) + params.max_new_tokens > self.context_window:
@@ -75,13 +75,18 @@ class HFBackend:
         streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
         errors: list[BaseException] = []
         out_len = [0]
+        cancel = threading.Event()  # set when the caller stops reading (closes this generator)
+
+        class Cancelled(StoppingCriteria):
+            def __call__(self, input_ids, scores, **kwargs) -> bool:
+                return cancel.is_set()
 
         def work() -> None:
             try:
                 with torch.inference_mode():
                     out = self.model.generate(
                         input_ids, attention_mask=torch.ones_like(input_ids), streamer=streamer,
-                        **self._generate_kwargs(params),
+                        stopping_criteria=StoppingCriteriaList([Cancelled()]), **self._generate_kwargs(params),
                     )
                 out_len[0] = out.shape[1] - input_ids.shape[1]
             except BaseException as e:  # surfaced in the caller's thread below
@@ -92,21 +97,22 @@ class HFBackend:
         thread = threading.Thread(target=work, daemon=True)
         thread.start()
         ttft = 0.0
-        text = ""
-        for piece in streamer:
-            if not ttft and piece:
-                ttft = time.perf_counter() - start
-            text += piece
-            yield piece
-        thread.join()
+        try:
+            for piece in streamer:
+                if not ttft and piece:
+                    ttft = time.perf_counter() - start
+                yield piece
+        finally:
+            cancel.set()
+            thread.join()
+            total = time.perf_counter() - start
+            ttft = ttft or total
+            self._stats = GenStats(
+                prompt_tokens=len(ids), new_tokens=out_len[0], prefill_s=ttft,
+                decode_s=max(total - ttft, 1e-9), ttft_s=ttft,
+            )
         if errors:
             raise BackendError(f"generation failed: {errors[0]}")
-        total = time.perf_counter() - start
-        ttft = ttft or total
-        self._stats = GenStats(
-            prompt_tokens=len(ids), new_tokens=out_len[0], prefill_s=ttft,
-            decode_s=max(total - ttft, 1e-9), ttft_s=ttft,
-        )
 
     def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
         # Left padding keeps every prompt's last token at the end, where generation starts.

@@ -227,10 +227,12 @@ class OpenAIBackend:
                         raise
                     # Cut before the first word: nothing shown yet, so asking again is safe.
                     time.sleep(self.client.backoff_s * 2**attempt)
+        except GeneratorExit:  # the caller stopped reading (a looping answer): the stream closes
+            self._record(messages, parts, _partial_usage(usage, parts), start, ttft)
+            raise
         except StreamCutOffError as e:
             # No token counting here: it would ask the server that just went away.
-            usage = {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": len(parts), **usage}
-            self._record(messages, parts, usage, start, ttft)
+            self._record(messages, parts, _partial_usage(usage, parts), start, ttft)
             if parts:
                 # Kept and marked: the reader sees where the answer stops and why.
                 yield CUT_OFF_MARK.format(reason=str(e))
@@ -279,3 +281,9 @@ def _delta_text(event: dict) -> str:
     if content is None:
         content = choices[0].get("text")  # a /v1/completions-style chunk
     return content if isinstance(content, str) else ""
+
+
+def _partial_usage(usage: dict, parts: list[str]) -> dict:
+    """Usage of a stream that ended early: what the server said so far, else one
+    completion token per streamed piece (no counting call to a server that may be gone)."""
+    return {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": len(parts), **usage}

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.repetition import RepetitionGuard
 
 
 @dataclass
@@ -51,22 +52,39 @@ def peak_rss_mb() -> float:
 def generate_text(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, phase: str) -> str:
     """A non-final step (notes): collect the text, show it as progress only."""
-    parts: list[str] = []
-    for piece in backend.stream_chat(messages, params):
-        parts.append(piece)
-        reporter.progress(phase, len("".join(parts)), 0)
+    guard = RepetitionGuard()
+    pieces = backend.stream_chat(messages, params)
+    try:
+        for piece in pieces:
+            looping = guard.feed(piece)
+            reporter.progress(phase, len(guard.text), 0)
+            if looping:
+                break
+    finally:
+        pieces.close()  # a loop stops the backend here: no more tokens are generated
     tally.add(backend)
-    return "".join(parts).strip()
+    if guard.unit:
+        tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
+    return guard.kept().strip()  # notes carry one copy of a repeated line, not twenty
 
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter) -> str:
-    """The final step: every piece goes to the user as soon as it exists."""
-    parts: list[str] = []
-    for piece in backend.stream_chat(messages, params):
-        if not parts and piece:
-            tally.ttft_s = time.perf_counter() - tally.started
-        parts.append(piece)
-        reporter.answer_text(piece)
+    """The final step: every piece goes to the user as soon as it exists. An answer that
+    falls into a verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
+    guard = RepetitionGuard()
+    pieces = backend.stream_chat(messages, params)
+    try:
+        for piece in pieces:
+            if not guard.text and piece:
+                tally.ttft_s = time.perf_counter() - tally.started
+            reporter.answer_text(piece)
+            if guard.feed(piece):
+                break
+    finally:
+        pieces.close()
     tally.add(backend)
-    return "".join(parts).strip()
+    if guard.unit:
+        tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
+        reporter.warn(f"stopped the answer: it kept repeating the same {len(guard.unit)} characters")
+    return guard.kept().strip()
