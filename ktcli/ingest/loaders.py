@@ -9,9 +9,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
-from ktcli.ingest.htmltext import html_to_text
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, normalize_text, text_sha256
-from ktcli.ingest.pdftext import extract_pages
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
     doc_kind_for_name,
@@ -127,6 +125,9 @@ def _looks_like_html(text: str) -> bool:
 
 
 def _html_document(markup: str, display: str) -> Document:
+    # Imported here: BeautifulSoup and pypdf cost ~0.15 s of every start, used or not.
+    from ktcli.ingest.htmltext import html_to_text
+
     text = html_to_text(markup)
     if not text.strip():
         raise RejectedInput(display, "HTML page without visible text")
@@ -134,6 +135,8 @@ def _html_document(markup: str, display: str) -> Document:
 
 
 def _pdf_document(data: bytes, display: str) -> Document:
+    from ktcli.ingest.pdftext import extract_pages
+
     page_texts = extract_pages(data, display)
     pages: list[Page] = []
     offset = 0
