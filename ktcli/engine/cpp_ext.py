@@ -50,10 +50,12 @@ def _build():
         module = None
         if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
             # Imported here: those modules import this one for `load`.
-            from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, int8_gemv
+            from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, cpu_kivi_attention, int8_gemv
 
-            source = bf16_gemv.SOURCE + int8_gemv.SOURCE + cpu_attention.SOURCE + cpu_decode.SOURCE
-            functions = bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_decode.FUNCTIONS
+            source = (bf16_gemv.SOURCE + int8_gemv.SOURCE + cpu_attention.SOURCE + cpu_decode.SOURCE
+                      + cpu_kivi_attention.SOURCE)
+            functions = (bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_decode.FUNCTIONS
+                         + cpu_kivi_attention.FUNCTIONS)
             try:
                 from torch.utils.cpp_extension import load_inline
 

@@ -42,7 +42,7 @@ import torch
 import kernels
 from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, context_kv, gather_kv
-from ktcli.engine import prefill_attention
+from ktcli.engine import cpu_kivi_attention, prefill_attention
 from ktcli.engine.attention import decode_grouped
 from ktcli.engine.config import ModelConfig
 from ktcli.errors import InputError, OutOfMemoryError
@@ -179,6 +179,8 @@ class KernelKVCache:
         self._replay_of: list[bool] = []
         self._store_rows: torch.Tensor | None = None  # rows a replayed step stores again
         self.dtype = torch.float32
+        # Dense decode over int8/int4 pages on the CPU: our kernel (engine.cpu_kivi_attention)
+        self._kivi_decode = self.device.type == "cpu" and cpu_kivi_attention.supports(self.spec, cfg.n_heads)
 
     # sizing (the PagedKVCache interface) -------------------------------------------
 
@@ -243,6 +245,9 @@ class KernelKVCache:
                 outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra))
             elif unroped and not flat_cpu:  # the kernels read keys as stored: RoPE them here
                 outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, true_positions=True))
+            elif flat_cpu and seq.n == 1 and self._kivi_decode and not unroped:
+                # int8/int4 pages read as they are, no dequantised copy (engine.cpu_kivi_attention)
+                outs.append(cpu_kivi_attention.decode(qs, layer, table, seq.ctx, self.scale))
             elif flat_cpu:
                 # The reference walks page tiles with masks and an online softmax; one
                 # dequantisation of the context per call, then the flash kernels (prefill)

@@ -1,0 +1,74 @@
+"""Decode attention straight from int8 / int4 pages against the dequantise-then-attend path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import kernels
+from kernels.reference import context_kv
+from ktcli.engine import cpu_kivi_attention
+from ktcli.engine.attention import decode_grouped
+
+pytestmark = pytest.mark.skipif(not cpu_kivi_attention.available(), reason="C++ kernels unavailable")
+
+
+def _filled_layer(kind: str, n_kv: int, d: int, ctx: int, seed: int, group: int = 128):
+    """A layer holding one sequence of `ctx` tokens on shuffled physical blocks."""
+    torch.manual_seed(seed)
+    spec = kernels.KVCacheSpec(n_kv, d, 64, kind, v_group_size=group, stage_dtype="fp32")
+    n_pages = -(-ctx // 64)
+    layer = kernels.allocate(spec, n_pages + 5, "cpu", n_stage=4)
+    table = torch.randperm(n_pages + 5)[:n_pages].to(torch.int32)
+    # keys with a few loud channels and a non-zero mean, as real keys have
+    k = torch.randn(ctx, n_kv, d) * (1 + 4 * (torch.arange(d) % 17 == 0)) + 0.5
+    v = torch.randn(ctx, n_kv, d)
+    slots = (table.long()[torch.arange(ctx) // 64] * 64 + torch.arange(ctx) % 64)
+    for start in range(0, ctx, 100):  # several stores, as prefill chunks and decode steps do
+        kernels.kv_store(layer, k[start : start + 100], v[start : start + 100], slots[start : start + 100])
+    return layer, table
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("ctx", [1, 63, 64, 65, 700, 4096 + 17])
+def test_matches_dequantised_attention(kind, ctx):
+    n_kv, group, d = 3, 3, 64
+    layer, table = _filled_layer(kind, n_kv, d, ctx, seed=ctx)
+    q = torch.randn(1, n_kv * group, d) * 2
+    scale = d**-0.5
+    k_all, v_all = context_kv(layer, table, ctx)
+    want = decode_grouped(q, k_all, v_all, scale)
+    got = cpu_kivi_attention.decode(q, layer, table, ctx, scale)
+    assert got.shape == want.shape == (1, n_kv * group, d)
+    torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_head_dim_128_two_value_groups_and_one_query_head_per_kv_head(kind):
+    layer, table = _filled_layer(kind, 2, 128, 300, seed=7, group=64)
+    q = torch.randn(1, 2, 128)
+    k_all, v_all = context_kv(layer, table, 300)
+    torch.testing.assert_close(cpu_kivi_attention.decode(q, layer, table, 300, 0.1),
+                               decode_grouped(q, k_all, v_all, 0.1), rtol=2e-4, atol=2e-5)
+
+
+def test_supports_only_what_it_computes():
+    spec = lambda kind, **kw: kernels.KVCacheSpec(3, 64, 64, kind, stage_dtype=kw.pop("stage", "fp32"), **kw)  # noqa: E731
+    assert cpu_kivi_attention.supports(spec("int8"), 9)
+    assert cpu_kivi_attention.supports(spec("int4"), 9)
+    assert not cpu_kivi_attention.supports(spec("fp8"), 9)
+    assert not cpu_kivi_attention.supports(spec("int8", stage="fp16"), 9)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_engine_decode_through_the_kernel_gives_the_torch_paths_tokens(smollm2_dir, kind):
+    from ktcli.engine.backend import SamplingParams
+    from ktcli.engine.native import NativeBackend
+
+    backend = NativeBackend.load(smollm2_dir, weights="fp32", kv_dtype=kind, threads=2)
+    assert backend.kv._kivi_decode
+    prompt = backend.chat_ids([{"role": "user", "content": "Name three colours of the rainbow and say why it forms."}])
+    params = SamplingParams(max_new_tokens=24, temperature=0.0)
+    ours = backend.generate_ids([prompt], params)
+    backend.kv._kivi_decode = False  # the dequantise-then-attend path
+    assert backend.generate_ids([prompt], params) == ours
