@@ -72,3 +72,33 @@ def test_engine_decode_through_the_kernel_gives_the_torch_paths_tokens(smollm2_d
     ours = backend.generate_ids([prompt], params)
     backend.kv._kivi_decode = False  # the dequantise-then-attend path
     assert backend.generate_ids([prompt], params) == ours
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_mid_page_store_leaves_the_cache_as_the_reference_store_does(smollm2_dir, kind, monkeypatch):
+    """Decode rows stored by `longctx.store_mid_page` (most of them) and `kernels.kv_store`
+    (a page's first and last rows): the same pages, summaries and staging as the reference
+    store alone, through 70 tokens (a page sealed on the way)."""
+    from ktcli.engine.backend import SamplingParams
+    from ktcli.engine.native import NativeBackend
+
+    from ktcli.engine import longctx
+
+    taken = []
+    real = longctx.store_mid_page
+    monkeypatch.setattr(longctx, "store_mid_page", lambda *a: taken.append(real(*a)) or taken[-1])
+    prompt = list(range(1000, 1100))
+    params = SamplingParams(max_new_tokens=70, temperature=0.0)
+    runs = []
+    for fast in (True, False):
+        backend = NativeBackend.load(smollm2_dir, weights="fp32", kv_dtype=kind, threads=2, kv_budget_bytes=256 << 20)
+        backend.kv._fast_store = fast
+        tokens = backend.generate_ids([prompt], params)
+        runs.append((tokens, backend.kv.layers))
+    (fast_tokens, fast_layers), (ref_tokens, ref_layers) = runs
+    assert taken.count(True) > 60 * 30 and taken.count(False) > 0  # most rows, every layer; a few fell back
+    assert fast_tokens == ref_tokens and len(fast_tokens[0]) == 70
+    for a, b in zip(fast_layers, ref_layers):
+        for name in ("k_pages", "v_pages", "k_min", "k_max", "v_zero", "v_scale", "stage_k", "stage_v",
+                     "stage_of_block", "block_of_stage"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
