@@ -306,9 +306,102 @@ torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor 
     }
 #undef KIVI_CASE
 }
+
+// kernels.reference.gather_kv for one sequence of int8/int4 pages: logical pages [H, P]
+// int32 (-1: padding) of table [pages] int32, first ctx tokens -> k, v [H, P * BS, D] fp32
+// (sealed pages dequantised, the tail page read from its fp32 staging slot, rows that do
+// not exist zero) and pos [H, P * BS] int64 (-1 where a row does not exist).
+std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
+                                       torch::Tensor k_max, torch::Tensor v_zero, torch::Tensor v_scale,
+                                       torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor stage_of_block,
+                                       torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits) {
+    TORCH_CHECK(k_pages.dtype() == torch::kUInt8 && k_pages.is_contiguous() && v_pages.is_contiguous() &&
+                k_pages.dim() == 4 && v_pages.sizes() == k_pages.sizes(), "pages uint8 [NB, BS, H, Dp]");
+    const int64_t NB = k_pages.size(0), BS = k_pages.size(1), H = k_pages.size(2);
+    const int64_t D = k_min.size(-1), DP = k_pages.size(3);
+    TORCH_CHECK(bits == 8 || bits == 4, "bits 8 or 4");
+    TORCH_CHECK(DP == (bits == 8 ? D : D / 2) && D % 8 == 0, "packed width");
+    TORCH_CHECK(k_min.dtype() == torch::kFloat32 && k_max.dtype() == torch::kFloat32 && k_min.is_contiguous() &&
+                k_max.is_contiguous() && k_min.numel() == NB * H * D && k_max.numel() == NB * H * D, "k_min, k_max");
+    TORCH_CHECK(v_zero.dtype() == torch::kFloat16 && v_scale.dtype() == torch::kFloat16 && v_zero.is_contiguous() &&
+                v_scale.is_contiguous() && v_zero.dim() == 4 && v_zero.size(0) == NB && v_zero.size(1) == BS &&
+                v_zero.size(2) == H && v_scale.sizes() == v_zero.sizes() && D % v_zero.size(3) == 0, "v_zero, v_scale");
+    TORCH_CHECK(stage_k.dtype() == torch::kFloat32 && stage_v.dtype() == torch::kFloat32 && stage_k.is_contiguous() &&
+                stage_v.is_contiguous() && stage_k.dim() == 4 && stage_k.size(1) == BS && stage_k.size(2) == H &&
+                stage_k.size(3) == D && stage_v.sizes() == stage_k.sizes(), "stage fp32 [NS, BS, H, D]");
+    TORCH_CHECK(stage_of_block.dtype() == torch::kInt32 && stage_of_block.numel() == NB && stage_of_block.is_contiguous(), "stage_of_block");
+    TORCH_CHECK(table.dtype() == torch::kInt32 && table.dim() == 1 && table.is_contiguous(), "table [pages] int32");
+    TORCH_CHECK(pages.dtype() == torch::kInt32 && pages.dim() == 2 && pages.size(0) == H && pages.is_contiguous(), "pages [H, P] int32");
+    const int64_t P = pages.size(1), NG = v_zero.size(3), per_group = D / NG;
+    const float qmax = bits == 8 ? 255.f : 15.f;
+    auto k = torch::empty({H, P * BS, D}, k_min.options());
+    auto v = torch::empty({H, P * BS, D}, k_min.options());
+    auto pos = torch::empty({H, P * BS}, k_min.options().dtype(torch::kInt64));
+    const uint8_t* kp = k_pages.data_ptr<uint8_t>();
+    const uint8_t* vp = v_pages.data_ptr<uint8_t>();
+    const float* lo_all = k_min.data_ptr<float>();
+    const float* hi_all = k_max.data_ptr<float>();
+    const at::Half* vz = v_zero.data_ptr<at::Half>();
+    const at::Half* vs = v_scale.data_ptr<at::Half>();
+    const int32_t* tp = table.data_ptr<int32_t>();
+    const int32_t* pp = pages.data_ptr<int32_t>();
+    const int32_t* sob = stage_of_block.data_ptr<int32_t>();
+    float* ko = k.data_ptr<float>();
+    float* vo = v.data_ptr<float>();
+    int64_t* po = pos.data_ptr<int64_t>();
+    const int64_t n_table = table.size(0), tail_page = ctx % BS ? ctx / BS : -1;
+    at::parallel_for(0, H * P, 4, [&](int64_t i0, int64_t i1) {
+        uint8_t unpacked[256];
+        for (int64_t i = i0; i < i1; ++i) {
+            const int64_t h = i / P, lp = pp[i];
+            float* kd = ko + i * BS * D;
+            float* vd = vo + i * BS * D;
+            int64_t* pd = po + i * BS;
+            const bool real = lp >= 0 && lp < n_table && lp * BS < ctx;
+            const int64_t b = real ? tp[lp] : -1;
+            TORCH_CHECK(!real || (0 <= b && b < NB), "block id");
+            for (int64_t t = 0; t < BS; ++t) {
+                const int64_t p = lp * BS + t;
+                float* kr = kd + t * D;
+                float* vr = vd + t * D;
+                if (!real || p >= ctx) {
+                    std::memset(kr, 0, sizeof(float) * D);
+                    std::memset(vr, 0, sizeof(float) * D);
+                    pd[t] = -1;
+                    continue;
+                }
+                pd[t] = p;
+                if (lp == tail_page) {  // still staged at full precision
+                    const int64_t slot = sob[b];
+                    TORCH_CHECK(slot >= 0 && slot < stage_k.size(0), "staging slot of the tail page");
+                    std::memcpy(kr, stage_k.data_ptr<float>() + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
+                    std::memcpy(vr, stage_v.data_ptr<float>() + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
+                    continue;
+                }
+                const uint8_t* kc = kp + ((b * BS + t) * H + h) * DP;
+                const uint8_t* vc = vp + ((b * BS + t) * H + h) * DP;
+                const float* lo = lo_all + (b * H + h) * D;
+                const float* hi = hi_all + (b * H + h) * D;
+                if (bits == 4) {
+                    for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = kc[c] & 15; unpacked[2 * c + 1] = kc[c] >> 4; }
+                    kc = unpacked;
+                }
+                for (int64_t d = 0; d < D; ++d) kr[d] = lo[d] + float(kc[d]) * ((hi[d] - lo[d]) / qmax);
+                if (bits == 4) {
+                    for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = vc[c] & 15; unpacked[2 * c + 1] = vc[c] >> 4; }
+                    vc = unpacked;
+                }
+                const int64_t row = ((b * BS + t) * H + h) * NG;
+                for (int64_t d = 0; d < D; ++d)
+                    vr[d] = float(vz[row + d / per_group]) + float(vc[d]) * float(vs[row + d / per_group]);
+            }
+        }
+    });
+    return {k, v, pos};
+}
 """
 
-FUNCTIONS = ["decode_kivi"]
+FUNCTIONS = ["decode_kivi", "gather_kivi"]
 HEAD_DIMS = (64, 128)
 
 
@@ -329,6 +422,17 @@ def supports(spec, n_heads: int) -> bool:
     group = n_heads // spec.n_kv_heads
     return (n_heads % spec.n_kv_heads == 0 and group <= 16 and spec.block_size <= 64 and 1 <= n_groups <= 8
             and (spec.head_dim // n_groups) % 8 == 0 and available())
+
+
+def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int):
+    """`kernels.reference.gather_kv` for one sequence: logical pages [H, P] (-1 padding) of
+    `table`, its first `ctx` tokens -> k, v [H, P * BS, D] fp32, pos [H, P * BS] int64."""
+    spec = layer.spec
+    return _load().gather_kivi(
+        layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, layer.v_zero, layer.v_scale, layer.stage_k,
+        layer.stage_v, layer.stage_of_block, table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(),
+        ctx, 8 if spec.kv_dtype == "int8" else 4,
+    )
 
 
 def decode(q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float) -> torch.Tensor:

@@ -461,6 +461,12 @@ class QuestionPages:
         self.chosen = (self.score[lo:hi].topk(k_sel).indices + lo).to(torch.int32)
 
 
+def _gathers_here(layer) -> bool:
+    spec = layer.spec
+    return (layer.device.type == "cpu" and spec.kv_dtype in ("int8", "int4") and spec.stage_dtype == "fp32"
+            and kernels.get_backend() != "triton" and cpu_kivi_attention.available())
+
+
 def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
                  extra: torch.Tensor | None = None, true_positions: bool = False):
     """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
@@ -480,8 +486,11 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy, extra)
     h = layer.spec.n_kv_heads
     pages, local_only = pages.expand(h, pages.shape[-1]), local_only.expand(h, local_only.shape[-1])
-    k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
-    k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
+    if _gathers_here(layer):  # the same rows in one C++ pass (a decode step gathers every layer)
+        k, v, pos = cpu_kivi_attention.gather(layer, table, pages, end)
+    else:
+        k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
+        k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
     lo = max(0, (end - 1) // bs - policy.n_local_pages + 1) if policy.kind != "dense" else 0
     page_tok = pos // bs
     only_local = local_only.repeat_interleave(bs, dim=-1)

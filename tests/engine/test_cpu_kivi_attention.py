@@ -102,3 +102,22 @@ def test_mid_page_store_leaves_the_cache_as_the_reference_store_does(smollm2_dir
         for name in ("k_pages", "v_pages", "k_min", "k_max", "v_zero", "v_scale", "stage_k", "stage_v",
                      "stage_of_block", "block_of_stage"):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("ctx", [64, 700, 4096 + 17])
+def test_gather_matches_the_reference_gather(kind, ctx):
+    from kernels.reference import gather_kv
+
+    layer, table = _filled_layer(kind, 3, 64, ctx, seed=ctx + 1)
+    n_pages = -(-ctx // 64)
+    gen = torch.Generator().manual_seed(ctx)
+    # per-head selections: random pages, the last (tail) page, padding, a page past the context
+    pages = torch.stack([torch.cat([torch.randint(0, n_pages, (5,), generator=gen).sort().values,
+                                    torch.tensor([n_pages - 1, -1, n_pages + 3 if h == 2 else -1])]) for h in range(3)])
+    big_table = torch.cat([table, torch.zeros(8, dtype=torch.int32)])  # entries past the context exist
+    want_k, want_v, want_pos = gather_kv(layer, big_table[None], pages[None], torch.tensor([ctx]))
+    k, v, pos = cpu_kivi_attention.gather(layer, big_table, pages, ctx)
+    assert torch.equal(pos, want_pos[0])
+    torch.testing.assert_close(k, want_k[0], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(v, want_v[0], rtol=1e-6, atol=1e-6)
