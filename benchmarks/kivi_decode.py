@@ -11,11 +11,18 @@ pages) for 30 layers, each layer with its own cache, 2 threads:
 * `fp16_kernel_ms`: the same context in fp16 pages through `engine.cpu_attention`, the
   dense default's kernel, for scale (int8 pages hold about half its bytes, int4 a quarter).
 
-Then the whole engine: SmolLM2 with int8 weights over int8 pages, dense attention, a
-4,096-token prompt, 32 greedy tokens, decode tokens/s as it runs now (this kernel, decode
-rows staged by `engine.longctx.store_mid_page`) and as it ran before (the torch attention
-path and `kernels.kv_store` for every row), in the same process on the same prompt,
-alternating. Every figure is the best of `--reps`.
+Then the whole engine: SmolLM2 with int8 weights over int8 pages, a 4,096-token prompt,
+32 greedy tokens, decode tokens/s as it runs now and as it ran before, in the same process
+on the same prompt, alternating:
+
+* dense attention: now this kernel, and decode rows staged by
+  `engine.longctx.store_mid_page`; before the torch attention path and `kernels.kv_store`
+  for every row (best of `--engine-reps`);
+* topk attention (the `sparse` mode's default): now the selected pages gathered by
+  `cpu_kivi_attention.gather` and the same staging; before `kernels.reference.gather_kv`
+  and `kernels.kv_store` (one run each: its prompt takes longer).
+
+Every other figure is the best of `--reps`.
 Writes benchmarks/results/kivi_decode.json.
 """
 
@@ -96,23 +103,29 @@ def attention_row(ctx: int, kind: str, reps: int) -> dict:
             "max_abs_err_vs_torch": err}
 
 
-def engine_row(reps: int) -> dict:
+def engine_row(reps: int, attention: str) -> dict:
     from benchmarks.longctx_quality import model_dir, needle_prompt
+    from ktcli.engine import longctx
     from ktcli.engine.backend import SamplingParams
     from ktcli.engine.native import NativeBackend
 
-    backend = NativeBackend.load(model_dir(), weights="int8", kv_dtype="int8", threads=2)
+    backend = NativeBackend.load(model_dir(), weights="int8", kv_dtype="int8", attention=attention, threads=2)
     prompt = needle_prompt(backend.tokenizer, 4096, 0.5)
     params = SamplingParams(max_new_tokens=32, temperature=0.0)
     rates = {True: [], False: []}
     tokens = {}
-    for _ in range(reps):
-        for now in (True, False):
-            backend.kv._kivi_decode = backend.kv._fast_store = now
-            tokens[now] = backend.generate_ids([prompt], params)[0]
-            st = backend.last_stats
-            rates[now].append(st.new_tokens / st.decode_s)
-    return {"prompt_tokens": len(prompt), "new_tokens": 32, "weights": "int8", "pages": "int8",
+    gathers_here = longctx._gathers_here
+    try:
+        for _ in range(reps):
+            for now in (True, False):
+                backend.kv._kivi_decode = backend.kv._fast_store = now
+                longctx._gathers_here = gathers_here if now else (lambda layer: False)
+                tokens[now] = backend.generate_ids([prompt], params)[0]
+                st = backend.last_stats
+                rates[now].append(st.new_tokens / st.decode_s)
+    finally:
+        longctx._gathers_here = gathers_here
+    return {"attention": attention, "prompt_tokens": len(prompt), "new_tokens": 32, "weights": "int8", "pages": "int8",
             "decode_tok_s_now": round(max(rates[True]), 2), "decode_tok_s_before": round(max(rates[False]), 2),
             "speedup": round(max(rates[True]) / max(rates[False]), 2), "same_tokens": tokens[True] == tokens[False]}
 
@@ -135,7 +148,7 @@ def main() -> None:
         for kind in ("int8", "int4"):
             rows.append(attention_row(ctx, kind, args.reps))
             print(f"kivi_decode: {rows[-1]}", file=sys.stderr, flush=True)
-    engine = engine_row(args.engine_reps)
+    engine = [engine_row(args.engine_reps, "dense"), engine_row(1, "topk")]
     print(f"kivi_decode: engine {engine}", file=sys.stderr, flush=True)
     result = {"benchmark": "kivi_decode", "machine": machine(), "threads": 2,
               "shape": {"layers": LAYERS, "q_heads": HQ, "kv_heads": H, "head_dim": D, "block_size": BS},
