@@ -17,6 +17,11 @@ fp32 staging slot and is read as such. Work items are (kv head, range of pages),
 over the cores and merged at the end, as in `engine.cpu_attention` (whose exp, sums and
 softmax state this reuses: same translation unit).
 
+`gather` serves the window and topk policies, whose steps attend over a few selected
+pages at virtual positions (`engine.longctx.virtual_plan`): it gathers and dequantises
+those pages in one pass, the same rows as `kernels.reference.gather_kv` (~20 small torch
+ops a layer, each step).
+
 Built once by `engine.cpp_ext`; where that fails `available()` is False and
 `engine.longctx` keeps its torch path.
 """
