@@ -6,9 +6,9 @@ engine swaps it for `KernelKVCache`: one `kernels.PagedKVLayer` per layer, K/V w
 with `kernels.kv_store` (quantise, seal, page summaries) and read with
 `kernels.attention_decode` / `kernels.paged_prefill_attention` (Triton on CUDA, the torch
 reference on CPU; on the CPU, int8/int4 decode steps read their pages through
-`engine.cpu_kivi_attention` and stage their rows with `store_mid_page`). The model calls `attend_layer(li, q, k, v, step)` per layer instead of
-its SDPA path; the runner and block manager are unchanged (a sequence's block table is
-read back from the step's `SeqAttn`).
+`engine.cpu_kivi_attention` and stage their rows with `store_mid_page`). The model calls
+`attend_layer(li, q, k, v, step)` per layer instead of its SDPA path; the runner and block
+manager are unchanged (a sequence's block table is read back from the step's `SeqAttn`).
 
 Positions past the trained window (`position_remap`): keys are stored *unrotated*, so
 page summaries and Quest scores compare content, not position. At attention time the keys
