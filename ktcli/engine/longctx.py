@@ -388,7 +388,11 @@ class KernelKVCache:
             qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
             qq = qq.reshape(h, group * (b - a), d)
             m = mask[:, None].expand(h, group, b - a, mask.shape[-1]).reshape(h, group * (b - a), -1)
-            o = torch.nn.functional.scaled_dot_product_attention(qq, kr, v, attn_mask=m, scale=self.scale)
+            if b - a == 1:  # a decode step: two small products beat SDPA's masked path (~0.4 ms a layer)
+                scores = torch.bmm(qq, kr.transpose(1, 2)).mul_(self.scale).masked_fill_(~m, float("-inf"))
+                o = torch.bmm(torch.softmax(scores, dim=-1), v)  # [H, G, D]
+            else:
+                o = torch.nn.functional.scaled_dot_product_attention(qq, kr, v, attn_mask=m, scale=self.scale)
             out[a:b] = o.view(h, group, b - a, d).permute(2, 0, 1, 3)
         return out.reshape(n_q, hq, d)
 
