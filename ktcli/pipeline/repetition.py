@@ -34,6 +34,8 @@ class RepetitionGuard:
             copies = max(self.min_copies, -(-self.min_span // size))  # ceil(min_span / size)
             if copies * size > n:
                 break
+            if text[n - 1 - size] != text[n - 1]:
+                continue  # not periodic with this size: skip building the copies
             unit = text[n - size :]
             if not unit.strip():
                 continue  # runs of blank lines or spaces are not worth a stop
