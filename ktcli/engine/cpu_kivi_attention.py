@@ -418,15 +418,21 @@ def available() -> bool:
     return _load() is not None
 
 
+def reads(spec) -> bool:
+    """Whether pages of this spec (kernels.KVCacheSpec) can be read here at all (`gather`):
+    int8/int4 pages with fp32 staging."""
+    return spec.kv_dtype in ("int8", "int4") and spec.stage_dtype == "fp32" and available()
+
+
 def supports(spec, n_heads: int) -> bool:
-    """Whether a layer of this spec (kernels.KVCacheSpec) decodes here: int8/int4 pages,
-    fp32 staging, a supported head size and group."""
-    if spec.kv_dtype not in ("int8", "int4") or spec.stage_dtype != "fp32" or spec.head_dim not in HEAD_DIMS:
+    """Whether a layer of this spec decodes here (`decode`): pages `reads` takes, a
+    supported head size and group."""
+    if not reads(spec) or spec.head_dim not in HEAD_DIMS:
         return False
     n_groups = spec.head_dim // spec.group_size
     group = n_heads // spec.n_kv_heads
     return (n_heads % spec.n_kv_heads == 0 and group <= 16 and spec.block_size <= 64 and 1 <= n_groups <= 8
-            and (spec.head_dim // n_groups) % 8 == 0 and available())
+            and (spec.head_dim // n_groups) % 8 == 0)
 
 
 def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int):

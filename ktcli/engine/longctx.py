@@ -467,9 +467,7 @@ class QuestionPages:
 
 
 def _gathers_here(layer) -> bool:
-    spec = layer.spec
-    return (layer.device.type == "cpu" and spec.kv_dtype in ("int8", "int4") and spec.stage_dtype == "fp32"
-            and kernels.get_backend() != "triton" and cpu_kivi_attention.available())
+    return layer.device.type == "cpu" and kernels.get_backend() != "triton" and cpu_kivi_attention.reads(layer.spec)
 
 
 def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
