@@ -88,6 +88,24 @@ def test_unpack_kernel_equals_reference():
     torch.testing.assert_close(int8_gemv.unpack(rows), int8_gemv.unpack_reference(p)[[5, 0, 66]], rtol=1e-6, atol=1e-7)
 
 
+@needs_kernel
+def test_unpack_to_bf16_rounds_as_torch_does():
+    """The bf16 unpack (wide steps on AMX CPUs) is the fp32 unpack rounded to nearest even,
+    bit for bit, ties included."""
+    w = _weights(67, 160)
+    p = int8_gemv.pack(w)
+    want = int8_gemv.unpack_reference(p).to(torch.bfloat16)
+    got = int8_gemv.unpack(p, torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    # exact ties between two bf16 values (1 + 2^-8 + k 2^-7) must go to the even neighbour
+    tie = (1 + 2.0**-8 + torch.arange(32) * 2.0**-7).repeat(3, 1)  # [3, 32]
+    pt = int8_gemv.pack_reference(tie)
+    fp32 = int8_gemv.unpack_reference(pt)
+    assert torch.equal(int8_gemv.unpack(pt, torch.bfloat16).view(torch.int16), fp32.to(torch.bfloat16).view(torch.int16))
+    with pytest.raises(ValueError, match="fp32 or bf16"):
+        int8_gemv.unpack(p, torch.float16)
+
+
 @pytest.mark.parametrize("kind", ["llama", "qwen2"])  # qwen2: qkv bias after the 8-bit product, tied head
 def test_int8_weights_stay_close_to_fp32(tiny_models, kind):
     """Random Gaussian weights are the hard case (no 4-bit grid to land on): measured 2-4%
@@ -101,8 +119,11 @@ def test_int8_weights_stay_close_to_fp32(tiny_models, kind):
 
 
 @needs_kernel
-def test_smollm2_int8_keeps_greedy_tokens(smollm2, smollm2_dir):
-    """The bundled model's Q4_1 blocks land on the 8-bit grid: its greedy answer stays."""
+def test_smollm2_int8_keeps_greedy_tokens(smollm2, smollm2_dir, monkeypatch):
+    """The bundled model's Q4_1 blocks land on the 8-bit grid: its greedy answer stays.
+    (The prompt is a wide step: fp32 prefill pinned, so this tests the weights alone;
+    bf16 prefill has its own tests in test_prefill_bf16.)"""
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "fp32")
     ids = smollm2.chat_ids([{"role": "user", "content": "Write a haiku about autumn leaves."}])
     int8 = NativeBackend.load(smollm2_dir, weights="int8", kv_budget_bytes=64 << 20)
     params = SamplingParams(max_new_tokens=24)
