@@ -122,14 +122,17 @@ def decode_grouped(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     return out.view(1, n_kv * group, d)  # [H, G, D] -> [1, HQ, D]
 
 
-def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: SeqAttn, window: int | None, scale: float) -> torch.Tensor:
+def attend(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, seq: SeqAttn, window: int | None, scale: float,
+           prefill_dtype: torch.dtype | None = None) -> torch.Tensor:
     """q [n, HQ, D] of one sequence -> [n, HQ, D]. GQA is handled by SDPA (enable_gqa),
-    which on CPU runs its flash kernel over the strided cache views without copies."""
+    which on CPU runs its flash kernel over the strided cache views without copies.
+    `prefill_dtype`: what a prefill chunk on the host computes in (bf16 on a CPU with AMX;
+    None: fp32, see `prefill_attention.attend_prefix`)."""
     lo, mask = seq.masks[window]
     k = seq.keys(k_cache, lo)  # [keys, H, D]
     v = seq.keys(v_cache, lo)
     if isinstance(mask, str) and (mask == "prefix" or q.device.type == "cpu"):
-        return prefill_attention.attend_prefix(q, k, v, scale)  # a prefill chunk on the host
+        return prefill_attention.attend_prefix(q, k, v, scale, prefill_dtype)  # a prefill chunk on the host
     if q.dtype != k.dtype:
         q = q.to(k.dtype)
     if seq.n == 1 and k.shape[0] <= SMALL_DECODE_KEYS and k.dtype == torch.float32:

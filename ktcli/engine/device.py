@@ -105,6 +105,39 @@ def auto_kv_dtype(weights: str, device_type: str) -> str:
     return "fp32" if weights == "fp32" else "fp16"
 
 
+PREFILL_DTYPES = ("auto", "fp32", "bf16")
+
+
+def native_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX tiles), where oneDNN's
+    bf16 GEMM is several times its fp32 one (measured on a 2-core Xeon with AMX: 3.2-3.6x
+    on SmolLM2's prefill shapes, and SDPA's CPU flash kernel 2.4-2.6x in bf16). Without AMX
+    (AVX2, or AVX-512 without tiles) bf16 GEMMs are no faster than fp32, often slower."""
+    import torch
+
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private: absent in some torch
+    try:
+        return bool(probe and probe())
+    except Exception:
+        return False
+
+
+def resolve_prefill_dtype(weights: str, device_type: str) -> str:
+    """The dtype a CPU's wide steps (prefill chunks: GEMMs over more rows than the decode
+    kernels take, and prefill attention) compute in: 'bf16' or 'fp32'.
+
+    KTCLI_PREFILL_DTYPE=auto (default) gives bf16 under bf16 or int8 weights on a CPU with
+    AMX, else fp32; =bf16 forces it under those weights anywhere (slow without AMX: for
+    tests and A/B); =fp32 never uses it. fp32 weights always prefill in fp32, so that
+    configuration stays exact against transformers. GPUs compute in the weights' dtype."""
+    choice = (os.environ.get("KTCLI_PREFILL_DTYPE") or "auto").strip().lower()
+    if choice not in PREFILL_DTYPES:
+        raise UsageError(f"KTCLI_PREFILL_DTYPE={choice!r}: choose {', '.join(PREFILL_DTYPES)}")
+    if device_type != "cpu" or weights not in ("bf16", "int8") or choice == "fp32":
+        return "fp32" if device_type == "cpu" else weights
+    return "bf16" if choice == "bf16" or native_bf16_matmul() else "fp32"
+
+
 def available_bytes(device: torch.device) -> int:
     """Memory a new allocation can take: free GPU memory, or available RAM."""
     if device.type == "cuda":

@@ -14,7 +14,10 @@ norms, RoPE, attention and logits in fp32. On CPUs without native bf16 matmul (A
 bf16 GEMM with more than a couple of rows is slow, so wide steps (prefill) widen each
 weight to fp32 on the fly and run the fp32 GEMM. int8 (CPU, 9 bits a weight with its
 block scales: `engine.int8_gemv`) is the same: our kernel for decode-sized steps, fp32
-GEMMs over the unpacked weights for wide ones.
+GEMMs over the unpacked weights for wide ones. On a CPU with AMX (bf16 matrix tiles)
+wide steps under bf16 or int8 weights instead run bf16 GEMMs and bf16 prefill attention
+(`engine.device.resolve_prefill_dtype`), each several times its fp32 speed there; the
+residual stream, norms and RoPE stay fp32.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, int8_gemv
 from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
+from ktcli.engine.device import resolve_prefill_dtype
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.rope import RotaryTable
 from ktcli.engine.weights import ModelWeights
@@ -50,7 +54,7 @@ class Model:
     # linearly with rows while fp32 GEMM barely grows, and they cross near 2-4 rows.
     BF16_MAX_ROWS = 2
 
-    def __init__(self, cfg: ModelConfig, weights: ModelWeights, kv: PagedKVCache):
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights, kv: PagedKVCache, prefill_dtype: str | None = None):
         self.cfg, self.w, self.kv = cfg, weights, kv
         self.device = weights.embed.device  # where the weights are, every step's tensors are
         self.rope = RotaryTable(cfg.rope, cfg.head_dim, cfg.max_position, self.device)
@@ -76,6 +80,13 @@ class Model:
         self._fused_rows = {torch.bfloat16: bf16_gemv.MAX_ROWS, torch.uint8: int8_gemv.MAX_ROWS}.get(self.wdtype, 1 << 30)
         # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
         self._gpu = self.device.type == "cuda"
+        # Wide CPU steps under bf16/int8 weights: bf16 GEMMs and attention where AMX makes
+        # them fast (engine.device.resolve_prefill_dtype); fp32 otherwise.
+        weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16"}.get(self.wdtype, "fp32")
+        self.prefill_dtype = prefill_dtype or resolve_prefill_dtype(weights_name, self.device.type)
+        self._wide_bf16 = self.device.type == "cpu" and weights_name != "fp32" and self.prefill_dtype == "bf16"
+        # The dtype prefill attention computes in (None: the attention path's own choice).
+        self._prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
     # -- matmuls ------------------------------------------------------------------
 
@@ -85,12 +96,14 @@ class Model:
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
+            elif self._wide_bf16:
+                y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16)).float()
             else:
                 y = F.linear(x.float(), int8_gemv.unpack(w))
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
-        elif rows <= self.BF16_MAX_ROWS or self._gpu:
+        elif rows <= self.BF16_MAX_ROWS or self._gpu or self._wide_bf16:
             y = F.linear(x.to(w.dtype), w).float()
         else:
             y = F.linear(x.float(), w.float())  # x may be half-precision attention output
@@ -163,10 +176,11 @@ class Model:
             elif kernel_attend is not None:
                 o = kernel_attend(li, q, k, v, step).reshape(T, q_size)
             elif one_seq:
-                o = attend(q, kc, vc, step.seqs[0], window, self.scale).reshape(T, q_size)
+                o = attend(q, kc, vc, step.seqs[0], window, self.scale, self._prefill_attn_dtype).reshape(T, q_size)
             else:
                 o = torch.cat(
-                    [attend(q[s.start : s.start + s.n], kc, vc, s, window, self.scale) for s in step.seqs]
+                    [attend(q[s.start : s.start + s.n], kc, vc, s, window, self.scale, self._prefill_attn_dtype)
+                     for s in step.seqs]
                 ).reshape(T, q_size)  # [T, Hq, D] -> [T, q]
             x = lin_add(x, o, lw.o, lw.o_bias, T)
             h = F.rms_norm(x, (H,), lw.post_norm, eps)
@@ -177,7 +191,16 @@ class Model:
         if step.logit_rows is not None:
             x = x.index_select(0, step.logit_rows)  # [R, H]
         x = F.rms_norm(x, (H,), w.norm, eps)
-        return lin(x, w.lm_head, None, x.shape[0])  # [R, vocab]
+        return self._logits(x)  # [R, vocab]
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        """[R, H] -> [R, vocab] fp32. Never through a bf16 wide GEMM: its output would be
+        rounded to bf16 (a step of 1/16 at a logit of 10), which moves greedy ties and every
+        log-probability; the head runs on the logit rows only, so fp32 costs little."""
+        if self._wide_bf16 and x.shape[0] > self._fused_rows:
+            w = self.w.lm_head
+            return F.linear(x.float(), int8_gemv.unpack(w) if w.dtype == torch.uint8 else w.float())
+        return self._linear(x, self.w.lm_head, None, x.shape[0])
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if self.wdtype == torch.uint8:  # packed rows: gather, then unpack only those

@@ -12,7 +12,8 @@ from ktcli.config import load_settings
 from ktcli.engine import int8_gemv
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.config import load_config
-from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, resolve_weights
+from ktcli.engine import device as device_mod
+from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, resolve_prefill_dtype, resolve_weights
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.sequence import Sequence
 from ktcli.errors import InputError, UsageError
@@ -47,6 +48,26 @@ def test_resolution_and_defaults(tiny_models):
     assert resolve_kv_dtype("auto", "bf16", CUDA) == "bf16"
     assert resolve_kv_dtype("model", "fp16", CUDA) == "fp16"
     assert resolve_kv_dtype("int4", "bf16", CUDA) == "int4"
+
+
+def test_prefill_dtype_follows_amx_and_the_weights(monkeypatch):
+    """bf16 wide steps only under bf16/int8 weights, by default only where AMX makes them
+    fast; fp32 weights always prefill in fp32 (the configuration exact against transformers)."""
+    monkeypatch.delenv("KTCLI_PREFILL_DTYPE", raising=False)
+    for amx in (True, False):
+        monkeypatch.setattr(device_mod, "native_bf16_matmul", lambda amx=amx: amx)
+        assert resolve_prefill_dtype("int8", "cpu") == ("bf16" if amx else "fp32")
+        assert resolve_prefill_dtype("bf16", "cpu") == ("bf16" if amx else "fp32")
+        assert resolve_prefill_dtype("fp32", "cpu") == "fp32"
+        assert resolve_prefill_dtype("bf16", "cuda") == "bf16"
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "bf16")  # forced, without AMX
+    assert resolve_prefill_dtype("int8", "cpu") == "bf16" and resolve_prefill_dtype("fp32", "cpu") == "fp32"
+    monkeypatch.setattr(device_mod, "native_bf16_matmul", lambda: True)
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "fp32")
+    assert resolve_prefill_dtype("int8", "cpu") == "fp32"
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "fp8")
+    with pytest.raises(UsageError, match="KTCLI_PREFILL_DTYPE"):
+        resolve_prefill_dtype("int8", "cpu")
 
 
 def test_setting_from_flag_and_environment(monkeypatch, tmp_path):
