@@ -85,7 +85,10 @@ def _peak_rss_mb() -> float:
 # -- workers (one engine each, in a fresh process) -------------------------------------
 
 
-def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
+def worker_ktcli(weights: str, kv_dtype: str | None = None, prefill: str = "auto") -> dict:
+    """`prefill`: KTCLI_PREFILL_DTYPE (auto: bf16 wide steps under bf16/int8 weights on a
+    CPU with AMX, engine.device.resolve_prefill_dtype)."""
+    os.environ["KTCLI_PREFILL_DTYPE"] = prefill
     import torch
 
     from kernels.layout import TORCH_DTYPES
@@ -113,7 +116,8 @@ def worker_ktcli(weights: str, kv_dtype: str | None = None) -> dict:
         return time.perf_counter() - t
 
     pages = next(name for name, dt in TORCH_DTYPES.items() if dt == backend.kv.dtype)
-    out = {"engine": "ktcli", "weights": weights, "kv_dtype": pages, "warm_load_s": load_s, "lengths": {}}
+    out = {"engine": "ktcli", "weights": weights, "kv_dtype": pages, "prefill_dtype": model.prefill_dtype,
+           "warm_load_s": load_s, "lengths": {}}
     greedy = SamplingParams(max_new_tokens=NEW_TOKENS)
     with torch.inference_mode():
         for n in LENGTHS:
@@ -157,16 +161,17 @@ def worker_greedy(weights: str, kv_dtype: str) -> dict:
     return {"greedy_tokens": _greedy_tokens(NativeBackend.load(folder, weights=weights, kv_dtype=kv_dtype, threads=THREADS))}
 
 
-def worker_hf() -> dict:
+def worker_hf(weights: str = "fp32") -> dict:
     import torch
     from transformers import AutoModelForCausalLM, DynamicCache
 
     torch.set_num_threads(THREADS)
     _, folder = _model_paths()
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=torch.float32).eval()
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[weights]
+    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype).eval()
     load_s = time.perf_counter() - t0
-    out = {"engine": "transformers", "weights": "fp32", "load_s": load_s, "lengths": {}}
+    out = {"engine": "transformers", "weights": weights, "load_s": load_s, "lengths": {}}
     with torch.inference_mode():
         model(torch.tensor([_prompt_ids(64)]))  # warm-up
         for n in LENGTHS:
@@ -262,15 +267,22 @@ WORKERS = {
     # is the CPU default; the same weights over fp32 pages show what the page dtype buys.
     "ktcli-int8": lambda: worker_ktcli("int8"),
     "ktcli-int8-fp32kv": lambda: worker_ktcli("int8", "fp32"),
+    # The default's wide steps in fp32, where the default is bf16 (a CPU with AMX): what
+    # the bf16 prefill buys, in the same run.
+    "ktcli-int8-fp32prefill": lambda: worker_ktcli("int8", prefill="fp32"),
     "greedy-bf16-fp32kv": lambda: worker_greedy("bf16", "fp32"),
     "hf": worker_hf,
+    # transformers in bf16: on a CPU with AMX its GEMMs and attention use the tiles too, so
+    # this is the like-for-like baseline of a bf16 prefill.
+    "hf-bf16": lambda: worker_hf("bf16"),
     "hf-gguf": worker_hf_gguf,
     "logits": worker_logits,
     "llamacpp": worker_llamacpp,
 }
 
 
-TIMED = ("hf", "ktcli-fp32", "ktcli-bf16", "ktcli-int8", "ktcli-int8-fp32kv", "llamacpp")
+TIMED = ("hf", "hf-bf16", "ktcli-fp32", "ktcli-bf16", "ktcli-int8", "ktcli-int8-fp32kv", "ktcli-int8-fp32prefill",
+         "llamacpp")
 RATES = ("prefill_tok_s", "decode_tok_s", "decode_ceiling_tok_s")
 
 
@@ -301,15 +313,16 @@ def summarize(r: dict) -> dict:
     from benchmarks.common import machine
 
     ours32, ours16, ours8, hf, lcpp = r["ktcli-fp32"], r["ktcli-bf16"], r["ktcli-int8"], r["hf"], r["llamacpp"]
-    full_kv = r["ktcli-int8-fp32kv"]
+    full_kv, fp32_prefill, hf16 = r["ktcli-int8-fp32kv"], r["ktcli-int8-fp32prefill"], r["hf-bf16"]
     engines = {"ktcli-fp32": ours32, "ktcli-bf16": ours16, "ktcli-int8": ours8, "ktcli-int8-fp32kv": full_kv,
-               "transformers-fp32": hf}
+               "ktcli-int8-fp32prefill": fp32_prefill, "transformers-fp32": hf, "transformers-bf16": hf16}
     if lcpp.get("available"):
         engines["llama.cpp-q4_1"] = lcpp
     per_engine = {
         name: {
             "weights": e.get("weights"),
             **({"kv_dtype": e["kv_dtype"]} if "kv_dtype" in e else {}),
+            **({"prefill_dtype": e["prefill_dtype"]} if "prefill_dtype" in e else {}),
             "lengths": {n: {k: round(v, 2) for k, v in e["lengths"][n].items()} for n in e["lengths"]},
             "peak_rss_mb": round(e["peak_rss_mb"], 1),
         }
@@ -349,6 +362,13 @@ def summarize(r: dict) -> dict:
         "decode_ratio": round(ours32["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
         "prefill_ratio": round(ours32["lengths"][long]["prefill_tok_s"] / hf["lengths"][long]["prefill_tok_s"], 3),
         "bf16_decode_ratio": round(ours16["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
+        # The CPU default (int8 weights; bf16 wide steps where AMX makes them fast) against
+        # transformers in fp32 and in bf16, and against its own wide steps in fp32.
+        "int8_prefill_ratio": round(ours8["lengths"][long]["prefill_tok_s"] / hf["lengths"][long]["prefill_tok_s"], 3),
+        "int8_prefill_vs_hf_bf16": round(ours8["lengths"][long]["prefill_tok_s"] / hf16["lengths"][long]["prefill_tok_s"], 3),
+        "int8_prefill_vs_fp32_prefill": {n: round(ours8["lengths"][n]["prefill_tok_s"] / fp32_prefill["lengths"][n]["prefill_tok_s"], 3)
+                                         for n in ours8["lengths"]},
+        "greedy_match_int8_fp32prefill": greedy_match(fp32_prefill),
         "best_dtype": best["weights"],
         "decode_vs_llamacpp": vs_lcpp,
         "int8_decode_ratio": round(ours8["lengths"][long]["decode_tok_s"] / hf["lengths"][long]["decode_tok_s"], 3),
