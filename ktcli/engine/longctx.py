@@ -169,6 +169,9 @@ class KernelKVCache:
         self.k: list[None] = [None] * cfg.n_layers  # the SDPA path's per-layer views: none here
         self.v: list[None] = [None] * cfg.n_layers
         self.rope = None  # RotaryTable, for position remapping
+        # What dense prefill attention over the dequantised context computes in: the
+        # model's choice (bf16 on a CPU with AMX under bf16/int8 weights; None: fp32).
+        self.prefill_attn_dtype: torch.dtype | None = None
         self.blocks = None  # BlockManager, to reclaim staging slots of freed sequences
         self._step = None
         self._tables: list[torch.Tensor] = []
@@ -264,7 +267,8 @@ class KernelKVCache:
                 if seq.n == 1:
                     outs.append(decode_grouped(qs.float(), k_all, v_all, self.scale))
                 else:
-                    outs.append(prefill_attention.attend_prefix(qs, k_all, v_all, self.scale))
+                    o = prefill_attention.attend_prefix(qs, k_all, v_all, self.scale, self.prefill_attn_dtype)
+                    outs.append(o.to(qs.dtype))  # one dtype for the step's torch.cat
             elif seq.n == 1:
                 outs.append(kernels.attention_decode(qs, layer, table[None], lens, self.scale, policy))
             else:
@@ -547,6 +551,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     w = load_weights(model_dir, cfg, weights, device)
     model = Model(cfg, w, kv)
     kv.rope = model.rope
+    kv.prefill_attn_dtype = model.prefill_attn_dtype
     blocks = BlockManager(kv.num_blocks, kv.block_size)
     kv.blocks = blocks
     engine = Engine(model, blocks, prefill_chunk=prefill_chunk)

@@ -86,7 +86,7 @@ class Model:
         self.prefill_dtype = prefill_dtype or resolve_prefill_dtype(weights_name, self.device.type)
         self._wide_bf16 = self.device.type == "cpu" and weights_name != "fp32" and self.prefill_dtype == "bf16"
         # The dtype prefill attention computes in (None: the attention path's own choice).
-        self._prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
+        self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
     # -- matmuls ------------------------------------------------------------------
 
@@ -176,10 +176,10 @@ class Model:
             elif kernel_attend is not None:
                 o = kernel_attend(li, q, k, v, step).reshape(T, q_size)
             elif one_seq:
-                o = attend(q, kc, vc, step.seqs[0], window, self.scale, self._prefill_attn_dtype).reshape(T, q_size)
+                o = attend(q, kc, vc, step.seqs[0], window, self.scale, self.prefill_attn_dtype).reshape(T, q_size)
             else:
                 o = torch.cat(
-                    [attend(q[s.start : s.start + s.n], kc, vc, s, window, self.scale, self._prefill_attn_dtype)
+                    [attend(q[s.start : s.start + s.n], kc, vc, s, window, self.scale, self.prefill_attn_dtype)
                      for s in step.seqs]
                 ).reshape(T, q_size)  # [T, Hq, D] -> [T, q]
             x = lin_add(x, o, lw.o, lw.o_bias, T)

@@ -43,7 +43,7 @@ def test_fp32_weights_never_prefill_in_bf16(tiny_models, monkeypatch):
     b = _load(tiny_models["llama"], "fp32", monkeypatch, weights="fp32")
     monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "bf16")
     assert NativeBackend.load(tiny_models["llama"], weights="fp32").engine.model.prefill_dtype == "fp32"
-    assert b.engine.model._prefill_attn_dtype is None
+    assert b.engine.model.prefill_attn_dtype is None
 
 
 def test_smollm2_int8_bf16_prefill_keeps_greedy_tokens(smollm2_dir, monkeypatch):
@@ -59,3 +59,15 @@ def test_smollm2_int8_bf16_prefill_keeps_greedy_tokens(smollm2_dir, monkeypatch)
     params = SamplingParams(max_new_tokens=24)
     want, got = fp32.generate_ids([ids], params)[0], bf16.generate_ids([ids], params)[0]
     assert sum(x == y for x, y in zip(want, got)) >= 0.9 * len(want)
+
+
+def test_quantized_pages_prefill_in_bf16_close_to_fp32(tiny_models, monkeypatch):
+    """int8 KV pages (engine.longctx): dense prefill attention over the dequantised context
+    takes the model's bf16 too."""
+    kw = dict(weights="int8", kv_dtype="int8", prefill_chunk=64, kv_budget_bytes=8 << 20)
+    ids = list(range(3, 200))
+    a = _load(tiny_models["llama"], "fp32", monkeypatch, **kw)
+    b = _load(tiny_models["llama"], "bf16", monkeypatch, **kw)
+    assert a.kv.prefill_attn_dtype is None and b.kv.prefill_attn_dtype == torch.bfloat16
+    la, lb = a.prompt_logits(ids), b.prompt_logits(ids)
+    assert _rel_rms(la, lb) < 0.04
