@@ -212,6 +212,7 @@ class NativeBackend:
             extra={
                 "engine": "ktcli",
                 "weights": self.weights_name,
+                "prefill_dtype": self.engine.model.prefill_dtype,
                 "weight_bytes": self.weight_bytes,
                 "prefill_tok_s": st.prefill_tokens / st.prefill_s if st.prefill_s else 0.0,
                 "decode_tok_s": st.decode_tokens / st.decode_s if st.decode_s else 0.0,

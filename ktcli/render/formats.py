@@ -67,7 +67,7 @@ def figures_line(answer: Answer) -> str:
         f"mode {answer.plan.mode.value}",
         f"tokens in {f.get('tokens_in', 0):,} / out {f.get('tokens_out', 0):,}",
         f"ttft {f.get('ttft_s', 0):.1f}s",
-        f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s",
+        f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s" + (" (bf16)" if f.get("prefill_dtype") == "bf16" else ""),
         f"decode {f.get('decode_tok_s', 0):.1f} tok/s",
         f"total {f.get('total_s', 0):.1f}s",
         f"peak RSS {f.get('peak_rss_mb', 0):.0f} MB",

@@ -1,0 +1,20 @@
+"""The stderr figures line: what a user reads after every answer."""
+
+from ktcli.render.formats import figures_line
+from ktcli.types import Answer, Mode, Plan
+
+
+def _answer(**stats) -> Answer:
+    plan = Plan(mode=Mode("full"), task="ask", input_tokens=900, question_tokens=9, context_window=8192,
+                answer_budget=256, evidence_budget=7000, n_documents=1, n_chunks=0, n_windows=1, top_k=0,
+                est_seconds=3.0, est_memory_bytes=1 << 30)
+    return Answer(text="x", citations=(), plan=plan, stats=stats)
+
+
+def test_figures_line_names_a_bf16_prefill():
+    base = dict(tokens_in=1200, tokens_out=40, ttft_s=1.5, prefill_tok_s=1150.4, decode_tok_s=60.2, total_s=2.2,
+                peak_rss_mb=700)
+    line = figures_line(_answer(**base, prefill_dtype="bf16"))
+    assert "prefill 1150 tok/s (bf16)" in line and "mode full" in line and "decode 60.2 tok/s" in line
+    assert "prefill 1150 tok/s ·" in figures_line(_answer(**base, prefill_dtype="fp32"))
+    assert "(bf16)" not in figures_line(_answer(**base))  # other backends report no prefill dtype
