@@ -144,3 +144,31 @@ def test_int8_weights_refuse_a_gpu_and_partial_blocks(tiny_models):
     narrow = dataclasses.replace(load_config(folder), intermediate_size=100)
     with pytest.raises(InputError, match="multiples of 32 .this model has 100"):
         load_weights(folder, narrow, "int8")
+
+
+@needs_kernel
+def test_avx2_bodies_match_torch_where_avx512_would_run():
+    """The kernels pick 16-lane bodies at run time on AVX-512 CPUs; KTCLI_NO_AVX512 keeps
+    the AVX2 ones (read once per process, so they run in a child) and they must agree too."""
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import torch\n"
+        "from ktcli.engine import int8_gemv, bf16_gemv\n"
+        "g = torch.Generator().manual_seed(3)\n"
+        "w = torch.randn(131, 576, generator=g) * 0.05\n"
+        "for rows in (1, 5, 13):\n"
+        "    x = torch.randn(rows, 576, generator=g)\n"
+        "    p = int8_gemv.pack(w)\n"
+        "    want = x @ int8_gemv.unpack_reference(p).T\n"
+        "    assert ((int8_gemv.gemv(x, p) - want).abs().max() / want.abs().max()).item() < 1e-5\n"
+        "    wb = w.bfloat16()\n"
+        "    want = x @ wb.float().T\n"
+        "    assert ((bf16_gemv.gemv(x, wb) - want).abs().max() / want.abs().max()).item() < 1e-5\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "KTCLI_NO_AVX512": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
