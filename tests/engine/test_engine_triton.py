@@ -69,7 +69,10 @@ CASES = [
 
 
 @pytest.mark.parametrize("kv_dtype,policy", CASES, ids=[f"{k}-{p.kind}" for k, p in CASES])
-def test_engine_through_triton_equals_reference(tiny_models, prompts, count_triton, kv_dtype, policy):
+def test_engine_through_triton_equals_reference(tiny_models, prompts, count_triton, kv_dtype, policy, monkeypatch):
+    # fp32 wide steps: on a CPU with AMX the reference path's dense prefill attention would
+    # otherwise run in bf16 (engine.device.resolve_prefill_dtype), the Triton kernel in fp32.
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "fp32")
     b = NativeBackend.load(tiny_models["llama"], block_size=BS, kv_budget_bytes=2 << 20, prefill_chunk=32,
                            kv_dtype=kv_dtype, attention=policy, position_remap=False)
     params = SamplingParams(max_new_tokens=4)
