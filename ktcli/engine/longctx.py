@@ -267,8 +267,9 @@ class KernelKVCache:
                 if seq.n == 1:
                     outs.append(decode_grouped(qs.float(), k_all, v_all, self.scale))
                 else:
-                    o = prefill_attention.attend_prefix(qs, k_all, v_all, self.scale, self.prefill_attn_dtype)
-                    outs.append(o.to(qs.dtype))  # one dtype for the step's torch.cat
+                    # bf16 out under a bf16 prefill: the o-projection takes it as is, and
+                    # torch.cat below promotes a step's mixed dtypes
+                    outs.append(prefill_attention.attend_prefix(qs, k_all, v_all, self.scale, self.prefill_attn_dtype))
             elif seq.n == 1:
                 outs.append(kernels.attention_decode(qs, layer, table[None], lens, self.scale, policy))
             else:

@@ -54,7 +54,7 @@ class Model:
     # linearly with rows while fp32 GEMM barely grows, and they cross near 2-4 rows.
     BF16_MAX_ROWS = 2
 
-    def __init__(self, cfg: ModelConfig, weights: ModelWeights, kv: PagedKVCache, prefill_dtype: str | None = None):
+    def __init__(self, cfg: ModelConfig, weights: ModelWeights, kv: PagedKVCache):
         self.cfg, self.w, self.kv = cfg, weights, kv
         self.device = weights.embed.device  # where the weights are, every step's tensors are
         self.rope = RotaryTable(cfg.rope, cfg.head_dim, cfg.max_position, self.device)
@@ -82,28 +82,30 @@ class Model:
         self._gpu = self.device.type == "cuda"
         # Wide CPU steps under bf16/int8 weights: bf16 GEMMs and attention where AMX makes
         # them fast (engine.device.resolve_prefill_dtype); fp32 otherwise.
-        weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16"}.get(self.wdtype, "fp32")
-        self.prefill_dtype = prefill_dtype or resolve_prefill_dtype(weights_name, self.device.type)
-        self._wide_bf16 = self.device.type == "cpu" and weights_name != "fp32" and self.prefill_dtype == "bf16"
+        weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.wdtype, "fp32")
+        self.prefill_dtype = resolve_prefill_dtype(weights_name, self.device.type)
+        self._wide_bf16 = self.device.type == "cpu" and self.prefill_dtype == "bf16"
         # The dtype prefill attention computes in (None: the attention path's own choice).
         self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
     # -- matmuls ------------------------------------------------------------------
 
-    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int, bf16_ok: bool = True) -> torch.Tensor:
+        """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM."""
+        wide_bf16 = self._wide_bf16 and bf16_ok
         if w.dtype == torch.float32:
             return F.linear(x.float(), w, b)  # x may be half-precision attention output
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
-            elif self._wide_bf16:
+            elif wide_bf16:
                 y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16)).float()
             else:
                 y = F.linear(x.float(), int8_gemv.unpack(w))
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
-        elif rows <= self.BF16_MAX_ROWS or self._gpu or self._wide_bf16:
+        elif rows <= self.BF16_MAX_ROWS or self._gpu or wide_bf16:
             y = F.linear(x.to(w.dtype), w).float()
         else:
             y = F.linear(x.float(), w.float())  # x may be half-precision attention output
@@ -153,7 +155,7 @@ class Model:
         if decode is not None and self._fused is not None and T <= self._fused_rows:
             # Every row of a decode step is a logit row: the C++ loop ends with the final norm.
             x = self._fused.forward(x, rot, decode, self.kv.k, self.kv.v)
-            return lin(x, w.lm_head, None, T)  # [T, vocab]
+            return self._logits(x)  # [T, vocab]
         for li, lw in enumerate(layers):
             h = F.rms_norm(x, (H,), lw.in_norm, eps)
             qkv = lin(h, lw.qkv, lw.qkv_bias, T)  # [T, q + 2 kv]
@@ -197,10 +199,7 @@ class Model:
         """[R, H] -> [R, vocab] fp32. Never through a bf16 wide GEMM: its output would be
         rounded to bf16 (a step of 1/16 at a logit of 10), which moves greedy ties and every
         log-probability; the head runs on the logit rows only, so fp32 costs little."""
-        if self._wide_bf16 and x.shape[0] > self._fused_rows:
-            w = self.w.lm_head
-            return F.linear(x.float(), int8_gemv.unpack(w) if w.dtype == torch.uint8 else w.float())
-        return self._linear(x, self.w.lm_head, None, x.shape[0])
+        return self._linear(x, self.w.lm_head, None, x.shape[0], bf16_ok=False)
 
     def _embed(self, ids: torch.Tensor) -> torch.Tensor:
         if self.wdtype == torch.uint8:  # packed rows: gather, then unpack only those
