@@ -35,6 +35,19 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
+// sum over k in [k0, K) of w[k] * x[k], the weights widened one at a time: the tail a
+// vector loop leaves
+static inline float tail_dot(const uint16_t* w, const float* x, int64_t k0, int64_t K) {
+    float s = 0.f;
+    for (int64_t k = k0; k < K; ++k) {
+        uint32_t bits = uint32_t(w[k]) << 16;
+        float wf;
+        std::memcpy(&wf, &bits, 4);
+        s += wf * x[k];
+    }
+    return s;
+}
+
 // Whether this CPU (and OS) runs AVX-512 F+BW. The library is compiled for AVX2; the
 // matrix-vector kernels keep a second body with 16-lane registers (compiled per function
 // with a target attribute) and pick it at run time. On the 2-core Xeon they were measured
@@ -88,13 +101,7 @@ static void bf16_rows512(const float* x, const uint16_t* w, float* y, int64_t n0
         }
         for (int r = 0; r < R; ++r) {
             float s = _mm512_reduce_add_ps(_mm512_add_ps(a0[r], a1[r]));
-            for (int64_t k = K32; k < K; ++k) {
-                uint32_t bits = uint32_t(wr[k]) << 16;
-                float wf;
-                std::memcpy(&wf, &bits, 4);
-                s += wf * x[r * K + k];
-            }
-            y[r * N + n] = s;
+            y[r * N + n] = s + tail_dot(wr, x + r * K, K32, K);
         }
     }
 }
@@ -117,13 +124,7 @@ static void bf16_rows(const float* x, const uint16_t* w, float* y, int64_t n0, i
         }
         for (int r = 0; r < R; ++r) {
             float s = hsum(_mm256_add_ps(a0[r], a1[r]));
-            for (int64_t k = K16; k < K; ++k) {
-                uint32_t bits = uint32_t(wr[k]) << 16;
-                float wf;
-                std::memcpy(&wf, &bits, 4);
-                s += wf * x[r * K + k];
-            }
-            y[r * N + n] = s;
+            y[r * N + n] = s + tail_dot(wr, x + r * K, K16, K);
         }
     }
 }
