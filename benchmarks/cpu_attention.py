@@ -14,13 +14,18 @@ caches between layers), fp32 and fp16 pages, 2 threads:
   floor / kernel says how close the kernel gets to streaming the pages once.
 
 Every figure is the best of `--reps` runs; the two sides alternate within each run so
-drift hits both. Writes benchmarks/results/cpu_attention.json.
+drift hits both. On a CPU with AVX-512 the kernel runs its 16-lane body; the same command
+then also times the AVX2 body (a child process with KTCLI_NO_AVX512=1, right after) and
+reports `avx2_kernel_ms` and `speedup_vs_avx2` per row. Writes
+benchmarks/results/cpu_attention.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import time
 
@@ -97,6 +102,7 @@ def main() -> None:
     parser.add_argument("--lengths", default="512,4096,16384")
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rows-only", action="store_true", help="print the rows as JSON, write nothing (the AVX2 child)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from ktcli.engine import cpu_attention
@@ -110,12 +116,29 @@ def main() -> None:
         for dtype in (torch.float32, torch.float16):
             rows.append(run(ctx, dtype, args.reps, gbps))
             print(f"cpu_attention: {rows[-1]}", file=sys.stderr, flush=True)
+    if args.rows_only:
+        print(json.dumps(rows))
+        return
+    body = "avx512" if cpu_attention._load().avx512_bodies() else "avx2"
+    if body == "avx512":
+        _add_avx2_rows(rows, args)
     result = {"benchmark": "cpu_attention", "machine": machine(), "threads": args.threads,
               "shape": {"layers": LAYERS, "q_heads": HQ, "kv_heads": H, "head_dim": D, "block_size": BS},
               "baseline": "torch SDPA (enable_gqa) over strided views of the same pages",
-              "copy_gbps": round(gbps, 1), "rows": rows}
+              "kernel_body": body, "copy_gbps": round(gbps, 1), "rows": rows}
     path = write_result("cpu_attention", result)
     print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
+
+
+def _add_avx2_rows(rows: list[dict], args) -> None:
+    """The AVX2 body on the same shapes, in a child (the body is chosen once per process)."""
+    cmd = [sys.executable, "-m", "benchmarks.cpu_attention", "--rows-only", "--lengths", args.lengths,
+           "--reps", str(args.reps), "--threads", str(args.threads)]
+    out = subprocess.run(cmd, env={**os.environ, "KTCLI_NO_AVX512": "1"}, capture_output=True, text=True, check=True)
+    for row, avx2 in zip(rows, json.loads(out.stdout.splitlines()[-1])):
+        row["avx2_kernel_ms"] = avx2["kernel_ms"]
+        row["speedup_vs_avx2"] = round(avx2["kernel_ms"] / row["kernel_ms"], 2)
+        print(f"cpu_attention avx2 body: {avx2}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -60,6 +60,9 @@ static inline bool use_avx512() {
     return yes;
 }
 
+// What the kernels run here (benchmarks record it).
+bool avx512_bodies() { return use_avx512(); }
+
 // f(std::integral_constant<int, R>{}) for R = min(rg, 8): the row count as a template
 // argument, from one switch for every kernel.
 template <typename F>
@@ -162,7 +165,7 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
 MAX_ROWS = 32
 
 
-FUNCTIONS = ["gemv"]
+FUNCTIONS = ["gemv", "avx512_bodies"]
 
 
 def _load():

@@ -100,3 +100,20 @@ def test_fp16_pages_saturate_instead_of_overflowing():
     for row in (0, 1):
         assert k_cache[row, 0, 0] == 65504 and k_cache[row, 0, 1] == -65504 and v_cache[row, 0, 0] == 65504
     assert torch.isfinite(out).all()
+
+
+def test_avx2_body_matches_reference_where_avx512_would_run():
+    """On AVX-512 CPUs the kernel runs its 16-lane body; KTCLI_NO_AVX512 (read once per
+    process) keeps the AVX2 one, so the reference tests above run again in a child with it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    env = {**os.environ, "KTCLI_NO_AVX512": "1"}
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(Path(__file__)),
+         "-k", "test_decode_matches_reference and 9-3-64 or test_decode_long_context_splits_agree"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
