@@ -62,8 +62,10 @@ class Model:
         self.wdtype = weights.embed.dtype
         self.scale = cfg.head_dim**-0.5
         self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
-        # bf16 weights: our AVX2 matrix-vector kernel for decode-sized steps (engine.bf16_gemv)
+        # bf16 and fp32 weights: our matrix-vector kernel for decode-sized steps (engine.bf16_gemv;
+        # for fp32 it streams the weights ~3x faster than MKL's product on AMD CPUs)
         self._gemv = self.device.type == "cpu" and self.wdtype == torch.bfloat16 and bf16_gemv.available()
+        self._gemv_f32 = self.device.type == "cpu" and self.wdtype == torch.float32 and bf16_gemv.available()
         self._int8_kernel = self.wdtype == torch.uint8 and int8_gemv.available()
         # Decode steps (one token per sequence) over dense CPU pages: our attention kernel
         # (engine.cpu_attention), all sequences in one call per layer.
@@ -97,6 +99,9 @@ class Model:
         """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM."""
         wide_bf16 = self._wide_bf16 and bf16_ok
         if w.dtype == torch.float32:
+            if self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS:
+                y = bf16_gemv.gemv(x.float(), w)
+                return y if b is None else y + b
             return F.linear(x.float(), w, b)  # x may be half-precision attention output
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
@@ -116,7 +121,7 @@ class Model:
 
     def _linear_add(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
-        if w.dtype == torch.float32 and b is None:
+        if w.dtype == torch.float32 and b is None and not (self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS):
             return torch.addmm(x, a.float(), w.t())
         return x + self._linear(a, w, b, rows)
 

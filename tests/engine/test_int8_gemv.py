@@ -167,6 +167,8 @@ def test_avx2_bodies_match_torch_where_avx512_would_run():
         "    wb = w.bfloat16()\n"
         "    want = x @ wb.float().T\n"
         "    assert ((bf16_gemv.gemv(x, wb) - want).abs().max() / want.abs().max()).item() < 1e-5\n"
+        "    want = x @ w.T\n"
+        "    assert ((bf16_gemv.gemv(x, w) - want).abs().max() / want.abs().max()).item() < 1e-5\n"
         "print('ok')\n"
     )
     env = {**os.environ, "KTCLI_NO_AVX512": "1"}
