@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, int8_gemv
+from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, cpu_gemm, int8_gemv
 from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.device import resolve_prefill_attn_dtype, resolve_prefill_dtype
@@ -83,6 +83,7 @@ class Model:
         self._fused_rows = {torch.bfloat16: bf16_gemv.MAX_ROWS, torch.uint8: int8_gemv.MAX_ROWS}.get(self.wdtype, 1 << 30)
         # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
         self._gpu = self.device.type == "cuda"
+        self._cpu = self.device.type == "cpu"
         # Wide CPU steps under bf16/int8 weights: bf16 GEMMs where the CPU multiplies bf16
         # natively (engine.device.resolve_prefill_dtype); fp32 otherwise.
         weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.wdtype, "fp32")
@@ -102,28 +103,32 @@ class Model:
             if self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS:
                 y = bf16_gemv.gemv(x.float(), w)
                 return y if b is None else y + b
-            return F.linear(x.float(), w, b)  # x may be half-precision attention output
+            return self._f32_linear(x.float(), w, b)  # x may be half-precision attention output
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
             elif wide_bf16:
                 y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16)).float()
             else:
-                y = F.linear(x.float(), int8_gemv.unpack(w))
+                y = cpu_gemm.linear(x.float(), int8_gemv.unpack(w))
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
         elif rows <= self.BF16_MAX_ROWS or self._gpu or wide_bf16:
             y = F.linear(x.to(w.dtype), w).float()
         else:
-            y = F.linear(x.float(), w.float())  # x may be half-precision attention output
+            y = cpu_gemm.linear(x.float(), w.float())  # x may be half-precision attention output
         return y if b is None else y + b
 
     def _linear_add(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
         if w.dtype == torch.float32 and b is None and not (self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS):
-            return torch.addmm(x, a.float(), w.t())
+            return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
         return x + self._linear(a, w, b, rows)
+
+    def _f32_linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        """An fp32 GEMM: oneDNN's on the CPU (engine.cpu_gemm: ~2x MKL's on AMD), cuBLAS on a GPU."""
+        return cpu_gemm.linear(x, w, b) if self._cpu else F.linear(x, w, b)
 
     # -- forward ------------------------------------------------------------------
 
