@@ -108,30 +108,22 @@ def auto_kv_dtype(weights: str, device_type: str) -> str:
 PREFILL_DTYPES = ("auto", "fp32", "bf16")
 
 
-def _cpu_probe(name: str) -> bool:
+def native_bf16_matmul() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AMX tiles), where oneDNN's
+    bf16 GEMM is several times its fp32 one (measured on a 2-core Xeon with AMX: 3.2-3.6x
+    on SmolLM2's prefill shapes, and SDPA's CPU flash kernel 2.4-2.6x in bf16). Without AMX
+    (AVX2) bf16 GEMMs are no faster than fp32, often slower. AVX512-BF16 alone (AMD Zen 5)
+    is a middle case: bf16 GEMMs ran 2x oneDNN's fp32 ones there, but the flash kernel did
+    not gain, so a bf16 prefill was only 1.15-1.26x the fp32 one (benchmarks.prefill_dtype,
+    int8 weights) for 2.5x the worst logit error and a third fewer greedy tokens kept:
+    not worth being the default."""
     import torch
 
-    probe = getattr(torch.cpu, name, None)  # private: absent in some torch
+    probe = getattr(torch.cpu, "_is_amx_tile_supported", None)  # private: absent in some torch
     try:
         return bool(probe and probe())
     except Exception:
         return False
-
-
-def native_bf16_matmul() -> bool:
-    """Whether this CPU multiplies bf16 matrices in hardware, so that oneDNN's bf16 GEMM
-    is several times its fp32 one: AMX tiles (measured on a 2-core Xeon with AMX: 3.2-3.6x
-    on SmolLM2's prefill shapes) or AVX512-BF16's dot products (a 2-core AMD EPYC Zen 5:
-    3.9-4.8x, 656-803 against 154-191 GFLOPS). Without either (AVX2, plain AVX-512)
-    bf16 GEMMs are no faster than fp32, often slower."""
-    return _cpu_probe("_is_amx_tile_supported") or _cpu_probe("_is_avx512_bf16_supported")
-
-
-def native_bf16_attention() -> bool:
-    """Whether SDPA's CPU flash kernel is faster in bf16 than in fp32: with AMX tiles
-    (2.4-2.6x on a Xeon), not with AVX512-BF16 alone (0.96x on the Zen 5 EPYC), where
-    bf16 attention would only add rounding."""
-    return _cpu_probe("_is_amx_tile_supported")
 
 
 def resolve_prefill_dtype(weights: str, device_type: str) -> str:
@@ -139,8 +131,8 @@ def resolve_prefill_dtype(weights: str, device_type: str) -> str:
     kernels take, and prefill attention) compute in: 'bf16' or 'fp32'.
 
     KTCLI_PREFILL_DTYPE=auto (default) gives bf16 under bf16 or int8 weights on a CPU with
-    native bf16 matmul (AMX or AVX512-BF16), else fp32; =bf16 forces it under those weights
-    anywhere (slow without: for tests and A/B); =fp32 never uses it. fp32 weights always prefill in fp32, so that
+    AMX, else fp32; =bf16 forces it under those weights anywhere (slow without AMX: for
+    tests and A/B); =fp32 never uses it. fp32 weights always prefill in fp32, so that
     configuration stays exact against transformers. GPUs compute in the weights' dtype."""
     choice = (os.environ.get("KTCLI_PREFILL_DTYPE") or "auto").strip().lower()
     if choice not in PREFILL_DTYPES:
@@ -148,16 +140,6 @@ def resolve_prefill_dtype(weights: str, device_type: str) -> str:
     if device_type != "cpu" or weights not in ("bf16", "int8") or choice == "fp32":
         return "fp32" if device_type == "cpu" else weights
     return "bf16" if choice == "bf16" or native_bf16_matmul() else "fp32"
-
-
-def resolve_prefill_attn_dtype(prefill_dtype: str) -> str:
-    """The dtype prefill attention computes in under a CPU's wide-step dtype: bf16 only
-    where its flash kernel gains from it (AMX) or KTCLI_PREFILL_DTYPE=bf16 forces the
-    whole path; fp32 otherwise (the GEMMs alone may still run in bf16)."""
-    if prefill_dtype != "bf16":
-        return "fp32"
-    forced = (os.environ.get("KTCLI_PREFILL_DTYPE") or "").strip().lower() == "bf16"
-    return "bf16" if forced or native_bf16_attention() else "fp32"
 
 
 def available_bytes(device: torch.device) -> int:

@@ -244,7 +244,7 @@ static void unpack_rows(const uint8_t* wp, void* out, int64_t n0, int64_t n1, in
 }  // namespace q8
 
 // packed [N, K / 8 + K] -> [N, K] in one pass: fp32 (wide steps' fp32 GEMMs), or bf16
-// (wide steps on a CPU with native bf16 matmul run bf16 GEMMs over it: half the bytes written, and no
+// (wide steps on a CPU with AMX run bf16 GEMMs over it: half the bytes written, and no
 // second pass to round an fp32 copy)
 torch::Tensor unpack_q8(torch::Tensor w, bool bf16) {
     TORCH_CHECK(w.dtype() == torch::kUInt8 && w.dim() == 2 && w.size(1) % 36 == 0, "w packed uint8 [N, K / 8 + K]");

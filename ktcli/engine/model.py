@@ -14,11 +14,10 @@ norms, RoPE, attention and logits in fp32. On CPUs without native bf16 matmul (A
 bf16 GEMM with more than a couple of rows is slow, so wide steps (prefill) widen each
 weight to fp32 on the fly and run the fp32 GEMM. int8 (CPU, 9 bits a weight with its
 block scales: `engine.int8_gemv`) is the same: our kernel for decode-sized steps, fp32
-GEMMs over the unpacked weights for wide ones. On a CPU with native bf16 matmul (AMX
-tiles, or AVX512-BF16 as on AMD Zen 4/5) wide steps under bf16 or int8 weights instead
-run bf16 GEMMs (`engine.device.resolve_prefill_dtype`), several times their fp32 speed
-there, and with AMX bf16 prefill attention too; the residual stream, norms, RoPE and the
-LM head stay fp32.
+GEMMs over the unpacked weights for wide ones. On a CPU with AMX (bf16 matrix tiles)
+wide steps under bf16 or int8 weights instead run bf16 GEMMs and bf16 prefill attention
+(`engine.device.resolve_prefill_dtype`), each several times its fp32 speed there; the
+residual stream, norms and RoPE stay fp32.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import torch.nn.functional as F
 from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, cpu_gemm, int8_gemv
 from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
-from ktcli.engine.device import resolve_prefill_attn_dtype, resolve_prefill_dtype
+from ktcli.engine.device import resolve_prefill_dtype
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.rope import RotaryTable
 from ktcli.engine.weights import ModelWeights
@@ -84,15 +83,13 @@ class Model:
         # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
         self._gpu = self.device.type == "cuda"
         self._cpu = self.device.type == "cpu"
-        # Wide CPU steps under bf16/int8 weights: bf16 GEMMs where the CPU multiplies bf16
-        # natively (engine.device.resolve_prefill_dtype); fp32 otherwise.
+        # Wide CPU steps under bf16/int8 weights: bf16 GEMMs and attention where AMX makes
+        # them fast (engine.device.resolve_prefill_dtype); fp32 otherwise.
         weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.wdtype, "fp32")
         self.prefill_dtype = resolve_prefill_dtype(weights_name, self.device.type)
         self._wide_bf16 = self.device.type == "cpu" and self.prefill_dtype == "bf16"
-        # The dtype prefill attention computes in (None: the attention path's own choice):
-        # bf16 only where the flash kernel gains from it (AMX), not under AVX512-BF16 alone.
-        attn_bf16 = self._wide_bf16 and resolve_prefill_attn_dtype(self.prefill_dtype) == "bf16"
-        self.prefill_attn_dtype = torch.bfloat16 if attn_bf16 else None
+        # The dtype prefill attention computes in (None: the attention path's own choice).
+        self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
     # -- matmuls ------------------------------------------------------------------
 

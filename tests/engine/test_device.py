@@ -13,9 +13,7 @@ from ktcli.engine import int8_gemv
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.config import load_config
 from ktcli.engine import device as device_mod
-from ktcli.engine.device import (
-    device_kind, resolve_device, resolve_kv_dtype, resolve_prefill_attn_dtype, resolve_prefill_dtype, resolve_weights,
-)
+from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, resolve_prefill_dtype, resolve_weights
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.sequence import Sequence
 from ktcli.errors import InputError, UsageError
@@ -70,26 +68,6 @@ def test_prefill_dtype_follows_amx_and_the_weights(monkeypatch):
     monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "fp8")
     with pytest.raises(UsageError, match="KTCLI_PREFILL_DTYPE"):
         resolve_prefill_dtype("int8", "cpu")
-
-
-def test_prefill_attention_in_bf16_only_where_the_flash_kernel_gains(monkeypatch):
-    """AVX512-BF16 without AMX speeds the GEMMs, not SDPA's flash kernel: attention stays
-    fp32 there unless KTCLI_PREFILL_DTYPE=bf16 forces the whole path."""
-    monkeypatch.delenv("KTCLI_PREFILL_DTYPE", raising=False)
-    for amx in (True, False):
-        monkeypatch.setattr(device_mod, "native_bf16_attention", lambda amx=amx: amx)
-        assert resolve_prefill_attn_dtype("bf16") == ("bf16" if amx else "fp32")
-        assert resolve_prefill_attn_dtype("fp32") == "fp32"
-    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "bf16")
-    assert resolve_prefill_attn_dtype("bf16") == "bf16"
-
-
-def test_native_bf16_matmul_counts_avx512_bf16(monkeypatch):
-    for amx, avx512_bf16 in ((False, False), (True, False), (False, True)):
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx, raising=False)
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda v=avx512_bf16: v, raising=False)
-        assert device_mod.native_bf16_matmul() == (amx or avx512_bf16)
-        assert device_mod.native_bf16_attention() == amx
 
 
 def test_setting_from_flag_and_environment(monkeypatch, tmp_path):

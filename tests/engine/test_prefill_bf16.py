@@ -1,5 +1,5 @@
-"""Wide steps in bf16 (`engine.device.resolve_prefill_dtype`: the default under bf16 or
-int8 weights on CPUs with AMX, or with AVX512-BF16 where attention stays fp32). Forced here on any CPU, so the path is tested on machines
+"""Wide steps in bf16 (`engine.device.resolve_prefill_dtype`: the default on CPUs with AMX
+under bf16 or int8 weights). Forced here on any CPU, so the path is tested on machines
 without AMX too (slowly there): prefill logits stay close to the fp32 prefill's over
 several chunks, the first chunk included, and decode after a bf16 prefill picks the same
 greedy tokens on the bundled model."""
@@ -71,22 +71,3 @@ def test_quantized_pages_prefill_in_bf16_close_to_fp32(tiny_models, monkeypatch)
     assert a.kv.prefill_attn_dtype is None and b.kv.prefill_attn_dtype == torch.bfloat16
     la, lb = a.prompt_logits(ids), b.prompt_logits(ids)
     assert _rel_rms(la, lb) < 0.04
-
-
-def test_avx512_bf16_without_amx_keeps_prefill_attention_fp32(tiny_models, monkeypatch):
-    """The auto choice on a CPU with AVX512-BF16 but no AMX (AMD Zen 4/5): bf16 GEMMs,
-    fp32 prefill attention, and logits at least as close to fp32's as the all-bf16 path's."""
-    from ktcli.engine import device
-
-    monkeypatch.setattr(device, "native_bf16_matmul", lambda: True)
-    monkeypatch.setattr(device, "native_bf16_attention", lambda: False)
-    kw = dict(weights="int8", prefill_chunk=64, kv_budget_bytes=8 << 20)
-    ids = list(range(3, 200))
-    ref = _load(tiny_models["llama"], "fp32", monkeypatch, **kw).prompt_logits(ids)
-    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "auto")
-    auto = NativeBackend.load(tiny_models["llama"], **kw)
-    assert auto.engine.model.prefill_dtype == "bf16" and auto.engine.model.prefill_attn_dtype is None
-    forced = _load(tiny_models["llama"], "bf16", monkeypatch, **kw)
-    assert forced.engine.model.prefill_attn_dtype == torch.bfloat16
-    err_auto, err_forced = _rel_rms(ref, auto.prompt_logits(ids)), _rel_rms(ref, forced.prompt_logits(ids))
-    assert 0 < err_auto < 0.04 and err_auto <= err_forced * 1.1
