@@ -109,11 +109,14 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     from benchmarks.engine_vs_hf import _model_paths, _prompt_ids
+    from ktcli.engine import cpu_gemm
     from ktcli.engine.device import native_bf16_matmul
 
     _, folder = _model_paths()
     t0 = time.perf_counter()
-    result = {"benchmark": "prefill_dtype", "machine": machine(), "amx": native_bf16_matmul(),
+    cpu = {name: bool(getattr(torch.cpu, f"_is_{name}_supported", lambda: False)()) for name in ("amx_tile", "avx512_bf16")}
+    result = {"benchmark": "prefill_dtype", "machine": machine(), "cpu_flags": cpu,
+              "bf16_prefill_by_default": native_bf16_matmul(), "fp32_gemm": "onednn" if cpu_gemm.available() else "mkl",
               "torch": torch.__version__, "baseline": "the same weights with fp32 wide steps", "weights": {}}
     exact = _load(folder, "fp32", "fp32")
     ids = _text_ids(exact.tokenizer, args.ppl_tokens)
