@@ -108,3 +108,34 @@ def test_last_layer_on_logit_rows_only_gives_the_same_logits(tiny_models, kind):
         for s in seqs:
             engine.blocks.free(s.block_table)
     assert _rel(out[False], out[True][[29, 74]]) < 1e-5
+
+
+@pytest.mark.parametrize("n,keys,n_q,n_kv", [(30, 30, 9, 3), (30, 100, 9, 3), (77, 300, 4, 4), (5, 200, 8, 1)])
+@pytest.mark.parametrize("block_scores", [1 << 21, 3000])  # one block; many blocks (the minimum of 16 positions)
+def test_blocked_onednn_path_equals_masked_sdpa(n, keys, n_q, n_kv, block_scores, monkeypatch):
+    """The fp32 CPU path (oneDNN products, our causal softmax) over single and many query
+    blocks, a first chunk (no earlier keys) and later ones, GQA folds of 1-8 heads."""
+    from ktcli.engine import cpu_gemm
+
+    if not cpu_gemm.available() or prefill_attention._kernel() is None:
+        pytest.skip("no oneDNN linear or C++ kernels here")
+    monkeypatch.setattr(prefill_attention, "BLOCK_SCORES", block_scores)
+    g = torch.Generator().manual_seed(n + keys)
+    q = torch.randn(n, n_q, 64, generator=g)
+    k = torch.randn(keys, n_kv, 64, generator=g) * 2  # peaky rows: the max subtraction matters
+    v = torch.randn(keys, n_kv, 64, generator=g)
+    got = prefill_attention._blocked_onednn(q, k, v, 0.125)
+    assert _rel(got, prefill_attention._masked_sdpa(q, k, v, 0.125)) < 1e-5
+    assert _rel(prefill_attention.attend_prefix(q, k, v, 0.125), got) == 0  # what attend runs here
+
+
+def test_flash_split_path_where_oneDNN_is_absent(monkeypatch):
+    from ktcli.engine import cpu_gemm
+
+    monkeypatch.setattr(cpu_gemm, "available", lambda: False)
+    g = torch.Generator().manual_seed(5)
+    for n, keys in ((30, 30), (30, 100)):
+        q = torch.randn(n, 9, 64, generator=g)
+        k, v = torch.randn(keys, 3, 64, generator=g), torch.randn(keys, 3, 64, generator=g)
+        split = prefill_attention.attend_prefix(q, k, v, 0.125)
+        assert _rel(split, prefill_attention._masked_sdpa(q, k, v, 0.125)) < 1e-5
