@@ -25,11 +25,11 @@ MODEL_TOKENS_PER_ESTIMATE = 1.25
 RATES_FILE = "rates.json"
 # First-run rates of the local engine on a CPU, before a run has measured any, from the
 # model's size: decode reads every weight once per token, prefill is bound by GEMM FLOPs.
-# Both well under this 2-core EPYC's own (20-26 GB/s copy bandwidth, ~175 GFLOPS fp32
-# GEMM), so the first estimate errs long: SmolLM2 int8 gets 66 and 222 tok/s (measured:
-# 70-90 and 450-550).
-CPU_BYTES_PER_S = 10e9
-CPU_FLOPS = 60e9
+# Set at the slowest of the three 2-core machines measured (SmolLM2 int8: decode 76 tok/s
+# on the Xeon, prefill ~450 on the AVX2 EPYC; the Zen 5 EPYC 164-217 and 730-1200), so the
+# first estimate errs long, never short: 73 and 444 tok/s.
+CPU_BYTES_PER_S = 11e9
+CPU_FLOPS = 120e9
 
 
 @dataclass(frozen=True)
