@@ -3,9 +3,10 @@ in one C++ call.
 
 Why: a decode step on SmolLM2 is 30 layers x ~20 small torch ops (norms, RoPE, slicing,
 SiLU, adds), each a few to tens of microseconds of Python and dispatch, several
-milliseconds per token next to ~45 ms of weight reads. Here the glue between the weight
+milliseconds per token next to the weight reads. Here the glue between the weight
 products runs as plain loops over the rows, the products are our matrix-vector kernels
-(`engine.bf16_gemv` for bf16 and fp32 weights, `engine.int8_gemv`; BLAS for fp32 past 32 rows), and attention is `engine.cpu_attention`. Same
+(`engine.bf16_gemv` for bf16 and fp32 weights, `engine.int8_gemv`; BLAS for fp32 past 32
+rows), and attention is `engine.cpu_attention`. Same
 function as `Model.forward`'s layer loop (the readable path and the test oracle):
 rms_norm, fused qkv (+ bias), Qwen3 q/k norm, interleaved RoPE, store K/V and attend,
 o (+ residual), rms_norm, gate/up, SiLU * up, down (+ residual).
