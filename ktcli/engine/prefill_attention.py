@@ -19,11 +19,12 @@ devices keep the masked SDPA call in `attention.attend`.
 In fp32, where oneDNN is usable (`engine.cpu_gemm`), a chunk instead runs as blocks of
 query positions: S = Q K^T over every key the block sees (one oneDNN product per kv head,
 its G query heads folded into the rows), a causal softmax over S in place (our C++ pass,
-which zeroes the keys past each row's position), and O = P V (a second product). torch's
-flash kernel runs its block products through MKL, which on AMD CPUs takes a slow generic
-path: on the Zen 5 EPYC it ran SmolLM2's prefill attention at ~135-150 GFLOPS, where the
-blocks' products run at ~350 on oneDNN. Each block's S stays under ~8 MB (the last-level
-cache), and only the diagonal block computes scores it then masks.
+which zeroes the keys past each row's position), and O = P V (a second product). On the
+Zen 5 EPYC torch's flash kernel ran SmolLM2's prefill attention at 68-156 GFLOPS, about
+MKL's fp32 GEMM rate there (its block products go through the CPU BLAS), where this runs at
+112-235 (`python -m benchmarks.cpu_gemm`: 1.51-1.73x). Each block's S stays under ~8 MB
+(the last-level cache; 2, 4 and 16 MB measured slower), and only the diagonal block
+computes scores it then masks.
 """
 
 from __future__ import annotations
