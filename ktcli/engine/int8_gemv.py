@@ -83,6 +83,12 @@ static inline __m512 codes16(const uint8_t* q) {
     return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q))));
 }
 
+// block_dot with 16 lanes: 32 widened codes (u0, u1) times 32 activations at x
+__attribute__((target("avx512f,fma")))
+static inline __m512 block_dot512(__m512 u0, __m512 u1, const float* x) {
+    return _mm512_fmadd_ps(u1, _mm512_loadu_ps(x + 16), _mm512_mul_ps(u0, _mm512_loadu_ps(x)));
+}
+
 // rows with 16 lanes: a block of 32 codes is two registers. Two blocks a step into two
 // accumulators per row, and the minima's term (sum over blocks of min * xsum) as a vector
 // dot product after the loop: with one accumulator and a scalar running offset, a single
@@ -105,20 +111,14 @@ static void rows512(const float* x, const float* xsum, const uint8_t* w, float* 
             const __m512 su = _mm512_set1_ps(half_to_float(scale[b])), sv = _mm512_set1_ps(half_to_float(scale[b + 1]));
             for (int r = 0; r < R; ++r) {
                 const float* xr = x + r * K + b * 32;
-                const __m512 du = _mm512_fmadd_ps(u1, _mm512_loadu_ps(xr + 16), _mm512_mul_ps(u0, _mm512_loadu_ps(xr)));
-                const __m512 dv = _mm512_fmadd_ps(v1, _mm512_loadu_ps(xr + 48), _mm512_mul_ps(v0, _mm512_loadu_ps(xr + 32)));
-                acc0[r] = _mm512_fmadd_ps(du, su, acc0[r]);
-                acc1[r] = _mm512_fmadd_ps(dv, sv, acc1[r]);
+                acc0[r] = _mm512_fmadd_ps(block_dot512(u0, u1, xr), su, acc0[r]);
+                acc1[r] = _mm512_fmadd_ps(block_dot512(v0, v1, xr + 32), sv, acc1[r]);
             }
         }
         if (b < blocks) {
             const __m512 u0 = codes16(q + b * 32), u1 = codes16(q + b * 32 + 16);
             const __m512 su = _mm512_set1_ps(half_to_float(scale[b]));
-            for (int r = 0; r < R; ++r) {
-                const float* xr = x + r * K + b * 32;
-                const __m512 du = _mm512_fmadd_ps(u1, _mm512_loadu_ps(xr + 16), _mm512_mul_ps(u0, _mm512_loadu_ps(xr)));
-                acc0[r] = _mm512_fmadd_ps(du, su, acc0[r]);
-            }
+            for (int r = 0; r < R; ++r) acc0[r] = _mm512_fmadd_ps(block_dot512(u0, u1, x + r * K + b * 32), su, acc0[r]);
         }
         for (int r = 0; r < R; ++r) {
             const float* xs = xsum + r * blocks;

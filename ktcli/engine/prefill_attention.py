@@ -134,7 +134,7 @@ def _blocked_onednn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
     n, n_q, d = q.shape
     keys, n_kv = k.shape[0], k.shape[1]
     p, group = keys - n, n_q // n_kv
-    linear, softmax_ = torch.ops.mkldnn._linear_pointwise, _kernel().causal_softmax_
+    softmax_ = _kernel().causal_softmax_
     block = max(16, min(n, BLOCK_SCORES // (group * keys)))
     out = torch.empty(n, n_kv, group, d)
     # [n, HQ, D] -> [H, G, n, D] with the scale folded in (one pass over q)
@@ -146,9 +146,9 @@ def _blocked_onednn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
             r1 = min(n, r0 + block)
             seen = p + r1  # the block's last query sees keys 0 .. seen - 1
             rows = q_fold[h, :, r0:r1].reshape(group * (r1 - r0), d)  # rows (g, i)
-            scores = linear(rows, kh[:seen], None, "none", [], "")  # [G * b, seen]
+            scores = cpu_gemm.linear(rows, kh[:seen])  # [G * b, seen]
             softmax_(scores, p + r0, r1 - r0)
-            o = linear(scores, vt[:, :seen].contiguous() if seen < keys else vt, None, "none", [], "")  # [G * b, D]
+            o = cpu_gemm.linear(scores, vt[:, :seen].contiguous() if seen < keys else vt)  # [G * b, D]
             out[r0:r1, h] = o.view(group, r1 - r0, d).transpose(0, 1)
     return out.view(n, n_q, d)
 
