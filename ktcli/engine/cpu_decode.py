@@ -5,8 +5,8 @@ Why: a decode step on SmolLM2 is 30 layers x ~20 small torch ops (norms, RoPE, s
 SiLU, adds), each a few to tens of microseconds of Python and dispatch, several
 milliseconds per token next to the weight reads. Here the glue between the weight
 products runs as plain loops over the rows, the products are our matrix-vector kernels
-(`engine.bf16_gemv` for bf16 and fp32 weights, `engine.int8_gemv`; BLAS for fp32 past 32
-rows), and attention is `engine.cpu_attention`. Same
+(`engine.bf16_gemv` for bf16 and fp32 weights, `engine.int8_gemv`; steps of more rows than
+they take run the model's torch loop), and attention is `engine.cpu_attention`. Same
 function as `Model.forward`'s layer loop (the readable path and the test oracle):
 rms_norm, fused qkv (+ bias), Qwen3 q/k norm, interleaved RoPE, store K/V and attend,
 o (+ residual), rms_norm, gate/up, SiLU * up, down (+ residual).
@@ -62,23 +62,16 @@ inline void silu_mul_row(const float* g, const float* u, float* out, int64_t n) 
     for (; j < n; ++j) out[j] = g[j] / (1.f + std::exp(-g[j])) * u[j];
 }
 
-// Rows up to which fp32 weights go through our matrix-vector loop rather than BLAS
-// (bf16_gemv.F32_MAX_ROWS).
-constexpr int64_t F32_GEMV_MAX_ROWS = 32;
-
-inline bool f32_blas(const torch::Tensor& h, const torch::Tensor& w) {
-    return w.scalar_type() == at::kFloat && h.size(0) > F32_GEMV_MAX_ROWS;
-}
-
+// Steps reach this loop with at most the kernels' rows (Model._fused_rows), so every
+// product is a matrix-vector kernel: int8, or bf16 / fp32 (bf16_gemv).
 torch::Tensor lin(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
-    torch::Tensor y = w.scalar_type() == at::kByte ? gemv_q8(h, w) : f32_blas(h, w) ? at::mm(h, w.t()) : gemv(h, w);
+    torch::Tensor y = w.scalar_type() == at::kByte ? gemv_q8(h, w) : gemv(h, w);
     if (b.numel()) y.add_(b);
     return y;
 }
 
 void lin_add(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w, const torch::Tensor& b) {
-    if (f32_blas(a, w) && !b.numel()) x.addmm_(a, w.t());
-    else x.add_(lin(a, w, b));
+    x.add_(lin(a, w, b));
 }
 
 }  // namespace fused

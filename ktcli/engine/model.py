@@ -61,10 +61,13 @@ class Model:
         self.wdtype = weights.embed.dtype
         self.scale = cfg.head_dim**-0.5
         self.windows = list(cfg.sliding_windows) or [None] * cfg.n_layers
+        self._cpu = self.device.type == "cpu"
+        # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
+        self._gpu = self.device.type == "cuda"
         # bf16 and fp32 weights: our matrix-vector kernel for decode-sized steps (engine.bf16_gemv;
         # for fp32 it streams the weights ~3x faster than MKL's product on AMD CPUs)
-        self._gemv = self.device.type == "cpu" and self.wdtype == torch.bfloat16 and bf16_gemv.available()
-        self._gemv_f32 = self.device.type == "cpu" and self.wdtype == torch.float32 and bf16_gemv.available()
+        self._gemv = self._cpu and self.wdtype == torch.bfloat16 and bf16_gemv.available()
+        self._gemv_f32 = self._cpu and self.wdtype == torch.float32 and bf16_gemv.available()
         self._int8_kernel = self.wdtype == torch.uint8 and int8_gemv.available()
         # Decode steps (one token per sequence) over dense CPU pages: our attention kernel
         # (engine.cpu_attention), all sequences in one call per layer.
@@ -79,15 +82,13 @@ class Model:
         if self._decode_kernel and cpu_decode.FusedDecode.supports(weights.layers, weights.norm):
             self._fused = cpu_decode.FusedDecode(weights.layers, self.windows, cfg.n_heads, cfg.n_kv_heads, cfg.rms_eps,
                                                  self.scale, final_norm=weights.norm)
-        self._fused_rows = {torch.bfloat16: bf16_gemv.MAX_ROWS, torch.uint8: int8_gemv.MAX_ROWS}.get(self.wdtype, 1 << 30)
-        # A GPU runs half-precision GEMMs natively at any row count: no fp32 widening.
-        self._gpu = self.device.type == "cuda"
-        self._cpu = self.device.type == "cpu"
+        self._fused_rows = {torch.bfloat16: bf16_gemv.MAX_ROWS, torch.uint8: int8_gemv.MAX_ROWS,
+                            torch.float32: bf16_gemv.F32_MAX_ROWS}.get(self.wdtype, 1 << 30)
         # Wide CPU steps under bf16/int8 weights: bf16 GEMMs and attention where AMX makes
         # them fast (engine.device.resolve_prefill_dtype); fp32 otherwise.
         weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.wdtype, "fp32")
         self.prefill_dtype = resolve_prefill_dtype(weights_name, self.device.type)
-        self._wide_bf16 = self.device.type == "cpu" and self.prefill_dtype == "bf16"
+        self._wide_bf16 = self._cpu and self.prefill_dtype == "bf16"
         # The dtype prefill attention computes in (None: the attention path's own choice).
         self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
@@ -97,7 +98,7 @@ class Model:
         """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM."""
         wide_bf16 = self._wide_bf16 and bf16_ok
         if w.dtype == torch.float32:
-            if self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS:
+            if self._f32_gemv(rows):
                 y = bf16_gemv.gemv(x.float(), w)
                 return y if b is None else y + b
             return self._f32_linear(x.float(), w, b)  # x may be half-precision attention output
@@ -119,9 +120,13 @@ class Model:
 
     def _linear_add(self, x: torch.Tensor, a: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int) -> torch.Tensor:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
-        if w.dtype == torch.float32 and b is None and not (self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS):
+        if w.dtype == torch.float32 and b is None and not self._f32_gemv(rows):
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
         return x + self._linear(a, w, b, rows)
+
+    def _f32_gemv(self, rows: int) -> bool:
+        """Whether fp32 weights take our matrix-vector kernel for a step of `rows` rows."""
+        return self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS
 
     def _f32_linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
         """An fp32 GEMM: oneDNN's on the CPU (engine.cpu_gemm: ~2x MKL's on AMD), cuBLAS on a GPU."""
