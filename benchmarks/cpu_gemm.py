@@ -34,23 +34,19 @@ from benchmarks.common import machine, write_result
 HIDDEN, INTER, QKV = 576, 1536, 960
 
 
-def _best(fn, reps: int) -> float:
+def _timed(fn) -> float:
+    t = time.perf_counter()
     fn()
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
+    return time.perf_counter() - t
 
 
 def _pair(ours, base, reps: int) -> tuple[float, float]:
-    """Best times of two functions, alternating so drift hits both."""
+    """Best times of two functions after a warm-up, alternating so drift hits both."""
     ours(), base()
     t_ours, t_base = float("inf"), float("inf")
     for _ in range(reps):
-        t_ours = min(t_ours, _best(ours, 1))
-        t_base = min(t_base, _best(base, 1))
+        t_ours = min(t_ours, _timed(ours))
+        t_base = min(t_base, _timed(base))
     return t_ours, t_base
 
 
