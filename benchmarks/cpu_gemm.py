@@ -6,17 +6,18 @@ Three comparisons, each against its baseline in the same process, 2 threads, bes
 `--reps` runs, the two sides alternating:
 
 * `gemm`: wide-step GEMMs (a prefill chunk of 64-4,096 rows through the qkv, gate_up
-  and down shapes): `engine.cpu_gemm.linear` (oneDNN where usable) against `F.linear`
-  (MKL's sgemm), GFLOPS and the ratio;
+  and down shapes): `engine.cpu_gemm.linear` on oneDNN against `F.linear` (MKL's
+  sgemm), GFLOPS and the ratio;
 * `gemv`: decode-sized products (1-32 rows) over the 30 gate_up matrices (212 MB, so read
   from memory, not cache): `engine.bf16_gemv.gemv` on fp32 weights against `F.linear`;
 * `prefill_attention`: a prefill chunk's attention after cached tokens (9 query heads
-  over 3 kv heads, head_dim 64): `prefill_attention.attend_prefix` as the engine runs it
-  (blocked oneDNN products where usable) against the flash-kernel split it replaces.
+  over 3 kv heads, head_dim 64): `prefill_attention.attend_prefix` with the blocked
+  oneDNN products against the flash-kernel split.
 
-These decide what the engine runs on a machine: rerun it on a new machine kind (the
-ratios on an Intel CPU with MKL's own fast paths are not measured yet). Writes
-benchmarks/results/cpu_gemm.json.
+The oneDNN sides run whatever the engine would choose on this CPU (`cpu_gemm.available()`,
+off on Intel CPUs, recorded as `engine_uses_onednn`): these ratios are what decides it, so
+rerun this on a new machine kind. Writes benchmarks/results/cpu_gemm.json (`--name` for
+another file).
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ def gemm_rows(reps: int) -> list[dict]:
         w = torch.randn(n_out, k, generator=g)
         for m in (64, 512, 2048, 4096):
             x = torch.randn(m, k, generator=g)
-            t_ours, t_base = _pair(lambda: cpu_gemm.linear(x, w), lambda: F.linear(x, w), reps)
+            with _onednn(True):
+                t_ours, t_base = _pair(lambda: cpu_gemm.linear(x, w), lambda: F.linear(x, w), reps)
             flops = 2 * m * n_out * k
             rows.append({"shape": name, "rows": m, "ours_gflops": round(flops / t_ours / 1e9, 1),
                          "torch_gflops": round(flops / t_base / 1e9, 1), "speedup": round(t_base / t_ours, 2)})
@@ -87,22 +89,26 @@ def gemv_rows(reps: int) -> list[dict]:
 def attention_rows(reps: int) -> list[dict]:
     from ktcli.engine import cpu_gemm, prefill_attention
 
-    engine_path = "blocked oneDNN" if cpu_gemm.available() and prefill_attention._kernel() is not None else "flash split"
+    if not cpu_gemm.usable() or prefill_attention._kernel() is None:
+        return []
     rows = []
     g = torch.Generator().manual_seed(2)
     for n, past in ((512, 0), (2048, 0), (512, 3584), (2048, 2048), (2048, 6144)):
         q = torch.randn(n, 9, 64, generator=g)
         k, v = torch.randn(past + n, 3, 64, generator=g), torch.randn(past + n, 3, 64, generator=g)
-        ours = lambda: prefill_attention.attend_prefix(q, k, v, 0.125)  # noqa: E731
+
+        def ours():
+            with _onednn(True):
+                return prefill_attention.attend_prefix(q, k, v, 0.125)
 
         def flash():
-            with _no_onednn():
+            with _onednn(False):
                 prefill_attention.attend_prefix(q, k, v, 0.125)
 
         err = float((ours() - prefill_attention._masked_sdpa(q, k, v, 0.125)).abs().max())
         t_ours, t_base = _pair(ours, flash, reps)
         flops = 4 * 9 * 64 * n * (past + (n + 1) / 2)  # causal: query i sees past + i + 1 keys
-        rows.append({"queries": n, "cached": past, "engine_path": engine_path, "ours_ms": round(t_ours * 1e3, 1),
+        rows.append({"queries": n, "cached": past, "ours_ms": round(t_ours * 1e3, 1),
                      "flash_ms": round(t_base * 1e3, 1), "ours_gflops": round(flops / t_ours / 1e9, 1),
                      "flash_gflops": round(flops / t_base / 1e9, 1), "speedup": round(t_base / t_ours, 2),
                      "max_abs_err_vs_masked_sdpa": err})
@@ -110,14 +116,18 @@ def attention_rows(reps: int) -> list[dict]:
     return rows
 
 
-class _no_onednn:
-    """The engine's attention as it runs without oneDNN (the flash split)."""
+class _onednn:
+    """The engine's products with oneDNN on (where usable) or off, whatever this CPU's default."""
+
+    def __init__(self, on: bool):
+        self.on = on
 
     def __enter__(self):
         from ktcli.engine import cpu_gemm
 
         self.mod, self.saved = cpu_gemm, cpu_gemm.available
-        cpu_gemm.available = lambda: False
+        on = self.on and cpu_gemm.usable()
+        cpu_gemm.available = lambda: on
 
     def __exit__(self, *exc):
         self.mod.available = self.saved
@@ -127,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--name", default="cpu_gemm", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     from ktcli.engine import bf16_gemv, cpu_gemm
@@ -135,11 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         print("ktcli's C++ kernels are not built here (no compiler or no AVX2)", file=sys.stderr)
         return 1
     result = {"benchmark": "cpu_gemm", "machine": machine(), "threads": 2, "torch": torch.__version__,
-              "onednn_linear": cpu_gemm.available(),
+              "cpu_vendor": cpu_gemm.cpu_vendor(), "onednn_usable": cpu_gemm.usable(),
+              "engine_uses_onednn": cpu_gemm.available(),
               "baselines": {"gemm": "F.linear (MKL sgemm)", "gemv": "F.linear on 1-32 rows",
                             "prefill_attention": "the flash-kernel split (torch SDPA flash for CPU)"},
               "gemm": gemm_rows(args.reps), "gemv": gemv_rows(args.reps), "prefill_attention": attention_rows(args.reps)}
-    path = write_result("cpu_gemm", result)
+    path = write_result(args.name, result)
     print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
     return 0
 

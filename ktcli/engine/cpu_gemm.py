@@ -6,9 +6,15 @@ the same fp32 product 2.0-2.4x faster on the 2-core Zen 5 EPYC: 306-396 against 
 GFLOPS on SmolLM2's shapes from 64 to 4,096 rows (MKL takes a generic path on AMD CPUs).
 Both accumulate in fp32; the results differ only in summation order (~4e-6 relative).
 
-The op is private, so `available()` probes it once against `F.linear` and callers fall
-back to `F.linear` where it is absent, fails or disagrees. KTCLI_NO_ONEDNN=1 turns it off
-(A/B, or a torch whose oneDNN misbehaves).
+On Intel CPUs MKL has its own fast paths and the gain is gone: on the 2-core Xeon with
+AMX (model 207) oneDNN ran the same shapes at 0.83-1.08x MKL, and the blocked prefill
+attention built on it (`engine.prefill_attention`) at 0.72-0.75x torch's flash kernel
+(`python -m benchmarks.cpu_gemm`, results/cpu_gemm_xeon.json). So the engine uses oneDNN
+only on other vendors' CPUs (`available()`); KTCLI_ONEDNN=1 uses it on any CPU where the
+op works, KTCLI_NO_ONEDNN=1 nowhere (A/B, or a torch whose oneDNN misbehaves).
+
+The op is private, so `usable()` probes it once against `F.linear` and callers fall
+back to `F.linear` where it is absent, fails or disagrees.
 """
 
 from __future__ import annotations
@@ -22,13 +28,33 @@ _state: list[bool] = []  # [usable] once probed
 
 
 def available() -> bool:
+    """Whether the engine runs its fp32 GEMMs (and the blocked prefill attention) on oneDNN."""
+    if os.environ.get("KTCLI_NO_ONEDNN"):
+        return False
+    return usable() and (bool(os.environ.get("KTCLI_ONEDNN")) or cpu_vendor() != "GenuineIntel")
+
+
+def usable() -> bool:
+    """Whether torch's oneDNN linear op is here and agrees with F.linear (probed once)."""
     if not _state:
         _state.append(_probe())
     return _state[0]
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...; "" where unknown)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""
+
+
 def _probe() -> bool:
-    if os.environ.get("KTCLI_NO_ONEDNN") or not torch.backends.mkldnn.is_available():
+    if not torch.backends.mkldnn.is_available():
         return False
     op = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
     if op is None:

@@ -22,7 +22,9 @@ its G query heads folded into the rows), a causal softmax over S in place (our C
 which zeroes the keys past each row's position), and O = P V (a second product). On the
 Zen 5 EPYC torch's flash kernel ran SmolLM2's prefill attention at 68-156 GFLOPS, about
 MKL's fp32 GEMM rate there (its block products go through the CPU BLAS), where this runs at
-112-235 (`python -m benchmarks.cpu_gemm`: 1.51-1.73x). Each block's S stays under ~8 MB
+112-235 (`python -m benchmarks.cpu_gemm`: 1.51-1.73x). On an Intel CPU MKL's fast paths
+make the flash kernel the faster one (the blocked path ran at 0.71-0.80x on the 2-core
+Xeon with AMX), so there oneDNN is off by default and the split runs. Each block's S stays under ~8 MB
 (the last-level cache; 2, 4 and 16 MB measured slower), and only the diagonal block
 computes scores it then masks.
 """
