@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, cpu_gemm, int8_gemv
+from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, cpu_gemm, cpu_mlp, int8_gemv
 from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.device import resolve_prefill_dtype
@@ -94,9 +94,14 @@ class Model:
 
     # -- matmuls ------------------------------------------------------------------
 
-    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int, bf16_ok: bool = True) -> torch.Tensor:
-        """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM."""
+    def _linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, rows: int, bf16_ok: bool = True,
+                bf16_out: bool = False) -> torch.Tensor:
+        """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM;
+        `bf16_out` True returns a bf16 GEMM's output as it is (its consumer reads bf16)."""
         wide_bf16 = self._wide_bf16 and bf16_ok
+        if wide_bf16 and bf16_out and b is None and w.dtype in (torch.uint8, torch.bfloat16) and not self._narrow(w, rows):
+            wb = int8_gemv.unpack(w, torch.bfloat16) if w.dtype == torch.uint8 else w
+            return F.linear(x.to(torch.bfloat16), wb)
         if w.dtype == torch.float32:
             if self._f32_gemv(rows):
                 y = bf16_gemv.gemv(x.float(), w)
@@ -123,6 +128,14 @@ class Model:
         if w.dtype == torch.float32 and b is None and not self._f32_gemv(rows):
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
         return x + self._linear(a, w, b, rows)
+
+    def _narrow(self, w: torch.Tensor, rows: int) -> bool:
+        """Whether a step of `rows` rows takes the matrix-vector kernel of w's dtype."""
+        if w.dtype == torch.uint8:
+            return self._int8_kernel and rows <= int8_gemv.MAX_ROWS
+        if w.dtype == torch.bfloat16:
+            return self._gemv and rows <= bf16_gemv.MAX_ROWS
+        return self._f32_gemv(rows)
 
     def _f32_gemv(self, rows: int) -> bool:
         """Whether fp32 weights take our matrix-vector kernel for a step of `rows` rows."""
@@ -201,14 +214,23 @@ class Model:
                 ).reshape(T, q_size)  # [T, Hq, D] -> [T, q]
             x = lin_add(x, o, lw.o, lw.o_bias, T)
             h = F.rms_norm(x, (H,), lw.post_norm, eps)
-            gu = lin(h, lw.gate_up, lw.gate_up_bias, T)  # [T, 2 * inter]
-            a = F.silu(gu[:, :inter]) * gu[:, inter:]
+            gu = lin(h, lw.gate_up, lw.gate_up_bias, T, bf16_out=True)  # [T, 2 * inter]
+            a = self._silu_mul(gu)  # [T, inter]
             x = lin_add(x, a, lw.down, lw.down_bias, T)
 
         if step.logit_rows is not None:
             x = x.index_select(0, step.logit_rows)  # [R, H]
         x = F.rms_norm(x, (H,), w.norm, eps)
         return self._logits(x)  # [R, vocab]
+
+    def _silu_mul(self, gu: torch.Tensor) -> torch.Tensor:
+        """SwiGLU's silu(gate) * up: on the CPU one C++ pass (engine.cpu_mlp), bf16 out of a
+        bf16 wide step's product (the down GEMM reads it as it is), else fp32."""
+        if self._cpu:
+            return cpu_mlp.silu_mul(gu, torch.bfloat16 if gu.dtype == torch.bfloat16 else torch.float32)
+        inter = gu.shape[1] // 2
+        gu = gu.float()
+        return F.silu(gu[:, :inter]) * gu[:, inter:]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         """[R, H] -> [R, vocab] fp32. Never through a bf16 wide GEMM: its output would be

@@ -71,3 +71,21 @@ def test_quantized_pages_prefill_in_bf16_close_to_fp32(tiny_models, monkeypatch)
     assert a.kv.prefill_attn_dtype is None and b.kv.prefill_attn_dtype == torch.bfloat16
     la, lb = a.prompt_logits(ids), b.prompt_logits(ids)
     assert _rel_rms(la, lb) < 0.04
+
+
+@pytest.mark.parametrize("prefill", ["bf16", "fp32"])
+def test_swiglu_step_in_one_pass_equals_the_torch_path(tiny_models, monkeypatch, prefill):
+    """engine.cpu_mlp's silu(gate) * up (bf16 in and out under bf16 wide steps) against the
+    torch path it replaces (the product widened, fp32 silu and product, rounded for the down
+    GEMM): the same rounding, so the logits agree to far below the bf16 step."""
+    from ktcli.engine import cpu_mlp
+
+    if not cpu_mlp.available():
+        pytest.skip("C++ kernels not built here")
+    kw = dict(weights="int8", prefill_chunk=64, kv_budget_bytes=8 << 20)
+    ids = list(range(3, 200))
+    b = _load(tiny_models["llama"], prefill, monkeypatch, **kw)
+    fast = b.prompt_logits(ids)
+    monkeypatch.setattr(b.engine.model, "_silu_mul", cpu_mlp.silu_mul_reference)
+    torch_path = b.prompt_logits(ids)
+    assert _rel_rms(torch_path, fast) < (2e-3 if prefill == "bf16" else 1e-5)  # fp32: summation order only
