@@ -19,6 +19,7 @@ from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.block_manager import BlockManager
 from ktcli.engine.config import ModelConfig, load_config
 from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
+from ktcli.engine.host_alloc import keep_freed_blocks
 from ktcli.engine.device import available_bytes, peak_memory_mb, resolve_device, resolve_kv_dtype, resolve_weights
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
@@ -83,6 +84,8 @@ class NativeBackend:
         from ktcli.engine import longctx
 
         device = resolve_device(device)
+        if device.type == "cpu":
+            keep_freed_blocks()  # prefill temporaries are reused, not faulted in afresh (engine.host_alloc)
         model_dir = Path(model_dir)
         cfg = load_config(model_dir)
         weights = resolve_weights(weights, device, cfg)
