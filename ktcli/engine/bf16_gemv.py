@@ -173,6 +173,16 @@ static void gemv_rows(const float* x, const typename W::T* wp, float* y, int64_t
     }
 }
 
+// x [R, K] fp32 rows (contiguous) times w [N, K] bf16 or fp32 (contiguous) -> y [R, N] fp32:
+// the core, writing into a buffer the caller owns (the fused decode loop reuses one per step)
+void gemv_into(const float* x, int64_t R, const torch::Tensor& w, float* y) {
+    const int64_t K = w.size(1), N = w.size(0);
+    if (w.dtype() == torch::kBFloat16)
+        gemv_rows<WeightBf16>(x, reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()), y, R, N, K);
+    else
+        gemv_rows<WeightF32>(x, w.data_ptr<float>(), y, R, N, K);
+}
+
 // x [R, K] fp32, w [N, K] bf16 or fp32 contiguous -> [R, N] fp32
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(x.dtype() == torch::kFloat32 && (w.dtype() == torch::kBFloat16 || w.dtype() == torch::kFloat32),
@@ -181,13 +191,8 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
     TORCH_CHECK(x.size(0) >= 1, "at least one row");
     x = x.contiguous();
     TORCH_CHECK(w.is_contiguous(), "w contiguous");
-    const int64_t R = x.size(0), K = x.size(1), N = w.size(0);
-    auto y = torch::empty({R, N}, x.options());
-    if (w.dtype() == torch::kBFloat16)
-        gemv_rows<WeightBf16>(x.data_ptr<float>(), reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>()),
-                              y.data_ptr<float>(), R, N, K);
-    else
-        gemv_rows<WeightF32>(x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), R, N, K);
+    auto y = torch::empty({x.size(0), w.size(0)}, x.options());
+    gemv_into(x.data_ptr<float>(), x.size(0), w, y.data_ptr<float>());
     return y;
 }
 """

@@ -54,10 +54,10 @@ def _build():
             from ktcli.engine import (bf16_gemv, cpu_attention, cpu_decode, cpu_kivi_attention, cpu_mlp, int8_gemv,
                                       prefill_attention)
 
-            source = (bf16_gemv.SOURCE + int8_gemv.SOURCE + cpu_attention.SOURCE + cpu_decode.SOURCE
-                      + cpu_kivi_attention.SOURCE + prefill_attention.SOURCE + cpu_mlp.SOURCE)
-            functions = (bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_decode.FUNCTIONS
-                         + cpu_kivi_attention.FUNCTIONS + prefill_attention.FUNCTIONS + cpu_mlp.FUNCTIONS)
+            source = (bf16_gemv.SOURCE + int8_gemv.SOURCE + cpu_attention.SOURCE + cpu_mlp.SOURCE
+                      + cpu_decode.SOURCE + cpu_kivi_attention.SOURCE + prefill_attention.SOURCE)
+            functions = (bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_mlp.FUNCTIONS
+                         + cpu_decode.FUNCTIONS + cpu_kivi_attention.FUNCTIONS + prefill_attention.FUNCTIONS)
             try:
                 from torch.utils.cpp_extension import load_inline
 

@@ -46,32 +46,28 @@ inline void rope_row(float* v, const float* rot, int64_t d) {
     }
 }
 
-// out[j] = silu(g[j]) * u[j], silu(g) = g * sigmoid(g) with e^-|g| so nothing overflows
-inline void silu_mul_row(const float* g, const float* u, float* out, int64_t n) {
-    int64_t j = 0;
-    const __m256 one = _mm256_set1_ps(1.f);
-    const __m256 sign = _mm256_set1_ps(-0.f);
-    for (; j + 8 <= n; j += 8) {
-        const __m256 gv = _mm256_loadu_ps(g + j);
-        const __m256 e = exp_neg(_mm256_or_ps(gv, sign));  // e^-|g|
-        const __m256 r = _mm256_div_ps(one, _mm256_add_ps(one, e));
-        const __m256 neg = _mm256_cmp_ps(gv, _mm256_setzero_ps(), _CMP_LT_OQ);
-        const __m256 sig = _mm256_blendv_ps(r, _mm256_mul_ps(e, r), neg);  // g < 0: e / (1 + e)
-        _mm256_storeu_ps(out + j, _mm256_mul_ps(_mm256_mul_ps(gv, sig), _mm256_loadu_ps(u + j)));
-    }
-    for (; j < n; ++j) out[j] = g[j] / (1.f + std::exp(-g[j])) * u[j];
-}
-
 // Steps reach this loop with at most the kernels' rows (Model._fused_rows), so every
-// product is a matrix-vector kernel: int8, or bf16 / fp32 (bf16_gemv).
-torch::Tensor lin(const torch::Tensor& h, const torch::Tensor& w, const torch::Tensor& b) {
-    torch::Tensor y = w.scalar_type() == at::kByte ? gemv_q8(h, w) : gemv(h, w);
-    if (b.numel()) y.add_(b);
-    return y;
+// product is a matrix-vector kernel: int8, or bf16 / fp32 (bf16_gemv). a [T, K] contiguous
+// rows -> y [T, N] (+ bias), into buffers the loop allocated once for the step: no tensor
+// is made or dispatched per product (~1 us each, ~10 per layer).
+inline void lin(const float* a, int64_t T, int64_t K, const torch::Tensor& w, const torch::Tensor& b, float* y) {
+    const int64_t N = w.size(0);
+    TORCH_CHECK(w.scalar_type() == at::kByte ? w.size(1) * 8 == K * 9 : w.size(1) == K, "weight width");
+    if (w.scalar_type() == at::kByte) gemv_q8_into(a, T, K, w, y);
+    else gemv_into(a, T, w, y);
+    if (b.numel()) {
+        const float* bp = b.data_ptr<float>();
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) y[t * N + n] += bp[n];
+    }
 }
 
-void lin_add(torch::Tensor& x, const torch::Tensor& a, const torch::Tensor& w, const torch::Tensor& b) {
-    x.add_(lin(a, w, b));
+// x [T, N] += a @ w.T (+ b), through the scratch rows y [T, N]
+inline void lin_add(float* x, const float* a, int64_t T, int64_t K, const torch::Tensor& w, const torch::Tensor& b,
+                    float* y) {
+    lin(a, T, K, w, b, y);
+    const int64_t n = T * w.size(0);
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
 }  // namespace fused
@@ -97,36 +93,42 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torc
     const int64_t q_size = n_heads * D, kv_size = n_kv_heads * D;
     TORCH_CHECK(rot.dtype() == torch::kFloat32 && rot.numel() == T * D, "rot [T, D] fp32");
     const float* rp = rot.data_ptr<float>();
-    auto h = torch::empty_like(x);
+    const int64_t N = q_size + 2 * kv_size;
+    const int64_t inter = weights[6].size(0) / 2;  // gate_up [2 inter, hidden]
+    // The step's buffers, once: products write into them layer after layer.
+    auto h = torch::empty_like(x);                   // [T, hidden] normed rows
+    auto qkv = torch::empty({T, N}, x.options());    // [T, q + 2 kv]
+    auto gu = torch::empty({T, 2 * inter}, x.options());
+    auto a = torch::empty({T, inter}, x.options());
+    auto y = torch::empty({T, hidden}, x.options()); // scratch of the residual products
+    auto q = qkv.narrow(1, 0, q_size).view({T, n_heads, D});
+    auto k = qkv.narrow(1, q_size, kv_size).view({T, n_kv_heads, D});
+    auto v = qkv.narrow(1, q_size + kv_size, kv_size).view({T, n_kv_heads, D});
     float* xp = x.data_ptr<float>();
     float* hp = h.data_ptr<float>();
+    float* qp = qkv.data_ptr<float>();
+    float* gp = gu.data_ptr<float>();
+    float* ap = a.data_ptr<float>();
+    float* yp = y.data_ptr<float>();
     for (int64_t li = 0; li < n_layers; ++li) {
         const torch::Tensor* L = &weights[li * PER_LAYER];
+        TORCH_CHECK(L[1].size(0) == N && L[6].size(0) == 2 * inter && L[3].size(0) == hidden && L[8].size(0) == hidden,
+                    "layer widths");
         for (int64_t t = 0; t < T; ++t) fused::rms_norm_row(xp + t * hidden, L[0].data_ptr<float>(), hp + t * hidden, hidden, eps);
-        auto qkv = fused::lin(h, L[1], L[2]).contiguous();  // [T, q + 2 kv]
-        const int64_t N = qkv.size(1);
-        TORCH_CHECK(N == q_size + 2 * kv_size, "qkv width");
-        float* qp = qkv.data_ptr<float>();
+        fused::lin(hp, T, hidden, L[1], L[2], qp);  // [T, q + 2 kv]
         const bool qk_norm = L[10].numel() > 0;
         for (int64_t t = 0; t < T; ++t)
             for (int64_t head = 0; head < n_heads + n_kv_heads; ++head) {
-                float* v = qp + t * N + head * D;
-                if (qk_norm) fused::rms_norm_row(v, (head < n_heads ? L[10] : L[11]).data_ptr<float>(), v, D, eps);
-                fused::rope_row(v, rp + t * D, D);
+                float* row = qp + t * N + head * D;
+                if (qk_norm) fused::rms_norm_row(row, (head < n_heads ? L[10] : L[11]).data_ptr<float>(), row, D, eps);
+                fused::rope_row(row, rp + t * D, D);
             }
-        auto q = qkv.narrow(1, 0, q_size).view({T, n_heads, D});
-        auto k = qkv.narrow(1, q_size, kv_size).view({T, n_kv_heads, D});
-        auto v = qkv.narrow(1, q_size + kv_size, kv_size).view({T, n_kv_heads, D});
         auto o = decode(q, k, v, slots, k_caches[li], v_caches[li], tables, block_size, ctx, lo[li], scale);
-        fused::lin_add(x, o.view({T, q_size}), L[3], L[4]);
+        fused::lin_add(xp, o.data_ptr<float>(), T, q_size, L[3], L[4], yp);  // o [T, HQ, D]: contiguous rows
         for (int64_t t = 0; t < T; ++t) fused::rms_norm_row(xp + t * hidden, L[5].data_ptr<float>(), hp + t * hidden, hidden, eps);
-        auto gu = fused::lin(h, L[6], L[7]).contiguous();  // [T, 2 inter]: gate then up
-        const int64_t inter = gu.size(1) / 2;
-        auto a = torch::empty({T, inter}, x.options());
-        const float* gp = gu.data_ptr<float>();
-        for (int64_t t = 0; t < T; ++t)
-            fused::silu_mul_row(gp + t * 2 * inter, gp + t * 2 * inter + inter, a.data_ptr<float>() + t * inter, inter);
-        fused::lin_add(x, a, L[8], L[9]);
+        fused::lin(hp, T, hidden, L[6], L[7], gp);  // [T, 2 inter]: gate then up
+        mlp::rows(static_cast<const float*>(gp), ap, 0, T, inter);  // silu(gate) * up (engine.cpu_mlp)
+        fused::lin_add(xp, ap, T, inter, L[8], L[9], yp);
     }
     if (final_norm.numel()) {
         TORCH_CHECK(final_norm.dtype() == torch::kFloat32 && final_norm.numel() == hidden, "final norm [hidden] fp32");
@@ -136,7 +138,7 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torc
 }
 """
 
-SOURCE = _LOOP  # compiled after bf16_gemv.SOURCE and cpu_attention.SOURCE, whose code it calls
+SOURCE = _LOOP  # compiled after bf16_gemv, int8_gemv, cpu_attention and cpu_mlp's SOURCE, whose code it calls
 FUNCTIONS = ["decode_layers"]
 _FIELDS = ("in_norm", "qkv", "qkv_bias", "o", "o_bias", "post_norm", "gate_up", "gate_up_bias", "down", "down_bias",
            "q_norm", "k_norm")

@@ -6,7 +6,8 @@ widen the bf16 GEMM output to fp32 (under bf16 wide steps), silu of the gate hal
 product with the up half, and (bf16 wide steps) rounding the result to bf16 again for the
 down GEMM. For a 2,048-token chunk of SmolLM2 that is ~6.8 ms a layer against the gate_up
 GEMM's ~5-7 ms (measured on the 2-core Xeon with AMX); here it is one read of the product
-and one write of the result.
+and one write of the result. The fused decode loop (`engine.cpu_decode`) runs the same rows
+on its fp32 products.
 
 Same function as the torch path: the gate and up values are read as fp32 (bf16 widens
 exactly), silu and the product are computed in fp32, and the result is rounded once: to

@@ -136,30 +136,26 @@ static void rows512(const float* x, const float* xsum, const uint8_t* w, float* 
 
 }  // namespace q8
 
-torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
-    TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kUInt8, "x fp32, w packed uint8");
-    TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) * 8 == x.size(1) * 9 && x.size(1) % 32 == 0,
-                "x [R, K], w [N, K / 8 + K] (K a multiple of 32)");
-    TORCH_CHECK(x.size(0) >= 1, "at least one row");
-    x = x.contiguous();
-    TORCH_CHECK(w.is_contiguous(), "w contiguous");
-    const int64_t R = x.size(0), K = x.size(1), N = w.size(0), row = w.size(1), blocks = K / 32;
-    auto y = torch::empty({R, N}, x.options());
-    const float* xp = x.data_ptr<float>();
-    std::vector<float> xsum(R * blocks);
+// x [R, K] fp32 rows (contiguous) times packed w [N, K / 8 + K] -> y [R, N] fp32 (contiguous):
+// the core, writing into a buffer the caller owns (the fused decode loop reuses one per step)
+void gemv_q8_into(const float* xp, int64_t R, int64_t K, const torch::Tensor& w, float* yp) {
+    const int64_t N = w.size(0), row = w.size(1), blocks = K / 32;
+    // per-block sums of x: the block minima's term of each dot product (one buffer per thread)
+    thread_local std::vector<float> xsum;
+    xsum.resize(R * blocks);
     for (int64_t i = 0; i < R * blocks; ++i) {
         float s = 0.f;
         for (int j = 0; j < 32; ++j) s += xp[i * 32 + j];
         xsum[i] = s;
     }
     const uint8_t* wp = w.data_ptr<uint8_t>();
+    const bool wide = use_avx512();
     // up to 8 rows share each pass over the weights (their accumulators fill the registers)
     for (int64_t r0 = 0; r0 < R; r0 += 8) {
         const int64_t rg = std::min<int64_t>(8, R - r0);
         const float* xg = xp + r0 * K;
         const float* xs = xsum.data() + r0 * blocks;
-        float* yg = y.data_ptr<float>() + r0 * N;
-        const bool wide = use_avx512();
+        float* yg = yp + r0 * N;
         at::parallel_for(0, N, 64, [&](int64_t n0, int64_t n1) {
             by_rows(rg, [&](auto rows) {
                 constexpr int RG = decltype(rows)::value;
@@ -168,6 +164,17 @@ torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
             });
         });
     }
+}
+
+torch::Tensor gemv_q8(torch::Tensor x, torch::Tensor w) {
+    TORCH_CHECK(x.dtype() == torch::kFloat32 && w.dtype() == torch::kUInt8, "x fp32, w packed uint8");
+    TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && w.size(1) * 8 == x.size(1) * 9 && x.size(1) % 32 == 0,
+                "x [R, K], w [N, K / 8 + K] (K a multiple of 32)");
+    TORCH_CHECK(x.size(0) >= 1, "at least one row");
+    x = x.contiguous();
+    TORCH_CHECK(w.is_contiguous(), "w contiguous");
+    auto y = torch::empty({x.size(0), w.size(0)}, x.options());
+    gemv_q8_into(x.data_ptr<float>(), x.size(0), x.size(1), w, y.data_ptr<float>());
     return y;
 }
 
