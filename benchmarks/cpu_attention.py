@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rows-only", action="store_true", help="print the rows as JSON, write nothing (the AVX2 child)")
+    parser.add_argument("--name", default="cpu_attention", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     from ktcli.engine import cpu_attention
@@ -126,7 +127,7 @@ def main() -> None:
               "shape": {"layers": LAYERS, "q_heads": HQ, "kv_heads": H, "head_dim": D, "block_size": BS},
               "baseline": "torch SDPA (enable_gqa) over strided views of the same pages",
               "kernel_body": body, "copy_gbps": round(gbps, 1), "rows": rows}
-    path = write_result("cpu_attention", result)
+    path = write_result(args.name, result)
     print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
 
 

@@ -395,6 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print only the JSON object")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each engine; each figure keeps its best")
+    parser.add_argument("--name", default="engine_vs_hf", help="results file name (benchmarks/results/NAME.json)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
@@ -417,7 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     summary["settings"]["rounds"] = args.rounds
     from benchmarks.common import write_result
 
-    write_result("engine_vs_hf", summary)
+    write_result(args.name, summary)
     print(json.dumps(summary, indent=None if args.json else 2))
     return 0
 
