@@ -33,7 +33,7 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
 
         return NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                  **_long_context(settings, plan))
+                                  pack_cache=settings.cache_path / "packed", **_long_context(settings, plan))
     raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
 
 

@@ -521,7 +521,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int,
-                 unroped_keys: bool = False, device: torch.device | str = "cpu"):
+                 unroped_keys: bool = False, device: torch.device | str = "cpu", pack_cache: Path | None = None):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
@@ -529,7 +529,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     from ktcli.engine.model import Model
     from ktcli.engine.runner import Engine
     from ktcli.engine.tokenizer import ChatTokenizer
-    from ktcli.engine.weights import load_weights
+    from ktcli.engine.pack_cache import load_engine_weights
 
     model_dir = Path(model_dir)
     cfg = load_config(model_dir)
@@ -549,7 +549,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
         want = default_windows * min(window, 32768) * kv.bytes_per_block / kv.block_size + kv.fixed_bytes
         kv_budget_bytes = int(min(want, budget_ram_share * available_bytes(device)))
     kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
-    w = load_weights(model_dir, cfg, weights, device)
+    w = load_engine_weights(model_dir, cfg, weights, device, pack_cache)
     model = Model(cfg, w, kv)
     kv.rope = model.rope
     kv.prefill_attn_dtype = model.prefill_attn_dtype

@@ -25,7 +25,7 @@ from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
 from ktcli.engine.tokenizer import ChatTokenizer
-from ktcli.engine.weights import load_weights
+from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.errors import InputError
 
 # Default KV budget: room for this many full context windows, capped by a share of the
@@ -67,6 +67,7 @@ class NativeBackend:
         rope_scaling=None,
         context_window: int | None = None,
         unroped_keys: bool = False,
+        pack_cache: Path | None = None,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`.
@@ -78,7 +79,8 @@ class NativeBackend:
         Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
         AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
         cache of `engine.longctx` (block_size then defaults to the kernels' page size);
-        unroped_keys stores its keys before RoPE (see `engine.longctx`)."""
+        unroped_keys stores its keys before RoPE (see `engine.longctx`). `pack_cache`: a folder
+        where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load)."""
         if threads > 0:
             torch.set_num_threads(threads)
         from ktcli.engine import longctx
@@ -96,9 +98,10 @@ class NativeBackend:
                 prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
                 unroped_keys=unroped_keys, budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
+                pack_cache=pack_cache,
             )
         block_size = block_size or 16
-        w = load_weights(model_dir, cfg, weights, device)
+        w = load_engine_weights(model_dir, cfg, weights, device, pack_cache)
         # The default page dtype per device and weights: engine.device.auto_kv_dtype.
         kv_torch = TORCH_DTYPES.get(kv_dtype)
         if kv_torch is None:

@@ -1,0 +1,130 @@
+"""int8 weights packed once per model and kept in ktcli's cache folder, so a warm start
+reads the packed matrices instead of reading every fp32 weight and packing it again.
+
+Why: packing SmolLM2-135M for `--weights int8` (the CPU default) reads its 540 MB of fp32
+weights and computes every 32-value block's scale, minimum and codes: ~0.4 s of each `ktcli
+ask`'s ~3.5 s time to first token on the 2-core Xeon. The packed model is 152 MB, read back
+in a fraction of that (`benchmarks.startup` records the load).
+
+A cached file is keyed by the model folder's path and each weight file's name, size and
+modification time, and by FORMAT (bump it when `int8_gemv`'s packing or the engine's weight
+layout changes), so a changed model or a new packing never reads a stale file. Anything
+unexpected in a cached file (missing or misshaped tensors, a read error) makes the caller
+pack afresh; a cache folder that cannot be written is skipped silently.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import fields
+from pathlib import Path
+
+import torch
+
+from ktcli.engine.config import ModelConfig
+from ktcli.engine.weights import LayerWeights, ModelWeights, load_weights
+
+FORMAT = 1
+_LAYER_FIELDS = [f.name for f in fields(LayerWeights)]
+
+
+def cache_file(root: Path, folder: Path) -> Path:
+    """Where the packed int8 weights of the model in `folder` live under `root`."""
+    folder = Path(folder).resolve()
+    parts = [f"format={FORMAT}", str(folder)]
+    for p in sorted(folder.iterdir()):
+        if p.suffix in (".safetensors", ".json") and p.is_file():
+            st = p.stat()
+            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    key = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+    return Path(root) / f"{folder.name}-{key}.int8.safetensors"
+
+
+def save(path: Path, w: ModelWeights) -> bool:
+    """Write `w` (packed int8 matrices, fp32 vectors) to `path`; False where it cannot."""
+    from safetensors.torch import save_file
+
+    tensors = {"embed": w.embed, "norm": w.norm}
+    tied = w.lm_head.data_ptr() == w.embed.data_ptr()
+    if not tied:
+        tensors["lm_head"] = w.lm_head
+    for i, lw in enumerate(w.layers):
+        for name in _LAYER_FIELDS:
+            t = getattr(lw, name)
+            if t is not None:
+                tensors[f"layers.{i}.{name}"] = t
+    meta = {"format": str(FORMAT), "layers": str(len(w.layers)), "tied": "1" if tied else "0"}
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
+        os.replace(tmp, path)  # readers see the whole file or none
+        return True
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # the folder itself could not be made
+            pass
+        return False
+
+
+def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:
+    """The packed weights in `path`, or None when absent or not what `cfg` needs."""
+    if not path.is_file():
+        return None
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            names = set(f.keys())
+            if meta.get("format") != str(FORMAT) or meta.get("layers") != str(cfg.n_layers):
+                return None
+            # Read each tensor into memory of its own (no mapping left open: see weights._Reader).
+            t = {name: f.get_tensor(name).clone() for name in names}
+        layers = [LayerWeights(**{name: t.get(f"layers.{i}.{name}") for name in _LAYER_FIELDS})
+                  for i in range(cfg.n_layers)]
+        embed = t["embed"]
+        lm_head = embed if meta.get("tied") == "1" else t["lm_head"]
+        w = ModelWeights(embed=embed, layers=layers, norm=t["norm"], lm_head=lm_head)
+    except Exception:  # a truncated or foreign file: pack afresh
+        return None
+    return w if _fits(w, cfg) else None
+
+
+def _fits(w: ModelWeights, cfg: ModelConfig) -> bool:
+    """The shapes and dtypes the engine reads, so a file from another model is never used."""
+    row = cfg.hidden_size // 8 + cfg.hidden_size  # packed width of a hidden-wide row
+    if w.embed.dtype != torch.uint8 or tuple(w.embed.shape) != (cfg.vocab_size, row):
+        return False
+    for lw in w.layers:
+        if lw.qkv is None or lw.qkv.dtype != torch.uint8 or lw.qkv.shape[0] != cfg.q_size + 2 * cfg.kv_size:
+            return False
+        if lw.gate_up is None or lw.gate_up.shape[0] != 2 * cfg.intermediate_size or lw.down is None or lw.o is None:
+            return False
+        if lw.in_norm is None or lw.post_norm is None:
+            return False
+    return True
+
+
+def load_or_pack(folder: Path, cfg: ModelConfig, root: Path | None, pack: Callable[[], ModelWeights]) -> ModelWeights:
+    """The cached packed weights of `folder` under `root`, else `pack()` (then cached).
+    KTCLI_NO_PACK_CACHE=1 packs every time and writes nothing."""
+    if root is None or os.environ.get("KTCLI_NO_PACK_CACHE"):
+        return pack()
+    path = cache_file(root, folder)
+    w = load(path, cfg)
+    if w is None:
+        w = pack()
+        save(path, w)
+    return w
+
+
+def load_engine_weights(folder: Path, cfg: ModelConfig, weights: str, device, root: Path | None) -> ModelWeights:
+    """`weights.load_weights`, through the cache under `root` for int8 weights."""
+    if weights != "int8":
+        return load_weights(folder, cfg, weights, device)
+    return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, device))

@@ -1,0 +1,81 @@
+"""engine.pack_cache: int8 weights packed once and read back from ktcli's cache equal a fresh
+pack tensor for tensor (tied heads stay tied); a changed weight file, a damaged cache file
+or a cache folder that cannot be written never gives wrong weights."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+from ktcli.engine import int8_gemv, pack_cache
+from ktcli.engine.config import load_config
+from ktcli.engine.native import NativeBackend
+from ktcli.engine.weights import ModelWeights, load_weights
+
+pytestmark = pytest.mark.skipif(not int8_gemv.available(), reason="int8 kernels not built here")
+
+
+def _tensors(w: ModelWeights) -> dict[str, torch.Tensor]:
+    out = {"embed": w.embed, "norm": w.norm, "lm_head": w.lm_head}
+    for i, lw in enumerate(w.layers):
+        out.update({f"{i}.{k}": v for k, v in vars(lw).items() if v is not None})
+    return out
+
+
+def _same(a: ModelWeights, b: ModelWeights) -> bool:
+    ta, tb = _tensors(a), _tensors(b)
+    return ta.keys() == tb.keys() and all(ta[k].dtype == tb[k].dtype and torch.equal(ta[k], tb[k]) for k in ta)
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen2"])  # qwen2: qkv biases and a tied head
+def test_cached_pack_equals_a_fresh_one_and_is_read_back(tiny_models, tmp_path, monkeypatch, kind):
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tiny_models[kind]
+    cfg = load_config(folder)
+    fresh = load_weights(folder, cfg, "int8")
+    first = pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path)  # packs, then writes
+    assert pack_cache.cache_file(tmp_path, folder).is_file()
+
+    def no_pack(*a, **k):
+        raise AssertionError("packed again despite the cache")
+
+    monkeypatch.setattr(pack_cache, "load_weights", no_pack)
+    cached = pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path)
+    assert _same(fresh, first) and _same(fresh, cached)
+    tied = fresh.lm_head.data_ptr() == fresh.embed.data_ptr()
+    assert (cached.lm_head.data_ptr() == cached.embed.data_ptr()) == tied  # a tied head stays one tensor
+
+
+def test_changed_weights_damaged_file_and_readonly_cache_are_packed_afresh(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["llama"], folder)
+    cfg = load_config(folder)
+    root = tmp_path / "cache"
+    pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", root)
+    old = pack_cache.cache_file(root, folder)
+    # New weights in the same folder: another cache file, packed from the new weights.
+    st = next(folder.glob("*.safetensors"))
+    os.utime(st, ns=(st.stat().st_atime_ns, st.stat().st_mtime_ns + 10**9))
+    assert pack_cache.cache_file(root, folder) != old
+    # A damaged cache file: packed afresh, never read as weights.
+    path = pack_cache.cache_file(root, folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
+    fresh = load_weights(folder, cfg, "int8")
+    assert _same(fresh, pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", root))
+    # A cache root that is a file (cannot be written): still the right weights.
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    assert _same(fresh, pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", blocked / "packed"))
+
+
+def test_engine_from_the_cache_gives_the_same_tokens(tiny_models, tmp_path, monkeypatch):
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tiny_models["llama"]
+    ids = list(range(3, 60))
+    want = NativeBackend.load(folder, weights="int8").engine.prompt_logits(ids)
+    for _ in range(2):  # packs and writes, then reads
+        got = NativeBackend.load(folder, weights="int8", pack_cache=tmp_path).engine.prompt_logits(ids)
+        assert torch.equal(want, got)
