@@ -57,6 +57,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--engine", default=None)
     parser.add_argument("--warm-runs", type=int, default=3)
+    parser.add_argument("--name", default="startup", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args()
     extra = ["--engine", args.engine] if args.engine else []
     cache = Path(tempfile.mkdtemp(prefix="ktcli-startup-"))
@@ -90,7 +91,7 @@ def main() -> None:
         "first_vector_s": {"ktcli": round(min(ours), 2), "sentence_transformers": round(min(theirs), 2)},
         "first_vector_speedup": round(min(theirs) / min(ours), 2),
     }
-    path = write_result("startup", result)
+    path = write_result(args.name, result)
     print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
 
 
