@@ -12,7 +12,7 @@ Weight dtypes: fp32 runs everything in fp32. bf16 keeps the weights in bf16 (hal
 bytes to read per token, which is what bounds decode on a CPU) and the residual stream,
 norms, RoPE, attention and logits in fp32. On CPUs without native bf16 matmul (AVX2) a
 bf16 GEMM with more than a couple of rows is slow, so wide steps (prefill) widen each
-weight to fp32 on the fly and run the fp32 GEMM (oneDNN's on the CPU: `engine.cpu_gemm`). int8 (CPU, 9 bits a weight with its
+weight to fp32 on the fly and run the fp32 GEMM (oneDNN's on AMD CPUs, MKL's on Intel: `engine.cpu_gemm`). int8 (CPU, 9 bits a weight with its
 block scales: `engine.int8_gemv`) is the same: our kernel for decode-sized steps, fp32
 GEMMs over the unpacked weights for wide ones. On a CPU with AMX (bf16 matrix tiles)
 wide steps under bf16 or int8 weights instead run bf16 GEMMs and bf16 prefill attention
@@ -142,7 +142,7 @@ class Model:
         return self._gemv_f32 and rows <= bf16_gemv.F32_MAX_ROWS
 
     def _f32_linear(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-        """An fp32 GEMM: oneDNN's on the CPU (engine.cpu_gemm: ~2x MKL's on AMD), cuBLAS on a GPU."""
+        """An fp32 GEMM: engine.cpu_gemm on the CPU (oneDNN, ~2x MKL's on AMD; MKL on Intel), cuBLAS on a GPU."""
         return cpu_gemm.linear(x, w, b) if self._cpu else F.linear(x, w, b)
 
     # -- forward ------------------------------------------------------------------
