@@ -61,7 +61,7 @@ needs_kernel = pytest.mark.skipif(not int8_gemv.available(), reason="no C++ comp
 
 
 @needs_kernel
-@pytest.mark.parametrize("k", [32, 96, 576])
+@pytest.mark.parametrize("k", [32, 96, 544, 576, 1536])  # 1, 3, 17, 18, 48 blocks: with and without a tail of 16
 @pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 13, 32])  # 13, 32: several passes of 8
 def test_gemv_matches_torch_on_unpacked(k, rows):
     n = 131  # not a multiple of the kernel's row grain
