@@ -19,19 +19,25 @@ back to `F.linear` where it is absent, fails or disagrees.
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
 import torch.nn.functional as F
 
 _state: list[bool] = []  # [usable] once probed
+_choice: list[bool] = []  # [available] once decided: it is asked on every wide product
 
 
 def available() -> bool:
-    """Whether the engine runs its fp32 GEMMs (and the blocked prefill attention) on oneDNN."""
-    if os.environ.get("KTCLI_NO_ONEDNN"):
-        return False
-    return usable() and (bool(os.environ.get("KTCLI_ONEDNN")) or cpu_vendor() != "GenuineIntel")
+    """Whether the engine runs its fp32 GEMMs (and the blocked prefill attention) on oneDNN
+    (decided once per process)."""
+    if not _choice:
+        if os.environ.get("KTCLI_NO_ONEDNN"):
+            _choice.append(False)
+        else:
+            _choice.append(usable() and (bool(os.environ.get("KTCLI_ONEDNN")) or cpu_vendor() != "GenuineIntel"))
+    return _choice[0]
 
 
 def usable() -> bool:
@@ -41,6 +47,7 @@ def usable() -> bool:
     return _state[0]
 
 
+@functools.lru_cache(maxsize=1)
 def cpu_vendor() -> str:
     """The CPU's vendor id ("GenuineIntel", "AuthenticAMD", ...; "" where unknown)."""
     try:
