@@ -163,7 +163,7 @@ class Model:
         cfg, w = self.cfg, self.w
         T = ids.shape[0]
         H, Hq, Hkv, D = cfg.hidden_size, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
-        q_size, qk_size, inter = cfg.q_size, cfg.q_size + cfg.kv_size, cfg.intermediate_size
+        q_size, qk_size = cfg.q_size, cfg.q_size + cfg.kv_size
         eps = cfg.rms_eps
         lin, lin_add = self._linear, self._linear_add
 

@@ -16,7 +16,6 @@ pack afresh; a cache folder that cannot be written is skipped silently.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable
 from dataclasses import fields
