@@ -61,13 +61,26 @@ def save(path: Path, w: ModelWeights) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
         os.replace(tmp, path)  # readers see the whole file or none
-        return True
     except OSError:
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # the folder itself could not be made
             pass
         return False
+    _drop_stale(path)
+    return True
+
+
+def _drop_stale(path: Path) -> None:
+    """Remove the packed files of earlier versions of the same model folder name (changed
+    weights leave their old file behind, 151 MB for SmolLM2). Another folder of the same
+    name loses its file too, and is packed again on its next load: a cost, never an error."""
+    for old in path.parent.glob("*.int8.safetensors"):
+        if old != path and old.name.rsplit("-", 1)[0] == path.name.rsplit("-", 1)[0]:
+            try:
+                old.unlink()
+            except OSError:
+                pass
 
 
 def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:

@@ -1,6 +1,7 @@
 """engine.pack_cache: int8 weights packed once and read back from ktcli's cache equal a fresh
 pack tensor for tensor (tied heads stay tied); a changed weight file, a damaged cache file
-or a cache folder that cannot be written never gives wrong weights."""
+or a cache folder that cannot be written never gives wrong weights, and a changed model's
+old file does not stay behind."""
 
 import os
 import shutil
@@ -65,6 +66,7 @@ def test_changed_weights_damaged_file_and_readonly_cache_are_packed_afresh(tiny_
     path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header}")
     fresh = load_weights(folder, cfg, "int8")
     assert _same(fresh, pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", root))
+    assert path.is_file() and not old.exists()  # the old weights' file is dropped once the new one is written
     # A cache root that is a file (cannot be written): still the right weights.
     blocked = tmp_path / "blocked"
     blocked.write_text("")
