@@ -45,7 +45,7 @@ TopK = Annotated[Optional[int], typer.Option("--top-k", help="Chunks retrieved f
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Longest answer, in tokens.")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help="Chunk size for retrieval.")]
 MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help="Folder walks skip larger files (reported).")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Where converted models and indexes live.")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Where converted models, packed weights and indexes live.")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
