@@ -58,3 +58,28 @@ def weights_note(weights: str | None) -> str:
     """', bf16' for the "loading model" status line; nothing for auto (the engine picks the
     dtype from the device once it has one, which the status line comes before)."""
     return "" if weights in (None, "", "auto") else f", {weights}"
+
+
+def _prepare() -> int:
+    """`python -m ktcli.engine.loading` (scripts/setup.sh): convert the configured model
+    and, for the ktcli engine's int8 weights, pack them into the cache now, so the first
+    question does not wait ~40 s for it. One line on stderr either way; never a traceback."""
+    import sys
+    import time
+
+    from ktcli.config import load_settings
+    from ktcli.errors import KtcliError
+
+    started = time.perf_counter()
+    try:
+        settings = load_settings()
+        load_backend(settings, on_status=lambda msg: print(f"model: {msg}", file=sys.stderr, flush=True))
+    except (KtcliError, OSError) as e:
+        print(f"model: not prepared now ({e}); the first question will do it", file=sys.stderr)
+        return 1
+    print(f"model: {settings.model} ready ({time.perf_counter() - started:.0f} s)", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_prepare())
