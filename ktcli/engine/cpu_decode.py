@@ -127,7 +127,7 @@ torch::Tensor decode_layers(torch::Tensor x, torch::Tensor rot, std::vector<torc
         fused::lin_add(xp, o.data_ptr<float>(), T, q_size, L[3], L[4], yp);  // o [T, HQ, D]: contiguous rows
         for (int64_t t = 0; t < T; ++t) fused::rms_norm_row(xp + t * hidden, L[5].data_ptr<float>(), hp + t * hidden, hidden, eps);
         fused::lin(hp, T, hidden, L[6], L[7], gp);  // [T, 2 inter]: gate then up
-        mlp::rows(static_cast<const float*>(gp), ap, 0, T, inter);  // silu(gate) * up (engine.cpu_mlp)
+        mlp::rows<LoadF32>(gp, ap, 0, T, inter);  // silu(gate) * up (engine.cpu_mlp)
         fused::lin_add(xp, ap, T, inter, L[8], L[9], yp);
     }
     if (final_norm.numel()) {

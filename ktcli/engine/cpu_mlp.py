@@ -25,11 +25,6 @@ from ktcli.engine import cpp_ext
 SOURCE = r"""
 namespace mlp {
 
-inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const at::BFloat16* p) {  // bf16 -> fp32 is exact: the bits, shifted up
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-}
 inline void store8(float* p, __m256 v) { _mm256_storeu_ps(p, v); }
 inline void store8(at::BFloat16* p, __m256 v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), q8::to_bf16(v)); }
 
@@ -43,8 +38,10 @@ inline __m256 silu_mul8(__m256 g, __m256 u) {
     return _mm256_mul_ps(_mm256_mul_ps(g, sig), u);
 }
 
-template <class In, class Out>
-void rows(const In* gu, Out* out, int64_t t0, int64_t t1, int64_t inter) {
+// L: cpu_attention's loader of the product's dtype (LoadF32, or LoadBF16: exact, the bits shifted up)
+template <class L, class Out>
+void rows(const typename L::T* gu, Out* out, int64_t t0, int64_t t1, int64_t inter) {
+    using In = typename L::T;
     alignas(32) float tail_in[2][8];
     alignas(32) float tail_out[8];
     for (int64_t t = t0; t < t1; ++t) {
@@ -52,7 +49,7 @@ void rows(const In* gu, Out* out, int64_t t0, int64_t t1, int64_t inter) {
         const In* u = g + inter;
         Out* o = out + t * inter;
         int64_t j = 0;
-        for (; j + 8 <= inter; j += 8) store8(o + j, silu_mul8(load8(g + j), load8(u + j)));
+        for (; j + 8 <= inter; j += 8) store8(o + j, silu_mul8(L::load(g + j), L::load(u + j)));
         if (j < inter) {  // the last < 8 values through a padded buffer, same arithmetic
             const int64_t n = inter - j;
             for (int64_t i = 0; i < 8; ++i) {
@@ -77,11 +74,11 @@ torch::Tensor silu_mul(torch::Tensor gu, bool bf16_out) {
     auto out = torch::empty({T, inter}, gu.options().dtype(bf16_out ? torch::kBFloat16 : torch::kFloat32));
     at::parallel_for(0, T, 8, [&](int64_t t0, int64_t t1) {
         if (gu.dtype() == torch::kFloat32) {
-            if (bf16_out) mlp::rows(gu.data_ptr<float>(), out.data_ptr<at::BFloat16>(), t0, t1, inter);
-            else mlp::rows(gu.data_ptr<float>(), out.data_ptr<float>(), t0, t1, inter);
+            if (bf16_out) mlp::rows<LoadF32>(gu.data_ptr<float>(), out.data_ptr<at::BFloat16>(), t0, t1, inter);
+            else mlp::rows<LoadF32>(gu.data_ptr<float>(), out.data_ptr<float>(), t0, t1, inter);
         } else {
-            if (bf16_out) mlp::rows(gu.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), t0, t1, inter);
-            else mlp::rows(gu.data_ptr<at::BFloat16>(), out.data_ptr<float>(), t0, t1, inter);
+            if (bf16_out) mlp::rows<LoadBF16>(gu.data_ptr<at::BFloat16>(), out.data_ptr<at::BFloat16>(), t0, t1, inter);
+            else mlp::rows<LoadBF16>(gu.data_ptr<at::BFloat16>(), out.data_ptr<float>(), t0, t1, inter);
         }
     });
     return out;

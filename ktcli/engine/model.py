@@ -99,9 +99,7 @@ class Model:
         """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM;
         `bf16_out` True returns a bf16 GEMM's output as it is (its consumer reads bf16)."""
         wide_bf16 = self._wide_bf16 and bf16_ok
-        if wide_bf16 and bf16_out and b is None and w.dtype in (torch.uint8, torch.bfloat16) and not self._narrow(w, rows):
-            wb = int8_gemv.unpack(w, torch.bfloat16) if w.dtype == torch.uint8 else w
-            return F.linear(x.to(torch.bfloat16), wb)
+        keep_bf16 = wide_bf16 and bf16_out and b is None  # a bf16 GEMM's output, as it is
         if w.dtype == torch.float32:
             if self._f32_gemv(rows):
                 y = bf16_gemv.gemv(x.float(), w)
@@ -111,14 +109,16 @@ class Model:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
             elif wide_bf16:
-                y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16)).float()
+                y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16))
+                y = y if keep_bf16 else y.float()
             else:
                 y = cpu_gemm.linear(x.float(), int8_gemv.unpack(w))
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
         elif rows <= self.BF16_MAX_ROWS or self._gpu or wide_bf16:
-            y = F.linear(x.to(w.dtype), w).float()
+            y = F.linear(x.to(w.dtype), w)
+            y = y if keep_bf16 else y.float()
         else:
             y = cpu_gemm.linear(x.float(), w.float())  # x may be half-precision attention output
         return y if b is None else y + b
@@ -128,14 +128,6 @@ class Model:
         if w.dtype == torch.float32 and b is None and not self._f32_gemv(rows):
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
         return x + self._linear(a, w, b, rows)
-
-    def _narrow(self, w: torch.Tensor, rows: int) -> bool:
-        """Whether a step of `rows` rows takes the matrix-vector kernel of w's dtype."""
-        if w.dtype == torch.uint8:
-            return self._int8_kernel and rows <= int8_gemv.MAX_ROWS
-        if w.dtype == torch.bfloat16:
-            return self._gemv and rows <= bf16_gemv.MAX_ROWS
-        return self._f32_gemv(rows)
 
     def _f32_gemv(self, rows: int) -> bool:
         """Whether fp32 weights take our matrix-vector kernel for a step of `rows` rows."""
@@ -228,9 +220,7 @@ class Model:
         bf16 wide step's product (the down GEMM reads it as it is), else fp32."""
         if self._cpu:
             return cpu_mlp.silu_mul(gu, torch.bfloat16 if gu.dtype == torch.bfloat16 else torch.float32)
-        inter = gu.shape[1] // 2
-        gu = gu.float()
-        return F.silu(gu[:, :inter]) * gu[:, inter:]
+        return cpu_mlp.silu_mul_reference(gu)  # torch ops: the same on any device
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
         """[R, H] -> [R, vocab] fp32. Never through a bf16 wide GEMM: its output would be
