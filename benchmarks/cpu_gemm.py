@@ -14,9 +14,9 @@ Three comparisons, each against its baseline in the same process, 2 threads, bes
   over 3 kv heads, head_dim 64): `prefill_attention.attend_prefix` with the blocked
   oneDNN products against the flash-kernel split.
 
-The oneDNN sides run whatever the engine would choose on this CPU (`cpu_gemm.available()`,
-off on Intel CPUs, recorded as `engine_uses_onednn`): these ratios are what decides it, so
-rerun this on a new machine kind. Writes benchmarks/results/cpu_gemm.json (`--name` for
+The oneDNN sides run on oneDNN whatever the engine's default on this CPU (off on Intel
+CPUs: `cpu_gemm.available()`, recorded as `engine_uses_onednn`): these ratios are what
+decides that default, so rerun this on a new machine kind. Writes benchmarks/results/cpu_gemm.json (`--name` for
 another file).
 """
 
