@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 
-from ktcli.engine import bf16_gemv, cpu_attention, cpu_decode, cpu_gemm, cpu_mlp, int8_gemv
+from ktcli.engine import amx_gemm, bf16_gemv, cpu_attention, cpu_decode, cpu_gemm, cpu_mlp, int8_gemv
 from ktcli.engine.attention import SeqAttn, attend, make_masks, store_kv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.device import resolve_prefill_dtype
@@ -89,6 +89,10 @@ class Model:
         weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.wdtype, "fp32")
         self.prefill_dtype = resolve_prefill_dtype(weights_name, self.device.type)
         self._wide_bf16 = self._cpu and self.prefill_dtype == "bf16"
+        # ... whose GEMMs run on our AMX kernel where it is built (engine.amx_gemm): fp32
+        # activations split into two bf16 parts and fp32 output, so the products equal fp32
+        # ones to ~2e-6 instead of rounding in and out (~2e-3).
+        self._amx = self._wide_bf16 and amx_gemm.available()
         # The dtype prefill attention computes in (None: the attention path's own choice).
         self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
@@ -108,6 +112,8 @@ class Model:
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
+            elif wide_bf16 and self._amx:
+                return amx_gemm.linear(x, w, b)  # unpacks each weight tile as it goes
             elif wide_bf16:
                 y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16))
                 y = y if keep_bf16 else y.float()
@@ -116,6 +122,8 @@ class Model:
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
+        elif wide_bf16 and self._amx and w.dtype == torch.bfloat16:
+            return amx_gemm.linear(x, w, b)
         elif rows <= self.BF16_MAX_ROWS or self._gpu or wide_bf16:
             y = F.linear(x.to(w.dtype), w)
             y = y if keep_bf16 else y.float()
@@ -127,7 +135,15 @@ class Model:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
         if w.dtype == torch.float32 and b is None and not self._f32_gemv(rows):
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
+        if self._amx and w.dtype in (torch.bfloat16, torch.uint8) and rows > self._narrow_rows(w):
+            return amx_gemm.linear(a, w, b, add=x)
         return x + self._linear(a, w, b, rows)
+
+    def _narrow_rows(self, w: torch.Tensor) -> int:
+        """Most rows a bf16/int8 weight's product takes on its matrix-vector path."""
+        if w.dtype == torch.uint8:
+            return int8_gemv.MAX_ROWS if self._int8_kernel else 0
+        return bf16_gemv.MAX_ROWS if self._gemv else self.BF16_MAX_ROWS
 
     def _f32_gemv(self, rows: int) -> bool:
         """Whether fp32 weights take our matrix-vector kernel for a step of `rows` rows."""
