@@ -17,8 +17,9 @@ cost about 1.3-2x one, and still run 2-3x MKL's fp32 GEMM at 512-2,048 rows on t
 2-core Xeon (`python -m benchmarks.amx_gemm`).
 
 The kernel: the weights are repacked per call into AMX's pair-interleaved tiles (16 k-pairs
-x 16 columns, a 32-bit transpose), output blocks of 256 x 128 are the parallel tasks, and
-each 32 x 32 step holds four fp32 accumulator tiles that read every loaded tile twice.
+x 16 columns, a 32-bit transpose; int8 weights widened on the way), output blocks of
+256 x 128 are the parallel tasks, K runs in slices of 256 so a step's operands stay in L1,
+and each 32 x 32 step holds four fp32 accumulator tiles that read every loaded tile twice.
 Where the compiler lacks AMX intrinsics, the CPU lacks AMX or Linux refuses the tile state,
 `available()` is False and callers keep torch's bf16 GEMM (KTCLI_NO_AMX_GEMM=1 does that
 on purpose, for A/B).
@@ -179,77 +180,76 @@ void pack_q8(const uint8_t* w, int64_t N, int64_t K, int64_t Np, int64_t Kp, uin
     at::parallel_for(0, Np / 16, 4, [&](int64_t nb0, int64_t nb1) { pack_q8_range(w, N, K, Kp, out, nb0, nb1); });
 }
 
-// One 16 x 16 fp32 tile `c` into out rows m0.., columns n0.. (+ bias, + add), cut at M, N.
-KT_AMX inline void write_tile(const float* c, float* out, const float* bias, const float* add,
-                              int64_t m0, int64_t n0, int64_t M, int64_t N) {
-    const int64_t nn = std::min<int64_t>(16, N - n0);
-    if (nn <= 0) return;
-    const __mmask16 mask = nn == 16 ? __mmask16(0xFFFF) : __mmask16((1u << nn) - 1);
-    const __m512 b = bias ? _mm512_maskz_loadu_ps(mask, bias + n0) : _mm512_setzero_ps();
-    for (int64_t i = 0; i < 16 && m0 + i < M; ++i) {
-        __m512 v = _mm512_add_ps(_mm512_load_ps(c + i * 16), b);
-        if (add) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(mask, add + (m0 + i) * N + n0));
-        _mm512_mask_storeu_ps(out + (m0 + i) * N + n0, mask, v);
-    }
-}
+// out [Mp, Np] (+)= hi (+ lo) @ W^T over whole 32 x 32 steps. Tasks are output blocks of
+// MC x NC steps (256 rows x 128 columns). K runs in slices of KC k-steps (256 of K): for a
+// slice, every step of the block loads its accumulators (0 or `add` for the first slice,
+// the running sums in `out` after), runs the slice and stores them back, so a step's
+// activation rows (32 x 256 bf16, twice when split) and weight columns (2 x 8 KB) come from
+// L1 and a block's from L2, however long K is (the down projection's 1,536 read the whole
+// panel from L2 on every step: 2x slower).
+constexpr int64_t MC = 8, NC = 4, KC = 8;
 
-// Output blocks of MC x NC steps (256 rows x 128 columns) are the parallel tasks: a block's
-// activation rows and weight columns stay in L2 while its 32 x 32 steps run over all of K.
-constexpr int64_t MC = 8, NC = 4;
-
-KT_AMX void gemm_range(const uint16_t* hi, const uint16_t* lo, const uint16_t* wp, float* out, const float* bias,
-                       const float* add, int64_t M, int64_t N, int64_t Mp, int64_t Np, int64_t Kp,
-                       int64_t t0, int64_t t1) {
+KT_AMX void gemm_range(const uint16_t* hi, const uint16_t* lo, const uint16_t* wp, float* out, const float* add,
+                       int64_t Mp, int64_t Np, int64_t Kp, int64_t t0, int64_t t1) {
     const int64_t KB = Kp / 32, MB = Mp / 32, NB = Np / 32;
     const int64_t nchunks = (NB + NC - 1) / NC;
     const int64_t stride = Kp * 2;  // bytes from one activation row to the next
+    const size_t ld = Np * sizeof(float);
     configure();
-    alignas(64) float c[4][256];
     for (int64_t task = t0; task < t1; ++task) {
         const int64_t mc = task / nchunks, nc = task % nchunks;
-        for (int64_t nb = nc * NC; nb < std::min(NB, nc * NC + NC); ++nb) {
-            const uint16_t* b0 = wp + (2 * nb) * KB * 512;
-            const uint16_t* b1 = wp + (2 * nb + 1) * KB * 512;
-            for (int64_t mb = mc * MC; mb < std::min(MB, mc * MC + MC); ++mb) {
-                _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-                const uint16_t* a = hi + mb * 32 * Kp;
-                const uint16_t* l = lo ? lo + mb * 32 * Kp : nullptr;
-                for (int64_t kb = 0; kb < KB; ++kb) {
-                    _tile_loadd(4, a + kb * 32, stride);
-                    _tile_loadd(5, a + 16 * Kp + kb * 32, stride);
-                    _tile_loadd(6, b0 + kb * 512, 64);
-                    _tile_loadd(7, b1 + kb * 512, 64);
-                    _tile_dpbf16ps(0, 4, 6);
-                    _tile_dpbf16ps(1, 4, 7);
-                    _tile_dpbf16ps(2, 5, 6);
-                    _tile_dpbf16ps(3, 5, 7);
-                    if (l) {  // the same weight tiles against the low parts
-                        _tile_loadd(4, l + kb * 32, stride);
-                        _tile_loadd(5, l + 16 * Kp + kb * 32, stride);
+        for (int64_t k0 = 0; k0 < KB; k0 += KC) {
+            const int64_t k1 = std::min(KB, k0 + KC);
+            for (int64_t nb = nc * NC; nb < std::min(NB, nc * NC + NC); ++nb) {
+                const uint16_t* b0 = wp + (2 * nb) * KB * 512;
+                const uint16_t* b1 = wp + (2 * nb + 1) * KB * 512;
+                for (int64_t mb = mc * MC; mb < std::min(MB, mc * MC + MC); ++mb) {
+                    const int64_t m0 = mb * 32, n0 = nb * 32;
+                    float* o = out + m0 * Np + n0;
+                    const float* from = k0 > 0 ? o : add ? add + m0 * Np + n0 : nullptr;
+                    if (from) {
+                        _tile_loadd(0, from, ld);
+                        _tile_loadd(1, from + 16, ld);
+                        _tile_loadd(2, from + 16 * Np, ld);
+                        _tile_loadd(3, from + 16 * Np + 16, ld);
+                    } else {
+                        _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+                    }
+                    const uint16_t* a = hi + m0 * Kp;
+                    const uint16_t* l = lo ? lo + m0 * Kp : nullptr;
+                    for (int64_t kb = k0; kb < k1; ++kb) {
+                        _tile_loadd(4, a + kb * 32, stride);
+                        _tile_loadd(5, a + 16 * Kp + kb * 32, stride);
+                        _tile_loadd(6, b0 + kb * 512, 64);
+                        _tile_loadd(7, b1 + kb * 512, 64);
                         _tile_dpbf16ps(0, 4, 6);
                         _tile_dpbf16ps(1, 4, 7);
                         _tile_dpbf16ps(2, 5, 6);
                         _tile_dpbf16ps(3, 5, 7);
+                        if (l) {  // the same weight tiles against the low parts
+                            _tile_loadd(4, l + kb * 32, stride);
+                            _tile_loadd(5, l + 16 * Kp + kb * 32, stride);
+                            _tile_dpbf16ps(0, 4, 6);
+                            _tile_dpbf16ps(1, 4, 7);
+                            _tile_dpbf16ps(2, 5, 6);
+                            _tile_dpbf16ps(3, 5, 7);
+                        }
                     }
+                    _tile_stored(0, o, ld);
+                    _tile_stored(1, o + 16, ld);
+                    _tile_stored(2, o + 16 * Np, ld);
+                    _tile_stored(3, o + 16 * Np + 16, ld);
                 }
-                _tile_stored(0, c[0], 64);
-                _tile_stored(1, c[1], 64);
-                _tile_stored(2, c[2], 64);
-                _tile_stored(3, c[3], 64);
-                for (int q = 0; q < 4; ++q)
-                    write_tile(c[q], out, bias, add, mb * 32 + (q / 2) * 16, nb * 32 + (q % 2) * 16, M, N);
             }
         }
     }
     _tile_release();
 }
 
-void gemm(const uint16_t* hi, const uint16_t* lo, const uint16_t* wp, float* out, const float* bias,
-          const float* add, int64_t M, int64_t N, int64_t Mp, int64_t Np, int64_t Kp) {
+void gemm(const uint16_t* hi, const uint16_t* lo, const uint16_t* wp, float* out, const float* add,
+          int64_t Mp, int64_t Np, int64_t Kp) {
     const int64_t tasks = ((Mp / 32 + MC - 1) / MC) * ((Np / 32 + NC - 1) / NC);
-    at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) {
-        gemm_range(hi, lo, wp, out, bias, add, M, N, Mp, Np, Kp, t0, t1);
-    });
+    at::parallel_for(0, tasks, 1, [&](int64_t t0, int64_t t1) { gemm_range(hi, lo, wp, out, add, Mp, Np, Kp, t0, t1); });
 }
 #endif  // KT_HAVE_AMX
 
@@ -282,15 +282,15 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::
     auto hi = torch::empty({Mp * Kp}, u16);
     auto lo = split ? torch::empty({Mp * Kp}, u16) : torch::Tensor();
     auto wp = torch::empty({Np * Kp}, u16);
-    auto out = torch::empty({M, N}, x.options());
-    torch::Tensor b, a;
-    if (bias && bias->defined()) {
-        b = bias->to(at::kFloat).contiguous();
-        TORCH_CHECK(b.numel() == N, "amx_linear: bias [N]");
-    }
+    // The kernel writes whole 32 x 32 steps: a ragged shape runs on padded rows / columns
+    // (and a padded copy of `add`), cut afterwards.
+    const bool padded = Mp != M || Np != N;
+    auto out = torch::empty({Mp, Np}, x.options());
+    torch::Tensor a;
     if (add && add->defined()) {
-        a = add->to(at::kFloat).contiguous();
+        a = add->to(at::kFloat);
         TORCH_CHECK(a.dim() == 2 && a.size(0) == M && a.size(1) == N, "amx_linear: add [M, N]");
+        a = padded ? at::constant_pad_nd(a, {0, Np - N, 0, Mp - M}) : a.contiguous();
     }
     auto* h = reinterpret_cast<uint16_t*>(hi.data_ptr());
     auto* l = split ? reinterpret_cast<uint16_t*>(lo.data_ptr()) : nullptr;
@@ -298,8 +298,12 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::
     amx::split_rows(x.data_ptr<float>(), M, K, Mp, Kp, h, l);
     if (q8) amx::pack_q8(w.data_ptr<uint8_t>(), N, K, Np, Kp, p);
     else amx::pack_weights(reinterpret_cast<const uint16_t*>(w.data_ptr()), N, K, Np, Kp, p);
-    amx::gemm(h, l, p, out.data_ptr<float>(), b.defined() ? b.data_ptr<float>() : nullptr,
-              a.defined() ? a.data_ptr<float>() : nullptr, M, N, Mp, Np, Kp);
+    amx::gemm(h, l, p, out.data_ptr<float>(), a.defined() ? a.data_ptr<float>() : nullptr, Mp, Np, Kp);
+    if (padded) out = out.narrow(0, 0, M).narrow(1, 0, N).contiguous();
+    if (bias && bias->defined()) {
+        TORCH_CHECK(bias->numel() == N, "amx_linear: bias [N]");
+        out.add_(bias->to(at::kFloat));
+    }
     return out;
 #else
     TORCH_CHECK(false, "amx_linear: built without AMX intrinsics");

@@ -132,7 +132,8 @@ def resolve_prefill_dtype(weights: str, device_type: str) -> str:
 
     KTCLI_PREFILL_DTYPE=auto (default) gives bf16 under bf16 or int8 weights on a CPU with
     AMX, else fp32; =bf16 forces it under those weights anywhere (slow without AMX: for
-    tests and A/B); =fp32 never uses it. fp32 weights always prefill in fp32, so that
+    tests and A/B); =fp32 never uses it. On AMX the GEMMs keep fp32-grade products
+    (`engine.amx_gemm`); only attention then computes in bf16. fp32 weights always prefill in fp32, so that
     configuration stays exact against transformers. GPUs compute in the weights' dtype."""
     choice = (os.environ.get("KTCLI_PREFILL_DTYPE") or "auto").strip().lower()
     if choice not in PREFILL_DTYPES:

@@ -17,7 +17,9 @@ block scales: `engine.int8_gemv`) is the same: our kernel for decode-sized steps
 GEMMs over the unpacked weights for wide ones. On a CPU with AMX (bf16 matrix tiles)
 wide steps under bf16 or int8 weights instead run bf16 GEMMs and bf16 prefill attention
 (`engine.device.resolve_prefill_dtype`), each several times its fp32 speed there; the
-residual stream, norms and RoPE stay fp32.
+residual stream, norms and RoPE stay fp32. Those GEMMs run on our AMX kernel
+(`engine.amx_gemm`): fp32 activations as two bf16 parts and fp32 output, so their products
+match fp32 ones over the same (bf16) weights, and greedy tokens stay with an fp32 prefill's.
 """
 
 from __future__ import annotations
