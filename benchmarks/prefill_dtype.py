@@ -16,7 +16,14 @@ Per weight dtype (int8, the CPU default, and bf16):
   `--new-tokens` greedy tokens equal to fp32's after long prompts (tutorial sections
   and a question, each several prefill chunks long).
 
-Prints one JSON object and writes it to benchmarks/results/prefill_dtype.json.
+Where ktcli's AMX GEMM runs (`engine.amx_gemm`: the bf16 wide steps' default there, fp32
+activations split into two bf16 parts, fp32 output), a third side `bf16-onepass` runs the
+same bf16 wide steps on torch's bf16 GEMMs instead (activations and outputs rounded to
+bf16: the default before it; `KTCLI_NO_AMX_GEMM=1`), so the split's cost and gain are
+measured in the same run.
+
+Prints one JSON object and writes it to benchmarks/results/prefill_dtype.json (`--name`
+for another file).
 """
 
 from __future__ import annotations
@@ -42,11 +49,14 @@ QUESTIONS = (
 
 
 def _load(folder, weights: str, prefill: str):
+    """prefill: fp32, bf16 (the engine's bf16 wide steps) or bf16-onepass (torch's bf16 GEMMs)."""
     from ktcli.engine.native import NativeBackend
 
-    os.environ["KTCLI_PREFILL_DTYPE"] = prefill
+    os.environ["KTCLI_PREFILL_DTYPE"] = prefill.split("-")[0]
     backend = NativeBackend.load(folder, weights=weights, threads=2, kv_budget_bytes=256 << 20)
-    assert backend.engine.model.prefill_dtype == prefill
+    assert backend.engine.model.prefill_dtype == prefill.split("-")[0]
+    if prefill == "bf16-onepass":
+        backend.engine.model._amx = False
     return backend
 
 
@@ -106,10 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--prompt-tokens", type=int, default=1500)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--name", default="prefill_dtype", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args(argv)
     torch.set_num_threads(2)
     from benchmarks.engine_vs_hf import _model_paths, _prompt_ids
-    from ktcli.engine import cpu_gemm
+    from ktcli.engine import amx_gemm, cpu_gemm
     from ktcli.engine.device import native_bf16_matmul
 
     _, folder = _model_paths()
@@ -117,13 +128,15 @@ def main(argv: list[str] | None = None) -> int:
     cpu = {name: bool(getattr(torch.cpu, f"_is_{name}_supported", lambda: False)()) for name in ("amx_tile", "avx512_bf16")}
     result = {"benchmark": "prefill_dtype", "machine": machine(), "cpu_flags": cpu,
               "bf16_prefill_by_default": native_bf16_matmul(), "fp32_gemm": "onednn" if cpu_gemm.available() else "mkl",
+              "amx_gemm": amx_gemm.available(),
               "torch": torch.__version__, "baseline": "the same weights with fp32 wide steps", "weights": {}}
     exact = _load(folder, "fp32", "fp32")
     ids = _text_ids(exact.tokenizer, args.ppl_tokens)
     prompts = _long_prompts(exact, args.prompts, args.prompt_tokens)
     result["quality_reference"] = "fp32 weights, fp32 prefill"
     for weights in ("int8", "bf16"):
-        backends = {p: _load(folder, weights, p) for p in ("fp32", "bf16")}
+        sides = ("fp32", "bf16", "bf16-onepass") if amx_gemm.available() else ("fp32", "bf16")
+        backends = {p: _load(folder, weights, p) for p in sides}
         rates: dict[str, dict[str, float]] = {p: {} for p in backends}
         with torch.inference_mode():
             for b in backends.values():
@@ -138,12 +151,14 @@ def main(argv: list[str] | None = None) -> int:
         result["weights"][weights] = {
             "prefill_tok_s": {p: {n: round(v, 1) for n, v in r.items()} for p, r in rates.items()},
             "bf16_over_fp32": {n: round(rates["bf16"][n] / rates["fp32"][n], 2) for n in rates["fp32"]},
+            **({"bf16_over_onepass": {n: round(rates["bf16"][n] / rates["bf16-onepass"][n], 2) for n in rates["fp32"]}}
+               if "bf16-onepass" in rates else {}),
             "quality": quality,
         }
         del backends
     result["ppl_tokens"], result["prompt_tokens"] = len(ids), [len(p) for p in prompts]
     result["seconds"] = round(time.perf_counter() - t0, 1)
-    path = write_result("prefill_dtype", result)
+    path = write_result(args.name, result)
     if args.json:
         print(json.dumps(result, indent=2))
     print(f"wrote {path}", file=sys.stderr)

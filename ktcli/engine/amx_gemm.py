@@ -11,10 +11,18 @@ with fp32 wide steps).
 
 Here each activation row is split into two bf16 parts, hi = bf16(x) and lo = bf16(x - hi),
 so hi + lo holds x to ~2^-17, and the tile products accumulate in fp32 and are written in
-fp32: x @ W^T = hi @ W^T + lo @ W^T to about fp32's own error (~2e-6 relative against
-float64 on SmolLM2's shapes, fp32 GEMMs 5e-7; one-pass bf16 activations 2e-3). Two passes
-cost about 1.3-2x one, and still run 2-3x MKL's fp32 GEMM at 512-2,048 rows on the
-2-core Xeon (`python -m benchmarks.amx_gemm`).
+fp32: x @ W^T = hi @ W^T + lo @ W^T to about fp32's own error (~2.5e-6 relative against
+float64 on SmolLM2's shapes; one-pass bf16 activations 2e-3, torch's bf16 GEMM 3e-3).
+
+Where it pays, measured on the 2-core Xeon (benchmarks.amx_gemm, benchmarks.prefill_dtype,
+benchmarks.engine_vs_hf): the two passes cost 1.3-1.8x torch's one-pass bf16 GEMM (still
+1.3-2.7x MKL's fp32 one), so a long prefill runs at 0.65-0.79x the one-pass speed, and
+buys little there: after 1.5K-token prompts greedy answers part from fp32's as often as
+before (bf16 prefill attention, which rounds q, k and v, dominates; KL per token halves).
+On short steps the cost is tens of milliseconds and the gain is the whole answer: on short
+chat prompts greedy tokens kept 0.64 -> 0.975 of fp32's (bf16 weights), 0.83 -> 0.99
+(int8). So the engine takes this kernel for steps of up to EXACT_MAX_ROWS rows (a chat
+turn, a question, a prompt's last partial chunk) and torch's one-pass bf16 GEMMs above.
 
 The kernel: the weights are repacked per call into AMX's pair-interleaved tiles (16 k-pairs
 x 16 columns, a 32-bit transpose; int8 weights widened on the way), output blocks of
@@ -313,6 +321,10 @@ torch::Tensor amx_linear(torch::Tensor x, torch::Tensor w, c10::optional<torch::
 """
 
 FUNCTIONS = ["amx_gemm_usable", "amx_linear"]
+
+# Wide bf16 steps of up to this many rows take the kernel (see the module docstring): at
+# 128 rows it costs ~40-50 ms a prefill over one-pass GEMMs on the 2-core Xeon.
+EXACT_MAX_ROWS = 128
 
 _state: list = []  # [module or None] once decided
 

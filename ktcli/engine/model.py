@@ -91,9 +91,9 @@ class Model:
         weights_name = {torch.uint8: "int8", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(self.wdtype, "fp32")
         self.prefill_dtype = resolve_prefill_dtype(weights_name, self.device.type)
         self._wide_bf16 = self._cpu and self.prefill_dtype == "bf16"
-        # ... whose GEMMs run on our AMX kernel where it is built (engine.amx_gemm): fp32
-        # activations split into two bf16 parts and fp32 output, so the products equal fp32
-        # ones to ~2e-6 instead of rounding in and out (~2e-3).
+        # ... whose GEMMs, up to amx_gemm.EXACT_MAX_ROWS rows, run on our AMX kernel where it
+        # is built (engine.amx_gemm): fp32 activations split into two bf16 parts and fp32
+        # output, so the products equal fp32 ones to ~2e-6 instead of rounding in and out (~2e-3).
         self._amx = self._wide_bf16 and amx_gemm.available()
         # The dtype prefill attention computes in (None: the attention path's own choice).
         self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
@@ -114,7 +114,7 @@ class Model:
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
-            elif wide_bf16 and self._amx:
+            elif wide_bf16 and self._exact_rows(rows):
                 return amx_gemm.linear(x, w, b)  # unpacks each weight tile as it goes
             elif wide_bf16:
                 y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16))
@@ -124,7 +124,7 @@ class Model:
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
-        elif wide_bf16 and self._amx and w.dtype == torch.bfloat16:
+        elif wide_bf16 and self._exact_rows(rows) and w.dtype == torch.bfloat16:
             return amx_gemm.linear(x, w, b)
         elif rows <= self.BF16_MAX_ROWS or self._gpu or wide_bf16:
             y = F.linear(x.to(w.dtype), w)
@@ -137,9 +137,14 @@ class Model:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
         if w.dtype == torch.float32 and b is None and not self._f32_gemv(rows):
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
-        if self._amx and w.dtype in (torch.bfloat16, torch.uint8) and rows > self._narrow_rows(w):
+        if self._exact_rows(rows) and w.dtype in (torch.bfloat16, torch.uint8) and rows > self._narrow_rows(w):
             return amx_gemm.linear(a, w, b, add=x)
         return x + self._linear(a, w, b, rows)
+
+    def _exact_rows(self, rows: int) -> bool:
+        """Whether a wide bf16 step of `rows` rows runs its GEMMs on the AMX kernel (fp32-grade
+        products) rather than torch's one-pass bf16 GEMMs (engine.amx_gemm has the why)."""
+        return self._amx and rows <= amx_gemm.EXACT_MAX_ROWS
 
     def _narrow_rows(self, w: torch.Tensor) -> int:
         """Most rows a bf16/int8 weight's product takes on its matrix-vector path."""

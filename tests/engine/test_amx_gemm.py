@@ -2,8 +2,8 @@
 into two bf16 parts and fp32 output. The reference path (any CPU) is as exact as an fp32
 GEMM over the same weights; the kernel (CPUs with AMX) equals the reference up to
 summation order, over shapes that need every kind of padding, with bias and residual add;
-and a model's prefill through it stays with the fp32 prefill where a one-pass bf16 GEMM
-does not."""
+a model's prefill through it stays with the fp32 prefill where a one-pass bf16 GEMM does
+not; and only steps of up to EXACT_MAX_ROWS rows take it."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_smollm2_prefill_through_the_kernel_stays_with_fp32(smollm2_dir, monkeyp
     from ktcli.engine.native import NativeBackend
 
     text = " ".join(f"Item {i} of the harbour inventory lists {i * 7 % 13} crates of rope." for i in range(60))
-    kw = dict(weights="bf16", kv_budget_bytes=64 << 20, prefill_chunk=256)
+    kw = dict(weights="bf16", kv_budget_bytes=64 << 20, prefill_chunk=amx_gemm.EXACT_MAX_ROWS)
     monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "fp32")
     fp32 = NativeBackend.load(smollm2_dir, **kw)
     monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "auto")
@@ -91,3 +91,20 @@ def test_smollm2_prefill_through_the_kernel_stays_with_fp32(smollm2_dir, monkeyp
     one_pass = rel_rms(fast.prompt_logits(ids))
     # measured 0.04% against 1.0% RMS
     assert split < 2e-3 and split < 0.1 * one_pass, (split, one_pass)
+
+
+@needs_amx
+def test_only_short_wide_steps_take_the_kernel(tiny_models, monkeypatch):
+    from ktcli.engine.native import NativeBackend
+
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "auto")
+    model = NativeBackend.load(tiny_models["llama"], weights="int8", kv_budget_bytes=8 << 20).engine.model
+    calls = []
+    real = amx_gemm.linear
+    monkeypatch.setattr(amx_gemm, "linear", lambda x, *a, **k: calls.append(x.shape[0]) or real(x, *a, **k))
+    x = torch.randn(amx_gemm.EXACT_MAX_ROWS, model.cfg.hidden_size)
+    w = model.w.layers[0].qkv
+    model._linear(x, w, None, x.shape[0])
+    model._linear(torch.cat([x, x]), w, None, 2 * x.shape[0])  # one-pass bf16 GEMM
+    model._linear_add(x, x, model.w.layers[0].o, None, x.shape[0])
+    assert calls == [amx_gemm.EXACT_MAX_ROWS, amx_gemm.EXACT_MAX_ROWS]
