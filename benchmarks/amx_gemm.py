@@ -21,7 +21,6 @@ Writes benchmarks/results/amx_gemm.json (`--name` for another file).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,7 +28,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import machine, write_result
+from benchmarks.common import kernel_bench_args, machine, write_result
 
 HIDDEN, INTER, QKV = 576, 1536, 960
 
@@ -83,11 +82,7 @@ def rows(reps: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--name", default="amx_gemm", help="results file name (benchmarks/results/NAME.json)")
-    args = parser.parse_args(argv)
+    args = kernel_bench_args(__doc__, "amx_gemm", argv)
     torch.set_num_threads(2)
     from ktcli.engine import amx_gemm
 

@@ -63,3 +63,14 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 3600) -> tupl
     except ValueError:
         payload = None
     return payload, wall, first_byte_s, err.decode("utf-8", "replace")
+
+
+def kernel_bench_args(doc: str, name: str, argv: list[str] | None):
+    """The options every kernel micro-benchmark takes: --json, --reps, --name."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
+    parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--name", default=name, help="results file name (benchmarks/results/NAME.json)")
+    return parser.parse_args(argv)

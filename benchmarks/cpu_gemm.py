@@ -22,7 +22,6 @@ another file).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -30,7 +29,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import machine, write_result
+from benchmarks.common import kernel_bench_args, machine, write_result
 
 HIDDEN, INTER, QKV = 576, 1536, 960
 
@@ -134,11 +133,7 @@ class _onednn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
-    parser.add_argument("--reps", type=int, default=5)
-    parser.add_argument("--name", default="cpu_gemm", help="results file name (benchmarks/results/NAME.json)")
-    args = parser.parse_args(argv)
+    args = kernel_bench_args(__doc__, "cpu_gemm", argv)
     torch.set_num_threads(2)
     from ktcli.engine import bf16_gemv, cpu_gemm
 
