@@ -1,0 +1,170 @@
+"""Which KV number formats keep the needle: fake-quantised pages on the exact fp32 engine.
+
+    python -m benchmarks.kv_key_ablation --json [--variants fp32,int4,int4-hadamard,k8v4,k5v3]
+
+Issue #4's int4 pages lose early-depth needles that dense fp32 finds. This separates the
+number format from the kernels: SmolLM2 runs with fp32 weights and fp32 pages, and each
+complete 64-token page is replaced by its quantise-dequantise copy as it fills (the
+engine's rule: the newest partial page stays exact), through a wrapper around the model's
+`store_kv`. Keys are quantised per channel over the page (KIVI; the page's min/max are the
+parameters, as in `kernels`), values per token over the head's 64 channels with fp16
+parameters rounded outward, as in `kernels.reference`.
+
+Variants (keys / values): `int4` (the shipped format), `int4-hadamard` (keys turned by a
+64x64 Hadamard matrix before quantising, the rotation QuaRot uses against outlier
+channels, and back after), `k8v4` (int8 keys, int4 values: 0.42x fp16 instead of 0.3x),
+`k5v3` (5-bit keys and 3-bit values: int4's bytes spent on the keys).
+
+Per variant, against `fp32` (the reference, always run first): perplexity and KL per
+token on the first 2,048 tokens of the bundled Python tutorial, and the needle's
+log-probability (teacher-forced " MARIGOLD-4417", as `benchmarks.longctx_quality`) at
+2K and 4K tokens and 9 depths: a continuous figure where found / missed flips.
+Writes benchmarks/results/kv_key_ablation.json (`--name` for another file). ~2.5 minutes a
+variant on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import torch
+
+from benchmarks.common import machine, write_result
+
+PAGE = 64
+DEPTHS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+VARIANTS = {
+    "fp32": dict(kbits=0, vbits=0),
+    "int4": dict(kbits=4, vbits=4),
+    "int4-hadamard": dict(kbits=4, vbits=4, rotate=True),
+    "k8v4": dict(kbits=8, vbits=4),
+    "k5v3": dict(kbits=5, vbits=3),
+}
+
+
+def hadamard(n: int) -> torch.Tensor:
+    """Sylvester's n x n Hadamard matrix over sqrt(n): orthonormal, so q.k is unchanged."""
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / math.sqrt(n)
+
+
+def fake_keys(k: torch.Tensor, bits: int) -> torch.Tensor:
+    """k [page, H, D] -> per-channel asymmetric codes over the page's tokens, dequantised."""
+    qmax = 2**bits - 1
+    lo, hi = k.amin(0, keepdim=True), k.amax(0, keepdim=True)
+    scale = (hi - lo) / qmax
+    inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
+    return lo + torch.floor((k - lo) * inv + 0.5).clamp(0, qmax) * scale
+
+
+def fake_values(v: torch.Tensor, bits: int) -> torch.Tensor:
+    """v [page, H, D] -> per-token codes over the head's channels (fp16 parameters rounded
+    outward, as kernels.reference.quantize_values), dequantised."""
+    from kernels.reference import fp16_ceil, fp16_floor
+
+    qmax = 2**bits - 1
+    lo = fp16_floor(v.amin(-1, keepdim=True)).float()
+    scale = fp16_ceil((v.amax(-1, keepdim=True) - lo) / qmax).float()
+    inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
+    return lo + torch.floor((v - lo) * inv + 0.5).clamp(0, qmax) * scale
+
+
+class FakePages:
+    """Wraps the model's `store_kv`: after each store, every page the step completed is
+    replaced by its fake-quantised copy under the current variant."""
+
+    def __init__(self, head_dim: int):
+        self.variant = VARIANTS["fp32"]
+        self.rotation = hadamard(head_dim)
+
+    def page(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        kbits, vbits = self.variant["kbits"], self.variant["vbits"]
+        if kbits:
+            if self.variant.get("rotate"):
+                k = fake_keys(k @ self.rotation, kbits) @ self.rotation.T
+            else:
+                k = fake_keys(k, kbits)
+        if vbits:
+            v = fake_values(v, vbits)
+        return k, v
+
+    def wrap(self, store):
+        def store_kv(k_cache, v_cache, k, v, slot_mapping):
+            store(k_cache, v_cache, k, v, slot_mapping)
+            if not (self.variant["kbits"] or self.variant["vbits"]):
+                return
+            for end in slot_mapping[slot_mapping % PAGE == PAGE - 1].tolist():  # pages this step filled
+                rows = slice(end - PAGE + 1, end + 1)
+                k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float())
+        return store_kv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
+    parser.add_argument("--variants", default="fp32,int4,int4-hadamard,k8v4,k5v3")
+    parser.add_argument("--lengths", default="2048,4096")
+    parser.add_argument("--ppl-tokens", type=int, default=2048)
+    parser.add_argument("--name", default="kv_key_ablation", help="results file name (benchmarks/results/NAME.json)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    import benchmarks.longctx_quality as lq
+    import ktcli.engine.model as model_module
+
+    names = ["fp32"] + [n for n in args.variants.split(",") if n and n != "fp32"]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        print(f"unknown variants {unknown}; choose from {sorted(VARIANTS)}", file=sys.stderr)
+        return 2
+    lengths = [int(x) for x in args.lengths.split(",")]
+    backend = lq.load("dense-fp32", max(lengths) + 64)
+    fake = FakePages(backend.cfg.head_dim)
+    model_module.store_kv = fake.wrap(model_module.store_kv)
+    tok = backend.tokenizer
+    stem = tok.encode(lq.ANSWER_STEM, add_special_tokens=False)
+    full = tok.encode(lq.ANSWER_STEM + lq.ANSWER, add_special_tokens=False)
+    fact = full[len(stem):]
+    text = tok.encode(lq.TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[: args.ppl_tokens]
+    target = torch.tensor(text[1:])
+    prompts = {(n, d): lq.needle_prompt(tok, n, d) + full for n in lengths for d in DEPTHS}
+    ref_logp = None
+    results: dict = {}
+    for name in names:
+        fake.variant = VARIANTS[name]
+        t0 = time.perf_counter()
+        logp = torch.log_softmax(backend.prompt_logits(text)[:-1].float(), -1)
+        if ref_logp is None:
+            ref_logp = logp
+        row = {
+            "ppl": round(float(torch.exp(torch.nn.functional.nll_loss(logp, target))), 4),
+            "kl_per_token": round(float((ref_logp.exp() * (ref_logp - logp)).sum(-1).mean()), 5),
+            "needle_logprob": {},
+        }
+        for n in lengths:
+            cells = []
+            for d in DEPTHS:
+                logits = backend.prompt_logits(prompts[(n, d)])[-len(fact) - 1 : -1]
+                lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(fact)), torch.tensor(fact)].sum()
+                cells.append(round(float(lp), 3))
+            row["needle_logprob"][str(n)] = {"cells": cells, "mean": round(sum(cells) / len(cells), 3)}
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        results[name] = row
+        means = " ".join(f"{n}: {row['needle_logprob'][str(n)]['mean']}" for n in lengths)
+        print(f"{name}: ppl {row['ppl']} KL {row['kl_per_token']} needle {means}", file=sys.stderr, flush=True)
+    result = {"benchmark": "kv_key_ablation", "machine": machine(), "reference": "fp32 pages (exact)",
+              "page_tokens": PAGE, "depths": list(DEPTHS), "lengths": lengths, "ppl_tokens": len(text),
+              "variants": {n: VARIANTS[n] | {"rotate": bool(VARIANTS[n].get("rotate"))} for n in names},
+              "results": results}
+    path = write_result(args.name, result)
+    print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
