@@ -105,6 +105,8 @@ class Model:
         """x @ w.T (+ b) -> fp32. `bf16_ok` False keeps a wide step off the bf16 GEMM;
         `bf16_out` True returns a bf16 GEMM's output as it is (its consumer reads bf16)."""
         wide_bf16 = self._wide_bf16 and bf16_ok
+        if wide_bf16 and self._on_amx(w, rows):
+            return amx_gemm.linear(x, w, b)  # int8 weights unpack tile by tile inside
         keep_bf16 = wide_bf16 and bf16_out and b is None  # a bf16 GEMM's output, as it is
         if w.dtype == torch.float32:
             if self._f32_gemv(rows):
@@ -114,8 +116,6 @@ class Model:
         if w.dtype == torch.uint8:
             if self._int8_kernel and rows <= int8_gemv.MAX_ROWS:
                 y = int8_gemv.gemv(x.float(), w)
-            elif wide_bf16 and self._exact_rows(rows):
-                return amx_gemm.linear(x, w, b)  # unpacks each weight tile as it goes
             elif wide_bf16:
                 y = F.linear(x.to(torch.bfloat16), int8_gemv.unpack(w, torch.bfloat16))
                 y = y if keep_bf16 else y.float()
@@ -124,8 +124,6 @@ class Model:
             return y if b is None else y + b
         if self._gemv and rows <= bf16_gemv.MAX_ROWS and w.dtype == torch.bfloat16:
             y = bf16_gemv.gemv(x.float(), w)  # fp32 activations and sums: no bf16 rounding of x
-        elif wide_bf16 and self._exact_rows(rows) and w.dtype == torch.bfloat16:
-            return amx_gemm.linear(x, w, b)
         elif rows <= self.BF16_MAX_ROWS or self._gpu or wide_bf16:
             y = F.linear(x.to(w.dtype), w)
             y = y if keep_bf16 else y.float()
@@ -137,20 +135,19 @@ class Model:
         """x + a @ w.T (+ b): the residual add fused into the GEMM where the dtype allows."""
         if w.dtype == torch.float32 and b is None and not self._f32_gemv(rows):
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
-        if self._exact_rows(rows) and w.dtype in (torch.bfloat16, torch.uint8) and rows > self._narrow_rows(w):
+        if self._on_amx(w, rows):  # (only wide bf16 steps have it)
             return amx_gemm.linear(a, w, b, add=x)
         return x + self._linear(a, w, b, rows)
 
-    def _exact_rows(self, rows: int) -> bool:
-        """Whether a wide bf16 step of `rows` rows runs its GEMMs on the AMX kernel (fp32-grade
-        products) rather than torch's one-pass bf16 GEMMs (engine.amx_gemm has the why)."""
-        return self._amx and rows <= amx_gemm.EXACT_MAX_ROWS
-
-    def _narrow_rows(self, w: torch.Tensor) -> int:
-        """Most rows a bf16/int8 weight's product takes on its matrix-vector path."""
+    def _on_amx(self, w: torch.Tensor, rows: int) -> bool:
+        """Whether a wide bf16 step's product of `rows` rows with w runs on the AMX kernel
+        (fp32-grade products) rather than torch's one-pass bf16 GEMM (engine.amx_gemm has the
+        why): bf16 or int8 weights, past their matrix-vector kernel's rows, up to EXACT_MAX_ROWS."""
+        if not self._amx or rows > amx_gemm.EXACT_MAX_ROWS:
+            return False
         if w.dtype == torch.uint8:
-            return int8_gemv.MAX_ROWS if self._int8_kernel else 0
-        return bf16_gemv.MAX_ROWS if self._gemv else self.BF16_MAX_ROWS
+            return not (self._int8_kernel and rows <= int8_gemv.MAX_ROWS)
+        return w.dtype == torch.bfloat16 and not (self._gemv and rows <= bf16_gemv.MAX_ROWS)
 
     def _f32_gemv(self, rows: int) -> bool:
         """Whether fp32 weights take our matrix-vector kernel for a step of `rows` rows."""
