@@ -55,24 +55,25 @@ def hadamard(n: int) -> torch.Tensor:
 
 
 def fake_keys(k: torch.Tensor, bits: int) -> torch.Tensor:
-    """k [page, H, D] -> per-channel asymmetric codes over the page's tokens, dequantised."""
+    """k [page, H, D] -> per-channel asymmetric codes over the page's tokens (the kernels'
+    rounding, `kernels.reference.asym_codes`, at any width), dequantised."""
+    from kernels.reference import asym_codes
+
     qmax = 2**bits - 1
     lo, hi = k.amin(0, keepdim=True), k.amax(0, keepdim=True)
     scale = (hi - lo) / qmax
-    inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
-    return lo + torch.floor((k - lo) * inv + 0.5).clamp(0, qmax) * scale
+    return lo + asym_codes(k, lo, scale, qmax).float() * scale
 
 
 def fake_values(v: torch.Tensor, bits: int) -> torch.Tensor:
     """v [page, H, D] -> per-token codes over the head's channels (fp16 parameters rounded
-    outward, as kernels.reference.quantize_values), dequantised."""
-    from kernels.reference import fp16_ceil, fp16_floor
+    outward, as kernels.reference.quantize_values, at any width), dequantised."""
+    from kernels.reference import asym_codes, fp16_ceil, fp16_floor
 
     qmax = 2**bits - 1
     lo = fp16_floor(v.amin(-1, keepdim=True)).float()
     scale = fp16_ceil((v.amax(-1, keepdim=True) - lo) / qmax).float()
-    inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
-    return lo + torch.floor((v - lo) * inv + 0.5).clamp(0, qmax) * scale
+    return lo + asym_codes(v, lo, scale, qmax).float() * scale
 
 
 class FakePages:
