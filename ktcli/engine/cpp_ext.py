@@ -1,7 +1,7 @@
 """Build (once) and load the engine's AVX2 C++ kernels with torch's extension loader.
 
 All kernels (`bf16_gemv`, `int8_gemv`, `cpu_attention`, `cpu_decode`, `cpu_kivi_attention`, the prefill
-softmax of `prefill_attention`, the SwiGLU step of `cpu_mlp`, the AMX GEMM of `amx_gemm`) are compiled as *one* library:
+softmax of `prefill_attention`, the SwiGLU step of `cpu_mlp`, the AMX GEMM of `amx_gemm`, the AMX prefill attention of `amx_attention`) are compiled as *one* library:
 each translation unit pulls in torch's headers, which is most of the compile time, so one
 library compiles about three times faster than three (the fused decode loop needs the
 other two's code anyway). The library is cached (ktcli's cache folder, or
@@ -51,14 +51,15 @@ def _build():
         module = None
         if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
             # Imported here: those modules import this one for `load`.
-            from ktcli.engine import (amx_gemm, bf16_gemv, cpu_attention, cpu_decode, cpu_kivi_attention, cpu_mlp,
-                                      int8_gemv, prefill_attention)
+            from ktcli.engine import (amx_attention, amx_gemm, bf16_gemv, cpu_attention, cpu_decode,
+                                      cpu_kivi_attention, cpu_mlp, int8_gemv, prefill_attention)
 
             source = (bf16_gemv.SOURCE + int8_gemv.SOURCE + cpu_attention.SOURCE + cpu_mlp.SOURCE
-                      + cpu_decode.SOURCE + cpu_kivi_attention.SOURCE + prefill_attention.SOURCE + amx_gemm.SOURCE)
+                      + cpu_decode.SOURCE + cpu_kivi_attention.SOURCE + prefill_attention.SOURCE + amx_gemm.SOURCE
+                      + amx_attention.SOURCE)
             functions = (bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_mlp.FUNCTIONS
                          + cpu_decode.FUNCTIONS + cpu_kivi_attention.FUNCTIONS + prefill_attention.FUNCTIONS
-                         + amx_gemm.FUNCTIONS)
+                         + amx_gemm.FUNCTIONS + amx_attention.FUNCTIONS)
             try:
                 from torch.utils.cpp_extension import load_inline
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ktcli.engine import cpp_ext, cpu_gemm
+from ktcli.engine import amx_attention, cpp_ext, cpu_gemm
 
 SOURCE = r"""
 // s [R, L] fp32 contiguous, scores of query rows against keys 0 .. L-1; row r is the query
@@ -98,6 +98,8 @@ def attend_prefix(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: floa
     keys, n_kv = k.shape[0], k.shape[1]
     p = keys - n
     group = n_q // n_kv
+    if dtype is None and amx_attention.supports(q):
+        return amx_attention.attend(q, k, v, scale)
     if q.dtype == torch.float32 and q.device.type == "cpu" and cpu_gemm.available() and _kernel() is not None:
         return _blocked_onednn(q, k, v, scale)
     if p <= 0:

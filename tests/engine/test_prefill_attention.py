@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ktcli.engine import prefill_attention
+from ktcli.engine import amx_attention, prefill_attention
 from ktcli.engine.attention import SeqAttn, attend, attend_reference, block_slots, make_masks
 
 BS = 16
@@ -120,6 +120,7 @@ def test_blocked_onednn_path_equals_masked_sdpa(n, keys, n_q, n_kv, block_scores
     if not cpu_gemm.usable() or prefill_attention._kernel() is None:
         pytest.skip("no oneDNN linear or C++ kernels here")
     monkeypatch.setattr(cpu_gemm, "available", lambda: True)  # the engine's default on Intel CPUs is MKL
+    monkeypatch.setattr(amx_attention, "supports", lambda q: False)  # CPUs with AMX take that kernel first
     monkeypatch.setattr(prefill_attention, "BLOCK_SCORES", block_scores)
     g = torch.Generator().manual_seed(n + keys)
     q = torch.randn(n, n_q, 64, generator=g)
@@ -134,6 +135,7 @@ def test_flash_split_path_where_oneDNN_is_absent(monkeypatch):
     from ktcli.engine import cpu_gemm
 
     monkeypatch.setattr(cpu_gemm, "available", lambda: False)
+    monkeypatch.setattr(amx_attention, "supports", lambda q: False)
     g = torch.Generator().manual_seed(5)
     for n, keys in ((30, 30), (30, 100)):
         q = torch.randn(n, 9, 64, generator=g)

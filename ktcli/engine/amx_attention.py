@@ -1,0 +1,399 @@
+"""fp32-grade causal prefill attention on AMX tiles (bf16 products, split three ways).
+
+Why: a long fp32 prefill on the 2-core Xeon spends half its time in attention (torch's
+flash kernel, 4.4 of 8.9 s at 4,096 tokens of SmolLM2, ~130 GFLOPS), while AMX runs bf16
+tile products many times faster than the cores run fp32 FMAs. One bf16 pass would round
+q, k, p and v to 8 bits of mantissa (what bf16 prefill does, ~3e-3 relative). Here every
+fp32 operand x is split into hi = bf16(x) and lo = bf16(x - hi), which holds x to ~2^-17,
+and each product takes three tile passes, accumulating in fp32:
+
+    q.k ~ qh.kh + qh.kl + ql.kh        p.v ~ ph.vh + pl.vh + ph.vl
+
+(the dropped lo.lo term is ~2^-17 of the product), so scores and outputs come out to
+~1e-6 of float64, fp32's own error level, at a fraction of fp32's cost.
+
+The kernel, per kv head and block of 16 query rows (the G query heads sharing the kv head
+folded into the rows, position-major so a block spans few positions):
+
+- K and V are split and packed once per call into AMX's pair-interleaved B tiles (for K:
+  16 d-pairs x 16 keys; for V: 16 key-pairs x 16 d), padded to 64 keys with zeros;
+- for each 64-key block up to the block's last position: the scores S [16, 64] in four
+  accumulator tiles (q pre-scaled by scale * log2(e)), a masked online softmax in base 2
+  on AVX-512 (running max and sum per row, the output rows rescaled when the max rises),
+  p split into hi / lo, and O [16, D] += P V in four accumulator tiles per 64 columns;
+- blocks run from the most expensive (last) to the cheapest through an atomic counter,
+  so the causal triangle splits evenly over the threads.
+
+Where the compiler lacks AMX intrinsics, the CPU lacks AMX, Linux refuses the tile state
+or the head size is not a multiple of 32 (up to 256), `available()` / `supports()` say so
+and callers keep torch's flash kernel; KTCLI_NO_AMX_ATTENTION=1 does that on purpose.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from ktcli.engine import cpp_ext
+
+SOURCE = r"""
+#include <atomic>
+#include <vector>
+#ifndef KT_PROF_MARK
+#define KT_PROF_MARK(phase)
+#endif
+
+namespace amx_attn {
+
+#if KT_HAVE_AMX
+constexpr int64_t KB = 64;     // keys per block: four 16-key score tiles
+constexpr int64_t MAX_D = 256;
+constexpr int64_t NG = 4;      // 16-row groups per task: each K / V tile read from L2 serves 64 rows
+
+// 2^x for x <= 0, ~1e-7 relative; below -200 (masked keys: -inf) it is 0.
+KT_AMX inline __m512 exp2_neg(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-200.f));
+    const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m512 y = _mm512_mul_ps(_mm512_sub_ps(x, n), _mm512_set1_ps(0.6931471805599453f));  // |y| <= ln2 / 2
+    __m512 p = _mm512_set1_ps(1.f / 720.f);
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.f / 120.f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.f / 24.f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.f / 6.f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.f));
+    p = _mm512_fmadd_ps(p, y, _mm512_set1_ps(1.f));
+    return _mm512_scalef_ps(p, n);
+}
+
+// 16 floats -> bf16 hi and lo = bf16(x - hi).
+KT_AMX inline void split16(__m512 v, uint16_t* hi, uint16_t* lo) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), h);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
+}
+
+// The kernel works on transposed blocks so that the softmax runs down 16-lane columns (one
+// lane per query row) with no horizontal reductions: S^T = K Q^T ([64 keys, 16 rows]; K as
+// A tiles, Q^T as B tiles) and O^T += V^T P^T ([D, 16 rows]; V^T as A tiles, P^T as B).
+//
+// K of one kv head -> row-major bf16 [padded keys, D], hi and lo (an A tile is 16 keys x 32 d
+// at row stride D): rows j0 .. j1 - 1, zeros past `keys`.
+KT_AMX void pack_k_rows(const float* k, int64_t sk, int64_t keys, int64_t D, int64_t j0, int64_t j1, uint16_t* hi, uint16_t* lo) {
+    for (int64_t j = j0; j < j1; ++j) {
+        if (j >= keys) {
+            std::memset(hi + j * D, 0, D * 2);
+            std::memset(lo + j * D, 0, D * 2);
+            continue;
+        }
+        for (int64_t d = 0; d < D; d += 16) split16(_mm512_loadu_ps(k + j * sk + d), hi + j * D + d, lo + j * D + d);
+    }
+}
+
+// V of one kv head, keys j0 .. j0 + 31 -> per 16-wide d group t one A tile of V^T (16 d rows x
+// 32 keys), at ((j0 / 32) * (D / 16) + t) * 512, hi and lo.
+KT_AMX void pack_vt_tile(const float* v, int64_t sv, int64_t keys, int64_t D, int64_t j0, uint16_t* hi, uint16_t* lo) {
+    alignas(64) uint16_t rh[MAX_D], rl[MAX_D];
+    uint16_t* th = hi + (j0 / 32) * (D / 16) * 512;
+    uint16_t* tl = lo + (j0 / 32) * (D / 16) * 512;
+    for (int64_t c = 0; c < 32; ++c) {
+        const int64_t j = j0 + c;
+        if (j < keys) {
+            for (int64_t d = 0; d < D; d += 16) split16(_mm512_loadu_ps(v + j * sv + d), rh + d, rl + d);
+        } else {
+            std::memset(rh, 0, D * 2);
+            std::memset(rl, 0, D * 2);
+        }
+        for (int64_t d = 0; d < D; ++d) {  // element (d, key c) of group d / 16
+            th[(d / 16) * 512 + (d % 16) * 32 + c] = rh[d];
+            tl[(d / 16) * 512 + (d % 16) * 32 + c] = rl[d];
+        }
+    }
+}
+
+// bf16 pairs of two 16-lane vectors: lane r = (bf16(a_r), bf16(b_r)) as one 32-bit unit (a B
+// tile row), hi parts and lo parts.
+KT_AMX inline void pair_split(__m512 a, __m512 b, uint32_t* hi, uint32_t* lo) {
+    const __m512i ha = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
+    const __m512i hb = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
+    const __m512 la = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(ha, 16)));
+    const __m512 lb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(hb, 16)));
+    _mm512_store_si512(hi, _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16)));
+    const __m512i xa = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(la));
+    const __m512i xb = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lb));
+    _mm512_store_si512(lo, _mm512_or_si512(xa, _mm512_slli_epi32(xb, 16)));
+}
+
+struct Problem {
+    const float* q; int64_t sq_i, sq_h;          // q [n, HQ, D]
+    const uint16_t *kh, *kl, *vh, *vl;           // packed, per kv head: head_k / head_v elements
+    int64_t head_k, head_v, padded;
+    float* out;                                  // [n, HQ, D] contiguous
+    int64_t n, HQ, H, G, D, p;                   // query i sits at position p + i
+    float qscale;                                // scale * log2(e)
+};
+
+// A task's working set: per 16-row group its Q^T B tiles (hi, lo), O^T [D, 16] and softmax
+// state; the block's S^T and P^T tiles are shared.
+struct Scratch {
+    std::vector<uint32_t> qh, ql;  // [NG][D / 32 tiles of 256]
+    std::vector<float> O;          // [NG][D * 16]
+    alignas(64) float S[KB * 16];                              // S^T [64 keys, 16 rows]
+    alignas(64) uint32_t ph[KB / 2 * 16], pl[KB / 2 * 16];     // P^T B tiles: 32 key pairs x 16 rows
+    explicit Scratch(int64_t D) : qh(NG * D / 32 * 256), ql(NG * D / 32 * 256), O(NG * D * 16) {}
+};
+
+// Row group gi of a task (16 rows from r0) against key block b: S^T, the online softmax
+// (state m, l), O^T += V^T P^T. The block's K and V tiles were read by the task's first
+// group and come from L1 for the others.
+KT_AMX void group_step(const Problem& P, int64_t h, int64_t b, const uint32_t* qh, const uint32_t* ql, float* O,
+                       __m512i pos, int64_t first, __m512& m, __m512& l, Scratch& w) {
+    const int64_t D = P.D, DC = D / 32, DG = D / 16;
+    const uint16_t* kh = P.kh + h * P.head_k;
+    const uint16_t* kl = P.kl + h * P.head_k;
+    const uint16_t* vh = P.vh + h * P.head_v;
+    const uint16_t* vl = P.vl + h * P.head_v;
+    float* S = w.S;
+    // S^T = K Q^T for keys b * 64 .. + 63: tile t holds keys + 16 t.
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (int64_t c = 0; c < DC; ++c) {
+        _tile_loadd(4, qh + c * 256, 64);
+        _tile_loadd(5, ql + c * 256, 64);
+        const uint16_t* ah = kh + (b * KB) * D + c * 32;
+        const uint16_t* al = kl + (b * KB) * D + c * 32;
+#define KT_S_TILE(t)                                    \
+        _tile_loadd(6, ah + (t) * 16 * D, D * 2);       \
+        _tile_loadd(7, al + (t) * 16 * D, D * 2);       \
+        _tile_dpbf16ps(t, 6, 4);                        \
+        _tile_dpbf16ps(t, 7, 4);                        \
+        _tile_dpbf16ps(t, 6, 5);
+        KT_S_TILE(0) KT_S_TILE(1) KT_S_TILE(2) KT_S_TILE(3)
+#undef KT_S_TILE
+    }
+    _tile_stored(0, S, 64);
+    _tile_stored(1, S + 256, 64);
+    _tile_stored(2, S + 512, 64);
+    _tile_stored(3, S + 768, 64);
+    KT_PROF_MARK(1);
+    // Online softmax in base 2 down the columns; keys past a row's position masked.
+    const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    const bool masked = b * KB + KB - 1 > first;
+    __m512 bm = neg_inf;
+    for (int64_t j = 0; j < KB; ++j) {
+        __m512 x = _mm512_load_ps(S + j * 16);
+        if (masked) {
+            x = _mm512_mask_blend_ps(_mm512_cmple_epi32_mask(_mm512_set1_epi32(int32_t(b * KB + j)), pos), neg_inf, x);
+            _mm512_store_ps(S + j * 16, x);
+        }
+        bm = _mm512_max_ps(bm, x);
+    }
+    const __m512 mn = _mm512_max_ps(m, bm);
+    const __m512 alpha = exp2_neg(_mm512_sub_ps(m, mn));  // 0 at the first block (m = -inf)
+    m = mn;
+    __m512 sum = _mm512_setzero_ps();
+    for (int64_t j = 0; j < KB; j += 2) {
+        const __m512 e0 = exp2_neg(_mm512_sub_ps(_mm512_load_ps(S + j * 16), mn));
+        const __m512 e1 = exp2_neg(_mm512_sub_ps(_mm512_load_ps(S + j * 16 + 16), mn));
+        sum = _mm512_add_ps(sum, _mm512_add_ps(e0, e1));
+        pair_split(e0, e1, w.ph + (j / 2) * 16, w.pl + (j / 2) * 16);
+    }
+    l = _mm512_fmadd_ps(l, alpha, sum);
+    if (b > 0 && _mm512_cmp_ps_mask(alpha, _mm512_set1_ps(1.f), _CMP_NEQ_OQ)) {
+        for (int64_t d = 0; d < D; ++d) _mm512_storeu_ps(O + d * 16, _mm512_mul_ps(_mm512_loadu_ps(O + d * 16), alpha));
+    }
+    KT_PROF_MARK(2);
+    // O^T += V^T P^T, 64 d rows (four tiles) at a time; the block's keys are two halves of 32.
+    for (int64_t g4 = 0; g4 < DG; g4 += 4) {
+        float* o = O + g4 * 256;
+        if (b > 0) {
+            _tile_loadd(0, o, 64);
+            _tile_loadd(1, o + 256, 64);
+            _tile_loadd(2, o + 512, 64);
+            _tile_loadd(3, o + 768, 64);
+        } else {
+            _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+        }
+        for (int64_t half = 0; half < 2; ++half) {
+            _tile_loadd(4, w.ph + half * 256, 64);
+            _tile_loadd(5, w.pl + half * 256, 64);
+            const uint16_t* th = vh + ((b * 2 + half) * DG + g4) * 512;
+            const uint16_t* tl = vl + ((b * 2 + half) * DG + g4) * 512;
+#define KT_O_TILE(t)                              \
+            _tile_loadd(6, th + (t) * 512, 64);   \
+            _tile_loadd(7, tl + (t) * 512, 64);   \
+            _tile_dpbf16ps(t, 6, 4);              \
+            _tile_dpbf16ps(t, 7, 4);              \
+            _tile_dpbf16ps(t, 6, 5);
+            KT_O_TILE(0) KT_O_TILE(1) KT_O_TILE(2) KT_O_TILE(3)
+#undef KT_O_TILE
+        }
+        _tile_stored(0, o, 64);
+        _tile_stored(1, o + 256, 64);
+        _tile_stored(2, o + 512, 64);
+        _tile_stored(3, o + 768, 64);
+    }
+}
+
+// One task: kv head h, query rows r0 .. r0 + 16 * NG - 1 of the folded [n * G] rows
+// (row = i * G + g), as NG groups of 16 that walk the key blocks together.
+KT_AMX void run_task(const Problem& P, int64_t h, int64_t r0, Scratch& w) {
+    const int64_t D = P.D, G = P.G, rows_total = P.n * G;
+    const int64_t groups = std::min<int64_t>(NG, (rows_total - r0 + 15) / 16);
+    alignas(64) int32_t posv[NG][16];
+    alignas(64) uint16_t rh[MAX_D], rl[MAX_D];
+    __m512 m[NG], l[NG];
+    __m512i pos[NG];
+    for (int64_t gi = 0; gi < groups; ++gi) {
+        const int64_t g0 = r0 + gi * 16, rows = std::min<int64_t>(16, rows_total - g0);
+        uint32_t* qh = w.qh.data() + gi * (D / 32) * 256;
+        uint32_t* ql = w.ql.data() + gi * (D / 32) * 256;
+        for (int64_t r = 0; r < 16; ++r) {
+            const int64_t row = g0 + std::min(r, rows - 1);  // padding rows repeat the last one
+            const int64_t i = row / G, g = row % G;
+            posv[gi][r] = int32_t(P.p + i);
+            const float* src = P.q + i * P.sq_i + (h * G + g) * P.sq_h;
+            const __m512 s = _mm512_set1_ps(P.qscale);
+            for (int64_t d = 0; d < D; d += 16) split16(_mm512_mul_ps(_mm512_loadu_ps(src + d), s), rh + d, rl + d);
+            const uint32_t* h32 = reinterpret_cast<const uint32_t*>(rh);
+            const uint32_t* l32 = reinterpret_cast<const uint32_t*>(rl);
+            for (int64_t e = 0; e < D / 2; ++e) {  // d-pair e: tile e / 16, row e % 16, column r
+                qh[(e / 16) * 256 + (e % 16) * 16 + r] = h32[e];
+                ql[(e / 16) * 256 + (e % 16) * 16 + r] = l32[e];
+            }
+        }
+        pos[gi] = _mm512_load_si512(posv[gi]);
+        m[gi] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+        l[gi] = _mm512_setzero_ps();
+    }
+    const int64_t blocks = posv[groups - 1][15] / KB + 1;
+    for (int64_t b = 0; b < blocks; ++b) {
+        for (int64_t gi = 0; gi < groups; ++gi) {
+            if (posv[gi][15] < b * KB) continue;  // the group's rows see none of this block
+            KT_PROF_MARK(0);
+            group_step(P, h, b, w.qh.data() + gi * (D / 32) * 256, w.ql.data() + gi * (D / 32) * 256,
+                       w.O.data() + gi * D * 16, pos[gi], posv[gi][0], m[gi], l[gi], w);
+            KT_PROF_MARK(3);
+        }
+    }
+    for (int64_t gi = 0; gi < groups; ++gi) {
+        const int64_t g0 = r0 + gi * 16, rows = std::min<int64_t>(16, rows_total - g0);
+        const float* O = w.O.data() + gi * D * 16;
+        alignas(64) float inv[16];
+        _mm512_store_ps(inv, _mm512_div_ps(_mm512_set1_ps(1.f), l[gi]));
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t row = g0 + r, i = row / G, g = row % G;
+            float* dst = P.out + (i * P.HQ + h * G + g) * D;
+            for (int64_t d = 0; d < D; ++d) dst[d] = O[d * 16 + r] * inv[r];
+        }
+    }
+}
+
+KT_AMX void run_tasks(const Problem& P, std::atomic<int64_t>* next, int64_t tasks, int64_t per_head) {
+    amx::configure();
+    Scratch w(P.D);
+    for (int64_t t; (t = next->fetch_add(1)) < tasks;) {
+        // The most expensive tasks (latest rows) first, heads interleaved.
+        const int64_t h = t % P.H, blk = per_head - 1 - t / P.H;
+        run_task(P, h, blk * 16 * NG, w);
+    }
+    _tile_release();
+}
+
+// task t: kv head t / kt, keys (t % kt) * 32 .. + 31 (K rows and one V^T tile column).
+KT_AMX void pack_range(const float* k, const float* v, int64_t sk_j, int64_t sk_h, int64_t sv_j, int64_t sv_h,
+                       int64_t keys, int64_t D, int64_t kt, uint16_t* kh, uint16_t* kl, uint16_t* vh, uint16_t* vl,
+                       int64_t head_k, int64_t head_v, int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+        const int64_t h = t / kt, j0 = (t % kt) * 32;
+        pack_k_rows(k + h * sk_h, sk_j, keys, D, j0, j0 + 32, kh + h * head_k, kl + h * head_k);
+        pack_vt_tile(v + h * sv_h, sv_j, keys, D, j0, vh + h * head_v, vl + h * head_v);
+    }
+}
+#endif  // KT_HAVE_AMX
+
+}  // namespace amx_attn
+
+// q [n, HQ, D] fp32 at positions p .. p + n - 1; k, v [p + n, H, D] fp32 (rows may be
+// strided, d contiguous). Query i sees keys 0 .. p + i. -> [n, HQ, D] fp32.
+torch::Tensor amx_prefill_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, double scale) {
+#if KT_HAVE_AMX
+    TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat && v.scalar_type() == at::kFloat,
+                "amx_prefill_attention: fp32 q, k, v");
+    TORCH_CHECK(q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "amx_prefill_attention: [rows, heads, D]");
+    const int64_t n = q.size(0), HQ = q.size(1), D = q.size(2), keys = k.size(0), H = k.size(1);
+    TORCH_CHECK(D % 64 == 0 && D <= amx_attn::MAX_D && k.size(2) == D && v.size(2) == D, "amx_prefill_attention: D a multiple of 64, <= 256");
+    TORCH_CHECK(H > 0 && HQ % H == 0 && v.size(0) == keys && v.size(1) == H && keys >= n && n > 0, "amx_prefill_attention: shapes");
+    if (q.stride(2) != 1) q = q.contiguous();
+    if (k.stride(2) != 1) k = k.contiguous();
+    if (v.stride(2) != 1) v = v.contiguous();
+    const int64_t padded = (keys + amx_attn::KB - 1) / amx_attn::KB * amx_attn::KB;
+    const int64_t head_k = padded * D, head_v = padded * D;  // bf16 elements per head (hi or lo)
+    const auto u16 = torch::TensorOptions().dtype(torch::kInt16);
+    auto packed = torch::empty({4, H * head_k}, u16);
+    auto* base = reinterpret_cast<uint16_t*>(packed.data_ptr());
+    uint16_t *kh = base, *kl = base + H * head_k, *vh = base + 2 * H * head_k, *vl = base + 3 * H * head_k;
+    const int64_t kt = padded / 32;
+    const float* kp = k.data_ptr<float>();
+    const float* vp = v.data_ptr<float>();
+    const int64_t skj = k.stride(0), skh = k.stride(1), svj = v.stride(0), svh = v.stride(1);
+    at::parallel_for(0, H * kt, 8, [&](int64_t t0, int64_t t1) {
+        amx_attn::pack_range(kp, vp, skj, skh, svj, svh, keys, D, kt, kh, kl, vh, vl, head_k, head_v, t0, t1);
+    });
+    auto out = torch::empty({n, HQ, D}, q.options());
+    amx_attn::Problem P{q.data_ptr<float>(), q.stride(0), q.stride(1), kh, kl, vh, vl, head_k, head_v,
+                        padded, out.data_ptr<float>(), n, HQ, H, HQ / H, D, keys - n, float(scale * 1.4426950408889634)};
+    const int64_t per_head = (n * P.G + 16 * amx_attn::NG - 1) / (16 * amx_attn::NG), tasks = per_head * H;
+    std::atomic<int64_t> next{0};
+    const int64_t threads = std::min<int64_t>(at::get_num_threads(), tasks);
+    at::parallel_for(0, threads, 1, [&](int64_t, int64_t) { amx_attn::run_tasks(P, &next, tasks, per_head); });
+    return out;
+#else
+    TORCH_CHECK(false, "amx_prefill_attention: built without AMX intrinsics");
+    return q;
+#endif
+}
+"""
+
+FUNCTIONS = ["amx_prefill_attention"]
+
+_state: list = []  # [module or None] once decided
+
+
+def _module():
+    if not _state:
+        from ktcli.engine import amx_gemm
+
+        module = cpp_ext.load("KTCLI_NO_AMX_ATTENTION")
+        _state.append(module if module is not None and amx_gemm.available() else None)
+    return _state[0]
+
+
+def available() -> bool:
+    """Whether fp32 prefill attention runs on AMX here (decided once per process)."""
+    return _module() is not None
+
+
+def supports(q: torch.Tensor) -> bool:
+    """Whether this query tensor's shape and dtype suit the kernel (fp32 on the CPU, a head
+    size that is a multiple of 32 up to 256) and the kernel is available."""
+    d = q.shape[-1]
+    return q.dtype == torch.float32 and q.device.type == "cpu" and d % 64 == 0 and d <= 256 and available()
+
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """q [n, HQ, D] at positions p .. p+n-1; k, v [p + n, H, D]; query i sees keys 0 .. p+i.
+    Returns [n, HQ, D] fp32. Callers check `supports(q)` first."""
+    return _module().amx_prefill_attention(q, k.float(), v.float(), float(scale))
+
+
+def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
+    """The oracle: causal attention of the same inputs in float64 (the kernel's target is
+    fp32's own error against it)."""
+    n, n_q, d = q.shape
+    keys, n_kv = k.shape[0], k.shape[1]
+    qd, kd, vd = q.double(), k.double().repeat_interleave(n_q // n_kv, dim=1), v.double().repeat_interleave(n_q // n_kv, dim=1)
+    s = torch.einsum("ihd,jhd->hij", qd, kd) * scale
+    pos = torch.arange(keys - n, keys)[:, None]
+    s = s.masked_fill(torch.arange(keys)[None, :] > pos, -math.inf)
+    return torch.einsum("hij,jhd->ihd", s.softmax(-1), vd).float()
