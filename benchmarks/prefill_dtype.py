@@ -20,7 +20,10 @@ Where ktcli's AMX GEMM runs (`engine.amx_gemm`: the bf16 wide steps' default the
 activations split into two bf16 parts, fp32 output), a third side `bf16-onepass` runs the
 same bf16 wide steps on torch's bf16 GEMMs instead (activations and outputs rounded to
 bf16: the default before it; `KTCLI_NO_AMX_GEMM=1`), so the split's cost and gain are
-measured in the same run.
+measured in the same run. A fourth, `bf16-fp32attn`, keeps the bf16 GEMMs and runs the
+attention on `engine.amx_attention` (fp32-grade, operands split into two bf16 parts) instead
+of torch's bf16 flash kernel. The quality reference runs its attention on torch's fp32
+flash kernel (the bit-level fp32 path), not on that kernel.
 
 Prints one JSON object and writes it to benchmarks/results/prefill_dtype.json (`--name`
 for another file).
@@ -49,7 +52,8 @@ QUESTIONS = (
 
 
 def _load(folder, weights: str, prefill: str):
-    """prefill: fp32, bf16 (the engine's bf16 wide steps) or bf16-onepass (torch's bf16 GEMMs)."""
+    """prefill: fp32, bf16 (the engine's bf16 wide steps), bf16-onepass (torch's bf16 GEMMs)
+    or bf16-fp32attn (bf16 GEMMs, attention on engine.amx_attention)."""
     from ktcli.engine.native import NativeBackend
 
     os.environ["KTCLI_PREFILL_DTYPE"] = prefill.split("-")[0]
@@ -57,6 +61,8 @@ def _load(folder, weights: str, prefill: str):
     assert backend.engine.model.prefill_dtype == prefill.split("-")[0]
     if prefill == "bf16-onepass":
         backend.engine.model._amx = False
+    if prefill == "bf16-fp32attn":  # bf16 GEMMs, fp32-grade attention (engine.amx_attention)
+        backend.engine.model.prefill_attn_dtype = None
     return backend
 
 
@@ -131,11 +137,12 @@ def main(argv: list[str] | None = None) -> int:
               "amx_gemm": amx_gemm.available(),
               "torch": torch.__version__, "baseline": "the same weights with fp32 wide steps", "weights": {}}
     exact = _load(folder, "fp32", "fp32")
+    exact.engine.model.prefill_attn_dtype = torch.float32  # torch's fp32 flash kernel, not the AMX split
     ids = _text_ids(exact.tokenizer, args.ppl_tokens)
     prompts = _long_prompts(exact, args.prompts, args.prompt_tokens)
     result["quality_reference"] = "fp32 weights, fp32 prefill"
     for weights in ("int8", "bf16"):
-        sides = ("fp32", "bf16", "bf16-onepass") if amx_gemm.available() else ("fp32", "bf16")
+        sides = ("fp32", "bf16", "bf16-onepass", "bf16-fp32attn") if amx_gemm.available() else ("fp32", "bf16")
         backends = {p: _load(folder, weights, p) for p in sides}
         rates: dict[str, dict[str, float]] = {p: {} for p in backends}
         with torch.inference_mode():
@@ -153,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
             "bf16_over_fp32": {n: round(rates["bf16"][n] / rates["fp32"][n], 2) for n in rates["fp32"]},
             **({"bf16_over_onepass": {n: round(rates["bf16"][n] / rates["bf16-onepass"][n], 2) for n in rates["fp32"]}}
                if "bf16-onepass" in rates else {}),
+            **({"fp32attn_over_bf16": {n: round(rates["bf16-fp32attn"][n] / rates["bf16"][n], 2) for n in rates["fp32"]}}
+               if "bf16-fp32attn" in rates else {}),
             "quality": quality,
         }
         del backends

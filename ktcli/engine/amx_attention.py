@@ -1,28 +1,35 @@
 """fp32-grade causal prefill attention on AMX tiles (bf16 products, split three ways).
 
-Why: a long fp32 prefill on the 2-core Xeon spends half its time in attention (torch's
-flash kernel, 4.4 of 8.9 s at 4,096 tokens of SmolLM2, ~130 GFLOPS), while AMX runs bf16
-tile products many times faster than the cores run fp32 FMAs. One bf16 pass would round
-q, k, p and v to 8 bits of mantissa (what bf16 prefill does, ~3e-3 relative). Here every
-fp32 operand x is split into hi = bf16(x) and lo = bf16(x - hi), which holds x to ~2^-17,
-and each product takes three tile passes, accumulating in fp32:
+Why: a long fp32 prefill on the 2-core Xeon spent half its time in attention (torch's
+flash kernel: 4.4 of 8.9 s at 4,096 tokens of SmolLM2, ~130-160 GFLOPS), while AMX runs
+bf16 tile products many times faster than the cores run fp32 FMAs. One bf16 pass would
+round q, k, p and v to 8 bits of mantissa (what bf16 prefill does, ~3e-3 relative). Here
+every fp32 operand x is split into hi = bf16(x) and lo = bf16(x - hi), which holds x to
+~2^-17, and each product takes three tile passes, accumulating in fp32:
 
     q.k ~ qh.kh + qh.kl + ql.kh        p.v ~ ph.vh + pl.vh + ph.vl
 
-(the dropped lo.lo term is ~2^-17 of the product), so scores and outputs come out to
-~1e-6 of float64, fp32's own error level, at a fraction of fp32's cost.
+(the dropped lo.lo term is ~2^-18 of the product). Measured (benchmarks.amx_attention,
+tests/engine/test_amx_attention.py): outputs within ~1e-5 of float64 attention, where
+torch's fp32 kernel is within ~1e-6 and one bf16 pass ~3e-3; SmolLM2's prompt logits
+move 1.2e-5 from transformers' (2.1e-6 through the flash kernel; the engine's bound is
+1e-4). So this is fp32-grade, not bit-for-bit fp32: KTCLI_NO_AMX_ATTENTION=1 gives the
+flash kernel back.
 
-The kernel, per kv head and block of 16 query rows (the G query heads sharing the kv head
-folded into the rows, position-major so a block spans few positions):
+The kernel, per kv head and task of 4 x 16 query rows (the G query heads sharing the kv
+head folded into the rows, position-major so a block spans few positions):
 
-- K and V are split and packed once per call into AMX's pair-interleaved B tiles (for K:
-  16 d-pairs x 16 keys; for V: 16 key-pairs x 16 d), padded to 64 keys with zeros;
-- for each 64-key block up to the block's last position: the scores S [16, 64] in four
-  accumulator tiles (q pre-scaled by scale * log2(e)), a masked online softmax in base 2
-  on AVX-512 (running max and sum per row, the output rows rescaled when the max rises),
-  p split into hi / lo, and O [16, D] += P V in four accumulator tiles per 64 columns;
-- blocks run from the most expensive (last) to the cheapest through an atomic counter,
-  so the causal triangle splits evenly over the threads.
+- K and V are split once per call: K as row-major bf16 (A tiles of 16 keys x 32 d), V^T
+  as A tiles of 16 d x 32 keys; keys padded to 64 with zeros;
+- it computes S^T = K Q^T rather than Q K^T, so a 16-lane vector holds one key for the 16
+  query rows and the online softmax (base 2, q pre-scaled by scale * log2(e)) takes its
+  maxima and sums down columns, with no horizontal reductions; P^T goes straight into B
+  tiles (bf16 pairs of two keys), and O^T [D, 16] += V^T P^T;
+- for each 64-key block up to the group's last position, each of the task's four row
+  groups runs scores, softmax and the PV update; the block's K / V tiles come from L2
+  for the first group and from L1 for the others (one group per task ran 1.4x slower);
+- tasks run from the most expensive (latest rows) to the cheapest through an atomic
+  counter, so the causal triangle splits evenly over the threads.
 
 Where the compiler lacks AMX intrinsics, the CPU lacks AMX, Linux refuses the tile state
 or the head size is not a multiple of 32 (up to 256), `available()` / `supports()` say so
@@ -40,6 +47,8 @@ from ktcli.engine import cpp_ext
 SOURCE = r"""
 #include <atomic>
 #include <vector>
+// A profiling build defines KT_PROF_MARK (cycles per phase: scores, softmax, PV) and may
+// set KT_ATTN_NG; the library defines neither.
 #ifndef KT_PROF_MARK
 #define KT_PROF_MARK(phase)
 #endif
@@ -49,7 +58,10 @@ namespace amx_attn {
 #if KT_HAVE_AMX
 constexpr int64_t KB = 64;     // keys per block: four 16-key score tiles
 constexpr int64_t MAX_D = 256;
-constexpr int64_t NG = 4;      // 16-row groups per task: each K / V tile read from L2 serves 64 rows
+#ifndef KT_ATTN_NG
+#define KT_ATTN_NG 4
+#endif
+constexpr int64_t NG = KT_ATTN_NG;      // 16-row groups per task: each K / V tile read from L2 serves 64 rows
 
 // 2^x for x <= 0, ~1e-7 relative; below -200 (masked keys: -inf) it is 0.
 KT_AMX inline __m512 exp2_neg(__m512 x) {
@@ -115,14 +127,15 @@ KT_AMX void pack_vt_tile(const float* v, int64_t sv, int64_t keys, int64_t D, in
 // bf16 pairs of two 16-lane vectors: lane r = (bf16(a_r), bf16(b_r)) as one 32-bit unit (a B
 // tile row), hi parts and lo parts.
 KT_AMX inline void pair_split(__m512 a, __m512 b, uint32_t* hi, uint32_t* lo) {
-    const __m512i ha = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(a));
-    const __m512i hb = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(b));
-    const __m512 la = _mm512_sub_ps(a, _mm512_castsi512_ps(_mm512_slli_epi32(ha, 16)));
-    const __m512 lb = _mm512_sub_ps(b, _mm512_castsi512_ps(_mm512_slli_epi32(hb, 16)));
-    _mm512_store_si512(hi, _mm512_or_si512(ha, _mm512_slli_epi32(hb, 16)));
-    const __m512i xa = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(la));
-    const __m512i xb = _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(lb));
-    _mm512_store_si512(lo, _mm512_or_si512(xa, _mm512_slli_epi32(xb, 16)));
+    // cvtne2ps packs b's 16 bf16 above a's; the permutation interleaves them into pairs.
+    const __m512i pairs = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                           23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i h = _mm512_permutexvar_epi16(pairs, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    const __m512 ha = _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));                               // bf16(a) as fp32
+    const __m512 hb = _mm512_castsi512_ps(_mm512_and_si512(h, _mm512_set1_epi32(int32_t(0xFFFF0000u))));  // bf16(b)
+    _mm512_store_si512(hi, h);
+    const __m512i l = (__m512i)_mm512_cvtne2ps_pbh(_mm512_sub_ps(b, hb), _mm512_sub_ps(a, ha));
+    _mm512_store_si512(lo, _mm512_permutexvar_epi16(pairs, l));
 }
 
 struct Problem {
@@ -375,16 +388,16 @@ def available() -> bool:
 
 
 def supports(q: torch.Tensor) -> bool:
-    """Whether this query tensor's shape and dtype suit the kernel (fp32 on the CPU, a head
-    size that is a multiple of 32 up to 256) and the kernel is available."""
+    """Whether these queries suit the kernel (on the CPU, a head size that is a multiple of
+    64 up to 256) and the kernel is available."""
     d = q.shape[-1]
-    return q.dtype == torch.float32 and q.device.type == "cpu" and d % 64 == 0 and d <= 256 and available()
+    return q.device.type == "cpu" and q.is_floating_point() and d % 64 == 0 and d <= 256 and available()
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """q [n, HQ, D] at positions p .. p+n-1; k, v [p + n, H, D]; query i sees keys 0 .. p+i.
     Returns [n, HQ, D] fp32. Callers check `supports(q)` first."""
-    return _module().amx_prefill_attention(q, k.float(), v.float(), float(scale))
+    return _module().amx_prefill_attention(q.float(), k.float(), v.float(), float(scale))
 
 
 def attend_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:

@@ -16,7 +16,11 @@ the causal half skips its upper triangle:
 which is softmax over the union of the keys, exactly. Sliding-window layers and non-CPU
 devices keep the masked SDPA call in `attention.attend`.
 
-In fp32, where oneDNN is usable (`engine.cpu_gemm`), a chunk instead runs as blocks of
+In fp32 on a CPU with AMX, `engine.amx_attention` runs the whole chunk (earlier and own
+keys in one causal pass) on AMX tiles with every operand split into two bf16 parts:
+fp32-grade (~1e-5 of float64) at 1.4-1.8x the flash kernel's speed on the 2-core Xeon.
+
+Otherwise, in fp32, where oneDNN is usable (`engine.cpu_gemm`), a chunk instead runs as blocks of
 query positions: S = Q K^T over every key the block sees (one oneDNN product per kv head,
 its G query heads folded into the rows), a causal softmax over S in place (our C++ pass,
 which zeroes the keys past each row's position), and O = P V (a second product). On the
