@@ -13,7 +13,10 @@ parameters rounded outward, as in `kernels.reference`.
 Variants (keys / values): `int4` (the shipped format), `int4-hadamard` (keys turned by a
 64x64 Hadamard matrix before quantising, the rotation QuaRot uses against outlier
 channels, and back after), `k8v4` (int8 keys, int4 values: 0.42x fp16 instead of 0.3x),
-`k5v3` (5-bit keys and 3-bit values: int4's bytes spent on the keys).
+`k5v3` (5-bit keys and 3-bit values: int4's bytes spent on the keys), `int4-out1` /
+`int4-out2` (KVQuant's dense-and-sparse keys: per channel and page the 1 or 2 smallest and
+largest keys kept in fp16 beside the int4 codes, which then span a narrower range; ~3 / 6
+extra bytes per token and head with a 6-bit token index, 0.31x / 0.32x fp16).
 
 Per variant, against `fp32` (the reference, always run first): perplexity and KL per
 token on the first 2,048 tokens of the bundled Python tutorial, and the needle's
@@ -43,6 +46,8 @@ VARIANTS = {
     "int4-hadamard": dict(kbits=4, vbits=4, rotate=True),
     "k8v4": dict(kbits=8, vbits=4),
     "k5v3": dict(kbits=5, vbits=3),
+    "int4-out1": dict(kbits=4, vbits=4, outliers=1),
+    "int4-out2": dict(kbits=4, vbits=4, outliers=2),
 }
 
 
@@ -63,6 +68,21 @@ def fake_keys(k: torch.Tensor, bits: int) -> torch.Tensor:
     lo, hi = k.amin(0, keepdim=True), k.amax(0, keepdim=True)
     scale = (hi - lo) / qmax
     return lo + asym_codes(k, lo, scale, qmax).float() * scale
+
+
+def fake_keys_outliers(k: torch.Tensor, bits: int, per_side: int) -> torch.Tensor:
+    """KVQuant's dense-and-sparse keys: per channel, the `per_side` smallest and largest
+    entries of the page are kept aside (fp16) and the rest quantised over their own,
+    narrower range."""
+    from kernels.reference import asym_codes
+
+    qmax = 2**bits - 1
+    ordered = k.sort(0).values
+    lo, hi = ordered[per_side : per_side + 1], ordered[-1 - per_side : k.shape[0] - per_side]
+    scale = (hi - lo) / qmax
+    dense = lo + asym_codes(k.clamp(lo, hi), lo, scale, qmax).float() * scale
+    sparse = (k < lo) | (k > hi)
+    return torch.where(sparse, k.half().float(), dense)
 
 
 def fake_values(v: torch.Tensor, bits: int) -> torch.Tensor:
@@ -89,6 +109,8 @@ class FakePages:
         if kbits:
             if self.variant.get("rotate"):
                 k = fake_keys(k @ self.rotation, kbits) @ self.rotation.T
+            elif self.variant.get("outliers"):
+                k = fake_keys_outliers(k, kbits, self.variant["outliers"])
             else:
                 k = fake_keys(k, kbits)
         if vbits:
@@ -160,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: ppl {row['ppl']} KL {row['kl_per_token']} needle {means}", file=sys.stderr, flush=True)
     result = {"benchmark": "kv_key_ablation", "machine": machine(), "reference": "fp32 pages (exact)",
               "page_tokens": PAGE, "depths": list(DEPTHS), "lengths": lengths, "ppl_tokens": len(text),
-              "variants": {n: VARIANTS[n] | {"rotate": bool(VARIANTS[n].get("rotate"))} for n in names},
+              "variants": {n: VARIANTS[n] | {"rotate": bool(VARIANTS[n].get("rotate")), "outliers": VARIANTS[n].get("outliers", 0)}
+                           for n in names},
               "results": results}
     path = write_result(args.name, result)
     print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
