@@ -21,22 +21,14 @@ benchmarks/results/amx_attention.json (`--name` for another file).
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 
 import torch
 
-from benchmarks.common import kernel_bench_args, machine, write_result
+from benchmarks.common import amx_kernel_bench, best_alternating, side_figures
 
 HQ, H, D = 9, 3, 64
 CHUNKS = [(512, 0), (2048, 0), (4096, 0), (2048, 2048)]  # (chunk rows, cached tokens before it)
-
-
-def _once(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
 
 
 def rows(reps: int) -> list[dict]:
@@ -63,17 +55,12 @@ def rows(reps: int) -> list[dict]:
         }
         exact = amx_attention.attend_reference(q, k, v, D ** -0.5).double()
         err = {s: float((f().double() - exact).norm() / exact.norm()) for s, f in sides.items()}
-        best = {s: float("inf") for s in sides}
-        for _ in range(reps):  # alternating, so the machine's drift reaches every side
-            for s, f in sides.items():
-                best[s] = min(best[s], _once(f))
+        best = best_alternating(sides, reps)
         pairs = HQ * (n * p + n * (n + 1) / 2)  # (query head, visible key) pairs
         flops = 4 * D * pairs
         out.append({
             "rows": n, "cached": p,
-            "ms": {s: round(t * 1e3, 2) for s, t in best.items()},
-            "gflops": {s: round(flops / t / 1e9, 1) for s, t in best.items()},
-            "rel_err": {s: float(f"{e:.2e}") for s, e in err.items()},
+            **side_figures(best, flops, err, "rel_err"),
             "split_vs_flash_fp32": round(best["flash_fp32"] / best["amx_split"], 3),
             "split_vs_flash_bf16": round(best["flash_bf16"] / best["amx_split"], 3),
         })
@@ -82,22 +69,12 @@ def rows(reps: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = kernel_bench_args(__doc__, "amx_attention", argv)
-    torch.set_num_threads(2)
     from ktcli.engine import amx_attention
 
-    if not amx_attention.available():
-        print("no AMX here (or ktcli's C++ kernels are not built): nothing to measure", file=sys.stderr)
-        return 1
-    table = rows(args.reps)
-    result = {"benchmark": "amx_attention", "machine": machine(), "threads": 2, "torch": torch.__version__,
-              "heads": {"query": HQ, "kv": H, "head_size": D},
-              "baseline": "flash_fp32: torch's flash kernel through engine.prefill_attention (the engine's fp32 path before)",
-              "rows": table,
-              "total_ms": {s: round(sum(r["ms"][s] for r in table), 2) for s in table[0]["ms"]}}
-    path = write_result(args.name, result)
-    print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
-    return 0
+    return amx_kernel_bench(
+        __doc__, "amx_attention", argv, amx_attention.available, rows,
+        heads={"query": HQ, "kv": H, "head_size": D},
+        baseline="flash_fp32: torch's flash kernel through engine.prefill_attention (the engine's fp32 path before)")
 
 
 if __name__ == "__main__":

@@ -21,25 +21,14 @@ Writes benchmarks/results/amx_gemm.json (`--name` for another file).
 
 from __future__ import annotations
 
-import json
 import sys
-import time
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.common import kernel_bench_args, machine, write_result
+from benchmarks.common import amx_kernel_bench, best_alternating, side_figures
 
 HIDDEN, INTER, QKV = 576, 1536, 960
-
-
-def _best(fn, reps: int) -> float:
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def rows(reps: int) -> list[dict]:
@@ -63,16 +52,11 @@ def rows(reps: int) -> list[dict]:
             exact32 = x.double() @ int8_gemv.unpack(w).double().T
             err = {s: float((f().double() - (exact32 if s == "mkl_fp32" else exact)).abs().max() / exact.abs().max())
                    for s, f in sides.items()}
-            best = {s: float("inf") for s in sides}
-            for _ in range(reps):  # alternating, so the machine's drift reaches every side
-                for s, f in sides.items():
-                    best[s] = min(best[s], _best(f, 1))
+            best = best_alternating(sides, reps)
             flops = 2 * m * n * k
             out.append({
                 "shape": name, "rows": m, "n": n, "k": k,
-                "ms": {s: round(t * 1e3, 3) for s, t in best.items()},
-                "gflops": {s: round(flops / t / 1e9, 1) for s, t in best.items()},
-                "max_rel_err": {s: float(f"{e:.2e}") for s, e in err.items()},
+                **side_figures(best, flops, err, "max_rel_err", digits=3),
                 "split_vs_onednn_bf16": round(best["onednn_bf16"] / best["amx_split"], 3),
                 "split_vs_mkl_fp32": round(best["mkl_fp32"] / best["amx_split"], 3),
                 "split_vs_one_pass": round(best["amx_one_pass"] / best["amx_split"], 3),
@@ -82,22 +66,12 @@ def rows(reps: int) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = kernel_bench_args(__doc__, "amx_gemm", argv)
-    torch.set_num_threads(2)
     from ktcli.engine import amx_gemm
 
-    if not amx_gemm.available():
-        print("no AMX here (or ktcli's C++ kernels are not built): nothing to measure", file=sys.stderr)
-        return 1
-    table = rows(args.reps)
-    result = {"benchmark": "amx_gemm", "machine": machine(), "threads": 2, "torch": torch.__version__,
-              "weights": "int8 (engine.int8_gemv packing), unpacked to bf16 inside the kernel",
-              "baseline": "onednn_bf16: F.linear over bf16-unpacked weights, bf16 activations, output widened",
-              "rows": table,
-              "total_ms": {s: round(sum(r["ms"][s] for r in table), 2) for s in table[0]["ms"]}}
-    path = write_result(args.name, result)
-    print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
-    return 0
+    return amx_kernel_bench(
+        __doc__, "amx_gemm", argv, amx_gemm.available, rows,
+        weights="int8 (engine.int8_gemv packing), unpacked to bf16 inside the kernel",
+        baseline="onednn_bf16: F.linear over bf16-unpacked weights, bf16 activations, output widened")
 
 
 if __name__ == "__main__":

@@ -74,3 +74,46 @@ def kernel_bench_args(doc: str, name: str, argv: list[str] | None):
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--name", default=name, help="results file name (benchmarks/results/NAME.json)")
     return parser.parse_args(argv)
+
+
+def best_alternating(sides: dict, reps: int) -> dict[str, float]:
+    """Each side's best wall time over `reps` rounds, the sides taking turns in every round
+    (so the machine's drift reaches all of them)."""
+    import time
+
+    best = {s: float("inf") for s in sides}
+    for _ in range(reps):
+        for s, fn in sides.items():
+            t = time.perf_counter()
+            fn()
+            best[s] = min(best[s], time.perf_counter() - t)
+    return best
+
+
+def side_figures(best: dict[str, float], flops: float, err: dict[str, float], err_name: str, digits: int = 2) -> dict:
+    """A kernel table row's per-side figures: ms, GFLOPS and the error under `err_name`."""
+    return {
+        "ms": {s: round(t * 1e3, digits) for s, t in best.items()},
+        "gflops": {s: round(flops / t / 1e9, 1) for s, t in best.items()},
+        err_name: {s: float(f"{e:.2e}") for s, e in err.items()},
+    }
+
+
+def amx_kernel_bench(doc: str, name: str, argv: list[str] | None, available, rows, **fields) -> int:
+    """main() of an AMX kernel micro-benchmark: options (kernel_bench_args), 2 threads, exit 1
+    where `available()` is False, `rows(reps)` -> the table (each row with "ms" per side),
+    written with the machine, torch version, `fields` and each side's total."""
+    import torch
+
+    args = kernel_bench_args(doc, name, argv)
+    torch.set_num_threads(2)
+    if not available():
+        print("no AMX here (or ktcli's C++ kernels are not built): nothing to measure", file=sys.stderr)
+        return 1
+    table = rows(args.reps)
+    result = {"benchmark": name, "machine": machine(), "threads": 2, "torch": torch.__version__, **fields,
+              "rows": table,
+              "total_ms": {s: round(sum(r["ms"][s] for r in table), 2) for s in table[0]["ms"]}}
+    path = write_result(args.name, result)
+    print(json.dumps(result, indent=2) if args.json else f"wrote {path}")
+    return 0

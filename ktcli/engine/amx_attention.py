@@ -138,6 +138,23 @@ KT_AMX inline void pair_split(__m512 a, __m512 b, uint32_t* hi, uint32_t* lo) {
     _mm512_store_si512(lo, _mm512_permutexvar_epi16(pairs, l));
 }
 
+// C tile t += A B in three passes, A's hi / lo parts loaded into tiles 6 / 7 from a_hi /
+// a_lo (row stride in bytes), B's hi / lo already in tiles 4 / 5: hi.hi + lo.hi + hi.lo.
+#define KT_SPLIT3(t, a_hi, a_lo, stride) \
+    _tile_loadd(6, a_hi, stride);        \
+    _tile_loadd(7, a_lo, stride);        \
+    _tile_dpbf16ps(t, 6, 4);             \
+    _tile_dpbf16ps(t, 7, 4);             \
+    _tile_dpbf16ps(t, 6, 5);
+
+// Accumulator tiles 0-3 <-> four 16 x 16 fp32 blocks stored one after another.
+KT_AMX inline void store4(float* p) {
+    _tile_stored(0, p, 64); _tile_stored(1, p + 256, 64); _tile_stored(2, p + 512, 64); _tile_stored(3, p + 768, 64);
+}
+KT_AMX inline void load4(const float* p) {
+    _tile_loadd(0, p, 64); _tile_loadd(1, p + 256, 64); _tile_loadd(2, p + 512, 64); _tile_loadd(3, p + 768, 64);
+}
+
 struct Problem {
     const float* q; int64_t sq_i, sq_h;          // q [n, HQ, D]
     const uint16_t *kh, *kl, *vh, *vl;           // packed, per kv head: head_k / head_v elements
@@ -175,19 +192,12 @@ KT_AMX void group_step(const Problem& P, int64_t h, int64_t b, const uint32_t* q
         _tile_loadd(5, ql + c * 256, 64);
         const uint16_t* ah = kh + (b * KB) * D + c * 32;
         const uint16_t* al = kl + (b * KB) * D + c * 32;
-#define KT_S_TILE(t)                                    \
-        _tile_loadd(6, ah + (t) * 16 * D, D * 2);       \
-        _tile_loadd(7, al + (t) * 16 * D, D * 2);       \
-        _tile_dpbf16ps(t, 6, 4);                        \
-        _tile_dpbf16ps(t, 7, 4);                        \
-        _tile_dpbf16ps(t, 6, 5);
-        KT_S_TILE(0) KT_S_TILE(1) KT_S_TILE(2) KT_S_TILE(3)
-#undef KT_S_TILE
+        KT_SPLIT3(0, ah, al, D * 2)
+        KT_SPLIT3(1, ah + 16 * D, al + 16 * D, D * 2)
+        KT_SPLIT3(2, ah + 32 * D, al + 32 * D, D * 2)
+        KT_SPLIT3(3, ah + 48 * D, al + 48 * D, D * 2)
     }
-    _tile_stored(0, S, 64);
-    _tile_stored(1, S + 256, 64);
-    _tile_stored(2, S + 512, 64);
-    _tile_stored(3, S + 768, 64);
+    store4(S);
     KT_PROF_MARK(1);
     // Online softmax in base 2 down the columns; keys past a row's position masked.
     const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
@@ -220,10 +230,7 @@ KT_AMX void group_step(const Problem& P, int64_t h, int64_t b, const uint32_t* q
     for (int64_t g4 = 0; g4 < DG; g4 += 4) {
         float* o = O + g4 * 256;
         if (b > 0) {
-            _tile_loadd(0, o, 64);
-            _tile_loadd(1, o + 256, 64);
-            _tile_loadd(2, o + 512, 64);
-            _tile_loadd(3, o + 768, 64);
+            load4(o);
         } else {
             _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
         }
@@ -232,19 +239,12 @@ KT_AMX void group_step(const Problem& P, int64_t h, int64_t b, const uint32_t* q
             _tile_loadd(5, w.pl + half * 256, 64);
             const uint16_t* th = vh + ((b * 2 + half) * DG + g4) * 512;
             const uint16_t* tl = vl + ((b * 2 + half) * DG + g4) * 512;
-#define KT_O_TILE(t)                              \
-            _tile_loadd(6, th + (t) * 512, 64);   \
-            _tile_loadd(7, tl + (t) * 512, 64);   \
-            _tile_dpbf16ps(t, 6, 4);              \
-            _tile_dpbf16ps(t, 7, 4);              \
-            _tile_dpbf16ps(t, 6, 5);
-            KT_O_TILE(0) KT_O_TILE(1) KT_O_TILE(2) KT_O_TILE(3)
-#undef KT_O_TILE
+            KT_SPLIT3(0, th, tl, 64)
+            KT_SPLIT3(1, th + 512, tl + 512, 64)
+            KT_SPLIT3(2, th + 1024, tl + 1024, 64)
+            KT_SPLIT3(3, th + 1536, tl + 1536, 64)
         }
-        _tile_stored(0, o, 64);
-        _tile_stored(1, o + 256, 64);
-        _tile_stored(2, o + 512, 64);
-        _tile_stored(3, o + 768, 64);
+        store4(o);
     }
 }
 
