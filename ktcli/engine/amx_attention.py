@@ -1,4 +1,4 @@
-"""fp32-grade causal prefill attention on AMX tiles (bf16 products, split three ways).
+"""fp32-grade causal prefill attention on AMX tiles (bf16 products over split operands).
 
 Why: a long fp32 prefill on the 2-core Xeon spent half its time in attention (torch's
 flash kernel: 4.4 of 8.9 s at 4,096 tokens of SmolLM2, ~130-160 GFLOPS), while AMX runs
@@ -9,18 +9,25 @@ every fp32 operand x is split into hi = bf16(x) and lo = bf16(x - hi), which hol
 
     q.k ~ qh.kh + qh.kl + ql.kh        p.v ~ ph.vh + pl.vh + ph.vl
 
-(the dropped lo.lo term is ~2^-18 of the product). Measured (benchmarks.amx_attention,
-tests/engine/test_amx_attention.py): outputs within ~1e-5 of float64 attention, where
-torch's fp32 kernel is within ~1e-6 and one bf16 pass ~3e-3; SmolLM2's prompt logits
-move 1.2e-5 from transformers' (2.1e-6 through the flash kernel; the engine's bound is
-1e-4). So this is fp32-grade, not bit-for-bit fp32: KTCLI_NO_AMX_ATTENTION=1 gives the
-flash kernel back.
+(the dropped lo.lo term is ~2^-18 of the product). A score's absolute error becomes the
+relative error of its softmax weight, and three passes leave it at ~2^-17 of
+sum_d |q_d k_d|: fine for SmolLM2 (prompt logits 1.2e-5 from transformers', against
+2.1e-6 through the flash kernel; the engine's bound is 1e-4), not for heads with large
+scores (head-size-128 test models with a wide random init: 1.2-3.9e-4). So q and k are
+split in three parts (hi, mid = bf16(x - hi), lo = bf16(x - hi - mid): x to ~2^-26), and
+where `score_error` estimates the three-pass error above SIX_PASS_ABOVE the scores take six
+passes (hi.hi, hi.mid, mid.hi, hi.lo, mid.mid, lo.hi; those models: 1-3e-5, as the flash
+kernel). Measured (benchmarks.amx_attention, tests/engine/test_amx_attention.py): outputs
+within ~1e-5 of float64 attention (three-pass scores; ~4e-6 with six), where torch's fp32
+kernel is within ~1e-6 and one bf16 pass ~3e-3. This is fp32-grade, not bit-for-bit fp32:
+KTCLI_NO_AMX_ATTENTION=1 gives the flash kernel back.
 
 The kernel, per kv head and task of 4 x 16 query rows (the G query heads sharing the kv
 head folded into the rows, position-major so a block spans few positions):
 
 - K and V are split once per call: K as row-major bf16 (A tiles of 16 keys x 32 d), V^T
-  as A tiles of 16 d x 32 keys; keys padded to 64 with zeros;
+  as A tiles of 16 d x 32 keys; keys padded to 64 with zeros (the packed copy is 1.25x
+  the fp32 K and V);
 - it computes S^T = K Q^T rather than Q K^T, so a 16-lane vector holds one key for the 16
   query rows and the online softmax (base 2, q pre-scaled by scale * log2(e)) takes its
   maxima and sums down columns, with no horizontal reductions; P^T goes straight into B
@@ -32,7 +39,7 @@ head folded into the rows, position-major so a block spans few positions):
   counter, so the causal triangle splits evenly over the threads.
 
 Where the compiler lacks AMX intrinsics, the CPU lacks AMX, Linux refuses the tile state
-or the head size is not a multiple of 32 (up to 256), `available()` / `supports()` say so
+or the head size is not a multiple of 64 (up to 256), `available()` / `supports()` say so
 and callers keep torch's flash kernel; KTCLI_NO_AMX_ATTENTION=1 does that on purpose.
 """
 
