@@ -87,24 +87,15 @@ KT_AMX inline __m512 exp2_neg(__m512 x) {
     return _mm512_scalef_ps(p, n);
 }
 
-// 16 floats -> bf16 hi and lo = bf16(x - hi).
-KT_AMX inline void split16(__m512 v, uint16_t* hi, uint16_t* lo) {
-    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-    const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), h);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
-}
+using amx::split16;  // 16 floats -> bf16 hi and lo = bf16(x - hi) (engine.amx_gemm)
 
-// 16 floats -> three bf16 parts hi + mid + lo (x to ~2^-26): for the scores, whose absolute
-// error the softmax turns into relative error of every weight.
+// 16 floats -> three bf16 parts hi + mid + lo (x to ~2^-26): hi, then the remainder x - hi
+// (exact in fp32) split again. For the scores, whose absolute error the softmax turns into
+// relative error of every weight.
 KT_AMX inline void split16x3(__m512 v, uint16_t* hi, uint16_t* mid, uint16_t* lo) {
     const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
-    const __m512 r1 = _mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16)));
-    const __m256i m = (__m256i)_mm512_cvtneps_pbh(r1);
-    const __m512 r2 = _mm512_sub_ps(r1, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(m), 16)));
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), h);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(mid), m);
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)_mm512_cvtneps_pbh(r2));
+    split16(_mm512_sub_ps(v, _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16))), mid, lo);
 }
 
 // The kernel works on transposed blocks so that the softmax runs down 16-lane columns (one
@@ -180,15 +171,15 @@ KT_AMX inline void load4(const float* p) {
 
 struct Problem {
     const float* q; int64_t sq_i, sq_h;          // q [n, HQ, D]
-    const uint16_t *kh, *km, *kl, *vh, *vl;      // packed, per kv head: head_k / head_v elements
-    int64_t head_k, head_v, padded;
+    const uint16_t *kh, *km, *kl, *vh, *vl;      // packed parts, `head` elements per kv head
+    int64_t head;                                // padded keys x D
     float* out;                                  // [n, HQ, D] contiguous
     int64_t n, HQ, H, G, D, p;                   // query i sits at position p + i
     float qscale;                                // scale * log2(e)
     bool six;                                    // scores in six passes (see amx_prefill_attention)
 };
 
-// A task's working set: per 16-row group its Q^T B tiles (hi, lo), O^T [D, 16] and softmax
+// A task's working set: per 16-row group its Q^T B tiles (hi, mid, lo), O^T [D, 16] and softmax
 // state; the block's S^T and P^T tiles are shared.
 struct Scratch {
     std::vector<uint32_t> qh, qm, ql;  // [NG][D / 32 tiles of 256]
@@ -204,11 +195,11 @@ struct Scratch {
 KT_AMX void group_step(const Problem& P, int64_t h, int64_t b, const uint32_t* qh, const uint32_t* qm, const uint32_t* ql, float* O,
                        __m512i pos, int64_t first, __m512& m, __m512& l, Scratch& w) {
     const int64_t D = P.D, DC = D / 32, DG = D / 16;
-    const uint16_t* kh = P.kh + h * P.head_k;
-    const uint16_t* km = P.km + h * P.head_k;
-    const uint16_t* kl = P.kl + h * P.head_k;
-    const uint16_t* vh = P.vh + h * P.head_v;
-    const uint16_t* vl = P.vl + h * P.head_v;
+    const uint16_t* kh = P.kh + h * P.head;
+    const uint16_t* km = P.km + h * P.head;
+    const uint16_t* kl = P.kl + h * P.head;
+    const uint16_t* vh = P.vh + h * P.head;
+    const uint16_t* vl = P.vl + h * P.head;
     float* S = w.S;
     // S^T = K Q^T for keys b * 64 .. + 63 (rows j of S: key b * 64 + j).
     if (!P.six) {
@@ -380,11 +371,11 @@ KT_AMX void run_tasks(const Problem& P, std::atomic<int64_t>* next, int64_t task
 // task t: kv head t / kt, keys (t % kt) * 32 .. + 31 (K rows and one V^T tile column).
 KT_AMX void pack_range(const float* k, const float* v, int64_t sk_j, int64_t sk_h, int64_t sv_j, int64_t sv_h,
                        int64_t keys, int64_t D, int64_t kt, uint16_t* kh, uint16_t* km, uint16_t* kl, uint16_t* vh, uint16_t* vl,
-                       int64_t head_k, int64_t head_v, int64_t t0, int64_t t1) {
+                       int64_t head, int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
         const int64_t h = t / kt, j0 = (t % kt) * 32;
-        pack_k_rows(k + h * sk_h, sk_j, keys, D, j0, j0 + 32, kh + h * head_k, km + h * head_k, kl + h * head_k);
-        pack_vt_tile(v + h * sv_h, sv_j, keys, D, j0, vh + h * head_v, vl + h * head_v);
+        pack_k_rows(k + h * sk_h, sk_j, keys, D, j0, j0 + 32, kh + h * head, km + h * head, kl + h * head);
+        pack_vt_tile(v + h * sv_h, sv_j, keys, D, j0, vh + h * head, vl + h * head);
     }
 }
 #endif  // KT_HAVE_AMX
@@ -409,22 +400,22 @@ torch::Tensor amx_prefill_attention(torch::Tensor q, torch::Tensor k, torch::Ten
     if (k.stride(2) != 1) k = k.contiguous();
     if (v.stride(2) != 1) v = v.contiguous();
     const int64_t padded = (keys + amx_attn::KB - 1) / amx_attn::KB * amx_attn::KB;
-    const int64_t head_k = padded * D, head_v = padded * D;  // bf16 elements per head and part
+    const int64_t head = padded * D;  // bf16 elements per kv head and part
     const auto u16 = torch::TensorOptions().dtype(torch::kInt16);
-    auto packed = torch::empty({5, H * head_k}, u16);  // K hi, mid, lo; V^T hi, lo
+    auto packed = torch::empty({5, H * head}, u16);  // K hi, mid, lo; V^T hi, lo
     auto* base = reinterpret_cast<uint16_t*>(packed.data_ptr());
-    uint16_t *kh = base, *km = base + H * head_k, *kl = base + 2 * H * head_k;
-    uint16_t *vh = base + 3 * H * head_k, *vl = base + 4 * H * head_k;
+    uint16_t *kh = base, *km = base + H * head, *kl = base + 2 * H * head;
+    uint16_t *vh = base + 3 * H * head, *vl = base + 4 * H * head;
     const int64_t kt = padded / 32;
     const float* kp = k.data_ptr<float>();
     const float* vp = v.data_ptr<float>();
     const int64_t skj = k.stride(0), skh = k.stride(1), svj = v.stride(0), svh = v.stride(1);
     at::parallel_for(0, H * kt, 8, [&](int64_t t0, int64_t t1) {
-        amx_attn::pack_range(kp, vp, skj, skh, svj, svh, keys, D, kt, kh, km, kl, vh, vl, head_k, head_v, t0, t1);
+        amx_attn::pack_range(kp, vp, skj, skh, svj, svh, keys, D, kt, kh, km, kl, vh, vl, head, t0, t1);
     });
     auto out = torch::empty({n, HQ, D}, q.options());
-    amx_attn::Problem P{q.data_ptr<float>(), q.stride(0), q.stride(1), kh, km, kl, vh, vl, head_k, head_v,
-                        padded, out.data_ptr<float>(), n, HQ, H, HQ / H, D, keys - n, float(scale * 1.4426950408889634), six};
+    amx_attn::Problem P{q.data_ptr<float>(), q.stride(0), q.stride(1), kh, km, kl, vh, vl, head,
+                        out.data_ptr<float>(), n, HQ, H, HQ / H, D, keys - n, float(scale * 1.4426950408889634), six};
     const int64_t per_head = (n * P.G + 16 * amx_attn::NG - 1) / (16 * amx_attn::NG), tasks = per_head * H;
     std::atomic<int64_t> next{0};
     const int64_t threads = std::min<int64_t>(at::get_num_threads(), tasks);

@@ -83,6 +83,17 @@ KT_AMX inline uint16_t bf16_of(float v) {  // round to nearest even, as the vect
     return uint16_t(_mm256_extract_epi16((__m256i)b, 0));
 }
 
+// 16 floats -> bf16 hi = bf16(x) and, when lo is given, lo = bf16(x - hi) (hi + lo hold x
+// to ~2^-17). engine.amx_attention splits its operands with it too.
+KT_AMX inline void split16(__m512 v, uint16_t* hi, uint16_t* lo) {
+    const __m256i h = (__m256i)_mm512_cvtneps_pbh(v);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(hi), h);
+    if (lo) {
+        const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(lo), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
+    }
+}
+
 // fp32 [M, K] -> bf16 hi = bf16(x) and, when lo is given, lo = bf16(x - hi), as [Mp, Kp]
 // rows (the padding zero); rows m0 .. m1 - 1. (Lambdas do not inherit a target attribute,
 // so each parallel body is a function of its own.)
@@ -98,15 +109,7 @@ KT_AMX void split_range(const float* x, int64_t M, int64_t K, int64_t Kp, uint16
         }
         const float* r = x + m * K;
         int64_t k = 0;
-        for (; k + 16 <= K; k += 16) {
-            const __m512 v = _mm512_loadu_ps(r + k);
-            const __m256i b = (__m256i)_mm512_cvtneps_pbh(v);
-            _mm256_storeu_si256(reinterpret_cast<__m256i*>(h + k), b);
-            if (l) {
-                const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
-                _mm256_storeu_si256(reinterpret_cast<__m256i*>(l + k), (__m256i)_mm512_cvtneps_pbh(_mm512_sub_ps(v, back)));
-            }
-        }
+        for (; k + 16 <= K; k += 16) split16(_mm512_loadu_ps(r + k), h + k, l ? l + k : nullptr);
         for (; k < Kp; ++k) {
             const float v = k < K ? r[k] : 0.f;
             h[k] = bf16_of(v);

@@ -17,8 +17,10 @@ which is softmax over the union of the keys, exactly. Sliding-window layers and 
 devices keep the masked SDPA call in `attention.attend`.
 
 In fp32 on a CPU with AMX, `engine.amx_attention` runs the whole chunk (earlier and own
-keys in one causal pass) on AMX tiles with every operand split into two bf16 parts:
-fp32-grade (~1e-5 of float64) at 1.4-1.8x the flash kernel's speed on the 2-core Xeon.
+keys in one causal pass) on AMX tiles with every operand split into bf16 parts (two, or
+three for the scores where they are large): fp32-grade (~1e-5 of float64, ~4e-6 with
+six-pass scores) at 1.4-2.0x the flash kernel's speed on the 2-core Xeon (1.1-1.5x with
+six-pass scores).
 
 Otherwise, in fp32, where oneDNN is usable (`engine.cpu_gemm`), a chunk instead runs as blocks of
 query positions: S = Q K^T over every key the block sees (one oneDNN product per kv head,
