@@ -92,4 +92,79 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
         if raw is not None:
             values[key] = _coerce(key, raw, known[key])
 
-    return replace(base, **values)
+    return validate(replace(base, **values))
+
+
+# What the string settings accept. KV_DTYPES mirrors kernels.layout.KV_KINDS (config
+# imports no torch; tests/test_config.py keeps the two equal).
+KV_DTYPES = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+ATTENTION_KINDS = ("dense", "window", "topk")
+ROPE_KINDS = ("linear", "dynamic", "yarn", "llama3")
+_CHOICES = {
+    "engine": ("ktcli", "hf"),
+    "backend": ("local", "openai"),
+    "mode": ("auto", "full", "sparse", "retrieval"),
+    "weights": ("auto", "fp32", "bf16", "fp16", "int8"),
+    "kv_dtype": ("auto",) + KV_DTYPES,
+}
+# Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens and
+# chunk_overlap are checked together by ingest.chunking).
+_AT_LEAST = {"max_new_tokens": 1, "top_k": 1, "max_file_bytes": 1, "threads": 0, "context_window": 0,
+             "max_seconds": 0.0, "temperature": 0.0}
+
+
+def parse_attention(spec: str) -> tuple[str, int | None]:
+    """'topk', 'topk:16', 'window:8', 'dense' -> (kind, pages or None); ValueError if not."""
+    kind, sep, pages = spec.partition(":")
+    if kind not in ATTENTION_KINDS:
+        raise ValueError(f"--attention {spec!r}: choose one of {', '.join(ATTENTION_KINDS)} (topk:N / window:N set the pages)")
+    if not sep:
+        return kind, None
+    if kind == "dense" or not pages.isdigit() or int(pages) < 1:
+        raise ValueError(f"--attention {spec!r}: give a page count of at least 1, e.g. topk:16 or window:8")
+    return kind, int(pages)
+
+
+def parse_rope_scaling(spec: str) -> tuple[str, float] | None:
+    """'yarn:4', 'linear' (factor 2) -> (kind, factor); 'none' / 'default' -> None (the
+    model's own RoPE); ValueError if not."""
+    kind, _, factor = spec.partition(":")
+    kind = kind.strip().lower()
+    if kind in ("none", "default"):
+        return None
+    if kind not in ROPE_KINDS:
+        raise ValueError(f"--rope-scaling {spec!r}: give {'|'.join(ROPE_KINDS)}[:factor], e.g. yarn:4")
+    try:
+        f = float(factor) if factor else 2.0
+    except ValueError:
+        raise ValueError(f"--rope-scaling {spec!r}: the factor must be a number") from None
+    if not f >= 1:  # also rejects nan
+        raise ValueError(f"--rope-scaling {spec!r}: the factor must be at least 1")
+    return kind, f
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def validate(settings: Settings) -> Settings:
+    """Reject values no command can use, before any work starts (a dry-run `plan` never
+    loads the engine, which would otherwise be the first to notice)."""
+    for name, choices in _CHOICES.items():
+        value = getattr(settings, name)
+        if value not in choices:
+            raise UsageError(f"{_flag(name)} {value!r}: choose {', '.join(choices[:-1])} or {choices[-1]}")
+    for name, low in _AT_LEAST.items():
+        value = getattr(settings, name)
+        if not value >= low:
+            raise UsageError(f"{_flag(name)} {value}: must be at least {low}")
+    if settings.request_timeout <= 0:
+        raise UsageError(f"request_timeout {settings.request_timeout}: must be above 0")
+    try:
+        if settings.attention != "auto":
+            parse_attention(settings.attention)
+        if settings.rope_scaling:
+            parse_rope_scaling(settings.rope_scaling)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
+    return settings

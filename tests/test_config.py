@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from ktcli.config import load_settings
@@ -35,3 +37,35 @@ def test_unknown_key_in_file(tmp_path, monkeypatch):
     monkeypatch.setenv("KTCLI_CONFIG", str(cfg))
     with pytest.raises(UsageError, match="colour"):
         load_settings()
+
+
+@pytest.mark.parametrize("flags, needle", [
+    ({"kv_dtype": "int3"}, "--kv-dtype 'int3': choose auto, fp32"),
+    ({"attention": "bogus"}, "attention 'bogus': choose one of dense, window, topk"),
+    ({"attention": "topk:0"}, "page count of at least 1"),
+    ({"rope_scaling": "magic:2"}, "--rope-scaling 'magic:2'"),
+    ({"rope_scaling": "yarn:0.5"}, "factor must be at least 1"),
+    ({"mode": "fast"}, "--mode 'fast'"),
+    ({"engine": "vllm"}, "--engine 'vllm': choose ktcli or hf"),
+    ({"weights": "int2"}, "--weights 'int2'"),
+    ({"max_new_tokens": 0}, "--max-new-tokens 0: must be at least 1"),
+    ({"top_k": 0}, "--top-k 0"),
+    ({"max_seconds": -3}, "--max-seconds -3"),
+    ({"temperature": float("nan")}, "--temperature nan"),
+])
+def test_values_no_command_can_use_are_rejected_up_front(tmp_path, monkeypatch, flags, needle):
+    monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "none.toml"))
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        load_settings(flags)
+
+
+def test_accepted_values_pass_and_kv_kinds_match_the_kernels(tmp_path, monkeypatch):
+    import kernels.layout
+
+    from ktcli.config import KV_DTYPES
+
+    monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "none.toml"))
+    s = load_settings({"kv_dtype": "int4", "attention": "topk:16", "rope_scaling": "yarn:4", "max_seconds": 30.0})
+    assert (s.kv_dtype, s.attention, s.rope_scaling) == ("int4", "topk:16", "yarn:4")
+    assert load_settings({"rope_scaling": "none", "attention": "window"}).rope_scaling == "none"
+    assert KV_DTYPES == kernels.layout.KV_KINDS

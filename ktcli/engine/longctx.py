@@ -45,10 +45,10 @@ from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, context_kv, gather_kv
 from ktcli.engine import cpu_kivi_attention, prefill_attention
 from ktcli.engine.attention import decode_grouped
+from ktcli.config import parse_attention
+from ktcli.config import parse_rope_scaling as parse_rope_spec
 from ktcli.engine.config import ModelConfig
 from ktcli.errors import InputError, OutOfMemoryError
-
-POLICIES = ("dense", "window", "topk")
 KV_DTYPES = kernels.KV_KINDS
 
 
@@ -88,17 +88,15 @@ def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_p
     # page costs prefill time. Larger models take more (Quest / InfLLM use 2-4K tokens).
     if isinstance(kind, AttentionPolicy):
         return kind
-    spec = kind
-    kind, _, pages = spec.partition(":")  # "topk:16" = 16 pages per step; "window:8" = 8 local pages
-    if kind not in POLICIES:
-        raise InputError(f"attention {spec!r}: choose one of {', '.join(POLICIES)} (topk:N / window:N set the pages)")
-    if pages:
-        if kind == "dense" or not pages.isdigit() or int(pages) < 1:
-            raise InputError(f"attention {spec!r}: give a page count of at least 1, e.g. topk:16 or window:8")
+    try:
+        kind, pages = parse_attention(kind)  # "topk:16" = 16 pages per step; "window:8" = 8 local pages
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if pages is not None:
         if kind == "topk":
-            top_k_pages = int(pages)
+            top_k_pages = pages
         else:
-            n_local_pages = int(pages)
+            n_local_pages = pages
     return AttentionPolicy(kind, n_sink_pages=n_sink_pages, n_local_pages=n_local_pages, top_k_pages=top_k_pages)
 
 
@@ -118,18 +116,13 @@ def parse_rope_scaling(spec: str | dict | None, cfg: ModelConfig) -> dict:
         return {}
     if isinstance(spec, dict):
         return dict(spec)
-    kind, _, factor = spec.partition(":")
-    kind = kind.strip().lower()
-    if kind in ("none", "default"):
-        return {"rope_type": "default"}
-    if kind not in ("linear", "dynamic", "yarn", "llama3"):
-        raise InputError(f"--rope-scaling {spec!r}: give linear|dynamic|yarn|llama3[:factor], e.g. yarn:4")
     try:
-        f = float(factor) if factor else 2.0
-    except ValueError:
-        raise InputError(f"--rope-scaling {spec!r}: the factor must be a number") from None
-    if f < 1:
-        raise InputError(f"--rope-scaling {spec!r}: the factor must be at least 1")
+        parsed = parse_rope_spec(spec)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if parsed is None:
+        return {"rope_type": "default"}
+    kind, f = parsed
     params = {"rope_type": kind, "factor": f, "original_max_position_embeddings": cfg.max_position}
     if kind == "llama3":
         params.update(low_freq_factor=1.0, high_freq_factor=4.0)
