@@ -25,7 +25,7 @@ class Settings:
     cache_dir: str = ""  # empty: platformdirs user cache dir
     max_file_bytes: int = 2_000_000  # folder walks skip (and report) larger files
     chunk_tokens: int = 256
-    chunk_overlap: int = 32
+    chunk_overlap: int = -1  # tokens shared by neighbouring chunks; -1: an eighth of chunk_tokens
     top_k: int = 8  # chunks retrieved for a question
     max_new_tokens: int = 384
     temperature: float = 0.0
@@ -42,6 +42,12 @@ class Settings:
     api_key: str = ""  # empty: $OPENAI_API_KEY, if set
     context_window: int = 0  # tokens; 0: what the server says (a smaller value caps it)
     request_timeout: float = 600.0  # seconds for one server request, retries included
+
+    @property
+    def overlap_tokens(self) -> int:
+        """The chunk overlap in tokens: as set, or an eighth of the chunk (32 at the default
+        256), so a smaller --chunk-tokens does not collide with a fixed default overlap."""
+        return self.chunk_overlap if self.chunk_overlap >= 0 else self.chunk_tokens // 8
 
     @property
     def cache_path(self) -> Path:
@@ -107,9 +113,9 @@ _CHOICES = {
     "weights": ("auto", "fp32", "bf16", "fp16", "int8"),
     "kv_dtype": ("auto",) + KV_DTYPES,
 }
-# Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens and
-# chunk_overlap are checked together by ingest.chunking).
-_AT_LEAST = {"max_new_tokens": 1, "top_k": 1, "max_file_bytes": 1, "threads": 0, "context_window": 0,
+# Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens, and
+# a set overlap against it, are checked by ingest.chunking).
+_AT_LEAST = {"chunk_overlap": -1, "max_new_tokens": 1, "top_k": 1, "max_file_bytes": 1, "threads": 0, "context_window": 0,
              "max_seconds": 0.0, "temperature": 0.0}
 
 

@@ -69,3 +69,11 @@ def test_accepted_values_pass_and_kv_kinds_match_the_kernels(tmp_path, monkeypat
     assert (s.kv_dtype, s.attention, s.rope_scaling) == ("int4", "topk:16", "yarn:4")
     assert load_settings({"rope_scaling": "none", "attention": "window"}).rope_scaling == "none"
     assert KV_DTYPES == kernels.layout.KV_KINDS
+
+
+def test_default_overlap_follows_the_chunk_size(tmp_path, monkeypatch):
+    monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "none.toml"))
+    assert load_settings().overlap_tokens == 32  # an eighth of the default 256
+    assert load_settings({"chunk_tokens": 16}).overlap_tokens == 2  # a fixed 32 would not fit
+    monkeypatch.setenv("KTCLI_CHUNK_OVERLAP", "0")
+    assert load_settings({"chunk_tokens": 16}).overlap_tokens == 0

@@ -159,7 +159,7 @@ def prepare(
     for skipped in corpus.skipped:
         reporter.warn(f"skipped {skipped.path}: {skipped.reason}")
     chunks = tuple(
-        chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.chunk_overlap)
+        chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
     estimate = sum(count_tokens(d.text) for d in corpus.documents)
     facts = planning_facts(settings)
@@ -170,7 +170,7 @@ def prepare(
         n_documents=len(corpus.documents),
         mode=settings.mode,
         chunk_tokens=settings.chunk_tokens,
-        chunk_overlap=settings.chunk_overlap,
+        chunk_overlap=settings.overlap_tokens,
         n_chunks=len(chunks),
         top_k=settings.top_k,
         max_new_tokens=settings.max_new_tokens,
