@@ -24,7 +24,8 @@ half a byte per token and head, still under 0.3x fp16): `int4-alloc` (weight 1: 
 page's ranges alone; `int4-alloc6` caps a channel at 6 bits), `int4-qalloc` (weight: the
 sequence's running mean of q^2 per channel over the kv head's query heads, so bits go
 where queries look), `int4-calalloc` (weight from queries over 1,024 tokens of another
-text, the tutorial's licence: fixed per model, deterministic), `k5v3-qalloc` (5-bit
+text, the tutorial's licence: fixed per model, deterministic), `int4-walloc` (weight
+predicted from W_q and the RMSNorm gains alone, no text), `k5v3-qalloc` (5-bit
 allocated keys, 3-bit values).
 
 Per variant, against `fp32` (the reference, always run first): perplexity and KL per
@@ -64,6 +65,7 @@ VARIANTS = {
     "int4-qalloc": dict(kbits=4, vbits=4, alloc=8, query_weighted=True),
     "int4-calalloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True),
     "k5v3-qalloc": dict(kbits=5, vbits=3, alloc=8, query_weighted=True),
+    "int4-walloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True, from_weights=True),
 }
 CALIBRATION = ROOT / "sample_docs" / "python-tutorial-3.11.LICENSE.txt"  # other prose than the tutorial
 CALIBRATION_TOKENS = 1024
@@ -157,6 +159,7 @@ class FakePages:
         self.pending: dict[int, list] = {}  # layer cache id -> pages waiting for this chunk's queries
         self.calibrating = False
         self.calibration: dict[int, torch.Tensor] = {}  # layer cache id -> sum of q^2 over the calibration text
+        self.prior: dict[int, torch.Tensor] = {}  # layer cache id -> the weights' estimate of E[q^2]
 
     def page(self, k: torch.Tensor, v: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kbits, vbits = self.variant["kbits"], self.variant["vbits"]
@@ -183,7 +186,7 @@ class FakePages:
                 if self.variant.get("query_weighted"):  # quantised once attend has seen this chunk's queries
                     self.pending.setdefault(id(k_cache), []).append(rows)
                 elif self.variant.get("calibrated"):
-                    weight = self.calibration[id(k_cache)]
+                    weight = (self.prior if self.variant.get("from_weights") else self.calibration)[id(k_cache)]
                     k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float(), weight)
                 else:
                     k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float())
@@ -249,6 +252,21 @@ def greedy_row(backend, fake: FakePages, lengths: list[int], depths: list[float]
     return found
 
 
+def weight_prior(model) -> dict[int, torch.Tensor]:
+    """E[q_c^2] per layer, kv head and channel as the weights alone predict it, for inputs
+    with unit covariance after the layer's RMSNorm: the squared norm of W_q's row c times
+    the norm's gains, summed over the kv head's query heads, averaged over the channel's
+    RoPE pair (2i, 2i+1), which rotation mixes. No calibration text needed."""
+    cfg = model.cfg
+    hq, hkv, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    prior = {}
+    for lw, k_cache in zip(model.w.layers, model.kv.k):
+        wq = lw.qkv[: hq * d].float() * lw.in_norm.float()  # [Hq * D, hidden]
+        e = wq.square().sum(-1).view(hkv, hq // hkv, d).sum(1)  # [Hkv, D]
+        prior[id(k_cache)] = e.view(hkv, d // 2, 2).mean(-1, keepdim=True).expand(hkv, d // 2, 2).reshape(hkv, d)
+    return prior
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
@@ -283,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
         fake.calibrating = True
         backend.prompt_logits(tok.encode(CALIBRATION.read_text(encoding="utf-8"), add_special_tokens=False)[:CALIBRATION_TOKENS])
         fake.calibrating = False
+    if any(VARIANTS[n].get("from_weights") for n in names):
+        fake.prior = weight_prior(backend.engine.model)
     prompts = {(n, d): lq.needle_prompt(tok, n, d) + full for n in lengths for d in DEPTHS}
     ref_logp = None
     results: dict = {}
