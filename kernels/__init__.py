@@ -31,15 +31,24 @@ Page kinds (``spec.kv_dtype``):
     ``scale = amax(|x| over the page's BS tokens and D channels) / 448``;
     dequantised x = float(code) * scale.
 ``"int8" | "int4"`` (KIVI: keys per channel, values per token)
-    qmax = 255 (int8) or 15 (int4); codes are unsigned, asymmetric.
+    qmax = 255 (int8) or 15 (int4 values); codes are unsigned, asymmetric.
     Keys: one (zero, scale) per (block, kv head, channel) over the page's BS tokens, and
     they are the page summary itself: ``zero = k_min``, ``scale = (k_max - k_min) / qmax``,
     dequantised k = k_min + code * scale.
+    int4 keys give each (block, kv head, channel) its own width w in 0..8 bits, 4 on
+    average (4 * D bits per row, chosen at sealing by ``reference.key_widths`` from the
+    channels' ranges and ``k_weight`` [H, D] float32, the per-model query weights):
+    qmax = 2^w - 1 per channel, and a 0-bit channel reads as ``k_min + (k_max - k_min) / 2``.
+    ``k_bits`` [NB, H, D // 2] uint8 holds the widths, two per byte as int4 codes. A key
+    row is one little-endian bitstream: channel c's code at bits [o_c, o_c + w_c) with
+    o_c = w_0 + ... + w_{c-1} (``reference.pack_bitstream``); widths all 4 make it the
+    nibble layout below.
     Values: one (zero, scale) per (block, token, kv head, group of G channels):
     ``v_zero``, ``v_scale`` [NB, BS, H, D // G] float16, zero rounded down from the group's
     min and scale up from (max - zero) / qmax, v = v_zero + code * v_scale in float32.
     ``k_pages``, ``v_pages``: [NB, BS, H, D] uint8 for int8; [NB, BS, H, D // 2] uint8 for
-    int4, channel ``2c`` in the low nibble and ``2c + 1`` in the high nibble of byte c.
+    int4, values with channel ``2c`` in the low nibble and ``2c + 1`` in the high nibble of
+    byte c, keys as bitstreams.
     Codes are ``floor((x - zero) / scale + 0.5)`` clamped to [0, qmax] (0 when scale is 0).
 
 Staging and sealing (quantized kinds only: fp8, int8, int4). A page's scales need all

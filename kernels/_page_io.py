@@ -39,7 +39,8 @@ def load_page_kv(
     KIND: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
 ):
     """Keys and values [BS, D] float32 of kv head ``h`` of block ``blk`` (int64), or of
-    staging slot ``slot`` when ``use_stage`` (quantized kinds: the unsealed tail)."""
+    staging slot ``slot`` when ``use_stage`` (quantized kinds: the unsealed tail).
+    ``k_scale`` holds fp8's page scales, or int4's key widths (``k_bits``; `page_args`)."""
     offs_t = tl.arange(0, BS)
     offs_d = tl.arange(0, D)
     if KIND == 0:
@@ -60,22 +61,35 @@ def load_page_kv(
                 k = fp8e4m3_to_f32(tl.load(k_pages + off).to(tl.int32)) * ks
                 v = fp8e4m3_to_f32(tl.load(v_pages + off).to(tl.int32)) * vs
             else:
+                kmn = tl.load(k_min + (blk * H + h) * D + offs_d)  # [D]
+                kmx = tl.load(k_max + (blk * H + h) * D + offs_d)
                 if KIND == 3:
-                    # Two channels per byte: channel d sits in byte d // 2, nibble d % 2.
+                    # Values: two channels per byte, channel d in byte d // 2, nibble d % 2.
                     off = row * (D // 2) + offs_d[None, :] // 2
                     shift = (offs_d[None, :] % 2) * 4
-                    kc = (tl.load(k_pages + off).to(tl.int32) >> shift) & 15
                     vc = (tl.load(v_pages + off).to(tl.int32) >> shift) & 15
-                    qmax = 15.0
+                    # Keys: channel d's w_d-bit code at bit o_d of the row's bitstream
+                    # (reference.unpack_bitstream): two bytes from byte o_d // 8 hold it.
+                    wb = tl.load(k_scale + (blk * H + h) * (D // 2) + offs_d // 2).to(tl.int32)
+                    w = (wb >> ((offs_d % 2) * 4)) & 15  # [D]
+                    o = tl.cumsum(w, 0) - w
+                    b0 = tl.minimum(o >> 3, D // 2 - 1)
+                    b1 = tl.minimum((o >> 3) + 1, D // 2 - 1)
+                    lo = tl.load(k_pages + row * (D // 2) + b0[None, :]).to(tl.int32)
+                    hi = tl.load(k_pages + row * (D // 2) + b1[None, :]).to(tl.int32)
+                    kc = ((lo | (hi << 8)) >> (o & 7)[None, :]) & ((1 << w) - 1)[None, :]
+                    # reference.key_affine; div_rn: the reference's IEEE division (a plain
+                    # `/` is approximate on GPUs)
+                    span = kmx - kmn
+                    kq = tl.maximum((1 << w) - 1, 1).to(tl.float32)
+                    step = tl.where(w > 0, tl.math.div_rn(span, kq), 0.0)
+                    base = tl.where(w > 0, kmn, kmn + span * 0.5)
+                    k = base[None, :] + kc.to(tl.float32) * step[None, :]
                 else:
                     off = row * D + offs_d[None, :]
                     kc = tl.load(k_pages + off).to(tl.int32)
                     vc = tl.load(v_pages + off).to(tl.int32)
-                    qmax = 255.0
-                kmn = tl.load(k_min + (blk * H + h) * D + offs_d)  # [D]
-                kmx = tl.load(k_max + (blk * H + h) * D + offs_d)
-                # div_rn: the reference's IEEE division (a plain `/` is approximate on GPUs)
-                k = kmn[None, :] + kc.to(tl.float32) * tl.math.div_rn(kmx - kmn, qmax)[None, :]
+                    k = kmn[None, :] + kc.to(tl.float32) * tl.math.div_rn(kmx - kmn, 255.0)[None, :]
                 poff = row * (D // G) + offs_d[None, :] // G  # [BS, D] -> its group's params
                 vz = tl.load(v_zero + poff).to(tl.float32)  # fp16 parameters
                 v = vz + vc.to(tl.float32) * tl.load(v_scale + poff).to(tl.float32)
@@ -130,10 +144,12 @@ def dot_flags(layer: PagedKVLayer) -> tuple[bool, bool]:
 
 def page_args(layer: PagedKVLayer) -> list[torch.Tensor]:
     """The nine pool tensors in ``load_page_kv`` order; absent ones are stood in for by
-    k_pages (never read: the kind's constexpr branch skips them)."""
+    k_pages (never read: the kind's constexpr branch skips them). The k_scale slot carries
+    int4's key widths: the two never coexist."""
     d = layer.k_pages
     pick = lambda t: d if t is None else t  # noqa: E731
-    return [layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, pick(layer.k_scale),
+    k_aux = layer.k_bits if layer.k_bits is not None else layer.k_scale
+    return [layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, pick(k_aux),
             pick(layer.v_scale), pick(layer.v_zero), pick(layer.stage_k), pick(layer.stage_v)]
 
 

@@ -12,10 +12,11 @@ operations as kernels:
 * ``_summary_kernel``, grid (T, H): per-channel min/max over rows [0, fill) of a page or
   slot into ``k_min``/``k_max`` (recomputed from the page, so no atomics and no reset
   step when a freed block is reused).
-* ``_seal_int_kernel``, grid (T, H): quantise a full slot into an int8/int4 page: keys
+* ``_seal_int_kernel``, grid (T, H): quantise a full slot into an int8 page: keys
   per channel (zero = min, scale = (max - min) / qmax), values per token and group.
   fp8 pages seal with the torch code of the reference (one cast per sealed page; Triton
-  has no portable float->e4m3 cast with round-to-nearest-even).
+  has no portable float->e4m3 cast with round-to-nearest-even), and so do int4 pages
+  (their keys' per-channel widths come from a sort, `reference.key_widths`).
 """
 
 from __future__ import annotations
@@ -80,21 +81,8 @@ def _asym_codes(x, lo, scale, QMAX: tl.constexpr):
 
 
 @triton.jit
-def _store_codes(ptr, row, codes, D: tl.constexpr, BS: tl.constexpr, INT4: tl.constexpr):
-    """codes [BS, D] int32 -> uint8 page rows ``row`` [BS, 1] (int4: two per byte)."""
-    if INT4:
-        pairs = tl.reshape(codes, (BS, D // 2, 2))
-        lo, hi = tl.split(pairs)  # channel 2c, channel 2c + 1
-        packed = lo | (hi << 4)
-        off = row * (D // 2) + tl.arange(0, D // 2)[None, :]
-        tl.store(ptr + off, packed.to(tl.uint8))
-    else:
-        tl.store(ptr + row * D + tl.arange(0, D)[None, :], codes.to(tl.uint8))
-
-
-@triton.jit
 def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k_max, v_scale, v_zero, H,
-                     BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr, QMAX: tl.constexpr, INT4: tl.constexpr):
+                     BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr, QMAX: tl.constexpr):
     i = tl.program_id(0)
     h = tl.program_id(1)
     a = tl.load(slots + i).to(tl.int64)
@@ -112,7 +100,7 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
     tl.store(k_min + (b * H + h) * D + offs_d, kmn)
     tl.store(k_max + (b * H + h) * D + offs_d, kmx)
     kc = _asym_codes(k, kmn[None, :], tl.math.div_rn(kmx - kmn, QMAX * 1.0)[None, :], QMAX)
-    _store_codes(k_pages, row, kc, D, BS, INT4)
+    tl.store(k_pages + row * D + offs_d[None, :], kc.to(tl.uint8))
 
     # Values: one (zero, scale) per token and group of G channels.
     # Stored in fp16, zero rounded down and scale up (reference.quantize_values, bit for bit).
@@ -122,7 +110,7 @@ def _seal_int_kernel(stage_k, stage_v, slots, blocks, k_pages, v_pages, k_min, k
     vsc16 = -_fp16_floor(-tl.math.div_rn(tl.max(vg, axis=2) - vmn, QMAX * 1.0))
     vsc = vsc16.to(tl.float32)
     vc = tl.reshape(_asym_codes(vg, vmn[:, :, None], vsc[:, :, None], QMAX), (BS, D))
-    _store_codes(v_pages, row, vc, D, BS, INT4)
+    tl.store(v_pages + row * D + offs_d[None, :], vc.to(tl.uint8))
     poff = row * (D // G) + tl.arange(0, D // G)[None, :]
     tl.store(v_zero + poff, vmn16)
     tl.store(v_scale + poff, vsc16)
@@ -144,13 +132,14 @@ def _refresh_summary(layer: PagedKVLayer, src, src_index, fill, blocks):
 
 def _seal(layer: PagedKVLayer, blocks, slots):
     spec = layer.spec
-    if spec.kv_dtype == "fp8":
+    if spec.kv_dtype in ("fp8", "int4"):
+        # fp8: see the module doc. int4: the key widths come from a sort over each page's
+        # channels (reference.key_widths), once per 64 tokens; torch does it on the device.
         return reference.seal_torch(layer, blocks, slots)
     _seal_int_kernel[(blocks.numel(), spec.n_kv_heads)](
         layer.stage_k, layer.stage_v, slots.to(torch.int32), blocks.to(torch.int32), layer.k_pages, layer.v_pages,
         layer.k_min, layer.k_max, layer.v_scale, layer.v_zero, spec.n_kv_heads,
-        BS=spec.block_size, D=spec.head_dim, G=spec.group_size, QMAX=reference.qmax_of(spec.kv_dtype),
-        INT4=spec.kv_dtype == "int4", enable_fp_fusion=False)
+        BS=spec.block_size, D=spec.head_dim, G=spec.group_size, QMAX=reference.qmax_of(spec.kv_dtype), enable_fp_fusion=False)
 
 
 TRITON_OPS = reference.StoreOps(_write_rows, _refresh_summary, _seal)

@@ -104,6 +104,11 @@ class PagedKVLayer:
     k_scale: torch.Tensor | None = None
     v_scale: torch.Tensor | None = None
     v_zero: torch.Tensor | None = None
+    # int4: key widths per (block, kv head, channel), two per byte [NB, H, D // 2] uint8, and
+    # the weight per (kv head, channel) that allocates them (mean q^2; ones until a caller
+    # calibrates it). See reference.key_widths.
+    k_bits: torch.Tensor | None = None
+    k_weight: torch.Tensor | None = None
     # Staging pool for the unsealed (partial) page of each sequence; quantized kinds only.
     stage_k: torch.Tensor | None = None  # [NS, BS, H, D] stage dtype
     stage_v: torch.Tensor | None = None  # [NS, BS, H, D]
@@ -145,6 +150,9 @@ def allocate(spec: KVCacheSpec, num_blocks: int, device: torch.device | str = "c
     elif spec.kv_dtype in ("int8", "int4"):
         layer.v_scale = torch.zeros(nb, bs, h, spec.n_groups, dtype=V_PARAM_DTYPE, device=dev)
         layer.v_zero = torch.zeros(nb, bs, h, spec.n_groups, dtype=V_PARAM_DTYPE, device=dev)
+    if spec.kv_dtype == "int4":
+        layer.k_bits = torch.full((nb, h, d // 2), 0x44, dtype=torch.uint8, device=dev)  # 4 bits everywhere
+        layer.k_weight = torch.ones(h, d, dtype=torch.float32, device=dev)
     if spec.quantized:
         if n_stage < 1:
             raise ValueError("quantized kinds need at least one staging slot")
@@ -165,6 +173,8 @@ def bytes_per_block(spec: KVCacheSpec) -> int:
         total += 2 * h * 4  # k_scale, v_scale
     elif spec.kv_dtype in ("int8", "int4"):
         total += 2 * bs * h * spec.n_groups * V_PARAM_DTYPE.itemsize  # v_scale, v_zero
+    if spec.kv_dtype == "int4":
+        total += h * d // 2  # k_bits
     if spec.quantized:
         total += 4  # stage_of_block entry
     return total
@@ -177,8 +187,9 @@ def bytes_per_token(spec: KVCacheSpec) -> float:
 
 
 def staging_bytes(spec: KVCacheSpec, n_stage: int) -> int:
-    """Fixed per-layer cost of the staging pool (0 for float kinds)."""
+    """Fixed per-layer cost: the staging pool, and int4's key weights (0 for float kinds)."""
     if not spec.quantized:
         return 0
     elem = torch.tensor([], dtype=spec.stage_torch_dtype).element_size()
-    return 2 * n_stage * spec.block_size * spec.n_kv_heads * spec.head_dim * elem + 4 * n_stage  # + block_of_stage
+    weights = 4 * spec.n_kv_heads * spec.head_dim if spec.kv_dtype == "int4" else 0
+    return 2 * n_stage * spec.block_size * spec.n_kv_heads * spec.head_dim * elem + 4 * n_stage + weights  # + block_of_stage

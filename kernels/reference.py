@@ -76,22 +76,124 @@ def unpack_int4(packed: torch.Tensor) -> torch.Tensor:
     return pairs.view(*packed.shape[:-1], packed.shape[-1] * 2)  # [..., D]
 
 
-def quantize_keys(k: torch.Tensor, kind: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def quantize_keys(k: torch.Tensor, kind: str, weight: torch.Tensor | None = None):
     """KIVI keys, one (zero, scale) per channel over the page's tokens.
-    k [T, BS, H, D] float32 -> (codes [T, BS, H, Dp] uint8, k_min [T, H, D], k_max [T, H, D])."""
-    qmax = qmax_of(kind)
+    k [T, BS, H, D] float32 -> (codes [T, BS, H, Dp] uint8, k_min [T, H, D], k_max [T, H, D],
+    k_bits [T, H, D // 2] uint8 or None). int4: each channel gets its own width
+    (``key_widths``, by range and ``weight`` [H, D]) and a row is their bitstream."""
     k_min, k_max = k.amin(dim=1), k.amax(dim=1)  # [T, H, D]
-    scale = (k_max - k_min) / qmax
-    codes = asym_codes(k, k_min[:, None], scale[:, None], qmax)  # [T, BS, H, D]
-    return (pack_int4(codes) if kind == "int4" else codes), k_min, k_max
+    if kind != "int4":
+        qmax = qmax_of(kind)
+        scale = (k_max - k_min) / qmax
+        return asym_codes(k, k_min[:, None], scale[:, None], qmax), k_min, k_max, None
+    widths = key_widths(k_max - k_min, weight)  # [T, H, D]
+    qmax = (1 << widths) - 1
+    scale = (k_max - k_min) / qmax.clamp(min=1)  # 0-bit channels: code 0, read as the midpoint
+    codes = asym_codes(k, k_min[:, None], scale[:, None], 255).minimum(qmax[:, None].to(torch.uint8))
+    return pack_bitstream(codes, widths[:, None]), k_min, k_max, pack_int4(widths.to(torch.uint8))
 
 
-def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tensor, kind: str) -> torch.Tensor:
-    """codes [..., BS, Dp], k_min/k_max [..., D] -> keys [..., BS, D] float32."""
-    qmax = qmax_of(kind)
-    q = unpack_int4(codes) if kind == "int4" else codes
-    scale = (k_max - k_min) / qmax
-    return k_min.unsqueeze(-2) + q.float() * scale.unsqueeze(-2)
+def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tensor, kind: str,
+                    k_bits: torch.Tensor | None = None) -> torch.Tensor:
+    """codes [..., BS, Dp], k_min/k_max [..., D] (int4: k_bits [..., D // 2]) -> keys
+    [..., BS, D] float32."""
+    if kind != "int4":
+        scale = (k_max - k_min) / qmax_of(kind)
+        return k_min.unsqueeze(-2) + codes.float() * scale.unsqueeze(-2)
+    widths = unpack_int4(k_bits).long()
+    base, step = key_affine(k_min, k_max, widths)
+    q = unpack_bitstream(codes, widths.unsqueeze(-2))
+    return base.unsqueeze(-2) + q.float() * step.unsqueeze(-2)
+
+
+# --------------------------------------------------------------------------------------
+# int4 keys with allocated widths. A page's keys get 4 bits per channel on average, but
+# not everywhere: channel c of kv head h gets w_c in 0..KEY_MAX_BITS bits, sum w_c = 4 D,
+# chosen per page to minimise the summed error model weight_c * span_c^2 * 4^-w_c
+# (uniform rounding error of a channel with range span_c, weighted by how much the
+# queries use the channel: mean q_c^2, calibrated per model). Channels whose range is
+# wide, or that the queries look at, get more bits; quiet ones fewer, down to 0 (read
+# as the middle of the range). benchmarks/kv_key_ablation.py measured it on SmolLM2:
+# half of uniform int4's KL, and the needle's log-probability back to fp32's level.
+# Layout: a row's D codes are one little-endian bitstream, channel c at bits
+# [o_c, o_c + w_c) with o_c = w_0 + .. + w_{c-1}; 4 D bits = D / 2 bytes, the size of
+# nibble-packed int4. Widths all 4 give exactly the nibble layout. Widths are stored
+# two per byte (``pack_int4``) in ``k_bits`` [NB, H, D // 2].
+# --------------------------------------------------------------------------------------
+
+KEY_MEAN_BITS = 4
+KEY_MAX_BITS = 8
+
+
+def key_widths(span: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """span [..., D] (per-channel key ranges of a page), weight broadcastable to it ->
+    widths [..., D] int64 in 0..KEY_MAX_BITS summing to KEY_MEAN_BITS * D.
+
+    The error model is convex in the width, so the best widths take the KEY_MEAN_BITS * D
+    largest marginal gains weight * span^2 * 4^-j (j = 0..KEY_MAX_BITS-1; the 3/4 factor
+    common to all is dropped) over all channels. Each gain is a float32 product scaled by
+    a power of two (exact), and ties go to the lower channel (a stable sort): the widths
+    are the same on every device."""
+    d = span.shape[-1]
+    err = span.float().square()
+    if weight is not None:
+        err = err * weight.float()
+    lead = err.shape[:-1]
+    steps = torch.tensor([4.0**-j for j in range(KEY_MAX_BITS)], device=span.device)
+    gains = (err[..., None] * steps).reshape(-1, d * KEY_MAX_BITS)  # [N, D * 8], channel-major
+    order = torch.sort(gains, dim=-1, descending=True, stable=True).indices[:, : KEY_MEAN_BITS * d]
+    widths = torch.zeros(gains.shape[0], d, dtype=torch.long, device=span.device)
+    widths.scatter_add_(1, order // KEY_MAX_BITS, torch.ones_like(order))
+    return widths.view(*lead, d)
+
+
+def key_affine(k_min: torch.Tensor, k_max: torch.Tensor, widths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(base, step) [..., D] with key = base + code * step: base = k_min (a 0-bit channel:
+    the middle of its range), step = (k_max - k_min) / (2^w - 1) (0 for 0 bits)."""
+    span = k_max - k_min
+    qmax = ((1 << widths) - 1).float()
+    step = torch.where(widths > 0, span / qmax.clamp(min=1.0), torch.zeros_like(span))
+    base = torch.where(widths > 0, k_min, k_min + span * 0.5)
+    return base, step
+
+
+def bit_offsets(widths: torch.Tensor) -> torch.Tensor:
+    """Where each channel's code starts in its row's bitstream: [..., D] -> [..., D]."""
+    return torch.cumsum(widths, dim=-1) - widths
+
+
+def pack_bitstream(codes: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+    """codes [..., D] (code c < 2^w_c), widths broadcastable to them, summing to
+    KEY_MEAN_BITS * D -> bytes [..., D * KEY_MEAN_BITS // 8]."""
+    widths = widths.expand(codes.shape).long()
+    d = codes.shape[-1]
+    n_bits = d * KEY_MEAN_BITS
+    j = torch.arange(KEY_MAX_BITS, device=codes.device)
+    bits = (codes.long()[..., None] >> j) & 1  # [..., D, 8]
+    where = bit_offsets(widths)[..., None] + j  # [..., D, 8]
+    used = j < widths[..., None]
+    # Unused (channel, j) pairs go to a spare bit past the end, dropped below.
+    where = torch.where(used, where, n_bits).reshape(*codes.shape[:-1], -1)
+    stream = torch.zeros(*codes.shape[:-1], n_bits + 1, dtype=torch.long, device=codes.device)
+    stream.scatter_add_(-1, where, (bits * used).reshape(where.shape))
+    stream = stream[..., :n_bits].view(*codes.shape[:-1], n_bits // 8, 8)
+    return (stream << j).sum(-1).to(torch.uint8)
+
+
+def unpack_bitstream(packed: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
+    """bytes [..., Dp], widths [..., D] broadcastable to [..., D] rows -> codes [..., D]
+    int64. Code c is bits [o_c, o_c + w_c) of the row: at most 8 bits starting in byte
+    o_c // 8, so two bytes hold it."""
+    widths = widths.long()
+    dp = packed.shape[-1]
+    shape = (*torch.broadcast_shapes(packed.shape[:-1], widths.shape[:-1]), widths.shape[-1])
+    off = bit_offsets(widths).expand(shape)
+    rows = packed.long().expand(*shape[:-1], dp)
+    # A byte index past the row only arises for bits that are masked off (a 0-bit channel
+    # at the end, or a code that ends in its first byte): clamp it.
+    lo = torch.gather(rows, -1, (off >> 3).clamp(max=dp - 1))
+    hi = torch.gather(rows, -1, ((off >> 3) + 1).clamp(max=dp - 1))
+    return ((lo | (hi << 8)) >> (off & 7)) & ((1 << widths.expand(shape)) - 1)
 
 
 def fp16_floor(x: torch.Tensor) -> torch.Tensor:
@@ -184,7 +286,10 @@ def seal_torch(layer: PagedKVLayer, blocks: torch.Tensor, slots: torch.Tensor) -
         kd = dequantize_fp8(layer.k_pages[b].transpose(1, 2), layer.k_scale[b])  # [T, H, BS, D]
         layer.k_min[b], layer.k_max[b] = kd.amin(dim=2), kd.amax(dim=2)
         return
-    layer.k_pages[b], layer.k_min[b], layer.k_max[b] = quantize_keys(k, spec.kv_dtype)
+    codes, layer.k_min[b], layer.k_max[b], k_bits = quantize_keys(k, spec.kv_dtype, layer.k_weight)
+    layer.k_pages[b] = codes
+    if k_bits is not None:
+        layer.k_bits[b] = k_bits
     layer.v_pages[b], layer.v_zero[b], layer.v_scale[b] = quantize_values(v, spec.kv_dtype, spec.group_size)
 
 
@@ -329,7 +434,8 @@ def _dequantize(layer: PagedKVLayer, phys: torch.Tensor, heads: torch.Tensor):
         return kp.float(), vp.float()
     if kind == "fp8":
         return dequantize_fp8(kp, layer.k_scale[phys, heads]), dequantize_fp8(vp, layer.v_scale[phys, heads])
-    k = dequantize_keys(kp, layer.k_min[phys, heads], layer.k_max[phys, heads], kind)
+    k_bits = layer.k_bits[phys, heads] if kind == "int4" else None
+    k = dequantize_keys(kp, layer.k_min[phys, heads], layer.k_max[phys, heads], kind, k_bits)
     vz = layer.v_zero.transpose(1, 2)[phys, heads]  # [..., BS, D/G]
     vs = layer.v_scale.transpose(1, 2)[phys, heads]
     return k, dequantize_values(vp, vz, vs, kind)
@@ -347,8 +453,12 @@ def dequantize_pages(layer: PagedKVLayer, phys: torch.Tensor):
         ks, vs = layer.k_scale[phys][:, None, :, None], layer.v_scale[phys][:, None, :, None]  # [P, 1, H, 1]
         return kp.view(torch.float8_e4m3fn).float() * ks, vp.view(torch.float8_e4m3fn).float() * vs
     lo, hi = layer.k_min[phys][:, None], layer.k_max[phys][:, None]  # [P, 1, H, D]
-    codes = (unpack_int4(kp) if kind == "int4" else kp).float()
-    k = lo + codes * ((hi - lo) / qmax_of(kind))  # as dequantize_keys, to the bit
+    if kind == "int4":
+        widths = unpack_int4(layer.k_bits[phys]).long()[:, None]  # [P, 1, H, D]
+        base, step = key_affine(lo, hi, widths)
+        k = base + unpack_bitstream(kp, widths).float() * step  # as dequantize_keys, to the bit
+    else:
+        k = lo + kp.float() * ((hi - lo) / qmax_of(kind))
     return k, dequantize_values(vp, layer.v_zero[phys], layer.v_scale[phys], kind)
 
 

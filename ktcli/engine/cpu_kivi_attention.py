@@ -58,6 +58,38 @@ inline __m256 codes8(const uint8_t* row, int d) {
     return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_unpacklo_epi8(lo, hi)));
 }
 
+// int4 keys: channel c's w_c-bit code sits at bit o_c of its row's bitstream
+// (kernels.reference.unpack_bitstream). Per page and head: the byte each code starts in,
+// its shift and mask, as 8-lane vectors, and the affine (base, step) per channel.
+template <int D>
+struct KeyLayout {
+    alignas(32) int32_t byte[D], shift[D], mask[D];
+    alignas(32) float base[D], step[D];
+    void load(const uint8_t* widths, const float* lo, const float* hi) {
+        int32_t o = 0;
+        for (int c = 0; c < D; ++c) {
+            const int32_t w = (widths[c / 2] >> ((c % 2) * 4)) & 15;
+            byte[c] = o >> 3;
+            shift[c] = o & 7;
+            mask[c] = (1 << w) - 1;
+            o += w;
+            // kernels.reference.key_affine, the same float operations
+            const float span = hi[c] - lo[c];
+            step[c] = w > 0 ? span / float((1 << w) - 1) : 0.f;
+            base[c] = w > 0 ? lo[c] : lo[c] + span * 0.5f;
+        }
+    }
+    // Codes of channels d .. d+7 of a row copied into a buffer with 4 spare bytes (the
+    // gather reads 4 bytes from each code's first byte).
+    inline __m256 codes8(const uint8_t* padded_row, int d) const {
+        const __m256i at = _mm256_load_si256(reinterpret_cast<const __m256i*>(byte + d));
+        const __m256i words = _mm256_i32gather_epi32(reinterpret_cast<const int*>(padded_row), at, 1);
+        const __m256i sh = _mm256_load_si256(reinterpret_cast<const __m256i*>(shift + d));
+        const __m256i mk = _mm256_load_si256(reinterpret_cast<const __m256i*>(mask + d));
+        return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srlv_epi32(words, sh), mk));
+    }
+};
+
 // Fold a block of n scores s[g][0 .. n) (n <= BLK) into the running softmax of G query
 // heads: rescale the state to the new max, turn s into e^(s - max) in place.
 template <int D>
@@ -92,8 +124,8 @@ inline void reset(float* m, float* l, int G) {
 // Sealed pages [p0, p1) of kv head h for its G query heads q [G, D] (pre-scaled).
 template <int D, int BITS>
 void sealed_pages(const float* q, int G, const uint8_t* kp, const uint8_t* vp, const float* kmin, const float* kmax,
-                  const at::Half* vzero, const at::Half* vscale, const int32_t* table, int64_t p0, int64_t p1,
-                  int64_t BS, int64_t H, int64_t h, int64_t NG, State<D>& st) {
+                  const uint8_t* kbits, const at::Half* vzero, const at::Half* vscale, const int32_t* table,
+                  int64_t p0, int64_t p1, int64_t BS, int64_t H, int64_t h, int64_t NG, State<D>& st) {
     constexpr int NC = D / 8;
     constexpr int64_t DP = BITS == 8 ? D : D / 2;
     constexpr float QMAX = BITS == 8 ? 255.f : 15.f;
@@ -103,18 +135,25 @@ void sealed_pages(const float* q, int G, const uint8_t* kp, const uint8_t* vp, c
     float base[MAXG];
     float vz[BLK][8], vs[BLK][8];  // value group parameters of the page's tokens (NG <= 8)
     float offset[MAXG][8];
+    KeyLayout<D> layout;  // int4 keys
+    alignas(32) uint8_t padded[DP + 32] = {0};
     reset(st.m, st.l, G);
     for (int g = 0; g < G; ++g) std::memset(st.acc[g], 0, sizeof(float) * D);
     for (int64_t p = p0; p < p1; ++p) {
         const int64_t b = table[p];
         const float* lo = kmin + (b * H + h) * D;
         const float* hi = kmax + (b * H + h) * D;
-        // q * step per channel, and q . k_min
+        if (BITS == 4) {
+            layout.load(kbits + (b * H + h) * (D / 2), lo, hi);
+            lo = layout.base;
+        }
+        // q * step per channel, and q . base (k_min; int4 0-bit channels: the midpoint)
         for (int g = 0; g < G; ++g) {
             __m256 bsum = _mm256_setzero_ps();
             for (int c = 0; c < NC; ++c) {
                 const __m256 l = _mm256_loadu_ps(lo + c * 8);
-                const __m256 step = _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(hi + c * 8), l), _mm256_set1_ps(QMAX));
+                const __m256 step = BITS == 4 ? _mm256_load_ps(layout.step + c * 8)
+                    : _mm256_div_ps(_mm256_sub_ps(_mm256_loadu_ps(hi + c * 8), l), _mm256_set1_ps(QMAX));
                 const __m256 qv = _mm256_loadu_ps(q + g * D + c * 8);
                 _mm256_store_ps(qs[g] + c * 8, _mm256_mul_ps(qv, step));
                 bsum = _mm256_fmadd_ps(qv, l, bsum);
@@ -127,9 +166,10 @@ void sealed_pages(const float* q, int G, const uint8_t* kp, const uint8_t* vp, c
             const int ng = std::min(3, G - g0);
             for (int64_t t = 0; t < BS; ++t) {
                 const uint8_t* row = krows + t * H * DP;
+                if (BITS == 4) std::memcpy(padded, row, DP);
                 __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps();
                 for (int c = 0; c < NC; ++c) {
-                    const __m256 w = codes8<BITS>(row, c * 8);
+                    const __m256 w = BITS == 4 ? layout.codes8(padded, c * 8) : codes8<8>(row, c * 8);
                     a0 = _mm256_fmadd_ps(_mm256_load_ps(qs[g0] + c * 8), w, a0);
                     if (ng > 1) a1 = _mm256_fmadd_ps(_mm256_load_ps(qs[g0 + 1] + c * 8), w, a1);
                     if (ng > 2) a2 = _mm256_fmadd_ps(_mm256_load_ps(qs[g0 + 2] + c * 8), w, a2);
@@ -208,7 +248,7 @@ struct Range { int64_t h, p0, p1; bool staged; };
 
 template <int D, int BITS>
 torch::Tensor run(const torch::Tensor& q, const torch::Tensor& k_pages, const torch::Tensor& v_pages,
-                  const torch::Tensor& k_min, const torch::Tensor& k_max, const torch::Tensor& v_zero,
+                  const torch::Tensor& k_min, const torch::Tensor& k_max, const torch::Tensor& k_bits, const torch::Tensor& v_zero,
                   const torch::Tensor& v_scale, const torch::Tensor& table, int64_t ctx, const torch::Tensor& stage_k,
                   const torch::Tensor& stage_v, int64_t slot, double scale) {
     const int64_t HQ = q.size(0), BS = k_pages.size(1), H = k_pages.size(2), NG = v_zero.size(3);
@@ -238,7 +278,7 @@ torch::Tensor run(const torch::Tensor& q, const torch::Tensor& k_pages, const to
                                stage_v.data_ptr<float>() + slot * BS * H * D, it.p1, H, it.h, states[i]);
             else
                 sealed_pages<D, BITS>(qh, G, kp, vp, k_min.data_ptr<float>(), k_max.data_ptr<float>(),
-                                      v_zero.data_ptr<at::Half>(), v_scale.data_ptr<at::Half>(), tp, it.p0, it.p1,
+                                      BITS == 4 ? k_bits.data_ptr<uint8_t>() : nullptr, v_zero.data_ptr<at::Half>(), v_scale.data_ptr<at::Half>(), tp, it.p0, it.p1,
                                       BS, H, it.h, NG, states[i]);
         }
     });
@@ -271,7 +311,7 @@ torch::Tensor run(const torch::Tensor& q, const torch::Tensor& k_pages, const to
 // (the new one stored already); stage_k, stage_v [NS, BS, H, D] fp32 and slot: the staging
 // slot of the partial last page (ignored when ctx % BS == 0). Returns [HQ, D] fp32.
 torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
-                          torch::Tensor k_max, torch::Tensor v_zero, torch::Tensor v_scale, torch::Tensor table,
+                          torch::Tensor k_max, torch::Tensor k_bits, torch::Tensor v_zero, torch::Tensor v_scale, torch::Tensor table,
                           int64_t ctx, torch::Tensor stage_k, torch::Tensor stage_v, int64_t slot, int64_t bits,
                           double scale) {
     TORCH_CHECK(q.dtype() == torch::kFloat32 && q.dim() == 2 && q.is_contiguous(), "q [HQ, D] fp32 contiguous");
@@ -287,6 +327,8 @@ torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor 
                 v_zero.is_contiguous() && v_scale.is_contiguous() && v_zero.sizes() == v_scale.sizes() &&
                 v_zero.size(0) == NB && v_zero.size(1) == BS && v_zero.size(2) == H, "v_zero, v_scale [NB, BS, H, NG] fp16");
     const int64_t NG = v_zero.size(3);
+    TORCH_CHECK(bits == 8 || (k_bits.dtype() == torch::kUInt8 && k_bits.is_contiguous() && k_bits.numel() == NB * H * D / 2),
+                "k_bits [NB, H, D / 2] uint8");
     TORCH_CHECK(NG >= 1 && NG <= 8 && D % NG == 0 && (D / NG) % 8 == 0, "value groups: 1-8 per row, 8-channel multiples");
     TORCH_CHECK(table.dtype() == torch::kInt32 && table.dim() == 1 && table.is_contiguous(), "table [pages] int32");
     TORCH_CHECK(0 < ctx && ctx <= table.size(0) * BS, "ctx within the table");
@@ -300,10 +342,10 @@ torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor 
     }
 #define KIVI_CASE(DD)                                                                                        \
     case DD:                                                                                                 \
-        return bits == 8 ? kivi::run<DD, 8>(q, k_pages, v_pages, k_min, k_max, v_zero, v_scale, table, ctx, \
-                                            stage_k, stage_v, slot, scale)                                    \
-                         : kivi::run<DD, 4>(q, k_pages, v_pages, k_min, k_max, v_zero, v_scale, table, ctx, \
-                                            stage_k, stage_v, slot, scale);
+        return bits == 8 ? kivi::run<DD, 8>(q, k_pages, v_pages, k_min, k_max, k_bits, v_zero, v_scale, table, \
+                                            ctx, stage_k, stage_v, slot, scale)                               \
+                         : kivi::run<DD, 4>(q, k_pages, v_pages, k_min, k_max, k_bits, v_zero, v_scale, table, \
+                                            ctx, stage_k, stage_v, slot, scale);
     switch (D) {
         KIVI_CASE(64)
         KIVI_CASE(128)
@@ -317,7 +359,7 @@ torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor 
 // (sealed pages dequantised, the tail page read from its fp32 staging slot, rows that do
 // not exist zero) and pos [H, P * BS] int64 (-1 where a row does not exist).
 std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
-                                       torch::Tensor k_max, torch::Tensor v_zero, torch::Tensor v_scale,
+                                       torch::Tensor k_max, torch::Tensor k_bits, torch::Tensor v_zero, torch::Tensor v_scale,
                                        torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor stage_of_block,
                                        torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits) {
     TORCH_CHECK(k_pages.dtype() == torch::kUInt8 && k_pages.is_contiguous() && v_pages.is_contiguous() &&
@@ -334,6 +376,8 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
     TORCH_CHECK(stage_k.dtype() == torch::kFloat32 && stage_v.dtype() == torch::kFloat32 && stage_k.is_contiguous() &&
                 stage_v.is_contiguous() && stage_k.dim() == 4 && stage_k.size(1) == BS && stage_k.size(2) == H &&
                 stage_k.size(3) == D && stage_v.sizes() == stage_k.sizes(), "stage fp32 [NS, BS, H, D]");
+    TORCH_CHECK(bits == 8 || (k_bits.dtype() == torch::kUInt8 && k_bits.is_contiguous() && k_bits.numel() == NB * H * D / 2),
+                "k_bits [NB, H, D / 2] uint8");
     TORCH_CHECK(stage_of_block.dtype() == torch::kInt32 && stage_of_block.numel() == NB && stage_of_block.is_contiguous(), "stage_of_block");
     TORCH_CHECK(table.dtype() == torch::kInt32 && table.dim() == 1 && table.is_contiguous(), "table [pages] int32");
     TORCH_CHECK(pages.dtype() == torch::kInt32 && pages.dim() == 2 && pages.size(0) == H && pages.is_contiguous(), "pages [H, P] int32");
@@ -387,11 +431,21 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
                 const uint8_t* vc = vp + ((b * BS + t) * H + h) * DP;
                 const float* lo = lo_all + (b * H + h) * D;
                 const float* hi = hi_all + (b * H + h) * D;
-                if (bits == 4) {
-                    for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = kc[c] & 15; unpacked[2 * c + 1] = kc[c] >> 4; }
-                    kc = unpacked;
+                if (bits == 4) {  // bitstream keys (kernels.reference.unpack_bitstream, key_affine)
+                    const uint8_t* wb = k_bits.data_ptr<uint8_t>() + (b * H + h) * (D / 2);
+                    int64_t o = 0;
+                    for (int64_t d = 0; d < D; ++d) {
+                        const int w = (wb[d / 2] >> ((d % 2) * 4)) & 15;
+                        const int64_t at = o >> 3;
+                        const int two = kc[std::min(at, DP - 1)] | (kc[std::min(at + 1, DP - 1)] << 8);
+                        const int code = (two >> (o & 7)) & ((1 << w) - 1);
+                        o += w;
+                        const float span = hi[d] - lo[d];
+                        kr[d] = w > 0 ? lo[d] + float(code) * (span / float((1 << w) - 1)) : lo[d] + span * 0.5f;
+                    }
+                } else {
+                    for (int64_t d = 0; d < D; ++d) kr[d] = lo[d] + float(kc[d]) * ((hi[d] - lo[d]) / qmax);
                 }
-                for (int64_t d = 0; d < D; ++d) kr[d] = lo[d] + float(kc[d]) * ((hi[d] - lo[d]) / qmax);
                 if (bits == 4) {
                     for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = vc[c] & 15; unpacked[2 * c + 1] = vc[c] >> 4; }
                     vc = unpacked;
@@ -435,12 +489,17 @@ def supports(spec, n_heads: int) -> bool:
             and (spec.head_dim // n_groups) % 8 == 0)
 
 
+def _k_bits(layer) -> torch.Tensor:
+    """int4 key widths (`kernels.reference.key_widths`); an empty stand-in for int8."""
+    return layer.k_bits if layer.k_bits is not None else torch.empty(0, dtype=torch.uint8)
+
+
 def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int):
     """`kernels.reference.gather_kv` for one sequence: logical pages [H, P] (-1 padding) of
     `table`, its first `ctx` tokens -> k, v [H, P * BS, D] fp32, pos [H, P * BS] int64."""
     spec = layer.spec
     return _load().gather_kivi(
-        layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, layer.v_zero, layer.v_scale, layer.stage_k,
+        layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, layer.stage_k,
         layer.stage_v, layer.stage_of_block, table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(),
         ctx, 8 if spec.kv_dtype == "int8" else 4,
     )
@@ -457,7 +516,7 @@ def decode(q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float) 
         slot = int(layer.stage_of_block[int(table[ctx // bs])])
     out = _load().decode_kivi(
         q.reshape(q.shape[-2], q.shape[-1]).float().contiguous(), layer.k_pages, layer.v_pages, layer.k_min,
-        layer.k_max, layer.v_zero, layer.v_scale, table.to(torch.int32).contiguous(), ctx, layer.stage_k,
+        layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, table.to(torch.int32).contiguous(), ctx, layer.stage_k,
         layer.stage_v, slot, 8 if spec.kv_dtype == "int8" else 4, scale,
     )
     return out[None]

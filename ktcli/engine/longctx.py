@@ -43,7 +43,7 @@ import torch
 import kernels
 from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, context_kv, gather_kv
-from ktcli.engine import cpu_kivi_attention, prefill_attention
+from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
@@ -180,6 +180,8 @@ class KernelKVCache:
         self._fast_store = self.device.type == "cpu" and self.spec.quantized
         # Dense decode over int8/int4 pages on the CPU: our kernel (engine.cpu_kivi_attention)
         self._kivi_decode = self.device.type == "cpu" and cpu_kivi_attention.supports(self.spec, cfg.n_heads)
+        # [L, H, D] while `key_calibration.measure` runs: each layer's queries' q^2 added up
+        self.calibration: torch.Tensor | None = None
 
     # sizing (the PagedKVCache interface) -------------------------------------------
 
@@ -224,6 +226,8 @@ class KernelKVCache:
         remap = self.options.position_remap
         unroped = self.options.keys_unroped
         q_roped = q
+        if self.calibration is not None:
+            self.calibration[li] += key_calibration.pair_mean_square(q, self.n_kv_heads)
         if unroped:
             q, k = self._unrotate(q, step), self._unrotate(k, step)
         if self._store_rows is None:
@@ -554,4 +558,6 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     backend = cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
     backend.context_window = window
     backend.long_context = options
+    if options.kv_dtype == "int4":  # where the queries look, so int4 keys spend their bits there
+        key_calibration.calibrate(backend, model_dir, pack_cache)
     return backend

@@ -30,16 +30,21 @@ FORMAT = 1
 _LAYER_FIELDS = [f.name for f in fields(LayerWeights)]
 
 
-def cache_file(root: Path, folder: Path) -> Path:
-    """Where the packed int8 weights of the model in `folder` live under `root`."""
+def model_key(folder: Path, fmt: str) -> str:
+    """A name for what is derived from the model in `folder` in format `fmt`: its folder
+    name and a hash of its path and each weight file's name, size and modification time."""
     folder = Path(folder).resolve()
-    parts = [f"format={FORMAT}", str(folder)]
+    parts = [f"format={fmt}", str(folder)]
     for p in sorted(folder.iterdir()):
         if p.suffix in (".safetensors", ".json") and p.is_file():
             st = p.stat()
             parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
-    key = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
-    return Path(root) / f"{folder.name}-{key}.int8.safetensors"
+    return f"{folder.name}-{hashlib.sha1(chr(10).join(parts).encode()).hexdigest()[:16]}"
+
+
+def cache_file(root: Path, folder: Path) -> Path:
+    """Where the packed int8 weights of the model in `folder` live under `root`."""
+    return Path(root) / f"{model_key(folder, str(FORMAT))}.int8.safetensors"
 
 
 def save(path: Path, w: ModelWeights) -> bool:

@@ -127,10 +127,11 @@ class Engine:
             self._aborted.clear()
 
     @torch.inference_mode()
-    def prompt_logits(self, ids: list[int]) -> torch.Tensor:
+    def prompt_logits(self, ids: list[int], all_rows: bool = True) -> torch.Tensor:
         """Logits [n, vocab] at every position of one prompt, computed with the same
         chunked, paged prefill as generation (for tests and the benchmark); on the CPU
-        whatever the engine's device."""
+        whatever the engine's device. all_rows=False: the last position of each chunk
+        only (a prefill run for its side effects, without the vocabulary products)."""
         s = Sequence(self._next_id, list(ids), len(ids), 0)
         self._next_id += 1
         try:
@@ -138,7 +139,7 @@ class Engine:
             out = []
             while s.pending:
                 n = min(s.pending, self.prefill_chunk)
-                step, ids = self._build_step([(s, n)], all_rows=True)
+                step, ids = self._build_step([(s, n)], all_rows=all_rows)
                 out.append(self.model.forward(ids, step))
                 s.num_cached += n
             return torch.cat(out).cpu()

@@ -20,6 +20,8 @@ def _filled_layer(kind: str, n_kv: int, d: int, ctx: int, seed: int, group: int 
     n_pages = -(-ctx // 64)
     layer = kernels.allocate(spec, n_pages + 5, "cpu", n_stage=4)
     table = torch.randperm(n_pages + 5)[:n_pages].to(torch.int32)
+    if kind == "int4":  # uneven query weights: key widths from 0 to 8 bits (kernels.reference.key_widths)
+        layer.k_weight = torch.rand(n_kv, d) ** 4
     # keys with a few loud channels and a non-zero mean, as real keys have
     k = torch.randn(ctx, n_kv, d) * (1 + 4 * (torch.arange(d) % 17 == 0)) + 0.5
     v = torch.randn(ctx, n_kv, d)
@@ -41,6 +43,9 @@ def test_matches_dequantised_attention(kind, ctx):
     got = cpu_kivi_attention.decode(q, layer, table, ctx, scale)
     assert got.shape == want.shape == (1, n_kv * group, d)
     torch.testing.assert_close(got, want, rtol=2e-4, atol=2e-5)
+    if kind == "int4" and ctx >= 64:
+        widths = kernels.reference.unpack_int4(layer.k_bits[table[: ctx // 64].long()])
+        assert widths.min() == 0 and widths.max() >= 7
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])

@@ -80,25 +80,39 @@ def test_engine_through_triton_equals_reference(tiny_models, prompts, count_trit
     def run():
         return b.prompt_logits(prompts[0]), b.generate_ids(prompts, params)
 
+    # The Triton run attends over the same stored rows as the reference run: each layer
+    # gets the q, k, v the reference run computed there. Otherwise the ~1e-6 between the
+    # paths' attention sums reaches the next layer's K/V, and where a value row sits at a
+    # rounding tie of its quantisation grid one path's code lands a step from the other's:
+    # for int4 (per-channel key widths) at 45 tokens that moved 1/3 of the logits by up to
+    # 0.05, a divergence of two correct computations that says nothing about the kernels.
+    inputs, real_attend = [], b.kv.attend_layer
+
+    def record(li, q, k, v, step):
+        inputs.append((q.clone(), k.clone(), v.clone()))
+        return real_attend(li, q, k, v, step)
+
+    def replay(li, q, k, v, step):
+        rq, rk, rv = inputs.pop(0)
+        assert rq.shape == q.shape and (rq - q).abs().max() < 1e-3  # the same computation
+        return real_attend(li, rq, rk, rv, step)
+
     kernels.set_backend("reference")
+    monkeypatch.setattr(b.kv, "attend_layer", record)
     want_logits, want_ids = run()
     assert not count_triton
     kernels.set_backend("triton")
+    monkeypatch.setattr(b.kv, "attend_layer", replay)
     got_logits, got_ids = run()
+    assert not inputs
 
     assert count_triton.get("kv_store_triton") and count_triton.get("paged_prefill_attention_triton")
     decode = "paged_attention_decode_triton" if policy.kind == "dense" else "sparse_attention_decode_triton"
     assert count_triton.get(decode), count_triton
     if policy.kind == "topk":
         assert count_triton.get("score_pages_triton")
-    # Both paths compute in fp32 (1.3e-5 apart here); quantized codes agree except at rounding
-    # ties, where a code one step apart moves a few logits by ~5e-3: seen once in a full CI run
-    # (int8-topk, 17 of 11,520 logits, the rest as close as ever), never in isolation. So a
-    # handful of elements may sit past the fp32 tolerance, none far past it; a wrong kernel
-    # moves many by far more.
-    close = torch.isclose(got_logits, want_logits, atol=2e-3, rtol=1e-3)
-    assert close.float().mean().item() >= 0.99, (got_logits - want_logits).abs().max()
-    assert (got_logits - want_logits).abs().max().item() < 2e-2
+    # Both paths compute in fp32 over the same pages: a wrong kernel moves logits by far more.
+    torch.testing.assert_close(got_logits, want_logits, atol=1e-4, rtol=1e-4)
     assert got_ids == want_ids
 
 

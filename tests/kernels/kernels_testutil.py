@@ -48,6 +48,8 @@ def fill(spec, lens, seed=0, extra_pages=1, n_stage=8, store=None, outliers=True
     max_pages = max(pages) + extra_pages
     nb = sum(pages) + 2
     layer = poisoned_layer(spec, nb, n_stage=n_stage)
+    if spec.kv_dtype == "int4":  # uneven query weights: key widths from 0 to 8 bits
+        layer.k_weight = torch.rand(h, d, generator=g) ** 6
     perm = torch.randperm(nb, generator=g)
     bt = torch.full((len(lens), max_pages), -1, dtype=torch.int32)
     used = 0
@@ -95,16 +97,34 @@ def page_kv(layer, block: int, n_rows: int):
     else:
         qmax = 255 if kind == "int8" else 15
         kc, vc = layer.k_pages[block], layer.v_pages[block]
-        if kind == "int4":
-            kc = torch.stack((kc & 15, kc >> 4), -1).flatten(-2)
-            vc = torch.stack((vc & 15, vc >> 4), -1).flatten(-2)
         kmin, kmax = layer.k_min[block], layer.k_max[block]  # [H, D]
-        k = kmin + kc.float() * ((kmax - kmin) / qmax)
+        if kind == "int4":
+            vc = torch.stack((vc & 15, vc >> 4), -1).flatten(-2)
+            widths = torch.stack((layer.k_bits[block] & 15, layer.k_bits[block] >> 4), -1).flatten(-2).long()  # [H, D]
+            k = naive_bitstream_keys(kc, widths, kmin, kmax)
+        else:
+            k = kmin + kc.float() * ((kmax - kmin) / qmax)
         grp = spec.group_size
         zero = layer.v_zero[block].float().repeat_interleave(grp, dim=-1)  # [BS, H, D]
         scl = layer.v_scale[block].float().repeat_interleave(grp, dim=-1)
         v = zero + vc.float() * scl
     return k[:n_rows], v[:n_rows]
+
+
+def naive_bitstream_keys(rows, widths, kmin, kmax):
+    """int4 key rows [BS, H, D/2] bytes, widths [H, D] -> keys [BS, H, D]: each row read
+    as a list of bits, channel c's code the next w_c of them, least significant first."""
+    bits = ((rows.long()[..., None] >> torch.arange(8)) & 1).flatten(-2)  # [BS, H, 4D]
+    keys = torch.empty(*rows.shape[:-1], widths.shape[-1])
+    for h in range(widths.shape[0]):
+        at = 0
+        for c, w in enumerate(widths[h].tolist()):
+            code = sum(bits[:, h, at + j] << j for j in range(w)) if w else torch.zeros(rows.shape[0], dtype=torch.long)
+            at += w
+            span = kmax[h, c] - kmin[h, c]
+            keys[:, h, c] = kmin[h, c] + code.float() * (span / (2**w - 1)) if w else kmin[h, c] + span * 0.5
+        assert at == 4 * widths.shape[-1]
+    return keys
 
 
 def materialize(f: Filled, s: int):

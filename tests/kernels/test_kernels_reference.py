@@ -31,14 +31,26 @@ def value_bound(kind, lo, hi):
     return R.quant_error_bound(kind, lo16, hi16)
 
 
+def width_bound(kmin, kmax, widths):
+    """int4 keys: half a step of the channel's width, half the range at 0 bits."""
+    span = kmax - kmin
+    bound = torch.where(widths > 0, span / (2 * ((1 << widths) - 1).clamp(min=1)), span / 2)
+    return bound * (1 + 1e-5) + 1e-6 * torch.maximum(kmin.abs(), kmax.abs())
+
+
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 @pytest.mark.parametrize("group", [8, 16, 32])
 def test_int_roundtrip_within_bound(kind, group):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(3, 16, 2, D, generator=g) * torch.logspace(-2, 2, D)  # channels of very different range
-    codes, kmin, kmax = R.quantize_keys(x, kind)
-    k = R.dequantize_keys(codes.transpose(1, 2), kmin, kmax, kind).transpose(1, 2)  # [3, 16, 2, D]
-    bound = R.quant_error_bound(kind, kmin[:, None], kmax[:, None])
+    codes, kmin, kmax, k_bits = R.quantize_keys(x, kind)
+    k = R.dequantize_keys(codes.transpose(1, 2), kmin, kmax, kind, k_bits).transpose(1, 2)  # [3, 16, 2, D]
+    if kind == "int4":  # half a step of each channel's own width; a 0-bit channel reads its midpoint
+        widths = R.unpack_int4(k_bits).long()  # [3, 2, D]
+        assert (widths.sum(-1) == 4 * D).all() and widths.max() > 4 and widths.min() < 4
+        bound = width_bound(kmin, kmax, widths)[:, None]
+    else:
+        bound = R.quant_error_bound(kind, kmin[:, None], kmax[:, None])
     assert ((k - x).abs() <= bound).all()
     assert torch.equal(kmin, x.amin(1)) and torch.equal(kmax, x.amax(1))
 
@@ -89,8 +101,46 @@ def test_int4_pack_roundtrip():
 
 def test_constant_group_quantizes_exactly():
     x = torch.full((1, 16, 1, D), 0.3)
-    codes, kmin, kmax = R.quantize_keys(x, "int4")
-    assert torch.equal(R.dequantize_keys(codes.transpose(1, 2), kmin, kmax, "int4").transpose(1, 2), x)
+    codes, kmin, kmax, k_bits = R.quantize_keys(x, "int4")
+    assert torch.equal(R.dequantize_keys(codes.transpose(1, 2), kmin, kmax, "int4", k_bits).transpose(1, 2), x)
+
+
+def greedy_widths(err, budget, max_bits=8):
+    """One bit at a time to the channel whose error model err * 4^-w drops the most."""
+    w = [0] * len(err)
+    for _ in range(budget):
+        gains = [e * 4.0**-b * 0.75 if b < max_bits else -1.0 for e, b in zip(err, w)]
+        w[max(range(len(err)), key=lambda c: (gains[c], -c))] += 1
+    return w
+
+
+def test_key_widths_are_the_greedy_allocation():
+    g = torch.Generator().manual_seed(4)
+    span = torch.rand(6, D, generator=g) ** 3 * 10
+    weight = torch.rand(6, D, generator=g)
+    widths = R.key_widths(span, weight)
+    assert (widths.sum(-1) == 4 * D).all() and widths.max() <= 8
+    for row in range(6):
+        err = (span[row].square() * weight[row]).tolist()
+        assert widths[row].tolist() == greedy_widths(err, 4 * D)
+    # Equal ranges and weights: 4 bits each, which is the nibble layout byte for byte.
+    assert (R.key_widths(torch.ones(2, D)) == 4).all()
+    codes = torch.randint(0, 16, (3, D))
+    assert torch.equal(R.pack_bitstream(codes, torch.full((D,), 4)), R.pack_int4(codes.to(torch.uint8)))
+    # A channel the queries weigh heavily takes bits from the others.
+    heavy = torch.ones(D)
+    heavy[3] = 4.0**4
+    assert R.key_widths(torch.ones(D), heavy)[3] == 8
+
+
+def test_bitstream_roundtrip_with_any_widths():
+    g = torch.Generator().manual_seed(6)
+    widths = R.key_widths(torch.rand(4, D, generator=g) ** 6)
+    assert (widths == 0).any() and (widths == 8).any()
+    codes = (torch.rand(5, 4, D, generator=g) * (1 << widths)).long()
+    packed = R.pack_bitstream(codes, widths)
+    assert packed.shape == (5, 4, D // 2)
+    assert torch.equal(R.unpack_bitstream(packed, widths), codes)
 
 
 # ----------------------------------------------------------------------------- store
@@ -122,6 +172,9 @@ def test_store_then_read_matches_inputs(kind, bs):
             vb = R.quant_error_bound("fp8", None, pv.abs().amax(dim=(1, 3))[:, None, :, None] / 448, pv)
         else:
             kb = R.quant_error_bound(kind, pk.amin(1, keepdim=True), pk.amax(1, keepdim=True))
+            if kind == "int4":  # each channel's own width (reference.key_widths)
+                blocks = f.block_tables[s, : full // bs].long()
+                kb = width_bound(pk.amin(1), pk.amax(1), R.unpack_int4(f.layer.k_bits[blocks]).long())[:, None]
             gv = pv.view(*pv.shape[:-1], -1, 16)  # group 16
             vb = value_bound(kind, gv.amin(-1), gv.amax(-1)).repeat_interleave(16, -1)
         assert ((k[:full].view_as(pk) - pk).abs() <= kb).all()
@@ -152,9 +205,14 @@ def test_page_summaries_bound_every_key(kind):
             # Dequantisation may land an ulp outside the interval (int kinds), no more.
             eps = 1e-6 * torch.maximum(kmin.abs(), kmax.abs()) if kind in ("int8", "int4") else 0.0
             assert (k >= kmin - eps).all() and (k <= kmax + eps).all()
-            # ... and the bound is tight: every channel's min and max is attained.
-            assert torch.allclose(k.amin(0), kmin, rtol=1e-6, atol=1e-6)
-            assert torch.allclose(k.amax(0), kmax, rtol=1e-6, atol=1e-6)
+            # ... and the bound is tight: every channel's min and max is attained (int4: but
+            # for 0-bit channels, which read the middle of the range).
+            full = kind == "int4" and n - p * bs >= bs
+            coded = R.unpack_int4(f.layer.k_bits[b]) > 0 if full else torch.ones_like(kmin, dtype=torch.bool)
+            assert torch.allclose(torch.where(coded, k.amin(0), kmin), kmin, rtol=1e-6, atol=1e-6)
+            assert torch.allclose(torch.where(coded, k.amax(0), kmax), kmax, rtol=1e-6, atol=1e-6)
+            if full:
+                assert not coded.all()  # the case is exercised
 
 
 def test_staging_pool_is_split_released_and_exhausted():
@@ -190,10 +248,10 @@ def test_bytes_per_token_matches_allocation(kind):
     spec = spec_of(kind)
     layer = kernels.allocate(spec, 10, n_stage=3)
     per_block = [layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, layer.k_scale, layer.v_scale,
-                 layer.v_zero, layer.stage_of_block]
+                 layer.v_zero, layer.k_bits, layer.stage_of_block]
     total = sum(t.numel() * t.element_size() for t in per_block if t is not None)
     assert total == 10 * kernels.bytes_per_block(spec) == 10 * 16 * kernels.bytes_per_token(spec)
-    stage = [layer.stage_k, layer.stage_v, layer.block_of_stage]
+    stage = [layer.stage_k, layer.stage_v, layer.block_of_stage, layer.k_weight]
     assert sum(t.numel() * t.element_size() for t in stage if t is not None) == kernels.staging_bytes(spec, 3)
     if kind == "int4":  # 4 bits per K and V element plus scales: well under fp16's 4 bytes
         assert kernels.bytes_per_token(spec) < kernels.bytes_per_token(spec_of("fp16")) / 2

@@ -56,7 +56,7 @@ def test_kv_store_matches_reference(kind, bs, hq):
     # bf16: the interpreter casts fp32 -> bf16 by truncation where torch rounds, so pages
     # (and the summaries read back from them) may sit 1 ulp apart.
     rtol = 2**-7 if kind == "bf16" else 1e-6
-    for name in ("k_min", "k_max", "k_scale", "v_scale", "v_zero"):
+    for name in ("k_min", "k_max", "k_scale", "k_bits", "v_scale", "v_zero"):
         x, y = getattr(a, name), getattr(b, name)
         if x is not None:
             torch.testing.assert_close(y, x, rtol=rtol, atol=1e-6, equal_nan=True, msg=name)

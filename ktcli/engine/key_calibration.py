@@ -1,0 +1,102 @@
+"""How much each key channel matters to the model's queries: the weights that int4 pages
+use to share out their key bits (`kernels.reference.key_widths`).
+
+Why: an int4 page has 4 x head_dim bits per key row and kv head. Spending them where the
+queries look (channel c weighted by the mean q_c^2 over the kv head's query heads) halves
+int4's KL to fp32 on SmolLM2 and brings the needle's log-probability back to fp32's
+level (BENCHMARKS.md, "Bits where the queries look"). The channels a head's queries use
+are a property of the model, not of the document: weights measured once on a fixed text
+(`data/key_calibration.txt`, 1,024 tokens) did as well as each sequence's own queries,
+and far better than a prior from the weights alone (W_q rows times the RMSNorm gains).
+
+Measured here by running the text through the engine's own prefill (int4 pages, the
+load's attention policy) while `KernelKVCache.attend_layer` adds up q^2 per layer, kv
+head and channel; averaged over each RoPE pair (2i, 2i+1), which rotation mixes, so the
+weights hold whether keys are stored before or after RoPE. Kept next to the packed
+weights (`engine.pack_cache`, ~23 KB for SmolLM2); a model without a tokenizer keeps
+weight 1 everywhere (widths by range alone).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+from ktcli.engine.pack_cache import model_key
+
+FORMAT = 1  # bump when the text, the token count or the statistic changes
+TEXT = Path(__file__).parent / "data" / "key_calibration.txt"
+TOKENS = 1024
+_memo: dict[str, torch.Tensor] = {}  # model key -> weights [L, H, D], for loads in one process
+
+
+def pair_mean_square(q: torch.Tensor, n_kv_heads: int) -> torch.Tensor:
+    """q [T, HQ, D] -> sum over tokens and the kv head's query heads of q^2, each channel
+    given its RoPE pair's mean: [H, D] float32."""
+    t, hq, d = q.shape
+    sq = q.float().square().view(t, n_kv_heads, hq // n_kv_heads, d).sum((0, 2))  # [H, D]
+    return sq.view(n_kv_heads, d // 2, 2).mean(-1, keepdim=True).expand(n_kv_heads, d // 2, 2).reshape(n_kv_heads, d)
+
+
+def measure(backend) -> torch.Tensor | None:
+    """Weights [L, H, D] from a prefill of the calibration text, normalised to mean 1 per
+    layer and head; None without a tokenizer."""
+    if backend.tokenizer is None:
+        return None
+    kv = backend.kv
+    ids = backend.tokenizer.encode(TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[:TOKENS]
+    kv.calibration = torch.zeros(kv.n_layers, kv.n_kv_heads, kv.head_dim, device=kv.device)
+    try:
+        backend.engine.prompt_logits(ids, all_rows=False)
+        sums = kv.calibration.cpu()
+    finally:
+        kv.calibration = None
+    return sums / sums.mean(-1, keepdim=True).clamp(min=1e-30)
+
+
+def _cache_path(root: Path, model_dir: Path) -> Path:
+    return Path(root) / f"{model_key(model_dir, f'keys-{FORMAT}')}.keyweights.pt"
+
+
+def _read(path: Path, shape: tuple[int, ...]) -> torch.Tensor | None:
+    try:
+        w = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:  # absent, truncated, foreign: measure afresh
+        return None
+    ok = isinstance(w, torch.Tensor) and tuple(w.shape) == shape and w.dtype == torch.float32
+    return w if ok and bool(torch.isfinite(w).all()) else None
+
+
+def _write(path: Path, w: torch.Tensor) -> None:
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(w, tmp)
+        os.replace(tmp, path)
+    except OSError:  # a cache that cannot be written costs a measurement next time, nothing else
+        tmp.unlink(missing_ok=True)
+
+
+def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:
+    """Give every layer of an int4 `KernelKVCache` its key weights: from this process's
+    memo, the cache under `cache_root`, or a measurement (then kept in both). Must run
+    before any real sequence seals a page. False when no weights could be had."""
+    kv = backend.kv
+    shape = (kv.n_layers, kv.n_kv_heads, kv.head_dim)
+    key = model_key(model_dir, f"keys-{FORMAT}")
+    w = _memo.get(key)
+    path = _cache_path(cache_root, model_dir) if cache_root is not None else None
+    if w is None and path is not None:
+        w = _read(path, shape)
+    if w is None:
+        w = measure(backend)
+        if w is None:
+            return False
+        if path is not None:
+            _write(path, w)
+    _memo[key] = w
+    for layer, lw in zip(kv.layers, w):
+        layer.k_weight.copy_(lw.to(layer.k_weight.device))
+    return True
