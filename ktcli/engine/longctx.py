@@ -227,7 +227,7 @@ class KernelKVCache:
         unroped = self.options.keys_unroped
         q_roped = q
         if self.calibration is not None:
-            self.calibration[li] += key_calibration.pair_mean_square(q, self.n_kv_heads)
+            self.calibration[li] += key_calibration.query_square_sums(q, self.n_kv_heads)
         if unroped:
             q, k = self._unrotate(q, step), self._unrotate(k, step)
         if self._store_rows is None:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 import kernels
@@ -11,17 +9,12 @@ from ktcli.engine import key_calibration
 from ktcli.engine.native import NativeBackend
 
 
-def test_pair_mean_square_is_the_same_before_and_after_rope():
+def test_query_square_sums_add_up_each_kv_heads_group():
     g = torch.Generator().manual_seed(0)
-    q = torch.randn(7, 6, 8, generator=g)  # 6 query heads over 2 kv heads, 4 RoPE pairs
-    angle = torch.rand(7, 1, 4, generator=g) * 2 * math.pi  # any rotation per token and pair
-    x, y = q[..., 0::2], q[..., 1::2]
-    rotated = torch.stack((x * angle.cos() - y * angle.sin(), x * angle.sin() + y * angle.cos()), -1).flatten(-2)
-    a, b = key_calibration.pair_mean_square(q, 2), key_calibration.pair_mean_square(rotated, 2)
-    torch.testing.assert_close(a, b)
-    want = q.square().view(7, 2, 3, 4, 2).sum((0, 2)).mean(-1)  # [2 kv heads, 4 pairs]
-    torch.testing.assert_close(a[:, 0::2], want)
-    assert torch.equal(a[:, 0::2], a[:, 1::2])
+    q = torch.randn(7, 6, 8, generator=g)  # 6 query heads over 2 kv heads
+    got = key_calibration.query_square_sums(q, 2)
+    want = torch.stack([sum(q[t, h * 3 + j].square() for t in range(7) for j in range(3)) for h in range(2)])
+    torch.testing.assert_close(got, want)
 
 
 def test_int4_loads_calibrate_once_and_keep_the_weights(smollm2_dir, tmp_path, monkeypatch):
