@@ -182,18 +182,18 @@ def pack_bitstream(codes: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
 
 def unpack_bitstream(packed: torch.Tensor, widths: torch.Tensor) -> torch.Tensor:
     """bytes [..., Dp], widths [..., D] broadcastable to [..., D] rows -> codes [..., D]
-    int64. Code c is bits [o_c, o_c + w_c) of the row: at most 8 bits starting in byte
-    o_c // 8, so two bytes hold it."""
-    widths = widths.long()
-    dp = packed.shape[-1]
-    shape = (*torch.broadcast_shapes(packed.shape[:-1], widths.shape[:-1]), widths.shape[-1])
-    off = bit_offsets(widths).expand(shape)
-    rows = packed.long().expand(*shape[:-1], dp)
+    int32. Code c is bits [o_c, o_c + w_c) of the row: at most 8 bits starting in byte
+    o_c // 8, so the 16-bit little-endian window at that byte holds it."""
+    widths = widths.to(torch.int32)
+    off = bit_offsets(widths)
     # A byte index past the row only arises for bits that are masked off (a 0-bit channel
-    # at the end, or a code that ends in its first byte): clamp it.
-    lo = torch.gather(rows, -1, (off >> 3).clamp(max=dp - 1))
-    hi = torch.gather(rows, -1, ((off >> 3) + 1).clamp(max=dp - 1))
-    return ((lo | (hi << 8)) >> (off & 7)) & ((1 << widths.expand(shape)) - 1)
+    # at the end): clamp it.
+    at = (off >> 3).clamp(max=packed.shape[-1] - 1)
+    shape = (*torch.broadcast_shapes(packed.shape[:-1], widths.shape[:-1]), widths.shape[-1])
+    b = packed.to(torch.int32)
+    words = b | torch.nn.functional.pad(b[..., 1:], (0, 1)) << 8  # [..., Dp]: bytes i, i+1
+    codes = torch.gather(words.expand(*shape[:-1], b.shape[-1]), -1, at.expand(shape))
+    return (codes >> (off & 7)) & ((1 << widths) - 1)
 
 
 def fp16_floor(x: torch.Tensor) -> torch.Tensor:
