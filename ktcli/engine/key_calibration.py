@@ -9,8 +9,8 @@ are a property of the model, not of the document: weights measured once on a fix
 (`data/key_calibration.txt`, 1,024 tokens) did as well as each sequence's own queries,
 and far better than a prior from the weights alone (W_q rows times the RMSNorm gains).
 
-Measured here by running the text through the engine's own prefill (int4 pages, the
-load's attention policy) while `KernelKVCache.attend_layer` adds up q^2 per layer, kv
+Measured here by running the text through the engine's own prefill (int4 pages, dense
+attention at true positions whatever the load's policy) while `KernelKVCache.attend_layer` adds up q^2 per layer, kv
 head and channel, RoPE applied: over 1,024 positions a fast-turning RoPE pair spreads
 its q^2 evenly over its two channels, while a slow pair (the ones long-range heads read)
 keeps its own per-channel profile, as the keys it meets do. (Averaging every pair, which
@@ -30,7 +30,7 @@ import torch
 
 from ktcli.engine.pack_cache import model_key
 
-FORMAT = 2  # bump when the text, the token count or the statistic changes
+FORMAT = 3  # bump when the text, the token count or the statistic changes
 TEXT = Path(__file__).parent / "data" / "key_calibration.txt"
 TOKENS = 1024
 _memo: dict[str, torch.Tensor] = {}  # model key -> weights [L, H, D], for loads in one process
@@ -51,7 +51,8 @@ def measure(backend) -> torch.Tensor | None:
     ids = backend.tokenizer.encode(TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[:TOKENS]
     kv.calibration = torch.zeros(kv.n_layers, kv.n_kv_heads, kv.head_dim, device=kv.device)
     try:
-        backend.engine.prompt_logits(ids, all_rows=False)
+        with kv.dense_attention():  # the same queries whatever policy this load uses
+            backend.engine.prompt_logits(ids, all_rows=False)
         sums = kv.calibration.cpu()
     finally:
         kv.calibration = None

@@ -35,6 +35,7 @@ that chunk runs again with them (`replay`), and every decode step reads them too
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -211,6 +212,20 @@ class KernelKVCache:
     @property
     def allocated_bytes(self) -> int:
         return self.num_blocks * self.bytes_per_block + self.fixed_bytes
+
+    @contextmanager
+    def dense_attention(self):
+        """Attend densely at true positions (keys stored after RoPE) inside the block,
+        whatever the load's policy: `key_calibration.measure` runs there, so a model's key
+        weights do not depend on which policy happened to load it first."""
+        saved = self.options, self.policy, self._asks
+        self.options = replace(self.options, policy=kernels.reference.DENSE, dense_layers=0, position_remap=False,
+                               unroped_keys=False)
+        self.policy, self._asks = self.options.policy, False
+        try:
+            yield
+        finally:
+            self.options, self.policy, self._asks = saved
 
     def layer_policy(self, li: int) -> AttentionPolicy:
         return kernels.reference.DENSE if li < self.options.dense_layers else self.policy

@@ -57,3 +57,14 @@ def test_int4_loads_calibrate_once_and_keep_the_weights(smollm2_dir, tmp_path, m
 def test_a_model_without_tokenizer_keeps_even_weights(tiny_models):
     b = NativeBackend.load(tiny_models["llama"], kv_dtype="int4", kv_budget_bytes=2 << 20, block_size=16)
     assert all(torch.equal(layer.k_weight, torch.ones_like(layer.k_weight)) for layer in b.kv.layers)
+
+
+def test_the_weights_do_not_depend_on_the_loads_attention_policy(smollm2_dir):
+    weights = []
+    for attention in ("dense", "topk"):
+        key_calibration._memo.clear()
+        b = NativeBackend.load(smollm2_dir, weights="fp32", kv_dtype="int4", attention=attention, threads=2,
+                               kv_budget_bytes=256 << 20)
+        weights.append(torch.stack([layer.k_weight for layer in b.kv.layers]))
+        assert b.kv.policy.kind == attention and b.kv.options.position_remap == (attention == "topk")
+    torch.testing.assert_close(weights[0], weights[1], rtol=1e-5, atol=1e-6)
