@@ -2,23 +2,24 @@
 use to share out their key bits (`kernels.reference.key_widths`).
 
 Why: an int4 page has 4 x head_dim bits per key row and kv head. Spending them where the
-queries look (channel c weighted by the mean q_c^2 over the kv head's query heads) halves
-int4's KL to fp32 on SmolLM2 and brings the needle's log-probability back to fp32's
-level (BENCHMARKS.md, "Bits where the queries look"). The channels a head's queries use
-are a property of the model, not of the document: weights measured once on a fixed text
+queries look (channel c weighted by the mean q_c^2 over the kv head's query heads) cuts
+int4's KL to fp32 on SmolLM2 by 44% and its perplexity cost by a third (BENCHMARKS.md,
+"int4 with per-channel key widths"). The channels a head's queries use are a property of
+the model, not of the document: weights measured once on a fixed text
 (`data/key_calibration.txt`, 1,024 tokens) did as well as each sequence's own queries,
 and far better than a prior from the weights alone (W_q rows times the RMSNorm gains).
 
 Measured here by running the text through the engine's own prefill (int4 pages, dense
-attention at true positions whatever the load's policy) while `KernelKVCache.attend_layer` adds up q^2 per layer, kv
-head and channel, RoPE applied: over 1,024 positions a fast-turning RoPE pair spreads
-its q^2 evenly over its two channels, while a slow pair (the ones long-range heads read)
-keeps its own per-channel profile, as the keys it meets do. (Averaging every pair, which
-would make the weights independent of the rotation, did worse in an A/B on SmolLM2,
-dense int4, 2,048 tokens: KL 0.0150 against 0.0144, needle log-probability -1.79 / -2.86
-at 2K / 4K against -1.64 / -2.67; perplexity +2.06% against +2.31%.) Kept next to the
-packed weights (`engine.pack_cache`, ~23 KB for SmolLM2); a model without a tokenizer
-keeps weight 1 everywhere (widths by range alone).
+attention at true positions whatever the load's policy) while
+`KernelKVCache.attend_layer` adds up q^2 per layer, kv head and channel, RoPE applied:
+over 1,024 positions a fast-turning RoPE pair spreads its q^2 evenly over its two
+channels, while a slow pair (the ones long-range heads read) keeps its own per-channel
+profile, as the keys it meets do. (Averaging every pair, which would make the weights
+independent of the rotation, did worse in an A/B on SmolLM2, dense int4, 2,048 tokens:
+KL 0.0150 against 0.0144, needle log-probability -1.79 / -2.86 at 2K / 4K against -1.64
+/ -2.67; perplexity +2.06% against +2.31%.) Kept next to the packed weights
+(`engine.pack_cache`, ~23 KB for SmolLM2); a model without a tokenizer keeps weight 1
+everywhere (widths by range alone).
 """
 
 from __future__ import annotations
@@ -59,10 +60,6 @@ def measure(backend) -> torch.Tensor | None:
     return sums / sums.mean(-1, keepdim=True).clamp(min=1e-30)
 
 
-def _cache_path(root: Path, model_dir: Path) -> Path:
-    return Path(root) / f"{model_key(model_dir, f'keys-{FORMAT}')}.keyweights.pt"
-
-
 def _read(path: Path, shape: tuple[int, ...]) -> torch.Tensor | None:
     try:
         w = torch.load(path, map_location="cpu", weights_only=True)
@@ -90,7 +87,7 @@ def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:
     shape = (kv.n_layers, kv.n_kv_heads, kv.head_dim)
     key = model_key(model_dir, f"keys-{FORMAT}")
     w = _memo.get(key)
-    path = _cache_path(cache_root, model_dir) if cache_root is not None else None
+    path = Path(cache_root) / f"{key}.keyweights.pt" if cache_root is not None else None
     if w is None and path is not None:
         w = _read(path, shape)
     if w is None:

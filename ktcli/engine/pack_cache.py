@@ -39,7 +39,8 @@ def model_key(folder: Path, fmt: str) -> str:
         if p.suffix in (".safetensors", ".json") and p.is_file():
             st = p.stat()
             parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
-    return f"{folder.name}-{hashlib.sha1(chr(10).join(parts).encode()).hexdigest()[:16]}"
+    digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+    return f"{folder.name}-{digest}"
 
 
 def cache_file(root: Path, folder: Path) -> Path:
