@@ -13,11 +13,12 @@ with s the page's per-channel key step and (zero_t, scale_t) a token's value gro
 parameters. (int4 keys have a width per channel, `kernels.reference.key_widths`: s and
 the base k_min follow it, and each row's codes come out of its bitstream by one 8-lane
 gather, shift and mask per 8 channels.) So each page costs one (q * s) and q . k_min per
-query head, then one pass over its uint8 codes (widened in registers), a running softmax per page (flash-decoding),
-and the value codes weighted by p_t scale_t. The partial last page is still in its
-fp32 staging slot and is read as such. Work items are (kv head, range of pages), split
-over the cores and merged at the end, as in `engine.cpu_attention` (whose exp, sums and
-softmax state this reuses: same translation unit).
+query head, then one pass over its uint8 codes (widened in registers), a running softmax
+per page (flash-decoding), and the value codes weighted by p_t scale_t. The partial last
+page is still in its fp32 staging slot and is read as such. Work items are (kv head,
+range of pages), split over the cores and merged at the end, as in
+`engine.cpu_attention` (whose exp, sums and softmax state this reuses: same translation
+unit).
 
 `gather` serves the window and topk policies, whose steps attend over a few selected
 pages at virtual positions (`engine.longctx.virtual_plan`): it gathers and dequantises
