@@ -27,6 +27,12 @@ where queries look), `int4-calalloc` (weight from queries over 1,024 tokens of a
 text, the tutorial's licence: fixed per model, deterministic), `int4-walloc` (weight
 predicted from W_q and the RMSNorm gains alone, no text), `k5v3-qalloc` (5-bit
 allocated keys, 3-bit values).
+Values, all with int4-calalloc's keys: per channel over the page like keys
+(`int4-cal-vch`, `-vchalloc` with widths by span^2 x the o-projection's column norm^2),
+per token with fixed channel widths from those norms (`int4-cal-vtokalloc`), or divided
+per channel by a fixed scale before the per-token quantiser and multiplied back after
+(`int4-cal-vsmooth`: the channel's RMS on the calibration text; `-half`: its square root;
+`-alloc`: plus fixed widths). `*-sink`: the sequence's first page left unquantised.
 
 Per variant, against `fp32` (the reference, always run first): perplexity and KL per
 token on the first 2,048 tokens of the bundled Python tutorial, and the needle's
@@ -66,6 +72,26 @@ VARIANTS = {
     "int4-calalloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True),
     "k5v3-qalloc": dict(kbits=5, vbits=3, alloc=8, query_weighted=True),
     "int4-walloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True, from_weights=True),
+    # Values per channel over the page (like keys) instead of per token, with the keys of
+    # int4-calalloc: uniform 4 bits, or widths allocated by span^2 x the o-projection's
+    # column norms^2 (how much an error in that value channel moves the layer's output).
+    "int4-cal-vch": dict(kbits=4, vbits=4, alloc=8, calibrated=True, values="channel"),
+    "int4-cal-vchalloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True, values="channel-alloc"),
+    # Values per token, channel widths fixed per layer and head by the o-projection's
+    # column norms (the token's range is shared by every channel).
+    "int4-cal-vtokalloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True, values="token-alloc"),
+    # Values divided per channel by a fixed scale before the per-token quantiser and
+    # multiplied back after (SmoothQuant's migration, on the value cache): the channel's
+    # RMS over the calibration text (`vsmooth`), or its square root (`vsmooth-half`), so
+    # large channels stop setting every token's range. `vsmooth-alloc` adds fixed widths
+    # by o-projection norm^2 x RMS^2.
+    "int4-cal-vsmooth": dict(kbits=4, vbits=4, alloc=8, calibrated=True, smooth=1.0),
+    "int4-cal-vsmooth-half": dict(kbits=4, vbits=4, alloc=8, calibrated=True, smooth=0.5),
+    "int4-cal-vsmooth-alloc": dict(kbits=4, vbits=4, alloc=8, calibrated=True, smooth=1.0, values="token-alloc"),
+    # The sequence's first page (the attention sink) left unquantised (IntactKV keeps the
+    # sink tokens' KV lossless): one fp16 page per sequence and layer.
+    "int4-calalloc-sink": dict(kbits=4, vbits=4, alloc=8, calibrated=True, fp_sink=True),
+    "int4-cal-vsmooth-sink": dict(kbits=4, vbits=4, alloc=8, calibrated=True, smooth=1.0, fp_sink=True),
 }
 CALIBRATION = ROOT / "sample_docs" / "python-tutorial-3.11.LICENSE.txt"  # other prose than the tutorial
 CALIBRATION_TOKENS = 1024
@@ -137,6 +163,37 @@ def fake_keys_alloc(k: torch.Tensor, bits: int, max_bits: int, weight: torch.Ten
     return out
 
 
+def fake_values_alloc(v: torch.Tensor, bits: int, weight: torch.Tensor) -> torch.Tensor:
+    """Per-token values whose channels have fixed widths (per kv head, from `weight` [H, D]
+    alone: every channel shares the token's range, so only the weight tells them apart)."""
+    from kernels.reference import asym_codes, fp16_ceil, fp16_floor
+
+    widths = allocate_bits(torch.ones_like(weight), bits, 8, weight)  # [H, D]
+    lo = fp16_floor(v.amin(-1, keepdim=True)).float()
+    hi = v.amax(-1, keepdim=True)
+    out = (lo + hi) / 2 + torch.zeros_like(v)
+    for w in widths.unique().tolist():
+        if w == 0:
+            continue
+        qmax = 2**w - 1
+        scale = fp16_ceil((hi - lo) / qmax).float()
+        deq = lo + asym_codes(v, lo, scale, qmax).float() * scale
+        out = torch.where(widths == w, deq, out)
+    return out
+
+
+def output_weight(model) -> dict[int, torch.Tensor]:
+    """||W_o[:, column]||^2 per layer, kv head and value channel, summed over the kv head's
+    query heads: how far an error in that value channel moves the attention's output."""
+    cfg = model.cfg
+    hq, hkv, d = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
+    out = {}
+    for lw, k_cache in zip(model.w.layers, model.kv.k):
+        wo = lw.o.float()  # [hidden, Hq * D]
+        out[id(k_cache)] = wo.square().sum(0).view(hkv, hq // hkv, d).sum(1)
+    return out
+
+
 def fake_values(v: torch.Tensor, bits: int) -> torch.Tensor:
     """v [page, H, D] -> per-token codes over the head's channels (fp16 parameters rounded
     outward, as kernels.reference.quantize_values, at any width), dequantised."""
@@ -160,8 +217,15 @@ class FakePages:
         self.calibrating = False
         self.calibration: dict[int, torch.Tensor] = {}  # layer cache id -> sum of q^2 over the calibration text
         self.prior: dict[int, torch.Tensor] = {}  # layer cache id -> the weights' estimate of E[q^2]
+        self.v_weight: dict[int, torch.Tensor] = {}  # layer cache id -> o-projection column norms^2 [Hkv, D]
+        self.v_square: dict[int, torch.Tensor] = {}  # layer cache id -> sum of v^2 over the calibration text
+        self.v_count: dict[int, int] = {}  # layer cache id -> rows in v_square
+        self.v_rms: dict[int, torch.Tensor] = {}  # layer cache id -> value channel RMS [Hkv, D]
+        self.sink_page: dict[int, int] = {}  # layer cache id -> the sequence's first page
+        self._layer = 0  # the layer cache being stored (`page` smooths with its RMS)
 
-    def page(self, k: torch.Tensor, v: torch.Tensor, weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def page(self, k: torch.Tensor, v: torch.Tensor, weight: torch.Tensor | None = None,
+             v_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kbits, vbits = self.variant["kbits"], self.variant["vbits"]
         if kbits:
             if self.variant.get("rotate"):
@@ -173,21 +237,46 @@ class FakePages:
             else:
                 k = fake_keys(k, kbits)
         if vbits:
-            v = fake_values(v, vbits)
+            mode = self.variant.get("values", "token")
+            smooth = None
+            if self.variant.get("smooth"):
+                smooth = self.v_rms[self._layer].pow(self.variant["smooth"]).clamp(min=1e-6)  # [H, D]
+                v = v / smooth
+                if v_weight is not None:
+                    v_weight = v_weight * smooth.square()
+            if mode == "channel":
+                v = fake_keys(v, vbits)
+            elif mode == "channel-alloc":
+                v = fake_keys_alloc(v, vbits, 8, v_weight)
+            elif mode == "token-alloc":
+                v = fake_values_alloc(v, vbits, v_weight)
+            else:
+                v = fake_values(v, vbits)
+            if smooth is not None:
+                v = v * smooth
         return k, v
 
     def wrap(self, store):
         def store_kv(k_cache, v_cache, k, v, slot_mapping):
             store(k_cache, v_cache, k, v, slot_mapping)
+            self._layer = id(k_cache)
+            if self.calibrating:
+                self.v_square[id(k_cache)] = v.float().square().sum(0) + self.v_square.get(id(k_cache), 0)
+                self.v_count[id(k_cache)] = self.v_count.get(id(k_cache), 0) + v.shape[0]
             if not (self.variant["kbits"] or self.variant["vbits"]):
                 return
+            if id(k_cache) not in self.sink_page:  # the sequence's first store: its first page
+                self.sink_page[id(k_cache)] = int(slot_mapping[0]) // PAGE
             for end in slot_mapping[slot_mapping % PAGE == PAGE - 1].tolist():  # pages this step filled
                 rows = slice(end - PAGE + 1, end + 1)
+                if self.variant.get("fp_sink") and end // PAGE == self.sink_page[id(k_cache)]:
+                    continue
                 if self.variant.get("query_weighted"):  # quantised once attend has seen this chunk's queries
                     self.pending.setdefault(id(k_cache), []).append(rows)
                 elif self.variant.get("calibrated"):
                     weight = (self.prior if self.variant.get("from_weights") else self.calibration)[id(k_cache)]
-                    k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float(), weight)
+                    k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float(), weight,
+                                                             self.v_weight.get(id(k_cache)))
                 else:
                     k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float())
         return store_kv
@@ -196,6 +285,7 @@ class FakePages:
         """The query moments are per sequence: forget the last one's."""
         self.q_moments.clear()
         self.pending.clear()
+        self.sink_page.clear()
 
     def wrap_attend(self, attend):
         """Query-weighted variants: keep each layer's running sum of q^2 per kv head (the
@@ -301,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         fake.calibrating = True
         backend.prompt_logits(tok.encode(CALIBRATION.read_text(encoding="utf-8"), add_special_tokens=False)[:CALIBRATION_TOKENS])
         fake.calibrating = False
+        fake.v_rms = {key: (sq / fake.v_count[key]).sqrt() for key, sq in fake.v_square.items()}
+    fake.v_weight = output_weight(backend.engine.model)
     if any(VARIANTS[n].get("from_weights") for n in names):
         fake.prior = weight_prior(backend.engine.model)
     prompts = {(n, d): lq.needle_prompt(tok, n, d) + full for n in lengths for d in DEPTHS}
