@@ -166,19 +166,14 @@ def fake_keys_alloc(k: torch.Tensor, bits: int, max_bits: int, weight: torch.Ten
 def fake_values_alloc(v: torch.Tensor, bits: int, weight: torch.Tensor) -> torch.Tensor:
     """Per-token values whose channels have fixed widths (per kv head, from `weight` [H, D]
     alone: every channel shares the token's range, so only the weight tells them apart)."""
-    from kernels.reference import asym_codes, fp16_ceil, fp16_floor
+    from kernels.reference import fp16_floor
 
     widths = allocate_bits(torch.ones_like(weight), bits, 8, weight)  # [H, D]
     lo = fp16_floor(v.amin(-1, keepdim=True)).float()
-    hi = v.amax(-1, keepdim=True)
-    out = (lo + hi) / 2 + torch.zeros_like(v)
+    out = (lo + v.amax(-1, keepdim=True)) / 2 + torch.zeros_like(v)  # a 0-bit channel: the midpoint
     for w in widths.unique().tolist():
-        if w == 0:
-            continue
-        qmax = 2**w - 1
-        scale = fp16_ceil((hi - lo) / qmax).float()
-        deq = lo + asym_codes(v, lo, scale, qmax).float() * scale
-        out = torch.where(widths == w, deq, out)
+        if w:
+            out = torch.where(widths == w, fake_values(v, w), out)
     return out
 
 
@@ -222,10 +217,9 @@ class FakePages:
         self.v_count: dict[int, int] = {}  # layer cache id -> rows in v_square
         self.v_rms: dict[int, torch.Tensor] = {}  # layer cache id -> value channel RMS [Hkv, D]
         self.sink_page: dict[int, int] = {}  # layer cache id -> the sequence's first page
-        self._layer = 0  # the layer cache being stored (`page` smooths with its RMS)
 
     def page(self, k: torch.Tensor, v: torch.Tensor, weight: torch.Tensor | None = None,
-             v_weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+             v_weight: torch.Tensor | None = None, v_rms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         kbits, vbits = self.variant["kbits"], self.variant["vbits"]
         if kbits:
             if self.variant.get("rotate"):
@@ -240,7 +234,7 @@ class FakePages:
             mode = self.variant.get("values", "token")
             smooth = None
             if self.variant.get("smooth"):
-                smooth = self.v_rms[self._layer].pow(self.variant["smooth"]).clamp(min=1e-6)  # [H, D]
+                smooth = v_rms.pow(self.variant["smooth"]).clamp(min=1e-6)  # [H, D]
                 v = v / smooth
                 if v_weight is not None:
                     v_weight = v_weight * smooth.square()
@@ -259,7 +253,6 @@ class FakePages:
     def wrap(self, store):
         def store_kv(k_cache, v_cache, k, v, slot_mapping):
             store(k_cache, v_cache, k, v, slot_mapping)
-            self._layer = id(k_cache)
             if self.calibrating:
                 self.v_square[id(k_cache)] = v.float().square().sum(0) + self.v_square.get(id(k_cache), 0)
                 self.v_count[id(k_cache)] = self.v_count.get(id(k_cache), 0) + v.shape[0]
@@ -276,7 +269,7 @@ class FakePages:
                 elif self.variant.get("calibrated"):
                     weight = (self.prior if self.variant.get("from_weights") else self.calibration)[id(k_cache)]
                     k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float(), weight,
-                                                             self.v_weight.get(id(k_cache)))
+                                                             self.v_weight.get(id(k_cache)), self.v_rms.get(id(k_cache)))
                 else:
                     k_cache[rows], v_cache[rows] = self.page(k_cache[rows].float(), v_cache[rows].float())
         return store_kv
