@@ -55,6 +55,8 @@ CONFIGS = {
     "topk-int4-dense2": dict(kv_dtype="int4", attention="topk", dense_layers=2),
     # Within the trained window positions need no remapping: true positions.
     "topk-int4-noremap": dict(kv_dtype="int4", attention="topk", position_remap=False),
+    # the sink page read from its int4 copy, as before engine.exact_sinks (A/B)
+    "topk-int4-quantsink": dict(kv_dtype="int4", attention="topk", exact_sinks=False),
 }
 
 
@@ -71,7 +73,7 @@ def load(name: str, max_tokens: int):
     kw = dict(CONFIGS[name])
     # Budget: the longest prompt plus the answer, in this config's page bytes.
     per_token = _bytes_per_token(kw.get("kv_dtype", "fp32"))
-    budget = int((max_tokens + 256) * per_token) + (160 << 20)  # + staging pool
+    budget = int((max_tokens + 256) * per_token) + (256 << 20)  # + staging pool and exact sinks
     return NativeBackend.load(model_dir(), weights="fp32", prefill_chunk=512, kv_budget_bytes=budget, **kw)
 
 

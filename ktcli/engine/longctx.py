@@ -45,6 +45,7 @@ import kernels
 from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, context_kv, gather_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
+from ktcli.engine.exact_sinks import ExactSinks, swap_in
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
@@ -68,6 +69,9 @@ class LongContextOptions:
     stage_dtype: str = "fp32"  # the full-precision recent window of quantized kinds
     # Keys stored before RoPE (see the module doc); remapped positions always store them so.
     unroped_keys: bool = False
+    # Quantized pages under remapped window/topk: the sink pages also kept at the staging
+    # precision, one slot per sequence (`engine.exact_sinks`).
+    exact_sinks: bool = True
 
     @property
     def keys_unroped(self) -> bool:
@@ -183,6 +187,7 @@ class KernelKVCache:
         self._kivi_decode = self.device.type == "cpu" and cpu_kivi_attention.supports(self.spec, cfg.n_heads)
         # [L, H, D] while `key_calibration.measure` runs: each layer's queries' q^2 added up
         self.calibration: torch.Tensor | None = None
+        self.sinks: ExactSinks | None = None  # made by `allocate` where it applies
 
     # sizing (the PagedKVCache interface) -------------------------------------------
 
@@ -191,8 +196,20 @@ class KernelKVCache:
         return self.n_layers * kernels.bytes_per_block(self.spec)
 
     @property
+    def _sink_shape(self) -> tuple[int, ...] | None:
+        """ExactSinks' sizes where they apply (quantized pages read by a remapped policy
+        with sink pages), else None."""
+        o = self.options
+        if not (o.exact_sinks and o.position_remap and self.spec.quantized and self.policy.n_sink_pages > 0):
+            return None
+        return (self.n_layers, self.policy.n_sink_pages * self.block_size, self.n_kv_heads, self.head_dim,
+                o.n_stage)
+
+    @property
     def fixed_bytes(self) -> int:
-        return self.n_layers * kernels.staging_bytes(self.spec, self.options.n_stage)
+        sinks = self._sink_shape
+        extra = ExactSinks.bytes_for(*sinks, self.spec.stage_torch_dtype) if sinks else 0
+        return self.n_layers * kernels.staging_bytes(self.spec, self.options.n_stage) + extra
 
     def blocks_for_budget(self, budget_bytes: int) -> int:
         return max(0, budget_bytes - self.fixed_bytes) // self.bytes_per_block
@@ -207,6 +224,8 @@ class KernelKVCache:
                            for _ in range(self.n_layers)]
         except RuntimeError as e:
             raise OutOfMemoryError(f"cannot allocate a KV cache of {num_blocks} pages: {e}") from None
+        sinks = self._sink_shape
+        self.sinks = ExactSinks(*sinks, self.spec.stage_torch_dtype, self.device) if sinks else None
         self.num_blocks = num_blocks
 
     @property
@@ -245,6 +264,8 @@ class KernelKVCache:
             self.calibration[li] += key_calibration.query_square_sums(q, self.n_kv_heads)
         if unroped:
             q, k = self._unrotate(q, step), self._unrotate(k, step)
+        if self.sinks is not None:
+            self._store_sinks(li, k, v, step)
         if self._store_rows is None:
             decode_rows = self._fast_store and q.shape[0] == len(step.seqs) and kernels.get_backend() != "triton"
             if not (decode_rows and store_mid_page(layer, k, v, step.slot_mapping)):
@@ -259,10 +280,11 @@ class KernelKVCache:
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
             if remap:
+                sink = self.sinks.rows(int(table[0]), li) if self.sinks is not None else None
                 extra = None
                 if policy.kind == "topk" and self.options.question_pages > 0:
-                    extra = self._question_pages(li, qs, layer, table, seq.ctx, observe)
-                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra))
+                    extra = self._question_pages(li, qs, layer, table, seq.ctx, observe, sink)
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra, sink=sink))
             elif unroped and not flat_cpu:  # the kernels read keys as stored: RoPE them here
                 outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, true_positions=True))
             elif flat_cpu and seq.n == 1 and self._kivi_decode and not unroped:
@@ -287,6 +309,17 @@ class KernelKVCache:
             else:
                 outs.append(kernels.paged_prefill_attention(qs, layer, table, start, self.scale, policy))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _store_sinks(self, li: int, k: torch.Tensor, v: torch.Tensor, step) -> None:
+        """Copy the step's rows at sink positions into the sequences' ExactSinks slots
+        (a replay: those of the replayed sequences only, as `kv_store`)."""
+        is_free = self.blocks.is_free if self.blocks is not None else None
+        for i, (seq, table) in enumerate(zip(step.seqs, self._tables)):
+            start = seq.ctx - seq.n
+            if start >= self.sinks.n_tokens or (self._store_rows is not None and not self._replay_of[i]):
+                continue
+            rows = slice(seq.start, seq.start + seq.n)
+            self.sinks.store(int(table[0]), li, start, k[rows], v[rows], is_free)
 
     def _begin_step(self, step) -> None:
         self._step = step
@@ -366,19 +399,19 @@ class KernelKVCache:
         xc = torch.view_as_complex(x.reshape(*shape[:-1], shape[-1] // 2, 2).contiguous())
         return torch.view_as_real(xc * rot).reshape(shape)
 
-    def _question_pages(self, li: int, q, layer, table, ctx: int, observe: bool) -> torch.Tensor | None:
+    def _question_pages(self, li: int, q, layer, table, ctx: int, observe: bool, sink=None) -> torch.Tensor | None:
         """Pages a sequence's question selects for layer li (see `QuestionPages`): updated
         while the prompt's last chunk goes up the layers, then fixed for the decode steps."""
         key = int(table[0])
         if observe:
             if li == 0 or key not in self._question:
                 self._question[key] = QuestionPages(self.options.question_pages, self.policy)
-            self._question[key].observe(q, layer, table, ctx, self.scale)
+            self._question[key].observe(q, layer, table, ctx, self.scale, sink)
         pages = self._question.get(key)
         return pages.chosen if pages is not None else None
 
     def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int,
-                  extra: torch.Tensor | None = None, true_positions: bool = False) -> torch.Tensor:
+                  extra: torch.Tensor | None = None, true_positions: bool = False, sink=None) -> torch.Tensor:
         """Attention of unrotated queries q [N, HQ, D] at positions start.. over unrotated
         pages at compact virtual positions (see `virtual_plan`), or at their true positions
         (keys stored unroped, read by a policy without remapping).
@@ -399,7 +432,8 @@ class KernelKVCache:
         out = torch.empty(n_q, h, group, d, device=q.device)
         for g0 in range(first, end, step):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
-            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions)
+            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
+                                                  sink)
             max_pos = int(qpos.max()) + 1
             kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" or true_positions else 0, max_pos))
             qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
@@ -460,8 +494,9 @@ class QuestionPages:
         self.score: torch.Tensor | None = None  # [pages of the prompt] best z so far
         self.chosen: torch.Tensor | None = None  # [<= n_pages] logical pages
 
-    def observe(self, q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float) -> None:
-        """Fold in layer attention of the prompt's last queries q [N, HQ, D] (unrotated)."""
+    def observe(self, q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float, sink=None) -> None:
+        """Fold in layer attention of the prompt's last queries q [N, HQ, D] (unrotated);
+        `sink`: the exact sink rows (`ExactSinks.rows`), if the sequence has them."""
         spec = layer.spec
         bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
         n_pages = -(-ctx // bs)
@@ -471,6 +506,9 @@ class QuestionPages:
         obs = q[-self.WINDOW :].float()
         group = obs.shape[1] // h
         k, _ = context_kv(layer, table, ctx)  # [ctx, H, D]
+        if sink is not None:
+            n = min(ctx, sink[0].shape[0])
+            k = torch.cat([sink[0][:n].to(k.dtype), k[n:]])
         qg = obs.view(-1, h, group, d).permute(1, 0, 2, 3).reshape(h, -1, d)  # [H, N*G, D]
         scores = torch.bmm(qg, k.permute(1, 2, 0)).mul_(scale)  # [H, N*G, ctx]
         probs = torch.nn.functional.pad(scores.softmax(-1), (0, n_pages * bs - ctx))  # the last page's tail: 0
@@ -488,7 +526,7 @@ def _gathers_here(layer) -> bool:
 
 
 def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
-                 extra: torch.Tensor | None = None, true_positions: bool = False):
+                 extra: torch.Tensor | None = None, true_positions: bool = False, sink=None):
     """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
     one page unless the policy is dense) at compact virtual positions.
 
@@ -499,7 +537,8 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     trained range whatever the length (InfLLM / SelfExtend-style, without a fixed far
     distance). Returns k, v [H, W, D] unrotated, key positions [H, W], query positions
     [H, N] and the mask [H, N, W] (kept and causal in virtual positions). With
-    `true_positions` the same keys keep their document positions instead."""
+    `true_positions` the same keys keep their document positions instead. `sink`: the
+    sequence's exact sink rows (`ExactSinks.rows`), read instead of the quantized ones."""
     bs = layer.spec.block_size
     n_q = q.shape[0]
     end = start + n_q
@@ -511,6 +550,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     else:
         k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
         k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
+    k, v = swap_in(sink, k, v, pos)  # exact sink rows (`ExactSinks`), where the sequence has them
     lo = max(0, (end - 1) // bs - policy.n_local_pages + 1) if policy.kind != "dense" else 0
     page_tok = pos // bs
     only_local = local_only.repeat_interleave(bs, dim=-1)
@@ -533,7 +573,8 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int,
-                 unroped_keys: bool = False, device: torch.device | str = "cpu", pack_cache: Path | None = None):
+                 unroped_keys: bool = False, exact_sinks: bool = True, device: torch.device | str = "cpu",
+                 pack_cache: Path | None = None):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
@@ -552,7 +593,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
                                  position_remap=remap, block_size=block_size or LongContextOptions.block_size,
-                                 unroped_keys=bool(unroped_keys))
+                                 unroped_keys=bool(unroped_keys), exact_sinks=bool(exact_sinks))
     device = torch.device(device)
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.

@@ -67,6 +67,7 @@ class NativeBackend:
         rope_scaling=None,
         context_window: int | None = None,
         unroped_keys: bool = False,
+        exact_sinks: bool = True,
         pack_cache: Path | None = None,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
@@ -79,7 +80,9 @@ class NativeBackend:
         Quantized pages (kv_dtype fp8/int8/int4), attention "window"/"topk" (or an
         AttentionPolicy), dense_layers, position_remap and rope_scaling load the kernels
         cache of `engine.longctx` (block_size then defaults to the kernels' page size);
-        unroped_keys stores its keys before RoPE (see `engine.longctx`). `pack_cache`: a folder
+        unroped_keys stores its keys before RoPE (see `engine.longctx`); exact_sinks=False
+        reads the sink pages of remapped policies quantized (`engine.exact_sinks`, for A/B
+        runs). `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load)."""
         if threads > 0:
             torch.set_num_threads(threads)
@@ -97,7 +100,7 @@ class NativeBackend:
                 cls, model_dir, device=device, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
                 prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
-                unroped_keys=unroped_keys, budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
+                unroped_keys=unroped_keys, exact_sinks=exact_sinks, budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
                 pack_cache=pack_cache,
             )
         block_size = block_size or 16

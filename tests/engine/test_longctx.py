@@ -234,7 +234,7 @@ def test_question_pages_replay_the_prompt_end_with_the_final_choice(llama, ids, 
     # The same run with the final choice forced at the last chunk and every decode step.
     monkeypatch.setattr(longctx.KernelKVCache, "replay", lambda self, step: False)
 
-    def forced(self, li, q, layer, table, ctx, observe):
+    def forced(self, li, q, layer, table, ctx, observe, sink=None):
         return chosen if ctx >= len(prompt) else None
 
     monkeypatch.setattr(longctx.KernelKVCache, "_question_pages", forced)
@@ -276,7 +276,7 @@ def test_replay_leaves_the_pages_of_a_run_that_knew_the_choice(llama, ids, monke
     chosen = entry.chosen.clone()
     monkeypatch.setattr(longctx.KernelKVCache, "replay", lambda self, step: False)
     monkeypatch.setattr(longctx.KernelKVCache, "_question_pages",
-                        lambda self, li, q, layer, table, ctx, observe: chosen if ctx >= len(prompt) else None)
+                        lambda self, li, q, layer, table, ctx, observe, sink=None: chosen if ctx >= len(prompt) else None)
     want = pages_after(load(llama, attention=policy, kv_dtype=kind, prefill_chunk=chunk))
     kept = (120 // BS) if (kind == "int8" and chunk == 60) else None
     for (gk, gv), (wk, wv) in zip(got, want):

@@ -1,0 +1,89 @@
+"""The sink pages of sparse policies kept exact beside their quantized copies.
+
+Why: under `window` and `topk` every query of every layer reads the sequence's first
+page (the attention sink, StreamingLLM), and over a few hundred visible keys instead of
+the whole context it takes a larger share of each head's attention than under dense
+attention. With int4 pages its quantisation error is therefore in every output. Keeping
+those tokens at full precision is IntactKV's observation (the sink tokens' KV left
+unquantised); in a fake-quantised ablation on SmolLM2 it took 31% off int4's KL to
+fp32 (BENCHMARKS.md, `kv_sink_ablation`).
+
+How: the quantized page is stored as usual (so every reader that does not know about
+this one still works), and a pool of slots, one per sequence like the staging pool,
+holds the same rows at the staging precision. `KernelKVCache` writes a sequence's rows
+at positions below `n_tokens` into its slot as it stores them and swaps them into what
+the remapped attention and `QuestionPages` gather. The cost is fixed per sequence
+(one page per layer, as a staging slot), not per token: KV bytes per token do not move.
+A sequence that finds no free slot reads its quantized sink, as before.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+
+class ExactSinks:
+    def __init__(self, n_layers: int, n_tokens: int, n_kv_heads: int, head_dim: int, n_slots: int,
+                 dtype: torch.dtype, device: torch.device):
+        self.n_tokens = n_tokens
+        shape = (n_slots, n_layers, n_tokens, n_kv_heads, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self._slot_of: dict[int, int] = {}  # sequence (its first physical block) -> slot
+        self._free = list(range(n_slots - 1, -1, -1))
+
+    @staticmethod
+    def bytes_for(n_layers: int, n_tokens: int, n_kv_heads: int, head_dim: int, n_slots: int,
+                  dtype: torch.dtype) -> int:
+        elem = torch.tensor([], dtype=dtype).element_size()
+        return 2 * n_slots * n_layers * n_tokens * n_kv_heads * head_dim * elem
+
+    def store(self, key: int, layer: int, start: int, k: torch.Tensor, v: torch.Tensor,
+              is_free: Callable[[int], bool] | None) -> None:
+        """Rows k, v [N, H, D] of sequence `key` at positions start..start+N-1: keep those
+        below n_tokens. A sequence takes its slot when its position 0 arrives (a new
+        prompt, or a recompute after preemption, writes the whole sink again)."""
+        n = min(k.shape[0], self.n_tokens - start)
+        if n <= 0:
+            return
+        slot = self._slot_of.get(key)
+        if slot is None:
+            if start != 0:  # its first rows went by without a slot: it keeps reading the page
+                return
+            slot = self._take(is_free)
+            if slot is None:
+                return
+            self._slot_of[key] = slot
+        self.k[slot, layer, start : start + n] = k[:n].to(self.k.dtype)
+        self.v[slot, layer, start : start + n] = v[:n].to(self.v.dtype)
+
+    def rows(self, key: int, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The exact sink rows [n_tokens, H, D] of sequence `key` in `layer`, if it has a slot."""
+        slot = self._slot_of.get(key)
+        return None if slot is None else (self.k[slot, layer], self.v[slot, layer])
+
+    def _take(self, is_free: Callable[[int], bool] | None) -> int | None:
+        if not self._free and is_free is not None:
+            for key in [k for k in self._slot_of if is_free(k)]:
+                self._free.append(self._slot_of.pop(key))
+        return self._free.pop() if self._free else None
+
+
+def swap_in(rows: tuple[torch.Tensor, torch.Tensor] | None, k: torch.Tensor, v: torch.Tensor,
+            pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gathered keys and values k, v [H, W, D] at token positions pos [H, W] (-1: none),
+    with the rows of the sink positions replaced by the exact ones (new tensors)."""
+    if rows is None:
+        return k, v
+    ek, ev = rows
+    hit = (pos >= 0) & (pos < ek.shape[0])
+    if not bool(hit.any()):
+        return k, v
+    head = torch.arange(pos.shape[0], device=pos.device)[:, None].expand_as(pos)[hit]
+    at = pos[hit]
+    k, v = k.clone(), v.clone()
+    k[hit] = ek[at, head].to(k.dtype)
+    v[hit] = ev[at, head].to(v.dtype)
+    return k, v
