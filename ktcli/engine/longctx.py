@@ -246,6 +246,12 @@ class KernelKVCache:
         finally:
             self.options, self.policy, self._asks = saved
 
+    @property
+    def min_last_chunk(self) -> int:
+        """The fewest tokens a prompt's last prefill chunk may have (`Engine._chunk_len`):
+        QuestionPages observes the prompt's last WINDOW queries in it."""
+        return QuestionPages.WINDOW if self._asks else 0
+
     def layer_policy(self, li: int) -> AttentionPolicy:
         return kernels.reference.DENSE if li < self.options.dense_layers else self.policy
 

@@ -138,7 +138,7 @@ class Engine:
             self.blocks.grow(s.block_table, len(ids))
             out = []
             while s.pending:
-                n = min(s.pending, self.prefill_chunk)
+                n = self._chunk_len(s, self.prefill_chunk)
                 step, ids = self._build_step([(s, n)], all_rows=all_rows)
                 out.append(self.model.forward(ids, step))
                 s.num_cached += n
@@ -181,10 +181,27 @@ class Engine:
         for s in prefill:
             if budget <= 0:
                 break
-            n = min(s.pending, budget)
-            batch.append((s, n))
-            budget -= n
+            n = self._chunk_len(s, budget)
+            if n > 0:
+                batch.append((s, n))
+                budget -= n
         return batch
+
+    def _chunk_len(self, s: Sequence, budget: int) -> int:
+        """Tokens of s to prefill in a step with `budget` tokens left (0: wait for the next
+        step; the first sequence of a step always gets some).
+
+        With question pages (the cache's `min_last_chunk` > 0, topk) where a prompt's
+        chunks end changes what it attends to: the pages are chosen from the prompt's last
+        queries, which must all be in its last chunk, and only that chunk is replayed with
+        the choice. So such a prompt is cut as it would be alone, whatever it shares steps
+        with (a chunk that does not fit waits), and its last chunk is never shorter than
+        `min_last_chunk`: the same request gets the same greedy answer in any batch."""
+        want = min(getattr(self.model.kv, "min_last_chunk", 0), self.prefill_chunk)
+        n = min(s.pending, self.prefill_chunk if want else budget)
+        if n < s.pending and s.pending - n < want:
+            n = s.pending - want
+        return n if n <= budget else 0
 
     def _drop_aborted(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
         if not self._aborted:

@@ -340,3 +340,39 @@ def test_finished_sequences_give_back_their_staging_slots(llama):
     b.kv._reclaim_staging(need=n_stage)  # what _begin_step does when free slots run low
     assert not any(stale(layer) for layer in b.kv.layers)
     assert all(int((layer.block_of_stage < 0).sum()) == n_stage for layer in b.kv.layers)
+
+
+@pytest.mark.parametrize("kind", ["fp32", "int4"])
+def test_topk_prompts_are_cut_as_alone_whatever_the_batch(llama, ids, kind):
+    """topk's question pages come from a prompt's last queries and only its last chunk is
+    replayed, so where chunks end changes the answer: a prompt is cut the same way alone
+    and batched, its last chunk holds at least QuestionPages.WINDOW tokens (150 tokens in
+    64-token chunks: 64, 54, 32, not 64, 64, 22), and greedy answers do not depend on the
+    batch."""
+    from ktcli.engine.backend import SamplingParams
+
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+    b = load(llama, attention=policy, kv_dtype=kind)
+    chunks: dict[int, list[int]] = {}
+    real = b.kv._begin_step
+
+    def spy(step):
+        real(step)
+        for seq, table in zip(step.seqs, b.kv._tables):
+            if seq.n > 1 and b.kv._store_rows is None:  # a prompt chunk, not its replay
+                chunks.setdefault(int(table[0]), []).append(seq.n)
+
+    b.kv._begin_step = spy
+    other = list(reversed(ids[:120]))
+    params = SamplingParams(max_new_tokens=6)
+    alone = []
+    for p in (ids, other):
+        chunks.clear()
+        alone.append((b.generate_ids([p], params)[0], next(iter(chunks.values()))))
+    assert alone[0][1] == [64, 54, 32] and alone[1][1] == [64, 56]
+    for batch in ([ids, other], [other, ids]):
+        chunks.clear()
+        got = b.generate_ids(batch, params)
+        want = [alone[0] if p is ids else alone[1] for p in batch]
+        assert got == [w[0] for w in want]
+        assert sorted(chunks.values()) == sorted(w[1] for w in want)
