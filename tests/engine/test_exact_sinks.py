@@ -1,0 +1,153 @@
+"""Exact sink pages for remapped window/topk over quantized pages (ktcli.engine.exact_sinks):
+the slots, the swap into what attention gathers, and the engine keeping the rows the model
+computed."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import kernels
+from kernels import AttentionPolicy
+from ktcli.engine import longctx
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.config import ModelConfig
+from ktcli.engine.exact_sinks import ExactSinks, swap_in
+from ktcli.engine.native import NativeBackend
+from ktcli.engine.rope import RotaryTable
+
+BS = 16
+TOPK = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_models):
+    return tiny_models["llama"]
+
+
+@pytest.fixture(scope="module")
+def ids():
+    return torch.randint(0, 256, (150,), generator=torch.Generator().manual_seed(11)).tolist()
+
+
+def load(path, **kw):
+    kw.setdefault("weights", "fp32")
+    kw.setdefault("attention", TOPK)
+    return NativeBackend.load(path, block_size=BS, kv_budget_bytes=32 << 20, prefill_chunk=64, **kw)
+
+
+def test_slots_taken_at_position_zero_and_reclaimed_from_freed_sequences():
+    sinks = ExactSinks(n_layers=2, n_tokens=4, n_kv_heads=1, head_dim=2, n_slots=2, dtype=torch.float32,
+                       device=torch.device("cpu"))
+    rows = lambda n, x: torch.full((n, 1, 2), float(x))  # noqa: E731
+    freed: set[int] = set()
+    sinks.store(10, 0, 0, rows(6, 1), rows(6, -1), freed.__contains__)  # 6 rows: the first 4 kept
+    sinks.store(20, 1, 0, rows(2, 2), rows(2, -2), freed.__contains__)
+    sinks.store(20, 1, 2, rows(5, 3), rows(5, -3), freed.__contains__)  # rows 2-3 of a later chunk
+    assert sinks.rows(10, 0)[0].flatten().tolist() == [1.0] * 8
+    assert sinks.rows(20, 1)[0][:, 0, 0].tolist() == [2, 2, 3, 3]
+    assert sinks.rows(20, 1)[1][:, 0, 0].tolist() == [-2, -2, -3, -3]
+    sinks.store(30, 0, 4, rows(1, 9), rows(1, 9), freed.__contains__)  # past the sink: nothing to keep
+    sinks.store(30, 0, 0, rows(1, 4), rows(1, 4), freed.__contains__)  # pool full, none freed
+    assert sinks.rows(30, 0) is None
+    sinks.store(30, 0, 1, rows(1, 4), rows(1, 4), freed.__contains__)  # started without a slot: stays so
+    assert sinks.rows(30, 0) is None
+    freed.add(10)
+    sinks.store(30, 0, 0, rows(1, 5), rows(1, 5), freed.__contains__)
+    assert sinks.rows(10, 0) is None and sinks.rows(30, 0)[0][0, 0, 0] == 5
+    assert ExactSinks.bytes_for(2, 4, 1, 2, 2, torch.float32) == sinks.k.nbytes + sinks.v.nbytes
+
+
+def test_swap_in_replaces_the_sink_positions_of_every_head():
+    k, v = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
+    pos = torch.tensor([[0, 1, 8, 9, -1], [1, 3, 4, 5, -1]])  # head 1 was not given position 0
+    ek = torch.arange(4 * 2 * 3, dtype=torch.float32).view(4, 2, 3)  # [n_tokens, H, D]
+    got_k, got_v = swap_in((ek, -ek), k, v, pos)
+    assert torch.equal(got_k[0, :2], ek[[0, 1], 0]) and torch.equal(got_k[1, :2], ek[[1, 3], 1])
+    assert torch.equal(got_v[1, 1], -ek[3, 1])
+    assert not got_k[:, 2:].any() and not got_k[1, 2:].any() and not k.any()  # the input is not written
+    assert swap_in(None, k, v, pos)[0] is k
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("n_q,start", [(1, 82), (19, 64 + 3)])
+@pytest.mark.parametrize("cpp_gather", [True, False])
+def test_virtual_plan_reads_the_exact_rows_at_sink_positions_only(kind, n_q, start, cpp_gather, monkeypatch):
+    if not cpp_gather:  # the torch gather (kernels.reference.gather_kv) instead of cpu_kivi_attention's
+        monkeypatch.setattr(longctx, "_gathers_here", lambda layer: False)
+    cfg = ModelConfig("llama", 10, 32, 32, 1, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6, max_position=64,
+                      rope={"rope_type": "default", "rope_theta": 10000.0})
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=3)
+    cache = longctx.KernelKVCache(cfg, longctx.LongContextOptions(kv_dtype=kind, policy=policy, position_remap=True,
+                                                                  block_size=8))
+    cache.allocate(16)
+    cache.rope = RotaryTable(cfg.rope, 16, 64)
+    layer, bs = cache.layers[0], 8
+    torch.manual_seed(0)
+    ctx = start + n_q
+    table = torch.randperm(16)[: math.ceil(ctx / bs)].to(torch.int32)
+    k, v = torch.randn(ctx, 2, 16) * 3, torch.randn(ctx, 2, 16) * 3
+    slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
+    kernels.kv_store(layer, k, v, slots)
+    q = torch.randn(n_q, 4, 16)
+    qk, qv, kpos, qpos, mask = longctx.virtual_plan(q, layer, table, start, policy)
+    sk, sv, skpos, sqpos, smask = longctx.virtual_plan(q, layer, table, start, policy, sink=(k[:bs], v[:bs]))
+    assert torch.equal(kpos, skpos) and torch.equal(qpos, sqpos) and torch.equal(mask, smask)
+    sink_cols = (kpos < bs) & mask.any(1)  # page 0 is first in document order: virtual = true positions
+    assert sink_cols.sum(-1).tolist() == [bs, bs]
+    head = torch.arange(2)[:, None].expand_as(kpos)
+    torch.testing.assert_close(sk[sink_cols], k[kpos[sink_cols], head[sink_cols]])
+    torch.testing.assert_close(sv[sink_cols], v[kpos[sink_cols], head[sink_cols]])
+    assert not torch.allclose(qk[sink_cols], sk[sink_cols])  # the quantized copy differs
+    assert torch.equal(sk[~sink_cols], qk[~sink_cols]) and torch.equal(sv[~sink_cols], qv[~sink_cols])
+
+
+def test_engine_keeps_the_rows_the_model_stored(llama, ids):
+    """Layer 0's keys come from the embeddings alone, so an fp32 load stores the same first
+    page: int4 topk's exact sink equals it, where its int4 page does not."""
+    exact = load(llama, kv_dtype="int4")
+    plain = load(llama, kv_dtype="fp32")
+    assert exact.kv.sinks is not None and plain.kv.sinks is None  # float pages need none
+    tables = {}
+    for name, b in (("int4", exact), ("fp32", plain)):
+        real = b.kv._begin_step
+
+        def spy(step, real=real, name=name, b=b):
+            real(step)
+            tables[name] = b.kv._tables[0].clone()
+
+        b.kv._begin_step = spy
+        b.engine.prompt_logits(ids)
+    first = int(tables["int4"][0])
+    ek, ev = exact.kv.sinks.rows(first, 0)
+    sel = torch.zeros(1, exact.kv.n_kv_heads, 1, dtype=torch.int32)  # logical page 0
+    pk, pv, _ = kernels.reference.gather_kv(plain.kv.layers[0], tables["fp32"][None], sel, torch.tensor([len(ids)]))
+    qk, _, _ = kernels.reference.gather_kv(exact.kv.layers[0], tables["int4"][None], sel, torch.tensor([len(ids)]))
+    torch.testing.assert_close(ek, pk[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(ev, pv[0].transpose(0, 1), atol=1e-5, rtol=1e-5)
+    assert (qk[0].transpose(0, 1) - ek).abs().max() > 1e-3
+
+
+def test_memory_counts_the_sink_pool_where_it_applies(llama):
+    with_sinks = load(llama, kv_dtype="int4")
+    without = load(llama, kv_dtype="int4", exact_sinks=False)
+    kv = with_sinks.kv
+    pool = ExactSinks.bytes_for(kv.n_layers, BS, kv.n_kv_heads, kv.head_dim, kv.options.n_stage, torch.float32)
+    assert with_sinks.kv.fixed_bytes - without.kv.fixed_bytes == pool
+    assert without.kv.sinks is None and kv.sinks.k.nbytes + kv.sinks.v.nbytes == pool
+    assert load(llama, kv_dtype="int4", attention="dense").kv.sinks is None  # dense reads every page as stored
+
+
+def test_batched_sequences_keep_their_own_sinks(llama, ids):
+    """Two prompts in one batch answer as each does alone (each sequence its own slot), and
+    the answers differ from reading the sinks quantized."""
+    b = load(llama, kv_dtype="int4")
+    params = SamplingParams(max_new_tokens=6)
+    other = list(reversed(ids[:120]))
+    alone = [b.generate_ids([p], params)[0] for p in (ids, other)]
+    assert b.generate_ids([ids, other], params) == alone
+    logits = b.prompt_logits(ids)
+    quantized = load(llama, kv_dtype="int4", exact_sinks=False).prompt_logits(ids)
+    assert not torch.allclose(logits, quantized, atol=1e-4)
