@@ -25,12 +25,15 @@ def paged_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> float:
     return facts.n_layers * bytes_per_token(KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype))
 
 
-def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = 32) -> int:
-    """The staging pool of quantized kinds (full-precision partial pages), every layer."""
+def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = 32, sink_pages: int = 1) -> int:
+    """Per layer, for quantized kinds: the staging pool (full-precision partial pages) and
+    the sparse policies' exact sink pages (`engine.exact_sinks`: as many fp32 slots of
+    `sink_pages` pages as staging slots), every layer."""
     from kernels.layout import KVCacheSpec, staging_bytes
 
     spec = KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype, stage_dtype="fp32")
-    return facts.n_layers * staging_bytes(spec, n_stage)
+    sinks = 2 * n_stage * sink_pages * spec.block_size * spec.n_kv_heads * spec.head_dim * 4 if spec.quantized else 0
+    return facts.n_layers * (staging_bytes(spec, n_stage) + sinks)
 
 
 def sparse_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str) -> int:

@@ -151,3 +151,14 @@ def test_batched_sequences_keep_their_own_sinks(llama, ids):
     logits = b.prompt_logits(ids)
     quantized = load(llama, kv_dtype="int4", exact_sinks=False).prompt_logits(ids)
     assert not torch.allclose(logits, quantized, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_the_planner_counts_the_fixed_bytes_a_sparse_load_allocates(llama, kind):
+    from ktcli.plan.estimates import paged_fixed_bytes
+    from ktcli.types import ModelFacts
+
+    b = NativeBackend.load(llama, weights="fp32", kv_budget_bytes=32 << 20, kv_dtype=kind, attention="topk")
+    kv = b.kv
+    facts = ModelFacts("tiny", 256, kv.n_layers, kv.n_kv_heads, kv.head_dim, 0, 0)
+    assert kv.sinks is not None and paged_fixed_bytes(facts, kind) == kv.fixed_bytes
