@@ -190,7 +190,10 @@ def needle_logprob(names: list[str], lengths: list[int], depths: list[float]) ->
     teacher-forced after the needle prompt and the answer's first words. Greedy found /
     missed flips on a 135M model when the answer's margin is thin; this measures the
     margin itself, so configs compare on a continuous figure per cell. The first config
-    is the reference for `mean_drop` (nats; positive = less sure than it)."""
+    is the reference for `mean_drop` (nats; positive = less sure than it). Dense configs
+    score prompt + answer in one prefill; window / topk feed the answer as decode steps
+    after the prompt (`answer_logits`), so their pages are chosen from the question, not
+    from the answer they are asked to predict."""
     cells: dict = {}
     for name in names:
         backend = load(name, max(lengths) + 64)
@@ -200,12 +203,16 @@ def needle_logprob(names: list[str], lengths: list[int], depths: list[float]) ->
         assert full[: len(stem)] == stem, "the answer stem must tokenize as a prefix"
         fact = full[len(stem):]
         cells[name] = {}
+        sparse = CONFIGS[name].get("attention", "dense") != "dense"
         for length in lengths:
             row = []
             for depth in depths:
-                ids = needle_prompt(tok, length, depth) + full
+                prompt = needle_prompt(tok, length, depth)
                 t0 = time.perf_counter()
-                logits = backend.prompt_logits(ids)[-len(fact) - 1 : -1]  # rows predicting the fact
+                if sparse:
+                    logits = backend.answer_logits(prompt, full)[-len(fact):]  # rows predicting the fact
+                else:
+                    logits = backend.prompt_logits(prompt + full)[-len(fact) - 1 : -1]
                 lp = torch.log_softmax(logits.float(), -1)[torch.arange(len(fact)), torch.tensor(fact)].sum()
                 row.append(round(float(lp), 4))
                 print(f"logprob: {name} {length} {depth}: {row[-1]} ({time.perf_counter() - t0:.1f} s)",

@@ -207,6 +207,9 @@ class NativeBackend:
     def prompt_logits(self, ids: list[int]) -> torch.Tensor:
         return self.engine.prompt_logits(ids)
 
+    def answer_logits(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
+        return self.engine.answer_logits(prompt, answer)
+
     # -- figures ------------------------------------------------------------------
 
     def _record(self) -> None:

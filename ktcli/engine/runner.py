@@ -146,6 +146,34 @@ class Engine:
         finally:
             self.blocks.free(s.block_table)
 
+    @torch.inference_mode()
+    def answer_logits(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
+        """Logits [len(answer), vocab] predicting each token of `answer` after `prompt`, as
+        generation computes them: the prompt prefilled in the chunks `generate` cuts (its
+        last chunk replayed where a policy asks), then the answer fed one decode step per
+        token (teacher forcing). Unlike `prompt_logits` over prompt + answer, a sparse
+        policy chooses its pages from the prompt alone, as it does while answering."""
+        if not prompt or not answer:
+            raise ValueError("empty prompt or answer")
+        s = Sequence(self._next_id, list(prompt), len(prompt), len(answer))
+        self._next_id += 1
+        try:
+            self.blocks.grow(s.block_table, len(prompt) + len(answer))
+            while s.pending:
+                n = self._chunk_len(s, self.prefill_chunk)
+                step, ids = self._build_step([(s, n)])
+                logits = self.model.forward(ids, step)  # the last row of the chunk
+                s.num_cached += n
+            out = [logits]
+            for tok in answer[:-1]:
+                s.token_ids.append(tok)
+                step, ids = self._build_step([(s, 1)])
+                out.append(self.model.forward(ids, step))
+                s.num_cached += 1
+            return torch.cat(out).float().cpu()
+        finally:
+            self.blocks.free(s.block_table)
+
     # -- scheduling ---------------------------------------------------------------
 
     def _admit(self, waiting: deque[Sequence], running: list[Sequence]) -> None:

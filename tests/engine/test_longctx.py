@@ -376,3 +376,24 @@ def test_topk_prompts_are_cut_as_alone_whatever_the_batch(llama, ids, kind):
         want = [alone[0] if p is ids else alone[1] for p in batch]
         assert got == [w[0] for w in want]
         assert sorted(chunks.values()) == sorted(w[1] for w in want)
+
+
+@pytest.mark.parametrize("kind,policy", [
+    ("fp32", "dense"), ("int4", "dense"),
+    ("fp32", AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)),
+    ("int4", AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)),
+])
+def test_answer_logits_are_what_generation_computes(llama, ids, kind, policy):
+    """Teacher-forcing the engine's own greedy answer step by step reproduces it (the same
+    chunks, replay and decode steps as `generate`); with dense fp32 pages the rows also
+    equal prompt_logits over prompt + answer (quantized pages seal at other times there)."""
+    from ktcli.engine.backend import SamplingParams
+
+    b = load(llama, attention=policy, kv_dtype=kind)
+    prompt = ids[:140]
+    answer = b.generate_ids([prompt], SamplingParams(max_new_tokens=8))[0]
+    rows = b.answer_logits(prompt, answer)
+    assert rows.shape[0] == len(answer) and rows.argmax(-1).tolist() == answer
+    if policy == "dense" and kind == "fp32":
+        whole = b.prompt_logits(prompt + answer)[len(prompt) - 1 : -1]
+        torch.testing.assert_close(rows, whole, atol=2e-4, rtol=1e-4)
