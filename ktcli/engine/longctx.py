@@ -31,6 +31,11 @@ Which pages `topk` reads: each group of queries picks its own top-k by Quest's b
 the prompt's question adds pages of its own (`QuestionPages`): once the prompt's last
 chunk has gone through every layer, the pages its last queries attend to most are known,
 that chunk runs again with them (`replay`), and every decode step reads them too.
+
+Quantized pages under a remapped policy keep their sink pages exact as well
+(`engine.exact_sinks`): every query reads them, so their quantisation error would be in
+every output. On SmolLM2 with int4 pages and topk at 8K tokens this halves what int4 adds
+to the policy's perplexity cost (BENCHMARKS.md).
 """
 
 from __future__ import annotations
