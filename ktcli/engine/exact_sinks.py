@@ -29,8 +29,11 @@ class ExactSinks:
                  dtype: torch.dtype, device: torch.device):
         self.n_tokens = n_tokens
         shape = (n_slots, n_layers, n_tokens, n_kv_heads, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        # Uninitialised: a row is read only once its sequence has stored it (positions below
+        # the context), and on the CPU untouched slots then cost no resident memory (one
+        # sequence of the CLI uses 1 of the 32).
+        self.k = torch.empty(shape, dtype=dtype, device=device)
+        self.v = torch.empty(shape, dtype=dtype, device=device)
         self._slot_of: dict[int, int] = {}  # sequence (its first physical block) -> slot
         self._free = list(range(n_slots - 1, -1, -1))
 
