@@ -136,13 +136,7 @@ class Engine:
         self._next_id += 1
         try:
             self.blocks.grow(s.block_table, len(ids))
-            out = []
-            while s.pending:
-                n = self._chunk_len(s, self.prefill_chunk)
-                step, ids = self._build_step([(s, n)], all_rows=all_rows)
-                out.append(self.model.forward(ids, step))
-                s.num_cached += n
-            return torch.cat(out).cpu()
+            return torch.cat(self._prefill_alone(s, all_rows)).cpu()
         finally:
             self.blocks.free(s.block_table)
 
@@ -159,12 +153,7 @@ class Engine:
         self._next_id += 1
         try:
             self.blocks.grow(s.block_table, len(prompt) + len(answer))
-            while s.pending:
-                n = self._chunk_len(s, self.prefill_chunk)
-                step, ids = self._build_step([(s, n)])
-                logits = self.model.forward(ids, step)  # the last row of the chunk
-                s.num_cached += n
-            out = [logits]
+            out = self._prefill_alone(s, all_rows=False)[-1:]  # the prompt's last row
             for tok in answer[:-1]:
                 s.token_ids.append(tok)
                 step, ids = self._build_step([(s, 1)])
@@ -173,6 +162,17 @@ class Engine:
             return torch.cat(out).float().cpu()
         finally:
             self.blocks.free(s.block_table)
+
+    def _prefill_alone(self, s: Sequence, all_rows: bool) -> list[torch.Tensor]:
+        """Prefill s's pending tokens, alone, in the chunks generation cuts: the logits of
+        each chunk (every row, or its last)."""
+        out = []
+        while s.pending:
+            n = self._chunk_len(s, self.prefill_chunk)
+            step, ids = self._build_step([(s, n)], all_rows=all_rows)
+            out.append(self.model.forward(ids, step))
+            s.num_cached += n
+        return out
 
     # -- scheduling ---------------------------------------------------------------
 
