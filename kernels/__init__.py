@@ -76,7 +76,9 @@ and a never-written block has (+inf, -inf). For int8/int4 they are also the key 
 (fp8 and int kinds: the bound holds up to float32 rounding of the dequantisation.)
 
 Memory: ``bytes_per_token(spec)`` (pages, scales, summaries, amortised over BS) and
-``staging_bytes(spec, n_stage)`` let a planner size the pool without allocating.
+``staging_bytes(spec, n_stage)`` let a planner size the pool without allocating;
+``exact_page_bytes(spec, n_slots, n_pages)`` sizes pages kept at staging precision beside
+quantized ones (a caller's exact sink pages).
 
 Attention
 ---------
@@ -119,6 +121,7 @@ from .layout import (
     allocate,
     bytes_per_block,
     bytes_per_token,
+    exact_page_bytes,
     staging_bytes,
 )
 from .reference import AttentionPolicy, release_blocks, select_pages
@@ -132,7 +135,7 @@ HAS_TRITON = importlib.util.find_spec("triton") is not None
 __all__ = [
     "FLOAT_KINDS", "QUANT_KINDS", "KV_KINDS", "HAS_TRITON",
     "KVCacheSpec", "PagedKVLayer", "AttentionPolicy",
-    "allocate", "bytes_per_block", "bytes_per_token", "staging_bytes", "release_blocks",
+    "allocate", "bytes_per_block", "bytes_per_token", "exact_page_bytes", "staging_bytes", "release_blocks",
     "kv_store", "paged_attention_decode", "score_pages", "select_pages",
     "sparse_attention_decode", "attention_decode", "paged_prefill_attention",
     "set_backend", "get_backend",

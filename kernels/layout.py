@@ -186,6 +186,15 @@ def bytes_per_token(spec: KVCacheSpec) -> float:
     return bytes_per_block(spec) / spec.block_size
 
 
+def exact_page_bytes(spec: KVCacheSpec, n_slots: int, n_pages: int) -> int:
+    """Fixed per-layer cost of keeping `n_pages` pages per slot at the staging precision
+    beside quantized pages (ktcli's exact sink pages; 0 for float kinds, which need none)."""
+    if not spec.quantized:
+        return 0
+    elem = torch.tensor([], dtype=spec.stage_torch_dtype).element_size()
+    return 2 * n_slots * n_pages * spec.block_size * spec.n_kv_heads * spec.head_dim * elem
+
+
 def staging_bytes(spec: KVCacheSpec, n_stage: int) -> int:
     """Fixed per-layer cost: the staging pool, and int4's key weights (0 for float kinds)."""
     if not spec.quantized:

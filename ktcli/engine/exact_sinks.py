@@ -37,12 +37,6 @@ class ExactSinks:
         self._slot_of: dict[int, int] = {}  # sequence (its first physical block) -> slot
         self._free = list(range(n_slots - 1, -1, -1))
 
-    @staticmethod
-    def bytes_for(n_layers: int, n_tokens: int, n_kv_heads: int, head_dim: int, n_slots: int,
-                  dtype: torch.dtype) -> int:
-        elem = torch.tensor([], dtype=dtype).element_size()
-        return 2 * n_slots * n_layers * n_tokens * n_kv_heads * head_dim * elem
-
     def store(self, key: int, layer: int, start: int, k: torch.Tensor, v: torch.Tensor,
               is_free: Callable[[int], bool] | None) -> None:
         """Rows k, v [N, H, D] of sequence `key` at positions start..start+N-1: keep those

@@ -212,9 +212,10 @@ class KernelKVCache:
 
     @property
     def fixed_bytes(self) -> int:
-        sinks = self._sink_shape
-        extra = ExactSinks.bytes_for(*sinks, self.spec.stage_torch_dtype) if sinks else 0
-        return self.n_layers * kernels.staging_bytes(self.spec, self.options.n_stage) + extra
+        n_stage = self.options.n_stage
+        sink_pages = self.policy.n_sink_pages if self._sink_shape else 0
+        return self.n_layers * (kernels.staging_bytes(self.spec, n_stage)
+                                + kernels.exact_page_bytes(self.spec, n_stage, sink_pages))
 
     def blocks_for_budget(self, budget_bytes: int) -> int:
         return max(0, budget_bytes - self.fixed_bytes) // self.bytes_per_block

@@ -29,11 +29,10 @@ def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = 32, sink_
     """Per layer, for quantized kinds: the staging pool (full-precision partial pages) and
     the sparse policies' exact sink pages (`engine.exact_sinks`: as many fp32 slots of
     `sink_pages` pages as staging slots), every layer."""
-    from kernels.layout import KVCacheSpec, staging_bytes
+    from kernels.layout import KVCacheSpec, exact_page_bytes, staging_bytes
 
     spec = KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype, stage_dtype="fp32")
-    sinks = 2 * n_stage * sink_pages * spec.block_size * spec.n_kv_heads * spec.head_dim * 4 if spec.quantized else 0
-    return facts.n_layers * (staging_bytes(spec, n_stage) + sinks)
+    return facts.n_layers * (staging_bytes(spec, n_stage) + exact_page_bytes(spec, n_stage, sink_pages))
 
 
 def sparse_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str) -> int:

@@ -57,7 +57,8 @@ def test_slots_taken_at_position_zero_and_reclaimed_from_freed_sequences():
     freed.add(10)
     sinks.store(30, 0, 0, rows(1, 5), rows(1, 5), freed.__contains__)
     assert sinks.rows(10, 0) is None and sinks.rows(30, 0)[0][0, 0, 0] == 5
-    assert ExactSinks.bytes_for(2, 4, 1, 2, 2, torch.float32) == sinks.k.nbytes + sinks.v.nbytes
+    spec = kernels.KVCacheSpec(n_kv_heads=1, head_dim=2, block_size=4, kv_dtype="int8", stage_dtype="fp32")
+    assert 2 * kernels.exact_page_bytes(spec, n_slots=2, n_pages=1) == sinks.k.nbytes + sinks.v.nbytes  # 2 layers
 
 
 def test_swap_in_replaces_the_sink_positions_of_every_head():
@@ -134,7 +135,7 @@ def test_memory_counts_the_sink_pool_where_it_applies(llama):
     with_sinks = load(llama, kv_dtype="int4")
     without = load(llama, kv_dtype="int4", exact_sinks=False)
     kv = with_sinks.kv
-    pool = ExactSinks.bytes_for(kv.n_layers, BS, kv.n_kv_heads, kv.head_dim, kv.options.n_stage, torch.float32)
+    pool = kv.n_layers * kernels.exact_page_bytes(kv.spec, kv.options.n_stage, n_pages=1)
     assert with_sinks.kv.fixed_bytes - without.kv.fixed_bytes == pool
     assert without.kv.sinks is None and kv.sinks.k.nbytes + kv.sinks.v.nbytes == pool
     assert load(llama, kv_dtype="int4", attention="dense").kv.sinks is None  # dense reads every page as stored
