@@ -13,13 +13,17 @@ SYSTEM = (
 
 
 def evidence_block(items: list[tuple[int, str, str]]) -> str:
-    """items: (label, reference, text) -> '[1] path:3-9\\ntext' blocks."""
-    return "\n\n".join(f"[{label}] {ref}\n{text.rstrip()}" for label, ref, text in items)
+    """items: (label, reference, text) -> '<source id="1" ref="path:3-9">text</source>' blocks.
+
+    Tags, not a '[1] path:3-9' line above each text: given several sources headed that
+    way, the bundled 135M model mostly continued the list ('[9] path p.10' and a copied
+    page) instead of answering (`benchmarks/qa_accuracy`)."""
+    return "\n\n".join(f'<source id="{label}" ref="{ref}">\n{text.rstrip()}\n</source>' for label, ref, text in items)
 
 
 # A small model drifts into writing source blocks of its own after the answer; these
 # openings end the answer instead.
-ANSWER_STOPS = ("\n\n[", "\nQuestion:", "\nSources:", "<|im_end|>")
+ANSWER_STOPS = ("\n\n[", "<source", "\nQuestion:", "\nSources:", "<|im_end|>")
 
 
 def chat(user: str) -> list[Message]:

@@ -1,6 +1,7 @@
 """The QA and summary pipelines end to end on the real ingest and retrieval, with a fake
 model, so that window packing and memory passing are checked exactly and quickly."""
 
+import re
 from dataclasses import replace
 
 import pytest
@@ -45,6 +46,13 @@ def test_retrieval_answer_cites_the_needle_line(haystack, tmp_path):
     needle_path = str(haystack / "part4.txt")
     assert any(c.span.path == needle_path and c.span.line_start <= 28 <= c.span.line_end for c in answer.citations)
     assert answer.stats["retrieved"] == settings.top_k
+    # Each source reaches the model wrapped in tags that carry its label and reference
+    # (prompts.evidence_block), the labels the answer cites.
+    prompt = backend.calls[-1][-1]["content"]
+    labels = re.findall(r'<source id="(\d+)" ref="([^"]+)">\n', prompt)
+    assert [int(n) for n, _ in labels] == list(range(1, len(labels) + 1))
+    assert prompt.count("</source>") == len(labels) > 0
+    assert any(ref.startswith(needle_path + ":") for _, ref in labels)
 
 
 def test_memory_passing_carries_a_fact_across_windows(haystack, tmp_path):

@@ -1,0 +1,142 @@
+"""Answer accuracy of `ktcli ask` on the bundled model: questions with known answers on
+the sample PDF (read whole, and through retrieval) and on the long Python tutorial
+(retrieval), each answered through the real pipeline (`pipeline.qa.answer_question`).
+
+    python -m benchmarks.qa_accuracy --json
+
+An answer counts as right when it contains one of the expected strings; for the PDF it
+also counts whether a cited page is the page that holds the fact. Baseline, in the same
+run: the evidence layout ktcli used before 2026-12-03, one `[N] path p.3` header line per
+source. On several sources the 135M model tends to continue that list (its answer opens
+with `[9] path p.10` and a copied page) instead of answering; the current layout wraps
+each source in `<source id=.. ref=..>` tags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from dataclasses import replace
+
+from benchmarks.common import machine, write_result
+from ktcli.config import Settings
+from ktcli.engine.loading import load_backend
+from ktcli.pipeline import prompts
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+
+PDF = "sample_docs/harbor-light-annual-report-2023.pdf"
+TUTORIAL = "sample_docs/python-tutorial-3.11.rst"
+
+# (question, strings any one of which makes the answer right, page that holds the fact)
+PDF_QUESTIONS = [
+    ("What was the revenue in the third quarter?", ["5.87"], 3),
+    ("Who is the chief executive officer?", ["Okafor"], 1),
+    ("When did the Halden factory open?", ["14 September"], 5),
+    ("How many Beacon 7 lanterns were sold in 2023?", ["38,000"], 4),
+    ("What dividend does the board propose?", ["0.42"], 2),
+    ("What was net income for the year?", ["1.93"], 3),
+    ("How many people did the company employ at year end?", ["412"], 6),
+    ("What is the price of the Tidewater solar lantern?", ["$89"], 4),
+    ("When is the annual general meeting?", ["18 April"], 8),
+    ("What was the gross margin in 2023?", ["39.8"], 2),
+    ("Who is the chair of the board?", ["Brandt"], 9),
+    ("What revenue does the company expect for 2024?", ["$23 million", "23 million"], 8),
+    ("What was fourth-quarter revenue?", ["5.83"], 3),
+    ("How many units were shipped in the first quarter?", ["61,200"], 3),
+    ("What share of electricity came from renewable sources?", ["61 percent", "61%"], 7),
+    ("In what year was the company founded?", ["1987"], 1),
+    ("How many employees work in the glass studio?", ["118"], 6),
+    ("What was revenue in the second quarter?", ["5.10", "5.1 million"], 3),
+]
+TUTORIAL_QUESTIONS = [
+    ("Which statement does nothing and can be used when a statement is required syntactically?", ["pass"], None),
+    ("Which built-in function returns the number of items in a list?", ["len"], None),
+    ("What exception is raised when you divide by zero?", ["ZeroDivisionError"], None),
+    ("Which list method adds an item to the end of the list?", ["append"], None),
+    ("Which keyword starts a function definition?", ["def"], None),
+    ("What is the default encoding of Python source files?", ["UTF-8"], None),
+    ("Which module provides access to the command line arguments?", ["sys"], None),
+    ("Which program installs packages from the Python Package Index?", ["pip"], None),
+    ("Which module creates virtual environments?", ["venv"], None),
+    ("What is the primary prompt of the interactive interpreter?", [">>>"], None),
+    ("Which module converts Python data to JSON text?", ["json"], None),
+    ("Which statement forces a specified exception to occur?", ["raise"], None),
+]
+CASES = {  # name: (input, forced mode, questions)
+    "pdf-full": (PDF, "full", PDF_QUESTIONS),
+    "pdf-retrieval": (PDF, "retrieval", PDF_QUESTIONS),
+    "tutorial-retrieval": (TUTORIAL, "retrieval", TUTORIAL_QUESTIONS),
+}
+
+
+def header_lines(items: list[tuple[int, str, str]]) -> str:
+    """The baseline layout: '[1] path p.3' on its own line above each source's text."""
+    return "\n\n".join(f"[{label}] {ref}\n{text.rstrip()}" for label, ref, text in items)
+
+
+LAYOUTS = {"before: [N] header lines": header_lines, "now: <source> tags": prompts.evidence_block}
+
+
+def _says(text: str, expected: str) -> bool:
+    """`expected` as a whole word or figure: 'sys' is not found in 'system', '5.8' not in '5.87'."""
+    return re.search(rf"(?<![\w.]){re.escape(expected)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
+
+
+def run_case(case: str, layout: str, backend, base: Settings) -> dict:
+    path, mode, questions = CASES[case]
+    settings = replace(base, mode=mode)
+    current = prompts.evidence_block
+    prompts.evidence_block = LAYOUTS[layout]  # the only difference between the two sides
+    rows = []
+    try:
+        for question, expected, page in questions:
+            prep = prepare([path], question, "ask", settings, NullReporter())
+            started = time.perf_counter()
+            answer = answer_question(prep, backend, settings, NullReporter(), Tally())
+            right = any(_says(answer.text, e) for e in expected)
+            pages = [c.span.page for c in answer.citations]
+            rows.append({"question": question, "right": right, "cites_page": page in pages if page else None,
+                         "answer": answer.text[:300], "cited_pages": pages,
+                         "seconds": round(time.perf_counter() - started, 2)})
+    finally:
+        prompts.evidence_block = current
+    n_right = sum(r["right"] for r in rows)
+    cited = [r["cites_page"] for r in rows if r["cites_page"] is not None]
+    return {"case": case, "layout": layout, "right": n_right, "questions": len(rows),
+            "cites_right_page": sum(cited) if cited else None, "rows": rows}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="also write benchmarks/results/NAME.json")
+    parser.add_argument("--name", default="qa_accuracy")
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args(argv)
+
+    base = Settings(max_new_tokens=96)  # the fact comes first; the rest of a long answer is not scored
+    prep = prepare([PDF], "warm up", "ask", replace(base, mode="full"), NullReporter())
+    backend = load_backend(base, None, prep.plan)
+    results = []
+    print(f"{'case':<20} {'layout':<27} {'right':>7} {'cites page':>11}")
+    for case in args.cases.split(","):
+        for layout in LAYOUTS:
+            r = run_case(case, layout, backend, base)
+            results.append(r)
+            cites = f"{r['cites_right_page']}/{r['questions']}" if r["cites_right_page"] is not None else "-"
+            print(f"{case:<20} {layout:<27} {r['right']:>3}/{r['questions']:<3} {cites:>11}", flush=True)
+    payload = {"benchmark": "qa_accuracy", "machine": machine(), "model": base.model,
+               "max_new_tokens": base.max_new_tokens, "results": results}
+    if args.json:
+        print(f"wrote {write_result(args.name, payload)}")
+    else:
+        print(json.dumps({k: v for k, v in payload.items() if k != "results"}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
