@@ -181,7 +181,11 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
     if req.memory_budget and best.est_memory_bytes > req.memory_budget:
         return f"sparse mode would need ~{_gb(best.est_memory_bytes)} even at {best.kv_dtype}, over the budget"
-    return f"sparse mode would take ~{best.est_seconds:.0f}s > {budget_s:.0f}s budget"
+    if best.est_seconds > budget_s:
+        return f"sparse mode would take ~{best.est_seconds:.0f}s > {budget_s:.0f}s budget"
+    # Within budget: auto did not weigh it because nothing asked for it (see make_plan).
+    return (f"sparse mode could read it whole in ~{best.est_seconds:.0f}s: ask with --mode sparse, "
+            "--kv-dtype, --attention or --max-seconds")
 
 
 def _dense_kv(req: PlanRequest, facts: ModelFacts) -> str:

@@ -53,6 +53,9 @@ def test_auto_falls_back_to_retrieval_when_sparse_is_too_slow_or_unavailable():
     assert no_engine.mode is Mode.RETRIEVAL
     plain = make_plan(req(), SMOL, RATES)  # no budget, no sparse flags: retrieval as before
     assert plain.mode is Mode.RETRIEVAL
+    # ~200 s is within the default budget: the reason says how to ask, not "too slow"
+    assert any("could read it whole" in r and "--mode sparse" in r for r in plain.reasons)
+    assert any("> 60s budget" in r for r in slow.reasons)
 
 
 def test_short_input_stays_full_with_the_requested_dtype():
