@@ -15,13 +15,20 @@ at positions below `n_tokens` into its slot as it stores them and swaps them int
 the remapped attention and `QuestionPages` gather. The cost is fixed per sequence
 (one page per layer, as a staging slot), not per token: KV bytes per token do not move.
 A sequence that finds no free slot reads its quantized sink, as before.
+
+`swap_in` and `overlay` put any such rows known at full precision (`ExactRows`) over
+what was read from the pages; `KernelKVCache` also passes a step's own rows that way.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Sequence
 
 import torch
+
+# Rows known at full precision, read instead of their quantized copies: the first
+# position they hold and k, v [N, H, D] (a sequence's sink rows, a step's own rows).
+ExactRows = tuple[int, torch.Tensor, torch.Tensor]
 
 
 class ExactSinks:
@@ -56,10 +63,11 @@ class ExactSinks:
         self.k[slot, layer, start : start + n] = k[:n].to(self.k.dtype)
         self.v[slot, layer, start : start + n] = v[:n].to(self.v.dtype)
 
-    def rows(self, key: int, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The exact sink rows [n_tokens, H, D] of sequence `key` in `layer`, if it has a slot."""
+    def rows(self, key: int, layer: int) -> ExactRows | None:
+        """The exact sink rows (from position 0, [n_tokens, H, D]) of sequence `key` in
+        `layer`, if it has a slot."""
         slot = self._slot_of.get(key)
-        return None if slot is None else (self.k[slot, layer], self.v[slot, layer])
+        return None if slot is None else (0, self.k[slot, layer], self.v[slot, layer])
 
     def _take(self, is_free: Callable[[int], bool] | None) -> int | None:
         if not self._free and is_free is not None:
@@ -68,19 +76,28 @@ class ExactSinks:
         return self._free.pop() if self._free else None
 
 
-def swap_in(rows: tuple[torch.Tensor, torch.Tensor] | None, k: torch.Tensor, v: torch.Tensor,
+def swap_in(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor,
             pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gathered keys and values k, v [H, W, D] at token positions pos [H, W] (-1: none),
-    with the rows of the sink positions replaced by the exact ones (new tensors)."""
-    if rows is None:
-        return k, v
-    ek, ev = rows
-    hit = (pos >= 0) & (pos < ek.shape[0])
-    if not bool(hit.any()):
-        return k, v
-    head = torch.arange(pos.shape[0], device=pos.device)[:, None].expand_as(pos)[hit]
-    at = pos[hit]
-    k, v = k.clone(), v.clone()
-    k[hit] = ek[at, head].to(k.dtype)
-    v[hit] = ev[at, head].to(v.dtype)
+    with every row a span holds replaced by the exact one (new tensors where any is)."""
+    for first, ek, ev in spans:
+        hit = (pos >= first) & (pos < first + ek.shape[0])
+        if not bool(hit.any()):
+            continue
+        head = torch.arange(pos.shape[0], device=pos.device)[:, None].expand_as(pos)[hit]
+        at = pos[hit] - first
+        k, v = k.clone(), v.clone()
+        k[hit] = ek[at, head].to(k.dtype)
+        v[hit] = ev[at, head].to(v.dtype)
+    return k, v
+
+
+def overlay(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sequence's context k, v [ctx, H, D] (positions 0..ctx-1) with the rows the spans
+    hold written over the dequantised ones (in place: `context_kv` gives fresh tensors)."""
+    for first, ek, ev in spans:
+        n = min(k.shape[0] - first, ek.shape[0])
+        if n > 0:
+            k[first : first + n] = ek[:n].to(k.dtype)
+            v[first : first + n] = ev[:n].to(v.dtype)
     return k, v

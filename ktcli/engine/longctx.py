@@ -35,11 +35,16 @@ that chunk runs again with them (`replay`), and every decode step reads them too
 Quantized pages under a remapped policy keep their sink pages exact as well
 (`engine.exact_sinks`): every query reads them, so their quantisation error would be in
 every output. On SmolLM2 with int4 pages and topk at 8K tokens this halves what int4 adds
-to the policy's perplexity cost (BENCHMARKS.md).
+to the policy's perplexity cost (BENCHMARKS.md). And a step reads its own rows as it
+computed them, not back from the pages it just wrote (`KernelKVCache._exact_rows`): a
+prefill chunk's quantisation error then reaches only later chunks, as in an unchunked
+prefill. (Not where the kernels' paged prefill reads the pages itself: dense attention on
+CUDA, and window/topk without remapped positions.)
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -50,7 +55,7 @@ import kernels
 from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, context_kv, gather_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
-from ktcli.engine.exact_sinks import ExactSinks, swap_in
+from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay, swap_in
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
@@ -291,14 +296,15 @@ class KernelKVCache:
         for seq, table, lens, observe in zip(step.seqs, self._tables, self._lens, self._observing):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
+            exact = self._exact_rows(li, table, start, k[seq.start : seq.start + seq.n], v[seq.start : seq.start + seq.n])
             if remap:
-                sink = self.sinks.rows(int(table[0]), li) if self.sinks is not None else None
                 extra = None
                 if policy.kind == "topk" and self.options.question_pages > 0:
-                    extra = self._question_pages(li, qs, layer, table, seq.ctx, observe, sink)
-                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra, sink=sink))
+                    extra = self._question_pages(li, qs, layer, table, seq.ctx, observe, exact)
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra, exact=exact))
             elif unroped and not flat_cpu:  # the kernels read keys as stored: RoPE them here
-                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, true_positions=True))
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, true_positions=True,
+                                           exact=exact))
             elif flat_cpu and seq.n == 1 and self._kivi_decode and not unroped:
                 # int8/int4 pages read as they are, no dequantised copy (engine.cpu_kivi_attention)
                 outs.append(cpu_kivi_attention.decode(qs, layer, table, seq.ctx, self.scale))
@@ -306,7 +312,7 @@ class KernelKVCache:
                 # The reference walks page tiles with masks and an online softmax; one
                 # dequantisation of the context per call, then the flash kernels (prefill)
                 # or two batched products (decode), is several times faster.
-                k_all, v_all = context_kv(layer, table, seq.ctx)
+                k_all, v_all = overlay(exact, *context_kv(layer, table, seq.ctx))
                 if unroped:  # RoPE at true positions, as the model rotated q
                     k_all = self._rope_context(k_all, step.max_len)
                     qs = q_roped[seq.start : seq.start + seq.n]
@@ -321,6 +327,18 @@ class KernelKVCache:
             else:
                 outs.append(kernels.paged_prefill_attention(qs, layer, table, start, self.scale, policy))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
+
+    def _exact_rows(self, li: int, table: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor) -> list[ExactRows]:
+        """Rows of a sequence that attention reads at full precision instead of from its
+        quantized pages: its exact sink rows (`ExactSinks`), and the step's own rows k, v
+        [N, H, D] at positions start.. . A prefill chunk thus attends to itself as it
+        computed itself, as an unchunked prefill would, and only what earlier steps left
+        reads quantized. (At 16K tokens, topk int4 lost a needle that fp32 finds because
+        the question's chunk read its own tokens back in int4; with them exact it found it.)"""
+        if not self.spec.quantized:
+            return []
+        sink = self.sinks.rows(int(table[0]), li) if self.sinks is not None else None
+        return ([sink] if sink is not None else []) + [(start, k, v)]
 
     def _store_sinks(self, li: int, k: torch.Tensor, v: torch.Tensor, step) -> None:
         """Copy the step's rows at sink positions into the sequences' ExactSinks slots
@@ -411,19 +429,21 @@ class KernelKVCache:
         xc = torch.view_as_complex(x.reshape(*shape[:-1], shape[-1] // 2, 2).contiguous())
         return torch.view_as_real(xc * rot).reshape(shape)
 
-    def _question_pages(self, li: int, q, layer, table, ctx: int, observe: bool, sink=None) -> torch.Tensor | None:
+    def _question_pages(self, li: int, q, layer, table, ctx: int, observe: bool,
+                        exact: Sequence[ExactRows] = ()) -> torch.Tensor | None:
         """Pages a sequence's question selects for layer li (see `QuestionPages`): updated
         while the prompt's last chunk goes up the layers, then fixed for the decode steps."""
         key = int(table[0])
         if observe:
             if li == 0 or key not in self._question:
                 self._question[key] = QuestionPages(self.options.question_pages, self.policy)
-            self._question[key].observe(q, layer, table, ctx, self.scale, sink)
+            self._question[key].observe(q, layer, table, ctx, self.scale, exact)
         pages = self._question.get(key)
         return pages.chosen if pages is not None else None
 
     def _remapped(self, q, layer, table, start: int, policy: AttentionPolicy, max_len: int,
-                  extra: torch.Tensor | None = None, true_positions: bool = False, sink=None) -> torch.Tensor:
+                  extra: torch.Tensor | None = None, true_positions: bool = False,
+                  exact: Sequence[ExactRows] = ()) -> torch.Tensor:
         """Attention of unrotated queries q [N, HQ, D] at positions start.. over unrotated
         pages at compact virtual positions (see `virtual_plan`), or at their true positions
         (keys stored unroped, read by a policy without remapping).
@@ -445,7 +465,7 @@ class KernelKVCache:
         for g0 in range(first, end, step):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
             k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
-                                                  sink)
+                                                  exact)
             max_pos = int(qpos.max()) + 1
             kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" or true_positions else 0, max_pos))
             qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
@@ -506,9 +526,10 @@ class QuestionPages:
         self.score: torch.Tensor | None = None  # [pages of the prompt] best z so far
         self.chosen: torch.Tensor | None = None  # [<= n_pages] logical pages
 
-    def observe(self, q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float, sink=None) -> None:
+    def observe(self, q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float,
+                exact: Sequence[ExactRows] = ()) -> None:
         """Fold in layer attention of the prompt's last queries q [N, HQ, D] (unrotated);
-        `sink`: the exact sink rows (`ExactSinks.rows`), if the sequence has them."""
+        `exact`: rows read at full precision instead of the pages (`_exact_rows`)."""
         spec = layer.spec
         bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
         n_pages = -(-ctx // bs)
@@ -517,10 +538,7 @@ class QuestionPages:
             return
         obs = q[-self.WINDOW :].float()
         group = obs.shape[1] // h
-        k, _ = context_kv(layer, table, ctx)  # [ctx, H, D]
-        if sink is not None:
-            n = min(ctx, sink[0].shape[0])
-            k = torch.cat([sink[0][:n].to(k.dtype), k[n:]])
+        k, _ = overlay(exact, *context_kv(layer, table, ctx))  # [ctx, H, D]
         qg = obs.view(-1, h, group, d).permute(1, 0, 2, 3).reshape(h, -1, d)  # [H, N*G, D]
         scores = torch.bmm(qg, k.permute(1, 2, 0)).mul_(scale)  # [H, N*G, ctx]
         probs = torch.nn.functional.pad(scores.softmax(-1), (0, n_pages * bs - ctx))  # the last page's tail: 0
@@ -538,7 +556,7 @@ def _gathers_here(layer) -> bool:
 
 
 def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
-                 extra: torch.Tensor | None = None, true_positions: bool = False, sink=None):
+                 extra: torch.Tensor | None = None, true_positions: bool = False, exact: Sequence[ExactRows] = ()):
     """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
     one page unless the policy is dense) at compact virtual positions.
 
@@ -549,8 +567,8 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     trained range whatever the length (InfLLM / SelfExtend-style, without a fixed far
     distance). Returns k, v [H, W, D] unrotated, key positions [H, W], query positions
     [H, N] and the mask [H, N, W] (kept and causal in virtual positions). With
-    `true_positions` the same keys keep their document positions instead. `sink`: the
-    sequence's exact sink rows (`ExactSinks.rows`), read instead of the quantized ones."""
+    `true_positions` the same keys keep their document positions instead. `exact`: rows
+    read at full precision instead of the quantized ones (`KernelKVCache._exact_rows`)."""
     bs = layer.spec.block_size
     n_q = q.shape[0]
     end = start + n_q
@@ -562,7 +580,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     else:
         k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
         k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
-    k, v = swap_in(sink, k, v, pos)  # exact sink rows (`ExactSinks`), where the sequence has them
+    k, v = swap_in(exact, k, v, pos)
     lo = max(0, (end - 1) // bs - policy.n_local_pages + 1) if policy.kind != "dense" else 0
     page_tok = pos // bs
     only_local = local_only.repeat_interleave(bs, dim=-1)

@@ -14,7 +14,7 @@ from kernels import AttentionPolicy
 from ktcli.engine import longctx
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.config import ModelConfig
-from ktcli.engine.exact_sinks import ExactSinks, swap_in
+from ktcli.engine.exact_sinks import ExactSinks, overlay, swap_in
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.rope import RotaryTable
 
@@ -46,9 +46,9 @@ def test_slots_taken_at_position_zero_and_reclaimed_from_freed_sequences():
     sinks.store(10, 0, 0, rows(6, 1), rows(6, -1), freed.__contains__)  # 6 rows: the first 4 kept
     sinks.store(20, 1, 0, rows(2, 2), rows(2, -2), freed.__contains__)
     sinks.store(20, 1, 2, rows(5, 3), rows(5, -3), freed.__contains__)  # rows 2-3 of a later chunk
-    assert sinks.rows(10, 0)[0].flatten().tolist() == [1.0] * 8
-    assert sinks.rows(20, 1)[0][:, 0, 0].tolist() == [2, 2, 3, 3]
-    assert sinks.rows(20, 1)[1][:, 0, 0].tolist() == [-2, -2, -3, -3]
+    assert sinks.rows(10, 0)[1].flatten().tolist() == [1.0] * 8
+    assert sinks.rows(20, 1)[1][:, 0, 0].tolist() == [2, 2, 3, 3]
+    assert sinks.rows(20, 1)[2][:, 0, 0].tolist() == [-2, -2, -3, -3]
     sinks.store(30, 0, 4, rows(1, 9), rows(1, 9), freed.__contains__)  # past the sink: nothing to keep
     sinks.store(30, 0, 0, rows(1, 4), rows(1, 4), freed.__contains__)  # pool full, none freed
     assert sinks.rows(30, 0) is None
@@ -56,7 +56,7 @@ def test_slots_taken_at_position_zero_and_reclaimed_from_freed_sequences():
     assert sinks.rows(30, 0) is None
     freed.add(10)
     sinks.store(30, 0, 0, rows(1, 5), rows(1, 5), freed.__contains__)
-    assert sinks.rows(10, 0) is None and sinks.rows(30, 0)[0][0, 0, 0] == 5
+    assert sinks.rows(10, 0) is None and sinks.rows(30, 0)[1][0, 0, 0] == 5
     spec = kernels.KVCacheSpec(n_kv_heads=1, head_dim=2, block_size=4, kv_dtype="int8", stage_dtype="fp32")
     assert 2 * kernels.exact_page_bytes(spec, n_slots=2, n_pages=1) == sinks.k.nbytes + sinks.v.nbytes  # 2 layers
 
@@ -65,11 +65,22 @@ def test_swap_in_replaces_the_sink_positions_of_every_head():
     k, v = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
     pos = torch.tensor([[0, 1, 8, 9, -1], [1, 3, 4, 5, -1]])  # head 1 was not given position 0
     ek = torch.arange(4 * 2 * 3, dtype=torch.float32).view(4, 2, 3)  # [n_tokens, H, D]
-    got_k, got_v = swap_in((ek, -ek), k, v, pos)
+    got_k, got_v = swap_in([(0, ek, -ek)], k, v, pos)
     assert torch.equal(got_k[0, :2], ek[[0, 1], 0]) and torch.equal(got_k[1, :2], ek[[1, 3], 1])
     assert torch.equal(got_v[1, 1], -ek[3, 1])
     assert not got_k[:, 2:].any() and not got_k[1, 2:].any() and not k.any()  # the input is not written
-    assert swap_in(None, k, v, pos)[0] is k
+    assert swap_in([], k, v, pos)[0] is k
+    # a span further on (a step's own rows): positions 8-9 only, counted from its first
+    own = torch.ones(2, 2, 3)
+    got_k, _ = swap_in([(0, ek, -ek), (8, own * 7, own)], k, v, pos)
+    assert got_k[0, 2:4].eq(7).all() and not got_k[1, 2:].any()
+
+
+def test_overlay_writes_each_span_at_its_positions_within_the_context():
+    k, v = torch.zeros(6, 1, 2), torch.zeros(6, 1, 2)
+    overlay([(0, torch.ones(2, 1, 2), torch.ones(2, 1, 2)), (4, torch.full((3, 1, 2), 5.0), torch.zeros(3, 1, 2))],
+            k, v)
+    assert k[:, 0, 0].tolist() == [1, 1, 0, 0, 5, 5]  # the span's third row lies past the context
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
@@ -94,7 +105,7 @@ def test_virtual_plan_reads_the_exact_rows_at_sink_positions_only(kind, n_q, sta
     kernels.kv_store(layer, k, v, slots)
     q = torch.randn(n_q, 4, 16)
     qk, qv, kpos, qpos, mask = longctx.virtual_plan(q, layer, table, start, policy)
-    sk, sv, skpos, sqpos, smask = longctx.virtual_plan(q, layer, table, start, policy, sink=(k[:bs], v[:bs]))
+    sk, sv, skpos, sqpos, smask = longctx.virtual_plan(q, layer, table, start, policy, exact=[(0, k[:bs], v[:bs])])
     assert torch.equal(kpos, skpos) and torch.equal(qpos, sqpos) and torch.equal(mask, smask)
     sink_cols = (kpos < bs) & mask.any(1)  # page 0 is first in document order: virtual = true positions
     assert sink_cols.sum(-1).tolist() == [bs, bs]
@@ -122,7 +133,7 @@ def test_engine_keeps_the_rows_the_model_stored(llama, ids):
         b.kv._begin_step = spy
         b.engine.prompt_logits(ids)
     first = int(tables["int4"][0])
-    ek, ev = exact.kv.sinks.rows(first, 0)
+    _, ek, ev = exact.kv.sinks.rows(first, 0)
     sel = torch.zeros(1, exact.kv.n_kv_heads, 1, dtype=torch.int32)  # logical page 0
     pk, pv, _ = kernels.reference.gather_kv(plain.kv.layers[0], tables["fp32"][None], sel, torch.tensor([len(ids)]))
     qk, _, _ = kernels.reference.gather_kv(exact.kv.layers[0], tables["int4"][None], sel, torch.tensor([len(ids)]))
@@ -163,3 +174,16 @@ def test_the_planner_counts_the_fixed_bytes_a_sparse_load_allocates(llama, kind)
     kv = b.kv
     facts = ModelFacts("tiny", 256, kv.n_layers, kv.n_kv_heads, kv.head_dim, 0, 0)
     assert kv.sinks is not None and paged_fixed_bytes(facts, kind) == kv.fixed_bytes
+
+
+@pytest.mark.parametrize("attention", ["dense", TOPK])
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+def test_a_prompt_in_one_chunk_reads_none_of_its_rows_quantized(llama, ids, attention, kind):
+    """A step attends to its own rows as computed, not as read back from the pages it has
+    just written: a prompt that fits one prefill chunk gets fp32's logits exactly, one that
+    takes two does not (its second chunk reads the first from the pages)."""
+    ref, quant = load(llama, kv_dtype="fp32", attention=attention), load(llama, kv_dtype=kind, attention=attention)
+    one = ids[:60]  # prefill_chunk 64
+    torch.testing.assert_close(quant.engine.prompt_logits(one), ref.engine.prompt_logits(one), atol=2e-5, rtol=1e-5)
+    two = ids[:120]
+    assert (quant.engine.prompt_logits(two) - ref.engine.prompt_logits(two)).abs().max() > 1e-3
