@@ -35,11 +35,12 @@ that chunk runs again with them (`replay`), and every decode step reads them too
 Quantized pages under a remapped policy keep their sink pages exact as well
 (`engine.exact_sinks`): every query reads them, so their quantisation error would be in
 every output. On SmolLM2 with int4 pages and topk at 8K tokens this halves what int4 adds
-to the policy's perplexity cost (BENCHMARKS.md). And a step reads its own rows as it
-computed them, not back from the pages it just wrote (`KernelKVCache._exact_rows`): a
+to the policy's perplexity cost (BENCHMARKS.md). There a step also reads its own rows as
+it computed them, not back from the pages it just wrote (`KernelKVCache._exact_rows`): a
 prefill chunk's quantisation error then reaches only later chunks, as in an unchunked
-prefill. (Not where the kernels' paged prefill reads the pages itself: dense attention on
-CUDA, and window/topk without remapped positions.)
+prefill. That is in the torch attention over remapped pages, the same on every device;
+dense attention reads what the kernels read (their paged prefill would need a separate
+pass over the chunk's own rows, merged by log-sum-exp, to do the same).
 """
 
 from __future__ import annotations
@@ -296,7 +297,9 @@ class KernelKVCache:
         for seq, table, lens, observe in zip(step.seqs, self._tables, self._lens, self._observing):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
-            exact = self._exact_rows(li, table, start, k[seq.start : seq.start + seq.n], v[seq.start : seq.start + seq.n])
+            if remap or (unroped and not flat_cpu):  # the torch attention over gathered pages
+                exact = self._exact_rows(li, table, start, k[seq.start : seq.start + seq.n],
+                                         v[seq.start : seq.start + seq.n])
             if remap:
                 extra = None
                 if policy.kind == "topk" and self.options.question_pages > 0:
@@ -312,7 +315,7 @@ class KernelKVCache:
                 # The reference walks page tiles with masks and an online softmax; one
                 # dequantisation of the context per call, then the flash kernels (prefill)
                 # or two batched products (decode), is several times faster.
-                k_all, v_all = overlay(exact, *context_kv(layer, table, seq.ctx))
+                k_all, v_all = context_kv(layer, table, seq.ctx)  # as the kernels read it: no `exact`
                 if unroped:  # RoPE at true positions, as the model rotated q
                     k_all = self._rope_context(k_all, step.max_len)
                     qs = q_roped[seq.start : seq.start + seq.n]
@@ -333,7 +336,8 @@ class KernelKVCache:
         quantized pages: its exact sink rows (`ExactSinks`), and the step's own rows k, v
         [N, H, D] at positions start.. . A prefill chunk thus attends to itself as it
         computed itself, as an unchunked prefill would, and only what earlier steps left
-        reads quantized. (At 16K tokens, topk int4 lost a needle that fp32 finds because
+        reads quantized. Only the torch attention over gathered pages takes these (see the
+        module doc): the kernels' dense path reads the pages as stored. (At 16K tokens, topk int4 lost a needle that fp32 finds because
         the question's chunk read its own tokens back in int4; with them exact it found it.)"""
         if not self.spec.quantized:
             return []

@@ -176,14 +176,18 @@ def test_the_planner_counts_the_fixed_bytes_a_sparse_load_allocates(llama, kind)
     assert kv.sinks is not None and paged_fixed_bytes(facts, kind) == kv.fixed_bytes
 
 
-@pytest.mark.parametrize("attention", ["dense", TOPK])
+@pytest.mark.parametrize("attention", [TOPK, AttentionPolicy("window", n_sink_pages=1, n_local_pages=2)],
+                         ids=["topk", "window"])
 @pytest.mark.parametrize("kind", ["int8", "int4"])
 def test_a_prompt_in_one_chunk_reads_none_of_its_rows_quantized(llama, ids, attention, kind):
-    """A step attends to its own rows as computed, not as read back from the pages it has
-    just written: a prompt that fits one prefill chunk gets fp32's logits exactly, one that
-    takes two does not (its second chunk reads the first from the pages)."""
+    """Under remapped positions a step attends to its own rows as computed, not as read
+    back from the pages it has just written: a prompt that fits one prefill chunk gets
+    fp32's logits exactly, one that takes two does not (its second chunk reads the first
+    from the pages). Dense attention reads the pages as the kernels do."""
     ref, quant = load(llama, kv_dtype="fp32", attention=attention), load(llama, kv_dtype=kind, attention=attention)
     one = ids[:60]  # prefill_chunk 64
     torch.testing.assert_close(quant.engine.prompt_logits(one), ref.engine.prompt_logits(one), atol=2e-5, rtol=1e-5)
     two = ids[:120]
     assert (quant.engine.prompt_logits(two) - ref.engine.prompt_logits(two)).abs().max() > 1e-3
+    dense, dense_ref = (load(llama, kv_dtype=k, attention="dense") for k in (kind, "fp32"))
+    assert (dense.engine.prompt_logits(one) - dense_ref.engine.prompt_logits(one)).abs().max() > 1e-3
