@@ -67,6 +67,13 @@ def model_dir() -> Path:
     return ensure_hf_dir(resolve_model("smollm2"), load_settings().cache_path)
 
 
+# Tokens per prefill step of the configs' loads. Perplexity is scored on prompt logits,
+# and under window/topk a chunk reads its own rows exact (`KernelKVCache._exact_rows`):
+# with 512-token chunks most local pages are in the chunk, so quantized pages show less
+# than they do to a decode step. --prefill-chunk 64 (one page) scores them as decode reads them.
+PREFILL_CHUNK = 512
+
+
 def load(name: str, max_tokens: int):
     from ktcli.engine.native import NativeBackend
 
@@ -74,7 +81,7 @@ def load(name: str, max_tokens: int):
     # Budget: the longest prompt plus the answer, in this config's page bytes.
     per_token = _bytes_per_token(kw.get("kv_dtype", "fp32"))
     budget = int((max_tokens + 256) * per_token) + (256 << 20)  # + staging pool and exact sinks
-    return NativeBackend.load(model_dir(), weights="fp32", prefill_chunk=512, kv_budget_bytes=budget, **kw)
+    return NativeBackend.load(model_dir(), weights="fp32", prefill_chunk=PREFILL_CHUNK, kv_budget_bytes=budget, **kw)
 
 
 def _bytes_per_token(kind: str) -> float:
@@ -262,6 +269,7 @@ def heatmap(matrix: dict, path: Path, cell: int = 24, gap: int = 2) -> None:
 
 
 def main() -> None:
+    global PREFILL_CHUNK  # noqa: PLW0603 - one setting for every load of this run
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--ppl-tokens", type=int, default=2048)
@@ -281,11 +289,14 @@ def main() -> None:
     parser.add_argument("--logprob-depths", default="0.1,0.2,0.3,0.4,0.5,0.6,0.7,0.8,0.9")
     parser.add_argument("--name", default="longctx_quality",
                         help="results file stem: a partial rerun can go beside the full matrix, not over it")
+    parser.add_argument("--prefill-chunk", type=int, default=512,
+                        help="tokens per prefill step of the configs (the dense fp32 reference keeps 512)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    PREFILL_CHUNK = args.prefill_chunk
     started = time.perf_counter()
     result = {"benchmark": "longctx_quality", "machine": machine(), "model": "SmolLM2-135M-Instruct (fp32 weights)",
-              "command": " ".join(sys.argv), "needle": NEEDLE, "question": QUESTION}
+              "command": " ".join(sys.argv), "needle": NEEDLE, "question": QUESTION, "prefill_chunk": PREFILL_CHUNK}
     if not args.skip_ppl and args.ppl_configs:
         result["perplexity"] = perplexity(args.ppl_configs.split(","), args.ppl_tokens)
         write_result(args.name, result)
