@@ -80,13 +80,15 @@ def swap_in(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor,
             pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Gathered keys and values k, v [H, W, D] at token positions pos [H, W] (-1: none),
     with every row a span holds replaced by the exact one (new tensors where any is)."""
+    copied = False
     for first, ek, ev in spans:
         hit = (pos >= first) & (pos < first + ek.shape[0])
         if not bool(hit.any()):
             continue
         head = torch.arange(pos.shape[0], device=pos.device)[:, None].expand_as(pos)[hit]
         at = pos[hit] - first
-        k, v = k.clone(), v.clone()
+        if not copied:  # one copy for every span (a decode step hits its sink and its own row)
+            k, v, copied = k.clone(), v.clone(), True
         k[hit] = ek[at, head].to(k.dtype)
         v[hit] = ev[at, head].to(v.dtype)
     return k, v

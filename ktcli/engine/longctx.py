@@ -297,17 +297,16 @@ class KernelKVCache:
         for seq, table, lens, observe in zip(step.seqs, self._tables, self._lens, self._observing):
             qs = q[seq.start : seq.start + seq.n]
             start = seq.ctx - seq.n
-            if remap or (unroped and not flat_cpu):  # the torch attention over gathered pages
+            if remap or (unroped and not flat_cpu):
+                # Torch attention over gathered pages: at remapped positions, or at true ones
+                # for keys stored unroped (the kernels read keys as stored: RoPE them here).
                 exact = self._exact_rows(li, table, start, k[seq.start : seq.start + seq.n],
                                          v[seq.start : seq.start + seq.n])
-            if remap:
                 extra = None
-                if policy.kind == "topk" and self.options.question_pages > 0:
+                if remap and policy.kind == "topk" and self.options.question_pages > 0:
                     extra = self._question_pages(li, qs, layer, table, seq.ctx, observe, exact)
-                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra, exact=exact))
-            elif unroped and not flat_cpu:  # the kernels read keys as stored: RoPE them here
-                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, true_positions=True,
-                                           exact=exact))
+                outs.append(self._remapped(qs, layer, table, start, policy, step.max_len, extra,
+                                           true_positions=not remap, exact=exact))
             elif flat_cpu and seq.n == 1 and self._kivi_decode and not unroped:
                 # int8/int4 pages read as they are, no dequantised copy (engine.cpu_kivi_attention)
                 outs.append(cpu_kivi_attention.decode(qs, layer, table, seq.ctx, self.scale))
@@ -337,8 +336,9 @@ class KernelKVCache:
         [N, H, D] at positions start.. . A prefill chunk thus attends to itself as it
         computed itself, as an unchunked prefill would, and only what earlier steps left
         reads quantized. Only the torch attention over gathered pages takes these (see the
-        module doc): the kernels' dense path reads the pages as stored. (At 16K tokens, topk int4 lost a needle that fp32 finds because
-        the question's chunk read its own tokens back in int4; with them exact it found it.)"""
+        module doc): the kernels' dense path reads the pages as stored. (At 16K tokens,
+        topk int4 lost a needle that fp32 finds because the question's chunk read its own
+        tokens back in int4; with them exact it found it.)"""
         if not self.spec.quantized:
             return []
         sink = self.sinks.rows(int(table[0]), li) if self.sinks is not None else None
