@@ -22,6 +22,37 @@ def make_text_pdf(pages: list[list[str]]) -> bytes:
     return buffer.getvalue()
 
 
+def make_table_pdf(before: list[str], rows: list[list[str]], after: list[str]) -> bytes:
+    """One page: prose lines, a reportlab Table (each cell its own text object, as most
+    PDF writers draw tables), more prose lines."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table
+
+    styles = getSampleStyleSheet()
+    buffer = io.BytesIO()
+    story = [Paragraph(line, styles["BodyText"]) for line in before]
+    story.append(Table(rows, hAlign="LEFT"))
+    story += [Paragraph(line, styles["BodyText"]) for line in after]
+    SimpleDocTemplate(buffer, pagesize=A4, invariant=1).build(story)
+    return buffer.getvalue()
+
+
+def make_two_column_pdf(left: list[str], right: list[str]) -> bytes:
+    """One page of two text columns side by side, the left one written first."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    for x, lines in ((72, left), (320, right)):
+        for i, line in enumerate(lines):
+            pdf.drawString(x, 800 - 16 * i, line)
+    pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
 def make_image_only_pdf(n_pages: int = 2) -> bytes:
     """Pages with drawings but no text, as a scanner would produce (minus the bitmap)."""
     from reportlab.lib.pagesizes import A4

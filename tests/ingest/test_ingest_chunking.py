@@ -196,6 +196,7 @@ def test_sample_pdf_facts_on_their_pages() -> None:
         return {c.span.page for c in chunks if fact in c.text.replace("\n", " ")}
 
     assert pages_with("Q3 revenue was $5.87 million") == {3}
+    assert pages_with("Q3 2023 | 5.87 | 39.6% | 74,300") == {3}  # a table row, whole
     assert pages_with("opened on 14 September 2023") == {5}
     assert pages_with("Beacon 7 storm lantern remains our best seller") == {4}
 

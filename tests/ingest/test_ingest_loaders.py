@@ -9,7 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.ingest.fixtures import PNG_BYTES, encrypt_pdf, make_image_only_pdf, make_text_pdf
+from tests.ingest.fixtures import (
+    PNG_BYTES,
+    encrypt_pdf,
+    make_image_only_pdf,
+    make_table_pdf,
+    make_text_pdf,
+    make_two_column_pdf,
+)
 from ktcli.errors import InputError
 from ktcli.ingest import load_corpus
 from ktcli.ingest.loaders import load_stdin
@@ -217,6 +224,31 @@ def test_pdf_pages_and_line_offsets(write) -> None:
         page_lines = page.text.split("\n")
         assert lines[page.line_offset : page.line_offset + len(page_lines)] == page_lines
         assert page_lines == expected
+
+
+def test_pdf_table_rows_stay_on_one_line(write) -> None:
+    rows = [["Quarter", "Revenue ($M)", "Units"], ["Q1 2023", "4.60", "61,200"], ["Q2 2023", "5.10", "66,900"],
+            ["Full year", "9.70", "128,100"]]
+    before = ["Results by quarter, in the table below."]
+    after = ["The second quarter was the stronger one."]
+    text = load_one(write("t.pdf", make_table_pdf(before, rows, after))).text
+    assert text.split("\n") == [
+        *before,
+        "Quarter | Revenue ($M) | Units",
+        "Q1 2023 | 4.60 | 61,200",
+        "Q2 2023 | 5.10 | 66,900",
+        "Full year | 9.70 | 128,100",
+        *after,
+    ]
+
+
+def test_pdf_columns_are_not_interleaved(write) -> None:
+    """Two columns of short lines (what a table check looks at): each column still reads
+    top to bottom, as the plain extraction gives it; no line pairs left with right."""
+    left = ["Left one", "Left two", "Left three", "Left four"]
+    right = ["Right one", "Right two", "Right three", "Right four"]
+    text = load_one(write("cols.pdf", make_two_column_pdf(left, right))).text
+    assert text.split("\n") == left + right
 
 
 def test_pdf_with_empty_user_password_opens(write) -> None:
