@@ -125,6 +125,7 @@ from .layout import (
     staging_bytes,
 )
 from .reference import AttentionPolicy, release_blocks, select_pages
+from .store_plan import StorePlan, plan_store
 
 # triton is optional (without it every call takes the reference path) and imported only
 # when a kernel first runs: triton chooses between compiling and interpreting
@@ -136,7 +137,7 @@ __all__ = [
     "FLOAT_KINDS", "QUANT_KINDS", "KV_KINDS", "HAS_TRITON",
     "KVCacheSpec", "PagedKVLayer", "AttentionPolicy",
     "allocate", "bytes_per_block", "bytes_per_token", "exact_page_bytes", "staging_bytes", "release_blocks",
-    "kv_store", "paged_attention_decode", "score_pages", "select_pages",
+    "kv_store", "plan_store", "kv_store_planned", "StorePlan", "paged_attention_decode", "score_pages", "select_pages",
     "sparse_attention_decode", "attention_decode", "paged_prefill_attention",
     "set_backend", "get_backend",
 ]
@@ -172,11 +173,19 @@ def _use_triton(t: torch.Tensor, layer: PagedKVLayer) -> bool:
 def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write K/V rows [N, H, D] to ``slot_mapping`` [N] (block * BS + offset), quantising
     and sealing pages and refreshing the key summaries of every touched block."""
-    if _use_triton(k_new, layer):
-        from .kv_store_triton import kv_store_triton
+    if k_new.shape[0] != slot_mapping.shape[0]:
+        raise ValueError(f"{k_new.shape[0]} k/v rows for {slot_mapping.shape[0]} slots")
+    kv_store_planned(layer, k_new, v_new, plan_store(layer, slot_mapping))
 
-        return kv_store_triton(layer, k_new, v_new, slot_mapping)
-    return reference.kv_store(layer, k_new, v_new, slot_mapping)
+
+def kv_store_planned(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, plan: StorePlan) -> None:
+    """``kv_store`` with its bookkeeping planned beforehand (``plan_store``, once for all
+    the layers of a step): device work only, no value read back to the host."""
+    if _use_triton(k_new, layer):
+        from .kv_store_triton import kv_store_planned_triton
+
+        return kv_store_planned_triton(layer, k_new, v_new, plan)
+    return reference.apply_store(reference.TORCH_OPS, layer, k_new, v_new, plan)
 
 
 def paged_attention_decode(q, layer, block_tables, context_lens, scale, out=None):

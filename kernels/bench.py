@@ -12,7 +12,8 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
 * sparse decode (Quest): page scoring, selection and attention over 1/16 of the pages;
 * chunked prefill: a 512-query chunk at the end of the context, against SDPA (no mask:
   the same work as the causal chunk to within 512 keys);
-* kv_store: one decode token, and a 4096-token prefill chunk.
+* kv_store: one decode token, and a 4096-token prefill chunk; and the decode token's
+  store as the engine runs it per layer (its plan made once per step, applied per layer).
 
 End to end (``benchmarks/engine_gpu.py``, run from the repo root; ``--no-e2e`` skips it):
 SmolLM2 through our engine on CUDA with each KV dtype (fp32, bf16, fp8, int8, int4) and
@@ -269,6 +270,15 @@ def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdp
     one = torch.randn(1, shape.h, shape.d, device=device, dtype=torch.float16)
     many = torch.randn(shape.store_chunk, shape.h, shape.d, device=device, dtype=torch.float16)
     row["store_token_s"] = timer(lambda: kernels.kv_store(fresh, one, one, torch.tensor([3], device=device)))
+    # What the engine pays per layer: the step's plan is made once (at the first layer),
+    # then applied to each layer with no read back from the device.
+    plan = kernels.plan_store(fresh, torch.tensor([3], device=device))
+
+    def apply_token():
+        fresh.store_version = plan.version  # the same write again, as the next layer would get it
+        kernels.kv_store_planned(fresh, one, one, plan)
+
+    row["store_token_planned_s"] = timer(apply_token)
     slots = torch.arange(shape.store_chunk, device=device)
     row["store_chunk_s"] = timer(lambda: kernels.kv_store(fresh, many, many, slots))
     row["store_chunk"] = shape.store_chunk
@@ -287,14 +297,15 @@ def print_tables(checks, timings):
         note = f"  {r['error']}" if "error" in r else ""
         print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}{note}")
     print("\ntimings, ms (one sequence, one layer)")
-    head = ["context", "kind", "decode", "floor", "sdpa", "score", "select", "sparse", "prefill", "sdpa_pf", "store1", "storeN"]
+    head = ["context", "kind", "decode", "floor", "sdpa", "score", "select", "sparse", "prefill", "sdpa_pf", "store1", "apply1", "storeN"]
     print(" ".join(f"{h:>9}" for h in head))
     for r in timings:
         if "decode_s" not in r:
             print(f"{r['context']:>9} {r['kind']:>9}  {r.get('error') or r.get('skipped')}")
             continue
         vals = [r["decode_s"], r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"], r["sparse_decode_s"],
-                r["prefill_s"], r["sdpa_prefill_s"], r["store_token_s"], r["store_chunk_s"]]
+                r["prefill_s"], r["sdpa_prefill_s"], r["store_token_s"], r.get("store_token_planned_s"),
+                r["store_chunk_s"]]
         print(f"{r['context']:>9} {r['kind']:>9} " + " ".join(f"{_fmt_ms(v):>9}" for v in vals))
 
 

@@ -4,8 +4,8 @@
 ``kernels.kv_store`` function the moment it was imported.)
 
 The bookkeeping (which blocks a write touches, their fill, staging slots, which pages
-seal) is the reference's ``kv_store_with``; this module supplies the three data
-operations as kernels:
+seal) is a ``store_plan.StorePlan``, shared with the reference; this module supplies the
+three data operations as kernels:
 
 * ``_write_rows_kernel``, grid (N,): copy token n's [H, D] row into ``dst[major, minor]``
   (a page for float kinds, a staging slot for quantized ones), casting on store.
@@ -27,6 +27,7 @@ import triton.language as tl
 
 from . import reference
 from .layout import PagedKVLayer
+from .store_plan import apply_store, plan_store
 
 
 @triton.jit
@@ -145,9 +146,14 @@ def _seal(layer: PagedKVLayer, blocks, slots):
 TRITON_OPS = reference.StoreOps(_write_rows, _refresh_summary, _seal)
 
 
-def kv_store_triton(layer: PagedKVLayer, k_new, v_new, slot_mapping) -> None:
-    """Triton twin of ``reference.kv_store``."""
+def kv_store_planned_triton(layer: PagedKVLayer, k_new, v_new, plan) -> None:
+    """Triton twin of ``store_plan.apply_store`` with the reference's data operations."""
     from ._page_io import check_supported
 
     check_supported(layer)
-    reference.kv_store_with(TRITON_OPS, layer, k_new, v_new, slot_mapping)
+    apply_store(TRITON_OPS, layer, k_new, v_new, plan)
+
+
+def kv_store_triton(layer: PagedKVLayer, k_new, v_new, slot_mapping) -> None:
+    """Triton twin of ``reference.kv_store``."""
+    kv_store_planned_triton(layer, k_new, v_new, plan_store(layer, slot_mapping))

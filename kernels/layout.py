@@ -114,6 +114,9 @@ class PagedKVLayer:
     stage_v: torch.Tensor | None = None  # [NS, BS, H, D]
     stage_of_block: torch.Tensor | None = None  # [NB] int32, -1 = not staged
     block_of_stage: torch.Tensor | None = None  # [NS] int32, -1 = free slot
+    # Store plans applied and slot releases so far: a store plan (kernels.store_plan) is
+    # valid for the staging state it was made at, counted here.
+    store_version: int = 0
     extra: dict = field(default_factory=dict)
 
     @property

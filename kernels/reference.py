@@ -15,6 +15,7 @@ from typing import Callable
 import torch
 
 from .layout import FP8_MAX, KVCacheSpec, PagedKVLayer, qmax_of
+from .store_plan import apply_store, plan_store
 
 # Bytes of float32 work a reference tile may use; bounds memory at 1M-token contexts.
 _TILE_BYTES = 64 << 20
@@ -247,8 +248,9 @@ def dequantize_fp8(bits: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------
-# kv_store. The orchestration (which blocks are touched, staging slots, when to seal) is
-# shared with the Triton path, which swaps the three data operations in ``StoreOps``.
+# kv_store. The bookkeeping (which blocks are touched, staging slots, when to seal) is a
+# ``store_plan.StorePlan``, shared with the Triton path, which swaps the three data
+# operations in ``StoreOps``.
 # --------------------------------------------------------------------------------------
 
 
@@ -297,29 +299,6 @@ def seal_torch(layer: PagedKVLayer, blocks: torch.Tensor, slots: torch.Tensor) -
 TORCH_OPS = StoreOps(_write_rows_torch, _refresh_summary_torch, seal_torch)
 
 
-def _touched(blocks: torch.Tensor, offsets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distinct blocks [T] of a write and their fill after it (max offset written + 1):
-    tokens arrive in order, so the last written offset is the page's last row."""
-    touched, inverse = torch.unique(blocks, return_inverse=True)
-    fill = torch.zeros_like(touched).scatter_reduce_(0, inverse, offsets + 1, reduce="amax")
-    return touched, fill
-
-
-def _assign_stage_slots(layer: PagedKVLayer, touched: torch.Tensor) -> None:
-    need = touched[layer.stage_of_block[touched.long()] < 0]
-    if need.numel() == 0:
-        return
-    free = (layer.block_of_stage < 0).nonzero().flatten()
-    if free.numel() < need.numel():
-        raise RuntimeError(
-            f"KV staging pool exhausted: {need.numel()} pages need a slot, {free.numel()} free of "
-            f"{layer.n_stage}; allocate more n_stage or release_blocks() of finished sequences"
-        )
-    slots = free[: need.numel()]
-    layer.stage_of_block[need.long()] = slots.to(torch.int32)
-    layer.block_of_stage[slots] = need.to(torch.int32)
-
-
 def release_blocks(layer: PagedKVLayer, blocks: torch.Tensor) -> None:
     """Return the staging slots of freed blocks [N] to the pool (no-op for float kinds)."""
     if layer.stage_of_block is None or blocks.numel() == 0:
@@ -328,60 +307,16 @@ def release_blocks(layer: PagedKVLayer, blocks: torch.Tensor) -> None:
     slots = layer.stage_of_block[blocks]
     layer.block_of_stage[slots[slots >= 0].long()] = -1
     layer.stage_of_block[blocks] = -1
-
-
-def kv_store_with(ops: StoreOps, layer: PagedKVLayer, k_new, v_new, slot_mapping) -> None:
-    spec = layer.spec
-    if k_new.shape != v_new.shape or k_new.shape[1:] != (spec.n_kv_heads, spec.head_dim):
-        raise ValueError(f"k/v rows must be [N, {spec.n_kv_heads}, {spec.head_dim}], got {tuple(k_new.shape)}")
-    if k_new.shape[0] == 0:
-        return
-    slot = slot_mapping.to(device=layer.device, dtype=torch.long)
-    blocks, offsets = slot // spec.block_size, slot % spec.block_size
-    if not spec.quantized:
-        ops.write_rows(layer.k_pages, blocks, offsets, k_new)
-        ops.write_rows(layer.v_pages, blocks, offsets, v_new)
-        touched, fill = _touched(blocks, offsets)
-        ops.refresh_summary(layer, layer.k_pages, touched, fill, touched)
-        return
-    # A long prefill chunk can touch more pages than there are free staging slots: store
-    # it in pieces of at most `free` runs of same-block tokens; each piece seals its full
-    # pages (freeing their slots) before the next one starts.
-    n = blocks.numel()
-    run_start = torch.ones(n, dtype=torch.bool, device=blocks.device)
-    run_start[1:] = blocks[1:] != blocks[:-1]
-    run_id = torch.cumsum(run_start.long(), 0) - 1  # [N]
-    start = 0
-    while start < n:
-        free, first_run, n_runs = torch.stack(
-            [(layer.block_of_stage < 0).sum(), run_id[start], run_id[-1] + 1]
-        ).tolist()
-        stop_run = first_run + max(free, 1)
-        end = n if stop_run >= n_runs else int(torch.searchsorted(run_id, stop_run))
-        sl = slice(start, end)
-        _store_quantized(ops, layer, k_new[sl], v_new[sl], blocks[sl], offsets[sl])
-        start = end
-
-
-def _store_quantized(ops, layer, k, v, blocks, offsets) -> None:
-    touched, fill = _touched(blocks, offsets)
-    _assign_stage_slots(layer, touched)
-    token_slot = layer.stage_of_block[blocks]  # [N]
-    ops.write_rows(layer.stage_k, token_slot, offsets, k)
-    ops.write_rows(layer.stage_v, token_slot, offsets, v)
-    touched_slot = layer.stage_of_block[touched]
-    ops.refresh_summary(layer, layer.stage_k, touched_slot, fill, touched)
-    full = fill == layer.spec.block_size
-    if bool(full.any()):
-        sealed, slots = touched[full], touched_slot[full]
-        ops.seal(layer, sealed, slots)
-        layer.block_of_stage[slots.long()] = -1
-        layer.stage_of_block[sealed.long()] = -1
+    layer.store_version += 1
 
 
 def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor) -> None:
-    """Write K/V rows [N, H, D] to slots [N]; see the package docstring."""
-    kv_store_with(TORCH_OPS, layer, k_new, v_new, slot_mapping)
+    """Write K/V rows [N, H, D] to slots [N]; see the package docstring. A caller writing
+    every layer of a model plans once (``store_plan.plan_store``) and applies the plan to
+    each layer (``store_plan.apply_store``)."""
+    if k_new.shape[0] != slot_mapping.shape[0]:
+        raise ValueError(f"{k_new.shape[0]} k/v rows for {slot_mapping.shape[0]} slots")
+    apply_store(TORCH_OPS, layer, k_new, v_new, plan_store(layer, slot_mapping))
 
 
 # --------------------------------------------------------------------------------------

@@ -191,6 +191,7 @@ class KernelKVCache:
         self._replaying = False
         self._replay_of: list[bool] = []
         self._store_rows: torch.Tensor | None = None  # rows a replayed step stores again
+        self._store_plan: kernels.StorePlan | None = None  # the step's, for every layer (`_store`)
         self.dtype = torch.float32
         # Decode rows of quantized pages on the CPU: `store_mid_page` where it applies
         self._fast_store = self.device.type == "cpu" and self.spec.quantized
@@ -287,10 +288,10 @@ class KernelKVCache:
         if self._store_rows is None:
             decode_rows = self._fast_store and q.shape[0] == len(step.seqs) and kernels.get_backend() != "triton"
             if not (decode_rows and store_mid_page(layer, k, v, step.slot_mapping)):
-                kernels.kv_store(layer, k.contiguous(), v.contiguous(), step.slot_mapping)
+                self._store(layer, k, v, step.slot_mapping)
         elif self._store_rows.numel():
             rows = self._store_rows
-            kernels.kv_store(layer, k[rows].contiguous(), v[rows].contiguous(), step.slot_mapping[rows])
+            self._store(layer, k[rows], v[rows], step.slot_mapping[rows])
         policy = self.layer_policy(li)
         flat_cpu = policy.kind == "dense" and q.device.type == "cpu" and kernels.get_backend() != "triton"
         outs = []
@@ -330,6 +331,14 @@ class KernelKVCache:
                 outs.append(kernels.paged_prefill_attention(qs, layer, table, start, self.scale, policy))
         return outs[0] if len(outs) == 1 else torch.cat(outs)
 
+    def _store(self, layer, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> None:
+        """`kernels.kv_store` with its bookkeeping planned once per step, at the first layer
+        that stores, and applied to every layer: the plan reads values back from the
+        device, and on a GPU each such read waits for the queue to drain."""
+        if self._store_plan is None:
+            self._store_plan = kernels.plan_store(layer, slot_mapping)
+        kernels.kv_store_planned(layer, k.contiguous(), v.contiguous(), self._store_plan)
+
     def _exact_rows(self, li: int, table: torch.Tensor, start: int, k: torch.Tensor, v: torch.Tensor) -> list[ExactRows]:
         """Rows of a sequence that attention reads at full precision instead of from its
         quantized pages: its exact sink rows (`ExactSinks`), and the step's own rows k, v
@@ -357,6 +366,7 @@ class KernelKVCache:
 
     def _begin_step(self, step) -> None:
         self._step = step
+        self._store_plan = None
         self._tables = [s.block_table(self.block_size, self.device) for s in step.seqs]
         # [1] int32 context length per sequence, from the step's positions where they live
         # (a sequence's last query sits at ctx - 1): no host-to-device copy per layer.

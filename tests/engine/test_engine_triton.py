@@ -53,7 +53,7 @@ def count_triton(monkeypatch):
 
         monkeypatch.setattr(module, name, wrapper)
 
-    for module, name in ((ks, "kv_store_triton"), (pa, "paged_attention_decode_triton"),
+    for module, name in ((ks, "kv_store_planned_triton"), (pa, "paged_attention_decode_triton"),
                          (pf, "paged_prefill_attention_triton"), (sa, "score_pages_triton"),
                          (sa, "sparse_attention_decode_triton")):
         counted(module, name)
@@ -106,7 +106,7 @@ def test_engine_through_triton_equals_reference(tiny_models, prompts, count_trit
     got_logits, got_ids = run()
     assert not inputs
 
-    assert count_triton.get("kv_store_triton") and count_triton.get("paged_prefill_attention_triton")
+    assert count_triton.get("kv_store_planned_triton") and count_triton.get("paged_prefill_attention_triton")
     decode = "paged_attention_decode_triton" if policy.kind == "dense" else "sparse_attention_decode_triton"
     assert count_triton.get(decode), count_triton
     if policy.kind == "topk":

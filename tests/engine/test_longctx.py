@@ -342,6 +342,39 @@ def test_finished_sequences_give_back_their_staging_slots(llama):
     assert all(int((layer.block_of_stage < 0).sum()) == n_stage for layer in b.kv.layers)
 
 
+@pytest.mark.parametrize("kind", ["fp32", "int8"])
+def test_a_step_plans_its_store_once_for_every_layer(llama, ids, monkeypatch, kind):
+    """`kernels.plan_store` reads the device (on a GPU, a wait per read), so the engine
+    plans each step's write once and applies it to every layer; with int8 pages,
+    prompt chunks and page-boundary decode tokens seal and take staging slots, and the
+    logits still match those of a plain `kv_store` per layer."""
+    from ktcli.engine.backend import SamplingParams
+
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+    plain = load(llama, kv_dtype=kind, attention=policy)
+    monkeypatch.setattr(plain.kv, "_store", lambda layer, k, v, slots: kernels.kv_store(
+        layer, k.contiguous(), v.contiguous(), slots))
+    expected = plain.generate_ids([ids[:100]], SamplingParams(max_new_tokens=20))
+
+    calls = {"plan": 0, "apply": 0, "steps": 0}
+
+    def counted(name, fn):
+        def wrapper(*a, **kw):
+            calls[name] += 1
+            return fn(*a, **kw)
+        return wrapper
+
+    b = load(llama, kv_dtype=kind, attention=policy)
+    monkeypatch.setattr(kernels, "plan_store", counted("plan", kernels.plan_store))
+    monkeypatch.setattr(kernels, "kv_store_planned", counted("apply", kernels.kv_store_planned))
+    monkeypatch.setattr(b.kv, "_begin_step", counted("steps", b.kv._begin_step))
+    assert b.generate_ids([ids[:100]], SamplingParams(max_new_tokens=20)) == expected
+    assert calls["plan"] >= 2 and calls["apply"] == calls["plan"] * b.kv.n_layers
+    # fp32: every step stores through a plan; int8 decode rows inside a page take
+    # `store_mid_page` (no staging slot changes hands) and plan nothing.
+    assert calls["plan"] == calls["steps"] if kind == "fp32" else calls["plan"] < calls["steps"]
+
+
 @pytest.mark.parametrize("kind", ["fp32", "int4"])
 def test_topk_prompts_are_cut_as_alone_whatever_the_batch(llama, ids, kind):
     """topk's question pages come from a prompt's last queries and only its last chunk is
