@@ -173,8 +173,6 @@ def _use_triton(t: torch.Tensor, layer: PagedKVLayer) -> bool:
 def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot_mapping: torch.Tensor) -> None:
     """Write K/V rows [N, H, D] to ``slot_mapping`` [N] (block * BS + offset), quantising
     and sealing pages and refreshing the key summaries of every touched block."""
-    if k_new.shape[0] != slot_mapping.shape[0]:
-        raise ValueError(f"{k_new.shape[0]} k/v rows for {slot_mapping.shape[0]} slots")
     kv_store_planned(layer, k_new, v_new, plan_store(layer, slot_mapping))
 
 

@@ -317,8 +317,6 @@ def kv_store(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tensor, slot
     """Write K/V rows [N, H, D] to slots [N]; see the package docstring. A caller writing
     every layer of a model plans once (``store_plan.plan_store``) and applies the plan to
     each layer (``store_plan.apply_store``)."""
-    if k_new.shape[0] != slot_mapping.shape[0]:
-        raise ValueError(f"{k_new.shape[0]} k/v rows for {slot_mapping.shape[0]} slots")
     apply_store(TORCH_OPS, layer, k_new, v_new, plan_store(layer, slot_mapping))
 
 

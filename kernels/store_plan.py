@@ -5,13 +5,13 @@ take, which pages seal, how a chunk that needs more slots than are free splits i
 pieces) depends only on the slot mapping and the staging state. Every layer of a model
 gets the same writes, so every layer's staging state is the same, and so is the plan.
 Computing it takes values back from the device (`tolist`, `nonzero`, `unique`); done per
-layer, that is several host-device synchronisations per layer per token on a GPU, which
-kept the engine's decode at 13-26 tok/s on an H200 (BENCHMARKS.md, "GPU kernels").
+layer, that is several host-device synchronisations per layer per token on a GPU: the
+likely reason the engine decoded at 13-26 tok/s on an H200 (BENCHMARKS.md, "GPU kernels").
 Here it is done once per step (`plan_store`: one device read for the slot mapping, one
 for the staging state), and `apply_store` then issues only device work: writes, the
 bookkeeping updates as index writes, summaries and seals, whose shapes are all known on
-the host. (`tests/kernels/test_kernels_reference.py` applies a plan to a layer on the
-"meta" device, where any read of a value fails.)
+the host. (`tests/kernels/test_store_plan.py` applies a plan to a layer on the "meta"
+device, where any read of a value fails.)
 
 A plan is valid for the staging state it was made from: each layer counts the plans
 applied to it and the slots released (``PagedKVLayer.store_version``), and a plan made
@@ -72,8 +72,8 @@ def plan_store(layer: PagedKVLayer, slot_mapping: torch.Tensor | list[int]) -> S
     blocks = [s // bs for s in slots]
     offsets = [s % bs for s in slots]
     if not spec.quantized:
-        fill = _fills(blocks, offsets, 0, len(slots))
-        pieces = [_Piece(0, len(slots), blocks, offsets[:], fill, list(fill), [], {})] if slots else []
+        fill = _fills(blocks, offsets)
+        pieces = [_Piece(0, len(slots), blocks, offsets, fill, list(fill), [], {})] if slots else []
         return _upload(pieces, len(slots), layer)
 
     uniq = sorted(set(blocks))
@@ -110,9 +110,10 @@ def plan_store(layer: PagedKVLayer, slot_mapping: torch.Tensor | list[int]) -> S
     return _upload(pieces, len(slots), layer)
 
 
-def _fills(blocks: list[int], offsets: list[int], start: int, end: int) -> dict[int, int]:
+def _fills(blocks: list[int], offsets: list[int]) -> dict[int, int]:
+    """Each block written -> rows filled after the write (float kinds: no staging)."""
     fill: dict[int, int] = {}
-    for b, o in zip(blocks[start:end], offsets[start:end]):
+    for b, o in zip(blocks, offsets):
         fill[b] = max(fill.get(b, 0), o + 1)
     return fill
 

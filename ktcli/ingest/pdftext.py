@@ -110,14 +110,15 @@ def _rejoin_rows(plain: str, layout: str) -> str:
             rows.setdefault(cells[0], []).append(cells)
     if not rows:
         return plain
+    for candidates in rows.values():  # the longest row first: it must win over its prefixes
+        candidates.sort(key=len, reverse=True)
     lines = plain.split("\n")
     squeezed = [_squeeze(line) for line in lines]
     out: list[str] = []
     i = 0
     while i < len(lines):
         match = next(
-            (cells for cells in sorted(rows.get(squeezed[i], ()), key=len, reverse=True)
-             if squeezed[i : i + len(cells)] == cells),
+            (cells for cells in rows.get(squeezed[i], ()) if squeezed[i : i + len(cells)] == cells),
             None,
         )
         if match is None:
