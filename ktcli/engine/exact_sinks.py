@@ -16,7 +16,7 @@ the remapped attention and `QuestionPages` gather. The cost is fixed per sequenc
 (one page per layer, as a staging slot), not per token: KV bytes per token do not move.
 A sequence that finds no free slot reads its quantized sink, as before.
 
-`swap_in` and `overlay` put any such rows known at full precision (`ExactRows`) over
+`swap_in_` and `overlay` put any such rows known at full precision (`ExactRows`) over
 what was read from the pages; `KernelKVCache` also passes a step's own rows that way.
 """
 
@@ -76,22 +76,27 @@ class ExactSinks:
         return self._free.pop() if self._free else None
 
 
-def swap_in(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor,
-            pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Gathered keys and values k, v [H, W, D] at token positions pos [H, W] (-1: none),
-    with every row a span holds replaced by the exact one (new tensors where any is)."""
-    copied = False
+def swap_in_(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
+             shared: bool = False) -> None:
+    """In gathered keys and values k, v [H, W, D] (the caller's own: written in place) at
+    token positions pos [H, W] (-1: none), replace every row a span holds by the exact
+    one. `shared`: every head has the same positions (one page set for all heads), so the
+    rows are found once, in head 0, and written as whole columns."""
     for first, ek, ev in spans:
-        hit = (pos >= first) & (pos < first + ek.shape[0])
-        if not bool(hit.any()):
+        if shared:
+            p = pos[0]
+            cols = ((p >= first) & (p < first + ek.shape[0])).nonzero().squeeze(1)
+            if cols.numel():
+                at = p[cols] - first
+                k[:, cols] = ek[at].transpose(0, 1).to(k.dtype)  # [n, H, D] -> [H, n, D]
+                v[:, cols] = ev[at].transpose(0, 1).to(v.dtype)
             continue
-        head = torch.arange(pos.shape[0], device=pos.device)[:, None].expand_as(pos)[hit]
-        at = pos[hit] - first
-        if not copied:  # one copy for every span (a decode step hits its sink and its own row)
-            k, v, copied = k.clone(), v.clone(), True
-        k[hit] = ek[at, head].to(k.dtype)
-        v[hit] = ev[at, head].to(v.dtype)
-    return k, v
+        hit = (pos >= first) & (pos < first + ek.shape[0])
+        head, col = hit.nonzero(as_tuple=True)
+        if head.numel():
+            at = pos[head, col] - first
+            k[head, col] = ek[at, head].to(k.dtype)
+            v[head, col] = ev[at, head].to(v.dtype)
 
 
 def overlay(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

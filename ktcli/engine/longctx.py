@@ -56,7 +56,7 @@ import kernels
 from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, context_kv, gather_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
-from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay, swap_in
+from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay, swap_in_
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
@@ -465,8 +465,8 @@ class KernelKVCache:
         Queries go in groups of one page (the whole chunk for a dense layer); each group
         selects its own pages with its own queries (Quest bound at distance 0: keys are
         stored unrotated), so the prompt's last page, the question, picks what the answer
-        reads. Keys and queries are rotated at their virtual positions and one SDPA call
-        per group does the rest."""
+        reads. Keys and queries are rotated at their virtual positions and
+        `attend_columns` does the rest."""
         spec = layer.spec
         n_q, hq, d = q.shape
         h, bs = spec.n_kv_heads, spec.block_size
@@ -478,18 +478,14 @@ class KernelKVCache:
         out = torch.empty(n_q, h, group, d, device=q.device)
         for g0 in range(first, end, step):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
-            k, v, kpos, qpos, mask = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
+            k, v, kpos, qpos, lead = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
                                                   exact)
-            max_pos = int(qpos.max()) + 1
-            kr = self._rotate(k, kpos, max(max_len if policy.kind == "dense" or true_positions else 0, max_pos))
-            qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), max_pos)
-            qq = qq.reshape(h, group * (b - a), d)
-            m = mask[:, None].expand(h, group, b - a, mask.shape[-1]).reshape(h, group * (b - a), -1)
-            if b - a == 1:  # a decode step: two small products beat SDPA's masked path (~0.4 ms a layer)
-                scores = torch.bmm(qq, kr.transpose(1, 2)).mul_(self.scale).masked_fill_(~m, float("-inf"))
-                o = torch.bmm(torch.softmax(scores, dim=-1), v)  # [H, G, D]
-            else:
-                o = torch.nn.functional.scaled_dot_product_attention(qq, kr, v, attn_mask=m, scale=self.scale)
+            # Positions stay below the key count (virtual) or the step's length (true): both
+            # known here, so no value is read back to size the rotation table.
+            rope_len = max(max_len if policy.kind == "dense" or true_positions else 0, k.shape[1])
+            kr = self._rotate(k, kpos, rope_len)
+            qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), rope_len)
+            o = attend_columns(qq.reshape(h, group * (b - a), d), kr, v, lead, b - a, self.scale)
             out[a:b] = o.view(h, group, b - a, d).permute(2, 0, 1, 3)
         return out.reshape(n_q, hq, d)
 
@@ -579,36 +575,79 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     query the position right after the keys before it. Local keys keep their true
     distances; every distance stays below (sinks + top-k + local) pages, inside the
     trained range whatever the length (InfLLM / SelfExtend-style, without a fixed far
-    distance). Returns k, v [H, W, D] unrotated, key positions [H, W], query positions
-    [H, N] and the mask [H, N, W] (kept and causal in virtual positions). With
-    `true_positions` the same keys keep their document positions instead. `exact`: rows
-    read at full precision instead of the quantized ones (`KernelKVCache._exact_rows`)."""
+    distance). With `true_positions` the same keys keep their document positions instead.
+    `exact`: rows read at full precision instead of the quantized ones
+    (`KernelKVCache._exact_rows`).
+
+    Returns k, v [H, W, D] unrotated, key positions [W] (virtual: the column) or [H, W]
+    (true), query positions [H, N] and lead [H]: query i sees columns 0 .. lead[h] + i.
+    That is the whole mask, because the group's pages come in ascending order, every one
+    visible to all its queries (their local pages are the same: one page), and end at the
+    group's own rows: each head's keys up to the group's last query are a prefix of its
+    columns, and the query at virtual position lead + i sees those at or before it. Columns
+    past a head's prefix (padding pages, the last page past the group) read as zeros."""
     bs = layer.spec.block_size
     n_q = q.shape[0]
     end = start + n_q
-    pages, local_only, _ = chunk_page_plan(q, layer, table, start, policy, extra)
+    if policy.kind != "dense" and start // bs != (end - 1) // bs:
+        raise ValueError(f"a {policy.kind} query group spans pages {start // bs}-{(end - 1) // bs}: one page at most")
+    pages, _, _ = chunk_page_plan(q, layer, table, start, policy, extra)
     h = layer.spec.n_kv_heads
-    pages, local_only = pages.expand(h, pages.shape[-1]), local_only.expand(h, local_only.shape[-1])
+    shared = pages.shape[0] == 1  # one page set for every head: the same positions in each
+    pages = pages.expand(h, pages.shape[-1])
     if _gathers_here(layer):  # the same rows in one C++ pass (a decode step gathers every layer)
         k, v, pos = cpu_kivi_attention.gather(layer, table, pages, end)
     else:
         k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
         k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
-    k, v = swap_in(exact, k, v, pos)
-    lo = max(0, (end - 1) // bs - policy.n_local_pages + 1) if policy.kind != "dense" else 0
-    page_tok = pos // bs
-    only_local = local_only.repeat_interleave(bs, dim=-1)
-    # A page local only to earlier chunks' queries (not selected) is not visible here.
-    keep = (pos >= 0) & ((page_tok >= lo) | ~only_local)  # [H, T], pages ascending
+    swap_in_(exact, k, v, pos, shared)
+    n_keys = (pos >= 0).sum(-1)  # [H]
+    if q.device.type == "cpu":  # drop the columns no head reads (the last page's tail)
+        width = int(n_keys.max())
+        k, v, pos = k[:, :width], v[:, :width], pos[:, :width]
+    lead = n_keys - n_q
+    arange = torch.arange(n_q, device=q.device)
     if true_positions:
-        kpos, qpos = pos, (start + torch.arange(n_q, device=q.device))[None, :].expand(h, n_q)
-        mask = keep[:, None, :] & (kpos[:, None, :] <= qpos[:, :, None])
-        return k, v, kpos.clamp(min=0), qpos, mask
-    kpos = torch.cumsum(keep.long(), dim=-1) - 1  # rank among kept keys (no reordering)
-    n_far = (keep & (page_tok < lo)).sum(-1)  # [H] keys before the local pages
-    qpos = n_far[:, None] + (start + torch.arange(n_q, device=q.device))[None, :] - lo * bs  # [H, N]
-    mask = keep[:, None, :] & (kpos[:, None, :] <= qpos[:, :, None])
-    return k, v, kpos.clamp(min=0), qpos, mask
+        return k, v, pos.clamp(min=0), (start + arange)[None, :].expand(h, n_q), lead
+    return k, v, torch.arange(k.shape[1], device=q.device), lead[:, None] + arange[None, :], lead
+
+
+def attend_columns(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lead: torch.Tensor, n: int,
+                   scale: float) -> torch.Tensor:
+    """Softmax attention of rows q [H, G * n, D] (row (g, i): head g of the group's query
+    i, rotated) over k, v [H, W, D], where query i sees columns 0 .. lead[h] + i
+    (`virtual_plan`) -> [H, G * n, D] float32.
+
+    Two batched products around the causal softmax of `engine.prefill_attention` (our C++
+    pass, in place, skipping what a row does not see). SDPA with a boolean mask took ~2.2
+    ms for one of SmolLM2's page groups (192 rows of a kv head against ~1.3K keys), the
+    largest share of the CPU's sparse prefill (BENCHMARKS.md, sparse prefill). Off the
+    CPU, a mask from the column index and torch's softmax. Queries go in blocks whose
+    scores stay under `prefill_attention.BLOCK_SCORES` (a page group is one block; a dense
+    layer's whole chunk is not), each against the columns its last query sees."""
+    heads, rows, d = q.shape
+    group, width = rows // n, k.shape[1]
+    softmax_ = prefill_attention.causal_softmax_kernel() if q.device.type == "cpu" else None
+    firsts = lead.tolist() if softmax_ is not None else None
+    seen_max = int(lead.max()) + n if softmax_ is not None else width  # a host value only where it is free
+    block = max(1, min(n, prefill_attention.BLOCK_SCORES // max(1, heads * group * width)))
+    qs = (q * scale).view(heads, group, n, d)
+    out = torch.empty(heads, group, n, d, device=q.device)
+    for i0 in range(0, n, block):
+        i1 = min(n, i0 + block)
+        cols = min(width, seen_max - n + i1)  # the block's last query sees no further
+        qb = qs[:, :, i0:i1].reshape(heads, group * (i1 - i0), d)
+        scores = torch.bmm(qb, k[:, :cols].transpose(1, 2))  # [H, G * b, cols]
+        if softmax_ is not None:
+            for h, first in enumerate(firsts):
+                softmax_(scores[h], first + i0, i1 - i0)
+        else:
+            pos = lead[:, None] + torch.arange(i0, i1, device=q.device)  # [H, b]
+            sees = torch.arange(cols, device=q.device) <= pos[..., None]  # [H, b, cols]
+            scores = scores.view(heads, group, i1 - i0, cols).masked_fill_(~sees[:, None], float("-inf"))
+            scores = torch.softmax(scores, dim=-1).view(heads, group * (i1 - i0), cols)
+        out[:, :, i0:i1] = torch.bmm(scores, v[:, :cols]).view(heads, group, i1 - i0, d)
+    return out.view(heads, rows, d)
 
 
 # -- loading ------------------------------------------------------------------------------

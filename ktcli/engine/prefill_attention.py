@@ -138,6 +138,13 @@ def _kernel():
     return cpp_ext.load("KTCLI_NO_BLOCKED_PREFILL")
 
 
+def causal_softmax_kernel():
+    """`causal_softmax_(s, first_pos, block)` (the C++ pass above), or None where the
+    extension is not built or is turned off."""
+    kernel = _kernel()
+    return kernel.causal_softmax_ if kernel is not None else None
+
+
 def _blocked_onednn(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float) -> torch.Tensor:
     """attend_prefix in fp32 as blocks of query positions through oneDNN products (the
     module docstring). q [n, HQ, D]; k, v [p + n, H, D] -> [n, HQ, D]."""

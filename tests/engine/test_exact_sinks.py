@@ -14,7 +14,7 @@ from kernels import AttentionPolicy
 from ktcli.engine import longctx
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.config import ModelConfig
-from ktcli.engine.exact_sinks import ExactSinks, overlay, swap_in
+from ktcli.engine.exact_sinks import ExactSinks, overlay, swap_in_
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.rope import RotaryTable
 
@@ -61,19 +61,31 @@ def test_slots_taken_at_position_zero_and_reclaimed_from_freed_sequences():
     assert 2 * kernels.exact_page_bytes(spec, n_slots=2, n_pages=1) == sinks.k.nbytes + sinks.v.nbytes  # 2 layers
 
 
-def test_swap_in_replaces_the_sink_positions_of_every_head():
-    k, v = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
+@pytest.mark.parametrize("shared", [False, True])
+def test_swap_in_replaces_the_sink_positions_of_every_head(shared):
     pos = torch.tensor([[0, 1, 8, 9, -1], [1, 3, 4, 5, -1]])  # head 1 was not given position 0
+    if shared:  # one page set for both heads
+        pos = pos[:1].expand(2, 5)
     ek = torch.arange(4 * 2 * 3, dtype=torch.float32).view(4, 2, 3)  # [n_tokens, H, D]
-    got_k, got_v = swap_in([(0, ek, -ek)], k, v, pos)
-    assert torch.equal(got_k[0, :2], ek[[0, 1], 0]) and torch.equal(got_k[1, :2], ek[[1, 3], 1])
-    assert torch.equal(got_v[1, 1], -ek[3, 1])
-    assert not got_k[:, 2:].any() and not got_k[1, 2:].any() and not k.any()  # the input is not written
-    assert swap_in([], k, v, pos)[0] is k
+
+    def swapped(spans):
+        k, v = torch.zeros(2, 5, 3), torch.zeros(2, 5, 3)
+        swap_in_(spans, k, v, pos, shared)
+        return k, v
+
+    got_k, got_v = swapped([(0, ek, -ek)])
+    for h in range(2):
+        cols = [c for c in range(5) if 0 <= pos[h, c] < 4]
+        assert torch.equal(got_k[h, cols], ek[pos[h, cols], h]) and torch.equal(got_v[h, cols], -ek[pos[h, cols], h])
+        others = [c for c in range(5) if c not in cols]
+        assert not got_k[h, others].any() and not got_v[h, others].any()
+    assert torch.equal(swapped([])[0], torch.zeros(2, 5, 3))
     # a span further on (a step's own rows): positions 8-9 only, counted from its first
-    own = torch.ones(2, 2, 3)
-    got_k, _ = swap_in([(0, ek, -ek), (8, own * 7, own)], k, v, pos)
-    assert got_k[0, 2:4].eq(7).all() and not got_k[1, 2:].any()
+    own = torch.arange(2 * 2 * 3, dtype=torch.float32).view(2, 2, 3) + 100
+    got_k, _ = swapped([(0, ek, -ek), (8, own, own)])
+    assert torch.equal(got_k[0, 2:4], own[:, 0]) and not got_k[:, 4].any()
+    if not shared:
+        assert not got_k[1, 2:].any()
 
 
 def test_overlay_writes_each_span_at_its_positions_within_the_context():
@@ -84,7 +96,7 @@ def test_overlay_writes_each_span_at_its_positions_within_the_context():
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
-@pytest.mark.parametrize("n_q,start", [(1, 82), (19, 64 + 3)])
+@pytest.mark.parametrize("n_q,start", [(1, 82), (6, 64 + 2)])  # one page: a sparse group
 @pytest.mark.parametrize("cpp_gather", [True, False])
 def test_virtual_plan_reads_the_exact_rows_at_sink_positions_only(kind, n_q, start, cpp_gather, monkeypatch):
     if not cpp_gather:  # the torch gather (kernels.reference.gather_kv) instead of cpu_kivi_attention's
@@ -104,16 +116,14 @@ def test_virtual_plan_reads_the_exact_rows_at_sink_positions_only(kind, n_q, sta
     slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
     kernels.kv_store(layer, k, v, slots)
     q = torch.randn(n_q, 4, 16)
-    qk, qv, kpos, qpos, mask = longctx.virtual_plan(q, layer, table, start, policy)
-    sk, sv, skpos, sqpos, smask = longctx.virtual_plan(q, layer, table, start, policy, exact=[(0, k[:bs], v[:bs])])
-    assert torch.equal(kpos, skpos) and torch.equal(qpos, sqpos) and torch.equal(mask, smask)
-    sink_cols = (kpos < bs) & mask.any(1)  # page 0 is first in document order: virtual = true positions
-    assert sink_cols.sum(-1).tolist() == [bs, bs]
-    head = torch.arange(2)[:, None].expand_as(kpos)
-    torch.testing.assert_close(sk[sink_cols], k[kpos[sink_cols], head[sink_cols]])
-    torch.testing.assert_close(sv[sink_cols], v[kpos[sink_cols], head[sink_cols]])
-    assert not torch.allclose(qk[sink_cols], sk[sink_cols])  # the quantized copy differs
-    assert torch.equal(sk[~sink_cols], qk[~sink_cols]) and torch.equal(sv[~sink_cols], qv[~sink_cols])
+    qk, qv, kpos, qpos, lead = longctx.virtual_plan(q, layer, table, start, policy)
+    sk, sv, skpos, sqpos, slead = longctx.virtual_plan(q, layer, table, start, policy, exact=[(0, k[:bs], v[:bs])])
+    assert torch.equal(kpos, skpos) and torch.equal(qpos, sqpos) and torch.equal(lead, slead)
+    # page 0 is first in document order: columns 0..bs-1, virtual = true positions
+    torch.testing.assert_close(sk[:, :bs], k[:bs].transpose(0, 1))
+    torch.testing.assert_close(sv[:, :bs], v[:bs].transpose(0, 1))
+    assert not torch.allclose(qk[:, :bs], sk[:, :bs])  # the quantized copy differs
+    assert torch.equal(sk[:, bs:], qk[:, bs:]) and torch.equal(sv[:, bs:], qv[:, bs:])
 
 
 def test_engine_keeps_the_rows_the_model_stored(llama, ids):

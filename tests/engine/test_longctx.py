@@ -143,7 +143,12 @@ def _rot(cache, x, pos):
     # pages the question chose, on top of the policy's own
     ("topk", 1, 82, [2, 5]), ("topk", 19, 64 + 3, [1, 3, 4]), ("window", 12, 70, [3]),
 ])
-def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start, extra):
+@pytest.mark.parametrize("cpp_softmax", [True, False])
+def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start, extra, cpp_softmax, monkeypatch):
+    if not cpp_softmax:  # the masked torch softmax that runs off the CPU
+        monkeypatch.setattr(longctx.prefill_attention, "causal_softmax_kernel", lambda: None)
+    elif longctx.prefill_attention.causal_softmax_kernel() is None:
+        pytest.skip("the C++ extension is not built here")
     torch.manual_seed(0)
     policy = AttentionPolicy("topk" if kind == "dense" else kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3)
     layer_policy = kernels.reference.DENSE if kind == "dense" else policy
@@ -182,6 +187,37 @@ def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start,
                 assert vq < (policy.n_sink_pages + policy.top_k_pages + n_extra + policy.n_local_pages) * bs
         if extra is not None and kind != "dense":  # every question page is visible
             assert set(extra.tolist()) <= {int(p) for p in pages[0] if p >= 0}
+
+
+@pytest.mark.parametrize("block_scores", [None, 40])  # one block; blocks of a few queries
+def test_attend_columns_sees_a_causal_prefix_of_columns_per_head(block_scores, monkeypatch):
+    """Query i of a group sees columns 0 .. lead[h] + i of its head: the C++ softmax and the
+    masked torch path both equal explicit softmax attention over those columns."""
+    if block_scores:
+        monkeypatch.setattr(longctx.prefill_attention, "BLOCK_SCORES", block_scores)
+    torch.manual_seed(3)
+    heads, group, n, width, d = 3, 2, 5, 13, 8
+    q, k, v = torch.randn(heads, group * n, d), torch.randn(heads, width, d), torch.randn(heads, width, d)
+    lead = torch.tensor([8, 0, 5])  # per head: heads see different column counts
+    want = torch.empty(heads, group * n, d, dtype=torch.float64)
+    for h in range(heads):
+        for g in range(group):
+            for i in range(n):
+                seen = int(lead[h]) + i + 1
+                p = torch.softmax(q[h, g * n + i].double() @ k[h, :seen].double().T * 0.3, 0)
+                want[h, g * n + i] = p @ v[h, :seen].double()
+    got = longctx.attend_columns(q, k, v, lead, n, 0.3)
+    torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(longctx.prefill_attention, "causal_softmax_kernel", lambda: None)
+    torch.testing.assert_close(longctx.attend_columns(q, k, v, lead, n, 0.3).double(), want, atol=1e-5, rtol=1e-5)
+
+
+def test_virtual_plan_refuses_a_sparse_group_over_two_pages():
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=3)
+    cache = _cache(policy)
+    table = torch.arange(4, dtype=torch.int32)
+    with pytest.raises(ValueError, match="one page at most"):
+        longctx.virtual_plan(torch.randn(4, 4, 16), cache.layers[0], table, 6, policy)
 
 
 def test_question_pages_find_the_page_one_head_attends_to():
