@@ -360,11 +360,15 @@ torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor 
 // kernels.reference.gather_kv for one sequence of int8/int4 pages: logical pages [H, P]
 // int32 (-1: padding) of table [pages] int32, first ctx tokens -> k, v [H, P * BS, D] fp32
 // (sealed pages dequantised, the tail page read from its fp32 staging slot, rows that do
-// not exist zero) and pos [H, P * BS] int64 (-1 where a row does not exist).
+// not exist zero) and pos [H, P * BS] int64 (-1 where a row does not exist). Rows held by
+// an exact span (exact_k[s], exact_v[s] fp32 [n, H, D] at positions exact_first[s] ..) are
+// copied from it instead (engine.exact_sinks.swap_in_, without dequantising them first).
 std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
                                        torch::Tensor k_max, torch::Tensor k_bits, torch::Tensor v_zero, torch::Tensor v_scale,
                                        torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor stage_of_block,
-                                       torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits) {
+                                       torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits,
+                                       std::vector<torch::Tensor> exact_k, std::vector<torch::Tensor> exact_v,
+                                       std::vector<int64_t> exact_first) {
     TORCH_CHECK(k_pages.dtype() == torch::kUInt8 && k_pages.is_contiguous() && v_pages.is_contiguous() &&
                 k_pages.dim() == 4 && v_pages.sizes() == k_pages.sizes(), "pages uint8 [NB, BS, H, Dp]");
     const int64_t NB = k_pages.size(0), BS = k_pages.size(1), H = k_pages.size(2);
@@ -386,6 +390,13 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
     TORCH_CHECK(pages.dtype() == torch::kInt32 && pages.dim() == 2 && pages.size(0) == H && pages.is_contiguous(), "pages [H, P] int32");
     const int64_t P = pages.size(1), NG = v_zero.size(3), per_group = D / NG;
     const float qmax = bits == 8 ? 255.f : 15.f;
+    const int64_t n_spans = int64_t(exact_first.size());
+    TORCH_CHECK(int64_t(exact_k.size()) == n_spans && int64_t(exact_v.size()) == n_spans, "one k, v, first per span");
+    for (int64_t s = 0; s < n_spans; ++s)
+        TORCH_CHECK(exact_k[s].dtype() == torch::kFloat32 && exact_k[s].is_contiguous() && exact_k[s].dim() == 3 &&
+                    exact_k[s].size(1) == H && exact_k[s].size(2) == D && exact_v[s].sizes() == exact_k[s].sizes() &&
+                    exact_v[s].dtype() == torch::kFloat32 && exact_v[s].is_contiguous() && exact_first[s] >= 0,
+                    "exact rows fp32 [n, H, D] contiguous");
     auto k = torch::empty({H, P * BS, D}, k_min.options());
     auto v = torch::empty({H, P * BS, D}, k_min.options());
     auto pos = torch::empty({H, P * BS}, k_min.options().dtype(torch::kInt64));
@@ -402,8 +413,14 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
     float* vo = v.data_ptr<float>();
     int64_t* po = pos.data_ptr<int64_t>();
     const int64_t n_table = table.size(0), tail_page = ctx % BS ? ctx / BS : -1;
+    TORCH_CHECK(D <= 256, "head_dim at most 256");
     at::parallel_for(0, H * P, 4, [&](int64_t i0, int64_t i1) {
         uint8_t unpacked[256];
+        // A sealed page's key decoding, per channel, shared by its rows: where the code
+        // sits (int4: two bytes, a shift and a mask), the base and the step
+        // (base + code * step, the reference's key_affine operation for operation).
+        int32_t at0[256], at1[256], shift[256], mask[256];
+        float base[256], step[256], zero[256], scale[256];
         for (int64_t i = i0; i < i1; ++i) {
             const int64_t h = i / P, lp = pp[i];
             float* kd = ko + i * BS * D;
@@ -412,6 +429,28 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
             const bool real = lp >= 0 && lp < n_table && lp * BS < ctx;
             const int64_t b = real ? tp[lp] : -1;
             TORCH_CHECK(!real || (0 <= b && b < NB), "block id");
+            const bool sealed = real && lp != tail_page;
+            if (sealed) {
+                const float* lo = lo_all + (b * H + h) * D;
+                const float* hi = hi_all + (b * H + h) * D;
+                if (bits == 4) {  // bitstream keys (kernels.reference.unpack_bitstream, key_affine)
+                    const uint8_t* wb = k_bits.data_ptr<uint8_t>() + (b * H + h) * (D / 2);
+                    int64_t o = 0;
+                    for (int64_t d = 0; d < D; ++d) {
+                        const int w = (wb[d / 2] >> ((d % 2) * 4)) & 15;
+                        at0[d] = int32_t(std::min(o >> 3, DP - 1));
+                        at1[d] = int32_t(std::min((o >> 3) + 1, DP - 1));
+                        shift[d] = int32_t(o & 7);
+                        mask[d] = (1 << w) - 1;
+                        o += w;
+                        const float span = hi[d] - lo[d];
+                        base[d] = w > 0 ? lo[d] : lo[d] + span * 0.5f;  // w = 0: code and step 0
+                        step[d] = w > 0 ? span / float((1 << w) - 1) : 0.f;
+                    }
+                } else {
+                    for (int64_t d = 0; d < D; ++d) { base[d] = lo[d]; step[d] = (hi[d] - lo[d]) / qmax; }
+                }
+            }
             for (int64_t t = 0; t < BS; ++t) {
                 const int64_t p = lp * BS + t;
                 float* kr = kd + t * D;
@@ -423,7 +462,17 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
                     continue;
                 }
                 pd[t] = p;
-                if (lp == tail_page) {  // still staged at full precision
+                bool exact = false;
+                for (int64_t s = n_spans - 1; s >= 0 && !exact; --s) {  // the last span holding it wins
+                    const int64_t at = p - exact_first[s];
+                    if (at >= 0 && at < exact_k[s].size(0)) {
+                        std::memcpy(kr, exact_k[s].data_ptr<float>() + (at * H + h) * D, sizeof(float) * D);
+                        std::memcpy(vr, exact_v[s].data_ptr<float>() + (at * H + h) * D, sizeof(float) * D);
+                        exact = true;
+                    }
+                }
+                if (exact) continue;
+                if (!sealed) {  // the tail page: still staged at full precision
                     const int64_t slot = sob[b];
                     TORCH_CHECK(slot >= 0 && slot < stage_k.size(0), "staging slot of the tail page");
                     std::memcpy(kr, stage_k.data_ptr<float>() + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
@@ -432,30 +481,21 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
                 }
                 const uint8_t* kc = kp + ((b * BS + t) * H + h) * DP;
                 const uint8_t* vc = vp + ((b * BS + t) * H + h) * DP;
-                const float* lo = lo_all + (b * H + h) * D;
-                const float* hi = hi_all + (b * H + h) * D;
-                if (bits == 4) {  // bitstream keys (kernels.reference.unpack_bitstream, key_affine)
-                    const uint8_t* wb = k_bits.data_ptr<uint8_t>() + (b * H + h) * (D / 2);
-                    int64_t o = 0;
-                    for (int64_t d = 0; d < D; ++d) {
-                        const int w = (wb[d / 2] >> ((d % 2) * 4)) & 15;
-                        const int64_t at = o >> 3;
-                        const int two = kc[std::min(at, DP - 1)] | (kc[std::min(at + 1, DP - 1)] << 8);
-                        const int code = (two >> (o & 7)) & ((1 << w) - 1);
-                        o += w;
-                        const float span = hi[d] - lo[d];
-                        kr[d] = w > 0 ? lo[d] + float(code) * (span / float((1 << w) - 1)) : lo[d] + span * 0.5f;
-                    }
-                } else {
-                    for (int64_t d = 0; d < D; ++d) kr[d] = lo[d] + float(kc[d]) * ((hi[d] - lo[d]) / qmax);
-                }
                 if (bits == 4) {
+                    for (int64_t d = 0; d < D; ++d) {
+                        const int two = kc[at0[d]] | (kc[at1[d]] << 8);
+                        kr[d] = base[d] + float((two >> shift[d]) & mask[d]) * step[d];
+                    }
                     for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = vc[c] & 15; unpacked[2 * c + 1] = vc[c] >> 4; }
                     vc = unpacked;
+                } else {
+                    for (int64_t d = 0; d < D; ++d) kr[d] = base[d] + float(kc[d]) * step[d];
                 }
+                // Values: a zero and a scale per group of channels, widened once per row.
                 const int64_t row = ((b * BS + t) * H + h) * NG;
-                for (int64_t d = 0; d < D; ++d)
-                    vr[d] = float(vz[row + d / per_group]) + float(vc[d]) * float(vs[row + d / per_group]);
+                for (int64_t g = 0; g < NG; ++g) { zero[g] = float(vz[row + g]); scale[g] = float(vs[row + g]); }
+                for (int64_t g = 0; g < NG; ++g)
+                    for (int64_t d = g * per_group; d < (g + 1) * per_group; ++d) vr[d] = zero[g] + float(vc[d]) * scale[g];
             }
         }
     });
@@ -497,14 +537,20 @@ def _k_bits(layer) -> torch.Tensor:
     return layer.k_bits if layer.k_bits is not None else torch.empty(0, dtype=torch.uint8)
 
 
-def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int):
+def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact=()):
     """`kernels.reference.gather_kv` for one sequence: logical pages [H, P] (-1 padding) of
-    `table`, its first `ctx` tokens -> k, v [H, P * BS, D] fp32, pos [H, P * BS] int64."""
+    `table`, its first `ctx` tokens -> k, v [H, P * BS, D] fp32, pos [H, P * BS] int64.
+    `exact`: spans (first position, k, v [n, H, D]) whose rows are read instead of the
+    pages (`engine.exact_sinks.ExactRows`; the last span holding a row wins, as in
+    `swap_in_`)."""
     spec = layer.spec
+    # Views of contiguous [T, H, D] rows stay contiguous; .float() is a no-op on fp32.
+    ek = [k.float().contiguous() for _, k, _ in exact]
+    ev = [v.float().contiguous() for _, _, v in exact]
     return _load().gather_kivi(
         layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, layer.stage_k,
         layer.stage_v, layer.stage_of_block, table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(),
-        ctx, 8 if spec.kv_dtype == "int8" else 4,
+        ctx, 8 if spec.kv_dtype == "int8" else 4, ek, ev, [int(first) for first, _, _ in exact],
     )
 
 

@@ -54,9 +54,10 @@ import torch
 
 import kernels
 from kernels import AttentionPolicy
-from kernels.reference import chunk_page_plan, context_kv, gather_kv
+from kernels.reference import context_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
-from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay, swap_in_
+from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay
+from ktcli.engine.page_groups import attend_columns, group_page_plans, virtual_plan
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
@@ -462,8 +463,8 @@ class KernelKVCache:
         pages at compact virtual positions (see `virtual_plan`), or at their true positions
         (keys stored unroped, read by a policy without remapping).
 
-        Queries go in groups of one page (the whole chunk for a dense layer); each group
-        selects its own pages with its own queries (Quest bound at distance 0: keys are
+        Queries go in groups of one page (the whole chunk for a dense layer,
+        `engine.page_groups`); each group selects its own pages with its own queries (Quest bound at distance 0: keys are
         stored unrotated), so the prompt's last page, the question, picks what the answer
         reads. Keys and queries are rotated at their virtual positions and
         `attend_columns` does the rest."""
@@ -476,10 +477,11 @@ class KernelKVCache:
         step = n_q if policy.kind == "dense" else bs
         first = start if policy.kind == "dense" else start // bs * bs
         out = torch.empty(n_q, h, group, d, device=q.device)
-        for g0 in range(first, end, step):
+        plans = group_page_plans(q, layer, table, start, policy, extra) if policy.kind != "dense" else None
+        for i, g0 in enumerate(range(first, end, step)):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
             k, v, kpos, qpos, lead = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
-                                                  exact)
+                                                  exact, plans[i] if plans is not None else None)
             # Positions stay below the key count (virtual) or the step's length (true): both
             # known here, so no value is read back to size the rotation table.
             rope_len = max(max_len if policy.kind == "dense" or true_positions else 0, k.shape[1])
@@ -559,95 +561,6 @@ class QuestionPages:
         self.score = best if self.score is None else torch.maximum(self.score, best)
         k_sel = min(self.n_pages, hi - lo)
         self.chosen = (self.score[lo:hi].topk(k_sel).indices + lo).to(torch.int32)
-
-
-def _gathers_here(layer) -> bool:
-    return layer.device.type == "cpu" and kernels.get_backend() != "triton" and cpu_kivi_attention.reads(layer.spec)
-
-
-def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
-                 extra: torch.Tensor | None = None, true_positions: bool = False, exact: Sequence[ExactRows] = ()):
-    """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
-    one page unless the policy is dense) at compact virtual positions.
-
-    The keys a group sees are sink pages, selected pages and its local pages, in document
-    order; they get positions 0..m-1 as if they were one short contiguous text, and each
-    query the position right after the keys before it. Local keys keep their true
-    distances; every distance stays below (sinks + top-k + local) pages, inside the
-    trained range whatever the length (InfLLM / SelfExtend-style, without a fixed far
-    distance). With `true_positions` the same keys keep their document positions instead.
-    `exact`: rows read at full precision instead of the quantized ones
-    (`KernelKVCache._exact_rows`).
-
-    Returns k, v [H, W, D] unrotated, key positions [W] (virtual: the column) or [H, W]
-    (true), query positions [H, N] and lead [H]: query i sees columns 0 .. lead[h] + i.
-    That is the whole mask, because the group's pages come in ascending order, every one
-    visible to all its queries (their local pages are the same: one page), and end at the
-    group's own rows: each head's keys up to the group's last query are a prefix of its
-    columns, and the query at virtual position lead + i sees those at or before it. Columns
-    past a head's prefix (padding pages, the last page past the group) read as zeros."""
-    bs = layer.spec.block_size
-    n_q = q.shape[0]
-    end = start + n_q
-    if policy.kind != "dense" and start // bs != (end - 1) // bs:
-        raise ValueError(f"a {policy.kind} query group spans pages {start // bs}-{(end - 1) // bs}: one page at most")
-    pages, _, _ = chunk_page_plan(q, layer, table, start, policy, extra)
-    h = layer.spec.n_kv_heads
-    shared = pages.shape[0] == 1  # one page set for every head: the same positions in each
-    pages = pages.expand(h, pages.shape[-1])
-    if _gathers_here(layer):  # the same rows in one C++ pass (a decode step gathers every layer)
-        k, v, pos = cpu_kivi_attention.gather(layer, table, pages, end)
-    else:
-        k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
-        k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
-    swap_in_(exact, k, v, pos, shared)
-    n_keys = (pos >= 0).sum(-1)  # [H]
-    if q.device.type == "cpu":  # drop the columns no head reads (the last page's tail)
-        width = int(n_keys.max())
-        k, v, pos = k[:, :width], v[:, :width], pos[:, :width]
-    lead = n_keys - n_q
-    arange = torch.arange(n_q, device=q.device)
-    if true_positions:
-        return k, v, pos.clamp(min=0), (start + arange)[None, :].expand(h, n_q), lead
-    return k, v, torch.arange(k.shape[1], device=q.device), lead[:, None] + arange[None, :], lead
-
-
-def attend_columns(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lead: torch.Tensor, n: int,
-                   scale: float) -> torch.Tensor:
-    """Softmax attention of rows q [H, G * n, D] (row (g, i): head g of the group's query
-    i, rotated) over k, v [H, W, D], where query i sees columns 0 .. lead[h] + i
-    (`virtual_plan`) -> [H, G * n, D] float32.
-
-    Two batched products around the causal softmax of `engine.prefill_attention` (our C++
-    pass, in place, skipping what a row does not see). SDPA with a boolean mask took ~2.2
-    ms for one of SmolLM2's page groups (192 rows of a kv head against ~1.3K keys), the
-    largest share of the CPU's sparse prefill (BENCHMARKS.md, sparse prefill). Off the
-    CPU, a mask from the column index and torch's softmax. Queries go in blocks whose
-    scores stay under `prefill_attention.BLOCK_SCORES` (a page group is one block; a dense
-    layer's whole chunk is not), each against the columns its last query sees."""
-    heads, rows, d = q.shape
-    group, width = rows // n, k.shape[1]
-    softmax_ = prefill_attention.causal_softmax_kernel() if q.device.type == "cpu" else None
-    firsts = lead.tolist() if softmax_ is not None else None
-    seen_max = int(lead.max()) + n if softmax_ is not None else width  # a host value only where it is free
-    block = max(1, min(n, prefill_attention.BLOCK_SCORES // max(1, heads * group * width)))
-    qs = (q * scale).view(heads, group, n, d)
-    out = torch.empty(heads, group, n, d, device=q.device)
-    for i0 in range(0, n, block):
-        i1 = min(n, i0 + block)
-        cols = min(width, seen_max - n + i1)  # the block's last query sees no further
-        qb = qs[:, :, i0:i1].reshape(heads, group * (i1 - i0), d)
-        scores = torch.bmm(qb, k[:, :cols].transpose(1, 2))  # [H, G * b, cols]
-        if softmax_ is not None:
-            for h, first in enumerate(firsts):
-                softmax_(scores[h], first + i0, i1 - i0)
-        else:
-            pos = lead[:, None] + torch.arange(i0, i1, device=q.device)  # [H, b]
-            sees = torch.arange(cols, device=q.device) <= pos[..., None]  # [H, b, cols]
-            scores = scores.view(heads, group, i1 - i0, cols).masked_fill_(~sees[:, None], float("-inf"))
-            scores = torch.softmax(scores, dim=-1).view(heads, group * (i1 - i0), cols)
-        out[:, :, i0:i1] = torch.bmm(scores, v[:, :cols]).view(heads, group, i1 - i0, d)
-    return out.view(heads, rows, d)
 
 
 # -- loading ------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import kernels
 from kernels.reference import context_kv
 from ktcli.engine import cpu_kivi_attention
 from ktcli.engine.attention import decode_grouped
+from ktcli.engine.exact_sinks import swap_in_
 
 pytestmark = pytest.mark.skipif(not cpu_kivi_attention.available(), reason="C++ kernels unavailable")
 
@@ -127,3 +128,17 @@ def test_gather_matches_the_reference_gather(kind, ctx):
     assert torch.equal(pos, want_pos[0])
     torch.testing.assert_close(k, want_k[0], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(v, want_v[0], rtol=1e-6, atol=1e-6)
+    # Exact spans (a sink, a step's own rows overlapping it and running past the context):
+    # their rows instead of the pages', as swap_in_ writes them over the reference gather.
+    spans = [(0, torch.randn(64, 3, 64, generator=gen), torch.randn(64, 3, 64, generator=gen)),
+             (ctx // 2, torch.randn(ctx, 3, 64, generator=gen), torch.randn(ctx, 3, 64, generator=gen))]
+    if ctx == 64:  # the second span starts inside the first: the later span wins
+        spans[1] = (32, *spans[1][1:])
+    want_k, want_v = want_k[0].clone(), want_v[0].clone()
+    swap_in_(spans, want_k, want_v, want_pos[0])
+    k, v, pos = cpu_kivi_attention.gather(layer, big_table, pages, ctx, spans)
+    assert torch.equal(pos, want_pos[0])
+    torch.testing.assert_close(k, want_k, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(v, want_v, rtol=1e-6, atol=1e-6)
+    held = (pos >= 0) & ((pos < 64) | (pos >= spans[1][0]))  # copied, not dequantised: bit-equal
+    assert held.any() and torch.equal(k[held], want_k[held]) and torch.equal(v[held], want_v[held])

@@ -11,7 +11,7 @@ import torch
 
 import kernels
 from kernels import AttentionPolicy
-from ktcli.engine import longctx
+from ktcli.engine import longctx, page_groups
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.exact_sinks import ExactSinks, overlay, swap_in_
@@ -100,7 +100,7 @@ def test_overlay_writes_each_span_at_its_positions_within_the_context():
 @pytest.mark.parametrize("cpp_gather", [True, False])
 def test_virtual_plan_reads_the_exact_rows_at_sink_positions_only(kind, n_q, start, cpp_gather, monkeypatch):
     if not cpp_gather:  # the torch gather (kernels.reference.gather_kv) instead of cpu_kivi_attention's
-        monkeypatch.setattr(longctx, "_gathers_here", lambda layer: False)
+        monkeypatch.setattr(page_groups, "_gathers_here", lambda layer: False)
     cfg = ModelConfig("llama", 10, 32, 32, 1, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6, max_position=64,
                       rope={"rope_type": "default", "rope_theta": 10000.0})
     policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=3)
@@ -116,8 +116,8 @@ def test_virtual_plan_reads_the_exact_rows_at_sink_positions_only(kind, n_q, sta
     slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
     kernels.kv_store(layer, k, v, slots)
     q = torch.randn(n_q, 4, 16)
-    qk, qv, kpos, qpos, lead = longctx.virtual_plan(q, layer, table, start, policy)
-    sk, sv, skpos, sqpos, slead = longctx.virtual_plan(q, layer, table, start, policy, exact=[(0, k[:bs], v[:bs])])
+    qk, qv, kpos, qpos, lead = page_groups.virtual_plan(q, layer, table, start, policy)
+    sk, sv, skpos, sqpos, slead = page_groups.virtual_plan(q, layer, table, start, policy, exact=[(0, k[:bs], v[:bs])])
     assert torch.equal(kpos, skpos) and torch.equal(qpos, sqpos) and torch.equal(lead, slead)
     # page 0 is first in document order: columns 0..bs-1, virtual = true positions
     torch.testing.assert_close(sk[:, :bs], k[:bs].transpose(0, 1))

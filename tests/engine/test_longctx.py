@@ -12,7 +12,7 @@ import torch
 import kernels
 from kernels import AttentionPolicy
 from kernels.reference import chunk_page_plan, gather_kv
-from ktcli.engine import longctx
+from ktcli.engine import longctx, page_groups
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.rope import RotaryTable
@@ -146,8 +146,8 @@ def _rot(cache, x, pos):
 @pytest.mark.parametrize("cpp_softmax", [True, False])
 def test_remapped_attention_equals_oracle_on_virtual_positions(kind, n_q, start, extra, cpp_softmax, monkeypatch):
     if not cpp_softmax:  # the masked torch softmax that runs off the CPU
-        monkeypatch.setattr(longctx.prefill_attention, "causal_softmax_kernel", lambda: None)
-    elif longctx.prefill_attention.causal_softmax_kernel() is None:
+        monkeypatch.setattr(page_groups.prefill_attention, "causal_softmax_kernel", lambda: None)
+    elif page_groups.prefill_attention.causal_softmax_kernel() is None:
         pytest.skip("the C++ extension is not built here")
     torch.manual_seed(0)
     policy = AttentionPolicy("topk" if kind == "dense" else kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3)
@@ -194,7 +194,7 @@ def test_attend_columns_sees_a_causal_prefix_of_columns_per_head(block_scores, m
     """Query i of a group sees columns 0 .. lead[h] + i of its head: the C++ softmax and the
     masked torch path both equal explicit softmax attention over those columns."""
     if block_scores:
-        monkeypatch.setattr(longctx.prefill_attention, "BLOCK_SCORES", block_scores)
+        monkeypatch.setattr(page_groups.prefill_attention, "BLOCK_SCORES", block_scores)
     torch.manual_seed(3)
     heads, group, n, width, d = 3, 2, 5, 13, 8
     q, k, v = torch.randn(heads, group * n, d), torch.randn(heads, width, d), torch.randn(heads, width, d)
@@ -206,10 +206,33 @@ def test_attend_columns_sees_a_causal_prefix_of_columns_per_head(block_scores, m
                 seen = int(lead[h]) + i + 1
                 p = torch.softmax(q[h, g * n + i].double() @ k[h, :seen].double().T * 0.3, 0)
                 want[h, g * n + i] = p @ v[h, :seen].double()
-    got = longctx.attend_columns(q, k, v, lead, n, 0.3)
+    got = page_groups.attend_columns(q, k, v, lead, n, 0.3)
     torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
-    monkeypatch.setattr(longctx.prefill_attention, "causal_softmax_kernel", lambda: None)
-    torch.testing.assert_close(longctx.attend_columns(q, k, v, lead, n, 0.3).double(), want, atol=1e-5, rtol=1e-5)
+    monkeypatch.setattr(page_groups.prefill_attention, "causal_softmax_kernel", lambda: None)
+    torch.testing.assert_close(page_groups.attend_columns(q, k, v, lead, n, 0.3).double(), want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("kind,per_kv_head", [("topk", True), ("topk", False), ("window", True)])
+@pytest.mark.parametrize("start,n_q,extra", [(0, 61, None), (40, 45, None), (83, 50, [2, 4, 11]), (96, 1, [3])])
+def test_group_page_plans_equal_chunk_page_plan_per_group(kind, per_kv_head, start, n_q, extra):
+    """The chunk's one-pass plan gives each one-page group the pages `chunk_page_plan`
+    gives it alone (a random layer, so top-k picks a few of many pages)."""
+    torch.manual_seed(start + n_q)
+    policy = AttentionPolicy(kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3, per_kv_head=per_kv_head)
+    cache = _cache(policy, n_blocks=20, kind="int8")
+    layer, bs = cache.layers[0], 8
+    ctx = start + n_q
+    table = torch.randperm(20)[: math.ceil(ctx / bs)].to(torch.int32)
+    slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
+    kernels.kv_store(layer, torch.randn(ctx, 2, 16) * torch.rand(ctx, 1, 1) * 4, torch.randn(ctx, 2, 16), slots)
+    q = torch.randn(n_q, 4, 16)
+    extra = None if extra is None else torch.tensor(extra, dtype=torch.int32)
+    plans = page_groups.group_page_plans(q, layer, table, start, policy, extra)
+    bounds = [(max(start, g * bs), min(ctx, (g + 1) * bs)) for g in range(start // bs, (ctx - 1) // bs + 1)]
+    assert len(plans) == len(bounds)
+    for plan, (a, b) in zip(plans, bounds):
+        want, _, _ = chunk_page_plan(q[a - start : b - start], layer, table, a, policy, extra)
+        assert torch.equal(plan, want), (a, b, plan, want)
 
 
 def test_virtual_plan_refuses_a_sparse_group_over_two_pages():
@@ -217,7 +240,7 @@ def test_virtual_plan_refuses_a_sparse_group_over_two_pages():
     cache = _cache(policy)
     table = torch.arange(4, dtype=torch.int32)
     with pytest.raises(ValueError, match="one page at most"):
-        longctx.virtual_plan(torch.randn(4, 4, 16), cache.layers[0], table, 6, policy)
+        page_groups.virtual_plan(torch.randn(4, 4, 16), cache.layers[0], table, 6, policy)
 
 
 def test_question_pages_find_the_page_one_head_attends_to():
