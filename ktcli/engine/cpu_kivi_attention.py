@@ -21,9 +21,13 @@ range of pages), split over the cores and merged at the end, as in
 unit).
 
 `gather` serves the window and topk policies, whose steps attend over a few selected
-pages at virtual positions (`engine.longctx.virtual_plan`): it gathers and dequantises
+pages at virtual positions (`engine.page_groups.virtual_plan`): it gathers and dequantises
 those pages in one pass, the same rows as `kernels.reference.gather_kv` (~20 small torch
-ops a layer, each step).
+ops a layer, each step), with the rows held exact copied in and the keys turned to their
+virtual positions as they are written. `remapped_decode` is the decode step of those
+policies in one pass: the same rows read page by page into a small buffer, scored against
+the query rotated to its own column and folded into a running softmax, so nothing is
+written out (`kivi::PageReader` serves both).
 
 Built once by `engine.cpp_ext`; where that fails `available()` is False and
 `engine.longctx` keeps its torch path.
@@ -249,6 +253,27 @@ void staged_rows(const float* q, int G, const float* sk, const float* sv, int64_
 
 struct Range { int64_t h, p0, p1; bool staged; };
 
+// Each kv head's items merged by their log-sum-exps -> out [H * G, D] (flash-decoding).
+template <int D>
+void merge_states(const std::vector<Range>& items, const std::vector<State<D>>& states, int64_t H, int G, float* op) {
+    for (int64_t h = 0; h < H; ++h)
+        for (int g = 0; g < G; ++g) {
+            float m = -std::numeric_limits<float>::infinity();
+            for (size_t i = 0; i < items.size(); ++i)
+                if (items[i].h == h) m = std::max(m, states[i].m[g]);
+            float l = 0.f;
+            alignas(32) float acc[D] = {0};
+            for (size_t i = 0; i < items.size(); ++i) {
+                if (items[i].h != h || !(states[i].l[g] > 0.f)) continue;
+                const float w = std::exp(states[i].m[g] - m);
+                l += states[i].l[g] * w;
+                for (int d = 0; d < D; ++d) acc[d] += states[i].acc[g][d] * w;
+            }
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            for (int d = 0; d < D; ++d) op[(h * G + g) * D + d] = acc[d] * inv;
+        }
+}
+
 template <int D, int BITS>
 torch::Tensor run(const torch::Tensor& q, const torch::Tensor& k_pages, const torch::Tensor& v_pages,
                   const torch::Tensor& k_min, const torch::Tensor& k_max, const torch::Tensor& k_bits, const torch::Tensor& v_zero,
@@ -286,23 +311,7 @@ torch::Tensor run(const torch::Tensor& q, const torch::Tensor& k_pages, const to
         }
     });
     auto out = torch::empty({HQ, D}, q.options());
-    float* op = out.data_ptr<float>();
-    for (int64_t h = 0; h < H; ++h)
-        for (int g = 0; g < G; ++g) {
-            float m = -std::numeric_limits<float>::infinity();
-            for (size_t i = 0; i < items.size(); ++i)
-                if (items[i].h == h) m = std::max(m, states[i].m[g]);
-            float l = 0.f;
-            alignas(32) float acc[D] = {0};
-            for (size_t i = 0; i < items.size(); ++i) {
-                if (items[i].h != h || !(states[i].l[g] > 0.f)) continue;
-                const float w = std::exp(states[i].m[g] - m);
-                l += states[i].l[g] * w;
-                for (int d = 0; d < D; ++d) acc[d] += states[i].acc[g][d] * w;
-            }
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            for (int d = 0; d < D; ++d) op[(h * G + g) * D + d] = acc[d] * inv;
-        }
+    merge_states<D>(items, states, H, G, out.data_ptr<float>());
     return out;
 }
 
@@ -357,128 +366,141 @@ torch::Tensor decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor 
 #undef KIVI_CASE
 }
 
-// kernels.reference.gather_kv for one sequence of int8/int4 pages: logical pages [H, P]
-// int32 (-1: padding) of table [pages] int32, first ctx tokens -> k, v [H, P * BS, D] fp32
-// (sealed pages dequantised, the tail page read from its fp32 staging slot, rows that do
-// not exist zero) and pos [H, P * BS] int64 (-1 where a row does not exist). Rows held by
-// an exact span (exact_k[s], exact_v[s] fp32 [n, H, D] at positions exact_first[s] ..) are
-// copied from it instead (engine.exact_sinks.swap_in_, without dequantising them first).
-std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
-                                       torch::Tensor k_max, torch::Tensor k_bits, torch::Tensor v_zero, torch::Tensor v_scale,
-                                       torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor stage_of_block,
-                                       torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits,
-                                       std::vector<torch::Tensor> exact_k, std::vector<torch::Tensor> exact_v,
-                                       std::vector<int64_t> exact_first) {
-    TORCH_CHECK(k_pages.dtype() == torch::kUInt8 && k_pages.is_contiguous() && v_pages.is_contiguous() &&
-                k_pages.dim() == 4 && v_pages.sizes() == k_pages.sizes(), "pages uint8 [NB, BS, H, Dp]");
-    const int64_t NB = k_pages.size(0), BS = k_pages.size(1), H = k_pages.size(2);
-    const int64_t D = k_min.size(-1), DP = k_pages.size(3);
-    TORCH_CHECK(bits == 8 || bits == 4, "bits 8 or 4");
-    TORCH_CHECK(DP == (bits == 8 ? D : D / 2) && D % 8 == 0, "packed width");
-    TORCH_CHECK(k_min.dtype() == torch::kFloat32 && k_max.dtype() == torch::kFloat32 && k_min.is_contiguous() &&
-                k_max.is_contiguous() && k_min.numel() == NB * H * D && k_max.numel() == NB * H * D, "k_min, k_max");
-    TORCH_CHECK(v_zero.dtype() == torch::kFloat16 && v_scale.dtype() == torch::kFloat16 && v_zero.is_contiguous() &&
-                v_scale.is_contiguous() && v_zero.dim() == 4 && v_zero.size(0) == NB && v_zero.size(1) == BS &&
-                v_zero.size(2) == H && v_scale.sizes() == v_zero.sizes() && D % v_zero.size(3) == 0, "v_zero, v_scale");
-    TORCH_CHECK(stage_k.dtype() == torch::kFloat32 && stage_v.dtype() == torch::kFloat32 && stage_k.is_contiguous() &&
-                stage_v.is_contiguous() && stage_k.dim() == 4 && stage_k.size(1) == BS && stage_k.size(2) == H &&
-                stage_k.size(3) == D && stage_v.sizes() == stage_k.sizes(), "stage fp32 [NS, BS, H, D]");
-    TORCH_CHECK(bits == 8 || (k_bits.dtype() == torch::kUInt8 && k_bits.is_contiguous() && k_bits.numel() == NB * H * D / 2),
-                "k_bits [NB, H, D / 2] uint8");
-    TORCH_CHECK(stage_of_block.dtype() == torch::kInt32 && stage_of_block.numel() == NB && stage_of_block.is_contiguous(), "stage_of_block");
-    TORCH_CHECK(table.dtype() == torch::kInt32 && table.dim() == 1 && table.is_contiguous(), "table [pages] int32");
-    TORCH_CHECK(pages.dtype() == torch::kInt32 && pages.dim() == 2 && pages.size(0) == H && pages.is_contiguous(), "pages [H, P] int32");
-    const int64_t P = pages.size(1), NG = v_zero.size(3), per_group = D / NG;
-    const float qmax = bits == 8 ? 255.f : 15.f;
-    const int64_t n_spans = int64_t(exact_first.size());
-    TORCH_CHECK(int64_t(exact_k.size()) == n_spans && int64_t(exact_v.size()) == n_spans, "one k, v, first per span");
-    for (int64_t s = 0; s < n_spans; ++s)
-        TORCH_CHECK(exact_k[s].dtype() == torch::kFloat32 && exact_k[s].is_contiguous() && exact_k[s].dim() == 3 &&
-                    exact_k[s].size(1) == H && exact_k[s].size(2) == D && exact_v[s].sizes() == exact_k[s].sizes() &&
-                    exact_v[s].dtype() == torch::kFloat32 && exact_v[s].is_contiguous() && exact_first[s] >= 0,
-                    "exact rows fp32 [n, H, D] contiguous");
-    auto k = torch::empty({H, P * BS, D}, k_min.options());
-    auto v = torch::empty({H, P * BS, D}, k_min.options());
-    auto pos = torch::empty({H, P * BS}, k_min.options().dtype(torch::kInt64));
-    const uint8_t* kp = k_pages.data_ptr<uint8_t>();
-    const uint8_t* vp = v_pages.data_ptr<uint8_t>();
-    const float* lo_all = k_min.data_ptr<float>();
-    const float* hi_all = k_max.data_ptr<float>();
-    const at::Half* vz = v_zero.data_ptr<at::Half>();
-    const at::Half* vs = v_scale.data_ptr<at::Half>();
-    const int32_t* tp = table.data_ptr<int32_t>();
-    const int32_t* pp = pages.data_ptr<int32_t>();
-    const int32_t* sob = stage_of_block.data_ptr<int32_t>();
-    float* ko = k.data_ptr<float>();
-    float* vo = v.data_ptr<float>();
-    int64_t* po = pos.data_ptr<int64_t>();
-    const int64_t n_table = table.size(0), tail_page = ctx % BS ? ctx / BS : -1;
-    TORCH_CHECK(D <= 256, "head_dim at most 256");
-    at::parallel_for(0, H * P, 4, [&](int64_t i0, int64_t i1) {
-        uint8_t unpacked[256];
-        // A sealed page's key decoding, per channel, shared by its rows: where the code
-        // sits (int4: two bytes, a shift and a mask), the base and the step
-        // (base + code * step, the reference's key_affine operation for operation).
+namespace kivi {
+
+// Reads pages of one sequence's int8/int4 pool as attention over gathered rows sees them:
+// a page's BS rows of one kv head as fp32 (sealed pages dequantised, the tail page from its
+// fp32 staging slot, rows that do not exist zero with position -1), rows held by an exact
+// span copied from it instead (the last span holding a row wins), keys optionally turned
+// by a rotation per column (RoPE at virtual positions).
+struct PageReader {
+    const uint8_t *kp, *vp, *kbits;
+    const float *lo_all, *hi_all, *stage_k, *stage_v, *rot;
+    const at::Half *vz, *vs;
+    const int32_t *table, *stage_of_block;
+    int64_t NB, BS, H, D, DP, NG, per_group, n_table, n_stage, ctx, tail_page;
+    int bits;
+    float qmax;
+    std::vector<const float*> exact_k, exact_v;
+    std::vector<int64_t> exact_first, exact_n;
+
+    PageReader(const torch::Tensor& k_pages, const torch::Tensor& v_pages, const torch::Tensor& k_min,
+               const torch::Tensor& k_max, const torch::Tensor& k_bits, const torch::Tensor& v_zero,
+               const torch::Tensor& v_scale, const torch::Tensor& stage_k_, const torch::Tensor& stage_v_,
+               const torch::Tensor& stage_of_block_, const torch::Tensor& table_, int64_t ctx_, int64_t bits_,
+               const std::vector<torch::Tensor>& ek, const std::vector<torch::Tensor>& ev,
+               const std::vector<int64_t>& efirst, const torch::Tensor& rot_) {
+        TORCH_CHECK(k_pages.dtype() == torch::kUInt8 && k_pages.is_contiguous() && v_pages.is_contiguous() &&
+                    k_pages.dim() == 4 && v_pages.sizes() == k_pages.sizes(), "pages uint8 [NB, BS, H, Dp]");
+        NB = k_pages.size(0); BS = k_pages.size(1); H = k_pages.size(2);
+        D = k_min.size(-1); DP = k_pages.size(3); bits = int(bits_); ctx = ctx_;
+        TORCH_CHECK(bits == 8 || bits == 4, "bits 8 or 4");
+        TORCH_CHECK(DP == (bits == 8 ? D : D / 2) && D % 8 == 0 && D <= 256, "packed width, head_dim at most 256");
+        TORCH_CHECK(k_min.dtype() == torch::kFloat32 && k_max.dtype() == torch::kFloat32 && k_min.is_contiguous() &&
+                    k_max.is_contiguous() && k_min.numel() == NB * H * D && k_max.numel() == NB * H * D, "k_min, k_max");
+        TORCH_CHECK(v_zero.dtype() == torch::kFloat16 && v_scale.dtype() == torch::kFloat16 && v_zero.is_contiguous() &&
+                    v_scale.is_contiguous() && v_zero.dim() == 4 && v_zero.size(0) == NB && v_zero.size(1) == BS &&
+                    v_zero.size(2) == H && v_scale.sizes() == v_zero.sizes() && D % v_zero.size(3) == 0, "v_zero, v_scale");
+        TORCH_CHECK(stage_k_.dtype() == torch::kFloat32 && stage_v_.dtype() == torch::kFloat32 && stage_k_.is_contiguous() &&
+                    stage_v_.is_contiguous() && stage_k_.dim() == 4 && stage_k_.size(1) == BS && stage_k_.size(2) == H &&
+                    stage_k_.size(3) == D && stage_v_.sizes() == stage_k_.sizes(), "stage fp32 [NS, BS, H, D]");
+        TORCH_CHECK(bits == 8 || (k_bits.dtype() == torch::kUInt8 && k_bits.is_contiguous() && k_bits.numel() == NB * H * D / 2),
+                    "k_bits [NB, H, D / 2] uint8");
+        TORCH_CHECK(stage_of_block_.dtype() == torch::kInt32 && stage_of_block_.numel() == NB &&
+                    stage_of_block_.is_contiguous(), "stage_of_block");
+        TORCH_CHECK(table_.dtype() == torch::kInt32 && table_.dim() == 1 && table_.is_contiguous(), "table [pages] int32");
+        kp = k_pages.data_ptr<uint8_t>(); vp = v_pages.data_ptr<uint8_t>();
+        kbits = bits == 4 ? k_bits.data_ptr<uint8_t>() : nullptr;
+        lo_all = k_min.data_ptr<float>(); hi_all = k_max.data_ptr<float>();
+        stage_k = stage_k_.data_ptr<float>(); stage_v = stage_v_.data_ptr<float>(); n_stage = stage_k_.size(0);
+        vz = v_zero.data_ptr<at::Half>(); vs = v_scale.data_ptr<at::Half>();
+        NG = v_zero.size(3); per_group = D / NG;
+        table = table_.data_ptr<int32_t>(); n_table = table_.size(0);
+        stage_of_block = stage_of_block_.data_ptr<int32_t>();
+        tail_page = ctx % BS ? ctx / BS : -1;
+        qmax = bits == 8 ? 255.f : 15.f;
+        TORCH_CHECK(ek.size() == efirst.size() && ev.size() == efirst.size(), "one k, v, first per span");
+        for (size_t s = 0; s < efirst.size(); ++s) {
+            TORCH_CHECK(ek[s].dtype() == torch::kFloat32 && ek[s].is_contiguous() && ek[s].dim() == 3 &&
+                        ek[s].size(1) == H && ek[s].size(2) == D && ev[s].sizes() == ek[s].sizes() &&
+                        ev[s].dtype() == torch::kFloat32 && ev[s].is_contiguous() && efirst[s] >= 0,
+                        "exact rows fp32 [n, H, D] contiguous");
+            exact_k.push_back(ek[s].data_ptr<float>()); exact_v.push_back(ev[s].data_ptr<float>());
+            exact_first.push_back(efirst[s]); exact_n.push_back(ek[s].size(0));
+        }
+        rot = rot_.numel() ? rot_.data_ptr<float>() : nullptr;
+        TORCH_CHECK(!rot || (rot_.dtype() == torch::kFloat32 && rot_.is_contiguous() && rot_.dim() == 3 &&
+                             rot_.size(1) == D / 2 && rot_.size(2) == 2), "rot fp32 [columns, D / 2, 2]");
+        n_rot = rot ? rot_.size(0) : 0;
+    }
+    int64_t n_rot = 0;
+
+    // Rows that exist in logical page lp (0 past the context, or for padding).
+    int64_t rows_in(int64_t lp) const {
+        if (lp < 0 || lp >= n_table || lp * BS >= ctx) return 0;
+        return std::min(BS, ctx - lp * BS);
+    }
+
+    // Logical page lp of kv head h -> K, V [BS, D] and pos [BS]; its rows sit at columns
+    // col0 .. col0 + BS - 1 (for the rotation).
+    void read(int64_t h, int64_t lp, int64_t col0, float* K, float* V, int64_t* pos) const {
+        const int64_t n = rows_in(lp);
+        const int64_t b = n ? table[lp] : -1;
+        TORCH_CHECK(!n || (0 <= b && b < NB), "block id");
+        const bool sealed = n && lp != tail_page;
+        // A sealed page's key decoding, per channel, shared by its rows: where the code sits
+        // (int4: two bytes, a shift and a mask), the base and the step (base + code * step,
+        // the reference's key_affine operation for operation).
         int32_t at0[256], at1[256], shift[256], mask[256];
         float base[256], step[256], zero[256], scale[256];
-        for (int64_t i = i0; i < i1; ++i) {
-            const int64_t h = i / P, lp = pp[i];
-            float* kd = ko + i * BS * D;
-            float* vd = vo + i * BS * D;
-            int64_t* pd = po + i * BS;
-            const bool real = lp >= 0 && lp < n_table && lp * BS < ctx;
-            const int64_t b = real ? tp[lp] : -1;
-            TORCH_CHECK(!real || (0 <= b && b < NB), "block id");
-            const bool sealed = real && lp != tail_page;
-            if (sealed) {
-                const float* lo = lo_all + (b * H + h) * D;
-                const float* hi = hi_all + (b * H + h) * D;
-                if (bits == 4) {  // bitstream keys (kernels.reference.unpack_bitstream, key_affine)
-                    const uint8_t* wb = k_bits.data_ptr<uint8_t>() + (b * H + h) * (D / 2);
-                    int64_t o = 0;
-                    for (int64_t d = 0; d < D; ++d) {
-                        const int w = (wb[d / 2] >> ((d % 2) * 4)) & 15;
-                        at0[d] = int32_t(std::min(o >> 3, DP - 1));
-                        at1[d] = int32_t(std::min((o >> 3) + 1, DP - 1));
-                        shift[d] = int32_t(o & 7);
-                        mask[d] = (1 << w) - 1;
-                        o += w;
-                        const float span = hi[d] - lo[d];
-                        base[d] = w > 0 ? lo[d] : lo[d] + span * 0.5f;  // w = 0: code and step 0
-                        step[d] = w > 0 ? span / float((1 << w) - 1) : 0.f;
-                    }
-                } else {
-                    for (int64_t d = 0; d < D; ++d) { base[d] = lo[d]; step[d] = (hi[d] - lo[d]) / qmax; }
+        uint8_t unpacked[256];
+        if (sealed) {
+            const float* lo = lo_all + (b * H + h) * D;
+            const float* hi = hi_all + (b * H + h) * D;
+            if (bits == 4) {  // bitstream keys (kernels.reference.unpack_bitstream, key_affine)
+                const uint8_t* wb = kbits + (b * H + h) * (D / 2);
+                int64_t o = 0;
+                for (int64_t d = 0; d < D; ++d) {
+                    const int w = (wb[d / 2] >> ((d % 2) * 4)) & 15;
+                    at0[d] = int32_t(std::min(o >> 3, DP - 1));
+                    at1[d] = int32_t(std::min((o >> 3) + 1, DP - 1));
+                    shift[d] = int32_t(o & 7);
+                    mask[d] = (1 << w) - 1;
+                    o += w;
+                    const float span = hi[d] - lo[d];
+                    base[d] = w > 0 ? lo[d] : lo[d] + span * 0.5f;  // w = 0: code and step 0
+                    step[d] = w > 0 ? span / float((1 << w) - 1) : 0.f;
+                }
+            } else {
+                for (int64_t d = 0; d < D; ++d) { base[d] = lo[d]; step[d] = (hi[d] - lo[d]) / qmax; }
+            }
+        }
+        for (int64_t t = 0; t < BS; ++t) {
+            float* kr = K + t * D;
+            float* vr = V + t * D;
+            if (t >= n) {
+                std::memset(kr, 0, sizeof(float) * D);
+                std::memset(vr, 0, sizeof(float) * D);
+                pos[t] = -1;
+                continue;
+            }
+            const int64_t p = lp * BS + t;
+            pos[t] = p;
+            bool exact = false;
+            for (int64_t s = int64_t(exact_first.size()) - 1; s >= 0 && !exact; --s) {  // the last span wins
+                const int64_t at = p - exact_first[s];
+                if (at >= 0 && at < exact_n[s]) {
+                    std::memcpy(kr, exact_k[s] + (at * H + h) * D, sizeof(float) * D);
+                    std::memcpy(vr, exact_v[s] + (at * H + h) * D, sizeof(float) * D);
+                    exact = true;
                 }
             }
-            for (int64_t t = 0; t < BS; ++t) {
-                const int64_t p = lp * BS + t;
-                float* kr = kd + t * D;
-                float* vr = vd + t * D;
-                if (!real || p >= ctx) {
-                    std::memset(kr, 0, sizeof(float) * D);
-                    std::memset(vr, 0, sizeof(float) * D);
-                    pd[t] = -1;
-                    continue;
-                }
-                pd[t] = p;
-                bool exact = false;
-                for (int64_t s = n_spans - 1; s >= 0 && !exact; --s) {  // the last span holding it wins
-                    const int64_t at = p - exact_first[s];
-                    if (at >= 0 && at < exact_k[s].size(0)) {
-                        std::memcpy(kr, exact_k[s].data_ptr<float>() + (at * H + h) * D, sizeof(float) * D);
-                        std::memcpy(vr, exact_v[s].data_ptr<float>() + (at * H + h) * D, sizeof(float) * D);
-                        exact = true;
-                    }
-                }
-                if (exact) continue;
-                if (!sealed) {  // the tail page: still staged at full precision
-                    const int64_t slot = sob[b];
-                    TORCH_CHECK(slot >= 0 && slot < stage_k.size(0), "staging slot of the tail page");
-                    std::memcpy(kr, stage_k.data_ptr<float>() + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
-                    std::memcpy(vr, stage_v.data_ptr<float>() + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
-                    continue;
-                }
+            if (!exact && !sealed) {  // the tail page: still staged at full precision
+                const int64_t slot = stage_of_block[b];
+                TORCH_CHECK(slot >= 0 && slot < n_stage, "staging slot of the tail page");
+                std::memcpy(kr, stage_k + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
+                std::memcpy(vr, stage_v + ((slot * BS + t) * H + h) * D, sizeof(float) * D);
+            } else if (!exact) {  // sealed: keys by the page's layout, values by their row's groups
                 const uint8_t* kc = kp + ((b * BS + t) * H + h) * DP;
                 const uint8_t* vc = vp + ((b * BS + t) * H + h) * DP;
                 if (bits == 4) {
@@ -491,19 +513,159 @@ std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pa
                 } else {
                     for (int64_t d = 0; d < D; ++d) kr[d] = base[d] + float(kc[d]) * step[d];
                 }
-                // Values: a zero and a scale per group of channels, widened once per row.
+                // a zero and a scale per group of channels, widened once per row
                 const int64_t row = ((b * BS + t) * H + h) * NG;
                 for (int64_t g = 0; g < NG; ++g) { zero[g] = float(vz[row + g]); scale[g] = float(vs[row + g]); }
                 for (int64_t g = 0; g < NG; ++g)
                     for (int64_t d = g * per_group; d < (g + 1) * per_group; ++d) vr[d] = zero[g] + float(vc[d]) * scale[g];
             }
+            if (rot) {  // (a + ib)(c + is), pair by pair
+                TORCH_CHECK(col0 + t < n_rot, "a rotation for every column");
+                const float* r = rot + (col0 + t) * D;
+                for (int64_t j = 0; j < D / 2; ++j) {
+                    const float a = kr[2 * j], bb = kr[2 * j + 1], c = r[2 * j], sn = r[2 * j + 1];
+                    kr[2 * j] = a * c - bb * sn;
+                    kr[2 * j + 1] = a * sn + bb * c;
+                }
+            }
         }
+    }
+};
+
+// Softmax attention of G query heads q [G, D] (rotated at their position, pre-scaled) over
+// the rows of pages [p0, p1) of one kv head's list, into a running state.
+template <int D>
+void remapped_pages(const PageReader& rd, const float* q, int G, int64_t h, const int32_t* pages, int64_t p0,
+                    int64_t p1, State<D>& st) {
+    constexpr int NC = D / 8;
+    const int64_t BS = rd.BS;
+    std::vector<float> kbuf(BS * D), vbuf(BS * D);
+    std::vector<int64_t> pos(BS);
+    alignas(32) float s[MAXG][BLK];
+    reset(st.m, st.l, G);
+    for (int g = 0; g < G; ++g) std::memset(st.acc[g], 0, sizeof(float) * D);
+    for (int64_t i = p0; i < p1; ++i) {
+        const int64_t n = rd.rows_in(pages[i]);
+        if (!n) continue;
+        rd.read(h, pages[i], i * BS, kbuf.data(), vbuf.data(), pos.data());
+        for (int g = 0; g < G; ++g)
+            for (int64_t t = 0; t < n; ++t) {
+                const float* row = kbuf.data() + t * D;
+                __m256 a = _mm256_setzero_ps();
+                for (int c = 0; c < NC; ++c)
+                    a = _mm256_fmadd_ps(_mm256_loadu_ps(q + g * D + c * 8), _mm256_loadu_ps(row + c * 8), a);
+                s[g][t] = lane_sum(a);
+            }
+        fold_scores<D>(st, s, G, int(n));
+        for (int g = 0; g < G; ++g)
+            for (int c = 0; c < NC; ++c) {
+                __m256 a = _mm256_load_ps(st.acc[g] + c * 8);
+                for (int64_t t = 0; t < n; ++t)
+                    a = _mm256_fmadd_ps(_mm256_set1_ps(s[g][t]), _mm256_loadu_ps(vbuf.data() + t * D + c * 8), a);
+                _mm256_store_ps(st.acc[g] + c * 8, a);
+            }
+    }
+}
+
+template <int D>
+torch::Tensor remapped_decode(const PageReader& rd, const torch::Tensor& q, const torch::Tensor& pages, double scale) {
+    const int64_t HQ = q.size(0), H = rd.H, P = pages.size(1), BS = rd.BS;
+    const int G = int(HQ / H);
+    const int32_t* pp = pages.data_ptr<int32_t>();
+    // Each head's keys are a prefix of its columns; the query sits at the last one.
+    std::vector<float> qrot(HQ * D);
+    const float* qp = q.data_ptr<float>();
+    for (int64_t h = 0; h < H; ++h) {
+        int64_t n_keys = 0;
+        for (int64_t i = 0; i < P; ++i) n_keys += rd.rows_in(pp[h * P + i]);
+        TORCH_CHECK(n_keys > 0 && n_keys <= rd.n_rot, "a rotation for the query's column");
+        const float* r = rd.rot + (n_keys - 1) * D;
+        for (int g = 0; g < G; ++g) {
+            const float* x = qp + (h * G + g) * D;
+            float* y = qrot.data() + (h * G + g) * D;
+            for (int64_t j = 0; j < D / 2; ++j) {
+                const float a = x[2 * j], bb = x[2 * j + 1], c = r[2 * j], sn = r[2 * j + 1];
+                y[2 * j] = float((a * c - bb * sn) * scale);
+                y[2 * j + 1] = float((a * sn + bb * c) * scale);
+            }
+        }
+    }
+    // Items: (kv head, range of its pages), about 2 per thread, merged per head below.
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(P, (2 * at::get_num_threads() + H - 1) / H));
+    std::vector<Range> items;
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < parts; ++i) items.push_back({h, P * i / parts, P * (i + 1) / parts, false});
+    std::vector<State<D>> states(items.size());
+    at::parallel_for(0, int64_t(items.size()), 1, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            remapped_pages<D>(rd, qrot.data() + items[i].h * G * D, G, items[i].h, pp + items[i].h * P, items[i].p0,
+                              items[i].p1, states[i]);
+    });
+    auto out = torch::empty({HQ, D}, q.options());
+    merge_states<D>(items, states, H, G, out.data_ptr<float>());
+    return out;
+}
+
+}  // namespace kivi
+
+// kernels.reference.gather_kv for one sequence of int8/int4 pages: logical pages [H, P]
+// int32 (-1: padding) of table [pages] int32, first ctx tokens -> k, v [H, P * BS, D] fp32
+// and pos [H, P * BS] int64, as kivi::PageReader reads them (exact spans: exact_k[s],
+// exact_v[s] fp32 [n, H, D] at positions exact_first[s] ..; rot, unless empty: fp32
+// [>= P * BS, D / 2, 2], key column c turned by rot[c]).
+std::vector<torch::Tensor> gather_kivi(torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
+                                       torch::Tensor k_max, torch::Tensor k_bits, torch::Tensor v_zero, torch::Tensor v_scale,
+                                       torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor stage_of_block,
+                                       torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits,
+                                       std::vector<torch::Tensor> exact_k, std::vector<torch::Tensor> exact_v,
+                                       std::vector<int64_t> exact_first, torch::Tensor rot) {
+    const kivi::PageReader rd(k_pages, v_pages, k_min, k_max, k_bits, v_zero, v_scale, stage_k, stage_v, stage_of_block,
+                              table, ctx, bits, exact_k, exact_v, exact_first, rot);
+    TORCH_CHECK(pages.dtype() == torch::kInt32 && pages.dim() == 2 && pages.size(0) == rd.H && pages.is_contiguous(),
+                "pages [H, P] int32");
+    const int64_t H = rd.H, P = pages.size(1), BS = rd.BS, D = rd.D;
+    auto k = torch::empty({H, P * BS, D}, k_min.options());
+    auto v = torch::empty({H, P * BS, D}, k_min.options());
+    auto pos = torch::empty({H, P * BS}, k_min.options().dtype(torch::kInt64));
+    const int32_t* pp = pages.data_ptr<int32_t>();
+    float* ko = k.data_ptr<float>();
+    float* vo = v.data_ptr<float>();
+    int64_t* po = pos.data_ptr<int64_t>();
+    at::parallel_for(0, H * P, 4, [&](int64_t i0, int64_t i1) {
+        for (int64_t i = i0; i < i1; ++i)
+            rd.read(i / P, pp[i], (i % P) * BS, ko + i * BS * D, vo + i * BS * D, po + i * BS);
     });
     return {k, v, pos};
 }
+
+// Decode attention of one query q [HQ, D] fp32 (unrotated) over the pages [H, P] int32 of
+// a remapped policy (ascending, -1 padded; the layout of gather_kivi's arguments), at
+// virtual positions: key column c at position c (rot[c], as gather_kivi turns it), the
+// query at its head's last key column. -> [HQ, D] fp32. The same function as gathering
+// and then attending (engine.page_groups.virtual_plan, attend_columns) without writing the
+// gathered rows out.
+torch::Tensor remapped_decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch::Tensor v_pages, torch::Tensor k_min,
+                                   torch::Tensor k_max, torch::Tensor k_bits, torch::Tensor v_zero, torch::Tensor v_scale,
+                                   torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor stage_of_block,
+                                   torch::Tensor table, torch::Tensor pages, int64_t ctx, int64_t bits,
+                                   std::vector<torch::Tensor> exact_k, std::vector<torch::Tensor> exact_v,
+                                   std::vector<int64_t> exact_first, torch::Tensor rot, double scale) {
+    const kivi::PageReader rd(k_pages, v_pages, k_min, k_max, k_bits, v_zero, v_scale, stage_k, stage_v, stage_of_block,
+                              table, ctx, bits, exact_k, exact_v, exact_first, rot);
+    TORCH_CHECK(pages.dtype() == torch::kInt32 && pages.dim() == 2 && pages.size(0) == rd.H && pages.is_contiguous(),
+                "pages [H, P] int32");
+    TORCH_CHECK(rd.rot != nullptr, "a rotation per column");
+    TORCH_CHECK(q.dtype() == torch::kFloat32 && q.dim() == 2 && q.is_contiguous() && q.size(1) == rd.D &&
+                q.size(0) % rd.H == 0 && q.size(0) / rd.H <= MAXG && rd.BS <= BLK, "q [HQ, D] fp32; shapes");
+    switch (rd.D) {
+        case 64: return kivi::remapped_decode<64>(rd, q, pages, scale);
+        case 128: return kivi::remapped_decode<128>(rd, q, pages, scale);
+        default: TORCH_CHECK(false, "head_dim 64 or 128");
+    }
+}
 """
 
-FUNCTIONS = ["decode_kivi", "gather_kivi"]
+FUNCTIONS = ["decode_kivi", "gather_kivi", "remapped_decode_kivi"]
 HEAD_DIMS = (64, 128)
 
 
@@ -537,12 +699,13 @@ def _k_bits(layer) -> torch.Tensor:
     return layer.k_bits if layer.k_bits is not None else torch.empty(0, dtype=torch.uint8)
 
 
-def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact=()):
+def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact=(), rotation: torch.Tensor | None = None):
     """`kernels.reference.gather_kv` for one sequence: logical pages [H, P] (-1 padding) of
     `table`, its first `ctx` tokens -> k, v [H, P * BS, D] fp32, pos [H, P * BS] int64.
     `exact`: spans (first position, k, v [n, H, D]) whose rows are read instead of the
     pages (`engine.exact_sinks.ExactRows`; the last span holding a row wins, as in
-    `swap_in_`)."""
+    `swap_in_`). `rotation` complex64 [>= P * BS, D / 2]: key column c is multiplied by
+    rotation[c] (interleaved channel pairs), RoPE at virtual positions as it is written."""
     spec = layer.spec
     # Views of contiguous [T, H, D] rows stay contiguous; .float() is a no-op on fp32.
     ek = [k.float().contiguous() for _, k, _ in exact]
@@ -551,7 +714,33 @@ def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact=()):
         layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, layer.stage_k,
         layer.stage_v, layer.stage_of_block, table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(),
         ctx, 8 if spec.kv_dtype == "int8" else 4, ek, ev, [int(first) for first, _, _ in exact],
+        torch.view_as_real(rotation).contiguous() if rotation is not None else _NO_ROTATION,
     )
+
+
+_NO_ROTATION = torch.empty(0)
+
+
+def remapped_decode(q: torch.Tensor, layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact,
+                    rotation: torch.Tensor, scale: float) -> torch.Tensor:
+    """One decode query q [1, HQ, D] (unrotated) over logical pages [H, P] (ascending, -1
+    padded) at virtual positions, `rotation` complex64 [>= P * BS, D / 2] giving column c's
+    RoPE -> [HQ, D] fp32: `gather` with `exact` and `rotation`, then attention of the
+    query at its head's last column, in one pass that writes no gathered rows."""
+    spec = layer.spec
+    return _load().remapped_decode_kivi(
+        q.reshape(q.shape[-2], q.shape[-1]).float().contiguous(), layer.k_pages, layer.v_pages, layer.k_min,
+        layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, layer.stage_k, layer.stage_v, layer.stage_of_block,
+        table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(), ctx, 8 if spec.kv_dtype == "int8" else 4,
+        [k.float().contiguous() for _, k, _ in exact], [v.float().contiguous() for _, _, v in exact],
+        [int(first) for first, _, _ in exact], torch.view_as_real(rotation).contiguous(), scale,
+    )
+
+
+def decodes_remapped(layer, n_heads: int) -> bool:
+    """Whether `remapped_decode` takes this layer's pages and head shapes."""
+    spec = layer.spec
+    return reads(spec) and spec.head_dim in HEAD_DIMS and n_heads // spec.n_kv_heads <= 16 and spec.block_size <= 64
 
 
 def decode(q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float) -> torch.Tensor:

@@ -57,7 +57,7 @@ from kernels import AttentionPolicy
 from kernels.reference import context_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
 from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay
-from ktcli.engine.page_groups import attend_columns, group_page_plans, virtual_plan
+from ktcli.engine.page_groups import attend_columns, decode_remapped, group_page_plans, virtual_plan
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
@@ -480,12 +480,21 @@ class KernelKVCache:
         plans = group_page_plans(q, layer, table, start, policy, extra) if policy.kind != "dense" else None
         for i, g0 in enumerate(range(first, end, step)):
             a, b = max(start, g0) - start, min(end, g0 + step) - start
-            k, v, kpos, qpos, lead = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
-                                                  exact, plans[i] if plans is not None else None)
+            pages = plans[i] if plans is not None else None
             # Positions stay below the key count (virtual) or the step's length (true): both
             # known here, so no value is read back to size the rotation table.
-            rope_len = max(max_len if policy.kind == "dense" or true_positions else 0, k.shape[1])
-            kr = self._rotate(k, kpos, rope_len)
+            columns = (pages.shape[-1] if pages is not None else -(-(start + b) // bs)) * bs
+            rope_len = max(max_len if policy.kind == "dense" or true_positions else 0, columns)
+            # Virtual positions: key column c sits at position c, rotated as it is gathered.
+            turn = None if true_positions else self.rope.get(torch.arange(columns, device=q.device), rope_len)
+            if turn is not None and b - a == 1:  # a decode step: one C++ pass where it runs
+                fused = decode_remapped(q[a:b], layer, table, start + a, policy, extra, exact, pages, turn, self.scale)
+                if fused is not None:
+                    out[a:b] = fused.view(1, h, group, d)
+                    continue
+            k, v, kpos, qpos, lead = virtual_plan(q[a:b], layer, table, start + a, policy, extra, true_positions,
+                                                  exact, pages, turn)
+            kr = self._rotate(k, kpos, rope_len) if true_positions else k
             qq = self._rotate(qt[:, :, a:b], qpos[:, None, :].expand(h, group, b - a), rope_len)
             o = attend_columns(qq.reshape(h, group * (b - a), d), kr, v, lead, b - a, self.scale)
             out[a:b] = o.view(h, group, b - a, d).permute(2, 0, 1, 3)

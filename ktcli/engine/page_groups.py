@@ -44,10 +44,13 @@ def group_page_plans(q: torch.Tensor, layer, table: torch.Tensor, start: int, po
     scores = None
     if policy.kind == "topk" and policy.top_k_pages > 0:
         scores = _group_scores(q, layer, table, start, n_total, policy.per_kv_head)
-    sel, _ = select_pages(scores, ends, bs, policy, max_pages=n_total, last_page=groups)  # [groups, Hs, width]
-    visit = torch.zeros(*sel.shape[:2], n_total + 1, dtype=torch.bool, device=dev)
-    visit.scatter_(2, torch.where(sel >= 0, sel.long(), n_total), True)  # padding -> the spare last column
-    visit = visit[..., :n_total]
+    if g_first == g_last:  # one group (a decode step): the same pages in fewer operations
+        visit = _one_group_visits(scores, n_total, policy)
+    else:
+        sel, _ = select_pages(scores, ends, bs, policy, max_pages=n_total, last_page=groups)  # [groups, Hs, width]
+        visit = torch.zeros(*sel.shape[:2], n_total + 1, dtype=torch.bool, device=dev)
+        visit.scatter_(2, torch.where(sel >= 0, sel.long(), n_total), True)  # padding -> the spare last column
+        visit = visit[..., :n_total]
     idx = torch.arange(n_total, device=dev)
     if extra is not None and extra.numel():
         forced = torch.zeros(n_total, dtype=torch.bool, device=dev)
@@ -57,6 +60,24 @@ def group_page_plans(q: torch.Tensor, layer, table: torch.Tensor, start: int, po
     pages = torch.where(keyed < n_total, keyed, -1).to(torch.int32)
     widths = visit.sum(-1).amax(-1).tolist()  # [groups]: one read for the chunk
     return [pages[g, :, :w] for g, w in enumerate(widths)]
+
+
+def _one_group_visits(scores: torch.Tensor | None, n_total: int, policy: AttentionPolicy) -> torch.Tensor:
+    """`select_pages` for the one group at the last page (n_total - 1), as a mask [1, Hs,
+    n_total]: its sinks, its local pages and the top-k of the candidates between them
+    (scores [1, Hs, n_total], or None for no top-k)."""
+    hs = scores.shape[1] if scores is not None else 1
+    visit = torch.zeros(1, hs, n_total, dtype=torch.bool, device=scores.device if scores is not None else None)
+    local_lo = n_total - policy.n_local_pages
+    visit[..., : policy.n_sink_pages] = True
+    visit[..., max(0, local_lo) :] = True
+    if scores is not None and local_lo > policy.n_sink_pages:
+        # As select_pages: non-finite scores rank last but are still candidates.
+        cand = torch.nan_to_num(scores[..., policy.n_sink_pages : local_lo].float(), nan=-3e38, neginf=-3e38,
+                                posinf=3e38)
+        top = cand.topk(min(policy.top_k_pages, cand.shape[-1]), dim=-1).indices
+        visit.scatter_(2, top + policy.n_sink_pages, True)
+    return visit
 
 
 def _group_scores(q: torch.Tensor, layer, table: torch.Tensor, start: int, n_total: int,
@@ -103,7 +124,7 @@ def _gathers_here(layer) -> bool:
 
 def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
                  extra: torch.Tensor | None = None, true_positions: bool = False, exact: Sequence[ExactRows] = (),
-                 pages: torch.Tensor | None = None):
+                 pages: torch.Tensor | None = None, rotation: torch.Tensor | None = None):
     """Visible keys of a query group q [N, HQ, D] (unrotated, positions start.., all in
     one page unless the policy is dense) at compact virtual positions.
 
@@ -115,7 +136,9 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     distance). With `true_positions` the same keys keep their document positions instead.
     `exact`: rows read at full precision instead of the quantized ones
     (`KernelKVCache._exact_rows`). `pages`: the group's plan when made already
-    (`group_page_plans`), else `chunk_page_plan` makes it.
+    (`group_page_plans`), else `chunk_page_plan` makes it. `rotation` (virtual positions
+    only): complex64 [>= the columns, D / 2], RoPE for column c; keys come back rotated,
+    turned by the C++ gather as it writes them where it runs.
 
     Returns k, v [H, W, D] unrotated, key positions [W] (virtual: the column) or [H, W]
     (true), query positions [H, N] and lead [H]: query i sees columns 0 .. lead[h] + i.
@@ -134,12 +157,18 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     h = layer.spec.n_kv_heads
     shared = pages.shape[0] == 1  # one page set for every head: the same positions in each
     pages = pages.expand(h, pages.shape[-1])
+    if true_positions and rotation is not None:
+        raise ValueError("a rotation per column is for virtual positions")
     if _gathers_here(layer):  # the same rows in one C++ pass, exact ones copied in place of theirs
-        k, v, pos = cpu_kivi_attention.gather(layer, table, pages, end, exact)
+        k, v, pos = cpu_kivi_attention.gather(layer, table, pages, end, exact, rotation)
     else:
         k, v, pos = gather_kv(layer, table[None], pages[None], torch.tensor([end], device=q.device))
         k, v, pos = k[0], v[0], pos[0]  # [H, T, D], [H, T]
         swap_in_(exact, k, v, pos, shared)
+        if rotation is not None:
+            h_n, width, d = k.shape
+            turned = torch.view_as_complex(k.view(h_n, width, d // 2, 2)) * rotation[:width]
+            k = torch.view_as_real(turned).view(h_n, width, d)
     n_keys = (pos >= 0).sum(-1)  # [H]
     if q.device.type == "cpu":  # drop the columns no head reads (the last page's tail)
         width = int(n_keys.max())
@@ -149,6 +178,21 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     if true_positions:
         return k, v, pos.clamp(min=0), (start + arange)[None, :].expand(h, n_q), lead
     return k, v, torch.arange(k.shape[1], device=q.device), lead[:, None] + arange[None, :], lead
+
+
+def decode_remapped(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
+                    extra: torch.Tensor | None, exact: Sequence[ExactRows], pages: torch.Tensor | None,
+                    rotation: torch.Tensor, scale: float) -> torch.Tensor | None:
+    """`virtual_plan` then `attend_columns` for one decode query q [1, HQ, D] at position
+    `start`, in one C++ pass that writes no gathered rows (`cpu_kivi_attention.
+    remapped_decode`) -> [HQ, D]; None where that does not run (not int8/int4 pages on the
+    CPU). A decode step's attention was ~1 ms a layer of small torch operations."""
+    if q.shape[0] != 1 or not _gathers_here(layer) or not cpu_kivi_attention.decodes_remapped(layer, q.shape[1]):
+        return None
+    if pages is None:
+        pages, _, _ = chunk_page_plan(q, layer, table, start, policy, extra)
+    pages = pages.expand(layer.spec.n_kv_heads, pages.shape[-1])
+    return cpu_kivi_attention.remapped_decode(q, layer, table, pages, start + 1, exact, rotation, scale)
 
 
 def attend_columns(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lead: torch.Tensor, n: int,

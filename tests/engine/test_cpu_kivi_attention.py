@@ -142,3 +142,10 @@ def test_gather_matches_the_reference_gather(kind, ctx):
     torch.testing.assert_close(v, want_v, rtol=1e-6, atol=1e-6)
     held = (pos >= 0) & ((pos < 64) | (pos >= spans[1][0]))  # copied, not dequantised: bit-equal
     assert held.any() and torch.equal(k[held], want_k[held]) and torch.equal(v[held], want_v[held])
+    # Keys turned by a rotation per column (RoPE at virtual positions), values untouched.
+    angle = torch.rand(pages.shape[1] * 64, 32, generator=gen) * 6.3
+    rotation = torch.polar(torch.full_like(angle, 1.1), angle)  # an attention factor in the magnitude
+    turned_k, turned_v, _ = cpu_kivi_attention.gather(layer, big_table, pages, ctx, spans, rotation)
+    want_turned = torch.view_as_real(torch.view_as_complex(k.reshape(3, -1, 32, 2)) * rotation).reshape(k.shape)
+    torch.testing.assert_close(turned_k, want_turned, rtol=1e-5, atol=1e-5)
+    assert torch.equal(turned_v, v)

@@ -119,13 +119,13 @@ def test_sparse_decode_generates_and_summaries_bound_keys(llama, ids):
     b.engine.blocks.free(table)
 
 
-def _cache(policy, n_blocks=16, kind="fp32"):
-    cfg = ModelConfig("llama", 10, 32, 32, 1, n_heads=4, n_kv_heads=2, head_dim=16, rms_eps=1e-6, max_position=64,
+def _cache(policy, n_blocks=16, kind="fp32", head_dim=16):
+    cfg = ModelConfig("llama", 10, 32, 32, 1, n_heads=4, n_kv_heads=2, head_dim=head_dim, rms_eps=1e-6, max_position=64,
                       rope={"rope_type": "default", "rope_theta": 10000.0})
     cache = longctx.KernelKVCache(cfg, longctx.LongContextOptions(kv_dtype=kind, policy=policy, position_remap=True,
                                                                   block_size=8))
     cache.allocate(n_blocks)
-    cache.rope = RotaryTable(cfg.rope, 16, 64)
+    cache.rope = RotaryTable(cfg.rope, head_dim, 64)
     return cache
 
 
@@ -213,7 +213,8 @@ def test_attend_columns_sees_a_causal_prefix_of_columns_per_head(block_scores, m
 
 
 @pytest.mark.parametrize("kind,per_kv_head", [("topk", True), ("topk", False), ("window", True)])
-@pytest.mark.parametrize("start,n_q,extra", [(0, 61, None), (40, 45, None), (83, 50, [2, 4, 11]), (96, 1, [3])])
+@pytest.mark.parametrize("start,n_q,extra", [(0, 61, None), (40, 45, None), (83, 50, [2, 4, 11]), (96, 1, [3]),
+                                             (127, 1, None), (148, 4, [3, 9, 18])])  # one group: a decode step
 def test_group_page_plans_equal_chunk_page_plan_per_group(kind, per_kv_head, start, n_q, extra):
     """The chunk's one-pass plan gives each one-page group the pages `chunk_page_plan`
     gives it alone (a random layer, so top-k picks a few of many pages)."""
@@ -233,6 +234,42 @@ def test_group_page_plans_equal_chunk_page_plan_per_group(kind, per_kv_head, sta
     for plan, (a, b) in zip(plans, bounds):
         want, _, _ = chunk_page_plan(q[a - start : b - start], layer, table, a, policy, extra)
         assert torch.equal(plan, want), (a, b, plan, want)
+
+
+@pytest.mark.parametrize("kind", ["int8", "int4"])
+@pytest.mark.parametrize("n_q,start,extra,head_dim", [
+    (1, 82, [2, 5], 16), (19, 64 + 3, None, 16),
+    # head_dim 64: a decode step takes cpu_kivi_attention.remapped_decode (one pass, no
+    # gathered rows), after a sealed last page, one staged row, several staged rows
+    (1, 87, [2, 5], 64), (1, 88, None, 64), (1, 100, [3, 4, 9], 64),
+])
+def test_remapped_attention_through_the_cpp_gather_equals_the_torch_gather(kind, n_q, start, extra, head_dim,
+                                                                           monkeypatch):
+    """int8/int4 pages on the CPU: the C++ gather (exact rows copied in, keys rotated as they
+    are written) and the fused decode give the attention the torch gather, swap_in_ and
+    rotation give."""
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=3)
+    cache = _cache(policy, kind=kind, head_dim=head_dim)
+    layer, bs = cache.layers[0], 8
+    if not page_groups._gathers_here(layer):
+        pytest.skip("the C++ extension is not built here")
+    torch.manual_seed(start + n_q)
+    ctx = start + n_q
+    table = torch.randperm(16)[: math.ceil(ctx / bs)].to(torch.int32)
+    k, v = torch.randn(ctx, 2, head_dim) * 2, torch.randn(ctx, 2, head_dim)
+    slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
+    kernels.kv_store(layer, k, v, slots)
+    q = torch.randn(n_q, 4, head_dim)
+    extra = None if extra is None else torch.tensor(extra, dtype=torch.int32)
+    exact = [(0, k[:bs], v[:bs]), (start, k[start:], v[start:])]  # the sink, the step's own rows
+    fused = []
+    real = page_groups.cpu_kivi_attention.remapped_decode
+    monkeypatch.setattr(page_groups.cpu_kivi_attention, "remapped_decode", lambda *a: fused.append(1) or real(*a))
+    got = cache._remapped(q, layer, table, start, policy, ctx, extra, exact=exact)
+    assert len(fused) == (n_q == 1 and head_dim == 64)
+    monkeypatch.setattr(page_groups, "_gathers_here", lambda layer: False)
+    want = cache._remapped(q, layer, table, start, policy, ctx, extra, exact=exact)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_virtual_plan_refuses_a_sparse_group_over_two_pages():
