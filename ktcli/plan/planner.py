@@ -39,11 +39,11 @@ class Throughput:
     decode_tok_s: float = 10.0
     embed_tok_s: float = 4000.0
     # The sparse mode's own rates (paged quantized cache, chunked sparse prefill), until a
-    # sparse run on this machine measures them: SmolLM2, topk int8/int4 at 16K-32K tokens
-    # on 2 CPU cores, prefill 197-238 tok/s and decode 5.1-5.6 tok/s
-    # (benchmarks/longctx_quality.py, 2026-11-30); rounded down.
-    sparse_prefill_tok_s: float = 180.0
-    sparse_decode_tok_s: float = 5.0
+    # sparse run on this machine measures them: SmolLM2 with int8 weights, topk int8/int4
+    # at 4K-16K tokens on 2 CPU cores, prefill 345-407 tok/s and decode 14.6-18.3 tok/s
+    # (benchmarks/sparse_speed.py, 2026-12-03); rounded down.
+    sparse_prefill_tok_s: float = 300.0
+    sparse_decode_tok_s: float = 12.0
 
 
 @dataclass(frozen=True)
