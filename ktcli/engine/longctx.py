@@ -463,11 +463,12 @@ class KernelKVCache:
         pages at compact virtual positions (see `virtual_plan`), or at their true positions
         (keys stored unroped, read by a policy without remapping).
 
-        Queries go in groups of one page (the whole chunk for a dense layer,
-        `engine.page_groups`); each group selects its own pages with its own queries (Quest bound at distance 0: keys are
+        Queries go in groups of one page (the whole chunk for a dense layer); each group
+        selects its own pages with its own queries (Quest bound at distance 0: keys are
         stored unrotated), so the prompt's last page, the question, picks what the answer
         reads. Keys and queries are rotated at their virtual positions and
-        `attend_columns` does the rest."""
+        `engine.page_groups` does the rest: the groups' plans in one pass, then per group
+        a gather and two products (a decode step: one C++ pass)."""
         spec = layer.spec
         n_q, hq, d = q.shape
         h, bs = spec.n_kv_heads, spec.block_size

@@ -1,13 +1,14 @@
-"""Attention of a prefill chunk in one-page query groups over gathered pages (torch).
+"""Sparse attention of a chunk in one-page query groups over gathered pages (CPU and torch).
 
 This is the attention of `KernelKVCache._remapped`: sparse policies at remapped (virtual)
 positions, or at true positions for keys stored unroped. A chunk's queries go in groups
 of one page. Each group selects its own pages (sinks, top-k by Quest's bound, the
 question's pages, its local pages: `group_page_plans`, one pass for the whole chunk),
-reads them through one gather (`virtual_plan`: dequantised, with exact rows swapped in)
-and attends over them with two batched products around a causal softmax
-(`attend_columns`): the pages ascend and end at the group's own rows, so the mask is a
-prefix of the columns that grows by one per query.
+reads them through one gather (`virtual_plan`: dequantised, exact rows swapped in, keys
+turned to their virtual positions) and attends over them with two batched products
+around a causal softmax (`attend_columns`): the pages ascend and end at the group's own
+rows, so the mask is a prefix of the columns that grows by one per query. A decode step
+on int8/int4 pages does all of that in one C++ pass (`decode_remapped`).
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import torch
 
 import kernels
 from kernels import AttentionPolicy
-from kernels.reference import _TILE_BYTES, chunk_page_plan, gather_kv, quest_bound, select_pages
+from kernels.reference import chunk_page_plan, gather_kv, quest_bound, select_pages
 from ktcli.engine import cpu_kivi_attention, prefill_attention
 from ktcli.engine.exact_sinks import ExactRows, swap_in_
+
+# The Quest bounds of a tile of groups ([H, groups, rows, pages] fp32) stay under this.
+TILE_BYTES = 64 << 20
 
 
 def group_page_plans(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy: AttentionPolicy,
@@ -106,7 +110,7 @@ def _group_scores(q: torch.Tensor, layer, table: torch.Tensor, start: int, n_tot
         pad[off : off + n_q] = False
         pad = pad.view(n_groups, rows, 1).expand(n_groups, rows, group).reshape(n_groups, rows * group, 1)
     qg = qg.permute(1, 0, 2, 3).reshape(h, n_groups, rows * group, d)  # [H, groups, rows, D]
-    per_tile = max(1, _TILE_BYTES // (4 * h * rows * group * max(n_total, 1)))
+    per_tile = max(1, TILE_BYTES // (4 * h * rows * group * max(n_total, 1)))
     best = torch.empty(h, n_groups, n_total, device=q.device)
     for g0 in range(0, n_groups, per_tile):
         g1 = min(n_groups, g0 + per_tile)
