@@ -41,8 +41,8 @@ BASELINE = "full-fp16"
 def load(name: str, weights: str, max_tokens: int):
     from ktcli.engine.native import NativeBackend
 
-    # A budget for the longest prompt (fp32 bytes per token bound every kind), not the
-    # default share of RAM: four caches live at once.
+    # A budget for the longest prompt (SmolLM2's fp32 K and V bytes per token, 30 layers x
+    # 3 kv heads x 64, bound every kind), not the default share of RAM: four caches live at once.
     budget = (max_tokens + 1024) * 30 * 3 * 64 * 2 * 4 + (256 << 20)
     return NativeBackend.load(model_dir(), weights=weights, kv_budget_bytes=budget, **CONFIGS[name])
 
@@ -56,7 +56,7 @@ def timed(backend, prompt: list[int], new_tokens: int) -> tuple[float, float]:
         backend.generate_ids_batch([prompt], SamplingParams(max_new_tokens=new_tokens))
     finally:
         backend.eos_ids = eos
-    stats = backend._stats
+    stats = backend.last_stats
     return stats.prefill_s, stats.extra["decode_tok_s"]
 
 

@@ -706,19 +706,7 @@ def gather(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact=(), 
     pages (`engine.exact_sinks.ExactRows`; the last span holding a row wins, as in
     `swap_in_`). `rotation` complex64 [>= P * BS, D / 2]: key column c is multiplied by
     rotation[c] (interleaved channel pairs), RoPE at virtual positions as it is written."""
-    spec = layer.spec
-    # Views of contiguous [T, H, D] rows stay contiguous; .float() is a no-op on fp32.
-    ek = [k.float().contiguous() for _, k, _ in exact]
-    ev = [v.float().contiguous() for _, _, v in exact]
-    return _load().gather_kivi(
-        layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, layer.stage_k,
-        layer.stage_v, layer.stage_of_block, table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(),
-        ctx, 8 if spec.kv_dtype == "int8" else 4, ek, ev, [int(first) for first, _, _ in exact],
-        torch.view_as_real(rotation).contiguous() if rotation is not None else _NO_ROTATION,
-    )
-
-
-_NO_ROTATION = torch.empty(0)
+    return _load().gather_kivi(*_reader_args(layer, table, pages, ctx, exact, rotation))
 
 
 def remapped_decode(q: torch.Tensor, layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact,
@@ -727,14 +715,22 @@ def remapped_decode(q: torch.Tensor, layer, table: torch.Tensor, pages: torch.Te
     padded) at virtual positions, `rotation` complex64 [>= P * BS, D / 2] giving column c's
     RoPE -> [HQ, D] fp32: `gather` with `exact` and `rotation`, then attention of the
     query at its head's last column, in one pass that writes no gathered rows."""
-    spec = layer.spec
-    return _load().remapped_decode_kivi(
-        q.reshape(q.shape[-2], q.shape[-1]).float().contiguous(), layer.k_pages, layer.v_pages, layer.k_min,
-        layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale, layer.stage_k, layer.stage_v, layer.stage_of_block,
-        table.to(torch.int32).contiguous(), pages.to(torch.int32).contiguous(), ctx, 8 if spec.kv_dtype == "int8" else 4,
-        [k.float().contiguous() for _, k, _ in exact], [v.float().contiguous() for _, _, v in exact],
-        [int(first) for first, _, _ in exact], torch.view_as_real(rotation).contiguous(), scale,
-    )
+    return _load().remapped_decode_kivi(q.reshape(q.shape[-2], q.shape[-1]).float().contiguous(),
+                                        *_reader_args(layer, table, pages, ctx, exact, rotation), scale)
+
+
+def _reader_args(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exact, rotation: torch.Tensor | None):
+    """The arguments of `kivi::PageReader` and the pages, in the order both C++ readers take them."""
+    # Views of contiguous [T, H, D] rows stay contiguous; .float() is a no-op on fp32.
+    return (layer.k_pages, layer.v_pages, layer.k_min, layer.k_max, _k_bits(layer), layer.v_zero, layer.v_scale,
+            layer.stage_k, layer.stage_v, layer.stage_of_block, table.to(torch.int32).contiguous(),
+            pages.to(torch.int32).contiguous(), ctx, 8 if layer.spec.kv_dtype == "int8" else 4,
+            [k.float().contiguous() for _, k, _ in exact], [v.float().contiguous() for _, _, v in exact],
+            [int(first) for first, _, _ in exact],
+            torch.view_as_real(rotation).contiguous() if rotation is not None else _NO_ROTATION)
+
+
+_NO_ROTATION = torch.empty(0)
 
 
 def decodes_remapped(layer, n_heads: int) -> bool:

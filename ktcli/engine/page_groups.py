@@ -20,7 +20,7 @@ import torch
 
 import kernels
 from kernels import AttentionPolicy
-from kernels.reference import chunk_page_plan, gather_kv, quest_bound, select_pages
+from kernels.reference import chunk_page_plan, chunk_scores, gather_kv, quest_bound, select_pages
 from ktcli.engine import cpu_kivi_attention, prefill_attention
 from ktcli.engine.exact_sinks import ExactRows, swap_in_
 
@@ -93,31 +93,27 @@ def _group_scores(q: torch.Tensor, layer, table: torch.Tensor, start: int, n_tot
     bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
     n_q, hq = q.shape[0], q.shape[1]
     group = hq // h
+    off = start % bs
+    n_groups = -(-(off + n_q) // bs)
+    if n_groups == 1:  # a decode step, a chunk within a page: the chunk's own scores
+        return chunk_scores(q, layer, table, start + n_q, per_kv_head)[None]
     phys = table[:n_total].long()
     kmin = layer.k_min[phys].transpose(0, 1)  # [H, P, D]
     kmax = layer.k_max[phys].transpose(0, 1)
     # Rows (position, head in group) of each kv head, padded with zero rows to whole pages
-    # (a zero row's bound is 0; the padding is masked to -inf below). One group (a decode
-    # step, a chunk within a page) takes its rows as they are.
-    off = start % bs
-    n_groups = -(-(off + n_q) // bs)
-    rows = bs if n_groups > 1 else n_q
-    qg = q.float().view(n_q, h, group, d)
-    if n_groups > 1:
-        qg = torch.zeros(n_groups * rows, h, group, d, device=q.device).index_copy_(
-            0, torch.arange(off, off + n_q, device=q.device), qg)
-        pad = torch.ones(n_groups * rows, dtype=torch.bool, device=q.device)
-        pad[off : off + n_q] = False
-        pad = pad.view(n_groups, rows, 1).expand(n_groups, rows, group).reshape(n_groups, rows * group, 1)
-    qg = qg.permute(1, 0, 2, 3).reshape(h, n_groups, rows * group, d)  # [H, groups, rows, D]
-    per_tile = max(1, TILE_BYTES // (4 * h * rows * group * max(n_total, 1)))
+    # (a zero row's bound is 0; the padding is masked to -inf below).
+    qg = torch.zeros(n_groups * bs, h, group, d, device=q.device).index_copy_(
+        0, torch.arange(off, off + n_q, device=q.device), q.float().view(n_q, h, group, d))
+    qg = qg.permute(1, 0, 2, 3).reshape(h, n_groups, bs * group, d)  # [H, groups, rows, D]
+    pad = torch.ones(n_groups * bs, dtype=torch.bool, device=q.device)
+    pad[off : off + n_q] = False
+    pad = pad.view(n_groups, bs, 1).expand(n_groups, bs, group).reshape(n_groups, bs * group, 1)
+    per_tile = max(1, TILE_BYTES // (4 * h * bs * group * max(n_total, 1)))
     best = torch.empty(h, n_groups, n_total, device=q.device)
     for g0 in range(0, n_groups, per_tile):
         g1 = min(n_groups, g0 + per_tile)
         bound = quest_bound(qg[:, g0:g1], kmin[:, None], kmax[:, None])  # [H, tile, rows, P]
-        if n_groups > 1:
-            bound.masked_fill_(pad[g0:g1], -math.inf)
-        best[:, g0:g1] = bound.amax(dim=2)
+        best[:, g0:g1] = bound.masked_fill_(pad[g0:g1], -math.inf).amax(dim=2)
     best = best.transpose(0, 1)  # [groups, H, P]
     return best if per_kv_head else best.amax(dim=1, keepdim=True)
 
@@ -144,9 +140,9 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     only): complex64 [>= the columns, D / 2], RoPE for column c; keys come back rotated,
     turned by the C++ gather as it writes them where it runs.
 
-    Returns k, v [H, W, D] unrotated, key positions [W] (virtual: the column) or [H, W]
-    (true), query positions [H, N] and lead [H]: query i sees columns 0 .. lead[h] + i.
-    That is the whole mask, because the group's pages come in ascending order, every one
+    Returns k, v [H, W, D] (keys unrotated unless `rotation`), key positions [W] (virtual:
+    the column) or [H, W] (true), query positions [H, N] and lead [H]: query i sees
+    columns 0 .. lead[h] + i. That is the whole mask, because the group's pages come in ascending order, every one
     visible to all its queries (their local pages are the same: one page), and end at the
     group's own rows: each head's keys up to the group's last query are a prefix of its
     columns, and the query at virtual position lead + i sees those at or before it. Columns
@@ -156,8 +152,7 @@ def virtual_plan(q: torch.Tensor, layer, table: torch.Tensor, start: int, policy
     end = start + n_q
     if policy.kind != "dense" and start // bs != (end - 1) // bs:
         raise ValueError(f"a {policy.kind} query group spans pages {start // bs}-{(end - 1) // bs}: one page at most")
-    if pages is None:
-        pages, _, _ = chunk_page_plan(q, layer, table, start, policy, extra)
+    pages = pages if pages is not None else chunk_page_plan(q, layer, table, start, policy, extra)[0]
     h = layer.spec.n_kv_heads
     shared = pages.shape[0] == 1  # one page set for every head: the same positions in each
     pages = pages.expand(h, pages.shape[-1])
@@ -193,8 +188,7 @@ def decode_remapped(q: torch.Tensor, layer, table: torch.Tensor, start: int, pol
     CPU). A decode step's attention was ~1 ms a layer of small torch operations."""
     if q.shape[0] != 1 or not _gathers_here(layer) or not cpu_kivi_attention.decodes_remapped(layer, q.shape[1]):
         return None
-    if pages is None:
-        pages, _, _ = chunk_page_plan(q, layer, table, start, policy, extra)
+    pages = pages if pages is not None else chunk_page_plan(q, layer, table, start, policy, extra)[0]
     pages = pages.expand(layer.spec.n_kv_heads, pages.shape[-1])
     return cpu_kivi_attention.remapped_decode(q, layer, table, pages, start + 1, exact, rotation, scale)
 
