@@ -378,24 +378,32 @@ def _dequantize(layer: PagedKVLayer, phys: torch.Tensor, heads: torch.Tensor):
     return k, dequantize_values(vp, vz, vs, kind)
 
 
+def dequantize_page_keys(layer: PagedKVLayer, phys: torch.Tensor) -> torch.Tensor:
+    """Keys of sealed pages ``phys`` [P], every head -> [P, BS, H, D] float32."""
+    kind = layer.spec.kv_dtype
+    kp = layer.k_pages[phys]  # [P, BS, H, Dp]
+    if kind in ("fp32", "bf16", "fp16"):
+        return kp.float()
+    if kind == "fp8":
+        return kp.view(torch.float8_e4m3fn).float() * layer.k_scale[phys][:, None, :, None]  # scale [P, 1, H, 1]
+    lo, hi = layer.k_min[phys][:, None], layer.k_max[phys][:, None]  # [P, 1, H, D]
+    if kind == "int4":
+        widths = unpack_int4(layer.k_bits[phys]).long()[:, None]  # [P, 1, H, D]
+        base, step = key_affine(lo, hi, widths)
+        return base + unpack_bitstream(kp, widths).float() * step  # as dequantize_keys, to the bit
+    return lo + kp.float() * ((hi - lo) / qmax_of(kind))
+
+
 def dequantize_pages(layer: PagedKVLayer, phys: torch.Tensor):
     """Sealed pages ``phys`` [P], every head, in the pages' own layout -> k, v
     [P, BS, H, D] float32. One gather per tensor (no per-head indexing): the fast way to
     read a whole context."""
     kind = layer.spec.kv_dtype
-    kp, vp = layer.k_pages[phys], layer.v_pages[phys]  # [P, BS, H, Dp]
+    k, vp = dequantize_page_keys(layer, phys), layer.v_pages[phys]
     if kind in ("fp32", "bf16", "fp16"):
-        return kp.float(), vp.float()
+        return k, vp.float()
     if kind == "fp8":
-        ks, vs = layer.k_scale[phys][:, None, :, None], layer.v_scale[phys][:, None, :, None]  # [P, 1, H, 1]
-        return kp.view(torch.float8_e4m3fn).float() * ks, vp.view(torch.float8_e4m3fn).float() * vs
-    lo, hi = layer.k_min[phys][:, None], layer.k_max[phys][:, None]  # [P, 1, H, D]
-    if kind == "int4":
-        widths = unpack_int4(layer.k_bits[phys]).long()[:, None]  # [P, 1, H, D]
-        base, step = key_affine(lo, hi, widths)
-        k = base + unpack_bitstream(kp, widths).float() * step  # as dequantize_keys, to the bit
-    else:
-        k = lo + kp.float() * ((hi - lo) / qmax_of(kind))
+        return k, vp.view(torch.float8_e4m3fn).float() * layer.v_scale[phys][:, None, :, None]
     return k, dequantize_values(vp, layer.v_zero[phys], layer.v_scale[phys], kind)
 
 
@@ -414,6 +422,24 @@ def context_kv(layer: PagedKVLayer, block_table: torch.Tensor, ctx: int):
         v[-1, :tail] = layer.stage_v[slot, :tail].float()
     h, d = spec.n_kv_heads, spec.head_dim
     return k.view(n_pages * bs, h, d)[:ctx], v.view(n_pages * bs, h, d)[:ctx]
+
+
+def context_keys(layer: PagedKVLayer, block_table: torch.Tensor, ctx: int, first_page: int, end_page: int) -> torch.Tensor:
+    """The keys of pages [first_page, end_page) of a sequence's first ``ctx`` tokens,
+    dequantised, staged tail included: [rows, H, D] float32, rows from first_page * BS up to
+    min(ctx, end_page * BS). `context_kv`'s keys a slice at a time, for a pass over a long
+    context that must not hold all of it in fp32 at once."""
+    spec = layer.spec
+    bs = spec.block_size
+    end_page = min(end_page, -(-ctx // bs))
+    phys = block_table[first_page:end_page].long()
+    k = dequantize_page_keys(layer, phys)  # [P, BS, H, D]
+    rows = min(ctx, end_page * bs) - first_page * bs
+    tail = ctx % bs
+    if spec.quantized and tail and end_page * bs > ctx:  # the context's last page, still staged
+        slot = layer.stage_of_block[phys[-1]].long()
+        k[-1, :tail] = layer.stage_k[slot, :tail].float()
+    return k.view(-1, spec.n_kv_heads, spec.head_dim)[:rows]
 
 
 # --------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ the remapped attention and `QuestionPages` gather. The cost is fixed per sequenc
 (one page per layer, as a staging slot), not per token: KV bytes per token do not move.
 A sequence that finds no free slot reads its quantized sink, as before.
 
-`swap_in_` and `overlay` put any such rows known at full precision (`ExactRows`) over
+`swap_in_` and `overlay_keys` put any such rows known at full precision (`ExactRows`) over
 what was read from the pages; `KernelKVCache` also passes a step's own rows that way.
 """
 
@@ -99,12 +99,14 @@ def swap_in_(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor, pos: 
             v[head, col] = ev[at, head].to(v.dtype)
 
 
-def overlay(spans: Sequence[ExactRows], k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """A sequence's context k, v [ctx, H, D] (positions 0..ctx-1) with the rows the spans
-    hold written over the dequantised ones (in place: `context_kv` gives fresh tensors)."""
+def overlay_keys(spans: Sequence[ExactRows], k: torch.Tensor, offset: int, v: torch.Tensor | None = None) -> torch.Tensor:
+    """Keys k [rows, H, D] of positions offset.. (and values v alike, if given) with the
+    rows the spans hold written over the dequantised ones, in place."""
+    end = offset + k.shape[0]
     for first, ek, ev in spans:
-        n = min(k.shape[0] - first, ek.shape[0])
-        if n > 0:
-            k[first : first + n] = ek[:n].to(k.dtype)
-            v[first : first + n] = ev[:n].to(v.dtype)
-    return k, v
+        lo, hi = max(first, offset), min(end, first + ek.shape[0])
+        if hi > lo:
+            k[lo - offset : hi - offset] = ek[lo - first : hi - first].to(k.dtype)
+            if v is not None:
+                v[lo - offset : hi - offset] = ev[lo - first : hi - first].to(v.dtype)
+    return k

@@ -48,9 +48,11 @@ def _long_context(settings: Settings, plan) -> dict:
         out["attention"] = attention
     if settings.rope_scaling:
         out["rope_scaling"] = settings.rope_scaling
+    if plan is not None:
+        out["kv_windows"] = 1  # one request: pages for one window, not `ktcli serve`'s several
     if plan is not None and getattr(plan, "mode", None) is not None and plan.mode.value == "sparse":
-        # A window for the whole input and the answer (the loader sizes the pages for it).
-        out["context_window"] = plan.input_tokens + plan.question_tokens + plan.answer_budget + 2048
+        # The plan's window: the whole input, the answer and a margin (the pages are sized to it).
+        out["context_window"] = plan.context_window
     return out
 
 

@@ -45,6 +45,7 @@ pass over the chunk's own rows, merged by log-sum-exp, to do the same).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -54,9 +55,9 @@ import torch
 
 import kernels
 from kernels import AttentionPolicy
-from kernels.reference import context_kv
+from kernels.reference import context_keys, context_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
-from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay
+from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay_keys
 from ktcli.engine.page_groups import attend_columns, decode_remapped, group_page_plans, virtual_plan
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
@@ -560,11 +561,8 @@ class QuestionPages:
             return
         obs = q[-self.WINDOW :].float()
         group = obs.shape[1] // h
-        k, _ = overlay(exact, *context_kv(layer, table, ctx))  # [ctx, H, D]
         qg = obs.view(-1, h, group, d).permute(1, 0, 2, 3).reshape(h, -1, d)  # [H, N*G, D]
-        scores = torch.bmm(qg, k.permute(1, 2, 0)).mul_(scale)  # [H, N*G, ctx]
-        probs = torch.nn.functional.pad(scores.softmax(-1), (0, n_pages * bs - ctx))  # the last page's tail: 0
-        mass = probs.view(h, qg.shape[1], n_pages, bs).sum(-1).mean(1)  # [H, P]
+        mass = self._page_mass(qg, layer, table, ctx, scale, exact)  # [H, P]
         cand = mass[:, lo:hi]
         z = (mass - cand.mean(1, keepdim=True)) / (cand.std(1, keepdim=True, unbiased=False) + 1e-9)
         best = z.amax(0)
@@ -572,13 +570,71 @@ class QuestionPages:
         k_sel = min(self.n_pages, hi - lo)
         self.chosen = (self.score[lo:hi].topk(k_sel).indices + lo).to(torch.int32)
 
+    # Pages of keys dequantised at a time: the fp32 keys and scores of a whole long context
+    # at once took ~0.5 GB at 68K tokens (a peak the prefill did not otherwise reach).
+    BLOCK_PAGES = 32
+
+    def _page_mass(self, qg: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float,
+                   exact: Sequence[ExactRows]) -> torch.Tensor:
+        """Each query's softmax over the context's keys, summed per page and averaged over
+        the queries: [H, P]. A block of pages at a time (one online softmax: a block's page
+        sums are taken against its own max, rescaled to the overall one at the end)."""
+        bs = layer.spec.block_size
+        h, n_rows = qg.shape[:2]
+        n_pages = -(-ctx // bs)
+        sums = torch.empty(h, n_rows, n_pages, device=qg.device)
+        block_max: list[torch.Tensor] = []
+        total = torch.zeros(h, n_rows, device=qg.device)
+        top = torch.full((h, n_rows), -math.inf, device=qg.device)
+        for p0 in range(0, n_pages, self.BLOCK_PAGES):
+            p1 = min(n_pages, p0 + self.BLOCK_PAGES)
+            k = overlay_keys(exact, context_keys(layer, table, ctx, p0, p1), p0 * bs)  # [rows, H, D]
+            s = torch.bmm(qg, k.permute(1, 2, 0)).mul_(scale)  # [H, N*G, rows]
+            m = s.amax(-1, keepdim=True)
+            e = torch.nn.functional.pad(s.sub_(m).exp_(), (0, (p1 - p0) * bs - k.shape[0]))  # the last page's tail: 0
+            sums[..., p0:p1] = e.view(h, n_rows, p1 - p0, bs).sum(-1)
+            new_top = torch.maximum(top, m[..., 0])
+            total = total * (top - new_top).exp() + sums[..., p0:p1].sum(-1) * (m[..., 0] - new_top).exp()
+            top = new_top
+            block_max.append(m)
+        for i, m in enumerate(block_max):
+            p0 = i * self.BLOCK_PAGES
+            sums[..., p0 : p0 + self.BLOCK_PAGES] *= (m - top[..., None]).exp()
+        return (sums / total[..., None]).mean(1)
+
 
 # -- loading ------------------------------------------------------------------------------
 
 
+def _kv_budget(kv: KernelKVCache, window: int, exact: bool, n_windows: int, ram_share: float, available: int) -> int:
+    """Bytes of pages for `n_windows` windows of `window` tokens. These pages are written
+    when allocated (empty page summaries, zeroed codes), so every byte is resident from the
+    start: a window the caller asked for (`exact`, a one-shot request sized to its input)
+    gets exactly that, or a one-line error now rather than a full cache hours into a
+    prefill; a default window is capped at 32K tokens and a share of free memory."""
+    tokens = window if exact else min(window, 32768)
+    want = int(n_windows * tokens * kv.bytes_per_block / kv.block_size) + kv.fixed_bytes + n_windows * kv.bytes_per_block
+    if not exact:
+        return int(min(want, ram_share * available))
+    if want > available:
+        raise OutOfMemoryError(f"a {tokens:,}-token window needs {want / 2**30:.2f} GiB of {kv.spec.kv_dtype} KV pages, "
+                               f"{available / 2**30:.2f} GiB is free (try --kv-dtype int4 or --mode retrieval)")
+    return want
+
+
+def _staging_slots(n_windows: int, prefill_chunk: int, block_size: int) -> int:
+    """Staging slots per layer. Every page a step writes passes through a slot until it
+    seals, and the slots are written when allocated (fp32, ~3 MB a layer for SmolLM2's 32):
+    a server batching many sequences keeps the default; one request needs a chunk's pages
+    and its partial one (fewer would split each chunk's write into pieces)."""
+    if n_windows > 1:
+        return LongContextOptions.n_stage
+    return -(-prefill_chunk // block_size) + 2
+
+
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
-                 rope_scaling, context_window: int | None, budget_ram_share: float, default_windows: int,
+                 rope_scaling, context_window: int | None, budget_ram_share: float, kv_windows: int,
                  unroped_keys: bool = False, exact_sinks: bool = True, device: torch.device | str = "cpu",
                  pack_cache: Path | None = None):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
@@ -597,16 +653,17 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
         cfg = replace(cfg, rope={**cfg.rope, **rope})
     policy = make_policy(attention)
     remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
+    block_size = block_size or LongContextOptions.block_size
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
-                                 position_remap=remap, block_size=block_size or LongContextOptions.block_size,
+                                 position_remap=remap, block_size=block_size, n_stage=_staging_slots(kv_windows, prefill_chunk, block_size),
                                  unroped_keys=bool(unroped_keys), exact_sinks=bool(exact_sinks))
     device = torch.device(device)
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.
     window = context_window or (1 << 20 if remap else scaled_window(cfg))
     if kv_budget_bytes is None:
-        want = default_windows * min(window, 32768) * kv.bytes_per_block / kv.block_size + kv.fixed_bytes
-        kv_budget_bytes = int(min(want, budget_ram_share * available_bytes(device)))
+        kv_budget_bytes = _kv_budget(kv, window, bool(context_window), max(1, kv_windows), budget_ram_share,
+                                     available_bytes(device))
     kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
     w = load_engine_weights(model_dir, cfg, weights, device, pack_cache)
     model = Model(cfg, w, kv)

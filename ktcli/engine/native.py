@@ -28,7 +28,8 @@ from ktcli.engine.tokenizer import ChatTokenizer
 from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.errors import InputError
 
-# Default KV budget: room for this many full context windows, capped by a share of the
+# Default KV budget: room for this many full context windows (`ktcli serve` runs several
+# requests at once; a one-shot ask passes kv_windows=1), capped by a share of the
 # device's free memory (RAM on the CPU, GPU memory after the weights on CUDA).
 _DEFAULT_WINDOWS = 4
 _DEFAULT_RAM_SHARE = 0.3
@@ -66,6 +67,7 @@ class NativeBackend:
         position_remap: bool | None = None,
         rope_scaling=None,
         context_window: int | None = None,
+        kv_windows: int = _DEFAULT_WINDOWS,
         unroped_keys: bool = False,
         exact_sinks: bool = True,
         pack_cache: Path | None = None,
@@ -82,7 +84,9 @@ class NativeBackend:
         cache of `engine.longctx` (block_size then defaults to the kernels' page size);
         unroped_keys stores its keys before RoPE (see `engine.longctx`); exact_sinks=False
         reads the sink pages of remapped policies quantized (`engine.exact_sinks`, for A/B
-        runs). `pack_cache`: a folder
+        runs). `kv_windows`: how many context windows the default KV budget holds (one per
+        request served at once); a `context_window` given here is sized exactly, not capped
+        at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load)."""
         if threads > 0:
             torch.set_num_threads(threads)
@@ -100,7 +104,7 @@ class NativeBackend:
                 cls, model_dir, device=device, weights=weights, block_size=block_size, kv_budget_bytes=kv_budget_bytes,
                 prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
-                unroped_keys=unroped_keys, exact_sinks=exact_sinks, budget_ram_share=_DEFAULT_RAM_SHARE, default_windows=_DEFAULT_WINDOWS,
+                unroped_keys=unroped_keys, exact_sinks=exact_sinks, budget_ram_share=_DEFAULT_RAM_SHARE, kv_windows=kv_windows,
                 pack_cache=pack_cache,
             )
         block_size = block_size or 16
@@ -113,7 +117,7 @@ class NativeBackend:
         if kv_budget_bytes is None:
             window = min(cfg.max_position, _MAX_DEFAULT_WINDOW)
             element = torch.empty(0, dtype=kv_torch).element_size()
-            want = _DEFAULT_WINDOWS * window * cfg.kv_bytes_per_token(element)
+            want = max(1, kv_windows) * window * cfg.kv_bytes_per_token(element)
             kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * available_bytes(device)))
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)

@@ -94,15 +94,16 @@ def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:
     if not path.is_file():
         return None
     try:
-        from safetensors import safe_open
+        from ktcli.engine.weights import TensorReader
 
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            names = set(f.keys())
+        # Each tensor read straight into memory of its own: through a memory map, the
+        # mapped file stayed resident beside the copies until closed (+150 MB at load for
+        # SmolLM2, the size of the model for any other).
+        with TensorReader([path]) as f:
+            meta = f.metadata
             if meta.get("format") != str(FORMAT) or meta.get("layers") != str(cfg.n_layers):
                 return None
-            # Read each tensor into memory of its own (no mapping left open: see weights._Reader).
-            t = {name: f.get_tensor(name).clone() for name in names}
+            t = {name: f.get(name) for name in f.names()}
         layers = [LayerWeights(**{name: t.get(f"layers.{i}.{name}") for name in _LAYER_FIELDS})
                   for i in range(cfg.n_layers)]
         embed = t["embed"]

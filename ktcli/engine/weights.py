@@ -56,16 +56,30 @@ class ModelWeights:
         return total
 
 
-_ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16}
+_ST_DTYPES = {"F32": torch.float32, "BF16": torch.bfloat16, "F16": torch.float16, "U8": torch.uint8,
+              "I8": torch.int8, "I32": torch.int32, "I64": torch.int64}
 
 
-class _Reader:
-    """Tensors by name across the folder's shards. Each tensor is read with a plain file
+class TensorReader:
+    """Tensors by name across safetensors files. Each tensor is read with a plain file
     read into its own buffer rather than through a memory map: a mapped file's touched
     pages count as resident until it is closed, which would double peak memory while
-    the fused copies are built."""
+    the fused copies are built (or, for packed weights, while each is copied out)."""
 
-    def __init__(self, folder: Path):
+    def __init__(self, paths: list[Path]):
+        self._where: dict[str, tuple[Path, int, dict]] = {}
+        self.metadata: dict[str, str] = {}
+        for path in paths:
+            with open(path, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                header = json.loads(fh.read(n))
+            self.metadata.update(header.pop("__metadata__", None) or {})
+            for name, info in header.items():
+                self._where[name] = (path, 8 + n, info)
+        self._files: dict[Path, object] = {}
+
+    @classmethod
+    def of_folder(cls, folder: Path) -> TensorReader:
         index = folder / "model.safetensors.index.json"
         if index.is_file():
             mapping = json.loads(index.read_text())["weight_map"]
@@ -74,16 +88,10 @@ class _Reader:
             files = [p.name for p in sorted(folder.glob("*.safetensors"))]
         if not files:
             raise InputError(f"{folder}: no .safetensors weights")
-        self._where: dict[str, tuple[Path, int, dict]] = {}
-        for f in files:
-            path = folder / f
-            with open(path, "rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                header = json.loads(fh.read(n))
-            header.pop("__metadata__", None)
-            for name, info in header.items():
-                self._where[name] = (path, 8 + n, info)
-        self._files: dict[Path, object] = {}
+        return cls([folder / f for f in files])
+
+    def names(self) -> list[str]:
+        return list(self._where)
 
     def has(self, name: str) -> bool:
         return name in self._where
@@ -110,6 +118,12 @@ class _Reader:
             fh.close()
         self._files.clear()
 
+    def __enter__(self) -> TensorReader:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def maybe(self, name: str) -> torch.Tensor | None:
         return self.get(name) if name in self._where else None
 
@@ -128,7 +142,7 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: 
         raise InputError(f"--weights {weights}: choose one of {', '.join(DTYPES)}")
     dtype = DTYPES[weights]
     device = torch.device(device)
-    r = _Reader(Path(folder))
+    r = TensorReader.of_folder(Path(folder))
     perm = interleave_permutation(cfg.head_dim)
     f32 = torch.float32
 

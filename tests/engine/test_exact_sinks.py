@@ -14,7 +14,7 @@ from kernels import AttentionPolicy
 from ktcli.engine import longctx, page_groups
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.config import ModelConfig
-from ktcli.engine.exact_sinks import ExactSinks, overlay, swap_in_
+from ktcli.engine.exact_sinks import ExactSinks, overlay_keys, swap_in_
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.rope import RotaryTable
 
@@ -89,10 +89,17 @@ def test_swap_in_replaces_the_sink_positions_of_every_head(shared):
 
 
 def test_overlay_writes_each_span_at_its_positions_within_the_context():
+    spans = [(0, torch.ones(2, 1, 2), torch.ones(2, 1, 2)), (4, torch.full((3, 1, 2), 5.0), torch.full((3, 1, 2), 7.0))]
     k, v = torch.zeros(6, 1, 2), torch.zeros(6, 1, 2)
-    overlay([(0, torch.ones(2, 1, 2), torch.ones(2, 1, 2)), (4, torch.full((3, 1, 2), 5.0), torch.zeros(3, 1, 2))],
-            k, v)
+    overlay_keys(spans, k, 0, v)
     assert k[:, 0, 0].tolist() == [1, 1, 0, 0, 5, 5]  # the span's third row lies past the context
+    assert v[:, 0, 0].tolist() == [1, 1, 0, 0, 7, 7]
+    part = torch.zeros(3, 1, 2)  # positions 1..3 of the same context: each span's overlap only
+    overlay_keys(spans, part, 1)
+    assert part[:, 0, 0].tolist() == [1, 0, 0]
+    part = torch.zeros(2, 1, 2)  # positions 5..6
+    overlay_keys(spans, part, 5)
+    assert part[:, 0, 0].tolist() == [5, 5]
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
@@ -180,10 +187,13 @@ def test_the_planner_counts_the_fixed_bytes_a_sparse_load_allocates(llama, kind)
     from ktcli.plan.estimates import paged_fixed_bytes
     from ktcli.types import ModelFacts
 
-    b = NativeBackend.load(llama, weights="fp32", kv_budget_bytes=32 << 20, kv_dtype=kind, attention="topk")
+    # A one-request load (`ktcli ask`), as the planner assumes; `ktcli serve`'s has more staging slots.
+    b = NativeBackend.load(llama, weights="fp32", kv_budget_bytes=32 << 20, kv_dtype=kind, attention="topk", kv_windows=1)
     kv = b.kv
     facts = ModelFacts("tiny", 256, kv.n_layers, kv.n_kv_heads, kv.head_dim, 0, 0)
     assert kv.sinks is not None and paged_fixed_bytes(facts, kind) == kv.fixed_bytes
+    served = NativeBackend.load(llama, weights="fp32", kv_budget_bytes=32 << 20, kv_dtype=kind, attention="topk").kv
+    assert served.fixed_bytes == paged_fixed_bytes(facts, kind, n_stage=32) > kv.fixed_bytes
 
 
 @pytest.mark.parametrize("attention", [TOPK, AttentionPolicy("window", n_sink_pages=1, n_local_pages=2)],

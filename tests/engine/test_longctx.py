@@ -309,6 +309,35 @@ def test_question_pages_find_the_page_one_head_attends_to():
     assert float(pages.score[needle_page]) > 2.5
 
 
+@pytest.mark.parametrize("kind", ["fp32", "int8", "int4"])
+def test_question_page_mass_in_blocks_matches_one_softmax_over_the_context(kind, monkeypatch):
+    """QuestionPages reads the context a block of pages at a time (its fp32 keys and scores
+    at 68K tokens took ~0.5 GB at once): the per-page mass must be that of one softmax over
+    every key, the staged tail page and exact rows included."""
+    from kernels.reference import context_kv
+    from ktcli.engine.exact_sinks import overlay_keys
+
+    torch.manual_seed(3)
+    policy = AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+    cache = _cache(policy, n_blocks=16, kind=kind)
+    bs, ctx = 8, 101  # 13 pages, the last one partial (staged for quantized kinds)
+    table = torch.randperm(16)[: math.ceil(ctx / bs)].to(torch.int32)
+    slots = table.long()[torch.arange(ctx) // bs] * bs + torch.arange(ctx) % bs
+    layer = cache.layers[0]
+    kernels.kv_store(layer, torch.randn(ctx, 2, 16), torch.randn(ctx, 2, 16), slots)
+    exact = [(0, torch.randn(8, 2, 16), torch.randn(8, 2, 16)), (93, torch.randn(8, 2, 16), torch.randn(8, 2, 16))]
+    qg = torch.randn(2, 6, 16)
+    k, v = context_kv(layer, table, ctx)
+    overlay_keys(exact, k, 0, v)
+    probs = torch.nn.functional.pad(torch.bmm(qg, k.permute(1, 2, 0)).mul(0.25).softmax(-1), (0, 13 * bs - ctx))
+    want = probs.view(2, 6, 13, bs).sum(-1).mean(1)
+    pages = longctx.QuestionPages(3, policy)
+    for block in (3, 5, 128):  # blocks that split the context unevenly, and one block
+        monkeypatch.setattr(longctx.QuestionPages, "BLOCK_PAGES", block)
+        got = pages._page_mass(qg, layer, table, ctx, 0.25, exact)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-7)
+
+
 def test_question_pages_replay_the_prompt_end_with_the_final_choice(llama, ids, monkeypatch):
     """The prompt's last chunk runs twice: the second pass, and every decode step, read the
     pages the question chose over all layers, as if they had been known from the start."""
@@ -526,3 +555,39 @@ def test_answer_logits_are_what_generation_computes(llama, ids, kind, policy):
     if policy == "dense" and kind == "fp32":
         whole = b.prompt_logits(prompt + answer)[len(prompt) - 1 : -1]
         torch.testing.assert_close(rows, whole, atol=2e-4, rtol=1e-4)
+
+
+def test_a_one_request_window_gets_pages_for_itself_only(llama, monkeypatch):
+    """`ktcli ask` sizes the pages to its input (context_window, kv_windows=1). Kernel pages
+    are written when allocated, so four serve-sized windows cost their full size in RSS:
+    1.30 GB peak at 16K tokens of int4 pages, 0.94 GB once sized to the one request. A
+    window the request gives is not capped at the default's 32K tokens (a longer input
+    then ran out of pages mid-prefill), and one that cannot fit says so before any work."""
+    from ktcli.engine import device as device_mod
+    from ktcli.errors import OutOfMemoryError
+
+    monkeypatch.setattr(device_mod, "available_bytes", lambda device: 64 << 30)
+    for window in (3000, 100_000):
+        b = NativeBackend.load(llama, weights="fp32", kv_dtype="int4", attention="topk", context_window=window,
+                               kv_windows=1)
+        tokens = b.kv.num_blocks * b.kv.block_size
+        assert window <= tokens <= window + 2 * b.kv.block_size
+        assert b.context_window == window
+    served = NativeBackend.load(llama, weights="fp32", kv_dtype="int4", attention="topk")  # `ktcli serve`: 4 x 32K
+    assert served.kv.num_blocks * served.kv.block_size >= 4 * 32768
+    monkeypatch.setattr(device_mod, "available_bytes", lambda device: 1 << 20)
+    with pytest.raises(OutOfMemoryError, match="100,000-token window needs"):
+        NativeBackend.load(llama, weights="fp32", kv_dtype="int4", attention="topk", context_window=100_000, kv_windows=1)
+
+
+def test_the_cli_loads_one_window_of_pages():
+    from types import SimpleNamespace
+
+    from ktcli.engine.loading import _long_context
+    from ktcli.types import Mode
+
+    settings = SimpleNamespace(rope_scaling=None)
+    sparse = SimpleNamespace(mode=Mode.SPARSE, kv_dtype="int4", attention="topk", context_window=52_600)
+    opts = _long_context(settings, sparse)
+    assert opts["kv_windows"] == 1 and opts["context_window"] == 52_600  # the plan's window, as its estimate counted
+    assert "kv_windows" not in _long_context(settings, None)  # serve: the default, several windows
