@@ -107,6 +107,9 @@ class ModelFacts:
     n_params: int
     weight_bytes: int
     kv_dtype: str = "fp32"  # the dtype of the engine's dense KV pages for this model
+    hidden_size: int = 0  # widths for the activations' memory (0: unknown, none counted)
+    intermediate_size: int = 0
+    host_bytes: int = 0  # the process around the model where the budget is RAM (plan.estimates)
 
 
 @dataclass(frozen=True)

@@ -163,6 +163,8 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
         head_dim=int(head_dim),
         n_params=weight_bytes // 4,
         weight_bytes=weight_bytes,
+        hidden_size=int(cfg.get("hidden_size", 0)),
+        intermediate_size=int(cfg.get("intermediate_size", 0)),
     )
 
 
@@ -191,4 +193,6 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         head_dim=field("rope.dimension_count", hidden // n_heads),
         n_params=n_params,
         weight_bytes=n_params * 4,  # dequantized to fp32
+        hidden_size=hidden,
+        intermediate_size=field("feed_forward_length", 0),
     )

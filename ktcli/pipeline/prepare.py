@@ -16,7 +16,7 @@ from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.pipeline.events import Reporter
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.estimates import WEIGHT_BYTES, parse_bytes
+from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES, parse_bytes
 from ktcli.types import Chunk, Corpus, ModelFacts, Plan
 
 # Model tokens per tiktoken (cl100k) token, measured on the sample docs with SmolLM2's
@@ -131,8 +131,10 @@ def planning_facts(settings: Settings) -> ModelFacts:
 
     facts = model_facts(resolve_model(settings.model), settings.cache_path)
     weights = planned_weights(settings)
+    on_gpu = _on_gpu(settings)
     return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0)),
-                   kv_dtype=auto_kv_dtype(weights, "cuda" if _on_gpu(settings) else "cpu"))
+                   kv_dtype=auto_kv_dtype(weights, "cuda" if on_gpu else "cpu"),
+                   host_bytes=0 if on_gpu else CPU_RUNTIME_BYTES)
 
 
 def planned_weights(settings: Settings) -> str:

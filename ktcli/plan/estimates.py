@@ -25,7 +25,12 @@ def paged_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> float:
     return facts.n_layers * bytes_per_token(KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype))
 
 
-def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = 32, sink_pages: int = 1) -> int:
+# Staging slots of a one-request load (`engine.longctx._staging_slots`): a 512-token
+# prefill chunk's 64-token pages, and its partial one.
+ONE_REQUEST_STAGE = 512 // 64 + 2
+
+
+def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = ONE_REQUEST_STAGE, sink_pages: int = 1) -> int:
     """Per layer, for quantized kinds: the staging pool (full-precision partial pages) and
     the sparse policies' exact sink pages (`engine.exact_sinks`: as many fp32 slots of
     `sink_pages` pages as staging slots), every layer."""
@@ -35,16 +40,61 @@ def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = 32, sink_
     return facts.n_layers * (staging_bytes(spec, n_stage) + exact_page_bytes(spec, n_stage, sink_pages))
 
 
-def sparse_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str) -> int:
-    """Weights + paged KV for the whole context + staging + activations (rough 10%)."""
-    kv = paged_kv_bytes_per_token(facts, kv_dtype) * context_tokens + paged_fixed_bytes(facts, kv_dtype)
-    return int((facts.weight_bytes + kv) * 1.1)
+# What a `ktcli ask` process holds besides the model, its KV and its activations, on the
+# CPU: Python, torch, the tokenizer and ktcli (~270 MB after imports, ~320 MB with the
+# tokenizer loaded, measured on x86-64 Linux; benchmarks/plan_memory.py), with room for
+# the allocator's variation between runs (+-15 MB).
+# Counted where the budget is RAM (`ModelFacts.host_bytes`), not on a GPU, whose budget
+# is its own memory.
+CPU_RUNTIME_BYTES = 380 * 2**20
+# Retrieval also loads the embedder (all-MiniLM-L6-v2, fp32) and embeds batches of
+# chunks: a cold index of the 68K-token tutorial peaked ~180 MB above a full read.
+EMBEDDER_BYTES = 200 * 2**20
+# A prefill step's peak working set per token of its chunk, in fp32 values per (hidden +
+# intermediate) width: the step's activations (the MLP's [chunk, 2 * intermediate] the
+# largest), an int8 weight unpacked for the wide GEMM, and what the allocator keeps from
+# earlier layers. Measured: ~170 MB for SmolLM2 (576 + 1536) at 2,048-token chunks, ~10x.
+WORKSPACE_VALUES_PER_WIDTH = 10
+FULL_PREFILL_CHUNK = 2048  # engine.runner.DEFAULT_PREFILL_CHUNK
+PAGED_PREFILL_CHUNK = 512  # a load over the kernels' pages (quantized or sparse; engine.native)
+
+
+def workspace_bytes(facts: ModelFacts, chunk_tokens: int) -> int:
+    """A prefill chunk's activations (0 where the model's widths are not known: a remote server)."""
+    return int(WORKSPACE_VALUES_PER_WIDTH * chunk_tokens * (facts.hidden_size + facts.intermediate_size) * 4)
+
+
+# A sparse chunk's Quest bounds (`engine.page_groups`): query rows x pages in fp32, the
+# two products and their sum, in tiles of at most 64 MB (its TILE_BYTES).
+QUEST_TILE_BYTES = 64 * 2**20
+
+
+def sparse_memory(facts: ModelFacts, window_tokens: int, kv_dtype: str) -> int:
+    """Peak memory of a sparse read: the runtime, the weights, paged KV for the whole
+    window (written when allocated, so resident from the start) with its staging pool,
+    and a 512-token prefill chunk's activations and page bounds."""
+    kv = paged_kv_bytes_per_token(facts, kv_dtype) * window_tokens + paged_fixed_bytes(facts, kv_dtype)
+    from kernels.layout import KVCacheSpec
+
+    n_pages = -(-window_tokens // KVCacheSpec(1, 2).block_size)
+    q_heads = facts.hidden_size // max(facts.head_dim, 1)
+    bounds = 3 * min(QUEST_TILE_BYTES, 4 * q_heads * PAGED_PREFILL_CHUNK * n_pages)
+    return int(facts.host_bytes + facts.weight_bytes + kv + workspace_bytes(facts, PAGED_PREFILL_CHUNK) + bounds)
 
 
 def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "fp32") -> int:
-    """Weights + KV for the context + activations of one prefill chunk (rough 10%)."""
-    kv = kv_bytes_per_token(facts, kv_dtype) * context_tokens
-    return int((facts.weight_bytes + kv) * 1.1)
+    """Peak memory of one read of `context_tokens` in the model's window: the runtime, the
+    weights, the KV it fills (float pages are touched as they are written: the context's;
+    quantized pages are written when allocated: the model's whole window and the staging
+    pool) and a prefill chunk's activations."""
+    if kv_dtype in ("fp8", "int8", "int4"):
+        kv = paged_kv_bytes_per_token(facts, kv_dtype) * max(context_tokens, facts.context_window)
+        kv += paged_fixed_bytes(facts, kv_dtype, sink_pages=0)
+        chunk = min(context_tokens, PAGED_PREFILL_CHUNK)
+    else:
+        kv = kv_bytes_per_token(facts, kv_dtype) * context_tokens
+        chunk = min(context_tokens, FULL_PREFILL_CHUNK)
+    return int(facts.host_bytes + facts.weight_bytes + kv + workspace_bytes(facts, chunk))
 
 
 def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float) -> float:

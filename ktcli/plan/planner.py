@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from ktcli.errors import OutOfMemoryError, UsageError
-from ktcli.plan.estimates import generation_memory, generation_seconds, sparse_memory
+from ktcli.plan.estimates import EMBEDDER_BYTES, generation_memory, generation_seconds, sparse_memory
 from ktcli.types import Mode, ModelFacts, Plan
 
 # Chat template, instructions and citation labels around the evidence.
@@ -29,6 +29,9 @@ SPARSE_POLICIES = ("topk", "window")
 # Without --max-seconds, auto mode reads a too-long input whole only when that takes at
 # most this long; otherwise retrieval, which reads a few chunks, is the answer.
 SPARSE_DEFAULT_SECONDS = 600.0
+# A sparse read's window (its KV pages, all allocated up front) leaves this much room past
+# the estimated prompt and answer: the token estimate errs long, but not always.
+SPARSE_WINDOW_MARGIN = 2048
 
 
 @dataclass(frozen=True)
@@ -149,12 +152,14 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
     policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)
     seconds = generation_seconds(full_tokens, req.max_new_tokens, rates.sparse_prefill_tok_s, rates.sparse_decode_tok_s)
     base = _full_plan(req, facts, rates, full_tokens)
+    # The engine's window for this read (`engine.loading`): its KV pages are sized to it.
+    window = full_tokens + req.max_new_tokens + SPARSE_WINDOW_MARGIN
     out = []
     for policy in policies:
         for dtype in dtypes:
             out.append(replace(
-                base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=max(facts.context_window, full_tokens + req.max_new_tokens),
-                est_seconds=seconds, est_memory_bytes=sparse_memory(facts, full_tokens + req.max_new_tokens, dtype),
+                base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
+                est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
             ))
     return out
 
@@ -255,7 +260,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds,
         est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, facts.kv_dtype)
-        + _index_memory(n_chunks),
+        + EMBEDDER_BYTES + _index_memory(n_chunks),
     )
 
 

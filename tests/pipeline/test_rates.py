@@ -54,3 +54,15 @@ def test_planned_kv_dtype_follows_the_weights(monkeypatch):
     monkeypatch.setattr(prepare, "_on_gpu", lambda s: False)
     assert prepare.planning_facts(replace(base, weights="auto")).kv_dtype == "fp16"
     assert prepare.planning_facts(replace(base, weights="fp32")).kv_dtype == "fp32"
+
+
+def test_planning_facts_give_the_widths_and_count_the_runtime_where_the_budget_is_ram(monkeypatch):
+    from ktcli.pipeline import prepare
+    from ktcli.plan.estimates import CPU_RUNTIME_BYTES
+
+    monkeypatch.setattr(prepare, "_on_gpu", lambda s: False)
+    cpu = prepare.planning_facts(Settings())
+    assert (cpu.hidden_size, cpu.intermediate_size) == (576, 1536)  # SmolLM2-135M
+    assert cpu.host_bytes == CPU_RUNTIME_BYTES
+    monkeypatch.setattr(prepare, "_on_gpu", lambda s: True)
+    assert prepare.planning_facts(Settings()).host_bytes == 0  # a GPU's budget is its own memory

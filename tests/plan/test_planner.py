@@ -95,7 +95,7 @@ def test_full_read_memory_counts_the_models_kv_dtype():
     fp32 = make_plan(big, SMOL, RATES).est_memory_bytes
     fp16 = make_plan(big, replace(SMOL, kv_dtype="fp16"), RATES).est_memory_bytes
     tokens = 6000 + 10 + 160 + 384
-    assert fp32 - fp16 == pytest.approx(1.1 * tokens * kv_bytes_per_token(SMOL, "fp16"), rel=1e-3)
+    assert fp32 - fp16 == pytest.approx(tokens * kv_bytes_per_token(SMOL, "fp16"), rel=1e-3)
     assert make_plan(replace(big, kv_dtype="fp32"), replace(SMOL, kv_dtype="fp16"), RATES).est_memory_bytes == fp32
 
 
@@ -118,3 +118,22 @@ def test_remote_server_facts_without_shape_plan_without_sparse_estimates():
     assert plan.mode is Mode.RETRIEVAL
     with pytest.raises(UsageError, match="sparse"):
         make_plan(req(corpus_tokens=100_000, mode="sparse"), remote, RATES)
+
+
+def test_memory_estimates_count_the_process_not_just_the_model():
+    """`--max-memory` is held against the process: the runtime around the model (where the
+    budget is RAM), a prefill chunk's activations, and for retrieval the embedder. Before,
+    the README's question was estimated at 216 MB and peaked at 714 MB RSS."""
+    from ktcli.plan.estimates import CPU_RUNTIME_BYTES, EMBEDDER_BYTES, FULL_PREFILL_CHUNK, workspace_bytes
+
+    cpu = replace(SMOL, hidden_size=576, intermediate_size=1536, host_bytes=CPU_RUNTIME_BYTES)
+    big = req(corpus_tokens=6000)
+    bare, full = make_plan(big, SMOL, RATES), make_plan(big, cpu, RATES)
+    assert full.mode is Mode.FULL
+    assert full.est_memory_bytes - bare.est_memory_bytes == CPU_RUNTIME_BYTES + workspace_bytes(cpu, FULL_PREFILL_CHUNK)
+    assert workspace_bytes(cpu, 2048) == pytest.approx(173e6, rel=0.01)  # SmolLM2's measured ~170 MB
+    small = make_plan(req(corpus_tokens=500), cpu, RATES)  # a chunk no longer than the prompt
+    assert small.est_memory_bytes < full.est_memory_bytes - workspace_bytes(cpu, 2048) + workspace_bytes(cpu, 1100)
+    retrieval = make_plan(req(corpus_tokens=50_000, n_chunks=220), cpu, RATES)
+    assert retrieval.mode is Mode.RETRIEVAL and retrieval.est_memory_bytes > CPU_RUNTIME_BYTES + EMBEDDER_BYTES
+    assert make_plan(req(corpus_tokens=50_000, n_chunks=220), SMOL, RATES).est_memory_bytes > EMBEDDER_BYTES

@@ -73,3 +73,16 @@ def test_a_page_count_on_the_policy_still_asks_for_sparse():
     assert plan.mode is Mode.SPARSE and plan.attention == "topk:16"
     with pytest.raises(UsageError):
         make_plan(req(mode="sparse", attention="dense:4"), SMOL, RATES)
+
+
+def test_sparse_memory_counts_the_window_the_engine_allocates():
+    """A sparse read's pages are all written when allocated: the estimate counts the plan's
+    whole window (prompt, answer and margin), which `engine.loading` passes to the engine."""
+    from ktcli.plan.estimates import paged_fixed_bytes, sparse_memory
+    from ktcli.plan.planner import SPARSE_WINDOW_MARGIN
+
+    plan = make_plan(req(mode="sparse", kv_dtype="int4"), SMOL, RATES)
+    assert plan.context_window == 20_000 + 10 + 160 + 384 + SPARSE_WINDOW_MARGIN
+    assert plan.est_memory_bytes == sparse_memory(SMOL, plan.context_window, "int4")
+    kv = paged_kv_bytes_per_token(SMOL, "int4") * plan.context_window + paged_fixed_bytes(SMOL, "int4")
+    assert plan.est_memory_bytes == pytest.approx(SMOL.weight_bytes + kv, rel=1e-6)  # no widths, no runtime given
