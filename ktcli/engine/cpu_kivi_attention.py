@@ -451,8 +451,11 @@ struct PageReader {
         // A sealed page's key decoding, per channel, shared by its rows: where the code sits
         // (int4: two bytes, a shift and a mask), the base and the step (base + code * step,
         // the reference's key_affine operation for operation).
-        int32_t at0[256], at1[256], shift[256], mask[256];
-        float base[256], step[256], zero[256], scale[256];
+        // int4: channel d's code is bits [shift, shift + w) of the 32-bit word at byte at[d]
+        // (at most DP - 4, so the word stays in the row), read 8 channels at a time.
+        alignas(32) int32_t at[256], shift[256], mask[256];
+        alignas(32) float base[256], step[256];
+        float zero[256], scale[256];
         uint8_t unpacked[256];
         if (sealed) {
             const float* lo = lo_all + (b * H + h) * D;
@@ -462,9 +465,8 @@ struct PageReader {
                 int64_t o = 0;
                 for (int64_t d = 0; d < D; ++d) {
                     const int w = (wb[d / 2] >> ((d % 2) * 4)) & 15;
-                    at0[d] = int32_t(std::min(o >> 3, DP - 1));
-                    at1[d] = int32_t(std::min((o >> 3) + 1, DP - 1));
-                    shift[d] = int32_t(o & 7);
+                    at[d] = int32_t(std::min(o >> 3, DP - 4));  // o + w <= 8 * DP: the code fits the word
+                    shift[d] = int32_t(o - 8 * int64_t(at[d]));
                     mask[d] = (1 << w) - 1;
                     o += w;
                     const float span = hi[d] - lo[d];
@@ -503,29 +505,45 @@ struct PageReader {
             } else if (!exact) {  // sealed: keys by the page's layout, values by their row's groups
                 const uint8_t* kc = kp + ((b * BS + t) * H + h) * DP;
                 const uint8_t* vc = vp + ((b * BS + t) * H + h) * DP;
-                if (bits == 4) {
-                    for (int64_t d = 0; d < D; ++d) {
-                        const int two = kc[at0[d]] | (kc[at1[d]] << 8);
-                        kr[d] = base[d] + float((two >> shift[d]) & mask[d]) * step[d];
+                for (int64_t d = 0; d < D; d += 8) {  // key = base + code * step, 8 channels at a time
+                    __m256 code;
+                    if (bits == 4) {
+                        const __m256i word = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kc),
+                                                                    _mm256_load_si256(reinterpret_cast<const __m256i*>(at + d)), 1);
+                        code = _mm256_cvtepi32_ps(_mm256_and_si256(
+                            _mm256_srlv_epi32(word, _mm256_load_si256(reinterpret_cast<const __m256i*>(shift + d))),
+                            _mm256_load_si256(reinterpret_cast<const __m256i*>(mask + d))));
+                    } else {
+                        code = codes8<8>(kc, int(d));
                     }
-                    for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = vc[c] & 15; unpacked[2 * c + 1] = vc[c] >> 4; }
-                    vc = unpacked;
-                } else {
-                    for (int64_t d = 0; d < D; ++d) kr[d] = base[d] + float(kc[d]) * step[d];
+                    _mm256_storeu_ps(kr + d, _mm256_fmadd_ps(code, _mm256_load_ps(step + d), _mm256_load_ps(base + d)));
                 }
                 // a zero and a scale per group of channels, widened once per row
                 const int64_t row = ((b * BS + t) * H + h) * NG;
                 for (int64_t g = 0; g < NG; ++g) { zero[g] = float(vz[row + g]); scale[g] = float(vs[row + g]); }
-                for (int64_t g = 0; g < NG; ++g)
-                    for (int64_t d = g * per_group; d < (g + 1) * per_group; ++d) vr[d] = zero[g] + float(vc[d]) * scale[g];
+                if (per_group % 8 == 0) {
+                    for (int64_t g = 0; g < NG; ++g) {
+                        const __m256 z = _mm256_set1_ps(zero[g]), sc = _mm256_set1_ps(scale[g]);
+                        for (int64_t d = g * per_group; d < (g + 1) * per_group; d += 8)
+                            _mm256_storeu_ps(vr + d, _mm256_fmadd_ps(bits == 4 ? codes8<4>(vc, int(d)) : codes8<8>(vc, int(d)), sc, z));
+                    }
+                } else {
+                    if (bits == 4) {
+                        for (int64_t c = 0; c < DP; ++c) { unpacked[2 * c] = vc[c] & 15; unpacked[2 * c + 1] = vc[c] >> 4; }
+                        vc = unpacked;
+                    }
+                    for (int64_t g = 0; g < NG; ++g)
+                        for (int64_t d = g * per_group; d < (g + 1) * per_group; ++d) vr[d] = zero[g] + float(vc[d]) * scale[g];
+                }
             }
-            if (rot) {  // (a + ib)(c + is), pair by pair
+            if (rot) {  // (a + ib)(c + is) for 4 pairs at a time: (ac - bs, bc + as) by addsub
                 TORCH_CHECK(col0 + t < n_rot, "a rotation for every column");
                 const float* r = rot + (col0 + t) * D;
-                for (int64_t j = 0; j < D / 2; ++j) {
-                    const float a = kr[2 * j], bb = kr[2 * j + 1], c = r[2 * j], sn = r[2 * j + 1];
-                    kr[2 * j] = a * c - bb * sn;
-                    kr[2 * j + 1] = a * sn + bb * c;
+                for (int64_t d = 0; d < D; d += 8) {
+                    const __m256 x = _mm256_loadu_ps(kr + d), cs = _mm256_loadu_ps(r + d);
+                    const __m256 swapped = _mm256_permute_ps(x, 0xB1);  // (b, a) per pair
+                    _mm256_storeu_ps(kr + d, _mm256_addsub_ps(_mm256_mul_ps(x, _mm256_moveldup_ps(cs)),
+                                                              _mm256_mul_ps(swapped, _mm256_movehdup_ps(cs))));
                 }
             }
         }
@@ -663,9 +681,156 @@ torch::Tensor remapped_decode_kivi(torch::Tensor q, torch::Tensor k_pages, torch
         default: TORCH_CHECK(false, "head_dim 64 or 128");
     }
 }
+
+// The pages one query group reads under a sparse policy, for a group within one page (a
+// decode step, or a chunk inside its last page): kernels.reference.chunk_scores then
+// engine.page_groups._one_group_visits, and the extra pages. Per kv head (or one row for
+// every head unless per_kv_head): the sinks [0, n_sink), the local pages [n_total -
+// n_local, n_total), the extra pages below n_total and the top_k candidates between the
+// two by Quest's bound: sum_d max(q_d k_min_d, q_d k_max_d) (non-finite summaries read as
+// 0), the max over the head's query rows. q [N, HQ, D] fp32 (keys' frame: unrotated),
+// k_min / k_max [NB, H, D] fp32, table [>= n_total] int32, extra [E] int32 -> [Hs, W]
+// int32 ascending, -1 padded, W the most pages of a row. In torch that is ~20 small
+// operations, ~0.5 ms a layer of every sparse decode step.
+torch::Tensor decode_page_plan(torch::Tensor q, torch::Tensor k_min, torch::Tensor k_max, torch::Tensor table,
+                               int64_t n_total, int64_t n_sink, int64_t n_local, int64_t top_k, bool per_kv_head,
+                               torch::Tensor extra) {
+    TORCH_CHECK(k_min.dtype() == torch::kFloat32 && k_max.dtype() == torch::kFloat32 && k_min.is_contiguous() &&
+                k_max.is_contiguous() && k_min.dim() == 3 && k_max.sizes() == k_min.sizes(), "k_min, k_max fp32 [NB, H, D]");
+    const int64_t NB = k_min.size(0), H = k_min.size(1), D = k_min.size(2);
+    TORCH_CHECK(q.dtype() == torch::kFloat32 && q.is_contiguous() && q.dim() == 3 && q.size(2) == D &&
+                q.size(1) % H == 0 && D % 8 == 0, "q fp32 [N, HQ, D]");
+    TORCH_CHECK(table.dtype() == torch::kInt32 && table.dim() == 1 && table.is_contiguous() && table.size(0) >= n_total &&
+                n_total >= 1, "table [>= n_total] int32");
+    TORCH_CHECK(extra.dtype() == torch::kInt32 && extra.dim() == 1 && extra.is_contiguous(), "extra [E] int32");
+    const int64_t N = q.size(0), HQ = q.size(1), G = HQ / H, Hs = per_kv_head && top_k > 0 ? H : 1;  // one row without a top-k
+    const int64_t c0 = std::min(n_sink, n_total), c1 = std::max(c0, n_total - n_local);  // candidates [c0, c1)
+    const int64_t n_cand = top_k > 0 ? c1 - c0 : 0;
+    const int32_t* tb = table.data_ptr<int32_t>();
+    std::vector<float> score(size_t(H * std::max<int64_t>(n_cand, 1)));
+    if (n_cand > 0) {
+        // Each query row split into its positive and negative parts: q+ . k_max + q- . k_min.
+        std::vector<float> qp(size_t(N * HQ * D)), qn(size_t(N * HQ * D));
+        const float* qd = q.data_ptr<float>();
+        for (int64_t i = 0; i < N * HQ * D; ++i) { qp[i] = std::max(qd[i], 0.f); qn[i] = std::min(qd[i], 0.f); }
+        const float* lo_all = k_min.data_ptr<float>();
+        const float* hi_all = k_max.data_ptr<float>();
+        const __m256 inf = _mm256_set1_ps(INFINITY), sign = _mm256_set1_ps(-0.f);
+        at::parallel_for(c0, c1, 128, [&](int64_t p0, int64_t p1) {
+            alignas(32) float lo[256], hi[256];
+            for (int64_t p = p0; p < p1; ++p) {
+                const int64_t b = tb[p];
+                TORCH_CHECK(0 <= b && b < NB, "block id");
+                for (int64_t h = 0; h < H; ++h) {
+                    for (int64_t d = 0; d < D; d += 8) {  // +-inf (an empty summary) and NaN read as 0
+                        const __m256 l = _mm256_loadu_ps(lo_all + (b * H + h) * D + d);
+                        const __m256 u = _mm256_loadu_ps(hi_all + (b * H + h) * D + d);
+                        _mm256_store_ps(lo + d, _mm256_and_ps(l, _mm256_cmp_ps(_mm256_andnot_ps(sign, l), inf, _CMP_LT_OQ)));
+                        _mm256_store_ps(hi + d, _mm256_and_ps(u, _mm256_cmp_ps(_mm256_andnot_ps(sign, u), inf, _CMP_LT_OQ)));
+                    }
+                    float best = -INFINITY;
+                    for (int64_t n = 0; n < N; ++n)
+                        for (int64_t g = 0; g < G; ++g) {
+                            const int64_t row = (n * HQ + h * G + g) * D;
+                            __m256 acc = _mm256_setzero_ps();
+                            for (int64_t d = 0; d < D; d += 8) {
+                                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qp.data() + row + d), _mm256_load_ps(hi + d), acc);
+                                acc = _mm256_fmadd_ps(_mm256_loadu_ps(qn.data() + row + d), _mm256_load_ps(lo + d), acc);
+                            }
+                            best = std::max(best, kivi::lane_sum(acc));
+                        }
+                    score[h * n_cand + (p - c0)] = best;
+                }
+            }
+        });
+    }
+    std::vector<std::vector<int32_t>> rows(Hs);
+    std::vector<char> visit(n_total);
+    std::vector<int64_t> order(n_cand);
+    std::vector<float> key(n_cand);
+    const int32_t* ex = extra.data_ptr<int32_t>();
+    size_t width = 0;
+    for (int64_t r = 0; r < Hs; ++r) {
+        std::fill(visit.begin(), visit.end(), 0);
+        for (int64_t p = 0; p < c0; ++p) visit[p] = 1;
+        for (int64_t p = std::max<int64_t>(0, n_total - n_local); p < n_total; ++p) visit[p] = 1;
+        for (int64_t e = 0; e < extra.size(0); ++e)
+            if (ex[e] >= 0 && ex[e] < n_total) visit[ex[e]] = 1;
+        if (n_cand > 0) {
+            for (int64_t i = 0; i < n_cand; ++i) {
+                float s = per_kv_head ? score[r * n_cand + i] : -INFINITY;
+                if (!per_kv_head)
+                    for (int64_t h = 0; h < H; ++h) s = std::max(s, score[h * n_cand + i]);
+                // As select_pages: non-finite scores rank last but are still candidates.
+                key[i] = std::isnan(s) ? -3e38f : std::isinf(s) ? (s > 0 ? 3e38f : -3e38f) : s;
+                order[i] = i;
+            }
+            const int64_t k = std::min(top_k, n_cand);
+            std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int64_t a, int64_t b) {
+                return key[a] > key[b] || (key[a] == key[b] && a < b);
+            });
+            for (int64_t i = 0; i < k; ++i) visit[c0 + order[i]] = 1;
+        }
+        for (int64_t p = 0; p < n_total; ++p)
+            if (visit[p]) rows[r].push_back(int32_t(p));
+        width = std::max(width, rows[r].size());
+    }
+    auto out = torch::full({Hs, int64_t(width)}, -1, table.options());
+    int32_t* o = out.data_ptr<int32_t>();
+    for (int64_t r = 0; r < Hs; ++r) std::copy(rows[r].begin(), rows[r].end(), o + r * int64_t(width));
+    return out;
+}
+
+// engine.longctx.store_mid_page in one call: rows k, v [N, H, D] fp32 at slot_mapping [N]
+// int64 go into their pages' fp32 staging slots, and the pages' key summaries widen to
+// include them; only where every row lands strictly inside a page already being staged
+// (neither its first row nor its last) and no two rows share a page. Returns false,
+// having written nothing, otherwise.
+bool stage_mid_page_rows(torch::Tensor stage_k, torch::Tensor stage_v, torch::Tensor k_min, torch::Tensor k_max,
+                         torch::Tensor stage_of_block, torch::Tensor k, torch::Tensor v, torch::Tensor slot_mapping,
+                         int64_t block_size) {
+    TORCH_CHECK(stage_k.dtype() == torch::kFloat32 && stage_v.dtype() == torch::kFloat32 && stage_k.is_contiguous() &&
+                stage_v.is_contiguous() && stage_k.dim() == 4 && stage_v.sizes() == stage_k.sizes(), "stage fp32 [NS, BS, H, D]");
+    const int64_t NS = stage_k.size(0), BS = stage_k.size(1), H = stage_k.size(2), D = stage_k.size(3);
+    TORCH_CHECK(BS == block_size && k_min.dtype() == torch::kFloat32 && k_max.dtype() == torch::kFloat32 &&
+                k_min.is_contiguous() && k_max.is_contiguous() && k_min.dim() == 3 && k_min.size(1) == H &&
+                k_min.size(2) == D && k_max.sizes() == k_min.sizes(), "k_min, k_max fp32 [NB, H, D]");
+    TORCH_CHECK(k.dtype() == torch::kFloat32 && v.dtype() == torch::kFloat32 && k.is_contiguous() && v.is_contiguous() &&
+                k.dim() == 3 && k.size(1) == H && k.size(2) == D && v.sizes() == k.sizes(), "k, v fp32 [N, H, D]");
+    TORCH_CHECK(slot_mapping.dtype() == torch::kInt64 && slot_mapping.is_contiguous() && slot_mapping.numel() == k.size(0) &&
+                stage_of_block.dtype() == torch::kInt32 && stage_of_block.is_contiguous(), "slot_mapping int64, stage_of_block int32");
+    const int64_t N = k.size(0), NB = k_min.size(0);
+    const int64_t* sm = slot_mapping.data_ptr<int64_t>();
+    const int32_t* sob = stage_of_block.data_ptr<int32_t>();
+    for (int64_t i = 0; i < N; ++i) {
+        const int64_t b = sm[i] / BS, o = sm[i] % BS;
+        if (sm[i] < 0 || b >= NB || o == 0 || o == BS - 1 || sob[b] < 0 || sob[b] >= NS) return false;
+        for (int64_t j = 0; j < i; ++j)
+            if (sm[j] / BS == b) return false;
+    }
+    float* sk = stage_k.data_ptr<float>();
+    float* sv = stage_v.data_ptr<float>();
+    float* lo = k_min.data_ptr<float>();
+    float* hi = k_max.data_ptr<float>();
+    const float* kd = k.data_ptr<float>();
+    const float* vd = v.data_ptr<float>();
+    for (int64_t i = 0; i < N; ++i) {
+        const int64_t b = sm[i] / BS, o = sm[i] % BS, slot = sob[b];
+        std::memcpy(sk + (slot * BS + o) * H * D, kd + i * H * D, sizeof(float) * H * D);
+        std::memcpy(sv + (slot * BS + o) * H * D, vd + i * H * D, sizeof(float) * H * D);
+        for (int64_t c = 0; c < H * D; ++c) {  // as torch.minimum / maximum: a NaN row makes a NaN bound
+            const float x = kd[i * H * D + c];
+            float& l = lo[b * H * D + c];
+            float& u = hi[b * H * D + c];
+            l = (x < l || std::isnan(x)) ? x : l;
+            u = (x > u || std::isnan(x)) ? x : u;
+        }
+    }
+    return true;
+}
 """
 
-FUNCTIONS = ["decode_kivi", "gather_kivi", "remapped_decode_kivi"]
+FUNCTIONS = ["decode_kivi", "gather_kivi", "remapped_decode_kivi", "decode_page_plan", "stage_mid_page_rows"]
 HEAD_DIMS = (64, 128)
 
 
@@ -731,6 +896,34 @@ def _reader_args(layer, table: torch.Tensor, pages: torch.Tensor, ctx: int, exac
 
 
 _NO_ROTATION = torch.empty(0)
+
+
+def page_plan(q: torch.Tensor, layer, table: torch.Tensor, n_total: int, policy, extra: torch.Tensor | None):
+    """The pages of a query group q [N, HQ, D] (unrotated) within the last of `n_total`
+    pages under a sparse `policy` (window or topk), with the `extra` pages: [Hs, W] int32
+    ascending, -1 padded, as `engine.page_groups.group_page_plans` gives them for one
+    group; None where the C++ kernels do not run (off the CPU, or not built)."""
+    if q.device.type != "cpu" or layer.k_min.dtype != torch.float32 or _load() is None:
+        return None
+    top_k = policy.top_k_pages if policy.kind == "topk" else 0
+    extra = extra.to(torch.int32).contiguous() if extra is not None else _NO_PAGES
+    return _load().decode_page_plan(q.float().contiguous(), layer.k_min, layer.k_max, table.to(torch.int32).contiguous(),
+                                    n_total, policy.n_sink_pages, policy.n_local_pages, top_k, policy.per_kv_head, extra)
+
+
+_NO_PAGES = torch.empty(0, dtype=torch.int32)
+
+
+def stage_mid_page_rows(layer, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor) -> bool | None:
+    """`engine.longctx.store_mid_page` in one C++ call: True (stored), False (not such
+    rows: nothing written), None where it does not run (off the CPU, not fp32 staging, not
+    built)."""
+    if (k.device.type != "cpu" or layer.stage_k is None or layer.stage_k.dtype != torch.float32
+            or layer.k_min.dtype != torch.float32 or _load() is None):
+        return None
+    return _load().stage_mid_page_rows(layer.stage_k, layer.stage_v, layer.k_min, layer.k_max, layer.stage_of_block,
+                                       k.float().contiguous(), v.float().contiguous(),
+                                       slot_mapping.to(torch.int64).contiguous(), layer.spec.block_size)
 
 
 def decodes_remapped(layer, n_heads: int) -> bool:

@@ -185,6 +185,7 @@ class KernelKVCache:
         self.prefill_attn_dtype: torch.dtype | None = None
         self.blocks = None  # BlockManager, to reclaim staging slots of freed sequences
         self._step = None
+        self._inverse: torch.Tensor | None = None  # the step's inverse rotations (`_unrotate`)
         self._tables: list[torch.Tensor] = []
         self._lens: list[torch.Tensor] = []
         self._question: dict[int, QuestionPages] = {}  # first physical block -> the question's pages
@@ -369,6 +370,7 @@ class KernelKVCache:
     def _begin_step(self, step) -> None:
         self._step = step
         self._store_plan = None
+        self._inverse = None  # the step's inverse rotations (`_unrotate`), made by its first layer
         self._tables = [s.block_table(self.block_size, self.device) for s in step.seqs]
         # [1] int32 context length per sequence, from the step's positions where they live
         # (a sequence's last query sits at ctx - 1): no host-to-device copy per layer.
@@ -425,11 +427,12 @@ class KernelKVCache:
 
     def _unrotate(self, x: torch.Tensor, step) -> torch.Tensor:
         """Undo the model's RoPE on x [T, heads, D] (interleaved pairs)."""
-        rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)  # [T, 1, D/2]
+        if self._inverse is None:  # the same for q and k of every layer of the step
+            rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)  # [T, 1, D/2]
+            self._inverse = rot.conj() / (rot.abs() ** 2)
         t, h, d = x.shape
         xc = torch.view_as_complex(x.float().reshape(t, h, d // 2, 2).contiguous())
-        inv = rot.conj() / (rot.abs() ** 2)
-        return torch.view_as_real(xc * inv).reshape(t, h, d)
+        return torch.view_as_real(xc * self._inverse).reshape(t, h, d)
 
     def _rope_context(self, k: torch.Tensor, max_len: int) -> torch.Tensor:
         """RoPE on a sequence's keys k [ctx, H, D] at positions 0..ctx-1 (one rotation per
@@ -488,7 +491,7 @@ class KernelKVCache:
             columns = (pages.shape[-1] if pages is not None else -(-(start + b) // bs)) * bs
             rope_len = max(max_len if policy.kind == "dense" or true_positions else 0, columns)
             # Virtual positions: key column c sits at position c, rotated as it is gathered.
-            turn = None if true_positions else self.rope.get(torch.arange(columns, device=q.device), rope_len)
+            turn = None if true_positions else self.rope.first(columns, rope_len)
             if turn is not None and b - a == 1:  # a decode step: one C++ pass where it runs
                 fused = decode_remapped(q[a:b], layer, table, start + a, policy, extra, exact, pages, turn, self.scale)
                 if fused is not None:
@@ -511,10 +514,15 @@ def store_mid_page(layer, k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.
     row and runs ~30 small torch ops for it (~0.5 ms a layer, more than the attention of a
     decode step); here it is four. Returns False, having written nothing, when any row is
     not such a row: the caller then runs `kernels.kv_store`."""
+    done = cpu_kivi_attention.stage_mid_page_rows(layer, k, v, slot_mapping)  # the same in one C++ call
+    if done is not None:
+        return done
     bs = layer.spec.block_size
     blocks, offsets = slot_mapping // bs, slot_mapping % bs
     stage = layer.stage_of_block[blocks]
-    if not bool(((offsets > 0) & (offsets < bs - 1) & (stage >= 0)).all()) or blocks.unique().numel() != blocks.numel():
+    if not bool(((offsets > 0) & (offsets < bs - 1) & (stage >= 0)).all()):
+        return False
+    if blocks.numel() > 1 and blocks.unique().numel() != blocks.numel():  # (one row: one page)
         return False
     slots = stage.long()
     layer.stage_k[slots, offsets] = k.to(layer.stage_k.dtype)

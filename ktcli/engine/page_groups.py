@@ -43,6 +43,10 @@ def group_page_plans(q: torch.Tensor, layer, table: torch.Tensor, start: int, po
     end = start + q.shape[0]
     g_first, g_last = start // bs, (end - 1) // bs
     n_total = g_last + 1
+    if g_first == g_last:  # one group (a decode step): one C++ call on the CPU
+        pages = cpu_kivi_attention.page_plan(q, layer, table, n_total, policy, extra)
+        if pages is not None:
+            return [pages]
     groups = torch.arange(g_first, n_total, device=dev)
     ends = torch.clamp((groups + 1) * bs, max=end)  # each group's context
     scores = None

@@ -124,6 +124,12 @@ class RotaryTable:
             self._table = self._build(max(seq_len, min(self.max_position, 1 << 15), 2 * self._table.shape[0]), None)
         return self._table[positions]
 
+    def first(self, n: int, seq_len: int) -> torch.Tensor:
+        """`get` of positions 0..n-1: a view of the table, no gather (a sparse decode step
+        asks for one per layer)."""
+        self.get(self._table.new_empty(0, dtype=torch.long), max(seq_len, n))
+        return self._table[:n]
+
 
 def interleave_permutation(head_dim: int) -> torch.Tensor:
     """Index that maps HF's half-split layout to interleaved pairs: new dim 2i takes old

@@ -214,10 +214,17 @@ def test_attend_columns_sees_a_causal_prefix_of_columns_per_head(block_scores, m
 
 @pytest.mark.parametrize("kind,per_kv_head", [("topk", True), ("topk", False), ("window", True)])
 @pytest.mark.parametrize("start,n_q,extra", [(0, 61, None), (40, 45, None), (83, 50, [2, 4, 11]), (96, 1, [3]),
-                                             (127, 1, None), (148, 4, [3, 9, 18])])  # one group: a decode step
-def test_group_page_plans_equal_chunk_page_plan_per_group(kind, per_kv_head, start, n_q, extra):
+                                             (127, 1, None), (148, 4, [3, 9, 18]),  # one group: a decode step
+                                             (5, 1, None), (17, 1, [0, 1, 2])])  # fewer pages than sinks + local
+@pytest.mark.parametrize("cpp", [True, False])  # one group: cpu_kivi_attention.page_plan, or the torch ops
+def test_group_page_plans_equal_chunk_page_plan_per_group(kind, per_kv_head, start, n_q, extra, cpp, monkeypatch):
     """The chunk's one-pass plan gives each one-page group the pages `chunk_page_plan`
     gives it alone (a random layer, so top-k picks a few of many pages)."""
+    from ktcli.engine import cpu_kivi_attention
+
+    ran = []
+    real = cpu_kivi_attention.page_plan
+    monkeypatch.setattr(cpu_kivi_attention, "page_plan", lambda *a: None if not cpp else ran.append(1) or real(*a))
     torch.manual_seed(start + n_q)
     policy = AttentionPolicy(kind, n_sink_pages=1, n_local_pages=2, top_k_pages=3, per_kv_head=per_kv_head)
     cache = _cache(policy, n_blocks=20, kind="int8")
@@ -234,6 +241,8 @@ def test_group_page_plans_equal_chunk_page_plan_per_group(kind, per_kv_head, sta
     for plan, (a, b) in zip(plans, bounds):
         want, _, _ = chunk_page_plan(q[a - start : b - start], layer, table, a, policy, extra)
         assert torch.equal(plan, want), (a, b, plan, want)
+    if cpp and len(bounds) == 1 and cpu_kivi_attention.available():
+        assert ran  # the C++ plan was the one compared
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4"])
