@@ -85,8 +85,8 @@ class NativeBackend:
         unroped_keys stores its keys before RoPE (see `engine.longctx`); exact_sinks=False
         reads the sink pages of remapped policies quantized (`engine.exact_sinks`, for A/B
         runs). `kv_windows`: how many context windows the default KV budget holds (one per
-        request served at once); a `context_window` given here is sized exactly, not capped
-        at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
+        request served at once); the kernels cache sizes a `context_window` given here
+        exactly, not capped at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load)."""
         if threads > 0:
             torch.set_num_threads(threads)
