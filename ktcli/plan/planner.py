@@ -43,10 +43,10 @@ class Throughput:
     embed_tok_s: float = 4000.0
     # The sparse mode's own rates (paged quantized cache, chunked sparse prefill), until a
     # sparse run on this machine measures them: SmolLM2 with int8 weights, topk int8/int4
-    # at 4K-16K tokens on 2 CPU cores, prefill 345-407 tok/s and decode 14.6-18.3 tok/s
-    # (benchmarks/sparse_speed.py, 2026-12-03); rounded down.
+    # at 4K-16K tokens on 2 CPU cores, prefill 345-460 tok/s and decode 27-33 tok/s
+    # (benchmarks/sparse_speed.py, 2026-12-03, with the C++ page plan); rounded down.
     sparse_prefill_tok_s: float = 300.0
-    sparse_decode_tok_s: float = 12.0
+    sparse_decode_tok_s: float = 24.0
 
 
 @dataclass(frozen=True)
