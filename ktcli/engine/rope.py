@@ -115,6 +115,15 @@ class RotaryTable:
     def get(self, positions: torch.Tensor, seq_len: int) -> torch.Tensor:
         """[T, D/2] complex64 rotations for int64 `positions`; `seq_len` is the longest
         sequence in the step (dynamic NTK depends on it)."""
+        return self._ready(seq_len)[positions]
+
+    def first(self, n: int, seq_len: int) -> torch.Tensor:
+        """`get` of positions 0..n-1: a view of the table, no gather (a sparse decode step
+        asks for one per layer)."""
+        return self._ready(max(seq_len, n))[:n]
+
+    def _ready(self, seq_len: int) -> torch.Tensor:
+        """The table, grown (or, for dynamic NTK, rebuilt) for a step whose longest sequence is `seq_len`."""
         if self.dynamic:
             key = max(seq_len, self.max_position)
             if key != self._for_len or self._table.shape[0] < seq_len:
@@ -122,13 +131,7 @@ class RotaryTable:
                 self._for_len = key
         elif self._table.shape[0] < seq_len:
             self._table = self._build(max(seq_len, min(self.max_position, 1 << 15), 2 * self._table.shape[0]), None)
-        return self._table[positions]
-
-    def first(self, n: int, seq_len: int) -> torch.Tensor:
-        """`get` of positions 0..n-1: a view of the table, no gather (a sparse decode step
-        asks for one per layer)."""
-        self.get(self._table.new_empty(0, dtype=torch.long), max(seq_len, n))
-        return self._table[:n]
+        return self._table
 
 
 def interleave_permutation(head_dim: int) -> torch.Tensor:

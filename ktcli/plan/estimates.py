@@ -25,9 +25,12 @@ def paged_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> float:
     return facts.n_layers * bytes_per_token(KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype))
 
 
-# Staging slots of a one-request load (`engine.longctx._staging_slots`): a 512-token
-# prefill chunk's 64-token pages, and its partial one.
-ONE_REQUEST_STAGE = 512 // 64 + 2
+FULL_PREFILL_CHUNK = 2048  # engine.runner.DEFAULT_PREFILL_CHUNK
+PAGED_PREFILL_CHUNK = 512  # a load over the kernels' pages (quantized or sparse; engine.native)
+PAGE_TOKENS = 64  # the kernels' page size (kernels.KVCacheSpec.block_size)
+# Staging slots of a one-request load (`engine.longctx._staging_slots`): a prefill
+# chunk's pages, and its partial one.
+ONE_REQUEST_STAGE = PAGED_PREFILL_CHUNK // PAGE_TOKENS + 2
 
 
 def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = ONE_REQUEST_STAGE, sink_pages: int = 1) -> int:
@@ -55,8 +58,6 @@ EMBEDDER_BYTES = 200 * 2**20
 # largest), an int8 weight unpacked for the wide GEMM, and what the allocator keeps from
 # earlier layers. Measured: ~170 MB for SmolLM2 (576 + 1536) at 2,048-token chunks, ~10x.
 WORKSPACE_VALUES_PER_WIDTH = 10
-FULL_PREFILL_CHUNK = 2048  # engine.runner.DEFAULT_PREFILL_CHUNK
-PAGED_PREFILL_CHUNK = 512  # a load over the kernels' pages (quantized or sparse; engine.native)
 
 
 def workspace_bytes(facts: ModelFacts, chunk_tokens: int) -> int:
@@ -74,9 +75,7 @@ def sparse_memory(facts: ModelFacts, window_tokens: int, kv_dtype: str) -> int:
     window (written when allocated, so resident from the start) with its staging pool,
     and a 512-token prefill chunk's activations and page bounds."""
     kv = paged_kv_bytes_per_token(facts, kv_dtype) * window_tokens + paged_fixed_bytes(facts, kv_dtype)
-    from kernels.layout import KVCacheSpec
-
-    n_pages = -(-window_tokens // KVCacheSpec(1, 2).block_size)
+    n_pages = -(-window_tokens // PAGE_TOKENS)
     q_heads = facts.hidden_size // max(facts.head_dim, 1)
     bounds = 3 * min(QUEST_TILE_BYTES, 4 * q_heads * PAGED_PREFILL_CHUNK * n_pages)
     return int(facts.host_bytes + facts.weight_bytes + kv + workspace_bytes(facts, PAGED_PREFILL_CHUNK) + bounds)

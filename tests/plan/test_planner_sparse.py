@@ -86,3 +86,14 @@ def test_sparse_memory_counts_the_window_the_engine_allocates():
     assert plan.est_memory_bytes == sparse_memory(SMOL, plan.context_window, "int4")
     kv = paged_kv_bytes_per_token(SMOL, "int4") * plan.context_window + paged_fixed_bytes(SMOL, "int4")
     assert plan.est_memory_bytes == pytest.approx(SMOL.weight_bytes + kv, rel=1e-6)  # no widths, no runtime given
+
+
+def test_the_plans_page_constants_are_the_engines():
+    """plan/ may not import the engine: its copies of the page size and the one-request
+    staging count must match what the kernels and the engine use."""
+    import kernels
+    from ktcli.engine.longctx import _staging_slots
+    from ktcli.plan.estimates import ONE_REQUEST_STAGE, PAGE_TOKENS, PAGED_PREFILL_CHUNK
+
+    assert PAGE_TOKENS == kernels.KVCacheSpec(1, 2).block_size
+    assert ONE_REQUEST_STAGE == _staging_slots(1, PAGED_PREFILL_CHUNK, PAGE_TOKENS)
