@@ -32,68 +32,107 @@ def fp8e4m3_to_f32(bits):
     return tl.where(sign == 1, -mag, mag)
 
 
+# Rows a loop step of the attention kernels reads: a step takes max(1, TILE_ROWS // BS)
+# pages, so small pages do not leave each step a [16, D] sliver of work. One 16-row page
+# per step was latency-bound on an H200: 5-41% of the bandwidth floor (BENCHMARKS.md).
+TILE_ROWS = 64
+
+
+def tile_pages(block_size: int, override: int | None = None) -> int:
+    """Pages per loop step of the attention kernels (a power of two, >= 1)."""
+    if override is not None:
+        if override < 1 or override & (override - 1):
+            raise ValueError(f"tile_pages must be a power of two >= 1, not {override}")
+        return override
+    return max(1, TILE_ROWS // block_size)
+
+
 @triton.jit
-def load_page_kv(
+def page_tile(pages, live, ctx, block_tables, stage_of_block, KIND: tl.constexpr, BS: tl.constexpr,
+              TP: tl.constexpr):
+    """For the logical pages [TP] of one sequence (``live`` masks the list's end): their
+    blocks (int64), their staging slots (int64, read only for the unsealed tail of a
+    quantized kind), whether each is that tail, and which of the tile's [TP * BS] rows
+    hold tokens (in page order, BS rows per page)."""
+    blk = tl.load(block_tables + pages, mask=live, other=0).to(tl.int64)
+    n_valid = tl.minimum(ctx - pages * BS, BS)  # [TP]
+    use_stage = (n_valid < BS) & live
+    slot = tl.zeros_like(blk)
+    if KIND != 0:
+        slot = tl.load(stage_of_block + blk, mask=use_stage, other=0).to(tl.int64)
+    offs_t = tl.arange(0, BS)
+    ok = (offs_t[None, :] < n_valid[:, None]) & live[:, None]  # [TP, BS]
+    return blk, slot, use_stage, tl.reshape(ok, (TP * BS,))
+
+
+@triton.jit
+def load_tile_kv(
     k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v,
-    blk, slot, use_stage, h, H,
-    KIND: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+    blk, slot, use_stage, live, h, H,
+    KIND: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr, TP: tl.constexpr,
 ):
-    """Keys and values [BS, D] float32 of kv head ``h`` of block ``blk`` (int64), or of
-    staging slot ``slot`` when ``use_stage`` (quantized kinds: the unsealed tail).
-    ``k_scale`` holds fp8's page scales, or int4's key widths (``k_bits``; `page_args`)."""
+    """Keys and values [TP * BS, D] float32 of kv head ``h`` for the TP blocks ``blk``
+    (int64 [TP]); a page whose ``use_stage`` is set (quantized kinds: the unsealed tail)
+    reads its staging slot ``slot`` instead. Pages not ``live`` are not read (zeros).
+    ``k_scale`` holds fp8's page scales, or int4's key widths (``k_bits``; `page_args`).
+    Work is done on [TP, BS, D] tiles so a page's scales load once for its BS rows."""
     offs_t = tl.arange(0, BS)
     offs_d = tl.arange(0, D)
+    b3 = blk[:, None, None]
+    d3 = offs_d[None, None, :]
+    row = (b3 * BS + offs_t[None, :, None]) * H + h  # [TP, BS, 1] row index into [NB*BS*H]
+    live3 = live[:, None, None]
     if KIND == 0:
-        off = ((blk * BS + offs_t[:, None]) * H + h) * D + offs_d[None, :]
-        k = tl.load(k_pages + off).to(tl.float32)
-        v = tl.load(v_pages + off).to(tl.float32)
+        off = row * D + d3
+        k = tl.load(k_pages + off, mask=live3, other=0.0).to(tl.float32)
+        v = tl.load(v_pages + off, mask=live3, other=0.0).to(tl.float32)
     else:
-        if use_stage:
-            off = ((slot * BS + offs_t[:, None]) * H + h) * D + offs_d[None, :]
-            k = tl.load(stage_k + off).to(tl.float32)
-            v = tl.load(stage_v + off).to(tl.float32)
+        staged = use_stage[:, None, None]
+        sealed = (live & (use_stage == 0))[:, None, None]
+        if KIND == 1:
+            off = row * D + d3
+            ks = tl.load(k_scale + blk * H + h, mask=live, other=0.0)[:, None, None]
+            vs = tl.load(v_scale + blk * H + h, mask=live, other=0.0)[:, None, None]
+            k = fp8e4m3_to_f32(tl.load(k_pages + off, mask=sealed, other=0).to(tl.int32)) * ks
+            v = fp8e4m3_to_f32(tl.load(v_pages + off, mask=sealed, other=0).to(tl.int32)) * vs
         else:
-            row = (blk * BS + offs_t[:, None]) * H + h  # [BS, 1] row index into [NB*BS*H]
-            if KIND == 1:
-                off = row * D + offs_d[None, :]
-                ks = tl.load(k_scale + blk * H + h)
-                vs = tl.load(v_scale + blk * H + h)
-                k = fp8e4m3_to_f32(tl.load(k_pages + off).to(tl.int32)) * ks
-                v = fp8e4m3_to_f32(tl.load(v_pages + off).to(tl.int32)) * vs
+            summ = (b3 * H + h) * D + d3  # [TP, 1, D]
+            kmn = tl.load(k_min + summ, mask=sealed, other=0.0)
+            kmx = tl.load(k_max + summ, mask=sealed, other=0.0)
+            if KIND == 3:
+                # Values: two channels per byte, channel d in byte d // 2, nibble d % 2.
+                vc = (tl.load(v_pages + row * (D // 2) + d3 // 2, mask=sealed, other=0).to(tl.int32)
+                      >> ((d3 % 2) * 4)) & 15
+                # Keys: channel d's w_d-bit code at bit o_d of the row's bitstream
+                # (reference.unpack_bitstream): two bytes from byte o_d // 8 hold it.
+                wb = tl.load(k_scale + (b3 * H + h) * (D // 2) + d3 // 2, mask=sealed, other=0).to(tl.int32)
+                w = (wb >> ((d3 % 2) * 4)) & 15  # [TP, 1, D]
+                o = tl.cumsum(w, 2) - w
+                b0 = tl.minimum(o >> 3, D // 2 - 1)
+                b1 = tl.minimum((o >> 3) + 1, D // 2 - 1)
+                lo = tl.load(k_pages + row * (D // 2) + b0, mask=sealed, other=0).to(tl.int32)
+                hi = tl.load(k_pages + row * (D // 2) + b1, mask=sealed, other=0).to(tl.int32)
+                kc = ((lo | (hi << 8)) >> (o & 7)) & ((1 << w) - 1)
+                # reference.key_affine; div_rn: the reference's IEEE division (a plain
+                # `/` is approximate on GPUs)
+                span = kmx - kmn
+                kq = tl.maximum((1 << w) - 1, 1).to(tl.float32)
+                step = tl.where(w > 0, tl.math.div_rn(span, kq), 0.0)
+                base = tl.where(w > 0, kmn, kmn + span * 0.5)
+                k = base + kc.to(tl.float32) * step
             else:
-                kmn = tl.load(k_min + (blk * H + h) * D + offs_d)  # [D]
-                kmx = tl.load(k_max + (blk * H + h) * D + offs_d)
-                if KIND == 3:
-                    # Values: two channels per byte, channel d in byte d // 2, nibble d % 2.
-                    off = row * (D // 2) + offs_d[None, :] // 2
-                    shift = (offs_d[None, :] % 2) * 4
-                    vc = (tl.load(v_pages + off).to(tl.int32) >> shift) & 15
-                    # Keys: channel d's w_d-bit code at bit o_d of the row's bitstream
-                    # (reference.unpack_bitstream): two bytes from byte o_d // 8 hold it.
-                    wb = tl.load(k_scale + (blk * H + h) * (D // 2) + offs_d // 2).to(tl.int32)
-                    w = (wb >> ((offs_d % 2) * 4)) & 15  # [D]
-                    o = tl.cumsum(w, 0) - w
-                    b0 = tl.minimum(o >> 3, D // 2 - 1)
-                    b1 = tl.minimum((o >> 3) + 1, D // 2 - 1)
-                    lo = tl.load(k_pages + row * (D // 2) + b0[None, :]).to(tl.int32)
-                    hi = tl.load(k_pages + row * (D // 2) + b1[None, :]).to(tl.int32)
-                    kc = ((lo | (hi << 8)) >> (o & 7)[None, :]) & ((1 << w) - 1)[None, :]
-                    # reference.key_affine; div_rn: the reference's IEEE division (a plain
-                    # `/` is approximate on GPUs)
-                    span = kmx - kmn
-                    kq = tl.maximum((1 << w) - 1, 1).to(tl.float32)
-                    step = tl.where(w > 0, tl.math.div_rn(span, kq), 0.0)
-                    base = tl.where(w > 0, kmn, kmn + span * 0.5)
-                    k = base[None, :] + kc.to(tl.float32) * step[None, :]
-                else:
-                    off = row * D + offs_d[None, :]
-                    kc = tl.load(k_pages + off).to(tl.int32)
-                    vc = tl.load(v_pages + off).to(tl.int32)
-                    k = kmn[None, :] + kc.to(tl.float32) * tl.math.div_rn(kmx - kmn, 255.0)[None, :]
-                poff = row * (D // G) + offs_d[None, :] // G  # [BS, D] -> its group's params
-                vz = tl.load(v_zero + poff).to(tl.float32)  # fp16 parameters
-                v = vz + vc.to(tl.float32) * tl.load(v_scale + poff).to(tl.float32)
-    return k, v
+                off = row * D + d3
+                kc = tl.load(k_pages + off, mask=sealed, other=0).to(tl.int32)
+                vc = tl.load(v_pages + off, mask=sealed, other=0).to(tl.int32)
+                k = kmn + kc.to(tl.float32) * tl.math.div_rn(kmx - kmn, 255.0)
+            poff = row * (D // G) + d3 // G  # [TP, BS, D] -> its group's params
+            vz = tl.load(v_zero + poff, mask=sealed, other=0.0).to(tl.float32)  # fp16 parameters
+            v = vz + vc.to(tl.float32) * tl.load(v_scale + poff, mask=sealed, other=0.0).to(tl.float32)
+        # The unsealed tail: full-precision rows of its staging slot.
+        soff = ((slot[:, None, None] * BS + offs_t[None, :, None]) * H + h) * D + d3
+        k = tl.where(staged, tl.load(stage_k + soff, mask=staged, other=0.0).to(tl.float32), k)
+        v = tl.where(staged, tl.load(stage_v + soff, mask=staged, other=0.0).to(tl.float32), v)
+    return tl.reshape(k, (TP * BS, D)), tl.reshape(v, (TP * BS, D))
 
 
 @triton.jit
@@ -143,7 +182,7 @@ def dot_flags(layer: PagedKVLayer) -> tuple[bool, bool]:
 
 
 def page_args(layer: PagedKVLayer) -> list[torch.Tensor]:
-    """The nine pool tensors in ``load_page_kv`` order; absent ones are stood in for by
+    """The nine pool tensors in ``load_tile_kv`` order; absent ones are stood in for by
     k_pages (never read: the kind's constexpr branch skips them). The k_scale slot carries
     int4's key widths: the two never coexist."""
     d = layer.k_pages

@@ -12,6 +12,9 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
 * sparse decode (Quest): page scoring, selection and attention over 1/16 of the pages;
 * chunked prefill: a 512-query chunk at the end of the context, against SDPA (no mask:
   the same work as the causal chunk to within 512 keys);
+* where pages are smaller than a loop step's 64 rows (the default 16-token pages), the
+  three attention kernels again reading one page a step (``*_1page_s``, ``dec_1pg``...):
+  the same-run baseline of the wider step;
 * kv_store: one decode token, and a 4096-token prefill chunk; and the decode token's
   store as the engine runs it per layer (its plan made once per step, applied per layer).
 
@@ -264,6 +267,21 @@ def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdp
     row["prefill_chunk"] = chunk
     row["prefill_s"] = timer(lambda: kernels.paged_prefill_attention(qc, layer, bt[0], n - chunk, scale))
     row["sdpa_prefill_s"] = sdpa_prefill
+    from kernels._page_io import tile_pages
+
+    row["tile_pages"] = tile_pages(bs)
+    if row["tile_pages"] > 1:
+        # Baseline in the same run: the same kernels reading one page a loop step (as
+        # they did until 2026-12-03), so the wider step's gain is a ratio, not a memory.
+        from kernels.paged_attention import paged_attention_decode_triton
+        from kernels.prefill_attention import paged_prefill_attention_triton
+        from kernels.sparse_attention import sparse_attention_decode_triton
+
+        row["decode_1page_s"] = timer(lambda: paged_attention_decode_triton(q, layer, bt, lens, scale, tile=1))
+        row["sparse_decode_1page_s"] = timer(
+            lambda: sparse_attention_decode_triton(q, layer, bt, sel, ns, lens, scale, tile=1))
+        row["prefill_1page_s"] = timer(
+            lambda: paged_prefill_attention_triton(qc, layer, bt[0], n - chunk, scale, tile=1))
     del layer
     # kv_store on a fresh pool: a decode token, then a prefill chunk.
     fresh = kernels.allocate(spec, math.ceil(shape.store_chunk / bs) + 2, device=device, n_stage=512)
@@ -297,15 +315,16 @@ def print_tables(checks, timings):
         note = f"  {r['error']}" if "error" in r else ""
         print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}{note}")
     print("\ntimings, ms (one sequence, one layer)")
-    head = ["context", "kind", "decode", "floor", "sdpa", "score", "select", "sparse", "prefill", "sdpa_pf", "store1", "apply1", "storeN"]
+    head = ["context", "kind", "decode", "dec_1pg", "floor", "sdpa", "score", "select", "sparse", "spa_1pg",
+            "prefill", "pf_1pg", "sdpa_pf", "store1", "apply1", "storeN"]
     print(" ".join(f"{h:>9}" for h in head))
     for r in timings:
         if "decode_s" not in r:
             print(f"{r['context']:>9} {r['kind']:>9}  {r.get('error') or r.get('skipped')}")
             continue
-        vals = [r["decode_s"], r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"], r["sparse_decode_s"],
-                r["prefill_s"], r["sdpa_prefill_s"], r["store_token_s"], r.get("store_token_planned_s"),
-                r["store_chunk_s"]]
+        vals = [r["decode_s"], r.get("decode_1page_s"), r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"],
+                r["sparse_decode_s"], r.get("sparse_decode_1page_s"), r["prefill_s"], r.get("prefill_1page_s"),
+                r["sdpa_prefill_s"], r["store_token_s"], r.get("store_token_planned_s"), r["store_chunk_s"]]
         print(f"{r['context']:>9} {r['kind']:>9} " + " ".join(f"{_fmt_ms(v):>9}" for v in vals))
 
 

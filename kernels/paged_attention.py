@@ -3,8 +3,9 @@
 Phase 1 (``_decode_split_kernel``), grid (S, H, n_splits): one program takes one kv head
 of one sequence and a contiguous range of its pages (or of its selected pages, when
 SPARSE), and all the query heads that share that kv head as the rows of a tile (padded
-to 16 for tl.dot). It leaves an unnormalised partial output with its running max and
-sum. Splitting along the sequence keeps every SM busy when S * H is small and the
+to 16 for tl.dot). It walks that range a few pages a loop step (``tile_pages``: 64
+rows, so 16-token pages are read four at a time) and leaves an unnormalised partial
+output with its running max and sum. Splitting along the sequence keeps every SM busy when S * H is small and the
 context long, which is the decode case this tool exists for.
 
 Phase 2 (``_decode_reduce_kernel``), grid (S, H): merges the partials with the usual
@@ -19,7 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._page_io import check_supported, dot_flags, kind_code, load_page_kv, page_args, qk_dot, softmax_step, stage_map
+from ._page_io import (check_supported, dot_flags, kind_code, load_tile_kv, page_args, page_tile, qk_dot, softmax_step,
+                       stage_map, tile_pages)
 from .layout import PagedKVLayer
 
 
@@ -32,7 +34,7 @@ def _decode_split_kernel(
     k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v, stage_of_block,
     scale, H, n_splits,
     GROUP: tl.constexpr, GP: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
-    PAGES_PER_SPLIT: tl.constexpr, KIND: tl.constexpr, SPARSE: tl.constexpr,
+    PAGES_PER_SPLIT: tl.constexpr, TP: tl.constexpr, KIND: tl.constexpr, SPARSE: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr,
 ):
     s = tl.program_id(0)
@@ -55,24 +57,21 @@ def _decode_split_kernel(
     m = tl.full([GP], float("-inf"), tl.float32)
     l = tl.zeros([GP], tl.float32)
     acc = tl.zeros([GP, D], tl.float32)
-    offs_t = tl.arange(0, BS)
-    for i in range(i0, i1):
+    offs_p = tl.arange(0, TP)
+    for i in range(i0, i1, TP):  # TP pages a step (`tile_pages`)
+        idx = i + offs_p
+        live = idx < i1
         if SPARSE:
-            p = tl.load(selected + s.to(tl.int64) * stride_sel_s + h * stride_sel_h + i)
+            p = tl.load(selected + s.to(tl.int64) * stride_sel_s + h * stride_sel_h + idx, mask=live, other=0)
         else:
-            p = i
-        blk = tl.load(block_tables + s.to(tl.int64) * stride_bt + p).to(tl.int64)
-        n_valid = tl.minimum(ctx - p * BS, BS)
-        use_stage = n_valid < BS  # the unsealed tail (only read for quantized kinds)
-        slot = 0
-        if KIND != 0:
-            slot = tl.load(stage_of_block + blk).to(tl.int64)
-        k, v = load_page_kv(k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v,
-                            blk, slot, use_stage, h, H, KIND, BS, D, G)
-        valid = offs_t < n_valid
+            p = idx
+        blk, slot, use_stage, valid = page_tile(p, live, ctx, block_tables + s.to(tl.int64) * stride_bt,
+                                                stage_of_block, KIND, BS, TP)
+        k, v = load_tile_kv(k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v,
+                            blk, slot, use_stage, live, h, H, KIND, BS, D, G, TP)
         # Rows past the fill are stale memory: zero them so 0 * garbage cannot be NaN.
         v = tl.where(valid[:, None], v, 0.0)
-        scores = qk_dot(q, k, DOT_FP32, DOT_BF16)  # [GP, BS]
+        scores = qk_dot(q, k, DOT_FP32, DOT_BF16)  # [GP, TP * BS]
         scores = tl.where(valid[None, :], scores, float("-inf"))
         m, l, acc = softmax_step(scores, v, m, l, acc, DOT_FP32, DOT_BF16)
 
@@ -144,23 +143,27 @@ def _num_sms(device: torch.device) -> int:
     return 4  # interpreter: a few splits still exercise the reduction
 
 
-def _plan_splits(n_seqs: int, n_kv_heads: int, max_items: int, device: torch.device, pages_per_split=None):
-    """Pages per split so that about two waves of programs cover the GPU."""
+def _plan_splits(n_seqs: int, n_kv_heads: int, max_items: int, device: torch.device, pages_per_split=None,
+                 step_pages: int = 1):
+    """Pages per split so that about two waves of programs cover the GPU, and at least
+    one loop step (``step_pages``) each."""
     if pages_per_split is None:
         want = max(1, (2 * _num_sms(device)) // max(1, n_seqs * n_kv_heads))
         pages_per_split = max(1, triton.cdiv(max_items, want))
-        pages_per_split = triton.next_power_of_2(pages_per_split)  # few distinct compilations
+        pages_per_split = max(step_pages, triton.next_power_of_2(pages_per_split))  # few distinct compilations
     return pages_per_split, max(1, triton.cdiv(max_items, pages_per_split))
 
 
 def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out, selected=None, n_selected=None,
-                  pages_per_split=None):
-    """Shared launcher of dense (selected None) and sparse decode."""
+                  pages_per_split=None, tile=None):
+    """Shared launcher of dense (selected None) and sparse decode. ``tile``: pages per
+    loop step (default `tile_pages`: 64 rows a step)."""
     q, s_n, d, h, group, gp = _launch_shape(q, layer)
     spec = layer.spec
     sparse = selected is not None
     max_items = selected.shape[-1] if sparse else block_tables.shape[1]
-    pps, n_splits = _plan_splits(s_n, h, max_items, q.device, pages_per_split)
+    tp = tile_pages(spec.block_size, tile)
+    pps, n_splits = _plan_splits(s_n, h, max_items, q.device, pages_per_split, tp)
     if out is None:
         out = torch.empty_like(q)
     part_acc = torch.empty(s_n, h, n_splits, gp, d, dtype=torch.float32, device=q.device)
@@ -180,7 +183,7 @@ def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out
         block_tables, block_tables.stride(0), context_lens, *sel_args,
         *page_args(layer), stage_map(layer), float(scale), h, n_splits,
         GROUP=group, GP=gp, BS=spec.block_size, D=d, G=spec.group_size,
-        PAGES_PER_SPLIT=pps, KIND=kind_code(layer), SPARSE=sparse, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
+        PAGES_PER_SPLIT=pps, TP=tp, KIND=kind_code(layer), SPARSE=sparse, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
     )
     _decode_reduce_kernel[(s_n, h)](
         out, out.stride(0), out.stride(1), part_acc, part_m, part_l, h, n_splits,
@@ -189,6 +192,7 @@ def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out
     return out
 
 
-def paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=None, pages_per_split=None):
+def paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=None, pages_per_split=None,
+                                  tile=None):
     """Triton twin of ``reference.paged_attention_decode``."""
-    return decode_launch(q, layer, block_tables, context_lens, scale, out, pages_per_split=pages_per_split)
+    return decode_launch(q, layer, block_tables, context_lens, scale, out, pages_per_split=pages_per_split, tile=tile)

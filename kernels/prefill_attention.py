@@ -3,10 +3,10 @@
 Grid (row tiles, H). A tile's rows are (query, head-in-group) pairs of one kv head, so
 the GQA heads that share a page read it once. Each program walks the page list of the
 chunk's plan (``reference.chunk_page_plan``: every page for dense, sinks + the chunk's
-local range for window, plus the chunk's top-k pages for topk), with an online softmax:
-no score matrix larger than [BLOCK_M, BS] ever exists. Visibility of a key at position
-j for a query at i: ``j <= i``, ``j < ctx`` and, for pages marked local-only,
-``page(j) > page(i) - n_local_pages``.
+local range for window, plus the chunk's top-k pages for topk), a few pages a step
+(``tile_pages``: 64 rows), with an online softmax: no score matrix larger than
+[BLOCK_M, 64] ever exists. Visibility of a key at position j for a query at i:
+``j <= i``, ``j < ctx`` and, for pages marked local-only, ``page(j) > page(i) - n_local_pages``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._page_io import check_supported, dot_flags, kind_code, load_page_kv, page_args, qk_dot, softmax_step, stage_map
+from ._page_io import (check_supported, dot_flags, kind_code, load_tile_kv, page_args, page_tile, qk_dot, softmax_step,
+                       stage_map, tile_pages)
 from .reference import DENSE, chunk_page_plan
 
 
@@ -26,7 +27,7 @@ def _prefill_kernel(
     k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v, stage_of_block,
     scale, H, n_q, start_pos, n_local,
     GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
-    KIND: tl.constexpr, PER_HEAD_PLAN: tl.constexpr, DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr,
+    TP: tl.constexpr, KIND: tl.constexpr, PER_HEAD_PLAN: tl.constexpr, DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr,
 ):
     mt = tl.program_id(0)
     h = tl.program_id(1)
@@ -50,24 +51,26 @@ def _prefill_kernel(
     m = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_M], tl.float32)
     acc = tl.zeros([BLOCK_M, D], tl.float32)
+    offs_p = tl.arange(0, TP)
     offs_t = tl.arange(0, BS)
-    for i in range(0, n_list):
-        p = tl.load(plan_pages + hp * stride_plan + i)
-        if p * BS <= last_pos:  # pages wholly after this tile's queries are causally hidden
-            local_only = tl.load(plan_local + hp * stride_plan + i)
-            blk = tl.load(block_table + p).to(tl.int64)
-            n_valid = tl.minimum(ctx - p * BS, BS)
-            slot = 0
-            if KIND != 0:
-                slot = tl.load(stage_of_block + blk).to(tl.int64)
-            k, v = load_page_kv(k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v,
-                                blk, slot, n_valid < BS, h, H, KIND, BS, D, G)
-            valid = offs_t < n_valid
+    for i in range(0, n_list, TP):  # TP pages of the plan a step (`tile_pages`)
+        idx = i + offs_p
+        live = idx < n_list
+        p = tl.load(plan_pages + hp * stride_plan + idx, mask=live, other=0)
+        # Pages wholly after this tile's queries are causally hidden: skip a step of them.
+        if tl.min(tl.where(live, p, 2147483647), axis=0) * BS <= last_pos:
+            local_only = tl.load(plan_local + hp * stride_plan + idx, mask=live, other=0)
+            blk, slot, use_stage, valid = page_tile(p, live, ctx, block_table, stage_of_block, KIND, BS, TP)
+            k, v = load_tile_kv(k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v,
+                                blk, slot, use_stage, live, h, H, KIND, BS, D, G, TP)
             v = tl.where(valid[:, None], v, 0.0)
-            k_pos = p * BS + offs_t  # [BS]
+            # Per key row: its position, and its page's plan entries, [TP, BS] -> [TP * BS].
+            k_pos = tl.reshape(p[:, None] * BS + offs_t[None, :], (TP * BS,))
+            k_page = tl.reshape(tl.broadcast_to(p[:, None], (TP, BS)), (TP * BS,))
+            k_local = tl.reshape(tl.broadcast_to(local_only[:, None], (TP, BS)), (TP * BS,))
             vis = valid[None, :] & (k_pos[None, :] <= q_pos[:, None])
-            near = (p > q_page - n_local) | (local_only == 0)  # [BLOCK_M]
-            vis = vis & near[:, None]
+            near = (k_page[None, :] > q_page[:, None] - n_local) | (k_local[None, :] == 0)  # [BLOCK_M, TP * BS]
+            vis = vis & near
             scores = qk_dot(q, k, DOT_FP32, DOT_BF16)
             scores = tl.where(vis, scores, float("-inf"))
             m, l, acc = softmax_step(scores, v, m, l, acc, DOT_FP32, DOT_BF16)
@@ -77,8 +80,10 @@ def _prefill_kernel(
     tl.store(out_ptr + o_off, res.to(out_ptr.dtype.element_ty), mask=row_ok[:, None])
 
 
-def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=None, out=None, block_m=None):
-    """Triton twin of ``reference.paged_prefill_attention``."""
+def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=None, out=None, block_m=None,
+                                   tile=None):
+    """Triton twin of ``reference.paged_prefill_attention``. ``tile``: pages per loop
+    step (default `tile_pages`: 64 rows a step)."""
     policy = policy or DENSE
     check_supported(layer)
     spec = layer.spec
@@ -100,6 +105,6 @@ def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, poli
         block_table.to(torch.int32), pages, local_only, pages.stride(0), n_list.to(torch.int32),
         *page_args(layer), stage_map(layer), float(scale), h, n_q, int(start_pos), policy.n_local_pages,
         GROUP=group, BLOCK_M=block_m, BS=spec.block_size, D=d, G=spec.group_size,
-        KIND=kind_code(layer), PER_HEAD_PLAN=pages.shape[0] > 1, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
+        TP=tile_pages(spec.block_size, tile), KIND=kind_code(layer), PER_HEAD_PLAN=pages.shape[0] > 1, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
     )
     return out

@@ -70,7 +70,7 @@ def score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=True, o
 
 
 def sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None,
-                                   pages_per_split=None):
+                                   pages_per_split=None, tile=None):
     """Triton twin of ``reference.sparse_attention_decode``."""
     return decode_launch(q, layer, block_tables, context_lens, scale, out, selected=selected, n_selected=n_selected,
-                         pages_per_split=pages_per_split)
+                         pages_per_split=pages_per_split, tile=tile)

@@ -167,3 +167,44 @@ def test_importing_the_kernel_modules_keeps_the_package_functions():
     import kernels.paged_attention  # noqa: F401
 
     assert callable(kernels.kv_store) and kernels.kv_store.__module__ == "kernels"
+
+
+# Pages per loop step: 1 (one page a step, the bench's baseline) and more than the
+# default, so a step straddles the end of a split, of a selection and of the plan.
+TILE_CASES = [("fp16", 16, 6), ("int4", 16, 6), ("fp8", 32, 6), ("int8", 16, 2)]
+
+
+@pytest.mark.parametrize("kind,bs,hq", TILE_CASES)
+@pytest.mark.parametrize("tile", [1, 8])
+def test_attention_kernels_match_reference_at_any_tile_width(kind, bs, hq, tile):
+    f = fill(spec_of(kind, bs), LENS + [9 * bs + 2], seed=7)
+    q = torch.randn(len(LENS) + 1, hq, D)
+    tol = dot_tolerance(f.layer)
+    want = R.paged_attention_decode(q, f.layer, f.block_tables, f.context_lens, D**-0.5)
+    got = paged_attention_decode_triton(q, f.layer, f.block_tables, f.context_lens, D**-0.5, out=nan_like(q),
+                                        pages_per_split=4, tile=tile)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+    pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+    scores = R.score_pages(q, f.layer, f.block_tables, f.context_lens)
+    sel, n = R.select_pages(scores, f.context_lens, bs, pol, max_pages=f.block_tables.shape[1])
+    want = R.sparse_attention_decode(q, f.layer, f.block_tables, sel, n, f.context_lens, D**-0.5)
+    got = sparse_attention_decode_triton(q, f.layer, f.block_tables, sel, n, f.context_lens, D**-0.5,
+                                         out=nan_like(q), tile=tile)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+    start = 8 * bs - 3  # the chunk's queries see every page of a 10-page sequence
+    qc = torch.randn(9 * bs + 2 - start, hq, D)
+    for policy in PREFILL_POLICIES:
+        want = R.paged_prefill_attention(qc, f.layer, f.block_tables[-1], start, D**-0.5, policy)
+        got = paged_prefill_attention_triton(qc, f.layer, f.block_tables[-1], start, D**-0.5, policy,
+                                             out=nan_like(qc), block_m=16, tile=tile)
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol, msg=policy.kind)
+
+
+def test_tile_width_must_be_a_power_of_two():
+    from kernels._page_io import tile_pages
+
+    assert (tile_pages(16), tile_pages(64), tile_pages(128), tile_pages(16, 1)) == (4, 1, 1, 1)
+    with pytest.raises(ValueError):
+        tile_pages(16, 3)
