@@ -124,7 +124,7 @@ from .layout import (
     exact_page_bytes,
     staging_bytes,
 )
-from .reference import AttentionPolicy, release_blocks, select_pages
+from .reference import AttentionPolicy, release_blocks
 from .store_plan import StorePlan, plan_store
 
 # triton is optional (without it every call takes the reference path) and imported only
@@ -202,6 +202,17 @@ def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None
 
         return score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
     return reference.score_pages(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
+
+
+def select_pages(scores, context_lens, block_size, policy: AttentionPolicy, max_pages=None, last_page=None):
+    """Sinks + local + top-k pages by logical index (see ``reference.select_pages``); a
+    decode step's selection (no ``last_page``) on CUDA runs as one Triton kernel."""
+    on_gpu = context_lens.is_cuda or _backend == "triton"
+    if HAS_TRITON and _backend != "reference" and on_gpu and last_page is None:
+        from .sparse_attention import select_pages_triton
+
+        return select_pages_triton(scores, context_lens, block_size, policy, max_pages=max_pages)
+    return reference.select_pages(scores, context_lens, block_size, policy, max_pages=max_pages, last_page=last_page)
 
 
 def sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None):

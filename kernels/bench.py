@@ -9,7 +9,8 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
 
 * decode (dense): against the memory floor (the layer's KV bytes at the GPU's measured
   copy bandwidth) and against torch SDPA on dense fp16 tensors of the same context;
-* sparse decode (Quest): page scoring, selection and attention over 1/16 of the pages;
+* sparse decode (Quest): page scoring, selection (the Triton kernel, and torch's
+  ``reference.select_pages`` as its baseline) and attention over 1/16 of the pages;
 * chunked prefill: a 512-query chunk at the end of the context, against SDPA (no mask:
   the same work as the causal chunk to within 512 keys);
 * where pages are smaller than a loop step's 64 rows (the default 16-token pages), the
@@ -145,7 +146,7 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     from kernels.kv_store_triton import kv_store_triton
     from kernels.paged_attention import paged_attention_decode_triton
     from kernels.prefill_attention import paged_prefill_attention_triton
-    from kernels.sparse_attention import score_pages_triton, sparse_attention_decode_triton
+    from kernels.sparse_attention import score_pages_triton, select_pages_triton, sparse_attention_decode_triton
 
     rows = []
     spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
@@ -179,12 +180,20 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
         "sparse_decode": (R.sparse_attention_decode(q, la, bt, sel, ns, lens, scale),
                           sparse_attention_decode_triton(q, la, bt, sel, ns, lens, scale)),
     }
+    # Selection over many pages: several of the kernel's 256-page blocks per pass.
+    n_big = 600 if shape.d < 128 else 5000
+    big = torch.randn(2, shape.h, n_big, device=device, generator=g)
+    big_lens = torch.tensor([n_big * bs - 7, (n_big // 3) * bs], dtype=torch.int32, device=device)
+    big_pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=n_big // 16)
+    want_sel = R.select_pages(big, big_lens, bs, big_pol, max_pages=n_big)
+    got_sel = select_pages_triton(big, big_lens, bs, big_pol, max_pages=n_big)
+    pairs["select_pages"] = (torch.cat([want_sel[0].flatten(), want_sel[1]]), torch.cat([got_sel[0].flatten(), got_sel[1]]))
     for p in (kernels.AttentionPolicy(), pol):
         start = n - qc.shape[0]
         pairs[f"prefill_{p.kind}"] = (R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
                                       paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
     tol = 2e-5 if kind == "fp32" else 2e-2
-    exact = ("kv_store_k", "kv_store_v") if kind in ("fp8", "int8", "int4") else ()
+    exact = ("kv_store_k", "kv_store_v", "select_pages") if kind in ("fp8", "int8", "int4") else ("select_pages",)
     for name, (want, got) in pairs.items():
         err = _max_err(want.nan_to_num(), got.nan_to_num())
         if name in exact:  # codes and scales: a one-step flip is a real difference
@@ -259,7 +268,8 @@ def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdp
     pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=max(1, n_pages // 16))
     row["score_s"] = timer(lambda: kernels.score_pages(q, layer, bt, lens))
     scores = kernels.score_pages(q, layer, bt, lens)
-    row["select_s"] = timer(lambda: R.select_pages(scores, lens, bs, pol, max_pages=n_pages))
+    row["select_s"] = timer(lambda: kernels.select_pages(scores, lens, bs, pol, max_pages=n_pages))  # Triton on CUDA
+    row["select_torch_s"] = timer(lambda: R.select_pages(scores, lens, bs, pol, max_pages=n_pages))  # baseline
     sel, ns = R.select_pages(scores, lens, bs, pol, max_pages=n_pages)
     row["sparse_decode_s"] = timer(lambda: kernels.sparse_attention_decode(q, layer, bt, sel, ns, lens, scale))
     chunk = min(shape.prefill_chunk, n)
@@ -315,7 +325,7 @@ def print_tables(checks, timings):
         note = f"  {r['error']}" if "error" in r else ""
         print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}{note}")
     print("\ntimings, ms (one sequence, one layer)")
-    head = ["context", "kind", "decode", "dec_1pg", "floor", "sdpa", "score", "select", "sparse", "spa_1pg",
+    head = ["context", "kind", "decode", "dec_1pg", "floor", "sdpa", "score", "select", "sel_torch", "sparse", "spa_1pg",
             "prefill", "pf_1pg", "sdpa_pf", "store1", "apply1", "storeN"]
     print(" ".join(f"{h:>9}" for h in head))
     for r in timings:
@@ -323,7 +333,7 @@ def print_tables(checks, timings):
             print(f"{r['context']:>9} {r['kind']:>9}  {r.get('error') or r.get('skipped')}")
             continue
         vals = [r["decode_s"], r.get("decode_1page_s"), r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"],
-                r["sparse_decode_s"], r.get("sparse_decode_1page_s"), r["prefill_s"], r.get("prefill_1page_s"),
+                r.get("select_torch_s"), r["sparse_decode_s"], r.get("sparse_decode_1page_s"), r["prefill_s"], r.get("prefill_1page_s"),
                 r["sdpa_prefill_s"], r["store_token_s"], r.get("store_token_planned_s"), r["store_chunk_s"]]
         print(f"{r['context']:>9} {r['kind']:>9} " + " ".join(f"{_fmt_ms(v):>9}" for v in vals))
 

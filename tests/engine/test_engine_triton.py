@@ -55,7 +55,7 @@ def count_triton(monkeypatch):
 
     for module, name in ((ks, "kv_store_planned_triton"), (pa, "paged_attention_decode_triton"),
                          (pf, "paged_prefill_attention_triton"), (sa, "score_pages_triton"),
-                         (sa, "sparse_attention_decode_triton")):
+                         (sa, "select_pages_triton"), (sa, "sparse_attention_decode_triton")):
         counted(module, name)
     yield calls
     kernels.set_backend("auto")
@@ -109,6 +109,8 @@ def test_engine_through_triton_equals_reference(tiny_models, prompts, count_trit
     assert count_triton.get("kv_store_planned_triton") and count_triton.get("paged_prefill_attention_triton")
     decode = "paged_attention_decode_triton" if policy.kind == "dense" else "sparse_attention_decode_triton"
     assert count_triton.get(decode), count_triton
+    if policy.kind != "dense":
+        assert count_triton.get("select_pages_triton"), count_triton
     if policy.kind == "topk":
         assert count_triton.get("score_pages_triton")
     # Both paths compute in fp32 over the same pages: a wrong kernel moves logits by far more.

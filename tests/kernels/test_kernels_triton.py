@@ -24,7 +24,7 @@ if kernels.HAS_TRITON:
     from kernels.kv_store_triton import kv_store_triton
     from kernels.paged_attention import paged_attention_decode_triton
     from kernels.prefill_attention import paged_prefill_attention_triton
-    from kernels.sparse_attention import score_pages_triton, sparse_attention_decode_triton
+    from kernels.sparse_attention import score_pages_triton, select_pages_triton, sparse_attention_decode_triton
 
 D = 32
 KINDS = ["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
@@ -208,3 +208,38 @@ def test_tile_width_must_be_a_power_of_two():
     assert (tile_pages(16), tile_pages(64), tile_pages(128), tile_pages(16, 1)) == (4, 1, 1, 1)
     with pytest.raises(ValueError):
         tile_pages(16, 3)
+
+
+SELECT_POLICIES = [
+    kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=2, top_k_pages=3),
+    kernels.AttentionPolicy("topk", n_sink_pages=2, n_local_pages=1, top_k_pages=300),  # more than the candidates
+    kernels.AttentionPolicy("topk", n_sink_pages=0, n_local_pages=4, top_k_pages=1),
+    kernels.AttentionPolicy("window", n_sink_pages=1, n_local_pages=3),
+]
+
+
+@pytest.mark.parametrize("policy", SELECT_POLICIES, ids=lambda p: f"{p.kind}-{p.n_sink_pages}-{p.n_local_pages}-{p.top_k_pages}")
+@pytest.mark.parametrize("hs", [1, 3])
+def test_select_pages_matches_reference(policy, hs):
+    # Lengths: one token, fewer pages than sinks + window, some, and more than one
+    # 256-page block of the kernel's passes; bs 16.
+    lens = torch.tensor([1, 40, 16 * 9 + 3, 16 * 600 - 5], dtype=torch.int32)
+    max_pages = 600
+    scores = torch.randn(len(lens), hs, max_pages)  # distinct scores: top-k has no ties to break
+    scores[2, :, 3] = float("nan")  # non-finite candidates: NaN and -inf rank last, +inf first
+    scores[3, :, 100] = float("inf")
+    scores[3, :, 200] = float("-inf")
+    want_sel, want_n = R.select_pages(scores, lens, 16, policy, max_pages=max_pages)
+    sel, n = select_pages_triton(scores if policy.kind == "topk" else None, lens, 16, policy, max_pages=max_pages)
+    assert torch.equal(n, want_n)
+    if want_sel.shape[1] != sel.shape[1]:  # window: one shared selection
+        want_sel = want_sel.expand_as(sel)
+    assert torch.equal(sel, want_sel)
+
+
+def test_select_pages_breaks_ties_by_taking_exactly_k():
+    lens = torch.tensor([16 * 20], dtype=torch.int32)
+    scores = torch.zeros(1, 1, 20)  # every candidate ties
+    pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=1, top_k_pages=5)
+    sel, n = select_pages_triton(scores, lens, 16, pol, max_pages=20)
+    assert int(n[0]) == 7 and sel[0, 0].tolist() == [0, 1, 2, 3, 4, 5, 19]
