@@ -56,3 +56,65 @@ class RepetitionGuard:
         mark = "\n" if "\n" in self.unit else " "
         breaks = [i + 1 for i in range(end - size // 2, min(end + size // 2, len(text))) if text[i] == mark]
         return text[: min(breaks, key=lambda c: abs(c - end))] if breaks else text[:end]
+
+
+class EchoedLines:
+    """Streamed text, held back while its current line is repeating an earlier line of the
+    same answer word for word; once a whole line (of at least `min_line` characters,
+    outside code fences) has repeated, the answer ends there and the repeat is never shown.
+
+    `RepetitionGuard` needs three copies, so a small model's looping line reached the user
+    twice or three times before it fired (the README's own question: 'The report also
+    mentions a recordable incident...' three times). An answer has no use for a long line
+    twice. The cost is a lag only while a line matches the start of an earlier one."""
+
+    def __init__(self, min_line: int = 40):
+        self.min_line = min_line
+        self.seen: set[str] = set()  # earlier long lines, stripped
+        self.line = ""  # the current line, not yet ended
+        self.held_from = 0  # characters of `line` shown so far
+        self.in_code = False
+        self.repeated = ""  # the line that came back, once it has
+        self.shown = ""  # everything released to the user
+
+    def feed(self, piece: str) -> str:
+        """Add streamed text; returns what can be shown now ('' while holding, and after a
+        repeat)."""
+        if self.repeated:
+            return ""
+        out = []
+        self.line += piece
+        while "\n" in self.line:
+            line, self.line = self.line.split("\n", 1)
+            key = line.strip()
+            if self._counts(key) and key in self.seen:
+                self.repeated, self.line = key, ""
+                break
+            out.append(line[self.held_from :] + "\n")
+            self.held_from = 0
+            if key.startswith("```"):
+                self.in_code = not self.in_code
+            elif self._counts(key):
+                self.seen.add(key)
+        if not self.repeated and not self._echoing():
+            out.append(self.line[self.held_from :])
+            self.held_from = len(self.line)
+        return self._release("".join(out))
+
+    def flush(self) -> str:
+        """At the end of the stream: the held rest, unless it is itself a repeat."""
+        if self.repeated or (self._counts(self.line.strip()) and self.line.strip() in self.seen):
+            return ""
+        rest, self.held_from = self.line[self.held_from :], len(self.line)
+        return self._release(rest)
+
+    def _release(self, text: str) -> str:
+        self.shown += text
+        return text
+
+    def _counts(self, key: str) -> bool:
+        return len(key) >= self.min_line and not self.in_code
+
+    def _echoing(self) -> bool:
+        start = self.line.lstrip()
+        return bool(start) and not self.in_code and any(s.startswith(start) for s in self.seen)

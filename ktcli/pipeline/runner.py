@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.repetition import RepetitionGuard
+from ktcli.pipeline.repetition import EchoedLines, RepetitionGuard
 
 
 @dataclass
@@ -52,39 +52,52 @@ def peak_rss_mb() -> float:
 def generate_text(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, phase: str) -> str:
     """A non-final step (notes): collect the text, show it as progress only."""
-    guard = RepetitionGuard()
+    guard, echo = RepetitionGuard(), EchoedLines()
     pieces = backend.stream_chat(messages, params)
     try:
         for piece in pieces:
             looping = guard.feed(piece)
+            echo.feed(piece)
             reporter.progress(phase, len(guard.text), 0)
-            if looping:
+            if looping or echo.repeated:
                 break
     finally:
         pieces.close()  # a loop stops the backend here: no more tokens are generated
     tally.add(backend)
-    if guard.unit:
+    if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
-    return guard.kept().strip()  # notes carry one copy of a repeated line, not twenty
+    # notes carry one copy of a repeated line, not twenty
+    return guard.kept().strip() if guard.unit else (echo.shown + echo.flush()).strip()
 
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter) -> str:
-    """The final step: every piece goes to the user as soon as it exists. An answer that
-    falls into a verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
-    guard = RepetitionGuard()
+    """The final step: every piece goes to the user as soon as it exists, except a line
+    that is repeating an earlier one (held until it differs). An answer that falls into a
+    verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
+    guard, echo = RepetitionGuard(), EchoedLines()
     pieces = backend.stream_chat(messages, params)
     try:
         for piece in pieces:
             if not guard.text and piece:
                 tally.ttft_s = time.perf_counter() - tally.started
-            reporter.answer_text(piece)
-            if guard.feed(piece):
+            shown = echo.feed(piece)
+            if shown:
+                reporter.answer_text(shown)
+            if guard.feed(piece) or echo.repeated:
                 break
     finally:
         pieces.close()
+    if not guard.unit:
+        rest = echo.flush()
+        if rest:
+            reporter.answer_text(rest)
     tally.add(backend)
-    if guard.unit:
+    if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
+    if guard.unit:
         reporter.warn(f"stopped the answer: it kept repeating the same {len(guard.unit)} characters")
-    return guard.kept().strip()
+        return guard.kept().strip()
+    if echo.repeated:
+        reporter.warn(f"stopped the answer: it started repeating an earlier line word for word ({echo.repeated[:40]}...)")
+    return echo.shown.strip()

@@ -23,6 +23,7 @@ class ConsoleReporter:
         self._tasks: dict[str, int] = {}
         self._started: dict[str, float] = {}
         self._answer_started = False
+        self._held_space = ""
 
     # -- Reporter -------------------------------------------------------------------
     def status(self, message: str) -> None:
@@ -57,8 +58,14 @@ class ConsoleReporter:
         if not self._answer_started:
             self._stop_bars()
             self._answer_started = True
-        sys.stdout.write(delta)
-        sys.stdout.flush()
+        # Trailing line breaks wait for more text: an answer that ends in one would leave
+        # a stray blank line above the sources.
+        text = self._held_space + delta
+        body = text.rstrip()
+        self._held_space = text[len(body):]
+        if body:
+            sys.stdout.write(body)
+            sys.stdout.flush()
 
     # -- closing --------------------------------------------------------------------
     def figures(self, line: str) -> None:

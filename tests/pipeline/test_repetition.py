@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ktcli.engine.backend import GenStats, SamplingParams
-from ktcli.pipeline.repetition import RepetitionGuard
+from ktcli.pipeline.repetition import EchoedLines, RepetitionGuard
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "sample_docs" / "python-tutorial-3.11.rst"
@@ -111,7 +111,8 @@ def test_stream_answer_stops_the_backend_and_says_so():
     assert backend.closed and backend.streamed < 60  # stopped, not run to the token limit
     assert tally.new_tokens == backend.streamed  # the backend's figures were recorded on close
     assert text.count("variable number of keyword arguments") == 1
-    assert len(reporter.warnings) == 1 and "repeating" in reporter.warnings[0]
+    assert "".join(reporter.shown).count("variable number of keyword arguments") == 1  # the user saw it once
+    assert len(reporter.warnings) == 1 and "repeat" in reporter.warnings[0]
     assert tally.figures()["stopped_repeating"] == 1
 
 
@@ -120,3 +121,53 @@ def test_notes_keep_one_copy():
     notes = generate_text(backend, [{"role": "user", "content": "q"}], SamplingParams(), tally, Recorder(), "notes")
     assert backend.closed
     assert notes.count("variable number of keyword arguments") == 1 and notes.startswith(OPENING.strip())
+
+
+def _stream(echo: EchoedLines, text: str, seed: int = 0) -> str:
+    """`text` in random 1-6 character pieces; what the user would have seen."""
+    rng, i, seen = random.Random(seed), 0, []
+    while i < len(text) and not echo.repeated:
+        step = rng.randint(1, 6)
+        seen.append(echo.feed(text[i : i + step]))
+        i += step
+    return "".join(seen) + echo.flush()
+
+
+README_LOOP = ("The revenue in the third quarter was $21.4 million.\n"
+               "The report also mentions a recordable incident, a workplace injury that needs treatment.\n")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_long_line_said_twice_is_never_shown_twice(seed):
+    echo = EchoedLines()
+    extra = "The report also mentions a recordable incident, a workplace injury that needs treatment.\nAnd more."
+    shown = _stream(echo, README_LOOP + extra, seed)
+    assert shown == README_LOOP and echo.repeated.startswith("The report also mentions")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_line_that_starts_like_an_earlier_one_is_shown_once_it_differs(seed):
+    text = ("The chief executive officer of the company is Miriam Okafor.\n"
+            "The chief executive officer of the company joined in 2009, she says.\n"
+            "The chief executive officer of the company")  # ends mid-line, a prefix of the first
+    echo = EchoedLines()
+    assert _stream(echo, text, seed) == text and not echo.repeated
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```python\n" + "    print('the same long line of code, printed again and again')\n" * 3 + "```\n",
+        "Short line.\nShort line.\nShort line.\n",
+        "".join(f"{i}. Install the package with pip and then run the test suite.\n" for i in range(1, 6)),
+    ],
+    ids=["code", "short-lines", "numbered-list"],
+)
+def test_repeats_that_are_not_loops_are_shown(text):
+    echo = EchoedLines()
+    assert _stream(echo, text) == text and not echo.repeated
+
+
+def test_a_repeat_as_the_last_unfinished_line_is_dropped():
+    echo = EchoedLines()
+    assert _stream(echo, README_LOOP + README_LOOP.splitlines()[1]) == README_LOOP
