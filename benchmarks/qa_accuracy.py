@@ -10,6 +10,12 @@ run: the evidence layout ktcli used before 2026-12-03, one `[N] path p.3` header
 source. On several sources the 135M model tends to continue that list (its answer opens
 with `[9] path p.10` and a copied page) instead of answering; the current layout wraps
 each source in `<source id=.. ref=..>` tags.
+
+Citations are also scored both ways on the same answers (attribution runs after the
+answer, so one generation serves both): the pipeline's, which first cites each sentence's
+best line (since 2026-12-03), and the baseline's, which scores the answer as one bag of
+words (`citations.attribute(..., by_sentence=False)`). "first cite": the first source
+listed is the fact's page.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from dataclasses import replace
 from benchmarks.common import machine, write_result
 from ktcli.config import Settings
 from ktcli.engine.loading import load_backend
-from ktcli.pipeline import prompts
+from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import NullReporter
 from ktcli.pipeline.prepare import prepare
 from ktcli.pipeline.qa import answer_question
@@ -90,25 +96,47 @@ def _says(text: str, expected: str) -> bool:
 def run_case(case: str, layout: str, backend, base: Settings) -> dict:
     path, mode, questions = CASES[case]
     settings = replace(base, mode=mode)
-    current = prompts.evidence_block
+    current, attribute = prompts.evidence_block, citations.attribute
     prompts.evidence_block = LAYOUTS[layout]  # the only difference between the two sides
+    attributed: list[tuple[list, list]] = []  # (the pipeline's, the whole-answer baseline's)
+
+    def both_ways(answer, evidence, **kw):
+        ours = attribute(answer, evidence, **kw)
+        attributed.append((ours, attribute(answer, evidence, **{**kw, "by_sentence": False})))
+        return ours
+
+    citations.attribute = both_ways
     rows = []
     try:
         for question, expected, page in questions:
             prep = prepare([path], question, "ask", settings, NullReporter())
             started = time.perf_counter()
+            attributed.clear()
             answer = answer_question(prep, backend, settings, NullReporter(), Tally())
             right = any(_says(answer.text, e) for e in expected)
             pages = [c.span.page for c in answer.citations]
+            ours, theirs = attributed[-1]
+            # The baseline's list: the labels the model wrote (the same in both), then its attribution.
+            labelled = [c for c in answer.citations if c not in ours]
+            base_pages = [c.span.page for c in citations.merge(labelled, theirs)]
             rows.append({"question": question, "right": right, "cites_page": page in pages if page else None,
-                         "answer": answer.text[:300], "cited_pages": pages,
+                         "first_cite": bool(pages) and pages[0] == page if page else None,
+                         "cites_page_whole_answer": page in base_pages if page else None,
+                         "first_cite_whole_answer": bool(base_pages) and base_pages[0] == page if page else None,
+                         "answer": answer.text[:300], "cited_pages": pages, "cited_pages_whole_answer": base_pages,
                          "seconds": round(time.perf_counter() - started, 2)})
     finally:
-        prompts.evidence_block = current
+        prompts.evidence_block, citations.attribute = current, attribute
     n_right = sum(r["right"] for r in rows)
-    cited = [r["cites_page"] for r in rows if r["cites_page"] is not None]
+
+    def count(key):
+        marks = [r[key] for r in rows if r[key] is not None]
+        return sum(marks) if marks else None
+
     return {"case": case, "layout": layout, "right": n_right, "questions": len(rows),
-            "cites_right_page": sum(cited) if cited else None, "rows": rows}
+            "cites_right_page": count("cites_page"), "first_cite_right": count("first_cite"),
+            "cites_right_page_whole_answer": count("cites_page_whole_answer"),
+            "first_cite_right_whole_answer": count("first_cite_whole_answer"), "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -122,13 +150,18 @@ def main(argv: list[str] | None = None) -> int:
     prep = prepare([PDF], "warm up", "ask", replace(base, mode="full"), NullReporter())
     backend = load_backend(base, None, prep.plan)
     results = []
-    print(f"{'case':<20} {'layout':<27} {'right':>7} {'cites page':>11}")
+    print(f"{'case':<20} {'layout':<27} {'right':>7} {'cites page':>11} {'first cite':>11}   "
+          "(baseline: whole-answer attribution)")
     for case in args.cases.split(","):
         for layout in LAYOUTS:
             r = run_case(case, layout, backend, base)
             results.append(r)
-            cites = f"{r['cites_right_page']}/{r['questions']}" if r["cites_right_page"] is not None else "-"
-            print(f"{case:<20} {layout:<27} {r['right']:>3}/{r['questions']:<3} {cites:>11}", flush=True)
+            def pair(ours, theirs):
+                return f"{r[theirs]}->{r[ours]}/{r['questions']}" if r[ours] is not None else "-"
+
+            print(f"{case:<20} {layout:<27} {r['right']:>3}/{r['questions']:<3} "
+                  f"{pair('cites_right_page', 'cites_right_page_whole_answer'):>11} "
+                  f"{pair('first_cite_right', 'first_cite_right_whole_answer'):>11}", flush=True)
     payload = {"benchmark": "qa_accuracy", "machine": machine(), "model": base.model,
                "max_new_tokens": base.max_new_tokens, "results": results}
     if args.json:

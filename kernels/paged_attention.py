@@ -5,8 +5,8 @@ of one sequence and a contiguous range of its pages (or of its selected pages, w
 SPARSE), and all the query heads that share that kv head as the rows of a tile (padded
 to 16 for tl.dot). It walks that range a few pages a loop step (``tile_pages``: 64
 rows, so 16-token pages are read four at a time) and leaves an unnormalised partial
-output with its running max and sum. Splitting along the sequence keeps every SM busy when S * H is small and the
-context long, which is the decode case this tool exists for.
+output with its running max and sum. Splitting along the sequence keeps every SM busy
+when S * H is small and the context long, which is the decode case this tool exists for.
 
 Phase 2 (``_decode_reduce_kernel``), grid (S, H): merges the partials with the usual
 log-sum-exp rescaling, in chunks of splits so any number of splits works.

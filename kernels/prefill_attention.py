@@ -5,7 +5,7 @@ the GQA heads that share a page read it once. Each program walks the page list o
 chunk's plan (``reference.chunk_page_plan``: every page for dense, sinks + the chunk's
 local range for window, plus the chunk's top-k pages for topk), a few pages a step
 (``tile_pages``: 64 rows), with an online softmax: no score matrix larger than
-[BLOCK_M, 64] ever exists. Visibility of a key at position j for a query at i:
+[BLOCK_M, max(64, BS)] ever exists. Visibility of a key at position j for a query at i:
 ``j <= i``, ``j < ctx`` and, for pages marked local-only, ``page(j) > page(i) - n_local_pages``.
 """
 

@@ -16,6 +16,7 @@ from ktcli.types import Chunk, Citation, Span
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:[.,]\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
 _STOP = frozenset(
     "the a an and or of to in on for is are was were be been it its this that with as by at from "
     "which who what when where how why not no yes can could would should will do does did has have "
@@ -52,34 +53,50 @@ def cited_labels(answer: str, n_labels: int) -> list[int]:
     return seen
 
 
-def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1) -> list[Citation]:
-    """The evidence lines that best support `answer`, as merged, de-duplicated citations."""
-    wanted = Counter(terms(_LABEL.sub(" ", answer)))
+def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
+              by_sentence: bool = True) -> list[Citation]:
+    """The evidence lines that best support `answer`, as merged, de-duplicated citations:
+    first each sentence's best line, in answer order (`by_sentence`), then the lines that
+    best match the answer as a whole. Scoring only the whole answer let its longest
+    sentence decide: the README's question ('Q3 revenue was ... The report also mentions a
+    recordable incident ...') was cited to the incident's page alone, not the revenue's."""
+    text = _LABEL.sub(" ", answer)
+    wanted = set(terms(text))
     if not wanted or not evidence:
         return []
     lines = [line for chunk in evidence for line in _lines(chunk)]
-    df = Counter(t for line in lines for t in set(terms(line.text)))
+    line_terms = [set(terms(line.text)) for line in lines]
+    df = Counter(t for present in line_terms for t in present)
     n = len(lines)
 
-    def score(line: _Line) -> float:
-        present = set(terms(line.text))
-        return sum(math.log(1 + n / df[t]) for t in wanted if t in present)
+    def ranked(words: set[str]) -> list[tuple[float, int, int]]:
+        """(score, lines index, answer words present) for every line, best first."""
+        rows = []
+        for i, present in enumerate(line_terms):
+            hits = words & present
+            rows.append((sum(math.log(1 + n / df[t]) for t in hits), i, len(hits)))
+        return sorted(rows, key=lambda r: (-r[0], r[1]))
 
-    scored = sorted(((score(line), i) for i, line in enumerate(lines)), key=lambda p: (-p[0], p[1]))
-    best = scored[0][0] if scored else 0.0
+    whole = ranked(wanted)
+    best = whole[0][0]
     if best <= 0:
         return []
+    picks: list[tuple[float, int]] = []
+    if by_sentence:
+        for sentence in _SENTENCE.split(text):
+            words = set(terms(sentence))
+            s, i, hits = ranked(words)[0] if len(words) >= 2 else (0.0, 0, 0)
+            if hits >= 2:  # one shared word is coincidence
+                picks.append((s, i))
+    # Lines far weaker than the best one are coincidental word overlap.
+    picks += [(s, i) for s, i, _ in whole if s >= 0.5 * best]
     citations: list[Citation] = []
-    taken: set[tuple[str, int | None, int | None]] = set()
-    for s, i in scored:
-        # Lines far weaker than the best one are coincidental word overlap.
-        if s < 0.5 * best or len(citations) >= max_citations:
+    for s, i in picks:
+        if len(citations) >= max_citations:
             break
         span = _span_around(lines, i, context)
-        key = (span.path, span.line_start, span.page)
-        if any(_overlaps(span, c.span) for c in citations) or key in taken:
+        if any(_overlaps(span, c.span) or c.span == span for c in citations):
             continue
-        taken.add(key)
         citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3)))
     return citations
 

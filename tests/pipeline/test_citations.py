@@ -52,3 +52,21 @@ def test_one_citation_per_pdf_page():
     c = chunk("r.pdf", 10, ["Q3 revenue 5.87 million", "filler", "Q3 revenue grew 5.87 percent"], page=3)
     cites = attribute("Q3 revenue was 5.87 million", [c], context=0)
     assert [x.ref for x in cites] == ["r.pdf p.3"]
+
+
+def test_each_sentence_cites_its_own_line_first():
+    # The second sentence has more rare words; scored as one bag of words, the answer
+    # was cited to its page alone (the README's question did this).
+    revenue = chunk("report.pdf", 30, ["Q3 revenue was $5.87 million, the strongest quarter."], page=3)
+    safety = chunk("report.pdf", 90, ["A recordable incident is a workplace injury that needs treatment beyond first aid."],
+                   page=9)
+    answer = ("Revenue in Q3 was $5.87 million.\n"
+              "The report also mentions a recordable incident, a workplace injury that needs treatment beyond first aid.")
+    assert [c.ref for c in attribute(answer, [safety, revenue])] == ["report.pdf p.3", "report.pdf p.9"]
+    assert [c.ref for c in attribute(answer, [safety, revenue], by_sentence=False)] == ["report.pdf p.9"]
+
+
+def test_a_sentence_sharing_one_word_with_a_line_does_not_lead_the_citations():
+    c = chunk("a.txt", 1, ["The kiln was relined in June.", "", "Tea is served at four."])
+    # "Tea time." shares one word with line 3: that line comes only from the whole-answer pass.
+    assert [c.ref for c in attribute("Tea time. The kiln was relined.", [c])] == ["a.txt:1", "a.txt:3"]
