@@ -24,6 +24,7 @@ class ConsoleReporter:
         self._started: dict[str, float] = {}
         self._answer_started = False
         self._held_space = ""
+        self._deferred: list[str] = []  # warnings raised while the answer streams
 
     # -- Reporter -------------------------------------------------------------------
     def status(self, message: str) -> None:
@@ -48,9 +49,15 @@ class ConsoleReporter:
         self._progress.update(self._tasks[phase], completed=done, total=total, rate=f"{done / elapsed:.1f}/s")
 
     def warn(self, message: str) -> None:
-        if not self.quiet:
-            self._stop_bars()
-            self.err.print(f"[yellow]![/yellow] {escape(message)}")
+        if self.quiet:
+            return
+        if self._answer_started:
+            # Mid-answer, stdout's line is still open: on a terminal the warning would land
+            # inside the answer's text. It comes after the sources, with the figures.
+            self._deferred.append(message)
+            return
+        self._stop_bars()
+        self.err.print(f"[yellow]![/yellow] {escape(message)}")
 
     def answer_text(self, delta: str) -> None:
         if not self.stream_answer:
@@ -71,6 +78,9 @@ class ConsoleReporter:
     def figures(self, line: str) -> None:
         if not self.quiet:
             self._stop_bars()
+            for message in self._deferred:
+                self.err.print(f"[yellow]![/yellow] {escape(message)}")
+            self._deferred.clear()
             self.err.print(f"[dim]{escape(line)}[/dim]")
 
     def lines(self, lines: list[str]) -> None:

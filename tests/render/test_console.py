@@ -10,3 +10,14 @@ def test_trailing_line_breaks_wait_for_more_text(capsys):
     for piece in ["First line.\n", "\n", "Second", " line.\n", "\n"]:
         reporter.answer_text(piece)
     assert capsys.readouterr().out == "First line.\n\nSecond line."  # the sources block adds its own breaks
+
+
+def test_a_warning_raised_mid_answer_comes_after_it_with_the_figures(capsys):
+    reporter = ConsoleReporter()
+    reporter.warn("before the answer")
+    reporter.answer_text("An answer that stops mid-line")
+    reporter.warn("stopped the answer")
+    assert "stopped the answer" not in capsys.readouterr().err
+    reporter.figures("mode full")
+    err = capsys.readouterr().err
+    assert err.index("stopped the answer") < err.index("mode full")
