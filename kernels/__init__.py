@@ -158,13 +158,16 @@ def get_backend() -> str:
     return _backend
 
 
-def _use_triton(t: torch.Tensor, layer: PagedKVLayer) -> bool:
+def _use_triton(t: torch.Tensor, layer: PagedKVLayer | None = None) -> bool:
     """Triton for CUDA tensors (or always, if forced) when the layer's shapes suit the
-    kernels (power-of-two block_size, head_dim, group >= 16); the reference otherwise."""
+    kernels (power-of-two block_size, head_dim, group >= 16); the reference otherwise.
+    No layer: a kernel that reads no pages (selection), with no shapes to check."""
     if _backend == "reference" or not HAS_TRITON:
         return False
     if not (_backend == "triton" or t.is_cuda):
         return False
+    if layer is None:
+        return True
     from ._page_io import triton_supports
 
     return triton_supports(layer)
@@ -207,8 +210,7 @@ def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None
 def select_pages(scores, context_lens, block_size, policy: AttentionPolicy, max_pages=None, last_page=None):
     """Sinks + local + top-k pages by logical index (see ``reference.select_pages``); a
     decode step's selection (no ``last_page``) on CUDA runs as one Triton kernel."""
-    on_gpu = context_lens.is_cuda or _backend == "triton"
-    if HAS_TRITON and _backend != "reference" and on_gpu and last_page is None:
+    if last_page is None and _use_triton(context_lens):
         from .sparse_attention import select_pages_triton
 
         return select_pages_triton(scores, context_lens, block_size, policy, max_pages=max_pages)

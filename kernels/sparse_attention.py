@@ -142,9 +142,10 @@ def _select_pages_kernel(
     out_row = out_ptr + s.to(tl.int64) * stride_os + hh * stride_oh
     written = 0
     ties = 0
-    for c in range(0, tl.minimum(n_pages, max_pages), BLOCK):
+    end = tl.minimum(n_pages, max_pages)
+    for c in range(0, end, BLOCK):
         idx = c + offs
-        live = idx < tl.minimum(n_pages, max_pages)
+        live = idx < end
         chosen = (idx < N_SINK) | (idx >= local_lo)
         if HAS_SCORES:
             cand = (idx >= N_SINK) & (idx < cand_end)

@@ -95,7 +95,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         if len(citations) >= max_citations:
             break
         span = _span_around(lines, i, context)
-        if any(_overlaps(span, c.span) or c.span == span for c in citations):
+        if any(_overlaps(span, c.span) for c in citations):  # equal spans overlap too
             continue
         citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3)))
     return citations
