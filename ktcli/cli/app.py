@@ -26,6 +26,11 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 
 from ktcli.cli.common import Options, fail, run_guarded  # noqa: E402
+from ktcli.config import Settings  # noqa: E402
+
+# Flags default to None so a config file or KTCLI_* variable can set them; the help shows
+# the built-in default those override.
+_D = Settings()
 
 app = typer.Typer(
     name="ktcli",
@@ -36,22 +41,22 @@ app = typer.Typer(
 )
 
 Paths = Annotated[list[str], typer.Argument(help="Files, folders, or - for stdin.", show_default=False)]
-Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled), a .gguf file, a HF folder or cached repo id.")]
-Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine) or hf (transformers).")]
-ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto, full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
+Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled; the default), a .gguf file, a HF folder or cached repo id.")]
+Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine; the default) or hf (transformers).")]
+ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or figures on stderr.")]
-TopK = Annotated[Optional[int], typer.Option("--top-k", help="Chunks retrieved for a question.")]
-MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help="Longest answer, in tokens.")]
-ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help="Chunk size for retrieval.")]
-MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help="Folder walks skip larger files (reported).")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help="Where converted models, packed weights and indexes live.")]
+TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
+MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
+ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
+MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}).")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights and indexes live (default {_D.cache_path}).")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", help="Memory budget, e.g. 4GB.")]
 MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", help="Latency budget the planner aims for.")]
-Temperature = Annotated[Optional[float], typer.Option("--temperature", help="0 for greedy.")]
+Temperature = Annotated[Optional[float], typer.Option("--temperature", help=f"Sampling temperature; 0 is greedy (default {_D.temperature:g}).")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
