@@ -47,6 +47,25 @@ def tile_pages(block_size: int, override: int | None = None) -> int:
     return max(1, TILE_ROWS // block_size)
 
 
+# Warps per program of the decode and prefill attention kernels. Compiled for sm_90 by
+# ptxas (`python -m kernels.compile_check --baseline-warps 4`: 441 variants of the two),
+# 4 warps ran out of registers in 160: up to 568 bytes a thread in int4 decode and 1.9 KB
+# in int4 prefill at head_dim 128 (7 KB in fp32 decode's exact dot), where a [64, 128] tile of dequantized keys, and each
+# integer temporary of its decoding, take 64 registers a thread at 128 threads. At 8
+# warps 67 variants spill, at most 372 bytes (BENCHMARKS.md). Not yet timed on a GPU:
+# kernels.bench times 4 warps beside it as the same-run baseline.
+ATTENTION_WARPS = 8
+
+
+def attention_warps(override: int | None = None) -> int:
+    """Warps of an attention kernel launch: ``override`` (a power of two), or ATTENTION_WARPS."""
+    if override is None:
+        return ATTENTION_WARPS
+    if override < 1 or override & (override - 1):
+        raise ValueError(f"warps must be a power of two >= 1, not {override}")
+    return override
+
+
 @triton.jit
 def page_tile(pages, live, ctx, block_tables, stage_of_block, KIND: tl.constexpr, BS: tl.constexpr,
               TP: tl.constexpr):

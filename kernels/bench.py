@@ -16,6 +16,8 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
 * where pages are smaller than a loop step's 64 rows (the default 16-token pages), the
   three attention kernels again reading one page a step (``*_1page_s``, ``dec_1pg``...):
   the same-run baseline of the wider step;
+* decode and prefill again at 4 warps a program (``*_4warps_s``, ``dec_4w``, ``pf_4w``):
+  the same-run baseline of ``ATTENTION_WARPS`` (8, chosen from ptxas's register spills);
 * kv_store: one decode token, and a 4096-token prefill chunk; and the decode token's
   store as the engine runs it per layer (its plan made once per step, applied per layer).
 
@@ -277,16 +279,21 @@ def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdp
     row["prefill_chunk"] = chunk
     row["prefill_s"] = timer(lambda: kernels.paged_prefill_attention(qc, layer, bt[0], n - chunk, scale))
     row["sdpa_prefill_s"] = sdpa_prefill
-    from kernels._page_io import tile_pages
+    from kernels._page_io import ATTENTION_WARPS, tile_pages
+    from kernels.paged_attention import paged_attention_decode_triton
+    from kernels.prefill_attention import paged_prefill_attention_triton
+    from kernels.sparse_attention import sparse_attention_decode_triton
 
-    row["tile_pages"] = tile_pages(bs)
+    row["tile_pages"], row["warps"] = tile_pages(bs), ATTENTION_WARPS
+    if ATTENTION_WARPS != 4:
+        # Baseline in the same run: 4 warps a program (until 2026-12-03, chosen before the
+        # kernels had been compiled for a GPU at all; 8 is chosen from ptxas's spills).
+        row["decode_4warps_s"] = timer(lambda: paged_attention_decode_triton(q, layer, bt, lens, scale, warps=4))
+        row["prefill_4warps_s"] = timer(
+            lambda: paged_prefill_attention_triton(qc, layer, bt[0], n - chunk, scale, warps=4))
     if row["tile_pages"] > 1:
         # Baseline in the same run: the same kernels reading one page a loop step (as
         # they did until 2026-12-03), so the wider step's gain is a ratio, not a memory.
-        from kernels.paged_attention import paged_attention_decode_triton
-        from kernels.prefill_attention import paged_prefill_attention_triton
-        from kernels.sparse_attention import sparse_attention_decode_triton
-
         row["decode_1page_s"] = timer(lambda: paged_attention_decode_triton(q, layer, bt, lens, scale, tile=1))
         row["sparse_decode_1page_s"] = timer(
             lambda: sparse_attention_decode_triton(q, layer, bt, sel, ns, lens, scale, tile=1))
@@ -325,16 +332,17 @@ def print_tables(checks, timings):
         note = f"  {r['error']}" if "error" in r else ""
         print(f"{r['kind']:6} {r['kernel']:16} {r['max_err']:10.2e} {r['tol']:8.0e}  {'yes' if r['ok'] else 'NO'}{note}")
     print("\ntimings, ms (one sequence, one layer)")
-    head = ["context", "kind", "decode", "dec_1pg", "floor", "sdpa", "score", "select", "sel_torch", "sparse", "spa_1pg",
-            "prefill", "pf_1pg", "sdpa_pf", "store1", "apply1", "storeN"]
+    head = ["context", "kind", "decode", "dec_1pg", "dec_4w", "floor", "sdpa", "score", "select", "sel_torch", "sparse",
+            "spa_1pg", "prefill", "pf_1pg", "pf_4w", "sdpa_pf", "store1", "apply1", "storeN"]
     print(" ".join(f"{h:>9}" for h in head))
     for r in timings:
         if "decode_s" not in r:
             print(f"{r['context']:>9} {r['kind']:>9}  {r.get('error') or r.get('skipped')}")
             continue
-        vals = [r["decode_s"], r.get("decode_1page_s"), r["floor_s"], r["sdpa_decode_s"], r["score_s"], r["select_s"],
-                r.get("select_torch_s"), r["sparse_decode_s"], r.get("sparse_decode_1page_s"), r["prefill_s"], r.get("prefill_1page_s"),
-                r["sdpa_prefill_s"], r["store_token_s"], r.get("store_token_planned_s"), r["store_chunk_s"]]
+        vals = [r["decode_s"], r.get("decode_1page_s"), r.get("decode_4warps_s"), r["floor_s"], r["sdpa_decode_s"],
+                r["score_s"], r["select_s"], r.get("select_torch_s"), r["sparse_decode_s"], r.get("sparse_decode_1page_s"),
+                r["prefill_s"], r.get("prefill_1page_s"), r.get("prefill_4warps_s"), r["sdpa_prefill_s"],
+                r["store_token_s"], r.get("store_token_planned_s"), r["store_chunk_s"]]
         print(f"{r['context']:>9} {r['kind']:>9} " + " ".join(f"{_fmt_ms(v):>9}" for v in vals))
 
 

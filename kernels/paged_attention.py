@@ -20,8 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._page_io import (check_supported, dot_flags, kind_code, load_tile_kv, page_args, page_tile, qk_dot, softmax_step,
-                       stage_map, tile_pages)
+from ._page_io import (attention_warps, check_supported, dot_flags, kind_code, load_tile_kv, page_args, page_tile, qk_dot,
+                       softmax_step, stage_map, tile_pages)
 from .layout import PagedKVLayer
 
 
@@ -155,9 +155,10 @@ def _plan_splits(n_seqs: int, n_kv_heads: int, max_items: int, device: torch.dev
 
 
 def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out, selected=None, n_selected=None,
-                  pages_per_split=None, tile=None):
+                  pages_per_split=None, tile=None, warps=None):
     """Shared launcher of dense (selected None) and sparse decode. ``tile``: pages per
-    loop step (default `tile_pages`: 64 rows a step)."""
+    loop step (default `tile_pages`: 64 rows a step); ``warps``: per program (default
+    `attention_warps`)."""
     q, s_n, d, h, group, gp = _launch_shape(q, layer)
     spec = layer.spec
     sparse = selected is not None
@@ -184,6 +185,7 @@ def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out
         *page_args(layer), stage_map(layer), float(scale), h, n_splits,
         GROUP=group, GP=gp, BS=spec.block_size, D=d, G=spec.group_size,
         PAGES_PER_SPLIT=pps, TP=tp, KIND=kind_code(layer), SPARSE=sparse, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
+        num_warps=attention_warps(warps),
     )
     _decode_reduce_kernel[(s_n, h)](
         out, out.stride(0), out.stride(1), part_acc, part_m, part_l, h, n_splits,
@@ -193,6 +195,7 @@ def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out
 
 
 def paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=None, pages_per_split=None,
-                                  tile=None):
+                                  tile=None, warps=None):
     """Triton twin of ``reference.paged_attention_decode``."""
-    return decode_launch(q, layer, block_tables, context_lens, scale, out, pages_per_split=pages_per_split, tile=tile)
+    return decode_launch(q, layer, block_tables, context_lens, scale, out, pages_per_split=pages_per_split, tile=tile,
+                         warps=warps)

@@ -15,8 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._page_io import (check_supported, dot_flags, kind_code, load_tile_kv, page_args, page_tile, qk_dot, softmax_step,
-                       stage_map, tile_pages)
+from ._page_io import (attention_warps, check_supported, dot_flags, kind_code, load_tile_kv, page_args, page_tile, qk_dot,
+                       softmax_step, stage_map, tile_pages)
 from .reference import DENSE, chunk_page_plan
 
 
@@ -81,9 +81,10 @@ def _prefill_kernel(
 
 
 def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=None, out=None, block_m=None,
-                                   tile=None):
+                                   tile=None, warps=None):
     """Triton twin of ``reference.paged_prefill_attention``. ``tile``: pages per loop
-    step (default `tile_pages`: 64 rows a step)."""
+    step (default `tile_pages`: 64 rows a step); ``warps``: per program (default
+    `attention_warps`)."""
     policy = policy or DENSE
     check_supported(layer)
     spec = layer.spec
@@ -98,13 +99,17 @@ def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, poli
         out = torch.empty_like(q)
     q = q if q.stride(-1) == 1 else q.contiguous()
     rows = n_q * group
-    block_m = block_m or max(16, min(64, triton.next_power_of_2(rows)))
     dot_fp32, dot_bf16 = dot_flags(layer)
+    # fp32 pages take an exact (FMA, not tensor-core) dot: at 64 rows its tiles spilled
+    # 14-30 KB of registers a thread on sm_90 (benchmarks/results/kernels_compile_sm90_before.json);
+    # at 16, at most 12 bytes (kernels_compile_sm90.json).
+    block_m = block_m or max(16, min(16 if dot_fp32 else 64, triton.next_power_of_2(rows)))
     _prefill_kernel[(triton.cdiv(rows, block_m), h)](
         q, q.stride(0), q.stride(1), out, out.stride(0), out.stride(1),
         block_table.to(torch.int32), pages, local_only, pages.stride(0), n_list.to(torch.int32),
         *page_args(layer), stage_map(layer), float(scale), h, n_q, int(start_pos), policy.n_local_pages,
         GROUP=group, BLOCK_M=block_m, BS=spec.block_size, D=d, G=spec.group_size,
         TP=tile_pages(spec.block_size, tile), KIND=kind_code(layer), PER_HEAD_PLAN=pages.shape[0] > 1, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
+        num_warps=attention_warps(warps),
     )
     return out

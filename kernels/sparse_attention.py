@@ -75,10 +75,10 @@ def score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=True, o
 
 
 def sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None,
-                                   pages_per_split=None, tile=None):
+                                   pages_per_split=None, tile=None, warps=None):
     """Triton twin of ``reference.sparse_attention_decode``."""
     return decode_launch(q, layer, block_tables, context_lens, scale, out, selected=selected, n_selected=n_selected,
-                         pages_per_split=pages_per_split, tile=tile)
+                         pages_per_split=pages_per_split, tile=tile, warps=warps)
 
 
 @triton.jit
