@@ -108,6 +108,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 
 import torch
 
@@ -189,22 +190,54 @@ def kv_store_planned(layer: PagedKVLayer, k_new: torch.Tensor, v_new: torch.Tens
     return reference.apply_store(reference.TORCH_OPS, layer, k_new, v_new, plan)
 
 
+# (kernel, page spec, device) that this GPU cannot load: Triton raised OutOfResources (a
+# block needing more shared memory than its SMs give; e.g. decode over fp32 pages at
+# head_dim 128 takes 139 KB, which sm_86 / sm_89 GPUs lack: `python -m
+# kernels.compile_check --arch 89`). Those calls run on the reference, after one warning.
+_UNFIT: set[tuple] = set()
+
+
+def _fitted(name: str, layer: PagedKVLayer, device: torch.device, triton_call, reference_call):
+    key = (name, layer.spec, str(device))
+    if key not in _UNFIT:
+        from triton.runtime.errors import OutOfResources
+
+        try:
+            return triton_call()
+        except OutOfResources as e:  # raised as the kernel loads, before it writes anything
+            _UNFIT.add(key)
+            spec = layer.spec
+            warnings.warn(f"{name}: this GPU cannot run the Triton kernel on {spec.kv_dtype} pages of "
+                          f"{spec.block_size} tokens at head_dim {spec.head_dim} ({e}); using the torch version",
+                          RuntimeWarning, stacklevel=3)
+    return reference_call()
+
+
 def paged_attention_decode(q, layer, block_tables, context_lens, scale, out=None):
     """Dense decode: q [S, HQ, D], one query per sequence -> [S, HQ, D]."""
+    def ref():
+        return reference.paged_attention_decode(q, layer, block_tables, context_lens, scale, out=out)
+
     if _use_triton(q, layer):
         from .paged_attention import paged_attention_decode_triton
 
-        return paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=out)
-    return reference.paged_attention_decode(q, layer, block_tables, context_lens, scale, out=out)
+        return _fitted("paged_attention_decode", layer, q.device,
+                       lambda: paged_attention_decode_triton(q, layer, block_tables, context_lens, scale, out=out), ref)
+    return ref()
 
 
 def score_pages(q, layer, block_tables, context_lens, per_kv_head=True, out=None):
     """Quest upper bound per page: q [S, HQ, D] -> [S, H or 1, max_pages] float32."""
+    def ref():
+        return reference.score_pages(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
+
     if _use_triton(q, layer):
         from .sparse_attention import score_pages_triton
 
-        return score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
-    return reference.score_pages(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out)
+        return _fitted("score_pages", layer, q.device,
+                       lambda: score_pages_triton(q, layer, block_tables, context_lens, per_kv_head=per_kv_head, out=out),
+                       ref)
+    return ref()
 
 
 def select_pages(scores, context_lens, block_size, policy: AttentionPolicy, max_pages=None, last_page=None):
@@ -220,11 +253,17 @@ def select_pages(scores, context_lens, block_size, policy: AttentionPolicy, max_
 def sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=None):
     """Decode over the selected logical pages ``selected`` [S, 1 or H, K] (first
     ``n_selected[s]`` valid) -> [S, HQ, D]."""
+    def ref():
+        return reference.sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale,
+                                                 out=out)
+
     if _use_triton(q, layer):
         from .sparse_attention import sparse_attention_decode_triton
 
-        return sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected, context_lens, scale, out=out)
-    return reference.sparse_attention_decode(q, layer, block_tables, selected, n_selected, context_lens, scale, out=out)
+        return _fitted("sparse_attention_decode", layer, q.device,
+                       lambda: sparse_attention_decode_triton(q, layer, block_tables, selected, n_selected,
+                                                              context_lens, scale, out=out), ref)
+    return ref()
 
 
 def attention_decode(q, layer, block_tables, context_lens, scale, policy: AttentionPolicy | None = None):
@@ -244,8 +283,13 @@ def attention_decode(q, layer, block_tables, context_lens, scale, policy: Attent
 def paged_prefill_attention(q, layer, block_table, start_pos, scale, policy: AttentionPolicy | None = None, out=None):
     """A chunk of one sequence: q [N, HQ, D] at positions start_pos .. start_pos+N-1,
     causal over its stored pages (the chunk's own K/V stored first) -> [N, HQ, D]."""
+    def ref():
+        return reference.paged_prefill_attention(q, layer, block_table, start_pos, scale, policy=policy, out=out)
+
     if _use_triton(q, layer):
         from .prefill_attention import paged_prefill_attention_triton
 
-        return paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=policy, out=out)
-    return reference.paged_prefill_attention(q, layer, block_table, start_pos, scale, policy=policy, out=out)
+        return _fitted("paged_prefill_attention", layer, q.device,
+                       lambda: paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, policy=policy,
+                                                              out=out), ref)
+    return ref()

@@ -87,3 +87,24 @@ def test_full_mode_that_cannot_fit(cache):
 def test_bad_memory_budget(cache, value):
     proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--max-memory", value], cache)
     assert_one_line_error(proc, 2, "--max-memory")
+
+
+def test_help_shows_the_built_in_defaults(cache):
+    proc = run_ktcli(["ask", "--help"], cache, extra_env={"COLUMNS": "200"})
+    out = proc.stdout.decode()
+    assert proc.returncode == 0
+    for fragment in ("(default 8)", "(default 384)", "(default 256)", "(default 2,000,000)"):
+        assert fragment in out, out
+
+
+def test_a_python_warning_is_one_line_in_the_console_style():
+    """A library's warning (kernels falling back from a GPU kernel, say) reaches stderr as
+    one line, not the file, line number and source line Python prints by default."""
+    import warnings
+
+    from ktcli.cli.app import _one_line_warning
+
+    text = _one_line_warning(RuntimeWarning("paged_attention_decode: using the torch version"), RuntimeWarning,
+                             "/x/kernels/__init__.py", 210, "warnings.warn(...)")
+    assert text == "! paged_attention_decode: using the torch version\n"
+    assert warnings.formatwarning is not _one_line_warning  # only main() installs it

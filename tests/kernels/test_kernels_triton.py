@@ -162,6 +162,43 @@ def test_dispatch_routes_cpu_tensors_to_triton_when_forced(monkeypatch):
     torch.testing.assert_close(got, want, rtol=dot_tolerance(f.layer), atol=dot_tolerance(f.layer))
 
 
+def test_a_kernel_the_gpu_cannot_load_falls_back_to_the_reference_once_warned(monkeypatch):
+    """OutOfResources (a block needing more shared memory than the GPU's SMs give, as fp32
+    decode at head_dim 128 on sm_89) sends that kernel's calls for that page spec to the
+    torch reference, with one warning; other specs still try Triton."""
+    from triton.runtime.errors import OutOfResources
+
+    import kernels.paged_attention as pa
+    import kernels.prefill_attention as pf
+
+    f = fill(spec_of("fp32", 16), [40], seed=7)
+    q = torch.randn(1, 4, D)
+    tries = []
+
+    def too_big(*a, **k):
+        tries.append(1)
+        raise OutOfResources(139280, 101376, "shared memory")
+
+    monkeypatch.setattr(kernels, "_UNFIT", set())
+    monkeypatch.setattr(pa, "paged_attention_decode_triton", too_big)
+    monkeypatch.setattr(pf, "paged_prefill_attention_triton", too_big)
+    kernels.set_backend("triton")
+    try:
+        with pytest.warns(RuntimeWarning, match="cannot run the Triton kernel on fp32 pages"):
+            got = kernels.paged_attention_decode(q, f.layer, f.block_tables, f.context_lens, D**-0.5)
+        again = kernels.paged_attention_decode(q, f.layer, f.block_tables, f.context_lens, D**-0.5)
+        qc = torch.randn(5, 4, D)
+        with pytest.warns(RuntimeWarning, match="paged_prefill_attention"):
+            got_pf = kernels.paged_prefill_attention(qc, f.layer, f.block_tables[0], 35, D**-0.5)
+    finally:
+        kernels.set_backend("auto")
+    assert tries == [1, 1]  # once per kernel: the second decode went straight to the reference
+    want = R.paged_attention_decode(q, f.layer, f.block_tables, f.context_lens, D**-0.5)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(again, want)
+    torch.testing.assert_close(got_pf, R.paged_prefill_attention(qc, f.layer, f.block_tables[0], 35, D**-0.5))
+
+
 def test_importing_the_kernel_modules_keeps_the_package_functions():
     import kernels.kv_store_triton  # noqa: F401
     import kernels.paged_attention  # noqa: F401
