@@ -50,10 +50,10 @@ def tile_pages(block_size: int, override: int | None = None) -> int:
 # Warps per program of the decode and prefill attention kernels. Compiled for sm_90 by
 # ptxas (`python -m kernels.compile_check --baseline-warps 4`: 441 variants of the two),
 # 4 warps ran out of registers in 160: up to 568 bytes a thread in int4 decode and 1.9 KB
-# in int4 prefill at head_dim 128 (7 KB in fp32 decode's exact dot), where a [64, 128] tile of dequantized keys, and each
-# integer temporary of its decoding, take 64 registers a thread at 128 threads. At 8
-# warps 67 variants spill, at most 372 bytes (BENCHMARKS.md). Not yet timed on a GPU:
-# kernels.bench times 4 warps beside it as the same-run baseline.
+# in int4 prefill at head_dim 128 (7 KB in fp32 decode's exact dot), where a [64, 128]
+# tile of dequantized keys, and each integer temporary of its decoding, take 64 registers
+# a thread at 128 threads. At 8 warps 67 variants spill, at most 372 bytes (BENCHMARKS.md).
+# Not yet timed on a GPU: kernels.bench times 4 warps beside it as the same-run baseline.
 ATTENTION_WARPS = 8
 
 

@@ -68,7 +68,10 @@ class Variant:
     ok: bool = True
 
     def key(self) -> str:
-        return json.dumps([self.kernel, self.signature, self.constexprs, self.num_warps], sort_keys=True, default=str)
+        """Identity across worker processes; a failure (no signature to tell it apart) is
+        kept once per cell."""
+        parts = [self.kernel, self.signature, self.constexprs, self.num_warps] + ([] if self.ok else [self.case])
+        return json.dumps(parts, sort_keys=True, default=str)
 
 
 @dataclass(frozen=True)
