@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import warnings
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -139,15 +138,7 @@ def split_plan_args(args: list[str]) -> tuple[list[str], str]:
     return args, ""
 
 
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    """A Python warning (e.g. kernels falling back from a GPU kernel) as one stderr line
-    in the console's style, without the source file and line (KTCLI_DEBUG=1 keeps them)."""
-    return f"! {message}\n"
-
-
 def main() -> None:
-    if not os.environ.get("KTCLI_DEBUG"):
-        warnings.formatwarning = _one_line_warning
     try:
         app()
     except KeyboardInterrupt:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 from ktcli.config import Settings, load_settings
@@ -40,7 +41,12 @@ class Options:
     def reporter(self):
         from ktcli.render.console import ConsoleReporter
 
-        return ConsoleReporter(quiet=self.quiet, stream_answer=not self.json)
+        reporter = ConsoleReporter(quiet=self.quiet, stream_answer=not self.json)
+        if not os.environ.get("KTCLI_DEBUG"):  # which keeps Python's file:line format
+            # A Python warning (kernels falling back from a GPU kernel, say) is one of the
+            # reporter's: one `! ...` line, held while the answer streams, none under --quiet.
+            warnings.showwarning = lambda message, *_args, **_kw: reporter.warn(str(message))
+        return reporter
 
     def run_ask(self, paths: list[str], question: str) -> None:
         from ktcli.pipeline.api import ask

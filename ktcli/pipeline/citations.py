@@ -69,15 +69,18 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)
 
-    def ranked(words: set[str]) -> list[tuple[float, int, int]]:
-        """(score, lines index, answer words present) for every line, best first."""
+    def scored(words: set[str]) -> list[tuple[float, int, int]]:
+        """(score, lines index, answer words present) for every line, in line order."""
         rows = []
         for i, present in enumerate(line_terms):
             hits = words & present
             rows.append((sum(math.log(1 + n / df[t]) for t in hits), i, len(hits)))
-        return sorted(rows, key=lambda r: (-r[0], r[1]))
+        return rows
 
-    whole = ranked(wanted)
+    def best_first(row: tuple[float, int, int]) -> tuple[float, int]:
+        return -row[0], row[1]
+
+    whole = sorted(scored(wanted), key=best_first)
     best = whole[0][0]
     if best <= 0:
         return []
@@ -85,7 +88,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     if by_sentence:
         for sentence in _SENTENCE.split(text):
             words = set(terms(sentence))
-            s, i, hits = ranked(words)[0] if len(words) >= 2 else (0.0, 0, 0)
+            s, i, hits = min(scored(words), key=best_first) if len(words) >= 2 else (0.0, 0, 0)
             if hits >= 2:  # one shared word is coincidence
                 picks.append((s, i))
     # Lines far weaker than the best one are coincidental word overlap.

@@ -57,6 +57,9 @@ class ConsoleReporter:
             self._deferred.append(message)
             return
         self._stop_bars()
+        self._print_warning(message)
+
+    def _print_warning(self, message: str) -> None:
         self.err.print(f"[yellow]![/yellow] {escape(message)}")
 
     def answer_text(self, delta: str) -> None:
@@ -79,7 +82,7 @@ class ConsoleReporter:
         if not self.quiet:
             self._stop_bars()
             for message in self._deferred:
-                self.err.print(f"[yellow]![/yellow] {escape(message)}")
+                self._print_warning(message)
             self._deferred.clear()
             self.err.print(f"[dim]{escape(line)}[/dim]")
 

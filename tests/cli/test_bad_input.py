@@ -97,14 +97,23 @@ def test_help_shows_the_built_in_defaults(cache):
         assert fragment in out, out
 
 
-def test_a_python_warning_is_one_line_in_the_console_style():
+def test_a_python_warning_is_one_line_in_the_console_style(monkeypatch, capsys):
     """A library's warning (kernels falling back from a GPU kernel, say) reaches stderr as
-    one line, not the file, line number and source line Python prints by default."""
+    the reporter's one `! ...` line, not the file, line number and source line Python
+    prints by default, and waits, like the reporter's own, while the answer streams."""
     import warnings
 
-    from ktcli.cli.app import _one_line_warning
+    from ktcli.cli.common import Options
 
-    text = _one_line_warning(RuntimeWarning("paged_attention_decode: using the torch version"), RuntimeWarning,
-                             "/x/kernels/__init__.py", 210, "warnings.warn(...)")
-    assert text == "! paged_attention_decode: using the torch version\n"
-    assert warnings.formatwarning is not _one_line_warning  # only main() installs it
+    monkeypatch.delenv("KTCLI_DEBUG", raising=False)
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # restored after the test
+    reporter = Options({}).reporter()
+    reporter.answer_text("An answer that stops mid-line")
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        warnings.warn("paged_attention_decode: using the torch version", RuntimeWarning)
+    assert capsys.readouterr().err == ""
+    reporter.figures("mode full")
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == "! paged_attention_decode: using the torch version"
+    assert "RuntimeWarning" not in err and ".py:" not in err
