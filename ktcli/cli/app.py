@@ -63,6 +63,7 @@ ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's A
 ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps (or, where the server does not say, sets) the window.")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
 AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
+OutlineOpt = Annotated[Optional[str], typer.Option("--outline", help="Summaries: read code files as outlines (signatures, docstrings, comments): auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
 RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
 
 
@@ -92,6 +93,7 @@ def summarize(
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
+    outline: OutlineOpt = None,
 ) -> None:
     """Summarize PATHS (a document, a folder or a repo)."""
     opts = Options(locals())
@@ -107,6 +109,7 @@ def plan(
     max_seconds: MaxSeconds = None, device: Device = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
+    outline: OutlineOpt = None,
 ) -> None:
     """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model."""
     opts = Options(locals())

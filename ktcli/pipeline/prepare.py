@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ktcli.config import Settings
 from ktcli.engine.model_store import model_facts, resolve_model
 from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
+from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES, parse_bytes
@@ -39,6 +40,9 @@ class Prepared:
     plan: Plan
     facts: ModelFacts
     question: str
+    # Summaries: each code document's outline (`ingest.outline`), read instead of its text
+    # when the plan says so (plan.outline_files).
+    outlines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
 
 
 def memory_budget(settings: Settings) -> int:
@@ -163,7 +167,10 @@ def prepare(
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
-    estimate = sum(count_tokens(d.text) for d in corpus.documents)
+    doc_tokens = {d.path: count_tokens(d.text) for d in corpus.documents}
+    estimate = sum(doc_tokens.values())
+    outlines = _outlines(corpus) if task == "summarize" and settings.outline != "never" else {}
+    outline_estimate = estimate - sum(doc_tokens[p] - count_tokens(outline_text(kept)) for p, kept in outlines.items())
     facts = planning_facts(settings)
     request = PlanRequest(
         task=task,
@@ -181,9 +188,23 @@ def prepare(
         kv_dtype=settings.kv_dtype,
         attention=settings.attention,
         sparse_ok=settings.backend == "local" and settings.engine == "ktcli",
+        outline_tokens=int(outline_estimate * MODEL_TOKENS_PER_ESTIMATE),
+        outline_files=len(outlines),
+        outline=settings.outline,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
-    return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip())
+    return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
+                    outlines=outlines if plan.outline_files else {})
+
+
+def _outlines(corpus: Corpus) -> dict[str, list[tuple[int, str]]]:
+    """path -> outline of every code document shorter as an outline."""
+    out = {}
+    for doc in corpus.documents:
+        kept = outline_lines(doc)
+        if kept is not None:
+            out[doc.path] = kept
+    return out
 
 
 def cache_dir(settings: Settings) -> Path:

@@ -51,18 +51,23 @@ def notes_messages(question: str, evidence: str, notes: str) -> list[Message]:
     )
 
 
-def summary_messages(text: str, listing: str = "") -> list[Message]:
+# Said when code files are read as outlines (`ingest.outline`), so that a missing body
+# reads as left out, not as an empty function.
+OUTLINE_NOTE = "Code files are shown as outlines: signatures, docstrings and comments, without function bodies.\n\n"
+
+
+def summary_messages(text: str, listing: str = "", outlined: bool = False) -> list[Message]:
     what = f"Files:\n{listing}\n\n" if listing else ""
     return chat(
-        f"{what}Content:\n{text}\n\n"
+        f"{what}{OUTLINE_NOTE if outlined else ''}Content:\n{text}\n\n"
         "Summarize the content above: its purpose, its main parts and the key facts, in a few short paragraphs."
     )
 
 
-def summary_notes_messages(text: str, notes: str, position: str) -> list[Message]:
+def summary_notes_messages(text: str, notes: str, position: str, outlined: bool = False) -> list[Message]:
     prior = f"Summary notes so far:\n{notes}\n\n" if notes else ""
     return chat(
-        f"{prior}Next part ({position}):\n{text}\n\n"
+        f"{prior}{OUTLINE_NOTE if outlined else ''}Next part ({position}):\n{text}\n\n"
         "Update the summary notes with the main points of this part, one short line each, "
         "naming the file or page they come from. Keep the earlier notes, shortened if needed."
     )

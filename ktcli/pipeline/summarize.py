@@ -1,6 +1,8 @@
 """`ktcli summarize`: whole when it fits; otherwise map over windows with running notes,
 then reduce. For a folder the model also sees the file listing, so the summary covers
-per-file content and the overall structure."""
+per-file content and the overall structure. When the plan says so (reading every line
+would exceed the time budget, or --outline always), code files are read as their
+outlines (`ingest.outline`) and everything else whole."""
 
 from __future__ import annotations
 
@@ -8,15 +10,18 @@ from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
+from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
 from ktcli.pipeline.windows import merge_neighbours, pack, source_order
 from ktcli.plan.planner import MEMORY_TOKENS
-from ktcli.types import Answer, Chunk, Corpus, Mode
+from ktcli.types import Answer, Chunk, Corpus, Document, Mode
 
 LISTING_MAX_LINES = 200
+# An outline is split into pieces of about this many tokens, so windows pack evenly.
+OUTLINE_PIECE_TOKENS = 1024
 
 
 def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter, tally: Tally) -> Answer:
@@ -24,11 +29,11 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     listing = file_listing(prep.corpus) if len(prep.corpus.documents) > 1 else ""
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
-        text = prompts.evidence_block([(i + 1, d.path, d.text) for i, d in enumerate(prep.corpus.documents)])
-        messages = prompts.summary_messages(text, listing)
+        text = prompts.evidence_block([(i + 1, d.path, _text(prep, d)) for i, d in enumerate(prep.corpus.documents)])
+        messages = prompts.summary_messages(text, listing, outlined=bool(prep.outlines))
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
-            reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens)")
+            reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens{_outlined(prep)})")
             summary = stream_answer(backend, messages, params, tally, reporter)
             return _answer(summary, prep, plan, tally, 1)
         reporter.warn(f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts")
@@ -36,16 +41,17 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
 
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
     budget = plan.evidence_budget if plan.mode is Mode.RETRIEVAL and plan.evidence_budget else 4096
-    passages = merge_neighbours(source_order(list(prep.chunks), doc_rank), budget, backend.count_tokens)
+    passages = merge_neighbours(source_order(_read_chunks(prep, budget), doc_rank), budget, backend.count_tokens)
     windows = pack(passages, budget, backend.count_tokens)
     notes = ""
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
     for i, window in enumerate(windows):
-        reporter.status(f"reading part {i + 1}/{len(windows)}")
+        reporter.status(f"reading part {i + 1}/{len(windows)}{_outlined(prep)}")
         reporter.progress("map", i, len(windows))
         body = prompts.evidence_block([(j + 1, c.span.cite(), c.text) for j, c in enumerate(window)])
         position = f"part {i + 1} of {len(windows)}: {_where(window)}"
-        notes = generate_text(backend, prompts.summary_notes_messages(body, notes, position), note_params,
+        outlined = any(c.doc_path in prep.outlines for c in window)
+        notes = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
                               tally, reporter, "notes")
     reporter.progress("map", len(windows), len(windows))
     reporter.status("writing the summary from the notes")
@@ -53,9 +59,30 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
 
 
+def _outlined(prep: Prepared) -> str:
+    return f"; {len(prep.outlines)} code file(s) as outlines" if prep.outlines else ""
+
+
+def _text(prep: Prepared, doc: Document) -> str:
+    """What the summary reads of a document: its outline when the plan outlines it."""
+    kept = prep.outlines.get(doc.path)
+    return outline_text(kept) if kept is not None else doc.text
+
+
+def _read_chunks(prep: Prepared, budget: int) -> list[Chunk]:
+    """The chunks a summary maps over: outlines in pieces for the outlined documents,
+    the documents' own chunks for the rest."""
+    out = [c for c in prep.chunks if c.doc_path not in prep.outlines]
+    for doc in prep.corpus.documents:
+        kept = prep.outlines.get(doc.path)
+        if kept is not None:
+            out.extend(outline_chunks(doc, kept, min(OUTLINE_PIECE_TOKENS, budget // 2)))
+    return out
+
+
 def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) -> Answer:
     cites = citations.attribute(summary, list(prep.chunks), max_citations=5)
-    figures = tally.figures() | {"windows": n_windows}
+    figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines)}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
 
 

@@ -32,6 +32,10 @@ SPARSE_DEFAULT_SECONDS = 600.0
 # A sparse read's window (its KV pages, all allocated up front) leaves this much room past
 # the estimated prompt and answer: the token estimate errs long, but not always.
 SPARSE_WINDOW_MARGIN = 2048
+# A summary whose every line would take longer than this to read (without --max-seconds)
+# reads its code files as outlines (`ingest.outline`), when that is faster.
+SUMMARY_DEFAULT_SECONDS = 600.0
+OUTLINE_CHOICES = ("auto", "always", "never")
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,11 @@ class PlanRequest:
     kv_dtype: str = "auto"  # auto or a kernels KV kind (fp32, bf16, fp16, fp8, int8, int4)
     attention: str = "auto"  # auto | dense | window | topk
     sparse_ok: bool = False  # the engine can run the sparse mode (local ktcli engine)
+    # Summaries: the corpus's tokens with its code files read as outlines, and how many
+    # files those are (0: nothing to outline); whether to (auto: when over the budget).
+    outline_tokens: int = 0
+    outline_files: int = 0
+    outline: str = "auto"
 
 
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
@@ -74,6 +83,34 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         raise UsageError(f"unknown task {req.task!r}")
     if req.mode not in ("auto", "full", "retrieval", "sparse"):
         raise UsageError(f"--mode {req.mode!r}: choose auto, full, sparse or retrieval")
+    if req.outline not in OUTLINE_CHOICES:
+        raise UsageError(f"--outline {req.outline!r}: choose {', '.join(OUTLINE_CHOICES)}")
+    can_outline = req.task == "summarize" and req.outline_files > 0 and req.outline_tokens < req.corpus_tokens
+    if can_outline and req.outline == "always":
+        return _outlined(req, facts, rates, "--outline always asked for")
+    plan = _plan(req, facts, rates)
+    budget_s = req.max_seconds or SUMMARY_DEFAULT_SECONDS
+    if can_outline and req.outline == "auto" and plan.est_seconds > budget_s:
+        outlined = _outlined(req, facts, rates, f"reading every line would take ~{plan.est_seconds:.0f}s > "
+                                                 f"{budget_s:.0f}s budget")
+        if outlined.est_seconds < plan.est_seconds:
+            return outlined
+    return plan
+
+
+def _outlined(req: PlanRequest, facts: ModelFacts, rates: Throughput, why: str) -> Plan:
+    """The plan of reading the corpus with its code files as outlines (`ingest.outline`):
+    planned like any input of that many tokens, then labelled."""
+    from dataclasses import replace
+
+    plan = _plan(replace(req, corpus_tokens=req.outline_tokens, n_chunks=0), facts, rates)
+    reason = (f"{why}: {req.outline_files} code file(s) read as outlines (signatures, docstrings, "
+              f"comments), ~{req.outline_tokens:,} of ~{req.corpus_tokens:,} tokens; --outline never reads every line")
+    return replace(plan, input_tokens=req.corpus_tokens, read_tokens=req.outline_tokens,
+                   outline_files=req.outline_files, reasons=(reason, *plan.reasons))
+
+
+def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
 
     full_tokens = req.corpus_tokens + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     fits = full_tokens + req.max_new_tokens <= facts.context_window
@@ -252,15 +289,16 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
             MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS, req.max_new_tokens,
             rates.prefill_tok_s, rates.decode_tok_s,
         )
-    to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
-    seconds += to_embed / max(rates.embed_tok_s, 1e-9)
+    if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
+        to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
+        seconds += to_embed / max(rates.embed_tok_s, 1e-9)
     return Plan(
         mode=Mode.RETRIEVAL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds,
         est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, facts.kv_dtype)
-        + EMBEDDER_BYTES + _index_memory(n_chunks),
+        + (EMBEDDER_BYTES + _index_memory(n_chunks) if req.task == "ask" else 0),
     )
 
 

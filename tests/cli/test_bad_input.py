@@ -5,7 +5,7 @@ import pytest
 
 from tests.ingest.fixtures import encrypt_pdf, make_image_only_pdf, make_text_pdf
 
-from .conftest import LONG_TEXT, run_ktcli
+from .conftest import LONG_TEXT, REPO, run_ktcli
 
 
 def assert_one_line_error(proc, code, fragment):
@@ -81,6 +81,11 @@ def test_repo_id_not_in_local_cache(cache):
 
 def test_full_mode_that_cannot_fit(cache):
     assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--mode", "full"], cache), 2, "window")
+
+
+def test_bad_outline_choice(cache):
+    proc = run_ktcli(["summarize", str(REPO), "--outline", "sometimes"], cache)
+    assert_one_line_error(proc, 2, "--outline 'sometimes': choose auto, always or never")
 
 
 @pytest.mark.parametrize("value", ["lots", "-3"])

@@ -106,6 +106,18 @@ def test_summarize_repo_reports_skipped_files(cache):
     assert "binary" in reasons.get("logo.png", "")
 
 
+def test_summarize_repo_as_outlines(cache):
+    # --outline always: what a repo too big to read line by line in time gets
+    data = payload(run_ktcli(["summarize", str(REPO), "--outline", "always", "--json", *SHORT], cache))
+    assert data["answer"].strip()
+    assert data["plan"]["outline_files"] >= 4  # the minirepo's Python files
+    assert 0 < data["plan"]["read_tokens"] < data["plan"]["input_tokens"]
+    assert data["figures"]["outlined_files"] == data["plan"]["outline_files"]
+    proc = run_ktcli(["plan", str(REPO), "--outline", "always"], cache)
+    out = proc.stdout.decode()  # the plan is what `ktcli plan` prints
+    assert proc.returncode == 0 and "code file(s) as outlines" in out and "--outline never reads every line" in out
+
+
 def test_plan_is_a_dry_run(cache):
     proc = run_ktcli(["plan", str(LONG_TEXT), "How do I define a function?", "--json"], cache)
     data = payload(proc)

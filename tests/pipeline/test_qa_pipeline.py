@@ -103,3 +103,49 @@ def test_full_mode_reads_the_whole_input(tmp_path):
     answer = answer_question(prep, backend, settings, NullReporter(), Tally())
     assert "Harbour Street" in answer.text
     assert answer.citations[0].ref == f"{doc}:1-2" or answer.citations[0].ref == f"{doc}:1"
+
+
+@pytest.fixture
+def code_repo(tmp_path):
+    folder = tmp_path / "repo"
+    (folder / "pkg").mkdir(parents=True)
+    (folder / "README.md").write_text("# Ledger\n\nLedger keeps accounts and their postings.\n")
+    for i in range(8):
+        funcs = "\n\n".join(
+            f'def op_{i}_{j}(x):\n    """Operation {i}.{j} on a ledger."""\n'
+            + "\n".join(f"    body_marker_{i}_{j}_{k} = x + {k}" for k in range(12)) + "\n    return x"
+            for j in range(6)
+        )
+        (folder / "pkg" / f"mod{i}.py").write_text(f'"""Module {i} of the ledger."""\n\n{funcs}\n')
+    return folder
+
+
+def test_summary_with_outlines_reads_signatures_not_bodies(code_repo, tmp_path):
+    settings = settings_for(tmp_path, mode="auto", outline="always")
+    prep = prepare([str(code_repo)], "", "summarize", settings, NullReporter())
+    assert prep.plan.outline_files == 8 and set(prep.outlines) == {str(code_repo / "pkg" / f"mod{i}.py") for i in range(8)}
+    assert prep.plan.read_tokens < prep.plan.input_tokens / 3
+    # several windows, to check the map over outline pieces as well as the whole read
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=300))
+    for p in (prep, small):
+        backend = FakeBackend()
+        answer = summarize(p, backend, settings, NullReporter(), Tally())
+        read = "".join(m[-1]["content"] for m in backend.calls)
+        assert "body_marker" not in read
+        for i in range(8):
+            assert f'"""Module {i} of the ledger."""' in read
+            assert all(f"def op_{i}_{j}(x):" in read for j in range(6))
+        assert "Ledger keeps accounts and their postings." in read  # prose is read whole
+        assert "shown as outlines" in backend.calls[0][-1]["content"]
+        assert answer.stats["outlined_files"] == 8
+    assert answer.stats["windows"] > 2
+
+
+def test_summary_without_outlines_reads_every_line(code_repo, tmp_path):
+    settings = settings_for(tmp_path, mode="auto", outline="never")
+    prep = prepare([str(code_repo)], "", "summarize", settings, NullReporter())
+    assert prep.plan.outline_files == 0 and prep.outlines == {}
+    backend = FakeBackend()
+    summarize(prep, backend, settings, NullReporter(), Tally())
+    read = "".join(m[-1]["content"] for m in backend.calls)
+    assert "body_marker_7_5_11" in read and "shown as outlines" not in read

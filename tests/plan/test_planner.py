@@ -137,3 +137,49 @@ def test_memory_estimates_count_the_process_not_just_the_model():
     retrieval = make_plan(req(corpus_tokens=50_000, n_chunks=220), cpu, RATES)
     assert retrieval.mode is Mode.RETRIEVAL and retrieval.est_memory_bytes > CPU_RUNTIME_BYTES + EMBEDDER_BYTES
     assert make_plan(req(corpus_tokens=50_000, n_chunks=220), SMOL, RATES).est_memory_bytes > EMBEDDER_BYTES
+
+
+def summary_req(**kw):
+    return req(task="summarize", question_tokens=0, **kw)
+
+
+def test_a_summary_over_the_time_budget_reads_code_files_as_outlines():
+    # 100K tokens at 150 tok/s: far over the 600 s default; the outline is a fifth of it
+    whole = make_plan(summary_req(corpus_tokens=100_000, outline="never", outline_tokens=20_000, outline_files=40),
+                      SMOL, RATES)
+    plan = make_plan(summary_req(corpus_tokens=100_000, outline_tokens=20_000, outline_files=40), SMOL, RATES)
+    assert whole.outline_files == 0 and whole.read_tokens == 0
+    assert plan.outline_files == 40 and plan.read_tokens == 20_000
+    assert plan.input_tokens == 100_000  # the plan still says how big the input is
+    assert plan.est_seconds < whole.est_seconds / 3
+    assert plan.n_windows < whole.n_windows
+    assert "> 600s budget" in plan.reasons[0] and "40 code file(s) read as outlines" in plan.reasons[0]
+    assert "--outline never" in plan.reasons[0]
+
+
+def test_outlines_only_when_needed_and_only_for_summaries():
+    small = summary_req(corpus_tokens=3_000, outline_tokens=1_000, outline_files=5)
+    assert make_plan(small, SMOL, RATES).outline_files == 0  # fast enough read whole
+    forced = make_plan(replace(small, outline="always"), SMOL, RATES)
+    assert forced.outline_files == 5 and forced.reasons[0].startswith("--outline always")
+    # a budget of its own: --max-seconds
+    tight = make_plan(replace(small, max_seconds=5), SMOL, RATES)
+    assert tight.outline_files == 5 and "> 5s budget" in tight.reasons[0]
+    ask = make_plan(req(corpus_tokens=100_000, outline_tokens=20_000, outline_files=40), SMOL, RATES)
+    assert ask.outline_files == 0
+    no_code = make_plan(summary_req(corpus_tokens=100_000, outline_tokens=100_000, outline_files=0), SMOL, RATES)
+    assert no_code.outline_files == 0
+    with pytest.raises(UsageError, match="--outline"):
+        make_plan(replace(small, outline="sometimes"), SMOL, RATES)
+
+
+def test_a_summary_plans_no_embedding_time_or_memory():
+    # a summary maps over every chunk in order: no index is built
+    summary = make_plan(summary_req(corpus_tokens=100_000, n_chunks=450), SMOL, RATES)
+    slow_embedder = make_plan(summary_req(corpus_tokens=100_000, n_chunks=450), SMOL,
+                              replace(RATES, embed_tok_s=1))
+    assert summary.est_seconds == slow_embedder.est_seconds
+    many_chunks = make_plan(summary_req(corpus_tokens=100_000, n_chunks=45_000), SMOL, RATES)
+    assert many_chunks.est_memory_bytes == summary.est_memory_bytes  # no index held
+    asks = [make_plan(req(corpus_tokens=100_000, n_chunks=n), SMOL, RATES) for n in (450, 45_000)]
+    assert asks[1].est_memory_bytes > asks[0].est_memory_bytes  # a question's index grows with the chunks

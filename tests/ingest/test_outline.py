@@ -1,0 +1,162 @@
+"""Outlines of code files (ingest.outline): what a summary reads of a file when reading
+every line would take too long. Each kept line must be the file's own, at its number."""
+
+import textwrap
+
+from ktcli.ingest.outline import outline_chunks, outline_lines, outline_text
+from ktcli.types import Document
+
+PYTHON = textwrap.dedent('''\
+    """Ledger storage: accounts and their postings.
+
+    A second paragraph of the module docstring that the outline leaves out.
+    """
+
+    import os
+
+    MAX_ACCOUNTS = 500  # the bank's limit
+    _cache = {}
+
+
+    # Accounts are immutable; postings make new ones.
+    @dataclass(frozen=True)
+    class Account:
+        """One customer account."""
+
+        number: str
+        balance: int = 0
+
+        def deposit(self, amount: int,
+                    memo: str = "") -> "Account":
+            """A copy with `amount` added.
+
+            Raises ValueError for negative amounts.
+            """
+            if amount < 0:
+                raise ValueError("negative deposit")
+            secret_body_marker = amount * 2
+            return Account(self.number, self.balance + amount)
+
+
+    def transfer(src, dst, amount):
+        def helper():
+            return inner_body_marker
+        total = src.balance - amount
+        return total
+
+
+    if __name__ == "__main__":
+        transfer(None, None, 0)
+''')
+
+
+def doc(text, language="python", kind="code", path="ledger.py"):
+    return Document(path=path, text=text, kind=kind, language=language)
+
+
+def kept_map(d):
+    return dict(outline_lines(d))
+
+
+def test_python_outline_keeps_signatures_docstrings_and_constants_at_their_lines():
+    d = doc(PYTHON)
+    kept = outline_lines(d)
+    lines = PYTHON.split("\n")
+    for number, text in kept:  # every kept line is the file's own, at its own number
+        assert lines[number - 1] == text
+    got = dict(kept)
+    texts = list(got.values())
+    assert texts[0] == '"""Ledger storage: accounts and their postings.'
+    assert "A second paragraph" not in "\n".join(texts)  # the docstring's summary only
+    assert "MAX_ACCOUNTS = 500  # the bank's limit" in texts
+    assert "_cache = {}" not in texts  # a private module variable is body, not outline
+    assert "# Accounts are immutable; postings make new ones." in texts  # the comment above the class
+    assert "@dataclass(frozen=True)" in texts and "class Account:" in texts
+    assert '    """One customer account."""' in texts
+    assert "    number: str" in texts  # fields of a class
+    # a two-line signature whole, and its docstring's first paragraph
+    assert "    def deposit(self, amount: int," in texts
+    assert '                memo: str = "") -> "Account":' in texts
+    assert '        """A copy with `amount` added.' in texts
+    assert not any("Raises ValueError" in t for t in texts)
+    assert "def transfer(src, dst, amount):" in texts
+    assert 'if __name__ == "__main__":' in texts
+    body = "\n".join(texts)
+    for marker in ("secret_body_marker", "inner_body_marker", "def helper", "total = ", "import os"):
+        assert marker not in body
+
+
+def test_outline_text_separates_top_level_items_and_is_shorter():
+    d = doc(PYTHON)
+    text = outline_text(outline_lines(d))
+    assert "\n\ndef transfer(src, dst, amount):" in text
+    assert len(text) < len(PYTHON) / 2
+
+
+def test_python_that_does_not_parse_is_outlined_by_its_lines():
+    source = "def broken(:\n    x = 1\n    return x\n\n\nclass Fine:\n    y = 2\n" + "z = 3\n" * 5
+    got = kept_map(doc(source))
+    assert "class Fine:" in got.values() and "def broken(:" in got.values()
+    assert "    x = 1" not in got.values()
+
+
+def test_other_languages_keep_declarations_with_their_doc_comments():
+    rust = textwrap.dedent('''\
+        //! Parsing of ledger files.
+
+        use std::fs;
+
+        /// One posting line.
+        pub struct Posting {
+            pub amount: i64,
+        }
+
+        impl Posting {
+            /// Parse a line.
+            pub fn parse(line: &str) -> Option<Posting> {
+                let hidden_body = line.trim();
+                None
+            }
+        }
+    ''')
+    got = kept_map(doc(rust, language="rust", path="lib.rs"))
+    texts = list(got.values())
+    assert texts[0] == "//! Parsing of ledger files."
+    for line in ("/// One posting line.", "pub struct Posting {", "impl Posting {", "    /// Parse a line.",
+                 "    pub fn parse(line: &str) -> Option<Posting> {"):
+        assert line in texts
+    assert not any("hidden_body" in t for t in texts)
+
+    c = "#include <stdio.h>\n\n/* Adds two numbers. */\nstatic int add(int a, int b)\n{\n    return a + b;\n}\n" \
+        "\nint main(void) {\n    if (add(1, 2)) {\n        printf(\"x\");\n    }\n    return 0;\n}\n"
+    got = kept_map(doc(c, language="c", path="main.c"))
+    assert "static int add(int a, int b)" in got.values() and "/* Adds two numbers. */" in got.values()
+    assert "int main(void) {" in got.values()
+    assert not any("printf" in t or "return" in t for t in got.values())
+
+
+def test_data_files_show_their_head_and_prose_is_not_outlined():
+    data = "\n".join(f'  "key{i}": {i},' for i in range(100))
+    got = outline_lines(doc("{\n" + data + "\n}\n", language="json", path="big.json"))
+    assert [n for n, _ in got] == list(range(1, 13))
+    assert outline_lines(doc("# Title\n\nSome prose.\n" * 50, language=None, kind="markdown", path="a.md")) is None
+
+
+def test_a_file_that_is_all_outline_is_read_whole():
+    assert outline_lines(doc('"""Tiny."""\nLIMIT = 3\n')) is None
+    assert outline_lines(doc("")) is None
+
+
+def test_outline_chunks_cover_every_kept_line_once_and_cite_their_span():
+    source = "\n\n".join(f'def f{i}(x):\n    """Doubles x, number {i}."""\n    return 2 * x' for i in range(60))
+    d = doc(source)
+    kept = outline_lines(d)
+    chunks = outline_chunks(d, kept, max_tokens=60)
+    assert len(chunks) > 2
+    assert all(c.n_tokens <= 60 for c in chunks)
+    assert "\n".join(c.text for c in chunks).replace("\n\n", "\n") == "\n".join(t for _, t in kept)
+    for c in chunks:
+        first_line = c.text.split("\n")[0]
+        assert source.split("\n")[c.span.line_start - 1] == first_line
+        assert c.span.path == "ledger.py" and c.span.line_end >= c.span.line_start
+    assert [c.ordinal for c in chunks] == list(range(len(chunks)))
