@@ -79,7 +79,11 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
     known = {f.name: getattr(base, f.name) for f in fields(Settings)}
     values: dict[str, object] = {}
 
+    origins: dict[str, str] = {}  # where each value came from, for the errors that name it
     path = config_file_path()
+    if os.environ.get("KTCLI_CONFIG") and not path.is_file():
+        # A file the user named and we cannot read must not leave them on the defaults unawares.
+        raise UsageError(f"KTCLI_CONFIG={path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
     if path.is_file():
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -89,17 +93,20 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
             if key not in known:
                 raise UsageError(f"config file {path}: unknown setting {key!r}")
             values[key] = _coerce(key, raw, known[key])
+            origins[key] = f"{key} in {path}"
 
     for key, like in known.items():
         raw = os.environ.get(f"KTCLI_{key.upper()}")
         if raw is not None and raw != "":
             values[key] = _coerce(key, raw, like)
+            origins[key] = f"KTCLI_{key.upper()}"
 
     for key, raw in (flags or {}).items():
         if raw is not None:
             values[key] = _coerce(key, raw, known[key])
+            origins.pop(key, None)  # a flag: named as the flag
 
-    return validate(replace(base, **values))
+    return validate(replace(base, **values), origins)
 
 
 # What the string settings accept. KV_DTYPES mirrors kernels.layout.KV_KINDS (config
@@ -151,28 +158,57 @@ def parse_rope_scaling(spec: str) -> tuple[str, float] | None:
     return kind, f
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
-
-
-def validate(settings: Settings) -> Settings:
+def validate(settings: Settings, origins: dict[str, str] | None = None) -> Settings:
     """Reject values no command can use, before any work starts (a dry-run `plan` never
-    loads the engine, which would otherwise be the first to notice)."""
+    loads the engine, which would otherwise be the first to notice). `origins`: where
+    each value came from, as the error should name it (`load_settings`); a flag's name
+    otherwise."""
+    origins = origins or {}
+
+    def named(name: str) -> str:
+        return origins.get(name) or "--" + name.replace("_", "-")
+
     for name, choices in _CHOICES.items():
         value = getattr(settings, name)
         if value not in choices:
-            raise UsageError(f"{_flag(name)} {value!r}: choose {', '.join(choices[:-1])} or {choices[-1]}")
+            raise UsageError(f"{named(name)} {value!r}: choose {', '.join(choices[:-1])} or {choices[-1]}")
     for name, low in _AT_LEAST.items():
         value = getattr(settings, name)
         if not value >= low:
-            raise UsageError(f"{_flag(name)} {value}: must be at least {low}")
+            raise UsageError(f"{named(name)} {value}: must be at least {low}")
+    if settings.chunk_tokens < 1:
+        raise UsageError(f"{named('chunk_tokens')} {settings.chunk_tokens}: must be at least 1")
+    if settings.chunk_overlap >= settings.chunk_tokens:
+        raise UsageError(f"{named('chunk_overlap')} {settings.chunk_overlap}: must be below the chunk size "
+                         f"({settings.chunk_tokens})")
     if settings.request_timeout <= 0:
-        raise UsageError(f"request_timeout {settings.request_timeout}: must be above 0")
-    try:
-        if settings.attention != "auto":
-            parse_attention(settings.attention)
-        if settings.rope_scaling:
-            parse_rope_scaling(settings.rope_scaling)
-    except ValueError as e:
-        raise UsageError(str(e)) from None
+        raise UsageError(f"{named('request_timeout')} {settings.request_timeout}: must be above 0")
+    if settings.max_memory:
+        try:
+            parse_bytes(settings.max_memory)
+        except ValueError:
+            raise UsageError(f"{named('max_memory')} {settings.max_memory!r}: give a size like 4GB or 512MiB") from None
+    for name, parse in (("attention", parse_attention), ("rope_scaling", parse_rope_scaling)):
+        value = getattr(settings, name)
+        if value and value != "auto":
+            try:
+                parse(value)
+            except ValueError as e:
+                raise UsageError(str(e).replace(f"--{name.replace('_', '-')}", named(name), 1)) from None
     return settings
+
+
+def parse_bytes(text: str) -> int:
+    """'4GB', '512MiB', '1e9' -> bytes. Raises ValueError on nonsense."""
+    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6, "G": 10**9}
+    raw = text.strip().upper().replace(" ", "")
+    number = raw.rstrip("KMGTIB")
+    unit = raw[len(number):]
+    if unit not in units or not number:
+        raise ValueError(text)
+    value = float(number) * units[unit]
+    if value <= 0:
+        raise ValueError(text)
+    return int(value)
+

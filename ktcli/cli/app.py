@@ -40,6 +40,25 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+def _print_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            print(f"ktcli {version('ktcli')}")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            print("ktcli (not installed)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_print_version,
+                                          is_eager=True)] = False,
+) -> None:
+    """Ask questions about, and summarize, documents and repos far longer than a model's window."""
+
+
 Paths = Annotated[list[str], typer.Argument(help="Files, folders, or - for stdin.", show_default=False)]
 Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled; the default), a .gguf file, a HF folder or cached repo id.")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine; the default) or hf (transformers).")]
@@ -69,8 +88,8 @@ RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", help="line
 
 @app.command()
 def ask(
-    paths: Paths,
-    question: Annotated[str, typer.Argument(help="The question.", show_default=False)],
+    args: Annotated[list[str], typer.Argument(help="PATHS... QUESTION: files, folders or - for stdin, then the question.",
+                                              show_default=False, metavar="PATHS... QUESTION")],
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None,
@@ -81,7 +100,7 @@ def ask(
 ) -> None:
     """Answer QUESTION about PATHS, with citations."""
     opts = Options(locals())
-    run_guarded(opts, lambda: opts.run_ask(paths, question))
+    run_guarded(opts, lambda: opts.run_ask(*split_ask_args(args)))
 
 
 @app.command()
@@ -103,7 +122,7 @@ def summarize(
 @app.command()
 def plan(
     args: Annotated[list[str], typer.Argument(help="PATHS... [QUESTION]", show_default=False)],
-    model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False,
+    model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None, device: Device = None,
@@ -132,6 +151,20 @@ def serve(
     """Serve the local engine behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)."""
     opts = Options(locals())
     run_guarded(opts, lambda: opts.run_serve(host, port, max_batch, batch_wait_ms, verbose))
+
+
+def split_ask_args(args: list[str]) -> tuple[list[str], str]:
+    """PATHS... QUESTION. One argument alone, or a last one that names a file, is a
+    question forgotten, not a question to ask."""
+    from ktcli.errors import UsageError
+
+    if len(args) < 2:
+        raise UsageError("give the paths, then the question: ktcli ask PATHS... QUESTION")
+    question = args[-1]
+    if question != "-" and question.strip() and Path(question).exists():
+        raise UsageError(f"the last argument is the question, but {question!r} is a file or folder: "
+                         "put the question after the paths")
+    return args[:-1], question
 
 
 def split_plan_args(args: list[str]) -> tuple[list[str], str]:

@@ -20,10 +20,11 @@ SETTING_FLAGS = (
 
 
 def fail(message: str, code: int) -> None:
-    from rich.console import Console
     from rich.markup import escape
 
-    Console(stderr=True, highlight=False).print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True)
+    from ktcli.render.console import stderr_console
+
+    stderr_console().print(f"[bold red]error:[/bold red] {escape(message)}")
     raise SystemExit(code)
 
 
@@ -34,6 +35,7 @@ class Options:
         self.json = bool(values.get("json", False))
         self.quiet = bool(values.get("quiet", False))
         self.flags = {k: values.get(k) for k in SETTING_FLAGS if k in values}
+        self._reporter = None
 
     def settings(self) -> Settings:
         return load_settings(self.flags)
@@ -46,7 +48,12 @@ class Options:
             # A Python warning (kernels falling back from a GPU kernel, say) is one of the
             # reporter's: one `! ...` line, held while the answer streams, none under --quiet.
             warnings.showwarning = lambda message, *_args, **_kw: reporter.warn(str(message))
+        self._reporter = reporter
         return reporter
+
+    def interrupted(self) -> None:
+        if self._reporter is not None:
+            self._reporter.end_answer_line()
 
     def run_ask(self, paths: list[str], question: str) -> None:
         from ktcli.pipeline.api import ask
@@ -89,7 +96,12 @@ class Options:
         def show(prep) -> None:
             p = prep.plan
             what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)" if p.mode.value == "retrieval" else "whole input"
+            if p.outline_files:
+                what += f", {p.outline_files} code file(s) as outlines"
             reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est ~{p.est_seconds:.0f}s")
+            for reason in p.reasons:
+                if reason.startswith("no plan is estimated within"):
+                    reporter.warn(reason)
         return show
 
     def _finish(self, answer, reporter) -> None:
@@ -113,6 +125,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
             _keep_partial(opts, partial, str(e))
         fail(str(e), e.exit_code)
     except KeyboardInterrupt:
+        opts.interrupted()
         fail("interrupted", 130)
     except BrokenPipeError:
         # The reader of our stdout went away (e.g. `| head`): not an error worth a trace.

@@ -23,18 +23,23 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         raise UsageError(f"--backend {settings.backend!r}: choose local or openai")
     source = resolve_model(settings.model)
     model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
+    backend: Backend
     if settings.engine == "hf":
         from ktcli.engine.hf_backend import HFBackend
 
         # The transformers fallback runs on the CPU, in fp32 unless asked otherwise.
         dtype = "fp32" if settings.weights in ("", "auto") else settings.weights
-        return HFBackend(model_dir, threads=settings.threads, dtype=dtype)
-    if settings.engine == "ktcli":
+        backend = HFBackend(model_dir, threads=settings.threads, dtype=dtype)
+    elif settings.engine == "ktcli":
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
 
-        return NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                  pack_cache=settings.cache_path / "packed", **_long_context(settings, plan))
-    raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
+        backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
+                                     pack_cache=settings.cache_path / "packed", **_long_context(settings, plan))
+    else:
+        raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
+    if settings.context_window and settings.context_window < backend.context_window:
+        backend.context_window = settings.context_window  # --context-window caps what prompts may fill
+    return backend
 
 
 def _long_context(settings: Settings, plan) -> dict:

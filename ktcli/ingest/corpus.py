@@ -26,6 +26,8 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     skipped: list[Skipped] = []
     seen: set[str] = set()
     for arg in paths:
+        if not arg.strip():  # Path("") is ".": an unset shell variable must not read the current folder
+            raise InputError("an input path is empty (an unset shell variable?): name a file, a folder, or `-`")
         if arg == STDIN_ARG:
             documents.append(load_stdin(stdin_text))
             continue

@@ -10,14 +10,14 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from ktcli.config import Settings
+from ktcli.config import Settings, parse_bytes
 from ktcli.engine.model_store import model_facts, resolve_model
 from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES, parse_bytes
+from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
 from ktcli.types import Chunk, Corpus, ModelFacts, Plan
 
 # Model tokens per tiktoken (cl100k) token, measured on the sample docs with SmolLM2's
@@ -134,6 +134,8 @@ def planning_facts(settings: Settings) -> ModelFacts:
     from ktcli.engine.device import auto_kv_dtype
 
     facts = model_facts(resolve_model(settings.model), settings.cache_path)
+    if settings.context_window and settings.context_window < facts.context_window:
+        facts = replace(facts, context_window=settings.context_window)  # --context-window caps it
     weights = planned_weights(settings)
     on_gpu = _on_gpu(settings)
     return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0)),

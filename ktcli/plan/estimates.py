@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ktcli.config import parse_bytes  # noqa: F401 - planning reads budgets with it
 from ktcli.types import ModelFacts
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -98,18 +99,3 @@ def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "f
 
 def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float) -> float:
     return prompt_tokens / max(prefill_tok_s, 1e-9) + new_tokens / max(decode_tok_s, 1e-9)
-
-
-def parse_bytes(text: str) -> int:
-    """'4GB', '512MiB', '1e9' -> bytes. Raises ValueError on nonsense."""
-    units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-             "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6, "G": 10**9}
-    raw = text.strip().upper().replace(" ", "")
-    number = raw.rstrip("KMGTIB")
-    unit = raw[len(number):]
-    if unit not in units or not number:
-        raise ValueError(text)
-    value = float(number) * units[unit]
-    if value <= 0:
-        raise ValueError(text)
-    return int(value)

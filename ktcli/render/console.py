@@ -1,11 +1,13 @@
 """The stderr side: status, progress bars with rates, warnings and the closing figures.
 
 stdout is left to the answer alone, so `ktcli ask ... | other-tool` stays clean. Rich
-turns colour and live bars off by itself when stderr is not a terminal or NO_COLOR is set.
+turns colour and live bars off by itself when stderr is not a terminal; NO_COLOR turns off
+every style (Rich alone would keep bold and dim).
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -14,9 +16,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 
+def stderr_console() -> Console:
+    plain = bool(os.environ.get("NO_COLOR"))
+    return Console(stderr=True, highlight=False, soft_wrap=True, color_system=None if plain else "auto")
+
+
 class ConsoleReporter:
     def __init__(self, *, quiet: bool = False, stream_answer: bool = True) -> None:
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
+        self.err = stderr_console()
         self.quiet = quiet
         self.stream_answer = stream_answer
         self._progress: Progress | None = None
@@ -76,6 +83,14 @@ class ConsoleReporter:
         if body:
             sys.stdout.write(body)
             sys.stdout.flush()
+
+    def end_answer_line(self) -> None:
+        """An answer cut short (Ctrl-C) leaves stdout's line open: close it, so the error
+        line that follows on a terminal does not land inside the answer."""
+        if self._answer_started and self.stream_answer:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+            self._answer_started = False
 
     # -- closing --------------------------------------------------------------------
     def figures(self, line: str) -> None:

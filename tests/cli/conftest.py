@@ -36,10 +36,17 @@ def fresh_cache(base: Path) -> Path:
     return cache
 
 
+def empty_config(folder: Path) -> Path:
+    """An empty config file: the user's own config must not reach the tests."""
+    path = folder / "no-config.toml"
+    path.touch()
+    return path
+
+
 def run_ktcli(args: list[str], cache: Path, stdin: bytes | None = None, extra_env: dict | None = None,
               timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")}
-    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(cache / "no-config.toml"),
+    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)),
                 "HF_HUB_OFFLINE": "1", "KTCLI_THREADS": "2"})
     env.update(extra_env or {})
     return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], input=stdin, capture_output=True,

@@ -122,3 +122,50 @@ def test_a_python_warning_is_one_line_in_the_console_style(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.splitlines()[0] == "! paged_attention_decode: using the torch version"
     assert "RuntimeWarning" not in err and ".py:" not in err
+
+
+def test_a_question_forgotten_is_said_so(cache):
+    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT)], cache), 2, "give the paths, then the question")
+    # the last argument names a file: the question was left out, not "README.md" asked
+    proc = run_ktcli(["ask", str(LONG_TEXT), str(REPO / "README.md")], cache)
+    assert_one_line_error(proc, 2, "is a file or folder: put the question after the paths")
+
+
+def test_an_empty_path_is_not_the_current_folder(cache):
+    # `ktcli ask "$DIR" q` with DIR unset: Path("") is ".", which must not be walked
+    assert_one_line_error(run_ktcli(["ask", "", "why?"], cache), 3, "an input path is empty")
+
+
+def test_version_and_quiet_plan(cache):
+    proc = run_ktcli(["--version"], cache)
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("ktcli ")
+    proc = run_ktcli(["plan", str(REPO / "README.md"), "What is this?", "--quiet"], cache)
+    assert proc.returncode == 0 and proc.stderr == b"" and b"mode" in proc.stdout
+
+
+def test_no_color_means_no_styling(cache, tmp_path):
+    # Rich alone drops colours under NO_COLOR but keeps bold and dim
+    proc = run_ktcli(["ask", str(tmp_path / "missing.txt"), "q"], cache,
+                     extra_env={"NO_COLOR": "1", "TERM": "xterm-256color", "FORCE_COLOR": "1"})
+    assert proc.returncode == 3 and b"\x1b[" not in proc.stderr and b"\nerror: " in proc.stderr
+
+
+def test_an_interrupted_answer_closes_its_line(capsys, monkeypatch):
+    # Ctrl-C mid-answer: the error line must not land inside the answer's last line
+    import warnings
+
+    from ktcli.cli.common import Options, run_guarded
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
+    opts = Options({})
+    reporter = opts.reporter()
+
+    def body():
+        reporter.answer_text("The keeper is Ada")
+        raise KeyboardInterrupt
+
+    with pytest.raises(SystemExit) as exit_:
+        run_guarded(opts, body)
+    assert exit_.value.code == 130
+    out, err = capsys.readouterr()
+    assert out == "The keeper is Ada\n" and "error: interrupted" in err

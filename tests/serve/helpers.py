@@ -31,9 +31,16 @@ def make_cache(base: Path) -> Path:
     return cache
 
 
+def empty_config(folder: Path) -> Path:
+    """An empty config file: the user's own config must not reach the tests."""
+    path = folder / "no-config.toml"
+    path.touch()
+    return path
+
+
 def cli_env(cache: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("KTCLI_", "OPENAI_"))}
-    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(cache / "no-config.toml"),
+    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)),
                 "HF_HUB_OFFLINE": "1", "KTCLI_THREADS": "2", "NO_COLOR": "1"})
     return env
 

@@ -206,6 +206,7 @@ def test_openai_api_key_env_is_the_fallback(monkeypatch):
 def test_settings_from_env(monkeypatch, tmp_path):
     from ktcli.config import load_settings
 
+    (tmp_path / "none.toml").touch()  # an empty config: the user's own must not reach the test
     monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "none.toml"))
     monkeypatch.setenv("KTCLI_BACKEND", "openai")
     monkeypatch.setenv("KTCLI_BASE_URL", "http://10.0.0.5:8000/v1")
