@@ -55,6 +55,9 @@ class Document:
     language: str | None = None  # for code: "python", "rust", ...
     pages: tuple[Page, ...] = ()
     sha256: str = ""  # of the normalised text; the cache key
+    # Where `text` is drawn from a file with other lines (HTML): the file's line (1-based)
+    # of each text line. Spans count text lines; citations are mapped to these at the end.
+    source_lines: tuple[int, ...] = ()
 
     @property
     def n_lines(self) -> int:

@@ -22,15 +22,20 @@ _SPACES = re.compile(r"\s+")
 
 
 class _Lines:
-    """Collects inline text into lines; blocks call newline()/paragraph()."""
+    """Collects inline text into lines; blocks call newline()/paragraph(). Each line keeps
+    the source line its first visible character came from (`sources`)."""
 
     def __init__(self) -> None:
         self.lines: list[str] = []
+        self.sources: list[int] = []
         self.current: list[str] = []
+        self.current_source = 0
         self.pending_blank = False
 
-    def text(self, piece: str) -> None:
+    def text(self, piece: str, source: int) -> None:
         if piece:
+            if not "".join(self.current).strip():
+                self.current_source = source
             self.current.append(piece)
 
     def newline(self) -> None:
@@ -38,63 +43,102 @@ class _Lines:
         self.current = []
         if not line:
             return
-        if self.pending_blank and self.lines:
-            self.lines.append("")
-        self.pending_blank = False
+        self._blank_if_pending(self.current_source)
         self.lines.append(line)
+        self.sources.append(self.current_source)
 
     def paragraph(self) -> None:
         self.newline()
         self.pending_blank = True
 
-    def raw_lines(self, text: str) -> None:
+    def raw_lines(self, text: str, first_source: int) -> None:
         """Preformatted text keeps its own line breaks and indentation."""
         self.newline()
+        leading = len(text) - len(text.lstrip("\n"))
+        self._blank_if_pending(first_source + leading)
+        lines = text.strip("\n").split("\n")
+        self.lines.extend(lines)
+        self.sources.extend(first_source + leading + i for i in range(len(lines)))
+
+    def _blank_if_pending(self, source: int) -> None:
         if self.pending_blank and self.lines:
             self.lines.append("")
+            self.sources.append(source)
         self.pending_blank = False
-        self.lines.extend(text.strip("\n").split("\n"))
 
 
-def html_to_text(markup: str) -> str:
+def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
+    """The page's visible text, and for each of its lines the markup's line (1-based) it
+    starts on, so that citations name lines of the file the user has."""
     soup = BeautifulSoup(markup, "html.parser")
     out = _Lines()
-    _walk(soup, out)
+    _walk(soup, out, _Cursor())
     out.newline()
-    return "\n".join(out.lines)
+    return "\n".join(out.lines), tuple(out.sources)
 
 
-def _walk(node: Tag, out: _Lines) -> None:
+class _Cursor:
+    """The markup line the walk is on. Tags know the line they start on (html.parser's
+    sourceline); a text node starts where the node before it ended, so the cursor moves on
+    by the line breaks of every text it passes, and of every subtree it skips."""
+
+    def __init__(self) -> None:
+        self.line = 1
+
+    def at_tag(self, tag: Tag) -> None:
+        if tag.sourceline is not None:
+            self.line = tag.sourceline
+
+    def past(self, text: str) -> int:
+        """The line `text` (the node at the cursor) shows its first character on; moves
+        the cursor to its end."""
+        start = self.line + text[: len(text) - len(text.lstrip())].count("\n")
+        self.line += text.count("\n")
+        return start
+
+
+def _walk(node: Tag, out: _Lines, cursor: _Cursor) -> None:
     for child in node.children:
         if isinstance(child, NavigableString):
+            line = cursor.past(str(child))
             if not isinstance(child, _SKIP_STRINGS):
-                out.text(_SPACES.sub(" ", str(child)))
+                out.text(_SPACES.sub(" ", str(child)), line)
             continue
         if not isinstance(child, Tag):
             continue
+        cursor.at_tag(child)
         name = (child.name or "").lower()
-        if name in _DROP:
+        if name in _DROP or _hidden(child):
+            cursor.past(str(child))  # its line breaks still count
             continue
         if name == "pre":
-            out.raw_lines(child.get_text())
+            text = child.get_text()
+            out.raw_lines(text, cursor.line)
+            cursor.past(str(child))
             out.paragraph()
         elif name == "br":
             out.newline()
         elif name in _CELL:
-            out.text(" | " if out.current else "")
-            _walk(child, out)
+            out.text(" | " if out.current else "", cursor.line)
+            _walk(child, out, cursor)
         elif name in _PARAGRAPH or name in _LINE:
             out.newline()
-            _prefix(name, child, out)
-            _walk(child, out)
+            _prefix(name, child, out, cursor.line)
+            _walk(child, out, cursor)
             out.paragraph() if name in _PARAGRAPH else out.newline()
         else:
-            _walk(child, out)
+            _walk(child, out, cursor)
 
 
-def _prefix(name: str, tag: Tag, out: _Lines) -> None:
+def _prefix(name: str, tag: Tag, out: _Lines, line: int) -> None:
     """Markdown-like markers keep headings and list items recognisable to the chunker."""
     if len(name) == 2 and name[0] == "h" and name[1].isdigit():
-        out.text("#" * int(name[1]) + " ")
+        out.text("#" * int(name[1]) + " ", line)
     elif name == "li":
-        out.text("- ")
+        out.text("- ", line)
+
+
+def _hidden(tag: Tag) -> bool:
+    """Marked never to show: the `hidden` attribute or an inline display:none."""
+    style = str(tag.get("style") or "").replace(" ", "").lower()
+    return tag.has_attr("hidden") or "display:none" in style

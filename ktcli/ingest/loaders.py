@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO
 
@@ -128,10 +129,10 @@ def _html_document(markup: str, display: str) -> Document:
     # Imported here: BeautifulSoup and pypdf cost ~0.15 s of every start, used or not.
     from ktcli.ingest.htmltext import html_to_text
 
-    text = html_to_text(markup)
+    text, source_lines = html_to_text(markup)
     if not text.strip():
         raise RejectedInput(display, "HTML page without visible text")
-    return _text_document(text, display, "html", None)
+    return replace(_text_document(text, display, "html", None), source_lines=source_lines)
 
 
 def _pdf_document(data: bytes, display: str) -> Document:

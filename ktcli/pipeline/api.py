@@ -5,6 +5,7 @@ from __future__ import annotations
 from ktcli.config import Settings
 from ktcli.engine.loading import load_backend, weights_note
 from ktcli.engine.model_store import is_converted, resolve_model
+from ktcli.pipeline import citations
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
@@ -30,7 +31,7 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     if on_plan:
         on_plan(prep)
     backend = _load(settings, reporter, prep.plan)
-    answer = run(prep, backend, settings, reporter, tally)
+    answer = citations.in_source_lines(run(prep, backend, settings, reporter, tally), prep.corpus)
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE)
     return answer
 

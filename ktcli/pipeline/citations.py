@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ktcli.types import Chunk, Citation, Span
+from ktcli.types import Answer, Chunk, Citation, Corpus, Span
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:[.,]\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
@@ -146,3 +146,32 @@ def _contains(outer: Span, inner: Span) -> bool:
     if outer.line_start is None or inner.line_start is None:
         return outer.path == inner.path and outer.page == inner.page
     return outer.line_start <= inner.line_start and inner.line_end <= outer.line_end  # type: ignore[operator]
+
+
+def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
+    """Citations (and the evidence list in the figures) in the lines of the files the user
+    has: a document whose text is drawn from other lines (HTML) counts its spans in text
+    lines until here (`Document.source_lines`)."""
+    maps = {d.path: d.source_lines for d in corpus.documents if d.source_lines}
+    if not maps:
+        return answer
+
+    def moved(span: Span) -> Span:
+        lines = maps.get(span.path)
+        if not lines or span.line_start is None:
+            return span
+        end = span.line_end if span.line_end is not None else span.line_start
+        return Span(span.path, lines[min(span.line_start, len(lines)) - 1], lines[min(end, len(lines)) - 1], span.page)
+
+    cites = []
+    for c in answer.citations:
+        span = moved(c.span)
+        cites.append(Citation(ref=span.cite(), span=span, score=c.score))
+    figures = dict(answer.stats)
+    if "evidence" in figures:
+        evidence = []
+        for e in figures["evidence"]:
+            span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"]))
+            evidence.append(e | {"ref": span.cite(), "line_start": span.line_start, "line_end": span.line_end})
+        figures["evidence"] = evidence
+    return replace(answer, citations=tuple(cites), stats=figures)

@@ -98,6 +98,21 @@ def test_stdin_is_read_and_cited(cache):
     assert all(c["path"] == "<stdin>" for c in data["citations"])
 
 
+def test_html_citations_name_lines_of_the_file(cache, tmp_path):
+    page = tmp_path / "keeper.html"
+    lines = ["<!doctype html>", "<html><head><title>Rock Light</title>", "<style>", "p { margin: 0 }", "</style>",
+             "</head><body>", "<h1>Rock Light station</h1>", "<p>The station stands on a granite rock.</p>",
+             "<p>The lighthouse keeper is", "<b>Ada Quill</b>, who has kept the light since 1998.</p>",
+             "<p>Supplies arrive by boat every second Tuesday.</p>", "</body></html>"]
+    page.write_text("\n".join(lines) + "\n")
+    data = payload(run_ktcli(["ask", str(page), "Who is the lighthouse keeper?", "--json", *SHORT], cache))
+    assert data["citations"]
+    for c in data["citations"]:  # every cited range lies in the file, on lines with text
+        assert c["path"].endswith("keeper.html")
+        assert 7 <= c["line_start"] <= c["line_end"] <= 11, c
+    assert any(c["line_start"] <= 10 and c["line_end"] >= 9 for c in data["citations"]), data["citations"]
+
+
 def test_summarize_repo_reports_skipped_files(cache):
     data = payload(run_ktcli(["summarize", str(REPO), "--json", *SHORT], cache))
     assert data["answer"].strip()

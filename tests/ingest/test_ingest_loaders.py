@@ -90,6 +90,29 @@ def test_html_keeps_visible_text_as_lines(write) -> None:
         assert hidden not in doc.text
 
 
+def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
+    # Citations must name lines of the file the user has, not of the extracted text.
+    html = "\n".join([
+        "<!doctype html>", "<html><head><title>T</title>", "<style>", "p { color: red }", "</style></head>",
+        "<body>", "<h1>The Lighthouse</h1>", "<p>The keeper is", "<b>Ada Quill</b>, who", "lives on the rock.</p>",
+        '<p style="display: none">Hidden draft</p><div hidden>Also hidden</div>',
+        "<ul>", "  <li>One</li>", "  <li>Two</li>", "</ul>", "<script>", "var x = 1;", "</script><p>After",
+        "the script.</p>", "<table><tr><td>Q3</td><td>5.87</td></tr>", "<tr><td>Q4</td>", "<td>5.83</td></tr></table>",
+        "<pre>", "code line 1", "code line 2", "</pre>", "<p>End.</p>", "</body></html>",
+    ])
+    doc = load_one(write("page.html", html))
+    source = html.split("\n")
+    lines = doc.text.split("\n")
+    assert len(doc.source_lines) == len(lines)
+    for text, number in zip(lines, doc.source_lines):
+        if text:  # each line's first word is on the file line it names
+            assert text.lstrip("#- ").split()[0] in source[number - 1], (text, number)
+    got = dict(zip(lines, doc.source_lines))
+    assert got["The keeper is Ada Quill, who lives on the rock."] == 8
+    assert got["After the script."] == 18 and got["code line 2"] == 25 and got["End."] == 27
+    assert "Hidden draft" not in doc.text and "Also hidden" not in doc.text
+
+
 def test_html_sniffed_without_extension(write) -> None:
     doc = load_one(write("page", "<!doctype html><html><body><p>Hi</p></body></html>"))
     assert (doc.kind, doc.text) == ("html", "Hi")

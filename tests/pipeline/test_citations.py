@@ -70,3 +70,18 @@ def test_a_sentence_sharing_one_word_with_a_line_does_not_lead_the_citations():
     c = chunk("a.txt", 1, ["The kiln was relined in June.", "", "Tea is served at four."])
     # "Tea time." shares one word with line 3: that line comes only from the whole-answer pass.
     assert [c.ref for c in attribute("Tea time. The kiln was relined.", [c])] == ["a.txt:1", "a.txt:3"]
+
+
+def test_citations_of_html_name_the_file_lines():
+    from ktcli.pipeline.citations import in_source_lines
+    from ktcli.types import Answer, Citation, Corpus, Document, Mode, Plan
+
+    page = Document("page.html", "# Title\n\nThe keeper is Ada.\nEnd.", "html", source_lines=(7, 8, 9, 12))
+    text = Document("notes.txt", "a\nb\n", "text")
+    plan = Plan(Mode.FULL, "ask", 10, 1, 8192, 384, 10, 2, 0, 1, 0, 1.0, 1)
+    cites = (Citation("page.html:3-4", Span("page.html", 3, 4)), Citation("notes.txt:2", Span("notes.txt", 2, 2)))
+    evidence = [{"ref": "page.html:3", "path": "page.html", "line_start": 3, "line_end": 3, "page": None, "score": 1.0}]
+    answer = in_source_lines(Answer("Ada.", cites, plan, {"evidence": evidence}), Corpus((page, text)))
+    assert [c.ref for c in answer.citations] == ["page.html:9-12", "notes.txt:2"]
+    assert answer.citations[0].span == Span("page.html", 9, 12)
+    assert answer.stats["evidence"][0]["ref"] == "page.html:9" and answer.stats["evidence"][0]["line_start"] == 9
