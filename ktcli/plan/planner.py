@@ -143,6 +143,11 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
                 f"--mode full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
                 f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto or retrieval"
             )
+        if req.memory_budget and full.est_memory_bytes > req.memory_budget:
+            raise OutOfMemoryError(
+                f"--mode full needs ~{_gb(full.est_memory_bytes)}, over the --max-memory budget of "
+                f"{_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+            )
         return _with(full, ("--mode full asked for",), retrieval)
     if req.mode == "retrieval":
         return _with(retrieval, ("--mode retrieval asked for",), full if fits else None)
@@ -169,11 +174,15 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
             f"even retrieval needs ~{_gb(chosen.est_memory_bytes)} (model weights + one window), over the "
-            f"--max-memory budget of {_gb(req.memory_budget)}"
+            f"--max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
     if chosen is retrieval and sparse and not fits:
         reasons.append(_sparse_rejection(req, sparse))
+    if req.max_seconds and chosen.est_seconds > req.max_seconds:
+        # Every way was weighed against the budget above (sparse included, which a
+        # budget asks to weigh); this is the quickest, and it is still over.
+        reasons.append(f"no plan is estimated within the {req.max_seconds:g}s budget; this one takes ~{chosen.est_seconds:.0f}s")
     return _with(chosen, tuple(reasons), other, sparse)
 
 
@@ -336,5 +345,18 @@ def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list
     return replace(plan, reasons=reasons, alternatives=alternatives)
 
 
+def _smaller_suggestion(req: PlanRequest, sparse: list[Plan]) -> str:
+    """The sparse read that fits the memory budget, if one does (retrieval holds an
+    embedder and a window; a quantized cache of a short input can be smaller)."""
+    fits = [p for p in sparse if p.est_memory_bytes <= req.memory_budget]
+    if not fits:
+        return ""
+    best = min(fits, key=lambda p: p.est_memory_bytes)
+    return (f"; --mode sparse --kv-dtype {best.kv_dtype} --attention {best.attention} needs "
+            f"~{_gb(best.est_memory_bytes)}")
+
+
 def _gb(n: int) -> str:
-    return f"{n / 1e9:.2f} GB"
+    if n >= 1e8:
+        return f"{n / 1e9:.2f} GB"
+    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n:,} bytes"

@@ -183,3 +183,26 @@ def test_a_summary_plans_no_embedding_time_or_memory():
     assert many_chunks.est_memory_bytes == summary.est_memory_bytes  # no index held
     asks = [make_plan(req(corpus_tokens=100_000, n_chunks=n), SMOL, RATES) for n in (450, 45_000)]
     assert asks[1].est_memory_bytes > asks[0].est_memory_bytes  # a question's index grows with the chunks
+
+
+def test_a_budget_no_plan_meets_is_said():
+    plan = make_plan(req(corpus_tokens=3_000, max_seconds=0.1), SMOL, RATES)
+    assert plan.reasons[-1].startswith("no plan is estimated within the 0.1s budget")
+    assert not any("no plan" in r for r in make_plan(req(corpus_tokens=3_000, max_seconds=1e6), SMOL, RATES).reasons)
+
+
+def test_memory_errors_point_to_a_sparse_read_that_fits():
+    # The README's PDF case: retrieval holds the embedder and a window; int4 pages of the
+    # whole short input are smaller.
+    base = req(corpus_tokens=2_500, n_chunks=12, sparse_ok=True)
+    int4 = make_plan(replace(base, mode="sparse", kv_dtype="int4"), SMOL, RATES).est_memory_bytes
+    retrieval = make_plan(replace(base, mode="retrieval"), SMOL, RATES).est_memory_bytes
+    full = make_plan(base, SMOL, RATES).est_memory_bytes
+    budget = int4 + 1
+    assert budget < min(retrieval, full)
+    with pytest.raises(OutOfMemoryError, match="--mode sparse --kv-dtype int4 --attention topk needs"):
+        make_plan(replace(base, memory_budget=budget), SMOL, RATES)
+    with pytest.raises(OutOfMemoryError, match="--mode full needs .* over the --max-memory budget"):
+        make_plan(replace(base, mode="full", memory_budget=full - 1), SMOL, RATES)
+    with pytest.raises(OutOfMemoryError, match="1,000 bytes"):
+        make_plan(replace(base, memory_budget=1000), SMOL, RATES)
