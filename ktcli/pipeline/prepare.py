@@ -17,12 +17,10 @@ from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
 from ktcli.plan import PlanRequest, Throughput, make_plan
+from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
 from ktcli.types import Chunk, Corpus, ModelFacts, Plan
 
-# Model tokens per tiktoken (cl100k) token, measured on the sample docs with SmolLM2's
-# tokenizer; the planner pads estimates with it so "fits" errs on the safe side.
-MODEL_TOKENS_PER_ESTIMATE = 1.25
 RATES_FILE = "rates.json"
 # First-run rates of the local engine on a CPU, before a run has measured any, from the
 # model's size: decode reads every weight once per token, prefill is bound by GEMM FLOPs.

@@ -13,6 +13,9 @@ from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan.estimates import EMBEDDER_BYTES, generation_memory, generation_seconds, sparse_memory
 from ktcli.types import Mode, ModelFacts, Plan
 
+# Model tokens per tiktoken (cl100k) token, measured on the sample docs with SmolLM2's
+# tokenizer; estimates are padded with it so "fits" errs on the safe side.
+MODEL_TOKENS_PER_ESTIMATE = 1.25
 # Chat template, instructions and citation labels around the evidence.
 PROMPT_OVERHEAD_TOKENS = 160
 # Room kept for the running notes passed from window to window.
@@ -170,6 +173,10 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window"
         )
     if chosen is retrieval:
+        room = _window_budget(req, facts, facts.context_window)
+        if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:
+            raise UsageError(f"--chunk-tokens {req.chunk_tokens}: a chunk must fit a window's room for evidence "
+                             f"(~{int(room / MODEL_TOKENS_PER_ESTIMATE):,} tokens here)")
         reasons.append(_retrieval_reason(req, retrieval))
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(

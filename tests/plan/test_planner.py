@@ -206,3 +206,9 @@ def test_memory_errors_point_to_a_sparse_read_that_fits():
         make_plan(replace(base, mode="full", memory_budget=full - 1), SMOL, RATES)
     with pytest.raises(OutOfMemoryError, match="1,000 bytes"):
         make_plan(replace(base, memory_budget=1000), SMOL, RATES)
+
+
+def test_a_chunk_larger_than_a_window_is_refused_for_retrieval():
+    with pytest.raises(UsageError, match="--chunk-tokens 100000: a chunk must fit"):
+        make_plan(req(corpus_tokens=100_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES)
+    assert make_plan(req(corpus_tokens=1_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES).mode is Mode.FULL
