@@ -55,8 +55,11 @@ def _long_context(settings: Settings, plan) -> dict:
         out["rope_scaling"] = settings.rope_scaling
     if plan is not None:
         out["kv_windows"] = 1  # one request: pages for one window, not `ktcli serve`'s several
-    if plan is not None and getattr(plan, "mode", None) is not None and plan.mode.value == "sparse":
-        # The plan's window: the whole input, the answer and a margin (the pages are sized to it).
+    if plan is not None and getattr(plan, "context_window", 0):
+        # The plan's window (the pages are sized to it): for a sparse read the whole input,
+        # the answer and a margin; otherwise the model's. Without it a remapped policy's
+        # cache is sized for 32K tokens (a full read of the README's PDF with int4 pages and
+        # topk held 272 MB of pages for 2.6K tokens).
         out["context_window"] = plan.context_window
     return out
 

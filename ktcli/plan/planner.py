@@ -257,10 +257,18 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
         context_window=facts.context_window, answer_budget=req.max_new_tokens,
         evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
         est_seconds=generation_seconds(full_tokens, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s),
-        est_memory_bytes=generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts)),
+        est_memory_bytes=_full_memory(req, facts, full_tokens),
         kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
         attention=req.attention if req.attention not in ("auto", "") else "dense",
     )
+
+
+def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
+    """A whole read's peak; with a window or topk policy it runs over the kernels' pages
+    like a sparse read (sinks, page bounds), with pages for the model's window."""
+    if req.attention.partition(":")[0] in ("window", "topk"):
+        return sparse_memory(facts, facts.context_window, _dense_kv(req, facts))
+    return generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts))
 
 
 def _estimated_chunks(req: PlanRequest) -> int:

@@ -119,3 +119,15 @@ def _empty_config(folder):
     path = folder / "none.toml"
     path.touch()
     return path
+
+
+def test_the_engine_pages_are_sized_to_the_plan_window():
+    # A whole read with a remapped policy sized its pages for 32K tokens without this
+    # (272 MB of int4 pages for the README's 2.6K-token question).
+    from ktcli.config import Settings
+    from ktcli.engine.loading import _long_context
+    from ktcli.types import Mode, Plan
+
+    plan = Plan(Mode.FULL, "ask", 2500, 10, 8192, 384, 2500, 1, 0, 1, 0, 10.0, 1, kv_dtype="int4", attention="topk:4")
+    out = _long_context(Settings(), plan)
+    assert out["context_window"] == 8192 and out["kv_dtype"] == "int4" and out["attention"] == "topk:4"

@@ -212,3 +212,13 @@ def test_a_chunk_larger_than_a_window_is_refused_for_retrieval():
     with pytest.raises(UsageError, match="--chunk-tokens 100000: a chunk must fit"):
         make_plan(req(corpus_tokens=100_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES)
     assert make_plan(req(corpus_tokens=1_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES).mode is Mode.FULL
+
+
+def test_a_whole_read_with_a_sparse_policy_counts_the_sparse_machinery():
+    # --attention topk on an input that fits: the kernels' pages for the model's window,
+    # exact sinks and page bounds, as a sparse read holds them (it measured 0.96x after)
+    base = req(corpus_tokens=2_500, kv_dtype="int4")
+    dense = make_plan(base, SMOL, RATES)
+    topk = make_plan(replace(base, attention="topk:4"), SMOL, RATES)
+    assert topk.mode is dense.mode is Mode.FULL
+    assert topk.est_memory_bytes > dense.est_memory_bytes
