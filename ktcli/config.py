@@ -37,7 +37,7 @@ class Settings:
     rope_scaling: str = ""  # e.g. "yarn:4"; empty: the model config's (ktcli engine)
     max_memory: str = ""  # e.g. "4GB"; empty: a share of available RAM
     max_seconds: float = 0.0  # latency budget for the planner, 0: none
-    outline: str = "auto"  # summaries: read code files as outlines: auto (over the time budget) | always | never
+    outline: str = "auto"  # summaries: read code and long prose as outlines: auto (over the time budget) | always | never
     backend: str = "local"  # "local" (load --engine in this process) or "openai" (a server)
     base_url: str = ""  # the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1
     api_key: str = ""  # empty: $OPENAI_API_KEY, if set

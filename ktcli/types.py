@@ -134,7 +134,7 @@ class Plan:
     attention: str = "dense"
     reasons: tuple[str, ...] = ()  # why this mode, in words, for `ktcli plan`
     alternatives: tuple[dict, ...] = ()  # estimates for the modes/dtypes not chosen
-    # A summary that reads its code files as outlines: the tokens it reads (of
+    # A summary that reads files as outlines: the tokens it reads (of
     # input_tokens) and how many files are outlined; 0 when it reads every line.
     read_tokens: int = 0
     outline_files: int = 0

@@ -40,6 +40,7 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+
 def _print_version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -82,7 +83,7 @@ ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's A
 ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps (or, where the server does not say, sets) the window.")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
 AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
-OutlineOpt = Annotated[Optional[str], typer.Option("--outline", help="Summaries: read code files as outlines (signatures, docstrings, comments): auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
+OutlineOpt = Annotated[Optional[str], typer.Option("--outline", help="Summaries: read code files (signatures, docstrings, comments) and long prose (headings, first paragraphs) as outlines: auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
 RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
 
 

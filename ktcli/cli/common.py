@@ -97,7 +97,7 @@ class Options:
             p = prep.plan
             what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)" if p.mode.value == "retrieval" else "whole input"
             if p.outline_files:
-                what += f", {p.outline_files} code file(s) as outlines"
+                what += f", {p.outline_files} file(s) as outlines"
             reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est ~{p.est_seconds:.0f}s")
             for reason in p.reasons:
                 if reason.startswith("no plan is estimated within"):

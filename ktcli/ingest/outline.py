@@ -5,12 +5,15 @@ A repository's summary is about its purpose, its parts and how they fit: a modul
 docstring, its classes and functions with their signatures and the first paragraph of
 their docstrings, its constants, the comments that head a file and its declarations. The
 bodies are most of the tokens (86% of ktcli's own Python) and little of that. So
-`ktcli summarize` may read code files as outlines (`pipeline.summarize`; the planner
-decides, and says so, see `plan.planner`); prose, PDFs and HTML are always read whole.
+`ktcli summarize` may read files as outlines (`pipeline.summarize`; the planner decides,
+and says so, see `plan.planner`).
 
 Python is outlined from its syntax tree; other languages by line patterns (declarations
 near the left margin and the comment block above each); data and config files by their
-first lines. Every kept line keeps its line number, so an outline still cites its source.
+first lines. Long prose with headings (Markdown, reStructuredText, HTML) keeps its
+headings and each section's first paragraph (the Python tutorial: 13% of its tokens);
+shorter prose, prose without headings and PDFs are read whole. Every kept line keeps
+its line number, so an outline still cites its source.
 """
 
 from __future__ import annotations
@@ -29,6 +32,12 @@ DOC_COMMENT_LINES = 6
 HEADER_LINES = 20
 # Declarations indented further than this are inside a body, not part of the outline.
 MAX_DECL_INDENT = 8
+# Prose: a section's first paragraph is kept up to this many lines; prose with fewer
+# headings than this is read whole.
+LEAD_LINES = 8
+MIN_HEADINGS = 3
+# Prose shorter than this (about a window's worth of tokens) is never outlined.
+PROSE_OUTLINE_CHARS = 32_000
 
 # A declaration line in the C, Java, JS/TS, Go, Rust, Kotlin, Swift, Ruby, PHP, shell...
 # families: a keyword that starts a type, function or module, after optional modifiers.
@@ -52,12 +61,20 @@ _CODE_LANGUAGES = {
 
 
 def outline_lines(doc: Document) -> list[tuple[int, str]] | None:
-    """The outline of a code document as (1-based line, text) in file order, or None for
-    a document that is read whole (not code, or no shorter than its outline)."""
-    if doc.kind != "code" or not doc.text.strip():
+    """The outline of a document as (1-based line, text) in file order, or None for one
+    that is read whole (a PDF, prose without headings, or no shorter as an outline)."""
+    if not doc.text.strip():
         return None
     lines = doc.text.split("\n")
-    if doc.language == "python":
+    if doc.kind in ("markdown", "text", "html"):
+        if len(doc.text) < PROSE_OUTLINE_CHARS:
+            return None  # a README or a short page is worth reading whole
+        keep = _sections(lines)
+        if keep is None:
+            return None
+    elif doc.kind != "code":
+        return None
+    elif doc.language == "python":
         keep = _python(doc.text, lines)
         if keep is None:  # not parseable (Python 2, a template): by its lines instead
             keep = _by_patterns(lines)
@@ -183,6 +200,52 @@ def _docstring(node: ast.AST, keep: set[int]) -> None:
 def _is_main_guard(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and test.left.id == "__name__")
+
+
+# ---- prose: headings and the first paragraph under each ----------------------------
+
+_MARKDOWN_HEADING = re.compile(r"#{1,6}\s+\S")
+_RST_UNDERLINE = re.compile(r"""([=\-~^"'`#*+_])\1{2,}\s*$""")
+_RST_MARKUP = re.compile(r"\.\.\s")  # directives, labels, comments: not prose
+
+
+def _sections(lines: list[str]) -> set[int] | None:
+    """Markdown or reStructuredText headings (an HTML page's, converted, are markdown's),
+    each with the first paragraph under it, and the text's opening paragraph; None for
+    prose with fewer than MIN_HEADINGS headings, which has no outline to read."""
+    keep: set[int] = set()
+    headings = 0
+    _lead(lines, 0, keep)
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        underlined = (i + 1 < len(lines) and line.strip() and not _RST_UNDERLINE.match(line)
+                      and _RST_UNDERLINE.match(lines[i + 1]) and len(lines[i + 1].strip()) >= len(line.strip()))
+        if underlined or _MARKDOWN_HEADING.match(line):
+            headings += 1
+            end = i + 2 if underlined else i + 1
+            if underlined and i > 0 and _RST_UNDERLINE.match(lines[i - 1]):
+                keep.add(i - 1)  # an overline
+            keep.update(range(i, end))
+            i = _lead(lines, end, keep)
+            continue
+        i += 1
+    return keep if headings >= MIN_HEADINGS else None
+
+
+def _lead(lines: list[str], start: int, keep: set[int]) -> int:
+    """Keep the first paragraph at or after `start` (blank lines and markup skipped, at
+    most LEAD_LINES lines, stopping at a heading); returns the line after it."""
+    i = start
+    while i < len(lines) and (not lines[i].strip() or _RST_MARKUP.match(lines[i])):
+        i += 1
+    taken = 0
+    while i < len(lines) and lines[i].strip() and taken < LEAD_LINES and not _MARKDOWN_HEADING.match(lines[i]) \
+            and not (i + 1 < len(lines) and _RST_UNDERLINE.match(lines[i + 1]) and not _RST_UNDERLINE.match(lines[i])):
+        keep.add(i)
+        i += 1
+        taken += 1
+    return i
 
 
 # ---- other languages, by their lines -----------------------------------------------

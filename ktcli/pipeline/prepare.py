@@ -198,7 +198,7 @@ def prepare(
 
 
 def _outlines(corpus: Corpus) -> dict[str, list[tuple[int, str]]]:
-    """path -> outline of every code document shorter as an outline."""
+    """path -> outline of every document that has one (`ingest.outline`)."""
     out = {}
     for doc in corpus.documents:
         kept = outline_lines(doc)

@@ -53,7 +53,8 @@ def notes_messages(question: str, evidence: str, notes: str) -> list[Message]:
 
 # Said when code files are read as outlines (`ingest.outline`), so that a missing body
 # reads as left out, not as an empty function.
-OUTLINE_NOTE = "Code files are shown as outlines: signatures, docstrings and comments, without function bodies.\n\n"
+OUTLINE_NOTE = ("Some files are shown as outlines: code as its signatures, docstrings and comments, without "
+                "function bodies; long documents as their headings and the first paragraph under each.\n\n")
 
 
 def summary_messages(text: str, listing: str = "", outlined: bool = False) -> list[Message]:

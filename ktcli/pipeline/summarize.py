@@ -1,8 +1,8 @@
 """`ktcli summarize`: whole when it fits; otherwise map over windows with running notes,
 then reduce. For a folder the model also sees the file listing, so the summary covers
 per-file content and the overall structure. When the plan says so (reading every line
-would exceed the time budget, or --outline always), code files are read as their
-outlines (`ingest.outline`) and everything else whole."""
+would exceed the time budget, or --outline always), code files and long prose with
+headings are read as their outlines (`ingest.outline`) and everything else whole."""
 
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
 
 
 def _outlined(prep: Prepared) -> str:
-    return f"; {len(prep.outlines)} code file(s) as outlines" if prep.outlines else ""
+    return f"; {len(prep.outlines)} file(s) as outlines" if prep.outlines else ""
 
 
 def _text(prep: Prepared, doc: Document) -> str:

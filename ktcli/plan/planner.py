@@ -36,7 +36,7 @@ SPARSE_DEFAULT_SECONDS = 600.0
 # the estimated prompt and answer: the token estimate errs long, but not always.
 SPARSE_WINDOW_MARGIN = 2048
 # A summary whose every line would take longer than this to read (without --max-seconds)
-# reads its code files as outlines (`ingest.outline`), when that is faster.
+# reads its code files and long prose as outlines (`ingest.outline`), when that is faster.
 SUMMARY_DEFAULT_SECONDS = 600.0
 OUTLINE_CHOICES = ("auto", "always", "never")
 
@@ -74,7 +74,7 @@ class PlanRequest:
     kv_dtype: str = "auto"  # auto or a kernels KV kind (fp32, bf16, fp16, fp8, int8, int4)
     attention: str = "auto"  # auto | dense | window | topk
     sparse_ok: bool = False  # the engine can run the sparse mode (local ktcli engine)
-    # Summaries: the corpus's tokens with its code files read as outlines, and how many
+    # Summaries: the corpus's tokens with its files read as outlines where they can be, and how many
     # files those are (0: nothing to outline); whether to (auto: when over the budget).
     outline_tokens: int = 0
     outline_files: int = 0
@@ -102,13 +102,13 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
 
 
 def _outlined(req: PlanRequest, facts: ModelFacts, rates: Throughput, why: str) -> Plan:
-    """The plan of reading the corpus with its code files as outlines (`ingest.outline`):
+    """The plan of reading the corpus with its files as outlines where they can be (`ingest.outline`):
     planned like any input of that many tokens, then labelled."""
     from dataclasses import replace
 
     plan = _plan(replace(req, corpus_tokens=req.outline_tokens, n_chunks=0), facts, rates)
-    reason = (f"{why}: {req.outline_files} code file(s) read as outlines (signatures, docstrings, "
-              f"comments), ~{req.outline_tokens:,} of ~{req.corpus_tokens:,} tokens; --outline never reads every line")
+    reason = (f"{why}: {req.outline_files} file(s) read as outlines (code: signatures, docstrings, comments; "
+              f"long prose: headings and first paragraphs), ~{req.outline_tokens:,} of ~{req.corpus_tokens:,} tokens; --outline never reads every line")
     return replace(plan, input_tokens=req.corpus_tokens, read_tokens=req.outline_tokens,
                    outline_files=req.outline_files, reasons=(reason, *plan.reasons))
 

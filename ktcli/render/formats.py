@@ -94,7 +94,7 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     if plan.mode.value == "sparse" or plan.kv_dtype not in ("model", "auto"):
         lines.append(f"kv cache    {plan.kv_dtype} pages, {plan.attention} attention")
     if plan.outline_files:
-        lines.append(f"reads       ~{plan.read_tokens:,} tokens: {plan.outline_files} code file(s) as outlines")
+        lines.append(f"reads       ~{plan.read_tokens:,} tokens: {plan.outline_files} file(s) as outlines")
     lines.append(f"estimate    ~{plan.est_seconds:.0f} s, ~{human_bytes(plan.est_memory_bytes)} memory")
     lines.extend(f"why         {r}" for r in plan.reasons)
     for alt in plan.alternatives:

@@ -160,3 +160,29 @@ def test_outline_chunks_cover_every_kept_line_once_and_cite_their_span():
         assert source.split("\n")[c.span.line_start - 1] == first_line
         assert c.span.path == "ledger.py" and c.span.line_end >= c.span.line_start
     assert [c.ordinal for c in chunks] == list(range(len(chunks)))
+
+
+def test_long_prose_keeps_headings_and_first_paragraphs():
+    sections = []
+    for i in range(12):
+        body = "\n".join(f"Body line {i}.{k} of the section, which the outline leaves out." for k in range(60))
+        sections.append(f"Section {i}\n==========\n\n.. _label-{i}:\n\nLead {i} first line.\nLead {i} second line.\n\n{body}\n")
+    text = "Opening paragraph of the guide.\n\n" + "\n".join(sections)
+    d = doc(text, language=None, kind="text", path="guide.rst")
+    kept = outline_lines(d)
+    lines = text.split("\n")
+    assert all(lines[n - 1] == t for n, t in kept)
+    got = [t for _, t in kept]
+    assert got[0] == "Opening paragraph of the guide."
+    for i in range(12):
+        assert f"Section {i}" in got and f"Lead {i} first line." in got and f"Lead {i} second line." in got
+    assert not any(t.startswith(("Body line", ".. _label")) for t in got)
+    markdown = "# Guide\n\nIntro.\n\n" + "\n".join(f"## Part {i}\n\nFirst of {i}.\n\n" + "More text.\n" * 800 for i in range(5))
+    got = [t for _, t in outline_lines(doc(markdown, language=None, kind="markdown", path="g.md"))]
+    assert got[:2] == ["# Guide", "Intro."] and "## Part 4" in got and "First of 4." in got and "More text." not in got
+
+
+def test_short_prose_and_prose_without_headings_are_read_whole():
+    assert outline_lines(doc("# A\n\nx\n\n## B\n\ny\n\n## C\n\nz\n", language=None, kind="markdown", path="r.md")) is None
+    assert outline_lines(doc("Just words. " * 5000, language=None, kind="text", path="plain.txt")) is None
+    assert outline_lines(doc("Page text " * 5000, language=None, kind="pdf", path="a.pdf")) is None

@@ -153,7 +153,7 @@ def test_a_summary_over_the_time_budget_reads_code_files_as_outlines():
     assert plan.input_tokens == 100_000  # the plan still says how big the input is
     assert plan.est_seconds < whole.est_seconds / 3
     assert plan.n_windows < whole.n_windows
-    assert "> 600s budget" in plan.reasons[0] and "40 code file(s) read as outlines" in plan.reasons[0]
+    assert "> 600s budget" in plan.reasons[0] and "40 file(s) read as outlines" in plan.reasons[0]
     assert "--outline never" in plan.reasons[0]
 
 
