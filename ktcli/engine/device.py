@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from ktcli.errors import InputError, UsageError
+from ktcli.errors import UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -48,7 +48,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if spec == "cuda" or spec.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise InputError(f"--device {spec}: torch sees no CUDA GPU here (try --device cpu)")
+            raise UsageError(f"--device {spec}: torch sees no CUDA GPU here (try --device cpu)")
         return torch.device(spec)
     raise UsageError(f"--device {spec!r}: choose auto, cpu or cuda")
 
@@ -76,7 +76,7 @@ def resolve_weights(weights: str | None, device: torch.device, cfg: ModelConfig 
         return AUTO_WEIGHTS["cpu"] if int8_runs else "fp32"
     allowed = GPU_WEIGHTS if device.type == "cuda" else CPU_WEIGHTS
     if weights not in allowed:
-        raise InputError(f"--weights {weights}: choose one of {', '.join(allowed)} on {device.type}")
+        raise UsageError(f"--weights {weights}: choose one of {', '.join(allowed)} on {device.type}")
     return weights
 
 

@@ -16,7 +16,7 @@ from ktcli.engine import device as device_mod
 from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, resolve_prefill_dtype, resolve_weights
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.sequence import Sequence
-from ktcli.errors import InputError, UsageError
+from ktcli.errors import UsageError
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -27,7 +27,7 @@ def test_resolution_and_defaults(tiny_models):
     with pytest.raises(UsageError):
         resolve_device("tpu")
     if not torch.cuda.is_available():
-        with pytest.raises(InputError, match="no CUDA"):
+        with pytest.raises(UsageError, match="no CUDA"):
             resolve_device("cuda")
         assert device_kind("auto") == "cpu"
     assert device_kind("cpu") == "cpu"
@@ -39,7 +39,7 @@ def test_resolution_and_defaults(tiny_models):
     assert resolve_weights("auto", CPU, dataclasses.replace(cfg, intermediate_size=100)) == "fp32"
     assert resolve_weights("auto", CPU) == "fp32" and resolve_weights("auto", CUDA, cfg) == "bf16"
     assert resolve_weights("fp16", CUDA) == "fp16"
-    with pytest.raises(InputError):
+    with pytest.raises(UsageError):  # a flag value this device cannot take: exit code 2
         resolve_weights("int8", CUDA)
     assert resolve_kv_dtype("auto", "bf16", CPU) == "fp16"
     assert resolve_kv_dtype("auto", "int8", CPU) == "fp16"
