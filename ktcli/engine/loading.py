@@ -34,7 +34,8 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
 
         backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                     pack_cache=settings.cache_path / "packed", **_long_context(settings, plan))
+                                     adaptive_threads=True, pack_cache=settings.cache_path / "packed",
+                                     **_long_context(settings, plan))
     else:
         raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
     if settings.context_window and settings.context_window < backend.context_window:

@@ -27,6 +27,7 @@ from ktcli.engine.block_manager import BlockManager
 from ktcli.engine.model import Model, Step
 from ktcli.engine.sampler import make_generator, sample
 from ktcli.engine.sequence import Sequence, Status
+from ktcli.engine.threads import ThreadGovernor
 from ktcli.errors import OutOfMemoryError
 
 
@@ -64,6 +65,7 @@ class Engine:
         self._aborted: set[int] = set()
         self._next_id = 0
         self._current: list[Sequence] = []
+        self.threads: ThreadGovernor | None = None  # CPU threads per step (engine.threads); None: as set
 
     # -- public -------------------------------------------------------------------
 
@@ -98,6 +100,8 @@ class Engine:
                     break
                 prefill = [s for s in running if s.in_prefill]
                 if prefill:
+                    if self.threads is not None:
+                        self.threads.for_prefill()
                     t0 = time.perf_counter()
                     produced = self._step(self._take_chunks(prefill), params)
                     self.stats.prefill_s += time.perf_counter() - t0
@@ -106,10 +110,15 @@ class Engine:
                 else:
                     self._ensure_decode_pages(running, waiting)
                     batch = [(s, 1) for s in running[: self.max_batch]]
+                    if self.threads is not None:
+                        self.threads.for_decode()
                     t0 = time.perf_counter()
                     produced = self._step(batch, params)
-                    self.stats.decode_s += time.perf_counter() - t0
+                    elapsed = time.perf_counter() - t0
+                    self.stats.decode_s += elapsed
                     self.stats.decode_tokens += len(produced)
+                    if self.threads is not None:
+                        self.threads.decode_done(elapsed, len(batch))
                 self.stats.peak_pages = max(self.stats.peak_pages, self.blocks.num_used)
                 for s, tok in produced:
                     self._finish_if_done(s, tok, eos_ids)

@@ -28,7 +28,8 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
 
     model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
     return NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                              pack_cache=settings.cache_path / "packed", **_engine_options(NativeBackend.load, settings))
+                              adaptive_threads=True, pack_cache=settings.cache_path / "packed",
+                              **_engine_options(NativeBackend.load, settings))
 
 
 def _engine_options(load: Callable, settings: Settings) -> dict:

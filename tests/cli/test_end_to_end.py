@@ -130,7 +130,16 @@ def test_summarize_repo_as_outlines(cache):
     assert data["figures"]["outlined_files"] == data["plan"]["outline_files"]
     proc = run_ktcli(["plan", str(REPO), "--outline", "always"], cache)
     out = proc.stdout.decode()  # the plan is what `ktcli plan` prints
-    assert proc.returncode == 0 and "code file(s) as outlines" in out and "--outline never reads every line" in out
+    assert proc.returncode == 0 and "file(s) as outlines" in out and "--outline never reads every line" in out
+
+
+def test_threads_are_chosen_by_measurement_unless_given(cache):
+    # KTCLI_THREADS=0 (the default): engine.threads picks the count and reports it
+    data = payload(run_ktcli(["ask", str(REPO / "README.md"), "What is this?", "--json", "--max-new-tokens", "24"],
+                             cache, extra_env={"KTCLI_THREADS": "0"}))
+    assert data["figures"]["threads"] in (1, 2, 4, 8, 16, 32, 64) and "thread_switches" in data["figures"]
+    data = payload(run_ktcli(["ask", str(REPO / "README.md"), "What is this?", "--json", "--max-new-tokens", "8"], cache))
+    assert "threads" not in data["figures"]  # --threads 2 (KTCLI_THREADS, as every test sets it): as given
 
 
 def test_plan_is_a_dry_run(cache):
