@@ -42,6 +42,15 @@ def write_result(name: str, payload: dict) -> Path:
     return path
 
 
+def report(name: str, result: dict, as_json: bool) -> dict:
+    """Write the results file, say where, and print the object when --json asks."""
+    path = write_result(name, result)
+    print(f"wrote {path}")
+    if as_json:
+        print(json.dumps(result, indent=2))
+    return result
+
+
 def ktcli_cmd() -> list[str]:
     return [sys.executable, "-m", "ktcli.cli.app"]
 

@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import ROOT, machine, run_cli, write_result
+from benchmarks.common import ROOT, machine, report, run_cli
 
 CORPORA = {"kernels": "kernels", "ktcli": "ktcli"}
 SIDES = {"every line (baseline)": "never", "outlines": "always"}
@@ -104,11 +104,7 @@ def main(argv: list[str] | None = None) -> dict:
             if "error" not in base and "error" not in out:
                 cases["speedup"] = round(base["wall_s"] / out["wall_s"], 2)
             result["corpora"][name] = {"names_in_corpus": len(names), "cases": cases}
-    path = write_result(args.name, result)
-    print(f"wrote {path}")
-    if args.json:
-        print(json.dumps(result, indent=2))
-    return result
+    return report(args.name, result, args.json)
 
 
 if __name__ == "__main__":

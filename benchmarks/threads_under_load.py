@@ -25,7 +25,7 @@ import subprocess
 import sys
 import time
 
-from benchmarks.common import ROOT, machine, run_cli, write_result
+from benchmarks.common import ROOT, machine, report, run_cli
 
 PDF = ROOT / "sample_docs" / "harbor-light-annual-report-2023.pdf"
 QUESTION = "What was the revenue in the third quarter?"
@@ -85,11 +85,7 @@ def main(argv: list[str] | None = None) -> dict:
                 row["wall_speedup"] = round(base["wall_s"] / row["wall_s"], 2)
                 row["decode_speedup"] = round(row["decode_tok_s"] / base["decode_tok_s"], 2) if base["decode_tok_s"] else None
         result["loads"][str(load)] = {"runs": runs, "median": table}
-    path = write_result(args.name, result)
-    print(f"wrote {path}")
-    if args.json:
-        print(json.dumps(result, indent=2))
-    return result
+    return report(args.name, result, args.json)
 
 
 if __name__ == "__main__":

@@ -24,7 +24,8 @@ from ktcli.engine.device import available_bytes, peak_memory_mb, resolve_device,
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
-from ktcli.engine.threads import ThreadGovernor, busy_elsewhere, cpu_sample, starting_threads
+from ktcli.engine.threads import (FIRST_PROBE, IDLE_FIRST_PROBE, ThreadGovernor, busy_elsewhere, cpu_sample,
+                                  starting_threads)
 from ktcli.engine.tokenizer import ChatTokenizer
 from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.errors import InputError
@@ -106,7 +107,11 @@ class NativeBackend:
             # Threads per step by measurement (engine.threads), starting from the cores
             # other processes left idle while we loaded.
             most = torch.get_num_threads()
-            backend.engine.threads = ThreadGovernor(most, start=starting_threads(most, busy_elsewhere(load_started)))
+            others = busy_elsewhere(load_started)
+            start = starting_threads(most, others)
+            idle = others is not None and start == most
+            backend.engine.threads = ThreadGovernor(most, start=start,
+                                                    first_probe=IDLE_FIRST_PROBE if idle else FIRST_PROBE)
         return backend
 
     @classmethod

@@ -4,8 +4,9 @@ torch starts one thread per core. On a machine where another process is busy tha
 ruinous: a decode step runs a few OpenMP parallel regions per layer, each ending in a
 barrier, and when the scheduler hands one of our threads' cores to the other process the
 barrier waits for that thread's next time slice, milliseconds, a hundred times a token.
-On the 2-core machine with one busy process, SmolLM2 decoded at ~1.2 tok/s on 2 threads
-and ~55 on 1 (BENCHMARKS.md, "Threads under load"). Which count is faster depends on what
+On the 2-core machine with one busy process, SmolLM2 decoded at 3.3 tok/s on 2 threads
+and 36 on 1, and the README's question took 44 s instead of 17 (BENCHMARKS.md, "Threads
+under load"). Which count is faster depends on what
 else runs, and that changes while we run; so it is measured, not guessed.
 
 `ThreadGovernor` times every decode step (per token) at the current count and, now and
@@ -33,6 +34,10 @@ import torch
 
 PROBE_STEPS = 3  # steps timed at each other count per probe
 FIRST_PROBE = 2  # steps at the start count before the first probe
+# ... when the machine was seen idle while the model loaded: load arriving later shows as a
+# slow step (SLOWDOWN), so an early probe would only cost a short answer its speed (an
+# idle run of 27 tokens decoded 8-40% slower with it).
+IDLE_FIRST_PROBE = 32
 MAX_INTERVAL = 1024  # most steps between probes while the choice holds
 SLOWDOWN = 3.0  # a step this many times the current median probes at once, and ends a probe's count
 PROBE_BUDGET = 0.03  # probes may cost about this share of the run's time
@@ -91,6 +96,7 @@ def starting_threads(max_threads: int, others_busy: float | None) -> int:
 
 class ThreadGovernor:
     def __init__(self, max_threads: int, *, fixed: bool = False, start: int | None = None,
+                 first_probe: int = FIRST_PROBE,
                  set_threads: Callable[[int], None] = torch.set_num_threads) -> None:
         self.candidates = [max_threads] if fixed else thread_ladder(max_threads)
         self.current = start if start in self.candidates else self.candidates[0]
@@ -99,8 +105,8 @@ class ThreadGovernor:
         self._samples: dict[int, deque[float]] = {c: deque(maxlen=RECENT) for c in self.candidates}
         self._probe: list[int] = []  # counts still to time in the running probe
         self._probe_taken = 0
-        self._interval = FIRST_PROBE
-        self._countdown = FIRST_PROBE
+        self._interval = first_probe
+        self._countdown = first_probe
         self.switches = 0  # times the choice changed (for the figures)
 
     @property
@@ -154,7 +160,7 @@ class ThreadGovernor:
         if best != self.current:
             self.current = best
             self.switches += 1
-            interval = FIRST_PROBE * 4
+            interval = FIRST_PROBE * 4  # a new choice is checked again soon
         else:
             interval = self._interval * 2
         self._interval = min(max(interval, round(waste / PROBE_BUDGET)), MAX_INTERVAL)

@@ -80,3 +80,12 @@ def test_the_first_count_fits_the_cores_others_leave_idle():
     assert busy_elsewhere(CpuSample(10.0, 100.0, 5.0), CpuSample(10.05, 100.1, 5.0)) is None  # too short to tell
     gov = ThreadGovernor(2, start=1, set_threads=lambda n: None)
     assert gov.for_prefill() == 1 and gov.active
+
+
+def test_seen_idle_at_load_the_first_probe_waits_and_load_is_still_caught():
+    from ktcli.engine.threads import IDLE_FIRST_PROBE
+
+    gov = ThreadGovernor(2, first_probe=IDLE_FIRST_PROBE, set_threads=lambda n: None)
+    assert simulate(gov, lambda c, i: 0.010 if c == 2 else 0.014, IDLE_FIRST_PROBE) == [2] * IDLE_FIRST_PROBE
+    loaded = simulate(gov, lambda c, i: 0.4 if c == 2 else 0.016, 10, start=IDLE_FIRST_PROBE)
+    assert gov.current == 1 and loaded.count(2) <= 2
