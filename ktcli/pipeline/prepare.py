@@ -167,10 +167,12 @@ def prepare(
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
-    doc_tokens = {d.path: count_tokens(d.text) for d in corpus.documents}
-    estimate = sum(doc_tokens.values())
+    doc_tokens = [count_tokens(d.text) for d in corpus.documents]
+    estimate = sum(doc_tokens)
     outlines = _outlines(corpus) if task == "summarize" and settings.outline != "never" else {}
-    outline_estimate = estimate - sum(doc_tokens[p] - count_tokens(outline_text(kept)) for p, kept in outlines.items())
+    # Documents have distinct paths (load_corpus drops a file named twice).
+    outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
+                           for d, n in zip(corpus.documents, doc_tokens))
     facts = planning_facts(settings)
     request = PlanRequest(
         task=task,
