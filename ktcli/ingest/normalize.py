@@ -5,7 +5,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 
-from ktcli.ingest.sniff import MAX_CONTROL_RATIO, control_ratio, high_byte_ratio
+from ktcli.ingest.sniff import MAX_CONTROL_RATIO, control_ratio, high_byte_ratio, utf16_without_bom
 
 # Longest BOMs first: the UTF-32 LE BOM starts with the UTF-16 LE one.
 _BOMS: tuple[tuple[bytes, str], ...] = (
@@ -34,8 +34,9 @@ def bom_encoding(data: bytes) -> str | None:
 
 
 def decode_bytes(data: bytes) -> str:
-    """UTF-8 (BOM or not), UTF-16/32 by BOM, else cp1252 (latin-1 for its 5 holes) when
-    the bytes look like Western text. Raises UndecodableError otherwise."""
+    """UTF-8 (BOM or not), UTF-16/32 by BOM, UTF-16 of Latin-script text without one,
+    else cp1252 (latin-1 for its 5 holes) when the bytes look like Western text. Raises
+    UndecodableError otherwise."""
     bom = bom_encoding(data)
     if bom is not None:
         try:
@@ -46,6 +47,12 @@ def decode_bytes(data: bytes) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         pass
+    utf16 = utf16_without_bom(data)
+    if utf16 is not None:
+        try:
+            return data.decode(utf16)
+        except UnicodeDecodeError as e:
+            raise UndecodableError(f"looks like {utf16.upper()} without a byte-order mark, but is not valid") from e
     if high_byte_ratio(data) > _MAX_LEGACY_HIGH_RATIO or control_ratio(data) > MAX_CONTROL_RATIO:
         raise UndecodableError("not UTF-8 or UTF-16, and too many non-ASCII bytes for Latin-1")
     try:

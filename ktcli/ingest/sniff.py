@@ -57,7 +57,7 @@ def looks_binary(head: bytes) -> bool:
     a text file does not make it binary (normalisation drops it); UTF-16/32 text full
     of NULs is recognised by its byte-order mark."""
     head = head[:SNIFF_BYTES]
-    if head.startswith(_UTF16_32_BOMS):
+    if head.startswith(_UTF16_32_BOMS) or utf16_without_bom(head) is not None:
         return False
     rest = head.replace(b"\x00", b"")
     if control_ratio(rest) > MAX_CONTROL_RATIO:
@@ -68,6 +68,35 @@ def looks_binary(head: bytes) -> bool:
     if n_nul > _MAX_NUL_RATIO * len(head):
         return True
     return not _utf8_prefix_ok(rest) and high_byte_ratio(rest) > _MAX_HIGH_RATIO
+
+
+def utf16_without_bom(data: bytes) -> str | None:
+    """'utf-16-le' / 'utf-16-be' for UTF-16 text written without a byte-order mark, judged
+    on its first SNIFF_BYTES: Latin-script text then has a NUL in nearly every high (LE)
+    or low (BE) byte of a pair and almost none in the other, and decodes to clean text.
+    None otherwise (including UTF-16 of mostly non-Latin scripts, which has few NULs: it
+    is not told apart from binary here)."""
+    head = data[:SNIFF_BYTES]
+    head = head[: len(head) // 2 * 2]
+    if len(head) < 8:
+        return None
+    even, odd = head[0::2], head[1::2]
+    for encoding, zeros, text in (("utf-16-le", odd, even), ("utf-16-be", even, odd)):
+        if zeros.count(0) >= 0.9 * len(zeros) and text.count(0) <= 0.02 * len(text):
+            decoded = _decoded(head, encoding)
+            if decoded is not None and control_ratio(decoded.encode("utf-8")) <= MAX_CONTROL_RATIO:
+                return encoding
+    return None
+
+
+def _decoded(head: bytes, encoding: str) -> str | None:
+    """The sample decoded, allowing a surrogate pair cut at its end; None if invalid."""
+    for cut in (head, head[:-2]):
+        try:
+            return cut.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+    return None
 
 
 def _utf8_prefix_ok(data: bytes) -> bool:

@@ -152,6 +152,15 @@ def test_utf16_and_utf32_by_bom(write, encoding: str) -> None:
     assert load_one(write("wide.txt", data)).text == "Grüße, 世界\nzweite Zeile\n"
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_bom(write, encoding: str) -> None:
+    # Reported as binary before: a NUL in every other byte, and no mark to say why
+    text = "Notes on the harbour light.\r\nThe keeper is Ada Quill (Grüße).\r\n" * 20
+    assert load_one(write("wide.txt", text.encode(encoding))).text == text.replace("\r\n", "\n")
+    # a binary with NULs in every other byte but control bytes between stays binary
+    assert "binary" in input_error(write("blob.dat", bytes(b for i in range(400) for b in (i % 7 + 1, 0))))
+
+
 def test_latin1_and_cp1252_fallback(write) -> None:
     assert load_one(write("l1.txt", "café déjà vu\n".encode("latin-1"))).text == "café déjà vu\n"
     assert load_one(write("w.txt", "“quoted” – dash €5\n".encode("cp1252"))).text == "“quoted” – dash €5\n"
