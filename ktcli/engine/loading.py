@@ -32,10 +32,12 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         backend = HFBackend(model_dir, threads=settings.threads, dtype=dtype)
     elif settings.engine == "ktcli":
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
+        from ktcli.engine.threads import cpu_sample, govern
 
+        load_started = cpu_sample()
         backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                     adaptive_threads=True, pack_cache=settings.cache_path / "packed",
-                                     **_long_context(settings, plan))
+                                     pack_cache=settings.cache_path / "packed", **_long_context(settings, plan))
+        govern(backend.engine, settings.threads, load_started)
     else:
         raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")
     if settings.context_window and settings.context_window < backend.context_window:

@@ -24,8 +24,6 @@ from ktcli.engine.device import available_bytes, peak_memory_mb, resolve_device,
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
-from ktcli.engine.threads import (FIRST_PROBE, IDLE_FIRST_PROBE, ThreadGovernor, busy_elsewhere, cpu_sample,
-                                  starting_threads)
 from ktcli.engine.tokenizer import ChatTokenizer
 from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.errors import InputError
@@ -60,7 +58,6 @@ class NativeBackend:
         device: str | torch.device = "cpu",
         weights: str = "auto",
         threads: int = 0,
-        adaptive_threads: bool = False,
         block_size: int | None = None,
         kv_budget_bytes: int | None = None,
         prefill_chunk: int | None = None,
@@ -91,33 +88,9 @@ class NativeBackend:
         request served at once); the kernels cache sizes a `context_window` given here
         exactly, not capped at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load).
-        `adaptive_threads` (the CLI's and the server's default, when `threads` is 0): the
-        CPU thread count is chosen step by step by timing (`engine.threads`); results can
-        then differ in the last bits from a run at another count, so tests and benchmarks
-        that compare runs leave it off."""
+        The CLI and the server then let `engine.threads.govern` choose the thread count."""
         if threads > 0:
             torch.set_num_threads(threads)
-        load_started = cpu_sample()
-        backend = cls._load(model_dir, device=device, weights=weights, block_size=block_size,
-                            kv_budget_bytes=kv_budget_bytes, prefill_chunk=prefill_chunk, kv_dtype=kv_dtype,
-                            attention=attention, dense_layers=dense_layers, position_remap=position_remap,
-                            rope_scaling=rope_scaling, context_window=context_window, kv_windows=kv_windows,
-                            unroped_keys=unroped_keys, exact_sinks=exact_sinks, pack_cache=pack_cache)
-        if backend.device.type == "cpu" and adaptive_threads and threads <= 0:
-            # Threads per step by measurement (engine.threads), starting from the cores
-            # other processes left idle while we loaded.
-            most = torch.get_num_threads()
-            others = busy_elsewhere(load_started)
-            start = starting_threads(most, others)
-            idle = others is not None and start == most
-            backend.engine.threads = ThreadGovernor(most, start=start,
-                                                    first_probe=IDLE_FIRST_PROBE if idle else FIRST_PROBE)
-        return backend
-
-    @classmethod
-    def _load(cls, model_dir, *, device, weights, block_size, kv_budget_bytes, prefill_chunk, kv_dtype, attention,
-              dense_layers, position_remap, rope_scaling, context_window, kv_windows, unroped_keys, exact_sinks,
-              pack_cache) -> "NativeBackend":
         from ktcli.engine import longctx
 
         device = resolve_device(device)

@@ -25,11 +25,14 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     if settings.engine != "ktcli":
         raise UsageError(f"--engine {settings.engine!r}: ktcli serve runs ktcli or hf")
     from ktcli.engine.native import NativeBackend
+    from ktcli.engine.threads import cpu_sample, govern
 
     model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
-    return NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                              adaptive_threads=True, pack_cache=settings.cache_path / "packed",
-                              **_engine_options(NativeBackend.load, settings))
+    load_started = cpu_sample()
+    backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
+                                 pack_cache=settings.cache_path / "packed", **_engine_options(NativeBackend.load, settings))
+    govern(backend.engine, settings.threads, load_started)
+    return backend
 
 
 def _engine_options(load: Callable, settings: Settings) -> dict:
