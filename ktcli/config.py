@@ -123,7 +123,8 @@ _CHOICES = {
     "outline": ("auto", "always", "never"),
 }
 # Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens, and
-# a set overlap against it, are checked by ingest.chunking).
+# a set overlap against it, below in `validate`, and again by ingest.chunking for callers
+# that chunk without settings).
 _AT_LEAST = {"chunk_overlap": -1, "max_new_tokens": 1, "top_k": 1, "max_file_bytes": 1, "threads": 0, "context_window": 0,
              "max_seconds": 0.0, "temperature": 0.0}
 
@@ -211,4 +212,3 @@ def parse_bytes(text: str) -> int:
     if value <= 0:
         raise ValueError(text)
     return int(value)
-

@@ -6,10 +6,17 @@ from ktcli.config import load_settings
 from ktcli.errors import UsageError
 
 
+def use_config(folder, monkeypatch, text: str):
+    """KTCLI_CONFIG at a file holding `text` (empty: the user's own config must not reach
+    the test); returns its path."""
+    path = folder / "config.toml"
+    path.write_text(text)
+    monkeypatch.setenv("KTCLI_CONFIG", str(path))
+    return path
+
+
 def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
-    cfg = tmp_path / "config.toml"
-    cfg.write_text('top_k = 3\nmodel = "from-file"\nchunk_tokens = 128\n')
-    monkeypatch.setenv("KTCLI_CONFIG", str(cfg))
+    use_config(tmp_path, monkeypatch, 'top_k = 3\nmodel = "from-file"\nchunk_tokens = 128\n')
     monkeypatch.setenv("KTCLI_TOP_K", "5")
     monkeypatch.setenv("KTCLI_MODEL", "from-env")
     s = load_settings({"model": "from-flag", "top_k": None})
@@ -19,22 +26,20 @@ def test_precedence_flags_over_env_over_file(tmp_path, monkeypatch):
 
 
 def test_cache_dir_env(tmp_path, monkeypatch):
-    monkeypatch.setenv("KTCLI_CONFIG", str(_empty_config(tmp_path)))
+    use_config(tmp_path, monkeypatch, "")
     monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "c"))
     assert load_settings().cache_path == tmp_path / "c"
 
 
 def test_bad_values_are_usage_errors(tmp_path, monkeypatch):
-    monkeypatch.setenv("KTCLI_CONFIG", str(_empty_config(tmp_path)))
+    use_config(tmp_path, monkeypatch, "")
     monkeypatch.setenv("KTCLI_TOP_K", "many")
     with pytest.raises(UsageError, match="top_k"):
         load_settings()
 
 
 def test_unknown_key_in_file(tmp_path, monkeypatch):
-    cfg = tmp_path / "config.toml"
-    cfg.write_text("colour = 'red'\n")
-    monkeypatch.setenv("KTCLI_CONFIG", str(cfg))
+    use_config(tmp_path, monkeypatch, "colour = 'red'\n")
     with pytest.raises(UsageError, match="colour"):
         load_settings()
 
@@ -54,7 +59,7 @@ def test_unknown_key_in_file(tmp_path, monkeypatch):
     ({"temperature": float("nan")}, "--temperature nan"),
 ])
 def test_values_no_command_can_use_are_rejected_up_front(tmp_path, monkeypatch, flags, needle):
-    monkeypatch.setenv("KTCLI_CONFIG", str(_empty_config(tmp_path)))
+    use_config(tmp_path, monkeypatch, "")
     with pytest.raises(UsageError, match=re.escape(needle)):
         load_settings(flags)
 
@@ -64,7 +69,7 @@ def test_accepted_values_pass_and_kv_kinds_match_the_kernels(tmp_path, monkeypat
 
     from ktcli.config import KV_DTYPES
 
-    monkeypatch.setenv("KTCLI_CONFIG", str(_empty_config(tmp_path)))
+    use_config(tmp_path, monkeypatch, "")
     s = load_settings({"kv_dtype": "int4", "attention": "topk:16", "rope_scaling": "yarn:4", "max_seconds": 30.0})
     assert (s.kv_dtype, s.attention, s.rope_scaling) == ("int4", "topk:16", "yarn:4")
     assert load_settings({"rope_scaling": "none", "attention": "window"}).rope_scaling == "none"
@@ -72,18 +77,11 @@ def test_accepted_values_pass_and_kv_kinds_match_the_kernels(tmp_path, monkeypat
 
 
 def test_default_overlap_follows_the_chunk_size(tmp_path, monkeypatch):
-    monkeypatch.setenv("KTCLI_CONFIG", str(_empty_config(tmp_path)))
+    use_config(tmp_path, monkeypatch, "")
     assert load_settings().overlap_tokens == 32  # an eighth of the default 256
     assert load_settings({"chunk_tokens": 16}).overlap_tokens == 2  # a fixed 32 would not fit
     monkeypatch.setenv("KTCLI_CHUNK_OVERLAP", "0")
     assert load_settings({"chunk_tokens": 16}).overlap_tokens == 0
-
-
-def _empty_config(folder):
-    """An empty config file: the user's own config must not reach the tests."""
-    path = folder / "none.toml"
-    path.touch()
-    return path
 
 
 def test_a_named_config_file_that_is_missing_is_an_error(tmp_path, monkeypatch):
@@ -96,9 +94,7 @@ def test_a_named_config_file_that_is_missing_is_an_error(tmp_path, monkeypatch):
 
 
 def test_errors_name_where_the_value_came_from(tmp_path, monkeypatch):
-    cfg = tmp_path / "config.toml"
-    cfg.write_text("top_k = 0\n")
-    monkeypatch.setenv("KTCLI_CONFIG", str(cfg))
+    cfg = use_config(tmp_path, monkeypatch, "top_k = 0\n")
     with pytest.raises(UsageError, match=rf"^top_k in {re.escape(str(cfg))} 0: must be at least 1"):
         load_settings()
     cfg.write_text("")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ktcli.config import parse_bytes  # noqa: F401 - planning reads budgets with it
 from ktcli.types import ModelFacts
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}

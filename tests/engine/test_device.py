@@ -17,6 +17,7 @@ from ktcli.engine.device import device_kind, resolve_device, resolve_kv_dtype, r
 from ktcli.engine.native import NativeBackend
 from ktcli.engine.sequence import Sequence
 from ktcli.errors import UsageError
+from tests.test_config import use_config
 
 CPU, CUDA = torch.device("cpu"), torch.device("cuda")
 
@@ -71,7 +72,7 @@ def test_prefill_dtype_follows_amx_and_the_weights(monkeypatch):
 
 
 def test_setting_from_flag_and_environment(monkeypatch, tmp_path):
-    monkeypatch.setenv("KTCLI_CONFIG", str(_empty_config(tmp_path)))
+    use_config(tmp_path, monkeypatch, "")
     assert load_settings().device == "auto" and load_settings().weights == "auto"
     monkeypatch.setenv("KTCLI_DEVICE", "cpu")
     assert load_settings().device == "cpu"
@@ -113,12 +114,6 @@ def test_step_tensors_move_in_one_packed_copy(tiny_models):
         for t in (s1.block_table, s2.block_table, spare):
             eng.blocks.free(t)
 
-
-def _empty_config(folder):
-    """An empty config file: the user's own config must not reach the tests."""
-    path = folder / "none.toml"
-    path.touch()
-    return path
 
 
 def test_the_engine_pages_are_sized_to_the_plan_window():

@@ -4,7 +4,8 @@ import pytest
 
 from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.estimates import kv_bytes_per_token, parse_bytes
+from ktcli.config import parse_bytes
+from ktcli.plan.estimates import kv_bytes_per_token
 from ktcli.types import Mode, ModelFacts
 
 SMOL = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
