@@ -16,14 +16,24 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
     from ktcli.retrieval.retriever import HybridIndex
     from ktcli.retrieval.store import IndexStore
 
-    reporter.status(f"indexing {len(prep.chunks):,} chunks")
     store = IndexStore(settings.cache_path)
 
     def on_progress(phase: str, done: int, total: int) -> None:
-        reporter.progress(phase, done, total)
+        if phase == "cached":  # said once the store was read: "indexing" alone misled when nothing was
+            reporter.status(_index_status(done, total))
+        else:
+            reporter.progress(phase, done, total)
 
     return HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder), store=store,
                              on_progress=on_progress)
+
+
+def _index_status(reused: int, total: int) -> str:
+    if reused == total:
+        return f"index of {total:,} chunks reused from the cache"
+    if reused:
+        return f"indexing {total - reused:,} new chunks ({reused:,} reused from the cache)"
+    return f"indexing {total:,} chunks"
 
 
 @functools.lru_cache(maxsize=2)

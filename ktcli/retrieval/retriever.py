@@ -69,11 +69,14 @@ class HybridIndex:
     ) -> HybridIndex:
         """Index chunks, reusing the store's vectors for every unchanged document.
 
-        Progress stages: ("embed", chunks embedded, chunks to embed) after each batch,
-        then ("lexical", 0, 1) and ("lexical", 1, 1) around the BM25 build."""
+        Progress stages: ("cached", chunks reused, chunks) once the store was read, then
+        ("embed", chunks embedded, chunks to embed) after each batch, then ("lexical", 0, 1)
+        and ("lexical", 1, 1) around the BM25 build."""
         chunks = list(chunks)
         parts = _plan_parts(chunks, embedder.name)
         n_reused = _load_cached(parts, store, embedder) if store is not None else 0
+        if on_progress is not None:
+            on_progress("cached", n_reused, len(chunks))
         embed_s, n_embedded = _embed_missing(parts, chunks, embedder, store, on_progress, commit_every)
 
         vectors = _assemble(parts, len(chunks), embedder)

@@ -74,9 +74,20 @@ def test_second_question_reuses_the_index(haystack, tmp_path):
     first = prepare([str(haystack)], "When do the gardens close?", "ask", settings, NullReporter())
     a1 = answer_question(first, FakeBackend(), settings, NullReporter(), Tally())
     second = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
-    a2 = answer_question(second, FakeBackend(), settings, NullReporter(), Tally())
+    said = StatusLog()
+    a2 = answer_question(second, FakeBackend(), settings, said, Tally())
     assert a1.stats["embedded_now"] > 0
     assert a2.stats["embedded_now"] == 0
+    # and says so, instead of "indexing N chunks" over work it does not do
+    assert f"index of {a2.stats['reused']:,} chunks reused from the cache" in said.lines
+
+
+class StatusLog(NullReporter):
+    def __init__(self):
+        self.lines = []
+
+    def status(self, message):
+        self.lines.append(message)
 
 
 def test_summary_reads_every_window_and_reduces(haystack, tmp_path):
