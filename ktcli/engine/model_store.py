@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktcli.errors import InputError, ModelNotInstalledError
+from ktcli.errors import InputError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
 
 BUNDLED = {
@@ -62,15 +62,15 @@ def resolve_model(spec: str) -> ModelSource:
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
-            raise InputError(f"--model {spec}: a model file must be .gguf")
+            raise UsageError(f"--model {spec}: a model file must be .gguf")
         return ModelSource(path.stem, "gguf", path)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise InputError(f"--model {spec}: folder has no config.json (not a Hugging Face model folder)")
+            raise UsageError(f"--model {spec}: folder has no config.json (not a Hugging Face model folder)")
         return ModelSource(path.name, "hf", path)
     if "/" in spec and not spec.startswith((".", "/")):
         return ModelSource(spec, "hf", _from_hf_cache(spec))
-    raise InputError(f"--model {spec}: no such file, folder or bundled model (try 'smollm2')")
+    raise UsageError(f"--model {spec}: no such file, folder or bundled model (try 'smollm2')")
 
 
 def _from_hf_cache(repo_id: str) -> Path:

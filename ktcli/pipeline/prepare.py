@@ -160,6 +160,8 @@ def prepare(
 ) -> Prepared:
     if task == "ask" and not question.strip():
         raise UsageError("the question is empty")
+    if settings.backend == "local":
+        resolve_model(settings.model)  # a mistyped --model fails now, not after reading a large folder
     reporter.status("reading input")
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
     for skipped in corpus.skipped:

@@ -70,8 +70,19 @@ def test_unknown_option_is_usage_error(cache):
     assert "Traceback" not in proc.stderr.decode()
 
 
-def test_gguf_model_file_missing(cache):
-    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--model", "missing.gguf"], cache), 3, "missing.gguf")
+@pytest.mark.parametrize("model, says", [
+    ("missing.gguf", "--model missing.gguf: no such file, folder or bundled model"),
+    (str(LONG_TEXT), "a model file must be .gguf"),
+    (str(LONG_TEXT.parent), "folder has no config.json"),
+])
+def test_bad_model_is_usage_error(cache, model, says):
+    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--model", model], cache), 2, says)
+
+
+def test_bad_model_fails_before_reading_input(cache, tmp_path):
+    # a typo in --model is reported first, not after walking (here: failing on) the input
+    proc = run_ktcli(["ask", str(tmp_path / "absent.txt"), "q", "--model", "smollm"], cache)
+    assert_one_line_error(proc, 2, "--model smollm")
 
 
 def test_repo_id_not_in_local_cache(cache):
