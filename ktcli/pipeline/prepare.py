@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -22,6 +23,8 @@ from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
 from ktcli.types import Chunk, Corpus, ModelFacts, Plan
 
 RATES_FILE = "rates.json"
+SAMPLES_KEY = "recent runs"  # rates.json: each rates key's last RATE_SAMPLES measurements
+RATE_SAMPLES = 5
 # First-run rates of the local engine on a CPU, before a run has measured any, from the
 # model's size: decode reads every weight once per token, prefill is bound by GEMM FLOPs.
 # Set at the slowest of the three 2-core machines measured (SmolLM2 int8: decode 76 tok/s
@@ -97,8 +100,12 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False) -> None:
-    """Blend this run's measured rates into the stored ones (used by the next plan); a
-    sparse-mode run updates the sparse rates, which differ from full attention's."""
+    """Add this run's measured rates to the last few stored (used by the next plan): each
+    stored rate is the median of the last RATE_SAMPLES runs. A run slowed 2-3x by another
+    process on a 2-core machine (`benchmarks/threads_under_load.py`) then moves no estimate,
+    where a half-and-half blend inflated the next few plans' times; a machine that stays
+    busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
+    from full attention's."""
     if prefill_tok_s <= 0 or decode_tok_s <= 0:
         return
     path = settings.cache_path / RATES_FILE
@@ -107,15 +114,16 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     except (OSError, ValueError):
         data = {}
     key = _rates_key(settings)
-    old = data.get(key, {})
-    blend = lambda new, name: round(0.5 * old[name] + 0.5 * new if name in old else new, 2)  # noqa: E731
+    rates = dict(data.get(key, {}))
+    history = data.setdefault(SAMPLES_KEY, {}).setdefault(key, {})
     prefix = "sparse_" if sparse else ""
-    data[key] = {
-        **old,
-        "embed_tok_s": old.get("embed_tok_s", Throughput().embed_tok_s),
-        f"{prefix}prefill_tok_s": blend(prefill_tok_s, f"{prefix}prefill_tok_s"),
-        f"{prefix}decode_tok_s": blend(decode_tok_s, f"{prefix}decode_tok_s"),
-    }
+    for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s)):
+        # a file written before the history was kept starts it from its one blended rate
+        recent = (history.get(name) or ([rates[name]] if name in rates else []))[-(RATE_SAMPLES - 1):]
+        history[name] = recent + [round(value, 2)]
+        rates[name] = round(statistics.median(history[name]), 2)
+    rates.setdefault("embed_tok_s", Throughput().embed_tok_s)
+    data[key] = rates
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, indent=1))

@@ -66,3 +66,35 @@ def test_planning_facts_give_the_widths_and_count_the_runtime_where_the_budget_i
     assert cpu.host_bytes == CPU_RUNTIME_BYTES
     monkeypatch.setattr(prepare, "_on_gpu", lambda s: True)
     assert prepare.planning_facts(Settings()).host_bytes == 0  # a GPU's budget is its own memory
+
+
+def test_one_slow_run_does_not_move_the_estimate(tmp_path):
+    """A run slowed by another process (2-3x on 2 cores) is one sample among the last five,
+    not half the next estimate; a machine that stays slow moves it after three runs."""
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"))
+    for _ in range(3):
+        save_rates(settings, 450.0, 70.0)
+    save_rates(settings, 180.0, 25.0)  # under load
+    assert (load_rates(settings).prefill_tok_s, load_rates(settings).decode_tok_s) == (450.0, 70.0)
+    save_rates(settings, 440.0, 68.0)
+    assert load_rates(settings).decode_tok_s == 70.0
+    for _ in range(3):
+        save_rates(settings, 180.0, 25.0)
+    assert load_rates(settings).decode_tok_s == 25.0  # the last five: 25 68 25 25 25
+    # only the last five runs count
+    for _ in range(3):
+        save_rates(settings, 450.0, 70.0)
+    assert load_rates(settings).decode_tok_s == 70.0
+
+
+def test_rates_written_before_the_history_start_it(tmp_path):
+    import json
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"))
+    save_rates(settings, 300.0, 20.0)
+    path = settings.cache_path / "rates.json"
+    data = json.loads(path.read_text())
+    del data["recent runs"]  # as an older ktcli wrote it: one blended rate per key
+    path.write_text(json.dumps(data))
+    save_rates(settings, 100.0, 10.0)
+    assert load_rates(settings).decode_tok_s == 15.0  # the old rate is one sample
