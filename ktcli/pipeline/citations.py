@@ -66,6 +66,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         return []
     lines = [line for chunk in evidence for line in _lines(chunk)]
     line_terms = [set(terms(line.text)) for line in lines]
+    running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)
 
@@ -73,7 +74,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         """(score, lines index, answer words present) for every line, in line order."""
         rows = []
         for i, present in enumerate(line_terms):
-            hits = words & present
+            hits = words & present if i not in running else set()
             rows.append((sum(math.log(1 + n / df[t]) for t in hits), i, len(hits)))
         return rows
 
@@ -102,6 +103,34 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
             continue
         citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3)))
     return citations
+
+
+_DIGITS = re.compile(r"\d+")
+RUNNING_PAGES = 3
+_LETTER_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def _running_lines(lines: list[_Line]) -> set[int]:
+    """Indices of a PDF's running headers and footers: lines that come back, equal but for
+    their numbers, on RUNNING_PAGES or more pages ('Harbor Light Lantern Company - Annual
+    Report 2023 - page 3' on every page). They share the answer's proper names, so on the
+    sample PDF they were cited beside (never instead of) the fact's line on 6 of 18
+    answers, and such a citation points at nothing. A line needs three words of letters to
+    count: table rows ('Q3 2023 | 5.87 | 39.6%') also differ only in their numbers. Paged
+    documents only: in a text file, lines that repeat (log lines) are content."""
+    pages: dict[str, set[tuple[str, int]]] = {}
+    for line in lines:
+        page = line.chunk.span.page
+        if page is not None and len(_LETTER_WORD.findall(line.text)) >= 3:
+            pages.setdefault(_shape(line.text), set()).add((line.chunk.span.path, page))
+    running = {shape for shape, seen in pages.items() if len(seen) >= RUNNING_PAGES}
+    if not running:
+        return set()
+    return {i for i, line in enumerate(lines) if line.chunk.span.page is not None and _shape(line.text) in running}
+
+
+def _shape(text: str) -> str:
+    return _DIGITS.sub("#", text.strip().lower())
 
 
 def _span_around(lines: list[_Line], i: int, context: int) -> Span:

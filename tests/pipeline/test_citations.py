@@ -85,3 +85,25 @@ def test_citations_of_html_name_the_file_lines():
     assert [c.ref for c in answer.citations] == ["page.html:9-12", "notes.txt:2"]
     assert answer.citations[0].span == Span("page.html", 9, 12)
     assert answer.stats["evidence"][0]["ref"] == "page.html:9" and answer.stats["evidence"][0]["line_start"] == 9
+
+
+def test_running_headers_are_not_cited():
+    """A page header repeated on every page shares the answer's proper names, but the fact
+    is on a line of its own; table rows that differ only in numbers stay citable."""
+    pages = []
+    for p in range(1, 6):
+        body = [f"Northwind Ferry Company - Annual Report 2023 - page {p}"]
+        body += [f"Filler text {p}-{k} about harbours and weather." for k in range(8)]
+        if p == 4:
+            body += ["Net income for the year was $1.93 million.", "Q3 2023 | 5.87 | 39.6%"]
+        if p == 5:
+            body += ["Q1 2023 | 4.60 | 40.9%", "Q2 2023 | 5.10 | 38.7%", "Q4 2023 | 5.83 | 40.1%"]
+        pages.append(chunk("report.pdf", 1 + 20 * p, body, ordinal=p, page=p))
+    cites = attribute("In 2023 Northwind Ferry Company made net income of $1.93 million.", pages, context=0)
+    assert [c.span.line_start for c in cites] == [90]  # not also the headers of pages 1 and 2
+    assert [c.span.line_start for c in attribute("Q3 revenue was 5.87.", pages, context=0)] == [91]
+
+
+def test_repeated_lines_of_a_text_file_stay_citable():
+    log = chunk("app.log", 1, [f"2026-12-0{d} 12:00 ERROR pump controller lost its link" for d in range(1, 6)])
+    assert attribute("The pump controller lost its link.", [log], context=0)
