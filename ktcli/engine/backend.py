@@ -18,6 +18,9 @@ class SamplingParams:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # Worth keeping this prompt's K/V for later prompts that start the same way (the whole
+    # input read before a question; engine.prefix_store). Backends without a store ignore it.
+    keep_prompt: bool = False
 
 
 @dataclass

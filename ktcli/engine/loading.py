@@ -36,7 +36,8 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
 
         load_started = cpu_sample()
         backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                     pack_cache=settings.cache_path / "packed", **_long_context(settings, plan))
+                                     pack_cache=settings.cache_path / "packed", prefix_cache=settings.cache_path / "prompts",
+                                     **_long_context(settings, plan))
         govern(backend.engine, settings.threads, load_started)
     else:
         raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")

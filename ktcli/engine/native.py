@@ -25,7 +25,8 @@ from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
 from ktcli.engine.tokenizer import ChatTokenizer
-from ktcli.engine.pack_cache import load_engine_weights
+from ktcli.engine.pack_cache import load_engine_weights, model_key
+from ktcli.engine.prefix_store import PrefixStore, store_key
 from ktcli.errors import InputError
 
 # Default KV budget: room for this many full context windows (`ktcli serve` runs several
@@ -71,6 +72,7 @@ class NativeBackend:
         unroped_keys: bool = False,
         exact_sinks: bool = True,
         pack_cache: Path | None = None,
+        prefix_cache: Path | None = None,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`.
@@ -88,6 +90,8 @@ class NativeBackend:
         request served at once); the kernels cache sizes a `context_window` given here
         exactly, not capped at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load).
+        `prefix_cache`: a folder where prompts' K/V are kept for later prompts that start
+        the same way (`engine.prefix_store`; dense pages only; None: off).
         The CLI and the server then let `engine.threads.govern` choose the thread count."""
         if threads > 0:
             torch.set_num_threads(threads)
@@ -123,6 +127,10 @@ class NativeBackend:
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
         engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)
+        if prefix_cache is not None:
+            # Rows computed any other way (model, weights, pages, prefill dtype, device) are never read.
+            key = store_key(model_key(model_dir, "prefix"), weights, kv_dtype, model.prefill_dtype, device.type, cfg)
+            engine.prefix = PrefixStore(prefix_cache, key)
         # A folder without tokenizer.json (a test model) still runs on token ids.
         tokenizer = ChatTokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
         return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
@@ -240,6 +248,8 @@ class NativeBackend:
                 "kv_bytes_peak": st.peak_pages * page_bytes,
                 "kv_bytes_allocated": self.kv.allocated_bytes,
                 "preemptions": st.preemptions,
+                **({"reused_tokens": st.reused_tokens, "reuse_s": round(st.reuse_s, 3)} if st.reused_tokens else {}),
+                **({"kept_tokens": st.kept_tokens} if st.kept_tokens else {}),
                 "device": self.device.type,
                 **({"threads": self.engine.threads.current, "thread_switches": self.engine.threads.switches}
                    if self.engine.threads is not None else {}),

@@ -25,6 +25,7 @@ from ktcli.engine.attention import SeqAttn, block_slots, make_masks
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.block_manager import BlockManager
 from ktcli.engine.model import Model, Step
+from ktcli.engine.prefix_store import PrefixStore
 from ktcli.engine.sampler import make_generator, sample
 from ktcli.engine.sequence import Sequence, Status
 from ktcli.engine.threads import ThreadGovernor
@@ -43,6 +44,9 @@ class RunStats:
     peak_pages: int = 0
     preemptions: int = 0
     steps: int = 0
+    reused_tokens: int = 0  # prompt tokens whose K/V came from the prefix store, not a prefill
+    reuse_s: float = 0.0  # reading them in (counted in prefill_s too)
+    kept_tokens: int = 0  # prompt tokens written to the prefix store
     extra: dict = field(default_factory=dict)
 
 
@@ -63,9 +67,12 @@ class Engine:
         self.device = getattr(model, "device", torch.device("cpu"))
         self.stats = RunStats()
         self._aborted: set[int] = set()
+        self._keep_prompts = False
         self._next_id = 0
         self._current: list[Sequence] = []
         self.threads: ThreadGovernor | None = None  # CPU threads per step (engine.threads); None: as set
+        # Prompt K/V on disk (engine.prefix_store), for the dense paged cache only; None: off.
+        self.prefix: PrefixStore | None = None
 
     # -- public -------------------------------------------------------------------
 
@@ -89,6 +96,7 @@ class Engine:
             seqs.append(s)
         index = {s.seq_id: i for i, s in enumerate(seqs)}
         self._current = seqs
+        self._keep_prompts = params.keep_prompt
         waiting: deque[Sequence] = deque(s for s in seqs if s.max_new_tokens > 0)
         running: list[Sequence] = []
         start = time.perf_counter()
@@ -194,8 +202,49 @@ class Engine:
                     self.blocks.grow(s.block_table, s.num_tokens)  # raises OutOfMemoryError
                 return
             self.blocks.grow(s.block_table, s.num_tokens)
+            if self.prefix is not None and s.num_cached == 0 and s.num_generated == 0:
+                self._reuse_prefix(s)
             s.status = Status.RUNNING
             running.append(waiting.popleft())
+
+    # -- prompt K/V kept on disk (engine.prefix_store) ----------------------------
+
+    def _prompt_slots(self, s: Sequence, n: int) -> torch.Tensor:
+        first, slot_index = block_slots(s.block_table, self.block_size, n)
+        return torch.arange(first, first + n) if first is not None else slot_index[:n]
+
+    def _reuse_prefix(self, s: Sequence) -> None:
+        """Fill s's first prompt tokens' K/V from the store's longest match. The last
+        prompt token is always computed: its logits give the first answer token."""
+        t0 = time.perf_counter()
+        match = self.prefix.longest(s.token_ids[: s.prompt_len])
+        n = min(match.n_tokens, s.prompt_len - 1) if match is not None else 0
+        if n < self.prefix.min_reuse:
+            return
+        rows = self.prefix.load(match, n)
+        kv = self.model.kv
+        if rows is None or rows[0].shape[0] != len(kv.k) or rows[0].shape[2:] != kv.k[0].shape[1:]:
+            return
+        slots = self._prompt_slots(s, n).to(self.device)
+        for layer, (k, v) in enumerate(zip(*rows)):
+            kv.k[layer].index_copy_(0, slots, k.to(self.device, kv.dtype))
+            kv.v[layer].index_copy_(0, slots, v.to(self.device, kv.dtype))
+        s.num_cached = s.reused = n
+        elapsed = time.perf_counter() - t0
+        self.stats.reused_tokens += n
+        self.stats.reuse_s += elapsed
+        self.stats.prefill_s += elapsed
+
+    def _keep_prefix(self, s: Sequence) -> None:
+        """Store s's prompt K/V, unless most of it was read from the store already."""
+        if s.prompt_len - s.reused < self.prefix.min_tokens:
+            return
+        kv = self.model.kv
+        slots = self._prompt_slots(s, s.prompt_len).to(self.device)
+        k = torch.stack([kv.k[layer].index_select(0, slots) for layer in range(len(kv.k))]).cpu()
+        v = torch.stack([kv.v[layer].index_select(0, slots) for layer in range(len(kv.v))]).cpu()
+        if self.prefix.save(s.token_ids[: s.prompt_len], k, v):
+            self.stats.kept_tokens += s.prompt_len
 
     def _ensure_decode_pages(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
         for s in list(running):
@@ -318,6 +367,8 @@ class Engine:
             if s.num_cached == s.num_tokens:
                 done.append(s)
                 rows.append(i)
+                if self._keep_prompts and self.prefix is not None and s.num_generated == 0:
+                    self._keep_prefix(s)
             if s.num_generated == 0 or n > 1:
                 self.stats.prefill_tokens += n
         if not done:

@@ -22,6 +22,7 @@ class Sequence:
     max_new_tokens: int
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose K/V are in the cache
+    reused: int = 0  # of them, prompt tokens whose K/V were read from the prefix store
     status: Status = Status.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None  # sampling RNG, per sequence

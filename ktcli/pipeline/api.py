@@ -65,4 +65,6 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
 
 def _remember_rates(settings: Settings, tally: Tally, sparse: bool) -> None:
     if tally.prefill_s and tally.decode_s:
-        save_rates(settings, tally.prompt_tokens / tally.prefill_s, tally.new_tokens / tally.decode_s, sparse)
+        # A prompt read back from the prefix store says nothing about the prefill rate.
+        prefill = 0.0 if tally.reused_tokens else tally.prompt_tokens / tally.prefill_s
+        save_rates(settings, prefill, tally.new_tokens / tally.decode_s, sparse)

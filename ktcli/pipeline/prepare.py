@@ -105,8 +105,8 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     process on a 2-core machine (`benchmarks/threads_under_load.py`) then moves no estimate,
     where a half-and-half blend inflated the next few plans' times; a machine that stays
     busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
-    from full attention's."""
-    if prefill_tok_s <= 0 or decode_tok_s <= 0:
+    from full attention's. A rate of 0 is not measured (kept as it was)."""
+    if prefill_tok_s <= 0 and decode_tok_s <= 0:
         return
     path = settings.cache_path / RATES_FILE
     try:
@@ -118,6 +118,8 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     history = data.setdefault(SAMPLES_KEY, {}).setdefault(key, {})
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s)):
+        if value <= 0:
+            continue
         # a file written before the history was kept starts it from its one blended rate
         recent = (history.get(name) or ([rates[name]] if name in rates else []))[-(RATE_SAMPLES - 1):]
         history[name] = recent + [round(value, 2)]

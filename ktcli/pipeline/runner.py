@@ -20,6 +20,7 @@ class Tally:
     decode_s: float = 0.0
     model_calls: int = 0
     ttft_s: float = 0.0  # from the request's start to the first streamed answer token
+    reused_tokens: int = 0  # prompt tokens read from the engine's prefix store, not prefilled
     extra: dict = field(default_factory=dict)
 
     def add(self, backend: Backend) -> None:
@@ -29,6 +30,7 @@ class Tally:
         self.prefill_s += s.prefill_s
         self.decode_s += s.decode_s
         self.model_calls += 1
+        self.reused_tokens += int(s.extra.get("reused_tokens", 0))
         self.extra.update(s.extra)
 
     def figures(self) -> dict:
@@ -37,11 +39,12 @@ class Tally:
             "tokens_out": self.new_tokens,
             "model_calls": self.model_calls,
             "ttft_s": round(self.ttft_s, 3),
-            "prefill_tok_s": round(self.prompt_tokens / self.prefill_s, 1) if self.prefill_s else 0.0,
+            "prefill_tok_s": round((self.prompt_tokens - self.reused_tokens) / self.prefill_s, 1) if self.prefill_s else 0.0,
             "decode_tok_s": round(self.new_tokens / self.decode_s, 1) if self.decode_s else 0.0,
             "total_s": round(time.perf_counter() - self.started, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
             **{k: v for k, v in self.extra.items() if isinstance(v, (int, float, str))},
+            "reused_tokens": self.reused_tokens,
         }
 
 

@@ -65,7 +65,9 @@ def figures_line(answer: Answer) -> str:
     f = answer.stats
     parts = [
         f"mode {answer.plan.mode.value}",
-        f"tokens in {f.get('tokens_in', 0):,} / out {f.get('tokens_out', 0):,}",
+        f"tokens in {f.get('tokens_in', 0):,}"
+        + (f" ({f['reused_tokens']:,} read from the prompt cache)" if f.get("reused_tokens") else "")
+        + f" / out {f.get('tokens_out', 0):,}",
         f"ttft {f.get('ttft_s', 0):.1f}s",
         f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s" + (" (bf16)" if f.get("prefill_dtype") == "bf16" else ""),
         f"decode {f.get('decode_tok_s', 0):.1f} tok/s",

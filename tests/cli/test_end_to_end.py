@@ -33,6 +33,12 @@ def test_ask_pdf_streams_a_clean_answer_with_page_citations(cache):
     # stderr carries the plan and the figures line, stdout none of it
     assert "mode full" in err and "peak RSS" in err
     assert "peak RSS" not in out and "plan:" not in out
+    # The same question again reads the whole-input prompt's K/V back (engine.prefix_store)
+    # and answers the same; the figures line says so.
+    again = run_ktcli(["ask", str(PDF), "What was the revenue in the third quarter?", *SHORT], cache)
+    assert again.returncode == 0 and again.stdout.decode() == out
+    reused = re.search(r"tokens in ([\d,]+) \(([\d,]+) read from the prompt cache\)", again.stderr.decode())
+    assert reused and int(reused[2].replace(",", "")) == int(reused[1].replace(",", "")) - 1
 
 
 @pytest.fixture(scope="module")

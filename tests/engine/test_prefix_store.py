@@ -1,0 +1,137 @@
+"""Prompt K/V kept on disk (`engine.prefix_store`): a later prompt that starts the same way
+reads those rows instead of prefilling them, and gets the tokens a full prefill gives."""
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.native import NativeBackend
+from ktcli.engine.prefix_store import PrefixStore
+
+KEEP = SamplingParams(max_new_tokens=12, keep_prompt=True)
+
+
+def rows(n, seed=0, layers=2, heads=2, dim=4):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(layers, n, heads, dim, generator=g), torch.randn(layers, n, heads, dim, generator=g)
+
+
+def test_the_longest_shared_start_wins_and_reads_only_that_prefix(tmp_path):
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    a, b = list(range(100, 140)), list(range(100, 120)) + list(range(500, 530))
+    ka, va = rows(len(a), 1)
+    store.save(a, ka, va)
+    store.save(b, *rows(len(b), 2))
+    m = store.longest(list(range(100, 135)) + [7, 8])
+    assert m is not None and m.n_tokens == 35
+    k, v = store.load(m, 35)
+    assert torch.equal(k, ka[:, :35]) and torch.equal(v, va[:, :35])
+    assert store.longest(list(range(100, 102)) + [1, 2, 3, 4]) is None  # 2 shared < min_reuse
+    assert store.longest([9] * 50) is None
+
+
+def test_least_recently_used_entries_go_when_the_store_is_full(tmp_path):
+    import os
+
+    k, v = rows(64)
+    one = 2 * k.numel() * 4
+    store = PrefixStore(tmp_path, "m", max_bytes=int(2.5 * one), min_reuse=4)
+    for first, when in ((0, 1000), (1000, 2000)):
+        ids = list(range(first, first + 64))
+        store.save(ids, k, v)
+        for p in store.folder.iterdir():  # set the clock: the first entry is the older one
+            if p.stat().st_mtime > 1e6:
+                os.utime(p, (when, when))
+    store.load(store.longest(list(range(0, 64))), 64)  # used now: newest
+    store.save(list(range(2000, 2064)), k, v)  # a third entry: the least recently used goes
+    assert store.longest(list(range(0, 64))) is not None
+    assert store.longest(list(range(1000, 1064))) is None
+    assert store.longest(list(range(2000, 2064))) is not None
+
+
+def test_a_damaged_entry_counts_as_none(tmp_path):
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    store.save(list(range(40)), *rows(40))
+    for p in store.folder.iterdir():
+        p.write_bytes(p.read_bytes()[:100])
+    assert store.longest(list(range(40))) is None
+
+
+def test_an_unwritable_store_is_skipped(tmp_path):
+    (tmp_path / "file").write_text("not a folder")
+    store = PrefixStore(tmp_path / "file", "m")
+    assert store.save(list(range(40)), *rows(40)) is False
+    assert store.longest(list(range(200))) is None
+
+
+def generate(backend, prompt, params):
+    out = []
+    for _, tok in backend.engine.generate([prompt], params, frozenset()):
+        out.append(tok)
+    return out, backend.engine.stats
+
+
+@pytest.mark.parametrize("kind", ["llama", "mistral", "qwen3"])
+def test_reused_rows_give_the_tokens_of_a_full_prefill(tiny_models, tmp_path, kind):
+    folder = tiny_models[kind]
+    g = torch.Generator().manual_seed(5)
+    document = torch.randint(0, 256, (150,), generator=g).tolist()
+    questions = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (9, 14)]
+    plain = NativeBackend.load(folder, weights="fp32", block_size=4, prefill_chunk=64)
+    cached = NativeBackend.load(folder, weights="fp32", block_size=4, prefill_chunk=64, prefix_cache=tmp_path)
+    cached.engine.prefix.min_tokens = cached.engine.prefix.min_reuse = 32
+    # Pages taken out of order, so the reused rows go through a slot index, not one run.
+    hold = [[] for _ in range(6)]
+    for t in hold:
+        cached.engine.blocks.grow(t, 8)
+    for t in hold[::2]:
+        cached.engine.blocks.free(t)
+
+    first, st = generate(cached, document + questions[0], KEEP)
+    assert st.kept_tokens == 159 and st.reused_tokens == 0
+    assert first == generate(plain, document + questions[0], KEEP)[0]
+    second, st = generate(cached, document + questions[1], KEEP)
+    assert st.reused_tokens == 150 and st.kept_tokens == 0  # 14 new tokens: not worth an entry
+    assert second == generate(plain, document + questions[1], KEEP)[0]
+    again, st = generate(cached, document + questions[0], KEEP)
+    assert st.reused_tokens == 158  # all but the last prompt token, whose logits are needed
+    assert again == first
+
+
+def test_nothing_is_kept_unless_asked_and_other_settings_read_nothing(tiny_models, tmp_path):
+    folder = tiny_models["llama"]
+    prompt = list(range(1, 200))
+    b = NativeBackend.load(folder, weights="fp32", block_size=4, prefix_cache=tmp_path)
+    b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
+    generate(b, prompt, replace(KEEP, keep_prompt=False))
+    assert not any(tmp_path.rglob("*.safetensors"))
+    generate(b, prompt, KEEP)
+    assert b.engine.stats.kept_tokens == len(prompt)
+    # bf16 weights compute other rows: a store of their own
+    other = NativeBackend.load(folder, weights="bf16", block_size=4, prefix_cache=tmp_path)
+    other.engine.prefix.min_reuse = 32
+    generate(other, prompt, KEEP)
+    assert other.engine.stats.reused_tokens == 0
+
+
+def test_reused_rows_land_in_the_slots_of_their_positions(tiny_models, tmp_path):
+    """Token t's stored rows go to the slot its block table gives t, pages out of order."""
+    from ktcli.engine.sequence import Sequence
+
+    b = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, prefix_cache=tmp_path)
+    store = b.engine.prefix
+    store.min_reuse = 8
+    kv = b.kv
+    layers, heads, dim = len(kv.k), kv.n_kv_heads, kv.head_dim
+    k, v = rows(30, 7, layers, heads, dim)
+    store.save(list(range(30)), k, v)
+    s = Sequence(0, list(range(30)) + [99, 98], 32, 4)
+    s.block_table = [9, 2, 14, 3, 7, 11, 5, 0]  # as a busy cache hands pages out
+    b.engine._reuse_prefix(s)
+    assert s.num_cached == s.reused == 30
+    for t in range(30):
+        slot = s.block_table[t // 4] * 4 + t % 4
+        for layer in range(layers):
+            assert torch.equal(kv.k[layer][slot], k[layer, t]) and torch.equal(kv.v[layer][slot], v[layer, t])
