@@ -37,6 +37,9 @@ class Settings:
     rope_scaling: str = ""  # e.g. "yarn:4"; empty: the model config's (ktcli engine)
     max_memory: str = ""  # e.g. "4GB"; empty: a share of available RAM
     max_seconds: float = 0.0  # latency budget for the planner, 0: none
+    # ktcli engine: keep prompts' K/V in cache_dir/prompts, read back by later questions
+    # about the same input (engine.prefix_store); false: neither read nor write
+    prompt_cache: bool = True
     outline: str = "auto"  # summaries: read code and long prose as outlines: auto (over the time budget) | always | never
     backend: str = "local"  # "local" (load --engine in this process) or "openai" (a server)
     base_url: str = ""  # the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1

@@ -35,8 +35,9 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         from ktcli.engine.threads import cpu_sample, govern
 
         load_started = cpu_sample()
+        prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
         backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                     pack_cache=settings.cache_path / "packed", prefix_cache=settings.cache_path / "prompts",
+                                     pack_cache=settings.cache_path / "packed", prefix_cache=prompts,
                                      **_long_context(settings, plan))
         govern(backend.engine, settings.threads, load_started)
     else:

@@ -135,3 +135,13 @@ def test_reused_rows_land_in_the_slots_of_their_positions(tiny_models, tmp_path)
         slot = s.block_table[t // 4] * 4 + t % 4
         for layer in range(layers):
             assert torch.equal(kv.k[layer][slot], k[layer, t]) and torch.equal(kv.v[layer][slot], v[layer, t])
+
+
+def test_the_prompt_cache_setting_turns_the_store_on_and_off(tmp_path):
+    from ktcli.config import Settings
+    from ktcli.engine.loading import load_backend
+    from tests.cli.conftest import fresh_cache
+
+    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
+    assert load_backend(settings).engine.prefix.folder.parent == tmp_path / "cache" / "prompts"
+    assert load_backend(replace(settings, prompt_cache=False)).engine.prefix is None
