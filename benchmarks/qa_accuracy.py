@@ -6,10 +6,12 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Baseline, in the same
-run: the evidence layout ktcli used before 2026-12-03, one `[N] path p.3` header line per
-source. On several sources the 135M model tends to continue that list (its answer opens
-with `[9] path p.10` and a copied page) instead of answering; the current layout wraps
-each source in `<source id=.. ref=..>` tags.
+run: the prompt ktcli used until 2026-12-04, the question asked before the sources as well
+as after them. Now it comes after them only, so every question about one input starts
+with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
+(Before 2026-12-03 the baseline here was the `[N] path p.3` header line above each source,
+which the 135M model tended to continue instead of answering: 20-22/48 against 26-28/48
+with `<source id=.. ref=..>` tags; BENCHMARKS.md.)
 
 Citations are also scored both ways on the same answers (attribution runs after the
 answer, so one generation serves both): the pipeline's, which first cites each sentence's
@@ -80,12 +82,16 @@ CASES = {  # name: (input, forced mode, questions)
 }
 
 
-def header_lines(items: list[tuple[int, str, str]]) -> str:
-    """The baseline layout: '[1] path p.3' on its own line above each source's text."""
-    return "\n\n".join(f"[{label}] {ref}\n{text.rstrip()}" for label, ref, text in items)
+def question_first(question: str, evidence: str, notes: str = "") -> list:
+    """The baseline prompt: the question before the sources too, as until 2026-12-04."""
+    parts = [f"Question: {question}", f"Sources:\n{evidence}"] if evidence else []
+    if notes:
+        parts.append(f"Notes gathered from earlier sources:\n{notes}")
+    parts.append(f"Question: {question}\nAnswer the question in a few sentences, citing sources like [1].")
+    return prompts.chat("\n\n".join(parts))
 
 
-LAYOUTS = {"before: [N] header lines": header_lines, "now: <source> tags": prompts.evidence_block}
+LAYOUTS = {"before: question first too": question_first, "now: question after": prompts.ask_messages}
 
 
 def _says(text: str, expected: str) -> bool:
@@ -96,8 +102,8 @@ def _says(text: str, expected: str) -> bool:
 def run_case(case: str, layout: str, backend, base: Settings) -> dict:
     path, mode, questions = CASES[case]
     settings = replace(base, mode=mode)
-    current, attribute = prompts.evidence_block, citations.attribute
-    prompts.evidence_block = LAYOUTS[layout]  # the only difference between the two sides
+    current, attribute = prompts.ask_messages, citations.attribute
+    prompts.ask_messages = LAYOUTS[layout]  # the only difference between the two sides
     attributed: list[tuple[list, list]] = []  # (the pipeline's, the whole-answer baseline's)
 
     def both_ways(answer, evidence, **kw):
@@ -126,7 +132,7 @@ def run_case(case: str, layout: str, backend, base: Settings) -> dict:
                          "answer": answer.text[:300], "cited_pages": pages, "cited_pages_whole_answer": base_pages,
                          "seconds": round(time.perf_counter() - started, 2)})
     finally:
-        prompts.evidence_block, citations.attribute = current, attribute
+        prompts.ask_messages, citations.attribute = current, attribute
     n_right = sum(r["right"] for r in rows)
 
     def count(key):

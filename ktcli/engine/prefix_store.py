@@ -7,20 +7,27 @@ README's 2.1K-token PDF costs ~4.5 s of prefill per question, an 8K-token input 
 The K/V rows of a token depend only on the tokens up to it, so the rows computed for the
 first question's prompt serve every later prompt up to where the two differ.
 
-An entry is one prompt: its token ids and its K/V rows for every layer, [L, P, H, D] in
-the cache's dtype, in one safetensors file. A lookup reads only the ids of each entry
-(a few KB) and takes the longest common prefix; the rows are then read for that prefix
-only (`safe_open` slices). Entries belong to one model, weight dtype, page dtype, prefill
-dtype, position encoding and device (`store_key`): rows computed any other way are never
-read. The store keeps MAX_BYTES; the least recently used entries go first. Anything
-unexpected in a file (a short read, a shape that does not fit) counts as no entry, and a
-folder that cannot be written is skipped: the store only ever saves work.
+An entry is one prompt: its token ids and its K/V rows for every layer, in one file of
+ours (below) written and read one layer at a time, so keeping or reading a 6K-token
+prompt's 130 MB of rows never holds more than one layer's 4 MB beside the KV pages. A
+lookup reads only the ids of each entry (a few KB) and takes the longest common prefix;
+the rows are then read for that prefix only. Entries belong to one model, weight dtype,
+page dtype, prefill dtype, position encoding and device (`store_key`): rows computed any
+other way are never read. The store keeps MAX_BYTES; the least recently used entries go
+first. Anything unexpected in a file (a short read, a shape that does not fit) counts as
+no entry, and a folder that cannot be written is skipped: the store only ever saves work.
+
+File: MAGIC, a JSON header line ({"tokens": P, "layers": L, "heads": H, "dim": D, "dtype"}),
+the ids as int32 [P], then K as [L, P, H, D] and V as [L, P, H, D] in the rows' dtype, so
+the first n tokens of a layer are one contiguous read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +40,8 @@ MIN_TOKENS = 512
 # Reuse only a prefix at least this long: below it the reads cost about what they save.
 MIN_REUSE = 128
 MAX_BYTES = 1 << 30
-_SUFFIX = ".kv.safetensors"
+_SUFFIX = ".kv"
+MAGIC = b"KTCLI-PROMPT-KV 1\n"
 
 
 @dataclass(frozen=True)
@@ -60,8 +68,10 @@ class PrefixStore:
         want = np.asarray(ids, dtype=np.int64)
         best: Match | None = None
         for path in self._entries():
-            have = _read_ids(path)
-            if have is None:
+            try:
+                with open(path, "rb") as f:
+                    have = _read_header_and_ids(f)[1]
+            except (OSError, ValueError):  # a damaged or vanished entry is no entry
                 continue
             n = min(len(have), len(want))
             differ = np.flatnonzero(have[:n] != want[:n])
@@ -70,34 +80,47 @@ class PrefixStore:
                 best = Match(path, shared)
         return best
 
-    def load(self, match: Match, n_tokens: int) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """The K and V rows [L, n_tokens, H, D] of `match`'s first tokens, or None where
-        the file cannot be read as written."""
-        from safetensors import safe_open
-
-        try:
-            with safe_open(str(match.path), framework="pt") as f:
-                k = f.get_slice("k")[:, :n_tokens]
-                v = f.get_slice("v")[:, :n_tokens]
+    def layers(self, match: Match, n_tokens: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """The K and V rows [n_tokens, H, D] of `match`'s first tokens, layer by layer.
+        Raises ValueError where the file does not hold what its header says."""
+        with open(match.path, "rb") as f:
+            head, ids = _read_header_and_ids(f)
+            total, n_layers = head["tokens"], head["layers"]
+            if n_tokens > total:
+                raise ValueError("prefix longer than the entry")
+            dtype = getattr(torch, head["dtype"])
+            row = head["heads"] * head["dim"] * torch.empty(0, dtype=dtype).element_size()
+            start = f.tell()
             os.utime(match.path)  # used: the last to go when the store is trimmed
-        except Exception:  # noqa: BLE001 - a damaged or vanished entry is no entry
-            return None
-        if k.shape != v.shape or k.dim() != 4 or k.shape[1] != n_tokens:
-            return None
-        return k, v
+            for layer in range(n_layers):
+                pair = []
+                for kind in range(2):
+                    f.seek(start + ((kind * n_layers + layer) * total) * row)
+                    out = torch.empty(n_tokens, head["heads"], head["dim"], dtype=dtype)
+                    if f.readinto(out.view(torch.uint8).numpy().reshape(-1)) != n_tokens * row:
+                        raise ValueError("short read")
+                    pair.append(out)
+                yield pair[0], pair[1]
 
-    def save(self, ids: list[int], k: torch.Tensor, v: torch.Tensor) -> bool:
-        """Keep the rows [L, P, H, D] of prompt `ids` (P = len(ids)); False where the
-        folder cannot be written. Then trim the store to max_bytes."""
-        from safetensors.torch import save_file
-
+    def save(self, ids: list[int], k_layers: Callable[[int], torch.Tensor], v_layers: Callable[[int], torch.Tensor],
+             n_layers: int) -> bool:
+        """Keep prompt `ids` with its rows, asked for one layer at a time (`k_layers(i)`:
+        [P, H, D]); False where the folder cannot be written. Then trim the store."""
         name = hashlib.sha1(np.asarray(ids, dtype=np.int32).tobytes()).hexdigest()[:24]
         path = self.folder / f"{name}{_SUFFIX}"
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        tensors = {"ids": torch.tensor(ids, dtype=torch.int32), "k": k.contiguous(), "v": v.contiguous()}
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            save_file(tensors, str(tmp))
+            with open(tmp, "wb") as f:
+                first = k_layers(0)
+                head = {"tokens": len(ids), "layers": n_layers, "heads": first.shape[1], "dim": first.shape[2],
+                        "dtype": str(first.dtype).removeprefix("torch.")}
+                f.write(MAGIC + json.dumps(head).encode() + b"\n")
+                f.write(np.asarray(ids, dtype=np.int32).tobytes())
+                for rows in (k_layers, v_layers):
+                    for layer in range(n_layers):
+                        t = first if rows is k_layers and layer == 0 else rows(layer)
+                        f.write(t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1))
             os.replace(tmp, path)  # readers see the whole file or none
         except OSError:
             try:
@@ -135,11 +158,16 @@ class PrefixStore:
                 pass
 
 
-def _read_ids(path: Path) -> np.ndarray | None:
-    from safetensors import safe_open
-
+def _read_header_and_ids(f) -> tuple[dict, np.ndarray]:
+    if f.read(len(MAGIC)) != MAGIC:
+        raise ValueError("not a prompt entry")
     try:
-        with safe_open(str(path), framework="pt") as f:
-            return f.get_tensor("ids").numpy().astype(np.int64)
-    except Exception:  # noqa: BLE001 - a damaged or vanished entry is no entry
-        return None
+        head = json.loads(f.readline(4096))
+        n = int(head["tokens"])
+        int(head["layers"]), int(head["heads"]), int(head["dim"]), str(head["dtype"])
+    except (KeyError, TypeError) as e:
+        raise ValueError(f"bad header: {e}") from None
+    ids = np.frombuffer(f.read(4 * n), dtype=np.int32)
+    if len(ids) != n:
+        raise ValueError("short read")
+    return head, ids.astype(np.int64)

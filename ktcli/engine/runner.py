@@ -135,12 +135,12 @@ class Engine:
                         yield index[s.seq_id], tok
                     if s.status is Status.FINISHED:
                         running.remove(s)
-                        self.blocks.free(s.block_table)
+                        self._release(s)
         finally:
             # A consumer that stops early (or an error) must not leak pages.
             for s in seqs:
                 if s.block_table:
-                    self.blocks.free(s.block_table)
+                    self._release(s)
             self._aborted.clear()
 
     @torch.inference_mode()
@@ -221,30 +221,39 @@ class Engine:
         n = min(match.n_tokens, s.prompt_len - 1) if match is not None else 0
         if n < self.prefix.min_reuse:
             return
-        rows = self.prefix.load(match, n)
         kv = self.model.kv
-        if rows is None or rows[0].shape[0] != len(kv.k) or rows[0].shape[2:] != kv.k[0].shape[1:]:
-            return
         slots = self._prompt_slots(s, n).to(self.device)
-        for layer, (k, v) in enumerate(zip(*rows)):
-            kv.k[layer].index_copy_(0, slots, k.to(self.device, kv.dtype))
-            kv.v[layer].index_copy_(0, slots, v.to(self.device, kv.dtype))
+        try:
+            layers = 0
+            for layer, (k, v) in enumerate(self.prefix.layers(match, n)):
+                if layer >= len(kv.k) or k.shape[1:] != kv.k[layer].shape[1:]:
+                    raise ValueError("rows of another shape")
+                kv.k[layer].index_copy_(0, slots, k.to(self.device, kv.dtype))
+                kv.v[layer].index_copy_(0, slots, v.to(self.device, kv.dtype))
+                layers += 1
+            if layers != len(kv.k):
+                raise ValueError("too few layers")
+        except (OSError, ValueError):
+            return  # a damaged entry: the prompt is prefilled whole (rows written are overwritten)
         s.num_cached = s.reused = n
         elapsed = time.perf_counter() - t0
         self.stats.reused_tokens += n
         self.stats.reuse_s += elapsed
         self.stats.prefill_s += elapsed
 
-    def _keep_prefix(self, s: Sequence) -> None:
-        """Store s's prompt K/V, unless most of it was read from the store already."""
-        if s.prompt_len - s.reused < self.prefix.min_tokens:
-            return
-        kv = self.model.kv
-        slots = self._prompt_slots(s, s.prompt_len).to(self.device)
-        k = torch.stack([kv.k[layer].index_select(0, slots) for layer in range(len(kv.k))]).cpu()
-        v = torch.stack([kv.v[layer].index_select(0, slots) for layer in range(len(kv.v))]).cpu()
-        if self.prefix.save(s.token_ids[: s.prompt_len], k, v):
-            self.stats.kept_tokens += s.prompt_len
+    def _release(self, s: Sequence) -> None:
+        """Give s's pages back, first keeping its prompt's K/V where asked (after the
+        answer, so writing the entry never delays the first token)."""
+        try:
+            if s.keep_prompt and self.prefix is not None:
+                s.keep_prompt = False
+                kv = self.model.kv
+                slots = self._prompt_slots(s, s.prompt_len).to(self.device)
+                if self.prefix.save(s.token_ids[: s.prompt_len], lambda i: kv.k[i].index_select(0, slots),
+                                    lambda i: kv.v[i].index_select(0, slots), len(kv.k)):
+                    self.stats.kept_tokens += s.prompt_len
+        finally:
+            self.blocks.free(s.block_table)
 
     def _ensure_decode_pages(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
         for s in list(running):
@@ -257,7 +266,8 @@ class Engine:
                 victim = victims[-1]  # the most recently admitted
                 running.remove(victim)
                 self.blocks.free(victim.block_table)
-                victim.num_cached, victim.status = 0, Status.WAITING
+                # its rows are gone: nothing to keep (a recompute is not a prompt's first prefill)
+                victim.num_cached, victim.status, victim.keep_prompt = 0, Status.WAITING, False
                 waiting.appendleft(victim)
                 self.stats.preemptions += 1
             self.blocks.grow(s.block_table, s.num_tokens)
@@ -297,7 +307,7 @@ class Engine:
                 if s.seq_id in self._aborted:
                     group.remove(s)
                     s.status, s.finish_reason = Status.FINISHED, "abort"
-                    self.blocks.free(s.block_table)
+                    self._release(s)
 
     def _finish_if_done(self, s: Sequence, tok: int, eos_ids) -> None:
         if tok in eos_ids:
@@ -367,8 +377,10 @@ class Engine:
             if s.num_cached == s.num_tokens:
                 done.append(s)
                 rows.append(i)
-                if self._keep_prompts and self.prefix is not None and s.num_generated == 0:
-                    self._keep_prefix(s)
+                # A prompt just cached whole, most of it computed now: worth an entry.
+                if (self._keep_prompts and self.prefix is not None and s.num_generated == 0
+                        and s.prompt_len - s.reused >= self.prefix.min_tokens):
+                    s.keep_prompt = True
             if s.num_generated == 0 or n > 1:
                 self.stats.prefill_tokens += n
         if not done:

@@ -23,6 +23,7 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose K/V are in the cache
     reused: int = 0  # of them, prompt tokens whose K/V were read from the prefix store
+    keep_prompt: bool = False  # write the prompt's K/V to the prefix store when it leaves
     status: Status = Status.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None  # sampling RNG, per sequence

@@ -24,12 +24,11 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         messages = prompts.ask_messages(prep.question, _whole_corpus(prep))
-        # The next question about the same input starts with the same tokens up to its own.
-        params = replace(params, keep_prompt=True)
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
-            text = stream_answer(backend, messages, params, tally, reporter)
+            # The next question about the same input starts with the same tokens up to its own.
+            text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
             cites = citations.attribute(text, list(prep.chunks))
             return Answer(text, tuple(cites), plan, tally.figures(), prep.corpus.skipped)
         # The estimate said it fits, the exact count says no: retrieval is the safe path.

@@ -69,11 +69,14 @@ def figures_line(answer: Answer) -> str:
         + (f" ({f['reused_tokens']:,} read from the prompt cache)" if f.get("reused_tokens") else "")
         + f" / out {f.get('tokens_out', 0):,}",
         f"ttft {f.get('ttft_s', 0):.1f}s",
+        # a prompt read back from the prompt cache prefilled a few tokens: no rate worth showing
+        None if f.get("reused_tokens") else
         f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s" + (" (bf16)" if f.get("prefill_dtype") == "bf16" else ""),
         f"decode {f.get('decode_tok_s', 0):.1f} tok/s",
         f"total {f.get('total_s', 0):.1f}s",
         f"peak RSS {f.get('peak_rss_mb', 0):.0f} MB",
     ]
+    parts = [p for p in parts if p]
     if f.get("peak_gpu_mb"):
         parts.append(f"peak GPU {f['peak_gpu_mb']:.0f} MB")
     if f.get("index_bytes"):

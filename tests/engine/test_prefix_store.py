@@ -18,15 +18,24 @@ def rows(n, seed=0, layers=2, heads=2, dim=4):
     return torch.randn(layers, n, heads, dim, generator=g), torch.randn(layers, n, heads, dim, generator=g)
 
 
+def save(store, ids, k, v):
+    return store.save(ids, lambda i: k[i], lambda i: v[i], k.shape[0])
+
+
+def load(store, match, n):
+    pairs = list(store.layers(match, n))
+    return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+
+
 def test_the_longest_shared_start_wins_and_reads_only_that_prefix(tmp_path):
     store = PrefixStore(tmp_path, "m", min_reuse=4)
     a, b = list(range(100, 140)), list(range(100, 120)) + list(range(500, 530))
     ka, va = rows(len(a), 1)
-    store.save(a, ka, va)
-    store.save(b, *rows(len(b), 2))
+    save(store, a, ka, va)
+    save(store, b, *rows(len(b), 2))
     m = store.longest(list(range(100, 135)) + [7, 8])
     assert m is not None and m.n_tokens == 35
-    k, v = store.load(m, 35)
+    k, v = load(store, m, 35)
     assert torch.equal(k, ka[:, :35]) and torch.equal(v, va[:, :35])
     assert store.longest(list(range(100, 102)) + [1, 2, 3, 4]) is None  # 2 shared < min_reuse
     assert store.longest([9] * 50) is None
@@ -40,12 +49,12 @@ def test_least_recently_used_entries_go_when_the_store_is_full(tmp_path):
     store = PrefixStore(tmp_path, "m", max_bytes=int(2.5 * one), min_reuse=4)
     for first, when in ((0, 1000), (1000, 2000)):
         ids = list(range(first, first + 64))
-        store.save(ids, k, v)
+        save(store, ids, k, v)
         for p in store.folder.iterdir():  # set the clock: the first entry is the older one
             if p.stat().st_mtime > 1e6:
                 os.utime(p, (when, when))
-    store.load(store.longest(list(range(0, 64))), 64)  # used now: newest
-    store.save(list(range(2000, 2064)), k, v)  # a third entry: the least recently used goes
+    load(store, store.longest(list(range(0, 64))), 64)  # used now: newest
+    save(store, list(range(2000, 2064)), k, v)  # a third entry: the least recently used goes
     assert store.longest(list(range(0, 64))) is not None
     assert store.longest(list(range(1000, 1064))) is None
     assert store.longest(list(range(2000, 2064))) is not None
@@ -53,16 +62,21 @@ def test_least_recently_used_entries_go_when_the_store_is_full(tmp_path):
 
 def test_a_damaged_entry_counts_as_none(tmp_path):
     store = PrefixStore(tmp_path, "m", min_reuse=4)
-    store.save(list(range(40)), *rows(40))
-    for p in store.folder.iterdir():
-        p.write_bytes(p.read_bytes()[:100])
+    save(store, list(range(40)), *rows(40))
+    (entry,) = store.folder.iterdir()
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[:-100])  # rows cut short: the ids still match, the rows fail to read
+    match = store.longest(list(range(40)))
+    with pytest.raises(ValueError):
+        load(store, match, 40)
+    entry.write_bytes(whole[:60])  # the header cut short: no entry
     assert store.longest(list(range(40))) is None
 
 
 def test_an_unwritable_store_is_skipped(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     store = PrefixStore(tmp_path / "file", "m")
-    assert store.save(list(range(40)), *rows(40)) is False
+    assert save(store, list(range(40)), *rows(40)) is False
     assert store.longest(list(range(200))) is None
 
 
@@ -106,7 +120,7 @@ def test_nothing_is_kept_unless_asked_and_other_settings_read_nothing(tiny_model
     b = NativeBackend.load(folder, weights="fp32", block_size=4, prefix_cache=tmp_path)
     b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
     generate(b, prompt, replace(KEEP, keep_prompt=False))
-    assert not any(tmp_path.rglob("*.safetensors"))
+    assert not any(tmp_path.rglob("*.kv"))
     generate(b, prompt, KEEP)
     assert b.engine.stats.kept_tokens == len(prompt)
     # bf16 weights compute other rows: a store of their own
@@ -126,7 +140,7 @@ def test_reused_rows_land_in_the_slots_of_their_positions(tiny_models, tmp_path)
     kv = b.kv
     layers, heads, dim = len(kv.k), kv.n_kv_heads, kv.head_dim
     k, v = rows(30, 7, layers, heads, dim)
-    store.save(list(range(30)), k, v)
+    save(store, list(range(30)), k, v)
     s = Sequence(0, list(range(30)) + [99, 98], 32, 4)
     s.block_table = [9, 2, 14, 3, 7, 11, 5, 0]  # as a busy cache hands pages out
     b.engine._reuse_prefix(s)
@@ -145,3 +159,15 @@ def test_the_prompt_cache_setting_turns_the_store_on_and_off(tmp_path):
     settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
     assert load_backend(settings).engine.prefix.folder.parent == tmp_path / "cache" / "prompts"
     assert load_backend(replace(settings, prompt_cache=False)).engine.prefix is None
+
+
+def test_a_damaged_entry_is_prefilled_whole(tiny_models, tmp_path):
+    folder = tiny_models["llama"]
+    prompt = list(range(3, 120))
+    b = NativeBackend.load(folder, weights="fp32", block_size=4, prefix_cache=tmp_path)
+    b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
+    want, _ = generate(b, prompt, KEEP)
+    (entry,) = b.engine.prefix.folder.iterdir()
+    entry.write_bytes(entry.read_bytes()[:-4096])  # rows the prefix needs are missing
+    got, st = generate(b, prompt, KEEP)
+    assert got == want and st.reused_tokens == 0
