@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
                        "baseline_second": ask(path, second, cache, store=False),
                        "store_cold": ask(path, first, cache, store=True),
                        "store_warm": ask(path, second, cache, store=True)}
-                row["entry_bytes"] = sum(p.stat().st_size for p in (cache / "prompts").rglob("*.safetensors"))
+                row["entry_bytes"] = sum(p.stat().st_size for p in (cache / "prompts").rglob("*.kv"))
                 runs[name].append(row)
                 print(f"rep {rep + 1} {name}: second question TTFT {row['baseline_second']['ttft_s']:.2f} s without "
                       f"the store, {row['store_warm']['ttft_s']:.2f} s with it ({row['store_warm']['reused_tokens']:,} "
