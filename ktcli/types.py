@@ -58,6 +58,9 @@ class Document:
     # Where `text` is drawn from a file with other lines (HTML): the file's line (1-based)
     # of each text line. Spans count text lines; citations are mapped to these at the end.
     source_lines: tuple[int, ...] = ()
+    # Parts that could not be read (a PDF page whose content is damaged), reported with
+    # the files a walk skipped.
+    left_out: tuple["Skipped", ...] = ()
 
     @property
     def n_lines(self) -> int:

@@ -6,7 +6,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from ktcli.errors import InputError
+from ktcli.errors import InputError, UsageError
 from ktcli.ingest.loaders import load_file, load_stdin
 from ktcli.ingest.walk import walk_folder
 from ktcli.types import Corpus, Document, Skipped
@@ -21,7 +21,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     if not paths:
         raise InputError("no input: name a file, a folder, or `-` for standard input")
     if list(paths).count(STDIN_ARG) > 1:
-        raise InputError("`-` (standard input) given more than once")
+        raise UsageError("`-` (standard input) given more than once")
     documents: list[Document] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()
@@ -44,6 +44,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
             continue
         documents.append(load_file(path, arg))
         seen.add(real)
+    skipped.extend(part for d in documents for part in d.left_out)
     return Corpus(tuple(documents), tuple(skipped))
 
 

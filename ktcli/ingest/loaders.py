@@ -18,7 +18,7 @@ from ktcli.ingest.sniff import (
     language_from_content,
     looks_binary,
 )
-from ktcli.types import Document, Page
+from ktcli.types import Document, Page, Skipped
 
 STDIN_PATH = "<stdin>"
 _READABLE = "ktcli reads text, source code, PDF and HTML"
@@ -76,11 +76,20 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if looks_binary(data[:SNIFF_BYTES]):
         raise RejectedInput(display, "binary", f"not text; {_READABLE}")
     try:
-        text = normalize_text(_decode(data, kind))
+        raw, strays = _decode(data, kind)
+        text = normalize_text(raw)
     except UndecodableError as e:
         raise RejectedInput(display, f"undecodable text ({e})", "convert it to UTF-8, e.g. with iconv") from None
     if not text.strip():
         raise RejectedInput(display, "empty input" if is_stdin else "empty file", "it holds only whitespace")
+    doc = _typed_document(text, display, name, kind, is_stdin)
+    if strays:
+        what = "a byte that is" if strays == 1 else f"{strays} bytes that are"
+        doc = replace(doc, left_out=(Skipped(display, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)"),))
+    return doc
+
+
+def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool) -> Document:
     if kind == "html" or (kind is None and _looks_like_html(text)):
         return _html_document(text, display)
     if is_stdin:
@@ -93,7 +102,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     return _text_document(text, display, "code" if language else "text", language)
 
 
-def _decode(data: bytes, kind: str | None) -> str:
+def _decode(data: bytes, kind: str | None) -> tuple[str, int]:
     """Our decoding policy, except that an HTML page that is not UTF-8 may declare its
     own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess."""
     if kind == "html" and bom_encoding(data) is None and not _is_utf8(data):
@@ -102,7 +111,7 @@ def _decode(data: bytes, kind: str | None) -> str:
         declared = EncodingDetector.find_declared_encoding(data[:4096], is_html=True)
         if declared:
             try:
-                return data.decode(declared)
+                return data.decode(declared), 0
             except (LookupError, UnicodeDecodeError):
                 pass  # a wrong or unknown declaration: fall back to our policy
     return decode_bytes(data)
@@ -138,11 +147,12 @@ def _html_document(markup: str, display: str) -> Document:
 def _pdf_document(data: bytes, display: str) -> Document:
     from ktcli.ingest.pdftext import extract_pages
 
-    page_texts = extract_pages(data, display)
+    page_texts, unread = extract_pages(data, display)
     pages: list[Page] = []
     offset = 0
     for number, page_text in enumerate(page_texts, start=1):
         pages.append(Page(number=number, text=page_text, line_offset=offset))
         offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
     text = "\n".join(page_texts)
-    return Document(path=display, text=text, kind="pdf", pages=tuple(pages), sha256=text_sha256(text))
+    left_out = tuple(Skipped(f"{display} p.{n}", f"page could not be read ({why})") for n, why in unread)
+    return Document(path=display, text=text, kind="pdf", pages=tuple(pages), sha256=text_sha256(text), left_out=left_out)

@@ -33,32 +33,66 @@ def bom_encoding(data: bytes) -> str | None:
     return None
 
 
-def decode_bytes(data: bytes) -> str:
-    """UTF-8 (BOM or not), UTF-16/32 by BOM, UTF-16 of Latin-script text without one,
-    else cp1252 (latin-1 for its 5 holes) when the bytes look like Western text. Raises
-    UndecodableError otherwise."""
+def decode_bytes(data: bytes) -> tuple[str, int]:
+    """(text, bytes replaced): UTF-8 (BOM or not), UTF-16/32 by BOM, UTF-16 of Latin-script
+    text without one, UTF-8 with a few stray bytes (each read as U+FFFD and counted, for
+    the caller to report), else cp1252 (latin-1 for its 5 holes) when the bytes look like
+    Western text. Raises UndecodableError otherwise."""
     bom = bom_encoding(data)
     if bom is not None:
         try:
-            return data[len(_bom_bytes(bom)) :].decode(bom)
+            return data[len(_bom_bytes(bom)) :].decode(bom), 0
         except UnicodeDecodeError as e:
             raise UndecodableError(f"invalid {bom.upper()} despite its byte-order mark") from e
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8"), 0
     except UnicodeDecodeError:
         pass
     utf16 = utf16_without_bom(data)
     if utf16 is not None:
         try:
-            return data.decode(utf16)
+            return data.decode(utf16), 0
         except UnicodeDecodeError as e:
             raise UndecodableError(f"looks like {utf16.upper()} without a byte-order mark, but is not valid") from e
+    strays = utf8_with_strays(data)
+    if strays is not None:
+        return strays
     if high_byte_ratio(data) > _MAX_LEGACY_HIGH_RATIO or control_ratio(data) > MAX_CONTROL_RATIO:
         raise UndecodableError("not UTF-8 or UTF-16, and too many non-ASCII bytes for Latin-1")
     try:
-        return data.decode("cp1252")
+        return data.decode("cp1252"), 0
     except UnicodeDecodeError:
-        return data.decode("latin-1")  # cannot fail: every byte maps
+        return data.decode("latin-1"), 0  # cannot fail: every byte maps
+
+
+# UTF-8 with stray bytes: at most this many, and at least this many valid multi-byte
+# characters per stray byte. Why: one bad byte (a truncated copy, a Latin-1 "é" pasted
+# into a UTF-8 file) sent a whole German text to cp1252, every "ü" read as "Ã¼" without a
+# word; Latin-1 text, conversely, has almost no valid UTF-8 sequences (an "é" alone is an
+# invalid byte), so it still goes to cp1252.
+MAX_STRAY_BYTES = 64
+MIN_VALID_PER_STRAY = 3
+
+
+def utf8_with_strays(data: bytes) -> tuple[str, int] | None:
+    """(text, stray bytes) where `data` is UTF-8 but for a few bytes, each read as U+FFFD;
+    None where it does not look like UTF-8."""
+    pieces: list[str] = []
+    strays = 0
+    at = 0
+    while True:
+        try:
+            pieces.append(data[at:].decode("utf-8"))
+            break
+        except UnicodeDecodeError as e:
+            strays += 1
+            if strays > MAX_STRAY_BYTES:
+                return None
+            pieces.append(data[at : at + e.start].decode("utf-8") + "\ufffd")
+            at += e.end
+    text = "".join(pieces)
+    valid = sum(1 for ch in text if ord(ch) > 127) - text.count("\ufffd")
+    return (text, strays) if valid >= MIN_VALID_PER_STRAY * strays else None
 
 
 def _bom_bytes(encoding: str) -> bytes:

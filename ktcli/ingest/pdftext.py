@@ -16,26 +16,46 @@ from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.normalize import normalize_text
 
 
+class _Errors(logging.Handler):
+    """pypdf's warnings and errors while a page is read: a content stream that fails to
+    decompress is logged as a warning, and the page's text comes back empty, not raised."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
 @contextmanager
-def _quiet_pypdf() -> Iterator[None]:
-    """pypdf logs and warns about every repairable defect; our stderr is for the user."""
+def _quiet_pypdf() -> Iterator[_Errors]:
+    """pypdf logs and warns about every repairable defect; our stderr is for the user.
+    Its errors are collected instead (the caller clears them page by page)."""
     logger = logging.getLogger("pypdf")
-    level = logger.level
-    logger.setLevel(logging.CRITICAL)
+    level, propagate = logger.level, logger.propagate
+    errors = _Errors()
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    logger.addHandler(errors)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            yield
+            yield errors
     finally:
+        logger.removeHandler(errors)
         logger.setLevel(level)
+        logger.propagate = propagate
 
 
-def extract_pages(data: bytes, display: str) -> list[str]:
-    """Normalised text of every page (trailing newlines stripped), in page order.
+def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]]]:
+    """Normalised text of every page (trailing newlines stripped), in page order, and the
+    pages that could not be read, as (page number, why): their text is empty, and the
+    caller reports them (a fact on such a page must not vanish unannounced).
 
     Raises RejectedInput for a corrupt PDF, one that needs a password, and one with no
     text on any page (scanned), each with what the user can do about it."""
-    with _quiet_pypdf():
+    with _quiet_pypdf() as errors:
         try:
             reader = PdfReader(io.BytesIO(data), strict=False)
             _unlock(reader, display)
@@ -45,25 +65,29 @@ def extract_pages(data: bytes, display: str) -> list[str]:
         except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError) as e:
             raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e)})") from None
         texts: list[str] = []
-        failures = 0
-        for page in pages:
+        unread: list[tuple[int, str]] = []
+        for number, page in enumerate(pages, start=1):
+            errors.messages.clear()
             try:
                 raw = page.extract_text() or ""
             except DependencyError as e:
                 raise RejectedInput(display, f"cannot read this PDF: {_short(e)}") from None
-            except Exception:  # noqa: BLE001 - pypdf raises anything on broken content streams
-                failures += 1
+            except Exception as e:  # noqa: BLE001 - pypdf raises anything on broken content streams
+                unread.append((number, _short(e)))
                 raw = ""
+            else:
+                if errors.messages and not raw.strip():
+                    unread.append((number, _short(Exception(errors.messages[0]))))
             if _may_hold_table(raw):
                 raw = _rejoin_rows(raw, _layout_text(page))
             texts.append(normalize_text(raw).rstrip("\n"))
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
     if not any(t.strip() for t in texts):
-        if failures == len(pages):
+        if len(unread) == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         return _no_text(display, len(pages))
-    return texts
+    return texts, unread
 
 
 # Table rows. pypdf's plain extraction emits each table cell (a separate text object) on

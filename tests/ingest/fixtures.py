@@ -22,6 +22,22 @@ def make_text_pdf(pages: list[list[str]]) -> bytes:
     return buffer.getvalue()
 
 
+def damage_page(data: bytes, page: int) -> bytes:
+    """`data` with page `page`'s (1-based) content stream replaced by bytes that claim to be
+    deflated and are not: pypdf logs a warning and gives the page no text."""
+    from pypdf import PdfWriter
+    from pypdf.generic import NameObject, StreamObject
+
+    writer = PdfWriter(clone_from=io.BytesIO(data))
+    broken = StreamObject()
+    broken._data = b"\x78\x9c not deflate data at all" * 3
+    broken[NameObject("/Filter")] = NameObject("/FlateDecode")
+    writer.pages[page - 1][NameObject("/Contents")] = writer._add_object(broken)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def make_table_pdf(before: list[str], rows: list[list[str]], after: list[str]) -> bytes:
     """One page: prose lines, a reportlab Table (each cell its own text object, as most
     PDF writers draw tables), more prose lines."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.ingest.fixtures import (
+    damage_page,
     PNG_BYTES,
     encrypt_pdf,
     make_image_only_pdf,
@@ -17,7 +18,7 @@ from tests.ingest.fixtures import (
     make_text_pdf,
     make_two_column_pdf,
 )
-from ktcli.errors import InputError
+from ktcli.errors import InputError, UsageError
 from ktcli.ingest import load_corpus
 from ktcli.ingest.loaders import load_stdin
 from ktcli.types import Document
@@ -166,6 +167,20 @@ def test_latin1_and_cp1252_fallback(write) -> None:
     assert load_one(write("w.txt", "“quoted” – dash €5\n".encode("cp1252"))).text == "“quoted” – dash €5\n"
 
 
+def test_utf8_with_a_stray_byte_stays_utf8_and_says_so(write) -> None:
+    """One Latin-1 byte in a UTF-8 file used to send the whole file to cp1252 ("MÃ¼ller")."""
+    text = "Der Bürgermeister von Zürich heißt Müller.\nGrüße aus Köln.\n"
+    data = text.encode("utf-8").replace(b"K\xc3\xb6ln", b"K\xf6ln")  # a Latin-1 "ö"
+    path = write("mixed.txt", data)
+    corpus = load_corpus([str(path)])
+    assert corpus.documents[0].text == text.replace("Köln", "K\ufffdln")
+    (note,) = corpus.skipped
+    assert note.path == str(path) and note.reason.startswith("a byte that is not valid UTF-8")
+    # Latin-1 text has (almost) no valid UTF-8 sequences: still cp1252, with no note
+    latin = load_corpus([str(write("latin.txt", text.encode("latin-1")))])
+    assert latin.documents[0].text == text and not latin.skipped
+
+
 # ---- bad input -----------------------------------------------------------------------
 
 
@@ -187,7 +202,7 @@ def test_empty_file_given_explicitly(write, content: bytes) -> None:
 def test_empty_stdin() -> None:
     with pytest.raises(InputError, match="<stdin>: empty input"):
         load_corpus(["-"], stdin_text="")
-    with pytest.raises(InputError, match="more than once"):
+    with pytest.raises(UsageError, match="more than once"):  # the command line, not the input, is wrong
         load_corpus(["-", "-"], stdin_text="x")
 
 
@@ -256,6 +271,16 @@ def test_pdf_pages_and_line_offsets(write) -> None:
         page_lines = page.text.split("\n")
         assert lines[page.line_offset : page.line_offset + len(page_lines)] == page_lines
         assert page_lines == expected
+
+
+def test_an_unreadable_pdf_page_is_reported_not_dropped(write) -> None:
+    pages = [["Alpha page one"], ["The code word is HERON."], ["Gamma page three"]]
+    path = write("r.pdf", damage_page(make_text_pdf(pages), 2))
+    corpus = load_corpus([str(path)])
+    (doc,) = corpus.documents
+    assert [p.text for p in doc.pages] == ["Alpha page one", "", "Gamma page three"]
+    (skipped,) = corpus.skipped
+    assert skipped.path == f"{path} p.2" and skipped.reason.startswith("page could not be read (")
 
 
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
