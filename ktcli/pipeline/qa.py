@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
+from ktcli.errors import UsageError
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
@@ -31,6 +32,12 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
             cites = citations.attribute(text, list(prep.chunks))
             return Answer(text, tuple(cites), plan, tally.figures(), prep.corpus.skipped)
+        if settings.mode == "full":  # asked for by name: not ours to swap for another mode
+            raise UsageError(
+                f"--mode full: the input is {needed - params.max_new_tokens:,} tokens but the model's window is "
+                f"{backend.context_window:,} (with {params.max_new_tokens} kept for the answer); "
+                "use --mode auto or retrieval"
+            )
         # The estimate said it fits, the exact count says no: retrieval is the safe path.
         reporter.warn(f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval")
         plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks))

@@ -98,6 +98,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     tally.add(backend)
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
+    elif backend.last_stats.new_tokens >= params.max_new_tokens:
+        # No end-of-answer token came within the budget: the answer may stop mid-sentence.
+        tally.extra["hit_max_new_tokens"] = params.max_new_tokens
+        reporter.warn(f"the answer reached --max-new-tokens ({params.max_new_tokens:,} tokens) and may be cut "
+                      "short; raise it for a longer one")
     if guard.unit:
         reporter.warn(f"stopped the answer: it kept repeating the same {len(guard.unit)} characters")
         return guard.kept().strip()

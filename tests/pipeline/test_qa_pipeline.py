@@ -7,6 +7,7 @@ from dataclasses import replace
 import pytest
 
 from ktcli.config import Settings
+from ktcli.engine.backend import SamplingParams
 from ktcli.pipeline.events import NullReporter
 from ktcli.pipeline.prepare import prepare
 from ktcli.pipeline.qa import answer_question
@@ -114,6 +115,42 @@ def test_full_mode_reads_the_whole_input(tmp_path):
     answer = answer_question(prep, backend, settings, NullReporter(), Tally())
     assert "Harbour Street" in answer.text
     assert answer.citations[0].ref == f"{doc}:1-2" or answer.citations[0].ref == f"{doc}:1"
+
+
+def test_full_mode_asked_for_is_never_swapped_for_retrieval(haystack, tmp_path):
+    """The estimate said the input fits, the exact count says it does not: auto goes on
+    through retrieval, while --mode full is a usage error, as when the estimate says so."""
+    from ktcli.errors import UsageError
+
+    for mode in ("auto", "full"):
+        settings = settings_for(tmp_path, mode=mode)
+        prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+        assert prep.plan.mode is Mode.FULL
+        small = FakeBackend(context_window=prep.plan.input_tokens // 2)
+        if mode == "auto":
+            assert answer_question(prep, small, settings, NullReporter(), Tally()).plan.mode is Mode.RETRIEVAL
+        else:
+            with pytest.raises(UsageError, match="--mode full: the input is"):
+                answer_question(prep, small, settings, NullReporter(), Tally())
+
+
+def test_an_answer_that_reaches_max_new_tokens_says_so(haystack, tmp_path):
+    from ktcli.pipeline.runner import stream_answer
+
+    class Warnings(NullReporter):
+        def __init__(self):
+            self.said = []
+
+        def warn(self, message):
+            self.said.append(message)
+
+    backend = FakeBackend()
+    for budget, cut in ((3, True), (400, False)):
+        reporter, tally = Warnings(), Tally()
+        stream_answer(backend, [{"role": "user", "content": "Say something long."}],
+                      SamplingParams(max_new_tokens=budget), tally, reporter)
+        assert (tally.extra.get("hit_max_new_tokens") == budget) is cut
+        assert any("reached --max-new-tokens" in w for w in reporter.said) is cut
 
 
 @pytest.fixture
