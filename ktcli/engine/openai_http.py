@@ -134,6 +134,11 @@ class HttpClient:
         deadline = time.monotonic() + self.timeout_s
         conn, resp = self._open("POST", self._path(path), body, deadline)
         try:
+            kind = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
+            if kind in ("text/html", "text/plain", "application/xml", "text/xml"):
+                # a proxy's or web server's page, not an event stream: say so, not "closed early"
+                raise ServerStatusError(f"the server at {self.endpoint.display} answered {kind}, not an "
+                                        "OpenAI-compatible event stream: is --base-url right?", resp.status)
             yield from _sse_events(conn, resp, deadline, self.timeout_s, self.read_timeout_s)
         finally:
             conn.close()

@@ -17,7 +17,8 @@ class FakeOpenAI:
     """`script` is consumed one entry per chat/completions call; when it runs out, "ok".
     Entries: "ok", "429", "500", "503", "reset", "cut" (two chunks then close), "cut0"
     (the stream closes before its first chunk),
-    "error_event" (an in-band error), "slow" (sleeps 2 s before answering)."""
+    "error_event" (an in-band error), "slow" (sleeps 2 s before answering), "html" (a web
+    page with status 200, as a proxy's login page)."""
 
     def __init__(self, *, script: list[str] | None = None, models: list[dict] | None = None,
                  tokenize: bool = True, key: str | None = None, models_status: int = 200) -> None:
@@ -123,6 +124,14 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.connection.close()
             self.close_connection = True
+            return
+        if action == "html":
+            page = b"<html><body>Please sign in</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            self.wfile.write(page)
             return
         if action == "slow":
             time.sleep(2.0)

@@ -131,6 +131,12 @@ def test_stream_cut_before_its_first_word_is_asked_again():
         assert fake.chat_calls == 3
 
 
+def test_a_web_page_instead_of_an_event_stream_is_named():
+    with FakeOpenAI(script=["html"]) as fake:
+        with pytest.raises(BackendError, match="answered text/html, not an OpenAI-compatible event stream"):
+            list(backend(fake).stream_chat(MSGS, PARAMS))
+
+
 def test_in_band_error_event_is_a_cut():
     with FakeOpenAI(script=["error_event"]) as fake:
         with pytest.raises(StreamCutOffError, match="engine exploded"):
