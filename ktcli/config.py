@@ -58,17 +58,23 @@ class Settings:
         return Path(self.cache_dir) if self.cache_dir else Path(platformdirs.user_cache_dir("ktcli"))
 
 
-def _coerce(name: str, raw: object, like: object) -> object:
+def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
+    """`raw` as the type of the default `like`; `where` names the origin in the error."""
     try:
         if isinstance(like, bool):
             return raw if isinstance(raw, bool) else str(raw).lower() in {"1", "true", "yes", "on"}
         if isinstance(like, int):
+            if isinstance(raw, float) and not raw.is_integer():
+                raise ValueError("a fraction")  # int(1.7) would quietly make it 1
             return int(raw)  # type: ignore[arg-type]
         if isinstance(like, float):
             return float(raw)  # type: ignore[arg-type]
         return str(raw)
     except (TypeError, ValueError):
-        raise UsageError(f"setting {name!r}: cannot read {raw!r} as {type(like).__name__}") from None
+        what = {"int": "a whole number", "float": "a number"}.get(type(like).__name__, type(like).__name__)
+        if where:  # named as validate() names a bad value: where it came from, then the value
+            raise UsageError(f"{where} {raw!r}: not {what}") from None
+        raise UsageError(f"setting {name!r}: cannot read {raw!r} as {what}") from None
 
 
 def config_file_path() -> Path:
@@ -95,13 +101,13 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
         for key, raw in data.items():
             if key not in known:
                 raise UsageError(f"config file {path}: unknown setting {key!r}")
-            values[key] = _coerce(key, raw, known[key])
+            values[key] = _coerce(key, raw, known[key], f"{key} in {path}")
             origins[key] = f"{key} in {path}"
 
     for key, like in known.items():
         raw = os.environ.get(f"KTCLI_{key.upper()}")
         if raw is not None and raw != "":
-            values[key] = _coerce(key, raw, like)
+            values[key] = _coerce(key, raw, like, f"KTCLI_{key.upper()}")
             origins[key] = f"KTCLI_{key.upper()}"
 
     for key, raw in (flags or {}).items():
@@ -192,6 +198,24 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
             parse_bytes(settings.max_memory)
         except ValueError:
             raise UsageError(f"{named('max_memory')} {settings.max_memory!r}: give a size like 4GB or 512MiB") from None
+    if settings.engine == "hf" and settings.backend == "local":
+        # transformers runs its own dense cache in fp32 or bf16: nothing of ours to shape
+        if settings.weights not in ("auto", "fp32", "bf16"):
+            raise UsageError(f"{named('weights')} {settings.weights!r}: the transformers engine (--engine hf) "
+                             "runs fp32 or bf16 weights")
+        for name, idle in (("kv_dtype", ("auto",)), ("attention", ("auto", "dense")), ("rope_scaling", ("",))):
+            if getattr(settings, name) not in idle:
+                raise UsageError(f"{named(name)} {getattr(settings, name)!r}: the transformers engine (--engine hf) "
+                                 "has no paged KV cache of ours to apply it to; use --engine ktcli")
+    if settings.cache_dir:
+        cache = Path(settings.cache_dir)
+        if cache.exists() and not cache.is_dir():
+            raise UsageError(f"{named('cache_dir')} {settings.cache_dir}: not a folder")
+        if not cache.exists():
+            try:
+                cache.mkdir(parents=True)
+            except OSError as e:
+                raise UsageError(f"{named('cache_dir')} {settings.cache_dir}: cannot create it ({e.strerror})") from None
     for name, parse in (("attention", parse_attention), ("rope_scaling", parse_rope_scaling)):
         value = getattr(settings, name)
         if value and value != "auto":

@@ -34,7 +34,7 @@ def test_cache_dir_env(tmp_path, monkeypatch):
 def test_bad_values_are_usage_errors(tmp_path, monkeypatch):
     use_config(tmp_path, monkeypatch, "")
     monkeypatch.setenv("KTCLI_TOP_K", "many")
-    with pytest.raises(UsageError, match="top_k"):
+    with pytest.raises(UsageError, match="KTCLI_TOP_K"):
         load_settings()
 
 
@@ -116,3 +116,39 @@ def test_errors_name_where_the_value_came_from(tmp_path, monkeypatch):
     monkeypatch.delenv("KTCLI_CHUNK_OVERLAP")
     with pytest.raises(UsageError, match="^--max-memory 'lots': give a size"):
         load_settings({"max_memory": "lots"})
+    cfg.write_text('top_k = "x"\n')
+    with pytest.raises(UsageError, match=rf"^top_k in {re.escape(str(cfg))} 'x': not a whole number"):
+        load_settings()
+    cfg.write_text("top_k = 1.7\n")  # not quietly 1
+    with pytest.raises(UsageError, match=rf"^top_k in {re.escape(str(cfg))} 1.7: not a whole number"):
+        load_settings()
+    cfg.write_text("top_k = 4.0\n")
+    assert load_settings().top_k == 4
+    cfg.write_text("")
+    monkeypatch.setenv("KTCLI_TOP_K", "many")
+    with pytest.raises(UsageError, match="^KTCLI_TOP_K 'many': not a whole number"):
+        load_settings()
+
+
+@pytest.mark.parametrize("flags, needle", [
+    ({"engine": "hf", "weights": "int8"}, "--weights 'int8': the transformers engine"),
+    ({"engine": "hf", "kv_dtype": "int4"}, "--kv-dtype 'int4': the transformers engine (--engine hf) has no paged KV"),
+    ({"engine": "hf", "attention": "topk"}, "--attention 'topk': the transformers engine"),
+])
+def test_flags_the_transformers_engine_cannot_apply_are_refused(tmp_path, monkeypatch, flags, needle):
+    use_config(tmp_path, monkeypatch, "")
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        load_settings(flags)
+    assert load_settings({"engine": "hf", "weights": "bf16"}).engine == "hf"
+
+
+def test_a_cache_dir_that_is_a_file_or_cannot_be_made_is_refused(tmp_path, monkeypatch):
+    use_config(tmp_path, monkeypatch, "")
+    afile = tmp_path / "a.txt"
+    afile.write_text("x")
+    with pytest.raises(UsageError, match="--cache-dir .*a.txt: not a folder"):
+        load_settings({"cache_dir": str(afile)})
+    with pytest.raises(UsageError, match="cannot create it"):
+        load_settings({"cache_dir": str(afile / "sub")})
+    made = tmp_path / "new" / "cache"
+    assert load_settings({"cache_dir": str(made)}).cache_path == made and made.is_dir()

@@ -126,12 +126,14 @@ def plan(
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
-    max_seconds: MaxSeconds = None, device: Device = None,
+    max_seconds: MaxSeconds = None, device: Device = None, threads: Threads = None, weights: Weights = None,
+    temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
     outline: OutlineOpt = None,
 ) -> None:
-    """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model."""
+    """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model.
+    Takes every option ask and summarize take, so a command line can be planned as it is."""
     opts = Options(locals())
     paths, question = split_plan_args(args)
     run_guarded(opts, lambda: opts.run_plan(paths, question))
@@ -140,7 +142,7 @@ def plan(
 @app.command()
 def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port, printed on start).")] = 8000,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0: any free port, printed on start).")] = 8000,
     model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
     weights: Weights = None, device: Device = None, api_key: ApiKey = None, max_new_tokens: MaxNew = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
@@ -162,7 +164,10 @@ def split_ask_args(args: list[str]) -> tuple[list[str], str]:
     if len(args) < 2:
         raise UsageError("give the paths, then the question: ktcli ask PATHS... QUESTION")
     question = args[-1]
-    if question != "-" and question.strip() and Path(question).exists():
+    if question == "-":
+        raise UsageError("the last argument is the question, but '-' means standard input: "
+                         "put the question after the paths, e.g. ktcli ask - \"What does it do?\"")
+    if question.strip() and Path(question).exists():
         raise UsageError(f"the last argument is the question, but {question!r} is a file or folder: "
                          "put the question after the paths")
     return args[:-1], question

@@ -76,10 +76,12 @@ class Options:
         settings, reporter = self.settings(), self.reporter()
         prep, extra = plan_only(paths, question, settings, reporter, None)
         if self.json:
-            print(plan_json(prep.plan, prep.corpus.skipped, extra))
+            print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question}))
         else:
             lines = plan_lines(prep.plan)
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
+            if question:  # shown: a mistyped last path is taken for the question
+                lines.insert(3, f"question    {question!r}")
             print("\n".join(lines))
 
     def run_serve(self, host: str, port: int, max_batch: int, batch_wait_ms: float, verbose: bool) -> None:

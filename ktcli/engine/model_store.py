@@ -146,8 +146,16 @@ def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:
     folder = source.path if source.kind == "hf" else converted_dir(source, cache_dir)
     config_path = folder / "config.json"
     if config_path.is_file():
-        return _facts_from_config(source.name, json.loads(config_path.read_text()), folder)
-    return _facts_from_gguf(source)
+        try:
+            return _facts_from_config(source.name, json.loads(config_path.read_text()), folder)
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            what = f"lacks {e}" if isinstance(e, KeyError) else f"is not a model config ({e})"
+            raise UsageError(f"--model {source.path}: {config_path.name} {what}") from None
+    try:
+        return _facts_from_gguf(source)
+    except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
+        # the gguf reader raises these on a file that is not GGUF, or is cut short
+        raise UsageError(f"--model {source.path}: not a readable GGUF file ({e})") from None
 
 
 def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:

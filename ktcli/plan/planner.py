@@ -122,7 +122,10 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     sparse = _sparse_options(req, facts, rates, full_tokens)
     if req.mode == "sparse":
         if not sparse:
-            raise UsageError(f"--mode sparse {_sparse_rejection(req, sparse).strip('()')}")
+            if not req.sparse_ok:
+                raise UsageError("--mode sparse reads the input whole in ktcli's own paged cache: "
+                                 "it needs the local ktcli engine (--engine ktcli, --backend local)")
+            raise UsageError(f"--mode sparse: {_sparse_rejection(req, sparse).strip('()')}")
         return _choose_sparse(req, sparse, fits, full, retrieval)
     # Auto reads a too-long input whole only when asked to weigh it: a latency budget or
     # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before.

@@ -79,6 +79,18 @@ def test_bad_model_is_usage_error(cache, model, says):
     assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--model", model], cache), 2, says)
 
 
+def test_a_model_that_is_not_one_is_usage_error(cache, tmp_path):
+    fake = tmp_path / "fake.gguf"
+    fake.write_text("not a model\n")
+    proc = run_ktcli(["plan", str(LONG_TEXT), "q", "--model", str(fake)], cache)
+    assert_one_line_error(proc, 2, "fake.gguf: not a readable GGUF file")
+    folder = tmp_path / "notmodel"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "llama"}')
+    proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--model", str(folder)], cache)
+    assert_one_line_error(proc, 2, "config.json lacks 'num_attention_heads'")
+
+
 def test_bad_model_fails_before_reading_input(cache, tmp_path):
     # a typo in --model is reported first, not after walking (here: failing on) the input
     proc = run_ktcli(["ask", str(tmp_path / "absent.txt"), "q", "--model", "smollm"], cache)
@@ -140,6 +152,9 @@ def test_a_question_forgotten_is_said_so(cache):
     # the last argument names a file: the question was left out, not "README.md" asked
     proc = run_ktcli(["ask", str(LONG_TEXT), str(REPO / "README.md")], cache)
     assert_one_line_error(proc, 2, "is a file or folder: put the question after the paths")
+    # '-' last is standard input, not the question "-"
+    proc = run_ktcli(["ask", str(LONG_TEXT), "-"], cache, stdin=b"What is this?")
+    assert_one_line_error(proc, 2, "'-' means standard input: put the question after the paths")
 
 
 def test_an_empty_path_is_not_the_current_folder(cache):
