@@ -74,14 +74,15 @@ def test_smollm2_decode_paths_agree(smollm2, smollm2_dir, weights):
 
 def test_smollm2_decode_over_default_fp16_pages(smollm2_dir):
     """int8 weights load fp16 pages by default. Both C++ paths read them with fp32 queries
-    and sums (they agree to float rounding: 1.5e-5 of the largest logit on an AVX-512
-    machine, whose torch norms sum in another order than the fused loop, under 1e-5 on
-    AVX2); torch's path attends in fp16 (looser)."""
+    and sums (they agree to float rounding: under 1e-5 of the largest logit on AVX2; with
+    the AVX-512 bodies 1.5e-5 on a Zen 5 EPYC and 5.1e-5 on a Zen 4 one, 2026-12-04, where
+    fp32 pages under the same int8 weights agree to 1e-6: the gap comes with fp16 pages);
+    torch's path attends in fp16 (looser)."""
     b = NativeBackend.load(smollm2_dir, kv_budget_bytes=64 << 20)
     assert b.kv.dtype == torch.float16
     got = _decode_logits(b.engine, _prompts(49152, (150, 37)))
     scale = got["torch"].abs().max()
-    assert (got["fused"] - got["attention"]).abs().max() / scale < 5e-5
+    assert (got["fused"] - got["attention"]).abs().max() / scale < 1e-4
     assert (got["fused"] - got["torch"]).abs().max() / scale < 1e-2
 
 
