@@ -78,13 +78,16 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             else:
                 if errors.messages and not raw.strip():
                     unread.append((number, _short(Exception(errors.messages[0]))))
+                elif not raw.strip() and _has_images(page):
+                    # a scanned page amid text pages: its words are in a picture we cannot read
+                    unread.append((number, "no text layer, only images (a scanned page?)"))
             if _may_hold_table(raw):
                 raw = _rejoin_rows(raw, _layout_text(page))
             texts.append(normalize_text(raw).rstrip("\n"))
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
     if not any(t.strip() for t in texts):
-        if len(unread) == len(pages):
+        if sum(not why.startswith("no text layer") for _, why in unread) == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         return _no_text(display, len(pages))
     return texts, unread
@@ -173,6 +176,15 @@ def _unlock(reader: PdfReader, display: str) -> None:
             "encrypted PDF that needs a password",
             "decrypt it first, e.g. `qpdf --password=PASSWORD --decrypt in.pdf out.pdf`",
         )
+
+
+def _has_images(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the page draws an image XObject of its own (not looked for inside forms)."""
+    try:
+        xobjects = (page.get("/Resources") or {}).get("/XObject") or {}
+        return any(xobjects[name].get_object().get("/Subtype") == "/Image" for name in xobjects)
+    except Exception:  # noqa: BLE001 - a malformed resource dictionary: no claim either way
+        return False
 
 
 def _no_text(display: str, n_pages: int) -> list[str]:

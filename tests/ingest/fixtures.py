@@ -83,6 +83,25 @@ def make_image_only_pdf(n_pages: int = 2) -> bytes:
     return buffer.getvalue()
 
 
+def make_pdf_with_a_scanned_page(before: str, after: str) -> bytes:
+    """Three pages: text, an image and no text (a scan), text."""
+    from PIL import Image
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.utils import ImageReader
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    pdf.drawString(72, 800, before)
+    pdf.showPage()
+    pdf.drawImage(ImageReader(Image.new("RGB", (8, 8), (200, 30, 30))), 72, 400, 300, 300)
+    pdf.showPage()
+    pdf.drawString(72, 800, after)
+    pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
 def encrypt_pdf(data: bytes, user_password: str) -> bytes:
     """RC4-128, which pypdf reads without extra packages."""
     from pypdf import PdfReader, PdfWriter

@@ -14,6 +14,7 @@ from tests.ingest.fixtures import (
     PNG_BYTES,
     encrypt_pdf,
     make_image_only_pdf,
+    make_pdf_with_a_scanned_page,
     make_table_pdf,
     make_text_pdf,
     make_two_column_pdf,
@@ -281,6 +282,19 @@ def test_an_unreadable_pdf_page_is_reported_not_dropped(write) -> None:
     assert [p.text for p in doc.pages] == ["Alpha page one", "", "Gamma page three"]
     (skipped,) = corpus.skipped
     assert skipped.path == f"{path} p.2" and skipped.reason.startswith("page could not be read (")
+
+
+def test_a_scanned_page_among_text_pages_is_reported(write) -> None:
+    path = write("mixed.pdf", make_pdf_with_a_scanned_page("Alpha page one", "Gamma page three"))
+    corpus = load_corpus([str(path)])
+    assert [p.text for p in corpus.documents[0].pages] == ["Alpha page one", "", "Gamma page three"]
+    (skipped,) = corpus.skipped
+    assert skipped.path == f"{path} p.2" and skipped.reason.startswith("no text layer, only images")
+    # every page a scan: the whole file is refused, with the OCR hint
+    scans = make_pdf_with_a_scanned_page("", "")
+    assert "no text layer on any of its 3 pages" in input_error(write("scans.pdf", scans))
+    # a page that is blank (no text, no image) is not news
+    assert not load_corpus([str(write("blank.pdf", make_text_pdf([["one"], [], ["three"]])))]).skipped
 
 
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
