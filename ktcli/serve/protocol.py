@@ -165,6 +165,7 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> Samp
         top_k=max(0, top_k or 0),
         stop=_stop(body),
         seed=_integer(body, "seed", 0),
+        keep_prompt=True,  # the engine keeps only long prompts (engine.prefix_store.MIN_TOKENS)
     )
 
 

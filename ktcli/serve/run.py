@@ -29,8 +29,12 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
 
     model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
     load_started = cpu_sample()
+    # Clients asking several questions about one document send prompts that start alike:
+    # the engine reads their K/V back from the prompt cache (engine.prefix_store).
+    prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
     backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                 pack_cache=settings.cache_path / "packed", **_engine_options(NativeBackend.load, settings))
+                                 pack_cache=settings.cache_path / "packed", prefix_cache=prompts,
+                                 **_engine_options(NativeBackend.load, settings))
     govern(backend.engine, settings.threads, load_started)
     return backend
 

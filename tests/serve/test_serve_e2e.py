@@ -78,6 +78,25 @@ def test_ask_json(server, doc, tmp_path):
     assert 0 < payload["figures"]["tokens_out"] <= 6
 
 
+def test_a_second_question_about_a_long_document_reads_the_prompt_cache(tmp_path):
+    """The server keeps a long prompt's K/V; the same document asked again reads them back
+    (one entry on disk, not two) and answers as it did."""
+    base = tmp_path / "serve"
+    base.mkdir()
+    served = start_serve(base, "--threads", "2", "--max-new-tokens", "8")
+    try:
+        long_doc = tmp_path / "long.txt"
+        long_doc.write_text("".join(f"Line {i}: the lighthouse keeper logged {i * 7} ships.\n" for i in range(150)) + DOC)
+        args = ["ask", str(long_doc), QUESTION, "--json", *SHORT, "--backend", "openai", "--base-url", served.url]
+        first, second = (run_cli(args, tmp_path) for _ in range(2))
+        assert first.returncode == 0 and second.returncode == 0, first.stderr + second.stderr
+        assert json.loads(first.stdout)["answer"] == json.loads(second.stdout)["answer"]
+        if ENGINE == "ktcli":
+            assert len(list((base / "cache" / "prompts").rglob("*.kv"))) == 1
+    finally:
+        served.stop()
+
+
 def test_summarize(server, doc, tmp_path):
     done = run_cli(["summarize", str(doc), "--json", *SHORT, *remote_args(server)], tmp_path)
     assert done.returncode == 0, done.stderr
