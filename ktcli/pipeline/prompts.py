@@ -1,5 +1,5 @@
 """Every prompt ktcli sends, in one place. Written for small models: short instructions,
-the question repeated after long evidence, and labels the answer can cite."""
+the question after the evidence (right before the answer), and labels the answer can cite."""
 
 from __future__ import annotations
 
