@@ -141,6 +141,9 @@ class Plan:
     # input_tokens) and how many files are outlined; 0 when it reads every line.
     read_tokens: int = 0
     outline_files: int = 0
+    # A whole read whose prompt the engine will mostly read back from the prompt cache
+    # (`engine.prefix_store`): those tokens, left out of est_seconds' prefill.
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True)

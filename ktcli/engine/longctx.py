@@ -651,7 +651,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     from ktcli.engine.device import available_bytes
     from ktcli.engine.model import Model
     from ktcli.engine.runner import Engine
-    from ktcli.engine.tokenizer import ChatTokenizer
+    from ktcli.engine.tokenizer import load_chat_tokenizer
     from ktcli.engine.pack_cache import load_engine_weights
 
     model_dir = Path(model_dir)
@@ -681,7 +681,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     kv.blocks = blocks
     engine = Engine(model, blocks, prefill_chunk=prefill_chunk)
     engine.context_window = window
-    tokenizer = ChatTokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
+    tokenizer = load_chat_tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
     backend = cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
     backend.context_window = window
     backend.long_context = options

@@ -24,7 +24,7 @@ from ktcli.engine.device import available_bytes, peak_memory_mb, resolve_device,
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
-from ktcli.engine.tokenizer import ChatTokenizer
+from ktcli.engine.tokenizer import load_chat_tokenizer
 from ktcli.engine.pack_cache import load_engine_weights, model_key
 from ktcli.engine.prefix_store import PrefixStore, store_key
 from ktcli.errors import InputError
@@ -132,7 +132,7 @@ class NativeBackend:
             key = store_key(model_key(model_dir, "prefix"), weights, kv_dtype, model.prefill_dtype, device.type, cfg)
             engine.prefix = PrefixStore(prefix_cache, key)
         # A folder without tokenizer.json (a test model) still runs on token ids.
-        tokenizer = ChatTokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
+        tokenizer = load_chat_tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
         return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
 
     @staticmethod

@@ -159,6 +159,23 @@ class PrefixStore:
                 pass
 
 
+def stored_prefix(root: Path, ids: list[int], min_reuse: int = MIN_REUSE) -> int:
+    """For the planner's estimate: the most leading tokens of `ids` any entry under `root`
+    holds (0 below min_reuse), whatever it was computed with (the key folders are not
+    told apart here: that needs the engine's resolved dtypes; an entry of other weights
+    makes the estimate short for one run)."""
+    try:
+        folders = [p for p in Path(root).iterdir() if p.is_dir()]
+    except OSError:
+        return 0
+    best = 0
+    for folder in folders:
+        match = PrefixStore(folder.parent, folder.name, min_reuse=min_reuse).longest(ids)
+        if match is not None:
+            best = max(best, match.n_tokens)
+    return best
+
+
 def _read_header_and_ids(f) -> tuple[dict, np.ndarray]:
     if f.read(len(MAGIC)) != MAGIC:
         raise ValueError("not a prompt entry")

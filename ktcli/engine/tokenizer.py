@@ -20,6 +20,13 @@ def _token_text(value) -> str | None:
     return value
 
 
+@lru_cache(maxsize=4)
+def load_chat_tokenizer(folder: Path) -> "ChatTokenizer":
+    """One ChatTokenizer per model folder and process (~0.2 s to load): the planner counts a
+    whole read's prompt with it (`pipeline.prepare`), then the engine uses the same one."""
+    return ChatTokenizer(folder)
+
+
 class ChatTokenizer:
     def __init__(self, folder: Path):
         from tokenizers import Tokenizer

@@ -186,6 +186,7 @@ def prepare(
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
                            for d, n in zip(corpus.documents, doc_tokens))
     facts = planning_facts(settings)
+    cached = _cached_prompt_tokens(corpus, question, task, settings, facts, estimate)
     request = PlanRequest(
         task=task,
         corpus_tokens=int(estimate * MODEL_TOKENS_PER_ESTIMATE),
@@ -205,10 +206,41 @@ def prepare(
         outline_tokens=int(outline_estimate * MODEL_TOKENS_PER_ESTIMATE),
         outline_files=len(outlines),
         outline=settings.outline,
+        cached_tokens=cached,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {})
+
+
+def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Settings, facts: ModelFacts,
+                          estimate: int) -> int:
+    """Tokens of this question's whole-read prompt the engine's prompt cache holds (what
+    `pipeline.qa` would send; `engine.prefix_store`), so the plan does not count their
+    prefill: a second question about the same input answers in ~2 s, not the ~9 s of a
+    first. 0 where no whole read with dense pages on the local engine can follow, or the
+    model is not converted yet (no entry can exist). Costs the tokenizer's load, which
+    the engine then reuses, and one tokenisation of an input that fits the window."""
+    dense = settings.kv_dtype in ("auto", "fp32", "bf16", "fp16") and settings.attention in ("auto", "dense")
+    if (task != "ask" or not settings.prompt_cache or settings.backend != "local" or settings.engine != "ktcli"
+            or settings.mode not in ("auto", "full") or not dense
+            or estimate * MODEL_TOKENS_PER_ESTIMATE > facts.context_window):
+        return 0
+    from ktcli.engine.model_store import converted_dir, is_converted
+    from ktcli.engine.prefix_store import stored_prefix
+    from ktcli.engine.tokenizer import load_chat_tokenizer
+    from ktcli.pipeline import prompts
+
+    source = resolve_model(settings.model)
+    root = settings.cache_path / "prompts"
+    if not is_converted(source, settings.cache_path) or not root.is_dir():
+        return 0
+    folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)
+    if not (folder / "tokenizer.json").is_file():
+        return 0
+    messages = prompts.ask_messages(question.strip(), prompts.whole_input(corpus.documents))
+    ids = load_chat_tokenizer(folder).apply_chat_template(messages, add_generation_prompt=True)
+    return max(0, min(stored_prefix(root, ids), len(ids) - 1))
 
 
 def _outlines(corpus: Corpus) -> dict[str, list[tuple[int, str]]]:

@@ -21,6 +21,12 @@ def evidence_block(items: list[tuple[int, str, str]]) -> str:
     return "\n\n".join(f'<source id="{label}" ref="{ref}">\n{text.rstrip()}\n</source>' for label, ref, text in items)
 
 
+def whole_input(documents) -> str:
+    """Every document of the input as one evidence block, labelled 1..n in input order: the
+    sources of a question read whole (`pipeline.qa`), and what its prompt-cache entry holds."""
+    return evidence_block([(i + 1, d.path, d.text) for i, d in enumerate(documents)])
+
+
 # A small model drifts into writing source blocks of its own after the answer; these
 # openings end the answer instead.
 ANSWER_STOPS = ("\n\n[", "<source", "\nQuestion:", "\nSources:", "<|im_end|>")

@@ -24,7 +24,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                             stop=prompts.ANSWER_STOPS)
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
-        messages = prompts.ask_messages(prep.question, _whole_corpus(prep))
+        messages = prompts.ask_messages(prep.question, prompts.whole_input(prep.corpus.documents))
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
@@ -42,11 +42,6 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
         reporter.warn(f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval")
         plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks))
     return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)
-
-
-def _whole_corpus(prep: Prepared) -> str:
-    items = [(i + 1, d.path, d.text) for i, d in enumerate(prep.corpus.documents)]
-    return prompts.evidence_block(items)
 
 
 def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,

@@ -74,6 +74,9 @@ class PlanRequest:
     kv_dtype: str = "auto"  # auto or a kernels KV kind (fp32, bf16, fp16, fp8, int8, int4)
     attention: str = "auto"  # auto | dense | window | topk
     sparse_ok: bool = False  # the engine can run the sparse mode (local ktcli engine)
+    # Model tokens of a whole read's prompt already in the engine's prompt cache
+    # (`engine.prefix_store`): prefilled by reading, not computing.
+    cached_tokens: int = 0
     # Summaries: the corpus's tokens with its files read as outlines where they can be, and how many
     # files those are (0: nothing to outline); whether to (auto: when over the budget).
     outline_tokens: int = 0
@@ -216,6 +219,7 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
+                cached_tokens=0,  # the prompt cache serves dense pages only
             ))
     return out
 
@@ -259,10 +263,12 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens,
         evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
-        est_seconds=generation_seconds(full_tokens, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s),
+        est_seconds=generation_seconds(max(full_tokens - req.cached_tokens, 1), req.max_new_tokens,
+                                       rates.prefill_tok_s, rates.decode_tok_s),
         est_memory_bytes=_full_memory(req, facts, full_tokens),
         kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
         attention=req.attention if req.attention not in ("auto", "") else "dense",
+        cached_tokens=min(req.cached_tokens, full_tokens),
     )
 
 

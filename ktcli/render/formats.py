@@ -100,6 +100,8 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
         lines.append(f"kv cache    {plan.kv_dtype} pages, {plan.attention} attention")
     if plan.outline_files:
         lines.append(f"reads       ~{plan.read_tokens:,} tokens: {plan.outline_files} file(s) as outlines")
+    if plan.cached_tokens:
+        lines.append(f"cached      ~{plan.cached_tokens:,} prompt tokens in the prompt cache (read, not prefilled)")
     lines.append(f"estimate    ~{plan.est_seconds:.0f} s, ~{human_bytes(plan.est_memory_bytes)} memory")
     lines.extend(f"why         {r}" for r in plan.reasons)
     for alt in plan.alternatives:

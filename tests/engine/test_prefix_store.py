@@ -171,3 +171,29 @@ def test_a_damaged_entry_is_prefilled_whole(tiny_models, tmp_path):
     entry.write_bytes(entry.read_bytes()[:-4096])  # rows the prefix needs are missing
     got, st = generate(b, prompt, KEEP)
     assert got == want and st.reused_tokens == 0
+
+
+def test_the_plan_counts_a_cached_prompt_as_read_not_prefilled(tmp_path):
+    """prepare() finds how much of this question's whole-read prompt the store holds."""
+    from ktcli.config import Settings
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+    from ktcli.engine.tokenizer import load_chat_tokenizer
+    from ktcli.pipeline import prompts
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.prepare import prepare
+    from tests.cli.conftest import PDF, fresh_cache
+
+    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
+    first = prepare([str(PDF)], "Who is the chair?", "ask", settings, NullReporter())
+    assert first.plan.cached_tokens == 0  # nothing stored yet
+    tok = load_chat_tokenizer(ensure_hf_dir(resolve_model("smollm2"), settings.cache_path))
+    ids = tok.apply_chat_template(prompts.ask_messages("Who is the chair?", prompts.whole_input(first.corpus.documents)))
+    store = PrefixStore(settings.cache_path / "prompts", "somekey")
+    save(store, ids, *rows(len(ids)))
+    again = prepare([str(PDF)], "Who is the chair?", "ask", settings, NullReporter())
+    other = prepare([str(PDF)], "What was net income?", "ask", settings, NullReporter())
+    assert again.plan.cached_tokens == len(ids) - 1
+    assert 0 < other.plan.cached_tokens < len(ids) - 1  # the document, not the question
+    assert again.plan.est_seconds < first.plan.est_seconds
+    off = prepare([str(PDF)], "Who is the chair?", "ask", replace(settings, prompt_cache=False), NullReporter())
+    assert off.plan.cached_tokens == 0

@@ -57,6 +57,18 @@ def test_latency_budget_prefers_retrieval_when_faster():
     assert any("budget" in r for r in plan.reasons)
 
 
+def test_a_prompt_in_the_prompt_cache_is_not_counted_as_prefill():
+    """7K tokens at 150 tok/s is ~47 s of prefill: over a 20 s budget, unless the engine
+    will read 6.9K of them back from the prompt cache, which makes the whole read fit it."""
+    cold = make_plan(req(corpus_tokens=7000, n_chunks=30, max_seconds=20, max_new_tokens=64), SMOL, RATES)
+    warm = make_plan(req(corpus_tokens=7000, n_chunks=30, max_seconds=20, max_new_tokens=64, cached_tokens=6900),
+                     SMOL, RATES)
+    assert cold.mode is Mode.RETRIEVAL and warm.mode is Mode.FULL
+    assert warm.cached_tokens == 6900 and warm.est_seconds < 20
+    full = make_plan(req(corpus_tokens=7000, mode="full", max_new_tokens=64), SMOL, RATES)
+    assert full.est_seconds - warm.est_seconds == pytest.approx(6900 / 150)
+
+
 def test_memory_budget_too_small_for_anything():
     with pytest.raises(OutOfMemoryError):
         make_plan(req(memory_budget=100_000_000), SMOL, RATES)
