@@ -69,8 +69,10 @@ def figures_line(answer: Answer) -> str:
         + (f" ({f['reused_tokens']:,} read from the prompt cache)" if f.get("reused_tokens") else "")
         + f" / out {f.get('tokens_out', 0):,}",
         f"ttft {f.get('ttft_s', 0):.1f}s",
-        # a prompt read back from the prompt cache prefilled a few tokens: no rate worth showing
-        None if f.get("reused_tokens") else
+        # No prefill rate worth showing for a prompt read back from the prompt cache (a few
+        # tokens prefilled), nor for a server (its time to first token includes its queue
+        # and the network: a fast one gave "prefill 694142 tok/s").
+        None if f.get("reused_tokens") or f.get("backend") == "openai" else
         f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s" + (" (bf16)" if f.get("prefill_dtype") == "bf16" else ""),
         f"decode {f.get('decode_tok_s', 0):.1f} tok/s",
         f"total {f.get('total_s', 0):.1f}s",

@@ -18,3 +18,12 @@ def test_figures_line_names_a_bf16_prefill():
     assert "prefill 1150 tok/s (bf16)" in line and "mode full" in line and "decode 60.2 tok/s" in line
     assert "prefill 1150 tok/s ·" in figures_line(_answer(**base, prefill_dtype="fp32"))
     assert "(bf16)" not in figures_line(_answer(**base))  # other backends report no prefill dtype
+
+
+def test_no_prefill_rate_where_it_would_mislead():
+    base = dict(tokens_in=2106, tokens_out=20, ttft_s=2.4, prefill_tok_s=18.0, decode_tok_s=77.5, total_s=2.6,
+                peak_rss_mb=551)
+    cached = figures_line(_answer(**base, reused_tokens=2077))
+    assert "tokens in 2,106 (2,077 read from the prompt cache) / out 20" in cached and "prefill" not in cached
+    assert "prefill" not in figures_line(_answer(**base, backend="openai"))
+    assert "prefill 18 tok/s" in figures_line(_answer(**base))
