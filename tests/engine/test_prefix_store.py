@@ -47,12 +47,11 @@ def test_least_recently_used_entries_go_when_the_store_is_full(tmp_path):
     k, v = rows(64)
     one = 2 * k.numel() * 4
     store = PrefixStore(tmp_path, "m", max_bytes=int(2.5 * one), min_reuse=4)
-    for first, when in ((0, 1000), (1000, 2000)):
-        ids = list(range(first, first + 64))
-        save(store, ids, k, v)
-        for p in store.folder.iterdir():  # set the clock: the first entry is the older one
-            if p.stat().st_mtime > 1e6:
-                os.utime(p, (when, when))
+    for first, when in ((0, 1000), (1000, 2000)):  # the first entry is the older one
+        before = set(store.folder.iterdir()) if store.folder.is_dir() else set()
+        save(store, list(range(first, first + 64)), k, v)
+        (new,) = set(store.folder.iterdir()) - before
+        os.utime(new, (when, when))
     load(store, store.longest(list(range(0, 64))), 64)  # used now: newest
     save(store, list(range(2000, 2064)), k, v)  # a third entry: the least recently used goes
     assert store.longest(list(range(0, 64))) is not None
