@@ -154,6 +154,5 @@ def _pdf_document(data: bytes, display: str) -> Document:
         pages.append(Page(number=number, text=page_text, line_offset=offset))
         offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
     text = "\n".join(page_texts)
-    left_out = tuple(Skipped(f"{display} p.{n}", why if why.startswith("no text layer") else f"page could not be read ({why})")
-                     for n, why in unread)
+    left_out = tuple(Skipped(f"{display} p.{n}", why) for n, why in unread)
     return Document(path=display, text=text, kind="pdf", pages=tuple(pages), sha256=text_sha256(text), left_out=left_out)

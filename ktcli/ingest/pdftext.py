@@ -50,8 +50,8 @@ def _quiet_pypdf() -> Iterator[_Errors]:
 
 def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]]]:
     """Normalised text of every page (trailing newlines stripped), in page order, and the
-    pages that could not be read, as (page number, why): their text is empty, and the
-    caller reports them (a fact on such a page must not vanish unannounced).
+    pages that could not be read, as (page number, why, in words for the user): their text
+    is empty, and the caller reports them (a fact on such a page must not vanish unannounced).
 
     Raises RejectedInput for a corrupt PDF, one that needs a password, and one with no
     text on any page (scanned), each with what the user can do about it."""
@@ -66,6 +66,7 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e)})") from None
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
+        failures = 0  # pages whose content could not be read at all (not scans)
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
             try:
@@ -73,11 +74,13 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             except DependencyError as e:
                 raise RejectedInput(display, f"cannot read this PDF: {_short(e)}") from None
             except Exception as e:  # noqa: BLE001 - pypdf raises anything on broken content streams
-                unread.append((number, _short(e)))
+                failures += 1
+                unread.append((number, f"page could not be read ({_short(e)})"))
                 raw = ""
             else:
                 if errors.messages and not raw.strip():
-                    unread.append((number, _short(Exception(errors.messages[0]))))
+                    failures += 1
+                    unread.append((number, f"page could not be read ({_short(Exception(errors.messages[0]))})"))
                 elif not raw.strip() and _has_images(page):
                     # a scanned page amid text pages: its words are in a picture we cannot read
                     unread.append((number, "no text layer, only images (a scanned page?)"))
@@ -87,7 +90,7 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
     if not any(t.strip() for t in texts):
-        if sum(not why.startswith("no text layer") for _, why in unread) == len(pages):
+        if failures == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         return _no_text(display, len(pages))
     return texts, unread
