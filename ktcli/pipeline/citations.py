@@ -118,19 +118,13 @@ def _running_lines(lines: list[_Line]) -> set[int]:
     answers, and such a citation points at nothing. A line needs three words of letters to
     count: table rows ('Q3 2023 | 5.87 | 39.6%') also differ only in their numbers. Paged
     documents only: in a text file, lines that repeat (log lines) are content."""
-    pages: dict[str, set[tuple[str, int]]] = {}
-    for line in lines:
-        page = line.chunk.span.page
-        if page is not None and len(_LETTER_WORD.findall(line.text)) >= 3:
-            pages.setdefault(_shape(line.text), set()).add((line.chunk.span.path, page))
-    running = {shape for shape, seen in pages.items() if len(seen) >= RUNNING_PAGES}
-    if not running:
-        return set()
-    return {i for i, line in enumerate(lines) if line.chunk.span.page is not None and _shape(line.text) in running}
-
-
-def _shape(text: str) -> str:
-    return _DIGITS.sub("#", text.strip().lower())
+    shapes: dict[str, list[int]] = {}  # line shape -> the indices of paged lines with it
+    for i, line in enumerate(lines):
+        if line.chunk.span.page is not None and len(_LETTER_WORD.findall(line.text)) >= 3:
+            shapes.setdefault(_DIGITS.sub("#", line.text.strip().lower()), []).append(i)
+    return {i for same in shapes.values()
+            if len({(lines[i].chunk.span.path, lines[i].chunk.span.page) for i in same}) >= RUNNING_PAGES
+            for i in same}
 
 
 def _span_around(lines: list[_Line], i: int, context: int) -> Span:
