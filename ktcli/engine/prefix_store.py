@@ -42,7 +42,7 @@ MIN_TOKENS = 512
 MIN_REUSE = 128
 MAX_BYTES = 1 << 30
 _SUFFIX = ".kv"
-MAGIC = b"KTCLI-PROMPT-KV 1\n"
+MAGIC = f"KTCLI-PROMPT-KV {FORMAT}\n".encode()
 
 
 @dataclass(frozen=True)
