@@ -95,6 +95,9 @@ class Chunk:
     span: Span
     n_tokens: int  # tiktoken estimate
     doc_sha256: str = ""
+    # Headings (prose) or enclosing definitions (code) above the chunk's first line,
+    # "Classes > Class Objects"; "" where there are none (PDFs). See ingest.sections.
+    section: str = ""
 
     @property
     def chunk_id(self) -> str:

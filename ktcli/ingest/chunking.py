@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from ktcli.errors import UsageError
+from ktcli.ingest.sections import heading_trails
 from ktcli.ingest.tokens import encoding
 from ktcli.types import Chunk, Corpus, Document, Span
 
@@ -55,10 +56,13 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     chunks: list[Chunk] = []
     for page, line_offset, text in _segments(doc):
         lines = _split_lines(text)
-        breaks = _break_scores(lines, code=doc.kind == "code")
+        code = doc.kind == "code"
+        breaks = _break_scores(lines, code=code)
+        trails = heading_trails(lines, code=code) if page is None else None  # PDFs: no headings to trust
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
-            chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256))
+            section = trails.at(piece.start) if trails is not None else ""
+            chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section))
     return chunks
 
 

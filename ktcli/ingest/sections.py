@@ -1,0 +1,144 @@
+"""Where a line sits in its document: the trail of headings (prose) or enclosing
+definitions (code) above it, e.g. "Classes > A First Look at Classes > Class Definition
+Syntax" or "class Shelf > def search".
+
+A retrieval chunk is a few hundred tokens cut from the middle of a section; its own words
+rarely say what the section is about. The trail is prepended to the text that is
+embedded and indexed for BM25 (`retrieval.retriever.indexed_text`), the way a reader uses
+a table of contents: a question about "defining a class" then finds the chunk under
+"Class Definition Syntax" that never uses the word "define".
+
+Prose: Markdown ATX headings (`#`..`######`, also what `htmltext` makes of <h1>..<h6>) and
+reStructuredText section titles, whose levels follow the order in which each adornment
+style (character, with or without an overline) first appears, as docutils assigns them.
+Setext Markdown headings (a line underlined with === or ---) read as the latter. Code:
+class, function and type declarations, nested by indentation. PDFs have no trail.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+
+SEPARATOR = " > "
+# The deepest trail kept: below that, titles say little the last ones do not.
+MAX_DEPTH = 4
+# A title longer than this is a sentence that happens to sit above an underline.
+MAX_TITLE_CHARS = 120
+
+_ATX = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
+_FENCE = re.compile(r"\s*(```|~~~)")
+_ADORNMENT = re.compile(r"""([=\-~^"'`#*+_:.])\1{2,}\s*$""")
+# rST inline markup in a title: :role:`!text` / :role:`text <target>` / ``literal`` / `text`.
+_ROLE = re.compile(r":[\w:.+-]+:`!?([^`<]*?)\s*(?:<[^`]*>)?`")
+_LITERAL = re.compile(r"`{1,2}([^`]*)`{1,2}_{0,2}")
+# A declaration that opens a scope, after optional modifiers; group "name" is what it declares.
+_DECLARATION = re.compile(
+    r"\s*(?:@\S+\s+)*(?:(?:export|default|pub(?:\([\w:]+\))?|public|private|protected|internal|static|final|"
+    r"abstract|async|unsafe|override|open|sealed|data|suspend|inline|virtual)\s+)*"
+    r"(?P<kind>class|def|fn|func|function|struct|enum|trait|impl|interface|module|namespace|object|type|record)"
+    r"\s+(?P<name>[A-Za-z_$][\w$.:<>]*)"
+)
+
+
+def heading_trails(lines: list[str], *, code: bool) -> SectionIndex:
+    """The trail at every line of `lines` (a document's, 0-based)."""
+    marks = _code_marks(lines) if code else _prose_marks(lines)
+    return SectionIndex(marks)
+
+
+class SectionIndex:
+    """Trails by line: `at(k)` is the trail in force at line k (0-based), "" before any."""
+
+    def __init__(self, marks: list[tuple[int, str]]) -> None:
+        self._starts = [k for k, _ in marks]  # lines where the trail changes, ascending
+        self._trails = [t for _, t in marks]
+
+    def at(self, line: int) -> str:
+        i = bisect_right(self._starts, line) - 1
+        return self._trails[i] if i >= 0 else ""
+
+    def __len__(self) -> int:
+        return len(self._starts)
+
+
+def _prose_marks(lines: list[str]) -> list[tuple[int, str]]:
+    """(line, trail) at each heading; the trail includes the heading itself."""
+    styles: dict[tuple[str, bool], int] = {}  # rST adornment style -> level, in order of first use
+    stack: list[tuple[int, str]] = []  # (level, title)
+    marks: list[tuple[int, str]] = []
+    in_fence = False
+    k = 0
+    while k < len(lines):
+        line = lines[k]
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            k += 1
+            continue
+        heading = None if in_fence else _heading_at(lines, k, styles)
+        if heading is None:
+            k += 1
+            continue
+        level, title, first_line, next_k = heading
+        while stack and stack[-1][0] >= level:
+            stack.pop()
+        stack.append((level, title))
+        marks.append((first_line, SEPARATOR.join(t for _, t in stack[-MAX_DEPTH:])))
+        k = next_k
+    return marks
+
+
+def _heading_at(lines: list[str], k: int, styles: dict[tuple[str, bool], int]):
+    """(level, title, first line, line after it) when a heading starts at line k."""
+    line = lines[k]
+    atx = _ATX.match(line)
+    if atx:
+        title = _clean(atx.group(2))
+        return (int(len(atx.group(1))), title, k, k + 1) if title else None
+    if not line.strip():
+        return None
+    overline = _ADORNMENT.match(line)
+    if overline and k + 2 < len(lines) and lines[k + 2].strip() == line.strip() and lines[k + 1].strip():
+        title, char, after = lines[k + 1].strip(), line.strip()[0], k + 3  # over- and underlined
+    elif not overline and k + 1 < len(lines):
+        under = _ADORNMENT.match(lines[k + 1])
+        if not under or len(lines[k + 1].rstrip()) < len(line.rstrip()) or line.startswith((" ", "\t")):
+            return None
+        title, char, after = line.strip(), lines[k + 1].strip()[0], k + 2
+        overline = None
+    else:
+        return None
+    title = _clean(title)
+    if not title or len(title) > MAX_TITLE_CHARS:
+        return None
+    # Levels rank below any Markdown ATX level a file might mix in: 7, 8, ...
+    level = styles.setdefault((char, overline is not None), 7 + len(styles))
+    return level, title, k, after
+
+
+def _clean(title: str) -> str:
+    title = _ROLE.sub(r"\1", title)
+    title = _LITERAL.sub(r"\1", title)
+    return title.replace("\\", "").strip().strip("#").strip()
+
+
+def _code_marks(lines: list[str]) -> list[tuple[int, str]]:
+    """(line, trail) wherever the enclosing declarations change: at each declaration, and
+    at the first line back at or left of an open declaration's indentation."""
+    stack: list[tuple[int, str]] = []  # (indent, "kind name")
+    marks: list[tuple[int, str]] = []
+    for k, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", "//", "/*", "*", "@", ")", "]", "}")):
+            continue  # blank, comments, decorators and closers do not leave a scope
+        indent = len(line) - len(line.lstrip())
+        popped = False
+        while stack and indent <= stack[-1][0]:
+            stack.pop()
+            popped = True
+        decl = _DECLARATION.match(line)
+        if decl:
+            stack.append((indent, f"{decl.group('kind')} {decl.group('name')}"))
+        if decl or popped:
+            marks.append((k, SEPARATOR.join(t for _, t in stack[-MAX_DEPTH:])))
+    return marks

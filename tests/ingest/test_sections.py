@@ -1,0 +1,120 @@
+"""Section trails: the headings or enclosing definitions above a line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ktcli.ingest.chunking import chunk_document
+from ktcli.ingest.loaders import document_from_bytes
+from ktcli.ingest.sections import MAX_DEPTH, heading_trails
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _trails(text: str, code: bool = False) -> list[str]:
+    lines = text.split("\n")
+    index = heading_trails(lines, code=code)
+    return [index.at(k) for k in range(len(lines))]
+
+
+def test_rst_levels_follow_first_use_of_each_adornment_style():
+    text = "\n".join([
+        "*******",        # 0  over- and underlined: level of its own
+        "Classes",        # 1
+        "*******",        # 2
+        "",               # 3
+        "intro",          # 4
+        "",               # 5
+        "A First Look",   # 6
+        "============",   # 7
+        "",               # 8
+        "Syntax",         # 9
+        "------",         # 10
+        "body",           # 11
+        "",               # 12
+        "Objects",        # 13
+        "-------",        # 14
+        "more",           # 15
+        "",               # 16
+        "Inheritance",    # 17
+        "===========",    # 18
+        "text",           # 19
+    ])
+    t = _trails(text)
+    assert t[4] == "Classes"
+    assert t[11] == "Classes > A First Look > Syntax"
+    assert t[15] == "Classes > A First Look > Objects"  # a sibling replaces, not nests
+    assert t[19] == "Classes > Inheritance"  # back up two levels
+    assert t[0] == "Classes"  # the trail starts on the overline, where the heading starts
+
+
+def test_rst_roles_and_literals_are_stripped_from_titles():
+    text = ":keyword:`!for` Statements\n==========================\nbody\n``range`` and `x`\n-----------------\nb"
+    t = _trails(text)
+    assert t[2] == "for Statements"
+    assert t[5] == "for Statements > range and x"
+
+
+def test_underline_shorter_than_title_or_indented_title_is_no_heading():
+    assert _trails("some words here\n---\ntext")[2] == ""
+    assert _trails("   quoted\n   ======\ntext")[2] == ""
+    assert _trails("----------\n\ntext")[2] == ""  # a transition, not a title
+
+
+def test_markdown_atx_nesting_and_fenced_code():
+    text = "# Guide\n\n## Install\nstep\n```sh\n# not a heading\n```\n## Use\n### Flags\nx\n# Other\ny"
+    t = _trails(text)
+    assert t[3] == "Guide > Install"
+    assert t[5] == "Guide > Install"  # the comment in the fence is not a heading
+    assert t[9] == "Guide > Use > Flags"
+    assert t[11] == "Other"
+
+
+def test_deep_trails_keep_their_last_levels():
+    text = "\n".join("#" * (k + 1) + f" L{k}" for k in range(6)) + "\nbody"
+    assert _trails(text)[-1] == " > ".join(f"L{k}" for k in range(6 - MAX_DEPTH, 6))
+
+
+def test_code_trails_nest_by_indentation_and_close_on_dedent():
+    text = "\n".join([
+        "import os",                    # 0
+        "",                             # 1
+        "@dataclass",                   # 2
+        "class Shelf(Base):",           # 3
+        "    # a comment",              # 4
+        "    def add(self, book):",     # 5
+        "        return book",          # 6
+        "",                             # 7
+        "    async def search(self):",  # 8
+        "        pass",                 # 9
+        "",                             # 10
+        "RESULTS = 10",                 # 11
+        "pub fn rank(xs: &[u8]) {",     # 12
+        "    x",                        # 13
+        "}",                            # 14
+    ])
+    t = _trails(text, code=True)
+    assert t[0] == "" and t[2] == ""
+    assert t[4] == "class Shelf"
+    assert t[6] == "class Shelf > def add"
+    assert t[9] == "class Shelf > def search"
+    assert t[11] == ""  # module level again
+    assert t[13] == "fn rank"
+
+
+def test_chunks_carry_the_trail_at_their_first_line():
+    body = "\n".join(f"Sentence number {k} about namespaces and scopes." for k in range(60))
+    text = f"Classes\n=======\n\nScopes\n------\n{body}\n"
+    doc = document_from_bytes(text.encode(), "guide.rst", "guide.rst")
+    chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
+    assert len(chunks) > 3
+    assert chunks[0].section == "Classes"
+    assert all(c.section == "Classes > Scopes" for c in chunks[1:])
+
+
+def test_pdf_chunks_have_no_trail():
+    from ktcli.ingest.loaders import load_file
+
+    pdf = ROOT / "sample_docs" / "harbor-light-annual-report-2023.pdf"
+    doc = load_file(pdf, "report.pdf")
+    assert all(c.section == "" for c in chunk_document(doc))
