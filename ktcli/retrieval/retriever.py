@@ -1,10 +1,15 @@
-"""Hybrid retrieval: dense (embeddings + faiss) and lexical (BM25), fused by rank.
+"""Hybrid retrieval: dense (embeddings + faiss) and lexical (BM25), fused by score.
 
-Reciprocal rank fusion (Cormack, Clarke & Buettcher, SIGIR 2009):
-    score(chunk) = sum over the two rankings of 1 / (RRF_K + rank),  rank 1-based,
-with RRF_K = 60, the constant of the paper. It uses ranks only, so BM25 scores (unbounded)
-and cosines (in [-1, 1]) need no calibration against each other, and a chunk that
-both rankings place fairly high beats one that only one ranking places first.
+Each ranking's candidates are scaled to [0, 1] by min-max over its own list (the best
+candidate 1, the last 0; a chunk absent from a list scores 0 there), and the two are
+added, BM25's at LEXICAL_WEIGHT:
+    score = (cos - cos_min) / (cos_max - cos_min) + w * (bm25 - bm25_min) / (bm25_max - bm25_min)
+A convex combination of normalised scores keeps how far apart the candidates are, which
+reciprocal rank fusion (RRF, what this module used before) throws away: a chunk that
+dense search finds clearly best is not outvoted by one that both lists place middling.
+Bruch, Gai & Ingber ("An Analysis of Fusion Functions for Hybrid Retrieval", ACM TOIS
+2023) found it ahead of RRF; so did our gold questions (`benchmarks/retrieval_recall.py`,
+figures in BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -21,7 +26,11 @@ from ktcli.retrieval.lexical import BM25Index
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
 from ktcli.types import Chunk
 
-RRF_K = 60
+# BM25's share. Dense leads because BM25 scores have a long tail: after min-max, a chunk
+# that repeats the question's rare name (a street named like the pump asked about) would
+# otherwise outweigh a clear dense winner (tests/retrieval/test_retriever.py). Weights 0.5
+# to 1.0 scored within 0.015 MRR@8 of each other on the gold questions.
+LEXICAL_WEIGHT = 0.6
 MIN_CANDIDATES = 50  # each ranking contributes at least this many candidates to the fusion
 COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can waste
 
@@ -31,7 +40,7 @@ BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages 
 @dataclass(frozen=True)
 class Hit:
     chunk: Chunk
-    score: float  # fused RRF score
+    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT]
     dense_rank: int | None  # 1-based rank among dense candidates; None if not among them
     lexical_rank: int | None  # 1-based rank among BM25 matches; None if no match
 
@@ -84,7 +93,7 @@ class HybridIndex:
         if on_progress is not None:
             on_progress("lexical", 0, 1)
         t0 = time.perf_counter()
-        lexical = BM25Index(c.text for c in chunks)
+        lexical = BM25Index(indexed_text(c) for c in chunks)
         lexical_s = time.perf_counter() - t0
         if on_progress is not None:
             on_progress("lexical", 1, 1)
@@ -114,15 +123,23 @@ class HybridIndex:
         return _fuse(self.chunks, dense, lexical, k)
 
 
+def indexed_text(chunk: Chunk) -> str:
+    """What is embedded and indexed for a chunk: its section trail (ingest.sections), then
+    its text. The trail names what the section is about where the chunk's own words may
+    not; the prompt still shows the text alone."""
+    return f"{chunk.section}\n\n{chunk.text}" if chunk.section else chunk.text
+
+
 def _fuse(
     chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int
 ) -> list[Hit]:
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
     lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
+    dense_score, lexical_score = _min_max(dense), _min_max(lexical)
     fused: list[tuple[float, int, int]] = []
     for idx in dense_rank.keys() | lexical_rank.keys():
         ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None]
-        score = sum(1.0 / (RRF_K + r) for r in ranks)
+        score = dense_score.get(idx, 0.0) + LEXICAL_WEIGHT * lexical_score.get(idx, 0.0)
         fused.append((score, min(ranks), idx))
     fused.sort(key=lambda t: (-t[0], t[1], t[2]))
     return [
@@ -131,13 +148,23 @@ def _fuse(
     ]
 
 
+def _min_max(ranking: list[tuple[int, float]]) -> dict[int, float]:
+    """Scores scaled to [0, 1] over the list (best 1, last 0); a list of equal scores,
+    or of one candidate, scores 1 throughout: each is as good as the best."""
+    if not ranking:
+        return {}
+    scores = [s for _, s in ranking]
+    low, span = min(scores), max(scores) - min(scores)
+    return {idx: (s - low) / span if span > 0 else 1.0 for idx, s in ranking}
+
+
 def _plan_parts(chunks: list[Chunk], embedder_name: str) -> list[_Part]:
     """Group chunks by document (content and path), in ordinal order, and cut each
     document into cache parts."""
     docs: dict[tuple[str, str], list[int]] = {}
     for pos, chunk in enumerate(chunks):
         docs.setdefault((chunk.doc_sha256, chunk.doc_path), []).append(pos)
-    hashes = [text_sha256(c.text) for c in chunks]
+    hashes = [text_sha256(indexed_text(c)) for c in chunks]
     parts: list[_Part] = []
     for (doc_sha, doc_path), positions in docs.items():
         positions.sort(key=lambda p: (chunks[p].ordinal, p))
@@ -188,7 +215,7 @@ def _embed_missing(
     done = 0
     embed_s = 0.0
     for group in _groups(todo, commit_every):
-        texts = [chunks[pos].text for part in group for pos in part.positions]
+        texts = [indexed_text(chunks[pos]) for part in group for pos in part.positions]
         offset = done
 
         def report(n: int, _total: int, offset: int = offset) -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ktcli.retrieval.retriever import RRF_K, HybridIndex, _fuse
+from ktcli.retrieval.retriever import LEXICAL_WEIGHT, HybridIndex, _fuse
 from tests.retrieval.fakes import HashEmbedder, make_corpus, make_doc_chunks
 
 NEEDLE = "Ops log: Halvorsen pump, bay 7: serviced every Thursday at 06:30 by the night crew."
@@ -57,17 +57,46 @@ def test_hybrid_finds_a_config_identifier(real_embedder):
 
 
 def test_fusion_formula_and_deterministic_ties():
+    chunks = make_doc_chunks("a.txt", ["a", "b", "c", "d", "e"])
+    dense = [(0, 0.9), (1, 0.8), (2, 0.5), (4, 0.5)]  # scaled: a 1, b 0.75, c 0, e 0
+    lexical = [(2, 9.0), (3, 5.0), (4, 9.0), (0, 1.0)]  # scaled: c 1, d 0.5, e 1, a 0
+    hits = _fuse(chunks, dense, lexical, 5)
+    w = LEXICAL_WEIGHT
+    assert [h.chunk.text for h in hits] == ["a", "b", "c", "e", "d"]
+    assert [round(h.score, 12) for h in hits] == [1.0, 0.75, round(w, 12), round(w, 12), round(w / 2, 12)]
+    # c and e tie on score; c's best rank (1, lexical) beats e's (3)
+    assert (hits[2].dense_rank, hits[2].lexical_rank) == (3, 1)
+    assert (hits[4].dense_rank, hits[4].lexical_rank) == (None, 2)
+
+
+def test_fusion_keeps_a_clear_dense_winner_that_rank_fusion_outvoted():
+    # Dense is sure of "a" (0.9 against ~0.3 for the rest); "b" is second in both lists by
+    # a hair. Reciprocal ranks would put b first (1/62 + 1/62 > 1/61); scores keep a.
     chunks = make_doc_chunks("a.txt", ["a", "b", "c", "d"])
-    dense = [(0, 0.9), (1, 0.8), (2, 0.7)]
-    lexical = [(2, 5.0), (3, 4.0)]
-    hits = _fuse(chunks, dense, lexical, 4)
-    assert hits[0].chunk.text == "c"  # ranks 3 and 1
-    assert abs(hits[0].score - (1 / (RRF_K + 3) + 1 / (RRF_K + 1))) < 1e-12
-    # a (dense 1) and d (lexical 2)... a: 1/61, b: 1/62, d: 1/62 -> b and d tie on score
-    # and on best rank (2); the earlier chunk wins
-    assert [h.chunk.text for h in hits] == ["c", "a", "b", "d"]
-    assert (hits[2].dense_rank, hits[2].lexical_rank) == (2, None)
-    assert (hits[3].dense_rank, hits[3].lexical_rank) == (None, 2)
+    dense = [(0, 0.90), (1, 0.31), (2, 0.30), (3, 0.29)]
+    lexical = [(3, 4.0), (1, 3.9), (2, 1.0)]
+    assert _fuse(chunks, dense, lexical, 1)[0].chunk.text == "a"
+
+
+def test_fusion_of_single_candidate_lists():
+    chunks = make_doc_chunks("a.txt", ["a", "b"])
+    hits = _fuse(chunks, [(1, 0.2)], [], 2)
+    assert [(h.chunk.text, h.score) for h in hits] == [("b", 1.0)]
+
+
+def test_section_trail_is_indexed_and_keys_the_cached_vectors():
+    from dataclasses import replace
+
+    from ktcli.retrieval.retriever import _plan_parts, indexed_text
+
+    chunk = make_doc_chunks("a.rst", ["body"])[0]
+    titled = replace(chunk, section="Classes > Inheritance")
+    assert indexed_text(chunk) == "body"
+    assert indexed_text(titled).startswith("Classes > Inheritance") and indexed_text(titled).endswith("body")
+    # vectors embedded without the trail are not reused for the chunk with it
+    assert _plan_parts([chunk], "e")[0].key != _plan_parts([titled], "e")[0].key
+    index = HybridIndex.build([titled, *make_doc_chunks("b.txt", ["other words"])], embedder=HashEmbedder(), store=None)
+    assert index.lexical.search("inheritance", 5)[0][0] == 0
 
 
 def test_search_is_deterministic_and_bounded():

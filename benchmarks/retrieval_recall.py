@@ -1,0 +1,176 @@
+"""Retrieval recall: does the hybrid index put a chunk that answers the question in the
+top k that `ktcli ask` reads?
+
+    python -m benchmarks.retrieval_recall --json      # ~2 min here; results/retrieval_recall.json
+
+Gold questions (benchmarks/retrieval_cases.py, and the PDF questions of qa_accuracy):
+a question and the lines (tutorial, minirepo) or page (PDF) that answer it, in two
+styles: paraphrased (the sources' words avoided) and in the sources' own terms. A hit is
+a retrieved chunk whose span overlaps the gold lines (PDF: lies on the gold page).
+
+Each corpus is chunked as the CLI chunks it (256 tokens, 32 shared) and indexed twice in
+the same run, with the real embedder and no cache: the chunk text alone ("plain", what
+the index held before) and with its section trail first ("sections",
+`retriever.indexed_text`). Each question's dense and BM25 candidates (50 each, as
+`HybridIndex.search` takes them) are then ranked four ways:
+* rrf: reciprocal rank fusion, 1 / (60 + rank) summed (the fusion before: the baseline);
+* score: `retriever._fuse`, min-max scaled scores added (what ask uses now);
+* dense alone, bm25 alone.
+Reported per question set: recall@1, @3, @8 (the default top_k) and MRR over the top 8;
+and over all questions, the baseline (plain, rrf) against now (sections, score).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+from benchmarks import common
+from benchmarks.qa_accuracy import PDF, PDF_QUESTIONS
+from benchmarks.retrieval_cases import (
+    MINIREPO_CASES,
+    MINIREPO_TERMS_CASES,
+    TUTORIAL,
+    TUTORIAL_CASES,
+    TUTORIAL_TERMS_CASES,
+)
+
+K = (1, 3, 8)
+MINIREPO = "sample_docs/minirepo"
+DEPTH = 50  # candidates per ranking: HybridIndex.search's for top_k 8
+RRF_K = 60  # the baseline's constant (Cormack, Clarke & Buettcher, SIGIR 2009)
+WAYS = ("rrf", "score", "dense", "bm25")
+
+
+def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None, int, int | None]]]]]:
+    """corpus -> (input paths, {question set: [(question, gold path or None, first line or
+    page, last line or None)]})."""
+    return {
+        "tutorial": ([TUTORIAL], {
+            "paraphrased": [(q, TUTORIAL, a, b) for q, a, b in TUTORIAL_CASES],
+            "own terms": [(q, TUTORIAL, a, b) for q, a, b in TUTORIAL_TERMS_CASES],
+        }),
+        "minirepo": ([MINIREPO], {
+            "paraphrased": [(q, path, a, b) for q, path, a, b in MINIREPO_CASES],
+            "own terms": [(q, path, a, b) for q, path, a, b in MINIREPO_TERMS_CASES],
+        }),
+        "pdf": ([PDF], {"own terms": [(q, None, page, None) for q, _answers, page in PDF_QUESTIONS]}),
+    }
+
+
+def _is_hit(chunk, gold_path, first, last) -> bool:
+    if last is None:  # a PDF page
+        return chunk.span.page == first
+    return chunk.doc_path == gold_path and chunk.span.line_start <= last and chunk.span.line_end >= first
+
+
+def _rank(hits, gold) -> int | None:
+    return next((r for r, chunk in enumerate(hits, start=1) if _is_hit(chunk, *gold)), None)
+
+
+def _scores(ranks: list[int | None]) -> dict:
+    n = len(ranks)
+    out = {f"recall@{k}": round(sum(r is not None and r <= k for r in ranks) / n, 3) for k in K}
+    out["mrr@8"] = round(sum(1 / r for r in ranks if r is not None and r <= 8) / n, 3)
+    return out
+
+
+def rrf_fuse(chunks, dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int) -> list:
+    """The fusion before 2026-12-04, the baseline: reciprocal ranks summed, ties by best
+    rank, then by position. Same signature as `retriever._fuse`."""
+    from ktcli.retrieval.retriever import Hit
+
+    dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
+    lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
+    fused = []
+    for idx in dense_rank.keys() | lexical_rank.keys():
+        ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None]
+        fused.append((sum(1 / (RRF_K + r) for r in ranks), min(ranks), idx))
+    fused.sort(key=lambda t: (-t[0], t[1], t[2]))
+    return [Hit(chunk=chunks[idx], score=score, dense_rank=dense_rank.get(idx), lexical_rank=lexical_rank.get(idx))
+            for score, _best, idx in fused[:k]]
+
+
+def _rankings(index, question: str) -> dict[str, list]:
+    from ktcli.retrieval.retriever import _fuse
+
+    chunks = index.chunks
+    dense = index.dense.search(index.embedder.embed_query(question), DEPTH)
+    lexical = index.lexical.search(question, DEPTH)
+    return {
+        "rrf": [h.chunk for h in rrf_fuse(chunks, dense, lexical, max(K))],
+        "score": [h.chunk for h in _fuse(chunks, dense, lexical, max(K))],
+        "dense": [chunks[i] for i, _ in dense],
+        "bm25": [chunks[i] for i, _ in lexical],
+    }
+
+
+def run(args) -> dict:
+    from ktcli.ingest.chunking import chunk_corpus
+    from ktcli.ingest.corpus import load_corpus
+    from ktcli.retrieval.embedder import Embedder
+    from ktcli.retrieval.retriever import HybridIndex
+
+    embedder = Embedder("minilm")
+    result: dict = {"machine": common.machine(), "k": list(K), "depth": DEPTH, "corpora": {}}
+    pooled: dict[tuple[str, str], list[int | None]] = {}
+    for name, (paths, sets) in _cases().items():
+        if args.corpora and name not in args.corpora.split(","):
+            continue
+        chunks = chunk_corpus(load_corpus(paths), chunk_tokens=256, overlap_tokens=32)
+        entry: dict = {"n_chunks": len(chunks), "with_section": sum(bool(c.section) for c in chunks), "sets": {}}
+        for variant in ("plain", "sections"):
+            used = chunks if variant == "sections" else [dataclasses.replace(c, section="") for c in chunks]
+            t0 = time.perf_counter()
+            index = HybridIndex.build(used, embedder=embedder, store=None)
+            entry[f"build_s_{variant}"] = round(time.perf_counter() - t0, 1)
+            for set_name, cases in sets.items():
+                ranks: dict[str, list[int | None]] = {how: [] for how in WAYS}
+                for question, *gold in cases:
+                    for how, hits in _rankings(index, question).items():
+                        ranks[how].append(_rank(hits[: max(K)], gold))
+                out = entry["sets"].setdefault(set_name, {"n_questions": len(cases), "results": {}})
+                for how, r in ranks.items():
+                    out["results"][f"{variant}/{how}"] = {**_scores(r), "ranks": r}
+                    pooled.setdefault((variant, how), []).extend(r)
+        result["corpora"][name] = entry
+    result["all"] = {f"{v}/{h}": {**_scores(r), "n_questions": len(r)} for (v, h), r in pooled.items()}
+    return result
+
+
+def print_table(result: dict) -> None:
+    head = " ".join(f"{'R@' + str(k):>5}" for k in K) + f" {'MRR@8':>6}"
+    print(f"{'corpus':9} {'questions':12} {'n':>3} {'chunks':8} {'ranking':7} {head}")
+    row = lambda s: " ".join(f"{s[f'recall@{k}']:5.2f}" for k in K) + f" {s['mrr@8']:6.3f}"  # noqa: E731
+    for name, entry in result["corpora"].items():
+        for set_name, out in entry["sets"].items():
+            for key, s in out["results"].items():
+                variant, how = key.split("/")
+                print(f"{name:9} {set_name:12} {out['n_questions']:>3} {variant:8} {how:7} {row(s)}")
+    print()
+    labels = {"plain/rrf": "baseline: plain chunks, rrf", "plain/score": "plain chunks, score fusion",
+              "sections/rrf": "section trails, rrf", "sections/score": "now: section trails, score fusion"}
+    for key, label in labels.items():
+        if key in result["all"]:
+            s = result["all"][key]
+            print(f"all {s['n_questions']} questions, {label:35} {row(s)}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.retrieval_recall", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print the result as JSON too")
+    ap.add_argument("--corpora", help="comma-separated subset of tutorial,minirepo,pdf")
+    ap.add_argument("--name", default="retrieval_recall", help="results file name (benchmarks/results/NAME.json)")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    result = run(args)
+    print_table(result)
+    common.report(args.name, result, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
