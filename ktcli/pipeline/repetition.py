@@ -11,6 +11,8 @@ does not match; twenty identical words in a row does.
 
 from __future__ import annotations
 
+import re
+
 
 class RepetitionGuard:
     def __init__(self, min_unit: int = 8, min_copies: int = 3, min_span: int = 240, max_unit: int = 600):
@@ -58,63 +60,122 @@ class RepetitionGuard:
         return text[: min(breaks, key=lambda c: abs(c - end))] if breaks else text[:end]
 
 
-class EchoedLines:
-    """Streamed text, held back while its current line is repeating an earlier line of the
-    same answer word for word; once a whole line (of at least `min_line` characters,
-    outside code fences) has repeated, the answer ends there and the repeat is never shown.
+class EchoedText:
+    """Streamed text, held back while it is repeating an earlier line or sentence of the
+    same answer word for word; once a whole line or sentence (of at least `min_line`
+    characters, outside code fences) has repeated, the answer ends there and the repeat is
+    never shown.
 
     `RepetitionGuard` needs three copies, so a small model's looping line reached the user
     twice or three times before it fired (the README's own question: 'The report also
     mentions a recordable incident...' three times). An answer has no use for a long line
-    twice. The cost is a lag only while a line matches the start of an earlier one."""
+    twice. Sentences are compared with their whitespace collapsed: the bundled model wraps
+    prose at ~80 columns the way its sources do, each copy of a looping sentence broken at
+    another word, so no line repeated and five copies were shown ('The example is a bit of
+    a cheat, but it is actually a good example of how to create class instances.'). The cost
+    is a lag only while a line or sentence matches the start of an earlier one."""
 
     def __init__(self, min_line: int = 40):
         self.min_line = min_line
-        self.seen: set[str] = set()  # earlier long lines, stripped
-        self.line = ""  # the current line, not yet ended
-        self.held_from = 0  # characters of `line` shown so far
+        self.text = ""  # everything fed
+        self.shown = ""  # the part of it released to the user
+        self.lines: set[str] = set()  # earlier long lines, stripped
+        self.sentences: set[str] = set()  # earlier long sentences, whitespace collapsed
+        self.line_start = 0  # where the current (unfinished) line starts in `text`
+        self.sentence_start = 0  # where the current sentence starts; in code, the line's start
         self.in_code = False
-        self.repeated = ""  # the line that came back, once it has
-        self.shown = ""  # everything released to the user
+        self.repeated = ""  # the line or sentence that came back, once one has
 
     def feed(self, piece: str) -> str:
         """Add streamed text; returns what can be shown now ('' while holding, and after a
         repeat)."""
         if self.repeated:
             return ""
-        out = []
-        self.line += piece
-        while "\n" in self.line:
-            line, self.line = self.line.split("\n", 1)
-            key = line.strip()
-            if self._counts(key) and key in self.seen:
-                self.repeated, self.line = key, ""
-                break
-            out.append(line[self.held_from :] + "\n")
-            self.held_from = 0
-            if key.startswith("```"):
-                self.in_code = not self.in_code
-            elif self._counts(key):
-                self.seen.add(key)
-        if not self.repeated and not self._echoing():
-            out.append(self.line[self.held_from :])
-            self.held_from = len(self.line)
-        return self._release("".join(out))
+        self.text += piece
+        cut = self._scan()
+        if cut is not None:
+            self.text = self.text[:cut]  # the repeat is dropped, never shown
+            return self._release(cut)
+        return self._release(self._holding_from())
 
     def flush(self) -> str:
         """At the end of the stream: the held rest, unless it is itself a repeat."""
-        if self.repeated or (self._counts(self.line.strip()) and self.line.strip() in self.seen):
+        if self.repeated:
             return ""
-        rest, self.held_from = self.line[self.held_from :], len(self.line)
-        return self._release(rest)
+        line = self.text[self.line_start :].strip()
+        sentence = _collapse(self.text[self.sentence_start :])
+        if self._counts(line) and line in self.lines:
+            return self._release(self.line_start)
+        if not self.in_code and len(sentence) >= self.min_line and sentence in self.sentences:
+            return self._release(self.sentence_start)
+        return self._release(len(self.text))
 
-    def _release(self, text: str) -> str:
-        self.shown += text
-        return text
+    def _scan(self) -> int | None:
+        """Take in the lines and sentences the new text completed; where a repeat starts,
+        if one did."""
+        text = self.text
+        while True:
+            nl = text.find("\n", self.line_start)
+            end = self._sentence_end(nl if nl >= 0 else len(text))
+            if end is not None:  # a sentence ends before the line does
+                key = _collapse(text[self.sentence_start : end])
+                if len(key) >= self.min_line and key in self.sentences:
+                    self.repeated = key
+                    return self.sentence_start
+                if len(key) >= self.min_line:
+                    self.sentences.add(key)
+                self.sentence_start = end
+                continue
+            if nl < 0:
+                return None
+            key = text[self.line_start : nl].strip()
+            if self._counts(key) and key in self.lines:
+                self.repeated = key
+                return self.line_start
+            if key.startswith("```"):
+                self.in_code = not self.in_code
+            elif self._counts(key):
+                self.lines.add(key)
+            self.line_start = nl + 1
+            if self.in_code or key.startswith("```") or not key:
+                self.sentence_start = self.line_start  # code, fences and blank lines end a sentence
+
+    def _sentence_end(self, limit: int) -> int | None:
+        """The end (after its first following whitespace) of the current sentence, if it
+        ends before `limit`; list markers ('2. ') do not end one."""
+        if self.in_code:
+            return None
+        for m in _SENTENCE_END.finditer(self.text, self.sentence_start, min(limit + 1, len(self.text))):
+            if not _LIST_MARKER.fullmatch(self.text[self.line_start : m.start() + 1]):
+                return m.end()
+        return None
+
+    def _holding_from(self) -> int:
+        """Where the held text starts: at the current line or sentence while it matches the
+        start of an earlier one, else nothing is held."""
+        hold = len(self.text)
+        line = self.text[self.line_start :].lstrip()
+        if line and not self.in_code and any(s.startswith(line) for s in self.lines):
+            hold = self.line_start
+        sentence = _collapse(self.text[self.sentence_start :])
+        if sentence and not self.in_code and any(s.startswith(sentence) for s in self.sentences):
+            hold = min(hold, self.sentence_start)
+        return hold
+
+    def _release(self, upto: int) -> str:
+        out = self.text[len(self.shown) : upto] if upto > len(self.shown) else ""
+        self.shown += out
+        return out
 
     def _counts(self, key: str) -> bool:
         return len(key) >= self.min_line and not self.in_code
 
-    def _echoing(self) -> bool:
-        start = self.line.lstrip()
-        return bool(start) and not self.in_code and any(s.startswith(start) for s in self.seen)
+
+# A sentence ends at . ! or ? (and any closing quotes or brackets) before whitespace.
+_SENTENCE_END = re.compile(r"""[.!?]["')\]]*\s""")
+# "2. " or "b) " at the start of a line numbers a list item; it ends no sentence.
+_LIST_MARKER = re.compile(r"\s*(\d+|[A-Za-z])[.)]")
+
+
+def _collapse(text: str) -> str:
+    return " ".join(text.split())

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.repetition import EchoedLines, RepetitionGuard
+from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 
 
 @dataclass
@@ -55,7 +55,7 @@ def peak_rss_mb() -> float:
 def generate_text(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, phase: str) -> str:
     """A non-final step (notes): collect the text, show it as progress only."""
-    guard, echo = RepetitionGuard(), EchoedLines()
+    guard, echo = RepetitionGuard(), EchoedText()
     pieces = backend.stream_chat(messages, params)
     try:
         for piece in pieces:
@@ -78,7 +78,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
-    guard, echo = RepetitionGuard(), EchoedLines()
+    guard, echo = RepetitionGuard(), EchoedText()
     pieces = backend.stream_chat(messages, params)
     try:
         for piece in pieces:
@@ -107,5 +107,5 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         reporter.warn(f"stopped the answer: it kept repeating the same {len(guard.unit)} characters")
         return guard.kept().strip()
     if echo.repeated:
-        reporter.warn(f"stopped the answer: it started repeating an earlier line word for word ({echo.repeated[:40]}...)")
+        reporter.warn(f"stopped the answer: it started repeating an earlier line or sentence word for word ({echo.repeated[:40]}...)")
     return echo.shown.strip()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ktcli.engine.backend import GenStats, SamplingParams
-from ktcli.pipeline.repetition import EchoedLines, RepetitionGuard
+from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "sample_docs" / "python-tutorial-3.11.rst"
@@ -123,7 +123,7 @@ def test_notes_keep_one_copy():
     assert notes.count("variable number of keyword arguments") == 1 and notes.startswith(OPENING.strip())
 
 
-def _stream(echo: EchoedLines, text: str, seed: int = 0) -> str:
+def _stream(echo: EchoedText, text: str, seed: int = 0) -> str:
     """`text` in random 1-6 character pieces; what the user would have seen."""
     rng, i, seen = random.Random(seed), 0, []
     while i < len(text) and not echo.repeated:
@@ -139,7 +139,7 @@ README_LOOP = ("The revenue in the third quarter was $21.4 million.\n"
 
 @pytest.mark.parametrize("seed", range(4))
 def test_a_long_line_said_twice_is_never_shown_twice(seed):
-    echo = EchoedLines()
+    echo = EchoedText()
     extra = "The report also mentions a recordable incident, a workplace injury that needs treatment.\nAnd more."
     shown = _stream(echo, README_LOOP + extra, seed)
     assert shown == README_LOOP and echo.repeated.startswith("The report also mentions")
@@ -150,7 +150,7 @@ def test_a_line_that_starts_like_an_earlier_one_is_shown_once_it_differs(seed):
     text = ("The chief executive officer of the company is Miriam Okafor.\n"
             "The chief executive officer of the company joined in 2009, she says.\n"
             "The chief executive officer of the company")  # ends mid-line, a prefix of the first
-    echo = EchoedLines()
+    echo = EchoedText()
     assert _stream(echo, text, seed) == text and not echo.repeated
 
 
@@ -164,10 +164,51 @@ def test_a_line_that_starts_like_an_earlier_one_is_shown_once_it_differs(seed):
     ids=["code", "short-lines", "numbered-list"],
 )
 def test_repeats_that_are_not_loops_are_shown(text):
-    echo = EchoedLines()
+    echo = EchoedText()
     assert _stream(echo, text) == text and not echo.repeated
 
 
 def test_a_repeat_as_the_last_unfinished_line_is_dropped():
-    echo = EchoedLines()
+    echo = EchoedText()
     assert _stream(echo, README_LOOP + README_LOOP.splitlines()[1]) == README_LOOP
+
+
+WRAPPED_LOOP = ("The next section is about class objects.\n\n"
+                "The example is a bit of a cheat, but it is actually a good example of how to create\n"
+                "class instances.  The example is a bit of a cheat, but it is actually a good example\n"
+                "of how to create class instances.  The example is a bit of a cheat, but it is actually\n"
+                "a good example of how to create class instances.")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_sentence_repeated_with_other_line_breaks_is_never_shown_twice(seed):
+    # What the bundled model wrote for "How do I define a class?": one sentence five times,
+    # each copy wrapped at other words, so no line ever repeated.
+    echo = EchoedText()
+    shown = _stream(echo, WRAPPED_LOOP, seed)
+    assert shown.count("a bit of a cheat") == 1
+    assert shown.rstrip().endswith("class instances.")
+    assert echo.repeated.startswith("The example is a bit of a cheat")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "".join(f"{i}. Install the package with pip and then run the test suite.\n" for i in range(1, 6)),
+        "a) Install the package with pip and then run the test suite. b) Install the package with pip "
+        "and then run the test suite, then tag it.\n",
+        "It is short. It is short. It is short. It is short.\n",
+        "```text\nThe same long sentence written in a code block, twice. The same long sentence written "
+        "in a code block, twice.\n```\n",
+    ],
+    ids=["numbered-items", "lettered-items", "short-sentences", "code"],
+)
+def test_sentences_that_are_not_loops_are_shown(text):
+    echo = EchoedText()
+    assert _stream(echo, text) == text and not echo.repeated
+
+
+def test_a_repeated_last_sentence_without_a_break_after_it_is_dropped():
+    text = "Classes bundle data and functionality together in Python. " * 2
+    echo = EchoedText()
+    assert _stream(echo, text.rstrip()).strip() == text.split(". ")[0] + "."
