@@ -208,14 +208,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
                 raise UsageError(f"{named(name)} {getattr(settings, name)!r}: the transformers engine (--engine hf) "
                                  "has no paged KV cache of ours to apply it to; use --engine ktcli")
     if settings.cache_dir:
-        cache = Path(settings.cache_dir)
-        if cache.exists() and not cache.is_dir():
-            raise UsageError(f"{named('cache_dir')} {settings.cache_dir}: not a folder")
-        if not cache.exists():
-            try:
-                cache.mkdir(parents=True)
-            except OSError as e:
-                raise UsageError(f"{named('cache_dir')} {settings.cache_dir}: cannot create it ({e.strerror})") from None
+        _check_cache_dir(settings.cache_dir, named("cache_dir"))
     for name, parse in (("attention", parse_attention), ("rope_scaling", parse_rope_scaling)):
         value = getattr(settings, name)
         if value and value != "auto":
@@ -224,6 +217,23 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
             except ValueError as e:
                 raise UsageError(str(e).replace(f"--{name.replace('_', '-')}", named(name), 1)) from None
     return settings
+
+
+def _check_cache_dir(cache_dir: str, name: str) -> None:
+    """A folder, or one that can be made: checked without making it, since validation also
+    runs for `ktcli plan`, a dry run (the writers make what they need)."""
+    cache = Path(cache_dir)
+    if cache.exists():
+        if not cache.is_dir():
+            raise UsageError(f"{name} {cache_dir}: not a folder")
+        return
+    ancestor = cache.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UsageError(f"{name} {cache_dir}: cannot create it ({ancestor} is not a folder)")
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        raise UsageError(f"{name} {cache_dir}: cannot create it ({ancestor} is not writable)")
 
 
 def parse_bytes(text: str) -> int:

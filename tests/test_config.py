@@ -1,3 +1,4 @@
+import os
 import re
 
 import pytest
@@ -150,5 +151,11 @@ def test_a_cache_dir_that_is_a_file_or_cannot_be_made_is_refused(tmp_path, monke
         load_settings({"cache_dir": str(afile)})
     with pytest.raises(UsageError, match="cannot create it"):
         load_settings({"cache_dir": str(afile / "sub")})
-    made = tmp_path / "new" / "cache"
-    assert load_settings({"cache_dir": str(made)}).cache_path == made and made.is_dir()
+    later = tmp_path / "new" / "cache"
+    assert load_settings({"cache_dir": str(later)}).cache_path == later
+    assert not later.exists() and not later.parent.exists()  # checked, not made: `plan` is a dry run
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    if os.geteuid() != 0:  # root may write anywhere
+        with pytest.raises(UsageError, match="locked is not writable"):
+            load_settings({"cache_dir": str(locked / "cache")})
