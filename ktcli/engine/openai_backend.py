@@ -16,6 +16,7 @@ from functools import lru_cache
 
 from ktcli.config import Settings
 from ktcli.engine.backend import GenStats, Message, SamplingParams
+from ktcli.engine.detokenize import StopStrings
 from ktcli.engine.openai_http import HttpClient, ServerStatusError, StreamCutOffError
 from ktcli.errors import BackendError, UsageError
 from ktcli.types import ModelFacts
@@ -27,6 +28,7 @@ TEMPLATE_TOKENS_FIXED = 3
 MAX_PARALLEL_REQUESTS = 8  # map steps sent at once; the server batches them
 CUT_OFF_MARK = "\n[answer cut off: {reason}]"
 CUT_RETRIES = 2  # streams cut before their first word are asked again this many times
+SERVER_STOPS = 4  # the most stop strings OpenAI's API accepts
 # Keys servers use for the context window in /v1/models entries: vLLM and SGLang say
 # max_model_len; ktcli serve also says context_window; llama.cpp puts n_ctx_train in meta.
 WINDOW_KEYS = ("max_model_len", "context_window", "context_length", "max_context_length")
@@ -197,7 +199,9 @@ class OpenAIBackend:
         if params.top_k:
             body["top_k"] = params.top_k  # vLLM, SGLang and llama.cpp read this extension
         if params.stop:
-            body["stop"] = list(params.stop)
+            # OpenAI's API takes at most 4 stop strings (a 400 beyond that). The server gets
+            # the first 4, to stop early; all of them are applied here as text arrives.
+            body["stop"] = list(params.stop)[:SERVER_STOPS]
         if params.seed is not None:
             body["seed"] = params.seed
         if stream:
@@ -210,27 +214,35 @@ class OpenAIBackend:
         parts: list[str] = []
         usage: dict = {}
         body = self._body(messages, params, True)
+        stops = StopStrings(params.stop)
         try:
             for attempt in range(CUT_RETRIES + 1):
                 try:
                     for event in self.client.post_stream("/chat/completions", body):
                         if isinstance(event.get("usage"), dict):
                             usage = event["usage"]
-                        piece = _delta_text(event)
+                        piece = stops.feed(_delta_text(event))
                         if piece:
                             ttft = ttft or time.perf_counter() - start
                             parts.append(piece)
                             yield piece
+                        if stops.stopped:
+                            break  # leaving the loop closes the stream: the server stops too
                     break
                 except StreamCutOffError:
                     if parts or attempt == CUT_RETRIES:
                         raise
                     # Cut before the first word: nothing shown yet, so asking again is safe.
+                    stops = StopStrings(params.stop)  # nor anything held from the cut stream
                     time.sleep(self.client.backoff_s * 2**attempt)
         except GeneratorExit:  # the caller stopped reading (a looping answer): the stream closes
             self._record(messages, parts, _partial_usage(usage, parts), start, ttft)
             raise
         except StreamCutOffError as e:
+            rest = stops.flush()  # text held as a possible stop's start is answer after all
+            if rest:
+                parts.append(rest)
+                yield rest
             # No token counting here: it would ask the server that just went away.
             self._record(messages, parts, _partial_usage(usage, parts), start, ttft)
             if parts:
@@ -238,6 +250,10 @@ class OpenAIBackend:
                 yield CUT_OFF_MARK.format(reason=str(e))
             raise StreamCutOffError(f"{e} (partial answer kept: {len(''.join(parts))} characters)",
                                     partial="".join(parts)) from None
+        rest = stops.flush()
+        if rest:
+            parts.append(rest)
+            yield rest
         self._record(messages, parts, usage, start, ttft)
 
     def _record(self, messages: list[Message], parts: list[str], usage: dict, start: float, ttft: float) -> None:
@@ -255,7 +271,8 @@ class OpenAIBackend:
         data = self.client.post_json("/chat/completions", self._body(messages, params, False))
         choices = data.get("choices") or [{}]
         message = choices[0].get("message") or {}
-        return str(message.get("content") or ""), data.get("usage") or {}
+        stops = StopStrings(params.stop)
+        return stops.feed(str(message.get("content") or "")) + stops.flush(), data.get("usage") or {}
 
     def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
         """Sent concurrently: a batching server (vLLM, ktcli serve) runs them together."""

@@ -60,6 +60,17 @@ def test_streams_chat_and_reads_usage():
         assert b.last_stats.extra["backend"] == "openai"
 
 
+def test_stop_strings_past_the_servers_four_are_applied_here():
+    # OpenAI's API refuses more than 4 stop strings; the rest cut the text on our side.
+    stops = ("\n\n[", "<x>", "<y>", "<z>", "is ")
+    with FakeOpenAI() as fake:
+        b = backend(fake)
+        assert "".join(b.stream_chat(MSGS, SamplingParams(max_new_tokens=8, stop=stops))) == "The answer "
+        chat = [body for path, body in fake.calls if path.endswith("/chat/completions")]
+        assert chat[-1]["stop"] == list(stops[:4])
+        assert b.generate_chat_batch([MSGS], SamplingParams(max_new_tokens=8, stop=stops)) == ["The answer "]
+
+
 @pytest.mark.parametrize("failure", ["429", "500", "503", "reset"])
 def test_retries_transient_failures(failure):
     with FakeOpenAI(script=[failure, failure]) as fake:
