@@ -28,8 +28,39 @@ def whole_input(documents) -> str:
 
 
 # A small model drifts into writing source blocks of its own after the answer; these
-# openings end the answer instead.
-ANSWER_STOPS = ("\n\n[", "<source", "\nQuestion:", "\nSources:", "<|im_end|>")
+# openings end the answer instead. A tag only ends it after a line break or a space: the
+# bundled model sometimes *opens* its answer with a source tag and then answers inside
+# it, and a bare "<source" stop left those answers empty (LeadingSourceTag drops the tag).
+ANSWER_STOPS = ("\n\n[", "\n<source", " <source", "\n</source", "\nQuestion:", "\nSources:", "<|im_end|>")
+_TAG = "<source"
+
+
+class LeadingSourceTag:
+    """Streamed answer text with a source tag it opens with (`<source id="7" ref="...">`)
+    taken out: held while the start could still be one, dropped once its `>` arrives.
+    Only whitespace or an unfinished tag is ever held when the stream ends: nothing to
+    flush."""
+
+    def __init__(self) -> None:
+        self.head = ""  # text held at the start
+        self.done = False  # past the start: everything passes
+        self.dropped = False  # a tag was dropped: the blank lines after it go too
+
+    def feed(self, piece: str) -> str:
+        if self.done:
+            return piece
+        self.head += piece
+        start = self.head.lstrip()
+        if not start or (len(start) < len(_TAG) and _TAG.startswith(start)):
+            return ""  # could still become a tag
+        if start.startswith(_TAG):
+            close = start.find(">")
+            if close < 0:
+                return ""
+            self.head, self.dropped = "", True
+            return self.feed(start[close + 1 :])  # the answer, or another tag
+        self.done = True
+        return start if self.dropped else self.head
 
 
 def chat(user: str) -> list[Message]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.prompts import LeadingSourceTag
 from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 
 
@@ -55,10 +56,10 @@ def peak_rss_mb() -> float:
 def generate_text(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, phase: str) -> str:
     """A non-final step (notes): collect the text, show it as progress only."""
-    guard, echo = RepetitionGuard(), EchoedText()
+    guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
     try:
-        for piece in pieces:
+        for piece in map(lead.feed, pieces):
             looping = guard.feed(piece)
             echo.feed(piece)
             reporter.progress(phase, len(guard.text), 0)
@@ -78,10 +79,10 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
-    guard, echo = RepetitionGuard(), EchoedText()
+    guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
     try:
-        for piece in pieces:
+        for piece in map(lead.feed, pieces):
             if not guard.text and piece:
                 tally.ttft_s = time.perf_counter() - tally.started
             shown = echo.feed(piece)

@@ -1,0 +1,78 @@
+"""An answer the model opens with a source tag of its own keeps its text, without the tag."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ktcli.engine.backend import GenStats, SamplingParams
+from ktcli.engine.detokenize import StopStrings
+from ktcli.pipeline.prompts import ANSWER_STOPS, LeadingSourceTag
+from ktcli.pipeline.runner import Tally, stream_answer
+from tests.pipeline.test_repetition import Recorder
+
+# What the bundled model wrote for "Which module provides access to the command line
+# arguments?" over the tutorial: the answer inside a tag of its own. With "<source" as a
+# stop string the answer was empty.
+OPENED = ('<source id="7" ref="sample_docs/python-tutorial-3.11.rst:1012-1021">\n\n'
+          "The :mod:`sys` module provides a higher level interface to process command line arguments.\n")
+
+
+def _pieces(text: str, seed: int) -> list[str]:
+    rng, i, out = random.Random(seed), 0, []
+    while i < len(text):
+        step = rng.randint(1, 6)
+        out.append(text[i : i + step])
+        i += step
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_leading_tag_is_dropped(seed):
+    lead = LeadingSourceTag()
+    assert "".join(lead.feed(p) for p in _pieces(OPENED, seed)) == OPENED.split("\n\n", 1)[1]
+
+
+@pytest.mark.parametrize("text", ["The answer is 42.", "<some> markup first", "  <so what", "<", ""])
+def test_other_starts_pass_unchanged(text):
+    lead = LeadingSourceTag()
+    shown = "".join(lead.feed(p) for p in _pieces(text, 0))
+    assert shown == (text if not (text.strip() and "<source".startswith(text.strip())) else "")
+
+
+def test_tags_after_the_answer_still_end_it():
+    stops = StopStrings(ANSWER_STOPS)
+    text = 'The sys module.\n<source id="2" ref="x">\nmore'
+    assert stops.feed(text) + stops.flush() == "The sys module."
+    stops = StopStrings(ANSWER_STOPS)
+    assert stops.feed(OPENED) + stops.flush() == OPENED  # a leading tag is no stop
+
+
+class OpeningTagBackend:
+    name = "opening-tag"
+
+    def __init__(self) -> None:
+        self._stats = GenStats()
+
+    @property
+    def last_stats(self) -> GenStats:
+        return self._stats
+
+    def stream_chat(self, messages, params):
+        stops = StopStrings(params.stop)
+        for piece in _pieces(OPENED + '</source>\n<source id="8" ref="y">\nnot shown', 1):
+            out = stops.feed(piece)
+            if out:
+                yield out
+            if stops.stopped:
+                break
+        self._stats = GenStats(prompt_tokens=10, new_tokens=30, prefill_s=0.1, decode_s=0.1)
+
+
+def test_stream_answer_shows_the_answer_inside_an_opening_tag():
+    reporter = Recorder()
+    params = SamplingParams(stop=ANSWER_STOPS)
+    text = stream_answer(OpeningTagBackend(), [{"role": "user", "content": "q"}], params, Tally(), reporter)
+    assert text == OPENED.split("\n\n", 1)[1].strip()
+    assert "".join(reporter.shown).strip() == text
