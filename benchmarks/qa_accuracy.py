@@ -2,16 +2,21 @@
 the sample PDF (read whole, and through retrieval) and on the long Python tutorial
 (retrieval), each answered through the real pipeline (`pipeline.qa.answer_question`).
 
-    python -m benchmarks.qa_accuracy --json
+    python -m benchmarks.qa_accuracy --json                      # retrieval before / now
+    python -m benchmarks.qa_accuracy --json --baseline layout    # prompt layout before / now
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
-also counts whether a cited page is the page that holds the fact. Baseline, in the same
-run: the prompt ktcli used until 2026-12-04, the question asked before the sources as well
-as after them. Now it comes after them only, so every question about one input starts
-with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
-(Before 2026-12-03 the baseline here was the `[N] path p.3` header line above each source,
-which the 135M model tended to continue instead of answering: 20-22/48 against 26-28/48
-with `<source id=.. ref=..>` tags; BENCHMARKS.md.)
+also counts whether a cited page is the page that holds the fact. Each case runs twice in
+the same run, the baseline and now; `--baseline` says which change is compared:
+* retrieval (the default; the retrieval cases only): chunks indexed as plain text and
+  ranked by reciprocal rank fusion, as until 2026-12-04, against section trails and score
+  fusion (`retrieval.retriever`; recall figures in `benchmarks/retrieval_recall.py`);
+* layout: the prompt ktcli used until 2026-12-04, the question asked before the sources
+  as well as after them. Now it comes after them only, so every question about one input
+  starts with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
+  (Before 2026-12-03 the baseline here was the `[N] path p.3` header line above each
+  source, which the 135M model tended to continue instead of answering: 20-22/48 against
+  26-28/48 with `<source id=.. ref=..>` tags; BENCHMARKS.md.)
 
 Citations are also scored both ways on the same answers (attribution runs after the
 answer, so one generation serves both): the pipeline's, which first cites each sentence's
@@ -23,6 +28,7 @@ listed is the fact's page.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
 import time
@@ -91,7 +97,35 @@ def question_first(question: str, evidence: str, notes: str = "") -> list:
     return prompts.chat("\n\n".join(parts))
 
 
-LAYOUTS = {"before: question first too": question_first, "now: question after": prompts.ask_messages}
+@contextlib.contextmanager
+def _question_first():
+    current = prompts.ask_messages
+    prompts.ask_messages = question_first
+    try:
+        yield
+    finally:
+        prompts.ask_messages = current
+
+
+@contextlib.contextmanager
+def _rrf_plain_chunks():
+    from benchmarks.retrieval_recall import rrf_fuse
+    from ktcli.retrieval import retriever
+
+    fuse, indexed = retriever._fuse, retriever.indexed_text
+    retriever._fuse, retriever.indexed_text = rrf_fuse, lambda chunk: chunk.text
+    try:
+        yield
+    finally:
+        retriever._fuse, retriever.indexed_text = fuse, indexed
+
+
+# --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
+BASELINES = {
+    "retrieval": (("before: rrf, plain chunks", _rrf_plain_chunks), "now: score fusion, trails",
+                  ("pdf-retrieval", "tutorial-retrieval")),
+    "layout": (("before: question first too", _question_first), "now: question after", tuple(CASES)),
+}
 
 
 def _says(text: str, expected: str) -> bool:
@@ -99,11 +133,11 @@ def _says(text: str, expected: str) -> bool:
     return re.search(rf"(?<![\w.]){re.escape(expected)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
 
 
-def run_case(case: str, layout: str, backend, base: Settings) -> dict:
+def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
+    """`patch`: a context manager that makes the pipeline the baseline, or None (now)."""
     path, mode, questions = CASES[case]
     settings = replace(base, mode=mode)
-    current, attribute = prompts.ask_messages, citations.attribute
-    prompts.ask_messages = LAYOUTS[layout]  # the only difference between the two sides
+    attribute = citations.attribute
     attributed: list[tuple[list, list]] = []  # (the pipeline's, the whole-answer baseline's)
 
     def both_ways(answer, evidence, **kw):
@@ -113,6 +147,9 @@ def run_case(case: str, layout: str, backend, base: Settings) -> dict:
 
     citations.attribute = both_ways
     rows = []
+    stack = contextlib.ExitStack()
+    if patch is not None:
+        stack.enter_context(patch())  # the only difference between the two sides
     try:
         for question, expected, page in questions:
             prep = prepare([path], question, "ask", settings, NullReporter())
@@ -132,14 +169,15 @@ def run_case(case: str, layout: str, backend, base: Settings) -> dict:
                          "answer": answer.text[:300], "cited_pages": pages, "cited_pages_whole_answer": base_pages,
                          "seconds": round(time.perf_counter() - started, 2)})
     finally:
-        prompts.ask_messages, citations.attribute = current, attribute
+        citations.attribute = attribute
+        stack.close()
     n_right = sum(r["right"] for r in rows)
 
     def count(key):
         marks = [r[key] for r in rows if r[key] is not None]
         return sum(marks) if marks else None
 
-    return {"case": case, "layout": layout, "right": n_right, "questions": len(rows),
+    return {"case": case, "variant": variant, "right": n_right, "questions": len(rows),
             "cites_right_page": count("cites_page"), "first_cite_right": count("first_cite"),
             "cites_right_page_whole_answer": count("cites_page_whole_answer"),
             "first_cite_right_whole_answer": count("first_cite_whole_answer"), "rows": rows}
@@ -149,26 +187,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="also write benchmarks/results/NAME.json")
     parser.add_argument("--name", default="qa_accuracy")
-    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--baseline", choices=tuple(BASELINES), default="retrieval",
+                        help="the change compared in the same run (default retrieval)")
+    parser.add_argument("--cases", help="comma-separated cases (default: those the baseline changes)")
     args = parser.parse_args(argv)
+    (before, patch), now, default_cases = BASELINES[args.baseline]
 
     base = Settings(max_new_tokens=96)  # the fact comes first; the rest of a long answer is not scored
     prep = prepare([PDF], "warm up", "ask", replace(base, mode="full"), NullReporter())
     backend = load_backend(base, None, prep.plan)
     results = []
-    print(f"{'case':<20} {'layout':<27} {'right':>7} {'cites page':>11} {'first cite':>11}   "
+    print(f"{'case':<20} {'variant':<27} {'right':>7} {'cites page':>11} {'first cite':>11}   "
           "(baseline: whole-answer attribution)")
-    for case in args.cases.split(","):
-        for layout in LAYOUTS:
-            r = run_case(case, layout, backend, base)
+    for case in (args.cases.split(",") if args.cases else default_cases):
+        for variant, variant_patch in ((before, patch), (now, None)):
+            r = run_case(case, variant, variant_patch, backend, base)
             results.append(r)
             def pair(ours, theirs):
                 return f"{r[theirs]}->{r[ours]}/{r['questions']}" if r[ours] is not None else "-"
 
-            print(f"{case:<20} {layout:<27} {r['right']:>3}/{r['questions']:<3} "
+            print(f"{case:<20} {variant:<27} {r['right']:>3}/{r['questions']:<3} "
                   f"{pair('cites_right_page', 'cites_right_page_whole_answer'):>11} "
                   f"{pair('first_cite_right', 'first_cite_right_whole_answer'):>11}", flush=True)
-    payload = {"benchmark": "qa_accuracy", "machine": machine(), "model": base.model,
+    payload = {"benchmark": "qa_accuracy", "baseline": args.baseline, "machine": machine(), "model": base.model,
                "max_new_tokens": base.max_new_tokens, "results": results}
     if args.json:
         print(f"wrote {write_result(args.name, payload)}")
