@@ -187,6 +187,7 @@ def prepare(
                            for d, n in zip(corpus.documents, doc_tokens))
     facts = planning_facts(settings)
     cached = _cached_prompt_tokens(corpus, question, task, settings, facts, estimate)
+    to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     request = PlanRequest(
         task=task,
         corpus_tokens=int(estimate * MODEL_TOKENS_PER_ESTIMATE),
@@ -207,6 +208,7 @@ def prepare(
         outline_files=len(outlines),
         outline=settings.outline,
         cached_tokens=cached,
+        uncached_tokens=None if to_embed is None else int(estimate * MODEL_TOKENS_PER_ESTIMATE * to_embed),
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
@@ -241,6 +243,24 @@ def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Se
     messages = prompts.ask_messages(question.strip(), prompts.whole_input(corpus.documents))
     ids = load_chat_tokenizer(folder).apply_chat_template(messages, add_generation_prompt=True)
     return max(0, min(stored_prefix(root, ids), len(ids) - 1))
+
+
+def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | None:
+    """The share of the input's tokens whose chunks the index cache does not hold yet, so
+    the plan counts only their embedding: a second question about the tutorial was
+    estimated at ~31 s and answered in ~8. None (count it all) when that cannot be told."""
+    if not chunks:
+        return None
+    try:
+        from ktcli.retrieval.embedder import Embedder
+        from ktcli.retrieval.retriever import cached_chunks
+        from ktcli.retrieval.store import IndexStore
+
+        held = cached_chunks(chunks, Embedder(settings.embedder).name, IndexStore(settings.cache_path))
+    except Exception:  # noqa: BLE001 - an estimate; the index build reports real problems
+        return None
+    total = sum(c.n_tokens for c in chunks)
+    return sum(c.n_tokens for c, h in zip(chunks, held) if not h) / total if total else None
 
 
 def _outlines(corpus: Corpus) -> dict[str, list[tuple[int, str]]]:

@@ -123,6 +123,17 @@ class HybridIndex:
         return _fuse(self.chunks, dense, lexical, k)
 
 
+def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore) -> list[bool]:
+    """For each chunk, whether the store holds its vector (the planner counts what is left
+    to embed; nothing is read but the entries' manifests)."""
+    held = [False] * len(chunks)
+    for part in _plan_parts(list(chunks), embedder_name):
+        if store.holds(part.key, part.hashes):
+            for pos in part.positions:
+                held[pos] = True
+    return held
+
+
 def indexed_text(chunk: Chunk) -> str:
     """What is embedded and indexed for a chunk: its section trail (ingest.sections), then
     its text. The trail names what the section is about where the chunk's own words may

@@ -88,6 +88,12 @@ class IndexStore:
                 os.utime(self._manifest_path(key))  # recency, for prune()
         return vectors
 
+    def holds(self, key: str, chunk_hashes: Sequence[str]) -> bool:
+        """Whether an entry for these chunks is there, by its manifest alone (the planner's
+        question; `load` still verifies the vectors)."""
+        manifest = self._read_manifest(key)
+        return manifest is not None and manifest.get("chunk_sha256") == list(chunk_hashes)
+
     def _read_manifest(self, key: str) -> dict | None:
         try:
             manifest = json.loads(self._manifest_path(key).read_text(encoding="utf-8"))

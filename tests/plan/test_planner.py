@@ -235,3 +235,12 @@ def test_a_whole_read_with_a_sparse_policy_counts_the_sparse_machinery():
     topk = make_plan(replace(base, attention="topk:4"), SMOL, RATES)
     assert topk.mode is dense.mode is Mode.FULL
     assert topk.est_memory_bytes > dense.est_memory_bytes
+
+
+def test_retrieval_counts_only_the_embedding_still_to_do():
+    """A second question about a long input reuses the index: its plan leaves out the
+    embedding time the first one paid."""
+    cold = make_plan(req(corpus_tokens=100_000, n_chunks=400), SMOL, RATES)
+    warm = make_plan(req(corpus_tokens=100_000, n_chunks=400, uncached_tokens=0), SMOL, RATES)
+    assert cold.mode is warm.mode is Mode.RETRIEVAL
+    assert cold.est_seconds - warm.est_seconds == pytest.approx(100_000 / RATES.embed_tok_s)

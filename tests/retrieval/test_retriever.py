@@ -124,3 +124,16 @@ def test_identical_documents_embedded_once():
     assert embedder.n_embedded == 2
     vectors = index.dense._index.reconstruct_n(0, 4)
     np.testing.assert_array_equal(vectors[:2], vectors[2:])
+
+
+def test_cached_chunks_reads_manifests_only(tmp_path):
+    from ktcli.retrieval.retriever import cached_chunks
+    from ktcli.retrieval.store import IndexStore
+
+    store = IndexStore(tmp_path)
+    old = make_doc_chunks("old.txt", ["alpha beta", "gamma delta"])
+    new = make_doc_chunks("new.txt", ["epsilon zeta"])
+    assert cached_chunks(old + new, "hash-test", store) == [False, False, False]
+    HybridIndex.build(old, embedder=HashEmbedder(), store=store)
+    assert cached_chunks(old + new, "hash-test", store) == [True, True, False]
+    assert cached_chunks(old, "another-embedder", store) == [False, False]

@@ -1,0 +1,35 @@
+"""The plan of a retrieval question counts only the embedding its index still needs."""
+
+from __future__ import annotations
+
+import pytest
+
+from ktcli.config import Settings
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.prepare import load_rates, prepare
+from ktcli.retrieval.embedder import Embedder
+from ktcli.retrieval.retriever import HybridIndex
+from ktcli.retrieval.store import IndexStore
+from tests.retrieval.fakes import HashEmbedder
+
+QUESTION = "What does part 7 say?"
+
+
+def _write(doc, parts: int) -> None:
+    doc.write_text("\n\n".join(f"## Part {k}\n\nParagraph {k} says something about topic {k}." for k in range(parts)))
+
+
+def test_a_cached_index_leaves_its_embedding_out_of_the_estimate(tmp_path):
+    doc = tmp_path / "notes.md"
+    _write(doc, 300)
+    settings = Settings(cache_dir=str(tmp_path / "cache"), mode="retrieval")
+    first = prepare([str(doc)], QUESTION, "ask", settings, NullReporter())
+    embed_s = first.plan.input_tokens / load_rates(settings, first.facts).embed_tok_s
+    # Vectors stored under the real embedder's name, as the first ask would leave them.
+    fake = HashEmbedder(name=Embedder(settings.embedder).name)
+    HybridIndex.build(list(first.chunks), embedder=fake, store=IndexStore(settings.cache_path))
+    second = prepare([str(doc)], QUESTION, "ask", settings, NullReporter())
+    assert first.plan.est_seconds - second.plan.est_seconds == pytest.approx(embed_s, rel=1e-6)
+    _write(doc, 600)  # twice as long: the index entry no longer matches the document
+    grown = prepare([str(doc)], QUESTION, "ask", settings, NullReporter())
+    assert grown.plan.est_seconds > first.plan.est_seconds
