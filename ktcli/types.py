@@ -85,6 +85,9 @@ class Corpus:
         return sum(len(d.text) for d in self.documents)
 
 
+SECTION_SEPARATOR = " > "  # between the levels of a section trail (Chunk.section, Citation.section)
+
+
 @dataclass(frozen=True)
 class Chunk:
     """A token-aware piece of one document that never cuts a line."""
@@ -154,6 +157,7 @@ class Citation:
     ref: str  # "src/app.py:12-40" or "paper.pdf p.3"
     span: Span
     score: float | None = None
+    section: str = ""  # the headings or definitions above the cited lines (ingest.sections)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,9 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
-SEPARATOR = " > "
+from ktcli.types import SECTION_SEPARATOR
+
+SEPARATOR = SECTION_SEPARATOR
 # The deepest trail kept: below that, titles say little the last ones do not.
 MAX_DEPTH = 4
 # A title longer than this is a sentence that happens to sit above an underline.
@@ -138,7 +140,7 @@ def _code_marks(lines: list[str]) -> list[tuple[int, str]]:
             popped = True
         decl = _DECLARATION.match(line)
         if decl:
-            stack.append((indent, f"{decl.group('kind')} {decl.group('name')}"))
+            stack.append((indent, f"{decl.group('kind')} {decl.group('name').rstrip(':')}"))  # "class Shelf:"
         if decl or popped:
             marks.append((k, SEPARATOR.join(t for _, t in stack[-MAX_DEPTH:])))
     return marks

@@ -31,7 +31,8 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     if on_plan:
         on_plan(prep)
     backend = _load(settings, reporter, prep.plan)
-    answer = citations.in_source_lines(run(prep, backend, settings, reporter, tally), prep.corpus)
+    answer = run(prep, backend, settings, reporter, tally)
+    answer = citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE)
     return answer
 

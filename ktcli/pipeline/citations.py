@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from ktcli.ingest.sections import SectionIndex, heading_trails
 from ktcli.types import Answer, Chunk, Citation, Corpus, Span
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:[.,]\d+)*")
@@ -171,6 +172,24 @@ def _contains(outer: Span, inner: Span) -> bool:
     return outer.line_start <= inner.line_start and inner.line_end <= outer.line_end  # type: ignore[operator]
 
 
+def with_sections(answer: Answer, corpus: Corpus) -> Answer:
+    """Each line citation named with the section trail above its first line, so a reader
+    sees "Classes > Class Definition Syntax" without opening the file. Runs before
+    `in_source_lines`: trails are counted in the text's lines, as spans are until then."""
+    docs = {d.path: d for d in corpus.documents}
+    trails: dict[str, SectionIndex] = {}
+    cites = []
+    for c in answer.citations:
+        doc = docs.get(c.span.path)
+        if doc is None or c.span.line_start is None or c.span.page is not None:
+            cites.append(c)
+            continue
+        if doc.path not in trails:
+            trails[doc.path] = heading_trails(doc.text.split("\n"), code=doc.kind == "code")
+        cites.append(replace(c, section=trails[doc.path].at(c.span.line_start - 1)))
+    return replace(answer, citations=tuple(cites))
+
+
 def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     """Citations (and the evidence list in the figures) in the lines of the files the user
     has: a document whose text is drawn from other lines (HTML) counts its spans in text
@@ -189,7 +208,7 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     cites = []
     for c in answer.citations:
         span = moved(c.span)
-        cites.append(Citation(ref=span.cite(), span=span, score=c.score))
+        cites.append(Citation(ref=span.cite(), span=span, score=c.score, section=c.section))
     figures = dict(answer.stats)
     if "evidence" in figures:
         evidence = []

@@ -6,13 +6,20 @@ import json
 from dataclasses import asdict
 from enum import Enum
 
-from ktcli.types import Answer, Plan, Skipped
+from ktcli.types import SECTION_SEPARATOR, Answer, Plan, Skipped
 
 
 def citations_text(answer: Answer) -> str:
     if not answer.citations:
         return ""
-    return "\n\nSources:\n" + "\n".join(f"  [{i + 1}] {c.ref}" for i, c in enumerate(answer.citations))
+    return "\n\nSources:\n" + "\n".join(f"  [{i + 1}] {c.ref}{_section_note(c.section)}"
+                                          for i, c in enumerate(answer.citations))
+
+
+def _section_note(section: str) -> str:
+    """The last two levels of a citation's section trail, in brackets: enough to place it
+    ("A First Look at Classes > Class Definition Syntax"); --json carries the whole trail."""
+    return f"  ({SECTION_SEPARATOR.join(section.split(SECTION_SEPARATOR)[-2:])})" if section else ""
 
 
 def plan_dict(plan: Plan) -> dict:
@@ -30,7 +37,8 @@ def skipped_list(skipped: tuple[Skipped, ...]) -> list[dict]:
 def answer_json(answer: Answer) -> str:
     payload = {
         "answer": answer.text,
-        "citations": [{"ref": c.ref, **_span(c.span), "score": c.score} for c in answer.citations],
+        "citations": [{"ref": c.ref, **_span(c.span), "score": c.score, "section": c.section}
+                      for c in answer.citations],
         "plan": plan_dict(answer.plan),
         "figures": answer.stats,
         "skipped": skipped_list(answer.skipped),

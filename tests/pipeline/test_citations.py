@@ -107,3 +107,26 @@ def test_running_headers_are_not_cited():
 def test_repeated_lines_of_a_text_file_stay_citable():
     log = chunk("app.log", 1, [f"2026-12-0{d} 12:00 ERROR pump controller lost its link" for d in range(1, 6)])
     assert attribute("The pump controller lost its link.", [log], context=0)
+
+
+def test_citations_are_named_with_their_section_before_lines_move():
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.pipeline.citations import in_source_lines, with_sections
+    from ktcli.types import Answer, Citation, Corpus, Mode, Plan
+
+    md = document_from_bytes(b"# Guide\n\n## Install\n\nRun pip.\n\n## Use\n\nRun it.\n", "guide.md", "guide.md")
+    code = document_from_bytes(b"class Shelf:\n    def add(self):\n        return 1\n", "shelf.py", "shelf.py")
+    html = document_from_bytes(b"<html><body><h1>Intro</h1>\n\n\n<p>Hello there.</p></body></html>", "p.html", "p.html")
+    cites = (
+        Citation("guide.md:9", Span("guide.md", 9, 9)),
+        Citation("shelf.py:3", Span("shelf.py", 3, 3)),
+        Citation("r.pdf p.2", Span("r.pdf", None, None, 2)),
+        Citation("p.html:3", Span("p.html", 3, 3)),  # text line 3 ("Hello there."), source line 4
+    )
+    plan = Plan(mode=Mode.FULL, task="ask", input_tokens=10, question_tokens=2, context_window=8192, answer_budget=64,
+                evidence_budget=7000, n_documents=3, n_chunks=0, n_windows=1, top_k=0, est_seconds=1.0,
+                est_memory_bytes=1 << 30)
+    corpus = Corpus(documents=(md, code, html))
+    named = in_source_lines(with_sections(Answer("a", cites, plan), corpus), corpus)
+    assert [c.section for c in named.citations] == ["Guide > Use", "class Shelf > def add", "", "Intro"]
+    assert named.citations[3].span.line_start == 4 and named.citations[3].section == "Intro"

@@ -27,3 +27,18 @@ def test_no_prefill_rate_where_it_would_mislead():
     assert "tokens in 2,106 (2,077 read from the prompt cache) / out 20" in cached and "prefill" not in cached
     assert "prefill" not in figures_line(_answer(**base, backend="openai"))
     assert "prefill 18 tok/s" in figures_line(_answer(**base))
+
+
+def test_sources_name_the_last_two_levels_of_a_section_and_json_the_whole_trail():
+    import json
+    from dataclasses import replace
+
+    from ktcli.render.formats import answer_json, citations_text
+    from ktcli.types import Citation, Span
+
+    cites = (Citation("t.rst:9-12", Span("t.rst", 9, 12), section="Tutorial > Classes > Class Objects"),
+             Citation("r.pdf p.2", Span("r.pdf", None, None, 2)))
+    answer = replace(_answer(), citations=cites)
+    assert citations_text(answer).splitlines()[-2:] == [
+        "  [1] t.rst:9-12  (Classes > Class Objects)", "  [2] r.pdf p.2"]
+    assert json.loads(answer_json(answer))["citations"][0]["section"] == "Tutorial > Classes > Class Objects"
