@@ -167,15 +167,24 @@ def split_ask_args(args: list[str]) -> tuple[list[str], str]:
     if question == "-":
         raise UsageError("the last argument is the question, but '-' means standard input: "
                          "put the question after the paths, e.g. ktcli ask - \"What does it do?\"")
-    if question.strip() and Path(question).exists():
+    if question.strip() and _names_a_path(question):
         raise UsageError(f"the last argument is the question, but {question!r} is a file or folder: "
                          "put the question after the paths")
     return args[:-1], question
 
 
+def _names_a_path(text: str) -> bool:
+    """Whether an argument is an existing file or folder. A question is often no valid
+    path at all: over 255 bytes (File name too long) or holding a NUL."""
+    try:
+        return Path(text).exists()
+    except (OSError, ValueError):
+        return False
+
+
 def split_plan_args(args: list[str]) -> tuple[list[str], str]:
     """The last argument is the question when it is not an input (an existing path or -)."""
-    if len(args) > 1 and args[-1] != "-" and not Path(args[-1]).exists():
+    if len(args) > 1 and args[-1] != "-" and not _names_a_path(args[-1]):
         return args[:-1], args[-1]
     return args, ""
 

@@ -32,12 +32,18 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
             documents.append(load_stdin(stdin_text))
             continue
         path = Path(arg)
-        if path.is_dir():
+        try:
+            is_dir = path.is_dir()
+        except OSError as e:  # a name too long for the file system, most often a misplaced question
+            raise InputError(f"{_short(arg)}: no such file or folder ({e.strerror or e})") from None
+        if is_dir:
             result = walk_folder(arg, max_file_bytes=max_file_bytes, seen=seen)
-            if not result.documents:
+            if not result.documents and not result.already_read:
                 raise InputError(_nothing_left(arg, result.skipped))
             documents.extend(result.documents)
-            skipped.extend(result.skipped)
+            # A folder given twice, or inside another one given: its files are read once
+            # and its skipped entries reported once.
+            skipped.extend(s for s in result.skipped if s not in skipped)
             continue
         real = os.path.realpath(arg)
         if real in seen:
@@ -46,6 +52,10 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         seen.add(real)
     skipped.extend(part for d in documents for part in d.left_out)
     return Corpus(tuple(documents), tuple(skipped))
+
+
+def _short(arg: str, limit: int = 80) -> str:
+    return arg if len(arg) <= limit else arg[: limit - 3] + "..."
 
 
 def _nothing_left(arg: str, skipped: list[Skipped]) -> str:

@@ -26,6 +26,7 @@ CACHE_DIRS = frozenset(
 class WalkResult:
     documents: list[Document] = field(default_factory=list)
     skipped: list[Skipped] = field(default_factory=list)
+    already_read: int = 0  # files an earlier path of the same call had loaded
 
 
 def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = None) -> WalkResult:
@@ -116,6 +117,7 @@ class _Walker:
     def visit_file(self, entry: os.DirEntry[str], rel: str) -> None:
         real = os.path.realpath(entry.path)
         if real in self.seen:
+            self.result.already_read += 1
             return
         try:
             size = entry.stat(follow_symlinks=False).st_size

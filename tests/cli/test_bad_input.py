@@ -157,6 +157,15 @@ def test_a_question_forgotten_is_said_so(cache):
     assert_one_line_error(proc, 2, "'-' means standard input: put the question after the paths")
 
 
+def test_a_question_too_long_to_be_a_file_name_is_a_question(cache):
+    # Over 255 bytes: checking whether it names a file raised "File name too long".
+    question = "Which port does the pipeline listen on by default, " * 6 + "and why?"
+    proc = run_ktcli(["plan", str(REPO / "README.md"), question], cache)
+    assert proc.returncode == 0 and b"question" in proc.stderr + proc.stdout, proc.stderr
+    proc = run_ktcli(["summarize", str(REPO / "README.md"), question], cache)
+    assert_one_line_error(proc, 3, "no such file or folder (File name too long)")
+
+
 def test_an_empty_path_is_not_the_current_folder(cache):
     # `ktcli ask "$DIR" q` with DIR unset: Path("") is ".", which must not be walked
     assert_one_line_error(run_ktcli(["ask", "", "why?"], cache), 3, "an input path is empty")

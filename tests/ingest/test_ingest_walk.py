@@ -221,3 +221,15 @@ def test_minirepo_ignored_files_are_committed() -> None:
         cwd=REPO, capture_output=True, text=True, check=False,
     ).stdout.split()
     assert len(out) == 2
+
+
+def test_a_folder_given_twice_or_inside_another_is_read_once(write, tmp_path: Path) -> None:
+    write("tree/a/x.txt", "inner")
+    write("tree/y.txt", "outer")
+    write("tree/.gitignore", "ign.txt\n")
+    write("tree/ign.txt", "ignored")
+    tree, inner = str(tmp_path / "tree"), str(tmp_path / "tree" / "a")
+    for paths in ([tree, tree], [tree, inner], [inner, tree]):
+        corpus = load_corpus(paths)
+        assert sorted(Path(d.path).name for d in corpus.documents) == [".gitignore", "x.txt", "y.txt"], paths
+        assert [s.reason for s in corpus.skipped] == ["gitignored"], paths
