@@ -17,6 +17,7 @@ from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.prompts import evidence_block
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
@@ -180,7 +181,9 @@ def prepare(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
     doc_tokens = [count_tokens(d.text) for d in corpus.documents]
-    estimate = sum(doc_tokens)
+    # Read whole, each document sits in a <source id ref> tag naming its path: ~25 tokens a
+    # file, which a folder of 330 small files made 9K of its 13K (the plan said 4K).
+    estimate = sum(doc_tokens) + count_tokens(evidence_block([(i + 1, d.path, "") for i, d in enumerate(corpus.documents)]))
     outlines = _outlines(corpus) if task == "summarize" and settings.outline != "never" else {}
     # Documents have distinct paths (load_corpus drops a file named twice).
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n

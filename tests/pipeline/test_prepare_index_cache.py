@@ -33,3 +33,17 @@ def test_a_cached_index_leaves_its_embedding_out_of_the_estimate(tmp_path):
     _write(doc, 600)  # twice as long: the index entry no longer matches the document
     grown = prepare([str(doc)], QUESTION, "ask", settings, NullReporter())
     assert grown.plan.est_seconds > first.plan.est_seconds
+
+
+def test_many_small_files_count_their_source_tags(tmp_path):
+    """Read whole, each file sits in a <source id ref> tag: ~25 tokens a file that a folder
+    of small files must count, or the plan picks a whole read the window cannot hold."""
+    folder = tmp_path / "many"
+    folder.mkdir()
+    for i in range(330):
+        (folder / f"f{i}.txt").write_text(f"File number {i} holds the value {i * 7}.\n")
+    settings = Settings(cache_dir=str(tmp_path / "cache"))
+    prep = prepare([str(folder)], "What value does file 300 hold?", "ask", settings, NullReporter())
+    body = sum(len(d.text.split()) for d in prep.corpus.documents)  # ~8 words a file
+    assert prep.plan.input_tokens > 330 * 25 > 3 * body
+    assert prep.plan.mode.value == "retrieval"  # 13K tokens with the tags: over the 8K window
