@@ -186,6 +186,11 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
         value = getattr(settings, name)
         if not value >= low:
             raise UsageError(f"{named(name)} {value}: must be at least {low}")
+    if settings.temperature > MAX_TEMPERATURE:  # as OpenAI's API and `ktcli serve` bound it
+        raise UsageError(f"{named('temperature')} {settings.temperature}: must be at most {MAX_TEMPERATURE}")
+    if settings.threads > usable_cpus():
+        raise UsageError(f"{named('threads')} {settings.threads}: this process may use {usable_cpus()} CPUs "
+                         "(more threads than CPUs only wait on each other)")
     if settings.chunk_tokens < 1:
         raise UsageError(f"{named('chunk_tokens')} {settings.chunk_tokens}: must be at least 1")
     if settings.chunk_overlap >= settings.chunk_tokens:
@@ -234,6 +239,17 @@ def _check_cache_dir(cache_dir: str, name: str) -> None:
         raise UsageError(f"{name} {cache_dir}: cannot create it ({ancestor} is not a folder)")
     if not os.access(ancestor, os.W_OK | os.X_OK):
         raise UsageError(f"{name} {cache_dir}: cannot create it ({ancestor} is not writable)")
+
+
+MAX_TEMPERATURE = 2.0
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, which containers narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # no affinity calls (macOS)
+        return os.cpu_count() or 1
 
 
 def parse_bytes(text: str) -> int:

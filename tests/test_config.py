@@ -159,3 +159,15 @@ def test_a_cache_dir_that_is_a_file_or_cannot_be_made_is_refused(tmp_path, monke
     if os.geteuid() != 0:  # root may write anywhere
         with pytest.raises(UsageError, match="locked is not writable"):
             load_settings({"cache_dir": str(locked / "cache")})
+
+
+def test_temperature_and_threads_have_upper_bounds(tmp_path, monkeypatch):
+    from ktcli.config import usable_cpus
+
+    use_config(tmp_path, monkeypatch, "")
+    with pytest.raises(UsageError, match="--temperature 100.0: must be at most 2.0"):
+        load_settings({"temperature": 100.0})
+    assert load_settings({"temperature": 2.0}).temperature == 2.0
+    with pytest.raises(UsageError, match=f"this process may use {usable_cpus()} CPUs"):
+        load_settings({"threads": usable_cpus() + 1})
+    assert load_settings({"threads": usable_cpus()}).threads == usable_cpus()

@@ -252,7 +252,7 @@ class NativeBackend:
                 **({"kept_tokens": st.kept_tokens} if st.kept_tokens else {}),
                 "device": self.device.type,
                 **({"threads": self.engine.threads.current, "thread_switches": self.engine.threads.switches}
-                   if self.engine.threads is not None else {}),
+                   if self.engine.threads is not None else {"threads": torch.get_num_threads()}),  # --threads N
                 **peak_memory_mb(self.device),
             },
         )

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from .conftest import LONG_TEXT, PDF, REPO, run_ktcli
+from .conftest import LONG_TEXT, PDF, REPO, THREADS, run_ktcli
 
 ANSI = re.compile(rb"\x1b\[")
 SHORT = ["--max-new-tokens", "40"]
@@ -145,7 +145,8 @@ def test_threads_are_chosen_by_measurement_unless_given(cache):
                              cache, extra_env={"KTCLI_THREADS": "0"}))
     assert data["figures"]["threads"] in (1, 2, 4, 8, 16, 32, 64) and "thread_switches" in data["figures"]
     data = payload(run_ktcli(["ask", str(REPO / "README.md"), "What is this?", "--json", "--max-new-tokens", "8"], cache))
-    assert "threads" not in data["figures"]  # --threads 2 (KTCLI_THREADS, as every test sets it): as given
+    # --threads N (KTCLI_THREADS, as every test sets it): as given, and said, with no switches
+    assert data["figures"]["threads"] == int(THREADS) and "thread_switches" not in data["figures"]
 
 
 def test_plan_is_a_dry_run(cache):
