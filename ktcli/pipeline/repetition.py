@@ -99,16 +99,12 @@ class EchoedText:
         return self._release(self._holding_from())
 
     def flush(self) -> str:
-        """At the end of the stream: the held rest, unless it is itself a repeat."""
+        """At the end of the stream: the held rest, unless it is repeating: text still held
+        when the stream ends is the start of an earlier line or sentence, cut off by the
+        token limit mid-repeat ('The break statement is used to exit a loop when')."""
         if self.repeated:
             return ""
-        line = self.text[self.line_start :].strip()
-        sentence = _collapse(self.text[self.sentence_start :])
-        if self._counts(line) and line in self.lines:
-            return self._release(self.line_start)
-        if not self.in_code and len(sentence) >= self.min_line and sentence in self.sentences:
-            return self._release(self.sentence_start)
-        return self._release(len(self.text))
+        return self._release(self._holding_from())
 
     def _scan(self) -> int | None:
         """Take in the lines and sentences the new text completed; where a repeat starts,

@@ -148,10 +148,10 @@ def test_a_long_line_said_twice_is_never_shown_twice(seed):
 @pytest.mark.parametrize("seed", range(3))
 def test_a_line_that_starts_like_an_earlier_one_is_shown_once_it_differs(seed):
     text = ("The chief executive officer of the company is Miriam Okafor.\n"
-            "The chief executive officer of the company joined in 2009, she says.\n"
-            "The chief executive officer of the company")  # ends mid-line, a prefix of the first
+            "The chief executive officer of the company joined in 2009, she says.\n")
+    cut = "The chief executive officer of the company"  # the token limit, mid-repeat
     echo = EchoedText()
-    assert _stream(echo, text, seed) == text and not echo.repeated
+    assert _stream(echo, text + cut, seed) == text and not echo.repeated
 
 
 @pytest.mark.parametrize(
