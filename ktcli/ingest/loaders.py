@@ -85,7 +85,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     doc = _typed_document(text, display, name, kind, is_stdin)
     if strays:
         what = "a byte that is" if strays == 1 else f"{strays} bytes that are"
-        doc = replace(doc, left_out=(Skipped(display, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)"),))
+        doc = replace(doc, left_out=(Skipped(display, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)",
+                                             replaced=True),))
     return doc
 
 

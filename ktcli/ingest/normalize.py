@@ -65,13 +65,14 @@ def decode_bytes(data: bytes) -> tuple[str, int]:
         return data.decode("latin-1"), 0  # cannot fail: every byte maps
 
 
-# UTF-8 with stray bytes: at most this many, and at least this many valid multi-byte
-# characters per stray byte. Why: one bad byte (a truncated copy, a Latin-1 "é" pasted
+# UTF-8 with stray bytes: at most this many, and at least as many valid multi-byte
+# characters as stray bytes. Why: one bad byte (a truncated copy, a Latin-1 "é" pasted
 # into a UTF-8 file) sent a whole German text to cp1252, every "ü" read as "Ã¼" without a
 # word; Latin-1 text, conversely, has almost no valid UTF-8 sequences (an "é" alone is an
-# invalid byte), so it still goes to cp1252.
+# invalid byte), so it still goes to cp1252. (Three valid per stray, until 2026-12-04,
+# still sent "Zürich and München" with one bad byte to cp1252.)
 MAX_STRAY_BYTES = 64
-MIN_VALID_PER_STRAY = 3
+MIN_VALID_PER_STRAY = 1
 
 
 def utf8_with_strays(data: bytes) -> tuple[str, int] | None:

@@ -177,9 +177,13 @@ def test_utf8_with_a_stray_byte_stays_utf8_and_says_so(write) -> None:
     assert corpus.documents[0].text == text.replace("Köln", "K\ufffdln")
     (note,) = corpus.skipped
     assert note.path == str(path) and note.reason.startswith("a byte that is not valid UTF-8")
+    assert note.replaced  # reported as read, with a byte replaced: not as skipped
     # Latin-1 text has (almost) no valid UTF-8 sequences: still cp1252, with no note
     latin = load_corpus([str(write("latin.txt", text.encode("latin-1")))])
     assert latin.documents[0].text == text and not latin.skipped
+    # two valid characters and one stray byte: UTF-8 still
+    few = load_corpus([str(write("few.txt", "Zürich and München. A broken byte: ".encode() + b"\xff end.\n"))])
+    assert few.documents[0].text.startswith("Zürich and München.") and few.skipped[0].replaced
 
 
 # ---- bad input -----------------------------------------------------------------------
