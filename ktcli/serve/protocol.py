@@ -146,9 +146,27 @@ def parse_prompt(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
     raise ApiError(400, "'prompt' must be a non-empty string (or one list of token ids)", param="prompt")
 
 
+# Fields that change what a response holds, which this server does not produce: refused,
+# so a client never reads their absence as an answer ("logprobs": true with none back).
+# name -> (the values that ask for nothing, why refused)
+UNSUPPORTED = {
+    "logprobs": ((None, False), "log probabilities are not returned"),
+    "top_logprobs": ((None, 0), "log probabilities are not returned"),
+    "echo": ((None, False), "the prompt is not echoed"),
+    "best_of": ((None, 1), "only best_of=1 is supported"),
+    "suffix": ((None, ""), "suffixes (insertion) are not supported"),
+    "tools": ((None, []), "tool calls are not supported"),
+    "functions": ((None, []), "function calls are not supported"),
+}
+
+
 def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> SamplingParams:
     if body.get("n") not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")
+    for name, (off, why) in UNSUPPORTED.items():
+        value = body.get(name)
+        if not any(value is o or (type(value) is type(o) and value == o) for o in off):
+            raise ApiError(400, f"'{name}': {why} by this server", param=name)
     if prompt_len >= window:
         raise ApiError(400, f"the prompt has {prompt_len} tokens; this model's context window is {window}",
                        code="context_length_exceeded", param="messages")

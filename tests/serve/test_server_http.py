@@ -163,6 +163,9 @@ def test_tokenize(served):
     (chat(top_p=0), 400, "top_p"),
     (chat(stop=[1]), 400, "stop"),
     (chat(n=2), 400, "n=1"),
+    (chat(logprobs=True), 400, "log probabilities"),
+    (chat(top_logprobs=3), 400, "log probabilities"),
+    (chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tool calls"),
     (chat(stream="yes"), 400, "stream"),
     (chat(max_tokens=60), 400, "context window"),
     (chat(" ".join(["w"] * 80)), 400, "context window"),
@@ -173,6 +176,16 @@ def test_malformed_requests_get_4xx_json(served, body, status, fragment):
     assert got == status
     assert fragment in payload["error"]["message"]
     assert request(port, "GET", "/v1/models")[0] == 200  # still serving
+
+
+def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(served):
+    port, _, _ = served
+    quiet = chat(max_tokens=4, logprobs=False, top_logprobs=0, tools=[], n=1)
+    assert request(port, "POST", "/v1/chat/completions", quiet)[0] == 200
+    got, payload = request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "echo": True})
+    assert got == 400 and "echoed" in payload["error"]["message"]
+    got, payload = request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "logprobs": 1})
+    assert got == 400 and "log probabilities" in payload["error"]["message"]
 
 
 def test_over_window_has_the_openai_code(served):
