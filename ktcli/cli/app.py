@@ -135,8 +135,7 @@ def plan(
     """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model.
     Takes every option ask and summarize take, so a command line can be planned as it is."""
     opts = Options(locals())
-    paths, question = split_plan_args(args)
-    run_guarded(opts, lambda: opts.run_plan(paths, question))
+    run_guarded(opts, lambda: opts.run_plan(*split_plan_args(args)))
 
 
 @app.command()
@@ -185,6 +184,10 @@ def _names_a_path(text: str) -> bool:
 def split_plan_args(args: list[str]) -> tuple[list[str], str]:
     """The last argument is the question when it is not an input (an existing path or -)."""
     if len(args) > 1 and args[-1] != "-" and not _names_a_path(args[-1]):
+        if not args[-1].strip():
+            from ktcli.errors import UsageError
+
+            raise UsageError("the question is empty (leave it out to plan a summary)")
         return args[:-1], args[-1]
     return args, ""
 

@@ -290,9 +290,13 @@ def _estimated_chunks(req: PlanRequest) -> int:
 def _window_budget(req: PlanRequest, facts: ModelFacts, cap: int) -> int:
     room = facts.context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - req.question_tokens - req.max_new_tokens
     if room < 256:
+        # Name what takes the room: a 2-token question was blamed for a 100K-token answer budget.
+        taken = {"the answer budget (--max-new-tokens)": req.max_new_tokens, "the question": req.question_tokens}
+        culprit = max(taken, key=taken.get)
         raise UsageError(
-            f"the question (~{req.question_tokens:,} tokens) leaves no room for evidence in the "
-            f"{facts.context_window:,}-token window; shorten it or lower --max-new-tokens"
+            f"{culprit} leaves no room for evidence in the {facts.context_window:,}-token window "
+            f"(question ~{req.question_tokens:,} tokens, answer budget {req.max_new_tokens:,}); "
+            + ("lower --max-new-tokens" if culprit.startswith("the answer") else "shorten the question")
         )
     return min(room, cap)
 

@@ -166,6 +166,10 @@ def test_a_question_too_long_to_be_a_file_name_is_a_question(cache):
     assert_one_line_error(proc, 3, "no such file or folder (File name too long)")
 
 
+def test_a_blank_question_to_plan_is_said_so(cache):
+    assert_one_line_error(run_ktcli(["plan", str(REPO / "README.md"), "   "], cache), 2, "the question is empty")
+
+
 def test_an_empty_path_is_not_the_current_folder(cache):
     # `ktcli ask "$DIR" q` with DIR unset: Path("") is ".", which must not be walked
     assert_one_line_error(run_ktcli(["ask", "", "why?"], cache), 3, "an input path is empty")

@@ -244,3 +244,10 @@ def test_retrieval_counts_only_the_embedding_still_to_do():
     warm = make_plan(req(corpus_tokens=100_000, n_chunks=400, uncached_tokens=0), SMOL, RATES)
     assert cold.mode is warm.mode is Mode.RETRIEVAL
     assert cold.est_seconds - warm.est_seconds == pytest.approx(100_000 / RATES.embed_tok_s)
+
+
+def test_no_room_names_what_takes_it():
+    with pytest.raises(UsageError, match=r"^the answer budget \(--max-new-tokens\) leaves no room.*lower --max-new-tokens"):
+        make_plan(req(corpus_tokens=100_000, question_tokens=2, max_new_tokens=100_000), SMOL, RATES)
+    with pytest.raises(UsageError, match=r"^the question leaves no room.*shorten the question"):
+        make_plan(req(corpus_tokens=100_000, question_tokens=8_000, max_new_tokens=64), SMOL, RATES)
