@@ -95,6 +95,10 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
         return _html_document(text, display)
     if is_stdin:
         return _text_document(text, display, "stdin", language_from_content(text))
+    if name.lower().endswith(".ipynb"):
+        notebook = _notebook_document(text, display)
+        if notebook is not None:
+            return notebook
     if kind == "code":
         return _text_document(text, display, "code", language_for_name(name))
     if kind in ("text", "markdown"):
@@ -143,6 +147,21 @@ def _html_document(markup: str, display: str) -> Document:
     if not text.strip():
         raise RejectedInput(display, "HTML page without visible text")
     return replace(_text_document(text, display, "html", None), source_lines=source_lines)
+
+
+def _notebook_document(raw: str, display: str) -> Document | None:
+    """A notebook's cells as markdown with fenced code (`ingest.notebook`); None for a
+    .ipynb that is not nbformat JSON, which is then read as the text it is."""
+    from ktcli.ingest.notebook import NotANotebook, notebook_text
+
+    try:
+        text, source_lines, rich = notebook_text(raw)
+    except NotANotebook:
+        return None
+    if not text.strip():
+        raise RejectedInput(display, "notebook without cells")
+    left_out = (Skipped(display, f"{rich} image or other rich output{'s' if rich > 1 else ''} of its cells left out"),) if rich else ()
+    return replace(_text_document(text, display, "markdown", None), source_lines=source_lines, left_out=left_out)
 
 
 def _pdf_document(data: bytes, display: str) -> Document:

@@ -1,0 +1,116 @@
+"""A Jupyter notebook (.ipynb) as the text a reader sees: its cells in order, markdown as
+written, code in fenced blocks, and the text its code printed.
+
+Read as raw JSON, a notebook is mostly escaping, metadata and base64: an 80 KB notebook
+with one plot counted ~72K tokens and pushed a question about it to retrieval over
+chunks of PNG bytes. Images, HTML and other rich outputs are left out and reported; each
+text line keeps the line of the .ipynb file it came from (`Document.source_lines`), so
+citations name lines the user can open. nbformat writes one JSON string per source line,
+each on a line of its own; a notebook saved on one line maps every text line to line 1.
+"""
+
+from __future__ import annotations
+
+import json
+
+TEXT_OUTPUTS = ("text/plain",)  # the rich outputs a reader can use as text
+
+
+class NotANotebook(ValueError):
+    """The JSON is not nbformat 4 (the caller reads the file as plain JSON instead)."""
+
+
+def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
+    """(text, the .ipynb line of each text line, rich outputs left out)."""
+    try:
+        nb = json.loads(raw)
+    except ValueError as e:
+        raise NotANotebook(str(e)) from None
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    if not isinstance(cells, list):
+        raise NotANotebook("no cells")
+    finder = _LineFinder(raw.split("\n"))
+    lines: list[str] = []
+    where: list[int] = []
+    left_out = 0
+
+    def add(text_lines: list[str], at: list[int]) -> None:
+        lines.extend(text_lines)
+        where.extend(at)
+
+    for number, cell in enumerate(cells, start=1):
+        if not isinstance(cell, dict):
+            continue
+        kind = cell.get("cell_type", "")
+        source = _joined(cell.get("source"))
+        body, at = _source_lines(cell.get("source"), finder)
+        start = at[0] if at else finder.last
+        if lines:
+            add([""], [start])
+        if kind == "code":
+            add([f"```python  # cell {number}"], [start])
+            add(body, at)
+            add(["```"], [at[-1] if at else start])
+            for output in cell.get("outputs") or []:
+                text, rich = _output_text(output)
+                left_out += rich
+                if text:
+                    out_lines = text.rstrip("\n").split("\n")
+                    add(["Output:", *out_lines], [finder.last] * (len(out_lines) + 1))
+        elif source.strip():
+            add(body, at)
+    return "\n".join(lines) + "\n", tuple(where), left_out
+
+
+def _joined(source) -> str:
+    if isinstance(source, list):
+        return "".join(s for s in source if isinstance(s, str))
+    return source if isinstance(source, str) else ""
+
+
+def _source_lines(source, finder: _LineFinder) -> tuple[list[str], list[int]]:
+    """The cell's lines and, for each, the file line holding its JSON string."""
+    pieces = source if isinstance(source, list) else [source] if isinstance(source, str) else []
+    out: list[str] = []
+    at: list[int] = []
+    for piece in pieces:
+        if not isinstance(piece, str):
+            continue
+        line = finder.line_of(piece)
+        for part in piece.rstrip("\n").split("\n"):  # a one-string source holds many lines
+            out.append(part)
+            at.append(line)
+    return out, at
+
+
+def _output_text(output) -> tuple[str, int]:
+    """(the output's text, 1 when it held a rich output that is left out)."""
+    if not isinstance(output, dict):
+        return "", 0
+    if output.get("output_type") == "stream":
+        return _joined(output.get("text")), 0
+    if output.get("output_type") == "error":
+        return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}", 0
+    data = output.get("data") if isinstance(output.get("data"), dict) else {}
+    text = next((_joined(data[k]) for k in TEXT_OUTPUTS if k in data), "")
+    rich = any(k not in TEXT_OUTPUTS for k in data)
+    return text, int(rich)
+
+
+class _LineFinder:
+    """File lines of JSON strings, found in order: nbformat writes each source string on a
+    line of its own, so the next line that decodes to the string is where it is."""
+
+    def __init__(self, raw_lines: list[str]) -> None:
+        self.raw = raw_lines
+        self.next = 0  # search from here (0-based)
+        self.last = 1  # the last line found (1-based)
+
+    def line_of(self, text: str) -> int:
+        want = json.dumps(text, ensure_ascii=False)
+        for k in range(self.next, len(self.raw)):
+            stripped = self.raw[k].strip().rstrip(",")
+            if stripped == want or stripped == json.dumps(text):
+                self.next, self.last = k + 1, k + 1
+                return k + 1
+        return self.last

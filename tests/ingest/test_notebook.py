@@ -1,0 +1,56 @@
+"""Jupyter notebooks read as their cells, not as JSON."""
+
+from __future__ import annotations
+
+import base64
+import json
+
+from ktcli.ingest import load_corpus
+
+CELLS = [
+    {"cell_type": "markdown", "id": "a", "metadata": {},
+     "source": ["# Analysis of sales\n", "\n", "We load the data and plot it."]},
+    {"cell_type": "code", "execution_count": 1, "id": "b", "metadata": {},
+     "outputs": [
+         {"name": "stdout", "output_type": "stream", "text": ["rows: 1200\n"]},
+         {"data": {"image/png": base64.b64encode(b"x" * 60_000).decode(), "text/plain": ["<Figure size 640x480>"]},
+          "metadata": {}, "output_type": "display_data"},
+         {"ename": "KeyError", "evalue": "'region'", "output_type": "error", "traceback": ["..."]},
+     ],
+     "source": ["import pandas as pd\n", "df = pd.read_csv('sales.csv')\n", "print('rows:', len(df))"]},
+]
+
+
+def _notebook(tmp_path, indent=1, name="sales.ipynb"):
+    path = tmp_path / name
+    path.write_text(json.dumps({"cells": CELLS, "metadata": {}, "nbformat": 4, "nbformat_minor": 5},
+                               indent=indent, sort_keys=True))
+    return path
+
+
+def test_cells_become_text_and_images_are_left_out_and_reported(tmp_path):
+    path = _notebook(tmp_path)
+    corpus = load_corpus([str(path)])
+    (doc,) = corpus.documents
+    assert doc.text.startswith("# Analysis of sales\n\nWe load the data and plot it.\n")
+    assert "```python  # cell 2\nimport pandas as pd\n" in doc.text
+    assert "rows: 1200" in doc.text and "KeyError: 'region'" in doc.text and "<Figure size" in doc.text
+    assert "iVBOR" not in doc.text and "eHh4" not in doc.text and len(doc.text) < 1000  # no base64
+    assert [s.reason for s in corpus.skipped] == ["1 image or other rich output of its cells left out"]
+
+
+def test_each_line_maps_to_the_notebook_line_holding_it(tmp_path):
+    path = _notebook(tmp_path)
+    doc = load_corpus([str(path)]).documents[0]
+    raw = path.read_text().split("\n")
+    for text_line, file_line in zip(doc.text.split("\n"), doc.source_lines):
+        if text_line and not text_line.startswith(("```", "Output:", "rows:", "<Figure", "KeyError")):
+            assert json.dumps(text_line)[:-1] in raw[file_line - 1], (text_line, raw[file_line - 1])
+
+
+def test_a_notebook_on_one_line_maps_to_line_one_and_other_json_stays_json(tmp_path):
+    doc = load_corpus([str(_notebook(tmp_path, indent=None))]).documents[0]
+    assert set(doc.source_lines) == {1} and "import pandas as pd" in doc.text
+    other = tmp_path / "data.ipynb"
+    other.write_text('{"not": "a notebook"}\n')
+    assert load_corpus([str(other)]).documents[0].text == '{"not": "a notebook"}\n'
