@@ -334,8 +334,12 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds,
-        est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, facts.kv_dtype)
+        est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, _dense_kv(req, facts))
         + (EMBEDDER_BYTES + _index_memory(n_chunks) if req.task == "ask" else 0),
+        # Each window is read with the KV dtype and policy asked for, as a full read is
+        # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).
+        kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
+        attention=req.attention if req.attention not in ("auto", "") else "dense",
     )
 
 

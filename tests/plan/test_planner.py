@@ -251,3 +251,12 @@ def test_no_room_names_what_takes_it():
         make_plan(req(corpus_tokens=100_000, question_tokens=2, max_new_tokens=100_000), SMOL, RATES)
     with pytest.raises(UsageError, match=r"^the question leaves no room.*shorten the question"):
         make_plan(req(corpus_tokens=100_000, question_tokens=8_000, max_new_tokens=64), SMOL, RATES)
+
+
+def test_retrieval_keeps_the_kv_dtype_and_policy_asked_for():
+    plan = make_plan(req(corpus_tokens=100_000, n_chunks=400, mode="retrieval", kv_dtype="int4", attention="topk"),
+                     SMOL, RATES)
+    assert (plan.mode, plan.kv_dtype, plan.attention) == (Mode.RETRIEVAL, "int4", "topk")
+    default = make_plan(req(corpus_tokens=100_000, n_chunks=400, mode="retrieval"), SMOL, RATES)
+    assert (default.kv_dtype, default.attention) == ("model", "dense")
+    assert plan.est_memory_bytes < default.est_memory_bytes  # int4 pages for each window
