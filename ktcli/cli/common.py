@@ -97,7 +97,12 @@ class Options:
     def _show_plan(self, reporter) -> Callable:
         def show(prep) -> None:
             p = prep.plan
-            what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)" if p.mode.value == "retrieval" else "whole input"
+            if p.mode.value != "retrieval":
+                what = "whole input"
+            elif p.task == "ask":
+                what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)"
+            else:  # a summary reads every chunk, in about this many windows
+                what = f"{p.n_chunks:,} chunks in ~{p.n_windows} window(s)"
             if p.outline_files:
                 what += f", {p.outline_files} file(s) as outlines"
             reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est ~{p.est_seconds:.0f}s")

@@ -249,7 +249,7 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     if best.est_seconds > budget_s:
         return f"sparse mode would take ~{best.est_seconds:.0f}s > {budget_s:.0f}s budget"
     # Within budget: auto did not weigh it because nothing asked for it (see make_plan).
-    return (f"sparse mode could read it whole in ~{best.est_seconds:.0f}s: ask with --mode sparse, "
+    return (f"sparse mode could read it whole in ~{best.est_seconds:.0f}s: run with --mode sparse, "
             "--kv-dtype, --attention or --max-seconds")
 
 
