@@ -8,7 +8,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
 # Never visible (or not page content).
-_DROP = frozenset({"head", "script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "math"})
+_DROP = frozenset({"head", "title", "script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "math"})
 # Ends a paragraph: a blank line after it gives the chunker a natural break.
 _PARAGRAPH = frozenset(
     {"p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "ul", "ol", "dl",
@@ -74,7 +74,14 @@ def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
     out = _Lines()
     _walk(soup, out, _Cursor())
     out.newline()
-    return "\n".join(out.lines), tuple(out.sources)
+    lines, sources = out.lines, out.sources
+    # The <title> names the page (often more than its first heading); <head> is dropped as
+    # not page content, so it is put first, on the line the markup has it.
+    title = soup.find("title")
+    name = _SPACES.sub(" ", title.get_text()).strip() if title is not None else ""
+    if name and not (lines and name.lower() == lines[0].lstrip("# ").lower()):
+        lines, sources = [f"Title: {name}", "", *lines], [title.sourceline or 1] * 2 + sources
+    return "\n".join(lines), tuple(sources)
 
 
 class _Cursor:
@@ -118,6 +125,10 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor) -> None:
             out.paragraph()
         elif name == "br":
             out.newline()
+        elif name == "img":
+            alt = _SPACES.sub(" ", str(child.get("alt") or "")).strip()
+            if alt:  # what the page says an image shows: text a reader gets too
+                out.text(f"[image: {alt}]", cursor.line)
         elif name in _CELL:
             out.text(" | " if out.current else "", cursor.line)
             _walk(child, out, cursor)

@@ -79,17 +79,20 @@ def test_html_keeps_visible_text_as_lines(write) -> None:
     <style>body { color: red }</style><script>var secret = 1;</script></head>
     <body><h1>Release   notes</h1><p>First <b>bold</b>
     paragraph.</p><ul><li>one</li><li>two</li></ul>
-    <table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr></table>
+    <table><tr><th>k</th><th>v</th></tr><tr><td>a</td><td>1</td></tr></table><img src="x.png" alt="A map of  the bay">
     <pre>def f():
     return 1</pre><noscript>enable js</noscript><!-- a comment --></body></html>"""
     doc = load_one(write("page.html", html))
     assert doc.kind == "html"
     assert doc.text.split("\n") == [
+        "Title: Hidden title", "",  # the tab's name: put first (the rest of <head> is not content)
         "# Release notes", "", "First bold paragraph.", "", "- one", "- two", "",
-        "k | v", "a | 1", "", "def f():", "    return 1",
+        "k | v", "a | 1", "", "[image: A map of the bay]", "def f():", "    return 1",
     ]
-    for hidden in ("Hidden title", "secret", "color", "enable js", "comment"):
+    for hidden in ("secret", "color", "enable js", "comment"):
         assert hidden not in doc.text
+    same = load_one(write("same.html", "<title>Release notes</title><h1>Release notes</h1><p>x</p>"))
+    assert same.text.split("\n")[0] == "# Release notes"  # a title the first heading repeats is not said twice
 
 
 def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
@@ -108,7 +111,7 @@ def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
     assert len(doc.source_lines) == len(lines)
     for text, number in zip(lines, doc.source_lines):
         if text:  # each line's first word is on the file line it names
-            assert text.lstrip("#- ").split()[0] in source[number - 1], (text, number)
+            assert text.removeprefix("Title: ").lstrip("#- ").split()[0] in source[number - 1], (text, number)
     got = dict(zip(lines, doc.source_lines))
     assert got["The keeper is Ada Quill, who lives on the rock."] == 8
     assert got["After the script."] == 18 and got["code line 2"] == 25 and got["End."] == 27
