@@ -80,7 +80,7 @@ Temperature = Annotated[Optional[float], typer.Option("--temperature", help=f"Sa
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
-ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps (or, where the server does not say, sets) the window.")]
+ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps the window (0, the default: no cap), or sets it where an OpenAI-compatible server does not say.")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
 AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
 OutlineOpt = Annotated[Optional[str], typer.Option("--outline", help="Summaries: read code files (signatures, docstrings, comments) and long prose (headings, first paragraphs) as outlines: auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
