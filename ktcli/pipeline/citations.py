@@ -54,6 +54,15 @@ def cited_labels(answer: str, n_labels: int) -> list[int]:
     return seen
 
 
+def document_citations(answer: str, documents, cited: list[Citation]) -> list[Citation]:
+    """A whole read labels its documents [1]..[n]: the documents the answer names by label
+    and no line citation already points into. An answer of labels and no words the
+    sources share ('The [1] is a [2') had no Sources at all."""
+    have = {c.span.path for c in cited}
+    return [Citation(ref=documents[k - 1].path, span=Span(documents[k - 1].path))
+            for k in cited_labels(answer, len(documents)) if documents[k - 1].path not in have]
+
+
 def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
               by_sentence: bool = True) -> list[Citation]:
     """The evidence lines that best support `answer`, as merged, de-duplicated citations:

@@ -31,6 +31,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             # The next question about the same input starts with the same tokens up to its own.
             text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
             cites = citations.attribute(text, list(prep.chunks))
+            cites += citations.document_citations(text, prep.corpus.documents, cites)
             return Answer(text, tuple(cites), plan, tally.figures(), prep.corpus.skipped)
         if settings.mode == "full":  # asked for by name: not ours to swap for another mode
             raise UsageError(

@@ -130,3 +130,15 @@ def test_citations_are_named_with_their_section_before_lines_move():
     named = in_source_lines(with_sections(Answer("a", cites, plan), corpus), corpus)
     assert [c.section for c in named.citations] == ["Guide > Use", "class Shelf > def add", "", "Intro"]
     assert named.citations[3].span.line_start == 4 and named.citations[3].section == "Intro"
+
+
+def test_a_whole_read_answer_of_labels_cites_the_documents_it_names():
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.pipeline.citations import document_citations
+    from ktcli.types import Citation
+
+    docs = [document_from_bytes(b"alpha beta\n", "a.txt", "a.txt"), document_from_bytes(b"gamma\n", "b.txt", "b.txt")]
+    assert [c.ref for c in document_citations("The [1] is a [2", docs, [])] == ["a.txt"]  # "[2" unclosed
+    assert [c.ref for c in document_citations("The [2] is a [1].", docs, [])] == ["b.txt", "a.txt"]
+    lined = [Citation("a.txt:1", Span("a.txt", 1, 1))]
+    assert [c.ref for c in document_citations("See [1] and [2] and [9].", docs, lined)] == ["b.txt"]
