@@ -6,7 +6,6 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 inte
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Annotated, Optional
 

@@ -9,7 +9,7 @@ import warnings
 from collections.abc import Callable
 
 from ktcli.config import Settings, load_settings
-from ktcli.errors import KtcliError, UsageError
+from ktcli.errors import KtcliError
 
 SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",

@@ -12,7 +12,6 @@ from ktcli.pipeline.prepare import Prepared
 def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
     # Imported here: sentence-transformers costs seconds to import, and a question that
     # fits the window whole never needs it.
-    from ktcli.retrieval.embedder import Embedder
     from ktcli.retrieval.retriever import HybridIndex
     from ktcli.retrieval.store import IndexStore
 
