@@ -29,6 +29,8 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
     cells = nb.get("cells") if isinstance(nb, dict) else None
     if not isinstance(cells, list):
         raise NotANotebook("no cells")
+    info = nb.get("metadata", {}).get("language_info", {}) if isinstance(nb.get("metadata"), dict) else {}
+    language = str(info.get("name") or "python") if isinstance(info, dict) else "python"
     finder = _LineFinder(raw.split("\n"))
     lines: list[str] = []
     where: list[int] = []
@@ -45,10 +47,12 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
         source = _joined(cell.get("source"))
         body, at = _source_lines(cell.get("source"), finder)
         start = at[0] if at else finder.last
+        if kind != "code" and not source.strip():
+            continue  # an empty text cell
         if lines:
             add([""], [start])
         if kind == "code":
-            add([f"```python  # cell {number}"], [start])
+            add([f"```{language}  # cell {number}"], [start])
             add(body, at)
             add(["```"], [at[-1] if at else start])
             for output in cell.get("outputs") or []:
@@ -57,7 +61,7 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
                 if text:
                     out_lines = text.rstrip("\n").split("\n")
                     add(["Output:", *out_lines], [finder.last] * (len(out_lines) + 1))
-        elif source.strip():
+        else:
             add(body, at)
     return "\n".join(lines) + "\n", tuple(where), left_out
 

@@ -54,3 +54,11 @@ def test_a_notebook_on_one_line_maps_to_line_one_and_other_json_stays_json(tmp_p
     other = tmp_path / "data.ipynb"
     other.write_text('{"not": "a notebook"}\n')
     assert load_corpus([str(other)]).documents[0].text == '{"not": "a notebook"}\n'
+
+
+def test_code_is_fenced_in_the_kernels_language_and_empty_cells_add_nothing(tmp_path):
+    path = tmp_path / "r.ipynb"
+    cells = [{"cell_type": "markdown", "metadata": {}, "source": []},
+             {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["x <- 1"]}]
+    path.write_text(json.dumps({"cells": cells, "metadata": {"language_info": {"name": "R"}}, "nbformat": 4}))
+    assert load_corpus([str(path)]).documents[0].text == "```R  # cell 2\nx <- 1\n```\n"
