@@ -111,10 +111,9 @@ class _LineFinder:
         self.last = 1  # the last line found (1-based)
 
     def line_of(self, text: str) -> int:
-        want = json.dumps(text, ensure_ascii=False)
+        wanted = {json.dumps(text, ensure_ascii=False), json.dumps(text)}  # as written, or \u-escaped
         for k in range(self.next, len(self.raw)):
-            stripped = self.raw[k].strip().rstrip(",")
-            if stripped == want or stripped == json.dumps(text):
+            if self.raw[k].strip().rstrip(",") in wanted:
                 self.next, self.last = k + 1, k + 1
                 return k + 1
         return self.last

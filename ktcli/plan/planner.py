@@ -258,6 +258,13 @@ def _dense_kv(req: PlanRequest, facts: ModelFacts) -> str:
     return req.kv_dtype if req.kv_dtype not in ("auto", "", "model") else facts.kv_dtype
 
 
+def _asked_cache(req: PlanRequest) -> dict[str, str]:
+    """The Plan fields of a read in the model's window: the KV dtype and attention policy
+    asked for, else the model's own pages and dense attention."""
+    return {"kv_dtype": req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
+            "attention": req.attention if req.attention not in ("auto", "") else "dense"}
+
+
 def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
     return Plan(
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
@@ -266,8 +273,7 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
         est_seconds=generation_seconds(max(full_tokens - req.cached_tokens, 1), req.max_new_tokens,
                                        rates.prefill_tok_s, rates.decode_tok_s),
         est_memory_bytes=_full_memory(req, facts, full_tokens),
-        kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
-        attention=req.attention if req.attention not in ("auto", "") else "dense",
+        **_asked_cache(req),
         cached_tokens=min(req.cached_tokens, full_tokens),
     )
 
@@ -338,8 +344,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         + (EMBEDDER_BYTES + _index_memory(n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is
         # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).
-        kv_dtype=req.kv_dtype if req.kv_dtype not in ("auto", "") else "model",
-        attention=req.attention if req.attention not in ("auto", "") else "dense",
+        **_asked_cache(req),
     )
 
 

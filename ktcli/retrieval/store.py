@@ -79,8 +79,8 @@ class IndexStore:
     def load(self, key: str, chunk_hashes: Sequence[str], dim: int | None = None) -> np.ndarray | None:
         """The float32 [len(chunk_hashes), dim] vectors of a complete, intact entry, or
         None when it is missing, partial or corrupt."""
-        manifest = self._read_manifest(key)
-        if manifest is None or manifest.get("chunk_sha256") != list(chunk_hashes):
+        manifest = self._matching_manifest(key, chunk_hashes)
+        if manifest is None:
             return None
         vectors = self._read_vectors(key, manifest, expected_rows=len(chunk_hashes), dim=dim)
         if vectors is not None:
@@ -91,8 +91,11 @@ class IndexStore:
     def holds(self, key: str, chunk_hashes: Sequence[str]) -> bool:
         """Whether an entry for these chunks is there, by its manifest alone (the planner's
         question; `load` still verifies the vectors)."""
+        return self._matching_manifest(key, chunk_hashes) is not None
+
+    def _matching_manifest(self, key: str, chunk_hashes: Sequence[str]) -> dict | None:
         manifest = self._read_manifest(key)
-        return manifest is not None and manifest.get("chunk_sha256") == list(chunk_hashes)
+        return manifest if manifest is not None and manifest.get("chunk_sha256") == list(chunk_hashes) else None
 
     def _read_manifest(self, key: str) -> dict | None:
         try:
