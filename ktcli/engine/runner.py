@@ -29,7 +29,6 @@ from ktcli.engine.prefix_store import PrefixStore
 from ktcli.engine.sampler import make_generator, sample
 from ktcli.engine.sequence import Sequence, Status
 from ktcli.engine.threads import ThreadGovernor
-from ktcli.errors import OutOfMemoryError
 
 
 @dataclass

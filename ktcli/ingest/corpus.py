@@ -25,6 +25,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     documents: list[Document] = []
     skipped: list[Skipped] = []
     seen: set[str] = set()
+    skipped_at: set[str] = set()  # absolute paths of skipped entries: `./tree` and `tree/` name one folder
     for arg in paths:
         if not arg.strip():  # Path("") is ".": an unset shell variable must not read the current folder
             raise InputError("an input path is empty (an unset shell variable?): name a file, a folder, or `-`")
@@ -41,9 +42,13 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
             if not result.documents and not result.already_read:
                 raise InputError(_nothing_left(arg, result.skipped))
             documents.extend(result.documents)
-            # A folder given twice, or inside another one given: its files are read once
-            # and its skipped entries reported once.
-            skipped.extend(s for s in result.skipped if s not in skipped)
+            # A folder given twice (however spelled), or inside another one given: its files
+            # are read once and its skipped entries reported once.
+            for entry in result.skipped:
+                where = os.path.abspath(entry.path)
+                if where not in skipped_at:
+                    skipped_at.add(where)
+                    skipped.append(entry)
             continue
         real = os.path.realpath(arg)
         if real in seen:

@@ -229,7 +229,15 @@ def test_a_folder_given_twice_or_inside_another_is_read_once(write, tmp_path: Pa
     write("tree/.gitignore", "ign.txt\n")
     write("tree/ign.txt", "ignored")
     tree, inner = str(tmp_path / "tree"), str(tmp_path / "tree" / "a")
-    for paths in ([tree, tree], [tree, inner], [inner, tree]):
+    for paths in ([tree, tree], [tree, inner], [inner, tree], [tree, tree + "/"], [tree, tree + "/./a/.."]):
         corpus = load_corpus(paths)
         assert sorted(Path(d.path).name for d in corpus.documents) == [".gitignore", "x.txt", "y.txt"], paths
         assert [s.reason for s in corpus.skipped] == ["gitignored"], paths
+
+
+def test_a_folder_spelled_two_ways_from_the_working_folder_reports_its_skips_once(write, tmp_path, monkeypatch) -> None:
+    write("tree/.gitignore", "ign.txt\n")
+    write("tree/ign.txt", "ignored")
+    monkeypatch.chdir(tmp_path)
+    corpus = load_corpus(["./tree", "tree/"])
+    assert [(s.path, s.reason) for s in corpus.skipped] == [("./tree/ign.txt", "gitignored")]
