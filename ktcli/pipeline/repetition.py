@@ -73,10 +73,16 @@ class EchoedText:
     prose at ~80 columns the way its sources do, each copy of a looping sentence broken at
     another word, so no line repeated and five copies were shown ('The example is a bit of
     a cheat, but it is actually a good example of how to create class instances.'). The cost
-    is a lag only while a line or sentence matches the start of an earlier one."""
+    is a lag only while a line or sentence matches the start of an earlier one.
 
-    def __init__(self, min_line: int = 40):
-        self.min_line = min_line
+    A shorter line or sentence (from `min_adjacent` characters) counts only when it comes
+    back right after itself: a summary of ktcli's own `ingest/` folder ended in 'It is
+    written in Python.' eleven times in a row, 270 characters, all shown before
+    `RepetitionGuard` fired. Short lines that recur apart ('Returns:', a heading per
+    module) are ordinary."""
+
+    def __init__(self, min_line: int = 40, min_adjacent: int = 16):
+        self.min_line, self.min_adjacent = min_line, min_adjacent
         self.text = ""  # everything fed
         self.shown = ""  # the part of it released to the user
         self.lines: set[str] = set()  # earlier long lines, stripped
@@ -84,6 +90,8 @@ class EchoedText:
         self.line_start = 0  # where the current (unfinished) line starts in `text`
         self.sentence_start = 0  # where the current sentence starts; in code, the line's start
         self.in_code = False
+        self.last_line = ""  # the previous non-blank line outside code, stripped
+        self.last_sentence = ""  # the previous sentence, whitespace collapsed
         self.repeated = ""  # the line or sentence that came back, once one has
 
     def feed(self, piece: str) -> str:
@@ -115,23 +123,27 @@ class EchoedText:
             end = self._sentence_end(nl if nl >= 0 else len(text))
             if end is not None:  # a sentence ends before the line does
                 key = _collapse(text[self.sentence_start : end])
-                if len(key) >= self.min_line and key in self.sentences:
+                if (len(key) >= self.min_line and key in self.sentences) or self._adjacent(key, self.last_sentence):
                     self.repeated = key
                     return self.sentence_start
                 if len(key) >= self.min_line:
                     self.sentences.add(key)
+                self.last_sentence = key
                 self.sentence_start = end
                 continue
             if nl < 0:
                 return None
             key = text[self.line_start : nl].strip()
-            if self._counts(key) and key in self.lines:
+            if not self.in_code and ((self._counts(key) and key in self.lines) or self._adjacent(key, self.last_line)):
                 self.repeated = key
                 return self.line_start
             if key.startswith("```"):
                 self.in_code = not self.in_code
+                self.last_line = self.last_sentence = ""  # text on either side of code is not adjacent
             elif self._counts(key):
                 self.lines.add(key)
+            if key and not self.in_code and not key.startswith("```"):
+                self.last_line = key
             self.line_start = nl + 1
             if self.in_code or key.startswith("```") or not key:
                 self.sentence_start = self.line_start  # code, fences and blank lines end a sentence
@@ -150,11 +162,14 @@ class EchoedText:
         """Where the held text starts: at the current line or sentence while it matches the
         start of an earlier one, else nothing is held."""
         hold = len(self.text)
+        if self.in_code:
+            return hold
         line = self.text[self.line_start :].lstrip()
-        if line and not self.in_code and any(s.startswith(line) for s in self.lines):
+        if line and (any(s.startswith(line) for s in self.lines) or self._could_repeat(line, self.last_line)):
             hold = self.line_start
         sentence = _collapse(self.text[self.sentence_start :])
-        if sentence and not self.in_code and any(s.startswith(sentence) for s in self.sentences):
+        if sentence and (any(s.startswith(sentence) for s in self.sentences)
+                         or self._could_repeat(sentence, self.last_sentence)):
             hold = min(hold, self.sentence_start)
         return hold
 
@@ -165,6 +180,13 @@ class EchoedText:
 
     def _counts(self, key: str) -> bool:
         return len(key) >= self.min_line and not self.in_code
+
+    def _adjacent(self, key: str, previous: str) -> bool:
+        """`key` repeats the line or sentence just before it, and is long enough to tell."""
+        return len(key) >= self.min_adjacent and key == previous and not self.in_code
+
+    def _could_repeat(self, start: str, previous: str) -> bool:
+        return len(previous) >= self.min_adjacent and previous.startswith(start)
 
 
 # A sentence ends at . ! or ? (and any closing quotes or brackets) before whitespace.

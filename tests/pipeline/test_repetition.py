@@ -208,6 +208,41 @@ def test_sentences_that_are_not_loops_are_shown(text):
     assert _stream(echo, text) == text and not echo.repeated
 
 
+INGEST_SUMMARY = ("The code is written in Python. It is a part of the main.ktcli. It is a tool that helps to "
+                  "clean and organize files. It is written in Python." + " It is written in Python." * 10)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_short_sentence_repeated_back_to_back_is_shown_once(seed):
+    # What the bundled model ended a summary of ktcli's ingest/ folder with.
+    echo = EchoedText()
+    shown = _stream(echo, INGEST_SUMMARY, seed)
+    assert shown.count("It is written in Python.") == 1
+    assert shown.startswith("The code is written in Python.") and echo.repeated == "It is written in Python."
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_short_line_repeated_back_to_back_is_shown_once(seed):
+    text = "## Building\n\n# Build the Makefile\n# Build the Makefile\n# Build the Makefile\n"
+    echo = EchoedText()
+    assert _stream(echo, text, seed) == "## Building\n\n# Build the Makefile\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Returns: the parsed value.\nload(path)\nReturns: the parsed value.\n",  # recurs apart
+        "Run the command below.\n```sh\nmake test\n```\nRun the command below.\n",  # code between
+        "```python\nprint('one more line')\nprint('one more line')\n```\n",  # code is not checked
+        "It is short. It is short. It is short.\n",  # under min_adjacent
+    ],
+    ids=["apart", "across-code", "in-code", "very-short"],
+)
+def test_short_repeats_that_are_not_back_to_back_loops_are_shown(text):
+    echo = EchoedText()
+    assert _stream(echo, text) == text and not echo.repeated
+
+
 def test_a_repeated_last_sentence_without_a_break_after_it_is_dropped():
     text = "Classes bundle data and functionality together in Python. " * 2
     echo = EchoedText()
