@@ -75,8 +75,12 @@ def _write(path: Path, w: torch.Tensor) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         torch.save(w, tmp)
         os.replace(tmp, path)
-    except OSError:  # a cache that cannot be written costs a measurement next time, nothing else
-        tmp.unlink(missing_ok=True)
+    except (OSError, RuntimeError):  # torch.save raises RuntimeError for an unwritable file
+        # a cache that cannot be written costs a measurement next time, nothing else
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:

@@ -96,7 +96,15 @@ def converted_dir(source: ModelSource, cache_dir: Path) -> Path:
 
 
 def is_converted(source: ModelSource, cache_dir: Path) -> bool:
-    return source.kind == "hf" or (converted_dir(source, cache_dir) / "model.safetensors").is_file()
+    return source.kind == "hf" or _usable(converted_dir(source, cache_dir))
+
+
+def _usable(target: Path) -> bool:
+    """A converted folder whose weights hold every byte their header names: a cache copied
+    or synced with its model file cut short is converted again, not loaded as garbage."""
+    from ktcli.engine.weights import is_complete
+
+    return is_complete(target / "model.safetensors")
 
 
 def ensure_hf_dir(
@@ -106,12 +114,30 @@ def ensure_hf_dir(
     if source.kind == "hf":
         return source.path
     target = converted_dir(source, cache_dir)
-    if (target / "model.safetensors").is_file():
+    if _usable(target):
         return target
-    if on_status:
+    if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
+        if on_status:
+            on_status(f"the converted {source.path.name} in the cache is damaged: converting it again")
+        _discard(target)
+    elif on_status:
         on_status(f"converting {source.path.name} once (cached for next time)")
-    _convert_gguf(source.path, target)
+    try:
+        _convert_gguf(source.path, target)
+    except OSError as e:  # the cache folder cannot be written (read-only, full)
+        raise InputError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
+                         f"({e.strerror or e}): make it writable, or choose another with --cache-dir") from None
     return target
+
+
+def _discard(target: Path) -> None:
+    aside = target.with_name(f"{target.name}.damaged-{os.getpid()}")
+    try:
+        os.replace(target, aside)
+    except OSError as e:
+        raise InputError(f"{target}: a damaged converted model that cannot be removed ({e.strerror or e}); "
+                         "delete it and run again") from None
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _convert_gguf(gguf_path: Path, target: Path) -> None:
@@ -135,7 +161,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
             os.replace(tmp, target)
         except OSError:
             # Another process finished the same conversion first: theirs is as good.
-            if not (target / "model.safetensors").is_file():
+            if not _usable(target):
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -67,7 +67,7 @@ def save(path: Path, w: ModelWeights) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
         os.replace(tmp, path)  # readers see the whole file or none
-    except OSError:
+    except Exception:  # noqa: BLE001 - OSError, or safetensors' own SafetensorError on a write failure
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # the folder itself could not be made

@@ -7,6 +7,7 @@ int8 (CPU only) packs each matrix, the embedding included, as `engine.int8_gemv`
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,12 +71,10 @@ class TensorReader:
         self._where: dict[str, tuple[Path, int, dict]] = {}
         self.metadata: dict[str, str] = {}
         for path in paths:
-            with open(path, "rb") as fh:
-                n = int.from_bytes(fh.read(8), "little")
-                header = json.loads(fh.read(n))
+            header, base = read_header(path)
             self.metadata.update(header.pop("__metadata__", None) or {})
             for name, info in header.items():
-                self._where[name] = (path, 8 + n, info)
+                self._where[name] = (path, base, info)
         self._files: dict[Path, object] = {}
 
     @classmethod
@@ -109,8 +108,11 @@ class TensorReader:
         fh = self._files.get(path) or self._files.setdefault(path, open(path, "rb"))
         fh.seek(base + begin)
         # Read straight into the tensor's memory (a uint8 view of the same bytes).
-        fh.readinto(memoryview(out.view(-1).view(torch.uint8).numpy()))
-        assert out.numel() * out.element_size() == end - begin
+        if out.numel() * out.element_size() != end - begin:
+            raise DamagedWeightsError(f"{path}: tensor {name} does not match its header (a damaged file)")
+        got = fh.readinto(memoryview(out.view(-1).view(torch.uint8).numpy()))
+        if got != end - begin:  # cut short since it was opened: never hand out unread memory
+            raise DamagedWeightsError(f"{path}: cut short while reading {name} (a damaged file)")
         return out
 
     def close(self) -> None:
@@ -126,6 +128,37 @@ class TensorReader:
 
     def maybe(self, name: str) -> torch.Tensor | None:
         return self.get(name) if name in self._where else None
+
+
+class DamagedWeightsError(InputError):
+    """A safetensors file shorter than its header says, or otherwise unreadable: a copy or
+    conversion cut short. Callers that made the file (the caches) make it again."""
+
+
+def read_header(path: Path) -> tuple[dict, int]:
+    """A safetensors file's header and where its data starts, after checking the file
+    holds every byte the header names: a truncated file (an interrupted copy of the cache)
+    would otherwise load as whatever memory the tensors were given."""
+    try:
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            header = json.loads(fh.read(n))
+            size = os.fstat(fh.fileno()).st_size
+        ends = [int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"]
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError, MemoryError) as e:
+        raise DamagedWeightsError(f"{path}: not a readable safetensors file ({type(e).__name__})") from None
+    if size < 8 + n + max(ends, default=0):
+        raise DamagedWeightsError(f"{path}: cut short ({size:,} bytes of {8 + n + max(ends):,}; a damaged file)")
+    return header, 8 + n
+
+
+def is_complete(path: Path) -> bool:
+    """Whether `path` is a safetensors file holding every byte its header names."""
+    try:
+        read_header(path)
+    except (DamagedWeightsError, OSError):
+        return False
+    return True
 
 
 def _permute_heads(w: torch.Tensor, n_heads: int, head_dim: int, perm: torch.Tensor) -> torch.Tensor:

@@ -127,10 +127,16 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
         rates[name] = round(statistics.median(history[name]), 2)
     rates.setdefault("embed_tok_s", Throughput().embed_tok_s)
     data[key] = rates
-    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+    except OSError:  # a read-only or full cache folder: the next plan keeps the old rates
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def planning_facts(settings: Settings) -> ModelFacts:

@@ -81,3 +81,35 @@ def test_engine_from_the_cache_gives_the_same_tokens(tiny_models, tmp_path, monk
     for _ in range(2):  # packs and writes, then reads
         got = NativeBackend.load(folder, weights="int8", pack_cache=tmp_path).engine.prompt_logits(ids)
         assert torch.equal(want, got)
+
+
+def test_a_cache_file_cut_short_is_packed_afresh_not_read_as_weights(tiny_models, tmp_path, monkeypatch):
+    # An interrupted copy of the cache: the header is whole, the data is not. Read as it
+    # was, the missing bytes were whatever memory the tensors got (answers of ' I, I, I').
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tiny_models["llama"]
+    cfg = load_config(folder)
+    pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path)
+    path = pack_cache.cache_file(tmp_path, folder)
+    os.truncate(path, path.stat().st_size - 1000)
+    assert pack_cache.load(path, cfg) is None
+    fresh = load_weights(folder, cfg, "int8")
+    assert _same(fresh, pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path))
+    assert pack_cache.load(path, cfg) is not None  # written again, whole
+
+
+def test_a_safetensors_write_error_is_a_cache_miss(tiny_models, tmp_path, monkeypatch):
+    # safetensors reports a failed write (read-only folder, full disk) as its own
+    # SafetensorError, not an OSError.
+    import safetensors
+    import safetensors.torch
+
+    def failing_save(*a, **k):
+        raise safetensors.SafetensorError("Error while serializing: I/O error: Permission denied (os error 13)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", failing_save)
+    folder = tiny_models["llama"]
+    cfg = load_config(folder)
+    w = load_weights(folder, cfg, "int8")
+    assert pack_cache.save(tmp_path / "x.int8.safetensors", w) is False
+    assert list(tmp_path.iterdir()) == []

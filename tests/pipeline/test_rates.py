@@ -98,3 +98,13 @@ def test_rates_written_before_the_history_start_it(tmp_path):
     path.write_text(json.dumps(data))
     save_rates(settings, 100.0, 10.0)
     assert load_rates(settings).decode_tok_s == 15.0  # the old rate is one sample
+
+
+def test_a_cache_folder_that_cannot_be_written_keeps_no_rates_and_raises_nothing(tmp_path):
+    # The answer has streamed when the rates are saved: a read-only or full cache folder
+    # must not turn it into an error (it lost the answer's citations and exit status).
+    blocked = tmp_path / "blocked"
+    blocked.write_text("")
+    settings = replace(Settings(), cache_dir=str(blocked / "cache"))
+    save_rates(settings, 300.0, 20.0)
+    assert load_rates(settings) == Throughput()
