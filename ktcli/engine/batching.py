@@ -80,6 +80,7 @@ def chat_ids(tokenizer, messages: list[Message]) -> list[int]:
 class Runner(Protocol):
     name: str
     context_window: int
+    vocab_size: int  # rows of the model's embedding: a prompt's ids must be below it
     max_batch: int
 
     def encode_chat(self, messages: list[Message]) -> list[int]:
@@ -140,6 +141,7 @@ class NativeRunner:
         self.engine = backend.engine
         self.tokenizer = backend.tokenizer
         self.context_window = int(backend.context_window)
+        self.vocab_size = int(backend.cfg.vocab_size)
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -159,9 +161,9 @@ class NativeRunner:
                     ended[i] = True
                     self.engine.abort(i)
                 self._drop_cancelled(jobs, ended)
-        except Exception as e:  # noqa: BLE001 - reported to every waiting client
-            for s in streams:
-                s.job.fail(f"generation failed: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - reported to the waiting clients
+            gen.close()
+            _after_failure(jobs, e, self.run)
             return
         finally:
             gen.close()
@@ -187,6 +189,7 @@ class HFRunner:
         self.model = backend.model
         self.tokenizer = backend.tokenizer
         self.context_window = int(backend.context_window)
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
         self.max_batch = max(1, max_batch)
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         eos = self.model.generation_config.eos_token_id
@@ -246,13 +249,28 @@ class HFRunner:
             with torch.inference_mode():
                 self.model.generate(input_ids, attention_mask=mask, streamer=RowStreamer(),
                                     stopping_criteria=StoppingCriteriaList([RowsDone()]), **kwargs)
-        except Exception as e:  # noqa: BLE001 - reported to every waiting client
-            for s in streams:
-                s.job.fail(f"generation failed: {type(e).__name__}: {e}")
+        except Exception as e:  # noqa: BLE001 - reported to the waiting clients
+            _after_failure(jobs, e, self.run)
             return
         for i, s in enumerate(streams):
             if not ended[i]:
                 s.close("length")
+
+
+def _after_failure(jobs: list[Job], error: Exception, run: Callable[[list[Job]], None]) -> None:
+    """A batch failed. One request must not fail the others it was batched with: where
+    no job of the batch had a token yet (the failure came in the prefill, where a bad
+    prompt fails), each runs again alone and only the one that fails alone gets the error.
+    A batch that failed mid-answer cannot be replayed without repeating text: it all fails."""
+    if len(jobs) > 1 and not any(j.completion_tokens for j in jobs):
+        for job in jobs:
+            if job.live:
+                run([job])
+            else:
+                job.finish("cancelled")
+        return
+    for job in jobs:
+        job.fail(f"generation failed: {type(error).__name__}: {error}")
 
 
 def _hf_sampling(params: SamplingParams, pad: int) -> dict:

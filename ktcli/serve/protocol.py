@@ -135,13 +135,17 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
     return out
 
 
-def parse_prompt(body: dict, encode: Callable[[str], list[int]]) -> list[int]:
+def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str) and prompt:
         return encode(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+        bad = next((t for t in prompt if t >= vocab_size), None)
+        if bad is not None:  # it would fail the whole batch it joined in the engine
+            raise ApiError(400, f"'prompt' token id {bad} is outside this model's vocabulary (0-{vocab_size - 1})",
+                           param="prompt")
         return list(prompt)
     raise ApiError(400, "'prompt' must be a non-empty string (or one list of token ids)", param="prompt")
 
@@ -187,13 +191,13 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> Samp
     )
 
 
-def parse_generation(kind: str, body: dict, *, served: str, window: int, default_max: int,
+def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_size: int, default_max: int,
                      encode_chat: Callable[[list[dict[str, str]]], list[int]],
                      encode_text: Callable[[str], list[int]]) -> GenRequest:
     check_model(body, served)
     stream = _flag(body, "stream")
     include_usage = _include_usage(body)
-    ids = encode_chat(parse_messages(body)) if kind == "chat" else parse_prompt(body, encode_text)
+    ids = encode_chat(parse_messages(body)) if kind == "chat" else parse_prompt(body, encode_text, vocab_size)
     return GenRequest(kind, ids, sampling(body, len(ids), window, default_max), stream, include_usage)
 
 

@@ -37,6 +37,7 @@ class FakeTokenizer:
 class FakeRunner:
     name = "fake"
     context_window = 64
+    vocab_size = 100
     max_batch = 8
 
     def __init__(self, step_s: float = 0.01) -> None:
@@ -201,6 +202,8 @@ def test_bad_prompts_and_routes(served):
     assert request(port, "GET", "/v1/nothing")[0] == 404
     assert request(port, "GET", "/v1/chat/completions")[0] == 405
     assert request(port, "POST", "/v1/completions", {"prompt": [3, 4]})[0] == 200  # token ids are fine
+    got, payload = request(port, "POST", "/v1/completions", {"prompt": [3, 100]})  # the vocabulary is 0-99
+    assert got == 400 and "outside this model's vocabulary (0-99)" in payload["error"]["message"]
 
 
 def test_missing_length_and_huge_body(served):

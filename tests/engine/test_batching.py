@@ -1,0 +1,55 @@
+"""Serving's runners: one request that fails in the engine does not fail the requests it
+was batched with."""
+
+from __future__ import annotations
+
+import pytest
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.engine.batching import Job, NativeRunner
+from ktcli.engine.native import NativeBackend
+
+
+def _events(job: Job) -> list[tuple[str, str]]:
+    out = []
+    while not job.events.empty():
+        out.append(job.events.get_nowait())
+    return out
+
+
+@pytest.fixture(scope="module")
+def runner(tiny_models) -> NativeRunner:
+    runner = NativeRunner(NativeBackend.load(tiny_models["llama"], weights="fp32"))
+    runner._decode = lambda ids: "".join(f" t{i}" for i in ids)  # the test model has no tokenizer
+    return runner
+
+
+def test_a_prompt_that_fails_alone_fails_alone(runner):
+    params = SamplingParams(max_new_tokens=4)
+    good = [Job([5, 6, 7, 8], params), Job([9, 10, 11], params)]
+    bad = Job([5, runner.vocab_size + 7], params)  # past the embedding: the engine raises
+    runner.run([good[0], bad, good[1]])
+    for job in good:
+        events = _events(job)
+        assert events[-1] == ("done", "length") and job.completion_tokens == 4, events
+    assert [kind for kind, _ in _events(bad)] == ["error"]
+    alone = [Job([5, 6, 7, 8], params)]
+    runner.run(alone)  # the engine still serves, with the same answer as in the batch
+    assert _events(alone[0])[-1] == ("done", "length") and alone[0].completion_tokens == 4
+
+
+def test_a_failure_after_tokens_were_streamed_fails_the_batch(runner, monkeypatch):
+    params = SamplingParams(max_new_tokens=6)
+    jobs = [Job([5, 6, 7], params), Job([8, 9], params)]
+    real = runner.engine.generate
+
+    def failing_midway(*args, **kwargs):
+        for n, item in enumerate(real(*args, **kwargs)):
+            if n == 3:
+                raise RuntimeError("lost the device")
+            yield item
+
+    monkeypatch.setattr(runner.engine, "generate", failing_midway)
+    runner.run(jobs)  # replaying would repeat text the clients already have
+    for job in jobs:
+        assert _events(job)[-1] == ("error", "generation failed: RuntimeError: lost the device")
