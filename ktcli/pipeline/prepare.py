@@ -9,7 +9,6 @@ import json
 import os
 import statistics
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 from ktcli.config import Settings, parse_bytes
 from ktcli.engine.model_store import model_facts, resolve_model
@@ -280,9 +279,3 @@ def _outlines(corpus: Corpus) -> dict[str, list[tuple[int, str]]]:
         if kept is not None:
             out[doc.path] = kept
     return out
-
-
-def cache_dir(settings: Settings) -> Path:
-    path = settings.cache_path
-    path.mkdir(parents=True, exist_ok=True)
-    return path
