@@ -102,7 +102,7 @@ def is_converted(source: ModelSource, cache_dir: Path) -> bool:
 def _usable(target: Path) -> bool:
     """A converted folder whose weights hold every byte their header names: a cache copied
     or synced with its model file cut short is converted again, not loaded as garbage."""
-    from ktcli.engine.weights import is_complete
+    from ktcli.engine.safetensors_header import is_complete
 
     return is_complete(target / "model.safetensors")
 

@@ -7,7 +7,6 @@ int8 (CPU only) packs each matrix, the embedding included, as `engine.int8_gemv`
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from safetensors import safe_open
 from ktcli.engine import int8_gemv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.rope import interleave_permutation
+from ktcli.engine.safetensors_header import DamagedWeightsError, read_header
 from ktcli.errors import InputError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.uint8}
@@ -128,37 +128,6 @@ class TensorReader:
 
     def maybe(self, name: str) -> torch.Tensor | None:
         return self.get(name) if name in self._where else None
-
-
-class DamagedWeightsError(InputError):
-    """A safetensors file shorter than its header says, or otherwise unreadable: a copy or
-    conversion cut short. Callers that made the file (the caches) make it again."""
-
-
-def read_header(path: Path) -> tuple[dict, int]:
-    """A safetensors file's header and where its data starts, after checking the file
-    holds every byte the header names: a truncated file (an interrupted copy of the cache)
-    would otherwise load as whatever memory the tensors were given."""
-    try:
-        with open(path, "rb") as fh:
-            n = int.from_bytes(fh.read(8), "little")
-            header = json.loads(fh.read(n))
-            size = os.fstat(fh.fileno()).st_size
-        ends = [int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"]
-    except (ValueError, KeyError, TypeError, IndexError, AttributeError, MemoryError) as e:
-        raise DamagedWeightsError(f"{path}: not a readable safetensors file ({type(e).__name__})") from None
-    if size < 8 + n + max(ends, default=0):
-        raise DamagedWeightsError(f"{path}: cut short ({size:,} bytes of {8 + n + max(ends):,}; a damaged file)")
-    return header, 8 + n
-
-
-def is_complete(path: Path) -> bool:
-    """Whether `path` is a safetensors file holding every byte its header names."""
-    try:
-        read_header(path)
-    except (DamagedWeightsError, OSError):
-        return False
-    return True
 
 
 def _permute_heads(w: torch.Tensor, n_heads: int, head_dim: int, perm: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,8 @@ from safetensors.torch import save_file
 
 from ktcli.engine import model_store
 from ktcli.engine.model_store import ModelSource, converted_dir, ensure_hf_dir, is_converted
-from ktcli.engine.weights import DamagedWeightsError, TensorReader
+from ktcli.engine.safetensors_header import DamagedWeightsError
+from ktcli.engine.weights import TensorReader
 from ktcli.errors import InputError
 
 
