@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 inte
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -192,10 +193,36 @@ def split_plan_args(args: list[str]) -> tuple[list[str], str]:
 
 
 def main() -> None:
+    usage_error, click_error, no_args_is_help = _parse_errors()
     try:
-        app()
-    except KeyboardInterrupt:
+        # Not standalone: the parser's own errors (a bad --top-k, an unknown option, a
+        # missing argument) come here to be said in one line, not typer's boxed block.
+        code = app(standalone_mode=False, prog_name="ktcli")
+    except no_args_is_help as e:  # `ktcli` alone: its help, as click would show it
+        print(e.ctx.get_help() if e.ctx else "", file=sys.stderr)
+        raise SystemExit(2) from None
+    except usage_error as e:
+        command = e.ctx.command_path if e.ctx else "ktcli"
+        fail(f"{_one_line(e.format_message())} (see `{command} --help`)", 2)
+    except click_error as e:
+        fail(_one_line(e.format_message()), e.exit_code)
+    except (KeyboardInterrupt, typer.Abort):
         fail("interrupted", 130)
+    raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _parse_errors() -> tuple[type, type, type]:
+    """click's UsageError, ClickException and NoArgsIsHelpError, found through typer:
+    typer 0.12-0.15 raises click's own, later versions a copy of click inside typer."""
+    mro = typer.BadParameter.__mro__
+    usage = next(c for c in mro if c.__name__ == "UsageError")
+    base = next(c for c in mro if c.__name__ == "ClickException")
+    no_args = getattr(sys.modules[usage.__module__], "NoArgsIsHelpError", None)
+    return usage, base, no_args or type("NeverRaised", (Exception,), {})
+
+
+def _one_line(message: str) -> str:
+    return " ".join(message.split())
 
 
 if __name__ == "__main__":
