@@ -150,6 +150,11 @@ def parse_attention(spec: str) -> tuple[str, int | None]:
     return kind, int(pages)
 
 
+# 1024 x an 8K window is 8M positions, far past any input ktcli reads; an infinite factor
+# made every position the same and the answer empty.
+MAX_ROPE_FACTOR = 1024
+
+
 def parse_rope_scaling(spec: str) -> tuple[str, float] | None:
     """'yarn:4', 'linear' (factor 2) -> (kind, factor); 'none' / 'default' -> None (the
     model's own RoPE); ValueError if not."""
@@ -163,8 +168,8 @@ def parse_rope_scaling(spec: str) -> tuple[str, float] | None:
         f = float(factor) if factor else 2.0
     except ValueError:
         raise ValueError(f"--rope-scaling {spec!r}: the factor must be a number") from None
-    if not f >= 1:  # also rejects nan
-        raise ValueError(f"--rope-scaling {spec!r}: the factor must be at least 1")
+    if not 1 <= f <= MAX_ROPE_FACTOR:  # also rejects nan and inf
+        raise ValueError(f"--rope-scaling {spec!r}: the factor must be from 1 to {MAX_ROPE_FACTOR}")
     return kind, f
 
 
