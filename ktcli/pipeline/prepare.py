@@ -16,7 +16,7 @@ from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.prompts import evidence_block
+from ktcli.pipeline.prompts import evidence_block, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
@@ -194,12 +194,18 @@ def prepare(
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
                            for d, n in zip(corpus.documents, doc_tokens))
     facts = planning_facts(settings)
-    cached = _cached_prompt_tokens(corpus, question, task, settings, facts, estimate)
+    tokenizer = _model_tokenizer(settings, facts, estimate)
+    # The model's own count where it can decide the mode: tiktoken's estimate scaled by
+    # 1.25 is right for English and code, but Japanese text of 7.5K estimated tokens was
+    # 10.1K of SmolLM2's, so the plan said "full" and the run switched to retrieval.
+    per_estimate = (len(tokenizer.encode(whole_input(corpus.documents))) / max(estimate, 1)
+                    if tokenizer is not None else MODEL_TOKENS_PER_ESTIMATE)
+    cached = _cached_prompt_tokens(corpus, question, task, settings, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     request = PlanRequest(
         task=task,
-        corpus_tokens=int(estimate * MODEL_TOKENS_PER_ESTIMATE),
-        question_tokens=int(count_tokens(question) * MODEL_TOKENS_PER_ESTIMATE) if question else 0,
+        corpus_tokens=int(estimate * per_estimate),
+        question_tokens=int(count_tokens(question) * per_estimate) if question else 0,
         n_documents=len(corpus.documents),
         mode=settings.mode,
         chunk_tokens=settings.chunk_tokens,
@@ -212,44 +218,54 @@ def prepare(
         kv_dtype=settings.kv_dtype,
         attention=settings.attention,
         sparse_ok=settings.backend == "local" and settings.engine == "ktcli",
-        outline_tokens=int(outline_estimate * MODEL_TOKENS_PER_ESTIMATE),
+        outline_tokens=int(outline_estimate * per_estimate),
         outline_files=len(outlines),
         outline=settings.outline,
         cached_tokens=cached,
-        uncached_tokens=None if to_embed is None else int(estimate * MODEL_TOKENS_PER_ESTIMATE * to_embed),
+        uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {})
 
 
-def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Settings, facts: ModelFacts,
-                          estimate: int) -> int:
+def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):
+    """The local model's own tokenizer, where the input is near enough to the window for
+    its count to decide the mode (up to twice the window by the estimate); None for a
+    server, a model not converted yet, or an input far past the window. Costs the
+    tokenizer's load (the engine then reuses it) and one tokenisation (~20 ms for 10K)."""
+    if settings.backend != "local" or estimate * MODEL_TOKENS_PER_ESTIMATE > 2 * facts.context_window:
+        return None
+    from ktcli.engine.model_store import converted_dir, is_converted
+    from ktcli.engine.tokenizer import load_chat_tokenizer
+
+    source = resolve_model(settings.model)
+    if not is_converted(source, settings.cache_path):
+        return None
+    folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)
+    if not (folder / "tokenizer.json").is_file():
+        return None
+    return load_chat_tokenizer(folder)
+
+
+def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Settings, tokenizer) -> int:
     """Tokens of this question's whole-read prompt the engine's prompt cache holds (what
     `pipeline.qa` would send; `engine.prefix_store`), so the plan does not count their
     prefill: a second question about the same input answers in ~2 s, not the ~9 s of a
     first. 0 where no whole read with dense pages on the local engine can follow, or the
-    model is not converted yet (no entry can exist). Costs the tokenizer's load, which
-    the engine then reuses, and one tokenisation of an input that fits the window."""
+    model's tokenizer is not at hand (`_model_tokenizer`: no entry can exist)."""
     dense = settings.kv_dtype in ("auto", "fp32", "bf16", "fp16") and settings.attention in ("auto", "dense")
-    if (task != "ask" or not settings.prompt_cache or settings.backend != "local" or settings.engine != "ktcli"
-            or settings.mode not in ("auto", "full") or not dense
-            or estimate * MODEL_TOKENS_PER_ESTIMATE > facts.context_window):
+    if (tokenizer is None or task != "ask" or not settings.prompt_cache or settings.engine != "ktcli"
+            or settings.mode not in ("auto", "full") or not dense):
         return 0
-    from ktcli.engine.model_store import converted_dir, is_converted
     from ktcli.engine.prefix_store import stored_prefix
-    from ktcli.engine.tokenizer import load_chat_tokenizer
     from ktcli.pipeline import prompts
 
-    source = resolve_model(settings.model)
     root = settings.cache_path / "prompts"
-    if not is_converted(source, settings.cache_path) or not root.is_dir():
+    if not root.is_dir():
         return 0
-    folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)
-    if not (folder / "tokenizer.json").is_file():
-        return 0
-    messages = prompts.ask_messages(question.strip(), prompts.whole_input(corpus.documents))
-    ids = load_chat_tokenizer(folder).apply_chat_template(messages, add_generation_prompt=True)
+    messages = prompts.ask_messages(question.strip(), whole_input(corpus.documents))
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     return max(0, min(stored_prefix(root, ids), len(ids) - 1))
 
 

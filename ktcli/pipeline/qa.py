@@ -40,8 +40,10 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                 "use --mode auto or retrieval"
             )
         # The estimate said it fits, the exact count says no: retrieval is the safe path.
-        reporter.warn(f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval")
-        plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks))
+        switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval"
+        reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
+        plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks),
+                       reasons=(switched,))
     return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)
 
 

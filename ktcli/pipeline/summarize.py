@@ -36,8 +36,9 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens{_outlined(prep)})")
             summary = stream_answer(backend, messages, params, tally, reporter)
             return _answer(summary, prep, plan, tally, 1)
-        reporter.warn(f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts")
-        plan = replace(plan, mode=Mode.RETRIEVAL)
+        switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
+        reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
+        plan = replace(plan, mode=Mode.RETRIEVAL, reasons=(switched,))
 
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
     budget = plan.evidence_budget if plan.mode is Mode.RETRIEVAL and plan.evidence_budget else 4096

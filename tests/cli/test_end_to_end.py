@@ -163,3 +163,25 @@ def test_quiet_leaves_stderr_empty(cache):
     assert proc.returncode == 0
     assert proc.stderr.decode().strip() == ""
     assert proc.stdout.strip()
+
+
+def test_plan_counts_with_the_models_own_tokenizer(cache, tmp_path):
+    # Japanese text that tiktoken puts at ~7.5K tokens is ~10.1K of SmolLM2's: the plan said
+    # "full" and the run switched to retrieval. With the converted model's tokenizer at
+    # hand the plan counts what the run will count.
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import ROOT, empty_config
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")},
+           "KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)), "HF_HUB_OFFLINE": "1"}
+    prepared = subprocess.run([sys.executable, "-m", "ktcli.engine.loading"], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=600)  # converts once, as setup does
+    assert prepared.returncode == 0, prepared.stderr[-2000:]
+    line = "東京の天気は晴れです。私は毎朝コーヒーを飲みます。この報告書は第三四半期の売上について説明します。"
+    doc = tmp_path / "ja.txt"
+    doc.write_text("\n".join(f"{i}行目: {line}" for i in range(105)), encoding="utf-8")
+    plan = payload(run_ktcli(["plan", str(doc), "秘密の合言葉は何ですか?", "--json"], cache))["plan"]
+    assert plan["mode"] == "retrieval" and plan["input_tokens"] > 9500, plan

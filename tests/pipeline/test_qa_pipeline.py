@@ -128,7 +128,9 @@ def test_full_mode_asked_for_is_never_swapped_for_retrieval(haystack, tmp_path):
         assert prep.plan.mode is Mode.FULL
         small = FakeBackend(context_window=prep.plan.input_tokens // 2)
         if mode == "auto":
-            assert answer_question(prep, small, settings, NullReporter(), Tally()).plan.mode is Mode.RETRIEVAL
+            plan = answer_question(prep, small, settings, NullReporter(), Tally()).plan
+            assert plan.mode is Mode.RETRIEVAL
+            assert len(plan.reasons) == 1 and "using retrieval" in plan.reasons[0]  # --json says why
         else:
             with pytest.raises(UsageError, match="--mode full: the input is"):
                 answer_question(prep, small, settings, NullReporter(), Tally())
