@@ -32,12 +32,13 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         backend = HFBackend(model_dir, threads=settings.threads, dtype=dtype)
     elif settings.engine == "ktcli":
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
+        from ktcli.engine.pack_cache import PACKED_DIR
         from ktcli.engine.threads import cpu_sample, govern
 
         load_started = cpu_sample()
         prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
         backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                     pack_cache=settings.cache_path / "packed", prefix_cache=prompts,
+                                     pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
                                      **_long_context(settings, plan))
         govern(backend.engine, settings.threads, load_started)
     else:

@@ -9,6 +9,7 @@ about one second.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import importlib.metadata
 import json
@@ -85,10 +86,24 @@ def _from_hf_cache(repo_id: str) -> Path:
     return Path(local)
 
 
+# A GGUF file's fingerprint reads this much of each end: its size and both ends tell
+# models apart (the start holds the metadata and vocabulary, the end weights).
+_FINGERPRINT_BYTES = 1 << 20
+
+
 def _fingerprint(path: Path) -> str:
-    st = path.stat()
-    raw = f"{path.resolve()}|{st.st_size}|{int(st.st_mtime)}"
-    return hashlib.sha256(raw.encode()).hexdigest()[:16]
+    """What the converted folder is named by: the file's content, not its path or mtime.
+    Keyed by path, every virtualenv and every reinstall of the same wheel converted the
+    model again (40 s) and left another 517 MB folder behind: ten of them on one machine."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        digest.update(f"{size}|".encode())
+        digest.update(f.read(_FINGERPRINT_BYTES))
+        if size > 2 * _FINGERPRINT_BYTES:
+            f.seek(size - _FINGERPRINT_BYTES)
+        digest.update(f.read(_FINGERPRINT_BYTES))
+    return digest.hexdigest()[:16]
 
 
 def converted_dir(source: ModelSource, cache_dir: Path) -> Path:
@@ -127,7 +142,23 @@ def ensure_hf_dir(
     except OSError as e:  # the cache folder cannot be written (read-only, full)
         raise InputError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
                          f"({e.strerror or e}): make it writable, or choose another with --cache-dir") from None
+    _drop_older_conversions(target, cache_dir)
     return target
+
+
+def _drop_older_conversions(target: Path, cache_dir: Path) -> None:
+    """Remove the other conversions of a GGUF file of the same name (an upgraded model, or
+    folders named by the path-and-mtime key used before) and their packed weights: each
+    is ~4x the GGUF. A conversion still being written (.tmp-) is left alone."""
+    from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
+
+    stem = target.name.rsplit("-", 1)[0]
+    for other in target.parent.glob(f"{glob.escape(stem)}-*"):
+        name = other.name
+        if other == target or ".tmp-" in name or ".damaged-" in name or name.rsplit("-", 1)[0] != stem:
+            continue
+        shutil.rmtree(other, ignore_errors=True)
+        drop_packed(cache_dir / PACKED_DIR, name)
 
 
 def _discard(target: Path) -> None:

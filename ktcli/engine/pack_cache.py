@@ -15,6 +15,7 @@ pack afresh; a cache folder that cannot be written is skipped silently.
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import os
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from ktcli.engine.config import ModelConfig
 from ktcli.engine.weights import LayerWeights, ModelWeights, load_weights
 
 FORMAT = 1
+PACKED_DIR = "packed"  # under the cache folder
 _LAYER_FIELDS = [f.name for f in fields(LayerWeights)]
 
 
@@ -75,6 +77,16 @@ def save(path: Path, w: ModelWeights) -> bool:
         return False
     _drop_stale(path)
     return True
+
+
+def drop_packed(root: Path, folder_name: str) -> None:
+    """Remove the packed files of model folders named `folder_name` (one that is gone)."""
+    for old in Path(root).glob(f"{glob.escape(folder_name)}-*.int8.safetensors"):
+        if old.name.rsplit("-", 1)[0] == folder_name:
+            try:
+                old.unlink()
+            except OSError:
+                pass
 
 
 def _drop_stale(path: Path) -> None:

@@ -13,8 +13,8 @@ prompt's 130 MB of rows never holds more than one layer's 4 MB beside the KV pag
 lookup reads only the ids of each entry (a few KB) and takes the longest common prefix;
 the rows are then read for that prefix only. Entries belong to one model, weight dtype,
 page dtype, prefill dtype, position encoding and device (`store_key`): rows computed any
-other way are never read. The store keeps MAX_BYTES; the least recently used entries go
-first. Anything unexpected in a file (a short read, a shape that does not fit) counts as
+other way are never read. The store keeps MAX_BYTES across all its key folders; the least
+recently used entries go first. Anything unexpected in a file (a short read, a shape that does not fit) counts as
 no entry, and a folder that cannot be written is skipped: the store only ever saves work.
 
 File: MAGIC, a JSON header line ({"tokens": P, "layers": L, "heads": H, "dim": D, "dtype"}),
@@ -138,9 +138,24 @@ class PrefixStore:
         except OSError:
             return []
 
+    def _all_entries(self) -> list[Path]:
+        """Entries of every key folder under the store's root: MAX_BYTES bounds them all
+        (per key, each weight and page dtype tried kept a GiB of its own)."""
+        try:
+            folders = [p for p in self.folder.parent.iterdir() if p.is_dir()]
+        except OSError:
+            return []
+        out = []
+        for folder in folders:
+            try:
+                out += [p for p in folder.iterdir() if p.name.endswith(_SUFFIX)]
+            except OSError:
+                continue
+        return out
+
     def _trim(self, keep: Path) -> None:
         sized = []
-        for p in self._entries():
+        for p in self._all_entries():
             try:
                 st = p.stat()
             except OSError:

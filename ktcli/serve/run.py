@@ -25,6 +25,7 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     if settings.engine != "ktcli":
         raise UsageError(f"--engine {settings.engine!r}: ktcli serve runs ktcli or hf")
     from ktcli.engine.native import NativeBackend
+    from ktcli.engine.pack_cache import PACKED_DIR
     from ktcli.engine.threads import cpu_sample, govern
 
     model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
@@ -33,7 +34,7 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     # the engine reads their K/V back from the prompt cache (engine.prefix_store).
     prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
     backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                 pack_cache=settings.cache_path / "packed", prefix_cache=prompts,
+                                 pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
                                  **_engine_options(NativeBackend.load, settings))
     govern(backend.engine, settings.threads, load_started)
     return backend

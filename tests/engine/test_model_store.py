@@ -55,3 +55,28 @@ def test_a_cache_folder_that_cannot_be_written_is_one_line(source, tmp_path):
     with pytest.raises(InputError, match="cannot convert tiny.gguf into the cache folder"):
         ensure_hf_dir(source, blocked / "cache")
     assert not converted_dir(source, blocked / "cache").exists()
+
+
+def test_the_conversion_is_named_by_content_and_replaces_older_ones(tmp_path, monkeypatch):
+    # The same GGUF in two virtualenvs (or reinstalled) is converted once; a new GGUF of
+    # the same name drops the old conversion and its packed weights.
+    calls: list[Path] = []
+    monkeypatch.setattr(model_store, "_convert_gguf", _fake_convert(calls))
+    cache = tmp_path / "cache"
+    copies = []
+    for venv in ("a", "b"):
+        gguf = tmp_path / venv / "tiny.gguf"
+        gguf.parent.mkdir()
+        gguf.write_bytes(b"GGUF" + bytes(range(256)) * 9000)
+        copies.append(ModelSource("tiny", "gguf", gguf))
+    first = ensure_hf_dir(copies[0], cache)
+    assert ensure_hf_dir(copies[1], cache) == first and len(calls) == 1
+    (cache / "packed").mkdir()
+    old_packed = cache / "packed" / f"{first.name}-0123456789abcdef.int8.safetensors"
+    old_packed.write_bytes(b"x")
+    other_model = cache / "packed" / "other-0123456789abcdef-0123456789abcdef.int8.safetensors"
+    other_model.write_bytes(b"x")
+    copies[1].path.write_bytes(b"GGUF" + bytes(range(256)) * 9001)  # an upgraded model, same name
+    second = ensure_hf_dir(copies[1], cache)
+    assert second != first and len(calls) == 2
+    assert not first.exists() and not old_packed.exists() and other_model.exists()

@@ -59,6 +59,18 @@ def test_least_recently_used_entries_go_when_the_store_is_full(tmp_path):
     assert store.longest(list(range(2000, 2064))) is not None
 
 
+def test_the_size_limit_bounds_every_key_folder_together(tmp_path):
+    # Each weight or page dtype tried keeps its own key folder: the limit is for them all.
+    k, v = rows(64)
+    one = 2 * k.numel() * 4
+    first, second = (PrefixStore(tmp_path, key, max_bytes=int(2.5 * one), min_reuse=4) for key in ("m1", "m2"))
+    save(first, list(range(0, 64)), k, v)
+    save(first, list(range(100, 164)), k, v)
+    save(second, list(range(200, 264)), k, v)  # a third entry, in another folder
+    held = sorted(p.name for p in tmp_path.rglob("*.kv"))
+    assert len(held) == 2 and second.longest(list(range(200, 264))) is not None
+
+
 def test_a_damaged_entry_counts_as_none(tmp_path):
     store = PrefixStore(tmp_path, "m", min_reuse=4)
     save(store, list(range(40)), *rows(40))
