@@ -80,9 +80,11 @@ def save(path: Path, w: ModelWeights) -> bool:
 
 
 def drop_packed(root: Path, folder_name: str) -> None:
-    """Remove the packed files of model folders named `folder_name` (one that is gone)."""
-    for old in Path(root).glob(f"{glob.escape(folder_name)}-*.int8.safetensors"):
-        if old.name.rsplit("-", 1)[0] == folder_name:
+    """Remove what is kept under `root` for model folders named `folder_name` (one that is
+    gone): packed weights, int4 key calibrations (`<folder name>-<key>.<kind>`)."""
+    for old in Path(root).glob(f"{glob.escape(folder_name)}-*"):
+        key = old.name[len(folder_name) + 1 :].split(".", 1)[0]
+        if "-" not in key and old.is_file():
             try:
                 old.unlink()
             except OSError:

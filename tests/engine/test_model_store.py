@@ -74,9 +74,11 @@ def test_the_conversion_is_named_by_content_and_replaces_older_ones(tmp_path, mo
     (cache / "packed").mkdir()
     old_packed = cache / "packed" / f"{first.name}-0123456789abcdef.int8.safetensors"
     old_packed.write_bytes(b"x")
+    old_keys = cache / "packed" / f"{first.name}-fedcba9876543210.keyweights.pt"
+    old_keys.write_bytes(b"x")
     other_model = cache / "packed" / "other-0123456789abcdef-0123456789abcdef.int8.safetensors"
     other_model.write_bytes(b"x")
     copies[1].path.write_bytes(b"GGUF" + bytes(range(256)) * 9001)  # an upgraded model, same name
     second = ensure_hf_dir(copies[1], cache)
     assert second != first and len(calls) == 2
-    assert not first.exists() and not old_packed.exists() and other_model.exists()
+    assert not first.exists() and not old_packed.exists() and not old_keys.exists() and other_model.exists()
