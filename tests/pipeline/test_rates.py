@@ -64,6 +64,10 @@ def test_planning_facts_give_the_widths_and_count_the_runtime_where_the_budget_i
     cpu = prepare.planning_facts(Settings())
     assert (cpu.hidden_size, cpu.intermediate_size) == (576, 1536)  # SmolLM2-135M
     assert cpu.host_bytes == CPU_RUNTIME_BYTES
+    # transformers in bf16 casts from the fp32 file, which is resident while it loads
+    hf_bf16 = prepare.planning_facts(replace(Settings(), engine="hf", weights="bf16"))
+    assert hf_bf16.host_bytes == CPU_RUNTIME_BYTES + 4 * hf_bf16.n_params
+    assert prepare.planning_facts(replace(Settings(), engine="hf")).host_bytes == CPU_RUNTIME_BYTES
     monkeypatch.setattr(prepare, "_on_gpu", lambda s: True)
     assert prepare.planning_facts(Settings()).host_bytes == 0  # a GPU's budget is its own memory
 
