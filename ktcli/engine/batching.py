@@ -81,6 +81,7 @@ class Runner(Protocol):
     name: str
     context_window: int
     vocab_size: int  # rows of the model's embedding: a prompt's ids must be below it
+    max_prompt_chars: int  # text longer than this cannot fit the window (`longest_token`)
     max_batch: int
 
     def encode_chat(self, messages: list[Message]) -> list[int]:
@@ -90,6 +91,14 @@ class Runner(Protocol):
 
     def run(self, jobs: list[Job]) -> None:
         """Generate for every job; each ends with exactly one done/error event."""
+
+
+def longest_token(vocab: dict[str, int]) -> int:
+    """The most characters one token of `vocab` stands for (its spelled form is at least
+    as long: a byte-level token spells each byte as one character). A text longer than the
+    window times this cannot fit, and is refused before its tokenisation, which holds the
+    GIL: a 20 MB body stalled every other client of `ktcli serve` for 13 s."""
+    return max((len(t) for t in vocab), default=1) or 1
 
 
 class _Stream:
@@ -142,6 +151,9 @@ class NativeRunner:
         self.tokenizer = backend.tokenizer
         self.context_window = int(backend.context_window)
         self.vocab_size = int(backend.cfg.vocab_size)
+        # (a test model without a tokenizer runs on token ids: one character per token)
+        vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
+        self.max_prompt_chars = self.context_window * longest_token(vocab)
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
 
@@ -190,6 +202,7 @@ class HFRunner:
         self.tokenizer = backend.tokenizer
         self.context_window = int(backend.context_window)
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)
+        self.max_prompt_chars = self.context_window * longest_token(self.tokenizer.get_vocab())
         self.max_batch = max(1, max_batch)
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         eos = self.model.generation_config.eos_token_id

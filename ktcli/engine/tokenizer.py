@@ -57,6 +57,9 @@ class ChatTokenizer:
     def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
         return self.tok.decode(ids, skip_special_tokens=skip_special_tokens)
 
+    def get_vocab(self) -> dict[str, int]:
+        return self.tok.get_vocab(with_added_tokens=True)
+
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
         if not self.chat_template:
             raise InputError("this model has no chat template")

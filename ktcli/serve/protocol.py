@@ -135,6 +135,13 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
     return out
 
 
+def _check_length(chars: int, max_chars: int, window: int, param: str) -> None:
+    """Refuse, before tokenising, text too long for the window by any tokenisation."""
+    if chars > max_chars:
+        raise ApiError(400, f"the prompt is {chars:,} characters, more than this model's context window of "
+                       f"{window} tokens can hold", code="context_length_exceeded", param=param)
+
+
 def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
@@ -191,13 +198,21 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> Samp
     )
 
 
-def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_size: int, default_max: int,
-                     encode_chat: Callable[[list[dict[str, str]]], list[int]],
+def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_size: int, max_chars: int,
+                     default_max: int, encode_chat: Callable[[list[dict[str, str]]], list[int]],
                      encode_text: Callable[[str], list[int]]) -> GenRequest:
     check_model(body, served)
     stream = _flag(body, "stream")
     include_usage = _include_usage(body)
-    ids = encode_chat(parse_messages(body)) if kind == "chat" else parse_prompt(body, encode_text, vocab_size)
+    if kind == "chat":
+        messages = parse_messages(body)
+        _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
+        ids = encode_chat(messages)
+    else:
+        prompt = body.get("prompt")
+        if isinstance(prompt, str):
+            _check_length(len(prompt), max_chars, window, "prompt")
+        ids = parse_prompt(body, encode_text, vocab_size)
     return GenRequest(kind, ids, sampling(body, len(ids), window, default_max), stream, include_usage)
 
 

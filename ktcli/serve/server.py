@@ -173,7 +173,7 @@ class Handler(BaseHTTPRequestHandler):
         app = self.app
         req = parse_generation(
             kind, body, served=app.options.model_id, window=app.runner.context_window,
-            vocab_size=app.runner.vocab_size, default_max=app.options.default_max_tokens,
+            vocab_size=app.runner.vocab_size, max_chars=app.runner.max_prompt_chars, default_max=app.options.default_max_tokens,
             encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
         )
         job = Job(req.prompt_ids, req.params)

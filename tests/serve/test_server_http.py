@@ -38,6 +38,7 @@ class FakeRunner:
     name = "fake"
     context_window = 64
     vocab_size = 100
+    max_prompt_chars = 64 * 12
     max_batch = 8
 
     def __init__(self, step_s: float = 0.01) -> None:
@@ -170,6 +171,7 @@ def test_tokenize(served):
     (chat(stream="yes"), 400, "stream"),
     (chat(max_tokens=60), 400, "context window"),
     (chat(" ".join(["w"] * 80)), 400, "context window"),
+    (chat("w" * 800), 400, "800 characters, more than this model's context window of 64 tokens can hold"),
 ])
 def test_malformed_requests_get_4xx_json(served, body, status, fragment):
     port, _, _ = served
