@@ -217,6 +217,13 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
             if getattr(settings, name) not in idle:
                 raise UsageError(f"{named(name)} {getattr(settings, name)!r}: the transformers engine (--engine hf) "
                                  "has no paged KV cache of ours to apply it to; use --engine ktcli")
+    if settings.backend == "openai":
+        # the server holds the model and its cache: nothing here to load or shape
+        for name, idle in (("weights", ("auto",)), ("kv_dtype", ("auto",)), ("attention", ("auto", "dense")),
+                           ("rope_scaling", ("",))):
+            if getattr(settings, name) not in idle:
+                raise UsageError(f"{named(name)} {getattr(settings, name)!r}: an OpenAI-compatible server "
+                                 "(--backend openai) keeps its own weights and KV cache; use --backend local")
     if settings.cache_dir:
         _check_cache_dir(settings.cache_dir, named("cache_dir"))
     for name, parse in (("attention", parse_attention), ("rope_scaling", parse_rope_scaling)):

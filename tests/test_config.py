@@ -145,6 +145,21 @@ def test_flags_the_transformers_engine_cannot_apply_are_refused(tmp_path, monkey
     assert load_settings({"engine": "hf", "weights": "bf16"}).engine == "hf"
 
 
+@pytest.mark.parametrize("flags, needle", [
+    ({"kv_dtype": "int4"}, "--kv-dtype 'int4': an OpenAI-compatible server (--backend openai) keeps its own"),
+    ({"attention": "topk"}, "--attention 'topk': an OpenAI-compatible server"),
+    ({"rope_scaling": "yarn:4"}, "--rope-scaling 'yarn:4': an OpenAI-compatible server"),
+    ({"weights": "int8"}, "--weights 'int8': an OpenAI-compatible server"),
+])
+def test_flags_only_the_local_engine_can_apply_are_refused_for_a_server(tmp_path, monkeypatch, flags, needle):
+    # They crashed the plan (paged KV bytes of a model with no known heads) or were ignored.
+    use_config(tmp_path, monkeypatch, "")
+    server = {"backend": "openai", "base_url": "http://127.0.0.1:9/v1"}
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        load_settings({**server, **flags})
+    assert load_settings({**server, "attention": "dense"}).backend == "openai"
+
+
 def test_a_cache_dir_that_is_a_file_or_cannot_be_made_is_refused(tmp_path, monkeypatch):
     use_config(tmp_path, monkeypatch, "")
     afile = tmp_path / "a.txt"
