@@ -236,7 +236,9 @@ class OpenAIBackend:
                     stops = StopStrings(params.stop)  # nor anything held from the cut stream
                     time.sleep(self.client.backoff_s * 2**attempt)
         except GeneratorExit:  # the caller stopped reading (a looping answer): the stream closes
-            self._record(messages, parts, _partial_usage(usage, parts), start, ttft)
+            # The server sends usage in the last chunk, not reached: the prompt is counted
+            # here (the server is still there to ask), the answer one token per piece.
+            self._record(messages, parts, {"completion_tokens": len(parts), **usage}, start, ttft)
             raise
         except StreamCutOffError as e:
             rest = stops.flush()  # text held as a possible stop's start is answer after all

@@ -60,6 +60,18 @@ def test_streams_chat_and_reads_usage():
         assert b.last_stats.extra["backend"] == "openai"
 
 
+def test_a_stream_the_caller_stops_early_still_counts_its_prompt():
+    # A looping answer is stopped before the last chunk, which carries the usage: the
+    # figures said "tokens in 0".
+    with FakeOpenAI() as fake:
+        b = backend(fake)
+        stream = b.stream_chat(MSGS, PARAMS)
+        first = next(stream)
+        stream.close()
+        assert first == ANSWER[0]
+        assert (b.last_stats.prompt_tokens, b.last_stats.new_tokens) == (6 + 10, 1)
+
+
 def test_stop_strings_past_the_servers_four_are_applied_here():
     # OpenAI's API refuses more than 4 stop strings; the rest cut the text on our side.
     stops = ("\n\n[", "<x>", "<y>", "<z>", "is ")
