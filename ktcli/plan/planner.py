@@ -116,6 +116,13 @@ def _outlined(req: PlanRequest, facts: ModelFacts, rates: Throughput, why: str) 
                    outline_files=req.outline_files, reasons=(reason, *plan.reasons))
 
 
+def _does_not_fit(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> str:
+    if full_tokens <= facts.context_window:  # the answer's budget is what tips it over
+        return (f"the input (~{full_tokens:,} tokens with the prompt) and the answer budget ({req.max_new_tokens:,}) "
+                f"exceed the {facts.context_window:,}-token window")
+    return f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window"
+
+
 def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
 
     full_tokens = req.corpus_tokens + req.question_tokens + PROMPT_OVERHEAD_TOKENS
@@ -140,7 +147,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
               and p.est_seconds <= budget_s]
         if ok:
             reasons = (
-                f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window",
+                _does_not_fit(req, facts, full_tokens),
                 f"read it whole in the paged {ok[0].kv_dtype} KV cache with {ok[0].attention} attention: "
                 f"~{ok[0].est_seconds:.0f}s <= {budget_s:.0f}s budget, ~{_gb(ok[0].est_memory_bytes)}",
             )
@@ -175,9 +182,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             chosen = retrieval
             reasons.append(f"but full needs ~{full.est_seconds:.0f}s > budget {req.max_seconds:.0f}s")
     else:
-        reasons.append(
-            f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window"
-        )
+        reasons.append(_does_not_fit(req, facts, full_tokens))
     if chosen is retrieval:
         room = _window_budget(req, facts, facts.context_window)
         if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:

@@ -37,7 +37,12 @@ def test_input_just_over_the_window_uses_retrieval():
 def test_answer_budget_counts_against_the_window():
     fits = 8192 - 384 - 10 - 160
     assert make_plan(req(corpus_tokens=fits), SMOL, RATES).mode is Mode.FULL
-    assert make_plan(req(corpus_tokens=fits, max_new_tokens=385), SMOL, RATES).mode is Mode.RETRIEVAL
+    tipped = make_plan(req(corpus_tokens=fits, max_new_tokens=385), SMOL, RATES)
+    assert tipped.mode is Mode.RETRIEVAL
+    assert tipped.reasons[0] == ("the input (~7,808 tokens with the prompt) and the answer budget (385) exceed "
+                                 "the 8,192-token window")  # not "the input exceeds the window"
+    over = make_plan(req(corpus_tokens=9000), SMOL, RATES)
+    assert over.reasons[0] == "the input (~9,000 tokens) exceeds the 8,192-token window"
 
 
 def test_forced_full_mode_that_cannot_fit_is_a_usage_error():
