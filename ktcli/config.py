@@ -217,6 +217,10 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
             if getattr(settings, name) not in idle:
                 raise UsageError(f"{named(name)} {getattr(settings, name)!r}: the transformers engine (--engine hf) "
                                  "has no paged KV cache of ours to apply it to; use --engine ktcli")
+    if settings.backend == "local" and settings.base_url and "base_url" not in origins:
+        # given as a flag and silently unused: the local model would answer instead
+        raise UsageError(f"--base-url {settings.base_url}: it names an OpenAI-compatible server, which needs "
+                         "--backend openai as well")
     if settings.backend == "openai":
         # the server holds the model and its cache: nothing here to load or shape
         for name, idle in (("weights", ("auto",)), ("kv_dtype", ("auto",)), ("attention", ("auto", "dense")),

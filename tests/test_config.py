@@ -160,6 +160,17 @@ def test_flags_only_the_local_engine_can_apply_are_refused_for_a_server(tmp_path
     assert load_settings({**server, "attention": "dense"}).backend == "openai"
 
 
+def test_a_base_url_flag_without_the_openai_backend_is_refused(tmp_path, monkeypatch):
+    # It was ignored and the local model answered. Set in the config file or environment,
+    # for the runs that add --backend openai, it stays quiet.
+    use_config(tmp_path, monkeypatch, "")
+    with pytest.raises(UsageError, match=re.escape("--base-url http://h:8000/v1: it names an OpenAI-compatible "
+                                                   "server, which needs --backend openai as well")):
+        load_settings({"base_url": "http://h:8000/v1"})
+    monkeypatch.setenv("KTCLI_BASE_URL", "http://h:8000/v1")
+    assert load_settings().backend == "local"
+
+
 def test_a_cache_dir_that_is_a_file_or_cannot_be_made_is_refused(tmp_path, monkeypatch):
     use_config(tmp_path, monkeypatch, "")
     afile = tmp_path / "a.txt"

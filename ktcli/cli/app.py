@@ -146,8 +146,8 @@ def serve(
     weights: Weights = None, device: Device = None, api_key: ApiKey = None, max_new_tokens: MaxNew = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
     attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
-    max_batch: Annotated[int, typer.Option("--max-batch", help="Most requests run together in one batch.")] = 16,
-    batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", help="How long a free engine waits for more requests to batch.")] = 30.0,
+    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most requests run together in one batch.")] = 16,
+    batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", min=0.0, help="How long a free engine waits for more requests to batch.")] = 30.0,
     verbose: Annotated[bool, typer.Option("--verbose", help="Log every request on stderr.")] = False,
 ) -> None:
     """Serve the local engine behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)."""
@@ -193,6 +193,8 @@ def split_plan_args(args: list[str]) -> tuple[list[str], str]:
 
 
 def main() -> None:
+    if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
+        fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
     usage_error, click_error, no_args_is_help = _parse_errors()
     try:
         # Not standalone: the parser's own errors (a bad --top-k, an unknown option, a

@@ -81,7 +81,8 @@ class Options:
             lines = plan_lines(prep.plan)
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
             if question:  # shown: a mistyped last path is taken for the question
-                lines.insert(3, f"question    {question!r}")
+                shown = question if len(question) <= 200 else f"{question[:150]}... ({len(question):,} characters)"
+                lines.insert(3, f"question    {shown!r}")
             print("\n".join(lines))
 
     def run_serve(self, host: str, port: int, max_batch: int, batch_wait_ms: float, verbose: bool) -> None:

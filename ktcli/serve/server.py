@@ -149,8 +149,9 @@ class Handler(BaseHTTPRequestHandler):
         key = self.app.options.api_key
         if not key:
             return
-        given = self.headers.get("Authorization", "")
-        if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
+        scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
+        # The scheme is case-insensitive (RFC 7235): "bearer KEY" is as good as "Bearer KEY".
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
             raise ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
                            type="authentication_error", code="invalid_api_key")
 

@@ -78,6 +78,21 @@ def test_the_parsers_own_errors_are_one_line_too(cache, args, says):
     assert len(proc.stderr.decode().strip().splitlines()) == 1
 
 
+def test_a_closed_standard_output_is_one_line(cache):
+    import os
+    import subprocess
+    import sys
+
+    from .conftest import ROOT, empty_config
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")},
+           "KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache))}
+    proc = subprocess.run([sys.executable, "-m", "ktcli.cli.app", "plan", str(LONG_TEXT), "q"], env=env, cwd=ROOT,
+                          stderr=subprocess.PIPE, preexec_fn=lambda: os.close(1), timeout=120)  # `>&-`
+    err = proc.stderr.decode()
+    assert proc.returncode == 2 and err.startswith("error: standard output is closed") and "Traceback" not in err
+
+
 @pytest.mark.parametrize("model, says", [
     ("missing.gguf", "--model missing.gguf: no such file, folder or bundled model"),
     (str(LONG_TEXT), "a model file must be .gguf"),

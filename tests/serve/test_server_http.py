@@ -227,6 +227,13 @@ def test_every_route_needs_the_key(served):
         assert status == 401 and payload["error"]["code"] == "invalid_api_key"
         assert request(port, method, path, body, key="wrong")[0] == 401
     assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=1), key="sekrit")[0] == 200
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    for header, status in (("bearer sekrit", 200), ("BEARER  sekrit", 200), ("Basic sekrit", 401), ("sekrit", 401)):
+        conn.request("GET", "/v1/models", headers={"Authorization": header})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == status, header  # the scheme is case-insensitive (RFC 7235)
+    conn.close()
 
 
 def test_non_loopback_needs_a_key():
