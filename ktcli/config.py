@@ -29,7 +29,7 @@ class Settings:
     top_k: int = 8  # chunks retrieved for a question
     max_new_tokens: int = 384
     temperature: float = 0.0
-    threads: int = 0  # 0: torch's default
+    threads: int = 0  # 0: chosen by timing decode steps (engine.threads); N: fixed
     device: str = "auto"  # auto (cuda when torch sees a GPU, else cpu) | cpu | cuda (ktcli engine)
     weights: str = "auto"  # auto (int8 on CPU, bf16 on CUDA) | fp32 | bf16 | fp16 | int8 (engine weight dtype)
     kv_dtype: str = "auto"
@@ -131,6 +131,8 @@ _CHOICES = {
     "kv_dtype": ("auto",) + KV_DTYPES,
     "outline": ("auto", "always", "never"),
 }
+# KTCLI_PREFILL_DTYPE (an engine variable, not a setting: engine.device.resolve_prefill_dtype)
+PREFILL_DTYPES = ("auto", "fp32", "bf16")
 # Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens, and
 # a set overlap against it, below in `validate`, and again by ingest.chunking for callers
 # that chunk without settings).
@@ -228,6 +230,9 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
             if getattr(settings, name) not in idle:
                 raise UsageError(f"{named(name)} {getattr(settings, name)!r}: an OpenAI-compatible server "
                                  "(--backend openai) keeps its own weights and KV cache; use --backend local")
+    prefill = (os.environ.get("KTCLI_PREFILL_DTYPE") or "auto").strip().lower()
+    if prefill not in PREFILL_DTYPES:  # read by the engine, after the model loads: checked here so plan sees it
+        raise UsageError(f"KTCLI_PREFILL_DTYPE={prefill!r}: choose {', '.join(PREFILL_DTYPES)}")
     if settings.cache_dir:
         _check_cache_dir(settings.cache_dir, named("cache_dir"))
     for name, parse in (("attention", parse_attention), ("rope_scaling", parse_rope_scaling)):

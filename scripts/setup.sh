@@ -20,7 +20,10 @@ if [ -n "${KTCLI_TORCH:-}" ]; then
 elif command -v nvidia-smi >/dev/null 2>&1; then
   pip install "torch>=2.4"          # PyPI's default build carries CUDA
 else
-  pip install "torch==2.13.0"       # the CPU build (on this kind of machine it lies on disk)
+  # The CPU build: PyTorch's CPU index holds 2.13.0+cpu, which pip prefers to PyPI's CUDA
+  # 2.13.0 (same version, and a local label sorts after). Where that index cannot be
+  # reached (an offline build machine) pip says so and takes the wheel it has on disk.
+  pip install "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu --retries 1
 fi
 
 pip install -e ".${extras}"

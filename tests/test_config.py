@@ -160,6 +160,16 @@ def test_flags_only_the_local_engine_can_apply_are_refused_for_a_server(tmp_path
     assert load_settings({**server, "attention": "dense"}).backend == "openai"
 
 
+def test_the_prefill_dtype_variable_is_checked_with_the_settings(tmp_path, monkeypatch):
+    # The engine reads it after the model has loaded; `plan` never got that far.
+    use_config(tmp_path, monkeypatch, "")
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "bogus")
+    with pytest.raises(UsageError, match="^KTCLI_PREFILL_DTYPE='bogus': choose auto, fp32, bf16"):
+        load_settings()
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "BF16")
+    assert load_settings()
+
+
 def test_a_base_url_flag_without_the_openai_backend_is_refused(tmp_path, monkeypatch):
     # It was ignored and the local model answered. Set in the config file or environment,
     # for the runs that add --backend openai, it stays quiet.

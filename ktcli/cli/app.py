@@ -65,12 +65,13 @@ Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled;
 Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine; the default) or hf (transformers).")]
 ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).")]
+PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, model, engine, documents, chunks, question).")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or figures on stderr.")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
 MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}).")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights and indexes live (default {_D.cache_path}).")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default {_D.cache_path}).")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
@@ -80,6 +81,8 @@ Temperature = Annotated[Optional[float], typer.Option("--temperature", help=f"Sa
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
 ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
+ServeKey = Annotated[Optional[str], typer.Option("--api-key", help="The key clients must send (Authorization: Bearer KEY); "
+                                                 "required to listen beyond loopback (else KTCLI_API_KEY).")]
 ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps the window (0, the default: no cap), or sets it where an OpenAI-compatible server does not say.")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
 AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
@@ -123,7 +126,7 @@ def summarize(
 @app.command()
 def plan(
     args: Annotated[list[str], typer.Argument(help="PATHS... [QUESTION]", show_default=False)],
-    model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
+    model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: PlanJson = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None, device: Device = None, threads: Threads = None, weights: Weights = None,
@@ -143,7 +146,7 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0: any free port, printed on start).")] = 8000,
     model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
-    weights: Weights = None, device: Device = None, api_key: ApiKey = None, max_new_tokens: MaxNew = None,
+    weights: Weights = None, device: Device = None, api_key: ServeKey = None, max_new_tokens: MaxNew = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
     attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most requests run together in one batch.")] = 16,
@@ -200,8 +203,9 @@ def main() -> None:
         # Not standalone: the parser's own errors (a bad --top-k, an unknown option, a
         # missing argument) come here to be said in one line, not typer's boxed block.
         code = app(standalone_mode=False, prog_name="ktcli")
-    except no_args_is_help as e:  # `ktcli` alone: its help, as click would show it
-        print(e.ctx.get_help() if e.ctx else "", file=sys.stderr)
+    except no_args_is_help as e:  # `ktcli` alone: typer has shown the help (on stdout) unless it left it to us
+        if e.ctx is not None:
+            print(e.ctx.get_help())
         raise SystemExit(2) from None
     except usage_error as e:
         command = e.ctx.command_path if e.ctx else "ktcli"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
+from ktcli.config import PREFILL_DTYPES
 from ktcli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -103,9 +104,6 @@ def auto_kv_dtype(weights: str, device_type: str) -> str:
     if device_type == "cuda":
         return weights
     return "fp32" if weights == "fp32" else "fp16"
-
-
-PREFILL_DTYPES = ("auto", "fp32", "bf16")
 
 
 def native_bf16_matmul() -> bool:
