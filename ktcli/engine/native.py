@@ -26,7 +26,7 @@ from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
 from ktcli.engine.tokenizer import load_chat_tokenizer
 from ktcli.engine.pack_cache import load_engine_weights, model_key
-from ktcli.engine.prefix_store import PrefixStore, store_key
+from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
 from ktcli.errors import InputError
 
 # Default KV budget: room for this many full context windows (`ktcli serve` runs several
@@ -130,7 +130,8 @@ class NativeBackend:
         if prefix_cache is not None:
             # Rows computed any other way (model, weights, pages, prefill dtype, device) are never read.
             key = store_key(model_key(model_dir, "prefix"), weights, kv_dtype, model.prefill_dtype, device.type, cfg)
-            engine.prefix = PrefixStore(prefix_cache, key)
+            engine.prefix = PrefixStore(prefix_cache, key, described=prompt_cache_description(
+                model_dir, weights, kv_dtype, device.type))
         # A folder without tokenizer.json (a test model) still runs on token ids.
         tokenizer = load_chat_tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
         return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())

@@ -56,11 +56,17 @@ def store_key(*parts: object) -> str:
     return hashlib.sha1("|".join(map(str, (f"format={FORMAT}",) + parts)).encode()).hexdigest()[:20]
 
 
+_DESCRIPTION = "key.json"  # in each key folder: what its rows were computed with, for the planner
+
+
 class PrefixStore:
     def __init__(self, root: Path, key: str, max_bytes: int = MAX_BYTES, min_tokens: int = MIN_TOKENS,
-                 min_reuse: int = MIN_REUSE):
+                 min_reuse: int = MIN_REUSE, described: dict[str, str] | None = None):
+        """`described`: the settings the key stands for, in words the planner can match
+        (`stored_prefix`; the key itself is a hash of them and of resolved engine state)."""
         self.folder = Path(root) / key
         self.max_bytes, self.min_tokens, self.min_reuse = max_bytes, min_tokens, min_reuse
+        self.described = described
 
     def longest(self, ids: list[int]) -> Match | None:
         """The entry sharing the most leading tokens with `ids` (at least min_reuse)."""
@@ -123,6 +129,8 @@ class PrefixStore:
                         t = first if rows is k_layers and layer == 0 else rows(layer)
                         f.write(t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1))
             os.replace(tmp, path)  # readers see the whole file or none
+            if self.described is not None and not (self.folder / _DESCRIPTION).is_file():
+                (self.folder / _DESCRIPTION).write_text(json.dumps(self.described))
         except OSError:
             try:
                 tmp.unlink(missing_ok=True)
@@ -174,17 +182,32 @@ class PrefixStore:
                 pass
 
 
-def stored_prefix(root: Path, ids: list[int], min_reuse: int = MIN_REUSE) -> int:
-    """For the planner's estimate: the most leading tokens of `ids` any entry under `root`
-    holds (0 below min_reuse), whatever it was computed with (the key folders are not
-    told apart here: that needs the engine's resolved dtypes; an entry of other weights
-    makes the estimate short for one run)."""
+def prompt_cache_description(model_dir: Path, weights: str, kv_dtype: str, device: str) -> dict[str, str]:
+    """What the planner can know of a key: the model folder and file stamps, the weight and
+    page dtypes and the device (not the prefill dtype or config details, which the engine
+    resolves; the key covers those)."""
+    from ktcli.engine.pack_cache import model_key
+
+    return {"model": model_key(Path(model_dir), "prefix"), "weights": weights, "kv_dtype": kv_dtype, "device": device}
+
+
+def stored_prefix(root: Path, ids: list[int], wanted: dict[str, str], min_reuse: int = MIN_REUSE) -> int:
+    """For the planner's estimate: the most leading tokens of `ids` held by an entry whose
+    key folder was described with every item of `wanted` (model, weights, page dtype,
+    device); 0 below min_reuse. Without that match a plan counted rows of other settings
+    (or of a model converted before) as read, and the run prefilled them all."""
     try:
         folders = [p for p in Path(root).iterdir() if p.is_dir()]
     except OSError:
         return 0
     best = 0
     for folder in folders:
+        try:
+            described = json.loads((folder / _DESCRIPTION).read_text())
+        except (OSError, ValueError):
+            continue  # written before descriptions were kept, or damaged: not counted
+        if not isinstance(described, dict) or any(described.get(k) != v for k, v in wanted.items()):
+            continue
         match = PrefixStore(folder.parent, folder.name, min_reuse=min_reuse).longest(ids)
         if match is not None:
             best = max(best, match.n_tokens)

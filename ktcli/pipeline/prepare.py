@@ -9,6 +9,7 @@ import json
 import os
 import statistics
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from ktcli.config import Settings, parse_bytes
 from ktcli.engine.model_store import model_facts, resolve_model
@@ -204,7 +205,7 @@ def prepare(
     # 10.1K of SmolLM2's, so the plan said "full" and the run switched to retrieval.
     per_estimate = (len(tokenizer.encode(whole_input(corpus.documents))) / max(estimate, 1)
                     if tokenizer is not None else MODEL_TOKENS_PER_ESTIMATE)
-    cached = _cached_prompt_tokens(corpus, question, task, settings, tokenizer)
+    cached = _cached_prompt_tokens(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     request = PlanRequest(
         task=task,
@@ -252,7 +253,8 @@ def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):
     return load_chat_tokenizer(folder)
 
 
-def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Settings, tokenizer) -> int:
+def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Settings, facts: ModelFacts,
+                          tokenizer) -> int:
     """Tokens of this question's whole-read prompt the engine's prompt cache holds (what
     `pipeline.qa` would send; `engine.prefix_store`), so the plan does not count their
     prefill: a second question about the same input answers in ~2 s, not the ~9 s of a
@@ -262,7 +264,7 @@ def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Se
     if (tokenizer is None or task != "ask" or not settings.prompt_cache or settings.engine != "ktcli"
             or settings.mode not in ("auto", "full") or not dense):
         return 0
-    from ktcli.engine.prefix_store import stored_prefix
+    from ktcli.engine.prefix_store import prompt_cache_description, stored_prefix
     from ktcli.pipeline import prompts
 
     root = settings.cache_path / "prompts"
@@ -270,7 +272,10 @@ def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Se
         return 0
     messages = prompts.ask_messages(question.strip(), whole_input(corpus.documents))
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    return max(0, min(stored_prefix(root, ids), len(ids) - 1))
+    kv_dtype = facts.kv_dtype if settings.kv_dtype == "auto" else settings.kv_dtype
+    wanted = prompt_cache_description(Path(tokenizer.name_or_path), planned_weights(settings), kv_dtype,
+                                      "cuda" if _on_gpu(settings) else "cpu")
+    return max(0, min(stored_prefix(root, ids, wanted), len(ids) - 1))
 
 
 def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | None:

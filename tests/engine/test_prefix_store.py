@@ -8,7 +8,7 @@ import torch
 
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.native import NativeBackend
-from ktcli.engine.prefix_store import PrefixStore
+from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description
 
 KEEP = SamplingParams(max_new_tokens=12, keep_prompt=True)
 
@@ -178,7 +178,7 @@ def test_a_damaged_entry_is_prefilled_whole(tiny_models, tmp_path):
     b = NativeBackend.load(folder, weights="fp32", block_size=4, prefix_cache=tmp_path)
     b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
     want, _ = generate(b, prompt, KEEP)
-    (entry,) = b.engine.prefix.folder.iterdir()
+    (entry,) = b.engine.prefix.folder.glob("*.kv")
     entry.write_bytes(entry.read_bytes()[:-4096])  # rows the prefix needs are missing
     got, st = generate(b, prompt, KEEP)
     assert got == want and st.reused_tokens == 0
@@ -199,7 +199,17 @@ def test_the_plan_counts_a_cached_prompt_as_read_not_prefilled(tmp_path):
     assert first.plan.cached_tokens == 0  # nothing stored yet
     tok = load_chat_tokenizer(ensure_hf_dir(resolve_model("smollm2"), settings.cache_path))
     ids = tok.apply_chat_template(prompts.ask_messages("Who is the chair?", prompts.whole_input(first.corpus.documents)))
-    store = PrefixStore(settings.cache_path / "prompts", "somekey")
+    folder = ensure_hf_dir(resolve_model("smollm2"), settings.cache_path)
+    # Rows of other settings, or a folder without a description, are not counted: the run
+    # would not read them.
+    for key, described in (("undescribed", None),
+                           ("fp32", prompt_cache_description(folder, "fp32", "fp32", "cpu"))):
+        save(PrefixStore(settings.cache_path / "prompts", key, described=described), ids, *rows(len(ids)))
+    assert prepare([str(PDF)], "Who is the chair?", "ask", settings, NullReporter()).plan.cached_tokens == 0
+    assert prepare([str(PDF)], "Who is the chair?", "ask", replace(settings, weights="fp32"),
+                   NullReporter()).plan.cached_tokens == len(ids) - 1
+    store = PrefixStore(settings.cache_path / "prompts", "somekey",
+                        described=prompt_cache_description(folder, "int8", "fp16", "cpu"))  # the CPU defaults
     save(store, ids, *rows(len(ids)))
     again = prepare([str(PDF)], "Who is the chair?", "ask", settings, NullReporter())
     other = prepare([str(PDF)], "What was net income?", "ask", settings, NullReporter())
