@@ -98,7 +98,11 @@ class PrefixStore:
             dtype = getattr(torch, head["dtype"])
             row = head["heads"] * head["dim"] * torch.empty(0, dtype=dtype).element_size()
             start = f.tell()
-            os.utime(match.path)  # used: the last to go when the store is trimmed
+            try:
+                os.utime(match.path)  # used: the last to go when the store is trimmed
+                self._describe()
+            except OSError:
+                pass  # a read-only cache is still read
             for layer in range(n_layers):
                 pair = []
                 for kind in range(2):
@@ -129,8 +133,7 @@ class PrefixStore:
                         t = first if rows is k_layers and layer == 0 else rows(layer)
                         f.write(t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1))
             os.replace(tmp, path)  # readers see the whole file or none
-            if self.described is not None and not (self.folder / _DESCRIPTION).is_file():
-                (self.folder / _DESCRIPTION).write_text(json.dumps(self.described))
+            self._describe()
         except OSError:
             try:
                 tmp.unlink(missing_ok=True)
@@ -139,6 +142,11 @@ class PrefixStore:
             return False
         self._trim(keep=path)
         return True
+
+    def _describe(self) -> None:
+        """Write the folder's description once (also for a folder kept before they were)."""
+        if self.described is not None and not (self.folder / _DESCRIPTION).is_file():
+            (self.folder / _DESCRIPTION).write_text(json.dumps(self.described))
 
     def _entries(self) -> list[Path]:
         try:

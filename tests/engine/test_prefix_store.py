@@ -91,6 +91,23 @@ def test_an_unwritable_store_is_skipped(tmp_path):
     assert store.longest(list(range(200))) is None
 
 
+def test_a_read_only_store_is_still_read(tmp_path, monkeypatch):
+    import os
+
+    store = PrefixStore(tmp_path, "m", min_reuse=4, described={"model": "x"})
+    k, v = rows(40)
+    save(store, list(range(40)), k, v)
+    (store.folder / "key.json").unlink()  # kept before descriptions were
+
+    def refused(*a, **kw):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "utime", refused)
+    monkeypatch.setattr(type(store.folder), "write_text", refused)
+    got_k, got_v = load(store, store.longest(list(range(40))), 40)  # utime and the description fail
+    assert torch.equal(got_k, k) and torch.equal(got_v, v)
+
+
 def generate(backend, prompt, params):
     out = []
     for _, tok in backend.engine.generate([prompt], params, frozenset()):
