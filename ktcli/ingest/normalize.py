@@ -101,12 +101,17 @@ def _bom_bytes(encoding: str) -> bytes:
 
 
 def normalize_text(text: str) -> str:
-    """\\r\\n and lone \\r become \\n, NULs go, and a stray leading BOM character goes
-    (a UTF-8 BOM inside text decoded some other way, or text handed to us as str)."""
+    """\\r\\n becomes \\n, NULs go, and a stray leading BOM character goes (a UTF-8 BOM
+    inside text decoded some other way, or text handed to us as str). A lone \\r is a line
+    break only in a file with no \\n at all (old Mac text); elsewhere it is a progress bar
+    redrawing its line ("10%\\r50%\\r100%" in pip, tqdm and cargo logs) and becomes a space:
+    grep, sed and editors count lines by \\n, and turning each \\r into a line break moved
+    every later citation of a build log down, 58 lines by the end of a 329-line file."""
     if text.startswith("\ufeff"):
         text = text[1:]
     if "\r" in text:
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
+        text = text.replace("\r\n", "\n")
+        text = text.replace("\r", " " if "\n" in text else "\n")
     if "\x00" in text:
         text = text.replace("\x00", "")
     return text

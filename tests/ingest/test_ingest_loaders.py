@@ -144,8 +144,22 @@ def test_stdin_among_files(write) -> None:
 
 def test_utf8_bom_crlf_cr_and_nul(write) -> None:
     doc = load_one(write("a.txt", b"\xef\xbb\xbfone\r\ntwo\rthree\x00\n"))
-    assert doc.text == "one\ntwo\nthree\n"
-    assert doc.sha256 == hashlib.sha256(b"one\ntwo\nthree\n").hexdigest()
+    assert doc.text == "one\ntwo three\n"  # a lone \r beside \n line breaks redraws its line
+    assert doc.sha256 == hashlib.sha256(b"one\ntwo three\n").hexdigest()
+    assert load_one(write("mac.txt", b"one\rtwo\rthree\r")).text == "one\ntwo\nthree\n"  # old Mac text
+
+
+def test_progress_bars_do_not_move_the_line_numbers(write) -> None:
+    # A build log: tqdm-style lines redraw themselves with \r. Line N must be what
+    # `sed -n Np` shows, or every citation after the first bar points below its text.
+    raw = b"".join((b"progress 10%\rprogress 50%\rprogress 100%\n" if i % 10 == 0 else b"")
+                   + f"step {i}: loaded module mod{i}\n".encode() for i in range(1, 300))
+    doc = load_one(write("build.log", raw))
+    lines = doc.text.split("\n")
+    want = raw.split(b"\n")
+    assert len(lines) == len(want)
+    at = next(i for i, line in enumerate(want) if line.startswith(b"step 250:"))
+    assert lines[at] == "step 250: loaded module mod250"
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
