@@ -32,6 +32,11 @@ def whole_input(documents) -> str:
 # bundled model sometimes *opens* its answer with a source tag and then answers inside
 # it, and a bare "<source" stop left those answers empty (LeadingSourceTag drops the tag).
 ANSWER_STOPS = ("\n\n[", "\n<source", " <source", "\n</source", "\nQuestion:", "\nSources:", "<|im_end|>")
+# A summary (and its running notes) ends at the same source tags: a summary of a mixed
+# folder went on into eleven made-up `<source id="12" ref="...">` blocks, each with
+# another id, so no repeat check stopped it before --max-new-tokens. Paragraphs opening
+# with "[1]" are a summary's own, and it asks no question.
+SUMMARY_STOPS = ("\n<source", " <source", "\n</source", "\nSources:", "<|im_end|>")
 _TAG = "<source"
 
 

@@ -25,7 +25,8 @@ OUTLINE_PIECE_TOKENS = 1024
 
 
 def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter, tally: Tally) -> Answer:
-    params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature)
+    params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
+                            stop=prompts.SUMMARY_STOPS)
     listing = file_listing(prep.corpus) if len(prep.corpus.documents) > 1 else ""
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input

@@ -170,6 +170,24 @@ def code_repo(tmp_path):
     return folder
 
 
+def test_every_summary_call_stops_at_a_source_tag(haystack, tmp_path):
+    # Without stop strings a summary ran on into made-up <source id="12" ...> blocks.
+    class Recording(FakeBackend):
+        stops: list[tuple[str, ...]] = []
+
+        def stream_chat(self, messages, params):
+            self.stops.append(params.stop)
+            return super().stream_chat(messages, params)
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    for plan in (prep.plan, replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600)):
+        backend = Recording()
+        backend.stops = []
+        summarize(replace(prep, plan=plan), backend, settings, NullReporter(), Tally())
+        assert backend.stops and all("\n<source" in s and "\n</source" in s for s in backend.stops), backend.stops
+
+
 def test_summary_with_outlines_reads_signatures_not_bodies(code_repo, tmp_path):
     settings = settings_for(tmp_path, mode="auto", outline="always")
     prep = prepare([str(code_repo)], "", "summarize", settings, NullReporter())
