@@ -17,25 +17,32 @@ def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str]
     """Join chunks that follow each other in one document, dropping the overlapping lines,
     so the model does not read the same lines twice. Input must be in source order."""
     out: list[Chunk] = []
+    last: list[int] = []  # the ordinal of the last chunk merged into each passage
     for chunk in chunks:
         prev = out[-1] if out else None
-        if prev is not None and _adjacent(prev, chunk):
+        if prev is not None and _adjacent(prev, last[-1], chunk) and _whole_lines(prev):
             extra = _lines_after(chunk, prev.span.line_end)  # type: ignore[arg-type]
             if extra is not None:
-                text = prev.text.rstrip("\n") + ("\n" + extra if extra else "")
+                # Line k of the passage stays line k of its span: the text is joined as it
+                # is. Stripping the first chunk's trailing blank lines (the chunker likes to
+                # end before a heading) moved every later line up, in what the model read
+                # and in the lines its citations were matched to.
+                text = prev.text + "\n" + extra
                 n = count(text)
                 if n <= max_tokens:
                     span = Span(prev.span.path, prev.span.line_start, chunk.span.line_end, prev.span.page)
                     out[-1] = replace(prev, text=text, span=span, n_tokens=n)
+                    last[-1] = chunk.ordinal  # a third neighbour joins too, not read twice
                     continue
         out.append(chunk)
+        last.append(chunk.ordinal)
     return out
 
 
-def _adjacent(a: Chunk, b: Chunk) -> bool:
+def _adjacent(a: Chunk, a_last_ordinal: int, b: Chunk) -> bool:
     return (
         a.doc_path == b.doc_path
-        and b.ordinal == a.ordinal + 1
+        and b.ordinal == a_last_ordinal + 1
         and a.span.page == b.span.page
         and a.span.line_end is not None
         and b.span.line_start is not None
@@ -44,14 +51,17 @@ def _adjacent(a: Chunk, b: Chunk) -> bool:
     )
 
 
+def _whole_lines(chunk: Chunk) -> bool:
+    """Whether `chunk`'s text is its span's lines, one for one (not a piece of a split
+    long line, whose text and line numbers differ)."""
+    return len(chunk.text.split("\n")) == chunk.span.line_end - chunk.span.line_start + 1  # type: ignore[operator]
+
+
 def _lines_after(chunk: Chunk, last_line: int) -> str | None:
     """The part of `chunk` after document line `last_line`; None if lines don't line up."""
-    lines = chunk.text.split("\n")
-    start = chunk.span.line_start
-    expected = chunk.span.line_end - start + 1  # type: ignore[operator]
-    if len(lines) != expected:  # a split long line: text and line numbers differ
+    if not _whole_lines(chunk):
         return None
-    return "\n".join(lines[last_line - start + 1:])
+    return "\n".join(chunk.text.split("\n")[last_line - chunk.span.line_start + 1:])
 
 
 def pack(passages: list[Chunk], budget: int, count: Callable[[str], int]) -> list[list[Chunk]]:

@@ -24,6 +24,17 @@ def test_neighbours_merge_without_repeating_overlap():
     assert (merged[0].span.line_start, merged[0].span.line_end) == (1, 5)
 
 
+def test_a_merged_passage_keeps_every_line_at_its_number():
+    # The chunker ends chunks at blank lines before a heading; the merge stripped them and
+    # every later line moved up (citations two lines above their text). Three neighbours
+    # make one passage (the third was kept apart, its first line read twice).
+    doc = ["## A", "a1", "a2", "", "", "## B", "b1", "b2", "", "## C", "c1", ""]
+    chunks = [make("doc", 0, 1, doc[0:5]), make("doc", 1, 5, doc[4:9]), make("doc", 2, 9, doc[8:12])]
+    (merged,) = merge_neighbours(chunks, 100, count)
+    assert (merged.span.line_start, merged.span.line_end) == (1, 12)
+    assert merged.text.split("\n") == doc
+
+
 def test_gaps_and_other_documents_do_not_merge():
     a = make("doc", 0, 1, ["l1"])
     gap = make("doc", 2, 10, ["l10"])
