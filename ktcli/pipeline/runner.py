@@ -109,4 +109,12 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         return guard.kept().strip()
     if echo.repeated:
         reporter.warn(f"stopped the answer: it started repeating an earlier line or sentence word for word ({echo.repeated[:40]}...)")
-    return echo.shown.strip()
+    text = echo.shown.strip()
+    if not text:
+        # Said, not left as a blank line and exit 0: the model wrote only markup (a source
+        # tag it opened and closed) or stopped at once.
+        if not tally.ttft_s:
+            tally.ttft_s = time.perf_counter() - tally.started  # no first token: not "ttft 0.0s"
+        reporter.warn(f"the model gave no answer ({backend.last_stats.new_tokens:,} tokens, none of them answer "
+                      "text); try rewording the question, another --mode, or a larger --model")
+    return text

@@ -155,6 +155,29 @@ def test_an_answer_that_reaches_max_new_tokens_says_so(haystack, tmp_path):
         assert any("reached --max-new-tokens" in w for w in reporter.said) is cut
 
 
+def test_an_empty_answer_says_so(tmp_path):
+    # The model opened a source tag and closed it: the tag is dropped, the close is a stop,
+    # and the user saw a blank line, exit 0, and "ttft 0.0s".
+    from ktcli.pipeline.runner import stream_answer
+
+    class TagOnly(FakeBackend):
+        def _reply(self, messages):
+            return '<source id="7" ref="doc.rst:5-9">'
+
+    class Warnings(NullReporter):
+        def __init__(self):
+            self.said = []
+
+        def warn(self, message):
+            self.said.append(message)
+
+    reporter, tally = Warnings(), Tally()
+    text = stream_answer(TagOnly(), [{"role": "user", "content": "Why?"}], SamplingParams(max_new_tokens=40),
+                         tally, reporter)
+    assert text == "" and any(w.startswith("the model gave no answer") for w in reporter.said)
+    assert tally.ttft_s > 0
+
+
 @pytest.fixture
 def code_repo(tmp_path):
     folder = tmp_path / "repo"
