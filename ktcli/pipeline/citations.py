@@ -22,7 +22,11 @@ _STOP = frozenset(
     "the a an and or of to in on for is are was were be been it its this that with as by at from "
     "which who what when where how why not no yes can could would should will do does did has have "
     "had their there they them these those than then also into about over under answer question "
-    "source sources document text file according said says".split()
+    "source sources document text file according said says "
+    # ktcli's own prompt words, which a small model echoes back instead of answering ("The
+    # summary notes are: / The main points of this part are:"): cited as content, such an
+    # echo got five sources, lines that merely held "summary" or "notes".
+    "summary summarize notes note main points part parts following help helps gathered earlier".split()
 )
 
 

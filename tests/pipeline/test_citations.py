@@ -33,6 +33,13 @@ def test_no_overlap_no_citation():
     assert attribute("I don't know.", [c]) == []
 
 
+def test_an_echo_of_the_prompt_is_not_cited():
+    c = chunk("tutorial.rst", 1850, ["A docstring should give a short, concise summary of the object's purpose.",
+                                     "Enriching Exceptions with Notes", "The main points of the loop statement."])
+    echo = "The summary notes are:\n- The main points of this part are:\n- The following notes help."
+    assert attribute(echo, [c]) == []
+
+
 def test_labels_the_model_wrote_are_kept_in_range():
     chunks = [chunk("a.txt", 1, ["x"]), chunk("b.txt", 5, ["y"])]
     assert cited_labels("see [2] and [1] and [9] and [2]", 2) == [2, 1]
