@@ -34,6 +34,12 @@ def terms(text: str) -> list[str]:
     return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in _STOP and len(w) > 1]
 
 
+def has_content(text: str) -> bool:
+    """Whether `text` says anything beyond ktcli's own prompt words and markup ('The main
+    points of this part are:', '#\n#\n#'): notes that do not are not passed on."""
+    return bool(terms(text))
+
+
 @dataclass(frozen=True)
 class _Line:
     chunk: Chunk

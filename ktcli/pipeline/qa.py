@@ -66,8 +66,9 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     for i, window in enumerate(windows[:-1]):
         reporter.status(f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
         evidence, label = _labelled(window, label)
-        notes = generate_text(backend, prompts.notes_messages(prep.question, evidence, notes),
-                              note_params, tally, reporter, "notes")
+        new = generate_text(backend, prompts.notes_messages(prep.question, evidence, notes),
+                            note_params, tally, reporter, "notes")
+        notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
     text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally, reporter)

@@ -53,8 +53,9 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         body = prompts.evidence_block([(j + 1, c.span.cite(), c.text) for j, c in enumerate(window)])
         position = f"part {i + 1} of {len(windows)}: {_where(window)}"
         outlined = any(c.doc_path in prep.outlines for c in window)
-        notes = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
-                              tally, reporter, "notes")
+        new = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
+                            tally, reporter, "notes")
+        notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     reporter.progress("map", len(windows), len(windows))
     reporter.status("writing the summary from the notes")
     summary = stream_answer(backend, prompts.summary_reduce_messages(notes, listing), params, tally, reporter)

@@ -155,6 +155,26 @@ def test_an_answer_that_reaches_max_new_tokens_says_so(haystack, tmp_path):
         assert any("reached --max-new-tokens" in w for w in reporter.said) is cut
 
 
+def test_notes_that_only_echo_the_instructions_are_not_passed_on(haystack, tmp_path):
+    # A window's notes of "The main points of this part are:" replaced the real notes
+    # before them, and every later window (and the answer) saw only the echo.
+    class EchoAfterFirst(FakeBackend):
+        def _reply(self, messages):
+            if len(self.calls) == 1:
+                return "Volunteers count penguins in March."
+            if "Notes gathered" in messages[-1]["content"] or "notes so far" in messages[-1]["content"]:
+                return "The main points of this part are:"
+            return super()._reply(messages)
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    backend = EchoAfterFirst()
+    summarize(small, backend, settings, NullReporter(), Tally())
+    assert len(backend.calls) > 3
+    assert all("Volunteers count penguins in March." in m[-1]["content"] for m in backend.calls[1:])
+
+
 def test_an_empty_answer_says_so(tmp_path):
     # The model opened a source tag and closed it: the tag is dropped, the close is a stop,
     # and the user saw a blank line, exit 0, and "ttft 0.0s".
