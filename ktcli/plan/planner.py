@@ -399,6 +399,7 @@ def _smaller_suggestion(req: PlanRequest, sparse: list[Plan]) -> str:
 
 
 def _gb(n: int) -> str:
-    if n >= 1e8:
-        return f"{n / 1e9:.2f} GB"
-    return f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n:,} bytes"
+    """Binary units, as the plan's table and the figures line's peak RSS."""
+    if n >= 2**27:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.1f} MiB" if n >= 2**17 else f"{n:,} bytes"

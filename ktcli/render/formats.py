@@ -62,11 +62,13 @@ def _default(o: object) -> object:
 
 
 def human_bytes(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
+    """Binary units, as the figures line's peak RSS (getrusage counts KiB): the plan said
+    decimal "782.0 MB" for what the figures line, in MiB, called "746 MB"."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
-    return f"{n:.1f} TB"
+        n /= 1024
+    return f"{n:.1f} TiB"
 
 
 def figures_line(answer: Answer) -> str:
@@ -84,7 +86,7 @@ def figures_line(answer: Answer) -> str:
         f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s" + (" (bf16)" if f.get("prefill_dtype") == "bf16" else ""),
         f"decode {f.get('decode_tok_s', 0):.1f} tok/s",
         f"total {f.get('total_s', 0):.1f}s",
-        f"peak RSS {f.get('peak_rss_mb', 0):.0f} MB",
+        f"peak RSS {f.get('peak_rss_mb', 0):.0f} MiB",
     ]
     parts = [p for p in parts if p]
     if f.get("peak_gpu_mb"):
