@@ -45,6 +45,7 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
             continue
         kind = cell.get("cell_type", "")
         source = _joined(cell.get("source"))
+        cell_start = finder.next
         body, at = _source_lines(cell.get("source"), finder)
         start = at[0] if at else finder.last
         if kind != "code" and not source.strip():
@@ -55,12 +56,17 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
             add([f"```{language}  # cell {number}"], [start])
             add(body, at)
             add(["```"], [at[-1] if at else start])
+            after_source = finder.next
+            finder.next = cell_start  # nbformat sorts a cell's keys: its "outputs" come before its "source"
             for output in cell.get("outputs") or []:
                 text, rich = _output_text(output)
                 left_out += rich
-                if text:
-                    out_lines = text.rstrip("\n").split("\n")
-                    add(["Output:", *out_lines], [finder.last] * (len(out_lines) + 1))
+                if _joined(text).strip():
+                    # Each printed line keeps the .ipynb line of its own JSON string (a
+                    # citation of a printed value opened on the cell's last code line).
+                    out_lines, out_at = _source_lines(text, finder)
+                    add(["Output:", *out_lines], [out_at[0] if out_at else finder.last, *out_at])
+            finder.next = max(finder.next, after_source)
         else:
             add(body, at)
     return "\n".join(lines) + "\n", tuple(where), left_out
@@ -87,16 +93,17 @@ def _source_lines(source, finder: _LineFinder) -> tuple[list[str], list[int]]:
     return out, at
 
 
-def _output_text(output) -> tuple[str, int]:
-    """(the output's text, 1 when it held a rich output that is left out)."""
+def _output_text(output) -> tuple[list[str] | str, int]:
+    """(the output's text as nbformat holds it: a list of line strings or one string, 1
+    when it held a rich output that is left out)."""
     if not isinstance(output, dict):
         return "", 0
     if output.get("output_type") == "stream":
-        return _joined(output.get("text")), 0
+        return output.get("text") or "", 0
     if output.get("output_type") == "error":
         return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}", 0
     data = output.get("data") if isinstance(output.get("data"), dict) else {}
-    text = next((_joined(data[k]) for k in TEXT_OUTPUTS if k in data), "")
+    text = next((data[k] for k in TEXT_OUTPUTS if k in data), "")
     rich = any(k not in TEXT_OUTPUTS for k in data)
     return text, int(rich)
 

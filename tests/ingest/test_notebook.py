@@ -48,6 +48,23 @@ def test_each_line_maps_to_the_notebook_line_holding_it(tmp_path):
             assert json.dumps(text_line)[:-1] in raw[file_line - 1], (text_line, raw[file_line - 1])
 
 
+def test_printed_output_maps_to_its_own_notebook_line(tmp_path):
+    # A citation of a printed value opened on the cell's last code line. nbformat writes a
+    # cell's "outputs" before its "source" (sorted keys); hand-written files may not.
+    for sort_keys in (True, False):
+        path = tmp_path / f"out{sort_keys}.ipynb"
+        path.write_text(json.dumps({"cells": CELLS, "metadata": {}, "nbformat": 4, "nbformat_minor": 5},
+                                   indent=1, sort_keys=sort_keys))
+        doc = load_corpus([str(path)]).documents[0]
+        raw = path.read_text().split("\n")
+        text_lines = doc.text.split("\n")
+        for printed in ("rows: 1200", "<Figure size 640x480>"):
+            file_line = doc.source_lines[text_lines.index(printed)]
+            assert json.dumps(printed)[:-1] in raw[file_line - 1], (sort_keys, printed, raw[file_line - 1])
+        code_line = doc.source_lines[text_lines.index("import pandas as pd")]
+        assert '"import pandas as pd\\n"' in raw[code_line - 1]
+
+
 def test_a_notebook_on_one_line_maps_to_line_one_and_other_json_stays_json(tmp_path):
     doc = load_corpus([str(_notebook(tmp_path, indent=None))]).documents[0]
     assert set(doc.source_lines) == {1} and "import pandas as pd" in doc.text
