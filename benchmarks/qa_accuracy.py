@@ -4,6 +4,7 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
 
     python -m benchmarks.qa_accuracy --json                      # retrieval before / now
     python -m benchmarks.qa_accuracy --json --baseline layout    # prompt layout before / now
+    python -m benchmarks.qa_accuracy --json --baseline merge     # evidence merge before / now
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Each case runs twice in
@@ -11,6 +12,10 @@ the same run, the baseline and now; `--baseline` says which change is compared:
 * retrieval (the default; the retrieval cases only): chunks indexed as plain text and
   ranked by reciprocal rank fusion, as until 2026-12-04, against section trails and score
   fusion (`retrieval.retriever`; recall figures in `benchmarks/retrieval_recall.py`);
+* merge (the retrieval cases only): neighbouring retrieved chunks joined as until
+  2026-12-04, the first one's trailing blank lines stripped (every later line read, and
+  cited, one line up per blank line) and a third neighbour kept apart, against joins that
+  keep each line at its number (`pipeline.windows.merge_neighbours`);
 * layout: the prompt ktcli used until 2026-12-04, the question asked before the sources
   as well as after them. Now it comes after them only, so every question about one input
   starts with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
@@ -120,8 +125,47 @@ def _rrf_plain_chunks():
         retriever._fuse, retriever.indexed_text = fuse, indexed
 
 
+def stripped_merge(chunks, max_tokens, count):
+    """The evidence merge until 2026-12-04: the first chunk's trailing blank lines stripped
+    at each join (every later line of the passage one line up per blank line), and a third
+    neighbour kept apart."""
+    from dataclasses import replace as _replace
+
+    from ktcli.pipeline.windows import _adjacent, _lines_after
+    from ktcli.types import Span
+
+    out = []
+    for chunk in chunks:
+        prev = out[-1] if out else None
+        if prev is not None and _adjacent(prev, prev.ordinal, chunk):
+            extra = _lines_after(chunk, prev.span.line_end)
+            if extra is not None:
+                text = prev.text.rstrip("\n") + ("\n" + extra if extra else "")
+                n = count(text)
+                if n <= max_tokens:
+                    span = Span(prev.span.path, prev.span.line_start, chunk.span.line_end, prev.span.page)
+                    out[-1] = _replace(prev, text=text, span=span, n_tokens=n)
+                    continue
+        out.append(chunk)
+    return out
+
+
+@contextlib.contextmanager
+def _stripped_merge():
+    from ktcli.pipeline import qa
+
+    current = qa.merge_neighbours
+    qa.merge_neighbours = stripped_merge
+    try:
+        yield
+    finally:
+        qa.merge_neighbours = current
+
+
 # --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
 BASELINES = {
+    "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
+              ("pdf-retrieval", "tutorial-retrieval")),
     "retrieval": (("before: rrf, plain chunks", _rrf_plain_chunks), "now: score fusion, trails",
                   ("pdf-retrieval", "tutorial-retrieval")),
     "layout": (("before: question first too", _question_first), "now: question after", tuple(CASES)),
