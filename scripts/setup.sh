@@ -21,9 +21,14 @@ elif command -v nvidia-smi >/dev/null 2>&1; then
   pip install "torch>=2.4"          # PyPI's default build carries CUDA
 else
   # The CPU build: PyTorch's CPU index holds 2.13.0+cpu, which pip prefers to PyPI's CUDA
-  # 2.13.0 (same version, and a local label sorts after). Where that index cannot be
-  # reached (an offline build machine) pip says so and takes the wheel it has on disk.
-  pip install "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu --retries 1
+  # 2.13.0 (same version, and a local label sorts after). Asked only where that index
+  # answers: on a machine that reaches PyPI alone, pip would retry it for every package
+  # and then take what it has (here, a CPU wheel on disk).
+  if .venv/bin/python -c 'import socket; socket.create_connection(("download.pytorch.org", 443), timeout=3)' 2>/dev/null; then
+    pip install "torch==2.13.0" --extra-index-url https://download.pytorch.org/whl/cpu
+  else
+    pip install "torch==2.13.0"
+  fi
 fi
 
 pip install -e ".${extras}"
