@@ -114,7 +114,9 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
         lines.append(f"reads       ~{plan.read_tokens:,} tokens: {plan.outline_files} file(s) as outlines")
     if plan.cached_tokens:
         lines.append(f"cached      ~{plan.cached_tokens:,} prompt tokens in the prompt cache (read, not prefilled)")
-    lines.append(f"estimate    ~{plan.est_seconds:.0f} s, ~{human_bytes(plan.est_memory_bytes)} memory")
+    # No local memory to plan (a remote server holds the model and its cache): not "~0 B".
+    memory = f"~{human_bytes(plan.est_memory_bytes)} memory" if plan.est_memory_bytes else "memory on the server"
+    lines.append(f"estimate    ~{plan.est_seconds:.0f} s, {memory}")
     lines.extend(f"why         {r}" for r in plan.reasons)
     for alt in plan.alternatives:
         lines.append(

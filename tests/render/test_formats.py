@@ -1,6 +1,8 @@
 """The stderr figures line: what a user reads after every answer."""
 
-from ktcli.render.formats import figures_line
+from dataclasses import replace
+
+from ktcli.render.formats import figures_line, plan_lines
 from ktcli.types import Answer, Mode, Plan
 
 
@@ -27,6 +29,14 @@ def test_no_prefill_rate_where_it_would_mislead():
     assert "tokens in 2,106 (2,077 read from the prompt cache) / out 20" in cached and "prefill" not in cached
     assert "prefill" not in figures_line(_answer(**base, backend="openai"))
     assert "prefill 18 tok/s" in figures_line(_answer(**base))
+
+
+def test_memory_units_match_and_a_server_plans_none_here():
+    plan = _answer().plan
+    assert "estimate    ~3 s, ~1.0 GiB memory" in plan_lines(plan)
+    assert "peak RSS 700 MiB" in figures_line(_answer(tokens_in=1, tokens_out=1, peak_rss_mb=700))
+    remote = replace(plan, est_memory_bytes=0)  # --backend openai reading whole: nothing loaded here
+    assert "estimate    ~3 s, memory on the server" in plan_lines(remote)
 
 
 def test_sources_name_the_last_two_levels_of_a_section_and_json_the_whole_trail():
