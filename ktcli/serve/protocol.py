@@ -142,11 +142,13 @@ def _check_length(chars: int, max_chars: int, window: int, param: str) -> None:
                        f"{window} tokens can hold", code="context_length_exceeded", param=param)
 
 
-def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int) -> list[int]:
+def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int, max_chars: int,
+                 window: int) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str) and prompt:
+        _check_length(len(prompt), max_chars, window, "prompt")
         return encode(prompt)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         bad = next((t for t in prompt if t >= vocab_size), None)
@@ -209,10 +211,7 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
         _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
         ids = encode_chat(messages)
     else:
-        prompt = body.get("prompt")
-        if isinstance(prompt, str):
-            _check_length(len(prompt), max_chars, window, "prompt")
-        ids = parse_prompt(body, encode_text, vocab_size)
+        ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)
     return GenRequest(kind, ids, sampling(body, len(ids), window, default_max), stream, include_usage)
 
 

@@ -204,6 +204,9 @@ def test_bad_prompts_and_routes(served):
     assert request(port, "GET", "/v1/nothing")[0] == 404
     assert request(port, "GET", "/v1/chat/completions")[0] == 405
     assert request(port, "POST", "/v1/completions", {"prompt": [3, 4]})[0] == 200  # token ids are fine
+    for prompt in ("w" * 800, ["w" * 800]):  # a batch of one is the same prompt
+        got, payload = request(port, "POST", "/v1/completions", {"prompt": prompt})
+        assert got == 400 and "800 characters" in payload["error"]["message"], prompt
     got, payload = request(port, "POST", "/v1/completions", {"prompt": [3, 100]})  # the vocabulary is 0-99
     assert got == 400 and "outside this model's vocabulary (0-99)" in payload["error"]["message"]
 
