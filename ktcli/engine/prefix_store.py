@@ -149,10 +149,7 @@ class PrefixStore:
             (self.folder / _DESCRIPTION).write_text(json.dumps(self.described))
 
     def _entries(self) -> list[Path]:
-        try:
-            return [p for p in self.folder.iterdir() if p.name.endswith(_SUFFIX)]
-        except OSError:
-            return []
+        return _entry_files(self.folder)
 
     def _all_entries(self) -> list[Path]:
         """Entries of every key folder under the store's root: MAX_BYTES bounds them all
@@ -161,13 +158,7 @@ class PrefixStore:
             folders = [p for p in self.folder.parent.iterdir() if p.is_dir()]
         except OSError:
             return []
-        out = []
-        for folder in folders:
-            try:
-                out += [p for p in folder.iterdir() if p.name.endswith(_SUFFIX)]
-            except OSError:
-                continue
-        return out
+        return [p for folder in folders for p in _entry_files(folder)]
 
     def _trim(self, keep: Path) -> None:
         sized = []
@@ -188,6 +179,13 @@ class PrefixStore:
                 total -= size
             except OSError:
                 pass
+
+
+def _entry_files(folder: Path) -> list[Path]:
+    try:
+        return [p for p in folder.iterdir() if p.name.endswith(_SUFFIX)]
+    except OSError:
+        return []
 
 
 def prompt_cache_description(model_dir: Path, weights: str, kv_dtype: str, device: str) -> dict[str, str]:
