@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ktcli.engine.pack_cache import model_key
+from ktcli.engine.model_store import model_key
 
 FORMAT = 3  # bump when the text, the token count or the statistic changes
 TEXT = Path(__file__).parent / "data" / "key_calibration.txt"

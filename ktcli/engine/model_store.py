@@ -106,6 +106,19 @@ def _fingerprint(path: Path) -> str:
     return digest.hexdigest()[:16]
 
 
+def model_key(folder: Path, fmt: str) -> str:
+    """A name for what is derived from the model in `folder` in format `fmt`: its folder
+    name and a hash of its path and each weight file's name, size and modification time."""
+    folder = Path(folder).resolve()
+    parts = [f"format={fmt}", str(folder)]
+    for p in sorted(folder.iterdir()):
+        if p.suffix in (".safetensors", ".json") and p.is_file():
+            st = p.stat()
+            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+    digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
+    return f"{folder.name}-{digest}"
+
+
 def converted_dir(source: ModelSource, cache_dir: Path) -> Path:
     return cache_dir / "models" / f"{source.path.stem}-{_fingerprint(source.path)}"
 

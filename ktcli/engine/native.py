@@ -25,7 +25,8 @@ from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
 from ktcli.engine.tokenizer import load_chat_tokenizer
-from ktcli.engine.pack_cache import load_engine_weights, model_key
+from ktcli.engine.model_store import model_key
+from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
 from ktcli.errors import InputError
 

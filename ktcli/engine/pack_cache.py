@@ -25,24 +25,12 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.config import ModelConfig
+from ktcli.engine.model_store import model_key
 from ktcli.engine.weights import LayerWeights, ModelWeights, load_weights
 
 FORMAT = 1
 PACKED_DIR = "packed"  # under the cache folder
 _LAYER_FIELDS = [f.name for f in fields(LayerWeights)]
-
-
-def model_key(folder: Path, fmt: str) -> str:
-    """A name for what is derived from the model in `folder` in format `fmt`: its folder
-    name and a hash of its path and each weight file's name, size and modification time."""
-    folder = Path(folder).resolve()
-    parts = [f"format={fmt}", str(folder)]
-    for p in sorted(folder.iterdir()):
-        if p.suffix in (".safetensors", ".json") and p.is_file():
-            st = p.stat()
-            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
-    digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
-    return f"{folder.name}-{digest}"
 
 
 def cache_file(root: Path, folder: Path) -> Path:

@@ -30,9 +30,12 @@ import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where rows are read or written: `ktcli plan` reads
+    import torch   # only ids here (`stored_prefix`), and torch's import is ~1.2 s of its run
 
 FORMAT = 1
 # Prompts shorter than this prefill in about a second on a 2-core CPU: not worth a file.
@@ -90,6 +93,8 @@ class PrefixStore:
     def layers(self, match: Match, n_tokens: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """The K and V rows [n_tokens, H, D] of `match`'s first tokens, layer by layer.
         Raises ValueError where the file does not hold what its header says."""
+        import torch
+
         with open(match.path, "rb") as f:
             head, ids = _read_header_and_ids(f)
             total, n_layers = head["tokens"], head["layers"]
@@ -117,6 +122,8 @@ class PrefixStore:
              n_layers: int) -> bool:
         """Keep prompt `ids` with its rows, asked for one layer at a time (`k_layers(i)`:
         [P, H, D]); False where the folder cannot be written. Then trim the store."""
+        import torch
+
         name = hashlib.sha1(np.asarray(ids, dtype=np.int32).tobytes()).hexdigest()[:24]
         path = self.folder / f"{name}{_SUFFIX}"
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -192,7 +199,7 @@ def prompt_cache_description(model_dir: Path, weights: str, kv_dtype: str, devic
     """What the planner can know of a key: the model folder and file stamps, the weight and
     page dtypes and the device (not the prefill dtype or config details, which the engine
     resolves; the key covers those)."""
-    from ktcli.engine.pack_cache import model_key
+    from ktcli.engine.model_store import model_key
 
     return {"model": model_key(Path(model_dir), "prefix"), "weights": weights, "kv_dtype": kv_dtype, "device": device}
 
