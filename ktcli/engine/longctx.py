@@ -241,7 +241,7 @@ class KernelKVCache:
         except RuntimeError as e:
             raise OutOfMemoryError(f"cannot allocate a KV cache of {num_blocks} pages: {e}") from None
         sinks = self._sink_shape
-        self.sinks = ExactSinks(*sinks, self.spec.stage_torch_dtype, self.device) if sinks else None
+        self.sinks = ExactSinks(*sinks, kernels.layout.stage_dtype(self.spec), self.device) if sinks else None
         self.num_blocks = num_blocks
 
     @property

@@ -20,7 +20,7 @@ def kv_bytes_per_token(facts: ModelFacts, kv_dtype: str = "fp32") -> float:
 
 def paged_kv_bytes_per_token(facts: ModelFacts, kv_dtype: str) -> float:
     """Bytes per token of the kernels' paged cache (the sparse mode's), every layer."""
-    from kernels.layout import KVCacheSpec, bytes_per_token
+    from kernels.page_format import KVCacheSpec, bytes_per_token
 
     return facts.n_layers * bytes_per_token(KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype))
 
@@ -37,7 +37,7 @@ def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = ONE_REQUE
     """Per layer, for quantized kinds: the staging pool (full-precision partial pages) and
     the sparse policies' exact sink pages (`engine.exact_sinks`: as many fp32 slots of
     `sink_pages` pages as staging slots), every layer."""
-    from kernels.layout import KVCacheSpec, exact_page_bytes, staging_bytes
+    from kernels.page_format import KVCacheSpec, exact_page_bytes, staging_bytes
 
     spec = KVCacheSpec(facts.n_kv_heads, facts.head_dim, kv_dtype=kv_dtype, stage_dtype="fp32")
     return facts.n_layers * (staging_bytes(spec, n_stage) + exact_page_bytes(spec, n_stage, sink_pages))

@@ -158,6 +158,19 @@ def test_plan_is_a_dry_run(cache):
     assert "loading model" not in proc.stderr.decode()
 
 
+def test_plan_does_not_import_torch(cache):
+    # torch's import was ~1.2 s of a ~2.6 s plan; a dry run needs only the page format's
+    # byte figures (kernels.page_format) and the prompt cache's ids. The PDF is near the
+    # window, so the plan loads the model's tokenizer and looks in the prompt cache.
+    prepared = run_ktcli(["ask", str(PDF), "What is the company's name?", "--max-new-tokens", "4"], cache)
+    assert prepared.returncode == 0, prepared.stderr[-2000:]  # converts the model, fills the prompt cache
+    proc = run_ktcli(["plan", str(PDF), "What was the revenue?"], cache, extra_env={"PYTHONPROFILEIMPORTTIME": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    imported = [line.rsplit("|", 1)[-1].strip() for line in proc.stderr.decode().splitlines() if "|" in line]
+    assert "ktcli.engine.prefix_store" in imported and "kernels.page_format" in imported
+    assert "torch" not in imported
+
+
 def test_quiet_leaves_stderr_empty(cache):
     proc = run_ktcli(["ask", str(REPO / "README.md"), "What is this?", "--quiet", *SHORT], cache)
     assert proc.returncode == 0

@@ -179,7 +179,7 @@ def test_a_kernel_the_gpu_cannot_load_falls_back_to_the_reference_once_warned(mo
         tries.append(1)
         raise OutOfResources(139280, 101376, "shared memory")
 
-    monkeypatch.setattr(kernels, "_UNFIT", set())
+    monkeypatch.setattr(kernels.dispatch, "_UNFIT", set())
     monkeypatch.setattr(pa, "paged_attention_decode_triton", too_big)
     monkeypatch.setattr(pf, "paged_prefill_attention_triton", too_big)
     kernels.set_backend("triton")
@@ -203,7 +203,7 @@ def test_importing_the_kernel_modules_keeps_the_package_functions():
     import kernels.kv_store_triton  # noqa: F401
     import kernels.paged_attention  # noqa: F401
 
-    assert callable(kernels.kv_store) and kernels.kv_store.__module__ == "kernels"
+    assert kernels.kv_store is kernels.dispatch.kv_store and kernels.paged_attention_decode.__module__ == "kernels.dispatch"
 
 
 # Pages per loop step: 1 (one page a step, the bench's baseline) and more than the
