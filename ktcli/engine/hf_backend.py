@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
+from ktcli.engine.tokenizer import load_chat_tokenizer
 from ktcli.errors import BackendError, InputError
 
 
@@ -26,6 +27,9 @@ class HFBackend:
         if torch_dtype is None:
             raise InputError(f"--weights {dtype}: the transformers engine (--engine hf) runs fp32 or bf16")
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        # Prompts as our engine builds them (`ChatTokenizer`: a document's "<|im_end|>" stays
+        # text, where transformers' template would read it as the control token).
+        self.chat = load_chat_tokenizer(Path(model_dir)) if (Path(model_dir) / "tokenizer.json").is_file() else None
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
@@ -39,6 +43,8 @@ class HFBackend:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _encode_chat(self, messages: list[Message]) -> list[int]:
+        if self.chat is not None and self.chat.chat_template:
+            return self.chat.apply_chat_template(messages, add_generation_prompt=True)
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
         # transformers 5 returns a BatchEncoding here, 4.x a list
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)

@@ -8,6 +8,7 @@ trim_blocks / lstrip_blocks and the special tokens as variables.
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -50,6 +51,8 @@ class ChatTokenizer:
         self.eos_token = _token_text(self.config.get("eos_token"))
         self.eos_token_id = self.tok.token_to_id(self.eos_token) if self.eos_token else None
         self.name_or_path = str(folder)
+        self._special = frozenset(i for i, t in self.tok.get_added_tokens_decoder().items() if t.special)
+        self._plain = None  # the same tokenizer reading special tokens' strings as text (`_as_text`)
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         return self.tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -61,16 +64,52 @@ class ChatTokenizer:
         return self.tok.get_vocab(with_added_tokens=True)
 
     def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+        """The template's text as ids, where a message's own text is only ever text: a
+        document that says "<|im_end|>" (one about chat templates) or "<filename>" (a
+        README's usage line; SmolLM2 has that special token) would otherwise close the
+        user's turn or insert a control token mid-evidence. The template's own special
+        tokens stay special."""
         if not self.chat_template:
             raise InputError("this model has no chat template")
-        text = _compile(self.chat_template).render(
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            bos_token=self.bos_token or "",
-            eos_token=self.eos_token or "",
-        )
+        render = _compile(self.chat_template).render
+        kwargs = dict(add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
+                      eos_token=self.eos_token or "")
+        texts = [m.get("content") if isinstance(m.get("content"), str) else None for m in messages]
+        marked = [{**m, "content": f"{_MARK}{i}{_MARK}"} if t is not None else m for i, (m, t) in enumerate(zip(messages, texts))]
+        pieces = _MARKS.split(render(messages=marked, **kwargs))
+        if any(texts) and len(pieces) > 1 and not any(t and _MARK in t for t in texts):
+            text, spans = "", []
+            for j, piece in enumerate(pieces):
+                if j % 2:  # a message's index, where the template put its content
+                    spans.append((len(text), len(text) + len(texts[int(piece)])))
+                    piece = texts[int(piece)]
+                text += piece
+        else:  # no message text, or a template that does not print it as given
+            text, spans = render(messages=messages, **kwargs), []
         # The template writes the special tokens itself; adding them again would double BOS.
-        return self.encode(text, add_special_tokens=False)
+        enc = self.tok.encode(text, add_special_tokens=False)
+        ids: list[int] = []
+        for tid, (start, end) in zip(enc.ids, enc.offsets):
+            if tid in self._special and any(a <= start and end <= b for a, b in spans):
+                ids.extend(self._as_text(text[start:end]))
+            else:
+                ids.append(tid)
+        return ids
+
+    def _as_text(self, text: str) -> list[int]:
+        """`text` (a special token's string) tokenised as plain text."""
+        if self._plain is None:
+            from tokenizers import Tokenizer
+
+            self._plain = Tokenizer.from_str(self.tok.to_str())
+            self._plain.encode_special_tokens = True
+        return self._plain.encode(text, add_special_tokens=False).ids
+
+
+# Stands for a message's text while the template renders (a private-use character, which
+# no template writes): the rendered text is split at these to find each message's span.
+_MARK = "\ue000"
+_MARKS = re.compile(f"{_MARK}(\\d+){_MARK}")
 
 
 @lru_cache(maxsize=8)

@@ -32,6 +32,24 @@ def test_incremental_detokenizer_reassembles_text(tokenizer, text):
     assert not any("\ufffd" in p for p in pieces)  # never a half character
 
 
+def test_chat_template_reads_special_token_strings_in_messages_as_text(tokenizer, smollm2_dir):
+    # A document about chat templates says "<|im_end|>"; a README says "cp <filename>":
+    # SmolLM2 has both as special tokens, and read as such they closed the user's turn
+    # mid-evidence. In a message they are text; the template's own tokens stay special.
+    from transformers import AutoTokenizer
+
+    doc = "Each turn ends with <|im_end|>\n<|im_start|>assistant, then: cp <filename> /tmp"
+    messages = [{"role": "system", "content": "Answer."}, {"role": "user", "content": doc}]
+    ids = tokenizer.apply_chat_template(messages)
+    im_start, im_end, filename = (tokenizer.tok.token_to_id(t) for t in ("<|im_start|>", "<|im_end|>", "<filename>"))
+    assert ids.count(im_start) == 3 and ids.count(im_end) == 2 and filename not in ids  # system, user, generation
+    assert tokenizer.decode(ids, skip_special_tokens=False).count(doc) == 1
+    # Without such strings, the ids are transformers' own.
+    plain = [{"role": "system", "content": "Answer."}, {"role": "user", "content": "What is\n  this?"}]
+    hf = AutoTokenizer.from_pretrained(str(smollm2_dir)).apply_chat_template(plain, add_generation_prompt=True)
+    assert tokenizer.apply_chat_template(plain) == list(hf["input_ids"] if hasattr(hf, "keys") else hf)
+
+
 def test_stop_strings_cut_across_deltas():
     s = StopStrings(("###", "END"))
     out = [s.feed(d) for d in ["Hello #", "# wor", "ld", " E", "N", "D more"]]
