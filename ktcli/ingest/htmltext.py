@@ -1,4 +1,7 @@
-"""The visible text of an HTML page, one block per line, with BeautifulSoup."""
+"""The visible text of an HTML page, with BeautifulSoup: each block starts a line, and
+running text keeps the markup's own line breaks (a paragraph wrapped over lines 16-24 of
+the file is lines of text from 16 to 24), so a citation names the lines its words are on.
+Table rows and headings stay one line each."""
 
 from __future__ import annotations
 
@@ -17,6 +20,8 @@ _PARAGRAPH = frozenset(
 # Ends a line.
 _LINE = frozenset({"div", "li", "tr", "dt", "dd", "figcaption", "caption", "br", "option", "summary", "details", "fieldset", "legend", "body", "html"})
 _CELL = frozenset({"td", "th"})
+# Blocks read as one line whatever the markup's wrapping (a row's cells join there too).
+_ONE_LINE = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "tr", "dt", "caption", "summary", "legend", "option"})
 _SKIP_STRINGS = (Comment, Declaration, Doctype, ProcessingInstruction)
 _SPACES = re.compile(r"\s+")
 
@@ -34,12 +39,16 @@ class _Lines:
 
     def text(self, piece: str, source: int) -> None:
         if piece:
-            if not "".join(self.current).strip():
+            if not self.has_text():
                 self.current_source = source
             self.current.append(piece)
 
+    def has_text(self) -> bool:
+        return bool("".join(self.current).strip())
+
     def newline(self) -> None:
-        line = "".join(self.current).strip()
+        # Spaces collapse across inline tags as a browser shows them ("a <b> b</b>": "a b").
+        line = _SPACES.sub(" ", "".join(self.current)).strip()
         self.current = []
         if not line:
             return
@@ -104,12 +113,22 @@ class _Cursor:
         return start
 
 
-def _walk(node: Tag, out: _Lines, cursor: _Cursor) -> None:
+def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> None:
+    """`one_line`: inside a table cell or heading, where the markup's line breaks are
+    only layout (a row's cells are one line of text)."""
     for child in node.children:
         if isinstance(child, NavigableString):
+            start = cursor.line
             line = cursor.past(str(child))
-            if not isinstance(child, _SKIP_STRINGS):
+            if isinstance(child, _SKIP_STRINGS):
+                continue
+            if one_line:
                 out.text(_SPACES.sub(" ", str(child)), line)
+                continue
+            for k, part in enumerate(str(child).split("\n")):
+                if k:
+                    out.newline()
+                out.text(_SPACES.sub(" ", part), start + k)
             continue
         if not isinstance(child, Tag):
             continue
@@ -130,15 +149,15 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor) -> None:
             if alt:  # what the page says an image shows: text a reader gets too
                 out.text(f"[image: {alt}]", cursor.line)
         elif name in _CELL:
-            out.text(" | " if out.current else "", cursor.line)
-            _walk(child, out, cursor)
+            out.text(" | " if out.has_text() else "", cursor.line)
+            _walk(child, out, cursor, one_line=True)
         elif name in _PARAGRAPH or name in _LINE:
             out.newline()
             _prefix(name, child, out, cursor.line)
-            _walk(child, out, cursor)
+            _walk(child, out, cursor, one_line=one_line or name in _ONE_LINE)
             out.paragraph() if name in _PARAGRAPH else out.newline()
         else:
-            _walk(child, out, cursor)
+            _walk(child, out, cursor, one_line)
 
 
 def _prefix(name: str, tag: Tag, out: _Lines, line: int) -> None:

@@ -86,7 +86,7 @@ def test_html_keeps_visible_text_as_lines(write) -> None:
     assert doc.kind == "html"
     assert doc.text.split("\n") == [
         "Title: Hidden title", "",  # the tab's name: put first (the rest of <head> is not content)
-        "# Release notes", "", "First bold paragraph.", "", "- one", "- two", "",
+        "# Release notes", "", "First bold", "paragraph.", "", "- one", "- two", "",
         "k | v", "a | 1", "", "[image: A map of the bay]", "def f():", "    return 1",
     ]
     for hidden in ("secret", "color", "enable js", "comment"):
@@ -110,11 +110,14 @@ def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
     lines = doc.text.split("\n")
     assert len(doc.source_lines) == len(lines)
     for text, number in zip(lines, doc.source_lines):
-        if text:  # each line's first word is on the file line it names
-            assert text.removeprefix("Title: ").lstrip("#- ").split()[0] in source[number - 1], (text, number)
+        if text:  # each line's words are on the file line it names (a row's start there)
+            words = text.removeprefix("Title: ").lstrip("#- ").split(" | ")[0].split()
+            assert all(w.strip(",.") in source[number - 1] for w in words), (text, number)
     got = dict(zip(lines, doc.source_lines))
-    assert got["The keeper is Ada Quill, who lives on the rock."] == 8
-    assert got["After the script."] == 18 and got["code line 2"] == 25 and got["End."] == 27
+    # A wrapped paragraph keeps its line breaks, so a quote from its end cites its own line.
+    assert (got["The keeper is"], got["Ada Quill, who"], got["lives on the rock."]) == (8, 9, 10)
+    assert got["Q4 | 5.83"] == 21  # a row written over two lines is still one line of text
+    assert (got["After"], got["the script."], got["code line 2"], got["End."]) == (18, 19, 25, 27)
     assert "Hidden draft" not in doc.text and "Also hidden" not in doc.text
 
 
