@@ -31,10 +31,25 @@ IgnoreChain = tuple[IgnoreFile, ...]
 
 def read_ignore_file(path: Path, base: str = "", prefix: str = "") -> IgnoreFile | None:
     try:
-        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        # utf-8-sig: an editor's byte-order mark is not part of the first pattern (git skips it too)
+        lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
     except OSError:
         return None  # an unreadable .gitignore ignores nothing, as with git
-    return IgnoreFile(pathspec.GitIgnoreSpec.from_lines(lines), base, prefix)
+    return IgnoreFile(pathspec.GitIgnoreSpec.from_lines([_inside_only(line) for line in lines]), base, prefix)
+
+
+def _inside_only(line: str) -> str:
+    """`X/**` (and `X/**/`, folders only) as git reads it: everything inside X, not X
+    itself. pathspec also matches the folder X, so `logs/**` with `!logs/**/` and
+    `!logs/**/important.log` dropped all of logs/ where git keeps important.log, and a
+    deeper `!logs/**/` re-included a logs/ that a shallower rule ignores. `X/**/*` (`X/**/*/`)
+    says the same without matching X."""
+    pattern = line.rstrip(" ")  # trailing spaces are not part of a pattern (unless escaped)
+    if pattern.endswith("/**"):
+        return pattern + "/*"
+    if pattern.endswith("/**/"):
+        return pattern + "*/"
+    return line
 
 
 def is_ignored(chain: IgnoreChain, rel: str, is_dir: bool) -> bool:

@@ -65,6 +65,26 @@ def test_nested_gitignore_relative_to_its_folder(write, tmp_path: Path) -> None:
     }
 
 
+def test_double_star_at_the_end_matches_inside_the_folder_only(write, tmp_path: Path) -> None:
+    # git: `logs/**` is everything inside logs/, not logs/ itself, so `!logs/**/` and a
+    # deeper `!` re-include files in it. (Checked against `git ls-files -co
+    # --exclude-standard` on 500 random trees of such rules.)
+    write("r/.gitignore", "\ufeff*.tmp\nlogs/**\n!logs/**/\n!logs/**/important.log\nnotes/*\n")  # with a BOM
+    write("r/x.tmp", "the BOM is not part of the first pattern\n")
+    write("r/logs/run.log", "ignored\n")
+    write("r/logs/2024/important.log", "re-included\n")
+    write("r/logs/2024/other.log", "ignored\n")
+    # notes/old is ignored by the shallower `notes/*`: a deeper `!old/**/` re-includes only
+    # folders inside it, which git cannot reach.
+    write("r/notes/.gitignore", "!old/**/\n")
+    write("r/notes/old/a.txt", "ignored\n")
+    write("r/notes/old/deeper/b.txt", "ignored\n")
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == [".gitignore", "logs/2024/important.log"]
+    assert set(reasons(corpus, tmp_path / "r")) == {"x.tmp", "logs/run.log", "logs/2024/other.log", "notes/.gitignore",
+                                                   "notes/old/"}
+
+
 def test_vcs_and_cache_folders(write, tmp_path: Path) -> None:
     write("r/.git/HEAD", "ref: refs/heads/main\n")
     write("r/.hg/store", "x\n")
