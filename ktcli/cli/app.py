@@ -66,7 +66,7 @@ Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engi
 ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).")]
 PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, model, engine, documents, chunks, question).")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress or figures on stderr.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings and errors still are).")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]

@@ -46,7 +46,7 @@ class Options:
         reporter = ConsoleReporter(quiet=self.quiet, stream_answer=not self.json)
         if not os.environ.get("KTCLI_DEBUG"):  # which keeps Python's file:line format
             # A Python warning (kernels falling back from a GPU kernel, say) is one of the
-            # reporter's: one `! ...` line, held while the answer streams, none under --quiet.
+            # reporter's: one `! ...` line, held while the answer streams.
             warnings.showwarning = lambda message, *_args, **_kw: reporter.warn(str(message))
         self._reporter = reporter
         return reporter

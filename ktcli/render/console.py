@@ -56,8 +56,8 @@ class ConsoleReporter:
         self._progress.update(self._tasks[phase], completed=done, total=total, rate=f"{done / elapsed:.1f}/s")
 
     def warn(self, message: str) -> None:
-        if self.quiet:
-            return
+        # Also under --quiet: a skipped file or a cut answer is something the user must
+        # not miss (quiet drops progress, the plan and the figures).
         if self._answer_started:
             # Mid-answer, stdout's line is still open: on a terminal the warning would land
             # inside the answer's text. It comes after the sources, with the figures.
@@ -94,11 +94,11 @@ class ConsoleReporter:
 
     # -- closing --------------------------------------------------------------------
     def figures(self, line: str) -> None:
+        self._stop_bars()
+        for message in self._deferred:
+            self._print_warning(message)
+        self._deferred.clear()
         if not self.quiet:
-            self._stop_bars()
-            for message in self._deferred:
-                self._print_warning(message)
-            self._deferred.clear()
             self.err.print(f"[dim]{escape(line)}[/dim]")
 
     def lines(self, lines: list[str]) -> None:

@@ -203,6 +203,13 @@ def test_version_and_quiet_plan(cache):
     assert proc.returncode == 0 and proc.stdout.decode().startswith("ktcli ")
     proc = run_ktcli(["plan", str(REPO / "README.md"), "What is this?", "--quiet"], cache)
     assert proc.returncode == 0 and proc.stderr == b"" and b"mode" in proc.stdout
+    # ... but a file left out is still said: quiet is no licence to lose input unseen
+    folder = cache.parent / "with-binary"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("The gate code is 4471.\n")
+    (folder / "blob.bin").write_bytes(bytes(range(256)) * 8)
+    proc = run_ktcli(["plan", str(folder), "What is the gate code?", "--quiet"], cache)
+    assert proc.returncode == 0 and proc.stderr.decode().splitlines() == ["! skipped " + str(folder / "blob.bin") + ": binary"]
 
 
 def test_no_color_means_no_styling(cache, tmp_path):

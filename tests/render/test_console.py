@@ -21,3 +21,14 @@ def test_a_warning_raised_mid_answer_comes_after_it_with_the_figures(capsys):
     reporter.figures("mode full")
     err = capsys.readouterr().err
     assert err.index("stopped the answer") < err.index("mode full")
+
+
+def test_quiet_keeps_warnings_and_drops_the_figures(capsys):
+    reporter = ConsoleReporter(quiet=True)
+    reporter.status("reading the whole input")
+    reporter.warn("skipped blob.bin: binary")
+    reporter.answer_text("An answer")
+    reporter.warn("stopped the answer")
+    reporter.figures("mode full")
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["! skipped blob.bin: binary", "! stopped the answer"]
