@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +23,11 @@ CACHE_DIRS = frozenset(
 )
 
 
+# Control characters as Python writes them in a string ("\\n", "\\x1b"): names only, read
+# through the real entry.
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}
+
+
 @dataclass
 class WalkResult:
     documents: list[Document] = field(default_factory=list)
@@ -39,7 +45,7 @@ def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = N
     root = Path(root_arg)
     real_root = root.resolve()
     walker = _Walker(root_arg, real_root, max_file_bytes, seen if seen is not None else set())
-    walker.walk_dir(real_root, "", enclosing_rules(real_root))
+    walker.walk(real_root, enclosing_rules(real_root))
     return walker.result
 
 
@@ -53,7 +59,9 @@ class _Walker:
 
     def display(self, rel: str) -> str:
         """The folder as the user typed it, joined with the relative path, so a citation
-        opens from the user's working directory."""
+        opens from the user's working directory. Control characters in a found name are
+        shown escaped: a file called "skip\\nme.log" split its report and citations in two."""
+        rel = rel.translate(_ESCAPED)
         if self.root_arg in (".", "./"):
             return rel
         return f"{self.root_arg.rstrip('/')}/{rel}" if self.root_arg.rstrip("/") else f"/{rel}"
@@ -61,41 +69,74 @@ class _Walker:
     def skip(self, rel: str, reason: str, is_dir: bool = False) -> None:
         self.result.skipped.append(Skipped(self.display(rel) + ("/" if is_dir else ""), reason))
 
-    def walk_dir(self, folder: Path, rel: str, chain: IgnoreChain) -> None:
+    def walk(self, real_root: Path, chain: IgnoreChain) -> None:
+        """Depth first in sorted order, on a stack of folders rather than recursion: a
+        tree 330 folders deep exhausted Python's recursion limit."""
+        stack: list[tuple[Iterator[os.DirEntry[str]], str, IgnoreChain]] = []
+        opened = self.open_dir(real_root, "", chain)
+        if opened is not None:
+            stack.append(opened)
+        while stack:
+            entries, rel, chain = stack[-1]
+            entry = next(entries, None)
+            if entry is None:
+                stack.pop()
+                continue
+            entry_rel = f"{rel}/{entry.name}" if rel else entry.name
+            if self.visit(entry, entry_rel, chain):
+                opened = self.open_dir(Path(entry.path), entry_rel, chain)
+                if opened is not None:
+                    stack.append(opened)
+
+    def open_dir(self, folder: Path, rel: str, chain: IgnoreChain):
+        """The folder's entries in name order and the rules that apply inside it; None
+        (reported) where it cannot be read."""
         try:
             with os.scandir(folder) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except PermissionError:
             self.skip(rel or ".", "unreadable folder (permission denied)", is_dir=True)
-            return
+            return None
         except OSError as e:
             self.skip(rel or ".", f"unreadable folder ({e.strerror or e})", is_dir=True)
-            return
+            return None
         if any(e.name == ".gitignore" for e in entries):
             rules = read_ignore_file(folder / ".gitignore", base=rel)
             if rules is not None:
                 chain = (*chain, rules)
-        for entry in entries:
-            self.visit(entry, f"{rel}/{entry.name}" if rel else entry.name, chain)
+        return iter(entries), rel, chain
 
-    def visit(self, entry: os.DirEntry[str], rel: str, chain: IgnoreChain) -> None:
+    def visit(self, entry: os.DirEntry[str], rel: str, chain: IgnoreChain) -> bool:
+        """Read or report one entry; True for a folder to walk into."""
         if entry.name in VCS_NAMES:
-            return
+            return False
         try:
             is_link = entry.is_symlink()
             is_dir = entry.is_dir()  # follows links: "dir/" patterns match linked folders too
         except OSError:
             is_link, is_dir = False, False
         if is_ignored(chain, rel, is_dir):
-            self.skip(rel, "gitignored", is_dir=is_dir)
+            if self.given_already(entry, is_dir):
+                self.result.already_read += not is_dir
+            else:
+                self.skip(rel, "gitignored", is_dir=is_dir)
         elif is_link:
             self.skip(rel, self.symlink_reason(entry))
         elif is_dir:
-            self.visit_dir(entry, rel, chain)
+            return self.enter_dir(entry, rel)
         elif entry.is_file(follow_symlinks=False):
             self.visit_file(entry, rel)
         else:
             self.skip(rel, "not a regular file")
+        return False
+
+    def given_already(self, entry: os.DirEntry[str], is_dir: bool) -> bool:
+        """An ignored file (or folder) that the user also named, and that was read: not
+        reported as left out (`ktcli ask repo/a.log repo` read a.log and said it skipped it)."""
+        real = os.path.realpath(entry.path)
+        if not is_dir:
+            return real in self.seen
+        return any(path.startswith(real + os.sep) for path in self.seen)
 
     def symlink_reason(self, entry: os.DirEntry[str]) -> str:
         try:
@@ -106,13 +147,14 @@ class _Walker:
             return "symlink outside the folder (not followed)"
         return "symlink inside the folder (not followed; its target is walked at its own path)"
 
-    def visit_dir(self, entry: os.DirEntry[str], rel: str, chain: IgnoreChain) -> None:
+    def enter_dir(self, entry: os.DirEntry[str], rel: str) -> bool:
         if entry.name in CACHE_DIRS:
             self.skip(rel, "dependency or cache folder", is_dir=True)
         elif os.path.isfile(os.path.join(entry.path, "pyvenv.cfg")):
             self.skip(rel, "virtual environment", is_dir=True)
         else:
-            self.walk_dir(Path(entry.path), rel, chain)
+            return True
+        return False
 
     def visit_file(self, entry: os.DirEntry[str], rel: str) -> None:
         real = os.path.realpath(entry.path)

@@ -85,6 +85,40 @@ def test_double_star_at_the_end_matches_inside_the_folder_only(write, tmp_path: 
                                                    "notes/old/"}
 
 
+def test_a_very_deep_tree_is_walked_without_recursion(tmp_path: Path) -> None:
+    folder = tmp_path / "deep"
+    folder.mkdir()
+    os.chdir(folder)  # relative steps: the absolute path would pass PATH_MAX first
+    try:
+        for _ in range(400):  # three Python frames a level used to exhaust the recursion limit at ~330
+            os.mkdir("d")
+            os.chdir("d")
+        Path("bottom.txt").write_text("The deepest note.\n")
+    finally:
+        os.chdir(tmp_path)
+    corpus = walk(folder)
+    assert rels(corpus, folder) == ["d/" * 400 + "bottom.txt"]
+
+
+def test_an_ignored_file_also_named_is_read_and_not_reported(write, tmp_path: Path) -> None:
+    write("r/.gitignore", "*.log\nbuild/\n")
+    log = write("r/run.log", "the log the user asked for\n")
+    write("r/build/out.txt", "built\n")
+    write("r/main.py", "print(1)\n")
+    corpus = load_corpus([str(log), str(tmp_path / "r" / "build"), str(tmp_path / "r")])
+    assert [Path(d.path).name for d in corpus.documents] == ["run.log", "out.txt", ".gitignore", "main.py"]
+    assert corpus.skipped == ()  # both were read: neither is "skipped: gitignored"
+
+
+def test_control_characters_in_found_names_are_escaped(write, tmp_path: Path) -> None:
+    write("r/two\nlines.txt", "a file whose name has a line break\n")
+    write("r/.gitignore", "*.log\n")
+    write("r/skip\nme.log", "ignored\n")
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == [".gitignore", "two\\nlines.txt"]
+    assert reasons(corpus, tmp_path / "r") == {"skip\\nme.log": "gitignored"}
+
+
 def test_vcs_and_cache_folders(write, tmp_path: Path) -> None:
     write("r/.git/HEAD", "ref: refs/heads/main\n")
     write("r/.hg/store", "x\n")
