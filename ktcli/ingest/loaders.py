@@ -109,8 +109,10 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
 
 def _decode(data: bytes, kind: str | None) -> tuple[str, int]:
     """Our decoding policy, except that an HTML page that is not UTF-8 may declare its
-    own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess."""
-    if kind == "html" and bom_encoding(data) is None and not _is_utf8(data):
+    own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess; also a page
+    known by its content (on stdin, `curl URL | ktcli ask - ...`, or with no extension)."""
+    is_html = kind == "html" or (kind is None and _looks_like_html(data[:512].decode("latin-1")))
+    if is_html and bom_encoding(data) is None and not _is_utf8(data):
         from bs4.dammit import EncodingDetector
 
         declared = EncodingDetector.find_declared_encoding(data[:4096], is_html=True)

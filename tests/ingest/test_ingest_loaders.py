@@ -390,6 +390,10 @@ def test_html_declared_charset(write) -> None:
     page = '<html><head><meta charset="shift_jis"></head><body><p>日本語のテキストです。これはテストです。</p></body></html>'
     doc = load_one(write("jp.html", page.encode("shift_jis")))
     assert doc.text == "日本語のテキストです。これはテストです。"
+    # known as HTML by its content: piped in (`curl URL | ktcli ask - ...`) or with no extension
+    page = '<!DOCTYPE html><html><head><meta charset="windows-1251"></head><body><p>Секретный код.</p></body></html>'
+    assert load_stdin(None, io.BytesIO(page.encode("cp1251"))).text == "Секретный код."
+    assert load_one(write("page", page.encode("cp1251"))).text == "Секретный код."
 
 
 def test_pdf_needing_an_extra_package(write, monkeypatch: pytest.MonkeyPatch) -> None:
