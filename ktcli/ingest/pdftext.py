@@ -86,6 +86,9 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
                     unread.append((number, "no text layer, only images (a scanned page?)"))
             if _may_hold_table(raw):
                 raw = _rejoin_rows(raw, _layout_text(page))
+            notes = _annotation_lines(page, raw)
+            if notes:
+                raw = raw.rstrip("\n") + "\n" + "\n".join(notes)
             texts.append(normalize_text(raw).rstrip("\n"))
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
@@ -179,6 +182,53 @@ def _unlock(reader: PdfReader, display: str) -> None:
             "encrypted PDF that needs a password",
             "decrypt it first, e.g. `qpdf --password=PASSWORD --decrypt in.pdf out.pdf`",
         )
+
+
+def _annotation_lines(page, text: str) -> list[str]:  # type: ignore[no-untyped-def]
+    """What a viewer shows on the page beside its content stream, which pypdf's text
+    leaves out: filled-in form fields ("[form field Applicant name: ...]") and comments
+    ("[comment: ...]"), after the page's text. A form's answers were dropped unannounced."""
+    lines: list[str] = []
+    try:
+        annotations = page.get("/Annots") or []
+        for ref in annotations:
+            note = ref.get_object()
+            kind = note.get("/Subtype")
+            if kind == "/Widget":
+                label, value = _field(note)
+                if value and not (len(value) >= 8 and value in text):  # shown in the text already
+                    lines.append(f"[form field {label}: {value}]" if label else f"[form field: {value}]")
+            elif kind in ("/Text", "/FreeText", "/Highlight", "/Underline", "/StrikeOut", "/Squiggly"):
+                contents = _plain(note.get("/Contents"))
+                if contents and contents not in text:
+                    lines.append(f"[comment: {contents}]")
+    except Exception:  # noqa: BLE001 - a malformed annotation leaves the page's own text as it is
+        return lines
+    return lines
+
+
+def _field(widget) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A widget's label (its tooltip, else its name) and value, looked up through its
+    parents as a form's kids inherit them; no value for an unticked box."""
+    label = value = ""
+    node, depth = widget, 0
+    while node is not None and depth < 16:
+        label = label or _plain(node.get("/TU")) or _plain(node.get("/T"))
+        if not value and node.get("/V") is not None:
+            raw = node.get("/V")
+            items = raw if isinstance(raw, list) else [raw]
+            value = ", ".join(v for v in (_plain(i) for i in items) if v and v != "Off")
+        parent = node.get("/Parent")
+        node, depth = (parent.get_object() if parent is not None else None), depth + 1
+    return label, value
+
+
+def _plain(value) -> str:  # type: ignore[no-untyped-def]
+    """A PDF string or name as one line of text ("/Yes" -> "Yes")."""
+    if value is None:
+        return ""
+    text = str(value.get_object() if hasattr(value, "get_object") else value)
+    return " ".join(text.removeprefix("/").split())
 
 
 def _has_images(page) -> bool:  # type: ignore[no-untyped-def]

@@ -102,6 +102,31 @@ def make_pdf_with_a_scanned_page(before: str, after: str) -> bytes:
     return buffer.getvalue()
 
 
+def make_form_pdf(text: str, fields: dict[str, str], comment: str) -> bytes:
+    """One page of `text` with filled-in text fields (reportlab's AcroForm: name ->
+    value; the tooltip is "<name> label") and a sticky-note comment."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    pdf.drawString(72, 800, text)
+    for i, (name, value) in enumerate(fields.items()):
+        pdf.acroForm.textfield(name=name, tooltip=f"{name} label", value=value, x=72, y=760 - 30 * i, width=300,
+                               height=20)
+    pdf.drawString(72, 600, "See the note.")
+    pdf.showPage()
+    pdf.save()
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.annotations import Text
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(buffer.getvalue())))
+    writer.add_annotation(0, Text(rect=(72, 560, 92, 580), text=comment))
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def encrypt_pdf(data: bytes, user_password: str) -> bytes:
     """RC4-128, which pypdf reads without extra packages."""
     from pypdf import PdfReader, PdfWriter

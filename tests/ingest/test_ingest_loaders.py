@@ -13,6 +13,7 @@ from tests.ingest.fixtures import (
     damage_page,
     PNG_BYTES,
     encrypt_pdf,
+    make_form_pdf,
     make_image_only_pdf,
     make_pdf_with_a_scanned_page,
     make_table_pdf,
@@ -384,6 +385,18 @@ def test_truncated_pdf_is_an_input_error_or_partial(write) -> None:
         assert "\n" not in str(e)
     else:
         assert doc.kind == "pdf"
+
+
+def test_pdf_form_values_and_comments_are_read(write) -> None:
+    # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
+    data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
+                         "Checked by the harbour office.")
+    doc = load_one(write("form.pdf", data))
+    assert doc.text.split("\n") == [
+        "Application form.", "See the note.", "[form field applicant label: Margarethe Oyelaran-Smith]",
+        "[form field berth label: B7]", "[comment: Checked by the harbour office.]",
+    ]
+    assert doc.pages[0].text == doc.text and doc.left_out == ()
 
 
 def test_html_declared_charset(write) -> None:
