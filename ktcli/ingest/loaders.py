@@ -162,7 +162,7 @@ def _notebook_document(raw: str, display: str) -> Document | None:
         return None
     if not text.strip():
         raise RejectedInput(display, "notebook without cells")
-    left_out = (Skipped(display, f"{rich} image or other rich output{'s' if rich > 1 else ''} of its cells left out"),) if rich else ()
+    left_out = (Skipped(display, f"{rich} image or other rich output{'s' if rich > 1 else ''} of its cells left out", part=True),) if rich else ()
     return replace(_text_document(text, display, "markdown", None), source_lines=source_lines, left_out=left_out)
 
 

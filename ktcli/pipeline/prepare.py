@@ -186,7 +186,7 @@ def prepare(
     reporter.status("reading input")
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
     for skipped in corpus.skipped:
-        reporter.warn(f"{'read' if skipped.replaced else 'skipped'} {skipped.path}: {skipped.reason}")
+        reporter.warn(f"{'read' if skipped.replaced or skipped.part else 'skipped'} {skipped.path}: {skipped.reason}")
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )

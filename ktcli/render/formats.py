@@ -31,7 +31,7 @@ def plan_dict(plan: Plan) -> dict:
 
 
 def skipped_list(skipped: tuple[Skipped, ...]) -> list[dict]:
-    return [{"path": s.path, "reason": s.reason, "replaced": s.replaced} for s in skipped]
+    return [{"path": s.path, "reason": s.reason, "replaced": s.replaced, "part": s.part} for s in skipped]
 
 
 def answer_json(answer: Answer) -> str:

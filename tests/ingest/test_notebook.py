@@ -36,7 +36,7 @@ def test_cells_become_text_and_images_are_left_out_and_reported(tmp_path):
     assert "```python  # cell 2\nimport pandas as pd\n" in doc.text
     assert "rows: 1200" in doc.text and "KeyError: 'region'" in doc.text and "<Figure size" in doc.text
     assert "iVBOR" not in doc.text and "eHh4" not in doc.text and len(doc.text) < 1000  # no base64
-    assert [s.reason for s in corpus.skipped] == ["1 image or other rich output of its cells left out"]
+    assert [(s.reason, s.part) for s in corpus.skipped] == [("1 image or other rich output of its cells left out", True)]
 
 
 def test_each_line_maps_to_the_notebook_line_holding_it(tmp_path):
