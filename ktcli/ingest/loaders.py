@@ -71,8 +71,12 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if not data:
         raise RejectedInput(display, "empty input" if is_stdin else "empty file")
     kind = doc_kind_for_name(name)
-    if kind == "pdf" or data.startswith(b"%PDF-"):
+    # A PDF's header may follow some junk (readers look in the first KB).
+    if b"%PDF-" in data[:1024]:
         return _pdf_document(data, display)
+    if kind == "pdf":  # not read as text: often a download's error page saved under the name
+        raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
+                            "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")
     if looks_binary(data[:SNIFF_BYTES]):
         raise RejectedInput(display, "binary", f"not text; {_READABLE}")
     try:
@@ -122,6 +126,13 @@ def _decode(data: bytes, kind: str | None) -> tuple[str, int]:
             except (LookupError, UnicodeDecodeError):
                 pass  # a wrong or unknown declaration: fall back to our policy
     return decode_bytes(data)
+
+
+def _what_it_holds(data: bytes) -> str:
+    if looks_binary(data[:SNIFF_BYTES]):
+        return "binary data"
+    head = data[:512].decode("latin-1")
+    return "an HTML page (an error page saved under that name?)" if _looks_like_html(head) else "text"
 
 
 def _is_utf8(data: bytes) -> bool:

@@ -376,6 +376,13 @@ def test_corrupt_pdf(write, data: bytes) -> None:
     assert "broken.pdf" in message and ("corrupt" in message or "PDF" in message)
 
 
+def test_a_pdf_name_without_a_pdf_inside_says_what_it_holds(write) -> None:
+    # pypdf's own words were "corrupt or unreadable PDF (Stream has ended unexpectedly)"
+    message = input_error(write("paper.pdf", b"<!DOCTYPE html><html><body>404 Not Found</body></html>"))
+    assert "not a PDF: no %PDF- header, it holds an HTML page" in message and "pipe it in" in message
+    assert "it holds text" in input_error(write("notes.pdf", b"just some notes\n"))
+
+
 def test_truncated_pdf_is_an_input_error_or_partial(write) -> None:
     data = make_text_pdf([["page one text"], ["page two text"]])
     path = write("cut.pdf", data[: len(data) // 2])
