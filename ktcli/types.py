@@ -73,7 +73,7 @@ class Skipped:
 
     path: str
     reason: str  # "gitignored", "binary", "too large (12.3 MB > 2 MB)", "symlink outside", ...
-    replaced: bool = False  # the input was read, a part of it replaced (bytes not valid UTF-8), not left out
+    replaced: bool = False  # the input was read, with what `reason` says (bytes replaced, an encoding guessed)
     part: bool = False  # the file was read; only what `reason` names was left out (a notebook's images)
 
 

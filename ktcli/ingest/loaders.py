@@ -80,17 +80,15 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if looks_binary(data[:SNIFF_BYTES]):
         raise RejectedInput(display, "binary", f"not text; {_READABLE}")
     try:
-        raw, strays = _decode(data, kind)
+        raw, note = _decode(data, kind)
         text = normalize_text(raw)
     except UndecodableError as e:
         raise RejectedInput(display, f"undecodable text ({e})", "convert it to UTF-8, e.g. with iconv") from None
     if not text.strip():
         raise RejectedInput(display, "empty input" if is_stdin else "empty file", "it holds only whitespace")
     doc = _typed_document(text, display, name, kind, is_stdin)
-    if strays:
-        what = "a byte that is" if strays == 1 else f"{strays} bytes that are"
-        doc = replace(doc, left_out=(Skipped(display, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)",
-                                             replaced=True),))
+    if note:
+        doc = replace(doc, left_out=(Skipped(display, note, replaced=True),))
     return doc
 
 
@@ -111,7 +109,7 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
     return _text_document(text, display, "code" if language else "text", language)
 
 
-def _decode(data: bytes, kind: str | None) -> tuple[str, int]:
+def _decode(data: bytes, kind: str | None) -> tuple[str, str | None]:
     """Our decoding policy, except that an HTML page that is not UTF-8 may declare its
     own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess; also a page
     known by its content (on stdin, `curl URL | ktcli ask - ...`, or with no extension)."""
@@ -122,7 +120,7 @@ def _decode(data: bytes, kind: str | None) -> tuple[str, int]:
         declared = EncodingDetector.find_declared_encoding(data[:4096], is_html=True)
         if declared:
             try:
-                return data.decode(declared), 0
+                return data.decode(declared), None
             except (LookupError, UnicodeDecodeError):
                 pass  # a wrong or unknown declaration: fall back to our policy
     return decode_bytes(data)

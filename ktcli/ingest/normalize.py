@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import re
 
-from ktcli.ingest.sniff import MAX_CONTROL_RATIO, control_ratio, high_byte_ratio, utf16_without_bom
+from ktcli.ingest.sniff import (
+    MAX_CONTROL_RATIO,
+    SNIFF_BYTES,
+    control_ratio,
+    high_byte_ratio,
+    looks_binary,
+    utf16_without_bom,
+)
 
 # Longest BOMs first: the UTF-32 LE BOM starts with the UTF-16 LE one.
 _BOMS: tuple[tuple[bytes, str], ...] = (
@@ -22,6 +30,10 @@ _BOMS: tuple[tuple[bytes, str], ...] = (
 _MAX_LEGACY_HIGH_RATIO = 0.30
 
 
+# Bytes text does not hold (tab, line and page breaks aside, and ESC: logs colour with it).
+_CONTROL = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
+
+
 class UndecodableError(ValueError):
     """The bytes are not text in any encoding we accept."""
 
@@ -33,36 +45,50 @@ def bom_encoding(data: bytes) -> str | None:
     return None
 
 
-def decode_bytes(data: bytes) -> tuple[str, int]:
-    """(text, bytes replaced): UTF-8 (BOM or not), UTF-16/32 by BOM, UTF-16 of Latin-script
-    text without one, UTF-8 with a few stray bytes (each read as U+FFFD and counted, for
-    the caller to report), else cp1252 (latin-1 for its 5 holes) when the bytes look like
-    Western text. Raises UndecodableError otherwise."""
+def decode_bytes(data: bytes) -> tuple[str, str | None]:
+    """(text, note): UTF-8 (BOM or not), UTF-16/32 by BOM, UTF-16 of Latin-script text
+    without one, UTF-8 with a few stray bytes (each read as U+FFFD), UTF-8 text followed by
+    binary data (the text kept), else cp1252 (latin-1 for its 5 holes) when the bytes look
+    like Western text. `note` says what the reader should know, for the caller to report
+    (None: read exactly). Raises UndecodableError otherwise."""
     bom = bom_encoding(data)
     if bom is not None:
         try:
-            return data[len(_bom_bytes(bom)) :].decode(bom), 0
+            return data[len(_bom_bytes(bom)) :].decode(bom), None
         except UnicodeDecodeError as e:
             raise UndecodableError(f"invalid {bom.upper()} despite its byte-order mark") from e
     try:
-        return data.decode("utf-8"), 0
-    except UnicodeDecodeError:
-        pass
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as e:
+        first_bad = e.start
     utf16 = utf16_without_bom(data)
     if utf16 is not None:
         try:
-            return data.decode(utf16), 0
+            return data.decode(utf16), None
         except UnicodeDecodeError as e:
             raise UndecodableError(f"looks like {utf16.upper()} without a byte-order mark, but is not valid") from e
     strays = utf8_with_strays(data)
     if strays is not None:
-        return strays
+        text, n = strays
+        what = "a byte that is" if n == 1 else f"{n} bytes that are"
+        return text, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)"
+    if first_bad and looks_binary(data[first_bad : first_bad + SNIFF_BYTES]):
+        # A log with a crash dump after it: the whole file went to cp1252 mojibake (the
+        # binary sniff reads only the first 8 KB), unreported. The dump may start with
+        # bytes that are valid UTF-8 (control bytes): the text ends at the line before them.
+        end, start = first_bad, data.rfind(b"\n", 0, first_bad) + 1
+        while end and _CONTROL.search(data, start, end):  # a line of the dump's, not of text
+            end, start = start, data.rfind(b"\n", 0, max(start - 1, 0)) + 1
+        if end:
+            return data[:end].decode("utf-8"), f"binary data after byte {end:,} left out ({len(data) - end:,} bytes)"
     if high_byte_ratio(data) > _MAX_LEGACY_HIGH_RATIO or control_ratio(data) > MAX_CONTROL_RATIO:
         raise UndecodableError("not UTF-8 or UTF-16, and too many non-ASCII bytes for Latin-1")
+    # Said, because it is a guess: Russian comments in cp1251 come out as "Ïîäêëþ÷åíèå".
+    note = "not UTF-8: read as Windows-1252 (Western European), a guess; convert it to UTF-8 if that is wrong"
     try:
-        return data.decode("cp1252"), 0
+        return data.decode("cp1252"), note
     except UnicodeDecodeError:
-        return data.decode("latin-1"), 0  # cannot fail: every byte maps
+        return data.decode("latin-1"), note  # cannot fail: every byte maps
 
 
 # UTF-8 with stray bytes: at most this many, and at least as many valid multi-byte

@@ -189,6 +189,16 @@ def test_latin1_and_cp1252_fallback(write) -> None:
     assert load_one(write("w.txt", "“quoted” – dash €5\n".encode("cp1252"))).text == "“quoted” – dash €5\n"
 
 
+def test_text_with_a_binary_tail_keeps_the_text_and_says_what_was_left_out(write) -> None:
+    # The binary sniff reads the first 8 KB: a log with a dump after it went whole to
+    # cp1252 mojibake, unannounced.
+    text = "".join(f"2026-12-04 10:{i % 60:02d} worker {i} finished\n" for i in range(400))
+    dump = bytes(range(256)) * 12
+    corpus = load_corpus([str(write("run.log", text.encode() + dump))])
+    assert corpus.documents[0].text == text
+    assert corpus.skipped[0].reason == f"binary data after byte {len(text.encode()):,} left out ({len(dump):,} bytes)"
+
+
 def test_utf8_with_a_stray_byte_stays_utf8_and_says_so(write) -> None:
     """One Latin-1 byte in a UTF-8 file used to send the whole file to cp1252 ("MÃ¼ller")."""
     text = "Der Bürgermeister von Zürich heißt Müller.\nGrüße aus Köln.\n"
@@ -199,9 +209,10 @@ def test_utf8_with_a_stray_byte_stays_utf8_and_says_so(write) -> None:
     (note,) = corpus.skipped
     assert note.path == str(path) and note.reason.startswith("a byte that is not valid UTF-8")
     assert note.replaced  # reported as read, with a byte replaced: not as skipped
-    # Latin-1 text has (almost) no valid UTF-8 sequences: still cp1252, with no note
+    # Latin-1 text has (almost) no valid UTF-8 sequences: still cp1252, said to be a guess
+    # (Russian comments in cp1251 came out as "Ïîäêëþ÷åíèå", unannounced)
     latin = load_corpus([str(write("latin.txt", text.encode("latin-1")))])
-    assert latin.documents[0].text == text and not latin.skipped
+    assert latin.documents[0].text == text and "read as Windows-1252 (Western European), a guess" in latin.skipped[0].reason
     # two valid characters and one stray byte: UTF-8 still
     few = load_corpus([str(write("few.txt", "Zürich and München. A broken byte: ".encode() + b"\xff end.\n"))])
     assert few.documents[0].text.startswith("Zürich and München.") and few.skipped[0].replaced
