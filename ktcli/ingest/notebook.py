@@ -12,6 +12,7 @@ each on a line of its own; a notebook saved on one line maps every text line to 
 from __future__ import annotations
 
 import json
+import re
 
 TEXT_OUTPUTS = ("text/plain",)  # the rich outputs a reader can use as text
 
@@ -61,7 +62,11 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
             for output in cell.get("outputs") or []:
                 text, rich = _output_text(output)
                 left_out += rich
-                if _joined(text).strip():
+                if isinstance(output, dict) and output.get("output_type") == "error":
+                    # "Name: value" is not a string of the file: cite the line of its value
+                    line = finder.line_of(str(output.get("evalue") or output.get("ename") or "Error"))
+                    add(["Output:", str(text)], [line, line])
+                elif _joined(text).strip():
                     # Each printed line keeps the .ipynb line of its own JSON string (a
                     # citation of a printed value opened on the cell's last code line).
                     out_lines, out_at = _source_lines(text, finder)
@@ -69,6 +74,8 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
             finder.next = max(finder.next, after_source)
         else:
             add(body, at)
+        if isinstance(cell.get("attachments"), dict):  # images pasted into a markdown cell
+            left_out += len(cell["attachments"])
     return "\n".join(lines) + "\n", tuple(where), left_out
 
 
@@ -108,6 +115,9 @@ def _output_text(output) -> tuple[list[str] | str, int]:
     return text, int(rich)
 
 
+_KEYED = re.compile(r'^"[A-Za-z_]+":\s*')
+
+
 class _LineFinder:
     """File lines of JSON strings, found in order: nbformat writes each source string on a
     line of its own, so the next line that decodes to the string is where it is."""
@@ -118,9 +128,12 @@ class _LineFinder:
         self.last = 1  # the last line found (1-based)
 
     def line_of(self, text: str) -> int:
+        """The next line holding `text` as a list item or as a key's value (a source given
+        as one string: `"source": "line 1\\nline 2"`)."""
         wanted = {json.dumps(text, ensure_ascii=False), json.dumps(text)}  # as written, or \u-escaped
         for k in range(self.next, len(self.raw)):
-            if self.raw[k].strip().rstrip(",") in wanted:
+            item = self.raw[k].strip().rstrip(",")
+            if item in wanted or _KEYED.sub("", item, count=1) in wanted:
                 self.next, self.last = k + 1, k + 1
                 return k + 1
         return self.last

@@ -79,3 +79,26 @@ def test_code_is_fenced_in_the_kernels_language_and_empty_cells_add_nothing(tmp_
              {"cell_type": "code", "metadata": {}, "outputs": [], "source": ["x <- 1"]}]
     path.write_text(json.dumps({"cells": cells, "metadata": {"language_info": {"name": "R"}}, "nbformat": 4}))
     assert load_corpus([str(path)]).documents[0].text == "```R  # cell 2\nx <- 1\n```\n"
+
+
+def test_one_string_sources_errors_and_attachments(tmp_path):
+    # A source given as one string (valid nbformat, written by generators) mapped to the
+    # previous cell's line; an error's "Name: value" to the previous output's; a markdown
+    # cell's pasted image was dropped unreported.
+    cells = [
+        {"cell_type": "markdown", "id": "a", "metadata": {}, "source": ["Intro.\n"],
+         "attachments": {"map.png": {"image/png": base64.b64encode(b"x" * 100).decode()}}},
+        {"cell_type": "code", "execution_count": 1, "id": "b", "metadata": {}, "source": "y = 1 / 0\nprint(y)",
+         "outputs": [{"ename": "ZeroDivisionError", "evalue": "division by zero", "output_type": "error",
+                      "traceback": ["..."]}]},
+    ]
+    path = tmp_path / "gen.ipynb"
+    path.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1,
+                               sort_keys=True))
+    corpus = load_corpus([str(path)])
+    doc = corpus.documents[0]
+    raw = path.read_text().split("\n")
+    got = dict(zip(doc.text.split("\n"), doc.source_lines))
+    assert '"source": "y = 1 / 0\\nprint(y)"' in raw[got["y = 1 / 0"] - 1] and got["print(y)"] == got["y = 1 / 0"]
+    assert '"evalue": "division by zero"' in raw[got["ZeroDivisionError: division by zero"] - 1]
+    assert [s.reason for s in corpus.skipped] == ["1 image or other rich output of its cells left out"]
