@@ -13,6 +13,7 @@ from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, normalize_text, text_sha256
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
+    could_be_utf16,
     doc_kind_for_name,
     language_for_name,
     language_from_content,
@@ -78,6 +79,10 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
                             "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")
     if looks_binary(data[:SNIFF_BYTES]):
+        utf16 = could_be_utf16(data)
+        if utf16:
+            raise RejectedInput(display, f"binary (or {utf16} text without a byte-order mark?)",
+                                f"if it is text, convert it: `iconv -f {utf16} -t UTF-8 FILE > FILE.txt`")
         raise RejectedInput(display, "binary", f"not text; {_READABLE}")
     try:
         raw, note = _decode(data, kind)

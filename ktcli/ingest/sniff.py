@@ -70,6 +70,23 @@ def looks_binary(head: bytes) -> bool:
     return not _utf8_prefix_ok(rest) and high_byte_ratio(rest) > _MAX_HIGH_RATIO
 
 
+def could_be_utf16(data: bytes) -> str | None:
+    """'UTF-16LE' / 'UTF-16BE' where `data` (binary by `looks_binary`) decodes cleanly as
+    UTF-16 with line breaks and no control characters: non-Latin text saved without a
+    byte-order mark, which cannot be told from binary with certainty (random bytes decode
+    to CJK too), so it is only named in the hint of the "binary" report."""
+    head = data[: SNIFF_BYTES - SNIFF_BYTES % 2]
+    for codec, name in (("utf-16-le", "UTF-16LE"), ("utf-16-be", "UTF-16BE")):
+        try:
+            text = head.decode(codec)
+        except UnicodeDecodeError:
+            continue
+        controls = sum(1 for ch in text if ord(ch) < 32 and ch not in "\t\n\r")
+        if not controls and text.count("\n") >= max(1, len(text) // 400):
+            return name
+    return None
+
+
 def utf16_without_bom(data: bytes) -> str | None:
     """'utf-16-le' / 'utf-16-be' for UTF-16 text written without a byte-order mark, judged
     on its first SNIFF_BYTES: Latin-script text then has a NUL in nearly every high (LE)

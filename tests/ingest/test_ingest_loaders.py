@@ -387,6 +387,15 @@ def test_corrupt_pdf(write, data: bytes) -> None:
     assert "broken.pdf" in message and ("corrupt" in message or "PDF" in message)
 
 
+def test_non_latin_utf16_without_a_bom_is_named_in_the_binary_report(write) -> None:
+    # It cannot be told from binary for sure (random bytes decode to CJK too), but the hint
+    # said "ktcli reads text" to a user who had given text.
+    text = "".join(f"{i}行目: 東京の天気は晴れです。私は毎朝コーヒーを飲みます。\n" for i in range(60))
+    message = input_error(write("ja.txt", text.encode("utf-16-le")))
+    assert "binary (or UTF-16LE text without a byte-order mark?)" in message and "iconv -f UTF-16LE" in message
+    assert "byte-order mark" not in input_error(write("noise.bin.txt", bytes(range(256)) * 40))
+
+
 def test_a_pdf_name_without_a_pdf_inside_says_what_it_holds(write) -> None:
     # pypdf's own words were "corrupt or unreadable PDF (Stream has ended unexpectedly)"
     message = input_error(write("paper.pdf", b"<!DOCTYPE html><html><body>404 Not Found</body></html>"))
