@@ -4,6 +4,7 @@ line and an exit code, and the glue from pipeline results to render."""
 from __future__ import annotations
 
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -26,6 +27,18 @@ def fail(message: str, code: int) -> None:
 
     stderr_console().print(f"[bold red]error:[/bold red] {escape(message)}")
     raise SystemExit(code)
+
+
+# One word with a slash or a file extension ("notes/q3.md", "report.pdf"): a path.
+_PATH_LIKE = re.compile(r"[^\s?]*/[^\s?]*|[\w.-]+\.[A-Za-z][A-Za-z0-9]{0,4}")
+
+
+def _warn_if_path_like(question: str, reporter) -> None:
+    """The last argument is the question: a mistyped last path (`ktcli ask a.txt
+    typo/b.txt`) became the question, unsaid. (One that exists is refused: `split_ask_args`.)"""
+    if _PATH_LIKE.fullmatch(question.strip()):
+        reporter.warn(f"the question {question.strip()!r} looks like a path, and none is there: "
+                      "the question comes last, after the paths")
 
 
 class Options:
@@ -59,6 +72,7 @@ class Options:
         from ktcli.pipeline.api import ask
 
         settings, reporter = self.settings(), self.reporter()
+        _warn_if_path_like(question, reporter)
         answer = ask(paths, question, settings, reporter, None, self._show_plan(reporter))
         self._finish(answer, reporter)
 
@@ -74,6 +88,7 @@ class Options:
         from ktcli.render.formats import plan_json, plan_lines
 
         settings, reporter = self.settings(), self.reporter()
+        _warn_if_path_like(question, reporter)
         prep, extra = plan_only(paths, question, settings, reporter, None)
         if self.json:
             print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question}))

@@ -27,7 +27,9 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     seen: set[str] = set()
     skipped_at: set[str] = set()  # absolute paths of skipped entries: `./tree` and `tree/` name one folder
     for arg in paths:
-        if not arg.strip():  # Path("") is ".": an unset shell variable must not read the current folder
+        # Path("") is ".": an unset shell variable must not read the current folder (a file
+        # named " " is still read)
+        if not arg.strip() and not (arg and os.path.lexists(arg)):
             raise InputError("an input path is empty (an unset shell variable?): name a file, a folder, or `-`")
         if arg == STDIN_ARG:
             documents.append(load_stdin(stdin_text))

@@ -198,6 +198,14 @@ def test_an_empty_path_is_not_the_current_folder(cache):
     assert_one_line_error(run_ktcli(["ask", "", "why?"], cache), 3, "an input path is empty")
 
 
+def test_a_question_that_looks_like_a_missing_path_is_pointed_out(cache):
+    proc = run_ktcli(["plan", str(REPO / "README.md"), "docs/missing.txt"], cache)
+    assert proc.returncode == 0
+    assert "! the question 'docs/missing.txt' looks like a path, and none is there" in proc.stderr.decode()
+    proc = run_ktcli(["plan", str(REPO / "README.md"), "What is v1.2 of it?"], cache)
+    assert "looks like a path" not in proc.stderr.decode()
+
+
 def test_version_and_quiet_plan(cache):
     proc = run_ktcli(["--version"], cache)
     assert proc.returncode == 0 and proc.stdout.decode().startswith("ktcli ")
