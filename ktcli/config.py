@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import tomllib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 import platformdirs
@@ -46,6 +46,13 @@ class Settings:
     api_key: str = ""  # empty: $OPENAI_API_KEY, if set
     context_window: int = 0  # tokens; 0: what the server says (a smaller value caps it)
     request_timeout: float = 600.0  # seconds for one server request, retries included
+    # Where values came from ("model in /home/u/.config/ktcli/config.toml", "KTCLI_MODEL"),
+    # for errors found later (a model that is not there); a value absent here was a flag.
+    origins: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+
+    def named(self, name: str) -> str:
+        """How an error names setting `name`: where it came from, else its flag."""
+        return dict(self.origins).get(name) or "--" + name.replace("_", "-")
 
     @property
     def overlap_tokens(self) -> int:
@@ -85,7 +92,7 @@ def config_file_path() -> Path:
 def load_settings(flags: dict[str, object] | None = None) -> Settings:
     """Defaults, overlaid by the config file, then KTCLI_* variables, then non-None flags."""
     base = Settings()
-    known = {f.name: getattr(base, f.name) for f in fields(Settings)}
+    known = {f.name: getattr(base, f.name) for f in fields(Settings) if f.name != "origins"}
     values: dict[str, object] = {}
 
     origins: dict[str, str] = {}  # where each value came from, for the errors that name it
@@ -180,10 +187,9 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
     loads the engine, which would otherwise be the first to notice). `origins`: where
     each value came from, as the error should name it (`load_settings`); a flag's name
     otherwise."""
-    origins = origins or {}
-
-    def named(name: str) -> str:
-        return origins.get(name) or "--" + name.replace("_", "-")
+    if origins:
+        settings = replace(settings, origins=tuple(origins.items()))
+    named = settings.named
 
     for name, choices in _CHOICES.items():
         value = getattr(settings, name)

@@ -209,3 +209,18 @@ def test_temperature_and_threads_have_upper_bounds(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match=f"this process may use {usable_cpus()} CPUs"):
         load_settings({"threads": usable_cpus() + 1})
     assert load_settings({"threads": usable_cpus()}).threads == usable_cpus()
+
+
+def test_a_missing_model_is_named_where_it_was_set(tmp_path, monkeypatch):
+    # a config file's model was reported as "--model ...", a flag the user never typed
+    from ktcli.engine.model_store import resolve_model
+
+    path = use_config(tmp_path, monkeypatch, 'model = "no-such-model"\n')
+    for env, flag, named in ((None, None, f"model in {path}"), ("also-missing", None, "KTCLI_MODEL"),
+                             ("also-missing", "flag-missing", "--model")):
+        if env:
+            monkeypatch.setenv("KTCLI_MODEL", env)
+        s = load_settings({"model": flag})
+        with pytest.raises(UsageError, match=f"^{re.escape(named)} {s.model}: no such file"):
+            resolve_model(s.model, s.named("model"))
+    assert load_settings({}) == load_settings({}) and "origins" not in repr(load_settings({}))

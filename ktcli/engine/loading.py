@@ -21,7 +21,7 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         return OpenAIBackend.from_settings(settings)
     if settings.backend != "local":
         raise UsageError(f"--backend {settings.backend!r}: choose local or openai")
-    source = resolve_model(settings.model)
+    source = resolve_model(settings.model, settings.named("model"))
     model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
     backend: Backend
     if settings.engine == "hf":

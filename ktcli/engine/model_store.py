@@ -55,23 +55,24 @@ def bundled_file(package: str, filename: str) -> Path:
     )
 
 
-def resolve_model(spec: str) -> ModelSource:
-    """Turn the user's --model into a concrete file or folder, or one clear error."""
+def resolve_model(spec: str, named: str = "--model") -> ModelSource:
+    """Turn the user's --model into a concrete file or folder, or one clear error; `named`:
+    where the value came from, as the error says it (`Settings.named`)."""
     if spec in BUNDLED:
         package, filename = BUNDLED[spec]
         return ModelSource(spec, "gguf", bundled_file(package, filename))
     path = Path(spec).expanduser()
     if path.is_file():
         if path.suffix.lower() != ".gguf":
-            raise UsageError(f"--model {spec}: a model file must be .gguf")
+            raise UsageError(f"{named} {spec}: a model file must be .gguf")
         return ModelSource(path.stem, "gguf", path)
     if path.is_dir():
         if not (path / "config.json").is_file():
-            raise UsageError(f"--model {spec}: folder has no config.json (not a Hugging Face model folder)")
+            raise UsageError(f"{named} {spec}: folder has no config.json (not a Hugging Face model folder)")
         return ModelSource(path.name, "hf", path)
     if "/" in spec and not spec.startswith((".", "/")):
         return ModelSource(spec, "hf", _from_hf_cache(spec))
-    raise UsageError(f"--model {spec}: no such file, folder or bundled model (try 'smollm2')")
+    raise UsageError(f"{named} {spec}: no such file, folder or bundled model (try 'smollm2')")
 
 
 def _from_hf_cache(repo_id: str) -> Path:

@@ -44,7 +44,7 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
     if settings.backend == "openai":
         model = {"name": prep.facts.name, "server": settings.base_url, "context_window": prep.facts.context_window}
     else:
-        source = resolve_model(settings.model)
+        source = resolve_model(settings.model, settings.named("model"))
         model = {"name": prep.facts.name, "path": str(source.path), "converted": is_converted(source, settings.cache_path),
                  "context_window": prep.facts.context_window, "layers": prep.facts.n_layers}
     extra = {

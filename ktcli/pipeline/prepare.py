@@ -148,7 +148,7 @@ def planning_facts(settings: Settings) -> ModelFacts:
         return remote_model_facts(settings)
     from ktcli.engine.device import auto_kv_dtype
 
-    facts = model_facts(resolve_model(settings.model), settings.cache_path)
+    facts = model_facts(resolve_model(settings.model, settings.named("model")), settings.cache_path)
     if settings.context_window and settings.context_window < facts.context_window:
         facts = replace(facts, context_window=settings.context_window)  # --context-window caps it
     weights = planned_weights(settings)
@@ -182,7 +182,7 @@ def prepare(
     if task == "ask" and not question.strip():
         raise UsageError("the question is empty")
     if settings.backend == "local":
-        resolve_model(settings.model)  # a mistyped --model fails now, not after reading a large folder
+        resolve_model(settings.model, settings.named("model"))  # a mistyped --model fails now, not after reading a large folder
     reporter.status("reading input")
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
     for skipped in corpus.skipped:
@@ -244,7 +244,7 @@ def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):
     from ktcli.engine.model_store import converted_dir, is_converted
     from ktcli.engine.tokenizer import load_chat_tokenizer
 
-    source = resolve_model(settings.model)
+    source = resolve_model(settings.model, settings.named("model"))
     if not is_converted(source, settings.cache_path):
         return None
     folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)

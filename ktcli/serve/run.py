@@ -28,7 +28,7 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     from ktcli.engine.pack_cache import PACKED_DIR
     from ktcli.engine.threads import cpu_sample, govern
 
-    model_dir = ensure_hf_dir(resolve_model(settings.model), settings.cache_path, on_status)
+    model_dir = ensure_hf_dir(resolve_model(settings.model, settings.named("model")), settings.cache_path, on_status)
     load_started = cpu_sample()
     # Clients asking several questions about one document send prompts that start alike:
     # the engine reads their K/V back from the prompt cache (engine.prefix_store).
@@ -57,7 +57,7 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
           runner: Runner | None = None) -> None:
     check_exposure(options.host, options.api_key)  # before minutes of model loading
     if not options.model_id:
-        options = replace(options, model_id=resolve_model(settings.model).name)
+        options = replace(options, model_id=resolve_model(settings.model, settings.named("model")).name)
     if runner is None:
         on_status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
         runner = make_runner(load_engine(settings, on_status), options.max_batch)
