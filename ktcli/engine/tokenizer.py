@@ -75,7 +75,8 @@ class ChatTokenizer:
         kwargs = dict(add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
                       eos_token=self.eos_token or "")
         texts = [m.get("content") if isinstance(m.get("content"), str) else None for m in messages]
-        marked = [{**m, "content": f"{_MARK}{i}{_MARK}"} if t is not None else m for i, (m, t) in enumerate(zip(messages, texts))]
+        marked = [{**m, "content": f"{_MARK}{i}{_MARK}"} if t is not None else m
+                  for i, (m, t) in enumerate(zip(messages, texts))]
         pieces = _MARKS.split(render(messages=marked, **kwargs))
         if any(texts) and len(pieces) > 1 and not any(t and _MARK in t for t in texts):
             text, spans = "", []
