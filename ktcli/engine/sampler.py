@@ -15,7 +15,9 @@ def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.
             # numpy's argmax over a 49K vocabulary: ~10 us; torch's CPU argmax ~110 us here
             return logits.numpy().argmax(axis=-1).tolist()
         return logits.argmax(dim=-1).tolist()
-    scaled = logits / params.temperature
+    # Each row's best logit first goes to 0: divided by a tiny temperature (1e-40) the raw
+    # logits overflowed to inf and softmax gave NaN; now the best stays finite.
+    scaled = (logits - logits.max(dim=-1, keepdim=True).values) / params.temperature
     if params.top_k > 0 and params.top_k < scaled.shape[-1]:
         kth = torch.topk(scaled, params.top_k, dim=-1).values[:, -1:]  # [B, 1]
         scaled = scaled.masked_fill(scaled < kth, float("-inf"))

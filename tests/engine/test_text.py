@@ -76,3 +76,6 @@ def test_sampler_modes():
     p = SamplingParams(temperature=1.0, top_k=2, seed=0)
     g = make_generator(p)
     assert {sample(logits[:1], p, [g])[0] for _ in range(50)} <= {1, 3}
+    # a tiny temperature is as good as greedy: the raw logits divided by it overflowed
+    p = SamplingParams(temperature=1e-40, seed=1)
+    assert sample(logits * 100, p, [make_generator(p), make_generator(p)]) == [1, 0]
