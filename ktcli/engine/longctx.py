@@ -680,6 +680,10 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     blocks = BlockManager(kv.num_blocks, kv.block_size)
     kv.blocks = blocks
     engine = Engine(model, blocks, prefill_chunk=prefill_chunk)
+    # Every running sequence keeps its partial page in a staging slot, and a prefill step
+    # needs a chunk's pages more: past that, a batch failed whole ("KV staging pool
+    # exhausted", 40 requests through serve with int8 pages).
+    engine.max_batch = max(1, min(engine.max_batch, options.n_stage - (-(-prefill_chunk // block_size)) - 1))
     engine.context_window = window
     tokenizer = load_chat_tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
     backend = cls(cfg, engine, tokenizer, kv, weights, w.nbytes())

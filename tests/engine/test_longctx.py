@@ -476,6 +476,21 @@ def test_finished_sequences_give_back_their_staging_slots(llama):
     assert all(int((layer.block_of_stage < 0).sum()) == n_stage for layer in b.kv.layers)
 
 
+def test_a_batch_larger_than_the_staging_pool_runs(llama):
+    """Each running sequence keeps a partial page in a staging slot, a prefill step a
+    chunk's pages more: 40 prompts at once (serve --max-batch 40) failed every one with
+    "KV staging pool exhausted". The engine admits what the pool holds; the rest wait."""
+    from ktcli.engine.backend import SamplingParams
+
+    rng = torch.Generator().manual_seed(5)
+    b = load(llama, kv_dtype="int8", kv_windows=4)
+    chunk_pages = -(-64 // BS)
+    assert b.engine.max_batch == b.kv.options.n_stage - chunk_pages - 1
+    prompts = [torch.randint(0, 256, (20 + i % 30,), generator=rng).tolist() for i in range(40)]
+    out = list(b.engine.generate(prompts, SamplingParams(max_new_tokens=4), frozenset()))
+    assert sorted({i for i, _ in out}) == list(range(40)) and b.engine.blocks.num_used == 0
+
+
 @pytest.mark.parametrize("kind", ["fp32", "int8"])
 def test_a_step_plans_its_store_once_for_every_layer(llama, ids, monkeypatch, kind):
     """`kernels.plan_store` reads the device (on a GPU, a wait per read), so the engine
