@@ -93,8 +93,13 @@ def _yarn(params: dict, theta: float, dim: int, max_position: int) -> tuple[torc
 
 class RotaryTable:
     """Complex rotations e^{i p f} (times the attention factor) for positions 0..n-1,
-    grown on demand. Dynamic NTK recomputes the whole table when the sequence passes the
-    trained length, as transformers does."""
+    grown on demand.
+
+    Dynamic NTK uses one base, the one for the scaled window (max_position x factor), as
+    vLLM does. transformers recomputes the base from each forward's length; with chunked
+    prefill that rotated a prompt's early chunks with smaller bases than its later ones
+    (and a batched sequence with its neighbours' length), so attention stopped depending
+    on distance alone and a 900-token prompt's answer changed with the chunk size."""
 
     def __init__(self, params: dict, head_dim: int, max_position: int, device: torch.device | str = "cpu"):
         self.params, self.head_dim, self.max_position = params, head_dim, max_position
@@ -104,7 +109,7 @@ class RotaryTable:
         if self.rot_dim != head_dim:
             raise ValueError("partial rotary embeddings are not supported by the ktcli engine")
         self._table = torch.empty(0, head_dim // 2, dtype=torch.complex64, device=self.device)
-        self._for_len = 0  # sequence length the dynamic table was built for
+        self._base_len = int(max_position * float(params["factor"])) if self.dynamic else None
 
     def _build(self, n: int, seq_len: int | None) -> torch.Tensor:
         freq, factor = inv_freq(self.params, self.head_dim, self.max_position, seq_len)
@@ -113,8 +118,8 @@ class RotaryTable:
         return torch.polar(torch.full_like(angles, factor), angles).to(self.device)
 
     def get(self, positions: torch.Tensor, seq_len: int) -> torch.Tensor:
-        """[T, D/2] complex64 rotations for int64 `positions`; `seq_len` is the longest
-        sequence in the step (dynamic NTK depends on it)."""
+        """[T, D/2] complex64 rotations for int64 `positions`; `seq_len`, the longest
+        sequence in the step, sizes the table."""
         return self._ready(seq_len)[positions]
 
     def first(self, n: int, seq_len: int) -> torch.Tensor:
@@ -123,14 +128,10 @@ class RotaryTable:
         return self._ready(max(seq_len, n))[:n]
 
     def _ready(self, seq_len: int) -> torch.Tensor:
-        """The table, grown (or, for dynamic NTK, rebuilt) for a step whose longest sequence is `seq_len`."""
-        if self.dynamic:
-            key = max(seq_len, self.max_position)
-            if key != self._for_len or self._table.shape[0] < seq_len:
-                self._table = self._build(max(seq_len, self.max_position), seq_len)
-                self._for_len = key
-        elif self._table.shape[0] < seq_len:
-            self._table = self._build(max(seq_len, min(self.max_position, 1 << 15), 2 * self._table.shape[0]), None)
+        """The table, grown for a step whose longest sequence is `seq_len`."""
+        if self._table.shape[0] < seq_len:
+            self._table = self._build(max(seq_len, min(self.max_position, 1 << 15), 2 * self._table.shape[0]),
+                                      self._base_len)
         return self._table
 
 

@@ -442,6 +442,27 @@ def test_rope_scaled_engine_runs_past_the_trained_window(tiny_models):
     assert torch.isfinite(logits).all()
 
 
+@pytest.mark.parametrize("kv_windows", [None, 1])  # the plain engine; the kernels' pages
+def test_dynamic_ntk_uses_one_base_whatever_the_chunks(tiny_models, tmp_path, kv_windows):
+    """One base, the scaled window's (512 x 2), as vLLM: rebuilt per chunk from the step's
+    length, a 900-token prompt's logits depended on --prefill-chunk (argmax 186 vs 75)."""
+    from transformers import AutoModelForCausalLM
+
+    from tests.engine.conftest import build_tiny
+
+    ids = torch.randint(0, 256, (1024,), generator=torch.Generator().manual_seed(5)).tolist()
+    extra = {"kv_windows": kv_windows} if kv_windows else {}
+    logits = [load(tiny_models["llama"], rope_scaling="dynamic:2", prefill_chunk=chunk, **extra).prompt_logits(ids)
+              for chunk in (64, 1024)]
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-4, atol=1e-4)
+    # transformers at the scaled window's length computes that same base
+    dyn = build_tiny("llama", tmp_path / "dyn", rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0,
+                                                                 "factor": 2.0})
+    with torch.no_grad():
+        want = AutoModelForCausalLM.from_pretrained(str(dyn), dtype=torch.float32).eval()(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(logits[1], want, rtol=1e-3, atol=1e-3)
+
+
 def test_attention_spec_sets_the_page_counts():
     assert longctx.make_policy("topk").top_k_pages == 8
     assert longctx.make_policy("topk:16").top_k_pages == 16
