@@ -43,6 +43,8 @@ def parse_json(raw: bytes) -> dict:
         data = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         raise ApiError(400, "the request body is not valid JSON") from None
+    except RecursionError:
+        raise ApiError(400, "the request body is nested too deeply") from None
     if not isinstance(data, dict):
         raise ApiError(400, "the request body must be a JSON object")
     return data
@@ -68,13 +70,22 @@ def _number(body: dict, name: str, lo: float, hi: float, default: float) -> floa
     return float(value)
 
 
-def _integer(body: dict, name: str, lo: int) -> int | None:
+def _integer(body: dict, name: str, lo: int, hi: int = 2**63 - 1) -> int | None:
     value = body.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ApiError(400, f"'{name}' must be an integer of at least {lo}", param=name)
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ApiError(400, f"'{name}' must be an integer from {lo} to {hi}", param=name)
     return value
+
+
+def _valid_text(text: str, where: str, param: str) -> str:
+    """Text the tokenizer can take: a lone surrogate ("\\ud800", valid JSON) failed it with a 500."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(400, f"{where} holds a lone UTF-16 surrogate (not a character)", param=param) from None
+    return text
 
 
 def _stop(body: dict) -> tuple[str, ...]:
@@ -106,17 +117,20 @@ def _include_usage(body: dict) -> bool:
     return bool(options.get("include_usage", False))
 
 
-def _text_content(content: object, index: int) -> str:
-    """A message's text: a string, or the text parts of a content list (no images here)."""
+def _text_content(content: object, index: int, role: str) -> str:
+    """A message's text: a string, or the text parts of a content list (no images here);
+    an assistant turn may have none (`null` beside the tool calls it made)."""
+    if content is None and role == "assistant":
+        return ""
     if isinstance(content, str):
-        return content
+        return _valid_text(content, f"messages[{index}].content", "messages")
     if isinstance(content, list):
         texts = []
         for part in content:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"messages[{index}].content: only text parts are supported", param="messages")
             texts.append(part["text"])
-        return "".join(texts)
+        return _valid_text("".join(texts), f"messages[{index}].content", "messages")
     raise ApiError(400, f"messages[{index}].content must be a string or a list of text parts", param="messages")
 
 
@@ -131,7 +145,8 @@ def parse_messages(body: dict) -> list[dict[str, str]]:
         role = m.get("role")
         if role not in ROLES:
             raise ApiError(400, f"messages[{i}].role must be one of {', '.join(sorted(ROLES))}", param="messages")
-        out.append({"role": "system" if role == "developer" else role, "content": _text_content(m.get("content"), i)})
+        out.append({"role": "system" if role == "developer" else role,
+                    "content": _text_content(m.get("content"), i, role)})
     return out
 
 
@@ -149,7 +164,7 @@ def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int
         prompt = prompt[0]  # a batch of one
     if isinstance(prompt, str) and prompt:
         _check_length(len(prompt), max_chars, window, "prompt")
-        return encode(prompt)
+        return encode(_valid_text(prompt, "'prompt'", "prompt"))
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         bad = next((t for t in prompt if t >= vocab_size), None)
         if bad is not None:  # it would fail the whole batch it joined in the engine
@@ -170,10 +185,15 @@ UNSUPPORTED = {
     "suffix": ((None, ""), "suffixes (insertion) are not supported"),
     "tools": ((None, []), "tool calls are not supported"),
     "functions": ((None, []), "function calls are not supported"),
+    "response_format": ((None, {"type": "text"}), "only text responses are produced (no JSON mode or schema)"),
+    "frequency_penalty": ((None, 0, 0.0), "penalties are not applied"),
+    "presence_penalty": ((None, 0, 0.0), "penalties are not applied"),
+    "repetition_penalty": ((None, 1, 1.0), "penalties are not applied"),
+    "logit_bias": ((None, {}), "logit biases are not applied"),
 }
 
 
-def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> SamplingParams:
+def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: str = "messages") -> SamplingParams:
     if body.get("n") not in (None, 1):
         raise ApiError(400, "only n=1 is supported", param="n")
     for name, (off, why) in UNSUPPORTED.items():
@@ -182,7 +202,7 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int) -> Samp
             raise ApiError(400, f"'{name}': {why} by this server", param=name)
     if prompt_len >= window:
         raise ApiError(400, f"the prompt has {prompt_len} tokens; this model's context window is {window}",
-                       code="context_length_exceeded", param="messages")
+                       code="context_length_exceeded", param=param)
     asked = _integer(body, "max_completion_tokens", 1)
     asked = _integer(body, "max_tokens", 1) if asked is None else asked
     if asked is not None and prompt_len + asked > window:
@@ -206,13 +226,16 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
     check_model(body, served)
     stream = _flag(body, "stream")
     include_usage = _include_usage(body)
+    if body.get("stream_options") is not None and not stream:
+        raise ApiError(400, "'stream_options' is only allowed with 'stream': true", param="stream_options")
     if kind == "chat":
         messages = parse_messages(body)
         _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
         ids = encode_chat(messages)
     else:
         ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)
-    return GenRequest(kind, ids, sampling(body, len(ids), window, default_max), stream, include_usage)
+    param = "messages" if kind == "chat" else "prompt"
+    return GenRequest(kind, ids, sampling(body, len(ids), window, default_max, param), stream, include_usage)
 
 
 # -- responses -----------------------------------------------------------------------
@@ -221,8 +244,9 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
 class Reply:
     """The bodies of one answer, complete or in chunks, sharing an id and timestamp."""
 
-    def __init__(self, kind: str, model: str) -> None:
+    def __init__(self, kind: str, model: str, include_usage: bool = False) -> None:
         self.kind, self.model = kind, model
+        self.include_usage = include_usage  # chunks then carry "usage": null until the last (OpenAI's shape)
         self.id = ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
         self.created = int(time.time())
 
@@ -244,7 +268,10 @@ class Reply:
             choice = {"index": 0, "delta": delta, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        return {**self._head(True), "choices": [choice]}
+        body = {**self._head(True), "choices": [choice]}
+        if self.include_usage:
+            body["usage"] = None
+        return body
 
     def usage_chunk(self, usage: dict) -> dict:
         return {**self._head(True), "choices": [], "usage": usage}

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import json
 import queue
+import select
 import socket
 import sys
 import time
@@ -25,6 +26,10 @@ from ktcli.serve.scheduler import Scheduler
 
 DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 EVENT_TIMEOUT_S = 900.0  # longest wait for the engine's next event before giving up on a request
+POLL_S = 0.25  # how often a waiting request looks whether its client is still there
+# A connection that sends nothing for this long (an idle keep-alive, a half-sent request)
+# is closed: on 0.0.0.0 such connections were held open forever, before any key check.
+IDLE_TIMEOUT_S = 120.0
 
 
 @dataclass(frozen=True)
@@ -88,6 +93,7 @@ class ServeApp:
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "ktcli-serve"
+    timeout = IDLE_TIMEOUT_S
     app: ServeApp  # set on the subclass made by make_server
 
     # -- routing --------------------------------------------------------------------
@@ -101,32 +107,41 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:  # noqa: N802
         self._guarded(self._not_allowed)
 
-    do_DELETE = do_PATCH = do_PUT
+    do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_PUT  # a JSON 405, not http.server's HTML 501
+
+    def _route(self) -> str:
+        """The path without its query and the optional /v1 (clients given a base URL without
+        it call /chat/completions)."""
+        path = self.path.split("?", 1)[0].rstrip("/")
+        return path.removeprefix("/v1") if path.startswith("/v1/") else path
 
     def _get(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        if path in ("/v1/models", "/models"):
+        path = self._route()
+        if path == "/models":
             self._json(200, self.app.models())
-        elif path == f"/v1/models/{self.app.options.model_id}":
+        elif path.startswith("/models/"):
+            if path.removeprefix("/models/") != self.app.options.model_id:
+                raise ApiError(404, f"the model {path.removeprefix('/models/')!r} does not exist; this server serves "
+                               f"{self.app.options.model_id!r}", type="not_found_error", code="model_not_found")
             self._json(200, self.app.models()["data"][0])
-        elif path in ("/health", "/v1/health"):
+        elif path == "/health":
             self._json(200, self.app.health())
-        elif path in ("/v1/chat/completions", "/v1/completions", "/tokenize"):
+        elif path in ("/chat/completions", "/completions", "/tokenize"):
             self._not_allowed()
         else:
-            raise ApiError(404, f"no route {path}", type="not_found_error")
+            raise ApiError(404, f"no route {self.path.split('?', 1)[0]}", type="not_found_error")
 
     def _post(self) -> None:
-        path = self.path.split("?", 1)[0].rstrip("/")
-        routes = {"/v1/chat/completions": "chat", "/v1/completions": "completion"}
+        path = self._route()
+        routes = {"/chat/completions": "chat", "/completions": "completion"}
         if path in routes:
             self._generate(routes[path], self._body())
-        elif path in ("/tokenize", "/v1/tokenize"):
+        elif path == "/tokenize":
             self._json(200, self.app.tokenize(self._body()))
-        elif path in ("/v1/models", "/health"):
+        elif path in ("/models", "/health"):
             self._not_allowed()
         else:
-            raise ApiError(404, f"no route {path}", type="not_found_error")
+            raise ApiError(404, f"no route {self.path.split('?', 1)[0]}", type="not_found_error")
 
     def _not_allowed(self) -> None:
         raise ApiError(405, f"{self.command} is not allowed on {self.path}")
@@ -135,15 +150,26 @@ class Handler(BaseHTTPRequestHandler):
 
     def _guarded(self, route) -> None:
         self._sent_headers = False
+        self._body_read = False
         try:
             self._authorize()
             route()
         except ApiError as e:
+            self._close_if_body_unread()
             self._error(e)
         except DISCONNECTS:
             self.close_connection = True
         except Exception as e:  # noqa: BLE001 - one bad request must not take the server down
+            self._close_if_body_unread()
             self._error(ApiError(500, f"internal error: {type(e).__name__}: {e}", type="server_error"))
+
+    def _close_if_body_unread(self) -> None:
+        """A request refused before its body was read (404, 401, 405...) leaves the body on
+        the connection, where the next request would be parsed from it: the openai client's
+        next call after a 404 got a 400, and a body holding a request ran it."""
+        if not self._body_read and (self.headers.get("Content-Length", "0").strip() != "0"
+                                    or "Transfer-Encoding" in self.headers):
+            self.close_connection = True
 
     def _authorize(self) -> None:
         key = self.app.options.api_key
@@ -156,17 +182,22 @@ class Handler(BaseHTTPRequestHandler):
                            type="authentication_error", code="invalid_api_key")
 
     def _body(self) -> dict:
-        length = self.headers.get("Content-Length")
-        if self.headers.get("Transfer-Encoding", "").lower() == "chunked" or length is None:
+        lengths = self.headers.get_all("Content-Length") or []
+        if "Transfer-Encoding" in self.headers or not lengths:
             raise ApiError(411, "send the body with a Content-Length header")
+        if len(set(v.strip() for v in lengths)) > 1:
+            raise ApiError(400, "conflicting Content-Length headers")
         try:
-            n = int(length)
+            n = int(lengths[0])
         except ValueError:
             raise ApiError(400, "bad Content-Length") from None
-        if n < 0 or n > MAX_BODY_BYTES:
-            self.close_connection = True  # the unread body must not be taken for a next request
+        if n < 0:
+            raise ApiError(400, "bad Content-Length")
+        if n > MAX_BODY_BYTES:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES // 2**20} MiB")
-        return parse_json(self.rfile.read(n))
+        data = self.rfile.read(n)
+        self._body_read = True
+        return parse_json(data)
 
     # -- generation -----------------------------------------------------------------
 
@@ -178,7 +209,7 @@ class Handler(BaseHTTPRequestHandler):
             encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
         )
         job = Job(req.prompt_ids, req.params)
-        reply = Reply(kind, app.options.model_id)
+        reply = Reply(kind, app.options.model_id, include_usage=req.include_usage)
         app.scheduler.submit(job)
         try:
             if req.stream:
@@ -189,10 +220,28 @@ class Handler(BaseHTTPRequestHandler):
             job.cancel()  # no-op when finished; frees the engine's work when the client left
 
     def _next_event(self, job: Job) -> tuple[str, str]:
+        """The job's next event; the client's leaving cancels the job meanwhile (a request
+        that streams nothing, or waits through a long prefill, is otherwise only found gone
+        when its answer is written: its tokens, and the retries of a client that timed out,
+        held the engine)."""
+        deadline = time.monotonic() + EVENT_TIMEOUT_S
+        while True:
+            try:
+                return job.events.get(timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
+                if self._client_gone():
+                    job.cancel()
+                    raise ConnectionAbortedError("the client closed the connection")
+
+    def _client_gone(self) -> bool:
+        """The peer closed its end: the socket reads as ready and holds no byte."""
         try:
-            return job.events.get(timeout=EVENT_TIMEOUT_S)
-        except queue.Empty:
-            return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
+        except (OSError, ValueError):
+            return True
 
     def _complete(self, job: Job, reply: Reply) -> None:
         parts: list[str] = []
@@ -250,7 +299,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Connection", "close")
         self.end_headers()
         self._sent_headers = True
-        self._write(data)
+        if self.command != "HEAD":  # a HEAD response has headers only
+            self._write(data)
 
     def _error(self, e: ApiError) -> None:
         if self._sent_headers:

@@ -169,6 +169,13 @@ def test_tokenize(served):
     (chat(top_logprobs=3), 400, "log probabilities"),
     (chat(tools=[{"type": "function", "function": {"name": "f"}}]), 400, "tool calls"),
     (chat(stream="yes"), 400, "stream"),
+    (chat(response_format={"type": "json_object"}), 400, "only text responses"),
+    (chat(frequency_penalty=0.5), 400, "penalties"),
+    (chat(logit_bias={"5": 10}), 400, "logit biases"),
+    (chat(seed=2**64), 400, "'seed' must be an integer from 0 to"),
+    (chat(stream_options={"include_usage": True}), 400, "only allowed with 'stream': true"),
+    (chat("bad \ud800 text"), 400, "lone UTF-16 surrogate"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
     (chat(max_tokens=60), 400, "context window"),
     (chat(" ".join(["w"] * 80)), 400, "context window"),
     (chat("w" * 800), 400, "800 characters, more than this model's context window of 64 tokens can hold"),
@@ -183,7 +190,10 @@ def test_malformed_requests_get_4xx_json(served, body, status, fragment):
 
 def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(served):
     port, _, _ = served
-    quiet = chat(max_tokens=4, logprobs=False, top_logprobs=0, tools=[], n=1)
+    quiet = chat(max_tokens=4, logprobs=False, top_logprobs=0, tools=[], n=1, response_format={"type": "text"},
+                 frequency_penalty=0, presence_penalty=0.0, logit_bias={}, temperature=1e-40)
+    quiet["messages"].append({"role": "assistant", "content": None, "tool_calls": []})  # a turn with no text
+    quiet["messages"].append({"role": "user", "content": "go on"})
     assert request(port, "POST", "/v1/chat/completions", quiet)[0] == 200
     got, payload = request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "echo": True})
     assert got == 400 and "echoed" in payload["error"]["message"]
@@ -209,6 +219,49 @@ def test_bad_prompts_and_routes(served):
         assert got == 400 and "800 characters" in payload["error"]["message"], prompt
     got, payload = request(port, "POST", "/v1/completions", {"prompt": [3, 100]})  # the vocabulary is 0-99
     assert got == 400 and "outside this model's vocabulary (0-99)" in payload["error"]["message"]
+
+
+def test_routes_without_v1_head_and_unknown_models(served):
+    port, _, _ = served
+    assert request(port, "POST", "/chat/completions", chat(max_tokens=1))[0] == 200  # a base URL without /v1
+    status, payload = request(port, "GET", "/v1/models/other")
+    assert status == 404 and payload["error"]["code"] == "model_not_found"
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for method in ("HEAD", "OPTIONS"):  # JSON 405s, not http.server's HTML 501
+        conn.request(method, "/v1/models")
+        resp = conn.getresponse()
+        body = resp.read()
+        assert resp.status == 405 and resp.getheader("Content-Type") == "application/json"
+        assert body == b"" if method == "HEAD" else json.loads(body)["error"]
+    conn.close()
+    _, payload = request(port, "POST", "/v1/completions", {"prompt": " ".join(["w"] * 70)})
+    assert payload["error"]["param"] == "prompt"
+
+
+def test_a_refused_request_does_not_leave_its_body_for_the_next(served):
+    # A 404 before the body was read left the body on the connection, parsed as the next
+    # request: the openai client's next call got a 400; a body holding a request ran it.
+    port, _, _ = served
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    for method, path, status in (("POST", "/v1/embeddings", 404), ("PUT", "/v1/models", 405),
+                                 ("POST", "/v1/chat/completions", 200)):
+        conn.request(method, path, body=json.dumps(chat(max_tokens=1)), headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == status, path  # http.client reconnects where the server closed
+    conn.close()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/x HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 7\r\n\r\nhello")
+        reply = s.recv(4096)
+        assert b" 404 " in reply.split(b"\r\n")[0] and b"Connection: close" in reply
+
+
+def test_conflicting_or_negative_lengths(served):
+    port, _, _ = served
+    for headers in (b"Content-Length: 2\r\nContent-Length: 3\r\n", b"Content-Length: -1\r\n"):
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n{}")
+            assert b" 400 " in s.recv(4096).split(b"\r\n")[0]
 
 
 def test_missing_length_and_huge_body(served):
@@ -262,6 +315,28 @@ def test_client_disconnect_mid_stream_cancels_and_server_goes_on(served):
     status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
     assert status == 200 and payload["usage"]["completion_tokens"] == 2
     assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}}], indirect=True)
+def test_a_client_gone_before_its_whole_answer_is_cancelled(served):
+    # Without streaming nothing is written until the end: the job ran all its tokens for
+    # a client that had left (and a client's timeout retries ran beside it).
+    port, app, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        body = json.dumps(chat(max_tokens=60)).encode()
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        time.sleep(0.3)
+    started = time.monotonic()
+    status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
+    assert status == 200 and time.monotonic() - started < 1.5  # 60 steps of 0.05 s would be 3 s
+
+
+def test_stream_chunks_say_usage_null_until_the_last(served):
+    port, _, _ = served
+    events = sse(port, "/v1/chat/completions", chat(max_tokens=2, stream=True, stream_options={"include_usage": True}))
+    chunks = [e for e in events if isinstance(e, dict)]
+    assert all(c["usage"] is None for c in chunks[:-1]) and chunks[-1]["usage"]["completion_tokens"] == 2
 
 
 @pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}, "gather_ms": 100}], indirect=True)
