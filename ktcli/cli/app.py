@@ -69,6 +69,7 @@ PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (p
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings and errors still are).")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
+ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
 MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}).")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default {_D.cache_path}).")]
@@ -146,7 +147,7 @@ def serve(
     host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0: any free port, printed on start).")] = 8000,
     model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
-    weights: Weights = None, device: Device = None, api_key: ServeKey = None, max_new_tokens: MaxNew = None,
+    weights: Weights = None, device: Device = None, api_key: ServeKey = None, max_new_tokens: ServeMaxNew = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
     attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most requests run together in one batch.")] = 16,

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import replace
+import signal
+import socket
+import threading
 from collections.abc import Callable
+from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.batching import Runner, make_runner
 from ktcli.engine.loading import weights_note
 from ktcli.engine.model_store import ensure_hf_dir, resolve_model
-from ktcli.errors import UsageError
+from ktcli.errors import KtcliError, UsageError
 from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
 
 
@@ -55,7 +58,8 @@ def _engine_options(load: Callable, settings: Settings) -> dict:
 
 def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], None],
           runner: Runner | None = None) -> None:
-    check_exposure(options.host, options.api_key)  # before minutes of model loading
+    check_listen(options.host, options.port)  # both before minutes of model loading
+    check_exposure(options.host, options.api_key)
     if not options.model_id:
         options = replace(options, model_id=resolve_model(settings.model, settings.named("model")).name)
     if runner is None:
@@ -72,8 +76,42 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
     on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
               f"({runner.name} engine, batches of up to {app.scheduler.max_batch}"
               f"{', API key required' if options.api_key else ''})")
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:
-        app.scheduler.stop()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
         httpd.server_close()
+        app.scheduler.stop(wait_s=STOP_WAIT_S)
+
+
+# On Ctrl-C or SIGTERM the running batch is cancelled and the engine thread is let finish
+# its step (a prefill chunk takes seconds on a CPU) before the process exits.
+STOP_WAIT_S = 60.0
+
+
+class Terminated(KtcliError):
+    """SIGTERM (a service manager stopping the server): said in one line, as Ctrl-C is."""
+
+    exit_code = 143
+
+
+def _terminated(signum, frame) -> None:
+    raise Terminated("terminated (SIGTERM)")
+
+
+def check_listen(host: str, port: int) -> None:
+    """The address can be listened on, found before the model loads (minutes for a big
+    one): a busy port or a host that is no address here was reported after it."""
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as e:
+        raise UsageError(f"--host {host}: not an address this machine can listen on ({e})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise UsageError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None

@@ -37,6 +37,7 @@ class Scheduler:
         self.max_batch = max(1, max_batch or runner.max_batch)
         self.stats = SchedulerStats()
         self._waiting: deque[Job] = deque()
+        self._running: list[Job] = []  # the batch the engine runs now
         self._cv = threading.Condition()
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name="ktcli-engine", daemon=True)
@@ -44,10 +45,19 @@ class Scheduler:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, wait_s: float = 0.0) -> bool:
+        """Stop taking work; cancel what waits and runs, and wait up to `wait_s` for the
+        engine thread to leave its step. True when it has: a process that exits while
+        the thread is inside the native kernels aborts ("terminate called without an
+        active exception", exit 134, on Ctrl-C mid-answer)."""
         with self._cv:
             self._stopped = True
+            for job in [*self._waiting, *self._running]:
+                job.cancel()
             self._cv.notify_all()
+        if wait_s > 0 and self._thread.is_alive():
+            self._thread.join(wait_s)
+        return not self._thread.is_alive()
 
     def submit(self, job: Job) -> None:
         with self._cv:
@@ -67,11 +77,16 @@ class Scheduler:
             if not batch:
                 continue
             started = time.perf_counter()
+            with self._cv:
+                self._running = batch
             try:
                 self.runner.run(batch)
             except Exception as e:  # noqa: BLE001 - the engine thread must survive any request
                 for job in batch:
                     job.fail(f"generation failed: {type(e).__name__}: {e}")
+            finally:
+                with self._cv:
+                    self._running = []
             self.stats.busy_s += time.perf_counter() - started
             self.stats.batches += 1
             self.stats.jobs += len(batch)

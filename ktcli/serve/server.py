@@ -54,7 +54,10 @@ def is_loopback(host: str) -> bool:
 
 
 def check_exposure(host: str, api_key: str) -> None:
-    """Anything reachable from other machines must demand a key."""
+    """Anything reachable from other machines must demand a key, one a client can send
+    (a key with spaces or a line break in it never matches a header's)."""
+    if api_key and (api_key != api_key.strip() or any(c.isspace() for c in api_key)):
+        raise UsageError("--api-key: the key must not hold spaces or line breaks (no client could send it)")
     if not is_loopback(host) and not api_key:
         raise UsageError(f"--host {host} is reachable from other machines: give --api-key (or KTCLI_API_KEY) too")
 

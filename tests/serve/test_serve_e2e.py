@@ -5,6 +5,7 @@ requests, a client that disconnects, a server stopped mid-answer."""
 from __future__ import annotations
 
 import json
+import signal
 import socket
 
 import pytest
@@ -167,6 +168,28 @@ def test_server_stopped_mid_answer_keeps_the_partial(tmp_path):
                     served.stop(hard=True)
         assert info.value.partial.startswith("".join(pieces[:2]))
         assert "[answer cut off:" in pieces[-1]
+    finally:
+        served.stop(hard=True)
+
+
+@pytest.mark.parametrize("signum, code, said", [(signal.SIGINT, 130, "error: interrupted"),
+                                                (signal.SIGTERM, 143, "error: terminated (SIGTERM)")])
+def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said):
+    # Ctrl-C mid-answer exited 134 ("terminate called without an active exception": the
+    # process ended under the engine thread's native step); SIGTERM ended it unsaid.
+    served = start_serve(tmp_path, "--threads", "2")
+    try:
+        conn = socket.create_connection(("127.0.0.1", served.port), timeout=60)
+        body = json.dumps({"prompt": "1, 2, 3, 4,", "max_tokens": 300, "stream": True}).encode()
+        conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + str(len(body)).encode()
+                     + b"\r\n\r\n" + body)
+        seen = b""
+        while seen.count(b"data: ") < 3:  # tokens are coming: the engine is mid-answer
+            seen += conn.recv(4096)
+        served.proc.send_signal(signum)
+        assert served.proc.wait(timeout=60) == code
+        conn.close()
+        assert served.log.read_text().strip().splitlines()[-1] == said
     finally:
         served.stop(hard=True)
 

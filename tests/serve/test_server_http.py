@@ -295,6 +295,9 @@ def test_every_route_needs_the_key(served):
 def test_non_loopback_needs_a_key():
     with pytest.raises(UsageError, match="--api-key"):
         check_exposure("0.0.0.0", "")
+    for key in ("   ", "key\r", "two words"):  # no client can send it
+        with pytest.raises(UsageError, match="spaces or line breaks"):
+            check_exposure("0.0.0.0", key)
     check_exposure("0.0.0.0", "k")
     for host in ("127.0.0.1", "localhost", "::1", "127.0.0.2"):
         check_exposure(host, "")
@@ -408,6 +411,31 @@ def test_engine_options_pass_only_what_the_engine_takes():
     assert _engine_options(load, Settings(kv_dtype="bf16")) == {"kv_dtype": "bf16"}
     with pytest.raises(UsageError, match="--attention sink"):
         _engine_options(load, Settings(attention="sink"))
+
+
+def test_the_address_is_checked_before_the_model_loads():
+    from ktcli.serve.run import check_listen
+
+    with pytest.raises(UsageError, match="--host 999.1.1.1: not an address"):
+        check_listen("999.1.1.1", 0)
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        with pytest.raises(UsageError, match="cannot listen on 127.0.0.1:.*in use"):
+            check_listen("127.0.0.1", busy.getsockname()[1])
+    check_listen("127.0.0.1", 0)
+
+
+def test_stopping_cancels_the_running_batch_and_waits_for_the_engine():
+    runner = FakeRunner(step_s=0.05)
+    scheduler = Scheduler(runner, gather_s=0.0)
+    scheduler.start()
+    job = Job([1, 2], SamplingParams(max_new_tokens=1000))
+    scheduler.submit(job)
+    time.sleep(0.2)
+    started = time.monotonic()
+    assert scheduler.stop(wait_s=10) and time.monotonic() - started < 1.0
+    assert job.cancelled.is_set()
 
 
 def test_cli_refuses_an_exposed_server_without_a_key(tmp_path):
