@@ -10,9 +10,10 @@ drives a group of jobs through one batched generation:
 - `HFRunner`: transformers' `generate` with left padding, a streamer that sees every
   step's tokens for all rows, and a per-row stopping criterion.
 
-Neither accepts new requests into a batch that is already running (the engine's
-`generate` takes its prompts up front), so the scheduler gathers concurrent requests
-for a moment and runs them as one batch; requests arriving meanwhile form the next.
+The scheduler gathers concurrent requests for a moment and runs them as one batch.
+`NativeRunner` also takes requests that arrive while a batch runs, at the next engine
+step (`run(jobs, join)`: continuous batching); `HFRunner` cannot (transformers'
+`generate` takes its rows up front), so there they form the next batch.
 """
 
 from __future__ import annotations
@@ -89,8 +90,10 @@ class Runner(Protocol):
 
     def encode_text(self, text: str, special: bool = False) -> list[int]: ...
 
-    def run(self, jobs: list[Job]) -> None:
-        """Generate for every job; each ends with exactly one done/error event."""
+    def run(self, jobs: list[Job], join: Callable[[int], list[Job]] | None = None) -> None:
+        """Generate for every job; each ends with exactly one done/error event. `join(room)`
+        hands over jobs that arrived since, to add to the running batch where the runner
+        can (`joins`)."""
 
 
 def longest_token(vocab: dict[str, int]) -> int:
@@ -144,6 +147,7 @@ class NativeRunner:
     """Our engine: batched chunked prefill and batched decode over the paged KV cache."""
 
     name = "ktcli"
+    joins = True  # takes requests into a running batch (`run`'s `join`)
 
     def __init__(self, backend, max_batch: int = 16) -> None:
         self.backend = backend
@@ -163,10 +167,23 @@ class NativeRunner:
     def encode_text(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special))
 
-    def run(self, jobs: list[Job]) -> None:
+    def run(self, jobs: list[Job], join: Callable[[int], list[Job]] | None = None) -> None:
+        """Run `jobs` as one batch; `join(room)`, asked before every engine step, hands
+        over requests that arrived since (same sampling), which join the running batch:
+        a 5-token request sent during a 300-token one waited 2.9 s for it to end."""
+        jobs = list(jobs)
         streams = [_Stream(j, self._decode, self.context_window) for j in jobs]
         ended = [False] * len(jobs)
-        gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids)
+
+        def joining() -> list[tuple[list[int], int]]:
+            new = join(self.max_batch - ended.count(False)) if join is not None else []
+            for job in new:
+                jobs.append(job)
+                streams.append(_Stream(job, self._decode, self.context_window))
+                ended.append(False)
+            return [(job.prompt, job.params.max_new_tokens) for job in new]
+
+        gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids, joining)
         try:
             for i, token in gen:
                 if not ended[i] and streams[i].push(token):
@@ -216,7 +233,7 @@ class HFRunner:
     def encode_text(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special))
 
-    def run(self, jobs: list[Job]) -> None:
+    def run(self, jobs: list[Job], join: Callable[[int], list[Job]] | None = None) -> None:  # noqa: ARG002 - no joining
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer

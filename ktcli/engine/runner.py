@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -81,26 +81,43 @@ class Engine:
         self._aborted.add(self._current[index].seq_id)
 
     def generate(
-        self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset()
+        self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset(),
+        joining: Callable[[], list[tuple[list[int], int]]] | None = None,
     ) -> Iterator[tuple[int, int]]:
         """Yield (prompt index, token id) as tokens are produced, until every sequence
-        finishes (EOS, max tokens, context window or abort). EOS is not yielded."""
-        self.stats = RunStats(prompt_tokens=sum(len(p) for p in prompts))
-        seqs = []
-        for p in prompts:
-            if not p:
+        finishes (EOS, max tokens, context window or abort). EOS is not yielded.
+
+        `joining`, asked before every step, gives more (prompt, max new tokens) to run
+        with the same `params`: a server's requests that arrive mid-run join it at the
+        next step (continuous batching), numbered on after the prompts before them."""
+        self.stats = RunStats()
+        seqs: list[Sequence] = []
+        index: dict[int, int] = {}
+        waiting: deque[Sequence] = deque()
+
+        def add(prompt: list[int], max_new: int) -> None:
+            if not prompt:
                 raise ValueError("empty prompt")
-            s = Sequence(self._next_id, list(p), len(p), params.max_new_tokens, generator=make_generator(params, self.device))
+            s = Sequence(self._next_id, list(prompt), len(prompt), max_new, generator=make_generator(params, self.device))
             self._next_id += 1
+            index[s.seq_id] = len(seqs)
             seqs.append(s)
-        index = {s.seq_id: i for i, s in enumerate(seqs)}
+            self.stats.prompt_tokens += len(prompt)
+            if max_new > 0:
+                waiting.append(s)
+
+        for p in prompts:
+            add(p, params.max_new_tokens)
         self._current = seqs
         self._keep_prompts = params.keep_prompt
-        waiting: deque[Sequence] = deque(s for s in seqs if s.max_new_tokens > 0)
         running: list[Sequence] = []
         start = time.perf_counter()
         try:
-            while waiting or running:
+            while True:
+                for prompt, max_new in joining() if joining is not None else ():
+                    add(prompt, max_new)
+                if not (waiting or running):
+                    break
                 self._drop_aborted(running, waiting)
                 self._admit(waiting, running)
                 if not running:

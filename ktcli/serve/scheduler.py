@@ -1,10 +1,11 @@
 """One engine thread; many HTTP threads. Requests queue here and run in batches.
 
-The engine's `generate` takes a batch's prompts up front, so batching comes from
-gathering: when the engine is free, the first waiting request opens a short window
-(`gather_s`) in which more requests join, up to `max_batch`, and the group runs as one
-batch. Requests arriving during a run queue for the next batch. Only requests with the
-same sampling parameters share a batch (the engines sample a batch one way).
+When the engine is free, the first waiting request opens a short window (`gather_s`) in
+which more requests join, up to `max_batch`, and the group runs as one batch. Requests
+arriving during a run join it at the engine's next step where the runner can take them
+(`runner.joins`: our engine), up to `max_batch` running at once; else they queue for the
+next batch. Only requests with the same sampling parameters share a batch (the engines
+sample a batch one way).
 """
 
 from __future__ import annotations
@@ -79,18 +80,20 @@ class Scheduler:
             started = time.perf_counter()
             with self._cv:
                 self._running = batch
+            key = sampling_key(batch[0].params)
+            join = (lambda room, key=key: self._join(key, room)) if getattr(self.runner, "joins", False) else None
             try:
-                self.runner.run(batch)
+                self.runner.run(batch, join) if join is not None else self.runner.run(batch)
             except Exception as e:  # noqa: BLE001 - the engine thread must survive any request
-                for job in batch:
+                with self._cv:
+                    failed = list(self._running)  # the batch and the requests that joined it
+                for job in failed:
                     job.fail(f"generation failed: {type(e).__name__}: {e}")
             finally:
                 with self._cv:
                     self._running = []
             self.stats.busy_s += time.perf_counter() - started
             self.stats.batches += 1
-            self.stats.jobs += len(batch)
-            self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
 
     def _next_batch(self) -> list[Job] | None:
         with self._cv:
@@ -106,6 +109,30 @@ class Scheduler:
                     break
                 self._cv.wait(left)
             return self._take()
+
+    def _join(self, key: tuple, room: int) -> list[Job]:
+        """Waiting requests with the running batch's sampling, up to `room`, handed to the
+        runner between two engine steps."""
+        with self._cv:
+            if self._stopped or room <= 0 or not self._waiting:
+                return []
+            joined, rest = [], deque()
+            while self._waiting:
+                job = self._waiting.popleft()
+                if job.cancelled.is_set():
+                    job.finish("cancelled")
+                elif len(joined) < room and sampling_key(job.params) == key:
+                    joined.append(job)
+                else:
+                    rest.append(job)
+            self._waiting = rest
+            self._running = [*self._running, *joined]
+            self._count(len(self._running), len(joined))
+            return joined
+
+    def _count(self, running: int, new: int) -> None:
+        self.stats.jobs += new
+        self.stats.largest_batch = max(self.stats.largest_batch, running)
 
     def _take(self) -> list[Job]:
         """The oldest live request and every later one that can share its batch."""
@@ -124,4 +151,5 @@ class Scheduler:
             else:
                 rest.append(job)
         self._waiting = rest
+        self._count(len(batch), len(batch))
         return batch

@@ -53,3 +53,37 @@ def test_a_failure_after_tokens_were_streamed_fails_the_batch(runner, monkeypatc
     runner.run(jobs)  # replaying would repeat text the clients already have
     for job in jobs:
         assert _events(job)[-1] == ("error", "generation failed: RuntimeError: lost the device")
+
+
+def test_a_request_that_arrives_mid_run_joins_it_and_answers_as_alone(runner, monkeypatch):
+    # Continuous batching: a 5-token request sent during a 300-token one waited 2.9 s for
+    # it to end. It joins at the next engine step, ends first, and its tokens are those it
+    # gets alone (greedy).
+    greedy = SamplingParams(max_new_tokens=40)
+    short_params = SamplingParams(max_new_tokens=3)
+    alone = Job([21, 22, 23, 24, 25], short_params)
+    runner.run([alone])
+    expected = [text for kind, text in _events(alone) if kind == "text"]
+
+    long_job, short = Job([5, 6, 7, 8], greedy), Job([21, 22, 23, 24, 25], short_params)
+    order: list[str] = []
+    offered = []
+
+    def join(room: int) -> list[Job]:
+        if long_job.completion_tokens >= 5 and not offered:  # mid-run
+            offered.append(room)
+            return [short]
+        return []
+
+    real_finish = Job.finish
+
+    def finish(job, reason):
+        order.append("short" if job is short else "long")
+        real_finish(job, reason)
+
+    monkeypatch.setattr(Job, "finish", finish)
+    runner.run([long_job], join)
+    assert offered and offered[0] == runner.max_batch - 1
+    assert order == ["short", "long"]
+    assert [text for kind, text in _events(short) if kind == "text"] == expected
+    assert long_job.completion_tokens == 40 and runner.engine.blocks.num_used == 0

@@ -172,6 +172,27 @@ def test_server_stopped_mid_answer_keeps_the_partial(tmp_path):
         served.stop(hard=True)
 
 
+def test_a_short_request_joins_a_long_running_one(server):
+    # Continuous batching: it used to wait for the long answer to end (2.9 s vs 0.15 s).
+    long_conn = socket.create_connection(("127.0.0.1", server.port), timeout=120)
+    body = json.dumps({"prompt": "1, 2, 3, 4,", "max_tokens": 250, "stream": True, "temperature": 0}).encode()
+    long_conn.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+                      + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    seen = b""
+    while seen.count(b"data: ") < 3:
+        seen += long_conn.recv(4096)
+    status, payload = request(server.port, "POST", "/v1/completions",
+                              {"prompt": "Hi", "max_tokens": 3, "temperature": 0}, key=KEY)
+    assert status == 200 and payload["usage"]["completion_tokens"] <= 3
+    long_conn.settimeout(0.2)
+    try:
+        seen += long_conn.recv(65536)
+    except TimeoutError:
+        pass
+    assert b"[DONE]" not in seen  # the long answer was still going when the short one ended
+    long_conn.close()
+
+
 @pytest.mark.parametrize("signum, code, said", [(signal.SIGINT, 130, "error: interrupted"),
                                                 (signal.SIGTERM, 143, "error: terminated (SIGTERM)")])
 def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said):
