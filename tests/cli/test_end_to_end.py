@@ -171,10 +171,11 @@ def test_plan_does_not_import_torch(cache):
     assert "torch" not in imported
 
 
-def test_quiet_leaves_stderr_empty(cache):
+def test_quiet_leaves_only_warnings_on_stderr(cache):
     proc = run_ktcli(["ask", str(REPO / "README.md"), "What is this?", "--quiet", *SHORT], cache)
     assert proc.returncode == 0
-    assert proc.stderr.decode().strip() == ""
+    # no progress, plan or figures; the answer cut at --max-new-tokens is still said
+    assert all(line.startswith("! ") for line in proc.stderr.decode().splitlines()), proc.stderr
     assert proc.stdout.strip()
 
 
