@@ -32,11 +32,12 @@ class IncrementalDetokenizer:
         return ""
 
     def flush(self) -> str:
-        """Whatever is still held back (an incomplete character at the very end)."""
+        """Whatever is still held back, less an incomplete character at the very end (a
+        token limit that cut a character's bytes: its U+FFFD is no text of the answer)."""
         before = self._decode(self._ids[self._prefix : self._read])
         after = self._decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
-        return after[len(before) :] if len(after) > len(before) else ""
+        return after[len(before) :].rstrip("\ufffd") if len(after) > len(before) else ""
 
 
 class StopStrings:

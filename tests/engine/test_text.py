@@ -79,3 +79,11 @@ def test_sampler_modes():
     # a tiny temperature is as good as greedy: the raw logits divided by it overflowed
     p = SamplingParams(temperature=1e-40, seed=1)
     assert sample(logits * 100, p, [make_generator(p), make_generator(p)]) == [1, 0]
+
+
+def test_a_limit_that_cuts_a_character_leaves_no_replacement_char(tokenizer):
+    ids = tokenizer.encode("Launch 🚀")
+    detok = IncrementalDetokenizer(tokenizer.decode, [])
+    text = "".join(detok.push(t) for t in ids[:-1])  # the rocket's last byte never comes
+    text += detok.flush()
+    assert text == "Launch " and "\ufffd" not in text
