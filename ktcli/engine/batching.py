@@ -71,13 +71,6 @@ def sampling_key(params: SamplingParams) -> tuple:
     return (params.temperature, params.top_k, params.top_p, params.seed)
 
 
-def chat_ids(tokenizer, messages: list[Message]) -> list[int]:
-    """A transformers tokenizer's chat template, as token ids."""
-    out = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    # transformers 5 returns a BatchEncoding here, 4.x a list
-    return list(out["input_ids"] if hasattr(out, "keys") else out)
-
-
 class Runner(Protocol):
     name: str
     context_window: int
@@ -228,7 +221,7 @@ class HFRunner:
             self.eos_ids.add(int(self.tokenizer.eos_token_id))
 
     def encode_chat(self, messages: list[Message]) -> list[int]:
-        return chat_ids(self.tokenizer, messages)
+        return list(self.backend.chat_ids(messages))  # a message's "<|im_end|>" stays text (`ChatTokenizer`)
 
     def encode_text(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special))
@@ -238,6 +231,13 @@ class HFRunner:
         from transformers import StoppingCriteria, StoppingCriteriaList
         from transformers.generation.streamers import BaseStreamer
 
+        params = jobs[0].params
+        if len(jobs) > 1 and params.temperature > 0 and params.seed is not None:
+            # transformers samples a batch from one generator: a seeded request's tokens
+            # would depend on its batch-mates. Alone, they are the seed's.
+            for job in jobs:
+                self.run([job])
+            return
         streams = [_Stream(j, self._decode, self.context_window) for j in jobs]
         ended = [False] * len(jobs)
         runner = self

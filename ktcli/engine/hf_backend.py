@@ -42,7 +42,7 @@ class HFBackend:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _encode_chat(self, messages: list[Message]) -> list[int]:
+    def chat_ids(self, messages: list[Message]) -> list[int]:
         if self.chat is not None and self.chat.chat_template:
             return self.chat.apply_chat_template(messages, add_generation_prompt=True)
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
@@ -50,7 +50,7 @@ class HFBackend:
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
     def prompt_tokens(self, messages: list[Message]) -> int:
-        return len(self._encode_chat(messages))
+        return len(self.chat_ids(messages))
 
     def _generate_kwargs(self, params: SamplingParams) -> dict:
         kwargs: dict = {
@@ -72,7 +72,7 @@ class HFBackend:
     def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
         from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
 
-        ids = self._encode_chat(messages)
+        ids = self.chat_ids(messages)
         if len(ids) + params.max_new_tokens > self.context_window:
             raise BackendError(
                 f"prompt of {len(ids)} tokens + {params.max_new_tokens} new exceeds the {self.context_window}-token window"
@@ -123,7 +123,7 @@ class HFBackend:
     def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
         # Left padding keeps every prompt's last token at the end, where generation starts.
         self.tokenizer.padding_side = "left"
-        prompts = [self._encode_chat(m) for m in batch]
+        prompts = [self.chat_ids(m) for m in batch]
         width = max(len(p) for p in prompts)
         pad = self.tokenizer.pad_token_id or self.tokenizer.eos_token_id
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
