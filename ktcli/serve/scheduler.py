@@ -111,23 +111,23 @@ class Scheduler:
             return self._take()
 
     def _join(self, key: tuple, room: int) -> list[Job]:
-        """Waiting requests with the running batch's sampling, up to `room`, handed to the
-        runner between two engine steps."""
+        """The oldest waiting requests, up to `room`, while they share the running batch's
+        sampling; handed to the runner between two engine steps. A request of other
+        sampling at the head stops the joining (it runs next, once the batch drains), so
+        a stream of joiners cannot hold it back for ever."""
         with self._cv:
-            if self._stopped or room <= 0 or not self._waiting:
-                return []
-            joined, rest = [], deque()
-            while self._waiting:
-                job = self._waiting.popleft()
+            joined: list[Job] = []
+            while self._waiting and len(joined) < room and not self._stopped:
+                job = self._waiting[0]
                 if job.cancelled.is_set():
-                    job.finish("cancelled")
-                elif len(joined) < room and sampling_key(job.params) == key:
-                    joined.append(job)
+                    self._waiting.popleft().finish("cancelled")
+                elif sampling_key(job.params) == key:
+                    joined.append(self._waiting.popleft())
                 else:
-                    rest.append(job)
-            self._waiting = rest
-            self._running = [*self._running, *joined]
-            self._count(len(self._running), len(joined))
+                    break
+            if joined:
+                self._running = [j for j in self._running if not j.finished] + joined
+                self._count(len(self._running), len(joined))
             return joined
 
     def _count(self, running: int, new: int) -> None:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from ktcli.engine.backend import SamplingParams
-from ktcli.engine.batching import Job, _Stream
+from ktcli.engine.batching import Job, _Stream, sampling_key
 from ktcli.errors import UsageError
 from ktcli.serve.scheduler import Scheduler
 from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
@@ -445,3 +445,17 @@ def test_cli_refuses_an_exposed_server_without_a_key(tmp_path):
     done = run_cli(["serve", "--host", "0.0.0.0", "--port", "0"], tmp_path, timeout=60)
     assert done.returncode == 2 and "--api-key" in done.stderr
     assert time.monotonic() - started < 30  # refused before any model loads
+
+
+def test_joining_takes_the_oldest_like_requests_and_stops_at_other_sampling():
+    runner = FakeRunner()
+    scheduler = Scheduler(runner, gather_s=0.0, max_batch=4)
+    greedy, hot = SamplingParams(max_new_tokens=2), SamplingParams(max_new_tokens=2, temperature=0.7, seed=1)
+    jobs = [Job([1], greedy), Job([2], greedy), Job([3], hot), Job([4], greedy)]
+    for job in jobs:
+        scheduler.submit(job)
+    assert scheduler._join(sampling_key(greedy), room=1) == jobs[:1]  # room bounds it
+    # the other sampling at the head stops it: it runs next, not after every later joiner
+    assert scheduler._join(sampling_key(greedy), room=4) == jobs[1:2]
+    assert scheduler._join(sampling_key(greedy), room=4) == []
+    assert list(scheduler._waiting) == jobs[2:]
