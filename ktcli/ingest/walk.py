@@ -44,7 +44,8 @@ def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = N
     file or folder the walk reaches at its own path anyway (and could form a loop)."""
     root = Path(root_arg)
     real_root = root.resolve()
-    walker = _Walker(root_arg, real_root, max_file_bytes, seen if seen is not None else set())
+    seen = seen if seen is not None else set()
+    walker = _Walker(root_arg, real_root, max_file_bytes, seen, earlier=frozenset(seen))
     walker.walk(real_root, enclosing_rules(real_root))
     return walker.result
 
@@ -56,6 +57,7 @@ class _Walker:
     max_file_bytes: int
     seen: set[str]
     result: WalkResult = field(default_factory=WalkResult)
+    earlier: frozenset[str] = frozenset()  # `seen` as the walk began: the files of earlier paths
 
     def display(self, rel: str) -> str:
         """The folder as the user typed it, joined with the relative path, so a citation
@@ -136,7 +138,8 @@ class _Walker:
         real = os.path.realpath(entry.path)
         if not is_dir:
             return real in self.seen
-        return any(path.startswith(real + os.sep) for path in self.seen)
+        # Only files read before this walk can lie in a folder it does not enter.
+        return any(path.startswith(real + os.sep) for path in self.earlier)
 
     def symlink_reason(self, entry: os.DirEntry[str]) -> str:
         try:
