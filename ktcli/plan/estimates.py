@@ -81,18 +81,22 @@ def sparse_memory(facts: ModelFacts, window_tokens: int, kv_dtype: str) -> int:
     return int(facts.host_bytes + facts.weight_bytes + kv + workspace_bytes(facts, PAGED_PREFILL_CHUNK) + bounds)
 
 
-def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "fp32") -> int:
+def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "fp32",
+                      prefill_tokens: int | None = None) -> int:
     """Peak memory of one read of `context_tokens` in the model's window: the runtime, the
     weights, the KV it fills (float pages are touched as they are written: the context's;
     quantized pages are written when allocated: the model's whole window and the staging
-    pool) and a prefill chunk's activations."""
+    pool) and a prefill chunk's activations. `prefill_tokens`: the tokens actually
+    prefilled, where the prompt cache holds the rest (their rows are read, not computed:
+    a hit was planned with a whole chunk's activations, 1.39x its peak)."""
+    prefilled = context_tokens if prefill_tokens is None else max(1, prefill_tokens)
     if kv_dtype in ("fp8", "int8", "int4"):
         kv = paged_kv_bytes_per_token(facts, kv_dtype) * max(context_tokens, facts.context_window)
         kv += paged_fixed_bytes(facts, kv_dtype, sink_pages=0)
-        chunk = min(context_tokens, PAGED_PREFILL_CHUNK)
+        chunk = min(prefilled, PAGED_PREFILL_CHUNK)
     else:
         kv = kv_bytes_per_token(facts, kv_dtype) * context_tokens
-        chunk = min(context_tokens, FULL_PREFILL_CHUNK)
+        chunk = min(prefilled, FULL_PREFILL_CHUNK)
     return int(facts.host_bytes + facts.weight_bytes + kv + workspace_bytes(facts, chunk))
 
 

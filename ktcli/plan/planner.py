@@ -288,7 +288,8 @@ def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
     like a sparse read (sinks, page bounds), with pages for the model's window."""
     if req.attention.partition(":")[0] in ("window", "topk"):
         return sparse_memory(facts, facts.context_window, _dense_kv(req, facts))
-    return generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts))
+    return generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts),
+                             prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens))
 
 
 def _estimated_chunks(req: PlanRequest) -> int:

@@ -72,6 +72,12 @@ def test_a_prompt_in_the_prompt_cache_is_not_counted_as_prefill():
     assert warm.cached_tokens == 6900 and warm.est_seconds < 20
     full = make_plan(req(corpus_tokens=7000, mode="full", max_new_tokens=64), SMOL, RATES)
     assert full.est_seconds - warm.est_seconds == pytest.approx(6900 / 150)
+    # nor its memory: rows read back need no prefill chunk's activations (a hit was
+    # planned at 1.39x its peak)
+    from ktcli.plan.estimates import FULL_PREFILL_CHUNK, workspace_bytes
+
+    chunk = workspace_bytes(SMOL, FULL_PREFILL_CHUNK)
+    assert 0.8 * chunk < full.est_memory_bytes - warm.est_memory_bytes < chunk
 
 
 def test_memory_budget_too_small_for_anything():
