@@ -8,11 +8,16 @@ trim_blocks / lstrip_blocks and the special tokens as variables.
 from __future__ import annotations
 
 import json
-import re
+from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from ktcli.errors import InputError
+from ktcli.errors import InputError, UsageError
+
+
+class ChatTemplateError(UsageError):
+    """The model's chat template refuses a conversation (even with the system message
+    folded into the first user turn). `ktcli serve` answers it with a 400."""
 
 
 def _token_text(value) -> str | None:
@@ -69,24 +74,8 @@ class ChatTokenizer:
         README's usage line; SmolLM2 has that special token) would otherwise close the
         user's turn or insert a control token mid-evidence. The template's own special
         tokens stay special."""
-        if not self.chat_template:
-            raise InputError("this model has no chat template")
-        render = _compile(self.chat_template).render
-        kwargs = dict(add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
-                      eos_token=self.eos_token or "")
-        texts = [m.get("content") if isinstance(m.get("content"), str) else None for m in messages]
-        marked = [{**m, "content": f"{_MARK}{i}{_MARK}"} if t is not None else m
-                  for i, (m, t) in enumerate(zip(messages, texts))]
-        pieces = _MARKS.split(render(messages=marked, **kwargs))
-        if any(texts) and len(pieces) > 1 and not any(t and _MARK in t for t in texts):
-            text, spans = "", []
-            for j, piece in enumerate(pieces):
-                if j % 2:  # a message's index, where the template put its content
-                    spans.append((len(text), len(text) + len(texts[int(piece)])))
-                    piece = texts[int(piece)]
-                text += piece
-        else:  # no message text, or a template that does not print it as given
-            text, spans = render(messages=messages, **kwargs), []
+        text = self.render(messages, add_generation_prompt)
+        spans = _content_spans(text, messages)
         # The template writes the special tokens itself; adding them again would double BOS.
         enc = self.tok.encode(text, add_special_tokens=False)
         ids: list[int] = []
@@ -96,6 +85,31 @@ class ChatTokenizer:
             else:
                 ids.append(tid)
         return ids
+
+    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+        """The chat template's text for `messages`, as transformers renders it, with two
+        choices of ours: thinking off where the template has the switch (Qwen3's: a
+        question about a document wants the answer, not 384 tokens of reasoning), and a
+        system message folded into the first user turn where the template refuses one
+        (Mistral-Instruct v0.1/v0.2 raise "Conversation roles must alternate")."""
+        from jinja2.exceptions import TemplateError
+
+        if not self.chat_template:
+            raise InputError("this model has no chat template")
+        template = _compile(self.chat_template)
+        kwargs = dict(add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
+                      eos_token=self.eos_token or "", enable_thinking=False)
+        try:
+            return template.render(messages=messages, **kwargs)
+        except TemplateError as e:
+            refused = e
+        folded = _system_folded(messages)
+        if folded is not None:
+            try:
+                return template.render(messages=folded, **kwargs)
+            except TemplateError as e:
+                refused = e
+        raise ChatTemplateError(f"the model's chat template refuses this conversation: {refused}") from None
 
     def _as_text(self, text: str) -> list[int]:
         """`text` (a special token's string) tokenised as plain text."""
@@ -107,10 +121,35 @@ class ChatTokenizer:
         return self._plain.encode(text, add_special_tokens=False).ids
 
 
-# Stands for a message's text while the template renders (a private-use character, which
-# no template writes): the rendered text is split at these to find each message's span.
-_MARK = "\ue000"
-_MARKS = re.compile(f"{_MARK}(\\d+){_MARK}")
+def _content_spans(text: str, messages: list[dict]) -> list[tuple[int, int]]:
+    """Where each message's text sits in the rendered `text`, found in order (a template
+    may trim it: then its stripped form)."""
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for message in messages:
+        content = message.get("content")
+        if not isinstance(content, str) or not content.strip():
+            continue
+        for form in (content, content.strip()):
+            found = text.find(form, at)
+            if found >= 0:
+                spans.append((found, found + len(form)))
+                at = found + len(form)
+                break
+    return spans
+
+
+def _system_folded(messages: list[dict]) -> list[dict] | None:
+    """The conversation with a leading system message put at the head of the first user
+    turn; None where there is no system message to fold."""
+    if not messages or messages[0].get("role") != "system":
+        return None
+    system, rest = messages[0].get("content") or "", list(messages[1:])
+    for i, m in enumerate(rest):
+        if m.get("role") == "user":
+            rest[i] = {**m, "content": f"{system}\n\n{m.get('content') or ''}"}
+            return rest
+    return [{"role": "user", "content": system}, *rest]
 
 
 @lru_cache(maxsize=8)
@@ -124,4 +163,6 @@ def _compile(template: str):
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False: json.dumps(x, indent=indent, ensure_ascii=ensure_ascii)
     env.globals["raise_exception"] = raise_exception
+    # Llama 3.x templates date their system header with it (transformers provides it too)
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
     return env.from_string(template)

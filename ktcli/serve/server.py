@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from ktcli.engine.batching import Job, Runner
+from ktcli.engine.tokenizer import ChatTemplateError
 from ktcli.errors import UsageError
 from ktcli.serve.protocol import MAX_BODY_BYTES, ApiError, Reply, parse_generation, parse_json, parse_messages, usage
 from ktcli.serve.scheduler import Scheduler
@@ -160,6 +161,8 @@ class Handler(BaseHTTPRequestHandler):
         except ApiError as e:
             self._close_if_body_unread()
             self._error(e)
+        except ChatTemplateError as e:  # the request's conversation, refused by the model's template
+            self._error(ApiError(400, str(e), param="messages"))
         except DISCONNECTS:
             self.close_connection = True
         except Exception as e:  # noqa: BLE001 - one bad request must not take the server down

@@ -50,6 +50,42 @@ def test_chat_template_reads_special_token_strings_in_messages_as_text(tokenizer
     assert tokenizer.apply_chat_template(plain) == list(hf["input_ids"] if hasattr(hf, "keys") else hf)
 
 
+MISTRAL_V1 = (  # Mistral-7B-Instruct v0.1's: no system role, strict alternation
+    "{{ bos_token }}{% for message in messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token + ' ' }}"
+    "{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}")
+TRIMMING = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] | trim }}<|im_end|>\n{% endfor %}"
+            "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}"
+            "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_templates_that_refuse_a_system_message_trim_or_think(smollm2_dir):
+    from transformers import AutoTokenizer
+
+    from ktcli.engine.tokenizer import ChatTemplateError, ChatTokenizer
+
+    ours, theirs = ChatTokenizer(smollm2_dir), AutoTokenizer.from_pretrained(str(smollm2_dir))
+    ask = [{"role": "system", "content": "Answer from the sources."}, {"role": "user", "content": "Who?"}]
+    # Mistral v0.1 refuses the system message ktcli always sends: it opens the user turn
+    ours.chat_template = MISTRAL_V1
+    assert ours.render(ask) == ours.bos_token + "[INST] Answer from the sources.\n\nWho? [/INST]"
+    # A template that trims: the ids are transformers' (the content is found trimmed), and
+    # thinking is switched off where the template has the switch (Qwen3's)
+    ours.chat_template = TRIMMING
+    padded = [{"role": "user", "content": "  What is\n  this?  "}]
+    want = theirs.apply_chat_template(padded, chat_template=TRIMMING, add_generation_prompt=True,
+                                      enable_thinking=False)
+    assert ours.apply_chat_template(padded) == list(want["input_ids"] if hasattr(want, "keys") else want)
+    assert "<think>\n\n</think>" in ours.render(padded)
+    assert ours.apply_chat_template([{"role": "user", "content": " x <|im_end|> "}]).count(2) == 1  # the template's own
+    ours.chat_template = "{{ raise_exception('no') }}"
+    with pytest.raises(ChatTemplateError, match="chat template refuses this conversation: no"):
+        ours.render(ask)
+
+
 def test_stop_strings_cut_across_deltas():
     s = StopStrings(("###", "END"))
     out = [s.feed(d) for d in ["Hello #", "# wor", "ld", " E", "N", "D more"]]

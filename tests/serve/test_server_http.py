@@ -459,3 +459,17 @@ def test_joining_takes_the_oldest_like_requests_and_stops_at_other_sampling():
     assert scheduler._join(sampling_key(greedy), room=4) == jobs[1:2]
     assert scheduler._join(sampling_key(greedy), room=4) == []
     assert list(scheduler._waiting) == jobs[2:]
+
+
+def test_a_conversation_the_template_refuses_is_a_400(served, monkeypatch):
+    from ktcli.engine.tokenizer import ChatTemplateError
+
+    port, _, runner = served
+
+    def refuse(messages):
+        raise ChatTemplateError("the model's chat template refuses this conversation: roles must alternate")
+
+    monkeypatch.setattr(runner, "encode_chat", refuse)
+    status, payload = request(port, "POST", "/v1/chat/completions", chat())
+    assert status == 400 and "roles must alternate" in payload["error"]["message"]
+    assert payload["error"]["type"] == "invalid_request_error"
