@@ -128,7 +128,14 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     full_tokens = req.corpus_tokens + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     fits = full_tokens + req.max_new_tokens <= facts.context_window
     full = _full_plan(req, facts, rates, full_tokens)
-    retrieval = _retrieval_plan(req, facts, rates)
+    # A small window (512 tokens) has no room for retrieval's evidence beside its notes and
+    # the answer: that only matters where retrieval is needed (a 40-token file could not be
+    # asked about at all).
+    try:
+        retrieval: Plan | None = _retrieval_plan(req, facts, rates)
+        no_retrieval: UsageError | None = None
+    except UsageError as e:
+        retrieval, no_retrieval = None, e
     sparse = _sparse_options(req, facts, rates, full_tokens)
     if req.mode == "sparse":
         if not sparse:
@@ -166,6 +173,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             )
         return _with(full, ("--mode full asked for",), retrieval)
     if req.mode == "retrieval":
+        if retrieval is None:
+            raise no_retrieval
         return _with(retrieval, ("--mode retrieval asked for",), full if fits else None)
 
     reasons: list[str] = []
@@ -175,7 +184,9 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         reasons.append(
             f"the whole input (~{full_tokens:,} tokens with the prompt) fits the {facts.context_window:,}-token window"
         )
-        if req.memory_budget and full.est_memory_bytes > req.memory_budget:
+        if retrieval is None:
+            pass  # nothing to weigh it against
+        elif req.memory_budget and full.est_memory_bytes > req.memory_budget:
             chosen = retrieval
             reasons.append(f"but full needs ~{_gb(full.est_memory_bytes)} > budget {_gb(req.memory_budget)}")
         elif req.max_seconds and full.est_seconds > req.max_seconds and retrieval.est_seconds < full.est_seconds:
@@ -183,6 +194,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             reasons.append(f"but full needs ~{full.est_seconds:.0f}s > budget {req.max_seconds:.0f}s")
     else:
         reasons.append(_does_not_fit(req, facts, full_tokens))
+        if retrieval is None:
+            raise no_retrieval
     if chosen is retrieval:
         room = _window_budget(req, facts, facts.context_window)
         if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:
@@ -301,6 +314,12 @@ def _estimated_chunks(req: PlanRequest) -> int:
 
 def _window_budget(req: PlanRequest, facts: ModelFacts, cap: int) -> int:
     room = facts.context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - req.question_tokens - req.max_new_tokens
+    if facts.context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS < 256 + 16:  # whatever the question and answer
+        raise UsageError(
+            f"the {facts.context_window:,}-token window is too small to read the input in parts: each part needs "
+            f"~{PROMPT_OVERHEAD_TOKENS} tokens of prompt, {MEMORY_TOKENS} of notes, the question and 256+ of "
+            "evidence; give an input that fits whole, or a model with a larger window"
+        )
     if room < 256:
         # Name what takes the room: a 2-token question was blamed for a 100K-token answer budget.
         taken = {"the answer budget (--max-new-tokens)": req.max_new_tokens, "the question": req.question_tokens}

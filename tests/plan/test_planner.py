@@ -267,6 +267,18 @@ def test_no_room_names_what_takes_it():
         make_plan(req(corpus_tokens=100_000, question_tokens=8_000, max_new_tokens=64), SMOL, RATES)
 
 
+def test_a_small_window_reads_what_fits_and_says_why_parts_cannot_be_read():
+    # A 512-token window has no room for retrieval's parts (prompt, notes, evidence,
+    # answer): that made even a 40-token file fail, blaming --max-new-tokens.
+    small = replace(SMOL, context_window=512)
+    plan = make_plan(req(corpus_tokens=40, question_tokens=4, max_new_tokens=16, n_chunks=1), small, RATES)
+    assert plan.mode is Mode.FULL
+    assert make_plan(req(corpus_tokens=40, question_tokens=4, max_new_tokens=16, n_chunks=1, mode="full"),
+                     small, RATES).mode is Mode.FULL
+    with pytest.raises(UsageError, match="^the 512-token window is too small to read the input in parts"):
+        make_plan(req(corpus_tokens=5_000, question_tokens=4, max_new_tokens=16), small, RATES)
+
+
 def test_retrieval_keeps_the_kv_dtype_and_policy_asked_for():
     plan = make_plan(req(corpus_tokens=100_000, n_chunks=400, mode="retrieval", kv_dtype="int4", attention="topk"),
                      SMOL, RATES)
