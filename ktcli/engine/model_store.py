@@ -13,6 +13,7 @@ import glob
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -216,7 +217,8 @@ def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:
     """Shape figures for the planner, read without loading weights."""
     folder = source.path if source.kind == "hf" else converted_dir(source, cache_dir)
     config_path = folder / "config.json"
-    if config_path.is_file():
+    # A damaged conversion is made again by the run; until then the GGUF has the figures.
+    if config_path.is_file() and (source.kind == "hf" or _usable(folder)):
         try:
             return _facts_from_config(source.name, json.loads(config_path.read_text()), folder)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
@@ -233,18 +235,33 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     cfg = cfg.get("text_config", cfg)
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
-    weight_bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    n_params = _parameter_count(folder)
     return ModelFacts(
         name=name,
         context_window=int(cfg.get("max_position_embeddings", 2048)),
         n_layers=int(cfg["num_hidden_layers"]),
         n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
         head_dim=int(head_dim),
-        n_params=weight_bytes // 4,
-        weight_bytes=weight_bytes,
+        n_params=n_params,
+        weight_bytes=n_params * 4,  # loaded as fp32, as a GGUF is (the planner sets the dtype run)
         hidden_size=int(cfg.get("hidden_size", 0)),
         intermediate_size=int(cfg.get("intermediate_size", 0)),
     )
+
+
+def _parameter_count(folder: Path) -> int:
+    """Parameters of the model's safetensors files, from their headers (no weights read).
+    The file size over 4 counted a bf16 checkpoint, as every Llama 3 / Qwen / Mistral
+    release ships, at half its parameters: `--weights fp32` was planned at 0.70x its peak."""
+    from ktcli.engine.safetensors_header import read_header
+
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        header, _ = read_header(path)
+        for key, info in header.items():
+            if key != "__metadata__":
+                total += math.prod(int(d) for d in info["shape"])
+    return total
 
 
 def _facts_from_gguf(source: ModelSource) -> ModelFacts:

@@ -82,3 +82,16 @@ def test_the_conversion_is_named_by_content_and_replaces_older_ones(tmp_path, mo
     second = ensure_hf_dir(copies[1], cache)
     assert second != first and len(calls) == 2
     assert not first.exists() and not old_packed.exists() and not old_keys.exists() and other_model.exists()
+
+
+def test_facts_count_parameters_from_the_headers_whatever_the_dtype(tiny_models, tmp_path):
+    # The file size over 4 counted a bf16 checkpoint (how real models ship) at half its
+    # parameters: --weights fp32 was planned at 0.70x its peak.
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_models["llama"]), dtype=torch.float32)
+    want = sum(p.numel() for p in model.parameters())
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    for folder in (tiny_models["llama"], tmp_path / "bf16"):
+        facts = model_store.model_facts(ModelSource("tiny", "hf", folder), tmp_path)
+        assert facts.n_params == want and facts.weight_bytes == 4 * want, folder
