@@ -124,6 +124,8 @@ class ModelFacts:
     hidden_size: int = 0  # widths for the activations' memory (0: unknown, none counted)
     intermediate_size: int = 0
     host_bytes: int = 0  # the process around the model where the budget is RAM (plan.estimates)
+    sliding_window: bool = False  # some layers attend to a window only: no paged (sparse/quantized) KV for it
+    model_type: str = "llama"  # config.json's: the ktcli engine runs llama, mistral, qwen2 and qwen3
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktcli.errors import InputError
+from ktcli.errors import InputError, UsageError
 
 # Architectures the engine implements, by HF model_type. They differ only in flags below.
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
@@ -85,22 +85,13 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
     cfg = cfg.get("text_config", cfg)
     model_type = cfg.get("model_type", "llama")
     if model_type not in SUPPORTED:
-        raise InputError(f"model type {model_type!r} is not supported by the ktcli engine (use --engine hf)")
+        raise UsageError(f"model type {model_type!r} is not supported by the ktcli engine (use --engine hf)")
     n_heads = int(cfg["num_attention_heads"])
     hidden = int(cfg["hidden_size"])
     n_layers = int(cfg["num_hidden_layers"])
     head_dim = int(cfg.get("head_dim") or hidden // n_heads)
 
-    windows: list[int | None] = [None] * n_layers
-    layer_types = cfg.get("layer_types")
-    window = cfg.get("sliding_window")
-    if layer_types:
-        windows = [int(window) if t == "sliding_attention" and window else None for t in layer_types]
-    elif model_type == "mistral" and window:
-        windows = [int(window)] * n_layers
-    elif model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window") and window:
-        first = int(cfg.get("max_window_layers", n_layers))
-        windows = [int(window) if i >= first else None for i in range(n_layers)]
+    windows = sliding_windows(cfg)
 
     default_bias = bool(cfg.get("attention_bias", False))
     return ModelConfig(
@@ -170,3 +161,25 @@ def from_gguf_metadata(fields: dict) -> ModelConfig:
             "original_max_position_embeddings": int(get("rope.scaling.original_context_length", 0) or 0),
         }
     return from_hf_dict(cfg)
+
+
+SLIDING_WINDOW_REFUSAL = ("this model has sliding-window layers, which the paged KV cache does not take: "
+                          "--kv-dtype fp8/int8/int4, --attention window/topk, --rope-scaling and --mode sparse "
+                          "need a model without them")
+
+
+def sliding_windows(cfg: dict) -> list[int | None]:
+    """Per layer of a config.json (its text part): None for full attention or the window
+    in tokens (Mistral, Qwen's use_sliding_window, per-layer `layer_types`)."""
+    model_type = cfg.get("model_type", "llama")
+    n_layers = int(cfg["num_hidden_layers"])
+    layer_types = cfg.get("layer_types")
+    window = cfg.get("sliding_window")
+    if layer_types:
+        return [int(window) if t == "sliding_attention" and window else None for t in layer_types]
+    if model_type == "mistral" and window:
+        return [int(window)] * n_layers
+    if model_type in ("qwen2", "qwen3") and cfg.get("use_sliding_window") and window:
+        first = int(cfg.get("max_window_layers", n_layers))
+        return [int(window) if i >= first else None for i in range(n_layers)]
+    return [None] * n_layers

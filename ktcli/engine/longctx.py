@@ -62,8 +62,8 @@ from ktcli.engine.page_groups import attend_columns, decode_remapped, group_page
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
-from ktcli.engine.config import ModelConfig
-from ktcli.errors import InputError, OutOfMemoryError
+from ktcli.engine.config import SLIDING_WINDOW_REFUSAL, ModelConfig
+from ktcli.errors import InputError, OutOfMemoryError, UsageError
 KV_DTYPES = kernels.KV_KINDS
 
 
@@ -160,13 +160,14 @@ def scaled_window(cfg: ModelConfig) -> int:
 # -- the cache --------------------------------------------------------------------------
 
 
+
 class KernelKVCache:
     """Drop-in for `PagedKVCache` (same sizing interface) over `kernels` pages, plus the
     attention of one layer. `rope` and `blocks` are attached by the loader."""
 
     def __init__(self, cfg: ModelConfig, options: LongContextOptions, device: torch.device | str = "cpu"):
         if any(w is not None for w in cfg.sliding_windows):
-            raise InputError("models with sliding-window layers are not supported with quantized or sparse KV")
+            raise UsageError(SLIDING_WINDOW_REFUSAL)
         self.cfg, self.options = cfg, options
         self.device = torch.device(device)  # CUDA pages make `kernels` dispatch to Triton
         self.n_layers, self.n_kv_heads, self.head_dim = cfg.n_layers, cfg.n_kv_heads, cfg.head_dim

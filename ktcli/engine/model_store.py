@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from ktcli.engine.config import sliding_windows
 from ktcli.errors import InputError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
 
@@ -231,8 +232,15 @@ def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:
         raise UsageError(f"--model {source.path}: not a readable GGUF file ({e})") from None
 
 
+# Config keys under their GPT-2-era names (GPT-2, GPT-J, ...): `--engine hf` runs such
+# models, and a GPT-2 folder was refused as "config.json lacks 'num_attention_heads'".
+_CONFIG_ALIASES = {"num_attention_heads": "n_head", "hidden_size": "n_embd", "num_hidden_layers": "n_layer",
+                   "max_position_embeddings": "n_positions", "intermediate_size": "n_inner"}
+
+
 def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     cfg = cfg.get("text_config", cfg)
+    cfg = {**{k: cfg[old] for k, old in _CONFIG_ALIASES.items() if k not in cfg and cfg.get(old)}, **cfg}
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
     n_params = _parameter_count(folder)
@@ -245,7 +253,9 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
         n_params=n_params,
         weight_bytes=n_params * 4,  # loaded as fp32, as a GGUF is (the planner sets the dtype run)
         hidden_size=int(cfg.get("hidden_size", 0)),
-        intermediate_size=int(cfg.get("intermediate_size", 0)),
+        intermediate_size=int(cfg.get("intermediate_size") or 4 * int(cfg.get("hidden_size", 0))),
+        sliding_window=any(w is not None for w in sliding_windows(cfg)),
+        model_type=str(cfg.get("model_type", "llama")),
     )
 
 

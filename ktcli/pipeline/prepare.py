@@ -199,6 +199,7 @@ def prepare(
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
                            for d, n in zip(corpus.documents, doc_tokens))
     facts = planning_facts(settings)
+    _refuse_what_the_engine_cannot_run(settings, facts)
     tokenizer = _model_tokenizer(settings, facts, estimate)
     # The model's own count where it can decide the mode: tiktoken's estimate scaled by
     # 1.25 is right for English and code, but Japanese text of 7.5K estimated tokens was
@@ -222,7 +223,7 @@ def prepare(
         memory_budget=memory_budget(settings),
         kv_dtype=settings.kv_dtype,
         attention=settings.attention,
-        sparse_ok=settings.backend == "local" and settings.engine == "ktcli",
+        sparse_ok=settings.backend == "local" and settings.engine == "ktcli" and not facts.sliding_window,
         outline_tokens=int(outline_estimate * per_estimate),
         outline_files=len(outlines),
         outline=settings.outline,
@@ -232,6 +233,24 @@ def prepare(
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {})
+
+
+def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) -> None:
+    """What the ktcli engine cannot run, refused before any work (the plan showed a plan
+    for it): a model type it does not implement, and the flags that need the paged KV
+    cache for a model with sliding-window layers (the plan proposed sparse for one)."""
+    from ktcli.engine.config import SLIDING_WINDOW_REFUSAL, SUPPORTED
+
+    if settings.engine != "ktcli" or settings.backend != "local":
+        return
+    if facts.model_type not in SUPPORTED:
+        raise UsageError(f"model type {facts.model_type!r} is not supported by the ktcli engine (use --engine hf)")
+    if not facts.sliding_window:
+        return
+    asked = settings.kv_dtype in ("fp8", "int8", "int4") or settings.attention.partition(":")[0] in ("window", "topk") \
+        or bool(settings.rope_scaling) or settings.mode == "sparse"
+    if asked:
+        raise UsageError(SLIDING_WINDOW_REFUSAL)
 
 
 def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):

@@ -1,6 +1,8 @@
 """Bad input: one line on stderr, the documented exit code, never a traceback.
 None of these need the model, so they are fast."""
 
+import json
+
 import pytest
 
 from tests.ingest.fixtures import encrypt_pdf, make_image_only_pdf, make_text_pdf
@@ -204,6 +206,30 @@ def test_a_question_that_looks_like_a_missing_path_is_pointed_out(cache):
     assert "! the question 'docs/missing.txt' looks like a path, and none is there" in proc.stderr.decode()
     proc = run_ktcli(["plan", str(REPO / "README.md"), "What is v1.2 of it?"], cache)
     assert "looks like a path" not in proc.stderr.decode()
+
+
+def test_what_the_ktcli_engine_cannot_run_is_refused_by_the_plan(cache, tmp_path):
+    # The plan used to show a normal plan (sparse, for a sliding-window model under
+    # --max-seconds) and the run then failed with exit 3; a GPT-2 folder was "config.json
+    # lacks 'num_attention_heads'", even with --engine hf.
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from tests.engine.conftest import build_tiny
+
+    mistral = build_tiny("mistral", tmp_path / "mistral", sliding_window=24, max_position_embeddings=4096)
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The keeper of the Harbor Light is Ada Quill.\n")
+    for flag in (["--kv-dtype", "int8"], ["--attention", "topk"], ["--rope-scaling", "yarn:2"], ["--mode", "sparse"]):
+        assert_one_line_error(run_ktcli(["plan", str(doc), "Who?", "--model", str(mistral), *flag], cache), 2,
+                              "this model has sliding-window layers")
+    proc = run_ktcli(["plan", str(LONG_TEXT), "Who?", "--model", str(mistral), "--max-seconds", "600", "--json"], cache)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["plan"]["mode"] == "retrieval"
+    GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=2, n_head=2, vocab_size=256, n_positions=1024)).save_pretrained(
+        tmp_path / "gpt2")
+    assert_one_line_error(run_ktcli(["plan", str(doc), "Who?", "--model", str(tmp_path / "gpt2")], cache), 2,
+                          "model type 'gpt2' is not supported by the ktcli engine (use --engine hf)")
+    proc = run_ktcli(["plan", str(doc), "Who?", "--model", str(tmp_path / "gpt2"), "--engine", "hf", "--json"], cache)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["plan"]["context_window"] == 1024
 
 
 def test_version_and_quiet_plan(cache):
