@@ -54,6 +54,11 @@ class ModelConfig:
     def kv_bytes_per_token(self, element_size: int) -> int:
         return 2 * self.n_layers * self.kv_size * element_size
 
+    @property
+    def window(self) -> int:
+        """The context the model runs: `scaled_window` of its RoPE parameters."""
+        return scaled_window(self.max_position, self.rope)
+
 
 def _ids(value) -> tuple[int, ...]:
     if value is None:
@@ -161,6 +166,16 @@ def from_gguf_metadata(fields: dict) -> ModelConfig:
             "original_max_position_embeddings": int(get("rope.scaling.original_context_length", 0) or 0),
         }
     return from_hf_dict(cfg)
+
+
+def scaled_window(max_position: int, rope: dict) -> int:
+    """Context the RoPE parameters are good for: the trained window times the factor of a
+    stretching scheme (linear, yarn, llama3, dynamic), as vLLM sizes it. A Qwen2.5 config
+    with YaRN x4 was run and planned at its unscaled max_position_embeddings."""
+    if rope.get("rope_type", "default") == "default":
+        return max_position
+    original = int(rope.get("original_max_position_embeddings") or max_position)
+    return max(max_position, int(original * float(rope.get("factor", 1.0))))
 
 
 SLIDING_WINDOW_REFUSAL = ("this model has sliding-window layers, which the paged KV cache does not take: "

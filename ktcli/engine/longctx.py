@@ -147,16 +147,6 @@ def parse_rope_scaling(spec: str | dict | None, cfg: ModelConfig) -> dict:
     return params
 
 
-def scaled_window(cfg: ModelConfig) -> int:
-    """Context the RoPE parameters are good for: the trained window times the factor of
-    a stretching scheme (linear, yarn, llama3, dynamic)."""
-    rope = cfg.rope
-    if rope.get("rope_type", "default") == "default":
-        return cfg.max_position
-    original = int(rope.get("original_max_position_embeddings") or cfg.max_position)
-    return max(cfg.max_position, int(original * float(rope.get("factor", 1.0))))
-
-
 # -- the cache --------------------------------------------------------------------------
 
 
@@ -669,7 +659,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     device = torch.device(device)
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.
-    window = context_window or (1 << 20 if remap else scaled_window(cfg))
+    window = context_window or (1 << 20 if remap else cfg.window)
     if kv_budget_bytes is None:
         kv_budget_bytes = _kv_budget(kv, window, bool(context_window), max(1, kv_windows), budget_ram_share,
                                      available_bytes(device))

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktcli.engine.config import sliding_windows
+from ktcli.engine.config import rope_params, scaled_window, sliding_windows
 from ktcli.errors import InputError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
 
@@ -246,7 +246,7 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     n_params = _parameter_count(folder)
     return ModelFacts(
         name=name,
-        context_window=int(cfg.get("max_position_embeddings", 2048)),
+        context_window=scaled_window(int(cfg.get("max_position_embeddings", 2048)), rope_params(cfg)),
         n_layers=int(cfg["num_hidden_layers"]),
         n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
         head_dim=int(head_dim),

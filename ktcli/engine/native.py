@@ -44,7 +44,7 @@ class NativeBackend:
     def __init__(self, cfg: ModelConfig, engine: Engine, tokenizer, kv: PagedKVCache, weights_name: str, weight_bytes: int):
         self.cfg, self.engine, self.tokenizer, self.kv = cfg, engine, tokenizer, kv
         self.device = engine.device
-        self.context_window = cfg.max_position
+        self.context_window = cfg.window
         self.weights_name, self.weight_bytes = weights_name, weight_bytes
         self._stats = GenStats()
         self.eos_ids = self._eos_ids(tokenizer, cfg)
@@ -121,7 +121,7 @@ class NativeBackend:
             raise InputError(f"kv dtype {kv_dtype!r}: choose fp32, bf16 or fp16")
         kv = PagedKVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, block_size, kv_torch, device)
         if kv_budget_bytes is None:
-            window = min(cfg.max_position, _MAX_DEFAULT_WINDOW)
+            window = min(cfg.window, _MAX_DEFAULT_WINDOW)
             element = torch.empty(0, dtype=kv_torch).element_size()
             want = max(1, kv_windows) * window * cfg.kv_bytes_per_token(element)
             kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * available_bytes(device)))

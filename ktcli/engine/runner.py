@@ -61,7 +61,7 @@ class Engine:
         self.block_size = blocks.block_size
         self.prefill_chunk = max(1, prefill_chunk)
         self.max_batch = max_batch
-        self.context_window = model.cfg.max_position
+        self.context_window = model.cfg.window
         self.windows = set(model.windows) | {None}
         self.device = getattr(model, "device", torch.device("cpu"))
         self.stats = RunStats()

@@ -428,10 +428,22 @@ def test_rope_scaling_parse_and_window():
     assert params == {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8192}
     from dataclasses import replace
 
-    assert longctx.scaled_window(replace(cfg, rope={**cfg.rope, **params})) == 32768
+    assert replace(cfg, rope={**cfg.rope, **params}).window == 32768 and cfg.window == 8192
     for bad in ("magic:2", "linear:x", "linear:0.5"):
         with pytest.raises(InputError):
             longctx.parse_rope_scaling(bad, cfg)
+
+
+def test_rope_scaling_in_the_config_sets_the_window(tiny_models, tmp_path):
+    # A Qwen2.5 config with YaRN x4 was run and planned at its unscaled 512 positions.
+    from tests.engine.conftest import build_tiny
+
+    from ktcli.engine.model_store import ModelSource, model_facts
+
+    folder = build_tiny("qwen2", tmp_path / "yarn", rope_parameters={
+        "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 512})
+    assert NativeBackend.load(folder, weights="fp32", kv_budget_bytes=8 << 20).context_window == 2048
+    assert model_facts(ModelSource("yarn", "hf", folder), tmp_path).context_window == 2048
 
 
 def test_rope_scaled_engine_runs_past_the_trained_window(tiny_models):
