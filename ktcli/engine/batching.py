@@ -176,7 +176,13 @@ class NativeRunner:
                 ended.append(False)
             return [(job.prompt, job.params.max_new_tokens) for job in new]
 
-        gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids, joining)
+        def on_eos(i: int) -> None:  # answered now, not when the whole batch ends
+            if not ended[i]:
+                ended[i] = True
+                streams[i].close("stop")
+
+        gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids, joining,
+                                   on_eos)
         try:
             for i, token in gen:
                 if not ended[i] and streams[i].push(token):

@@ -53,6 +53,9 @@ class RunStats:
 # it (engine.prefill_attention); longer chunks make taller GEMMs and fewer steps. At 2048
 # the step's largest activation ([chunk, 2 * intermediate] fp32) is 25 MB for SmolLM2.
 DEFAULT_PREFILL_CHUNK = 2048
+# A prefill chunk taken between two decode steps of other sequences: a bound on how long
+# their streams pause for it (~1 s on a 2-core CPU for SmolLM2).
+MIXED_PREFILL_CHUNK = 512
 
 
 class Engine:
@@ -83,13 +86,20 @@ class Engine:
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset(),
         joining: Callable[[], list[tuple[list[int], int]]] | None = None,
+        on_eos: Callable[[int], None] | None = None,
     ) -> Iterator[tuple[int, int]]:
         """Yield (prompt index, token id) as tokens are produced, until every sequence
         finishes (EOS, max tokens, context window or abort). EOS is not yielded.
 
         `joining`, asked before every step, gives more (prompt, max new tokens) to run
         with the same `params`: a server's requests that arrive mid-run join it at the
-        next step (continuous batching), numbered on after the prompts before them."""
+        next step (continuous batching), numbered on after the prompts before them.
+        `on_eos(index)` is told the step a sequence ends with EOS (not yielded), so a
+        server answers it then, not when the whole batch ends.
+
+        With sequences both in prefill and in decode, steps alternate between a prefill
+        chunk (of at most MIXED_PREFILL_CHUNK tokens) and a decode step: a long prompt
+        that joined froze every running stream for its whole prefill (29 s)."""
         self.stats = RunStats()
         seqs: list[Sequence] = []
         index: dict[int, int] = {}
@@ -111,6 +121,7 @@ class Engine:
         self._current = seqs
         self._keep_prompts = params.keep_prompt
         running: list[Sequence] = []
+        last_was_prefill = False
         start = time.perf_counter()
         try:
             while True:
@@ -123,17 +134,23 @@ class Engine:
                 if not running:
                     break
                 prefill = [s for s in running if s.in_prefill]
-                if prefill:
+                decoding = len(prefill) < len(running)
+                if prefill and not (decoding and last_was_prefill):
                     if self.threads is not None:
                         self.threads.for_prefill()
                     t0 = time.perf_counter()
-                    produced = self._step(self._take_chunks(prefill), params)
+                    budget = min(self.prefill_chunk, MIXED_PREFILL_CHUNK) if decoding else self.prefill_chunk
+                    produced = self._step(self._take_chunks(prefill, budget), params)
                     self.stats.prefill_s += time.perf_counter() - t0
                     if produced and not self.stats.ttft_s:
                         self.stats.ttft_s = time.perf_counter() - start
+                    last_was_prefill = True
                 else:
+                    last_was_prefill = False
                     self._ensure_decode_pages(running, waiting)
-                    batch = [(s, 1) for s in running[: self.max_batch]]
+                    batch = [(s, 1) for s in running[: self.max_batch] if not s.in_prefill]
+                    if not batch:  # its decoders were preempted for pages: prefill again
+                        continue
                     if self.threads is not None:
                         self.threads.for_decode()
                     t0 = time.perf_counter()
@@ -149,6 +166,8 @@ class Engine:
                     if s.finish_reason != "stop":
                         self.stats.new_tokens += 1
                         yield index[s.seq_id], tok
+                    elif on_eos is not None:
+                        on_eos(index[s.seq_id])
                     if s.status is Status.FINISHED:
                         running.remove(s)
                         self._release(s)
@@ -288,8 +307,8 @@ class Engine:
                 self.stats.preemptions += 1
             self.blocks.grow(s.block_table, s.num_tokens)
 
-    def _take_chunks(self, prefill: list[Sequence]) -> list[tuple[Sequence, int]]:
-        budget, batch = self.prefill_chunk, []
+    def _take_chunks(self, prefill: list[Sequence], budget: int) -> list[tuple[Sequence, int]]:
+        batch = []
         for s in prefill:
             if budget <= 0:
                 break

@@ -107,3 +107,42 @@ def test_hf_seeded_requests_get_their_seeds_tokens_in_a_batch(smollm2_dir):
     pair = [Job(prompt, params), Job(prompt, params)]
     runner.run(pair)
     assert texts(pair) == texts(alone) * 2
+
+
+def test_a_long_prompt_that_joins_does_not_freeze_the_running_streams(tiny_models):
+    # Prefill went first for every pending chunk: three long joiners froze a running
+    # stream for 29 s. Now prefill chunks and decode steps alternate.
+    from ktcli.engine.native import NativeBackend
+
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=64).engine
+    long_prompt = [(i * 7) % 250 + 1 for i in range(320)]  # five chunks of 64
+    calls = {"n": 0}
+
+    def joining():
+        calls["n"] += 1
+        return [(long_prompt, 4)] if calls["n"] == 3 else []
+
+    order = [i for i, _ in engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=30), frozenset(), joining)]
+    first_joined = order.index(1)
+    assert order[:first_joined].count(0) >= 2 + 4  # two before it joined, then one between each chunk
+    # and each sequence's tokens are those it gets alone (greedy)
+    alone = [t for _, t in engine.generate([long_prompt], SamplingParams(max_new_tokens=4), frozenset())]
+    mixed = [t for i, t in engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=30), frozenset(),
+                                           lambda c=iter(range(100)): [(long_prompt, 4)] if next(c) == 2 else [])
+             if i == 1]
+    assert mixed == alone and engine.blocks.num_used == 0
+
+
+def test_a_sequence_that_ends_with_eos_is_reported_in_its_step(runner):
+    # The engine does not yield EOS: a server answered such a request only when the
+    # whole batch ended (and it held its batch slot until then).
+    greedy = SamplingParams(max_new_tokens=20)
+    first = [t for _, t in runner.engine.generate([[9, 10, 11]], greedy, frozenset())]
+    eos = {first[2]}  # the short one's third token ends it
+    seen: list[str] = []
+    out = runner.engine.generate([[5, 6, 7, 8], [9, 10, 11]], greedy, eos,
+                                 on_eos=lambda i: seen.append(f"eos {i}"))
+    for i, _ in out:
+        seen.append(f"token {i}")
+    ended = seen.index("eos 1")
+    assert seen[:ended].count("token 1") == 2 and "token 0" in seen[ended:]
