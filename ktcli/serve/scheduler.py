@@ -31,6 +31,9 @@ class SchedulerStats:
                 "busy_s": round(self.busy_s, 2)}
 
 
+SHUTTING_DOWN = "the server is shutting down"
+
+
 class Scheduler:
     def __init__(self, runner: Runner, *, gather_s: float = 0.03, max_batch: int | None = None) -> None:
         self.runner = runner
@@ -47,13 +50,15 @@ class Scheduler:
         self._thread.start()
 
     def stop(self, wait_s: float = 0.0) -> bool:
-        """Stop taking work; cancel what waits and runs, and wait up to `wait_s` for the
-        engine thread to leave its step. True when it has: a process that exits while
-        the thread is inside the native kernels aborts ("terminate called without an
-        active exception", exit 134, on Ctrl-C mid-answer)."""
+        """Stop taking work; end what waits and runs with an error (a cut-off answer must
+        not read as a whole one: it went out as finish_reason "cancelled", then [DONE],
+        or a 200), and wait up to `wait_s` for the engine thread to leave its step. True
+        when it has: a process that exits while the thread is inside the native kernels
+        aborts ("terminate called without an active exception", exit 134)."""
         with self._cv:
             self._stopped = True
             for job in [*self._waiting, *self._running]:
+                job.fail(SHUTTING_DOWN)
                 job.cancel()
             self._cv.notify_all()
         if wait_s > 0 and self._thread.is_alive():

@@ -15,6 +15,7 @@ import queue
 import select
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,7 +24,7 @@ from ktcli.engine.batching import Job, Runner
 from ktcli.engine.tokenizer import ChatTemplateError
 from ktcli.errors import UsageError
 from ktcli.serve.protocol import MAX_BODY_BYTES, ApiError, Reply, parse_generation, parse_json, parse_messages, usage
-from ktcli.serve.scheduler import Scheduler
+from ktcli.serve.scheduler import SHUTTING_DOWN, Scheduler
 
 DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
 EVENT_TIMEOUT_S = 900.0  # longest wait for the engine's next event before giving up on a request
@@ -70,6 +71,23 @@ class ServeApp:
         self.runner, self.options = runner, options
         self.scheduler = Scheduler(runner, gather_s=options.gather_ms / 1000, max_batch=options.max_batch)
         self.started = time.time()
+        self._in_flight = 0  # requests being answered (`drain`)
+        self._cv = threading.Condition()
+
+    def begin(self) -> None:
+        with self._cv:
+            self._in_flight += 1
+
+    def end(self) -> None:
+        with self._cv:
+            self._in_flight -= 1
+            self._cv.notify_all()
+
+    def drain(self, wait_s: float) -> None:
+        """Wait up to `wait_s` for the requests in flight to get their last bytes out (on
+        shutdown: their errors), before the process ends their threads."""
+        with self._cv:
+            self._cv.wait_for(lambda: self._in_flight == 0, timeout=wait_s)
 
     def models(self) -> dict:
         window = self.runner.context_window
@@ -155,6 +173,7 @@ class Handler(BaseHTTPRequestHandler):
     def _guarded(self, route) -> None:
         self._sent_headers = False
         self._body_read = False
+        self.app.begin()
         try:
             self._authorize()
             route()
@@ -168,6 +187,8 @@ class Handler(BaseHTTPRequestHandler):
         except Exception as e:  # noqa: BLE001 - one bad request must not take the server down
             self._close_if_body_unread()
             self._error(ApiError(500, f"internal error: {type(e).__name__}: {e}", type="server_error"))
+        finally:
+            self.app.end()
 
     def _close_if_body_unread(self) -> None:
         """A request refused before its body was read (404, 401, 405...) leaves the body on
@@ -215,6 +236,7 @@ class Handler(BaseHTTPRequestHandler):
             encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
         )
         job = Job(req.prompt_ids, req.params)
+        self._looked = time.monotonic()
         reply = Reply(kind, app.options.model_id, include_usage=req.include_usage)
         app.scheduler.submit(job)
         try:
@@ -229,17 +251,20 @@ class Handler(BaseHTTPRequestHandler):
         """The job's next event; the client's leaving cancels the job meanwhile (a request
         that streams nothing, or waits through a long prefill, is otherwise only found gone
         when its answer is written: its tokens, and the retries of a client that timed out,
-        held the engine)."""
+        held the engine). Looked at every POLL_S, also while tokens keep coming."""
         deadline = time.monotonic() + EVENT_TIMEOUT_S
         while True:
-            try:
-                return job.events.get(timeout=min(POLL_S, max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                if time.monotonic() >= deadline:
-                    return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
+            now = time.monotonic()
+            if now - self._looked >= POLL_S:
+                self._looked = now
                 if self._client_gone():
                     job.cancel()
                     raise ConnectionAbortedError("the client closed the connection")
+            try:
+                return job.events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
 
     def _client_gone(self) -> bool:
         """The peer closed its end: the socket reads as ready and holds no byte."""
@@ -257,7 +282,8 @@ class Handler(BaseHTTPRequestHandler):
                 parts.append(value)
                 continue
             if kind == "error":
-                raise ApiError(503 if "memory" in value.lower() else 500, value, type="server_error")
+                busy = "memory" in value.lower() or value == SHUTTING_DOWN
+                raise ApiError(503 if busy else 500, value, type="server_error")
             self._json(200, reply.full("".join(parts), value, usage(len(job.prompt), job.completion_tokens)))
             return
 

@@ -323,16 +323,17 @@ def test_client_disconnect_mid_stream_cancels_and_server_goes_on(served):
 @pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}}], indirect=True)
 def test_a_client_gone_before_its_whole_answer_is_cancelled(served):
     # Without streaming nothing is written until the end: the job ran all its tokens for
-    # a client that had left (and a client's timeout retries ran beside it).
+    # a client that had left (and a client's timeout retries ran beside it). The socket is
+    # looked at every 0.25 s, also while tokens keep coming (here one every 50 ms).
     port, app, _ = served
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        body = json.dumps(chat(max_tokens=60)).encode()
+        body = json.dumps(chat(max_tokens=50)).encode()  # the fake's window is 64
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         time.sleep(0.3)
     started = time.monotonic()
     status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
-    assert status == 200 and time.monotonic() - started < 1.5  # 60 steps of 0.05 s would be 3 s
+    assert status == 200 and time.monotonic() - started < 1.2  # 50 steps of 50 ms would be 2.5 s
 
 
 def test_stream_chunks_say_usage_null_until_the_last(served):
@@ -473,3 +474,20 @@ def test_a_conversation_the_template_refuses_is_a_400(served, monkeypatch):
     status, payload = request(port, "POST", "/v1/chat/completions", chat())
     assert status == 400 and "roles must alternate" in payload["error"]["message"]
     assert payload["error"]["type"] == "invalid_request_error"
+
+
+def test_stopping_answers_what_runs_with_an_error_not_an_end():
+    # On Ctrl-C a cut-off answer went out as finish_reason "cancelled" and [DONE] (or a
+    # 200): a client took it for a whole answer.
+    from ktcli.serve.scheduler import SHUTTING_DOWN
+
+    scheduler = Scheduler(FakeRunner(step_s=0.05), gather_s=0.0)
+    scheduler.start()
+    running, waiting = Job([1, 2], SamplingParams(max_new_tokens=1000)), Job([3], SamplingParams(max_new_tokens=5))
+    scheduler.submit(running)
+    time.sleep(0.2)
+    scheduler.submit(waiting)
+    assert scheduler.stop(wait_s=10)
+    for job in (running, waiting):
+        events = [job.events.get_nowait() for _ in range(job.events.qsize())]
+        assert events[-1] == ("error", SHUTTING_DOWN) and ("done", "cancelled") not in events
