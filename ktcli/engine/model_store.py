@@ -72,7 +72,9 @@ def resolve_model(spec: str, named: str = "--model") -> ModelSource:
         if not (path / "config.json").is_file():
             raise UsageError(f"{named} {spec}: folder has no config.json (not a Hugging Face model folder)")
         return ModelSource(path.name, "hf", path)
-    if "/" in spec and not spec.startswith((".", "/")):
+    # "org/name" is a Hugging Face repo id; a mistyped local path ("models/nonexist" where
+    # ./models exists, or a deeper one) is a missing path, not a model to look up.
+    if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and not Path(spec.split("/")[0]).is_dir():
         return ModelSource(spec, "hf", _from_hf_cache(spec))
     raise UsageError(f"{named} {spec}: no such file, folder or bundled model (try 'smollm2')")
 

@@ -99,6 +99,8 @@ def test_a_closed_standard_output_is_one_line(cache):
     ("missing.gguf", "--model missing.gguf: no such file, folder or bundled model"),
     (str(LONG_TEXT), "a model file must be .gguf"),
     (str(LONG_TEXT.parent), "folder has no config.json"),
+    # a mistyped folder under one that exists (the tests run in the repo: sample_docs/)
+    ("sample_docs/no-such-model", "--model sample_docs/no-such-model: no such file, folder or bundled model"),
 ])
 def test_bad_model_is_usage_error(cache, model, says):
     assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "q", "--model", model], cache), 2, says)
