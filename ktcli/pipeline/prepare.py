@@ -228,6 +228,7 @@ def prepare(
         outline_files=len(outlines),
         outline=settings.outline,
         cached_tokens=cached,
+        window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
     )
     plan = make_plan(request, facts, load_rates(settings, facts))

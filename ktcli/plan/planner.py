@@ -77,6 +77,7 @@ class PlanRequest:
     # Model tokens of a whole read's prompt already in the engine's prompt cache
     # (`engine.prefix_store`): prefilled by reading, not computing.
     cached_tokens: int = 0
+    window_cap: int = 0  # --context-window: no read's window may pass it (0: none)
     # Summaries: the corpus's tokens with its files read as outlines where they can be, and how many
     # files those are (0: nothing to outline); whether to (auto: when over the budget).
     outline_tokens: int = 0
@@ -139,6 +140,9 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     sparse = _sparse_options(req, facts, rates, full_tokens)
     if req.mode == "sparse":
         if not sparse:
+            if req.sparse_ok and req.window_cap:
+                raise UsageError(f"--mode sparse reads the input whole (~{full_tokens:,} tokens with the prompt), "
+                                 f"past the --context-window cap of {req.window_cap:,}; raise or drop the cap")
             if not req.sparse_ok:
                 raise UsageError("--mode sparse reads the input whole in ktcli's own paged cache: "
                                  "it needs the local ktcli engine (--engine ktcli, --backend local)")
@@ -224,6 +228,8 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
 
     if not req.sparse_ok or facts.n_kv_heads <= 0:
         return []
+    if req.window_cap and full_tokens + req.max_new_tokens + SPARSE_WINDOW_MARGIN > req.window_cap:
+        return []  # reading it whole needs a window past the --context-window cap
 
     dtypes = SPARSE_DTYPES if req.kv_dtype in ("auto", "", "model") else (req.kv_dtype,)
     policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)

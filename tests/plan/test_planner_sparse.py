@@ -97,3 +97,13 @@ def test_the_plans_page_constants_are_the_engines():
 
     assert PAGE_TOKENS == kernels.KVCacheSpec(1, 2).block_size
     assert ONE_REQUEST_STAGE == _staging_slots(1, PAGED_PREFILL_CHUNK, PAGE_TOKENS)
+
+
+def test_a_context_window_cap_rules_out_reading_past_it():
+    # The plan said sparse with a 15K window under --context-window 2048; the run, capped,
+    # then switched to retrieval unannounced.
+    capped = dict(corpus_tokens=12_000, n_chunks=60, kv_dtype="int4", attention="topk", window_cap=2048)
+    assert make_plan(req(**capped), SMOL, RATES).mode is Mode.RETRIEVAL
+    with pytest.raises(UsageError, match="--mode sparse reads the input whole .* past the --context-window cap of 2,048"):
+        make_plan(req(mode="sparse", **capped), SMOL, RATES)
+    assert make_plan(req(**{**capped, "window_cap": 0}), SMOL, RATES).mode is Mode.SPARSE
