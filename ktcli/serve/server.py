@@ -267,11 +267,16 @@ class Handler(BaseHTTPRequestHandler):
                     return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
 
     def _client_gone(self) -> bool:
-        """The peer closed its end: the socket reads as ready and holds no byte."""
+        """The peer closed its end: the socket polls readable and a peek reads no byte.
+        (poll, not select: select fails past fd 1024; and a recv on this socket, which has
+        a timeout, would first wait for a byte.)"""
         try:
-            ready, _, _ = select.select([self.connection], [], [], 0)
-            return bool(ready) and self.connection.recv(1, socket.MSG_PEEK) == b""
-        except (OSError, ValueError):
+            poller = select.poll()
+            poller.register(self.connection, select.POLLIN)
+            if not poller.poll(0):
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:  # reset by the peer
             return True
 
     def _complete(self, job: Job, reply: Reply) -> None:
