@@ -78,8 +78,9 @@ class Runner(Protocol):
     max_prompt_chars: int  # text longer than this cannot fit the window (`longest_token`)
     max_batch: int
 
-    def encode_chat(self, messages: list[Message]) -> list[int]:
-        """The model's chat template applied, with the generation prompt."""
+    def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
+        """The model's chat template applied, with the generation prompt (and the
+        client's `chat_template_kwargs`)."""
 
     def encode_text(self, text: str, special: bool = False) -> list[int]: ...
 
@@ -154,8 +155,8 @@ class NativeRunner:
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
 
-    def encode_chat(self, messages: list[Message]) -> list[int]:
-        return list(self.backend.chat_ids(messages))
+    def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
+        return list(self.backend.chat_ids(messages, template_kwargs))
 
     def encode_text(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special))
@@ -226,8 +227,9 @@ class HFRunner:
         if self.tokenizer.eos_token_id is not None:
             self.eos_ids.add(int(self.tokenizer.eos_token_id))
 
-    def encode_chat(self, messages: list[Message]) -> list[int]:
-        return list(self.backend.chat_ids(messages))  # a message's "<|im_end|>" stays text (`ChatTokenizer`)
+    def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
+        # a message's "<|im_end|>" stays text (`ChatTokenizer`)
+        return list(self.backend.chat_ids(messages, template_kwargs))
 
     def encode_text(self, text: str, special: bool = False) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=special))

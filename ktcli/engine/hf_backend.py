@@ -42,10 +42,11 @@ class HFBackend:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def chat_ids(self, messages: list[Message]) -> list[int]:
+    def chat_ids(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
         if self.chat is not None and self.chat.chat_template:
-            return self.chat.apply_chat_template(messages, add_generation_prompt=True)
-        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+            return self.chat.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
+        ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                 **(template_kwargs or {}))
         # transformers 5 returns a BatchEncoding here, 4.x a list
         return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 

@@ -155,8 +155,8 @@ class NativeBackend:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def chat_ids(self, messages: list[Message]) -> list[int]:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+    def chat_ids(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
+        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
 
     def prompt_tokens(self, messages: list[Message]) -> int:
         return len(self.chat_ids(messages))

@@ -68,13 +68,14 @@ class ChatTokenizer:
     def get_vocab(self) -> dict[str, int]:
         return self.tok.get_vocab(with_added_tokens=True)
 
-    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True) -> list[int]:
+    def apply_chat_template(self, messages: list[dict], add_generation_prompt: bool = True,
+                            template_kwargs: dict | None = None) -> list[int]:
         """The template's text as ids, where a message's own text is only ever text: a
         document that says "<|im_end|>" (one about chat templates) or "<filename>" (a
         README's usage line; SmolLM2 has that special token) would otherwise close the
         user's turn or insert a control token mid-evidence. The template's own special
         tokens stay special."""
-        text = self.render(messages, add_generation_prompt)
+        text = self.render(messages, add_generation_prompt, template_kwargs)
         spans = _content_spans(text, messages)
         # The template writes the special tokens itself; adding them again would double BOS.
         enc = self.tok.encode(text, add_special_tokens=False)
@@ -86,12 +87,15 @@ class ChatTokenizer:
                 ids.append(tid)
         return ids
 
-    def render(self, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    def render(self, messages: list[dict], add_generation_prompt: bool = True,
+               template_kwargs: dict | None = None) -> str:
         """The chat template's text for `messages`, as transformers renders it, with two
         choices of ours: thinking off where the template has the switch (Qwen3's: a
         question about a document wants the answer, not 384 tokens of reasoning), and a
         system message folded into the first user turn where the template refuses one
-        (Mistral-Instruct v0.1/v0.2 raise "Conversation roles must alternate")."""
+        (Mistral-Instruct v0.1/v0.2 raise "Conversation roles must alternate").
+        `template_kwargs`: the caller's own variables (a server client's
+        `chat_template_kwargs`, e.g. {"enable_thinking": true})."""
         from jinja2.exceptions import TemplateError
 
         if not self.chat_template:
@@ -99,6 +103,7 @@ class ChatTokenizer:
         template = _compile(self.chat_template)
         kwargs = dict(add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
                       eos_token=self.eos_token or "", enable_thinking=False)
+        kwargs.update(template_kwargs or {})
         try:
             return template.render(messages=messages, **kwargs)
         except TemplateError as e:

@@ -108,6 +108,24 @@ def _flag(body: dict, name: str) -> bool:
     return value
 
 
+# Template variables a client may not set: the conversation and the tokens are ours.
+_RESERVED_TEMPLATE_VARS = frozenset({"messages", "add_generation_prompt", "bos_token", "eos_token", "tools"})
+
+
+def template_kwargs(body: dict) -> dict | None:
+    """vLLM's `chat_template_kwargs`: variables for the model's chat template, such as
+    Qwen3's {"enable_thinking": true} (ktcli renders with thinking off by default)."""
+    value = body.get("chat_template_kwargs")
+    if value is None:
+        return None
+    if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
+        raise ApiError(400, "'chat_template_kwargs' must be an object", param="chat_template_kwargs")
+    reserved = sorted(_RESERVED_TEMPLATE_VARS & set(value))
+    if reserved:
+        raise ApiError(400, f"'chat_template_kwargs' may not set {', '.join(reserved)}", param="chat_template_kwargs")
+    return value
+
+
 def _include_usage(body: dict) -> bool:
     options = body.get("stream_options")
     if options is None:
@@ -221,7 +239,7 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
 
 
 def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_size: int, max_chars: int,
-                     default_max: int, encode_chat: Callable[[list[dict[str, str]]], list[int]],
+                     default_max: int, encode_chat: Callable[..., list[int]],
                      encode_text: Callable[[str], list[int]]) -> GenRequest:
     check_model(body, served)
     stream = _flag(body, "stream")
@@ -231,7 +249,8 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
     if kind == "chat":
         messages = parse_messages(body)
         _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
-        ids = encode_chat(messages)
+        extra = template_kwargs(body)
+        ids = encode_chat(messages, extra) if extra is not None else encode_chat(messages)
     else:
         ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)
     param = "messages" if kind == "chat" else "prompt"

@@ -23,7 +23,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from ktcli.engine.batching import Job, Runner
 from ktcli.engine.tokenizer import ChatTemplateError
 from ktcli.errors import UsageError
-from ktcli.serve.protocol import MAX_BODY_BYTES, ApiError, Reply, parse_generation, parse_json, parse_messages, usage
+from ktcli.serve.protocol import (
+    MAX_BODY_BYTES,
+    ApiError,
+    Reply,
+    parse_generation,
+    parse_json,
+    parse_messages,
+    template_kwargs,
+    usage,
+)
 from ktcli.serve.scheduler import SHUTTING_DOWN, Scheduler
 
 DISCONNECTS = (BrokenPipeError, ConnectionResetError, ConnectionAbortedError, TimeoutError)
@@ -103,7 +112,9 @@ class ServeApp:
     def tokenize(self, body: dict) -> dict:
         """vLLM's /tokenize: a prompt's tokens, or a chat's with the template applied."""
         if "messages" in body:
-            ids = self.runner.encode_chat(parse_messages(body))
+            extra = template_kwargs(body)
+            messages = parse_messages(body)
+            ids = self.runner.encode_chat(messages, extra) if extra is not None else self.runner.encode_chat(messages)
         else:
             text = body.get("prompt", body.get("content"))
             if not isinstance(text, str):

@@ -80,6 +80,7 @@ def test_templates_that_refuse_a_system_message_trim_or_think(smollm2_dir):
                                       enable_thinking=False)
     assert ours.apply_chat_template(padded) == list(want["input_ids"] if hasattr(want, "keys") else want)
     assert "<think>\n\n</think>" in ours.render(padded)
+    assert "<think>" not in ours.render(padded, template_kwargs={"enable_thinking": True})  # a serve client's choice
     assert ours.apply_chat_template([{"role": "user", "content": " x <|im_end|> "}]).count(2) == 1  # the template's own
     ours.chat_template = "{{ raise_exception('no') }}"
     with pytest.raises(ChatTemplateError, match="chat template refuses this conversation: no"):

@@ -46,7 +46,8 @@ class FakeRunner:
         self.step_s = step_s
         self.batches: list[int] = []
 
-    def encode_chat(self, messages) -> list[int]:
+    def encode_chat(self, messages, template_kwargs=None) -> list[int]:
+        self.template_kwargs = template_kwargs
         return self.tokenizer.apply_chat_template(messages)
 
     def encode_text(self, text: str, special: bool = False) -> list[int]:
@@ -491,3 +492,16 @@ def test_stopping_answers_what_runs_with_an_error_not_an_end():
     for job in (running, waiting):
         events = [job.events.get_nowait() for _ in range(job.events.qsize())]
         assert events[-1] == ("error", SHUTTING_DOWN) and ("done", "cancelled") not in events
+
+
+def test_chat_template_kwargs_reach_the_template(served):
+    # vLLM's field: a Qwen3 client turns thinking back on (ktcli renders with it off)
+    port, _, runner = served
+    assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=1))[0] == 200
+    assert runner.template_kwargs is None
+    body = chat(max_tokens=1, chat_template_kwargs={"enable_thinking": True})
+    assert request(port, "POST", "/v1/chat/completions", body)[0] == 200
+    assert runner.template_kwargs == {"enable_thinking": True}
+    for bad in ([1], {"messages": []}, {"bos_token": "x"}):
+        status, payload = request(port, "POST", "/v1/chat/completions", chat(chat_template_kwargs=bad))
+        assert status == 400 and payload["error"]["param"] == "chat_template_kwargs"
