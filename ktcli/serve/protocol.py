@@ -249,8 +249,7 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
     if kind == "chat":
         messages = parse_messages(body)
         _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
-        extra = template_kwargs(body)
-        ids = encode_chat(messages, extra) if extra is not None else encode_chat(messages)
+        ids = encode_chat(messages, template_kwargs(body))
     else:
         ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)
     param = "messages" if kind == "chat" else "prompt"

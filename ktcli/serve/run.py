@@ -87,7 +87,7 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
         app.drain(DRAIN_S)
 
 
-# On Ctrl-C or SIGTERM the running batch is cancelled and the engine thread is let finish
+# On Ctrl-C or SIGTERM the running batch is ended with an error and the engine thread is let finish
 # its step (a prefill chunk takes seconds on a CPU) before the process exits.
 STOP_WAIT_S = 60.0
 DRAIN_S = 2.0  # then the clients in flight get their error ("the server is shutting down")

@@ -88,7 +88,7 @@ class Scheduler:
             key = sampling_key(batch[0].params)
             join = (lambda room, key=key: self._join(key, room)) if getattr(self.runner, "joins", False) else None
             try:
-                self.runner.run(batch, join) if join is not None else self.runner.run(batch)
+                self.runner.run(batch, join)
             except Exception as e:  # noqa: BLE001 - the engine thread must survive any request
                 with self._cv:
                     failed = list(self._running)  # the batch and the requests that joined it

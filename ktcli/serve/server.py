@@ -112,9 +112,7 @@ class ServeApp:
     def tokenize(self, body: dict) -> dict:
         """vLLM's /tokenize: a prompt's tokens, or a chat's with the template applied."""
         if "messages" in body:
-            extra = template_kwargs(body)
-            messages = parse_messages(body)
-            ids = self.runner.encode_chat(messages, extra) if extra is not None else self.runner.encode_chat(messages)
+            ids = self.runner.encode_chat(parse_messages(body), template_kwargs(body))
         else:
             text = body.get("prompt", body.get("content"))
             if not isinstance(text, str):

@@ -53,7 +53,7 @@ class FakeRunner:
     def encode_text(self, text: str, special: bool = False) -> list[int]:
         return self.tokenizer.encode(text)
 
-    def run(self, jobs: list[Job]) -> None:
+    def run(self, jobs: list[Job], join=None) -> None:  # joins nothing, as HFRunner
         self.batches.append(len(jobs))
         streams = [_Stream(j, self.tokenizer.decode, self.context_window) for j in jobs]
         done = [False] * len(jobs)
@@ -382,7 +382,7 @@ def test_scheduler_batches_only_like_sampling():
 
 def test_scheduler_survives_a_failing_runner():
     class Broken(FakeRunner):
-        def run(self, jobs):
+        def run(self, jobs, join=None):
             if len(self.batches) == 0:
                 self.batches.append(len(jobs))
                 raise RuntimeError("boom")
@@ -468,7 +468,7 @@ def test_a_conversation_the_template_refuses_is_a_400(served, monkeypatch):
 
     port, _, runner = served
 
-    def refuse(messages):
+    def refuse(messages, template_kwargs=None):
         raise ChatTemplateError("the model's chat template refuses this conversation: roles must alternate")
 
     monkeypatch.setattr(runner, "encode_chat", refuse)
