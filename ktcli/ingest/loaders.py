@@ -118,7 +118,7 @@ def _decode(data: bytes, kind: str | None) -> tuple[str, str | None]:
     """Our decoding policy, except that an HTML page that is not UTF-8 may declare its
     own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess; also a page
     known by its content (on stdin, `curl URL | ktcli ask - ...`, or with no extension)."""
-    is_html = kind == "html" or (kind is None and _looks_like_html(data[:512].decode("latin-1")))
+    is_html = kind == "html" or (kind is None and _bytes_look_like_html(data))
     if is_html and bom_encoding(data) is None and not _is_utf8(data):
         from bs4.dammit import EncodingDetector
 
@@ -134,8 +134,7 @@ def _decode(data: bytes, kind: str | None) -> tuple[str, str | None]:
 def _what_it_holds(data: bytes) -> str:
     if looks_binary(data[:SNIFF_BYTES]):
         return "binary data"
-    head = data[:512].decode("latin-1")
-    return "an HTML page (an error page saved under that name?)" if _looks_like_html(head) else "text"
+    return "an HTML page (an error page saved under that name?)" if _bytes_look_like_html(data) else "text"
 
 
 def _is_utf8(data: bytes) -> bool:
@@ -148,6 +147,11 @@ def _is_utf8(data: bytes) -> bool:
 
 def _text_document(text: str, display: str, kind: str, language: str | None) -> Document:
     return Document(path=display, text=text, kind=kind, language=language, sha256=text_sha256(text))
+
+
+def _bytes_look_like_html(data: bytes) -> bool:
+    """`_looks_like_html` before decoding (the markers are ASCII in any ASCII-based charset)."""
+    return _looks_like_html(data[:512].decode("latin-1"))
 
 
 def _looks_like_html(text: str) -> bool:
