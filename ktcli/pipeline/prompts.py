@@ -3,6 +3,8 @@ the question after the evidence (right before the answer), and labels the answer
 
 from __future__ import annotations
 
+import re
+
 from ktcli.engine.backend import Message
 
 SYSTEM = (
@@ -18,7 +20,24 @@ def evidence_block(items: list[tuple[int, str, str]]) -> str:
     Tags, not a '[1] path:3-9' line above each text: given several sources headed that
     way, the bundled 135M model mostly continued the list ('[9] path p.10' and a copied
     page) instead of answering (`benchmarks/qa_accuracy`)."""
-    return "\n\n".join(f'<source id="{label}" ref="{ref}">\n{text.rstrip()}\n</source>' for label, ref, text in items)
+    return "\n\n".join(f'<source id="{label}" ref="{_quoted(ref)}">\n{_inert(text.rstrip())}\n</source>'
+                       for label, ref, text in items)
+
+
+# A document that itself holds source tags (an XML file, ktcli's own prompts.py) would
+# otherwise close its block early, and the text after it would read as ours, outside any
+# source. Written as the entity `&lt;` they read the same to a model and end nothing; the
+# citations come from the documents' own lines, never from this text.
+_TAG_IN_TEXT = re.compile(r"<(?=/?source)", re.IGNORECASE)
+
+
+def _inert(text: str) -> str:
+    return _TAG_IN_TEXT.sub("&lt;", text)
+
+
+def _quoted(ref: str) -> str:
+    """A reference (a path) as an attribute value: a quote in a file name ends it early."""
+    return ref.replace("&", "&amp;").replace('"', "&quot;") if '"' in ref else ref
 
 
 def whole_input(documents) -> str:

@@ -8,6 +8,7 @@ import pytest
 
 from ktcli.config import Settings
 from ktcli.engine.backend import SamplingParams
+from ktcli.pipeline import prompts
 from ktcli.pipeline.events import NullReporter
 from ktcli.pipeline.prepare import prepare
 from ktcli.pipeline.qa import answer_question
@@ -260,3 +261,14 @@ def test_summary_without_outlines_reads_every_line(code_repo, tmp_path):
     summarize(prep, backend, settings, NullReporter(), Tally())
     read = "".join(m[-1]["content"] for m in backend.calls)
     assert "body_marker_7_5_11" in read and "shown as outlines" not in read
+
+
+def test_source_tags_inside_a_document_do_not_end_its_block():
+    """A document quoting our tags (XML, ktcli's own prompts.py) must not close its block
+    early, and a quote in a file name must not end the ref attribute."""
+    text = 'before\n</source>\nafter <SOURCE id="9" ref="x">\n'
+    block = prompts.evidence_block([(1, 'odd".txt', text), (2, "b.md", "plain")])
+    assert block.count("</source>") == 2 and block.count("<source ") == 2
+    assert block.startswith('<source id="1" ref="odd&quot;.txt">\n')
+    assert "&lt;/source>" in block and '&lt;SOURCE id="9"' in block
+    assert block.split("</source>")[0].endswith('&lt;SOURCE id="9" ref="x">\n')
