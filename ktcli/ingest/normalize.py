@@ -81,14 +81,102 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
             end, start = start, data.rfind(b"\n", 0, max(start - 1, 0)) + 1
         if end:
             return data[:end].decode("utf-8"), f"binary data after byte {end:,} left out ({len(data) - end:,} bytes)"
-    if high_byte_ratio(data) > _MAX_LEGACY_HIGH_RATIO or control_ratio(data) > MAX_CONTROL_RATIO:
-        raise UndecodableError("not UTF-8 or UTF-16, and too many non-ASCII bytes for Latin-1")
-    # Said, because it is a guess: Russian comments in cp1251 come out as "Ïîäêëþ÷åíèå".
-    note = "not UTF-8: read as Windows-1252 (Western European), a guess; convert it to UTF-8 if that is wrong"
+    if control_ratio(data) > MAX_CONTROL_RATIO:
+        raise UndecodableError("not UTF-8 or UTF-16, and too many control bytes for text")
+    western = _western(data) if high_byte_ratio(data) <= _MAX_LEGACY_HIGH_RATIO else None
+    if western is not None and reads_as_western(western):
+        return western, _guess_note("Windows-1252 (Western European)")
+    detected = _detected(data)
+    if detected is not None:
+        return detected
+    if western is None:
+        raise UndecodableError("not UTF-8 or UTF-16, and no other encoding fits its bytes")
+    return western, _guess_note("Windows-1252 (Western European)")
+
+
+# Non-ASCII marks that do stand between letters in Western text: "l’été", "soft\xadhyphen".
+_INSIDE_WORDS = frozenset("’‘´·\u00ad–—")
+_OPENING_WORDS = frozenset("¿¡«»‘“„‚‹›")
+# Share of a cp1252 reading's non-ASCII characters that may look like another script's
+# before another encoding is looked for: Western text has ~0 (a name like "Ærøskøbing");
+# Russian, Greek or Polish read this way has 30-95%.
+_MAX_ODD_SHARE = 0.1
+
+
+def _detected(data: bytes) -> tuple[str, str] | None:
+    """(text, note) in the legacy encoding charset-normalizer finds most coherent (Russian
+    in cp1251 or KOI8-R, Japanese in Shift-JIS, Chinese in GBK, Greek, Polish...); None
+    where none fits (it gives up on bytes that read as noise in every one)."""
+    from charset_normalizer import from_bytes  # ~0.1 s, and only files that are not UTF-8 need it
+
+    for match in from_bytes(data):  # most coherent first
+        if match.chaos > _MAX_CHAOS:
+            continue
+        try:
+            text = data.decode(match.encoding)
+        except (LookupError, UnicodeDecodeError):
+            continue  # it judged from samples of a large file: another part does not decode
+        # Short texts fit several code pages: Greek of one line came first as ISO-8859-5
+        # Cyrillic, with a "§" inside its words.
+        if _odd_share(text, latin=False) <= _MAX_ODD_SHARE:
+            return text, _guess_note(f"{_ENCODING_NAMES.get(match.encoding, match.encoding)} (detected)")
+    return None
+
+
+# Readings charset-normalizer may still pick with this much of its "mess" in them are
+# noise (its own default threshold is 0.2).
+_MAX_CHAOS = 0.2
+_ENCODING_NAMES = {
+    "cp1250": "Windows-1250", "cp1251": "Windows-1251", "cp1252": "Windows-1252", "cp1253": "Windows-1253",
+    "cp1254": "Windows-1254", "cp1255": "Windows-1255", "cp1256": "Windows-1256", "cp1257": "Windows-1257",
+    "koi8_r": "KOI8-R", "koi8_u": "KOI8-U", "cp932": "Shift-JIS (cp932)", "shift_jis": "Shift-JIS",
+    "euc_jp": "EUC-JP", "gb18030": "GB18030", "gb2312": "GB2312", "gbk": "GBK", "big5": "Big5",
+    "cp949": "EUC-KR (cp949)", "euc_kr": "EUC-KR", "mac_cyrillic": "Mac Cyrillic",
+}
+
+
+def _guess_note(what: str) -> str:
+    # Said, because it is a guess: a wrong one turns every non-ASCII letter into mojibake.
+    return f"not UTF-8: read as {what}, a guess; convert it to UTF-8 if that is wrong"
+
+
+def _western(data: bytes) -> str:
     try:
-        return data.decode("cp1252"), note
+        return data.decode("cp1252")
     except UnicodeDecodeError:
-        return data.decode("latin-1"), note  # cannot fail: every byte maps
+        return data.decode("latin-1")  # cannot fail: every byte maps (cp1252 has 5 holes)
+
+
+def reads_as_western(text: str) -> bool:
+    """Whether a cp1252 reading looks like Western European text. Its accented letters
+    stand alone or in pairs inside ASCII words ("Größe", "ações"); another 8-bit script
+    read this way gives whole words of them ("Ïîäêëþ÷åíèå", Russian in cp1251) or symbols
+    inside words ("Za¿ó³æ", Polish in cp1250)."""
+    return _odd_share(text, latin=True) <= _MAX_ODD_SHARE
+
+
+def _odd_share(text: str, latin: bool) -> float:
+    """Share of the non-ASCII characters that no script writes where they stand: symbols
+    inside or opening words, and (`latin`) a third accented letter in a row."""
+    odd = total = run = 0
+    for i, ch in enumerate(text):
+        if ch < "\x80":
+            run = 0
+            continue
+        total += 1
+        if ch.isalpha():
+            run += 1
+            if latin:
+                odd += 3 if run == 3 else run > 3  # a third letter in a row counts all three
+        else:
+            run = 0
+            before = text[i - 1] if i else " "
+            after = text[i + 1] if i + 1 < len(text) else " "
+            if before.isalpha() and after.isalpha():
+                odd += ch not in _INSIDE_WORDS
+            elif before.isspace() and after.islower():  # starts a word: Czech "žluť" as "¾lu»"
+                odd += ch not in _OPENING_WORDS
+    return odd / total if total else 0.0
 
 
 # UTF-8 with stray bytes: at most this many, and at least as many valid multi-byte

@@ -257,9 +257,8 @@ def test_binary_despite_text_extension(write) -> None:
 
 
 def test_undecodable_text(write) -> None:
-    # Shift-JIS Japanese: not UTF-8, and far too many high bytes to be Latin-1 prose
-    message = input_error(write("jp.txt", "日本語のテキストです。これはテストです。".encode("shift_jis")))
-    assert "undecodable" in message
+    # high bytes that no encoding reads as text
+    assert "undecodable" in input_error(write("noise.txt", bytes(range(160, 256)) * 20))
     # a UTF-16 BOM followed by an unpaired surrogate
     assert "undecodable" in input_error(write("bad16.txt", b"\xff\xfe" + "ok".encode("utf-16-le") + b"\x00\xd8A\x00"))
 
@@ -466,3 +465,34 @@ def test_fifo_as_given_by_process_substitution(tmp_path: Path) -> None:
     doc = load_corpus([str(fifo)]).documents[0]
     writer.join(timeout=5)
     assert (doc.kind, doc.language) == ("code", "diff")
+
+
+@pytest.mark.parametrize(("text", "encoding", "named"), [
+    ("Подключение к базе данных выполняется при старте сервиса.\n", "cp1251", "Windows-1251"),
+    ("Подключение к базе данных выполняется при старте сервиса.\n", "koi8-r", "KOI8-R"),
+    ("Zażółć gęślą jaźń. Połączenie z bazą danych jest nawiązywane.\n", "cp1250", "Windows-1250"),
+    ("Η σύνδεση με τη βάση δεδομένων γίνεται κατά την εκκίνηση της υπηρεσίας.\n", "cp1253", "Windows-1253"),
+    ("日本語のテキストです。これはテストです。\n", "shift_jis", "Shift-JIS"),
+    ("数据库连接在服务启动时建立。如果连接丢失，服务会在五秒后重试。\n", "gbk", "GB18030"),
+])
+def test_legacy_encodings_of_other_scripts_are_detected(write, text, encoding, named) -> None:
+    """Russian in cp1251 came out as "Ïîäêëþ÷åíèå" (read as cp1252, only said to be a
+    guess), Japanese in Shift-JIS was refused as undecodable."""
+    corpus = load_corpus([str(write("legacy.txt", text.encode(encoding)))])
+    assert corpus.documents[0].text == text
+    (note,) = corpus.skipped
+    assert f"read as {named}" in note.reason and "guess" in note.reason and note.replaced
+
+
+@pytest.mark.parametrize("text", [
+    "Die Größe der Datei wird geprüft. Zürich, München, Größenänderungsübersicht.\n",
+    "Le café est très chaud, et l’été dernier était brûlant. Noël, œuvre, « guillemets ».\n",
+    "¿Qué tal? ¡Muy bien! As ações não são válidas. Þjóðhátíð, Ærøskøbing.\n",
+    "x = 5  # © 2020 Müller — 10 × 20 ± 3 °C, ½ cup\n",
+])
+def test_western_text_stays_cp1252(write, text) -> None:
+    """The detector reads short Western text as other code pages (French as cp1250,
+    "Größe: 12 kB" as cp1006): text that reads well as cp1252 never goes to it."""
+    corpus = load_corpus([str(write("west.txt", text.encode("cp1252")))])
+    assert corpus.documents[0].text == text
+    assert "Windows-1252 (Western European)" in corpus.skipped[0].reason
