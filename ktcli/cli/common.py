@@ -121,7 +121,8 @@ class Options:
                 what = f"{p.n_chunks:,} chunks in ~{p.n_windows} window(s)"
             if p.outline_files:
                 what += f", {p.outline_files} file(s) as outlines"
-            reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est ~{p.est_seconds:.0f}s")
+            wait = f"first token ~{p.est_first_token_seconds:.0f}s, " if p.est_first_token_seconds else ""
+            reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{p.est_seconds:.0f}s")
             for reason in p.reasons:
                 if reason.startswith("no plan is estimated within"):
                     reporter.warn(reason)

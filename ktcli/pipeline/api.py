@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from ktcli.config import Settings
 from ktcli.engine.loading import load_backend, weights_note
 from ktcli.engine.model_store import is_converted, resolve_model
@@ -30,10 +32,12 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     prep = prepare(paths, question, task, settings, reporter, stdin_text)
     if on_plan:
         on_plan(prep)
+    loading = time.perf_counter()
     backend = _load(settings, reporter, prep.plan)
+    load_s = time.perf_counter() - loading
     answer = run(prep, backend, settings, reporter, tally)
     answer = citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
-    _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE)
+    _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s)
     return answer
 
 
@@ -64,8 +68,8 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
     return load_backend(settings, reporter.status, plan)
 
 
-def _remember_rates(settings: Settings, tally: Tally, sparse: bool) -> None:
+def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float) -> None:
     if tally.prefill_s and tally.decode_s:
         # A prompt read back from the prefix store says nothing about the prefill rate.
         prefill = 0.0 if tally.reused_tokens else tally.prompt_tokens / tally.prefill_s
-        save_rates(settings, prefill, tally.new_tokens / tally.decode_s, sparse)
+        save_rates(settings, prefill, tally.new_tokens / tally.decode_s, sparse, load_s)

@@ -100,13 +100,15 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
                       decode_tok_s=round(CPU_BYTES_PER_S / facts.weight_bytes, 1))
 
 
-def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False) -> None:
+def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False,
+               load_s: float = 0.0) -> None:
     """Add this run's measured rates to the last few stored (used by the next plan): each
     stored rate is the median of the last RATE_SAMPLES runs. A run slowed 2-3x by another
     process on a 2-core machine (`benchmarks/threads_under_load.py`) then moves no estimate,
     where a half-and-half blend inflated the next few plans' times; a machine that stays
     busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
-    from full attention's. A rate of 0 is not measured (kept as it was)."""
+    from full attention's, and every run its model's load time. A rate of 0 is not measured
+    (kept as it was)."""
     if prefill_tok_s <= 0 and decode_tok_s <= 0:
         return
     path = settings.cache_path / RATES_FILE
@@ -118,7 +120,8 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     rates = dict(data.get(key, {}))
     history = data.setdefault(SAMPLES_KEY, {}).setdefault(key, {})
     prefix = "sparse_" if sparse else ""
-    for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s)):
+    for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
+                        ("load_s", load_s)):
         if value <= 0:
             continue
         # a file written before the history was kept starts it from its one blended rate

@@ -54,6 +54,9 @@ class Throughput:
     # (benchmarks/sparse_speed.py, 2026-12-03, with the C++ page plan); rounded down.
     sparse_prefill_tok_s: float = 300.0
     sparse_decode_tok_s: float = 24.0
+    # From the plan to a loaded model (`pipeline.api`): the packed weights read back, the
+    # tokenizer, the C++ kernels. ~1.0-1.5 s for SmolLM2 here once its cache is filled.
+    load_s: float = 1.5
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,8 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
 
     dtypes = SPARSE_DTYPES if req.kv_dtype in ("auto", "", "model") else (req.kv_dtype,)
     policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)
-    seconds = generation_seconds(full_tokens, req.max_new_tokens, rates.sparse_prefill_tok_s, rates.sparse_decode_tok_s)
+    seconds = rates.load_s + generation_seconds(full_tokens, req.max_new_tokens, rates.sparse_prefill_tok_s,
+                                                rates.sparse_decode_tok_s)
     base = _full_plan(req, facts, rates, full_tokens)
     # The engine's window for this read (`engine.loading`): its KV pages are sized to it.
     window = full_tokens + req.max_new_tokens + SPARSE_WINDOW_MARGIN
@@ -243,6 +247,7 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
+                est_first_token_seconds=_before_answer(seconds, req, rates.sparse_decode_tok_s),
                 cached_tokens=0,  # the prompt cache serves dense pages only
             ))
     return out
@@ -290,12 +295,13 @@ def _asked_cache(req: PlanRequest) -> dict[str, str]:
 
 
 def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
+    seconds = rates.load_s + generation_seconds(max(full_tokens - req.cached_tokens, 1), req.max_new_tokens,
+                                                rates.prefill_tok_s, rates.decode_tok_s)
     return Plan(
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens,
         evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
-        est_seconds=generation_seconds(max(full_tokens - req.cached_tokens, 1), req.max_new_tokens,
-                                       rates.prefill_tok_s, rates.decode_tok_s),
+        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, req, rates.decode_tok_s),
         est_memory_bytes=_full_memory(req, facts, full_tokens),
         **_asked_cache(req),
         cached_tokens=min(req.cached_tokens, full_tokens),
@@ -309,6 +315,14 @@ def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
         return sparse_memory(facts, facts.context_window, _dense_kv(req, facts))
     return generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts),
                              prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens))
+
+
+def _before_answer(seconds: float, req: PlanRequest, decode_tok_s: float) -> float:
+    """A plan's time without the final answer's decoding: when its first token shows.
+    Budgets are held to the whole (est_seconds); this is what a user waits for, since
+    answers stream and most stop far short of the budget (the sample PDF's: 15 tokens
+    of 384)."""
+    return max(seconds - req.max_new_tokens / max(decode_tok_s, 1e-9), 0.0)
 
 
 def _estimated_chunks(req: PlanRequest) -> int:
@@ -355,7 +369,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     # Each window: its evidence, the notes so far, and new notes; then one final answer.
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     notes_tokens = MEMORY_TOKENS if n_windows > 1 else 0
-    seconds = n_windows * generation_seconds(
+    seconds = rates.load_s + n_windows * generation_seconds(
         per_window_prompt, notes_tokens or req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s
     )
     if n_windows > 1:
@@ -370,7 +384,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         mode=Mode.RETRIEVAL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
-        est_seconds=seconds,
+        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, req, rates.decode_tok_s),
         est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, _dense_kv(req, facts))
         + (EMBEDDER_BYTES + _index_memory(n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is

@@ -98,6 +98,20 @@ def figures_line(answer: Answer) -> str:
     return " · ".join(parts)
 
 
+def _seconds(plan: Plan) -> str:
+    """The wait for the first token, then the whole answer budget's time: the total alone
+    read as a prediction (~11 s for an answer that took 2)."""
+    total = f"~{plan.est_seconds:.0f} s"
+    if not plan.est_first_token_seconds:
+        return total
+    return (f"first token in ~{_short(plan.est_first_token_seconds)}, {total} with all "
+            f"{plan.answer_budget:,} tokens of the answer budget")
+
+
+def _short(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 9.95 else f"{seconds:.0f} s"
+
+
 def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     lines = [
         f"mode        {plan.mode.value}",
@@ -116,7 +130,7 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
         lines.append(f"cached      ~{plan.cached_tokens:,} prompt tokens in the prompt cache (read, not prefilled)")
     # No local memory to plan (a remote server holds the model and its cache): not "~0 B".
     memory = f"~{human_bytes(plan.est_memory_bytes)} memory" if plan.est_memory_bytes else "memory on the server"
-    lines.append(f"estimate    ~{plan.est_seconds:.0f} s, {memory}")
+    lines.append(f"estimate    {_seconds(plan)}, {memory}")
     lines.extend(f"why         {r}" for r in plan.reasons)
     for alt in plan.alternatives:
         lines.append(

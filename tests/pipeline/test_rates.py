@@ -112,3 +112,16 @@ def test_a_cache_folder_that_cannot_be_written_keeps_no_rates_and_raises_nothing
     settings = replace(Settings(), cache_dir=str(blocked / "cache"))
     save_rates(settings, 300.0, 20.0)
     assert load_rates(settings) == Throughput()
+
+
+def test_load_time_is_remembered_and_planned(tmp_path):
+    """The plan's times include loading the model; the first run's (converting a GGUF,
+    ~40 s) is one sample of five, so it does not stay in later plans."""
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"))
+    save_rates(settings, 300.0, 20.0, load_s=40.0)
+    assert load_rates(settings).load_s == 40.0
+    for _ in range(2):
+        save_rates(settings, 300.0, 20.0, load_s=1.2)
+    assert load_rates(settings).load_s == 1.2
+    save_rates(settings, 300.0, 20.0)  # not measured: kept
+    assert load_rates(settings).load_s == 1.2

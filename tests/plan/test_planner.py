@@ -286,3 +286,14 @@ def test_retrieval_keeps_the_kv_dtype_and_policy_asked_for():
     default = make_plan(req(corpus_tokens=100_000, n_chunks=400, mode="retrieval"), SMOL, RATES)
     assert (default.kv_dtype, default.attention) == ("model", "dense")
     assert plan.est_memory_bytes < default.est_memory_bytes  # int4 pages for each window
+
+
+def test_first_token_is_planned_without_the_answer_and_with_the_load():
+    rates = replace(RATES, load_s=2.0)
+    full = make_plan(req(corpus_tokens=1500, max_new_tokens=300), SMOL, rates)
+    assert full.est_first_token_seconds == pytest.approx(full.est_seconds - 300 / 10)
+    assert full.est_first_token_seconds > 2.0 + 1500 / 150  # the load, and the prompt's prefill
+    assert full.est_seconds - make_plan(req(corpus_tokens=1500, max_new_tokens=300), SMOL, RATES).est_seconds \
+        == pytest.approx(2.0 - RATES.load_s)
+    big = make_plan(req(corpus_tokens=200_000, n_chunks=800, max_new_tokens=300), SMOL, rates)
+    assert big.mode is Mode.RETRIEVAL and 2.0 < big.est_first_token_seconds == pytest.approx(big.est_seconds - 30)

@@ -52,3 +52,10 @@ def test_sources_name_the_last_two_levels_of_a_section_and_json_the_whole_trail(
     assert citations_text(answer).splitlines()[-2:] == [
         "  [1] t.rst:9-12  (Classes > Class Objects)", "  [2] r.pdf p.2"]
     assert json.loads(answer_json(answer))["citations"][0]["section"] == "Tutorial > Classes > Class Objects"
+
+
+def test_the_estimate_gives_the_first_token_and_the_whole_budget():
+    """The total alone read as a prediction: ~11 s for an answer that took 2."""
+    plan = replace(_answer().plan, est_seconds=23.4, est_first_token_seconds=1.84)
+    assert "estimate    first token in ~1.8 s, ~23 s with all 256 tokens of the answer budget, ~1.0 GiB memory" in plan_lines(plan)
+    assert "first token in ~42 s," in "\n".join(plan_lines(replace(plan, est_first_token_seconds=41.7)))
