@@ -13,11 +13,14 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from ktcli.ingest.sections import SectionIndex, heading_trails
+from ktcli.retrieval.lexical import cjk_terms
 from ktcli.types import Answer, Chunk, Citation, Corpus, Span
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|\d+(?:[.,]\d+)*")
+# Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
+# dropped the second, so notes in Russian counted as empty), and numbers.
+_WORD = re.compile(r"(?:[^\W\d]|_)\w*|\d+(?:[.,]\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|\n+")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n+")
 _STOP = frozenset(
     "the a an and or of to in on for is are was were be been it its this that with as by at from "
     "which who what when where how why not no yes can could would should will do does did has have "
@@ -31,7 +34,12 @@ _STOP = frozenset(
 
 
 def terms(text: str) -> list[str]:
-    return [w for w in (m.group(0).lower() for m in _WORD.finditer(text)) if w not in _STOP and len(w) > 1]
+    out: list[str] = []
+    for m in _WORD.finditer(text):
+        word = m.group(0)
+        cjk = cjk_terms(word)  # Chinese, Japanese, Korean: character pairs, as the index has them
+        out.extend(cjk if cjk is not None else [word.lower()])
+    return [w for w in out if w not in _STOP and len(w) > 1]
 
 
 def has_content(text: str) -> bool:

@@ -23,8 +23,35 @@ _PIECE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")
 _THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
 
 
+# Han, kana and Hangul: written without spaces, so \w+ takes a whole clause as one token
+# and no question would ever share it. Such runs are indexed as overlapping character
+# pairs, the usual unit for CJK search (a one-character run as itself).
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+
+
+def cjk_terms(raw: str) -> list[str] | None:
+    """The terms of a token holding CJK characters: each run's character pairs, and the
+    lowercased text between runs; None for a token without CJK."""
+    if raw.isascii() or not _CJK_RUN.search(raw):
+        return None
+    out: list[str] = []
+    at = 0
+    for m in _CJK_RUN.finditer(raw):
+        if m.start() > at:
+            out.append(raw[at:m.start()].lower())
+        run = m.group(0)
+        out.extend([run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)])
+        at = m.end()
+    if at < len(raw):
+        out.append(raw[at:].lower())
+    return [t for t in out if t.strip("_")]
+
+
 def _expand(raw: str) -> tuple[str, ...]:
     """One raw token -> the lowercase terms it is indexed under."""
+    cjk = cjk_terms(raw)
+    if cjk is not None:
+        return tuple(cjk)
     if "." in raw or "," in raw:
         # only the number alternative of _TOKEN keeps separators; "1,000" means "1000"
         return (raw.replace(",", "") if _THOUSANDS.match(raw) else raw,)

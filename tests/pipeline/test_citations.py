@@ -1,4 +1,4 @@
-from ktcli.pipeline.citations import attribute, cited_labels, label_citations, merge
+from ktcli.pipeline.citations import attribute, cited_labels, has_content, label_citations, merge
 from ktcli.types import Chunk, Span
 
 
@@ -149,3 +149,17 @@ def test_a_whole_read_answer_of_labels_cites_the_documents_it_names():
     assert [c.ref for c in document_citations("The [2] is a [1].", docs, [])] == ["b.txt", "a.txt"]
     lined = [Citation("a.txt:1", Span("a.txt", 1, 1))]
     assert [c.ref for c in document_citations("See [1] and [2] and [9].", docs, lined)] == ["b.txt"]
+
+
+def test_answers_and_notes_in_other_scripts_are_cited_and_kept():
+    """Words were [A-Za-z] only: a Russian answer copied from its source had no Sources,
+    Russian notes counted as empty (and were not passed on), "Größe" was "gr"."""
+    assert has_content("Кошка сидит на окне [3]")
+    filler = ["Погода была тёплой.", "Обед в полдень.", "Дождь шёл весь день.", "Поезд опоздал."]
+    ru = chunk("ru.txt", 1, filler + ["Кошка сидит на окне и смотрит на улицу."] + filler)
+    assert attribute("Кошка сидит на окне и смотрит на улицу.", [ru])[0].ref == "ru.txt:4-6"
+    zh = chunk("zh.txt", 1, ["日志写入磁盘。", "天气很好。", "午饭在中午。", "如果连接丢失，服务会在五秒后重试。",
+                             "火车晚点了。", "数据库连接在服务启动时建立。"])
+    assert attribute("连接丢失时，服务会在五秒后重试。", [zh])[0].ref == "zh.txt:3-5"
+    de = chunk("de.txt", 1, ["Die Größe der Datei wird geprüft."] + ["Gross ist nichts."] * 4)
+    assert attribute("Die Größe wird geprüft.", [de])[0].ref == "de.txt:1-2"

@@ -20,6 +20,9 @@ from ktcli.retrieval.lexical import BM25Index, tokenize
         ("version 2.0.1", ["version", "2.0.1"]),
         ("Größe café", ["größe", "café"]),
         ("os.path.join()", ["os", "path", "join"]),
+        # CJK is written without spaces: character pairs, or a clause would be one term
+        ("数据库连接。", ["数据", "据库", "库连", "连接"]),
+        ("服务abc的", ["服务", "abc", "的"]),
     ],
 )
 def test_tokenizer(text, expected):
@@ -95,3 +98,10 @@ def test_build_5k_chunks_under_2_seconds():
     t0 = time.process_time()
     index.search("word1 camelCase7Name snake case", 12)
     assert time.process_time() - t0 < 0.1
+
+
+def test_a_cjk_question_finds_its_clause():
+    """\\w+ took each clause as one term: no question shared one with a document."""
+    index = BM25Index(["数据库连接在服务启动时建立。", "如果连接丢失，服务会在五秒后重试。", "日志写入磁盘。"])
+    assert index.search("连接丢失后会怎样？", 3)[0][0] == 1
+    assert index.search("服务启动时做什么", 3)[0][0] == 0
