@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ktcli.errors import InputError, UsageError
 from ktcli.ingest.loaders import load_file, load_stdin
-from ktcli.ingest.walk import walk_folder
+from ktcli.ingest.walk import printable, walk_folder
 from ktcli.types import Corpus, Document, Skipped
 
 STDIN_ARG = "-"
@@ -55,7 +55,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         real = os.path.realpath(arg)
         if real in seen:
             continue
-        documents.append(load_file(path, arg))
+        documents.append(load_file(path, printable(arg)))
         seen.add(real)
     skipped.extend(part for d in documents for part in d.left_out)
     return Corpus(tuple(documents), tuple(skipped))

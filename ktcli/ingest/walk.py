@@ -25,7 +25,16 @@ CACHE_DIRS = frozenset(
 
 # Control characters as Python writes them in a string ("\\n", "\\x1b"): names only, read
 # through the real entry.
-_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)}
+# Shown escaped in paths: control characters, and the bytes of a name that is not UTF-8,
+# which Python keeps as lone surrogates (U+DC80-U+DCFF) that no tokenizer or terminal
+# takes: a file named b"caf\xe9.txt" failed every command on its folder.
+_ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
+    0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)}
+
+
+def printable(path: str) -> str:
+    """`path` as reports and citations show it (see _ESCAPED)."""
+    return path.translate(_ESCAPED)
 
 
 @dataclass
@@ -63,10 +72,11 @@ class _Walker:
         """The folder as the user typed it, joined with the relative path, so a citation
         opens from the user's working directory. Control characters in a found name are
         shown escaped: a file called "skip\\nme.log" split its report and citations in two."""
-        rel = rel.translate(_ESCAPED)
+        rel = printable(rel)
         if self.root_arg in (".", "./"):
             return rel
-        return f"{self.root_arg.rstrip('/')}/{rel}" if self.root_arg.rstrip("/") else f"/{rel}"
+        root = printable(self.root_arg)
+        return f"{root.rstrip('/')}/{rel}" if root.rstrip("/") else f"/{rel}"
 
     def skip(self, rel: str, reason: str, is_dir: bool = False) -> None:
         self.result.skipped.append(Skipped(self.display(rel) + ("/" if is_dir else ""), reason))

@@ -119,6 +119,19 @@ def test_control_characters_in_found_names_are_escaped(write, tmp_path: Path) ->
     assert reasons(corpus, tmp_path / "r") == {"skip\\nme.log": "gitignored"}
 
 
+def test_names_that_are_not_utf8_are_shown_escaped(tmp_path: Path) -> None:
+    """Python keeps such a name's bytes as lone surrogates, which the tokenizer refused:
+    one file named b"caf\\xe9.txt" failed every command on its folder."""
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / os.fsdecode(b"caf\xe9.txt")).write_text("owner: Ada\n")
+    corpus = walk(root)
+    assert rels(corpus, root) == ["caf\\xe9.txt"]
+    assert corpus.documents[0].path.isprintable() and corpus.documents[0].text == "owner: Ada\n"
+    direct = load_corpus([str(root / os.fsdecode(b"caf\xe9.txt"))])
+    assert direct.documents[0].path == str(root) + "/caf\\xe9.txt"
+
+
 def test_vcs_and_cache_folders(write, tmp_path: Path) -> None:
     write("r/.git/HEAD", "ref: refs/heads/main\n")
     write("r/.hg/store", "x\n")
