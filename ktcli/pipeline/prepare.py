@@ -17,7 +17,7 @@ from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.prompts import evidence_block, whole_input
+from ktcli.pipeline.prompts import evidence_block, file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
@@ -197,6 +197,9 @@ def prepare(
     # Read whole, each document sits in a <source id ref> tag naming its path: ~25 tokens a
     # file, which a folder of 330 small files made 9K of its 13K (the plan said 4K).
     estimate = sum(doc_tokens) + count_tokens(evidence_block([(i + 1, d.path, "") for i, d in enumerate(corpus.documents)]))
+    # A summary also lists the files it reads (~25 tokens a file): 80 small files were
+    # planned "full" at 7.3K tokens and ran in parts at 9.2K, 126 s for an estimated 21.
+    listing = count_tokens(file_listing(corpus.documents)) if task == "summarize" else 0
     outlines = _outlines(corpus) if task == "summarize" and settings.outline != "never" else {}
     # Documents have distinct paths (load_corpus drops a file named twice).
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
@@ -213,7 +216,7 @@ def prepare(
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     request = PlanRequest(
         task=task,
-        corpus_tokens=int(estimate * per_estimate),
+        corpus_tokens=int((estimate + listing) * per_estimate),
         question_tokens=int(count_tokens(question) * per_estimate) if question else 0,
         n_documents=len(corpus.documents),
         mode=settings.mode,
@@ -227,7 +230,7 @@ def prepare(
         kv_dtype=settings.kv_dtype,
         attention=settings.attention,
         sparse_ok=settings.backend == "local" and settings.engine == "ktcli" and not facts.sliding_window,
-        outline_tokens=int(outline_estimate * per_estimate),
+        outline_tokens=int((outline_estimate + listing) * per_estimate),
         outline_files=len(outlines),
         outline=settings.outline,
         cached_tokens=cached,

@@ -121,6 +121,21 @@ OUTLINE_NOTE = ("Some files are shown as outlines: code as its signatures, docst
                 "function bodies; long documents as their headings and the first paragraph under each.\n\n")
 
 
+LISTING_MAX_LINES = 200
+
+
+def file_listing(documents, max_lines: int = LISTING_MAX_LINES) -> str:
+    """'path (N lines)' per document, shown to a summary of several ("" for one); a long
+    listing says how many were left out of it."""
+    if len(documents) < 2:
+        return ""
+    rows = [f"{d.path} ({d.n_lines} lines)" for d in documents]
+    if len(rows) > max_lines:
+        rest = len(rows) - max_lines
+        rows = rows[:max_lines] + [f"... and {rest} more files (all of them are read; only the listing is short)"]
+    return "\n".join(rows)
+
+
 def summary_messages(text: str, listing: str = "", outlined: bool = False) -> list[Message]:
     what = f"Files:\n{listing}\n\n" if listing else ""
     return chat(

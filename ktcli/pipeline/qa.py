@@ -13,8 +13,8 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
-from ktcli.pipeline.windows import merge_neighbours, pack, source_order
-from ktcli.plan.planner import MEMORY_TOKENS
+from ktcli.pipeline.windows import merge_neighbours, pack, refit, source_order
+from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Mode
 
 
@@ -42,8 +42,10 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
         # The estimate said it fits, the exact count says no: retrieval is the safe path.
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
+        # Windows of evidence as a retrieval plan has them, not the whole input's size.
+        room = evidence_room(backend.context_window, plan.question_tokens, params.max_new_tokens, evidence_cap("ask"))
         plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks),
-                       reasons=(switched,))
+                       evidence_budget=room, reasons=(switched,))
     return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)
 
 
@@ -57,7 +59,15 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     ordered = source_order([h.chunk for h in hits], doc_rank)
     budget = prep.plan.evidence_budget
     passages = merge_neighbours(ordered, budget, backend.count_tokens)
-    windows = pack(passages, budget, backend.count_tokens)
+    written = max(params.max_new_tokens, MEMORY_TOKENS)
+
+    def fits(window: list[Chunk]) -> bool:
+        evidence = prompts.evidence_block([(999, c.span.cite(), c.text) for c in window])
+        prompt = max(backend.prompt_tokens(prompts.notes_messages(prep.question, evidence, "")),
+                     backend.prompt_tokens(prompts.ask_messages(prep.question, evidence, "")))
+        return prompt + MEMORY_TOKENS + written <= backend.context_window  # + the notes passed in
+
+    windows = refit(pack(passages, budget, backend.count_tokens), fits)
     labelled: list[Chunk] = [p for w in windows for p in w]
 
     notes = ""

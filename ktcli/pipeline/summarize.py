@@ -15,11 +15,10 @@ from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
-from ktcli.pipeline.windows import merge_neighbours, pack, source_order
-from ktcli.plan.planner import MEMORY_TOKENS
+from ktcli.pipeline.windows import merge_neighbours, pack, refit, source_order
+from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Corpus, Document, Mode
 
-LISTING_MAX_LINES = 200
 # An outline is split into pieces of about this many tokens, so windows pack evenly.
 OUTLINE_PIECE_TOKENS = 1024
 
@@ -27,7 +26,7 @@ OUTLINE_PIECE_TOKENS = 1024
 def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter, tally: Tally) -> Answer:
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
                             stop=prompts.SUMMARY_STOPS)
-    listing = file_listing(prep.corpus) if len(prep.corpus.documents) > 1 else ""
+    listing = prompts.file_listing(prep.corpus.documents)
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         text = prompts.evidence_block([(i + 1, d.path, _text(prep, d)) for i, d in enumerate(prep.corpus.documents)])
@@ -39,12 +38,21 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             return _answer(summary, prep, plan, tally, 1)
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
-        plan = replace(plan, mode=Mode.RETRIEVAL, reasons=(switched,))
+        # Windows of a read in parts, not the whole input's size.
+        room = evidence_room(backend.context_window, 0, params.max_new_tokens, evidence_cap("summarize"))
+        plan = replace(plan, mode=Mode.RETRIEVAL, evidence_budget=room, reasons=(switched,))
 
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
-    budget = plan.evidence_budget if plan.mode is Mode.RETRIEVAL and plan.evidence_budget else 4096
+    budget = plan.evidence_budget
     passages = merge_neighbours(source_order(_read_chunks(prep, budget), doc_rank), budget, backend.count_tokens)
-    windows = pack(passages, budget, backend.count_tokens)
+    written = max(params.max_new_tokens, MEMORY_TOKENS)
+
+    def fits(window: list[Chunk]) -> bool:
+        body = prompts.evidence_block([(999, c.span.cite(), c.text) for c in window])
+        messages = prompts.summary_notes_messages(body, "", f"part 999 of 999: {_where(window)}", True)
+        return backend.prompt_tokens(messages) + MEMORY_TOKENS + written <= backend.context_window
+
+    windows = refit(pack(passages, budget, backend.count_tokens), fits)
     notes = ""
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
     for i, window in enumerate(windows):
@@ -58,7 +66,12 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     reporter.progress("map", len(windows), len(windows))
     reporter.status("writing the summary from the notes")
-    summary = stream_answer(backend, prompts.summary_reduce_messages(notes, listing), params, tally, reporter)
+    messages = prompts.summary_reduce_messages(notes, listing)
+    rows = prompts.LISTING_MAX_LINES
+    while backend.prompt_tokens(messages) + params.max_new_tokens > backend.context_window and rows > 1:
+        rows //= 2  # a long listing of deep paths beside the notes, in a small window
+        messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
+    summary = stream_answer(backend, messages, params, tally, reporter)
     return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
 
 
@@ -100,12 +113,3 @@ def _where(window: list[Chunk]) -> str:
             return f"{paths[0]} pages {first.page}-{last.page}"
         return f"{paths[0]} lines {first.line_start}-{last.line_end}"
     return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more files" if len(paths) > 6 else "")
-
-
-def file_listing(corpus: Corpus) -> str:
-    """'path (N lines)' per document; long listings say how many were left out of the prompt."""
-    rows = [f"{d.path} ({d.n_lines} lines)" for d in corpus.documents]
-    if len(rows) > LISTING_MAX_LINES:
-        rest = len(rows) - LISTING_MAX_LINES
-        rows = rows[:LISTING_MAX_LINES] + [f"... and {rest} more files (all of them are read; only the listing is short)"]
-    return "\n".join(rows)

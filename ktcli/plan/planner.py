@@ -204,10 +204,6 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         if retrieval is None:
             raise no_retrieval
     if chosen is retrieval:
-        room = _window_budget(req, facts, facts.context_window)
-        if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:
-            raise UsageError(f"--chunk-tokens {req.chunk_tokens}: a chunk must fit a window's room for evidence "
-                             f"(~{int(room / MODEL_TOKENS_PER_ESTIMATE):,} tokens here)")
         reasons.append(_retrieval_reason(req, retrieval))
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
@@ -333,36 +329,53 @@ def _estimated_chunks(req: PlanRequest) -> int:
 
 
 def _window_budget(req: PlanRequest, facts: ModelFacts, cap: int) -> int:
-    room = facts.context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - req.question_tokens - req.max_new_tokens
-    if facts.context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS < 256 + 16:  # whatever the question and answer
+    return evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, cap)
+
+
+def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int, cap: int) -> int:
+    """Evidence tokens one window of a read in parts holds: the window less the prompt,
+    the notes passed in, the question and what the call writes, which is the answer or,
+    in every window but an answer's last, new notes (MEMORY_TOKENS): with
+    --max-new-tokens 64 a summary's map steps wrote 384 tokens of notes into a window
+    planned for 64, past its end. At most `cap`."""
+    written = max(max_new_tokens, MEMORY_TOKENS)
+    room = context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - question_tokens - written
+    if context_window - PROMPT_OVERHEAD_TOKENS - 2 * MEMORY_TOKENS < 256 + 16:  # whatever the question and answer
         raise UsageError(
-            f"the {facts.context_window:,}-token window is too small to read the input in parts: each part needs "
-            f"~{PROMPT_OVERHEAD_TOKENS} tokens of prompt, {MEMORY_TOKENS} of notes, the question and 256+ of "
-            "evidence; give an input that fits whole, or a model with a larger window"
+            f"the {context_window:,}-token window is too small to read the input in parts: each part needs "
+            f"~{PROMPT_OVERHEAD_TOKENS} tokens of prompt, {MEMORY_TOKENS} of notes in and as many out, the question "
+            "and 256+ of evidence; give an input that fits whole, or a model with a larger window"
         )
     if room < 256:
         # Name what takes the room: a 2-token question was blamed for a 100K-token answer budget.
-        taken = {"the answer budget (--max-new-tokens)": req.max_new_tokens, "the question": req.question_tokens}
+        taken = {"the answer budget (--max-new-tokens)": max_new_tokens, "the question": question_tokens}
         culprit = max(taken, key=taken.get)
         raise UsageError(
-            f"{culprit} leaves no room for evidence in the {facts.context_window:,}-token window "
-            f"(question ~{req.question_tokens:,} tokens, answer budget {req.max_new_tokens:,}); "
+            f"{culprit} leaves no room for evidence in the {context_window:,}-token window "
+            f"(question ~{question_tokens:,} tokens, answer budget {max_new_tokens:,}); "
             + ("lower --max-new-tokens" if culprit.startswith("the answer") else "shorten the question")
         )
     return min(room, cap)
 
 
+def evidence_cap(task: str) -> int:
+    return QA_EVIDENCE_CAP if task == "ask" else SUMMARY_WINDOW_CAP
+
+
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     n_chunks = _estimated_chunks(req)
+    room = _window_budget(req, facts, facts.context_window)
+    if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:  # also under --mode retrieval, which skipped it
+        raise UsageError(f"--chunk-tokens {req.chunk_tokens}: a chunk must fit a window's room for evidence "
+                         f"(~{int(room / MODEL_TOKENS_PER_ESTIMATE):,} tokens here)")
+    budget = min(room, evidence_cap(req.task))
     if req.task == "ask":
-        budget = _window_budget(req, facts, QA_EVIDENCE_CAP)
         top_k = min(req.top_k, n_chunks)
         # chunk sizes are set in estimate tokens; the average chunk in model tokens,
         # overlap included, is what a window really holds
         per_chunk = req.corpus_tokens / max(n_chunks, 1) * req.chunk_tokens / max(req.chunk_tokens - req.chunk_overlap, 1)
         evidence = int(top_k * min(per_chunk, req.chunk_tokens * 2))
     else:
-        budget = _window_budget(req, facts, SUMMARY_WINDOW_CAP)
         evidence = req.corpus_tokens  # a summary reads everything
         top_k = 0
     n_windows = max(1, math.ceil(evidence / budget))

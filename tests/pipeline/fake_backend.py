@@ -16,8 +16,11 @@ WORD = re.compile(r"[a-z0-9]+")
 class FakeBackend:
     name = "fake"
 
-    def __init__(self, context_window: int = 8192) -> None:
+    def __init__(self, context_window: int = 8192, count=None) -> None:
+        """`count`: text -> tokens (default: words and line breaks; a BPE count where
+        punctuation-heavy text such as paths must cost what it does in a real model)."""
         self.context_window = context_window
+        self._count = count
         self.calls: list[list[dict]] = []
         self._stats = GenStats()
 
@@ -26,6 +29,8 @@ class FakeBackend:
         return self._stats
 
     def count_tokens(self, text: str) -> int:
+        if self._count is not None:
+            return self._count(text)
         return len(text.split()) + text.count("\n")
 
     def prompt_tokens(self, messages) -> int:
@@ -45,6 +50,11 @@ class FakeBackend:
         return best
 
     def stream_chat(self, messages, params: SamplingParams):
+        # As the engine does ("KV cache full"): a prompt and answer budget past the window
+        # is the pipeline's mistake, and every pipeline test checks for it.
+        needed = self.prompt_tokens(messages) + params.max_new_tokens
+        if needed > self.context_window:
+            raise AssertionError(f"{needed} tokens sent into a {self.context_window}-token window")
         self.calls.append(messages)
         reply = self._reply(messages)
         self._stats = GenStats(prompt_tokens=self.prompt_tokens(messages), new_tokens=len(reply.split()),

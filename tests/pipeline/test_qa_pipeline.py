@@ -8,6 +8,7 @@ import pytest
 
 from ktcli.config import Settings
 from ktcli.engine.backend import SamplingParams
+from ktcli.ingest import count_tokens
 from ktcli.pipeline import prompts
 from ktcli.pipeline.events import NullReporter
 from ktcli.pipeline.prepare import prepare
@@ -272,3 +273,26 @@ def test_source_tags_inside_a_document_do_not_end_its_block():
     assert block.startswith('<source id="1" ref="odd&quot;.txt">\n')
     assert "&lt;/source>" in block and '&lt;SOURCE id="9"' in block
     assert block.split("</source>")[0].endswith('&lt;SOURCE id="9" ref="x">\n')
+
+
+def test_many_small_files_with_deep_paths_stay_inside_the_window(tmp_path):
+    """Their source tags are most of each window: packed at 12 tokens a tag, a summary of
+    400 such files sent 9K-token prompts into an 8K window ("KV cache full"); so did its
+    map steps with --max-new-tokens 64, which write 384 tokens of notes. Every call is
+    checked against the window by the fake backend."""
+    root = tmp_path / "repo"
+    deep = root / "src" / "project_package" / "handlers"
+    deep.mkdir(parents=True)
+    for i in range(120):
+        (deep / f"request_handler_module_{i:03d}.py").write_text(f"def handle_{i}(request):\n    return {i}\n")
+    for max_new in (384, 64):
+        settings = settings_for(tmp_path, mode="auto", max_new_tokens=max_new, context_window=2048)
+        prep = prepare([str(root)], "", "summarize", settings, NullReporter())
+        backend = FakeBackend(context_window=2048, count=count_tokens)  # BPE: a deep path is ~20 tokens
+        answer = summarize(prep, backend, settings, NullReporter(), Tally())
+        seen = "".join(m[-1]["content"] for m in backend.calls[:-1])
+        assert all(f"handle_{i}(" in seen for i in range(120))  # every file read
+        assert answer.stats["windows"] == len(backend.calls) - 1
+        asked = prepare([str(root)], "What does handle_7 return?", "ask", replace(settings, top_k=40),
+                        NullReporter())
+        answer_question(asked, FakeBackend(context_window=2048, count=count_tokens), settings, NullReporter(), Tally())

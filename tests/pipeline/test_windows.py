@@ -1,4 +1,5 @@
-from ktcli.pipeline.windows import merge_neighbours, pack, source_order
+from ktcli.pipeline.prompts import evidence_block
+from ktcli.pipeline.windows import merge_neighbours, pack, refit, source_order
 from ktcli.types import Chunk, Span
 
 
@@ -52,4 +53,26 @@ def test_pack_keeps_order_and_budget():
     chunks = [make("d", i, i * 10 + 1, ["w " * 5]) for i in range(5)]
     windows = pack(chunks, 40, count)
     assert [c for w in windows for c in w] == chunks
-    assert all(sum(count(c.text) + 12 for c in w) <= 40 for w in windows if len(w) > 1)
+    assert all(sum(_sent(c) for c in w) <= 40 for w in windows if len(w) > 1)
+
+
+def _sent(c):
+    return count(evidence_block([(999, c.span.cite(), c.text)])) + 1
+
+
+def test_pack_counts_each_passage_in_its_tag():
+    """Tags were counted as 12 tokens: with deep paths and short files they are most of a
+    window, and a summary of 400 small files sent 9K-token prompts into an 8K window."""
+    path = "src/project_package/handlers/request_handler_module_{:03d}.py"
+    chunks = [make(path.format(i), 0, 1, ["x = 1"]) for i in range(40)]
+    windows = pack(chunks, 100, count)
+    whole = [evidence_block([(i + 1, c.span.cite(), c.text) for i, c in enumerate(w)]) for w in windows]
+    assert all(count(text) <= 100 for text in whole)
+    assert len(windows) > 40 * 5 // 100  # the text alone (5 words a passage) would fit five windows
+
+
+def test_refit_cuts_a_window_whose_prompt_is_over():
+    chunks = [make("d", i, i + 1, [f"line {i}"]) for i in range(7)]
+    windows = refit([chunks[:5], chunks[5:]], lambda w: len(w) <= 2)
+    assert windows == [chunks[0:2], chunks[2:4], chunks[4:5], chunks[5:7]]
+    assert refit([chunks[:1]], lambda w: False) == [chunks[:1]]  # one passage stays, whatever its size
