@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ktcli.config import Settings, parse_bytes
@@ -88,16 +88,20 @@ def _rates_key(settings: Settings) -> str:
 def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughput:
     """Throughput measured by earlier runs with this engine and model, else defaults (from
     the model's size for the local engine on a CPU, when `facts` are given)."""
-    path = settings.cache_path / RATES_FILE
-    try:
-        data = json.loads(path.read_text())[_rates_key(settings)]
-        return Throughput(**data)
-    except (OSError, KeyError, ValueError, TypeError):
-        pass
     if facts is None or settings.backend != "local" or _on_gpu(settings) or not facts.weight_bytes:
-        return Throughput()
-    return Throughput(prefill_tok_s=round(CPU_FLOPS / (2 * facts.n_params)),
-                      decode_tok_s=round(CPU_BYTES_PER_S / facts.weight_bytes, 1))
+        defaults = Throughput()
+    else:
+        defaults = Throughput(prefill_tok_s=round(CPU_FLOPS / (2 * facts.n_params)),
+                              decode_tok_s=round(CPU_BYTES_PER_S / facts.weight_bytes, 1))
+    try:
+        stored = json.loads((settings.cache_path / RATES_FILE).read_text())[_rates_key(settings)]
+        known = {f.name for f in fields(Throughput)}
+        # Over the defaults, rate by rate: a first run in sparse mode stores only sparse
+        # rates, and the full mode's fell back to the class's 150 / 10 tok/s, not the
+        # model's size (446 / 73 for SmolLM2), turning a summary's plan to outlines.
+        return replace(defaults, **{k: float(v) for k, v in stored.items() if k in known and float(v) > 0})
+    except (OSError, KeyError, ValueError, TypeError, AttributeError):
+        return defaults
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False,

@@ -125,3 +125,17 @@ def test_load_time_is_remembered_and_planned(tmp_path):
     assert load_rates(settings).load_s == 1.2
     save_rates(settings, 300.0, 20.0)  # not measured: kept
     assert load_rates(settings).load_s == 1.2
+
+
+def test_a_sparse_run_keeps_the_model_sized_rates_of_the_other_modes(tmp_path):
+    """A first run in sparse mode stored sparse rates only, and the full mode's went back
+    to the class defaults (150 / 10 tok/s) instead of the model's size."""
+    from ktcli.types import ModelFacts
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    small = ModelFacts("m", 8192, 30, 3, 64, n_params=135_000_000, weight_bytes=152_000_000)
+    before = load_rates(settings, small)
+    save_rates(settings, 420.0, 30.0, sparse=True)
+    after = load_rates(settings, small)
+    assert (after.prefill_tok_s, after.decode_tok_s) == (before.prefill_tok_s, before.decode_tok_s)
+    assert (after.sparse_prefill_tok_s, after.sparse_decode_tok_s) == (420.0, 30.0)
