@@ -35,7 +35,10 @@ class Tally:
         self.extra.update(s.extra)
 
     def figures(self) -> dict:
+        # The last call's own figures first, the run's totals over them: the engine's
+        # extras carry that call's prefill and decode rates, which replaced the run's.
         return {
+            **{k: v for k, v in self.extra.items() if isinstance(v, (int, float, str))},
             "tokens_in": self.prompt_tokens,
             "tokens_out": self.new_tokens,
             "model_calls": self.model_calls,
@@ -44,7 +47,6 @@ class Tally:
             "decode_tok_s": round(self.new_tokens / self.decode_s, 1) if self.decode_s else 0.0,
             "total_s": round(time.perf_counter() - self.started, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
-            **{k: v for k, v in self.extra.items() if isinstance(v, (int, float, str))},
             "reused_tokens": self.reused_tokens,
         }
 

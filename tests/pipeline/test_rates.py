@@ -139,3 +139,21 @@ def test_a_sparse_run_keeps_the_model_sized_rates_of_the_other_modes(tmp_path):
     after = load_rates(settings, small)
     assert (after.prefill_tok_s, after.decode_tok_s) == (before.prefill_tok_s, before.decode_tok_s)
     assert (after.sparse_prefill_tok_s, after.sparse_decode_tok_s) == (420.0, 30.0)
+
+
+def test_the_figures_give_the_runs_rates_not_the_last_calls():
+    """The engine's extras hold its last call's rates; they replaced the run's totals."""
+    from ktcli.engine.backend import GenStats
+    from ktcli.pipeline.runner import Tally
+
+    class Calls:
+        last_stats = None
+
+    tally, backend = Tally(), Calls()
+    for prompt, new, pre, dec in ((3000, 300, 10.0, 10.0), (100, 20, 0.2, 1.0)):
+        backend.last_stats = GenStats(prompt_tokens=prompt, new_tokens=new, prefill_s=pre, decode_s=dec,
+                                      extra={"prefill_tok_s": prompt / pre, "decode_tok_s": new / dec, "engine": "ktcli"})
+        tally.add(backend)
+    figures = tally.figures()
+    assert figures["prefill_tok_s"] == round(3100 / 10.2, 1) and figures["decode_tok_s"] == round(320 / 11.0, 1)
+    assert figures["engine"] == "ktcli"
