@@ -74,9 +74,11 @@ def bundled_model_dir() -> Path:
 
 
 def _local_model_name(folder: Path) -> str:
-    """A stable id for a local model folder: its name plus a digest of its config and
-    weight file sizes, so two different folders called `model` never share cache entries
-    (hashing gigabytes of weights on every start would be too slow)."""
+    """A stable id for a local model folder: its name plus a digest of its config files
+    and of each weight file's size and three 64 KB samples of its bytes (start, middle,
+    end), so two different folders called `model`, or one fine-tuned in place with the
+    same shapes, never share cache entries (hashing gigabytes of weights on every start
+    would be too slow; sizes alone could not tell a fine-tune from its base)."""
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
         if not path.is_file():
@@ -85,8 +87,16 @@ def _local_model_name(folder: Path) -> str:
         if path.suffix == ".json":
             digest.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
         elif path.suffix in {".safetensors", ".bin", ".pt", ".onnx"}:
-            digest.update(f"{rel}\0{path.stat().st_size}\0".encode())
+            size = path.stat().st_size
+            digest.update(f"{rel}\0{size}\0".encode())
+            with path.open("rb") as f:
+                for at in (0, size // 2, max(size - _SAMPLE, 0)):
+                    f.seek(at)
+                    digest.update(f.read(_SAMPLE))
     return f"{folder.name}@{digest.hexdigest()[:12]}"
+
+
+_SAMPLE = 1 << 16
 
 
 def _resolve(spec: str) -> tuple[Path, str]:

@@ -78,9 +78,13 @@ def test_local_folder_spec_gets_a_distinct_stable_name(tmp_path):
 
     folder = tmp_path / "model"
     shutil.copytree(bundled_model_dir(), folder, ignore=shutil.ignore_patterns("*.safetensors"))
-    (folder / "model.safetensors").write_bytes(b"x" * 10)  # name only looks at sizes
+    (folder / "model.safetensors").write_bytes(b"x" * 10)  # the name reads sizes and samples of bytes
     a, b = Embedder(str(folder)), Embedder(str(folder))
     assert a.name == b.name != BUNDLED_NAME
     assert a.name.startswith("model@")
     (folder / "model.safetensors").write_bytes(b"x" * 11)
     assert Embedder(str(folder)).name != a.name
+    # the same size, other weights (a fine-tune written in place): not the same vectors
+    sized = Embedder(str(folder)).name
+    (folder / "model.safetensors").write_bytes(b"y" * 11)
+    assert Embedder(str(folder)).name != sized
