@@ -164,7 +164,9 @@ class EchoedText:
         hold = len(self.text)
         if self.in_code:
             return hold
-        line = self.text[self.line_start :].lstrip()
+        # Stripped both ways, as the lines kept are: a repeat followed by spaces was no
+        # longer a prefix of its earlier line and was shown before its line break.
+        line = self.text[self.line_start :].strip()
         if line and (any(s.startswith(line) for s in self.lines) or self._could_repeat(line, self.last_line)):
             hold = self.line_start
         sentence = _collapse(self.text[self.sentence_start :])

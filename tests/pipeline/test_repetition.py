@@ -247,3 +247,10 @@ def test_a_repeated_last_sentence_without_a_break_after_it_is_dropped():
     text = "Classes bundle data and functionality together in Python. " * 2
     echo = EchoedText()
     assert _stream(echo, text.rstrip()).strip() == text.split(". ")[0] + "."
+
+
+def test_a_repeated_line_with_trailing_spaces_is_shown_once():
+    line = "The harbor lantern is lit every evening at dusk by Anna"
+    echo = EchoedText()
+    shown = "".join(echo.feed(p) for p in [line, "\n", line, "  ", "\n", "More text after."]) + echo.flush()
+    assert shown == line + "\n" and echo.repeated
