@@ -170,5 +170,4 @@ def _keep_partial(opts: Options, partial: str, error: str) -> None:
     if opts.json:
         print(json.dumps({"answer": partial, "incomplete": True, "error": error}, ensure_ascii=False))
     else:
-        sys.stdout.write("\n")
-        sys.stdout.flush()
+        opts.interrupted()

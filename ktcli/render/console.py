@@ -85,12 +85,18 @@ class ConsoleReporter:
             sys.stdout.flush()
 
     def end_answer_line(self) -> None:
-        """An answer cut short (Ctrl-C) leaves stdout's line open: close it, so the error
-        line that follows on a terminal does not land inside the answer."""
+        """An answer cut short (Ctrl-C, an error mid-stream) leaves stdout's line open:
+        close it, so the error line that follows on a terminal does not land inside the
+        answer, and show the warnings held while it streamed (they waited for the
+        figures, which such a run never reaches)."""
         if self._answer_started and self.stream_answer:
             sys.stdout.write("\n")
             sys.stdout.flush()
             self._answer_started = False
+        self._stop_bars()
+        for message in self._deferred:
+            self._print_warning(message)
+        self._deferred.clear()
 
     # -- closing --------------------------------------------------------------------
     def figures(self, line: str) -> None:

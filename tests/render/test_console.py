@@ -32,3 +32,13 @@ def test_quiet_keeps_warnings_and_drops_the_figures(capsys):
     reporter.figures("mode full")
     err = capsys.readouterr().err
     assert err.splitlines() == ["! skipped blob.bin: binary", "! stopped the answer"]
+
+
+def test_warnings_held_mid_answer_are_shown_when_the_answer_is_cut_short(capsys):
+    """Held for the figures, which an error or Ctrl-C mid-answer never reaches: lost."""
+    reporter = ConsoleReporter()
+    reporter.answer_text("An answer cut")
+    reporter.warn("read notes.txt: a guess")
+    reporter.end_answer_line()
+    captured = capsys.readouterr()
+    assert captured.out == "An answer cut\n" and "! read notes.txt: a guess" in captured.err
