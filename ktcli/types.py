@@ -141,7 +141,7 @@ class Plan:
     n_chunks: int  # 0 when mode is full
     n_windows: int  # model calls with evidence (1 when full)
     top_k: int  # chunks retrieved (retrieval mode)
-    est_seconds: float  # with every token of the answer budget: an answer that stops early takes less
+    est_seconds: float  # load included, with every token of the answer budget: an answer that stops early takes less
     est_memory_bytes: int
     kv_dtype: str = "model"
     attention: str = "dense"
@@ -154,8 +154,8 @@ class Plan:
     # A whole read whose prompt the engine will mostly read back from the prompt cache
     # (`engine.prefix_store`): those tokens, left out of est_seconds' prefill.
     cached_tokens: int = 0
-    # Until the answer's first token shows: everything but the answer's own decoding (the
-    # model's load not included, as in est_seconds). 0: not estimated.
+    # Until the answer's first token shows: the model's load, the reading and prefill,
+    # everything but the answer's own decoding. 0: not estimated.
     est_first_token_seconds: float = 0.0
 
 
