@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ktcli.config import Settings, parse_bytes
-from ktcli.engine.model_store import model_facts, resolve_model
+from ktcli.engine.model_store import is_converted, model_facts, resolve_model
 from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
@@ -240,10 +240,20 @@ def prepare(
         cached_tokens=cached,
         window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
+        convert_params=facts.n_params if _converts_first(settings) else 0,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {})
+
+
+def _converts_first(settings: Settings) -> bool:
+    """Whether this run converts its model before loading it: a local GGUF not converted
+    yet (`engine.model_store`)."""
+    if settings.backend != "local":
+        return False
+    source = resolve_model(settings.model, settings.named("model"))
+    return source.kind == "gguf" and not is_converted(source, settings.cache_path)
 
 
 def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) -> None:

@@ -102,3 +102,20 @@ def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "f
 
 def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float) -> float:
     return prompt_tokens / max(prefill_tok_s, 1e-9) + new_tokens / max(decode_tok_s, 1e-9)
+
+
+# A GGUF's first run converts it (`engine.model_store`: transformers dequantizes it whole
+# and writes safetensors, once): SmolLM2-135M took 40-43 s and peaked at 1,250 MiB here
+# (2026-12-04, 2-core EPYC; ~11 s of it transformers' import and the tokenizer's
+# conversion), against a warm load's ~1.5 s and a full read's ~590 MiB.
+CONVERT_FIXED_S = 11.0
+CONVERT_S_PER_PARAM = 0.23e-6
+CONVERT_BYTES_PER_PARAM = 7
+
+
+def conversion_seconds(n_params: int) -> float:
+    return CONVERT_FIXED_S + CONVERT_S_PER_PARAM * n_params
+
+
+def conversion_bytes(n_params: int) -> int:
+    return CPU_RUNTIME_BYTES + CONVERT_BYTES_PER_PARAM * n_params

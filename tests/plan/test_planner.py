@@ -297,3 +297,15 @@ def test_first_token_is_planned_without_the_answer_and_with_the_load():
         == pytest.approx(2.0 - RATES.load_s)
     big = make_plan(req(corpus_tokens=200_000, n_chunks=800, max_new_tokens=300), SMOL, rates)
     assert big.mode is Mode.RETRIEVAL and 2.0 < big.est_first_token_seconds == pytest.approx(big.est_seconds - 30)
+
+
+def test_a_first_run_that_converts_the_model_plans_its_time_and_peak():
+    """The plan said 750 MiB and a 7 s wait for a first run that converted the GGUF: 61 s
+    and 1.3 GiB."""
+    warm = make_plan(req(corpus_tokens=2000), SMOL, RATES)
+    first = make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params), SMOL, RATES)
+    assert first.mode is warm.mode
+    assert first.est_seconds - warm.est_seconds == pytest.approx(first.est_first_token_seconds - warm.est_first_token_seconds)
+    assert 35 < first.est_seconds - warm.est_seconds < 50
+    assert 1.15 * 2**30 < first.est_memory_bytes < 1.35 * 2**30 and warm.est_memory_bytes < 2**30
+    assert "converts the model" in first.reasons[-1]
