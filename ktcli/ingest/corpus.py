@@ -37,6 +37,8 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         path = Path(arg)
         try:
             is_dir = path.is_dir()
+        except PermissionError:  # a folder above it may not be entered
+            raise InputError(f"{_short(arg)}: unreadable (permission denied on a folder of its path)") from None
         except OSError as e:  # a name too long for the file system, most often a misplaced question
             raise InputError(f"{_short(arg)}: no such file or folder ({e.strerror or e})") from None
         if is_dir:

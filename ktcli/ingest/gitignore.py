@@ -61,11 +61,18 @@ def is_ignored(chain: IgnoreChain, rel: str, is_dir: bool) -> bool:
     return False
 
 
+def _has_git(folder: Path) -> bool:
+    try:
+        return (folder / ".git").exists()
+    except OSError:  # a folder we may not look into (the walk reports it as unreadable)
+        return False
+
+
 def enclosing_rules(real_root: Path) -> IgnoreChain:
     """When the folder given lies inside a git work tree, the .gitignore files of its
     ancestors (up to the repository root) and .git/info/exclude apply too, as in git.
     They are dropped when they ignore the folder itself: the user asked for it."""
-    repo_root = next((p for p in (real_root, *real_root.parents) if (p / ".git").exists()), None)
+    repo_root = next((p for p in (real_root, *real_root.parents) if _has_git(p)), None)
     if repo_root is None:
         return ()
     chain: list[IgnoreFile] = []

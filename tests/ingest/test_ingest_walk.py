@@ -308,3 +308,22 @@ def test_a_folder_spelled_two_ways_from_the_working_folder_reports_its_skips_onc
     monkeypatch.chdir(tmp_path)
     corpus = load_corpus(["./tree", "tree/"])
     assert [(s.path, s.reason) for s in corpus.skipped] == [("./tree/ign.txt", "gitignored")]
+
+
+def test_a_folder_that_cannot_be_looked_into_is_reported_not_an_internal_error(write, tmp_path, monkeypatch) -> None:
+    """Looking for an enclosing .git raised EACCES in a folder without read and execute
+    rights (`chmod 000`): "internal error: PermissionError". Root reads everything, so the
+    denial is simulated."""
+    write("locked/a.txt", "x\n")
+    real_exists = Path.exists
+
+    def exists(self, *args, **kwargs):
+        if self.name == ".git" and self.parent.name == "locked":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    assert load_corpus([str(tmp_path / "locked")]).documents[0].text == "x\n"
+    monkeypatch.setattr(Path, "is_dir", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
+    with pytest.raises(InputError, match="unreadable"):
+        load_corpus([str(tmp_path / "locked" / "a.txt")])
