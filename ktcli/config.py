@@ -6,6 +6,7 @@ same keys as the Settings fields (e.g. `max_file_bytes = 2000000`).
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -69,19 +70,34 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
     """`raw` as the type of the default `like`; `where` names the origin in the error."""
     try:
         if isinstance(like, bool):
-            return raw if isinstance(raw, bool) else str(raw).lower() in {"1", "true", "yes", "on"}
+            if isinstance(raw, bool):
+                return raw
+            word = str(raw).strip().lower()
+            if word not in _TRUE | _FALSE:  # "maybe" read as false, unsaid
+                raise ValueError(word)
+            return word in _TRUE
+        if isinstance(raw, bool):
+            raise ValueError("a boolean")  # TOML's `true` is an int in Python: max_new_tokens = true was 1
         if isinstance(like, int):
             if isinstance(raw, float) and not raw.is_integer():
                 raise ValueError("a fraction")  # int(1.7) would quietly make it 1
             return int(raw)  # type: ignore[arg-type]
         if isinstance(like, float):
-            return float(raw)  # type: ignore[arg-type]
+            value = float(raw)  # type: ignore[arg-type]
+            if not math.isfinite(value):  # "inf" seconds: printed as an "infs budget"
+                raise ValueError(raw)
+            return value
         return str(raw)
-    except (TypeError, ValueError):
-        what = {"int": "a whole number", "float": "a number"}.get(type(like).__name__, type(like).__name__)
+    except (TypeError, ValueError, OverflowError):
+        what = {"int": "a whole number", "float": "a finite number", "bool": "true or false"}.get(
+            type(like).__name__, type(like).__name__)
         if where:  # named as validate() names a bad value: where it came from, then the value
             raise UsageError(f"{where} {raw!r}: not {what}") from None
-        raise UsageError(f"setting {name!r}: cannot read {raw!r} as {what}") from None
+        raise UsageError(f"--{name.replace('_', '-')} {raw}: not {what}") from None  # a flag
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
 
 
 def config_file_path() -> Path:
@@ -103,6 +119,8 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
     if path.is_file():
         try:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise UsageError(f"config file {path}: not UTF-8 text (byte {e.start:,}); TOML files are UTF-8") from None
         except (OSError, tomllib.TOMLDecodeError) as e:
             raise UsageError(f"config file {path}: {e}") from None
         for key, raw in data.items():
@@ -289,6 +307,6 @@ def parse_bytes(text: str) -> int:
     if unit not in units or not number:
         raise ValueError(text)
     value = float(number) * units[unit]
-    if value <= 0:
+    if not 0 < value < float("inf"):  # "inf", "1e999GB": no size (int() of them overflowed)
         raise ValueError(text)
     return int(value)

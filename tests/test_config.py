@@ -224,3 +224,30 @@ def test_a_missing_model_is_named_where_it_was_set(tmp_path, monkeypatch):
         with pytest.raises(UsageError, match=f"^{re.escape(named)} {s.model}: no such file"):
             resolve_model(s.model, s.named("model"))
     assert load_settings({}) == load_settings({}) and "origins" not in repr(load_settings({}))
+
+
+@pytest.mark.parametrize(("config", "env", "flags", "needle"), [
+    (b'model = "caf\xe9"\n', {}, {}, "not UTF-8 text"),  # was an internal UnicodeDecodeError
+    (b"", {}, {"max_memory": "inf"}, "--max-memory 'inf'"),  # int(inf): an internal OverflowError
+    (b"", {"KTCLI_MAX_MEMORY": "1e999GB"}, {}, "KTCLI_MAX_MEMORY"),
+    (b"", {}, {"max_seconds": "inf"}, "--max-seconds inf: not a finite number"),  # was an "infs budget"
+    (b"max_new_tokens = true\n", {}, {}, "not a whole number"),  # TOML's true was 1
+    (b"", {"KTCLI_PROMPT_CACHE": "maybe"}, {}, "KTCLI_PROMPT_CACHE 'maybe': not true or false"),  # was false
+])
+def test_values_that_are_no_setting_are_usage_errors(tmp_path, monkeypatch, config, env, flags, needle):
+    path = tmp_path / "config.toml"
+    path.write_bytes(config)
+    monkeypatch.setenv("KTCLI_CONFIG", str(path))
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        load_settings(flags)
+
+
+def test_booleans_read_as_words(tmp_path, monkeypatch):
+    use_config(tmp_path, monkeypatch, "prompt_cache = false\n")
+    assert load_settings().prompt_cache is False
+    monkeypatch.setenv("KTCLI_PROMPT_CACHE", " On ")
+    assert load_settings().prompt_cache is True
+    monkeypatch.setenv("KTCLI_PROMPT_CACHE", "0")
+    assert load_settings().prompt_cache is False
