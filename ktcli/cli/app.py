@@ -200,6 +200,11 @@ def main() -> None:
     if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
         fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
     usage_error, click_error, no_args_is_help = _parse_errors()
+    if len(sys.argv) <= 1:
+        # `ktcli` alone: the help, once, and exit 2. Left to typer, some versions print it
+        # before raising NoArgsIsHelpError and some leave it to the caller (it came twice).
+        app(["--help"], standalone_mode=False, prog_name="ktcli")
+        raise SystemExit(2)
     try:
         # Not standalone: the parser's own errors (a bad --top-k, an unknown option, a
         # missing argument) come here to be said in one line, not typer's boxed block.

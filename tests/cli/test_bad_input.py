@@ -274,3 +274,8 @@ def test_an_interrupted_answer_closes_its_line(capsys, monkeypatch):
     assert exit_.value.code == 130
     out, err = capsys.readouterr()
     assert out == "The keeper is Ada\n" and "error: interrupted" in err
+
+
+def test_no_arguments_show_the_help_once(cache):
+    proc = run_ktcli([], cache)
+    assert proc.returncode == 2 and proc.stdout.decode().count("Usage") == 1
