@@ -71,6 +71,10 @@ def resolve_model(spec: str, named: str = "--model") -> ModelSource:
     if path.is_dir():
         if not (path / "config.json").is_file():
             raise UsageError(f"{named} {spec}: folder has no config.json (not a Hugging Face model folder)")
+        if not any(path.glob("*.safetensors")) and not any(path.glob("*.bin")):
+            # Said now, not by the load (exit 3 from our engine, an internal error from
+            # transformers'), and a plan for it is no plan.
+            raise UsageError(f"{named} {spec}: folder has no weights (*.safetensors or *.bin)")
         return ModelSource(path.name, "hf", path)
     # "org/name" is a Hugging Face repo id; a mistyped local path ("models/nonexist" where
     # ./models exists, or a deeper one) is a missing path, not a model to look up.

@@ -86,7 +86,9 @@ class TensorReader:
         else:
             files = [p.name for p in sorted(folder.glob("*.safetensors"))]
         if not files:
-            raise InputError(f"{folder}: no .safetensors weights")
+            bins = any(folder.glob("*.bin"))
+            raise InputError(f"{folder}: no .safetensors weights" + (
+                " (its PyTorch .bin weights: run it with --engine hf, or save it as safetensors)" if bins else ""))
         return cls([folder / f for f in files])
 
     def names(self) -> list[str]:

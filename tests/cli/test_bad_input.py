@@ -114,6 +114,12 @@ def test_a_model_that_is_not_one_is_usage_error(cache, tmp_path):
     folder = tmp_path / "notmodel"
     folder.mkdir()
     (folder / "config.json").write_text('{"model_type": "llama"}')
+    # a model folder without its weights: said by the plan too (the run said it with exit
+    # 3 from our engine, an internal error from transformers', and the plan planned it)
+    for command in (["plan"], ["ask"], ["ask", "--engine", "hf"]):
+        proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(folder)], cache)
+        assert_one_line_error(proc, 2, "folder has no weights")
+    (folder / "model.safetensors").write_bytes(b"")
     proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--model", str(folder)], cache)
     assert_one_line_error(proc, 2, "config.json lacks 'num_attention_heads'")
 
