@@ -253,6 +253,7 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     return ModelFacts(
         name=name,
         context_window=scaled_window(int(cfg.get("max_position_embeddings", 2048)), rope_params(cfg)),
+        max_position=int(cfg.get("max_position_embeddings", 2048)),
         n_layers=int(cfg["num_hidden_layers"]),
         n_kv_heads=int(cfg.get("num_key_value_heads", n_heads)),
         head_dim=int(head_dim),

@@ -156,6 +156,8 @@ def planning_facts(settings: Settings) -> ModelFacts:
     from ktcli.engine.device import auto_kv_dtype
 
     facts = model_facts(resolve_model(settings.model, settings.named("model")), settings.cache_path)
+    if settings.rope_scaling and settings.engine == "ktcli":
+        facts = replace(facts, context_window=_rope_window(settings.rope_scaling, facts))
     if settings.context_window and settings.context_window < facts.context_window:
         facts = replace(facts, context_window=settings.context_window)  # --context-window caps it
     weights = planned_weights(settings)
@@ -167,6 +169,17 @@ def planning_facts(settings: Settings) -> ModelFacts:
     return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0)),
                    kv_dtype=auto_kv_dtype(weights, "cuda" if on_gpu else "cpu"),
                    host_bytes=0 if on_gpu else CPU_RUNTIME_BYTES + cast_from_fp32)
+
+
+def _rope_window(spec: str, facts: ModelFacts) -> int:
+    """The window --rope-scaling gives the engine (`engine.longctx.parse_rope_scaling`: the
+    trained window times the factor; 'none' the trained window). The plan used to keep the
+    model's own, so `--rope-scaling yarn:2 --mode full` was refused at 8K tokens."""
+    from ktcli.config import parse_rope_scaling
+
+    trained = facts.max_position or facts.context_window
+    parsed = parse_rope_scaling(spec)
+    return trained if parsed is None else max(trained, int(trained * parsed[1]))
 
 
 def planned_weights(settings: Settings) -> str:

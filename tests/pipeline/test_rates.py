@@ -157,3 +157,16 @@ def test_the_figures_give_the_runs_rates_not_the_last_calls():
     figures = tally.figures()
     assert figures["prefill_tok_s"] == round(3100 / 10.2, 1) and figures["decode_tok_s"] == round(320 / 11.0, 1)
     assert figures["engine"] == "ktcli"
+
+
+def test_rope_scaling_sets_the_planned_window(monkeypatch):
+    """The engine runs --rope-scaling yarn:2 with twice the trained window; the plan kept
+    8K and refused `--mode full` for a 10K-token input."""
+    from ktcli.pipeline import prepare
+
+    monkeypatch.setattr(prepare, "_on_gpu", lambda s: False)
+    assert prepare.planning_facts(Settings()).context_window == 8192  # SmolLM2-135M
+    assert prepare.planning_facts(replace(Settings(), rope_scaling="yarn:2")).context_window == 16384
+    assert prepare.planning_facts(replace(Settings(), rope_scaling="none")).context_window == 8192
+    capped = replace(Settings(), rope_scaling="linear:4", context_window=12000)
+    assert prepare.planning_facts(capped).context_window == 12000
