@@ -23,6 +23,7 @@ from ktcli.types import Document, Page, Skipped
 
 STDIN_PATH = "<stdin>"
 _READABLE = "ktcli reads text, source code, PDF and HTML"
+EMPTY_FILE = "empty file"  # a walk's reason for it, which reports them together (pipeline.prepare)
 
 
 def load_file(path: Path, display: str) -> Document:
@@ -70,7 +71,7 @@ def load_stdin(stdin_text: str | None, stream: BinaryIO | None = None) -> Docume
 def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False) -> Document:
     """Dispatch on the name first and the content second. Raises RejectedInput."""
     if not data:
-        raise RejectedInput(display, "empty input" if is_stdin else "empty file")
+        raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE)
     kind = doc_kind_for_name(name)
     # A PDF's header may follow some junk (readers look in the first KB).
     if b"%PDF-" in data[:1024]:
@@ -90,7 +91,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     except UndecodableError as e:
         raise RejectedInput(display, f"undecodable text ({e})", "convert it to UTF-8, e.g. with iconv") from None
     if not text.strip():
-        raise RejectedInput(display, "empty input" if is_stdin else "empty file", "it holds only whitespace")
+        raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, "it holds only whitespace")
     doc = _typed_document(text, display, name, kind, is_stdin)
     if note:
         doc = replace(doc, left_out=(Skipped(display, note, replaced=True),))

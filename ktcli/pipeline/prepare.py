@@ -15,6 +15,7 @@ from ktcli.config import Settings, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, resolve_model
 from ktcli.errors import UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
+from ktcli.ingest.loaders import EMPTY_FILE
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prompts import evidence_block, file_listing, whole_input
@@ -205,8 +206,7 @@ def prepare(
         resolve_model(settings.model, settings.named("model"))  # a mistyped --model fails now, not after reading a large folder
     reporter.status("reading input")
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
-    for skipped in corpus.skipped:
-        reporter.warn(f"{'read' if skipped.replaced or skipped.part else 'skipped'} {skipped.path}: {skipped.reason}")
+    _report_skipped(corpus.skipped, reporter)
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
@@ -258,6 +258,20 @@ def prepare(
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {})
+
+
+def _report_skipped(skipped, reporter: Reporter) -> None:
+    """One line per file left out or read inexactly; empty files in one line together: a
+    Python repo's empty `__init__.py` files buried the lines that matter. (`--json` lists
+    every one.)"""
+    empty = [s.path for s in skipped if s.reason == EMPTY_FILE]
+    for entry in skipped:
+        if entry.reason == EMPTY_FILE and len(empty) > 1:
+            continue
+        reporter.warn(f"{'read' if entry.replaced or entry.part else 'skipped'} {entry.path}: {entry.reason}")
+    if len(empty) > 1:
+        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        reporter.warn(f"skipped {len(empty)} empty files: {shown}")
 
 
 def _converts_first(settings: Settings) -> bool:

@@ -296,3 +296,27 @@ def test_many_small_files_with_deep_paths_stay_inside_the_window(tmp_path):
         asked = prepare([str(root)], "What does handle_7 return?", "ask", replace(settings, top_k=40),
                         NullReporter())
         answer_question(asked, FakeBackend(context_window=2048, count=count_tokens), settings, NullReporter(), Tally())
+
+
+def test_empty_files_are_reported_in_one_line(tmp_path):
+    """A Python repo's empty __init__.py files, one warning each, buried the ones that matter."""
+    root = tmp_path / "pkg"
+    for sub in ("a", "b", "c", "d"):
+        (root / sub).mkdir(parents=True)
+        (root / sub / "__init__.py").write_text("")
+    (root / "a" / "core.py").write_text("def f():\n    return 1\n")
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 8)
+
+    class Warnings(NullReporter):
+        def __init__(self):
+            self.lines = []
+
+        def warn(self, message):
+            self.lines.append(message)
+
+    reporter = Warnings()
+    prep = prepare([str(root)], "", "summarize", settings_for(tmp_path, mode="auto"), reporter)
+    assert len(prep.corpus.skipped) == 5  # every one still listed (--json)
+    assert reporter.lines == [f"skipped {root}/blob.bin: binary",
+                              f"skipped 4 empty files: {root}/a/__init__.py, {root}/b/__init__.py, "
+                              f"{root}/c/__init__.py and 1 more"]
