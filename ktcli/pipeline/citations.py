@@ -29,7 +29,8 @@ _STOP = frozenset(
     # ktcli's own prompt words, which a small model echoes back instead of answering ("The
     # summary notes are: / The main points of this part are:"): cited as content, such an
     # echo got five sources, lines that merely held "summary" or "notes".
-    "summary summarize notes note main points part parts following help helps gathered earlier".split()
+    "summary summarize notes note main points part parts following help helps gathered earlier "
+    "shortened short line lines each update updated".split()
 )
 
 

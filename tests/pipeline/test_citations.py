@@ -38,6 +38,8 @@ def test_an_echo_of_the_prompt_is_not_cited():
                                      "Enriching Exceptions with Notes", "The main points of the loop statement."])
     echo = "The summary notes are:\n- The main points of this part are:\n- The following notes help."
     assert attribute(echo, [c]) == []
+    # the map step's own instruction echoed back got four unrelated sources
+    assert attribute("The summary notes are shortened to 1 short line each.", [c]) == []
 
 
 def test_labels_the_model_wrote_are_kept_in_range():
