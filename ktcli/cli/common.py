@@ -156,6 +156,10 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
         os._exit(0)
     except MemoryError:
         fail("out of memory: try --mode retrieval, a smaller --top-k or --max-memory", 1)
+    except OSError as e:
+        # The system refused a read or write that no input check covers: a full disk
+        # (`> /dev/full`), an I/O error. What and where, not "internal error".
+        fail(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
     except Exception as e:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("KTCLI_DEBUG"):
             raise

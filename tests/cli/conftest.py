@@ -47,13 +47,16 @@ def empty_config(folder: Path) -> Path:
 
 
 def run_ktcli(args: list[str], cache: Path, stdin: bytes | None = None, extra_env: dict | None = None,
-              timeout: float = 600) -> subprocess.CompletedProcess:
+              timeout: float = 600, stdout=None) -> subprocess.CompletedProcess:
+    """ktcli in a subprocess with its own cache and an empty config; `stdout`: a file to
+    write the answer to instead of capturing it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")}
     env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)),
                 "HF_HUB_OFFLINE": "1", "KTCLI_THREADS": THREADS})
     env.update(extra_env or {})
-    return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], input=stdin, capture_output=True,
-                          env=env, cwd=ROOT, timeout=timeout)
+    outputs = {"capture_output": True} if stdout is None else {"stdout": stdout, "stderr": subprocess.PIPE}
+    return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], input=stdin, env=env, cwd=ROOT,
+                          timeout=timeout, **outputs)
 
 
 @pytest.fixture

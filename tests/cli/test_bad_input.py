@@ -285,3 +285,11 @@ def test_an_interrupted_answer_closes_its_line(capsys, monkeypatch):
 def test_no_arguments_show_the_help_once(cache):
     proc = run_ktcli([], cache)
     assert proc.returncode == 2 and proc.stdout.decode().count("Usage") == 1
+
+
+def test_a_full_disk_is_said_in_one_line(cache):
+    """`> /dev/full` was "internal error: OSError: [Errno 28] ..."."""
+    with open("/dev/full", "wb") as full:
+        proc = run_ktcli(["plan", str(LONG_TEXT), "q"], cache, stdout=full)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "error: No space left on device" in err and "internal error" not in err
