@@ -28,7 +28,7 @@ class ConsoleReporter:
         self.stream_answer = stream_answer
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
-        self._started: dict[str, float] = {}
+        self._started: dict[str, tuple[float, int]] = {}  # phase -> (time, done) at its first report
         self._answer_started = False
         self._held_space = ""
         self._deferred: list[str] = []  # warnings raised while the answer streams
@@ -49,11 +49,14 @@ class ConsoleReporter:
                 TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=self.err, transient=True,
             )
             self._progress.start()
+        now = time.perf_counter()
         if phase not in self._tasks:
             self._tasks[phase] = self._progress.add_task(phase, total=total, rate="")
-            self._started[phase] = time.perf_counter()
-        elapsed = max(time.perf_counter() - self._started[phase], 1e-6)
-        self._progress.update(self._tasks[phase], completed=done, total=total, rate=f"{done / elapsed:.1f}/s")
+            self._started[phase] = (now, done)  # the rate counts from here: a first report
+            # of 16 done in no time showed "16000000.0/s"
+        since, done_then = self._started[phase]
+        rate = f"{(done - done_then) / (now - since):.1f}/s" if done > done_then and now > since else ""
+        self._progress.update(self._tasks[phase], completed=done, total=total, rate=rate)
 
     def warn(self, message: str) -> None:
         # Also under --quiet: a skipped file or a cut answer is something the user must

@@ -42,3 +42,20 @@ def test_warnings_held_mid_answer_are_shown_when_the_answer_is_cut_short(capsys)
     reporter.end_answer_line()
     captured = capsys.readouterr()
     assert captured.out == "An answer cut\n" and "! read notes.txt: a guess" in captured.err
+
+
+def test_the_progress_rate_counts_from_the_first_report():
+    """A phase first reported with 16 done showed "16000000.0/s"."""
+    import io
+
+    from rich.console import Console
+
+    reporter = ConsoleReporter()
+    reporter.err = Console(file=io.StringIO(), force_terminal=True)
+    reporter.progress("embed", 16, 100)
+    task = reporter._progress.tasks[0]
+    assert task.fields["rate"] == ""  # nothing measured yet
+    reporter.progress("embed", 48, 100)
+    rate = float(task.fields["rate"].removesuffix("/s"))
+    assert 0 < rate < 1e6
+    reporter.lines([])  # stops the bars
