@@ -247,6 +247,8 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
         # given as a flag and silently unused: the local model would answer instead
         raise UsageError(f"--base-url {settings.base_url}: it names an OpenAI-compatible server, which needs "
                          "--backend openai as well")
+    if settings.backend == "openai" and not settings.base_url:  # said before the input is read
+        raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1) or KTCLI_BASE_URL")
     if settings.backend == "openai":
         # the server holds the model and its cache: nothing here to load or shape
         for name, idle in (("weights", ("auto",)), ("kv_dtype", ("auto",)), ("attention", ("auto", "dense")),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ktcli.config import Settings, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, resolve_model
-from ktcli.errors import UsageError
+from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.loaders import EMPTY_FILE
 from ktcli.ingest.outline import outline_lines, outline_text
@@ -357,6 +357,8 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | 
         from ktcli.retrieval.store import IndexStore
 
         held = cached_chunks(chunks, Embedder(settings.embedder).name, IndexStore(settings.cache_path))
+    except KtcliError:
+        raise  # a bad --embedder, said now: it was said only after the model had loaded
     except Exception:  # noqa: BLE001 - an estimate; the index build reports real problems
         return None
     total = sum(c.n_tokens for c in chunks)

@@ -293,3 +293,12 @@ def test_a_full_disk_is_said_in_one_line(cache):
         proc = run_ktcli(["plan", str(LONG_TEXT), "q"], cache, stdout=full)
     err = proc.stderr.decode()
     assert proc.returncode == 1 and "error: No space left on device" in err and "internal error" not in err
+
+
+def test_settings_are_checked_before_the_input_is_read(cache, tmp_path):
+    """A bad embedder was said after the model had loaded; --backend openai without a
+    server after the input was read (here the input does not even exist)."""
+    absent = str(tmp_path / "absent.txt")
+    proc = run_ktcli(["plan", str(LONG_TEXT), "q"], cache, extra_env={"KTCLI_EMBEDDER": str(tmp_path / "nope")})
+    assert_one_line_error(proc, 2, "not a sentence-transformers folder")
+    assert_one_line_error(run_ktcli(["ask", absent, "q", "--backend", "openai"], cache), 2, "needs --base-url")
