@@ -104,9 +104,7 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
     if is_stdin:
         return _text_document(text, display, "stdin", language_from_content(text))
     if name.lower().endswith(".ipynb"):
-        notebook = _notebook_document(text, display)
-        if notebook is not None:
-            return notebook
+        return _notebook_document(text, display)
     if kind == "code":
         return _text_document(text, display, "code", language_for_name(name))
     if kind in ("text", "markdown"):
@@ -170,15 +168,18 @@ def _html_document(markup: str, display: str) -> Document:
     return replace(_text_document(text, display, "html", None), source_lines=source_lines)
 
 
-def _notebook_document(raw: str, display: str) -> Document | None:
-    """A notebook's cells as markdown with fenced code (`ingest.notebook`); None for a
-    .ipynb that is not nbformat JSON, which is then read as the text it is."""
+def _notebook_document(raw: str, display: str) -> Document:
+    """A notebook's cells as markdown with fenced code (`ingest.notebook`); a .ipynb that
+    is not nbformat JSON is read as the text it is, with a note."""
     from ktcli.ingest.notebook import NotANotebook, notebook_text
 
     try:
         text, source_lines, rich = notebook_text(raw)
-    except NotANotebook:
-        return None
+    except NotANotebook as e:
+        # Read as the text it is, and said: a notebook cut short in a copy was read as
+        # raw JSON, unannounced.
+        note = Skipped(display, f"not a Jupyter notebook ({e}): read as plain text", part=True)
+        return replace(_text_document(raw, display, "code", "json"), left_out=(note,))
     if not text.strip():
         raise RejectedInput(display, "notebook without cells")
     left_out = (Skipped(display, f"{rich} image or other rich output{'s' if rich > 1 else ''} of its cells left out", part=True),) if rich else ()

@@ -102,3 +102,14 @@ def test_one_string_sources_errors_and_attachments(tmp_path):
     assert '"source": "y = 1 / 0\\nprint(y)"' in raw[got["y = 1 / 0"] - 1] and got["print(y)"] == got["y = 1 / 0"]
     assert '"evalue": "division by zero"' in raw[got["ZeroDivisionError: division by zero"] - 1]
     assert [s.reason for s in corpus.skipped] == ["1 image or other rich output of its cells left out"]
+
+
+def test_a_notebook_cut_short_is_read_as_text_and_said(tmp_path):
+    """A .ipynb that is not notebook JSON (a copy cut short) was read as raw JSON, unannounced."""
+    path = _notebook(tmp_path)
+    raw = path.read_text()
+    path.write_text(raw[: len(raw) // 2])
+    corpus = load_corpus([str(path)])
+    assert corpus.documents[0].text == raw[: len(raw) // 2]
+    (note,) = corpus.skipped
+    assert note.reason.startswith("not a Jupyter notebook (") and note.reason.endswith("read as plain text")
