@@ -254,6 +254,7 @@ def prepare(
         window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if _converts_first(settings) else 0,
+        kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),

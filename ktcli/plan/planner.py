@@ -16,6 +16,7 @@ from ktcli.plan.estimates import (
     conversion_seconds,
     generation_memory,
     generation_seconds,
+    paged_dense_scores_bytes,
     sparse_memory,
 )
 from ktcli.types import Mode, ModelFacts, Plan
@@ -95,6 +96,9 @@ class PlanRequest:
     outline: str = "auto"
     # Parameters of a GGUF this run converts first (once per model; 0: nothing to convert).
     convert_params: int = 0
+    # A read in the window runs over the kernels' pages, allocated for the whole window
+    # (--rope-scaling; `engine.longctx.wants_kernels`), not the dense cache.
+    kernel_pages: bool = False
 
 
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
@@ -333,9 +337,13 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
 
 def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
     """A whole read's peak; with a window or topk policy it runs over the kernels' pages
-    like a sparse read (sinks, page bounds), with pages for the model's window."""
+    like a sparse read (sinks, page bounds), with pages for the model's window; so does a
+    dense one under --rope-scaling."""
     if req.attention.partition(":")[0] in ("window", "topk"):
         return sparse_memory(facts, facts.context_window, _dense_kv(req, facts))
+    if req.kernel_pages:  # dense over the kernels' pages: their whole window, and each chunk's scores
+        return sparse_memory(facts, facts.context_window, _dense_kv(req, facts)) \
+            + paged_dense_scores_bytes(facts, full_tokens + req.max_new_tokens)
     return generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts),
                              prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens))
 

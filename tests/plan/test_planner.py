@@ -309,3 +309,15 @@ def test_a_first_run_that_converts_the_model_plans_its_time_and_peak():
     assert 35 < first.est_seconds - warm.est_seconds < 50
     assert 1.15 * 2**30 < first.est_memory_bytes < 1.35 * 2**30 and warm.est_memory_bytes < 2**30
     assert "converts the model" in first.reasons[-1]
+
+
+def test_a_read_over_the_kernels_pages_plans_their_window_and_scores():
+    """--rope-scaling runs a whole read over the kernels' pages (allocated for the window)
+    with each 512-token chunk's scores against the context: planned as the dense cache,
+    950 MiB for a 1,062-1,123 MiB peak."""
+    wide = replace(SMOL, context_window=16384, hidden_size=576, intermediate_size=1536, host_bytes=380 << 20,
+                   weight_bytes=151_430_400, kv_dtype="fp16")  # int8 weights and fp16 pages, as run
+    dense = make_plan(req(corpus_tokens=10_700, mode="full"), wide, RATES)
+    paged = make_plan(req(corpus_tokens=10_700, mode="full", kernel_pages=True), wide, RATES)
+    assert paged.est_memory_bytes - dense.est_memory_bytes > 200 * 2**20
+    assert 1.05 * 2**30 < paged.est_memory_bytes < 1.25 * 2**30
