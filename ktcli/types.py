@@ -166,6 +166,9 @@ class Citation:
     span: Span
     score: float | None = None
     section: str = ""  # the headings or definitions above the cited lines (ingest.sections)
+    # The number of the source block the model read these lines in, which the answer's
+    # own "[3]" refers to (0: none, as in a summary, whose windows each start at 1).
+    label: int = 0
 
 
 @dataclass(frozen=True)

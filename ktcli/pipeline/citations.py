@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from ktcli.ingest.sections import SectionIndex, heading_trails
@@ -78,17 +79,18 @@ def document_citations(answer: str, documents, cited: list[Citation]) -> list[Ci
     and no line citation already points into. An answer of labels and no words the
     sources share ('The [1] is a [2') had no Sources at all."""
     have = {c.span.path for c in cited}
-    return [Citation(ref=documents[k - 1].path, span=Span(documents[k - 1].path))
+    return [Citation(ref=documents[k - 1].path, span=Span(documents[k - 1].path), label=k)
             for k in cited_labels(answer, len(documents)) if documents[k - 1].path not in have]
 
 
 def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
-              by_sentence: bool = True) -> list[Citation]:
+              by_sentence: bool = True, label_of: Callable[[Chunk], int] | None = None) -> list[Citation]:
     """The evidence lines that best support `answer`, as merged, de-duplicated citations:
     first each sentence's best line, in answer order (`by_sentence`), then the lines that
     best match the answer as a whole. Scoring only the whole answer let its longest
     sentence decide: the README's question ('Q3 revenue was ... The report also mentions a
-    recordable incident ...') was cited to the incident's page alone, not the revenue's."""
+    recordable incident ...') was cited to the incident's page alone, not the revenue's.
+    `label_of`: the source label the model read a chunk under (Citation.label)."""
     text = _LABEL.sub(" ", answer)
     wanted = set(terms(text))
     if not wanted or not evidence:
@@ -130,7 +132,8 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         span = _span_around(lines, i, context)
         if any(_overlaps(span, c.span) for c in citations):  # equal spans overlap too
             continue
-        citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3)))
+        label = label_of(lines[i].chunk) if label_of is not None else 0
+        citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3), label=label))
     return citations
 
 
@@ -181,7 +184,7 @@ def _overlaps(a: Span, b: Span) -> bool:
 
 
 def label_citations(labels: list[int], labelled: list[Chunk]) -> list[Citation]:
-    return [Citation(ref=labelled[k - 1].span.cite(), span=labelled[k - 1].span) for k in labels]
+    return [Citation(ref=labelled[k - 1].span.cite(), span=labelled[k - 1].span, label=k) for k in labels]
 
 
 def merge(*groups: list[Citation]) -> tuple[Citation, ...]:
@@ -236,7 +239,7 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     cites = []
     for c in answer.citations:
         span = moved(c.span)
-        cites.append(Citation(ref=span.cite(), span=span, score=c.score, section=c.section))
+        cites.append(replace(c, ref=span.cite(), span=span))
     figures = dict(answer.stats)
     if "evidence" in figures:
         evidence = []

@@ -30,7 +30,8 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
             # The next question about the same input starts with the same tokens up to its own.
             text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
-            cites = citations.attribute(text, list(prep.chunks))
+            doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
+            cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
             cites += citations.document_citations(text, prep.corpus.documents, cites)
             return Answer(text, tuple(cites), plan, tally.figures(), prep.corpus.skipped)
         if settings.mode == "full":  # asked for by name: not ours to swap for another mode
@@ -83,9 +84,10 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
     text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally, reporter)
 
+    label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
     cited = citations.merge(
         citations.label_citations(citations.cited_labels(text, len(labelled)), labelled)[:3],
-        citations.attribute(text, labelled),
+        citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]),
     )
     figures = tally.figures() | {
         "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),

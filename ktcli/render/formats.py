@@ -10,10 +10,25 @@ from ktcli.types import SECTION_SEPARATOR, Answer, Plan, Skipped
 
 
 def citations_text(answer: Answer) -> str:
+    """The Sources block. Numbered as the model read its sources, where it did, so that the
+    answer's "[3]" is the Sources' [3] (they were renumbered 1..n, and an answer's [3]
+    pointed at nothing or at another source); the places cited in one source are listed
+    under its number, best first."""
     if not answer.citations:
         return ""
-    return "\n\nSources:\n" + "\n".join(f"  [{i + 1}] {c.ref}{_section_note(c.section)}"
-                                          for i, c in enumerate(answer.citations))
+    if not all(c.label for c in answer.citations):
+        return "\n\nSources:\n" + "\n".join(f"  [{i + 1}] {c.ref}{_section_note(c.section)}"
+                                              for i, c in enumerate(answer.citations))
+    groups: dict[int, list] = {}
+    for c in answer.citations:
+        groups.setdefault(c.label, []).append(c)
+    width = len(f"[{max(groups)}]")
+    rows = []
+    for label, cites in groups.items():
+        for j, c in enumerate(cites):
+            mark = f"[{label}]" if j == 0 else ""
+            rows.append(f"  {mark:<{width}} {c.ref}{_section_note(c.section)}")
+    return "\n\nSources:\n" + "\n".join(rows)
 
 
 def _section_note(section: str) -> str:
@@ -37,8 +52,8 @@ def skipped_list(skipped: tuple[Skipped, ...]) -> list[dict]:
 def answer_json(answer: Answer) -> str:
     payload = {
         "answer": answer.text,
-        "citations": [{"ref": c.ref, **_span(c.span), "score": c.score, "section": c.section}
-                      for c in answer.citations],
+        "citations": [{"ref": c.ref, **_span(c.span), "score": c.score, "section": c.section,
+                       "label": c.label or None} for c in answer.citations],
         "plan": plan_dict(answer.plan),
         "figures": answer.stats,
         "skipped": skipped_list(answer.skipped),

@@ -320,3 +320,15 @@ def test_empty_files_are_reported_in_one_line(tmp_path):
     assert reporter.lines == [f"skipped {root}/blob.bin: binary",
                               f"skipped 4 empty files: {root}/a/__init__.py, {root}/b/__init__.py, "
                               f"{root}/c/__init__.py and 1 more"]
+
+
+def test_citations_carry_the_label_the_model_read_them_under(haystack, tmp_path):
+    settings = settings_for(tmp_path, top_k=12)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    backend = FakeBackend()
+    answer = answer_question(prep, backend, settings, NullReporter(), Tally())
+    sent = "".join(m[-1]["content"] for m in backend.calls)
+    needle_cite = next(c for c in answer.citations if c.span.path.endswith("part4.txt"))
+    # the block the needle was shown in carries that label
+    block = re.search(rf'<source id="{needle_cite.label}" ref="([^"]+)">', sent)
+    assert block and block.group(1).split(":")[0].endswith("part4.txt") and NEEDLE in sent.split(block.group(0))[1]

@@ -59,3 +59,20 @@ def test_the_estimate_gives_the_first_token_and_the_whole_budget():
     plan = replace(_answer().plan, est_seconds=23.4, est_first_token_seconds=1.84)
     assert "estimate    first token in ~1.8 s, ~23 s with all 256 tokens of the answer budget, ~1.0 GiB memory" in plan_lines(plan)
     assert "first token in ~42 s," in "\n".join(plan_lines(replace(plan, est_first_token_seconds=41.7)))
+
+
+def test_sources_are_numbered_as_the_model_read_them():
+    """The answer says "[3]": Sources were renumbered 1..n, so its [3] pointed at nothing
+    or at another source."""
+    import json
+
+    from ktcli.render.formats import answer_json, citations_text
+    from ktcli.types import Citation, Span
+
+    cites = (Citation("big.txt:19367", Span("big.txt", 19367, 19367), label=3),
+             Citation("big.txt:4923-4948", Span("big.txt", 4923, 4948), label=17),
+             Citation("big.txt:19380", Span("big.txt", 19380, 19380), label=3))
+    answer = replace(_answer(), citations=cites)
+    assert citations_text(answer).splitlines()[-3:] == [
+        "  [3]  big.txt:19367", "       big.txt:19380", "  [17] big.txt:4923-4948"]
+    assert [c["label"] for c in json.loads(answer_json(answer))["citations"]] == [3, 17, 3]
