@@ -106,14 +106,14 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False,
-               load_s: float = 0.0) -> None:
+               load_s: float = 0.0, embed_tok_s: float = 0.0) -> None:
     """Add this run's measured rates to the last few stored (used by the next plan): each
     stored rate is the median of the last RATE_SAMPLES runs. A run slowed 2-3x by another
     process on a 2-core machine (`benchmarks/threads_under_load.py`) then moves no estimate,
     where a half-and-half blend inflated the next few plans' times; a machine that stays
     busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
-    from full attention's, and every run its model's load time. A rate of 0 is not measured
-    (kept as it was)."""
+    from full attention's; every run its model's load time, and one that embedded enough
+    of its input the embedding rate. A rate of 0 is not measured (kept as it was)."""
     if prefill_tok_s <= 0 and decode_tok_s <= 0:
         return
     path = settings.cache_path / RATES_FILE
@@ -126,14 +126,13 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     history = data.setdefault(SAMPLES_KEY, {}).setdefault(key, {})
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
-                        ("load_s", load_s)):
+                        ("load_s", load_s), ("embed_tok_s", embed_tok_s)):
         if value <= 0:
             continue
         # a file written before the history was kept starts it from its one blended rate
         recent = (history.get(name) or ([rates[name]] if name in rates else []))[-(RATE_SAMPLES - 1):]
         history[name] = recent + [round(value, 2)]
         rates[name] = round(statistics.median(history[name]), 2)
-    rates.setdefault("embed_tok_s", Throughput().embed_tok_s)
     data[key] = rates
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:

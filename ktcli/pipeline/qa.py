@@ -93,6 +93,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),
         "index_bytes": index.stats.get("index_bytes", 0),
         "embedded_now": index.stats.get("n_embedded_now", 0),
+        "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
         "reused": index.stats.get("n_reused", 0),
     }
     evidence_refs = [

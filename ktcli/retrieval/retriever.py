@@ -86,7 +86,8 @@ class HybridIndex:
         n_reused = _load_cached(parts, store, embedder) if store is not None else 0
         if on_progress is not None:
             on_progress("cached", n_reused, len(chunks))
-        embed_s, n_embedded = _embed_missing(parts, chunks, embedder, store, on_progress, commit_every)
+        embed_s, n_embedded, embedded_tokens = _embed_missing(parts, chunks, embedder, store, on_progress,
+                                                              commit_every)
 
         vectors = _assemble(parts, len(chunks), embedder)
         dense = DenseIndex(vectors)
@@ -103,6 +104,7 @@ class HybridIndex:
             "n_reused": n_reused,
             "index_bytes": dense.nbytes + lexical.nbytes,
             "embed_s": round(embed_s, 3),
+            "embedded_tokens": embedded_tokens,  # the chunks' estimated tokens (ingest.count_tokens)
             "model_load_s": round(getattr(embedder, "load_s", 0.0), 3),
             "lexical_s": round(lexical_s, 3),
             "store_write_errors": len(store.write_errors) if store is not None else 0,
@@ -213,20 +215,22 @@ def _embed_missing(
     store: IndexStore | None,
     on_progress: BuildProgress | None,
     commit_every: int,
-) -> tuple[float, int]:
+) -> tuple[float, int, int]:
     """Embed parts the store lacked, a group of about commit_every chunks at a time, and
     write each group back before starting the next, so a kill loses one group at most.
-    Identical parts (the same file twice in a corpus) are embedded once."""
+    Identical parts (the same file twice in a corpus) are embedded once. Returns the
+    seconds spent embedding, the chunks and their estimated tokens."""
     by_key: dict[str, list[_Part]] = {}
     for part in parts:
         if part.vectors is None:
             by_key.setdefault(part.key, []).append(part)
     todo = [same[0] for same in by_key.values()]
     total = sum(len(p.positions) for p in todo)
-    done = 0
+    done = tokens = 0
     embed_s = 0.0
     for group in _groups(todo, commit_every):
         texts = [indexed_text(chunks[pos]) for part in group for pos in part.positions]
+        tokens += sum(chunks[pos].n_tokens for part in group for pos in part.positions)
         offset = done
 
         def report(n: int, _total: int, offset: int = offset) -> None:
@@ -249,7 +253,7 @@ def _embed_missing(
                 same.vectors = usable[rows]
             if store is not None:
                 store.save(part.key, part.hashes, embedded[rows], _meta(part, chunks))
-    return embed_s, total
+    return embed_s, total, tokens
 
 
 def _groups(parts: list[_Part], commit_every: int) -> list[list[_Part]]:

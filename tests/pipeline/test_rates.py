@@ -2,6 +2,8 @@
 
 from dataclasses import replace
 
+import pytest
+
 from ktcli.config import Settings
 from ktcli.pipeline.prepare import load_rates, save_rates
 from ktcli.plan import Throughput
@@ -170,3 +172,18 @@ def test_rope_scaling_sets_the_planned_window(monkeypatch):
     assert prepare.planning_facts(replace(Settings(), rope_scaling="none")).context_window == 8192
     capped = replace(Settings(), rope_scaling="linear:4", context_window=12000)
     assert prepare.planning_facts(capped).context_window == 12000
+
+
+def test_the_embedding_rate_is_learned_from_runs_that_embedded_enough(tmp_path):
+    """The plan assumed 4,000 tok/s for ever: cold 300K and 1.2M-token indexes took 2.5x
+    their estimates on a busy machine."""
+    from ktcli.pipeline.api import _embed_rate
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"))
+    assert _embed_rate({"embedded_tokens": 500, "embed_s": 0.1}) == 0.0  # a few chunks: warm-up, not a rate
+    rate = _embed_rate({"embedded_tokens": 100_000, "embed_s": 80.0})
+    assert rate == pytest.approx(100_000 * 1.25 / 80.0)
+    save_rates(settings, 300.0, 20.0, embed_tok_s=rate)
+    assert load_rates(settings).embed_tok_s == pytest.approx(rate, abs=0.01)
+    save_rates(settings, 300.0, 20.0)  # a run that embedded nothing keeps it
+    assert load_rates(settings).embed_tok_s == pytest.approx(rate, abs=0.01)
