@@ -321,3 +321,16 @@ def test_a_read_over_the_kernels_pages_plans_their_window_and_scores():
     paged = make_plan(req(corpus_tokens=10_700, mode="full", kernel_pages=True), wide, RATES)
     assert paged.est_memory_bytes - dense.est_memory_bytes > 200 * 2**20
     assert 1.05 * 2**30 < paged.est_memory_bytes < 1.25 * 2**30
+
+
+def test_a_plan_over_its_budget_says_so_and_names_a_quicker_sparse_read():
+    """A 1.2M-token summary read as outlines was planned at ~2,994 s against the default
+    600 s without a word; under --max-seconds 300 the plan said "no plan is estimated
+    within the budget" while sparse was estimated 3x quicker."""
+    big = summary_req(corpus_tokens=1_200_000, outline_tokens=400_000, outline_files=250)
+    plan = make_plan(big, SMOL, RATES)
+    assert plan.outline_files and "over the 600s default budget" in plan.reasons[-1]
+    sparse_rates = replace(RATES, sparse_prefill_tok_s=500, sparse_decode_tok_s=30)  # 20K in ~50 s: over 30
+    asked = make_plan(replace(big, corpus_tokens=20_000, outline_tokens=0, outline_files=0, max_seconds=30,
+                              sparse_ok=True), SMOL, sparse_rates)
+    assert any("no plan is estimated within the 30s budget" in r and "--mode sparse" in r for r in asked.reasons)

@@ -59,3 +59,17 @@ def test_the_progress_rate_counts_from_the_first_report():
     rate = float(task.fields["rate"].removesuffix("/s"))
     assert 0 < rate < 1e6
     reporter.lines([])  # stops the bars
+
+
+def test_an_answer_cut_short_stops_the_progress_bars():
+    """Ctrl-C while indexing left the terminal's cursor hidden: the bars were not stopped."""
+    import io
+
+    from rich.console import Console
+
+    reporter = ConsoleReporter()
+    reporter.err = Console(file=io.StringIO(), force_terminal=True)
+    reporter.progress("embed", 1, 100)
+    assert reporter._progress is not None
+    reporter.end_answer_line()
+    assert reporter._progress is None and "\x1b[?25h" in reporter.err.file.getvalue()  # the cursor shown again
