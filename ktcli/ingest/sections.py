@@ -129,8 +129,11 @@ def _code_marks(lines: list[str]) -> list[tuple[int, str]]:
     at the first line back at or left of an open declaration's indentation."""
     stack: list[tuple[int, str]] = []  # (indent, "kind name")
     marks: list[tuple[int, str]] = []
+    decorated_from: int | None = None  # the first of the decorator lines right above a declaration
     for k, line in enumerate(lines):
         stripped = line.strip()
+        if stripped.startswith("@") and decorated_from is None:
+            decorated_from = k
         if not stripped or stripped.startswith(("#", "//", "/*", "*", "@", ")", "]", "}")):
             continue  # blank, comments, decorators and closers do not leave a scope
         indent = len(line) - len(line.lstrip())
@@ -142,5 +145,9 @@ def _code_marks(lines: list[str]) -> list[tuple[int, str]]:
         if decl:
             stack.append((indent, f"{decl.group('kind')} {decl.group('name').rstrip(':')}"))  # "class Shelf:"
         if decl or popped:
-            marks.append((k, SEPARATOR.join(t for _, t in stack[-MAX_DEPTH:])))
+            # A declaration's decorators are its own lines: a citation of `@torch.no_grad()`
+            # above `def forward` was named after the function before.
+            start = decorated_from if decl and decorated_from is not None else k
+            marks.append((start, SEPARATOR.join(t for _, t in stack[-MAX_DEPTH:])))
+        decorated_from = None
     return marks

@@ -94,7 +94,8 @@ def test_code_trails_nest_by_indentation_and_close_on_dedent():
         "}",                            # 14
     ])
     t = _trails(text, code=True)
-    assert t[0] == "" and t[2] == ""
+    assert t[0] == "" and t[1] == ""
+    assert t[2] == "class Shelf"  # a declaration's decorators are its own lines
     assert t[4] == "class Shelf"
     assert t[6] == "class Shelf > def add"
     assert t[9] == "class Shelf > def search"
@@ -118,3 +119,20 @@ def test_pdf_chunks_have_no_trail():
     pdf = ROOT / "sample_docs" / "harbor-light-annual-report-2023.pdf"
     doc = load_file(pdf, "report.pdf")
     assert all(c.section == "" for c in chunk_document(doc))
+
+
+def test_decorators_belong_to_the_declaration_below_them():
+    """`@torch.no_grad()` above `def forward` was cited under the function before it."""
+    text = "\n".join([
+        "class Rope:",                  # 0
+        "    def scale(self):",         # 1
+        "        return 2",             # 2
+        "",                             # 3
+        "    @torch.no_grad()",         # 4
+        "    @staticmethod",            # 5
+        "    def forward(x):",          # 6
+        "        return x",             # 7
+    ])
+    t = _trails(text, code=True)
+    assert t[2] == "class Rope > def scale"
+    assert t[4] == t[5] == t[6] == "class Rope > def forward"
