@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -197,7 +198,10 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     """Convert into a temp folder beside the target, then rename: a run killed midway
     leaves no half-written model that a later run would trust."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    if not sys.stderr.isatty():  # its tqdm bar wrote carriage-return frames into logs
+        hf_logging.disable_progress_bar()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
     try:

@@ -180,7 +180,8 @@ class _Walker:
             self.skip(rel, f"unreadable ({e.strerror or e})")
             return
         if size > self.max_file_bytes:
-            self.skip(rel, f"too large ({format_size(size)} > {format_size(self.max_file_bytes)} limit)")
+            self.skip(rel, f"too large ({format_size(size)} > {format_size(self.max_file_bytes)} limit; "
+                           "--max-file-bytes raises it, or name the file)")
             return
         if has_binary_extension(entry.name):
             self.skip(rel, "binary")

@@ -13,12 +13,24 @@ import time
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 
 def stderr_console() -> Console:
     plain = bool(os.environ.get("NO_COLOR"))
     return Console(stderr=True, highlight=False, soft_wrap=True, color_system=None if plain else "auto")
+
+
+# Without a terminal, a long phase's progress as a line this often (seconds).
+LOG_EVERY_S = 30.0
 
 
 class ConsoleReporter:
@@ -29,6 +41,7 @@ class ConsoleReporter:
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
         self._started: dict[str, tuple[float, int]] = {}  # phase -> (time, done) at its first report
+        self._logged: dict[str, float] = {}  # without a terminal: when each phase began and last logged
         self._answer_started = False
         self._held_space = ""
         self._deferred: list[str] = []  # warnings raised while the answer streams
@@ -41,12 +54,16 @@ class ConsoleReporter:
         self.err.print(f"[dim]·[/dim] {escape(message)}")
 
     def progress(self, phase: str, done: int, total: int) -> None:
-        if self.quiet or not self.err.is_terminal or total <= 0:
+        if self.quiet or total <= 0:
+            return
+        if not self.err.is_terminal:
+            self._log_progress(phase, done, total)
             return
         if self._progress is None:
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), console=self.err, transient=True,
+                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                console=self.err, transient=True,
             )
             self._progress.start()
         now = time.perf_counter()
@@ -57,6 +74,15 @@ class ConsoleReporter:
         since, done_then = self._started[phase]
         rate = f"{(done - done_then) / (now - since):.1f}/s" if done > done_then and now > since else ""
         self._progress.update(self._tasks[phase], completed=done, total=total, rate=rate)
+
+    def _log_progress(self, phase: str, done: int, total: int) -> None:
+        """Without a terminal (a log, CI): a line every LOG_EVERY_S seconds, so that 12
+        minutes of indexing a 1M-token folder show signs of life; none for a short phase."""
+        now = time.perf_counter()
+        first = self._logged.setdefault(phase, now)
+        if now - first >= LOG_EVERY_S and now - self._logged.get(f"{phase}/last", first) >= LOG_EVERY_S:
+            self._logged[f"{phase}/last"] = now
+            self.err.print(f"[dim]·[/dim] {escape(phase)} {done:,}/{total:,} ({100 * done // total}%)")
 
     def warn(self, message: str) -> None:
         # Also under --quiet: a skipped file or a cut answer is something the user must

@@ -162,7 +162,7 @@ def test_binary_large_undecodable_and_bad_pdfs_are_listed(write, tmp_path: Path)
     assert rels(corpus, tmp_path / "r") == ["ok.txt", "report.pdf"]
     got = reasons(corpus, tmp_path / "r")
     assert got["logo.png"] == "binary" and got["blob.dat"] == "binary"
-    assert got["big.txt"] == "too large (5.0 KB > 4.0 KB limit)"
+    assert got["big.txt"] == "too large (5.0 KB > 4.0 KB limit; --max-file-bytes raises it, or name the file)"
     assert got["noise.txt"].startswith("undecodable")
     assert got["scan.pdf"].startswith("no text layer")
     assert got["empty.txt"] == "empty file"

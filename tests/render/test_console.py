@@ -73,3 +73,15 @@ def test_an_answer_cut_short_stops_the_progress_bars():
     assert reporter._progress is not None
     reporter.end_answer_line()
     assert reporter._progress is None and "\x1b[?25h" in reporter.err.file.getvalue()  # the cursor shown again
+
+
+def test_without_a_terminal_a_long_phase_logs_a_line_now_and_then(capsys, monkeypatch):
+    """A log showed "indexing 5,199 chunks" and then 12 minutes of nothing."""
+    from ktcli.render import console
+
+    clock = iter([0.0, 10.0, 31.0, 40.0, 62.0])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    reporter = ConsoleReporter()
+    for done in (0, 100, 300, 400, 600):
+        reporter.progress("embed", done, 1000)
+    assert capsys.readouterr().err.splitlines() == ["· embed 300/1,000 (30%)", "· embed 600/1,000 (60%)"]
