@@ -53,6 +53,11 @@ CPU_RUNTIME_BYTES = 380 * 2**20
 # Retrieval also loads the embedder (all-MiniLM-L6-v2, fp32) and embeds batches of
 # chunks: a cold index of the 68K-token tutorial peaked ~180 MB above a full read.
 EMBEDDER_BYTES = 200 * 2**20
+# And grows with the chunks it embeds (batches of other padded lengths leave the heap in
+# pieces, even with each batch's memory handed back): ~30 KB a chunk from 600 to 1,500
+# chunks of a code repo. A cold 1.2M-token folder (5,199 chunks) peaked at 1,102 MiB
+# against 973 planned without it.
+EMBED_BYTES_PER_CHUNK = 32 * 2**10
 # A prefill step's peak working set per token of its chunk, in fp32 values per (hidden +
 # intermediate) width: the step's activations (the MLP's [chunk, 2 * intermediate] the
 # largest), an int8 weight unpacked for the wide GEMM, and what the allocator keeps from

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan.estimates import (
+    EMBED_BYTES_PER_CHUNK,
     EMBEDDER_BYTES,
     conversion_bytes,
     conversion_seconds,
@@ -444,11 +445,17 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, req, rates.decode_tok_s),
         est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, _dense_kv(req, facts))
-        + (EMBEDDER_BYTES + _index_memory(n_chunks) if req.task == "ask" else 0),
+        + (EMBEDDER_BYTES + _index_memory(n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is
         # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).
         **_asked_cache(req),
     )
+
+
+def _embedding_memory(req: PlanRequest, n_chunks: int) -> int:
+    """What embedding the chunks the index cache lacks adds (EMBED_BYTES_PER_CHUNK)."""
+    share = 1.0 if req.uncached_tokens is None else req.uncached_tokens / max(req.corpus_tokens, 1)
+    return int(min(share, 1.0) * n_chunks * EMBED_BYTES_PER_CHUNK)
 
 
 def _index_memory(n_chunks: int) -> int:

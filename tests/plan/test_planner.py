@@ -334,3 +334,12 @@ def test_a_plan_over_its_budget_says_so_and_names_a_quicker_sparse_read():
     asked = make_plan(replace(big, corpus_tokens=20_000, outline_tokens=0, outline_files=0, max_seconds=30,
                               sparse_ok=True), SMOL, sparse_rates)
     assert any("no plan is estimated within the 30s budget" in r and "--mode sparse" in r for r in asked.reasons)
+
+
+def test_a_cold_index_plans_the_memory_its_embedding_takes():
+    """A cold 1.2M-token folder (5,199 chunks) peaked at 1,102 MiB against 973 planned: the
+    embedding's heap grows with the chunks it embeds; a warm index embeds none."""
+    cold = make_plan(req(corpus_tokens=1_200_000, n_chunks=5199), SMOL, RATES)
+    warm = make_plan(req(corpus_tokens=1_200_000, n_chunks=5199, uncached_tokens=0), SMOL, RATES)
+    assert cold.mode is warm.mode is Mode.RETRIEVAL
+    assert 150 * 2**20 < cold.est_memory_bytes - warm.est_memory_bytes < 180 * 2**20
