@@ -5,6 +5,7 @@ from __future__ import annotations
 import codecs
 import hashlib
 import re
+import unicodedata
 
 from ktcli.ingest.sniff import (
     MAX_CONTROL_RATIO,
@@ -110,8 +111,8 @@ def _detected(data: bytes) -> tuple[str, str] | None:
     from charset_normalizer import from_bytes  # ~0.1 s, and only files that are not UTF-8 need it
 
     for match in from_bytes(data):  # most coherent first
-        if match.chaos > _MAX_CHAOS:
-            continue
+        if match.chaos > _MAX_CHAOS or match.encoding.startswith(("utf_16", "utf_32")):
+            continue  # (UTF-16 without a byte-order mark is told apart earlier, by its own rule)
         try:
             text = data.decode(match.encoding)
         except (LookupError, UnicodeDecodeError):
@@ -170,6 +171,8 @@ def _odd_share(text: str, latin: bool) -> float:
                 odd += 3 if run == 3 else run > 3  # a third letter in a row counts all three
         else:
             run = 0
+            if not latin and unicodedata.category(ch)[0] in "PZ":
+                continue  # "、。「」，" stand between CJK letters in any Japanese or Chinese text
             before = text[i - 1] if i else " "
             after = text[i + 1] if i + 1 < len(text) else " "
             if before.isalpha() and after.isalpha():

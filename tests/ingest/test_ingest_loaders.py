@@ -474,6 +474,10 @@ def test_fifo_as_given_by_process_substitution(tmp_path: Path) -> None:
     ("Η σύνδεση με τη βάση δεδομένων γίνεται κατά την εκκίνηση της υπηρεσίας.\n", "cp1253", "Windows-1253"),
     ("日本語のテキストです。これはテストです。\n", "shift_jis", "Shift-JIS"),
     ("数据库连接在服务启动时建立。如果连接丢失，服务会在五秒后重试。\n", "gbk", "GB18030"),
+    # prose with its usual punctuation between letters (it was counted as mojibake: the
+    # Japanese read as UTF-16, the Chinese refused)
+    ("彼は「明日、行きます」と言った。しかし、彼は来なかった。なぜだろう？\n", "shift_jis", "Shift-JIS"),
+    ("这是一个测试文件。北京是中国的首都，人口超过两千万。上海是最大的城市。\n", "gbk", "GB18030"),
 ])
 def test_legacy_encodings_of_other_scripts_are_detected(write, text, encoding, named) -> None:
     """Russian in cp1251 came out as "Ïîäêëþ÷åíèå" (read as cp1252, only said to be a
