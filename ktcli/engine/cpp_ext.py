@@ -16,6 +16,8 @@ same on purpose.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import sys
@@ -31,6 +33,7 @@ CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 _lock = threading.Lock()
 _built: list = []  # [module or None] once the build was tried
 _loaded: dict[str | None, object] = {}  # disable switch -> module or None
+unavailable: list[str] = []  # why the build failed, where it did (said by engine.loading)
 
 
 def load(disable_env: str | None = None):
@@ -63,15 +66,45 @@ def _build():
             try:
                 from torch.utils.cpp_extension import load_inline
 
-                module = load_inline(
-                    NAME, cpp_sources=source, functions=functions,
-                    extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
-                    build_directory=str(_build_dir()),
-                )
-            except Exception:  # no compiler or headers: the callers' torch path
+                folder = _build_dir()
+                with _folder_lock(folder):
+                    module = load_inline(
+                        NAME, cpp_sources=source, functions=functions,
+                        extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
+                        build_directory=str(folder),
+                    )
+            except Exception as e:  # no compiler or headers, a folder we cannot write: the torch path
                 module = None
+                unavailable.append(f"{type(e).__name__}: {e}".splitlines()[0][:200])
+        else:
+            unavailable.append(f"this CPU has no AVX2 ({torch.backends.cpu.get_cpu_capability()})")
         _built.append(module)
         return module
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path):
+    """Hold an flock on the build folder while torch loads or builds in it, and clear a
+    lock file torch left there. torch's own lock (`<folder>/lock`, made with O_EXCL) has
+    no owner and no timeout: a run killed while it held it (SIGTERM during the first
+    build, ~1 minute) made every later run wait on "loading model" for ever. An flock
+    dies with its process, so under ours any `lock` file is stale."""
+    with open(folder / "ktcli.flock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            (folder / "lock").unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def needs_build() -> bool:
+    """Whether loading the kernels compiles them first (no library in the build folder
+    yet): a minute or so, which the caller says before it starts."""
+    try:
+        return not any(_build_dir().glob(f"{NAME}*.so"))
+    except OSError:
+        return False
 
 
 def _build_dir() -> Path:

@@ -1,0 +1,36 @@
+"""Loading the engine's C++ kernels: a stale lock from a killed build never blocks a run."""
+
+from __future__ import annotations
+
+import fcntl
+import threading
+import time
+
+from ktcli.engine import cpp_ext
+
+
+def test_a_lock_left_by_a_killed_build_is_cleared_under_ours(tmp_path):
+    """torch's lock file (`<build folder>/lock`) has no owner: a run killed during the first
+    build left it, and every later run waited on "loading model" for ever. Under our
+    flock, which dies with its process, such a file is stale and goes."""
+    (tmp_path / "lock").write_text("")
+    with cpp_ext._folder_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_the_folder_lock_makes_a_second_loader_wait_for_the_first(tmp_path):
+    order = []
+
+    def second():
+        with cpp_ext._folder_lock(tmp_path):
+            order.append("second")
+
+    with cpp_ext._folder_lock(tmp_path):
+        t = threading.Thread(target=second)
+        t.start()
+        time.sleep(0.2)
+        order.append("first")
+    t.join(5)
+    assert order == ["first", "second"]
+    with open(tmp_path / "ktcli.flock") as handle:  # released: free to take again
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
