@@ -16,7 +16,6 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -138,11 +137,32 @@ def is_converted(source: ModelSource, cache_dir: Path) -> bool:
 
 
 def _usable(target: Path) -> bool:
-    """A converted folder whose weights hold every byte their header names: a cache copied
-    or synced with its model file cut short is converted again, not loaded as garbage."""
+    """A converted folder whose weights hold every byte their header names and whose
+    config and tokenizer read as JSON objects: a cache copied or synced with a file cut
+    short, or left empty by a crash, is converted again, not loaded as garbage (a damaged
+    config.json was blamed on the user's --model, a damaged tokenizer.json was an internal
+    error, on every run until the folder was deleted by hand)."""
     from ktcli.engine.safetensors_header import is_complete
 
-    return is_complete(target / "model.safetensors")
+    try:
+        if not is_complete(target / "model.safetensors"):
+            return False
+        if not isinstance(json.loads((target / "config.json").read_bytes()), dict):
+            return False
+        return _json_object_ends(target / "tokenizer.json")
+    except (OSError, ValueError):
+        return False
+
+
+def _json_object_ends(path: Path) -> bool:
+    """Whether `path` starts with "{" and ends with "}": a file cut short, emptied or
+    overwritten fails, at the cost of two small reads (a full parse of a tokenizer is
+    tens of milliseconds, on every plan and load)."""
+    with open(path, "rb") as f:
+        head = f.read(64).lstrip()
+        f.seek(max(os.fstat(f.fileno()).st_size - 64, 0))
+        tail = f.read().rstrip()
+    return head.startswith(b"{") and tail.endswith(b"}")
 
 
 def ensure_hf_dir(
@@ -165,6 +185,11 @@ def ensure_hf_dir(
     except OSError as e:  # the cache folder cannot be written (read-only, full)
         raise InputError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
                          f"({e.strerror or e}): make it writable, or choose another with --cache-dir") from None
+    except Exception as e:  # noqa: BLE001 - safetensors' own error for a full disk or a file size limit
+        if "os error" not in str(e):
+            raise
+        raise InputError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
+                         f"({str(e).splitlines()[0][:160]}): free space, or choose another with --cache-dir") from None
     _drop_older_conversions(target, cache_dir)
     return target
 
@@ -200,8 +225,9 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    if not sys.stderr.isatty():  # its tqdm bar wrote carriage-return frames into logs
-        hf_logging.disable_progress_bar()
+    # Its tqdm bar wrote carriage-return frames into logs and ignored --quiet; our status
+    # line ("converting ... once") says what happens.
+    hf_logging.disable_progress_bar()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
     try:

@@ -21,6 +21,8 @@ def _fake_convert(calls: list[Path]):
         calls.append(target)
         target.mkdir(parents=True)
         save_file({"w": torch.arange(4096, dtype=torch.float32)}, str(target / "model.safetensors"))
+        (target / "config.json").write_text('{"model_type": "llama"}')
+        (target / "tokenizer.json").write_text('{"model": {}}\n')
     return convert
 
 
@@ -47,6 +49,26 @@ def test_a_conversion_cut_short_is_converted_again(source, tmp_path, monkeypatch
     assert "damaged" in said[0] and is_converted(source, cache)
     assert torch.equal(TensorReader([weights]).get("w"), torch.arange(4096, dtype=torch.float32))
     assert [p.name for p in target.parent.iterdir()] == [target.name]  # the damaged copy is gone
+
+
+@pytest.mark.parametrize(("name", "damage"), [
+    ("config.json", b"garbage"), ("config.json", b""), ("tokenizer.json", b'{"model": {"vocab"'),
+    ("tokenizer.json", None),
+])
+def test_a_conversion_with_a_damaged_config_or_tokenizer_is_converted_again(source, tmp_path, monkeypatch,
+                                                                           name, damage):
+    """Only the weights were checked: a damaged config.json was blamed on the user's
+    --model, a damaged or missing tokenizer.json was an internal error, every run."""
+    calls: list[Path] = []
+    monkeypatch.setattr(model_store, "_convert_gguf", _fake_convert(calls))
+    cache = tmp_path / "cache"
+    target = ensure_hf_dir(source, cache)
+    if damage is None:
+        (target / name).unlink()
+    else:
+        (target / name).write_bytes(damage)
+    assert not is_converted(source, cache)
+    assert ensure_hf_dir(source, cache) == target and len(calls) == 2 and is_converted(source, cache)
 
 
 def test_a_cache_folder_that_cannot_be_written_is_one_line(source, tmp_path):
