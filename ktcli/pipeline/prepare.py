@@ -100,7 +100,7 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
         # Over the defaults, rate by rate: a first run in sparse mode stores only sparse
         # rates, and the full mode's fell back to the class's 150 / 10 tok/s, not the
         # model's size (446 / 73 for SmolLM2), turning a summary's plan to outlines.
-        return replace(defaults, **{k: float(v) for k, v in stored.items() if k in known and float(v) > 0})
+        return replace(defaults, **{k: float(v) for k, v in stored.items() if k in known and _rate(v)})
     except (OSError, KeyError, ValueError, TypeError, AttributeError):
         return defaults
 
@@ -121,18 +121,24 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
         data = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, ValueError):
         data = {}
+    # Anything of another shape (`[]`, a rate that is a string) is dropped, not trusted:
+    # it failed every ask after its answer, before the citations.
+    data = data if isinstance(data, dict) else {}
     key = _rates_key(settings)
-    rates = dict(data.get(key, {}))
-    history = data.setdefault(SAMPLES_KEY, {}).setdefault(key, {})
+    rates = {k: v for k, v in _dict(data.get(key)).items() if _rate(v)}
+    history = _dict(data.get(SAMPLES_KEY))
+    data[SAMPLES_KEY] = history
+    history[key] = mine = _dict(history.get(key))
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
                         ("load_s", load_s), ("embed_tok_s", embed_tok_s)):
-        if value <= 0:
+        if not _rate(value):
             continue
         # a file written before the history was kept starts it from its one blended rate
-        recent = (history.get(name) or ([rates[name]] if name in rates else []))[-(RATE_SAMPLES - 1):]
-        history[name] = recent + [round(value, 2)]
-        rates[name] = round(statistics.median(history[name]), 2)
+        earlier = [v for v in mine.get(name) or [] if _rate(v)] if isinstance(mine.get(name), list) else []
+        recent = (earlier or ([rates[name]] if name in rates else []))[-(RATE_SAMPLES - 1):]
+        mine[name] = recent + [round(value, 2)]
+        rates[name] = round(statistics.median(mine[name]), 2)
     data[key] = rates
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
@@ -144,6 +150,15 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
             tmp.unlink(missing_ok=True)
         except OSError:
             pass
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _rate(value) -> bool:
+    """A usable measurement: a finite number above 0 (not a bool, a string or NaN)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
 def planning_facts(settings: Settings) -> ModelFacts:

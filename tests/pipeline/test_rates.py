@@ -187,3 +187,16 @@ def test_the_embedding_rate_is_learned_from_runs_that_embedded_enough(tmp_path):
     assert load_rates(settings).embed_tok_s == pytest.approx(rate, abs=0.01)
     save_rates(settings, 300.0, 20.0)  # a run that embedded nothing keeps it
     assert load_rates(settings).embed_tok_s == pytest.approx(rate, abs=0.01)
+
+
+@pytest.mark.parametrize("content", ['[]', '{"recent runs": []}', '{"ktcli:smollm2:auto": 5}',
+                                     '{"ktcli:smollm2:auto": {"decode_tok_s": "fast", "prefill_tok_s": NaN}}',
+                                     '{"recent runs": {"ktcli:smollm2:auto": {"decode_tok_s": "x"}}}'])
+def test_a_rates_file_of_another_shape_is_replaced_not_trusted(tmp_path, content):
+    """Valid JSON of the wrong shape failed every ask after its answer (internal error)."""
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"))
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "rates.json").write_text(content)
+    assert load_rates(settings).decode_tok_s == Throughput().decode_tok_s
+    save_rates(settings, 300.0, 20.0)
+    assert load_rates(settings).decode_tok_s == 20.0
