@@ -17,6 +17,7 @@ import math
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,12 +195,38 @@ def ensure_hf_dir(
     return target
 
 
+# A temp file or folder this old was left by a run killed mid-write (SIGTERM, an OOM kill;
+# Ctrl-C cleans up after itself): no run writes one for this long.
+STALE_TEMP_S = 3600
+
+
+def sweep_stale(folder: Path, pattern: str) -> None:
+    """Remove what `pattern` matches in `folder` that is older than STALE_TEMP_S: a killed
+    conversion left 514 MB, a killed packing 151 MB, for good."""
+    now = time.time()
+    try:
+        found = list(Path(folder).glob(pattern))
+    except OSError:
+        return
+    for path in found:
+        try:
+            if now - path.stat().st_mtime < STALE_TEMP_S:
+                continue
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink()
+        except OSError:
+            pass
+
+
 def _drop_older_conversions(target: Path, cache_dir: Path) -> None:
     """Remove the other conversions of a GGUF file of the same name (an upgraded model, or
     folders named by the path-and-mtime key used before) and their packed weights: each
     is ~4x the GGUF. A conversion still being written (.tmp-) is left alone."""
     from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
 
+    sweep_stale(target.parent, "*.tmp-*")
     stem = target.name.rsplit("-", 1)[0]
     for other in target.parent.glob(f"{glob.escape(stem)}-*"):
         name = other.name

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.config import ModelConfig
-from ktcli.engine.model_store import model_key
+from ktcli.engine.model_store import model_key, sweep_stale
 from ktcli.engine.weights import LayerWeights, ModelWeights, load_weights
 
 FORMAT = 1
@@ -56,6 +56,8 @@ def save(path: Path, w: ModelWeights) -> bool:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())  # on disk before it has its name: a crash left zeros, read as weights
         os.replace(tmp, path)  # readers see the whole file or none
     except Exception:  # noqa: BLE001 - OSError, or safetensors' own SafetensorError on a write failure
         try:
@@ -81,8 +83,10 @@ def drop_packed(root: Path, folder_name: str) -> None:
 
 def _drop_stale(path: Path) -> None:
     """Remove the packed files of earlier versions of the same model folder name (changed
-    weights leave their old file behind, 151 MB for SmolLM2). Another folder of the same
-    name loses its file too, and is packed again on its next load: a cost, never an error."""
+    weights leave their old file behind, 151 MB for SmolLM2), and temp files of killed
+    runs. Another folder of the same name loses its file too, and is packed again on its
+    next load: a cost, never an error."""
+    sweep_stale(path.parent, "*.tmp")
     for old in path.parent.glob("*.int8.safetensors"):
         if old != path and old.name.rsplit("-", 1)[0] == path.name.rsplit("-", 1)[0]:
             try:

@@ -73,7 +73,10 @@ class PrefixStore:
 
     def longest(self, ids: list[int]) -> Match | None:
         """The entry sharing the most leading tokens with `ids` (at least min_reuse)."""
-        if len(ids) < self.min_reuse or not self.folder.is_dir():
+        try:
+            if len(ids) < self.min_reuse or not self.folder.is_dir():
+                return None
+        except OSError:  # a folder we may not look into (EACCES was an internal error)
             return None
         want = np.asarray(ids, dtype=np.int64)
         best: Match | None = None
@@ -139,6 +142,8 @@ class PrefixStore:
                     for layer in range(n_layers):
                         t = first if rows is k_layers and layer == 0 else rows(layer)
                         f.write(t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1))
+                f.flush()
+                os.fsync(f.fileno())  # on disk before it has its name: a crash left rows of zeros, read as K/V
             os.replace(tmp, path)  # readers see the whole file or none
             self._describe()
         except OSError:
@@ -168,6 +173,9 @@ class PrefixStore:
         return [p for folder in folders for p in _entry_files(folder)]
 
     def _trim(self, keep: Path) -> None:
+        from ktcli.engine.model_store import sweep_stale
+
+        sweep_stale(self.folder, f"*{_SUFFIX}.*.tmp")  # a run killed while it wrote an entry
         sized = []
         for p in self._all_entries():
             try:
@@ -227,14 +235,22 @@ def stored_prefix(root: Path, ids: list[int], wanted: dict[str, str], min_reuse:
     return best
 
 
+_ROW_DTYPES = frozenset({"float32", "float16", "bfloat16"})  # what the dense pages hold
+
+
 def _read_header_and_ids(f) -> tuple[dict, np.ndarray]:
     if f.read(len(MAGIC)) != MAGIC:
         raise ValueError("not a prompt entry")
     try:
         head = json.loads(f.readline(4096))
-        n = int(head["tokens"])
-        int(head["layers"]), int(head["heads"]), int(head["dim"]), str(head["dtype"])
-    except (KeyError, TypeError) as e:
+        for key in ("tokens", "layers", "heads", "dim"):
+            head[key] = int(head[key])  # used as numbers from here: "12" or 1.5 would not do
+            if head[key] < 0:
+                raise ValueError(f"negative {key}")
+        if head["dtype"] not in _ROW_DTYPES:  # a flipped bit ("float36") was an internal error
+            raise ValueError(f"dtype {head['dtype']!r}")
+        n = head["tokens"]
+    except (KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"bad header: {e}") from None
     ids = np.frombuffer(f.read(4 * n), dtype=np.int32)
     if len(ids) != n:

@@ -84,6 +84,41 @@ def test_a_damaged_entry_counts_as_none(tmp_path):
     assert store.longest(list(range(40))) is None
 
 
+def test_a_header_with_a_flipped_bit_counts_as_none(tmp_path):
+    """`"float36"` was an internal error (getattr(torch, ...)) on every run."""
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    save(store, list(range(40)), *rows(40))
+    (entry,) = [p for p in store.folder.iterdir() if p.suffix == ".kv"]
+    for good, bad in ((b"float32", b"float36"), (b'"heads": 2', b'"heads": "x"')):
+        whole = entry.read_bytes()
+        entry.write_bytes(whole.replace(good, bad, 1))
+        assert store.longest(list(range(40))) is None
+        entry.write_bytes(whole)
+    assert store.longest(list(range(40))) is not None
+
+
+def test_a_folder_that_cannot_be_looked_into_is_no_entry(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    monkeypatch.setattr(Path, "is_dir", lambda self: (_ for _ in ()).throw(PermissionError(13, "denied")))
+    assert store.longest(list(range(40))) is None  # was "internal error: PermissionError"
+
+
+def test_temp_files_of_killed_runs_are_swept_when_old(tmp_path):
+    import os
+    import time
+
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    store.folder.mkdir(parents=True)
+    old, fresh = store.folder / "abc.kv.123.tmp", store.folder / "def.kv.456.tmp"
+    for p in (old, fresh):
+        p.write_bytes(b"x" * 100)
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    save(store, list(range(40)), *rows(40))
+    assert not old.exists() and fresh.exists()  # one being written now stays
+
+
 def test_an_unwritable_store_is_skipped(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     store = PrefixStore(tmp_path / "file", "m")
