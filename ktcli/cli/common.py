@@ -159,6 +159,8 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     except OSError as e:
         # The system refused a read or write that no input check covers: a full disk
         # (`> /dev/full`), an I/O error. What and where, not "internal error".
+        if os.environ.get("KTCLI_DEBUG"):
+            raise
         fail(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
     except Exception as e:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("KTCLI_DEBUG"):

@@ -178,7 +178,7 @@ def _notebook_document(raw: str, display: str) -> Document:
     except NotANotebook as e:
         # Read as the text it is, and said: a notebook cut short in a copy was read as
         # raw JSON, unannounced.
-        note = Skipped(display, f"not a Jupyter notebook ({e}): read as plain text", part=True)
+        note = Skipped(display, f"not a Jupyter notebook ({e}): read as its JSON text", part=True)
         return replace(_text_document(raw, display, "code", "json"), left_out=(note,))
     if not text.strip():
         raise RejectedInput(display, "notebook without cells")

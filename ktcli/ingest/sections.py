@@ -130,12 +130,17 @@ def _code_marks(lines: list[str]) -> list[tuple[int, str]]:
     stack: list[tuple[int, str]] = []  # (indent, "kind name")
     marks: list[tuple[int, str]] = []
     decorated_from: int | None = None  # the first of the decorator lines right above a declaration
+    open_brackets = 0  # inside a decorator's arguments, written over several lines
     for k, line in enumerate(lines):
         stripped = line.strip()
-        if stripped.startswith("@") and decorated_from is None:
-            decorated_from = k
-        if not stripped or stripped.startswith(("#", "//", "/*", "*", "@", ")", "]", "}")):
-            continue  # blank, comments, decorators and closers do not leave a scope
+        if open_brackets > 0 or stripped.startswith("@"):
+            if decorated_from is None:
+                decorated_from = k
+            open_brackets = max(0, open_brackets + sum(stripped.count(c) for c in "([{")
+                                - sum(stripped.count(c) for c in ")]}"))
+            continue  # decorators are the next declaration's lines, not a scope change
+        if not stripped or stripped.startswith(("#", "//", "/*", "*", ")", "]", "}")):
+            continue  # blank, comments and closers do not leave a scope
         indent = len(line) - len(line.lstrip())
         popped = False
         while stack and indent <= stack[-1][0]:

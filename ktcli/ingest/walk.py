@@ -28,8 +28,10 @@ CACHE_DIRS = frozenset(
 # Shown escaped in paths: control characters, and the bytes of a name that is not UTF-8,
 # which Python keeps as lone surrogates (U+DC80-U+DCFF) that no tokenizer or terminal
 # takes: a file named b"caf\xe9.txt" failed every command on its folder.
+# A backslash is doubled, as `ls -b` does, so that b"caf\xe9.txt" (shown caf\xe9.txt) and
+# a file really named caf\xe9.txt stay two paths.
 _ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
-    0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)}
+    0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"}
 
 
 def printable(path: str) -> str:

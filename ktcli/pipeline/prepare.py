@@ -373,6 +373,8 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | 
 
         held = cached_chunks(chunks, Embedder(settings.embedder).name, IndexStore(settings.cache_path))
     except KtcliError:
+        if settings.mode == "full":
+            return None  # no retrieval will run: the embedder is not needed
         raise  # a bad --embedder, said now: it was said only after the model had loaded
     except Exception:  # noqa: BLE001 - an estimate; the index build reports real problems
         return None

@@ -64,9 +64,10 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
 
     def fits(window: list[Chunk]) -> bool:
         evidence = prompts.evidence_block([(999, c.span.cite(), c.text) for c in window])
-        prompt = max(backend.prompt_tokens(prompts.notes_messages(prep.question, evidence, "")),
-                     backend.prompt_tokens(prompts.ask_messages(prep.question, evidence, "")))
-        return prompt + MEMORY_TOKENS + written <= backend.context_window  # + the notes passed in
+        # "." for the notes passed in: their header counted, their text (up to MEMORY_TOKENS) added
+        prompt = max(backend.prompt_tokens(prompts.notes_messages(prep.question, evidence, ".")),
+                     backend.prompt_tokens(prompts.ask_messages(prep.question, evidence, ".")))
+        return prompt + MEMORY_TOKENS + written <= backend.context_window
 
     windows = refit(pack(passages, budget, backend.count_tokens), fits)
     labelled: list[Chunk] = [p for w in windows for p in w]

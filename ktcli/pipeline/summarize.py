@@ -49,7 +49,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
 
     def fits(window: list[Chunk]) -> bool:
         body = prompts.evidence_block([(999, c.span.cite(), c.text) for c in window])
-        messages = prompts.summary_notes_messages(body, "", f"part 999 of 999: {_where(window)}", True)
+        # "." for the notes passed in: their header counted, their text (up to MEMORY_TOKENS) added
+        messages = prompts.summary_notes_messages(body, ".", f"part 999 of 999: {_where(window)}", True)
         return backend.prompt_tokens(messages) + MEMORY_TOKENS + written <= backend.context_window
 
     windows = refit(pack(passages, budget, backend.count_tokens), fits)

@@ -394,12 +394,14 @@ def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int
         )
     if room < 256:
         # Name what takes the room: a 2-token question was blamed for a 100K-token answer budget.
-        taken = {"the answer budget (--max-new-tokens)": max_new_tokens, "the question": question_tokens}
+        taken = {"the answer budget (--max-new-tokens)": max_new_tokens, "the question": question_tokens,
+                 f"the notes passed between parts ({MEMORY_TOKENS} tokens in, as many out)": 2 * MEMORY_TOKENS}
         culprit = max(taken, key=taken.get)
         raise UsageError(
             f"{culprit} leaves no room for evidence in the {context_window:,}-token window "
             f"(question ~{question_tokens:,} tokens, answer budget {max_new_tokens:,}); "
-            + ("lower --max-new-tokens" if culprit.startswith("the answer") else "shorten the question")
+            + ("lower --max-new-tokens" if culprit.startswith("the answer") else "shorten the question"
+               if culprit == "the question" else "give an input that fits whole, or a model with a larger window")
         )
     return min(room, cap)
 

@@ -130,6 +130,9 @@ def test_names_that_are_not_utf8_are_shown_escaped(tmp_path: Path) -> None:
     assert corpus.documents[0].path.isprintable() and corpus.documents[0].text == "owner: Ada\n"
     direct = load_corpus([str(root / os.fsdecode(b"caf\xe9.txt"))])
     assert direct.documents[0].path == str(root) + "/caf\\xe9.txt"
+    # a file really named caf\xe9.txt is another path (its backslash doubled, as `ls -b`)
+    (root / "caf\\xe9.txt").write_text("owner: Bo\n")
+    assert sorted(rels(walk(root), root)) == ["caf\\\\xe9.txt", "caf\\xe9.txt"]
 
 
 def test_vcs_and_cache_folders(write, tmp_path: Path) -> None:

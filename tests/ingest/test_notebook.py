@@ -112,4 +112,4 @@ def test_a_notebook_cut_short_is_read_as_text_and_said(tmp_path):
     corpus = load_corpus([str(path)])
     assert corpus.documents[0].text == raw[: len(raw) // 2]
     (note,) = corpus.skipped
-    assert note.reason.startswith("not a Jupyter notebook (") and note.reason.endswith("read as plain text")
+    assert note.reason.startswith("not a Jupyter notebook (") and note.reason.endswith("read as its JSON text")

@@ -136,3 +136,20 @@ def test_decorators_belong_to_the_declaration_below_them():
     t = _trails(text, code=True)
     assert t[2] == "class Rope > def scale"
     assert t[4] == t[5] == t[6] == "class Rope > def forward"
+
+
+def test_a_decorator_over_several_lines_belongs_to_its_declaration():
+    text = "\n".join([
+        "class A:",                          # 0
+        "    def m(self):",                  # 1
+        "        pass",                      # 2
+        "    @pytest.mark.parametrize(",     # 3
+        "        'x',",                      # 4
+        "        [1, 2],",                   # 5
+        "    )",                             # 6
+        "    def view(self, x):",            # 7
+        "        return x",                  # 8
+    ])
+    t = _trails(text, code=True)
+    assert t[2] == "class A > def m"
+    assert t[3] == t[4] == t[6] == t[8] == "class A > def view"
