@@ -104,18 +104,27 @@ class PlanRequest:
 
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     plan = _make_plan(req, facts, rates)
-    return _with_conversion(plan, req.convert_params) if req.convert_params else plan
+    return _with_conversion(plan, req) if req.convert_params else plan
 
 
-def _with_conversion(plan: Plan, n_params: int) -> Plan:
+def _with_conversion(plan: Plan, req: PlanRequest) -> Plan:
     """A plan on a model this run converts first: its time and peak memory (the modes are
     weighed without it, as every one of them pays it, once). The plan said 750 MiB and a
-    7 s wait for a first run that took 61 s and peaked at 1.3 GiB."""
+    7 s wait for a first run that took 61 s and peaked at 1.3 GiB. A --max-memory budget
+    holds for it too: no mode avoids it, so the run is refused with what to do."""
     from dataclasses import replace
 
-    seconds, peak = conversion_seconds(n_params), conversion_bytes(n_params)
+    seconds, peak = conversion_seconds(req.convert_params), conversion_bytes(req.convert_params)
+    if req.memory_budget and peak > req.memory_budget:
+        raise OutOfMemoryError(
+            f"this first run converts the model (once), which peaks at ~{_gb(peak)}, over the --max-memory "
+            f"budget of {_gb(req.memory_budget)}: run it once without the budget (`ktcli plan` does not convert; "
+            "any ask does), then the budget holds for the reads")
     why = f"this first run converts the model (once: ~{seconds:.0f} s, ~{_gb(peak)} at its peak)"
-    return replace(plan, est_seconds=plan.est_seconds + seconds,
+    total = plan.est_seconds + seconds
+    if req.max_seconds and total > req.max_seconds:  # the budget's reasons above counted without it
+        why += f": ~{total:.0f}s in all, over the {req.max_seconds:g}s budget"
+    return replace(plan, est_seconds=total,
                    est_first_token_seconds=plan.est_first_token_seconds + seconds if plan.est_first_token_seconds else 0.0,
                    est_memory_bytes=max(plan.est_memory_bytes, peak), reasons=(*plan.reasons, why))
 
@@ -347,16 +356,22 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
 
 
 def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
-    """A whole read's peak; with a window or topk policy it runs over the kernels' pages
-    like a sparse read (sinks, page bounds), with pages for the model's window; so does a
-    dense one under --rope-scaling."""
+    return _read_memory(req, facts, full_tokens, prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens))
+
+
+def _read_memory(req: PlanRequest, facts: ModelFacts, prompt_tokens: int, prefill_tokens: int | None = None) -> int:
+    """One read's peak in the model's window (a whole read, or a retrieval window). With a
+    window or topk policy it runs over the kernels' pages like a sparse read (sinks, page
+    bounds), with pages for the whole window; so does a dense one under --rope-scaling,
+    with each chunk's scores. (Retrieval under --rope-scaling yarn:4 was planned at
+    973 MiB with 744 MiB of pages alone.)"""
+    kv = _dense_kv(req, facts)
     if req.attention.partition(":")[0] in ("window", "topk"):
-        return sparse_memory(facts, facts.context_window, _dense_kv(req, facts))
-    if req.kernel_pages:  # dense over the kernels' pages: their whole window, and each chunk's scores
-        return sparse_memory(facts, facts.context_window, _dense_kv(req, facts)) \
-            + paged_dense_scores_bytes(facts, full_tokens + req.max_new_tokens)
-    return generation_memory(facts, full_tokens + req.max_new_tokens, _dense_kv(req, facts),
-                             prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens))
+        return sparse_memory(facts, facts.context_window, kv)
+    if req.kernel_pages:
+        return sparse_memory(facts, facts.context_window, kv) \
+            + paged_dense_scores_bytes(facts, prompt_tokens + req.max_new_tokens)
+    return generation_memory(facts, prompt_tokens + req.max_new_tokens, kv, prefill_tokens=prefill_tokens)
 
 
 def _before_answer(seconds: float, req: PlanRequest, decode_tok_s: float) -> float:
@@ -446,7 +461,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, req, rates.decode_tok_s),
-        est_memory_bytes=generation_memory(facts, per_window_prompt + req.max_new_tokens, _dense_kv(req, facts))
+        est_memory_bytes=_read_memory(req, facts, per_window_prompt)
         + (EMBEDDER_BYTES + _index_memory(n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is
         # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).

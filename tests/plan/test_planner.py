@@ -343,3 +343,22 @@ def test_a_cold_index_plans_the_memory_its_embedding_takes():
     warm = make_plan(req(corpus_tokens=1_200_000, n_chunks=5199, uncached_tokens=0), SMOL, RATES)
     assert cold.mode is warm.mode is Mode.RETRIEVAL
     assert 150 * 2**20 < cold.est_memory_bytes - warm.est_memory_bytes < 180 * 2**20
+
+
+def test_a_conversion_over_the_memory_budget_is_refused_with_what_to_do():
+    """It raised the plan to 1.34 GB under a 1 GB budget without a word."""
+    with pytest.raises(OutOfMemoryError, match="converts the model"):
+        make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params, memory_budget=10**9), SMOL, RATES)
+    late = make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params, max_seconds=30), SMOL, RATES)
+    assert "over the 30s budget" in late.reasons[-1]
+
+
+def test_retrieval_over_the_kernels_pages_plans_their_window():
+    """Retrieval under --rope-scaling yarn:4 was planned at 973 MiB, with the engine's
+    pages for the scaled window alone at 744 MiB."""
+    wide = replace(SMOL, context_window=32768, hidden_size=576, intermediate_size=1536, host_bytes=380 << 20,
+                   weight_bytes=151_430_400, kv_dtype="fp16")
+    plain = make_plan(req(corpus_tokens=200_000, n_chunks=800, mode="retrieval"), wide, RATES)
+    paged = make_plan(req(corpus_tokens=200_000, n_chunks=800, mode="retrieval", kernel_pages=True), wide, RATES)
+    pages = 2 * 30 * 3 * 64 * 2 * 32768  # fp16 K and V for the whole window
+    assert paged.est_memory_bytes - plain.est_memory_bytes > 0.8 * pages
