@@ -23,8 +23,15 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
         else:
             reporter.progress(phase, done, total)
 
-    return HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder), store=store,
-                             on_progress=on_progress)
+    index = HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder), store=store,
+                              on_progress=on_progress)
+    if index.stats.get("n_embedded_now"):
+        store.prune(INDEX_MAX_BYTES)  # it only ever grew: every edit of a file kept its old vectors too
+    return index
+
+
+# The index cache's bound (least recently used entries go first): ~250M tokens of input.
+INDEX_MAX_BYTES = 2 << 30
 
 
 def _index_status(reused: int, total: int) -> str:

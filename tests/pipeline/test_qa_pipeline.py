@@ -332,3 +332,20 @@ def test_citations_carry_the_label_the_model_read_them_under(haystack, tmp_path)
     # the block the needle was shown in carries that label
     block = re.search(rf'<source id="{needle_cite.label}" ref="([^"]+)">', sent)
     assert block and block.group(1).split(":")[0].endswith("part4.txt") and NEEDLE in sent.split(block.group(0))[1]
+
+
+def test_the_index_cache_is_kept_within_its_bound(haystack, tmp_path, monkeypatch):
+    """It only ever grew: each edit of a file kept the old vectors beside the new."""
+    from ktcli.pipeline import indexing
+    from ktcli.retrieval.store import IndexStore
+
+    settings = settings_for(tmp_path)
+    first = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    answer_question(first, FakeBackend(), settings, NullReporter(), Tally())
+    size = IndexStore(settings.cache_path).size_bytes()
+    monkeypatch.setattr(indexing, "INDEX_MAX_BYTES", size)
+    for i in range(3):  # edits: new vectors each time, the old ones least recently used
+        (haystack / "part0.txt").write_text(f"Edited {i}: the vault is in the east wing.\n" * 30)
+        again = prepare([str(haystack)], "Where is the vault?", "ask", settings, NullReporter())
+        answer_question(again, FakeBackend(), settings, NullReporter(), Tally())
+    assert IndexStore(settings.cache_path).size_bytes() <= size
