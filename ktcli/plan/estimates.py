@@ -49,7 +49,10 @@ def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = ONE_REQUE
 # the allocator's variation between runs (+-15 MB).
 # Counted where the budget is RAM (`ModelFacts.host_bytes`), not on a GPU, whose budget
 # is its own memory.
-CPU_RUNTIME_BYTES = 380 * 2**20
+# 2026-12-04 on a Zen 4 EPYC (AVX-512 kernels) whole reads peaked 20-60 MB above the
+# 12-03 figures on a Zen 3 with the same estimate (0.96 -> 1.02-1.06 of it at 6K tokens,
+# also with that day's code): the margin is 50 MB wider since.
+CPU_RUNTIME_BYTES = 430 * 2**20
 # Retrieval also loads the embedder (all-MiniLM-L6-v2, fp32) and embeds batches of
 # chunks: a cold index of the 68K-token tutorial peaked ~180 MB above a full read.
 EMBEDDER_BYTES = 200 * 2**20
@@ -107,6 +110,7 @@ def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "f
     if kv_dtype in ("fp8", "int8", "int4"):
         kv = paged_kv_bytes_per_token(facts, kv_dtype) * max(context_tokens, facts.context_window)
         kv += paged_fixed_bytes(facts, kv_dtype, sink_pages=0)
+        kv += paged_dense_scores_bytes(facts, context_tokens)  # dense prefill chunks over the pages
         chunk = min(prefilled, PAGED_PREFILL_CHUNK)
     else:
         kv = kv_bytes_per_token(facts, kv_dtype) * context_tokens
