@@ -123,11 +123,12 @@ def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float
 
 
 # A GGUF's first run converts it (`engine.model_store`: transformers dequantizes it whole
-# and writes safetensors, once): SmolLM2-135M took 40-43 s and peaked at 1,250 MiB here
-# (2026-12-04, 2-core EPYC; ~11 s of it transformers' import and the tokenizer's
-# conversion), against a warm load's ~1.5 s and a full read's ~590 MiB.
-CONVERT_FIXED_S = 11.0
-CONVERT_S_PER_PARAM = 0.23e-6
+# and writes safetensors, once): SmolLM2-135M took ~22 s on the idle 2-core EPYC (a whole
+# first ask 26.9 s, `benchmarks.plan_memory`; 40-43 s beside other jobs) and peaked at
+# 1,250 MiB, against a warm load's ~1.5 s and a full read's ~590 MiB. ~6 s of it is
+# transformers' import and the tokenizer's conversion.
+CONVERT_FIXED_S = 6.0
+CONVERT_S_PER_PARAM = 0.12e-6
 CONVERT_BYTES_PER_PARAM = 7
 
 
