@@ -157,8 +157,9 @@ class PrefixStore:
 
     def _describe(self) -> None:
         """Write the folder's description once (also for a folder kept before they were)."""
-        if self.described is not None and not (self.folder / _DESCRIPTION).is_file():
-            (self.folder / _DESCRIPTION).write_text(json.dumps(self.described))
+        path = self.folder / _DESCRIPTION
+        if self.described is not None and (not path.is_file() or path.stat().st_size == 0):  # empty: a crash's
+            path.write_text(json.dumps(self.described))
 
     def _entries(self) -> list[Path]:
         return _entry_files(self.folder)

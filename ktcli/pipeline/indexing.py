@@ -27,6 +27,9 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
                               on_progress=on_progress)
     if index.stats.get("n_embedded_now"):
         store.prune(INDEX_MAX_BYTES)  # it only ever grew: every edit of a file kept its old vectors too
+    if index.stats.get("store_write_errors"):  # said: the next question would embed it all again, unexplained
+        reporter.warn(f"the index could not be kept in the cache ({store.write_errors[0]}): "
+                      "the next question about this input embeds it again")
     return index
 
 

@@ -349,3 +349,25 @@ def test_the_index_cache_is_kept_within_its_bound(haystack, tmp_path, monkeypatc
         again = prepare([str(haystack)], "Where is the vault?", "ask", settings, NullReporter())
         answer_question(again, FakeBackend(), settings, NullReporter(), Tally())
     assert IndexStore(settings.cache_path).size_bytes() <= size
+
+
+def test_an_index_that_cannot_be_kept_is_said(haystack, tmp_path):
+    """A read-only or full cache folder kept no index, silently: every question embedded
+    the input again, unexplained."""
+    from ktcli.pipeline.indexing import build_index
+
+    settings = settings_for(tmp_path)
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / "index").write_text("a file where the index folder goes")
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+
+    class Warnings(NullReporter):
+        def __init__(self):
+            self.lines = []
+
+        def warn(self, message):
+            self.lines.append(message)
+
+    reporter = Warnings()
+    build_index(prep, settings, reporter)
+    assert any("the index could not be kept in the cache" in line for line in reporter.lines)
