@@ -85,6 +85,14 @@ def test_second_question_reuses_the_index(haystack, tmp_path):
     assert f"index of {a2.stats['reused']:,} chunks reused from the cache" in said.lines
 
 
+class Warnings(NullReporter):
+    def __init__(self):
+        self.lines = []
+
+    def warn(self, message):
+        self.lines.append(message)
+
+
 class StatusLog(NullReporter):
     def __init__(self):
         self.lines = []
@@ -141,20 +149,13 @@ def test_full_mode_asked_for_is_never_swapped_for_retrieval(haystack, tmp_path):
 def test_an_answer_that_reaches_max_new_tokens_says_so(haystack, tmp_path):
     from ktcli.pipeline.runner import stream_answer
 
-    class Warnings(NullReporter):
-        def __init__(self):
-            self.said = []
-
-        def warn(self, message):
-            self.said.append(message)
-
     backend = FakeBackend()
     for budget, cut in ((3, True), (400, False)):
         reporter, tally = Warnings(), Tally()
         stream_answer(backend, [{"role": "user", "content": "Say something long."}],
                       SamplingParams(max_new_tokens=budget), tally, reporter)
         assert (tally.extra.get("hit_max_new_tokens") == budget) is cut
-        assert any("reached --max-new-tokens" in w for w in reporter.said) is cut
+        assert any("reached --max-new-tokens" in w for w in reporter.lines) is cut
 
 
 def test_notes_that_only_echo_the_instructions_are_not_passed_on(haystack, tmp_path):
@@ -186,17 +187,10 @@ def test_an_empty_answer_says_so(tmp_path):
         def _reply(self, messages):
             return '<source id="7" ref="doc.rst:5-9">'
 
-    class Warnings(NullReporter):
-        def __init__(self):
-            self.said = []
-
-        def warn(self, message):
-            self.said.append(message)
-
     reporter, tally = Warnings(), Tally()
     text = stream_answer(TagOnly(), [{"role": "user", "content": "Why?"}], SamplingParams(max_new_tokens=40),
                          tally, reporter)
-    assert text == "" and any(w.startswith("the model gave no answer") for w in reporter.said)
+    assert text == "" and any(w.startswith("the model gave no answer") for w in reporter.lines)
     assert tally.ttft_s > 0
 
 
@@ -307,13 +301,6 @@ def test_empty_files_are_reported_in_one_line(tmp_path):
     (root / "a" / "core.py").write_text("def f():\n    return 1\n")
     (root / "blob.bin").write_bytes(bytes(range(256)) * 8)
 
-    class Warnings(NullReporter):
-        def __init__(self):
-            self.lines = []
-
-        def warn(self, message):
-            self.lines.append(message)
-
     reporter = Warnings()
     prep = prepare([str(root)], "", "summarize", settings_for(tmp_path, mode="auto"), reporter)
     assert len(prep.corpus.skipped) == 5  # every one still listed (--json)
@@ -360,13 +347,6 @@ def test_an_index_that_cannot_be_kept_is_said(haystack, tmp_path):
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / "index").write_text("a file where the index folder goes")
     prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
-
-    class Warnings(NullReporter):
-        def __init__(self):
-            self.lines = []
-
-        def warn(self, message):
-            self.lines.append(message)
 
     reporter = Warnings()
     build_index(prep, settings, reporter)
