@@ -101,6 +101,8 @@ def _folder_lock(folder: Path):
 def needs_build() -> bool:
     """Whether loading the kernels compiles them first (no library in the build folder
     yet): a minute or so, which the caller says before it starts."""
+    if _built or torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return False  # loaded already, or nothing to build here (the torch path)
     try:
         return not any(_build_dir().glob(f"{NAME}*.so"))
     except OSError:

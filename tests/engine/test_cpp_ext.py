@@ -34,3 +34,12 @@ def test_the_folder_lock_makes_a_second_loader_wait_for_the_first(tmp_path):
     assert order == ["first", "second"]
     with open(tmp_path / "ktcli.flock") as handle:  # released: free to take again
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_no_build_is_announced_where_none_can_happen(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty build folder
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    monkeypatch.setattr(cpp_ext.torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    assert not cpp_ext.needs_build()  # a CPU without AVX2 runs the torch path: no compile to wait for
+    monkeypatch.setattr(cpp_ext.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    assert cpp_ext.needs_build()
