@@ -117,8 +117,9 @@ def test_a_cache_folder_that_cannot_be_written_keeps_no_rates_and_raises_nothing
 
 
 def test_load_time_is_remembered_and_planned(tmp_path):
-    """The plan's times include loading the model; the first run's (converting a GGUF,
-    ~40 s) is one sample of five, so it does not stay in later plans."""
+    """The plan's times include loading the model, the median of the last five loads: one
+    slow load (packing new weights; a conversion is not recorded at all, `pipeline.api`)
+    is outvoted by the next two."""
     settings = replace(Settings(), cache_dir=str(tmp_path / "cache"))
     save_rates(settings, 300.0, 20.0, load_s=40.0)
     assert load_rates(settings).load_s == 40.0
