@@ -54,7 +54,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _main(
-    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_print_version,
+    version: Annotated[bool, typer.Option("--version", help="Print the version and exit.", callback=_print_version, metavar="",
                                           is_eager=True)] = False,
 ) -> None:
     """Ask questions about, and summarize, documents and repos far longer than a model's window."""
@@ -64,9 +64,10 @@ Paths = Annotated[list[str], typer.Argument(help="Files, folders, or - for stdin
 Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled; the default), a .gguf file, a HF folder or cached repo id.")]
 Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine; the default) or hf (transformers).")]
 ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
-Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).")]
-PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, model, engine, documents, chunks, question).")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings and errors still are).")]
+# metavar="": a flag takes no value, which typer 0.29's help showed as "<bool>"
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).", metavar="")]
+PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, model, engine, documents, chunks, question).", metavar="")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings and errors still are).", metavar="")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
 ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
@@ -152,7 +153,7 @@ def serve(
     attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most requests run together in one batch.")] = 16,
     batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", min=0.0, help="How long a free engine waits for more requests to batch.")] = 30.0,
-    verbose: Annotated[bool, typer.Option("--verbose", help="Log every request on stderr.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", help="Log every request on stderr.", metavar="")] = False,
 ) -> None:
     """Serve the local engine behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)."""
     opts = Options(locals())
