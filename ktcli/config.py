@@ -100,6 +100,32 @@ _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
 
+# KTCLI_* variables that are not settings: the config file's path, the traceback switch,
+# the engine's own switches (A/B of its kernels, read where they act), set-up's torch pin
+# and the test suite's. tests/test_config.py keeps this list equal to the sources' names.
+OTHER_VARIABLES = frozenset({
+    "KTCLI_CONFIG", "KTCLI_DEBUG", "KTCLI_PREFILL_DTYPE", "KTCLI_TORCH", "KTCLI_KERNELS", "KTCLI_ONEDNN",
+    "KTCLI_NO_AMX_ATTENTION", "KTCLI_NO_AMX_GEMM", "KTCLI_NO_ATTN_KERNEL", "KTCLI_NO_AVX512",
+    "KTCLI_NO_BF16_KERNEL", "KTCLI_NO_BLOCKED_PREFILL", "KTCLI_NO_CPP_KERNELS", "KTCLI_NO_CPU_MLP",
+    "KTCLI_NO_FUSED_DECODE", "KTCLI_NO_INT8_KERNEL", "KTCLI_NO_MALLOPT", "KTCLI_NO_ONEDNN", "KTCLI_NO_PACK_CACHE",
+    "KTCLI_SERVE_TEST_ENGINE", "KTCLI_TEST_CACHE", "KTCLI_TEST_MODELS",
+})
+
+
+def unknown_variables() -> list[str]:
+    """A line ("KTCLI_TOPK is not a ktcli variable, ignored (KTCLI_TOP_K?)") for each
+    KTCLI_* variable in the environment that nothing reads: a misspelled one was ignored
+    without a word."""
+    import difflib
+
+    known = {f"KTCLI_{f.name.upper()}" for f in fields(Settings) if f.name != "origins"} | OTHER_VARIABLES
+    out = []
+    for name in sorted(k for k in os.environ if k.startswith("KTCLI_") and k not in known):
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        out.append(f"{name} is not a ktcli variable, ignored" + (f" ({close[0]}?)" if close else ""))
+    return out
+
+
 def config_file_path() -> Path:
     env = os.environ.get("KTCLI_CONFIG")
     return Path(env) if env else Path(platformdirs.user_config_dir("ktcli")) / "config.toml"

@@ -251,3 +251,33 @@ def test_booleans_read_as_words(tmp_path, monkeypatch):
     assert load_settings().prompt_cache is True
     monkeypatch.setenv("KTCLI_PROMPT_CACHE", "0")
     assert load_settings().prompt_cache is False
+
+
+def test_a_misspelled_variable_is_named_with_what_it_may_mean(tmp_path, monkeypatch):
+    """KTCLI_TOPK=3 was ignored without a word."""
+    from ktcli.config import unknown_variables
+
+    use_config(tmp_path, monkeypatch, "")
+    for name in [k for k in os.environ if k.startswith("KTCLI_")]:
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("KTCLI_TOPK", "3")
+    monkeypatch.setenv("KTCLI_NO_CPP_KERNELS", "1")  # an engine switch: known
+    assert unknown_variables() == ["KTCLI_TOPK is not a ktcli variable, ignored (KTCLI_TOP_K?)"]
+
+
+def test_every_variable_the_sources_read_is_known():
+    """So that no variable of ours is ever called unknown."""
+    from dataclasses import fields
+    from pathlib import Path
+
+    from ktcli.config import OTHER_VARIABLES, Settings
+
+    root = Path(__file__).resolve().parents[1]
+    names = set()
+    for folder in ("ktcli", "kernels", "scripts", "benchmarks", "tests"):
+        for path in (root / folder).rglob("*"):
+            if path.suffix in (".py", ".sh") and path.name != "test_config.py":
+                names |= set(re.findall(r"KTCLI_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
+    names.discard("KTCLI_TOPK")  # config.py's docstring example of a misspelling
+    settings = {f"KTCLI_{f.name.upper()}" for f in fields(Settings)}
+    assert names - settings - OTHER_VARIABLES == set()

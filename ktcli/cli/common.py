@@ -9,7 +9,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from ktcli.config import Settings, load_settings
+from ktcli.config import Settings, load_settings, unknown_variables
 from ktcli.errors import KtcliError
 
 SETTING_FLAGS = (
@@ -51,9 +51,14 @@ class Options:
         self._reporter = None
 
     def settings(self) -> Settings:
-        return load_settings(self.flags)
+        settings = load_settings(self.flags)
+        for message in unknown_variables():
+            self.reporter().warn(message)
+        return settings
 
     def reporter(self):
+        if self._reporter is not None:
+            return self._reporter
         from ktcli.render.console import ConsoleReporter
 
         reporter = ConsoleReporter(quiet=self.quiet, stream_answer=not self.json)
