@@ -198,6 +198,15 @@ def split_plan_args(args: list[str]) -> tuple[list[str], str]:
 
 
 def main() -> None:
+    try:
+        _main()
+    except BrokenPipeError:  # `ktcli --help | head -1`: the reader has what it wanted
+        os._exit(0)
+    except OSError as e:  # the help or version written to a full disk: one line, not a traceback
+        fail(f"{e.strerror or e}", 1)
+
+
+def _main() -> None:
     if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
         fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
     usage_error, click_error, no_args_is_help = _parse_errors()

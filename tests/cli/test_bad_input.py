@@ -293,6 +293,9 @@ def test_a_full_disk_is_said_in_one_line(cache):
         proc = run_ktcli(["plan", str(LONG_TEXT), "q"], cache, stdout=full)
     err = proc.stderr.decode()
     assert proc.returncode == 1 and "error: No space left on device" in err and "internal error" not in err
+    with open("/dev/full", "wb") as full:  # the help too: it was a traceback
+        proc = run_ktcli(["--help"], cache, stdout=full)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr.decode()
 
 
 def test_settings_are_checked_before_the_input_is_read(cache, tmp_path):
