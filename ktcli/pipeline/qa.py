@@ -13,7 +13,7 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
-from ktcli.pipeline.windows import merge_neighbours, pack, refit, source_order
+from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Mode
 
@@ -63,7 +63,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     written = max(params.max_new_tokens, MEMORY_TOKENS)
 
     def fits(window: list[Chunk]) -> bool:
-        evidence = prompts.evidence_block([(999, c.span.cite(), c.text) for c in window])
+        evidence = as_read(window)
         # "." for the notes passed in: their header counted, their text (up to MEMORY_TOKENS) added
         prompt = max(backend.prompt_tokens(prompts.notes_messages(prep.question, evidence, ".")),
                      backend.prompt_tokens(prompts.ask_messages(prep.question, evidence, ".")))

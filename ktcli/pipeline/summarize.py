@@ -15,9 +15,9 @@ from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
-from ktcli.pipeline.windows import merge_neighbours, pack, refit, source_order
+from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
-from ktcli.types import Answer, Chunk, Corpus, Document, Mode
+from ktcli.types import Answer, Chunk, Document, Mode
 
 # An outline is split into pieces of about this many tokens, so windows pack evenly.
 OUTLINE_PIECE_TOKENS = 1024
@@ -48,9 +48,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     written = max(params.max_new_tokens, MEMORY_TOKENS)
 
     def fits(window: list[Chunk]) -> bool:
-        body = prompts.evidence_block([(999, c.span.cite(), c.text) for c in window])
         # "." for the notes passed in: their header counted, their text (up to MEMORY_TOKENS) added
-        messages = prompts.summary_notes_messages(body, ".", f"part 999 of 999: {_where(window)}", True)
+        messages = prompts.summary_notes_messages(as_read(window), ".", f"part 999 of 999: {_where(window)}", True)
         return backend.prompt_tokens(messages) + MEMORY_TOKENS + written <= backend.context_window
 
     windows = refit(pack(passages, budget, backend.count_tokens), fits)

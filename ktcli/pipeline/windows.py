@@ -65,6 +65,12 @@ def _lines_after(chunk: Chunk, last_line: int) -> str | None:
     return "\n".join(chunk.text.split("\n")[last_line - chunk.span.line_start + 1:])
 
 
+def as_read(passages: list[Chunk]) -> str:
+    """`passages` as the model reads them, in their source tags, numbered with the widest
+    label a window takes: what packing and the exact window checks count."""
+    return evidence_block([(999, p.span.cite(), p.text) for p in passages])
+
+
 def pack(passages: list[Chunk], budget: int, count: Callable[[str], int]) -> list[list[Chunk]]:
     """Greedy packing in order; each window's passages total at most `budget` tokens as
     the model reads them, in their source tags (a passage larger than the budget gets a
@@ -75,7 +81,7 @@ def pack(passages: list[Chunk], budget: int, count: Callable[[str], int]) -> lis
     for p in passages:
         # The tag with its path is 20-50 tokens, not the 12 once assumed: a summary of 400
         # small files packed 8.9-9.4K-token prompts into an 8K window.
-        n = count(evidence_block([(999, p.span.cite(), p.text)])) + 1  # + the blank line between blocks
+        n = count(as_read([p])) + 1  # + the blank line between blocks
         if current and used + n > budget:
             windows.append(current)
             current, used = [], 0
