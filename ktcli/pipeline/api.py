@@ -6,7 +6,7 @@ import time
 
 from ktcli.config import Settings
 from ktcli.engine.loading import load_backend, weights_note
-from ktcli.engine.model_store import is_converted, resolve_model
+from ktcli.engine.model_store import resolve_model
 from ktcli.pipeline import citations
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared, prepare, save_rates
@@ -33,11 +33,10 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     prep = prepare(paths, question, task, settings, reporter, stdin_text)
     if on_plan:
         on_plan(prep)
-    converts = settings.backend == "local" and not is_converted(resolve_model(settings.model), settings.cache_path)
     loading = time.perf_counter()
     backend = _load(settings, reporter, prep.plan)
-    # A first run's conversion (~40 s, once) is no load time to plan the next runs with.
-    load_s = 0.0 if converts else time.perf_counter() - loading
+    # A first run's conversion (~20-40 s, once) is no load time to plan the next runs with.
+    load_s = 0.0 if prep.converts_model else time.perf_counter() - loading
     answer = run(prep, backend, settings, reporter, tally)
     answer = citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s,
@@ -53,7 +52,7 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
         model = {"name": prep.facts.name, "server": settings.base_url, "context_window": prep.facts.context_window}
     else:
         source = resolve_model(settings.model, settings.named("model"))
-        model = {"name": prep.facts.name, "path": str(source.path), "converted": is_converted(source, settings.cache_path),
+        model = {"name": prep.facts.name, "path": str(source.path), "converted": not prep.converts_model,
                  "context_window": prep.facts.context_window, "layers": prep.facts.n_layers}
     extra = {
         "model": model,

@@ -46,6 +46,7 @@ class Prepared:
     # Summaries: each code document's outline (`ingest.outline`), read instead of its text
     # when the plan says so (plan.outline_files).
     outlines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    converts_model: bool = False  # the load converts the model first (a GGUF's first run)
 
 
 def memory_budget(settings: Settings) -> int:
@@ -245,6 +246,7 @@ def prepare(
                     if tokenizer is not None else MODEL_TOKENS_PER_ESTIMATE)
     cached = _cached_prompt_tokens(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
+    converts = _converts_first(settings)
     request = PlanRequest(
         task=task,
         corpus_tokens=int((estimate + listing) * per_estimate),
@@ -267,12 +269,12 @@ def prepare(
         cached_tokens=cached,
         window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
-        convert_params=facts.n_params if _converts_first(settings) else 0,
+        convert_params=facts.n_params if converts else 0,
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
-                    outlines=outlines if plan.outline_files else {})
+                    outlines=outlines if plan.outline_files else {}, converts_model=converts)
 
 
 def _report_skipped(skipped, reporter: Reporter) -> None:

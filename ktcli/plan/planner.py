@@ -389,10 +389,6 @@ def _estimated_chunks(req: PlanRequest) -> int:
     return max(req.n_documents, math.ceil(req.corpus_tokens / stride))
 
 
-def _window_budget(req: PlanRequest, facts: ModelFacts, cap: int) -> int:
-    return evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, cap)
-
-
 def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int, cap: int) -> int:
     """Evidence tokens one window of a read in parts holds: the window less the prompt,
     the notes passed in, the question and what the call writes, which is the answer or,
@@ -427,7 +423,7 @@ def evidence_cap(task: str) -> int:
 
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     n_chunks = _estimated_chunks(req)
-    room = _window_budget(req, facts, facts.context_window)
+    room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window)
     if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:  # also under --mode retrieval, which skipped it
         raise UsageError(f"--chunk-tokens {req.chunk_tokens}: a chunk must fit a window's room for evidence "
                          f"(~{int(room / MODEL_TOKENS_PER_ESTIMATE):,} tokens here)")
