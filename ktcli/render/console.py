@@ -41,7 +41,7 @@ class ConsoleReporter:
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
         self._started: dict[str, tuple[float, int]] = {}  # phase -> (time, done) at its first report
-        self._logged: dict[str, float] = {}  # without a terminal: when each phase began and last logged
+        self._logged: dict[str, tuple[float, float]] = {}  # no terminal: phase -> (began, last logged)
         self._answer_started = False
         self._held_space = ""
         self._deferred: list[str] = []  # warnings raised while the answer streams
@@ -79,9 +79,9 @@ class ConsoleReporter:
         """Without a terminal (a log, CI): a line every LOG_EVERY_S seconds, so that 12
         minutes of indexing a 1M-token folder show signs of life; none for a short phase."""
         now = time.perf_counter()
-        first = self._logged.setdefault(phase, now)
-        if now - first >= LOG_EVERY_S and now - self._logged.get(f"{phase}/last", first) >= LOG_EVERY_S:
-            self._logged[f"{phase}/last"] = now
+        first, last = self._logged.setdefault(phase, (now, now))
+        if now - first >= LOG_EVERY_S and now - last >= LOG_EVERY_S:
+            self._logged[phase] = (first, now)
             self.err.print(f"[dim]·[/dim] {escape(phase)} {done:,}/{total:,} ({100 * done // total}%)")
 
     def warn(self, message: str) -> None:

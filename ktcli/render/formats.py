@@ -16,12 +16,10 @@ def citations_text(answer: Answer) -> str:
     under its number, best first."""
     if not answer.citations:
         return ""
-    if not all(c.label for c in answer.citations):
-        return "\n\nSources:\n" + "\n".join(f"  [{i + 1}] {c.ref}{_section_note(c.section)}"
-                                              for i, c in enumerate(answer.citations))
+    labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
     groups: dict[int, list] = {}
-    for c in answer.citations:
-        groups.setdefault(c.label, []).append(c)
+    for i, c in enumerate(answer.citations):
+        groups.setdefault(c.label if labelled else i + 1, []).append(c)
     width = len(f"[{max(groups)}]")
     rows = []
     for label, cites in groups.items():
