@@ -3,9 +3,12 @@ K/V store (`engine.prefix_store`) against without it, through the real CLI.
 
     python -m benchmarks.prompt_cache --json
 
-Two inputs read whole (`--mode full`): the sample PDF (~2.1K tokens) and the first part of
-the Python tutorial (~6.5K tokens, near the bundled model's 8K window). Per repetition and
-input, interleaved so drift on a noisy machine hits both sides alike:
+Inputs read whole: the sample PDF (~2.1K tokens) and the first part of the Python tutorial
+(~6.5K tokens, near the bundled model's 8K window) in the model's window (`--mode full`);
+a longer part of the tutorial (~16K tokens) past it (`--mode sparse`, whose int8 pages the
+store keeps in whole prefill chunks); and, only when named with `--cases`, the whole
+tutorial (~79K tokens, sparse; each cold read takes minutes). Per repetition and input,
+interleaved so drift on a noisy machine hits both sides alike:
   - baseline: `KTCLI_PROMPT_CACHE=0`, the first and the second question;
   - store: an empty `prompts/`, the first question (it computes and writes the prompt's
     K/V: "cold") then the second (it reads them back: "warm").
@@ -29,11 +32,16 @@ from benchmarks.common import ROOT, machine, report, run_cli
 
 PDF = "sample_docs/harbor-light-annual-report-2023.pdf"
 TUTORIAL = ROOT / "sample_docs" / "python-tutorial-3.11.rst"
-TUTORIAL_LINES = 560  # ~6.5K tokens of the bundled model: the whole prompt fits its 8K window
+TUTORIAL_QUESTIONS = ["How do you start the interpreter?", "What does the pass statement do?"]
+# name: (input: a path, or the tutorial's first N lines; --mode; the first and second question)
 CASES = {
-    "pdf": (PDF, ["What was net income for the year?", "Who is the chair of the board?"]),
-    "tutorial-6k": (None, ["How do you start the interpreter?", "What does the pass statement do?"]),
+    "pdf": (PDF, "full", ["What was net income for the year?", "Who is the chair of the board?"]),
+    # ~6.5K tokens of the bundled model: the whole prompt fits its 8K window
+    "tutorial-6k": (560, "full", TUTORIAL_QUESTIONS),
+    "tutorial-sparse-16k": (1450, "sparse", TUTORIAL_QUESTIONS),
+    "tutorial-sparse-79k": (None, "sparse", TUTORIAL_QUESTIONS),
 }
+DEFAULT_CASES = "pdf,tutorial-6k,tutorial-sparse-16k"
 
 
 def shared_cache(base: Path) -> Path:
@@ -47,9 +55,9 @@ def shared_cache(base: Path) -> Path:
     return cache
 
 
-def ask(path: str, question: str, cache: Path, store: bool) -> dict:
+def ask(path: str, mode: str, question: str, cache: Path, store: bool) -> dict:
     env = {"KTCLI_CACHE_DIR": str(cache), "KTCLI_PROMPT_CACHE": "1" if store else "0", "HF_HUB_OFFLINE": "1"}
-    payload, wall, ttft, err = run_cli(["ask", path, question, "--mode", "full", "--json", "--max-new-tokens", "48"], env)
+    payload, wall, ttft, err = run_cli(["ask", path, question, "--mode", mode, "--json", "--max-new-tokens", "48"], env)
     if payload is None:
         raise SystemExit(f"ktcli failed: {err[-2000:]}")
     f = payload["figures"]
@@ -63,22 +71,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="also print the result object")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--name", default="prompt_cache")
+    parser.add_argument("--cases", default=DEFAULT_CASES, help=f"comma-separated, of: {', '.join(CASES)}")
     args = parser.parse_args(argv)
+    cases = {name: CASES[name] for name in args.cases.split(",")}
 
-    runs: dict[str, list[dict]] = {name: [] for name in CASES}
+    runs: dict[str, list[dict]] = {name: [] for name in cases}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         cache = shared_cache(tmp)
-        excerpt = tmp / "tutorial-excerpt.rst"
-        excerpt.write_text("\n".join(TUTORIAL.read_text(encoding="utf-8").split("\n")[:TUTORIAL_LINES]), encoding="utf-8")
         for rep in range(args.reps):
-            for name, (path, (first, second)) in CASES.items():
-                path = path or str(excerpt)
+            for name, (source, mode, (first, second)) in cases.items():
+                path = source if isinstance(source, str) else str(TUTORIAL)
+                if isinstance(source, int):  # the tutorial's first lines
+                    path = str(tmp / f"tutorial-{source}-lines.rst")
+                    lines = TUTORIAL.read_text(encoding="utf-8").split("\n")[:source]
+                    Path(path).write_text("\n".join(lines), encoding="utf-8")
                 shutil.rmtree(cache / "prompts", ignore_errors=True)
-                row = {"baseline_first": ask(path, first, cache, store=False),
-                       "baseline_second": ask(path, second, cache, store=False),
-                       "store_cold": ask(path, first, cache, store=True),
-                       "store_warm": ask(path, second, cache, store=True)}
+                row = {"baseline_first": ask(path, mode, first, cache, store=False),
+                       "baseline_second": ask(path, mode, second, cache, store=False),
+                       "store_cold": ask(path, mode, first, cache, store=True),
+                       "store_warm": ask(path, mode, second, cache, store=True)}
                 row["entry_bytes"] = sum(p.stat().st_size for p in (cache / "prompts").rglob("*.kv"))
                 runs[name].append(row)
                 print(f"rep {rep + 1} {name}: second question TTFT {row['baseline_second']['ttft_s']:.2f} s without "
@@ -92,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             return round(statistics.median(r[side][key] for r in rows), 3)
 
         summary[name] = {
+            "mode": cases[name][1],
             "tokens_in": rows[0]["store_warm"]["tokens_in"],
             "reused_tokens": rows[0]["store_warm"]["reused_tokens"],
             "entry_bytes": rows[0]["entry_bytes"],

@@ -59,3 +59,39 @@ class PagedKVCache:
     @property
     def allocated_bytes(self) -> int:
         return self.num_blocks * self.bytes_per_block
+
+    # -- prompt rows kept on disk (engine.prefix_store) ---------------------------------
+    # A token's rows depend only on the tokens before it, whatever chunks the prompt was
+    # prefilled in: any prefix of a kept prompt serves, one token row per unit.
+
+    prefix_unit = 1
+    prefix_fixed: frozenset[str] = frozenset()
+
+    def reusable_prefix(self, shared: int, prompt_len: int, prefill_chunk: int, min_last_chunk: int = 0) -> int:
+        """Of `shared` leading tokens held, how many a prompt of `prompt_len` reads: all
+        but its last token, whose logits give the first answer token."""
+        return max(0, min(shared, prompt_len - 1))
+
+    def keepable_prefix(self, prompt_len: int, aligned: int) -> int:
+        """How many of a finished prompt's leading tokens an entry keeps: all."""
+        return prompt_len
+
+    def prefix_arrays(self, layer: int, block_table: list[int], n: int) -> dict[str, torch.Tensor]:
+        slots = self._slots(block_table, n)
+        return {"k": self.k[layer].index_select(0, slots), "v": self.v[layer].index_select(0, slots)}
+
+    def write_prefix(self, layer: int, block_table: list[int], n: int, arrays: dict[str, torch.Tensor]) -> None:
+        """Rows read back from an entry into the slots of a sequence's first n tokens;
+        ValueError for rows of another shape."""
+        k, v = arrays.get("k"), arrays.get("v")
+        want = (n, self.n_kv_heads, self.head_dim)
+        if k is None or v is None or tuple(k.shape) != want or tuple(v.shape) != want:
+            raise ValueError("rows of another shape")
+        slots = self._slots(block_table, n)
+        self.k[layer].index_copy_(0, slots, k.to(self.device, self.dtype))
+        self.v[layer].index_copy_(0, slots, v.to(self.device, self.dtype))
+
+    def _slots(self, block_table: list[int], n: int) -> torch.Tensor:
+        bs = self.block_size
+        blocks = torch.tensor(block_table[: -(-n // bs)], dtype=torch.long)
+        return (blocks[:, None] * bs + torch.arange(bs)).reshape(-1)[:n].to(self.device)

@@ -58,6 +58,7 @@ from kernels import AttentionPolicy
 from kernels.reference import context_keys, context_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
 from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay_keys
+from ktcli.engine.prefix_store import whole_chunks
 from ktcli.engine.page_groups import attend_columns, decode_remapped, group_page_plans, virtual_plan
 from ktcli.engine.attention import decode_grouped
 from ktcli.config import parse_attention
@@ -261,6 +262,66 @@ class KernelKVCache:
 
     def layer_policy(self, li: int) -> AttentionPolicy:
         return kernels.reference.DENSE if li < self.options.dense_layers else self.policy
+
+    # prompt pages kept on disk (engine.prefix_store) ----------------------------------
+    # Here a token's rows depend on the chunks the prompt was prefilled in (the pages a
+    # chunk's queries pick, its own rows read exact, the rest quantized), so what serves a
+    # later prompt is the whole chunks before the prompt's last one, as a fresh prefill of
+    # that prompt would cut them (`Sequence.aligned`): whole pages, sealed, kept as they
+    # are with their scales and summaries, and the sequence's exact sink rows.
+
+    _PAGE_ARRAYS = ("k_pages", "v_pages", "k_min", "k_max", "k_scale", "v_scale", "v_zero", "k_bits")
+    prefix_fixed = frozenset({"sink_k", "sink_v"})
+
+    @property
+    def prefix_unit(self) -> int:
+        return self.block_size
+
+    def reusable_prefix(self, shared: int, prompt_len: int, prefill_chunk: int, min_last_chunk: int = 0) -> int:
+        """Of `shared` leading tokens held, how many a prompt of `prompt_len` reads: whole
+        chunks that its own prefill would not end in, nor cut short before its last."""
+        if prefill_chunk % self.block_size:
+            return 0
+        return whole_chunks(shared, prompt_len, prefill_chunk, min_last_chunk)
+
+    def keepable_prefix(self, prompt_len: int, aligned: int) -> int:
+        return aligned
+
+    def prefix_arrays(self, li: int, block_table: list[int], n: int) -> dict[str, torch.Tensor] | None:
+        """Layer li's pages of a sequence's first n tokens (whole pages); None where its sink
+        rows could not be kept exact (no slot), which a read back could not restore."""
+        layer = self.layers[li]
+        blocks = torch.tensor(block_table[: n // self.block_size], dtype=torch.long, device=self.device)
+        out = {name: t.index_select(0, blocks) for name in self._PAGE_ARRAYS
+               if (t := getattr(layer, name)) is not None}
+        if self.sinks is not None:
+            rows = self.sinks.rows(block_table[0], li)
+            if rows is None or n < self.sinks.n_tokens:
+                return None
+            out["sink_k"], out["sink_v"] = rows[1], rows[2]
+        return out
+
+    def write_prefix(self, li: int, block_table: list[int], n: int, arrays: dict[str, torch.Tensor]) -> None:
+        """Pages read back from an entry into a sequence's first n // block_size blocks;
+        ValueError for arrays of another kind or shape."""
+        layer = self.layers[li]
+        blocks = torch.tensor(block_table[: n // self.block_size], dtype=torch.long, device=self.device)
+        if li == 0:  # whole pages, sealed: staging slots the blocks kept from earlier owners are stale
+            for each in self.layers:  # in every layer at once, so a damaged entry leaves them all alike
+                kernels.release_blocks(each, blocks)
+        for name in self._PAGE_ARRAYS:
+            t, got = getattr(layer, name), arrays.get(name)
+            if t is None:
+                continue
+            if got is None or got.dtype != t.dtype or got.shape != (len(blocks), *t.shape[1:]):
+                raise ValueError(f"{name} of another shape")
+            t.index_copy_(0, blocks, got.to(self.device))
+        if self.sinks is not None:
+            k, v = arrays.get("sink_k"), arrays.get("sink_v")
+            if k is None or v is None or k.shape[0] != self.sinks.n_tokens or v.shape != k.shape:
+                raise ValueError("sink rows of another shape")
+            is_free = self.blocks.is_free if self.blocks is not None else None
+            self.sinks.store(block_table[0], li, 0, k.to(self.device), v.to(self.device), is_free)
 
     # attention -----------------------------------------------------------------------
 
@@ -635,7 +696,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, kv_windows: int,
                  unroped_keys: bool = False, exact_sinks: bool = True, device: torch.device | str = "cpu",
-                 pack_cache: Path | None = None):
+                 pack_cache: Path | None = None, prefix_cache: Path | None = None):
     """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
@@ -682,4 +743,26 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     backend.long_context = options
     if options.kv_dtype == "int4":  # where the queries look, so int4 keys spend their bits there
         key_calibration.calibrate(backend, model_dir, pack_cache)
+    if prefix_cache is not None:
+        engine.prefix = _prompt_store(prefix_cache, model_dir, kv, model, weights, prefill_chunk)
     return backend
+
+
+def _prompt_store(root: Path, model_dir: Path, kv: KernelKVCache, model, weights: str, prefill_chunk: int):
+    """The prompt store for pages made this way: every option that shapes the rows (the
+    policy, page size, chunk, key widths' weights, RoPE scaling in cfg) is in its key, so
+    pages computed any other way are never read. Not the staging slots' count (a server's
+    and the CLI's differ), which only changes how writes are split."""
+    import hashlib
+
+    from ktcli.engine.model_store import model_key
+    from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
+
+    weights_of_keys = hashlib.sha1()
+    for layer in kv.layers:
+        if layer.k_weight is not None:
+            weights_of_keys.update(layer.k_weight.float().cpu().numpy().tobytes())
+    key = store_key(model_key(model_dir, "prefix"), weights, replace(kv.options, n_stage=0), model.prefill_dtype,
+                    kv.prefill_attn_dtype, kv.device.type, model.cfg, prefill_chunk, weights_of_keys.hexdigest())
+    return PrefixStore(root, key, described=prompt_cache_description(
+        model_dir, weights, kv.options.kv_dtype, kv.device.type, kv.options.policy.kind, prefill_chunk, kv.min_last_chunk))

@@ -5,21 +5,29 @@ Why: a user asks several questions about one document. Read whole, every prompt 
 same system prompt and document followed by a different question; on the 2-core CPU the
 README's 2.1K-token PDF costs ~4.5 s of prefill per question, an 8K-token input ~20 s.
 The K/V rows of a token depend only on the tokens up to it, so the rows computed for the
-first question's prompt serve every later prompt up to where the two differ.
+first question's prompt serve every later prompt up to where the two differ. Past the
+window (`--mode sparse`) the gain is larger: its prefill runs ~400 tokens/s, so a 16K-token
+input costs ~40 s a question and the whole 79K-token tutorial minutes, while its int8
+pages read back in about a second. There a row also depends on the chunks its prompt was
+prefilled in, so what is kept are whole chunks (`KernelKVCache.reusable_prefix`).
 
 An entry is one prompt: its token ids and its K/V rows for every layer, in one file of
 ours (below) written and read one layer at a time, so keeping or reading a 6K-token
 prompt's 130 MB of rows never holds more than one layer's 4 MB beside the KV pages. A
 lookup reads only the ids of each entry (a few KB) and takes the longest common prefix;
 the rows are then read for that prefix only. Entries belong to one model, weight dtype,
-page dtype, prefill dtype, position encoding and device (`store_key`): rows computed any
-other way are never read. The store keeps MAX_BYTES across all its key folders; the least
+page dtype, prefill dtype, position encoding, device and, for the kernels' pages, every
+long-context option (`store_key`): rows computed any other way are never read. The store keeps MAX_BYTES across all its key folders; the least
 recently used entries go first. Anything unexpected in a file (a short read, a shape that does not fit) counts as
 no entry, and a folder that cannot be written is skipped: the store only ever saves work.
 
-File: MAGIC, a JSON header line ({"tokens": P, "layers": L, "heads": H, "dim": D, "dtype"}),
-the ids as int32 [P], then K as [L, P, H, D] and V as [L, P, H, D] in the rows' dtype, so
-the first n tokens of a layer are one contiguous read.
+File: MAGIC, a JSON header line, the ids as int32 [P], then for each layer, for each
+array the header lists, its items: `{"tokens": P, "layers": L, "unit": U, "arrays": [{"name",
+"dtype", "shape", "items", "per_unit"}]}`. The dense paged cache keeps arrays k and v of
+one row [H, D] per token (U = 1). The quantized pages of the long-context path keep whole
+pages (U = the page size): codes, scales and summaries per page, and the sink rows kept
+exact beside them, which are not per page (`per_unit` false: read whole). Reading the
+first n units of a layer is one contiguous read per array.
 """
 
 from __future__ import annotations
@@ -37,13 +45,14 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported where rows are read or written: `ktcli plan` reads
     import torch   # only ids here (`stored_prefix`), and torch's import is ~1.2 s of its run
 
-FORMAT = 1
+FORMAT = 2  # 2: named arrays per layer (1: k and v only, token rows)
 # Prompts shorter than this prefill in about a second on a 2-core CPU: not worth a file.
 MIN_TOKENS = 512
 # Reuse only a prefix at least this long: every prompt shares the system prompt and chat
 # template (~60 tokens), a start not worth opening a file for.
 MIN_REUSE = 128
-MAX_BYTES = 1 << 30
+# A sparse read's int8 pages of the 79K-token tutorial are 0.95 GB (int4: 0.52).
+MAX_BYTES = 4 << 30
 _SUFFIX = ".kv"
 MAGIC = f"KTCLI-PROMPT-KV {FORMAT}\n".encode()
 
@@ -93,60 +102,77 @@ class PrefixStore:
                 best = Match(path, shared)
         return best
 
-    def layers(self, match: Match, n_tokens: int) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The K and V rows [n_tokens, H, D] of `match`'s first tokens, layer by layer.
-        Raises ValueError where the file does not hold what its header says."""
+    def layers(self, match: Match, n_units: int) -> Iterator[dict[str, torch.Tensor]]:
+        """The arrays of `match` layer by layer, each per-unit array cut to its first
+        `n_units` items (token rows, or pages), the others whole. Raises ValueError where
+        the file does not hold what its header says."""
         import torch
 
         with open(match.path, "rb") as f:
-            head, ids = _read_header_and_ids(f)
-            total, n_layers = head["tokens"], head["layers"]
-            if n_tokens > total:
+            head, _ = _read_header_and_ids(f)
+            units = head["tokens"] // head["unit"]
+            if n_units > units:
                 raise ValueError("prefix longer than the entry")
-            dtype = getattr(torch, head["dtype"])
-            row = head["heads"] * head["dim"] * torch.empty(0, dtype=dtype).element_size()
+            arrays = head["arrays"]
+            item_bytes = [_item_bytes(a) for a in arrays]
+            layer_bytes = sum(a["items"] * size for a, size in zip(arrays, item_bytes))
             start = f.tell()
             try:
                 os.utime(match.path)  # used: the last to go when the store is trimmed
                 self._describe()
             except OSError:
                 pass  # a read-only cache is still read
-            for layer in range(n_layers):
-                pair = []
-                for kind in range(2):
-                    f.seek(start + ((kind * n_layers + layer) * total) * row)
-                    out = torch.empty(n_tokens, head["heads"], head["dim"], dtype=dtype)
-                    if f.readinto(out.view(torch.uint8).numpy().reshape(-1)) != n_tokens * row:
+            for layer in range(head["layers"]):
+                out, offset = {}, start + layer * layer_bytes
+                for a, size in zip(arrays, item_bytes):
+                    n = n_units if a["per_unit"] else a["items"]
+                    f.seek(offset)
+                    t = torch.empty(n, *a["shape"], dtype=getattr(torch, a["dtype"]))
+                    if f.readinto(t.view(torch.uint8).numpy().reshape(-1)) != n * size:
                         raise ValueError("short read")
-                    pair.append(out)
-                yield pair[0], pair[1]
+                    out[a["name"]] = t
+                    offset += a["items"] * size
+                yield out
 
-    def save(self, ids: list[int], k_layers: Callable[[int], torch.Tensor], v_layers: Callable[[int], torch.Tensor],
-             n_layers: int) -> bool:
-        """Keep prompt `ids` with its rows, asked for one layer at a time (`k_layers(i)`:
-        [P, H, D]); False where the folder cannot be written. Then trim the store."""
+    def save(self, ids: list[int], layer_arrays: Callable[[int], dict[str, torch.Tensor] | None], n_layers: int,
+             unit: int = 1, fixed: frozenset[str] = frozenset()) -> bool:
+        """Keep prompt `ids` with its arrays, asked for one layer at a time
+        (`layer_arrays(i)`: name -> tensor whose first dimension counts units of `unit`
+        tokens, except the `fixed` ones; None: the layer cannot be kept, nor the entry).
+        False where nothing was kept (also where the folder cannot be written). Then trim
+        the store."""
         import torch
 
+        if len(ids) % unit:
+            raise ValueError(f"{len(ids)} tokens are not whole units of {unit}")
         name = hashlib.sha1(np.asarray(ids, dtype=np.int32).tobytes()).hexdigest()[:24]
         path = self.folder / f"{name}{_SUFFIX}"
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         try:
+            first = layer_arrays(0)
+            if first is None:
+                return False
             self.folder.mkdir(parents=True, exist_ok=True)
             with open(tmp, "wb") as f:
-                first = k_layers(0)
-                head = {"tokens": len(ids), "layers": n_layers, "heads": first.shape[1], "dim": first.shape[2],
-                        "dtype": str(first.dtype).removeprefix("torch.")}
+                arrays = [{"name": k, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape[1:]),
+                           "items": t.shape[0], "per_unit": k not in fixed} for k, t in first.items()]
+                head = {"tokens": len(ids), "layers": n_layers, "unit": unit, "arrays": arrays}
                 f.write(MAGIC + json.dumps(head).encode() + b"\n")
                 f.write(np.asarray(ids, dtype=np.int32).tobytes())
-                for rows in (k_layers, v_layers):
-                    for layer in range(n_layers):
-                        t = first if rows is k_layers and layer == 0 else rows(layer)
+                for layer in range(n_layers):
+                    got = first if layer == 0 else layer_arrays(layer)
+                    if got is None:
+                        raise _NotKept
+                    for a in arrays:
+                        t = got[a["name"]]
+                        if t.dtype != first[a["name"]].dtype or list(t.shape) != [a["items"], *a["shape"]]:
+                            raise ValueError(f"layer {layer}: {a['name']} of another shape")
                         f.write(t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1))
                 f.flush()
                 os.fsync(f.fileno())  # on disk before it has its name: a crash left rows of zeros, read as K/V
             os.replace(tmp, path)  # readers see the whole file or none
             self._describe()
-        except OSError:
+        except (OSError, _NotKept):
             try:
                 tmp.unlink(missing_ok=True)
             except OSError:
@@ -204,52 +230,107 @@ def _entry_files(folder: Path) -> list[Path]:
         return []
 
 
-def prompt_cache_description(model_dir: Path, weights: str, kv_dtype: str, device: str) -> dict[str, str]:
+def prompt_cache_description(model_dir: Path, weights: str, kv_dtype: str, device: str, attention: str = "dense",
+                             chunk: int = 0, last_chunk: int = 0) -> dict[str, str | int]:
     """What the planner can know of a key: the model folder and file stamps, the weight and
-    page dtypes and the device (not the prefill dtype or config details, which the engine
-    resolves; the key covers those)."""
+    page dtypes, the attention policy and the device (not the prefill dtype or config
+    details, which the engine resolves; the key covers those); for pages kept in whole
+    chunks (`whole_chunks`), the chunk and the fewest tokens of a prompt's last chunk."""
     from ktcli.engine.model_store import model_key
 
-    return {"model": model_key(Path(model_dir), "prefix"), "weights": weights, "kv_dtype": kv_dtype, "device": device}
+    out: dict[str, str | int] = {"model": model_key(Path(model_dir), "prefix"), "weights": weights,
+                                 "kv_dtype": kv_dtype, "attention": attention, "device": device}
+    if chunk:
+        out.update(chunk=chunk, last_chunk=last_chunk)
+    return out
 
 
-def stored_prefix(root: Path, ids: list[int], wanted: dict[str, str], min_reuse: int = MIN_REUSE) -> int:
-    """For the planner's estimate: the most leading tokens of `ids` held by an entry whose
-    key folder was described with every item of `wanted` (model, weights, page dtype,
-    device); 0 below min_reuse. Without that match a plan counted rows of other settings
-    (or of a model converted before) as read, and the run prefilled them all."""
+def whole_chunks(shared: int, prompt_len: int, chunk: int, last_chunk: int) -> int:
+    """Of `shared` leading tokens held as whole chunks, how many a prompt of `prompt_len`
+    reads: whole chunks that its own prefill would neither end in nor cut short before its
+    last (`Engine._chunk_len` keeps the last chunk at least `last_chunk` long)."""
+    limit = min(shared, prompt_len - max(1, last_chunk))
+    return max(0, limit // chunk * chunk)
+
+
+def holds_chunked(root: Path) -> bool:
+    """Whether any key folder under `root` keeps pages in whole chunks (a sparse read's)."""
     try:
         folders = [p for p in Path(root).iterdir() if p.is_dir()]
     except OSError:
-        return 0
-    best = 0
+        return False
     for folder in folders:
         try:
-            described = json.loads((folder / _DESCRIPTION).read_text())
-        except (OSError, ValueError):
-            continue  # written before descriptions were kept, or damaged: not counted
-        if not isinstance(described, dict) or any(described.get(k) != v for k, v in wanted.items()):
+            if json.loads((folder / _DESCRIPTION).read_text()).get("chunk") and _entry_files(folder):
+                return True
+        except (OSError, ValueError, AttributeError):
             continue
+    return False
+
+
+def stored_prefixes(root: Path, ids: list[int], wanted: dict[str, str],
+                    min_reuse: int = MIN_REUSE) -> dict[tuple[str, str], int]:
+    """For the planner's estimates: per (page dtype, attention policy), the most leading
+    tokens of prompt `ids` a run would read from entries whose key folder was described
+    with every item of `wanted` (model, weights, device). Without that match a plan counted
+    rows of other settings (or of a model converted before) as read, and the run prefilled
+    them all."""
+    try:
+        folders = [p for p in Path(root).iterdir() if p.is_dir()]
+    except OSError:
+        return {}
+    best: dict[tuple[str, str], int] = {}
+    for folder in folders:
+        try:
+            d = json.loads((folder / _DESCRIPTION).read_text())
+            if not isinstance(d, dict) or any(d.get(k) != v for k, v in wanted.items()):
+                continue
+            kind = (str(d["kv_dtype"]), str(d.get("attention", "dense")))
+            chunk, last = int(d.get("chunk", 0)), int(d.get("last_chunk", 0))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # written before descriptions were kept, or damaged: not counted
         match = PrefixStore(folder.parent, folder.name, min_reuse=min_reuse).longest(ids)
-        if match is not None:
-            best = max(best, match.n_tokens)
+        if match is None:
+            continue
+        n = whole_chunks(match.n_tokens, len(ids), chunk, last) if chunk > 0 else min(match.n_tokens, len(ids) - 1)
+        if n >= min_reuse:
+            best[kind] = max(best.get(kind, 0), n)
     return best
 
 
-_ROW_DTYPES = frozenset({"float32", "float16", "bfloat16"})  # what the dense pages hold
+class _NotKept(Exception):
+    """A layer's arrays could not be had: the entry is not written."""
+
+
+# What entries hold: the dense pages' rows, and the quantized pages' codes (uint8), scales
+# and summaries.
+_DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2, "uint8": 1}
+
+
+def _item_bytes(array: dict) -> int:
+    return _DTYPES[array["dtype"]] * int(np.prod(array["shape"], dtype=np.int64))
 
 
 def _read_header_and_ids(f) -> tuple[dict, np.ndarray]:
     if f.read(len(MAGIC)) != MAGIC:
         raise ValueError("not a prompt entry")
     try:
-        head = json.loads(f.readline(4096))
-        for key in ("tokens", "layers", "heads", "dim"):
+        head = json.loads(f.readline(1 << 16))
+        for key in ("tokens", "layers", "unit"):
             head[key] = int(head[key])  # used as numbers from here: "12" or 1.5 would not do
             if head[key] < 0:
                 raise ValueError(f"negative {key}")
-        if head["dtype"] not in _ROW_DTYPES:  # a flipped bit ("float36") was an internal error
-            raise ValueError(f"dtype {head['dtype']!r}")
+        if head["unit"] < 1 or head["tokens"] % head["unit"]:
+            raise ValueError(f"unit {head['unit']}")
+        for a in head["arrays"]:
+            a["name"], a["per_unit"] = str(a["name"]), bool(a["per_unit"])
+            a["items"], a["shape"] = int(a["items"]), [int(x) for x in a["shape"]]
+            if a["items"] < 0 or any(x < 0 for x in a["shape"]):
+                raise ValueError(f"negative size in {a['name']}")
+            if a["dtype"] not in _DTYPES:  # a flipped bit ("float36") was an internal error
+                raise ValueError(f"dtype {a['dtype']!r}")
+            if a["per_unit"] and a["items"] != head["tokens"] // head["unit"]:
+                raise ValueError(f"{a['name']}: {a['items']} items for {head['tokens']} tokens")
         n = head["tokens"]
     except (KeyError, TypeError, AttributeError) as e:
         raise ValueError(f"bad header: {e}") from None

@@ -244,37 +244,39 @@ class Engine:
 
     # -- prompt K/V kept on disk (engine.prefix_store) ----------------------------
 
-    def _prompt_slots(self, s: Sequence, n: int) -> torch.Tensor:
-        first, slot_index = block_slots(s.block_table, self.block_size, n)
-        return torch.arange(first, first + n) if first is not None else slot_index[:n]
-
     def _reuse_prefix(self, s: Sequence) -> None:
-        """Fill s's first prompt tokens' K/V from the store's longest match. The last
-        prompt token is always computed: its logits give the first answer token."""
+        """Fill s's first prompt tokens' K/V from the store's longest match, as far as the
+        cache's kind lets a prefix be read back (`reusable_prefix`: token rows, or whole
+        chunks of pages). The last prompt token is always computed: its logits give the
+        first answer token."""
         t0 = time.perf_counter()
+        kv = self.model.kv
         match = self.prefix.longest(s.token_ids[: s.prompt_len])
-        n = min(match.n_tokens, s.prompt_len - 1) if match is not None else 0
+        if match is None:
+            return
+        n = kv.reusable_prefix(match.n_tokens, s.prompt_len, self.prefill_chunk, getattr(kv, "min_last_chunk", 0))
         if n < self.prefix.min_reuse:
             return
-        kv = self.model.kv
-        slots = self._prompt_slots(s, n).to(self.device)
         try:
             layers = 0
-            for layer, (k, v) in enumerate(self.prefix.layers(match, n)):
-                if layer >= len(kv.k) or k.shape[1:] != kv.k[layer].shape[1:]:
-                    raise ValueError("rows of another shape")
-                kv.k[layer].index_copy_(0, slots, k.to(self.device, kv.dtype))
-                kv.v[layer].index_copy_(0, slots, v.to(self.device, kv.dtype))
+            for layer, arrays in enumerate(self.prefix.layers(match, n // kv.prefix_unit)):
+                if layer >= kv.n_layers:
+                    raise ValueError("too many layers")
+                kv.write_prefix(layer, s.block_table, n, arrays)
                 layers += 1
-            if layers != len(kv.k):
+            if layers != kv.n_layers:
                 raise ValueError("too few layers")
         except (OSError, ValueError):
             return  # a damaged entry: the prompt is prefilled whole (rows written are overwritten)
-        s.num_cached = s.reused = n
+        s.num_cached = s.reused = s.aligned = n
         elapsed = time.perf_counter() - t0
         self.stats.reused_tokens += n
         self.stats.reuse_s += elapsed
         self.stats.prefill_s += elapsed
+
+    def _keepable(self, s: Sequence) -> int:
+        """Leading prompt tokens of s an entry would keep (all, or its whole chunks)."""
+        return self.model.kv.keepable_prefix(s.prompt_len, s.aligned)
 
     def _release(self, s: Sequence) -> None:
         """Give s's pages back, first keeping its prompt's K/V where asked (after the
@@ -282,11 +284,10 @@ class Engine:
         try:
             if s.keep_prompt and self.prefix is not None:
                 s.keep_prompt = False
-                kv = self.model.kv
-                slots = self._prompt_slots(s, s.prompt_len).to(self.device)
-                if self.prefix.save(s.token_ids[: s.prompt_len], lambda i: kv.k[i].index_select(0, slots),
-                                    lambda i: kv.v[i].index_select(0, slots), len(kv.k)):
-                    self.stats.kept_tokens += s.prompt_len
+                kv, n = self.model.kv, self._keepable(s)
+                if self.prefix.save(s.token_ids[:n], lambda i: kv.prefix_arrays(i, s.block_table, n), kv.n_layers,
+                                    unit=kv.prefix_unit, fixed=kv.prefix_fixed):
+                    self.stats.kept_tokens += n
         finally:
             self.blocks.free(s.block_table)
 
@@ -302,7 +303,7 @@ class Engine:
                 running.remove(victim)
                 self.blocks.free(victim.block_table)
                 # its rows are gone: nothing to keep (a recompute is not a prompt's first prefill)
-                victim.num_cached, victim.status, victim.keep_prompt = 0, Status.WAITING, False
+                victim.num_cached, victim.aligned, victim.status, victim.keep_prompt = 0, 0, Status.WAITING, False
                 waiting.appendleft(victim)
                 self.stats.preemptions += 1
             self.blocks.grow(s.block_table, s.num_tokens)
@@ -408,13 +409,15 @@ class Engine:
         self.stats.steps += 1
         done, rows = [], []
         for i, (s, n) in enumerate(batch):
+            if s.aligned == s.num_cached and n == self.prefill_chunk and s.num_cached + n < s.prompt_len:
+                s.aligned += n  # a whole chunk, not the prompt's last: as a fresh prefill cuts it
             s.num_cached += n
             if s.num_cached == s.num_tokens:
                 done.append(s)
                 rows.append(i)
-                # A prompt just cached whole, most of it computed now: worth an entry.
+                # A prompt just cached whole, most of what an entry keeps computed now: worth one.
                 if (self._keep_prompts and self.prefix is not None and s.num_generated == 0
-                        and s.prompt_len - s.reused >= self.prefix.min_tokens):
+                        and self._keepable(s) - s.reused >= self.prefix.min_tokens):
                     s.keep_prompt = True
             if s.num_generated == 0 or n > 1:
                 self.stats.prefill_tokens += n

@@ -24,6 +24,10 @@ class Sequence:
     num_cached: int = 0  # tokens whose K/V are in the cache
     reused: int = 0  # of them, prompt tokens whose K/V were read from the prefix store
     keep_prompt: bool = False  # write the prompt's K/V to the prefix store when it leaves
+    # Leading prompt tokens prefilled in whole chunks from position 0, none of them the
+    # prompt's last chunk: where rows depend on the chunks (quantized pages), the rows a
+    # later prompt that starts the same way would compute alike (engine.prefix_store).
+    aligned: int = 0
     status: Status = Status.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None  # sampling RNG, per sequence

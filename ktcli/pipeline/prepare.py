@@ -244,7 +244,7 @@ def prepare(
     # 10.1K of SmolLM2's, so the plan said "full" and the run switched to retrieval.
     per_estimate = (len(tokenizer.encode(whole_input(corpus.documents))) / max(estimate, 1)
                     if tokenizer is not None else MODEL_TOKENS_PER_ESTIMATE)
-    cached = _cached_prompt_tokens(corpus, question, task, settings, facts, tokenizer)
+    cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     converts = _converts_first(settings)
     request = PlanRequest(
@@ -266,7 +266,8 @@ def prepare(
         outline_tokens=int((outline_estimate + listing) * per_estimate),
         outline_files=len(outlines),
         outline=settings.outline,
-        cached_tokens=cached,
+        cached_tokens=_whole_read_cached(cached, settings, facts),
+        sparse_cached=tuple((dtype, policy, n) for (dtype, policy), n in cached.items() if policy != "dense"),
         window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
@@ -325,6 +326,10 @@ def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):
     tokenizer's load (the engine then reuses it) and one tokenisation (~20 ms for 10K)."""
     if settings.backend != "local" or estimate * MODEL_TOKENS_PER_ESTIMATE > 2 * facts.context_window:
         return None
+    return _converted_tokenizer(settings)
+
+
+def _converted_tokenizer(settings: Settings):
     from ktcli.engine.model_store import converted_dir, is_converted
     from ktcli.engine.tokenizer import load_chat_tokenizer
 
@@ -337,29 +342,44 @@ def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):
     return load_chat_tokenizer(folder)
 
 
-def _cached_prompt_tokens(corpus: Corpus, question: str, task: str, settings: Settings, facts: ModelFacts,
-                          tokenizer) -> int:
-    """Tokens of this question's whole-read prompt the engine's prompt cache holds (what
-    `pipeline.qa` would send; `engine.prefix_store`), so the plan does not count their
-    prefill: a second question about the same input answers in ~2 s, not the ~9 s of a
-    first. 0 where no whole read with dense pages on the local engine can follow, or the
-    model's tokenizer is not at hand (`_model_tokenizer`: no entry can exist)."""
-    dense = settings.kv_dtype in ("auto", "fp32", "bf16", "fp16") and settings.attention in ("auto", "dense")
-    if (tokenizer is None or task != "ask" or not settings.prompt_cache or settings.engine != "ktcli"
-            or settings.mode not in ("auto", "full") or not dense):
-        return 0
-    from ktcli.engine.prefix_store import prompt_cache_description, stored_prefix
+def _cached_prompts(corpus: Corpus, question: str, task: str, settings: Settings, facts: ModelFacts,
+                    tokenizer) -> dict[tuple[str, str], int]:
+    """Per (page dtype, attention policy), the tokens of this question's whole-read prompt
+    the engine's prompt cache holds (what `pipeline.qa` would send; `engine.prefix_store`),
+    so the plan does not count their prefill: a second question about the same input
+    answers in ~2 s, not the ~9 s of a first (a sparse read of 80K tokens: seconds, not
+    minutes). Empty where no whole read on the local engine can follow, or the model's
+    tokenizer is not at hand (`_model_tokenizer`: no entry can exist)."""
+    if (task != "ask" or not settings.prompt_cache or settings.engine != "ktcli" or settings.backend != "local"
+            or settings.mode == "retrieval"):
+        return {}
+    from ktcli.engine.prefix_store import holds_chunked, prompt_cache_description, stored_prefixes
     from ktcli.pipeline import prompts
 
     root = settings.cache_path / "prompts"
     if not root.is_dir():
-        return 0
+        return {}
+    if tokenizer is None:
+        # An input far past the window: only a sparse read's pages can be held. Its count
+        # costs the tokenizer's load and ~0.2 s per 100K tokens; a sparse prefill of them,
+        # minutes.
+        tokenizer = _converted_tokenizer(settings) if holds_chunked(root) else None
+        if tokenizer is None:
+            return {}
     messages = prompts.ask_messages(question.strip(), whole_input(corpus.documents))
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
-    kv_dtype = facts.kv_dtype if settings.kv_dtype == "auto" else settings.kv_dtype
-    wanted = prompt_cache_description(Path(tokenizer.name_or_path), planned_weights(settings), kv_dtype,
-                                      "cuda" if _on_gpu(settings) else "cpu")
-    return max(0, min(stored_prefix(root, ids, wanted), len(ids) - 1))
+    described = prompt_cache_description(Path(tokenizer.name_or_path), planned_weights(settings), "",
+                                         "cuda" if _on_gpu(settings) else "cpu")
+    wanted = {k: described[k] for k in ("model", "weights", "device")}
+    return stored_prefixes(root, ids, wanted)
+
+
+def _whole_read_cached(cached: dict[tuple[str, str], int], settings: Settings, facts: ModelFacts) -> int:
+    """Of `_cached_prompts`, the tokens a read in the model's window would read back (its
+    pages: the model's, or --kv-dtype's, attended densely)."""
+    if settings.mode not in ("auto", "full") or settings.attention not in ("auto", "dense"):
+        return 0
+    return cached.get((facts.kv_dtype if settings.kv_dtype == "auto" else settings.kv_dtype, "dense"), 0)
 
 
 def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | None:

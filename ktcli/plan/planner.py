@@ -89,6 +89,8 @@ class PlanRequest:
     # Model tokens of a whole read's prompt already in the engine's prompt cache
     # (`engine.prefix_store`): prefilled by reading, not computing.
     cached_tokens: int = 0
+    # The same for sparse reads: (page dtype, policy, tokens) per kind of pages held.
+    sparse_cached: tuple[tuple[str, str, int], ...] = ()
     window_cap: int = 0  # --context-window: no read's window may pass it (0: none)
     # Summaries: the corpus's tokens with its files read as outlines where they can be, and how many
     # files those are (0: nothing to outline); whether to (auto: when over the budget).
@@ -283,19 +285,21 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
 
     dtypes = SPARSE_DTYPES if req.kv_dtype in ("auto", "", "model") else (req.kv_dtype,)
     policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)
-    seconds = rates.load_s + generation_seconds(full_tokens, req.max_new_tokens, rates.sparse_prefill_tok_s,
-                                                rates.sparse_decode_tok_s)
     base = _full_plan(req, facts, rates, full_tokens)
     # The engine's window for this read (`engine.loading`): its KV pages are sized to it.
     window = full_tokens + req.max_new_tokens + SPARSE_WINDOW_MARGIN
+    held = {(dtype, policy): n for dtype, policy, n in req.sparse_cached}
     out = []
     for policy in policies:
         for dtype in dtypes:
+            cached = min(held.get((dtype, policy), 0), full_tokens - 1)
+            seconds = rates.load_s + generation_seconds(full_tokens - cached, req.max_new_tokens,
+                                                        rates.sparse_prefill_tok_s, rates.sparse_decode_tok_s)
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
                 est_first_token_seconds=_before_answer(seconds, req, rates.sparse_decode_tok_s),
-                cached_tokens=0,  # the prompt cache serves dense pages only
+                cached_tokens=max(cached, 0),
             ))
     return out
 
@@ -309,7 +313,9 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
             f"--mode sparse needs ~{_gb(min(p.est_memory_bytes for p in sparse))} even at "
             f"{min(sparse, key=lambda p: p.est_memory_bytes).kv_dtype}, over the --max-memory budget of {_gb(req.memory_budget)}"
         )
-    chosen = ok[0]
+    # Most preferred first, unless the prompt cache holds pages of another kind for it:
+    # read back, a minutes-long prefill takes seconds.
+    chosen = max(ok, key=lambda p: p.cached_tokens)
     reasons = ("--mode sparse asked for",
                f"{chosen.kv_dtype} pages with {chosen.attention} attention: ~{_gb(chosen.est_memory_bytes)}, ~{chosen.est_seconds:.0f}s")
     return _with(chosen, reasons, retrieval, sparse)
@@ -322,10 +328,13 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
     if req.memory_budget and best.est_memory_bytes > req.memory_budget:
         return f"sparse mode would need ~{_gb(best.est_memory_bytes)} even at {best.kv_dtype}, over the budget"
-    if best.est_seconds > budget_s:
-        return f"sparse mode would take ~{best.est_seconds:.0f}s > {budget_s:.0f}s budget"
+    quickest = min(sparse, key=lambda p: p.est_seconds)  # the most preferred of equals
+    if quickest.est_seconds > budget_s:
+        return f"sparse mode would take ~{quickest.est_seconds:.0f}s > {budget_s:.0f}s budget"
+    held = (f" ({quickest.cached_tokens:,} tokens of its {quickest.kv_dtype} {quickest.attention} pages are in the "
+            "prompt cache)" if quickest.cached_tokens else "")
     # Within budget: auto did not weigh it because nothing asked for it (see make_plan).
-    return (f"sparse mode could read it whole in ~{best.est_seconds:.0f}s: run with --mode sparse, "
+    return (f"sparse mode could read it whole in ~{quickest.est_seconds:.0f}s{held}: run with --mode sparse, "
             "--kv-dtype, --attention or --max-seconds")
 
 

@@ -41,6 +41,21 @@ def test_ask_pdf_streams_a_clean_answer_with_page_citations(cache):
     assert reused and int(reused[2].replace(",", "")) == int(reused[1].replace(",", "")) - 1
 
 
+def test_a_sparse_read_keeps_its_pages_for_the_next_question(cache):
+    """--mode sparse over int4 pages: the second question reads the document's whole
+    prefill chunks back from the prompt cache, and the same question answers the same."""
+    args = ["ask", str(PDF), "Who is the chair of the board?", "--mode", "sparse", "--kv-dtype", "int4", *SHORT]
+    first = run_ktcli(args, cache)
+    assert first.returncode == 0, first.stderr.decode()[-2000:]
+    assert "mode sparse" in first.stderr.decode()
+    again = run_ktcli(args, cache)
+    assert again.returncode == 0 and again.stdout == first.stdout
+    reused = re.search(r"tokens in ([\d,]+) \(([\d,]+) read from the prompt cache\)", again.stderr.decode())
+    assert reused, again.stderr.decode()
+    total, read = (int(x.replace(",", "")) for x in reused.groups())
+    assert read % 512 == 0 and total - 512 - 32 <= read < total  # whole chunks, the last one computed
+
+
 @pytest.fixture(scope="module")
 def needle_doc(tmp_path_factory):
     """The long sample text with one planted fact, as its own file."""

@@ -19,12 +19,12 @@ def rows(n, seed=0, layers=2, heads=2, dim=4):
 
 
 def save(store, ids, k, v):
-    return store.save(ids, lambda i: k[i], lambda i: v[i], k.shape[0])
+    return store.save(ids, lambda i: {"k": k[i], "v": v[i]}, k.shape[0])
 
 
 def load(store, match, n):
-    pairs = list(store.layers(match, n))
-    return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+    layers = list(store.layers(match, n))
+    return torch.stack([a["k"] for a in layers]), torch.stack([a["v"] for a in layers])
 
 
 def test_the_longest_shared_start_wins_and_reads_only_that_prefix(tmp_path):
@@ -89,7 +89,8 @@ def test_a_header_with_a_flipped_bit_counts_as_none(tmp_path):
     store = PrefixStore(tmp_path, "m", min_reuse=4)
     save(store, list(range(40)), *rows(40))
     (entry,) = [p for p in store.folder.iterdir() if p.suffix == ".kv"]
-    for good, bad in ((b"float32", b"float36"), (b'"heads": 2', b'"heads": "x"')):
+    for good, bad in ((b"float32", b"float36"), (b'"shape": [2', b'"shape": ["x"'), (b'"items": 40', b'"items": 41'),
+                      (b'"unit": 1', b'"unit": 3')):
         whole = entry.read_bytes()
         entry.write_bytes(whole.replace(good, bad, 1))
         assert store.longest(list(range(40))) is None
@@ -270,3 +271,104 @@ def test_the_plan_counts_a_cached_prompt_as_read_not_prefilled(tmp_path):
     assert again.plan.est_seconds < first.plan.est_seconds
     off = prepare([str(PDF)], "Who is the chair?", "ask", replace(settings, prompt_cache=False), NullReporter())
     assert off.plan.cached_tokens == 0
+
+
+# Quantized pages: a row depends on the chunks its prompt was prefilled in, so an entry
+# keeps the whole chunks before the prompt's last (pages, scales, summaries, exact sinks).
+@pytest.mark.parametrize("kv_dtype,attention,kept", [("int4", "topk", 256), ("int8", "window", 320),
+                                                     ("int8", "dense", 320), ("fp8", "topk", 256)])
+def test_reused_pages_give_the_tokens_of_a_fresh_prefill(tiny_models, tmp_path, kv_dtype, attention, kept):
+    folder = tiny_models["llama"]
+    g = torch.Generator().manual_seed(11)
+    document = torch.randint(0, 256, (300,), generator=g).tolist()
+    questions = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (40, 52)]
+    opts = dict(weights="fp32", kv_dtype=kv_dtype, attention=attention, block_size=16, prefill_chunk=64,
+                kv_budget_bytes=16 << 20)
+    plain = NativeBackend.load(folder, **opts)
+    cached = NativeBackend.load(folder, **opts, prefix_cache=tmp_path)
+    cached.engine.prefix.min_reuse, cached.engine.prefix.min_tokens = 64, 128
+    hold = [[] for _ in range(6)]  # pages handed out of order, as in a busy cache
+    for t in hold:
+        cached.engine.blocks.grow(t, 32)
+    for t in hold[::2]:
+        cached.engine.blocks.free(t)
+
+    # 340 tokens: chunks of 64 up to 256, then (topk) 52 + 32 so the question's last
+    # queries share one chunk, or (no question pages) 64 + 20.
+    first, st = generate(cached, document + questions[0], KEEP)
+    assert st.kept_tokens == kept and st.reused_tokens == 0
+    assert first == generate(plain, document + questions[0], KEEP)[0]
+    second, st = generate(cached, document + questions[1], KEEP)
+    assert st.reused_tokens == 256 and st.kept_tokens == 0  # the document's whole chunks; 64 new: no entry
+    assert second == generate(plain, document + questions[1], KEEP)[0]
+    again, st = generate(cached, document + questions[0], KEEP)
+    assert st.reused_tokens == kept and again == first
+
+
+def test_pages_of_other_settings_are_not_read(tiny_models, tmp_path):
+    folder = tiny_models["llama"]
+    prompt = torch.randint(0, 256, (299,), generator=torch.Generator().manual_seed(3)).tolist()
+    opts = dict(weights="fp32", block_size=16, prefill_chunk=64, kv_budget_bytes=16 << 20, prefix_cache=tmp_path)
+    stores = set()
+    for kw in (dict(kv_dtype="int4", attention="topk"), dict(kv_dtype="int8", attention="topk"),
+               dict(kv_dtype="int4", attention="window"), dict(kv_dtype="int4", attention="topk", prefill_chunk=128),
+               dict(kv_dtype="int4", attention="topk", rope_scaling="linear:2")):
+        b = NativeBackend.load(folder, **{**opts, **kw})
+        b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 64
+        generate(b, prompt, KEEP)
+        assert b.engine.stats.reused_tokens == 0 and b.engine.stats.kept_tokens > 0
+        stores.add(b.engine.prefix.folder)
+    assert len(stores) == 5
+    served = NativeBackend.load(folder, **opts, kv_dtype="int4", attention="topk", kv_windows=4)  # staging differs
+    served.engine.prefix.min_reuse = 64
+    generate(served, prompt, KEEP)
+    assert served.engine.stats.reused_tokens > 0
+
+
+def test_a_damaged_page_entry_is_prefilled_whole(tiny_models, tmp_path):
+    folder = tiny_models["llama"]
+    prompt = torch.randint(0, 256, (330,), generator=torch.Generator().manual_seed(4)).tolist()
+    b = NativeBackend.load(folder, weights="fp32", kv_dtype="int4", attention="topk", block_size=16, prefill_chunk=64,
+                           kv_budget_bytes=16 << 20, prefix_cache=tmp_path)
+    b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 64
+    want, _ = generate(b, prompt, KEEP)
+    (entry,) = b.engine.prefix.folder.glob("*.kv")
+    entry.write_bytes(entry.read_bytes()[:-4096])
+    got, st = generate(b, prompt, KEEP)
+    assert got == want and st.reused_tokens == 0
+
+
+def test_the_plan_counts_a_sparse_reads_pages_and_prefers_their_kind(tmp_path):
+    """An input far past the window: its count needs the model's tokenizer only when the
+    store holds pages in whole chunks, and the chunks a run would read are counted."""
+    from ktcli.config import Settings
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+    from ktcli.engine.prefix_store import whole_chunks
+    from ktcli.engine.tokenizer import load_chat_tokenizer
+    from ktcli.pipeline import prompts
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.prepare import prepare
+    from tests.cli.conftest import SAMPLES, fresh_cache
+
+    doc = tmp_path / "tutorial-part.rst"
+    lines = (SAMPLES / "python-tutorial-3.11.rst").read_text(encoding="utf-8").split("\n")[:1450]
+    doc.write_text("\n".join(lines), encoding="utf-8")
+    question = "What does the pass statement do?"
+    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu", mode="sparse")
+    first = prepare([str(doc)], question, "ask", settings, NullReporter())
+    assert first.plan.cached_tokens == 0 and first.plan.kv_dtype == "int8"  # the preferred kind
+
+    folder = ensure_hf_dir(resolve_model("smollm2"), settings.cache_path)
+    ids = load_chat_tokenizer(folder).apply_chat_template(
+        prompts.ask_messages(question, prompts.whole_input(first.corpus.documents)), add_generation_prompt=True)
+    held = (len(ids) - 100) // 64 * 64  # an earlier question's whole chunks, of int4 topk pages
+    store = PrefixStore(settings.cache_path / "prompts", "int4-topk", described=prompt_cache_description(
+        folder, "int8", "int4", "cpu", "topk", 512, 32))
+    assert store.save(ids[:held], lambda i: {"k_pages": torch.zeros(held // 64, 2)}, 2, unit=64)
+    again = prepare([str(doc)], question, "ask", settings, NullReporter())
+    assert again.plan.kv_dtype == "int4" and again.plan.attention == "topk"
+    assert again.plan.cached_tokens == whole_chunks(held, len(ids), 512, 32) > 0
+    assert again.plan.est_seconds < first.plan.est_seconds / 2
+    auto = prepare([str(doc)], question, "ask", replace(settings, mode="auto"), NullReporter())
+    assert auto.plan.mode.value == "retrieval"  # auto does not switch to sparse, but says it is quick now
+    assert any("int4 topk pages are in the prompt cache" in r for r in auto.plan.reasons)
