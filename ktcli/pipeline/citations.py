@@ -149,14 +149,29 @@ def _running_lines(lines: list[_Line]) -> set[int]:
     sample PDF they were cited beside (never instead of) the fact's line on 6 of 18
     answers, and such a citation points at nothing. A line needs three words of letters to
     count: table rows ('Q3 2023 | 5.87 | 39.6%') also differ only in their numbers. Paged
-    documents only: in a text file, lines that repeat (log lines) are content."""
+    documents only: in a text file, lines that repeat (log lines) are content. Nor do lines
+    whose numbers say something of their own ('Revenue in Q3 2023 was $5.87 million.' on
+    each quarter's page): a running line's numbers are the same on every page or follow
+    the page number (`_numbers_are_running`)."""
     shapes: dict[str, list[int]] = {}  # line shape -> the indices of paged lines with it
     for i, line in enumerate(lines):
         if line.chunk.span.page is not None and len(_LETTER_WORD.findall(line.text)) >= 3:
             shapes.setdefault(_DIGITS.sub("#", line.text.strip().lower()), []).append(i)
     return {i for same in shapes.values()
             if len({(lines[i].chunk.span.path, lines[i].chunk.span.page) for i in same}) >= RUNNING_PAGES
+            and _numbers_are_running([lines[i] for i in same])
             for i in same}
+
+
+def _numbers_are_running(same: list[_Line]) -> bool:
+    """Whether each number of lines of one shape is the same on every page or the page
+    number plus a constant ('page 3 of 12', '- 14 -' on page 13)."""
+    numbers = [[int(x) for x in _DIGITS.findall(line.text)] for line in same]
+    pages = [line.chunk.span.page for line in same]
+    for column in zip(*numbers):
+        if len(set(column)) > 1 and len({x - page for x, page in zip(column, pages)}) > 1:
+            return False
+    return True
 
 
 def _span_around(lines: list[_Line], i: int, context: int) -> Span:

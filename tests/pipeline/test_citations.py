@@ -113,6 +113,23 @@ def test_running_headers_are_not_cited():
     assert [c.span.line_start for c in attribute("Q3 revenue was 5.87.", pages, context=0)] == [91]
 
 
+def test_a_line_repeated_with_numbers_of_its_own_on_each_page_stays_citable():
+    """'Revenue in Q3 2023 was $5.87 million.' on each quarter's page is content, not a
+    running line: its figures differ from page to page without following the page."""
+    pages = [chunk("quarters.pdf", 1 + 10 * q, [f"Quarter {q} review", "The board met twice this quarter.",
+                                                 f"Revenue in Q{q} 2023 was ${v} million."], ordinal=q, page=q)
+             for q, v in zip(range(1, 5), ("4.12", "4.98", "5.87", "5.83"))]
+    cites = attribute("Revenue in Q3 2023 was $5.87 million.", pages, context=0)
+    assert cites and cites[0].span.page == 3
+    # A footer whose number follows the page ('page 2 of 4') or stays is still running.
+    footers = [chunk("r.pdf", 1 + 10 * p, ["Acme Lantern Works annual report, page %d of 4" % p, body],
+                     ordinal=p, page=p)
+               for p, body in zip(range(1, 5), ("Wicks were trimmed.", "Glass was cleaned.",
+                                                "Lamp oil costs rose by 9 percent.", "Brass was polished."))]
+    cites = attribute("Acme Lantern Works: lamp oil costs rose by 9 percent.", footers, context=0)
+    assert [(c.span.page, c.span.line_start) for c in cites] == [(3, 32)]
+
+
 def test_repeated_lines_of_a_text_file_stay_citable():
     log = chunk("app.log", 1, [f"2026-12-0{d} 12:00 ERROR pump controller lost its link" for d in range(1, 6)])
     assert attribute("The pump controller lost its link.", [log], context=0)
