@@ -73,9 +73,16 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if not data:
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE)
     kind = doc_kind_for_name(name)
-    # A PDF's header may follow some junk (readers look in the first KB).
-    if b"%PDF-" in data[:1024]:
-        return _pdf_document(data, display)
+    # A PDF's header may follow some junk (readers look in the first KB). A file named as
+    # text or code is a PDF only if it starts with one: a Python PDF writer or notes about
+    # the format hold "%PDF-1.4" near their start, and were refused as corrupt PDFs.
+    if data.startswith(b"%PDF-") or (kind in (None, "pdf") and b"%PDF-" in data[:1024]):
+        try:
+            return _pdf_document(data, display)
+        except RejectedInput:
+            if kind in (None, "pdf"):
+                raise
+            # named as text and starting like a PDF, yet not one: read as what its name says
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
                             "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")

@@ -386,6 +386,20 @@ def test_corrupt_pdf(write, data: bytes) -> None:
     assert "broken.pdf" in message and ("corrupt" in message or "PDF" in message)
 
 
+def test_text_and_code_that_mention_the_pdf_header_are_read_as_what_they_are(write) -> None:
+    """A PDF writer in Python and notes about the format hold "%PDF-" in their first KB:
+    they were refused as corrupt PDFs, and a folder of them lost them."""
+    code = load_one(write("pdfwriter.py", b'"""Write minimal PDFs."""\nMAGIC = b"%PDF-1.4"\n\ndef header():\n    return MAGIC\n'))
+    assert code.kind == "code" and 'MAGIC = b"%PDF-1.4"' in code.text
+    notes = load_one(write("format.md", b"# PDF\n\nEvery PDF file starts with `%PDF-1.7`.\n"))
+    assert notes.kind == "markdown" and "%PDF-1.7" in notes.text
+    # named as text yet starting like a PDF that is not one: read as text
+    odd = load_one(write("odd.txt", b"%PDF- is how a PDF starts; this is a note about it.\n"))
+    assert odd.kind == "text" and odd.text.startswith("%PDF-")
+    # a real PDF under a text name is still a PDF
+    assert load_one(write("report.txt", make_text_pdf([["page one text"]]))).kind == "pdf"
+
+
 def test_non_latin_utf16_without_a_bom_is_named_in_the_binary_report(write) -> None:
     # It cannot be told from binary for sure (random bytes decode to CJK too), but the hint
     # said "ktcli reads text" to a user who had given text.
