@@ -6,6 +6,7 @@ Table rows and headings stay one line each."""
 from __future__ import annotations
 
 import re
+import sys
 
 from bs4 import BeautifulSoup, NavigableString, Tag
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
@@ -76,12 +77,25 @@ class _Lines:
         self.pending_blank = False
 
 
+_MAX_NESTING = 50_000
+
+
 def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
     """The page's visible text, and for each of its lines the markup's line (1-based) it
     starts on, so that citations name lines of the file the user has."""
     soup = BeautifulSoup(markup, "html.parser")
     out = _Lines()
-    _walk(soup, out, _Cursor())
+    # The walk recurses once per level of nesting: old markup that never closes its
+    # <font> tags nests one level per line (1,500 lines passed Python's limit of 1,000).
+    # Python frames cost no C stack here (3.11+), so the limit is lifted for the walk.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, _MAX_NESTING))
+    try:
+        _walk(soup, out, _Cursor())
+    except RecursionError:
+        raise ValueError(f"HTML nested more than {_MAX_NESTING:,} levels deep") from None
+    finally:
+        sys.setrecursionlimit(limit)
     out.newline()
     lines, sources = out.lines, out.sources
     # The <title> names the page (often more than its first heading); <head> is dropped as

@@ -169,7 +169,10 @@ def _html_document(markup: str, display: str) -> Document:
     # Imported here: BeautifulSoup and pypdf cost ~0.15 s of every start, used or not.
     from ktcli.ingest.htmltext import html_to_text
 
-    text, source_lines = html_to_text(markup)
+    try:
+        text, source_lines = html_to_text(markup)
+    except ValueError as e:
+        raise RejectedInput(display, f"unreadable HTML ({e})") from None
     if not text.strip():
         raise RejectedInput(display, "HTML page without visible text")
     return replace(_text_document(text, display, "html", None), source_lines=source_lines)

@@ -62,6 +62,9 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             pages = list(reader.pages)
         except RejectedInput:
             raise
+        except NotImplementedError as e:  # pypdf: "only Standard PDF encryption handler is available"
+            raise RejectedInput(display, f"PDF that cannot be opened ({_short(e)})",
+                                "a certificate or DRM security handler: export it without one") from None
         except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError) as e:
             raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e)})") from None
         texts: list[str] = []

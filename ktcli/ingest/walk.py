@@ -194,6 +194,12 @@ class _Walker:
         except RejectedInput as e:
             self.skip(rel, e.reason)
             return
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, NotImplementedError, RecursionError) as e:
+            # A reader's own failure on one odd file (a parser's edge case): that file is
+            # reported, and the folder's others are still read, instead of a run that ends
+            # on an internal error having read none of them.
+            self.skip(rel, f"could not be read ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
+            return
         self.seen.add(real)
         self.result.documents.append(document)
 

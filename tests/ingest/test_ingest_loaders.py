@@ -400,6 +400,26 @@ def test_text_and_code_that_mention_the_pdf_header_are_read_as_what_they_are(wri
     assert load_one(write("report.txt", make_text_pdf([["page one text"]]))).kind == "pdf"
 
 
+def test_a_pdf_locked_by_a_certificate_handler_is_one_line(write) -> None:
+    """pypdf raises NotImplementedError for handlers other than /Standard: that was an
+    internal error, which also stopped a folder's other files being read."""
+    data = encrypt_pdf(make_text_pdf([["Open sesame"]]), user_password="").replace(b"/Standard", b"/PubSec01")
+    message = input_error(write("locked.pdf", data))
+    assert "locked.pdf: PDF that cannot be opened" in message and "security handler" in message
+    write("fine.txt", b"a readable note\n")
+    corpus = load_corpus([str(Path(write("locked.pdf", data)).parent)])
+    assert [d.path.endswith("fine.txt") for d in corpus.documents] == [True]
+    assert any("locked.pdf" in s.path for s in corpus.skipped)
+
+
+def test_deeply_nested_html_is_read(write) -> None:
+    """Markup that never closes its <font> tags nests a level per line: 1,500 lines were an
+    internal error (RecursionError)."""
+    markup = "<html><body>" + "".join(f"<font color=red>line {i}<br>\n" for i in range(3000)) + "</body></html>"
+    doc = load_one(write("deep.html", markup.encode()))
+    assert doc.text.split("\n")[0] == "line 0" and "line 2999" in doc.text
+
+
 def test_non_latin_utf16_without_a_bom_is_named_in_the_binary_report(write) -> None:
     # It cannot be told from binary for sure (random bytes decode to CJK too), but the hint
     # said "ktcli reads text" to a user who had given text.

@@ -330,3 +330,24 @@ def test_a_folder_that_cannot_be_looked_into_is_reported_not_an_internal_error(w
     monkeypatch.setattr(Path, "is_dir", lambda self: (_ for _ in ()).throw(PermissionError(13, "Permission denied")))
     with pytest.raises(InputError, match="unreadable"):
         load_corpus([str(tmp_path / "locked" / "a.txt")])
+
+
+def test_a_readers_own_failure_on_one_file_skips_that_file_only(tmp_path, monkeypatch) -> None:
+    """One file a parser trips over (its edge case, not the user's error) is reported;
+    the folder's other files are read."""
+    from ktcli.ingest import loaders
+
+    (tmp_path / "odd.md").write_text("# odd\n")
+    (tmp_path / "fine.txt").write_text("a readable note\n")
+    real = loaders._typed_document
+
+    def trips(text, display, name, kind, is_stdin):
+        if name == "odd.md":
+            raise IndexError("list index out of range")
+        return real(text, display, name, kind, is_stdin)
+
+    monkeypatch.setattr(loaders, "_typed_document", trips)
+    corpus = load_corpus([str(tmp_path)])
+    assert [Path(d.path).name for d in corpus.documents] == ["fine.txt"]
+    (skipped,) = corpus.skipped
+    assert skipped.path.endswith("odd.md") and "could not be read (IndexError: list index out of range)" in skipped.reason
