@@ -70,6 +70,7 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
+        pictured = 0  # pages whose content is images, with no or almost no text
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
             try:
@@ -87,6 +88,13 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
                 elif not raw.strip() and _has_images(page):
                     # a scanned page amid text pages: its words are in a picture we cannot read
                     unread.append((number, "no text layer, only images (a scanned page?)"))
+                    pictured += 1
+                elif len(raw.strip()) < _FEW_CHARACTERS and _has_images(page):
+                    # a scan with a stamp (Bates number, fax header, scanner date): the stamp
+                    # read, the page's words not, and nothing said
+                    unread.append((number, f"only {len(raw.strip())} characters of text beside images "
+                                           "(a scanned page with a stamp?)"))
+                    pictured += 1
             if _may_hold_table(raw):
                 raw = _rejoin_rows(raw, _layout_text(page))
             notes = _annotation_lines(page, raw)
@@ -99,6 +107,10 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         if failures == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         return _no_text(display, len(pages))
+    if pictured == len(pages):
+        n_chars = sum(len(t.strip()) for t in texts)
+        raise RejectedInput(display, f"only {n_chars} characters of text on its {len(pages)} page(s), the rest "
+                                     "images (a scanned PDF with stamps?)", "run OCR first, e.g. `ocrmypdf in.pdf out.pdf`")
     return texts, unread
 
 
@@ -234,13 +246,31 @@ def _plain(value) -> str:  # type: ignore[no-untyped-def]
     return " ".join(text.removeprefix("/").split())
 
 
+# A page with less text than this beside an image is taken for a scan with a stamp.
+_FEW_CHARACTERS = 100
+_INLINE_IMAGE = re.compile(rb"(?:^|\s)BI\s")
+
+
 def _has_images(page) -> bool:  # type: ignore[no-untyped-def]
-    """Whether the page draws an image XObject of its own (not looked for inside forms)."""
+    """Whether the page draws an image: an image XObject of its own or inside a form
+    XObject (pdfpages and pdfjam put scanned pages in forms), or an inline image."""
     try:
-        xobjects = (page.get("/Resources") or {}).get("/XObject") or {}
-        return any(xobjects[name].get_object().get("/Subtype") == "/Image" for name in xobjects)
+        if _draws_image(page.get("/Resources"), depth=0):
+            return True
+        contents = page.get_contents()
+        return contents is not None and _INLINE_IMAGE.search(contents.get_data()) is not None
     except Exception:  # noqa: BLE001 - a malformed resource dictionary: no claim either way
         return False
+
+
+def _draws_image(resources, depth: int) -> bool:  # type: ignore[no-untyped-def]
+    xobjects = (resources or {}).get("/XObject") or {}
+    for name in xobjects:
+        xobject = xobjects[name].get_object()
+        kind = xobject.get("/Subtype")
+        if kind == "/Image" or (kind == "/Form" and depth < 4 and _draws_image(xobject.get("/Resources"), depth + 1)):
+            return True
+    return False
 
 
 def _no_text(display: str, n_pages: int) -> list[str]:

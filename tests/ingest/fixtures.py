@@ -102,6 +102,36 @@ def make_pdf_with_a_scanned_page(before: str, after: str) -> bytes:
     return buffer.getvalue()
 
 
+def make_stamped_scan_pdf(stamps: list[str], texts: dict[int, str] | None = None, in_form: bool = False) -> bytes:
+    """Pages that are an image with a small text stamp each (Bates numbers on a scan), or
+    with `texts[i]` of real text; `in_form`: the images drawn inside form XObjects, as
+    pdfpages/pdfjam place scanned pages."""
+    from PIL import Image
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.utils import ImageReader
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    image = ImageReader(Image.new("RGB", (8, 8), (230, 230, 230)))
+    for i, stamp in enumerate(stamps):
+        if in_form:
+            pdf.beginForm(f"scan{i}")
+            pdf.drawImage(image, 0, 0, 595, 842)
+            pdf.endForm()
+            pdf.doForm(f"scan{i}")
+        else:
+            pdf.drawImage(image, 0, 0, 595, 842)
+        pdf.setFont("Helvetica", 6)
+        pdf.drawString(500, 20, stamp)
+        if texts and i in texts:
+            pdf.setFont("Helvetica", 11)
+            pdf.drawString(72, 700, texts[i])
+        pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
 def make_form_pdf(text: str, fields: dict[str, str], comment: str) -> bytes:
     """One page of `text` with filled-in text fields (reportlab's AcroForm: name ->
     value; the tooltip is "<name> label") and a sticky-note comment."""

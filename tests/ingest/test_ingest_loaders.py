@@ -16,6 +16,7 @@ from tests.ingest.fixtures import (
     make_form_pdf,
     make_image_only_pdf,
     make_pdf_with_a_scanned_page,
+    make_stamped_scan_pdf,
     make_table_pdf,
     make_text_pdf,
     make_two_column_pdf,
@@ -330,6 +331,19 @@ def test_a_scanned_page_among_text_pages_is_reported(write) -> None:
     assert "no text layer on any of its 3 pages" in input_error(write("scans.pdf", scans))
     # a page that is blank (no text, no image) is not news
     assert not load_corpus([str(write("blank.pdf", make_text_pdf([["one"], [], ["three"]])))]).skipped
+
+
+def test_scans_with_a_stamp_are_reported_and_a_file_of_them_refused(write) -> None:
+    """A scan with a Bates number or fax header has a few characters of text: it was read
+    as those characters, the page's words lost without a word."""
+    message = input_error(write("bates.pdf", make_stamped_scan_pdf(["ACME000001", "ACME000002", "ACME000003"])))
+    assert "only 30 characters of text on its 3 page(s), the rest images" in message and "ocrmypdf" in message
+    long = "The lease runs for five years from the first of March, at a rent agreed by both parties, reviewed each spring."
+    for in_form in (False, True):  # also a scan placed inside a form XObject
+        path = write("mixed.pdf", make_stamped_scan_pdf(["A1", "A2", "A3"], {0: long, 2: long}, in_form=in_form))
+        corpus = load_corpus([str(path)])
+        assert [s.path for s in corpus.skipped] == [f"{path} p.2"]
+        assert "only 2 characters of text beside images" in corpus.skipped[0].reason
 
 
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
