@@ -126,6 +126,7 @@ class ModelFacts:
     host_bytes: int = 0  # the process around the model where the budget is RAM (plan.estimates)
     sliding_window: bool = False  # some layers attend to a window only: no paged (sparse/quantized) KV for it
     model_type: str = "llama"  # config.json's: the ktcli engine runs llama, mistral, qwen2 and qwen3
+    quantized: str = ""  # config.json's quantization method (fp8, gptq, awq...): not for the ktcli engine
     max_position: int = 0  # the trained window, before the config's RoPE scaling (0: context_window)
 
 

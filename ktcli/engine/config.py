@@ -86,7 +86,25 @@ def rope_params(cfg: dict) -> dict:
     return params
 
 
+def quantization_method(cfg: dict) -> str:
+    """The checkpoint's quantization method ("fp8", "gptq", ...), or "" for float weights."""
+    q = cfg.get("quantization_config") or cfg.get("text_config", {}).get("quantization_config")
+    if not q:
+        return ""
+    return str(q.get("quant_method") or "unknown") if isinstance(q, dict) else "unknown"
+
+
+def quantized_refusal(method: str) -> str:
+    return (f"a {method}-quantized checkpoint: the ktcli engine reads float weights (fp32, bf16, fp16) and "
+            "would read its codes as numbers; use --engine hf, or a dequantized copy of the model")
+
+
 def from_hf_dict(cfg: dict) -> ModelConfig:
+    # Its weights are codes with scales beside them (FP8 releases: weight_scale_inv): read
+    # as floats, they loaded without a word and generated noise.
+    method = quantization_method(cfg)
+    if method:
+        raise UsageError(quantized_refusal(method))
     cfg = cfg.get("text_config", cfg)
     model_type = cfg.get("model_type", "llama")
     if model_type not in SUPPORTED:

@@ -302,6 +302,9 @@ _CONFIG_ALIASES = {"num_attention_heads": "n_head", "hidden_size": "n_embd", "nu
 
 
 def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
+    from ktcli.engine.config import quantization_method
+
+    quantized = quantization_method(cfg)
     cfg = cfg.get("text_config", cfg)
     cfg = {**{k: cfg[old] for k, old in _CONFIG_ALIASES.items() if k not in cfg and cfg.get(old)}, **cfg}
     n_heads = cfg["num_attention_heads"]
@@ -320,6 +323,7 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
         intermediate_size=int(cfg.get("intermediate_size") or 4 * int(cfg.get("hidden_size", 0))),
         sliding_window=any(w is not None for w in sliding_windows(cfg)),
         model_type=str(cfg.get("model_type", "llama")),
+        quantized=quantized,
     )
 
 

@@ -305,10 +305,12 @@ def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) ->
     """What the ktcli engine cannot run, refused before any work (the plan showed a plan
     for it): a model type it does not implement, and the flags that need the paged KV
     cache for a model with sliding-window layers (the plan proposed sparse for one)."""
-    from ktcli.engine.config import SLIDING_WINDOW_REFUSAL, SUPPORTED
+    from ktcli.engine.config import SLIDING_WINDOW_REFUSAL, SUPPORTED, quantized_refusal
 
     if settings.engine != "ktcli" or settings.backend != "local":
         return
+    if facts.quantized:
+        raise UsageError(f"--model {settings.model}: {quantized_refusal(facts.quantized)}")
     if facts.model_type not in SUPPORTED:
         raise UsageError(f"model type {facts.model_type!r} is not supported by the ktcli engine (use --engine hf)")
     if not facts.sliding_window:

@@ -124,6 +124,25 @@ def test_a_model_that_is_not_one_is_usage_error(cache, tmp_path):
     assert_one_line_error(proc, 2, "config.json lacks 'num_attention_heads'")
 
 
+def test_a_quantized_checkpoint_is_refused_by_our_engine(cache, tmp_path):
+    """An FP8 release's codes read as floats loaded without a word and generated noise."""
+    folder = tmp_path / "fp8model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
+        "intermediate_size": 128, "vocab_size": 256,
+        "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}))
+    (folder / "model.safetensors").write_bytes(b"\x02\x00\x00\x00\x00\x00\x00\x00{}")  # a header, no tensors
+    for command in (["plan"], ["ask"]):
+        proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(folder)], cache)
+        assert_one_line_error(proc, 2, "a fp8-quantized checkpoint: the ktcli engine reads float weights")
+    from ktcli.engine.config import from_hf_dict
+    from ktcli.errors import UsageError
+
+    with pytest.raises(UsageError, match="fp8-quantized"):  # the engine's own guard (API, serve)
+        from_hf_dict(json.loads((folder / "config.json").read_text()))
+
+
 def test_bad_model_fails_before_reading_input(cache, tmp_path):
     # a typo in --model is reported first, not after walking (here: failing on) the input
     proc = run_ktcli(["ask", str(tmp_path / "absent.txt"), "q", "--model", "smollm"], cache)
