@@ -332,8 +332,13 @@ def _read_header_and_ids(f) -> tuple[dict, np.ndarray]:
             if a["per_unit"] and a["items"] != head["tokens"] // head["unit"]:
                 raise ValueError(f"{a['name']}: {a['items']} items for {head['tokens']} tokens")
         n = head["tokens"]
-    except (KeyError, TypeError, AttributeError) as e:
+        # The file is exactly what the header says, so a count changed by a flipped bit
+        # (300 tokens read as 100) reads nothing, not rows of other tokens.
+        size = f.tell() + 4 * n + head["layers"] * sum(a["items"] * _item_bytes(a) for a in head["arrays"])
+    except (KeyError, TypeError, AttributeError, OverflowError) as e:
         raise ValueError(f"bad header: {e}") from None
+    if os.fstat(f.fileno()).st_size != size:
+        raise ValueError("the file's size is not its header's")
     ids = np.frombuffer(f.read(4 * n), dtype=np.int32)
     if len(ids) != n:
         raise ValueError("short read")

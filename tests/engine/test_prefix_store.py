@@ -76,10 +76,11 @@ def test_a_damaged_entry_counts_as_none(tmp_path):
     save(store, list(range(40)), *rows(40))
     (entry,) = store.folder.iterdir()
     whole = entry.read_bytes()
-    entry.write_bytes(whole[:-100])  # rows cut short: the ids still match, the rows fail to read
     match = store.longest(list(range(40)))
+    entry.write_bytes(whole[:-100])  # rows cut short after the lookup: their read fails
     with pytest.raises(ValueError):
         load(store, match, 40)
+    assert store.longest(list(range(40))) is None  # and the next lookup finds no entry
     entry.write_bytes(whole[:60])  # the header cut short: no entry
     assert store.longest(list(range(40))) is None
 
@@ -90,7 +91,8 @@ def test_a_header_with_a_flipped_bit_counts_as_none(tmp_path):
     save(store, list(range(40)), *rows(40))
     (entry,) = [p for p in store.folder.iterdir() if p.suffix == ".kv"]
     for good, bad in ((b"float32", b"float36"), (b'"shape": [2', b'"shape": ["x"'), (b'"items": 40', b'"items": 41'),
-                      (b'"unit": 1', b'"unit": 3')):
+                      (b'"unit": 1', b'"unit": 3'), (b'"tokens": 40', b'"tokens": 20'),  # rows of other tokens
+                      (b'"tokens": 40', b'"tokens": 4000000000000'), (b'"tokens": 40', b'"tokens": 1e400')):
         whole = entry.read_bytes()
         entry.write_bytes(whole.replace(good, bad, 1))
         assert store.longest(list(range(40))) is None
