@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
+from ktcli.engine.detokenize import StopStrings
 from ktcli.engine.tokenizer import load_chat_tokenizer
 from ktcli.errors import BackendError, InputError
 
@@ -104,11 +105,22 @@ class HFBackend:
         thread = threading.Thread(target=work, daemon=True)
         thread.start()
         ttft = 0.0
+        # transformers stops *after* the token that completes a stop string, and the
+        # streamer has already passed its text on ("... 4, 5" for stop "5"): cut it here, as
+        # the native engine does.
+        stops = StopStrings(params.stop)
         try:
             for piece in streamer:
                 if not ttft and piece:
                     ttft = time.perf_counter() - start
-                yield piece
+                piece = stops.feed(piece)
+                if piece:
+                    yield piece
+                if stops.stopped:
+                    break
+            tail = stops.flush()
+            if tail:
+                yield tail
         finally:
             cancel.set()
             thread.join()
