@@ -313,7 +313,9 @@ class Engine:
         for s in prefill:
             if budget <= 0:
                 break
-            n = self._chunk_len(s, budget)
+            # The first always gets some: a chunk cut as if alone (question pages) may be
+            # longer than a mixed step's budget, and an empty step failed.
+            n = self._chunk_len(s, budget if batch else max(budget, self.prefill_chunk))
             if n > 0:
                 batch.append((s, n))
                 budget -= n

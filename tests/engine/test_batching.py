@@ -133,6 +133,20 @@ def test_a_long_prompt_that_joins_does_not_freeze_the_running_streams(tiny_model
     assert mixed == alone and engine.blocks.num_used == 0
 
 
+def test_a_chunk_longer_than_a_mixed_steps_budget_still_runs(tiny_models, monkeypatch):
+    """With question pages a prompt's chunks are cut as if alone, and may be longer than a
+    step's budget while others decode: the step was empty and failed (IndexError)."""
+    from ktcli.engine import runner as runner_module
+    from ktcli.engine.native import NativeBackend
+
+    monkeypatch.setattr(runner_module, "MIXED_PREFILL_CHUNK", 32)
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", kv_dtype="fp32", attention="topk",
+                                block_size=16, prefill_chunk=64, kv_budget_bytes=16 << 20).engine
+    long_prompt = [(i * 7) % 250 + 1 for i in range(300)]
+    out = list(engine.generate([[5, 6, 7], long_prompt], SamplingParams(max_new_tokens=6), frozenset()))
+    assert sorted({i for i, _ in out}) == [0, 1] and engine.blocks.num_used == 0
+
+
 def test_a_sequence_that_ends_with_eos_is_reported_in_its_step(runner):
     # The engine does not yield EOS: a server answered such a request only when the
     # whole batch ended (and it held its batch slot until then).
