@@ -83,7 +83,18 @@ def rope_params(cfg: dict) -> dict:
     for key in ("partial_rotary_factor",):
         if key in cfg and key not in params:
             params[key] = cfg[key]
+    # Values transformers fills in where a config leaves them out (a llama3 config without
+    # its original window was an internal KeyError; yarn's "factor": null a TypeError).
+    max_position = cfg.get("max_position_embeddings")
+    if kind in ("llama3", "yarn", "longrope") and not params.get("original_max_position_embeddings") and max_position:
+        params["original_max_position_embeddings"] = int(max_position)
+    if kind == "yarn" and params.get("factor") is None:
+        original = params.get("original_max_position_embeddings") or max_position or 1
+        params["factor"] = float(max_position or original) / float(original)
     return params
+
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
 
 
 def quantization_method(cfg: dict) -> str:
@@ -109,6 +120,10 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
     model_type = cfg.get("model_type", "llama")
     if model_type not in SUPPORTED:
         raise UsageError(f"model type {model_type!r} is not supported by the ktcli engine (use --engine hf)")
+    rope = rope_params(cfg)
+    if rope["rope_type"] not in ROPE_TYPES:  # was an internal error at the first forward
+        raise UsageError(f"RoPE type {rope['rope_type']!r} is not supported by the ktcli engine "
+                         f"({', '.join(ROPE_TYPES)}; use --engine hf)")
     n_heads = int(cfg["num_attention_heads"])
     hidden = int(cfg["hidden_size"])
     n_layers = int(cfg["num_hidden_layers"])
@@ -128,7 +143,7 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
         head_dim=head_dim,
         rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         max_position=int(cfg.get("max_position_embeddings", 2048)),
-        rope=rope_params(cfg),
+        rope=rope,
         tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         # Qwen2 always has q/k/v biases; its config does not say so.
         qkv_bias=True if model_type == "qwen2" else default_bias,

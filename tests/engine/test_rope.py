@@ -61,3 +61,31 @@ def test_table_rotates_interleaved_pairs_like_rotate_half():
     rot = table.get(pos, 201)
     ours = torch.view_as_real(torch.view_as_complex(x[:, perm].reshape(3, d // 2, 2)) * rot).reshape(3, d)
     torch.testing.assert_close(ours, ref[:, perm], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("params", [
+    {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0},
+    {"rope_type": "yarn", "rope_theta": 10000.0, "factor": None, "original_max_position_embeddings": 1024},
+], ids=["llama3-without-original", "yarn-factor-null"])
+def test_values_a_config_leaves_out_are_filled_in_as_transformers_does(params):
+    """A llama3 config without its original window was an internal KeyError, yarn's
+    "factor": null a TypeError; transformers fills them in from the config."""
+    from ktcli.engine.config import rope_params
+
+    ours, factor = inv_freq(rope_params({"rope_parameters": dict(params), "max_position_embeddings": 4096}), 64, 4096)
+    # transformers' own defaults: the original window is max_position_embeddings, and a
+    # missing yarn factor is max_position_embeddings over the original window (4096 / 1024)
+    filled = {"original_max_position_embeddings": 4096, **{k: v for k, v in params.items() if v is not None}}
+    ref, ref_factor = _hf({"factor": 4.0, **filled} if params["rope_type"] == "yarn" else filled)
+    torch.testing.assert_close(ours, ref.float(), rtol=1e-6, atol=0)
+    assert factor == pytest.approx(ref_factor)
+
+
+def test_an_unknown_rope_type_is_refused_when_the_config_is_read():
+    from ktcli.engine.config import from_hf_dict
+    from ktcli.errors import UsageError
+
+    cfg = {"model_type": "llama", "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
+           "intermediate_size": 128, "vocab_size": 256, "rope_scaling": {"rope_type": "longrope", "factor": 4.0}}
+    with pytest.raises(UsageError, match="RoPE type 'longrope' is not supported"):
+        from_hf_dict(cfg)
