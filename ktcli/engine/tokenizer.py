@@ -100,7 +100,10 @@ class ChatTokenizer:
 
         if not self.chat_template:
             raise InputError("this model has no chat template")
-        template = _compile(self.chat_template)
+        try:
+            template = _compile(self.chat_template)
+        except TemplateError as e:
+            raise ChatTemplateError(f"the model's chat template cannot be read: {e}") from None
         kwargs = dict(add_generation_prompt=add_generation_prompt, bos_token=self.bos_token or "",
                       eos_token=self.eos_token or "", enable_thinking=False)
         kwargs.update(template_kwargs or {})
@@ -165,8 +168,21 @@ def _compile(template: str):
     def raise_exception(message):
         raise TemplateError(message)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False: json.dumps(x, indent=indent, ensure_ascii=ensure_ascii)
+    from jinja2.ext import Extension
+
+    class GenerationBlock(Extension):
+        """`{% generation %}...{% endgeneration %}` marks the assistant's text for training
+        masks (transformers' AssistantTracker); rendering, it is its body."""
+        tags = {"generation"}
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols", GenerationBlock])
+    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, separators=None, sort_keys=False: json.dumps(
+        x, indent=indent, ensure_ascii=ensure_ascii, separators=separators, sort_keys=sort_keys)
     env.globals["raise_exception"] = raise_exception
     # Llama 3.x templates date their system header with it (transformers provides it too)
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

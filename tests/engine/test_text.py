@@ -87,6 +87,27 @@ def test_templates_that_refuse_a_system_message_trim_or_think(smollm2_dir):
         ours.render(ask)
 
 
+def test_templates_with_generation_blocks_and_tojson_options_render_as_transformers(smollm2_dir):
+    """`{% generation %}` (training masks) and tojson's separators were unknown to our
+    renderer: an internal TemplateSyntaxError on every question."""
+    from transformers import AutoTokenizer
+
+    from ktcli.engine.tokenizer import ChatTemplateError, ChatTokenizer
+
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['role'] == 'assistant' %}"
+                "{% generation %}{{ m['content'] }}{% endgeneration %}{% else %}{{ m['content'] }}{% endif %}"
+                "<|im_end|>\n{% endfor %}{{ {'b': 1, 'a': [1, 2]} | tojson(separators=(',', ':'), sort_keys=True) }}"
+                "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    ours, theirs = ChatTokenizer(smollm2_dir), AutoTokenizer.from_pretrained(str(smollm2_dir))
+    ours.chat_template = template
+    chat = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "?"}]
+    assert ours.render(chat) == theirs.apply_chat_template(chat, chat_template=template, tokenize=False,
+                                                           add_generation_prompt=True)
+    ours.chat_template = "{% for m in messages %}{{ m['content'] }"
+    with pytest.raises(ChatTemplateError, match="cannot be read"):
+        ours.render(chat)
+
+
 def test_stop_strings_cut_across_deltas():
     s = StopStrings(("###", "END"))
     out = [s.feed(d) for d in ["Hello #", "# wor", "ld", " E", "N", "D more"]]
