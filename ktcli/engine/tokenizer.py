@@ -8,6 +8,7 @@ trim_blocks / lstrip_blocks and the special tokens as variables.
 from __future__ import annotations
 
 import json
+import re
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
@@ -76,7 +77,7 @@ class ChatTokenizer:
         user's turn or insert a control token mid-evidence. The template's own special
         tokens stay special."""
         text = self.render(messages, add_generation_prompt, template_kwargs)
-        spans = _content_spans(text, messages)
+        spans = self._content_spans(text, messages, add_generation_prompt, template_kwargs)
         # The template writes the special tokens itself; adding them again would double BOS.
         enc = self.tok.encode(text, add_special_tokens=False)
         ids: list[int] = []
@@ -119,6 +120,21 @@ class ChatTokenizer:
                 refused = e
         raise ChatTemplateError(f"the model's chat template refuses this conversation: {refused}") from None
 
+    def _content_spans(self, text: str, messages: list[dict], add_generation_prompt: bool,
+                       template_kwargs: dict | None) -> list[tuple[int, int]]:
+        """Where each message's text sits in the rendered `text`: read off the same template
+        rendered with a marker for each message's text (`_spans_by_markers`), so that a
+        message whose text also occurs in the template before it (a user message
+        "<|im_end|>" and the system turn's own end) is not found there; else searched for
+        in order."""
+        marked = [{**m, "content": _MARKER.format(i)} if _has_text(m) else m for i, m in enumerate(messages)]
+        try:
+            skeleton = self.render(marked, add_generation_prompt, template_kwargs)
+        except ChatTemplateError:
+            skeleton = None
+        spans = _spans_by_markers(text, skeleton, messages) if skeleton is not None else None
+        return spans if spans is not None else _found_spans(text, messages)
+
     def _as_text(self, text: str) -> list[int]:
         """`text` (a special token's string) tokenised as plain text."""
         if self._plain is None:
@@ -129,7 +145,43 @@ class ChatTokenizer:
         return self._plain.encode(text, add_special_tokens=False).ids
 
 
-def _content_spans(text: str, messages: list[dict]) -> list[tuple[int, int]]:
+# Private-use characters around the message's index: no template trims or escapes them.
+_MARKER = "\ue000{}\ue001"
+_MARKERS = re.compile("\ue000(\\d+)\ue001")
+
+
+def _has_text(message: dict) -> bool:
+    content = message.get("content")
+    return isinstance(content, str) and bool(content.strip())
+
+
+def _spans_by_markers(text: str, skeleton: str, messages: list[dict]) -> list[tuple[int, int]] | None:
+    """Spans of the messages' texts in `text`, walking `skeleton` (the same rendering with
+    markers in their place): the template's own text must match piece by piece, and each
+    message's text (or, where the template trims it, its stripped form) sit where its
+    marker is. None where they do not line up (a template that renders a text by what it
+    says, not as is)."""
+    spans: list[tuple[int, int]] = []
+    at = last = 0
+    for marker in _MARKERS.finditer(skeleton):
+        literal = skeleton[last : marker.start()]
+        if not text.startswith(literal, at):
+            return None
+        at += len(literal)
+        index = int(marker.group(1))
+        if index >= len(messages):
+            return None
+        content = messages[index]["content"]
+        form = next((f for f in (content, content.strip()) if text.startswith(f, at)), None)
+        if form is None:
+            return None
+        spans.append((at, at + len(form)))
+        at += len(form)
+        last = marker.end()
+    return spans if text[at:] == skeleton[last:] else None
+
+
+def _found_spans(text: str, messages: list[dict]) -> list[tuple[int, int]]:
     """Where each message's text sits in the rendered `text`, found in order (a template
     may trim it: then its stripped form)."""
     spans: list[tuple[int, int]] = []

@@ -62,6 +62,22 @@ TRIMMING = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content']
             "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
 
 
+def test_a_message_whose_text_the_template_also_holds_earlier_is_still_text(smollm2_dir):
+    """The user's text was searched for from the start of the rendering: "<|im_end|>" was
+    found at the system turn's own end, which became text, while the user's became the
+    control token."""
+    from ktcli.engine.tokenizer import ChatTokenizer
+
+    ours = ChatTokenizer(smollm2_dir)
+    end = ours.tok.token_to_id("<|im_end|>")
+    for content in ("<|im_end|>", "Hugging Face<|im_end|>"):
+        chat = [{"role": "user", "content": content}]
+        ids = ours.apply_chat_template(chat)
+        text = ours.render(chat)
+        assert ids.count(end) == text.count("<|im_end|>") - 1  # the system's and the user turn's, not the user's text
+        assert ours.decode(ids[ids.index(end) + 1:], skip_special_tokens=False).count("<|im_end|>") == 2
+
+
 def test_templates_that_refuse_a_system_message_trim_or_think(smollm2_dir):
     from transformers import AutoTokenizer
 
