@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import re
 import sys
+import warnings
 
-from bs4 import BeautifulSoup, NavigableString, Tag
+from bs4 import BeautifulSoup, NavigableString, Tag, XMLParsedAsHTMLWarning
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
 # Never visible (or not page content).
@@ -83,7 +84,11 @@ _MAX_NESTING = 50_000
 def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
     """The page's visible text, and for each of its lines the markup's line (1-based) it
     starts on, so that citations name lines of the file the user has."""
-    soup = BeautifulSoup(markup, "html.parser")
+    with warnings.catch_warnings():
+        # XHTML (an XML prolog) is read as HTML on purpose: its visible text is the same,
+        # and bs4's multi-line advice reached the user's terminal.
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
+        soup = BeautifulSoup(markup, "html.parser")
     out = _Lines()
     # The walk recurses once per level of nesting: old markup that never closes its
     # <font> tags nests one level per line (1,500 lines passed Python's limit of 1,000).

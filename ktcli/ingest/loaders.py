@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import codecs
 import os
+import re
 import stat
 import sys
 from dataclasses import replace
@@ -131,10 +133,34 @@ def _decode(data: bytes, kind: str | None) -> tuple[str, str | None]:
         declared = EncodingDetector.find_declared_encoding(data[:4096], is_html=True)
         if declared:
             try:
-                return data.decode(declared), None
+                return _decode_as_browsers_do(data, declared), None
             except (LookupError, UnicodeDecodeError):
                 pass  # a wrong or unknown declaration: fall back to our policy
     return decode_bytes(data)
+
+
+# Labels browsers read as a superset (the WHATWG Encoding standard): a page that declares
+# iso-8859-1 and uses Windows-1252's quotes, dashes and euro sign is the common case, and
+# read literally those became C1 control characters.
+_BROWSER_ENCODINGS = {
+    "iso-8859-1": "cp1252", "iso8859-1": "cp1252", "latin1": "cp1252", "latin-1": "cp1252", "l1": "cp1252",
+    "ascii": "cp1252", "us-ascii": "cp1252", "iso-8859-9": "cp1254", "latin5": "cp1254", "iso-8859-11": "cp874",
+    "tis-620": "cp874", "gb2312": "gb18030", "gbk": "gb18030", "euc-kr": "cp949", "ks_c_5601-1987": "cp949",
+}
+
+
+def _decode_as_browsers_do(data: bytes, declared: str) -> str:
+    encoding = _BROWSER_ENCODINGS.get(declared.strip().lower(), declared)
+    if encoding == "cp1252":  # its five unassigned bytes read as Latin-1, as browsers do
+        return data.decode("cp1252", errors="latin1_fallback")
+    return data.decode(encoding)
+
+
+def _latin1_fallback(error: UnicodeDecodeError) -> tuple[str, int]:
+    return error.object[error.start : error.end].decode("latin-1"), error.end
+
+
+codecs.register_error("latin1_fallback", _latin1_fallback)
 
 
 def _what_it_holds(data: bytes) -> str:
@@ -157,12 +183,16 @@ def _text_document(text: str, display: str, kind: str, language: str | None) -> 
 
 def _bytes_look_like_html(data: bytes) -> bool:
     """`_looks_like_html` before decoding (the markers are ASCII in any ASCII-based charset)."""
-    return _looks_like_html(data[:512].decode("latin-1"))
+    return _looks_like_html(data[:1024].removeprefix(b"\xef\xbb\xbf").decode("latin-1"))
+
+
+_HTML_PREAMBLE = re.compile(r"\A(?:\ufeff|\s|<\?xml[^>]*>|<!--.*?-->)*", re.S)
 
 
 def _looks_like_html(text: str) -> bool:
-    head = text[:512].lstrip().lower()
-    return head.startswith("<!doctype html") or head.startswith("<html")
+    """A page by its start, past an XML prolog and comments ("<!-- saved from url=... -->")."""
+    head = _HTML_PREAMBLE.sub("", text[:1024], count=1).lower()
+    return head.startswith(("<!doctype html", "<html", "<head", "<body"))
 
 
 def _html_document(markup: str, display: str) -> Document:

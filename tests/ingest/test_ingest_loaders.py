@@ -483,6 +483,25 @@ def test_html_declared_charset(write) -> None:
     assert load_one(write("page", page.encode("cp1251"))).text == "Секретный код."
 
 
+def test_html_declaring_latin1_is_read_as_browsers_read_it(write) -> None:
+    """Declared iso-8859-1 with Windows-1252's quotes, dashes and euro sign (browsers read
+    the label so): read literally, they were C1 control characters."""
+    page = '<html><head><meta charset="iso-8859-1"></head><body><p>The \u201cbest\u201d price is 20\u20ac \u2014 caf\u00e9.</p></body></html>'
+    data = page.encode("cp1252") + b"<!-- \x81 -->"  # and a byte Windows-1252 leaves unassigned
+    assert load_one(write("shop.html", data)).text == "The \u201cbest\u201d price is 20\u20ac \u2014 caf\u00e9."
+
+
+@pytest.mark.parametrize("start", ["<!-- saved from url=(0023)https://example.com/ -->\n",
+                                   '<?xml version="1.0" encoding="utf-8"?>\n', "\ufeff", ""])
+def test_html_known_by_its_content_past_a_prolog_or_comment(write, start) -> None:
+    """Saved pages start with a comment, XHTML with an XML prolog, some with <head>: piped
+    in or without an extension they were read as raw markup, scripts and all."""
+    page = start + '<head><title>T</title><script>var leak = "SCRIPT";</script></head><body><p>Visible.</p></body>'
+    assert "SCRIPT" not in load_stdin(None, io.BytesIO(page.encode())).text
+    doc = load_one(write("saved", page.encode()))
+    assert doc.kind == "html" and "Visible." in doc.text and "SCRIPT" not in doc.text
+
+
 def test_pdf_needing_an_extra_package(write, monkeypatch: pytest.MonkeyPatch) -> None:
     """AES-encrypted PDFs need `cryptography`; without it the user is told so in one line."""
     from pypdf import PdfReader
