@@ -100,7 +100,7 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             notes = _annotation_lines(page, raw)
             if notes:
                 raw = raw.rstrip("\n") + "\n" + "\n".join(notes)
-            texts.append(normalize_text(raw).rstrip("\n"))
+            texts.append(_mend_words(normalize_text(raw)).rstrip("\n"))
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
     if not any(t.strip() for t in texts):
@@ -112,6 +112,21 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         raise RejectedInput(display, f"only {n_chars} characters of text on its {len(pages)} page(s), the rest "
                                      "images (a scanned PDF with stamps?)", "run OCR first, e.g. `ocrmypdf in.pdf out.pdf`")
     return texts, unread
+
+
+# Typesetting inside words: ligature characters (LaTeX's "ﬁ", "ﬂ") and words broken at a
+# line's end ("reorgan-" / "ization"). Left as they are, "final" and "reorganization"
+# match nothing in BM25 or the citations (a page holding the answer ranked 4th, not 1st).
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
+                            "\ufb05": "st", "\ufb06": "st"})
+_BROKEN_WORD = re.compile(r"([^\W\d_]{2,})-\n([^\W\d_]+)")
+
+
+def _mend_words(text: str) -> str:
+    """Ligatures spelled out, and a word hyphenated across lines joined where it goes on in
+    lower case (a compound like "well-" / "known" loses its hyphen: the lesser harm)."""
+    text = text.translate(_LIGATURES)
+    return _BROKEN_WORD.sub(lambda m: m[1] + m[2] if m[2][0].islower() else m[0], text)
 
 
 # Table rows. pypdf's plain extraction emits each table cell (a separate text object) on

@@ -346,6 +346,14 @@ def test_scans_with_a_stamp_are_reported_and_a_file_of_them_refused(write) -> No
         assert "only 2 characters of text beside images" in corpus.skipped[0].reason
 
 
+def test_pdf_ligatures_and_words_broken_at_line_ends_are_mended() -> None:
+    from ktcli.ingest.pdftext import _mend_words
+
+    text = "The \ufb01nal \ufb01gures show e\ufb03cient o\ufb03ce work\ufb02ow after the reorgan-\nization of the\ndocu-\nmentation team.\nPart-\nTime staff: 12-\n14 people."
+    assert _mend_words(text) == ("The final figures show efficient office workflow after the reorganization of the\n"
+                                 "documentation team.\nPart-\nTime staff: 12-\n14 people.")
+
+
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
     rows = [["Quarter", "Revenue ($M)", "Units"], ["Q1 2023", "4.60", "61,200"], ["Q2 2023", "5.10", "66,900"],
             ["Full year", "9.70", "128,100"]]
