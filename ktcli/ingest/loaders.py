@@ -88,7 +88,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
                             "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")
-    if looks_binary(data[:SNIFF_BYTES]):
+    data, padding = _without_nul_padding(data)
+    if looks_binary(data[:SNIFF_BYTES]) and not _text_before_binary(data):
         utf16 = could_be_utf16(data)
         if utf16:
             raise RejectedInput(display, f"binary (or {utf16} text without a byte-order mark?)",
@@ -102,9 +103,39 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if not text.strip():
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, "it holds only whitespace")
     doc = _typed_document(text, display, name, kind, is_stdin)
+    if padding:
+        note = f"{note}; " if note else ""
+        note += f"{padding:,} NUL bytes of padding left out"
     if note:
         doc = replace(doc, left_out=(Skipped(display, note, replaced=True),))
     return doc
+
+
+# A run of NUL bytes this long in text is padding: a log truncated in place while a writer
+# kept its offset (logrotate's copytruncate), a crash before a flush. The file was refused
+# as binary, its thousands of lines with it.
+_NUL_PADDING = re.compile(rb"\x00{64,}")
+_BINARY_BYTE = re.compile(rb"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
+_MIN_TEXT_BEFORE_BINARY = 256
+
+
+def _without_nul_padding(data: bytes) -> tuple[bytes, int]:
+    """`data` without runs of NUL padding, and how many bytes went; as it was where what is
+    left is not text either (or a UTF-16/32 file, whose NULs are half its bytes)."""
+    if b"\x00" * 64 not in data or looks_binary(_NUL_PADDING.sub(b"", data[: 4 * SNIFF_BYTES])[:SNIFF_BYTES]):
+        return data, 0
+    if could_be_utf16(data) or bom_encoding(data) is not None:
+        return data, 0
+    kept = _NUL_PADDING.sub(b"", data)
+    return kept, len(data) - len(kept)
+
+
+def _text_before_binary(data: bytes) -> bool:
+    """Whether `data` starts with text and turns binary later in its first SNIFF_BYTES (a
+    short log with a dump after it): the text part is kept and the rest reported
+    (`decode_bytes`), where the sniff of the whole head said binary."""
+    first = _BINARY_BYTE.search(data, 0, SNIFF_BYTES)
+    return first is not None and first.start() >= _MIN_TEXT_BEFORE_BINARY and not looks_binary(data[: first.start()])
 
 
 def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool) -> Document:

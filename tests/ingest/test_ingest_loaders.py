@@ -510,6 +510,30 @@ def test_html_known_by_its_content_past_a_prolog_or_comment(write, start) -> Non
     assert doc.kind == "html" and "Visible." in doc.text and "SCRIPT" not in doc.text
 
 
+def test_nul_padding_in_a_log_is_left_out_and_said(write) -> None:
+    """A log truncated in place while its writer kept its offset starts or goes on with
+    thousands of NUL bytes: it was refused as binary."""
+    line = b"2024-05-01 12:00:00 kernel: eth0 link up\n"
+    corpus = load_corpus([str(write("nulpad.log", line * 100 + b"\x00" * 4096 + line * 1000))])
+    (doc,) = corpus.documents
+    assert doc.text.count("eth0 link up") == 1100 and "\x00" not in doc.text
+    assert any("4,096 NUL bytes of padding left out" in s.reason for s in doc.left_out)
+    assert load_corpus([str(write("head.log", b"\x00" * 8192 + line * 10))]).documents[0].text.count("link up") == 10
+
+
+def test_a_short_text_followed_by_binary_keeps_its_text(write) -> None:
+    """Under 8 KB of text before binary data: the sniff of the first 8 KB said binary,
+    where a longer text part was kept (the README's promise)."""
+    import random
+
+    text = b"".join(b"line %d of the service log, all fine\n" % i for i in range(60))  # ~2.3 KB
+    rng = random.Random(0)
+    noise = bytes(rng.randrange(256) for _ in range(6000))
+    (doc,) = load_corpus([str(write("tail.log", text + noise))]).documents
+    assert doc.text.startswith("line 0 of") and "line 59 of the service log" in doc.text
+    assert any("binary data after byte" in s.reason for s in doc.left_out)
+
+
 def test_pdf_needing_an_extra_package(write, monkeypatch: pytest.MonkeyPatch) -> None:
     """AES-encrypted PDFs need `cryptography`; without it the user is told so in one line."""
     from pypdf import PdfReader
