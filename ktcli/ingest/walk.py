@@ -126,9 +126,12 @@ class _Walker:
             return False
         try:
             is_link = entry.is_symlink()
-            is_dir = entry.is_dir()  # follows links: "dir/" patterns match linked folders too
         except OSError:
-            is_link, is_dir = False, False
+            is_link = False
+        try:
+            is_dir = entry.is_dir()  # follows links: "dir/" patterns match linked folders too
+        except OSError:  # a loop of links (ELOOP): still reported as the link it is
+            is_dir = False
         if is_ignored(chain, rel, is_dir):
             if self.given_already(entry, is_dir):
                 self.result.already_read += not is_dir
@@ -167,6 +170,10 @@ class _Walker:
             self.skip(rel, "dependency or cache folder", is_dir=True)
         elif os.path.isfile(os.path.join(entry.path, "pyvenv.cfg")):
             self.skip(rel, "virtual environment", is_dir=True)
+        elif page := _saved_page_of(entry):
+            # "Web page, complete" saves X.html beside X_files/ of scripts, styles and ad
+            # frames: 25K tokens of them outweighed a 90-character article.
+            self.skip(rel, f"a saved web page's scripts and styles (the page is {page})", is_dir=True)
         else:
             return True
         return False
@@ -188,6 +195,9 @@ class _Walker:
         if has_binary_extension(entry.name):
             self.skip(rel, "binary")
             return
+        if entry.name.lower().endswith(_MINIFIED):
+            self.skip(rel, "minified or a source map (name the file to read it)")
+            return
         display = self.display(rel)
         try:
             document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name)
@@ -202,6 +212,19 @@ class _Walker:
             return
         self.seen.add(real)
         self.result.documents.append(document)
+
+
+_MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
+
+
+def _saved_page_of(entry: os.DirEntry[str]) -> str | None:
+    """The page a browser saved beside folder `entry` ("X_files" beside "X.html"), if any."""
+    if not entry.name.endswith("_files"):
+        return None
+    stem = entry.name[: -len("_files")]
+    folder = os.path.dirname(entry.path)
+    return next((stem + ext for ext in (".html", ".htm", ".xhtml") if os.path.isfile(os.path.join(folder, stem + ext))),
+                None)
 
 
 def format_size(n_bytes: int) -> str:

@@ -351,3 +351,27 @@ def test_a_readers_own_failure_on_one_file_skips_that_file_only(tmp_path, monkey
     assert [Path(d.path).name for d in corpus.documents] == ["fine.txt"]
     (skipped,) = corpus.skipped
     assert skipped.path.endswith("odd.md") and "could not be read (IndexError: list index out of range)" in skipped.reason
+
+
+def test_a_saved_web_pages_assets_and_minified_files_are_reported_not_read(tmp_path) -> None:
+    (tmp_path / "Article.html").write_text("<html><body><p>The article itself.</p></body></html>")
+    assets = tmp_path / "Article_files"
+    assets.mkdir()
+    (assets / "app.js").write_text("var x = 1;\n" * 100)
+    (tmp_path / "notes_files").mkdir()  # no notes.html beside it: an ordinary folder
+    (tmp_path / "notes_files" / "a.txt").write_text("kept\n")
+    (tmp_path / "lib.min.js").write_text("!function(){var a=1}();\n")
+    corpus = load_corpus([str(tmp_path)])
+    assert sorted(Path(d.path).name for d in corpus.documents) == ["Article.html", "a.txt"]
+    reasons = {Path(s.path).name: s.reason for s in corpus.skipped}
+    assert "saved web page" in reasons["Article_files"] and "Article.html" in reasons["Article_files"]
+    assert "minified" in reasons["lib.min.js"]
+    assert load_corpus([str(tmp_path / "lib.min.js")]).documents  # named: read
+
+
+def test_a_loop_of_links_is_reported_as_a_broken_link(tmp_path) -> None:
+    (tmp_path / "a.txt").write_text("text\n")
+    os.symlink(tmp_path / "loop1", tmp_path / "loop2")
+    os.symlink(tmp_path / "loop2", tmp_path / "loop1")
+    reasons = {Path(s.path).name: s.reason for s in load_corpus([str(tmp_path)]).skipped}
+    assert reasons == {"loop1": "broken symlink", "loop2": "broken symlink"}
