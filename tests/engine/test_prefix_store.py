@@ -374,3 +374,4 @@ def test_the_plan_counts_a_sparse_reads_pages_and_prefers_their_kind(tmp_path):
     auto = prepare([str(doc)], question, "ask", replace(settings, mode="auto"), NullReporter())
     assert auto.plan.mode.value == "retrieval"  # auto does not switch to sparse, but says it is quick now
     assert any("int4 topk pages are in the prompt cache" in r for r in auto.plan.reasons)
+
