@@ -223,7 +223,8 @@ def normalize_text(text: str) -> str:
     break only in a file with no \\n at all (old Mac text); elsewhere it is a progress bar
     redrawing its line ("10%\\r50%\\r100%" in pip, tqdm and cargo logs) and becomes a space:
     grep, sed and editors count lines by \\n, and turning each \\r into a line break moved
-    every later citation of a build log down, 58 lines by the end of a 329-line file."""
+    every later citation of a build log down, 58 lines by the end of a 329-line file.
+    Terminal colour codes go too (`_TERMINAL_CODES`)."""
     if text.startswith("\ufeff"):
         text = text[1:]
     if "\r" in text:
@@ -231,7 +232,14 @@ def normalize_text(text: str) -> str:
         text = text.replace("\r", " " if "\n" in text else "\n")
     if "\x00" in text:
         text = text.replace("\x00", "")
+    if "\x1b" in text:
+        text = _TERMINAL_CODES.sub("", text)
     return text
+
+
+# Colours and cursor moves of captured terminal output (a CI or test log): "\x1b[32mOK" was
+# indexed as the word "32mok", and a question about "OK" lines matched none.
+_TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 
 
 def text_sha256(text: str) -> str:

@@ -599,3 +599,10 @@ def test_western_text_stays_cp1252(write, text) -> None:
     corpus = load_corpus([str(write("west.txt", text.encode("cp1252")))])
     assert corpus.documents[0].text == text
     assert "Windows-1252 (Western European)" in corpus.skipped[0].reason
+
+
+def test_terminal_colour_codes_in_a_log_are_left_out(write) -> None:
+    """"\x1b[32mOK" was indexed as the word "32mok"."""
+    data = b"\x1b[1m\x1b[32mOK\x1b[0m test_a passed\n\x1b]0;title\x07\x1b[31mFAIL\x1b[0m test_b\n"
+    doc = load_one(write("ci.log", data))
+    assert doc.text == "OK test_a passed\nFAIL test_b\n"
