@@ -198,6 +198,10 @@ class _Walker:
         if entry.name.lower().endswith(_MINIFIED):
             self.skip(rel, "minified or a source map (name the file to read it)")
             return
+        if _may_hold_secrets(entry.name):
+            # A folder's .env went into the prompt, and to a server with --backend openai.
+            self.skip(rel, "may hold secrets (name the file to read it)")
+            return
         display = self.display(rel)
         try:
             document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name)
@@ -215,6 +219,20 @@ class _Walker:
 
 
 _MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
+
+
+_SECRET_NAMES = frozenset({".env", ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials", "credentials",
+                           "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
+_SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keystore", ".jks")
+_EXAMPLE_SUFFIXES = (".example", ".sample", ".template", ".dist")
+
+
+def _may_hold_secrets(name: str) -> bool:
+    """Environment files, keys and credential stores (not their committed examples)."""
+    lower = name.lower()
+    if lower.endswith(_EXAMPLE_SUFFIXES):
+        return False
+    return lower in _SECRET_NAMES or lower.startswith(".env.") or lower.endswith(_SECRET_SUFFIXES)
 
 
 def _saved_page_of(entry: os.DirEntry[str]) -> str | None:

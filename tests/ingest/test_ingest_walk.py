@@ -375,3 +375,15 @@ def test_a_loop_of_links_is_reported_as_a_broken_link(tmp_path) -> None:
     os.symlink(tmp_path / "loop2", tmp_path / "loop1")
     reasons = {Path(s.path).name: s.reason for s in load_corpus([str(tmp_path)]).skipped}
     assert reasons == {"loop1": "broken symlink", "loop2": "broken symlink"}
+
+
+def test_files_that_may_hold_secrets_are_reported_not_read(tmp_path) -> None:
+    for name in (".env", ".env.local", "server.pem", "id_ed25519"):
+        (tmp_path / name).write_text("api_key = abc123\n")
+    (tmp_path / ".env.example").write_text("api_key = <yours>\n")
+    (tmp_path / "app.py").write_text("print(1)\n")
+    corpus = load_corpus([str(tmp_path)])
+    assert sorted(Path(d.path).name for d in corpus.documents) == [".env.example", "app.py"]
+    assert sorted(Path(s.path).name for s in corpus.skipped if "secrets" in s.reason) == [
+        ".env", ".env.local", "id_ed25519", "server.pem"]
+    assert load_corpus([str(tmp_path / ".env")]).documents  # named: read
