@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from ktcli.errors import UsageError
-from ktcli.ingest.sections import heading_trails
+from ktcli.ingest.sections import document_trails
 from ktcli.ingest.tokens import encoding
 from ktcli.types import Chunk, Corpus, Document, Span
 
@@ -58,7 +58,7 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         lines = _split_lines(text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
-        trails = heading_trails(lines, code=code) if page is None else None  # PDFs: no headings to trust
+        trails = document_trails(doc.path, doc.kind, lines) if page is None else None  # PDFs: no headings to trust
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
             section = trails.at(piece.start) if trails is not None else ""

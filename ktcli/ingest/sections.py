@@ -12,7 +12,8 @@ Prose: Markdown ATX headings (`#`..`######`, also what `htmltext` makes of <h1>.
 reStructuredText section titles, whose levels follow the order in which each adornment
 style (character, with or without an overline) first appears, as docutils assigns them.
 Setext Markdown headings (a line underlined with === or ---) read as the latter. Code:
-class, function and type declarations, nested by indentation. PDFs have no trail.
+class, function and type declarations, nested by indentation. Tables (CSV, TSV): their
+header row. PDFs have no trail.
 """
 
 from __future__ import annotations
@@ -41,6 +42,20 @@ _DECLARATION = re.compile(
     r"(?P<kind>class|def|fn|func|function|struct|enum|trait|impl|interface|module|namespace|object|type|record)"
     r"\s+(?P<name>[A-Za-z_$][\w$.:<>]*)"
 )
+
+
+def document_trails(path: str, kind: str, lines: list[str]) -> SectionIndex:
+    """The trails of a document's lines: its headings or declarations; for a CSV or TSV
+    table, its header row ("columns: id, name, city"), without which a chunk from its
+    middle is rows of bare values that no question about a column matches."""
+    if path.lower().endswith(_TABLE_SUFFIXES) and lines and lines[0].strip():
+        header = lines[0].strip()
+        header = header if len(header) <= MAX_TITLE_CHARS else header[: MAX_TITLE_CHARS - 1] + "\u2026"
+        return SectionIndex([(1, f"columns: {header}")])  # from the first row under it
+    return heading_trails(lines, code=kind == "code")
+
+
+_TABLE_SUFFIXES = (".csv", ".tsv")
 
 
 def heading_trails(lines: list[str], *, code: bool) -> SectionIndex:

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from ktcli.ingest.sections import SectionIndex, heading_trails
+from ktcli.ingest.sections import SectionIndex, document_trails
 from ktcli.retrieval.lexical import cjk_terms
 from ktcli.types import Answer, Chunk, Citation, Corpus, Span
 
@@ -231,7 +231,7 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
             cites.append(c)
             continue
         if doc.path not in trails:
-            trails[doc.path] = heading_trails(doc.text.split("\n"), code=doc.kind == "code")
+            trails[doc.path] = document_trails(doc.path, doc.kind, doc.text.split("\n"))
         cites.append(replace(c, section=trails[doc.path].at(c.span.line_start - 1)))
     return replace(answer, citations=tuple(cites))
 

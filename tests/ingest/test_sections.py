@@ -153,3 +153,13 @@ def test_a_decorator_over_several_lines_belongs_to_its_declaration():
     t = _trails(text, code=True)
     assert t[2] == "class A > def m"
     assert t[3] == t[4] == t[6] == t[8] == "class A > def view"
+
+
+def test_a_tables_chunks_carry_its_header_row() -> None:
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    rows = "id,name,city\n" + "".join(f"{i},Name{i},City{i % 9}\n" for i in range(400))
+    doc = document_from_bytes(rows.encode(), "data.csv", "data.csv")
+    chunks = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)
+    assert len(chunks) > 3 and all(c.section == "columns: id,name,city" for c in chunks[1:])
