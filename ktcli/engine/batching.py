@@ -170,6 +170,11 @@ class NativeRunner:
         ended = [False] * len(jobs)
 
         def joining() -> list[tuple[list[int], int]]:
+            # Asked before every engine step, also between the chunks of a long prompt,
+            # which yield no token: a client gone (or a server stopping) then frees the
+            # engine at the next step, not after the whole prompt (a SIGTERM during an
+            # 8K-token prompt waited 60 s, then aborted inside the kernels, exit 134).
+            self._drop_cancelled(jobs, ended)
             new = join(self.max_batch - ended.count(False)) if join is not None else []
             for job in new:
                 jobs.append(job)

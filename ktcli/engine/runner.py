@@ -133,7 +133,9 @@ class Engine:
                 self._admit(waiting, running)
                 if not running:
                     break
-                prefill = [s for s in running if s.in_prefill]
+                # Shortest prompt first: a 5-token request that joined during another's
+                # 5K-token prompt got no budget until that prompt was read (43 s).
+                prefill = sorted((s for s in running if s.in_prefill), key=lambda s: s.pending)
                 decoding = len(prefill) < len(running)
                 if prefill and not (decoding and last_was_prefill):
                     if self.threads is not None:

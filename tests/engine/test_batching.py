@@ -133,6 +133,43 @@ def test_a_long_prompt_that_joins_does_not_freeze_the_running_streams(tiny_model
     assert mixed == alone and engine.blocks.num_used == 0
 
 
+def test_a_request_cancelled_during_its_long_prompt_stops_at_the_next_step(tiny_models):
+    """Cancels were looked at only when a token came out: a client gone (or a server
+    stopping) during a long prompt kept the engine busy until the prompt was read."""
+    backend = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=64)
+    runner = NativeRunner(backend)
+    runner._decode = lambda ids: "".join(f" t{i}" for i in ids)
+    job = Job([(i * 7) % 250 + 1 for i in range(1280)], SamplingParams(max_new_tokens=4))  # 20 chunks
+    asked = {"n": 0}
+
+    def join(room):
+        asked["n"] += 1
+        if asked["n"] == 3:
+            job.cancel()
+        return []
+
+    runner.run([job], join)
+    assert _events(job)[-1] == ("done", "cancelled")
+    assert backend.engine.stats.prefill_tokens <= 4 * 64 and backend.engine.blocks.num_used == 0
+
+
+def test_a_short_prompt_that_joins_a_long_ones_prefill_answers_first(tiny_models):
+    """Budget went to the oldest prompt until it was read whole: a 5-token request that
+    joined during a 5K-token prompt waited for all of it."""
+    from ktcli.engine.native import NativeBackend
+
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=64).engine
+    long_prompt = [(i * 7) % 250 + 1 for i in range(640)]  # ten chunks of 64
+    calls = {"n": 0}
+
+    def joining():
+        calls["n"] += 1
+        return [([5, 6, 7], 3)] if calls["n"] == 2 else []
+
+    order = [i for i, _ in engine.generate([long_prompt], SamplingParams(max_new_tokens=3), frozenset(), joining)]
+    assert order[:3] == [1, 1, 1]  # the short one's three tokens before the long one's first
+
+
 def test_a_chunk_longer_than_a_mixed_steps_budget_still_runs(tiny_models, monkeypatch):
     """With question pages a prompt's chunks are cut as if alone, and may be longer than a
     step's budget while others decode: the step was empty and failed (IndexError)."""
