@@ -175,6 +175,20 @@ def _check_length(chars: int, max_chars: int, window: int, param: str) -> None:
                        f"{window} tokens can hold", code="context_length_exceeded", param=param)
 
 
+def check_prompt_length(prompt: str, max_chars: int, window: int) -> None:
+    _check_length(len(prompt), max_chars, window, "prompt")
+
+
+def check_messages_length(messages: list[dict], max_chars: int, window: int) -> None:
+    """`_check_length` for a chat, before its template is rendered: each message also costs
+    tokens of its own (its role's header), so 200,000 empty messages, which took seconds of
+    rendering before their 400, are refused by their count."""
+    if len(messages) > window:
+        raise ApiError(400, f"{len(messages):,} messages are more than this model's context window of {window} "
+                       "tokens can hold", code="context_length_exceeded", param="messages")
+    _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
+
+
 def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int, max_chars: int,
                  window: int) -> list[int]:
     prompt = body.get("prompt")
@@ -248,7 +262,7 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
         raise ApiError(400, "'stream_options' is only allowed with 'stream': true", param="stream_options")
     if kind == "chat":
         messages = parse_messages(body)
-        _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
+        check_messages_length(messages, max_chars, window)
         ids = encode_chat(messages, template_kwargs(body))
     else:
         ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)

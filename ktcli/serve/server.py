@@ -27,6 +27,8 @@ from ktcli.serve.protocol import (
     MAX_BODY_BYTES,
     ApiError,
     Reply,
+    check_messages_length,
+    check_prompt_length,
     parse_generation,
     parse_json,
     parse_messages,
@@ -111,12 +113,18 @@ class ServeApp:
 
     def tokenize(self, body: dict) -> dict:
         """vLLM's /tokenize: a prompt's tokens, or a chat's with the template applied."""
+        # Sized as a generation's prompt: the tokenizer holds the GIL for the whole call,
+        # and a 30 MB prompt froze every other client's stream for 32 s.
+        window, max_chars = self.runner.context_window, self.runner.max_prompt_chars
         if "messages" in body:
-            ids = self.runner.encode_chat(parse_messages(body), template_kwargs(body))
+            messages = parse_messages(body)
+            check_messages_length(messages, max_chars, window)
+            ids = self.runner.encode_chat(messages, template_kwargs(body))
         else:
             text = body.get("prompt", body.get("content"))
             if not isinstance(text, str):
                 raise ApiError(400, "'prompt' must be a string (or give 'messages')", param="prompt")
+            check_prompt_length(text, max_chars, window)
             ids = self.runner.encode_text(text, special=bool(body.get("add_special_tokens", False)))
         return {"count": len(ids), "tokens": ids, "max_model_len": self.runner.context_window}
 

@@ -148,6 +148,14 @@ def test_tokenize(served):
     port, _, _ = served
     assert request(port, "POST", "/tokenize", {"prompt": "a b c"})[1]["count"] == 3
     assert request(port, "POST", "/tokenize", {"messages": [{"role": "user", "content": "a b"}]})[1]["count"] == 7
+    # Sized as a generation's prompt is: a 30 MB prompt held the tokenizer (and the GIL)
+    # for 32 s, and 200,000 empty messages took seconds of rendering.
+    status, reply = request(port, "POST", "/tokenize", {"prompt": "a " * 1000})
+    assert status == 400 and reply["error"]["code"] == "context_length_exceeded"
+    many = [{"role": "user", "content": "x"}] * 65
+    for path, body in (("/tokenize", {"messages": many}), ("/v1/chat/completions", chat(messages=many))):
+        status, reply = request(port, "POST", path, body)
+        assert status == 400 and "65 messages" in reply["error"]["message"]
 
 
 @pytest.mark.parametrize("body, status, fragment", [
