@@ -374,6 +374,16 @@ class _Server(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 64
 
+    def handle_error(self, request, client_address) -> None:
+        """What escapes a connection's handler outside our guard (reading the request line):
+        a client that reset its connection is not news (socketserver printed a 15-line
+        traceback for each, as port scanners and health checks do); anything else is one
+        line."""
+        error = sys.exc_info()[1]
+        if isinstance(error, OSError):  # DISCONNECTS and the socket's other failures
+            return
+        sys.stderr.write(f"! connection from {client_address[0]}: {type(error).__name__}: {error}\n")
+
 
 class _Server6(_Server):
     address_family = socket.AF_INET6

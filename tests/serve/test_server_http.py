@@ -513,3 +513,20 @@ def test_chat_template_kwargs_reach_the_template(served):
     for bad in ([1], {"messages": []}, {"bos_token": "x"}):
         status, payload = request(port, "POST", "/v1/chat/completions", chat(chat_template_kwargs=bad))
         assert status == 400 and payload["error"]["param"] == "chat_template_kwargs"
+
+
+def test_a_client_that_resets_its_connection_leaves_no_traceback(served, capfd):
+    """socketserver printed a 15-line traceback for each reset before a request line."""
+    import struct
+
+    port, _, _ = served
+    for send in (b"", b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n"):
+        s = socket.create_connection(("127.0.0.1", port))
+        if send:
+            s.sendall(send)
+            s.recv(4096)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()  # RST
+    time.sleep(0.5)
+    assert request(port, "GET", "/health")[0] == 200
+    assert "Traceback" not in capfd.readouterr().err
