@@ -222,6 +222,18 @@ UNSUPPORTED = {
     "presence_penalty": ((None, 0, 0.0), "penalties are not applied"),
     "repetition_penalty": ((None, 1, 1.0), "penalties are not applied"),
     "logit_bias": ((None, {}), "logit biases are not applied"),
+    # vLLM's and others' sampling extensions: each changes the answer, so it is refused,
+    # not ignored (guided_json above all: the client expects JSON back).
+    "min_p": ((None, 0, 0.0), "min-p sampling is not applied"),
+    "min_tokens": ((None, 0), "a minimum length is not applied"),
+    "ignore_eos": ((None, False), "the end of sequence is always honoured"),
+    "stop_token_ids": ((None, []), "stop token ids are not applied (use 'stop' strings)"),
+    "bad_words": ((None, []), "bad words are not applied"),
+    "guided_json": ((None,), "guided decoding is not supported"),
+    "guided_regex": ((None,), "guided decoding is not supported"),
+    "guided_choice": ((None,), "guided decoding is not supported"),
+    "guided_grammar": ((None,), "guided decoding is not supported"),
+    "structured_outputs": ((None,), "guided decoding is not supported"),
 }
 
 
