@@ -17,7 +17,7 @@ from functools import lru_cache
 from ktcli.config import Settings
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.detokenize import StopStrings
-from ktcli.engine.openai_http import HttpClient, ServerStatusError, StreamCutOffError
+from ktcli.engine.openai_http import HttpClient, ServerStatusError, StreamCutOffError, StreamTimeoutError
 from ktcli.errors import BackendError, UsageError
 from ktcli.types import ModelFacts
 
@@ -215,10 +215,13 @@ class OpenAIBackend:
         usage: dict = {}
         body = self._body(messages, params, True)
         stops = StopStrings(params.stop)
+        # One budget for the request, retries included (each started its own: 3 x the
+        # timeout, and the server did the work three times).
+        deadline = time.monotonic() + self.client.timeout_s
         try:
             for attempt in range(CUT_RETRIES + 1):
                 try:
-                    for event in self.client.post_stream("/chat/completions", body):
+                    for event in self.client.post_stream("/chat/completions", body, deadline):
                         if isinstance(event.get("usage"), dict):
                             usage = event["usage"]
                         piece = stops.feed(_delta_text(event))
@@ -229,8 +232,8 @@ class OpenAIBackend:
                         if stops.stopped:
                             break  # leaving the loop closes the stream: the server stops too
                     break
-                except StreamCutOffError:
-                    if parts or attempt == CUT_RETRIES:
+                except StreamCutOffError as e:
+                    if parts or attempt == CUT_RETRIES or isinstance(e, StreamTimeoutError):
                         raise
                     # Cut before the first word: nothing shown yet, so asking again is safe.
                     stops = StopStrings(params.stop)  # nor anything held from the cut stream
@@ -250,8 +253,8 @@ class OpenAIBackend:
             if parts:
                 # Kept and marked: the reader sees where the answer stops and why.
                 yield CUT_OFF_MARK.format(reason=str(e))
-            raise StreamCutOffError(f"{e} (partial answer kept: {len(''.join(parts))} characters)",
-                                    partial="".join(parts)) from None
+            kept = f" (partial answer kept: {len(''.join(parts))} characters)" if parts else ""
+            raise StreamCutOffError(f"{e}{kept}", partial="".join(parts)) from None
         rest = stops.flush()
         if rest:
             parts.append(rest)

@@ -49,6 +49,11 @@ class StreamCutOffError(BackendError):
         self.partial = partial
 
 
+class StreamTimeoutError(StreamCutOffError):
+    """The answer ran out of time (the request timeout, or a read that waited too long):
+    asking again would spend the same time again, and the server would do the work twice."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where the server is. `prefix` is the path of the OpenAI API ("/v1", or deeper
@@ -128,10 +133,12 @@ class HttpClient:
         """`root`: the path is beside the API prefix (vLLM's /tokenize), not under it."""
         return self._json("POST", self._path(path, root), body)
 
-    def post_stream(self, path: str, body: dict) -> Iterator[dict]:
+    def post_stream(self, path: str, body: dict, deadline: float | None = None) -> Iterator[dict]:
         """Server-sent events of a streaming call, parsed. Ends at `data: [DONE]`; a
-        stream that ends or breaks before it raises StreamCutOffError (partial="")."""
-        deadline = time.monotonic() + self.timeout_s
+        stream that ends or breaks before it raises StreamCutOffError (partial="").
+        `deadline` (time.monotonic()): the caller's, shared by its retries; else the
+        request timeout from now."""
+        deadline = time.monotonic() + self.timeout_s if deadline is None else deadline
         conn, resp = self._open("POST", self._path(path), body, deadline)
         try:
             kind = (resp.getheader("Content-Type") or "").split(";")[0].strip().lower()
@@ -270,16 +277,20 @@ def _reason(e: BaseException) -> str:
 def _sse_events(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse, deadline: float,
                 timeout_s: float, read_timeout_s: float) -> Iterator[dict]:
     data: list[str] = []
+    answered = False  # any event yet
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
-            raise StreamCutOffError(f"the answer took longer than the {timeout_s:.0f}s request timeout")
+            raise StreamTimeoutError(f"the answer took longer than the {timeout_s:.0f}s request timeout")
         if conn.sock is not None:
             conn.sock.settimeout(min(left, read_timeout_s))  # the total budget bounds every wait
         try:
             raw = resp.readline()
         except TimeoutError:
-            raise StreamCutOffError("the server stopped sending mid-answer (read timed out)") from None
+            if deadline - time.monotonic() <= 0.05:
+                raise StreamTimeoutError(f"the answer took longer than the {timeout_s:.0f}s request timeout") from None
+            what = "stopped sending mid-answer" if answered else "sent no answer"
+            raise StreamTimeoutError(f"the server {what} for {round(min(left, read_timeout_s), 1):g}s (read timed out)") from None
         except (OSError, http.client.HTTPException) as e:
             raise StreamCutOffError(f"the connection broke mid-answer ({_reason(e)})") from None
         if not raw:
@@ -300,4 +311,5 @@ def _sse_events(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
         if isinstance(event, dict) and event.get("error"):
             raise StreamCutOffError(f"the server reported an error mid-answer: {error_message(payload.encode())}")
         if isinstance(event, dict):
+            answered = True
             yield event

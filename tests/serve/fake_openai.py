@@ -16,7 +16,7 @@ ANSWER = ["The ", "answer ", "is ", "42."]
 class FakeOpenAI:
     """`script` is consumed one entry per chat/completions call; when it runs out, "ok".
     Entries: "ok", "429", "500", "503", "reset", "cut" (two chunks then close), "cut0"
-    (the stream closes before its first chunk),
+    (the stream closes before its first chunk), "stall" (headers, then 2 s of silence),
     "error_event" (an in-band error), "slow" (sleeps 2 s before answering), "html" (a web
     page with status 200, as a proxy's login page)."""
 
@@ -148,6 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.close_connection = True
         if action == "cut0":
             return  # headers, then nothing: cut before the first word
+        if action == "stall":
+            time.sleep(2.0)  # headers, then silence: a server busy reading a long prompt
+            return
         pieces = ANSWER[:2] if action == "cut" else ANSWER
         for piece in pieces:
             self._event({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})

@@ -154,6 +154,20 @@ def test_stream_cut_before_its_first_word_is_asked_again():
         assert fake.chat_calls == 3
 
 
+def test_a_read_timeout_is_not_asked_again_and_is_said_as_such():
+    """Each retry of a timed-out stream started its own budget (3 x the timeout) and the
+    server did the work three times; the error spoke of a partial answer of 0 characters."""
+    with FakeOpenAI(script=["stall", "stall", "stall"]) as fake:
+        b = backend(fake, timeout_s=30)
+        b.client.read_timeout_s = 0.5
+        started = time.monotonic()
+        with pytest.raises(StreamCutOffError) as info:
+            list(b.stream_chat(MSGS, PARAMS))
+        assert time.monotonic() - started < 1.5 and fake.chat_calls == 1
+        assert "the server sent no answer for 0.5s (read timed out)" in str(info.value)
+        assert "partial answer" not in str(info.value)
+
+
 def test_a_web_page_instead_of_an_event_stream_is_named():
     with FakeOpenAI(script=["html"]) as fake:
         with pytest.raises(BackendError, match="answered text/html, not an OpenAI-compatible event stream"):
