@@ -62,15 +62,19 @@ def discover_model(client: HttpClient, requested: str, window_flag: int, default
 
     The default --model ("smollm2") names a local model, so when the user did not pick one
     and the server serves something else, the server's first model is used."""
+    missing = False
     try:
         listing = client.get_json("/models")
     except ServerStatusError as e:
         if e.status != 404:
             raise
-        listing = {}  # some servers have no /v1/models: trust the user
+        listing, missing = {}, True  # some servers have no /v1/models: trust the user
     entries = [m for m in listing.get("data", []) if isinstance(m, dict) and isinstance(m.get("id"), str)]
     if not entries:
         if window_flag <= 0:
+            if missing:  # more often a wrong path than a server without the route
+                raise UsageError(f"the server at {client.endpoint.display} has no {client.url('/models')} (404): "
+                                 "is --base-url right (it usually ends in /v1)? If it is, pass --context-window N")
             raise UsageError(f"the server at {client.endpoint.display} lists no models; pass --context-window N")
         return ServedModel(requested, window_flag)
     by_id = {m["id"]: m for m in entries}

@@ -202,6 +202,9 @@ def test_no_models_endpoint_trusts_the_flags():
     with FakeOpenAI(models_status=404) as fake:
         served = discover_model(HttpClient(fake.url), "mine", 2048, "smollm2")
         assert (served.id, served.context_window) == ("mine", 2048)
+        # without --context-window: more often a wrong --base-url ("/v2") than no route
+        with pytest.raises(UsageError, match=r"has no http://127.0.0.1:\d+/v1/models \(404\): is --base-url right"):
+            discover_model(HttpClient(fake.url), "mine", 0, "smollm2")
 
 
 def test_planner_facts_come_from_the_server():
