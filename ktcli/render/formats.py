@@ -12,8 +12,8 @@ from ktcli.types import SECTION_SEPARATOR, Answer, Plan, Skipped
 def citations_text(answer: Answer) -> str:
     """The Sources block. Numbered as the model read its sources, where it did, so that the
     answer's "[3]" is the Sources' [3] (they were renumbered 1..n, and an answer's [3]
-    pointed at nothing or at another source); the places cited in one source are listed
-    under its number, best first."""
+    pointed at nothing or at another source), in their order; the places cited in one
+    source are listed under its number, best first."""
     if not answer.citations:
         return ""
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
@@ -22,7 +22,8 @@ def citations_text(answer: Answer) -> str:
         groups.setdefault(c.label if labelled else i + 1, []).append(c)
     width = len(f"[{max(groups)}]")
     rows = []
-    for label, cites in groups.items():
+    # In label order, as footnotes are read ([11] with its lines came before [1]..[10]).
+    for label, cites in sorted(groups.items()):
         for j, c in enumerate(cites):
             mark = f"[{label}]" if j == 0 else ""
             rows.append(f"  {mark:<{width}} {c.ref}{_section_note(c.section)}")

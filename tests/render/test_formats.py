@@ -69,10 +69,10 @@ def test_sources_are_numbered_as_the_model_read_them():
     from ktcli.render.formats import answer_json, citations_text
     from ktcli.types import Citation, Span
 
-    cites = (Citation("big.txt:19367", Span("big.txt", 19367, 19367), label=3),
-             Citation("big.txt:4923-4948", Span("big.txt", 4923, 4948), label=17),
+    cites = (Citation("big.txt:4923-4948", Span("big.txt", 4923, 4948), label=17),
+             Citation("big.txt:19367", Span("big.txt", 19367, 19367), label=3),
              Citation("big.txt:19380", Span("big.txt", 19380, 19380), label=3))
     answer = replace(_answer(), citations=cites)
-    assert citations_text(answer).splitlines()[-3:] == [
+    assert citations_text(answer).splitlines()[-3:] == [  # in label order, as footnotes
         "  [3]  big.txt:19367", "       big.txt:19380", "  [17] big.txt:4923-4948"]
-    assert [c["label"] for c in json.loads(answer_json(answer))["citations"]] == [3, 17, 3]
+    assert [c["label"] for c in json.loads(answer_json(answer))["citations"]] == [17, 3, 3]
