@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -255,6 +256,10 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
                          f"({settings.chunk_tokens})")
     if settings.request_timeout <= 0:
         raise UsageError(f"{named('request_timeout')} {settings.request_timeout}: must be above 0")
+    device = settings.device.strip().lower()
+    if device not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", device):
+        # the engine said it too, but only after the input was read or the server started loading
+        raise UsageError(f"{named('device')} {settings.device!r}: choose auto, cpu, cuda or cuda:N")
     if settings.max_memory:
         try:
             parse_bytes(settings.max_memory)

@@ -60,6 +60,7 @@ def test_unknown_key_in_file(tmp_path, monkeypatch):
     ({"top_k": 0}, "--top-k 0"),
     ({"max_seconds": -3}, "--max-seconds -3"),
     ({"temperature": float("nan")}, "--temperature nan"),
+    ({"device": "tpu"}, "--device 'tpu': choose auto, cpu, cuda or cuda:N"),  # was said after the input was read
 ])
 def test_values_no_command_can_use_are_rejected_up_front(tmp_path, monkeypatch, flags, needle):
     use_config(tmp_path, monkeypatch, "")
