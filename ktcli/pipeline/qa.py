@@ -33,7 +33,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
             cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
             cites += citations.document_citations(text, prep.corpus.documents, cites)
-            return Answer(text, tuple(cites), plan, tally.figures(), prep.corpus.skipped)
+            return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
         if settings.mode == "full":  # asked for by name: not ours to swap for another mode
             raise UsageError(
                 f"--mode full: the input is {needed - params.max_new_tokens:,} tokens but the model's window is "
@@ -104,6 +104,18 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     ]
     figures["evidence"] = evidence_refs
     return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
+
+
+def _whole_read_figures(prep: Prepared) -> dict:
+    """The keys a retrieval answer's --json figures have, for a read of the whole input:
+    one window, every document its evidence (scripts read `figures.evidence` whatever the
+    mode; it was missing)."""
+    evidence = []
+    for d in prep.corpus.documents:
+        lines = (None, None) if d.kind == "pdf" else (1, d.text.rstrip("\n").count("\n") + 1)  # a PDF: its pages'
+        evidence.append({"ref": d.path, "path": d.path, "line_start": lines[0], "line_end": lines[1], "page": None,
+                         "score": None})
+    return {"retrieved": 0, "windows": 1, "evidence": evidence}
 
 
 def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:
