@@ -42,6 +42,7 @@ class Page:
     number: int | None
     text: str
     line_offset: int = 0  # lines of the document before this page
+    label: str | None = None  # the number printed on it, where the PDF says it is not `number` ("iv")
 
 
 @dataclass(frozen=True)

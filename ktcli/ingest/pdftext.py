@@ -48,10 +48,12 @@ def _quiet_pypdf() -> Iterator[_Errors]:
         logger.propagate = propagate
 
 
-def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]]]:
+def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]], list[str | None]]:
     """Normalised text of every page (trailing newlines stripped), in page order, and the
     pages that could not be read, as (page number, why, in words for the user): their text
     is empty, and the caller reports them (a fact on such a page must not vanish unannounced).
+    Third, each page's printed label where the PDF gives one other than its number (a
+    book's "iv", or "12" on its 14th page), else None.
 
     Raises RejectedInput for a corrupt PDF, one that needs a password, and one with no
     text on any page (scanned), each with what the user can do about it."""
@@ -111,7 +113,19 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         n_chars = sum(len(t.strip()) for t in texts)
         raise RejectedInput(display, f"only {n_chars} characters of text on its {len(pages)} page(s), the rest "
                                      "images (a scanned PDF with stamps?)", "run OCR first, e.g. `ocrmypdf in.pdf out.pdf`")
-    return texts, unread
+    return texts, unread, _printed_labels(reader, len(pages))
+
+
+def _printed_labels(reader: PdfReader, n_pages: int) -> list[str | None]:
+    """The /PageLabels a PDF declares (roman front matter, then 1, 2...), None where a label
+    is the page's own number or none is declared."""
+    try:
+        labels = list(reader.page_labels) if "/PageLabels" in reader.trailer["/Root"] else []
+    except Exception:  # noqa: BLE001 - a malformed label tree: pages keep their numbers
+        labels = []
+    if len(labels) != n_pages:
+        return [None] * n_pages
+    return [label if label and label != str(i) else None for i, label in enumerate(labels, start=1)]
 
 
 # Typesetting inside words: ligature characters (LaTeX's "ﬁ", "ﬂ") and words broken at a

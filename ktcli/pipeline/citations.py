@@ -237,11 +237,15 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
 
 
 def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
-    """Citations (and the evidence list in the figures) in the lines of the files the user
-    has: a document whose text is drawn from other lines (HTML) counts its spans in text
-    lines until here (`Document.source_lines`)."""
+    """Citations (and the evidence list in the figures) in the lines and pages of the files
+    the user has: a document whose text is drawn from other lines (HTML) counts its spans in
+    text lines until here (`Document.source_lines`); a PDF page is named by its printed
+    number where that differs from its index (`Page.label`)."""
     maps = {d.path: d.source_lines for d in corpus.documents if d.source_lines}
-    if not maps:
+    # A PDF page's printed number where it is not its index (a book's front matter in roman
+    # numerals: printed page 2 was cited as p.4, which no reader finds on the page).
+    printed = {(d.path, p.number): p.label for d in corpus.documents for p in d.pages if p.label}
+    if not maps and not printed:
         return answer
 
     def moved(span: Span) -> Span:
@@ -251,15 +255,19 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
         end = span.line_end if span.line_end is not None else span.line_start
         return Span(span.path, lines[min(span.line_start, len(lines)) - 1], lines[min(end, len(lines)) - 1], span.page)
 
+    def ref(span: Span) -> str:
+        label = printed.get((span.path, span.page))
+        return f"{span.path} p.{label} (page {span.page} of the file)" if label else span.cite()
+
     cites = []
     for c in answer.citations:
         span = moved(c.span)
-        cites.append(replace(c, ref=span.cite(), span=span))
+        cites.append(replace(c, ref=ref(span), span=span))
     figures = dict(answer.stats)
     if "evidence" in figures:
         evidence = []
         for e in figures["evidence"]:
             span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"]))
-            evidence.append(e | {"ref": span.cite(), "line_start": span.line_start, "line_end": span.line_end})
+            evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end})
         figures["evidence"] = evidence
     return replace(answer, citations=tuple(cites), stats=figures)

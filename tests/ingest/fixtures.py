@@ -173,3 +173,16 @@ PNG_BYTES = (
     b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x02\x00\x00\x00\x90wS\xde"
     b"\x00\x00\x00\x0cIDATx\x9cc\xf8\x0f\x00\x00\x01\x01\x00\x05\x18\xd8N\x00\x00\x00\x00IEND\xaeB`\x82"
 )
+
+
+def with_page_labels(data: bytes, front_matter: int) -> bytes:
+    """`data` with /PageLabels: the first `front_matter` pages numbered i, ii..., the rest
+    1, 2... (a book's or a thesis's numbering)."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter(clone_from=PdfReader(io.BytesIO(data)))
+    writer.set_page_label(0, front_matter - 1, style="/r")
+    writer.set_page_label(front_matter, len(writer.pages) - 1, style="/D", start=1)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()

@@ -182,3 +182,21 @@ def test_answers_and_notes_in_other_scripts_are_cited_and_kept():
     assert attribute("连接丢失时，服务会在五秒后重试。", [zh])[0].ref == "zh.txt:3-5"
     de = chunk("de.txt", 1, ["Die Größe der Datei wird geprüft."] + ["Gross ist nichts."] * 4)
     assert attribute("Die Größe wird geprüft.", [de])[0].ref == "de.txt:1-2"
+
+
+def test_a_pdf_page_is_cited_by_its_printed_number_where_it_has_one():
+    """A book's front matter in roman numerals: its printed page 2 was cited as p.4."""
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.pipeline.citations import in_source_lines
+    from ktcli.types import Answer, Citation, Corpus, Mode, Plan
+    from tests.ingest.fixtures import make_text_pdf, with_page_labels
+
+    data = with_page_labels(make_text_pdf([["Preface"], ["Contents"], ["Tides"], ["The keeper is Ada Quill."]]), 2)
+    doc = document_from_bytes(data, "book.pdf", "book.pdf")
+    assert [p.label for p in doc.pages] == ["i", "ii", "1", "2"]
+    plain = document_from_bytes(make_text_pdf([["one"], ["two"]]), "plain.pdf", "plain.pdf")
+    assert [p.label for p in plain.pages] == [None, None]  # no labels declared: numbers as they are
+    plan = Plan(Mode.FULL, "ask", 10, 1, 8192, 384, 10, 1, 0, 1, 0, 1.0, 1)
+    cites = (Citation("book.pdf p.4", Span("book.pdf", 4, 4, 4)), Citation("book.pdf p.3", Span("book.pdf", 3, 3, 3)))
+    answer = in_source_lines(Answer("Ada.", cites, plan, {}), Corpus((doc,)))
+    assert [c.ref for c in answer.citations] == ["book.pdf p.2 (page 4 of the file)", "book.pdf p.1 (page 3 of the file)"]
