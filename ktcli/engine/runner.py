@@ -56,6 +56,7 @@ DEFAULT_PREFILL_CHUNK = 2048
 # A prefill chunk taken between two decode steps of other sequences: a bound on how long
 # their streams pause for it (~1 s on a 2-core CPU for SmolLM2).
 MIXED_PREFILL_CHUNK = 512
+STARVED_STEPS = 2
 
 
 class Engine:
@@ -134,8 +135,11 @@ class Engine:
                 if not running:
                     break
                 # Shortest prompt first: a 5-token request that joined during another's
-                # 5K-token prompt got no budget until that prompt was read (43 s).
-                prefill = sorted((s for s in running if s.in_prefill), key=lambda s: s.pending)
+                # 5K-token prompt got no budget until that prompt was read (43 s). One left
+                # out for STARVED_STEPS steps goes first, so a stream of short requests
+                # cannot hold a long prompt back for ever.
+                prefill = sorted((s for s in running if s.in_prefill),
+                                 key=lambda s: (s.waited < STARVED_STEPS, s.pending))
                 decoding = len(prefill) < len(running)
                 if prefill and not (decoding and last_was_prefill):
                     if self.threads is not None:
@@ -312,15 +316,19 @@ class Engine:
 
     def _take_chunks(self, prefill: list[Sequence], budget: int) -> list[tuple[Sequence, int]]:
         batch = []
+        # A chunk cut as if alone (question pages) may be longer than a mixed step's budget:
+        # the first prompt still gets it (the step was empty and failed). Other policies
+        # keep the budget, which bounds how long running streams pause.
+        whole = getattr(self.model.kv, "min_last_chunk", 0) > 0
         for s in prefill:
             if budget <= 0:
                 break
-            # The first always gets some: a chunk cut as if alone (question pages) may be
-            # longer than a mixed step's budget, and an empty step failed.
-            n = self._chunk_len(s, budget if batch else max(budget, self.prefill_chunk))
+            n = self._chunk_len(s, max(budget, self.prefill_chunk) if whole and not batch else budget)
             if n > 0:
                 batch.append((s, n))
                 budget -= n
+        for s in prefill:  # those left out this step go first after STARVED_STEPS more
+            s.waited = 0 if any(t is s for t, _ in batch) else s.waited + 1
         return batch
 
     def _chunk_len(self, s: Sequence, budget: int) -> int:

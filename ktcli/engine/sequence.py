@@ -28,6 +28,7 @@ class Sequence:
     # prompt's last chunk: where rows depend on the chunks (quantized pages), the rows a
     # later prompt that starts the same way would compute alike (engine.prefix_store).
     aligned: int = 0
+    waited: int = 0  # prefill steps in a row that gave it no chunk (Engine._take_chunks)
     status: Status = Status.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None  # sampling RNG, per sequence

@@ -170,6 +170,48 @@ def test_a_short_prompt_that_joins_a_long_ones_prefill_answers_first(tiny_models
     assert order[:3] == [1, 1, 1]  # the short one's three tokens before the long one's first
 
 
+def test_a_long_prompt_is_not_starved_by_a_stream_of_short_ones(tiny_models):
+    """Shortest first: with question pages a long prompt's chunk fits no leftover budget,
+    so short requests arriving before every step held it back for as long as they came."""
+    from ktcli.engine.native import NativeBackend
+
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", kv_dtype="fp32", attention="topk",
+                                block_size=16, prefill_chunk=64, kv_budget_bytes=16 << 20).engine
+    long_prompt = [(i * 7) % 250 + 1 for i in range(300)]
+    calls = {"n": 0}
+
+    def joining():
+        calls["n"] += 1
+        return [([5, 6, 7, 8, 9], 1)] if calls["n"] < 60 else []
+
+    order = [i for i, _ in engine.generate([long_prompt], SamplingParams(max_new_tokens=1), frozenset(), joining)]
+    assert order.index(0) < 30  # the long prompt's token came while short ones still arrived
+
+
+def test_streams_pause_for_at_most_a_mixed_steps_budget_when_a_long_prompt_joins(tiny_models, monkeypatch):
+    from ktcli.engine import runner as runner_module
+    from ktcli.engine.native import NativeBackend
+
+    monkeypatch.setattr(runner_module, "MIXED_PREFILL_CHUNK", 32)
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=256).engine
+    chunks = []
+    real = engine._step
+
+    def step(batch, params):
+        chunks.extend(n for _, n in batch if n > 1)
+        return real(batch, params)
+
+    engine._step = step
+    calls = {"n": 0}
+
+    def joining():
+        calls["n"] += 1
+        return [([(i * 7) % 250 + 1 for i in range(300)], 2)] if calls["n"] == 3 else []
+
+    list(engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=40), frozenset(), joining))
+    assert chunks[0] == 3 and max(chunks[1:]) <= 32  # the joiner's prefill, cut to the mixed budget
+
+
 def test_a_chunk_longer_than_a_mixed_steps_budget_still_runs(tiny_models, monkeypatch):
     """With question pages a prompt's chunks are cut as if alone, and may be longer than a
     step's budget while others decode: the step was empty and failed (IndexError)."""
