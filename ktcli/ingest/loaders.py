@@ -260,12 +260,12 @@ def _notebook_document(raw: str, display: str) -> Document:
 def _pdf_document(data: bytes, display: str) -> Document:
     from ktcli.ingest.pdftext import extract_pages
 
-    page_texts, unread, labels = extract_pages(data, display)
+    page_texts, unread, labels = extract_pages(data, display)  # unread page 0: the whole file
     pages: list[Page] = []
     offset = 0
     for number, (page_text, label) in enumerate(zip(page_texts, labels), start=1):
         pages.append(Page(number=number, text=page_text, line_offset=offset, label=label))
         offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
     text = "\n".join(page_texts)
-    left_out = tuple(Skipped(f"{display} p.{n}", why) for n, why in unread)
+    left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n) for n, why in unread)
     return Document(path=display, text=text, kind="pdf", pages=tuple(pages), sha256=text_sha256(text), left_out=left_out)

@@ -72,7 +72,7 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
-        pictured = 0  # pages whose content is images, with no or almost no text
+        stamped = 0  # pages that are a page-sized image and a few characters
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
             try:
@@ -90,13 +90,13 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
                 elif not raw.strip() and _has_images(page):
                     # a scanned page amid text pages: its words are in a picture we cannot read
                     unread.append((number, "no text layer, only images (a scanned page?)"))
-                    pictured += 1
-                elif len(raw.strip()) < _FEW_CHARACTERS and _has_images(page):
+                elif len(raw.strip()) < _FEW_CHARACTERS and _image_coverage(page) >= _SCAN_COVERAGE:
                     # a scan with a stamp (Bates number, fax header, scanner date): the stamp
-                    # read, the page's words not, and nothing said
-                    unread.append((number, f"only {len(raw.strip())} characters of text beside images "
+                    # read, the page's words not, and nothing said. The image must cover most
+                    # of the page: a slide's picture beside its title is not a scan.
+                    unread.append((number, f"only {len(raw.strip())} characters of text on a page-sized image "
                                            "(a scanned page with a stamp?)"))
-                    pictured += 1
+                    stamped += 1
             if _may_hold_table(raw):
                 raw = _rejoin_rows(raw, _layout_text(page))
             notes = _annotation_lines(page, raw)
@@ -109,10 +109,10 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         if failures == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         return _no_text(display, len(pages))
-    if pictured == len(pages):
+    if stamped == len(pages) > 1:  # one line for the file, not one per page; still read
         n_chars = sum(len(t.strip()) for t in texts)
-        raise RejectedInput(display, f"only {n_chars} characters of text on its {len(pages)} page(s), the rest "
-                                     "images (a scanned PDF with stamps?)", "run OCR first, e.g. `ocrmypdf in.pdf out.pdf`")
+        unread = [(0, f"only {n_chars} characters of text on its {len(pages)} pages, each a page-sized image "
+                      "(a scanned PDF with stamps? run OCR first, e.g. `ocrmypdf in.pdf out.pdf`)")]
     return texts, unread, _printed_labels(reader, len(pages))
 
 
@@ -275,8 +275,46 @@ def _plain(value) -> str:  # type: ignore[no-untyped-def]
     return " ".join(text.removeprefix("/").split())
 
 
-# A page with less text than this beside an image is taken for a scan with a stamp.
+# A page with less text than this on an image covering _SCAN_COVERAGE of it is taken for a
+# scan with a stamp.
 _FEW_CHARACTERS = 100
+_SCAN_COVERAGE = 0.7
+
+
+def _image_coverage(page) -> float:  # type: ignore[no-untyped-def]
+    """The share of the page's area its largest image is drawn over (a form XObject's box
+    counting as its image's), from the transformation in force at each draw: only the
+    determinant matters for an area, and it multiplies."""
+    try:
+        from pypdf.generic import ContentStream
+
+        box = page.mediabox
+        page_area = abs(float(box.width) * float(box.height))
+        contents = page.get_contents()
+        if contents is None or page_area <= 0:
+            return 0.0
+        xobjects = (page.get("/Resources") or {}).get("/XObject") or {}
+        det, stack, best = 1.0, [], 0.0
+        for operands, op in ContentStream(contents, page.pdf).operations:
+            if op == b"q":
+                stack.append(det)
+            elif op == b"Q":
+                det = stack.pop() if stack else det
+            elif op == b"cm" and len(operands) == 6:
+                a, b, c, d = (float(x) for x in operands[:4])
+                det *= a * d - b * c
+            elif op == b"INLINE IMAGE":
+                best = max(best, abs(det) / page_area)
+            elif op == b"Do" and operands and operands[0] in xobjects:
+                xobject = xobjects[operands[0]].get_object()
+                if xobject.get("/Subtype") == "/Image":
+                    best = max(best, abs(det) / page_area)
+                elif xobject.get("/Subtype") == "/Form" and _draws_image(xobject.get("/Resources"), depth=1):
+                    x0, y0, x1, y1 = (float(v) for v in xobject.get("/BBox", [0, 0, 0, 0]))
+                    best = max(best, abs(det * (x1 - x0) * (y1 - y0)) / page_area)
+        return min(best, 1.0)
+    except Exception:  # noqa: BLE001 - a content stream we cannot follow: no claim
+        return 0.0
 _INLINE_IMAGE = re.compile(rb"(?:^|\s)BI\s")
 
 

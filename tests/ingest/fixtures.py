@@ -102,10 +102,11 @@ def make_pdf_with_a_scanned_page(before: str, after: str) -> bytes:
     return buffer.getvalue()
 
 
-def make_stamped_scan_pdf(stamps: list[str], texts: dict[int, str] | None = None, in_form: bool = False) -> bytes:
+def make_stamped_scan_pdf(stamps: list[str], texts: dict[int, str] | None = None, in_form: bool = False,
+                          image_share: float = 1.0) -> bytes:
     """Pages that are an image with a small text stamp each (Bates numbers on a scan), or
     with `texts[i]` of real text; `in_form`: the images drawn inside form XObjects, as
-    pdfpages/pdfjam place scanned pages."""
+    pdfpages/pdfjam place scanned pages; `image_share`: of the page the image covers."""
     from PIL import Image
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.utils import ImageReader
@@ -115,13 +116,14 @@ def make_stamped_scan_pdf(stamps: list[str], texts: dict[int, str] | None = None
     pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
     image = ImageReader(Image.new("RGB", (8, 8), (230, 230, 230)))
     for i, stamp in enumerate(stamps):
+        w, h = 595 * image_share**0.5, 842 * image_share**0.5  # the image's share of the page
         if in_form:
-            pdf.beginForm(f"scan{i}")
-            pdf.drawImage(image, 0, 0, 595, 842)
+            pdf.beginForm(f"scan{i}", lowerx=0, lowery=0, upperx=w, uppery=h)
+            pdf.drawImage(image, 0, 0, w, h)
             pdf.endForm()
             pdf.doForm(f"scan{i}")
         else:
-            pdf.drawImage(image, 0, 0, 595, 842)
+            pdf.drawImage(image, 0, 0, w, h)
         pdf.setFont("Helvetica", 6)
         pdf.drawString(500, 20, stamp)
         if texts and i in texts:

@@ -333,17 +333,27 @@ def test_a_scanned_page_among_text_pages_is_reported(write) -> None:
     assert not load_corpus([str(write("blank.pdf", make_text_pdf([["one"], [], ["three"]])))]).skipped
 
 
-def test_scans_with_a_stamp_are_reported_and_a_file_of_them_refused(write) -> None:
+def test_scans_with_a_stamp_are_reported_in_one_line_per_file(write) -> None:
     """A scan with a Bates number or fax header has a few characters of text: it was read
     as those characters, the page's words lost without a word."""
-    message = input_error(write("bates.pdf", make_stamped_scan_pdf(["ACME000001", "ACME000002", "ACME000003"])))
-    assert "only 30 characters of text on its 3 page(s), the rest images" in message and "ocrmypdf" in message
+    corpus = load_corpus([str(write("bates.pdf", make_stamped_scan_pdf(["ACME000001", "ACME000002", "ACME000003"])))])
+    assert corpus.documents[0].text.split() == ["ACME000001", "ACME000002", "ACME000003"]  # read, and said:
+    (note,) = corpus.skipped
+    assert note.path.endswith("bates.pdf") and "only 30 characters of text on its 3 pages" in note.reason
+    assert "ocrmypdf" in note.reason
     long = "The lease runs for five years from the first of March, at a rent agreed by both parties, reviewed each spring."
     for in_form in (False, True):  # also a scan placed inside a form XObject
         path = write("mixed.pdf", make_stamped_scan_pdf(["A1", "A2", "A3"], {0: long, 2: long}, in_form=in_form))
         corpus = load_corpus([str(path)])
         assert [s.path for s in corpus.skipped] == [f"{path} p.2"]
-        assert "only 2 characters of text beside images" in corpus.skipped[0].reason
+        assert "only 2 characters of text on a page-sized image" in corpus.skipped[0].reason
+
+
+def test_slides_with_a_picture_and_a_title_are_not_scans(write) -> None:
+    """A picture beside a slide's title is not a scan: such decks were refused."""
+    data = make_stamped_scan_pdf(["Quarterly results", "Our team", "Thank you"], image_share=0.4)
+    corpus = load_corpus([str(write("deck.pdf", data))])
+    assert not corpus.skipped and "Quarterly results" in corpus.documents[0].text
 
 
 def test_pdf_ligatures_and_words_broken_at_line_ends_are_mended() -> None:
