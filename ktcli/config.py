@@ -192,6 +192,31 @@ _AT_LEAST = {"chunk_overlap": -1, "max_new_tokens": 1, "top_k": 1, "max_file_byt
              "max_seconds": 0.0, "temperature": 0.0}
 
 
+# The sparse policies' page counts when --attention names none (engine.longctx.make_policy).
+DEFAULT_TOPK_PAGES = 8
+DEFAULT_LOCAL_PAGES = 4
+
+
+def canonical_attention(spec: str) -> str:
+    """'topk' -> 'topk:8', 'window:4' stays, 'dense' / 'auto' / '' -> 'dense': one spelling
+    per policy, for matching what the prompt cache holds (`engine.prefix_store`)."""
+    if spec in ("", "auto", "dense"):
+        return "dense"
+    try:
+        kind, pages = parse_attention(spec)
+    except ValueError:
+        return spec  # refused where settings are checked; nothing held matches it
+    if kind == "dense":
+        return "dense"
+    return f"{kind}:{pages or (DEFAULT_TOPK_PAGES if kind == 'topk' else DEFAULT_LOCAL_PAGES)}"
+
+
+def canonical_rope_scaling(spec: str) -> str:
+    """'yarn:2.0' -> 'yarn:2', 'none' / '' -> '': one spelling per scaling."""
+    parsed = parse_rope_scaling(spec) if spec else None
+    return f"{parsed[0]}:{parsed[1]:g}" if parsed else ""
+
+
 def parse_attention(spec: str) -> tuple[str, int | None]:
     """'topk', 'topk:16', 'window:8', 'dense' -> (kind, pages or None); ValueError if not."""
     kind, sep, pages = spec.partition(":")

@@ -61,7 +61,7 @@ from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay_keys
 from ktcli.engine.prefix_store import whole_chunks
 from ktcli.engine.page_groups import attend_columns, decode_remapped, group_page_plans, virtual_plan
 from ktcli.engine.attention import decode_grouped
-from ktcli.config import parse_attention
+from ktcli.config import DEFAULT_LOCAL_PAGES, DEFAULT_TOPK_PAGES, parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
 from ktcli.engine.config import SLIDING_WINDOW_REFUSAL, ModelConfig
 from ktcli.errors import InputError, OutOfMemoryError, UsageError
@@ -98,8 +98,8 @@ class LongContextOptions:
             raise InputError("position remapping needs a window or topk attention policy")
 
 
-def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_pages: int = 4,
-                top_k_pages: int = 8) -> AttentionPolicy:
+def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_pages: int = DEFAULT_LOCAL_PAGES,
+                top_k_pages: int = DEFAULT_TOPK_PAGES) -> AttentionPolicy:
     # 8 Quest pages per step plus 8 question pages (LongContextOptions): with sinks and the
     # local window a query sees 21 pages, 1.3K tokens. On SmolLM2 a bigger budget hurt:
     # at 16K, 32 Quest + 16 question pages missed the needle where 8 + 8 found it at
@@ -744,17 +744,26 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     if options.kv_dtype == "int4":  # where the queries look, so int4 keys spend their bits there
         key_calibration.calibrate(backend, model_dir, pack_cache)
     if prefix_cache is not None:
-        engine.prefix = _prompt_store(prefix_cache, model_dir, kv, model, weights, prefill_chunk)
+        engine.prefix = _prompt_store(prefix_cache, model_dir, kv, model, weights, prefill_chunk, rope_scaling)
     return backend
 
 
-def _prompt_store(root: Path, model_dir: Path, kv: KernelKVCache, model, weights: str, prefill_chunk: int):
+def policy_spec(policy: AttentionPolicy) -> str:
+    """The policy as `config.canonical_attention` spells it ('topk:8', 'window:4', 'dense')."""
+    if policy.kind == "dense":
+        return "dense"
+    return f"{policy.kind}:{policy.top_k_pages if policy.kind == 'topk' else policy.n_local_pages}"
+
+
+def _prompt_store(root: Path, model_dir: Path, kv: KernelKVCache, model, weights: str, prefill_chunk: int,
+                  rope_scaling):
     """The prompt store for pages made this way: every option that shapes the rows (the
     policy, page size, chunk, key widths' weights, RoPE scaling in cfg) is in its key, so
     pages computed any other way are never read. Not the staging slots' count (a server's
     and the CLI's differ), which only changes how writes are split."""
     import hashlib
 
+    from ktcli.config import canonical_rope_scaling
     from ktcli.engine.model_store import model_key
     from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
 
@@ -764,5 +773,7 @@ def _prompt_store(root: Path, model_dir: Path, kv: KernelKVCache, model, weights
             weights_of_keys.update(layer.k_weight.float().cpu().numpy().tobytes())
     key = store_key(model_key(model_dir, "prefix"), weights, replace(kv.options, n_stage=0), model.prefill_dtype,
                     kv.prefill_attn_dtype, kv.device.type, model.cfg, prefill_chunk, weights_of_keys.hexdigest())
+    rope = canonical_rope_scaling(rope_scaling) if isinstance(rope_scaling, str) else str(rope_scaling or "")
     return PrefixStore(root, key, described=prompt_cache_description(
-        model_dir, weights, kv.options.kv_dtype, kv.device.type, kv.options.policy.kind, prefill_chunk, kv.min_last_chunk))
+        model_dir, weights, kv.options.kv_dtype, kv.device.type, policy_spec(kv.options.policy), prefill_chunk,
+        kv.min_last_chunk, rope))

@@ -231,15 +231,16 @@ def _entry_files(folder: Path) -> list[Path]:
 
 
 def prompt_cache_description(model_dir: Path, weights: str, kv_dtype: str, device: str, attention: str = "dense",
-                             chunk: int = 0, last_chunk: int = 0) -> dict[str, str | int]:
+                             chunk: int = 0, last_chunk: int = 0, rope: str = "") -> dict[str, str | int]:
     """What the planner can know of a key: the model folder and file stamps, the weight and
-    page dtypes, the attention policy and the device (not the prefill dtype or config
-    details, which the engine resolves; the key covers those); for pages kept in whole
-    chunks (`whole_chunks`), the chunk and the fewest tokens of a prompt's last chunk."""
+    page dtypes, the attention policy (as `config.canonical_attention` spells it), the RoPE
+    scaling asked for and the device (not the prefill dtype or config details, which the
+    engine resolves; the key covers those); for pages kept in whole chunks
+    (`whole_chunks`), the chunk and the fewest tokens of a prompt's last chunk."""
     from ktcli.engine.model_store import model_key
 
     out: dict[str, str | int] = {"model": model_key(Path(model_dir), "prefix"), "weights": weights,
-                                 "kv_dtype": kv_dtype, "attention": attention, "device": device}
+                                 "kv_dtype": kv_dtype, "attention": attention, "device": device, "rope": rope}
     if chunk:
         out.update(chunk=chunk, last_chunk=last_chunk)
     return out

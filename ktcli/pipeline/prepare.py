@@ -11,7 +11,7 @@ import statistics
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ktcli.config import Settings, parse_bytes
+from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
@@ -393,7 +393,8 @@ def _cached_prompts(corpus: Corpus, question: str, task: str, settings: Settings
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     described = prompt_cache_description(Path(tokenizer.name_or_path), planned_weights(settings), "",
                                          "cuda" if _on_gpu(settings) else "cpu")
-    wanted = {k: described[k] for k in ("model", "weights", "device")}
+    wanted = {k: described[k] for k in ("model", "weights", "device")} | {
+        "rope": canonical_rope_scaling(settings.rope_scaling)}  # rows of another scaling are never read
     return stored_prefixes(root, ids, wanted)
 
 

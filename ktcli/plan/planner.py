@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ktcli.config import canonical_attention
 from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
@@ -41,6 +42,8 @@ SPARSE_POLICIES = ("topk", "window")
 # Without --max-seconds, auto mode reads a too-long input whole only when that takes at
 # most this long; otherwise retrieval, which reads a few chunks, is the answer.
 SPARSE_DEFAULT_SECONDS = 600.0
+# --mode sparse takes the kind of pages the prompt cache holds when it holds this share of the input.
+HELD_SHARE = 0.5
 # A sparse read's window (its KV pages, all allocated up front) leaves this much room past
 # the estimated prompt and answer: the token estimate errs long, but not always.
 SPARSE_WINDOW_MARGIN = 2048
@@ -292,7 +295,7 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
     out = []
     for policy in policies:
         for dtype in dtypes:
-            cached = min(held.get((dtype, policy), 0), full_tokens - 1)
+            cached = min(held.get((dtype, canonical_attention(policy)), 0), full_tokens - 1)
             seconds = rates.load_s + generation_seconds(full_tokens - cached, req.max_new_tokens,
                                                         rates.sparse_prefill_tok_s, rates.sparse_decode_tok_s)
             out.append(replace(
@@ -313,9 +316,11 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
             f"--mode sparse needs ~{_gb(min(p.est_memory_bytes for p in sparse))} even at "
             f"{min(sparse, key=lambda p: p.est_memory_bytes).kv_dtype}, over the --max-memory budget of {_gb(req.memory_budget)}"
         )
-    # Most preferred first, unless the prompt cache holds pages of another kind for it:
-    # read back, a minutes-long prefill takes seconds.
-    chosen = max(ok, key=lambda p: p.cached_tokens)
+    # Most preferred first, unless the prompt cache holds most of this input's pages of
+    # another kind: read back, a minutes-long prefill takes seconds (a shared start of a
+    # few chunks is not worth another policy's answers).
+    held = [p for p in ok if p.cached_tokens >= HELD_SHARE * p.input_tokens]
+    chosen = max(held, key=lambda p: p.cached_tokens) if held else ok[0]
     reasons = ("--mode sparse asked for",
                f"{chosen.kv_dtype} pages with {chosen.attention} attention: ~{_gb(chosen.est_memory_bytes)}, ~{chosen.est_seconds:.0f}s")
     return _with(chosen, reasons, retrieval, sparse)

@@ -365,7 +365,7 @@ def test_the_plan_counts_a_sparse_reads_pages_and_prefers_their_kind(tmp_path):
         prompts.ask_messages(question, prompts.whole_input(first.corpus.documents)), add_generation_prompt=True)
     held = (len(ids) - 100) // 64 * 64  # an earlier question's whole chunks, of int4 topk pages
     store = PrefixStore(settings.cache_path / "prompts", "int4-topk", described=prompt_cache_description(
-        folder, "int8", "int4", "cpu", "topk", 512, 32))
+        folder, "int8", "int4", "cpu", "topk:8", 512, 32))
     assert store.save(ids[:held], lambda i: {"k_pages": torch.zeros(held // 64, 2)}, 2, unit=64)
     again = prepare([str(doc)], question, "ask", settings, NullReporter())
     assert again.plan.kv_dtype == "int4" and again.plan.attention == "topk"
@@ -374,4 +374,16 @@ def test_the_plan_counts_a_sparse_reads_pages_and_prefers_their_kind(tmp_path):
     auto = prepare([str(doc)], question, "ask", replace(settings, mode="auto"), NullReporter())
     assert auto.plan.mode.value == "retrieval"  # auto does not switch to sparse, but says it is quick now
     assert any("int4 topk pages are in the prompt cache" in r for r in auto.plan.reasons)
+    # the same policy spelled out reads them; another RoPE scaling would not
+    spelled = prepare([str(doc)], question, "ask", replace(settings, attention="topk:8"), NullReporter())
+    assert spelled.plan.cached_tokens == again.plan.cached_tokens
+    scaled = prepare([str(doc)], question, "ask", replace(settings, rope_scaling="linear:2"), NullReporter())
+    assert scaled.plan.cached_tokens == 0
+
+    # a few shared chunks are not worth another kind of pages
+    for entry in store.folder.glob("*.kv"):
+        entry.unlink()
+    assert store.save(ids[:1024], lambda i: {"k_pages": torch.zeros(16, 2)}, 2, unit=64)
+    few = prepare([str(doc)], question, "ask", settings, NullReporter())
+    assert few.plan.kv_dtype == "int8" and few.plan.cached_tokens == 0
 
