@@ -82,9 +82,10 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         try:
             return _pdf_document(data, display)
         except RejectedInput:
-            if kind in (None, "pdf"):
+            if kind == "pdf" or (kind is None and data.startswith(b"%PDF-")):
                 raise
-            # named as text and starting like a PDF, yet not one: read as what its name says
+            # named as text, or "%PDF-" past the start (a diff of a PDF writer piped in),
+            # and not a PDF: read as text
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
                             "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")
@@ -127,6 +128,8 @@ def _without_nul_padding(data: bytes) -> tuple[bytes, int]:
     if could_be_utf16(data) or bom_encoding(data) is not None:
         return data, 0
     kept = _NUL_PADDING.sub(b"", data)
+    if b"\x00" in kept:  # NULs between fields too (a tar header, a database page): binary
+        return data, 0
     return kept, len(data) - len(kept)
 
 

@@ -430,6 +430,10 @@ def test_text_and_code_that_mention_the_pdf_header_are_read_as_what_they_are(wri
     assert odd.kind == "text" and odd.text.startswith("%PDF-")
     # a real PDF under a text name is still a PDF
     assert load_one(write("report.txt", make_text_pdf([["page one text"]]))).kind == "pdf"
+    # piped in, or without an extension: "%PDF-" past the start is text too
+    diff = b"diff --git a/w.py b/w.py\n+MAGIC = b\"%PDF-1.4\"\n"
+    assert "%PDF-1.4" in load_stdin(None, io.BytesIO(diff)).text
+    assert "%PDF-1.4" in load_one(write("CHANGES", diff)).text
 
 
 def test_a_pdf_locked_by_a_certificate_handler_is_one_line(write) -> None:
@@ -529,6 +533,26 @@ def test_nul_padding_in_a_log_is_left_out_and_said(write) -> None:
     assert doc.text.count("eth0 link up") == 1100 and "\x00" not in doc.text
     assert any("4,096 NUL bytes of padding left out" in s.reason for s in doc.left_out)
     assert load_corpus([str(write("head.log", b"\x00" * 8192 + line * 10))]).documents[0].text.count("link up") == 10
+
+
+def test_archives_and_databases_with_nul_runs_stay_binary(write, tmp_path) -> None:
+    """Their NUL runs are not padding: a tar was read as text once those were dropped."""
+    import sqlite3
+    import tarfile
+
+    (tmp_path / "notes1.txt").write_text("some notes\n" * 20)
+    with tarfile.open(tmp_path / "backup.tar", "w") as tar:
+        tar.add(tmp_path / "notes1.txt", arcname="notes1.txt")
+    db = sqlite3.connect(tmp_path / "app.db")
+    db.execute("create table t (x text)")
+    db.execute("insert into t values ('hello')")
+    db.commit()
+    db.close()
+    for name in ("backup.tar", "app.db"):
+        data = (tmp_path / name).read_bytes()
+        message = input_error(write(name.replace(".", "-copy."), data))
+        assert "binary" in message, message
+        assert "binary" in input_error(write(name.split(".")[0], data))  # no extension either
 
 
 def test_a_short_text_followed_by_binary_keeps_its_text(write) -> None:
