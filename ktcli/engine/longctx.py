@@ -285,7 +285,7 @@ class KernelKVCache:
         return whole_chunks(shared, prompt_len, prefill_chunk, min_last_chunk)
 
     def keepable_prefix(self, prompt_len: int, aligned: int) -> int:
-        return aligned
+        return aligned - aligned % self.block_size  # whole pages (a chunk that is not a page multiple)
 
     def prefix_arrays(self, li: int, block_table: list[int], n: int) -> dict[str, torch.Tensor] | None:
         """Layer li's pages of a sequence's first n tokens (whole pages); None where its sink

@@ -143,8 +143,8 @@ class PrefixStore:
         the store."""
         import torch
 
-        if len(ids) % unit:
-            raise ValueError(f"{len(ids)} tokens are not whole units of {unit}")
+        if len(ids) % unit or not ids:  # nothing a read could use
+            return False
         name = hashlib.sha1(np.asarray(ids, dtype=np.int32).tobytes()).hexdigest()[:24]
         path = self.folder / f"{name}{_SUFFIX}"
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")

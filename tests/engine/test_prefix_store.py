@@ -387,3 +387,15 @@ def test_the_plan_counts_a_sparse_reads_pages_and_prefers_their_kind(tmp_path):
     few = prepare([str(doc)], question, "ask", settings, NullReporter())
     assert few.plan.kv_dtype == "int8" and few.plan.cached_tokens == 0
 
+
+
+def test_a_chunk_that_is_not_whole_pages_keeps_nothing_and_fails_nothing(tiny_models, tmp_path):
+    """prefill_chunk 40 over 16-token pages: the kept prefix was no whole pages and the
+    save raised out of generate (API callers; the CLI's 512 / 64 never do)."""
+    b = NativeBackend.load(tiny_models["llama"], weights="fp32", kv_dtype="int8", attention="topk", block_size=16,
+                           prefill_chunk=40, kv_budget_bytes=16 << 20, prefix_cache=tmp_path)
+    b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 16
+    prompt = torch.randint(0, 256, (300,), generator=torch.Generator().manual_seed(8)).tolist()
+    first, _ = generate(b, prompt, KEEP)
+    again, st = generate(b, prompt, KEEP)
+    assert again == first and st.reused_tokens == 0
