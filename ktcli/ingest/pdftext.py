@@ -140,7 +140,11 @@ def _mend_words(text: str) -> str:
     """Ligatures spelled out, and a word hyphenated across lines joined where it goes on in
     lower case (a compound like "well-" / "known" loses its hyphen: the lesser harm)."""
     text = text.translate(_LIGATURES)
-    return _BROKEN_WORD.sub(lambda m: m[1] + m[2] if m[2][0].islower() else m[0], text)
+    return _BROKEN_WORD.sub(lambda m: m[1] + m[2] if m[2][0].islower() and m[2] not in _NOT_WORD_ENDS else m[0], text)
+
+
+# Words after a hyphen that end a suspended compound ("pre- and post-war"), not a word.
+_NOT_WORD_ENDS = frozenset({"and", "or", "nor", "to", "und", "oder", "et", "ou", "y", "o"})
 
 
 # Table rows. pypdf's plain extraction emits each table cell (a separate text object) on

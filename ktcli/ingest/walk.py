@@ -221,9 +221,9 @@ class _Walker:
 _MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
 
 
-_SECRET_NAMES = frozenset({".env", ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials", "credentials",
-                           "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
-_SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keystore", ".jks")
+_SECRET_NAMES = frozenset({".env", ".envrc", ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials",
+                           "credentials", "kubeconfig", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
+_SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keystore", ".jks", ".tfvars", ".tfstate")
 _EXAMPLE_SUFFIXES = (".example", ".sample", ".template", ".dist")
 
 

@@ -362,6 +362,7 @@ def test_pdf_ligatures_and_words_broken_at_line_ends_are_mended() -> None:
     text = "The \ufb01nal \ufb01gures show e\ufb03cient o\ufb03ce work\ufb02ow after the reorgan-\nization of the\ndocu-\nmentation team.\nPart-\nTime staff: 12-\n14 people."
     assert _mend_words(text) == ("The final figures show efficient office workflow after the reorganization of the\n"
                                  "documentation team.\nPart-\nTime staff: 12-\n14 people.")
+    assert _mend_words("pre-\nand post-war") == "pre-\nand post-war"  # a suspended compound
 
 
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
