@@ -115,6 +115,10 @@ def remote_model_facts(settings: Settings) -> ModelFacts:
                       head_dim=0, n_params=0, weight_bytes=0)
 
 
+class _TooLong(Exception):
+    """/tokenize refused a text for its length, not for its shape."""
+
+
 class TokenCounter:
     """The server's tokenizer through /tokenize (vLLM, llama.cpp, ktcli serve) when it has
     one, else tiktoken's cl100k as an estimate. Probed once, then remembered."""
@@ -134,7 +138,13 @@ class TokenCounter:
 
     def _count_uncached(self, text: str) -> int:
         if self.remote is not False:
-            n = self._remote({"model": self.model, "prompt": text, "content": text, "add_special_tokens": False})
+            try:
+                n = self._remote({"model": self.model, "prompt": text, "content": text, "add_special_tokens": False})
+            except _TooLong:
+                # The server's tokenizer is there, the text is past what it counts at once
+                # (ktcli serve: the window's worth): counted in halves, split at a space.
+                cut = max(text.rfind(" ", 0, len(text) // 2), text.rfind("\n", 0, len(text) // 2), len(text) // 2)
+                return self._count_uncached(text[:cut]) + self._count_uncached(text[cut:])
             self.remote = n is not None
             if n is not None:
                 return n
@@ -156,7 +166,9 @@ class TokenCounter:
     def _remote(self, body: dict) -> int | None:
         try:
             data = self.client.post_json("/tokenize", body, root=True)
-        except ServerStatusError:
+        except ServerStatusError as e:
+            if e.status == 400 and "context window" in str(e) and len(body.get("prompt") or "") > 1:
+                raise _TooLong from None
             return None  # no /tokenize (404), or it rejects this shape (400)
         if isinstance(data.get("count"), int):
             return int(data["count"])

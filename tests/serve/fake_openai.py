@@ -100,6 +100,9 @@ class _Handler(BaseHTTPRequestHandler):
             if "messages" in body:
                 words = sum(len(m["content"].split()) for m in body["messages"]) + 10
             else:
+                if len(body["prompt"]) > 4096:  # as ktcli serve sizes a prompt to its window
+                    return self._send(400, {"error": {"message": "the prompt is too long for this model's context window",
+                                                      "code": "context_length_exceeded"}})
                 words = len(body["prompt"].split())
             return self._send(200, {"count": words, "tokens": list(range(words)), "max_model_len": 4096})
         if self.path != "/v1/chat/completions":

@@ -223,6 +223,16 @@ def test_counts_with_the_server_tokenizer_when_offered():
         assert b.tokens.source == "server"
 
 
+def test_a_text_too_long_to_tokenize_at_once_is_counted_in_parts():
+    """A 400 for its length counted as "no tokenizer": the server's count was dropped for
+    tiktoken's for the rest of the run."""
+    with FakeOpenAI() as fake:
+        b = backend(fake)
+        text = "word " * 3000  # 15,000 characters: past what the server counts at once
+        assert b.count_tokens(text) == 3000 and b.tokens.source == "server"
+        assert b.count_tokens("one two") == 2 and b.tokens.source == "server"
+
+
 def test_counts_with_tiktoken_without_a_tokenize_endpoint():
     with FakeOpenAI(tokenize=False) as fake:
         b = backend(fake)
