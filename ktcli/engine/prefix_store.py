@@ -26,8 +26,9 @@ array the header lists, its items: `{"tokens": P, "layers": L, "unit": U, "array
 "dtype", "shape", "items", "per_unit"}]}`. The dense paged cache keeps arrays k and v of
 one row [H, D] per token (U = 1). The quantized pages of the long-context path keep whole
 pages (U = the page size): codes, scales and summaries per page, and the sink rows kept
-exact beside them, which are not per page (`per_unit` false: read whole). Reading the
-first n units of a layer is one contiguous read per array.
+exact beside them, which are not per page (`per_unit` false: read whole). Last, a CRC-32
+of each layer's each array (uint32 [L, arrays]): bytes damaged in place (a disk's, a
+crash's) made a sparse read answer nothing, question after question, until checked.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +47,7 @@ import numpy as np
 if TYPE_CHECKING:  # torch is imported where rows are read or written: `ktcli plan` reads
     import torch   # only ids here (`stored_prefix`), and torch's import is ~1.2 s of its run
 
-FORMAT = 2  # 2: named arrays per layer (1: k and v only, token rows)
+FORMAT = 3  # 3: a CRC-32 per layer and array (2: named arrays per layer; 1: k and v only)
 # Prompts shorter than this prefill in about a second on a 2-core CPU: not worth a file.
 MIN_TOKENS = 512
 # Reuse only a prefix at least this long: every prompt shares the system prompt and chat
@@ -115,23 +117,27 @@ class PrefixStore:
                 raise ValueError("prefix longer than the entry")
             arrays = head["arrays"]
             item_bytes = [_item_bytes(a) for a in arrays]
-            layer_bytes = sum(a["items"] * size for a, size in zip(arrays, item_bytes))
             start = f.tell()
+            f.seek(-4 * head["layers"] * len(arrays), os.SEEK_END)
+            crcs = np.frombuffer(f.read(4 * head["layers"] * len(arrays)), dtype=np.uint32)
+            f.seek(start)
             try:
                 os.utime(match.path)  # used: the last to go when the store is trimmed
                 self._describe()
             except OSError:
                 pass  # a read-only cache is still read
             for layer in range(head["layers"]):
-                out, offset = {}, start + layer * layer_bytes
-                for a, size in zip(arrays, item_bytes):
-                    n = n_units if a["per_unit"] else a["items"]
-                    f.seek(offset)
-                    t = torch.empty(n, *a["shape"], dtype=getattr(torch, a["dtype"]))
-                    if f.readinto(t.view(torch.uint8).numpy().reshape(-1)) != n * size:
+                out = {}
+                for k, (a, size) in enumerate(zip(arrays, item_bytes)):
+                    # Read whole, to check it; the prefix is most of it in the common case.
+                    t = torch.empty(a["items"], *a["shape"], dtype=getattr(torch, a["dtype"]))
+                    raw = t.view(torch.uint8).numpy().reshape(-1)
+                    if f.readinto(raw) != a["items"] * size:
                         raise ValueError("short read")
-                    out[a["name"]] = t
-                    offset += a["items"] * size
+                    if zlib.crc32(raw) != int(crcs[layer * len(arrays) + k]):
+                        _remove(match.path)  # damaged for good: the next run writes it afresh
+                        raise ValueError(f"layer {layer}: {a['name']} does not match its checksum")
+                    out[a["name"]] = t[:n_units] if a["per_unit"] else t
                 yield out
 
     def save(self, ids: list[int], layer_arrays: Callable[[int], dict[str, torch.Tensor] | None], n_layers: int,
@@ -159,6 +165,7 @@ class PrefixStore:
                 head = {"tokens": len(ids), "layers": n_layers, "unit": unit, "arrays": arrays}
                 f.write(MAGIC + json.dumps(head).encode() + b"\n")
                 f.write(np.asarray(ids, dtype=np.int32).tobytes())
+                crcs = []
                 for layer in range(n_layers):
                     got = first if layer == 0 else layer_arrays(layer)
                     if got is None:
@@ -167,7 +174,10 @@ class PrefixStore:
                         t = got[a["name"]]
                         if t.dtype != first[a["name"]].dtype or list(t.shape) != [a["items"], *a["shape"]]:
                             raise ValueError(f"layer {layer}: {a['name']} of another shape")
-                        f.write(t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1))
+                        raw = t.contiguous().cpu().view(torch.uint8).numpy().reshape(-1)
+                        crcs.append(zlib.crc32(raw))
+                        f.write(raw)
+                f.write(np.asarray(crcs, dtype=np.uint32).tobytes())
                 f.flush()
                 os.fsync(f.fileno())  # on disk before it has its name: a crash left rows of zeros, read as K/V
             os.replace(tmp, path)  # readers see the whole file or none
@@ -221,6 +231,13 @@ class PrefixStore:
                 total -= size
             except OSError:
                 pass
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass  # a read-only cache: it stays, and each read of it fails its check
 
 
 def _entry_files(folder: Path) -> list[Path]:
@@ -335,7 +352,8 @@ def _read_header_and_ids(f) -> tuple[dict, np.ndarray]:
         n = head["tokens"]
         # The file is exactly what the header says, so a count changed by a flipped bit
         # (300 tokens read as 100) reads nothing, not rows of other tokens.
-        size = f.tell() + 4 * n + head["layers"] * sum(a["items"] * _item_bytes(a) for a in head["arrays"])
+        size = (f.tell() + 4 * n + head["layers"] * sum(a["items"] * _item_bytes(a) for a in head["arrays"])
+                + 4 * head["layers"] * len(head["arrays"]))  # the checksums
     except (KeyError, TypeError, AttributeError, OverflowError) as e:
         raise ValueError(f"bad header: {e}") from None
     if os.fstat(f.fileno()).st_size != size:

@@ -335,9 +335,18 @@ def test_a_damaged_page_entry_is_prefilled_whole(tiny_models, tmp_path):
     b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 64
     want, _ = generate(b, prompt, KEEP)
     (entry,) = b.engine.prefix.folder.glob("*.kv")
-    entry.write_bytes(entry.read_bytes()[:-4096])
+    whole = entry.read_bytes()
+    entry.write_bytes(whole[:-4096])
     got, st = generate(b, prompt, KEEP)
     assert got == want and st.reused_tokens == 0
+    # bytes damaged in place, in the middle of the pages: the size is right, the checksum
+    # is not (a sparse read answered nothing, question after question)
+    middle = len(whole) // 2
+    entry.write_bytes(whole[:middle] + bytes(b ^ 0x5A for b in whole[middle : middle + 4096]) + whole[middle + 4096:])
+    got, st = generate(b, prompt, KEEP)
+    assert got == want and st.reused_tokens == 0 and st.kept_tokens > 0  # read whole, and kept afresh
+    got, st = generate(b, prompt, KEEP)
+    assert got == want and st.reused_tokens > 0
 
 
 def test_the_plan_counts_a_sparse_reads_pages_and_prefers_their_kind(tmp_path):
