@@ -238,10 +238,12 @@ def prepare(
                            for d, n in zip(corpus.documents, doc_tokens))
     facts = planning_facts(settings)
     _refuse_what_the_engine_cannot_run(settings, facts)
-    tokenizer = _model_tokenizer(settings, facts, estimate)
+    tokenizer = _model_tokenizer(settings, facts, estimate) or _tokenizer_for_cached_pages(task, settings)
     # The model's own count where it can decide the mode: tiktoken's estimate scaled by
     # 1.25 is right for English and code, but Japanese text of 7.5K estimated tokens was
-    # 10.1K of SmolLM2's, so the plan said "full" and the run switched to retrieval.
+    # 10.1K of SmolLM2's, so the plan said "full" and the run switched to retrieval. Also
+    # where the prompt cache may hold a sparse read's pages: its exact count beside the
+    # estimate's planned 3.2K tokens of prefill for 0.5K (14 s for a 5 s first token).
     if tokenizer is not None:
         per_estimate = len(tokenizer.encode(whole_input(corpus.documents))) / max(estimate, 1)
     else:
@@ -365,6 +367,23 @@ def _converted_tokenizer(settings: Settings):
     return load_chat_tokenizer(folder)
 
 
+def _may_read_cached_prompts(task: str, settings: Settings) -> bool:
+    """Whether a run could read a whole-read prompt back from the prompt cache."""
+    return (task == "ask" and settings.prompt_cache and settings.engine == "ktcli" and settings.backend == "local"
+            and settings.mode != "retrieval" and (settings.cache_path / "prompts").is_dir())
+
+
+def _tokenizer_for_cached_pages(task: str, settings: Settings):
+    """The model's tokenizer for an input far past the window, where the prompt cache holds
+    pages of a sparse read (it costs its load and ~0.2 s per 100K tokens; a sparse prefill
+    of them, minutes); else None."""
+    from ktcli.engine.prefix_store import holds_chunked
+
+    if not _may_read_cached_prompts(task, settings) or not holds_chunked(settings.cache_path / "prompts"):
+        return None
+    return _converted_tokenizer(settings)
+
+
 def _cached_prompts(corpus: Corpus, question: str, task: str, settings: Settings, facts: ModelFacts,
                     tokenizer) -> dict[tuple[str, str], int]:
     """Per (page dtype, attention policy), the tokens of this question's whole-read prompt
@@ -373,22 +392,12 @@ def _cached_prompts(corpus: Corpus, question: str, task: str, settings: Settings
     answers in ~2 s, not the ~9 s of a first (a sparse read of 80K tokens: seconds, not
     minutes). Empty where no whole read on the local engine can follow, or the model's
     tokenizer is not at hand (`_model_tokenizer`: no entry can exist)."""
-    if (task != "ask" or not settings.prompt_cache or settings.engine != "ktcli" or settings.backend != "local"
-            or settings.mode == "retrieval"):
+    if tokenizer is None or not _may_read_cached_prompts(task, settings):
         return {}
-    from ktcli.engine.prefix_store import holds_chunked, prompt_cache_description, stored_prefixes
+    from ktcli.engine.prefix_store import prompt_cache_description, stored_prefixes
     from ktcli.pipeline import prompts
 
     root = settings.cache_path / "prompts"
-    if not root.is_dir():
-        return {}
-    if tokenizer is None:
-        # An input far past the window: only a sparse read's pages can be held. Its count
-        # costs the tokenizer's load and ~0.2 s per 100K tokens; a sparse prefill of them,
-        # minutes.
-        tokenizer = _converted_tokenizer(settings) if holds_chunked(root) else None
-        if tokenizer is None:
-            return {}
     messages = prompts.ask_messages(question.strip(), whole_input(corpus.documents))
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True)
     described = prompt_cache_description(Path(tokenizer.name_or_path), planned_weights(settings), "",
