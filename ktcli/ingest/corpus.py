@@ -42,7 +42,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         except OSError as e:  # a name too long for the file system, most often a misplaced question
             raise InputError(f"{_short(arg)}: no such file or folder ({e.strerror or e})") from None
         if is_dir:
-            result = walk_folder(arg, max_file_bytes=max_file_bytes, seen=seen)
+            result = walk_folder(_tidy(arg), max_file_bytes=max_file_bytes, seen=seen)
             if not result.documents and not result.already_read:
                 raise InputError(_nothing_left(arg, result.skipped))
             documents.extend(result.documents)
@@ -57,10 +57,20 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         real = os.path.realpath(arg)
         if real in seen:
             continue
-        documents.append(load_file(path, printable(arg)))
+        documents.append(load_file(path, printable(_tidy(arg))))
         seen.add(real)
     skipped.extend(part for d in documents for part in d.left_out)
     return Corpus(tuple(documents), tuple(skipped))
+
+
+def _tidy(arg: str) -> str:
+    """A path as typed, less what says nothing: "./notes.md" is "notes.md", "docs//a" is
+    "docs/a". The path is written into the prompt the model reads, so the same file named
+    two ways was prefilled twice and kept twice by the prompt cache. Left alone where it
+    holds "..", whose meaning depends on links."""
+    if ".." in Path(arg).parts:
+        return arg
+    return os.path.normpath(arg)
 
 
 def _short(arg: str, limit: int = 80) -> str:

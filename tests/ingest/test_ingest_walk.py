@@ -310,7 +310,17 @@ def test_a_folder_spelled_two_ways_from_the_working_folder_reports_its_skips_onc
     write("tree/ign.txt", "ignored")
     monkeypatch.chdir(tmp_path)
     corpus = load_corpus(["./tree", "tree/"])
-    assert [(s.path, s.reason) for s in corpus.skipped] == [("./tree/ign.txt", "gitignored")]
+    assert [(s.path, s.reason) for s in corpus.skipped] == [("tree/ign.txt", "gitignored")]
+
+
+def test_a_file_is_shown_and_prompted_the_same_however_spelled(write, tmp_path, monkeypatch) -> None:
+    """The path goes into the prompt: "./notes.md" and "notes.md" were two prompts, two
+    prefills and two entries of the prompt cache."""
+    write("docs/notes.md", "# Notes\n")
+    monkeypatch.chdir(tmp_path)
+    for spelled in ("./docs/notes.md", "docs//notes.md", "docs/./notes.md"):
+        assert load_corpus([spelled]).documents[0].path == "docs/notes.md"
+    assert load_corpus(["./docs/"]).documents[0].path == "docs/notes.md"
 
 
 def test_a_folder_that_cannot_be_looked_into_is_reported_not_an_internal_error(write, tmp_path, monkeypatch) -> None:
