@@ -58,10 +58,10 @@ from kernels import AttentionPolicy
 from kernels.reference import context_keys, context_kv
 from ktcli.engine import cpu_kivi_attention, key_calibration, prefill_attention
 from ktcli.engine.exact_sinks import ExactRows, ExactSinks, overlay_keys
-from ktcli.engine.prefix_store import whole_chunks
 from ktcli.engine.page_groups import attend_columns, decode_remapped, group_page_plans, virtual_plan
+from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key, whole_chunks
 from ktcli.engine.attention import decode_grouped
-from ktcli.config import DEFAULT_LOCAL_PAGES, DEFAULT_TOPK_PAGES, parse_attention
+from ktcli.config import DEFAULT_LOCAL_PAGES, DEFAULT_TOPK_PAGES, canonical_rope_scaling, parse_attention
 from ktcli.config import parse_rope_scaling as parse_rope_spec
 from ktcli.engine.config import SLIDING_WINDOW_REFUSAL, ModelConfig
 from ktcli.errors import InputError, OutOfMemoryError, UsageError
@@ -763,9 +763,7 @@ def _prompt_store(root: Path, model_dir: Path, kv: KernelKVCache, model, weights
     and the CLI's differ), which only changes how writes are split."""
     import hashlib
 
-    from ktcli.config import canonical_rope_scaling
     from ktcli.engine.model_store import model_key
-    from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
 
     weights_of_keys = hashlib.sha1()
     for layer in kv.layers:
