@@ -6,6 +6,7 @@ import http.client
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -78,7 +79,10 @@ def start_serve(base: Path, *extra: str, engine: str = ENGINE, timeout: float = 
     log = base / "serve.log"
     cmd = [sys.executable, "-m", "ktcli.cli.app", "serve", "--port", "0", "--engine", engine, *extra]
     with open(log, "w") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(cache), cwd=ROOT)
+        # SIGINT as a terminal's: a suite started in the background by a shell without job
+        # control inherits it ignored, and the server then never saw the Ctrl-C test's.
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(cache), cwd=ROOT,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = READY.search(log.read_text())
