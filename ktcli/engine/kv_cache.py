@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ktcli.engine.attention import block_slots
 from ktcli.errors import OutOfMemoryError
 
 
@@ -92,6 +93,5 @@ class PagedKVCache:
         self.v[layer].index_copy_(0, slots, v.to(self.device, self.dtype))
 
     def _slots(self, block_table: list[int], n: int) -> torch.Tensor:
-        bs = self.block_size
-        blocks = torch.tensor(block_table[: -(-n // bs)], dtype=torch.long)
-        return (blocks[:, None] * bs + torch.arange(bs)).reshape(-1)[:n].to(self.device)
+        first, slot_index = block_slots(block_table, self.block_size, n)
+        return (torch.arange(first, first + n) if first is not None else slot_index).to(self.device)

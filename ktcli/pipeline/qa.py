@@ -15,7 +15,7 @@ from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
-from ktcli.types import Answer, Chunk, Mode
+from ktcli.types import Answer, Chunk, Mode, Span
 
 
 def answer_question(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
@@ -97,12 +97,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
         "reused": index.stats.get("n_reused", 0),
     }
-    evidence_refs = [
-        {"ref": h.chunk.span.cite(), "path": h.chunk.span.path, "line_start": h.chunk.span.line_start,
-         "line_end": h.chunk.span.line_end, "page": h.chunk.span.page, "score": round(h.score, 4)}
-        for h in hits
-    ]
-    figures["evidence"] = evidence_refs
+    figures["evidence"] = [_evidence(h.chunk.span, round(h.score, 4)) for h in hits]
     return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
 
@@ -113,9 +108,14 @@ def _whole_read_figures(prep: Prepared) -> dict:
     evidence = []
     for d in prep.corpus.documents:
         lines = (None, None) if d.kind == "pdf" else (1, d.text.rstrip("\n").count("\n") + 1)  # a PDF: its pages'
-        evidence.append({"ref": d.path, "path": d.path, "line_start": lines[0], "line_end": lines[1], "page": None,
-                         "score": None})
+        evidence.append(_evidence(Span(d.path, *lines), None) | {"ref": d.path})
     return {"retrieved": 0, "windows": 1, "evidence": evidence}
+
+
+def _evidence(span: Span, score: float | None) -> dict:
+    """One entry of --json's `figures.evidence`, whatever the mode."""
+    return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
+            "page": span.page, "score": score}
 
 
 def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:
