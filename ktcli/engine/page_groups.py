@@ -53,7 +53,7 @@ def group_page_plans(q: torch.Tensor, layer, table: torch.Tensor, start: int, po
     if policy.kind == "topk" and policy.top_k_pages > 0:
         scores = _group_scores(q, layer, table, start, n_total, policy.per_kv_head)
     if g_first == g_last:  # one group (a decode step): the same pages in fewer operations
-        visit = _one_group_visits(scores, n_total, policy)
+        visit = _one_group_visits(scores, n_total, policy, dev)
     else:
         sel, _ = select_pages(scores, ends, bs, policy, max_pages=n_total, last_page=groups)  # [groups, Hs, width]
         visit = torch.zeros(*sel.shape[:2], n_total + 1, dtype=torch.bool, device=dev)
@@ -70,12 +70,13 @@ def group_page_plans(q: torch.Tensor, layer, table: torch.Tensor, start: int, po
     return [pages[g, :, :w] for g, w in enumerate(widths)]
 
 
-def _one_group_visits(scores: torch.Tensor | None, n_total: int, policy: AttentionPolicy) -> torch.Tensor:
+def _one_group_visits(scores: torch.Tensor | None, n_total: int, policy: AttentionPolicy,
+                      device: torch.device) -> torch.Tensor:
     """`select_pages` for the one group at the last page (n_total - 1), as a mask [1, Hs,
     n_total]: its sinks, its local pages and the top-k of the candidates between them
     (scores [1, Hs, n_total], or None for no top-k)."""
     hs = scores.shape[1] if scores is not None else 1
-    visit = torch.zeros(1, hs, n_total, dtype=torch.bool, device=scores.device if scores is not None else None)
+    visit = torch.zeros(1, hs, n_total, dtype=torch.bool, device=device)  # the window policy has no scores
     local_lo = n_total - policy.n_local_pages
     visit[..., : policy.n_sink_pages] = True
     visit[..., max(0, local_lo) :] = True

@@ -648,3 +648,14 @@ def test_the_cli_loads_one_window_of_pages():
     opts = _long_context(settings, sparse)
     assert opts["kv_windows"] == 1 and opts["context_window"] == 52_600  # the plan's window, as its estimate counted
     assert "kv_windows" not in _long_context(settings, None)  # serve: the default, several windows
+
+
+@pytest.mark.parametrize("kind", ["window", "topk"])
+def test_a_decode_steps_page_mask_is_made_on_the_querys_device(kind):
+    """The window policy has no scores to take a device from: its mask was made on the
+    CPU beside CUDA queries, and every window decode step on a GPU failed. ("meta" stands
+    in for a GPU here.)"""
+    policy = AttentionPolicy(kind, n_sink_pages=1, n_local_pages=2, top_k_pages=2)
+    scores = torch.randn(1, 2, 9, device="meta") if kind == "topk" else None
+    visit = page_groups._one_group_visits(scores, 9, policy, torch.device("meta"))
+    assert visit.device.type == "meta" and visit.shape[-1] == 9
