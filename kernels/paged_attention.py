@@ -25,7 +25,9 @@ from ._page_io import (attention_warps, check_supported, dot_flags, kind_code, l
 from .layout import PagedKVLayer
 
 
-@triton.jit
+# pages_per_split is a runtime value, unspecialized: as a constexpr every context length
+# whose split size crossed a power of two compiled five more decode variants (~1 s each).
+@triton.jit(do_not_specialize=["pages_per_split"])
 def _decode_split_kernel(
     q_ptr, stride_qs, stride_qh,
     part_acc, part_m, part_l,  # [S, H, n_splits, GP, D], [S, H, n_splits, GP] float32
@@ -34,7 +36,7 @@ def _decode_split_kernel(
     k_pages, v_pages, k_min, k_max, k_scale, v_scale, v_zero, stage_k, stage_v, stage_of_block,
     scale, H, n_splits,
     GROUP: tl.constexpr, GP: tl.constexpr, BS: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
-    PAGES_PER_SPLIT: tl.constexpr, TP: tl.constexpr, KIND: tl.constexpr, SPARSE: tl.constexpr,
+    pages_per_split, TP: tl.constexpr, KIND: tl.constexpr, SPARSE: tl.constexpr,
     DOT_FP32: tl.constexpr, DOT_BF16: tl.constexpr,
 ):
     s = tl.program_id(0)
@@ -45,8 +47,8 @@ def _decode_split_kernel(
         n_items = tl.load(n_selected + s)
     else:
         n_items = (ctx + BS - 1) // BS
-    i0 = sp * PAGES_PER_SPLIT
-    i1 = tl.minimum(i0 + PAGES_PER_SPLIT, n_items)
+    i0 = sp * pages_per_split
+    i1 = tl.minimum(i0 + pages_per_split, n_items)
 
     rows = tl.arange(0, GP)
     offs_d = tl.arange(0, D)
@@ -149,8 +151,7 @@ def _plan_splits(n_seqs: int, n_kv_heads: int, max_items: int, device: torch.dev
     one loop step (``step_pages``) each."""
     if pages_per_split is None:
         want = max(1, (2 * _num_sms(device)) // max(1, n_seqs * n_kv_heads))
-        pages_per_split = max(1, triton.cdiv(max_items, want))
-        pages_per_split = max(step_pages, triton.next_power_of_2(pages_per_split))  # few distinct compilations
+        pages_per_split = max(1, triton.cdiv(triton.cdiv(max_items, want), step_pages)) * step_pages  # whole steps
     return pages_per_split, max(1, triton.cdiv(max_items, pages_per_split))
 
 
@@ -184,7 +185,7 @@ def decode_launch(q, layer: PagedKVLayer, block_tables, context_lens, scale, out
         block_tables, block_tables.stride(0), context_lens, *sel_args,
         *page_args(layer), stage_map(layer), float(scale), h, n_splits,
         GROUP=group, GP=gp, BS=spec.block_size, D=d, G=spec.group_size,
-        PAGES_PER_SPLIT=pps, TP=tp, KIND=kind_code(layer), SPARSE=sparse, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
+        pages_per_split=pps, TP=tp, KIND=kind_code(layer), SPARSE=sparse, DOT_FP32=dot_fp32, DOT_BF16=dot_bf16,
         num_warps=attention_warps(warps),
     )
     _decode_reduce_kernel[(s_n, h)](
