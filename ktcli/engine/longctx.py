@@ -714,10 +714,14 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     policy = make_policy(attention)
     remap = policy.kind != "dense" if position_remap is None else bool(position_remap)
     block_size = block_size or LongContextOptions.block_size
+    device = torch.device(device)
+    # Staged rows at fp16 on a GPU: the kernels then dot quantized pages on tensor cores (fp32
+    # staging makes them exact fp32 FMA dots), the variant kernels.bench times and
+    # compile_check compiles. The CPU's fused C++ attention reads fp32 staging.
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
                                  position_remap=remap, block_size=block_size, n_stage=_staging_slots(kv_windows, prefill_chunk, block_size),
+                                 stage_dtype="fp16" if device.type == "cuda" else "fp32",
                                  unroped_keys=bool(unroped_keys), exact_sinks=bool(exact_sinks))
-    device = torch.device(device)
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.
     window = context_window or (1 << 20 if remap else cfg.window)
