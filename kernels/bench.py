@@ -23,7 +23,7 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
 
 End to end (``benchmarks/engine_gpu.py``, run from the repo root; ``--no-e2e`` skips it):
 SmolLM2 through our engine on CUDA with each KV dtype (fp32, bf16, fp8, int8, int4) and
-policy (dense, window, topk, topk with remapped positions), 32 greedy tokens after a
+policy (dense, window, topk, and window and topk with remapped positions), 32 greedy tokens after a
 ~1.5K-token prompt, compared with the CPU reference path (fp32 weights, kernels' torch
 twins); in ``--smoke`` a tiny random Llama whose "device" runs go through the
 interpreted Triton kernels.
@@ -122,6 +122,16 @@ def _fill(kernels, spec, n_tokens, device, seed=0):
     return layer, bt, torch.tensor([n_tokens], dtype=torch.int32, device=device)
 
 
+def _free_cached(device) -> None:
+    """Give cached blocks back between rows. After a kernel's illegal access the CUDA
+    context refuses every call, this one too: that must not end the run before its JSON."""
+    if device.type == "cuda":
+        try:
+            torch.cuda.empty_cache()
+        except Exception:  # noqa: BLE001 - the rows already say what failed
+            pass
+
+
 def _max_err(a, b) -> float:
     return float((a.float() - b.float()).abs().max())
 
@@ -160,7 +170,12 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):  # a partial page then the rest
         slots = torch.arange(a, b, device=device)
         R.kv_store(la, k[a:b], v[a:b], slots)
-        kv_store_triton(lb, k[a:b], v[a:b], slots)
+    try:
+        for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):
+            kv_store_triton(lb, k[a:b], v[a:b], torch.arange(a, b, device=device))
+        stored = None
+    except Exception as e:  # noqa: BLE001 - its rows say so; the others read the reference's pool
+        stored = e
     bt = torch.arange(8, dtype=torch.int32, device=device).view(1, -1)
     lens = torch.tensor([n], dtype=torch.int32, device=device)
     q = torch.randn(1, shape.hq, shape.d, device=device, generator=g)
@@ -170,33 +185,57 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     sc = R.score_pages(q, la, bt, lens)
     sel, ns = R.select_pages(sc, lens, bs, pol, max_pages=8)
     qc = torch.randn(bs + 5, shape.hq, shape.d, device=device, generator=g)
+
+    def stored_pair(pick: int | None):
+        """The reference's pool and the kernel's: summaries (None), or read back K (0) / V (1)."""
+        if stored is not None:
+            raise stored
+        if pick is None:
+            return la.k_min, lb.k_min
+        return R.context_kv(la, bt[0], n)[pick], R.context_kv(lb, bt[0], n)[pick]
+
+    # Each check is run alone: one kernel failing must not hide the others' results.
     # kv_store: the summaries, then everything attention reads back (codes, scales,
     # staged tail) as the reference dequantises it; quantised kinds must agree bit for bit.
-    read_a, read_b = R.context_kv(la, bt[0], n), R.context_kv(lb, bt[0], n)
     pairs = {
-        "kv_store": (la.k_min, lb.k_min),
-        "kv_store_k": (read_a[0], read_b[0]),
-        "kv_store_v": (read_a[1], read_b[1]),
-        "decode": (R.paged_attention_decode(q, la, bt, lens, scale), paged_attention_decode_triton(q, la, bt, lens, scale)),
-        "score_pages": (sc, score_pages_triton(q, la, bt, lens)),
-        "sparse_decode": (R.sparse_attention_decode(q, la, bt, sel, ns, lens, scale),
-                          sparse_attention_decode_triton(q, la, bt, sel, ns, lens, scale)),
+        "kv_store": lambda: stored_pair(None),
+        "kv_store_k": lambda: stored_pair(0),
+        "kv_store_v": lambda: stored_pair(1),
+        "decode": lambda: (R.paged_attention_decode(q, la, bt, lens, scale),
+                           paged_attention_decode_triton(q, la, bt, lens, scale)),
+        "score_pages": lambda: (sc, score_pages_triton(q, la, bt, lens)),
+        "sparse_decode": lambda: (R.sparse_attention_decode(q, la, bt, sel, ns, lens, scale),
+                                  sparse_attention_decode_triton(q, la, bt, sel, ns, lens, scale)),
     }
     # Selection over many pages: several of the kernel's 256-page blocks per pass.
     n_big = 600 if shape.d < 128 else 5000
     big = torch.randn(2, shape.h, n_big, device=device, generator=g)
     big_lens = torch.tensor([n_big * bs - 7, (n_big // 3) * bs], dtype=torch.int32, device=device)
     big_pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=n_big // 16)
-    want_sel = R.select_pages(big, big_lens, bs, big_pol, max_pages=n_big)
-    got_sel = select_pages_triton(big, big_lens, bs, big_pol, max_pages=n_big)
-    pairs["select_pages"] = (torch.cat([want_sel[0].flatten(), want_sel[1]]), torch.cat([got_sel[0].flatten(), got_sel[1]]))
+
+    def selections():
+        want_sel = R.select_pages(big, big_lens, bs, big_pol, max_pages=n_big)
+        got_sel = select_pages_triton(big, big_lens, bs, big_pol, max_pages=n_big)
+        return (torch.cat([want_sel[0].flatten(), want_sel[1]]), torch.cat([got_sel[0].flatten(), got_sel[1]]))
+
+    pairs["select_pages"] = selections
     for p in (kernels.AttentionPolicy(), pol):
         start = n - qc.shape[0]
-        pairs[f"prefill_{p.kind}"] = (R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
-                                      paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
+        pairs[f"prefill_{p.kind}"] = lambda p=p, start=start: (
+            R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
+            paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
     tol = 2e-5 if kind == "fp32" else 2e-2
     exact = ("kv_store_k", "kv_store_v", "select_pages") if kind in ("fp8", "int8", "int4") else ("select_pages",)
-    for name, (want, got) in pairs.items():
+    for name, pair in pairs.items():
+        try:
+            want, got = pair()
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # an asynchronous fault is this kernel's, not the next one's
+        except Exception as e:  # noqa: BLE001
+            rows.append({"kind": kind, "kernel": name, "max_err": float("nan"), "tol": tol, "ok": False,
+                         "error": _error(e)})
+            print(f"check {kind:5} {name:16} FAILED: {_error(e)}", flush=True)
+            continue
         err = _max_err(want.nan_to_num(), got.nan_to_num())
         if name in exact:  # codes and scales: a one-step flip is a real difference
             ok = bool(torch.equal(want, got))
@@ -205,13 +244,16 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
             ok = err <= tol and torch.equal(torch.isinf(want), torch.isinf(got))
         else:
             ok = bool(torch.isfinite(got).all()) and err <= tol
+        print(f"check {kind:5} {name:16} {'ok' if ok else 'NO'} (err {err:.2e}, tol {tol:.0e})", flush=True)
         rows.append({"kind": kind, "kernel": name, "max_err": err, "tol": tol, "ok": ok})
     return rows
 
 
-def time_kernels(kernels, kinds, contexts, shape, device, bs, copy_bw, deadline=float("inf")) -> list[dict]:
+def time_kernels(kernels, kinds, contexts, shape, device, bs, copy_bw, deadline=float("inf"),
+                 on_rows=None) -> list[dict]:
     """Timings per (context, kind); rows past the deadline are marked skipped and a row
-    that fails (out of memory at 1M tokens, say) carries its error."""
+    that fails (out of memory at 1M tokens, say) carries its error. `on_rows(rows so far)`
+    after each context, so a run cut short still leaves what it measured."""
     rows = []
     for n in contexts:
         if time.perf_counter() > deadline:
@@ -221,8 +263,9 @@ def time_kernels(kernels, kinds, contexts, shape, device, bs, copy_bw, deadline=
             rows += _time_context(kernels, kinds, n, shape, device, bs, copy_bw, deadline)
         except Exception as e:  # noqa: BLE001 - the SDPA baseline itself failed
             rows += [{"context": n, "kind": kind, "error": _error(e)} for kind in kinds]
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        _free_cached(device)
+        if on_rows is not None:
+            on_rows(rows)
     return rows
 
 
@@ -238,8 +281,11 @@ def _time_context(kernels, kinds, n, shape, device, bs, copy_bw, deadline) -> li
         qd = q.view(1, shape.hq, 1, shape.d)
         qp = torch.randn(1, shape.hq, shape.prefill_chunk, shape.d, device=device, dtype=torch.float16)
         sdpa = torch.nn.functional.scaled_dot_product_attention
-        sdpa_decode = timer(lambda: sdpa(qd, kd, vd, enable_gqa=True))
-        sdpa_prefill = timer(lambda: sdpa(qp, kd, vd, enable_gqa=True))
+        try:  # the dense baseline (8 GB of fp16 K/V at 1M tokens) failing is no kernel's row
+            sdpa_decode = timer(lambda: sdpa(qd, kd, vd, enable_gqa=True))
+            sdpa_prefill = timer(lambda: sdpa(qp, kd, vd, enable_gqa=True))
+        except Exception as e:  # noqa: BLE001
+            print(f"kernels.bench: SDPA baseline at {n:,} tokens: {_error(e)}", flush=True)
         del kd, vd
     for kind in kinds:
         if time.perf_counter() > deadline:
@@ -249,8 +295,11 @@ def _time_context(kernels, kinds, n, shape, device, bs, copy_bw, deadline) -> li
             rows.append(_time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdpa_prefill))
         except Exception as e:  # noqa: BLE001 - out of memory at 1M tokens, say: report, go on
             rows.append({"context": n, "kind": kind, "error": _error(e)})
-        if device.type == "cuda":
-            torch.cuda.empty_cache()
+        r = rows[-1]
+        print(f"timed {n:>9,} {kind:5} " + (f"decode {_fmt_ms(r['decode_s'])} ms, sparse {_fmt_ms(r.get('sparse_decode_s'))}"
+                                           f" ms, prefill {_fmt_ms(r.get('prefill_s'))} ms"
+                                           if "decode_s" in r else r["error"]), flush=True)
+        _free_cached(device)
     return rows
 
 
@@ -376,11 +425,7 @@ def main(argv=None) -> int:
     except Exception as e:  # noqa: BLE001 - timings go on without a floor
         print(f"kernels.bench: copy bandwidth not measured: {_error(e)}")
         copy_bw = float("nan")
-    checks = check_kernels(kernels, kinds, shape, device, args.block_size)
-    e2e = run_e2e(args) if args.e2e else {"skipped": "--no-e2e"}
-    if not cuda:
-        kernels.set_backend("triton")  # the end-to-end part resets the backend
-    timings = time_kernels(kernels, kinds, contexts, shape, device, args.block_size, copy_bw, deadline)
+    out = args.out or (DEFAULT_GPU_OUT if cuda and not args.smoke else None)
     result = {
         "device": torch.cuda.get_device_name(device) if cuda else f"cpu (TRITON_INTERPRET) {platform.processor()}",
         "torch": torch.__version__,
@@ -388,22 +433,39 @@ def main(argv=None) -> int:
         "shape": {"n_heads": shape.hq, "n_kv_heads": shape.h, "head_dim": shape.d, "block_size": args.block_size},
         "copy_bandwidth_GBps": copy_bw / GB if copy_bw == copy_bw else None,
         "smoke": args.smoke,
-        "checks": checks,
-        "timings": timings,
-        "e2e": e2e,
-        "wall_s": time.perf_counter() - started,
+        "checks": [],
+        "timings": [],
+        "e2e": {"skipped": "not reached"},
+        "finished": False,
+        "wall_s": 0.0,
     }
+
+    def save(**parts) -> None:
+        """The JSON as it stands, rewritten after each part: a run killed at its time limit,
+        or one a kernel's fault ended, still leaves what it measured."""
+        result.update(parts, wall_s=time.perf_counter() - started)
+        if out:
+            os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+            with open(out + ".tmp", "w") as fh:
+                json.dump(result, fh, indent=2)
+            os.replace(out + ".tmp", out)
+
+    checks = check_kernels(kernels, kinds, shape, device, args.block_size)
+    save(checks=checks)
+    e2e = run_e2e(args) if args.e2e else {"skipped": "--no-e2e"}
+    save(e2e=e2e)
+    if not cuda:
+        kernels.set_backend("triton")  # the end-to-end part resets the backend
+    timings = time_kernels(kernels, kinds, contexts, shape, device, args.block_size, copy_bw, deadline,
+                           on_rows=lambda rows: save(timings=rows))
+    save(timings=timings, finished=True)
     print_tables(checks, timings)
     _print_e2e(e2e)
     e2e_errors = ("error" in e2e) + sum("error" in r for r in e2e.get("rows", []))
     timing_errors = sum("error" in r for r in timings)
     print(f"\n{len(checks)} checks, {sum(not r['ok'] for r in checks)} failed; {timing_errors} timing errors; "
           f"{e2e_errors} end-to-end errors; {result['wall_s']:.1f} s")
-    out = args.out or (DEFAULT_GPU_OUT if cuda and not args.smoke else None)
     if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as fh:
-            json.dump(result, fh, indent=2)
         print(f"wrote {out}")
     return 0 if all(r["ok"] for r in checks) and not timing_errors and not e2e_errors else 1
 
