@@ -78,15 +78,15 @@ class Options:
 
         settings, reporter = self.settings(), self.reporter()
         _warn_if_path_like(question, reporter)
-        answer = ask(paths, question, settings, reporter, None, self._show_plan(reporter))
-        self._finish(answer, reporter)
+        self._answer(lambda shown: ask(paths, question, settings, reporter, None, self._show_plan(reporter), shown),
+                     reporter)
 
     def run_summarize(self, paths: list[str]) -> None:
         from ktcli.pipeline.api import summarize_paths
 
         settings, reporter = self.settings(), self.reporter()
-        answer = summarize_paths(paths, settings, reporter, None, self._show_plan(reporter))
-        self._finish(answer, reporter)
+        self._answer(lambda shown: summarize_paths(paths, settings, reporter, None, self._show_plan(reporter), shown),
+                     reporter)
 
     def run_plan(self, paths: list[str], question: str) -> None:
         from ktcli.pipeline.api import plan_only
@@ -132,6 +132,15 @@ class Options:
                 if reason.startswith("no plan is estimated within"):
                     reporter.warn(reason)
         return show
+
+    def _answer(self, run: Callable, reporter) -> None:
+        """`run(on_answer)` a pipeline call. Text: the sources as soon as the answer has
+        them (before the prompt cache's write). --json: one object after the whole run,
+        with every figure."""
+        if self.json:
+            self._finish(run(None), reporter)
+        else:
+            run(lambda answer: self._finish(answer, reporter))
 
     def _finish(self, answer, reporter) -> None:
         from ktcli.render.formats import answer_json, citations_text, figures_line

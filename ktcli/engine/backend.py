@@ -62,5 +62,9 @@ class Backend(Protocol):
     def generate_chat_batch(self, batch: list[list[Message]], params: SamplingParams) -> list[str]:
         """Answer several independent conversations (map steps); batched where the backend can."""
 
+    def finish(self) -> str | None:
+        """Work held back until the answer is out (the native engine's prompt-cache
+        write); a warning for the user where it failed, else None."""
+
     @property
     def last_stats(self) -> GenStats: ...

@@ -36,6 +36,9 @@ class HFBackend:
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._stats = GenStats()
 
+    def finish(self) -> str | None:
+        return None  # nothing held back
+
     @property
     def last_stats(self) -> GenStats:
         return self._stats

@@ -169,7 +169,8 @@ class NativeBackend:
     def stream_ids(self, prompt: list[int], params: SamplingParams) -> Iterator[str]:
         detok = IncrementalDetokenizer(self._decode, prompt)
         stops = StopStrings(params.stop)
-        gen = self.engine.generate([prompt], params, self.eos_ids)
+        # A prompt to keep is written by `finish`, once the caller has shown the answer's sources.
+        gen = self.engine.generate([prompt], params, self.eos_ids, keep_later=True)
         try:
             for _, tok in gen:
                 text = stops.feed(detok.push(tok))
@@ -224,6 +225,14 @@ class NativeBackend:
 
     def answer_logits(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
         return self.engine.answer_logits(prompt, answer)
+
+    def finish(self) -> str | None:
+        """Write the prompt K/V a stream kept for later prompts (`Engine.keep_deferred`),
+        counted in `last_stats`; a warning where the disk refused it."""
+        self.engine.keep_deferred()
+        self._record()
+        trouble = self.engine.stats.keep_error
+        return f"the prompt cache could not keep this prompt for the next question: {trouble}" if trouble else None
 
     # -- figures ------------------------------------------------------------------
 

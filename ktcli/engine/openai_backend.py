@@ -192,6 +192,9 @@ class OpenAIBackend:
         served = served_model(settings)
         return cls(client_for(settings), served.id, served.context_window)
 
+    def finish(self) -> str | None:
+        return None  # nothing held back
+
     @property
     def last_stats(self) -> GenStats:
         return self._stats

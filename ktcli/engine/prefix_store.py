@@ -36,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,6 +56,8 @@ MIN_TOKENS = 512
 MIN_REUSE = 128
 # A sparse read's int8 pages of the 79K-token tutorial are 0.95 GB (int4: 0.52).
 MAX_BYTES = 4 << 30
+# A new entry is written only where it leaves this much of the disk free.
+FREE_DISK_KEPT = 256 << 20
 _SUFFIX = ".kv"
 MAGIC = f"KTCLI-PROMPT-KV {FORMAT}\n".encode()
 
@@ -81,6 +84,7 @@ class PrefixStore:
         self.folder = Path(root) / key
         self.max_bytes, self.min_tokens, self.min_reuse = max_bytes, min_tokens, min_reuse
         self.described = described
+        self.last_error: str | None = None  # why the last save kept nothing, where the disk refused
 
     def longest(self, ids: list[int]) -> Match | None:
         """The entry sharing the most leading tokens with `ids` (at least min_reuse)."""
@@ -145,10 +149,11 @@ class PrefixStore:
         """Keep prompt `ids` with its arrays, asked for one layer at a time
         (`layer_arrays(i)`: name -> tensor whose first dimension counts units of `unit`
         tokens, except the `fixed` ones; None: the layer cannot be kept, nor the entry).
-        False where nothing was kept (also where the folder cannot be written). Then trim
-        the store."""
+        False where nothing was kept; `last_error` then says why where the disk refused
+        (a full disk, a folder that cannot be written). Then trim the store."""
         import torch
 
+        self.last_error = None
         if len(ids) % unit or not ids:  # nothing a read could use
             return False
         name = hashlib.sha1(np.asarray(ids, dtype=np.int32).tobytes()).hexdigest()[:24]
@@ -159,10 +164,13 @@ class PrefixStore:
             if first is None:
                 return False
             self.folder.mkdir(parents=True, exist_ok=True)
+            arrays = [{"name": k, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape[1:]),
+                       "items": t.shape[0], "per_unit": k not in fixed} for k, t in first.items()]
+            head = {"tokens": len(ids), "layers": n_layers, "unit": unit, "arrays": arrays}
+            size = 4 * len(ids) + n_layers * sum(a["items"] * _item_bytes(a) + 4 for a in arrays)
+            if not self._make_room(size):
+                return False
             with open(tmp, "wb") as f:
-                arrays = [{"name": k, "dtype": str(t.dtype).removeprefix("torch."), "shape": list(t.shape[1:]),
-                           "items": t.shape[0], "per_unit": k not in fixed} for k, t in first.items()]
-                head = {"tokens": len(ids), "layers": n_layers, "unit": unit, "arrays": arrays}
                 f.write(MAGIC + json.dumps(head).encode() + b"\n")
                 f.write(np.asarray(ids, dtype=np.int32).tobytes())
                 crcs = []
@@ -182,14 +190,35 @@ class PrefixStore:
                 os.fsync(f.fileno())  # on disk before it has its name: a crash left rows of zeros, read as K/V
             os.replace(tmp, path)  # readers see the whole file or none
             self._describe()
-        except (OSError, _NotKept):
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
+        except (OSError, _NotKept) as e:
+            if isinstance(e, OSError):
+                self.last_error = f"{e.strerror or e}" + (f": {e.filename}" if e.filename else "")
+            _remove(tmp)
             return False
+        except BaseException:  # Ctrl-C while writing: no temp file left for the next run to sweep
+            _remove(tmp)
+            raise
         self._trim(keep=path)
         return True
+
+    def _make_room(self, size: int) -> bool:
+        """Whether an entry of `size` bytes can be written and leave FREE_DISK_KEPT free on
+        the disk, after the least recently used entries make way: before, a nearly full
+        disk kept nothing new (the store trimmed only after a write that succeeded)."""
+        def free() -> int:
+            try:
+                return shutil.disk_usage(self.folder).free
+            except OSError:
+                return size + FREE_DISK_KEPT  # unknown: the write says
+        need = size + FREE_DISK_KEPT
+        if free() >= need:
+            return True
+        self._evict(lambda _total: free() >= need)
+        if free() >= need:
+            return True
+        self.last_error = (f"{size / 2**20:,.0f} MiB to write but {free() / 2**20:,.0f} MiB free on the disk of "
+                           f"{self.folder.parent} (the store leaves {FREE_DISK_KEPT >> 20} MiB free)")
+        return False
 
     def _describe(self) -> None:
         """Write the folder's description once (also for a folder kept before they were)."""
@@ -213,6 +242,11 @@ class PrefixStore:
         from ktcli.engine.model_store import sweep_stale
 
         sweep_stale(self.folder, f"*{_SUFFIX}.*.tmp")  # a run killed while it wrote an entry
+        self._evict(lambda total: total <= self.max_bytes, keep)
+
+    def _evict(self, enough: Callable[[int], bool], keep: Path | None = None) -> None:
+        """Remove entries (but `keep`), least recently used first, until `enough(bytes
+        the store's entries take)`."""
         sized = []
         for p in self._all_entries():
             try:
@@ -222,7 +256,7 @@ class PrefixStore:
             sized.append((st.st_mtime, st.st_size, p))
         total = sum(size for _, size, _ in sized)
         for _, size, p in sorted(sized):  # least recently used first
-            if total <= self.max_bytes:
+            if enough(total):
                 break
             if p == keep:
                 continue

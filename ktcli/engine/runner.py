@@ -46,6 +46,7 @@ class RunStats:
     reused_tokens: int = 0  # prompt tokens whose K/V came from the prefix store, not a prefill
     reuse_s: float = 0.0  # reading them in (counted in prefill_s too)
     kept_tokens: int = 0  # prompt tokens written to the prefix store
+    keep_error: str | None = None  # why a prompt asked to be kept was not (the disk's refusal)
     extra: dict = field(default_factory=dict)
 
 
@@ -76,8 +77,24 @@ class Engine:
         self.threads: ThreadGovernor | None = None  # CPU threads per step (engine.threads); None: as set
         # Prompt K/V on disk (engine.prefix_store), for the dense paged cache only; None: off.
         self.prefix: PrefixStore | None = None
+        # Prompts a `generate(keep_later=True)` asked to keep, written when `keep_deferred` is
+        # called, not when their sequence ends: a CLI prints its sources first (a 400 MB
+        # entry took 0.8 s). Their pages stay taken until then; the next run writes them first.
+        self._keep_later = False
+        self._to_keep: list[tuple[list[int], list[int]]] = []  # (prompt ids, block table)
 
     # -- public -------------------------------------------------------------------
+
+    def keep_deferred(self) -> None:
+        """Write the prompts whose keeping was deferred (`generate(keep_later=True)`) and
+        give their pages back; counted in the last run's `stats.kept_tokens`. A failed
+        write loses only the entry (`stats.keep_error` says why)."""
+        while self._to_keep:
+            ids, table = self._to_keep.pop()
+            try:
+                self._keep(ids, table)
+            finally:
+                self.blocks.free(table)
 
     def abort(self, index: int) -> None:
         """Stop the sequence of prompt `index` in the running `generate` call (a stop
@@ -87,7 +104,7 @@ class Engine:
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset(),
         joining: Callable[[], list[tuple[list[int], int]]] | None = None,
-        on_eos: Callable[[int], None] | None = None,
+        on_eos: Callable[[int], None] | None = None, keep_later: bool = False,
     ) -> Iterator[tuple[int, int]]:
         """Yield (prompt index, token id) as tokens are produced, until every sequence
         finishes (EOS, max tokens, context window or abort). EOS is not yielded.
@@ -96,11 +113,13 @@ class Engine:
         with the same `params`: a server's requests that arrive mid-run join it at the
         next step (continuous batching), numbered on after the prompts before them.
         `on_eos(index)` is told the step a sequence ends with EOS (not yielded), so a
-        server answers it then, not when the whole batch ends.
+        server answers it then, not when the whole batch ends. `keep_later`: prompts kept
+        (params.keep_prompt) are written by `keep_deferred`, not as their sequence ends.
 
         With sequences both in prefill and in decode, steps alternate between a prefill
         chunk (of at most MIXED_PREFILL_CHUNK tokens) and a decode step: a long prompt
         that joined froze every running stream for its whole prefill (29 s)."""
+        self.keep_deferred()
         self.stats = RunStats()
         seqs: list[Sequence] = []
         index: dict[int, int] = {}
@@ -121,6 +140,7 @@ class Engine:
             add(p, params.max_new_tokens)
         self._current = seqs
         self._keep_prompts = params.keep_prompt
+        self._keep_later = keep_later
         running: list[Sequence] = []
         last_was_prefill = False
         start = time.perf_counter()
@@ -190,6 +210,7 @@ class Engine:
         chunked, paged prefill as generation (for tests and the benchmark); on the CPU
         whatever the engine's device. all_rows=False: the last position of each chunk
         only (a prefill run for its side effects, without the vocabulary products)."""
+        self.keep_deferred()
         s = Sequence(self._next_id, list(ids), len(ids), 0)
         self._next_id += 1
         try:
@@ -207,6 +228,7 @@ class Engine:
         policy chooses its pages from the prompt alone, as it does while answering."""
         if not prompt or not answer:
             raise ValueError("empty prompt or answer")
+        self.keep_deferred()
         s = Sequence(self._next_id, list(prompt), len(prompt), len(answer))
         self._next_id += 1
         try:
@@ -286,16 +308,27 @@ class Engine:
 
     def _release(self, s: Sequence) -> None:
         """Give s's pages back, first keeping its prompt's K/V where asked (after the
-        answer, so writing the entry never delays the first token)."""
+        answer, so writing the entry never delays the first token; with `defer_keeping`,
+        after the caller's own work too)."""
         try:
             if s.keep_prompt and self.prefix is not None:
                 s.keep_prompt = False
-                kv, n = self.model.kv, self._keepable(s)
-                if self.prefix.save(s.token_ids[:n], lambda i: kv.prefix_arrays(i, s.block_table, n), kv.n_layers,
-                                    unit=kv.prefix_unit, fixed=kv.prefix_fixed):
-                    self.stats.kept_tokens += n
+                ids = s.token_ids[: self._keepable(s)]
+                if self._keep_later:
+                    self._to_keep.append((ids, s.block_table))
+                    s.block_table = []  # its pages are the entry's until keep_deferred
+                else:
+                    self._keep(ids, s.block_table)
         finally:
             self.blocks.free(s.block_table)
+
+    def _keep(self, ids: list[int], block_table: list[int]) -> None:
+        kv, n = self.model.kv, len(ids)
+        if self.prefix.save(ids, lambda i: kv.prefix_arrays(i, block_table, n), kv.n_layers,
+                            unit=kv.prefix_unit, fixed=kv.prefix_fixed):
+            self.stats.kept_tokens += n
+        elif self.prefix.last_error:
+            self.stats.keep_error = self.prefix.last_error
 
     def _ensure_decode_pages(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
         for s in list(running):

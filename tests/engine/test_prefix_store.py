@@ -8,6 +8,7 @@ import torch
 
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.native import NativeBackend
+from ktcli.engine import prefix_store
 from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description
 
 KEEP = SamplingParams(max_new_tokens=12, keep_prompt=True)
@@ -146,6 +147,59 @@ def test_a_read_only_store_is_still_read(tmp_path, monkeypatch):
     assert torch.equal(got_k, k) and torch.equal(got_v, v)
 
 
+def test_a_nearly_full_disk_makes_room_from_old_entries_first(tmp_path, monkeypatch):
+    import os
+    import shutil
+
+    k, v = rows(64)
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    for first, when in ((0, 1000), (1000, 2000)):
+        save(store, list(range(first, first + 64)), k, v)
+        os.utime(store.longest(list(range(first, first + 64))).path, (when, when))
+    real = shutil.disk_usage
+    size = next(store.folder.glob("*.kv")).stat().st_size
+
+    def disk(path):  # a disk with room for 2.5 entries beside the margin the store leaves free
+        held = sum(p.stat().st_size for p in tmp_path.rglob("*.kv"))
+        return real(path)._replace(free=prefix_store.FREE_DISK_KEPT + int(2.5 * size) - held)
+
+    monkeypatch.setattr(shutil, "disk_usage", disk)
+    assert save(store, list(range(2000, 2064)), k, v)  # the oldest entry made way
+    assert store.longest(list(range(0, 64))) is None and store.longest(list(range(1000, 1064))) is not None
+    assert store.longest(list(range(2000, 2064))) is not None
+
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=1000))
+    assert not save(store, list(range(3000, 3064)), k, v)
+    assert "MiB free on the disk" in store.last_error
+    assert not list(store.folder.glob("*.tmp"))
+
+
+def test_a_full_disk_is_said_and_an_interrupted_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    import errno
+
+    store = PrefixStore(tmp_path, "m", min_reuse=4)
+    k, v = rows(40)
+
+    def full(i):
+        if i == 1:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return {"k": k[i], "v": v[i]}
+
+    assert not store.save(list(range(40)), full, 2)
+    assert store.last_error == "No space left on device"
+    assert not list(store.folder.iterdir())
+
+    def interrupted(i):
+        if i == 1:
+            raise KeyboardInterrupt
+        return {"k": k[i], "v": v[i]}
+
+    with pytest.raises(KeyboardInterrupt):
+        store.save(list(range(40)), interrupted, 2)
+    assert not list(store.folder.iterdir())
+    assert save(store, list(range(40)), k, v) and store.last_error is None
+
+
 def generate(backend, prompt, params):
     out = []
     for _, tok in backend.engine.generate([prompt], params, frozenset()):
@@ -194,6 +248,39 @@ def test_nothing_is_kept_unless_asked_and_other_settings_read_nothing(tiny_model
     other.engine.prefix.min_reuse = 32
     generate(other, prompt, KEEP)
     assert other.engine.stats.reused_tokens == 0
+
+
+def test_a_streamed_prompt_is_kept_when_the_caller_is_done_not_before(tiny_models, tmp_path):
+    """The CLI shows the answer's sources before the entry is written (`finish`)."""
+    b = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, prefix_cache=tmp_path)
+    b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
+    b._decode = lambda ids: "".join(f"<{i}>" for i in ids)  # a tiny model has no tokenizer
+    prompt = list(range(1, 200))
+    text = "".join(b.stream_ids(prompt, KEEP))
+    assert not any(tmp_path.rglob("*.kv")) and b.engine.blocks.num_used > 0  # its pages held for the entry
+    assert b.finish() is None
+    assert b.last_stats.extra["kept_tokens"] > 0 and b.engine.blocks.num_used == 0
+    assert len(list(tmp_path.rglob("*.kv"))) == 1
+    assert "".join(b.stream_ids(prompt, KEEP)) == text and b.last_stats.extra["reused_tokens"] > 0
+
+    # One never finished is written by the next run, before its own prompt looks for entries.
+    other = list(range(255, 55, -1))
+    list(b.stream_ids(other, KEEP))
+    list(b.stream_ids(other, KEEP))
+    assert b.last_stats.extra["reused_tokens"] > 0 and len(list(tmp_path.rglob("*.kv"))) == 2
+
+
+def test_a_prompt_the_disk_refuses_is_said_by_finish(tiny_models, tmp_path, monkeypatch):
+    import shutil
+
+    b = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, prefix_cache=tmp_path)
+    b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
+    b._decode = lambda ids: "".join(f"<{i}>" for i in ids)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
+    list(b.stream_ids(list(range(1, 200)), KEEP))
+    warning = b.finish()
+    assert warning.startswith("the prompt cache could not keep this prompt") and "MiB free" in warning
+    assert b.engine.blocks.num_used == 0 and "kept_tokens" not in b.last_stats.extra
 
 
 def test_reused_rows_land_in_the_slots_of_their_positions(tiny_models, tmp_path):

@@ -24,6 +24,9 @@ class FakeBackend:
         self.calls: list[list[dict]] = []
         self._stats = GenStats()
 
+    def finish(self) -> str | None:
+        return None
+
     @property
     def last_stats(self) -> GenStats:
         return self._stats

@@ -351,3 +351,31 @@ def test_an_index_that_cannot_be_kept_is_said(haystack, tmp_path):
     reporter = Warnings()
     build_index(prep, settings, reporter)
     assert any("the index could not be kept in the cache" in line for line in reporter.lines)
+
+
+def test_the_answer_is_shown_before_the_backend_finishes_its_held_back_work(tmp_path, monkeypatch):
+    """The engine's prompt-cache write (0.3-0.8 s for a big entry) comes after the sources;
+    a write the disk refused is said; without `on_answer`, the answer has its figures."""
+    from ktcli.pipeline import api
+
+    doc = tmp_path / "short.txt"
+    doc.write_text("Our office moved to 12 Harbour Street in March.\n")
+    events = []
+
+    class Holding(FakeBackend):
+        def finish(self):
+            events.append("finish")
+            self._stats.extra["kept_tokens"] = 40
+            return "the prompt cache could not keep this prompt for the next question: disk full"
+
+    class Warnings(NullReporter):
+        def warn(self, message):
+            events.append(message)
+
+    monkeypatch.setattr(api, "_load", lambda *a: Holding())
+    settings = settings_for(tmp_path, mode="auto")
+    answer = api.ask([str(doc)], "Where did the office move?", settings, Warnings(), None, None,
+                     lambda a: events.append(("shown", a.text)))
+    assert events == [("shown", answer.text), "finish",
+                      "the prompt cache could not keep this prompt for the next question: disk full"]
+    assert "Harbour Street" in answer.text and answer.stats["kept_tokens"] == 40
