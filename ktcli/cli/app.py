@@ -198,12 +198,29 @@ def split_plan_args(args: list[str]) -> tuple[list[str], str]:
 
 
 def main() -> None:
+    stdout_was_null = _is_devnull(1)
     try:
         _main()
-    except BrokenPipeError:  # `ktcli --help | head -1`: the reader has what it wanted
+    except BrokenPipeError:  # `ktcli --version | head -1`: the reader has what it wanted
         os._exit(0)
     except OSError as e:  # the help or version written to a full disk: one line, not a traceback
         fail(f"{e.strerror or e}", 1)
+    except SystemExit as e:
+        # The help is written by rich and the version by click, which end a broken pipe
+        # themselves with SystemExit(1) (`ktcli --help | head -1` exited 1): rich points
+        # stdout at /dev/null, click wraps it in its PacifyFlushWrapper.
+        pacified = type(sys.stdout).__name__ == "PacifyFlushWrapper"
+        if e.code == 1 and (pacified or (not stdout_was_null and _is_devnull(1))):
+            os._exit(0)
+        raise
+
+
+def _is_devnull(fd: int) -> bool:
+    try:
+        st, null = os.fstat(fd), os.stat(os.devnull)
+    except OSError:
+        return False
+    return (st.st_rdev, st.st_ino, st.st_dev) == (null.st_rdev, null.st_ino, null.st_dev)
 
 
 def _main() -> None:

@@ -324,3 +324,22 @@ def test_settings_are_checked_before_the_input_is_read(cache, tmp_path):
     proc = run_ktcli(["plan", str(LONG_TEXT), "q"], cache, extra_env={"KTCLI_EMBEDDER": str(tmp_path / "nope")})
     assert_one_line_error(proc, 2, "not a sentence-transformers folder")
     assert_one_line_error(run_ktcli(["ask", absent, "q", "--backend", "openai"], cache), 2, "needs --base-url")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["ask", "--help"], ["--version"]])
+def test_a_reader_that_left_early_is_no_error(cache, args):
+    """`ktcli --help | head -1`: a pipe whose reader has gone is exit 0 and no trace (rich,
+    which writes the help, ended it with exit 1)."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before a byte is written: every write fails
+    try:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")} | {"KTCLI_CACHE_DIR": str(cache)}
+        done = subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], stdout=write, stderr=subprocess.PIPE,
+                              env=env, timeout=60)
+    finally:
+        os.close(write)
+    assert done.returncode == 0 and done.stderr == b""
