@@ -179,6 +179,7 @@ class KernelKVCache:
         self._step = None
         self._inverse: torch.Tensor | None = None  # the step's inverse rotations (`_unrotate`)
         self._tables: list[torch.Tensor] = []
+        self._table_keys: dict[int, int] = {}  # id(table) -> its first page, per step (`_key`)
         self._lens: list[torch.Tensor] = []
         self._question: dict[int, QuestionPages] = {}  # first physical block -> the question's pages
         self._observing: list[bool] = []  # per sequence of the step: its prompt ends here
@@ -405,7 +406,7 @@ class KernelKVCache:
         tokens back in int4; with them exact it found it.)"""
         if not self.spec.quantized:
             return []
-        sink = self.sinks.rows(int(table[0]), li) if self.sinks is not None else None
+        sink = self.sinks.rows(self._key(table), li) if self.sinks is not None else None
         return ([sink] if sink is not None else []) + [(start, k, v)]
 
     def _store_sinks(self, li: int, k: torch.Tensor, v: torch.Tensor, step) -> None:
@@ -417,7 +418,7 @@ class KernelKVCache:
             if start >= self.sinks.n_tokens or (self._store_rows is not None and not self._replay_of[i]):
                 continue
             rows = slice(seq.start, seq.start + seq.n)
-            self.sinks.store(int(table[0]), li, start, k[rows], v[rows], is_free)
+            self.sinks.store(self._key(table), li, start, k[rows], v[rows], is_free)
 
     def _begin_step(self, step) -> None:
         self._step = step
@@ -430,8 +431,11 @@ class KernelKVCache:
         replaying, self._replaying = self._replaying, False
         self._store_rows = self._replay_rows(step) if replaying else None
         self._observing = []
+        # Each sequence's key (its first page), read once a step: read per layer, each read
+        # waited for a GPU's queue to drain (~90 times a decode step for SmolLM2).
+        self._table_keys = {id(table): int(table[0]) for table in self._tables}
         for seq, table in zip(step.seqs, self._tables):
-            key = int(table[0])
+            key = self._key(table)
             if not seq.samples:  # a prompt chunk before the last: any old entry is stale
                 self._question.pop(key, None)
             fresh = seq.n > 1 or key not in self._question
@@ -440,6 +444,11 @@ class KernelKVCache:
             self._question = {k: v for k, v in self._question.items() if not self.blocks.is_free(k)}
         if self.spec.quantized:
             self._reclaim_staging(len(step.seqs))
+
+    def _key(self, table: torch.Tensor) -> int:
+        """The sequence key of one of the step's block tables (`_begin_step`)."""
+        key = self._table_keys.get(id(table))
+        return int(table[0]) if key is None else key
 
     def replay(self, step) -> bool:
         """After a forward: whether it must run again because a prompt ended in it and its
@@ -504,7 +513,7 @@ class KernelKVCache:
                         exact: Sequence[ExactRows] = ()) -> torch.Tensor | None:
         """Pages a sequence's question selects for layer li (see `QuestionPages`): updated
         while the prompt's last chunk goes up the layers, then fixed for the decode steps."""
-        key = int(table[0])
+        key = self._key(table)
         if observe:
             if li == 0 or key not in self._question:
                 self._question[key] = QuestionPages(self.options.question_pages, self.policy)
