@@ -102,9 +102,10 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             notes = _annotation_lines(page, raw)
             if notes:
                 raw = raw.rstrip("\n") + "\n" + "\n".join(notes)
-            texts.append(_mend_words(normalize_text(raw)).rstrip("\n"))
+            texts.append(normalize_text(raw).rstrip("\n"))
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
+    texts = mend_pages(texts)
     if not any(t.strip() for t in texts):
         if failures == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
@@ -136,11 +137,60 @@ _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\uf
 _BROKEN_WORD = re.compile(r"([^\W\d_]{2,})-\n([^\W\d_]+)")
 
 
-def _mend_words(text: str) -> str:
+def mend_pages(texts: list[str]) -> list[str]:
+    """`_mend_words` of every page, with the whole document's words as the evidence."""
+    words = _DocumentWords("\n".join(texts).translate(_LIGATURES))
+    return [_mend_words(t, words) for t in texts]
+
+
+def _mend_words(text: str, words: _DocumentWords | None = None) -> str:
     """Ligatures spelled out, and a word hyphenated across lines joined where it goes on in
-    lower case (a compound like "well-" / "known" loses its hyphen: the lesser harm)."""
+    lower case: "reorgan-" / "ization" is "reorganization", but "well-" / "known" stays
+    "well-known" (`_keeps_hyphen`), on one line either way."""
     text = text.translate(_LIGATURES)
-    return _BROKEN_WORD.sub(lambda m: m[1] + m[2] if m[2][0].islower() and m[2] not in _NOT_WORD_ENDS else m[0], text)
+    words = words or _DocumentWords(text)
+
+    def mend(m: re.Match) -> str:
+        left, right = m[1], m[2]
+        if not right[0].islower() or right in _NOT_WORD_ENDS:
+            return m[0]
+        return f"{left}-{right}" if _keeps_hyphen(left, right, words) else left + right
+
+    return _BROKEN_WORD.sub(mend, text)
+
+
+class _DocumentWords:
+    """The words of a document as it spells them on one line: its hyphenated compounds
+    and its other words (lower case)."""
+
+    def __init__(self, text: str) -> None:
+        low = text.lower()
+        self.compounds = set(_COMPOUND.findall(low))
+        self.words = set(_WORD.findall(low))
+
+
+_COMPOUND = re.compile(r"(?<![\w-])[^\W\d_]+-[^\W\d_]+(?![\w-])")
+_WORD = re.compile(r"[^\W\d_]+")
+
+
+def _keeps_hyphen(left: str, right: str, doc: _DocumentWords) -> bool:
+    """Whether a line-end hyphen belongs to a compound ("well-known", "long-term") rather
+    than breaking a word ("reorgan-ization"). The document's own spelling decides where it
+    has one; else a joined word that is one word of cl100k's vocabulary ("something",
+    "understand") is joined, and two halves that are each whole words of it ("well",
+    "known") keep their hyphen. Anything else is joined: a word cut mid-syllable."""
+    pair, joined = f"{left}-{right}".lower(), (left + right).lower()
+    if pair in doc.compounds:
+        return True
+    if joined in doc.words:
+        return False
+    return not _one_word(joined) and _one_word(left.lower()) and _one_word(right.lower())
+
+
+def _one_word(word: str) -> bool:
+    from ktcli.ingest.tokens import encoding
+
+    return len(encoding().encode_ordinary(" " + word)) == 1
 
 
 # Words after a hyphen that end a suspended compound ("pre- and post-war"), not a word.

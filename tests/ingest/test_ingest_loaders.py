@@ -365,6 +365,19 @@ def test_pdf_ligatures_and_words_broken_at_line_ends_are_mended() -> None:
     assert _mend_words("pre-\nand post-war") == "pre-\nand post-war"  # a suspended compound
 
 
+def test_a_compound_broken_at_a_line_end_keeps_its_hyphen() -> None:
+    """"well-" / "known" became "wellknown", which matches nothing a user types."""
+    from ktcli.ingest.pdftext import _mend_words, mend_pages
+
+    assert _mend_words("a well-\nknown fact, a long-\nterm plan, some-\nthing") == \
+        "a well-known fact, a long-term plan, something"
+    # The document's own spelling decides: a compound it writes whole elsewhere, a word
+    # it writes joined elsewhere.
+    assert mend_pages(["The data-set is small.", "each data-\nset"]) == ["The data-set is small.", "each data-set"]
+    assert mend_pages(["Any sunflower.", "a sun-\nflower"]) == ["Any sunflower.", "a sunflower"]
+    assert mend_pages(["a sun-\nflower"]) == ["a sun-flower"]  # two whole words, no evidence: a compound
+
+
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
     rows = [["Quarter", "Revenue ($M)", "Units"], ["Q1 2023", "4.60", "61,200"], ["Q2 2023", "5.10", "66,900"],
             ["Full year", "9.70", "128,100"]]
