@@ -140,13 +140,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
         self._guarded(self._get)
 
+    do_HEAD = do_GET  # a load balancer's HEAD /health: GET's headers, no body (`_json`)
+
     def do_POST(self) -> None:  # noqa: N802
         self._guarded(self._post)
 
     def do_PUT(self) -> None:  # noqa: N802
         self._guarded(self._not_allowed)
 
-    do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = do_PUT  # a JSON 405, not http.server's HTML 501
+    do_DELETE = do_PATCH = do_OPTIONS = do_PUT  # a JSON 405, not http.server's HTML 501
 
     def _route(self) -> str:
         """The path without its query and the optional /v1 (clients given a base URL without
@@ -165,7 +167,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, self.app.models()["data"][0])
         elif path == "/health":
             self._json(200, self.app.health())
-        elif path in ("/chat/completions", "/completions", "/tokenize"):
+        elif path in POST_ROUTES:
             self._not_allowed()
         else:
             raise ApiError(404, f"no route {self.path.split('?', 1)[0]}", type="not_found_error")
@@ -349,6 +351,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         if status == 401:
             self.send_header("WWW-Authenticate", "Bearer")
+        if status == 405:  # what the route takes (RFC 9110 asks for it)
+            self.send_header("Allow", "POST" if self._route() in POST_ROUTES else "GET, HEAD")
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()
@@ -367,6 +371,9 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         if self.app.options.verbose:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+
+POST_ROUTES = ("/chat/completions", "/completions", "/tokenize")
 
 
 class _Server(ThreadingHTTPServer):

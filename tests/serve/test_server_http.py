@@ -241,11 +241,17 @@ def test_routes_without_v1_head_and_unknown_models(served):
     status, payload = request(port, "GET", "/v1/models/other")
     assert status == 404 and payload["error"]["code"] == "model_not_found"
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    for method in ("HEAD", "OPTIONS"):  # JSON 405s, not http.server's HTML 501
-        conn.request(method, "/v1/models")
+    # HEAD is GET without the body (a load balancer's HEAD /health); a method a route does
+    # not take is a JSON 405 (not http.server's HTML 501) that names the ones it does.
+    for method, path, status, allow in (("HEAD", "/health", 200, None), ("HEAD", "/v1/models", 200, None),
+                                        ("OPTIONS", "/v1/models", 405, "GET, HEAD"),
+                                        ("HEAD", "/v1/chat/completions", 405, "POST"),
+                                        ("DELETE", "/v1/completions", 405, "POST")):
+        conn.request(method, path)
         resp = conn.getresponse()
         body = resp.read()
-        assert resp.status == 405 and resp.getheader("Content-Type") == "application/json"
+        assert (resp.status, resp.getheader("Allow")) == (status, allow), (method, path)
+        assert resp.getheader("Content-Type") == "application/json" and int(resp.getheader("Content-Length")) > 0
         assert body == b"" if method == "HEAD" else json.loads(body)["error"]
     conn.close()
     _, payload = request(port, "POST", "/v1/completions", {"prompt": " ".join(["w"] * 70)})
