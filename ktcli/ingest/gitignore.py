@@ -3,15 +3,112 @@ folder, deeper files override shallower ones, and the last matching pattern wins
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import pathspec
+
+@dataclass(frozen=True)
+class Pattern:
+    """One line of a rule file, matched against one path at a time, as git does while it
+    walks: a folder a rule ignores is not entered, so nothing inside it is asked about.
+    (pathspec's GitIgnoreSpec also matched paths through their parents and gave a parent's
+    match priority: with `*`, `!src/`, `!*.py` it ignored src/ where git keeps src/c.py.)"""
+
+    regex: re.Pattern
+    negated: bool
+    dir_only: bool
+
+    def matches(self, rel: str, is_dir: bool) -> bool:
+        return (is_dir or not self.dir_only) and self.regex.fullmatch(rel) is not None
+
+
+def parse_pattern(line: str) -> Pattern | None:
+    """A .gitignore line as git reads it (gitignore(5)); None for a blank or comment line."""
+    line = _strip_trailing_spaces(line)
+    if not line or line.startswith("#"):
+        return None
+    negated = line.startswith("!")
+    if negated:
+        line = line[1:]
+    dir_only = line.endswith("/") and not line.endswith("\\/")
+    line = line.rstrip("/") if dir_only else line
+    if not line:
+        return None
+    # A slash at the start or in the middle anchors the pattern to the rule file's folder;
+    # without one it matches a name at any depth.
+    anchored = "/" in line
+    body = _translate(line.lstrip("/") if anchored else line)
+    try:
+        regex = re.compile(body if anchored else f"(?:.*/)?{body}", re.DOTALL)
+    except re.error:  # a bracket expression regex cannot take: git matches nothing with it either
+        return None
+    return Pattern(regex, negated, dir_only)
+
+
+def _strip_trailing_spaces(line: str) -> str:
+    """Trailing spaces are not part of a pattern unless the last one is escaped."""
+    stripped = line.rstrip(" ")
+    if stripped.endswith("\\") and len(stripped) < len(line) and not stripped.endswith("\\\\"):
+        return stripped + " "
+    return stripped
+
+
+def _translate(pattern: str) -> str:
+    """gitignore's glob as a regex over a path relative to the rule file's folder."""
+    parts = pattern.split("/")
+    out: list[str] = []
+    sep = False  # a "/" is owed before the next name
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if part == "**":
+            if i == 0 and not last:
+                out.append("(?:.*/)?")  # leading **/: in every folder
+            elif last:
+                out.append("/.+" if i else ".*")  # trailing /**: everything inside, not the folder
+            else:
+                out.append("/(?:.*/)?")  # /**/: zero or more folders
+            sep = False
+            continue
+        out.append(("/" if sep else "") + _glob(part))
+        sep = True
+    return "".join(out)
+
+
+def _glob(part: str) -> str:
+    out, i, n = [], 0, len(part)
+    while i < n:
+        c = part[i]
+        if c == "\\" and i + 1 < n:
+            out.append(re.escape(part[i + 1]))
+            i += 2
+            continue
+        if c == "*":
+            while i + 1 < n and part[i + 1] == "*":
+                i += 1  # ** within a name is one *
+            out.append("[^/]*")
+        elif c == "?":
+            out.append("[^/]")
+        elif c == "[":
+            end = part.find("]", i + 2 if i + 1 < n and part[i + 1] in "!^" else i + 1)
+            if end < 0:
+                out.append(re.escape(c))  # an unclosed [ is itself
+            else:
+                inner = part[i + 1 : end]
+                negate = inner[:1] in ("!", "^")
+                inner = inner[1:] if negate else inner
+                inner = inner.replace("[", "\\[")
+                out.append(f"[{'^/' if negate else ''}{inner}]")
+                i = end
+        else:
+            out.append(re.escape(c))
+        i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True)
 class IgnoreFile:
-    spec: pathspec.GitIgnoreSpec
+    patterns: tuple[Pattern, ...]
     base: str  # the rule file's folder relative to the walk root ("" at or above it)
     prefix: str  # the walk root relative to the rule file's folder ("" at or below it)
 
@@ -23,7 +120,14 @@ class IgnoreFile:
             rel = rel[len(self.base) + 1 :]
         if self.prefix:
             rel = f"{self.prefix}/{rel}"
-        return self.spec.check_file(rel + "/" if is_dir else rel).include
+        return self.match(rel, is_dir)
+
+    def match(self, rel: str, is_dir: bool) -> bool | None:
+        """The last pattern matching `rel` (relative to the rule file's folder) decides."""
+        for pattern in reversed(self.patterns):
+            if pattern.matches(rel, is_dir):
+                return not pattern.negated
+        return None
 
 
 IgnoreChain = tuple[IgnoreFile, ...]
@@ -35,21 +139,8 @@ def read_ignore_file(path: Path, base: str = "", prefix: str = "") -> IgnoreFile
         lines = path.read_text(encoding="utf-8-sig", errors="replace").splitlines()
     except OSError:
         return None  # an unreadable .gitignore ignores nothing, as with git
-    return IgnoreFile(pathspec.GitIgnoreSpec.from_lines([_inside_only(line) for line in lines]), base, prefix)
-
-
-def _inside_only(line: str) -> str:
-    """`X/**` (and `X/**/`, folders only) as git reads it: everything inside X, not X
-    itself. pathspec also matches the folder X, so `logs/**` with `!logs/**/` and
-    `!logs/**/important.log` dropped all of logs/ where git keeps important.log, and a
-    deeper `!logs/**/` re-included a logs/ that a shallower rule ignores. `X/**/*` (`X/**/*/`)
-    says the same without matching X."""
-    pattern = line.rstrip(" ")  # trailing spaces are not part of a pattern (unless escaped)
-    if pattern.endswith("/**"):
-        return pattern + "/*"
-    if pattern.endswith("/**/"):
-        return pattern + "*/"
-    return line
+    patterns = tuple(p for p in map(parse_pattern, lines) if p is not None)
+    return IgnoreFile(patterns, base, prefix)
 
 
 def is_ignored(chain: IgnoreChain, rel: str, is_dir: bool) -> bool:
@@ -104,6 +195,6 @@ def _root_is_ignored(chain: IgnoreChain) -> bool:
     for rules in chain:
         parts = rules.prefix.split("/") if rules.prefix else []
         for depth in range(1, len(parts) + 1):
-            if rules.spec.check_file("/".join(parts[:depth]) + "/").include:
+            if rules.match("/".join(parts[:depth]), is_dir=True):
                 return True
     return False
