@@ -3,7 +3,9 @@ folder, deeper files override shallower ones, and the last matching pattern wins
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,6 +152,26 @@ def is_ignored(chain: IgnoreChain, rel: str, is_dir: bool) -> bool:
         if verdict is not None:
             return verdict
     return False
+
+
+def tracked_paths(real_root: Path) -> frozenset[str]:
+    """Files git tracks under `real_root` (relative to it) and the folders that hold them:
+    ignore rules do not apply to them, as in git (a committed build/generated.py was
+    skipped as "gitignored"). Empty outside a work tree, or where git cannot say."""
+    if not any(_has_git(p) for p in (real_root, *real_root.parents)):
+        return frozenset()
+    try:
+        listed = subprocess.run(["git", "-C", str(real_root), "ls-files", "-z"], capture_output=True, timeout=30,
+                                check=True).stdout
+    except (OSError, subprocess.SubprocessError):  # no git installed, not a work tree after all, a slow disk
+        return frozenset()
+    paths = set()
+    for raw in listed.split(b"\0"):
+        rel = os.fsdecode(raw)
+        while rel and rel not in paths:
+            paths.add(rel)
+            rel = rel.rpartition("/")[0]
+    return frozenset(paths)
 
 
 def _has_git(folder: Path) -> bool:

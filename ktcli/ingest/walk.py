@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktcli.ingest.errors import RejectedInput
-from ktcli.ingest.gitignore import IgnoreChain, enclosing_rules, is_ignored, read_ignore_file
+from ktcli.ingest.gitignore import IgnoreChain, enclosing_rules, is_ignored, read_ignore_file, tracked_paths
 from ktcli.ingest.loaders import document_from_bytes, read_file_bytes
 from ktcli.ingest.sniff import has_binary_extension
 from ktcli.types import Document, Skipped
@@ -56,7 +56,8 @@ def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = N
     root = Path(root_arg)
     real_root = root.resolve()
     seen = seen if seen is not None else set()
-    walker = _Walker(root_arg, real_root, max_file_bytes, seen, earlier=frozenset(seen))
+    walker = _Walker(root_arg, real_root, max_file_bytes, seen, earlier=frozenset(seen),
+                     tracked=tracked_paths(real_root))
     walker.walk(real_root, enclosing_rules(real_root))
     return walker.result
 
@@ -69,6 +70,9 @@ class _Walker:
     seen: set[str]
     result: WalkResult = field(default_factory=WalkResult)
     earlier: frozenset[str] = frozenset()  # `seen` as the walk began: the files of earlier paths
+    tracked: frozenset[str] = frozenset()  # files git tracks and their folders (`tracked_paths`)
+    # Ignored folders entered only for the tracked files inside: the rest of them is ignored.
+    entered_for_tracked: set[str] = field(default_factory=set)
 
     def display(self, rel: str) -> str:
         """The folder as the user typed it, joined with the relative path, so a citation
@@ -132,7 +136,12 @@ class _Walker:
             is_dir = entry.is_dir()  # follows links: "dir/" patterns match linked folders too
         except OSError:  # a loop of links (ELOOP): still reported as the link it is
             is_dir = False
-        if is_ignored(chain, rel, is_dir):
+        ignored = is_ignored(chain, rel, is_dir) or rel.rpartition("/")[0] in self.entered_for_tracked
+        if ignored and rel in self.tracked:  # git's ignore rules do not apply to what it tracks
+            ignored = False
+            if is_dir:
+                self.entered_for_tracked.add(rel)
+        if ignored:
             if self.given_already(entry, is_dir):
                 self.result.already_read += not is_dir
             else:

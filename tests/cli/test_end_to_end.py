@@ -138,8 +138,13 @@ def test_html_citations_name_lines_of_the_file(cache, tmp_path):
     assert any(c["line_start"] <= 10 and c["line_end"] >= 9 for c in data["citations"]), data["citations"]
 
 
-def test_summarize_repo_reports_skipped_files(cache):
-    data = payload(run_ktcli(["summarize", str(REPO), "--json", *SHORT], cache))
+def test_summarize_repo_reports_skipped_files(cache, tmp_path):
+    import shutil
+
+    # A copy outside ktcli's checkout, which tracks minirepo's ignored files (git's rules
+    # do not apply to tracked files).
+    shutil.copytree(REPO, tmp_path / "minirepo")
+    data = payload(run_ktcli(["summarize", str(tmp_path / "minirepo"), "--json", *SHORT], cache))
     assert data["answer"].strip()
     reasons = {s["path"].split("/")[-1]: s["reason"] for s in data["skipped"]}
     assert "gitignored" in reasons.get("build.log", "")

@@ -265,8 +265,11 @@ def test_deterministic(write, tmp_path: Path) -> None:
     assert first == second
 
 
-def test_minirepo_sample(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.chdir(REPO)
+def test_minirepo_sample(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    # A copy outside ktcli's own checkout, which tracks the ignored files (force-added so
+    # that they exist in a clone): git's rules do not apply to tracked files.
+    shutil.copytree(REPO / "sample_docs" / "minirepo", tmp_path / "sample_docs" / "minirepo")
+    monkeypatch.chdir(tmp_path)
     corpus = load_corpus(["sample_docs/minirepo/"])
     paths = [d.path for d in corpus.documents]
     assert "sample_docs/minirepo/src/shelf/search.py" in paths
@@ -448,3 +451,18 @@ def test_random_trees_and_rules_keep_exactly_what_git_keeps(tmp_path: Path) -> N
         want = sorted(p.strip('"') for p in listed if p and not p.endswith(".gitignore"))
         got = sorted(r for r in rels(walk(root), root) if not r.endswith(".gitignore"))
         assert got == want, [p.read_text() for p in root.rglob(".gitignore")]
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_files_git_tracks_are_read_whatever_the_ignore_rules(write, tmp_path: Path) -> None:
+    """Ignore rules do not apply to tracked files: a committed build/generated.py was
+    skipped as "gitignored". Untracked files beside it in the ignored folder stay out."""
+    write("r/.gitignore", "build/\n/src/shipping.go\n")
+    for name in ("build/generated.py", "build/other.py", "build/sub/x.py", "src/shipping.go", "src/main.go"):
+        write(f"r/{name}", f"text of {name}\n")
+    git = ["git", "-C", str(tmp_path / "r")]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-f", ".gitignore", "build/generated.py", "src/shipping.go", "src/main.go"], check=True)
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == [".gitignore", "build/generated.py", "src/main.go", "src/shipping.go"]
+    assert reasons(corpus, tmp_path / "r") == {"build/other.py": "gitignored", "build/sub/": "gitignored"}
