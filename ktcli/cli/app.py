@@ -167,7 +167,7 @@ def split_ask_args(args: list[str]) -> tuple[list[str], str]:
 
     if len(args) < 2:
         raise UsageError("give the paths, then the question: ktcli ask PATHS... QUESTION")
-    question = args[-1]
+    question = _text_argument(args[-1])
     if question == "-":
         raise UsageError("the last argument is the question, but '-' means standard input: "
                          "put the question after the paths, e.g. ktcli ask - \"What does it do?\"")
@@ -193,8 +193,20 @@ def split_plan_args(args: list[str]) -> tuple[list[str], str]:
             from ktcli.errors import UsageError
 
             raise UsageError("the question is empty (leave it out to plan a summary)")
-        return args[:-1], args[-1]
+        return args[:-1], _text_argument(args[-1])
     return args, ""
+
+
+def _text_argument(text: str) -> str:
+    """A question as text. Under a non-UTF-8 locale (LC_ALL=C with PYTHONUTF8=0) Python
+    keeps an argument's non-ASCII bytes as lone surrogates, which the tokenizer refused
+    (an internal error): they are read as the UTF-8 a terminal sends, else replaced."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        raw = text.encode(sys.getfilesystemencoding(), "surrogateescape")
+        return raw.decode("utf-8", errors="replace")
 
 
 def main() -> None:
@@ -226,6 +238,7 @@ def _is_devnull(fd: int) -> bool:
 def _main() -> None:
     if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
         fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
+    _writable_text()
     usage_error, click_error, no_args_is_help = _parse_errors()
     if len(sys.argv) <= 1:
         # `ktcli` alone: the help, once, and exit 2. Left to typer, some versions print it
@@ -248,6 +261,24 @@ def _main() -> None:
     except (KeyboardInterrupt, typer.Abort):
         fail("interrupted", 130)
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _writable_text() -> None:
+    """Under a locale that is not UTF-8 (LC_ALL=C with PYTHONUTF8=0, a Latin-1 terminal) an
+    answer holding "ë" or "€" ended in an internal error after part of it was shown. A
+    file or pipe gets UTF-8; a terminal its own encoding, with what it cannot show
+    replaced."""
+    for stream in (sys.stdout, sys.stderr):
+        encoding = (getattr(stream, "encoding", None) or "").lower().replace("-", "").replace("_", "")
+        if encoding in ("utf8", "") or not hasattr(stream, "reconfigure"):
+            continue
+        try:
+            if stream.isatty():
+                stream.reconfigure(errors="replace")
+            else:
+                stream.reconfigure(encoding="utf-8", errors="surrogateescape")
+        except (OSError, ValueError):
+            pass
 
 
 def _parse_errors() -> tuple[type, type, type]:

@@ -343,3 +343,14 @@ def test_a_reader_that_left_early_is_no_error(cache, args):
     finally:
         os.close(write)
     assert done.returncode == 0 and done.stderr == b""
+
+
+def test_a_non_utf8_locale_reads_the_question_and_writes_what_it_cannot_encode(cache, tmp_path):
+    """LC_ALL=C with PYTHONUTF8=0: the question's "ü" reached the tokenizer as lone
+    surrogates (an internal error), and an answer holding "ë" failed to print."""
+    doc = tmp_path / "owner.txt"
+    doc.write_text("The copyright is held by Zoë Ltd.\n", encoding="utf-8")
+    done = run_ktcli(["plan", str(doc), "Who holds the copyright? ü"], cache,
+                     extra_env={"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"})
+    assert done.returncode == 0, done.stderr
+    assert "Who holds the copyright? ü" in done.stdout.decode("utf-8")
