@@ -6,7 +6,8 @@ tokens cost the user seconds and carry nothing. The check is deliberately narrow
 text must *end* in at least `min_copies` back-to-back copies of one unit of at least
 `min_unit` characters, spanning at least `min_span` characters. A list whose items
 merely look alike, a table's separator rows or a code block with a repeated short line
-does not match; twenty identical words in a row does.
+does not match; twenty identical words in a row does. Citation markers count as one
+another whatever their number: "[1] to [2] to [3] to ..." ran to the token limit.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class RepetitionGuard:
         return bool(self.unit)
 
     def _loop_unit(self) -> str:
-        text = self.text
+        text = _shape(self.text)
         n = len(text)
         # Only units ending where the text ends: a loop is caught on the piece that completes
         # its last copy. Units run from min_unit up to what fits min_copies times.
@@ -50,14 +51,23 @@ class RepetitionGuard:
         (a line break when the unit holds one, else a space) nearest to one full period."""
         if not self.unit:
             return self.text
-        text, size = self.text, len(self.unit)
+        text, size = _shape(self.text), len(self.unit)
         start = len(text) - size
         while start > 0 and text[start - 1] == text[start - 1 + size]:
             start -= 1  # back to where the text first became periodic
         end = start + size  # one whole period from there
         mark = "\n" if "\n" in self.unit else " "
         breaks = [i + 1 for i in range(end - size // 2, min(end + size // 2, len(text))) if text[i] == mark]
-        return text[: min(breaks, key=lambda c: abs(c - end))] if breaks else text[:end]
+        return self.text[: min(breaks, key=lambda c: abs(c - end))] if breaks else self.text[:end]
+
+
+_MARKER = re.compile(r"\[\d+\]")
+
+
+def _shape(text: str) -> str:
+    """The text with each citation marker's digits as zeros (same length, so positions
+    hold): a loop that only counts its markers up is still a loop."""
+    return _MARKER.sub(lambda m: "[" + "0" * (len(m[0]) - 2) + "]", text) if "[" in text else text
 
 
 class EchoedText:

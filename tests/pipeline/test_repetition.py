@@ -254,3 +254,16 @@ def test_a_repeated_line_with_trailing_spaces_is_shown_once():
     echo = EchoedText()
     shown = "".join(echo.feed(p) for p in [line, "\n", line, "  ", "\n", "More text after."]) + echo.flush()
     assert shown == line + "\n" and echo.repeated
+
+
+def test_a_loop_that_only_counts_its_citation_markers_up_is_stopped():
+    """'The deploy script uses the [1] to [2] to [3] to ... [78' ran to the token limit."""
+    guard = RepetitionGuard()
+    text = "The deploy script uses the " + " to ".join(f"[{i}]" for i in range(1, 200))
+    fired = next(i for i, ch in enumerate(text) if guard.feed(ch))
+    assert fired < 400 and guard.kept().startswith("The deploy script uses the [1] to [2]")
+    assert len(guard.kept()) < 120
+    # Sources cited in turn are no loop: words between them differ.
+    calm = RepetitionGuard()
+    prose = " ".join(f"Point {w} is covered in [{i}]." for i, w in enumerate("abcdefghijklmnopqrstuvwxyz", 1))
+    assert not any(calm.feed(ch) for ch in prose)
