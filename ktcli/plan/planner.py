@@ -435,6 +435,22 @@ def evidence_cap(task: str) -> int:
     return QA_EVIDENCE_CAP if task == "ask" else SUMMARY_WINDOW_CAP
 
 
+# A passage's source tag with its path and line range, and the blank line after it
+# (`windows.pack` counts them: 20-50 tokens).
+PASSAGE_TAG_TOKENS = 30
+
+
+def _windows_packed(evidence: int, passages: int, budget: int) -> int:
+    """Windows that `windows.pack` fills with `passages` totalling `evidence` tokens: whole
+    passages in order, each in its tag, so a window of passages of varied size ends on
+    average half a passage short of its budget (the plan divided the evidence by the
+    budget: 2 windows where the run read 3, and 3 for 4)."""
+    passages = max(1, passages)
+    item = evidence / passages + PASSAGE_TAG_TOKENS
+    usable = max(budget / 2, budget - item / 2)
+    return max(1, math.ceil(passages * item / usable))
+
+
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     n_chunks = _estimated_chunks(req)
     room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window)
@@ -448,10 +464,12 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         # overlap included, is what a window really holds
         per_chunk = req.corpus_tokens / max(n_chunks, 1) * req.chunk_tokens / max(req.chunk_tokens - req.chunk_overlap, 1)
         evidence = int(top_k * min(per_chunk, req.chunk_tokens * 2))
+        passages = top_k  # retrieved chunks are mostly apart: a passage each
     else:
         evidence = req.corpus_tokens  # a summary reads everything
         top_k = 0
-    n_windows = max(1, math.ceil(evidence / budget))
+        passages = max(req.n_documents, math.ceil(evidence / budget))  # neighbours join up to a window
+    n_windows = _windows_packed(evidence, passages, budget)
     # Each window: its evidence, the notes so far, and new notes; then one final answer.
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     notes_tokens = MEMORY_TOKENS if n_windows > 1 else 0

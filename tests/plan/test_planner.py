@@ -362,3 +362,27 @@ def test_retrieval_over_the_kernels_pages_plans_their_window():
     paged = make_plan(req(corpus_tokens=200_000, n_chunks=800, mode="retrieval", kernel_pages=True), wide, RATES)
     pages = 2 * 30 * 3 * 64 * 2 * 32768  # fp16 K and V for the whole window
     assert paged.est_memory_bytes - plain.est_memory_bytes > 0.8 * pages
+
+
+@pytest.mark.parametrize("n,size,budget", [(30, 265, 3072), (30, 400, 3072), (8, 700, 3072), (12, 250, 1200),
+                                           (5, 1900, 6144), (40, 120, 3072)])
+def test_windows_are_planned_as_whole_passages_in_their_tags_pack_them(n, size, budget):
+    """The plan divided the evidence by the budget (2 windows where the run read 3, and 3
+    for 4): a window holds whole passages of varied size, each in its source tag."""
+    import random
+
+    from ktcli.plan.planner import PASSAGE_TAG_TOKENS, _windows_packed
+
+    rng = random.Random(n * size)
+    counts = []
+    for _ in range(300):
+        sizes = [rng.uniform(0.5, 1.5) * size for _ in range(n)]
+        windows, used = 1, 0.0
+        for s in sizes:  # windows.pack: greedy, in order
+            item = s + PASSAGE_TAG_TOKENS
+            if used and used + item > budget:
+                windows, used = windows + 1, 0.0
+            used += item
+        counts.append(windows)
+    mean = sum(counts) / len(counts)
+    assert abs(_windows_packed(n * size, n, budget) - mean) <= 0.75, mean
