@@ -83,6 +83,13 @@ def _write(path: Path, w: torch.Tensor) -> None:
             pass
 
 
+def is_kept(model_dir: Path, cache_root: Path | None) -> bool:
+    """Whether this model's key weights are on disk already (else a load measures them:
+    a prefill of the calibration text, ~30 s on a 2-core CPU)."""
+    key = model_key(model_dir, f"keys-{FORMAT}")
+    return key in _memo or (cache_root is not None and (Path(cache_root) / f"{key}.keyweights.pt").is_file())
+
+
 def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:
     """Give every layer of an int4 `KernelKVCache` its key weights: from this process's
     memo, the cache under `cache_root`, or a measurement (then kept in both). Must run

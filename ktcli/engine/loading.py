@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
 from collections.abc import Callable
 
 from ktcli.config import Settings
@@ -10,6 +13,12 @@ from ktcli.engine.model_store import ensure_hf_dir, resolve_model
 from ktcli.errors import UsageError
 
 ENGINES = ("ktcli", "hf")
+# Work a load does once per install or model (compiling the C++ kernels, measuring int4
+# key weights) is said when it has taken this long, where it cannot be known beforehand.
+ANNOUNCE_AFTER_S = 3.0
+# Seconds of such work in this process's last load: not a load's own time, so not what
+# plans learn as one (a 41 s compile made the next plans say ~21 s for a 2 s answer).
+one_time_s = 0.0
 
 
 def load_backend(settings: Settings, on_status: Callable[[str], None] | None = None, plan=None) -> Backend:
@@ -31,16 +40,24 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         dtype = "fp32" if settings.weights in ("", "auto") else settings.weights
         backend = HFBackend(model_dir, threads=settings.threads, dtype=dtype)
     elif settings.engine == "ktcli":
+        from ktcli.engine import key_calibration
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
         from ktcli.engine.pack_cache import PACKED_DIR
         from ktcli.engine.threads import cpu_sample, govern
 
-        _announce_kernel_build(on_status)
+        global one_time_s
+        one_time_s = 0.0
+        _build_kernels(on_status)
         load_started = cpu_sample()
         prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
-        backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                     pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
-                                     **_long_context(settings, plan))
+        long_context = _long_context(settings, plan)
+        measures = long_context.get("kv_dtype") == "int4" and not key_calibration.is_kept(
+            model_dir, settings.cache_path / PACKED_DIR)
+        with _one_time_work(on_status, "measuring where this model's queries look, for its int4 keys (once, "
+                                       "about half a minute)", known=measures, counted=measures):
+            backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights,
+                                         threads=settings.threads, pack_cache=settings.cache_path / PACKED_DIR,
+                                         prefix_cache=prompts, **long_context)
         govern(backend.engine, settings.threads, load_started)
         _report_missing_kernels(on_status)
     else:
@@ -50,15 +67,44 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
     return backend
 
 
-def _announce_kernel_build(on_status: Callable[[str], None] | None) -> None:
-    """The first load after an install compiles the C++ kernels: said, not a silent minute
-    on "loading model" (`scripts/setup.sh` does it ahead of time)."""
+def _build_kernels(on_status: Callable[[str], None] | None) -> None:
+    """Load the C++ kernels before the model: the first load after an install compiles
+    them (`scripts/setup.sh` does it ahead of time), and so does one whose build folder is
+    stale (another path, another compiler), which no file says beforehand: said, not a
+    silent minute on "loading model"."""
     import os
 
     from ktcli.engine import cpp_ext
 
-    if on_status and not os.environ.get("KTCLI_NO_CPP_KERNELS") and cpp_ext.needs_build():
-        on_status("compiling the engine's C++ kernels (once, about a minute)")
+    if os.environ.get("KTCLI_NO_CPP_KERNELS"):
+        return
+    with _one_time_work(on_status, "compiling the engine's C++ kernels (once, about a minute)",
+                        known=cpp_ext.needs_build()):
+        cpp_ext.load()
+
+
+@contextlib.contextmanager
+def _one_time_work(on_status: Callable[[str], None] | None, message: str, known: bool, counted: bool = False):
+    """Say `message` at once where the work is `known` to happen, else once it has taken
+    ANNOUNCE_AFTER_S; its seconds go to `one_time_s` where it was known, or `counted`
+    (the whole block is that work), or took that long."""
+    global one_time_s
+    timer = None
+    if on_status and known:
+        on_status(message)
+    elif on_status:
+        timer = threading.Timer(ANNOUNCE_AFTER_S, on_status, (message,))
+        timer.daemon = True
+        timer.start()
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        if timer is not None:
+            timer.cancel()
+        took = time.perf_counter() - started
+        if known or counted or took > ANNOUNCE_AFTER_S:
+            one_time_s += took
 
 
 def _report_missing_kernels(on_status: Callable[[str], None] | None) -> None:

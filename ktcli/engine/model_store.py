@@ -252,11 +252,14 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
-    # Its tqdm bar wrote carriage-return frames into logs and ignored --quiet; our status
-    # line ("converting ... once") says what happens.
+    # Its tqdm bars wrote carriage-return frames into logs and ignored --quiet; our status
+    # line ("converting ... once") says what happens. The GGUF reader's own bar answers
+    # only to tqdm's environment switch.
     hf_logging.disable_progress_bar()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    tqdm_was = os.environ.get("TQDM_DISABLE")
+    os.environ["TQDM_DISABLE"] = "1"
     try:
         folder, name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -275,6 +278,10 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if tqdm_was is None:
+            os.environ.pop("TQDM_DISABLE", None)
+        else:
+            os.environ["TQDM_DISABLE"] = tqdm_was
 
 
 def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:

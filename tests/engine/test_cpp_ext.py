@@ -43,3 +43,23 @@ def test_no_build_is_announced_where_none_can_happen(monkeypatch, tmp_path):
     assert not cpp_ext.needs_build()  # a CPU without AVX2 runs the torch path: no compile to wait for
     monkeypatch.setattr(cpp_ext.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert cpp_ext.needs_build()
+
+
+def test_a_compile_no_file_foretold_is_said_once_it_takes_long(monkeypatch):
+    """A stale build folder (another path) rebuilt the kernels for ~40 s under a silent
+    "loading model"; that one-time work is kept out of the load time plans learn."""
+    from ktcli.engine import loading
+
+    said = []
+    monkeypatch.setattr(loading, "ANNOUNCE_AFTER_S", 0.05)
+    monkeypatch.setattr(loading, "one_time_s", 0.0)  # restored after the test
+    monkeypatch.setattr(cpp_ext, "needs_build", lambda: False)
+    monkeypatch.setattr(cpp_ext, "load", lambda *a: time.sleep(0.3))
+    loading.one_time_s = 0.0
+    loading._build_kernels(said.append)
+    assert said == ["compiling the engine's C++ kernels (once, about a minute)"] and loading.one_time_s >= 0.3
+    said.clear()
+    loading.one_time_s = 0.0
+    monkeypatch.setattr(cpp_ext, "load", lambda *a: None)  # the library as built: nothing to say or count
+    loading._build_kernels(said.append)
+    assert said == [] and loading.one_time_s == 0.0

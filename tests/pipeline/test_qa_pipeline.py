@@ -379,3 +379,23 @@ def test_the_answer_is_shown_before_the_backend_finishes_its_held_back_work(tmp_
     assert events == [("shown", answer.text), "finish",
                       "the prompt cache could not keep this prompt for the next question: disk full"]
     assert "Harbour Street" in answer.text and answer.stats["kept_tokens"] == 40
+
+
+def test_a_load_with_one_time_work_teaches_the_plans_no_load_time(tmp_path, monkeypatch):
+    from ktcli.engine import loading
+    from ktcli.pipeline import api
+
+    doc = tmp_path / "short.txt"
+    doc.write_text("Our office moved to 12 Harbour Street in March.\n")
+    saved = []
+    monkeypatch.setattr(loading, "one_time_s", 0.0)  # restored after the test
+
+    def load(*a):
+        loading.one_time_s = 41.0  # the kernels compiled
+        backend = FakeBackend()
+        return backend
+
+    monkeypatch.setattr(api, "_load", load)
+    monkeypatch.setattr(api, "save_rates", lambda *a, **kw: saved.append(kw.get("load_s", a[4] if len(a) > 4 else None)))
+    api.ask([str(doc)], "Where did the office move?", settings_for(tmp_path, mode="auto"), NullReporter())
+    assert saved == [0.0]
