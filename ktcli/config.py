@@ -64,7 +64,8 @@ class Settings:
 
     @property
     def cache_path(self) -> Path:
-        return Path(self.cache_dir) if self.cache_dir else Path(platformdirs.user_cache_dir("ktcli"))
+        # "~" expanded: a config file's cache_dir = "~/.cache/x" made a folder named "~" here
+        return Path(self.cache_dir).expanduser() if self.cache_dir else Path(platformdirs.user_cache_dir("ktcli"))
 
 
 def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
@@ -163,6 +164,9 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
             origins[key] = f"KTCLI_{key.upper()}"
 
     for key, raw in (flags or {}).items():
+        if key == "cache_dir" and raw == "":
+            # taken for "the default" it also overrode KTCLI_CACHE_DIR: a run wrote elsewhere
+            raise UsageError("--cache-dir is empty: name a folder, or leave the option out")
         if raw is not None:
             values[key] = _coerce(key, raw, known[key])
             origins.pop(key, None)  # a flag: named as the flag
@@ -330,7 +334,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
 def _check_cache_dir(cache_dir: str, name: str) -> None:
     """A folder, or one that can be made: checked without making it, since validation also
     runs for `ktcli plan`, a dry run (the writers make what they need)."""
-    cache = Path(cache_dir)
+    cache = Path(cache_dir).expanduser()
     if cache.exists():
         if not cache.is_dir():
             raise UsageError(f"{name} {cache_dir}: not a folder")

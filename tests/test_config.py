@@ -282,3 +282,20 @@ def test_every_variable_the_sources_read_is_known():
     names.discard("KTCLI_TOPK")  # config.py's docstring example of a misspelling
     settings = {f"KTCLI_{f.name.upper()}" for f in fields(Settings)}
     assert names - settings - OTHER_VARIABLES == set()
+
+
+def test_an_empty_cache_dir_flag_is_refused_and_a_tilde_is_the_home(tmp_path, monkeypatch):
+    """`--cache-dir ""` overrode KTCLI_CACHE_DIR with the default, silently; a config's
+    "~/.cache/x" made a folder named "~" in the working directory."""
+    from ktcli.config import load_settings
+    from ktcli.errors import UsageError
+
+    monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "env-cache"))
+    with pytest.raises(UsageError, match="--cache-dir is empty"):
+        load_settings({"cache_dir": ""})
+    monkeypatch.delenv("KTCLI_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    config = tmp_path / "config.toml"
+    config.write_text('cache_dir = "~/.cache/mine"\n')
+    monkeypatch.setenv("KTCLI_CONFIG", str(config))
+    assert load_settings().cache_path == tmp_path / ".cache" / "mine"
