@@ -223,11 +223,31 @@ class _Walker:
             # on an internal error having read none of them.
             self.skip(rel, f"could not be read ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
             return
+        if (width := _minified_width(document)) is not None:
+            self.skip(rel, f"minified (lines of {width:,} characters on average; name the file to read it)")
+            return
         self.seen.add(real)
         self.result.documents.append(document)
 
 
 _MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
+# Generated code by its shape, whatever its name: a 240 KB bundle.js of one line was
+# indexed as 187K tokens of 671 chunks (`bundle.min.js` was skipped by name).
+_MINIFIED_LANGUAGES = frozenset({"javascript", "typescript", "css", "json"})
+_MINIFIED_MIN_BYTES = 20_000
+_MINIFIED_LINE_CHARS = 1_000
+
+
+def _minified_width(document) -> int | None:
+    """The average line length of a code file written for machines (a bundle, minified
+    CSS), else None."""
+    if document.kind != "code" or document.language not in _MINIFIED_LANGUAGES:
+        return None
+    text = document.text
+    if len(text) < _MINIFIED_MIN_BYTES:
+        return None
+    width = len(text) // (text.count("\n") + 1)
+    return width if width >= _MINIFIED_LINE_CHARS else None
 
 
 _SECRET_NAMES = frozenset({".env", ".envrc", ".netrc", ".pgpass", ".pypirc", ".npmrc", ".git-credentials",

@@ -466,3 +466,14 @@ def test_files_git_tracks_are_read_whatever_the_ignore_rules(write, tmp_path: Pa
     corpus = walk(tmp_path / "r")
     assert rels(corpus, tmp_path / "r") == [".gitignore", "build/generated.py", "src/main.go", "src/shipping.go"]
     assert reasons(corpus, tmp_path / "r") == {"build/other.py": "gitignored", "build/sub/": "gitignored"}
+
+
+def test_a_bundle_is_known_by_its_shape_whatever_its_name(write, tmp_path: Path) -> None:
+    """A 240 KB bundle.js of one line was indexed as 187K tokens (bundle.min.js was skipped
+    by its name); a named one is still read."""
+    write("r/bundle.js", "var a=function(b){return b+1};" * 2000)
+    write("r/app.js", "function add(a, b) {\n  return a + b;\n}\n" * 600)  # as long, in lines
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == ["app.js"]
+    assert reasons(corpus, tmp_path / "r")["bundle.js"].startswith("minified (lines of 60,000 characters")
+    assert [d.path for d in load_corpus([str(tmp_path / "r" / "bundle.js")]).documents]
