@@ -50,6 +50,35 @@ def has_content(text: str) -> bool:
     return bool(terms(text))
 
 
+# A sentence this much made of ktcli's own prompt words restates its instructions: a summary
+# that ended "Write the final summary from these notes: what it is, how it is organised..."
+# was cited to five lines of real code.
+_ECHO_SHARE = 0.9
+
+
+def restates_instructions(sentence: str) -> bool:
+    words = terms(sentence)
+    return len(words) >= 3 and sum(w in _instruction_terms() for w in words) >= _ECHO_SHARE * len(words)
+
+
+def only_restates_instructions(answer: str) -> bool:
+    """Whether every sentence of `answer` that says anything restates ktcli's instructions."""
+    said = [s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if terms(s)]
+    return bool(said) and all(restates_instructions(s) for s in said)
+
+
+def _instruction_terms() -> frozenset[str]:
+    global _INSTRUCTION_TERMS
+    if _INSTRUCTION_TERMS is None:
+        from ktcli.pipeline.prompts import instructions
+
+        _INSTRUCTION_TERMS = frozenset(terms(instructions()))
+    return _INSTRUCTION_TERMS
+
+
+_INSTRUCTION_TERMS: frozenset[str] | None = None
+
+
 @dataclass(frozen=True)
 class _Line:
     chunk: Chunk
@@ -90,8 +119,9 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     best match the answer as a whole. Scoring only the whole answer let its longest
     sentence decide: the README's question ('Q3 revenue was ... The report also mentions a
     recordable incident ...') was cited to the incident's page alone, not the revenue's.
-    `label_of`: the source label the model read a chunk under (Citation.label)."""
-    text = _LABEL.sub(" ", answer)
+    `label_of`: the source label the model read a chunk under (Citation.label). A sentence
+    that restates ktcli's own instructions (`restates_instructions`) is no claim to cite."""
+    text = " ".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if not restates_instructions(s))
     wanted = set(terms(text))
     if not wanted or not evidence:
         return []

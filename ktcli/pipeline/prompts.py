@@ -87,6 +87,26 @@ class LeadingSourceTag:
         return start if self.dropped else self.head
 
 
+ASK_INSTRUCTION = "Answer the question in a few sentences, citing sources like [1]."
+NOTES_INSTRUCTION = ("Update the notes: copy every fact from these sources that helps answer the question, "
+                     "one short line each, ending with its source label like [3]. Keep the useful notes so far. "
+                     "If nothing here helps, repeat the notes so far unchanged.")
+SUMMARY_INSTRUCTION = ("Summarize the content above: its purpose, its main parts and the key facts, in a few short "
+                       "paragraphs.")
+SUMMARY_NOTES_INSTRUCTION = ("Update the summary notes with the main points of this part, one short line each, "
+                             "naming the file or page they come from. Keep the earlier notes, shortened if needed.")
+SUMMARY_REDUCE_INSTRUCTION = ("Write the final summary from these notes: what it is, how it is organised, and the key "
+                              "facts, in a few short paragraphs.")
+
+
+def instructions() -> str:
+    """Every word ktcli itself writes into a prompt: an answer that restates them (the
+    bundled model often does) cites nothing (`citations.attribute`)."""
+    return " ".join((SYSTEM, ASK_INSTRUCTION, NOTES_INSTRUCTION, SUMMARY_INSTRUCTION, SUMMARY_NOTES_INSTRUCTION,
+                     SUMMARY_REDUCE_INSTRUCTION, OUTLINE_NOTE, "Notes gathered from earlier sources. Notes so far. "
+                     "Summary notes so far. Notes taken while reading the whole input. Next part. Files. Content."))
+
+
 def chat(user: str) -> list[Message]:
     """Our system prompt plus one user turn: the shape of every request ktcli makes."""
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
@@ -100,7 +120,7 @@ def ask_messages(question: str, evidence: str, notes: str = "") -> list[Message]
     parts = [f"Sources:\n{evidence}"] if evidence else []
     if notes:
         parts.append(f"Notes gathered from earlier sources:\n{notes}")
-    parts.append(f"Question: {question}\nAnswer the question in a few sentences, citing sources like [1].")
+    parts.append(f"Question: {question}\n{ASK_INSTRUCTION}")
     return chat("\n\n".join(parts))
 
 
@@ -108,10 +128,7 @@ def notes_messages(question: str, evidence: str, notes: str) -> list[Message]:
     """One window of memory passing: keep what helps, drop the rest."""
     prior = f"Notes so far:\n{notes}\n\n" if notes else ""
     return chat(
-        f"{prior}Sources:\n{evidence}\n\nQuestion: {question}\n"
-        "Update the notes: copy every fact from these sources that helps answer the question, "
-        "one short line each, ending with its source label like [3]. Keep the useful notes so far. "
-        "If nothing here helps, repeat the notes so far unchanged."
+        f"{prior}Sources:\n{evidence}\n\nQuestion: {question}\n{NOTES_INSTRUCTION}"
     )
 
 
@@ -139,24 +156,19 @@ def file_listing(documents, max_lines: int = LISTING_MAX_LINES) -> str:
 def summary_messages(text: str, listing: str = "", outlined: bool = False) -> list[Message]:
     what = f"Files:\n{listing}\n\n" if listing else ""
     return chat(
-        f"{what}{OUTLINE_NOTE if outlined else ''}Content:\n{text}\n\n"
-        "Summarize the content above: its purpose, its main parts and the key facts, in a few short paragraphs."
+        f"{what}{OUTLINE_NOTE if outlined else ''}Content:\n{text}\n\n{SUMMARY_INSTRUCTION}"
     )
 
 
 def summary_notes_messages(text: str, notes: str, position: str, outlined: bool = False) -> list[Message]:
     prior = f"Summary notes so far:\n{notes}\n\n" if notes else ""
     return chat(
-        f"{prior}{OUTLINE_NOTE if outlined else ''}Next part ({position}):\n{text}\n\n"
-        "Update the summary notes with the main points of this part, one short line each, "
-        "naming the file or page they come from. Keep the earlier notes, shortened if needed."
+        f"{prior}{OUTLINE_NOTE if outlined else ''}Next part ({position}):\n{text}\n\n{SUMMARY_NOTES_INSTRUCTION}"
     )
 
 
 def summary_reduce_messages(notes: str, listing: str = "") -> list[Message]:
     what = f"Files:\n{listing}\n\n" if listing else ""
     return chat(
-        f"{what}Notes taken while reading the whole input:\n{notes}\n\n"
-        "Write the final summary from these notes: what it is, how it is organised, and the key facts, "
-        "in a few short paragraphs."
+        f"{what}Notes taken while reading the whole input:\n{notes}\n\n{SUMMARY_REDUCE_INSTRUCTION}"
     )

@@ -35,6 +35,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         if needed <= backend.context_window:
             reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens{_outlined(prep)})")
             summary = stream_answer(backend, messages, params, tally, reporter)
+            _warn_if_echo(summary, reporter)
             return _answer(summary, prep, plan, tally, 1)
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
@@ -72,7 +73,14 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     summary = stream_answer(backend, messages, params, tally, reporter)
+    _warn_if_echo(summary, reporter)
     return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
+
+
+def _warn_if_echo(summary: str, reporter: Reporter) -> None:
+    if citations.only_restates_instructions(summary):
+        reporter.warn("the summary only restates ktcli's instructions: the model wrote nothing from the input "
+                      "(a larger model, --model, does better)")
 
 
 def _outlined(prep: Prepared) -> str:

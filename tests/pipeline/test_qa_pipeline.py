@@ -399,3 +399,28 @@ def test_a_load_with_one_time_work_teaches_the_plans_no_load_time(tmp_path, monk
     monkeypatch.setattr(api, "save_rates", lambda *a, **kw: saved.append(kw.get("load_s", a[4] if len(a) > 4 else None)))
     api.ask([str(doc)], "Where did the office move?", settings_for(tmp_path, mode="auto"), NullReporter())
     assert saved == [0.0]
+
+
+def test_a_summary_that_restates_the_instructions_cites_nothing_and_says_so(tmp_path):
+    """'Write the final summary from these notes: what it is, how it is organised, and the
+    key facts' was cited to five lines of real code."""
+    code_repo = tmp_path / "repo"
+    code_repo.mkdir()
+    (code_repo / "report.py").write_text("def write_final(key_facts):\n    # the key facts, organised\n"
+                                         "    return sorted(key_facts)\n")
+    class Echo(FakeBackend):
+        def _reply(self, messages):
+            return "Write the final summary from these notes: what it is, how it is organised, and the key facts."
+
+    class Warnings(NullReporter):
+        said: list = []
+
+        def warn(self, message):
+            self.said.append(message)
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(code_repo)], "", "summarize", settings, NullReporter())
+    reporter = Warnings()
+    answer = summarize(prep, Echo(), settings, reporter, Tally())
+    assert answer.citations == ()
+    assert any("only restates ktcli's instructions" in m for m in reporter.said)
