@@ -24,6 +24,7 @@ from ktcli.retrieval.dense import DenseIndex
 from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
+from ktcli.retrieval.symbols import SymbolTable, code_names
 from ktcli.types import Chunk
 
 # BM25's share. Dense leads because BM25 scores have a long tail: after min-max, a chunk
@@ -32,6 +33,9 @@ from ktcli.types import Chunk
 # to 1.0 scored within 0.015 MRR@8 of each other on the gold questions.
 LEXICAL_WEIGHT = 0.6
 MIN_CANDIDATES = 50  # each ranking contributes at least this many candidates to the fusion
+# Added to a chunk that defines a name the query spells as code ("class ProgressBar"): as
+# much as the best match of both rankings, so the definition comes first, its uses after.
+DEFINITION_BONUS = 1.0 + LEXICAL_WEIGHT
 COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can waste
 
 BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages below
@@ -40,7 +44,7 @@ BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages 
 @dataclass(frozen=True)
 class Hit:
     chunk: Chunk
-    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT]
+    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT], plus DEFINITION_BONUS for a definition
     dense_rank: int | None  # 1-based rank among dense candidates; None if not among them
     lexical_rank: int | None  # 1-based rank among BM25 matches; None if no match
 
@@ -65,6 +69,10 @@ class HybridIndex:
     lexical: BM25Index
     embedder: TextEmbedder
     stats: dict = field(default_factory=dict)
+    symbols: SymbolTable = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.symbols = SymbolTable(self.chunks)
 
     @classmethod
     def build(
@@ -122,7 +130,7 @@ class HybridIndex:
         depth = min(len(self.chunks), max(MIN_CANDIDATES, 4 * k))
         dense = self.dense.search(self.embedder.embed_query(query), depth)
         lexical = self.lexical.search(query, depth)
-        return _fuse(self.chunks, dense, lexical, k)
+        return _fuse(self.chunks, dense, lexical, k, self.symbols.defining(code_names(query)))
 
 
 def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore) -> list[bool]:
@@ -144,15 +152,19 @@ def indexed_text(chunk: Chunk) -> str:
 
 
 def _fuse(
-    chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int
+    chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int,
+    defining: set[int] = frozenset(),
 ) -> list[Hit]:
+    """`defining`: chunks that define a name the query writes as code (`symbols`), which
+    get DEFINITION_BONUS, whether or not either ranking found them."""
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
     lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
     dense_score, lexical_score = _min_max(dense), _min_max(lexical)
     fused: list[tuple[float, int, int]] = []
-    for idx in dense_rank.keys() | lexical_rank.keys():
-        ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None]
+    for idx in dense_rank.keys() | lexical_rank.keys() | defining:
+        ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None] or [len(chunks) + 1]
         score = dense_score.get(idx, 0.0) + LEXICAL_WEIGHT * lexical_score.get(idx, 0.0)
+        score += DEFINITION_BONUS if idx in defining else 0.0
         fused.append((score, min(ranks), idx))
     fused.sort(key=lambda t: (-t[0], t[1], t[2]))
     return [
