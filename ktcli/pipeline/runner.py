@@ -22,6 +22,7 @@ class Tally:
     model_calls: int = 0
     ttft_s: float = 0.0  # from the request's start to the first streamed answer token
     reused_tokens: int = 0  # prompt tokens read from the engine's prefix store, not prefilled
+    reuse_s: float = 0.0  # reading them (counted in prefill_s too)
     extra: dict = field(default_factory=dict)
 
     def add(self, backend: Backend) -> None:
@@ -32,6 +33,7 @@ class Tally:
         self.decode_s += s.decode_s
         self.model_calls += 1
         self.reused_tokens += int(s.extra.get("reused_tokens", 0))
+        self.reuse_s += float(s.extra.get("reuse_s", 0.0))
         self.extra.update(s.extra)
 
     def figures(self) -> dict:
@@ -43,12 +45,23 @@ class Tally:
             "tokens_out": self.new_tokens,
             "model_calls": self.model_calls,
             "ttft_s": round(self.ttft_s, 3),
-            "prefill_tok_s": round((self.prompt_tokens - self.reused_tokens) / self.prefill_s, 1) if self.prefill_s else 0.0,
+            "prefill_tok_s": self._prefill_rate(),
             "decode_tok_s": round(self.new_tokens / self.decode_s, 1) if self.decode_s else 0.0,
             "total_s": round(time.perf_counter() - self.started, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
             "reused_tokens": self.reused_tokens,
         }
+
+
+    def _prefill_rate(self) -> float:
+        """Tokens prefilled per second of prefilling, the prompt cache's reads left out of
+        both (930 of 931 tokens read back gave "3.5 tok/s"); 0 (not measured) under
+        MIN_RATE_TOKENS computed."""
+        computed, seconds = self.prompt_tokens - self.reused_tokens, self.prefill_s - self.reuse_s
+        return round(computed / seconds, 1) if computed >= MIN_RATE_TOKENS and seconds > 0 else 0.0
+
+
+MIN_RATE_TOKENS = 64
 
 
 def peak_rss_mb() -> float:

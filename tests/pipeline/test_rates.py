@@ -201,3 +201,22 @@ def test_a_rates_file_of_another_shape_is_replaced_not_trusted(tmp_path, content
     assert load_rates(settings).decode_tok_s == Throughput().decode_tok_s
     save_rates(settings, 300.0, 20.0)
     assert load_rates(settings).decode_tok_s == 20.0
+
+
+def test_the_prefill_rate_leaves_the_prompt_caches_reads_out():
+    """930 of 931 tokens read back in 0.27 s gave "prefill 3.5 tok/s" in --json."""
+    from ktcli.engine.backend import GenStats
+    from ktcli.pipeline.runner import Tally
+
+    class Read:
+        last_stats = GenStats(prompt_tokens=931, new_tokens=5, prefill_s=0.28, decode_s=0.1,
+                              extra={"reused_tokens": 930, "reuse_s": 0.27})
+
+    tally = Tally()
+    tally.add(Read())
+    assert tally.figures()["prefill_tok_s"] == 0.0  # one token: not a rate
+    Read.last_stats = GenStats(prompt_tokens=1000, new_tokens=5, prefill_s=1.3, decode_s=0.1,
+                               extra={"reused_tokens": 500, "reuse_s": 0.3})
+    fresh = Tally()
+    fresh.add(Read())
+    assert fresh.figures()["prefill_tok_s"] == 500.0
