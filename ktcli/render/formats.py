@@ -14,8 +14,11 @@ def citations_text(answer: Answer) -> str:
     answer's "[3]" is the Sources' [3] (they were renumbered 1..n, and an answer's [3]
     pointed at nothing or at another source), in their order; the places cited in one
     source are listed under its number, best first."""
+    # An answer cut off inside a code block (--max-new-tokens, a stopped loop) left it open:
+    # the Sources were shown as code in a Markdown viewer.
+    fence = "\n```" if _open_fence(answer.text) else ""
     if not answer.citations:
-        return ""
+        return fence
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
     groups: dict[int, list] = {}
     for i, c in enumerate(answer.citations):
@@ -27,7 +30,12 @@ def citations_text(answer: Answer) -> str:
         for j, c in enumerate(cites):
             mark = f"[{label}]" if j == 0 else ""
             rows.append(f"  {mark:<{width}} {c.ref}{_section_note(c.section)}")
-    return "\n\nSources:\n" + "\n".join(rows)
+    return fence + "\n\nSources:\n" + "\n".join(rows)
+
+
+def _open_fence(text: str) -> bool:
+    """Whether `text` ends inside a ``` code block (an odd number of fence lines)."""
+    return sum(line.lstrip().startswith("```") for line in text.split("\n")) % 2 == 1
 
 
 def _section_note(section: str) -> str:

@@ -76,3 +76,15 @@ def test_sources_are_numbered_as_the_model_read_them():
     assert citations_text(answer).splitlines()[-3:] == [  # in label order, as footnotes
         "  [3]  big.txt:19367", "       big.txt:19380", "  [17] big.txt:4923-4948"]
     assert [c["label"] for c in json.loads(answer_json(answer))["citations"]] == [17, 3, 3]
+
+
+def test_an_answer_cut_inside_a_code_block_has_it_closed_before_the_sources():
+    from ktcli.render.formats import citations_text
+    from ktcli.types import Citation, Span
+
+    cites = (Citation("a.py:1-3", Span("a.py", 1, 3)),)
+    cut = replace(_answer(), text="Use this:\n```python\ndef f(x):\n    return", citations=cites)
+    assert citations_text(cut).startswith("\n```\n\nSources:")
+    whole = replace(cut, text="Use this:\n```python\nf(x)\n```\nDone.")
+    assert citations_text(whole).startswith("\n\nSources:")
+    assert citations_text(replace(cut, citations=())) == "\n```"
