@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 inte
 from __future__ import annotations
 
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -255,7 +256,7 @@ def _main() -> None:
         raise SystemExit(2) from None
     except usage_error as e:
         command = e.ctx.command_path if e.ctx else "ktcli"
-        fail(f"{_one_line(e.format_message())} (see `{command} --help`)", 2)
+        fail(f"{_one_line(e.format_message())} ({_usage_hint(e, command)})", 2)
     except click_error as e:
         fail(_one_line(e.format_message()), e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
@@ -289,6 +290,15 @@ def _parse_errors() -> tuple[type, type, type]:
     base = next(c for c in mro if c.__name__ == "ClickException")
     no_args = getattr(sys.modules[usage.__module__], "NoArgsIsHelpError", None)
     return usage, base, no_args or type("NeverRaised", (Exception,), {})
+
+
+def _usage_hint(error, command: str) -> str:
+    """`ktcli ask f.txt "-5 degrees?"`: click takes a question that starts with "-" for an
+    option ("No such option: -5"); `--` ends the options."""
+    token = getattr(error, "option_name", "") or ""
+    if token.startswith("-") and any(a.startswith(token) and re.search(r"[\s?]", a) for a in sys.argv[1:]):
+        return f"a question that starts with '-' goes after `--`: {command} PATHS -- QUESTION"
+    return f"see `{command} --help`"
 
 
 def _one_line(message: str) -> str:

@@ -354,3 +354,10 @@ def test_a_non_utf8_locale_reads_the_question_and_writes_what_it_cannot_encode(c
                      extra_env={"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"})
     assert done.returncode == 0, done.stderr
     assert "Who holds the copyright? ü" in done.stdout.decode("utf-8")
+
+
+def test_a_question_that_starts_with_a_dash_is_told_to_come_after_the_double_dash(cache):
+    done = run_ktcli(["ask", "x.txt", "-5 degrees?"], cache)
+    assert done.returncode == 2
+    assert "a question that starts with '-' goes after `--`: ktcli ask PATHS -- QUESTION" in done.stderr.decode()
+    assert "see `ktcli ask --help`" in run_ktcli(["ask", "x.txt", "--bogus", "q"], cache).stderr.decode()
