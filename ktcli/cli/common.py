@@ -95,11 +95,16 @@ class Options:
         settings, reporter = self.settings(), self.reporter()
         _warn_if_path_like(question, reporter)
         prep, extra = plan_only(paths, question, settings, reporter, None)
+        largest = _largest_documents(prep)
         if self.json:
-            print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question}))
+            print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question, "largest": largest}))
         else:
             lines = plan_lines(prep.plan)
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
+            if len(largest) > 1 and prep.plan.input_tokens > prep.plan.context_window:
+                # What makes a repo expensive: 3.4 MB of benchmark JSON was most of ktcli's own 2.3M tokens.
+                shown = ", ".join(f"{d['path']} (~{d['tokens']:,})" for d in largest[:3])
+                lines.insert(4, f"largest     {shown}")
             if question:  # shown: a mistyped last path is taken for the question
                 shown = question if len(question) <= 200 else f"{question[:150]}... ({len(question):,} characters)"
                 lines.insert(3, f"question    {shown!r}")
@@ -151,6 +156,17 @@ class Options:
             sys.stdout.write(citations_text(answer) + "\n")
             sys.stdout.flush()
         reporter.figures(figures_line(answer))
+
+
+def _largest_documents(prep, n: int = 5) -> list[dict]:
+    """The input's biggest documents, biggest first, with their share of the plan's input
+    tokens (by their chunks' sizes)."""
+    sizes: dict[str, int] = {}
+    for chunk in prep.chunks:
+        sizes[chunk.doc_path] = sizes.get(chunk.doc_path, 0) + chunk.n_tokens
+    scale = prep.plan.input_tokens / max(1, sum(sizes.values()))
+    top = sorted(sizes.items(), key=lambda kv: -kv[1])[:n]
+    return [{"path": path, "tokens": round(tokens * scale)} for path, tokens in top]
 
 
 def run_guarded(opts: Options, body: Callable[[], None]) -> None:

@@ -223,3 +223,13 @@ def test_plan_counts_with_the_models_own_tokenizer(cache, tmp_path):
     doc.write_text("\n".join(f"{i}行目: {line}" for i in range(105)), encoding="utf-8")
     plan = payload(run_ktcli(["plan", str(doc), "秘密の合言葉は何ですか?", "--json"], cache))["plan"]
     assert plan["mode"] == "retrieval" and plan["input_tokens"] > 9500, plan
+
+
+def test_plan_names_the_largest_documents_of_an_input_past_the_window(cache):
+    """What makes a folder expensive was not said (3.4 MB of benchmark JSON was most of
+    ktcli's own 2.3M tokens)."""
+    folder = LONG_TEXT.parent
+    text = run_ktcli(["plan", str(folder), "What is this?"], cache).stdout.decode()
+    assert f"largest     {LONG_TEXT} (~" in text
+    data = payload(run_ktcli(["plan", str(folder), "What is this?", "--json"], cache))
+    assert data["largest"][0]["path"] == str(LONG_TEXT) and data["largest"][0]["tokens"] > 70_000
