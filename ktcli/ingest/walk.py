@@ -197,12 +197,12 @@ class _Walker:
         except OSError as e:
             self.skip(rel, f"unreadable ({e.strerror or e})")
             return
+        if has_binary_extension(entry.name):  # before the size: "too large ... raise the limit" helped no .so
+            self.skip(rel, "binary")
+            return
         if size > self.max_file_bytes:
             self.skip(rel, f"too large ({format_size(size)} > {format_size(self.max_file_bytes)} limit; "
                            "--max-file-bytes raises it, or name the file)")
-            return
-        if has_binary_extension(entry.name):
-            self.skip(rel, "binary")
             return
         if entry.name.lower().endswith(_MINIFIED):
             self.skip(rel, "minified or a source map (name the file to read it)")

@@ -477,3 +477,10 @@ def test_a_bundle_is_known_by_its_shape_whatever_its_name(write, tmp_path: Path)
     assert rels(corpus, tmp_path / "r") == ["app.js"]
     assert reasons(corpus, tmp_path / "r")["bundle.js"].startswith("minified (lines of 60,000 characters")
     assert [d.path for d in load_corpus([str(tmp_path / "r" / "bundle.js")]).documents]
+
+
+def test_a_large_binary_is_reported_as_binary_not_as_too_large(write, tmp_path: Path) -> None:
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "lib.so").write_bytes(b"\x7fELF" + bytes(3_000_000))
+    write("r/a.txt", "text\n")
+    assert reasons(walk(tmp_path / "r"), tmp_path / "r") == {"lib.so": "binary"}
