@@ -144,16 +144,22 @@ def _text_before_binary(data: bytes) -> bool:
 def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool) -> Document:
     if kind == "html" or (kind is None and _looks_like_html(text)):
         return _html_document(text, display)
+    if name.lower().endswith(".ipynb") or (is_stdin and _looks_like_notebook(text)):
+        # piped in (`cat a.ipynb | ktcli ask -`), its raw JSON and base64 images were read
+        return _notebook_document(text, display)
     if is_stdin:
         return _text_document(text, display, "stdin", language_from_content(text))
-    if name.lower().endswith(".ipynb"):
-        return _notebook_document(text, display)
     if kind == "code":
         return _text_document(text, display, "code", language_for_name(name))
     if kind in ("text", "markdown"):
         return _text_document(text, display, kind, None)
     language = language_from_content(text)
     return _text_document(text, display, "code" if language else "text", language)
+
+
+def _looks_like_notebook(text: str) -> bool:
+    head = text.lstrip()[:200_000]
+    return head.startswith("{") and '"cells"' in head and '"nbformat"' in text[-2000:] + head[:2000]
 
 
 def _decode(data: bytes, kind: str | None) -> tuple[str, str | None]:

@@ -113,3 +113,15 @@ def test_a_notebook_cut_short_is_read_as_text_and_said(tmp_path):
     assert corpus.documents[0].text == raw[: len(raw) // 2]
     (note,) = corpus.skipped
     assert note.reason.startswith("not a Jupyter notebook (") and note.reason.endswith("read as its JSON text")
+
+
+def test_a_notebook_piped_in_is_read_as_its_cells(tmp_path):
+    """`cat a.ipynb | ktcli ask -` read the raw JSON, base64 images and all."""
+    from ktcli.ingest.loaders import document_from_bytes
+
+    data = _notebook(tmp_path).read_bytes()
+    piped = document_from_bytes(data, "<stdin>", "", is_stdin=True)
+    named = load_corpus([str(_notebook(tmp_path))]).documents[0]
+    assert piped.text == named.text and "iVBOR" not in piped.text
+    other = document_from_bytes(b'{"cells": "a spreadsheet export", "rows": 3}', "<stdin>", "", is_stdin=True)
+    assert other.kind == "stdin" and '"cells"' in other.text  # other JSON stays JSON
