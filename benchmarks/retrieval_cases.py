@@ -203,3 +203,39 @@ MINIREPO_TERMS_CASES = [
     ("What does `scripts/release` run with `git tag -a`, and what does it print afterwards?",
      "sample_docs/minirepo/scripts/release", 9, 10),
 ]
+
+
+# "Where is X defined?" about a repo that uses X far more often than it defines it: click,
+# as installed beside ktcli. The gold lines are found in the installed version at run time
+# (`definition_cases`): the definition's line and the three after it.
+CLICK_DEFINITION_CASES = [
+    ("Which file defines class ProgressBar?", "ProgressBar"),
+    ("Where is the HelpFormatter class defined?", "HelpFormatter"),
+    ("Where is BadParameter defined?", "BadParameter"),
+    ("Where is get_app_dir() implemented?", "get_app_dir"),
+    ("Which file defines echo_via_pager?", "echo_via_pager"),
+    ("What does make_str() do?", "make_str"),
+    ("Where is ParameterSource defined?", "ParameterSource"),
+    ("Which module defines the CliRunner class?", "CliRunner"),
+    ("Where is the ShellComplete class?", "ShellComplete"),
+    ("What does format_filename() return?", "format_filename"),
+]
+
+
+def definition_cases(folder: str, cases: list[tuple[str, str]]) -> list[tuple[str, str, int, int]]:
+    """(question, file, first line, last line) of each name's `class`/`def` line in `folder`."""
+    import re
+    from pathlib import Path
+
+    out = []
+    files = sorted(Path(folder).glob("*.py"))
+    for question, name in cases:
+        pattern = re.compile(rf"^[ \t]*(?:class|def) {re.escape(name)}\b", re.MULTILINE)
+        for path in files:
+            text = path.read_text(encoding="utf-8")
+            m = pattern.search(text)
+            if m:
+                line = text.count("\n", 0, m.start()) + 1
+                out.append((question, f"{folder}/{path.name}", line, line + 3))
+                break
+    return out

@@ -14,10 +14,13 @@ the index held before) and with its section trail first ("sections",
 `retriever.indexed_text`). Each question's dense and BM25 candidates (50 each, as
 `HybridIndex.search` takes them) are then ranked four ways:
 * rrf: reciprocal rank fusion, 1 / (60 + rank) summed (the fusion before: the baseline);
-* score: `retriever._fuse`, min-max scaled scores added (what ask uses now);
+* score: `retriever._fuse`, min-max scaled scores added;
+* defs: the same with `retriever.DEFINITION_BONUS` for the chunks that define a name the
+  question writes as code (`retrieval.symbols`): what ask uses now;
 * dense alone, bm25 alone.
 Reported per question set: recall@1, @3, @8 (the default top_k) and MRR over the top 8;
-and over all questions, the baseline (plain, rrf) against now (sections, score).
+and over all questions, the baseline (plain, rrf) against now (sections, defs). The click
+corpus asks "where is X defined?" of click as installed (`retrieval_cases.definition_cases`).
 """
 
 from __future__ import annotations
@@ -31,18 +34,21 @@ import time
 from benchmarks import common
 from benchmarks.qa_accuracy import PDF, PDF_QUESTIONS
 from benchmarks.retrieval_cases import (
+    CLICK_DEFINITION_CASES,
     MINIREPO_CASES,
     MINIREPO_TERMS_CASES,
     TUTORIAL,
     TUTORIAL_CASES,
     TUTORIAL_TERMS_CASES,
+    definition_cases,
 )
 
 K = (1, 3, 8)
 MINIREPO = "sample_docs/minirepo"
+CLICK = os.path.dirname(__import__("click").__file__)  # as installed beside ktcli (a typer dependency)
 DEPTH = 50  # candidates per ranking: HybridIndex.search's for top_k 8
 RRF_K = 60  # the baseline's constant (Cormack, Clarke & Buettcher, SIGIR 2009)
-WAYS = ("rrf", "score", "dense", "bm25")
+WAYS = ("rrf", "score", "defs", "dense", "bm25")
 
 
 def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None, int, int | None]]]]]:
@@ -58,6 +64,7 @@ def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None,
             "own terms": [(q, path, a, b) for q, path, a, b in MINIREPO_TERMS_CASES],
         }),
         "pdf": ([PDF], {"own terms": [(q, None, page, None) for q, _answers, page in PDF_QUESTIONS]}),
+        "click": ([CLICK], {"definitions": definition_cases(CLICK, CLICK_DEFINITION_CASES)}),
     }
 
 
@@ -96,6 +103,7 @@ def rrf_fuse(chunks, dense: list[tuple[int, float]], lexical: list[tuple[int, fl
 
 def _rankings(index, question: str) -> dict[str, list]:
     from ktcli.retrieval.retriever import _fuse
+    from ktcli.retrieval.symbols import code_names
 
     chunks = index.chunks
     dense = index.dense.search(index.embedder.embed_query(question), DEPTH)
@@ -103,6 +111,8 @@ def _rankings(index, question: str) -> dict[str, list]:
     return {
         "rrf": [h.chunk for h in rrf_fuse(chunks, dense, lexical, max(K))],
         "score": [h.chunk for h in _fuse(chunks, dense, lexical, max(K))],
+        # what ask does now: a chunk defining a name the question writes as code comes first
+        "defs": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)))],
         "dense": [chunks[i] for i, _ in dense],
         "bm25": [chunks[i] for i, _ in lexical],
     }
@@ -152,7 +162,8 @@ def print_table(result: dict) -> None:
                 print(f"{name:9} {set_name:12} {out['n_questions']:>3} {variant:8} {how:7} {row(s)}")
     print()
     labels = {"plain/rrf": "baseline: plain chunks, rrf", "plain/score": "plain chunks, score fusion",
-              "sections/rrf": "section trails, rrf", "sections/score": "now: section trails, score fusion"}
+              "sections/rrf": "section trails, rrf", "sections/score": "section trails, score fusion",
+              "sections/defs": "now: trails, score fusion, definitions"}
     for key, label in labels.items():
         if key in result["all"]:
             s = result["all"][key]
