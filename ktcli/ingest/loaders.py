@@ -98,15 +98,21 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         raise RejectedInput(display, "binary", f"not text; {_READABLE}")
     try:
         raw, note = _decode(data, kind)
+        nuls = raw.count("\x00")  # normalize_text drops them: said below with the other controls
         text = normalize_text(raw)
     except UndecodableError as e:
         raise RejectedInput(display, f"undecodable text ({e})", "convert it to UTF-8, e.g. with iconv") from None
+    text, controls = _CONTROL.subn("", text)
+    controls += nuls
     if not text.strip():
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, "it holds only whitespace")
     doc = _typed_document(text, display, name, kind, is_stdin)
     if padding:
         note = f"{note}; " if note else ""
         note += f"{padding:,} NUL bytes of padding left out"
+    if controls:  # binary bytes after a text head were read into the text, unsaid
+        note = f"{note}; " if note else ""
+        note += f"{controls:,} control character{'s' if controls > 1 else ''} left out"
     if note:
         doc = replace(doc, left_out=(Skipped(display, note, replaced=True),))
     return doc
@@ -155,6 +161,11 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
         return _text_document(text, display, kind, None)
     language = language_from_content(text)
     return _text_document(text, display, "code" if language else "text", language)
+
+
+# C0 controls but tab, line feed, vertical tab, form feed and carriage return (handled by
+# normalize_text), and DEL: no text means them, a tokenizer reads them as noise.
+_CONTROL = re.compile(r"[\x01-\x08\x0e-\x1f\x7f]")
 
 
 def _looks_like_notebook(text: str) -> bool:

@@ -654,3 +654,14 @@ def test_terminal_colour_codes_in_a_log_are_left_out(write) -> None:
     data = b"\x1b[1m\x1b[32mOK\x1b[0m test_a passed\n\x1b]0;title\x07\x1b[31mFAIL\x1b[0m test_b\n"
     doc = load_one(write("ci.log", data))
     assert doc.text == "OK test_a passed\nFAIL test_b\n"
+
+
+def test_control_characters_after_a_text_head_are_left_out_and_said() -> None:
+    """Binary bytes after a text head were read into the text, unsaid."""
+    from ktcli.ingest.loaders import document_from_bytes
+
+    data = b"This is the readable head of the file. It has a fact: the code is 4417.\n" * 30
+    doc = document_from_bytes(data + b"\x00\x01\x02binary tail" * 100, "weird.txt", "weird.txt")
+    assert "\x01" not in doc.text and "\x00" not in doc.text and "the code is 4417" in doc.text
+    assert [s.reason for s in doc.left_out] == ["300 control characters left out"]
+    assert document_from_bytes(b"a\tb\x0cc\n", "ok.txt", "ok.txt").left_out == ()  # tab, form feed: text
