@@ -94,6 +94,11 @@ class Options:
 
         settings, reporter = self.settings(), self.reporter()
         _warn_if_path_like(question, reporter)
+        # plan takes every option of ask and summarize; one the planned command ignores is said
+        if not question and self.flags.get("top_k") is not None:
+            reporter.warn("--top-k is for a question: a summary reads every chunk")
+        if question and self.flags.get("outline") is not None:
+            reporter.warn("--outline is for a summary: a question reads the retrieved chunks as they are")
         prep, extra = plan_only(paths, question, settings, reporter, None)
         largest = _largest_documents(prep)
         if self.json:

@@ -361,3 +361,10 @@ def test_a_question_that_starts_with_a_dash_is_told_to_come_after_the_double_das
     assert done.returncode == 2
     assert "a question that starts with '-' goes after `--`: ktcli ask PATHS -- QUESTION" in done.stderr.decode()
     assert "see `ktcli ask --help`" in run_ktcli(["ask", "x.txt", "--bogus", "q"], cache).stderr.decode()
+
+
+def test_plan_says_which_option_the_planned_command_would_not_use(cache):
+    summary = run_ktcli(["plan", str(LONG_TEXT), "--top-k", "3"], cache)
+    assert summary.returncode == 0 and "--top-k is for a question" in summary.stderr.decode()
+    question = run_ktcli(["plan", str(LONG_TEXT), "What is a list?", "--outline", "always"], cache)
+    assert question.returncode == 0 and "--outline is for a summary" in question.stderr.decode()
