@@ -128,6 +128,17 @@ def unknown_variables() -> list[str]:
     return out
 
 
+def unused_settings(settings: Settings) -> list[str]:
+    """A line for a setting the environment or config file gives that this run cannot use:
+    KTCLI_BASE_URL without --backend openai was ignored without a word (the flag is an
+    error: `validate`)."""
+    out = []
+    if settings.backend == "local" and settings.base_url and "base_url" in dict(settings.origins):
+        out.append(f"{settings.named('base_url')} is set but the backend is local: the local model answers "
+                   "(--backend openai, or KTCLI_BACKEND=openai, asks that server)")
+    return out
+
+
 def config_file_path() -> Path:
     env = os.environ.get("KTCLI_CONFIG")
     return Path(env) if env else Path(platformdirs.user_config_dir("ktcli")) / "config.toml"

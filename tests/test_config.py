@@ -299,3 +299,13 @@ def test_an_empty_cache_dir_flag_is_refused_and_a_tilde_is_the_home(tmp_path, mo
     config.write_text('cache_dir = "~/.cache/mine"\n')
     monkeypatch.setenv("KTCLI_CONFIG", str(config))
     assert load_settings().cache_path == tmp_path / ".cache" / "mine"
+
+
+def test_a_server_url_the_local_backend_does_not_use_is_said(monkeypatch):
+    from ktcli.config import load_settings, unused_settings
+
+    monkeypatch.setenv("KTCLI_BASE_URL", "http://127.0.0.1:8000/v1")
+    (line,) = unused_settings(load_settings())
+    assert line.startswith("KTCLI_BASE_URL is set but the backend is local")
+    monkeypatch.setenv("KTCLI_BACKEND", "openai")
+    assert unused_settings(load_settings()) == []

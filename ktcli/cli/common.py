@@ -9,7 +9,7 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from ktcli.config import Settings, load_settings, unknown_variables
+from ktcli.config import Settings, load_settings, unknown_variables, unused_settings
 from ktcli.errors import KtcliError
 
 SETTING_FLAGS = (
@@ -52,7 +52,7 @@ class Options:
 
     def settings(self) -> Settings:
         settings = load_settings(self.flags)
-        for message in unknown_variables():
+        for message in unknown_variables() + unused_settings(settings):
             self.reporter().warn(message)
         return settings
 
