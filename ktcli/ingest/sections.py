@@ -52,7 +52,52 @@ def document_trails(path: str, kind: str, lines: list[str]) -> SectionIndex:
         header = lines[0].strip()
         header = header if len(header) <= MAX_TITLE_CHARS else header[: MAX_TITLE_CHARS - 1] + "\u2026"
         return SectionIndex([(1, f"columns: {header}")])  # from the first row under it
+    if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
+        return SectionIndex(_diff_marks(lines))
     return heading_trails(lines, code=kind == "code")
+
+
+def _is_diff(lines: list[str]) -> bool:
+    head = lines[:400]
+    return any(line.startswith("diff --git ") for line in head) or any(
+        a.startswith("--- ") and b.startswith("+++ ") and c.startswith("@@ ") for a, b, c in zip(head, head[1:], head[2:]))
+
+
+_HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
+
+
+def _diff_marks(lines: list[str]) -> list[tuple[int, str]]:
+    """A unified diff (`git diff | ktcli ask -`): each line's place in the file it changes,
+    "src/app.py:120" (new numbering; "src/app.py:118, removed" for a removed line), so a
+    citation of the diff's lines names the file and line to open, not only "<stdin>:288"."""
+    marks: list[tuple[int, str]] = []
+    path, old, new = "", 0, 0
+    in_hunk = False
+    for k, line in enumerate(lines):
+        if line.startswith("diff --git "):
+            in_hunk, path = False, line.rsplit(" b/", 1)[-1] if " b/" in line else path
+        elif not in_hunk and line.startswith(("--- ", "+++ ")):
+            name = line[4:].split("\t")[0].strip()
+            if name != "/dev/null" and (line.startswith("+++ ") or not path):
+                path = name[2:] if name.startswith(("a/", "b/")) else name
+        elif (m := _HUNK.match(line)) is not None:
+            in_hunk, old, new = True, int(m.group(1)), int(m.group(2))
+            marks.append((k, f"{path}:{new}"))
+            continue
+        elif in_hunk and line.startswith((" ", "+")) or (in_hunk and line == ""):
+            marks.append((k, f"{path}:{new}"))
+            old, new = old + (not line.startswith("+")), new + 1
+            continue
+        elif in_hunk and line.startswith("-"):
+            marks.append((k, f"{path}:{old}, removed"))
+            old += 1
+            continue
+        elif in_hunk and line.startswith("\\"):  # "\ No newline at end of file"
+            continue
+        else:
+            in_hunk = False
+        marks.append((k, path))
+    return marks
 
 
 _TABLE_SUFFIXES = (".csv", ".tsv")

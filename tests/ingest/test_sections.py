@@ -163,3 +163,21 @@ def test_a_tables_chunks_carry_its_header_row() -> None:
     doc = document_from_bytes(rows.encode(), "data.csv", "data.csv")
     chunks = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)
     assert len(chunks) > 3 and all(c.section == "columns: id,name,city" for c in chunks[1:])
+
+
+def test_a_diffs_lines_are_placed_in_the_files_they_change():
+    """`git diff | ktcli ask -` was cited as "<stdin>:288-289", with no file to open."""
+    from ktcli.ingest.sections import document_trails
+
+    diff = ("diff --git a/src/app.py b/src/app.py\nindex 1..2 100644\n--- a/src/app.py\n+++ b/src/app.py\n"
+            "@@ -10,4 +10,5 @@ def main():\n     setup()\n-    run(1)\n+    run(2)\n+    log()\n     done()\n"
+            "diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n"
+            "+first\n+second\n")
+    lines = diff.split("\n")
+    trails = document_trails("<stdin>", "stdin", lines)
+    at = {line: trails.at(k) for k, line in enumerate(lines) if line}
+    assert at["     setup()"] == "src/app.py:10"
+    assert at["-    run(1)"] == "src/app.py:11, removed"
+    assert (at["+    run(2)"], at["+    log()"], at["     done()"]) == ("src/app.py:11", "src/app.py:12", "src/app.py:13")
+    assert (at["+first"], at["+second"]) == ("new.txt:1", "new.txt:2")
+    assert document_trails("notes.txt", "text", ["--- a list", "+++ not a diff", "plain"]).at(2) == ""
