@@ -45,16 +45,19 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         from ktcli.engine.pack_cache import PACKED_DIR
         from ktcli.engine.threads import cpu_sample, govern
 
+        from ktcli.engine.device import device_kind
+
         global one_time_s
         one_time_s = 0.0
-        _build_kernels(on_status)
+        if device_kind(settings.device) == "cpu":  # a GPU run uses none of them
+            _build_kernels(on_status)
         load_started = cpu_sample()
         prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
         long_context = _long_context(settings, plan)
         measures = long_context.get("kv_dtype") == "int4" and not key_calibration.is_kept(
             model_dir, settings.cache_path / PACKED_DIR)
-        with _one_time_work(on_status, "measuring where this model's queries look, for its int4 keys (once, "
-                                       "about half a minute)", known=measures, counted=measures):
+        with (_one_time_work(on_status, "measuring where this model's queries look, for its int4 keys (once, "
+                                        "about half a minute)", known=True) if measures else contextlib.nullcontext()):
             backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights,
                                          threads=settings.threads, pack_cache=settings.cache_path / PACKED_DIR,
                                          prefix_cache=prompts, **long_context)
@@ -84,10 +87,9 @@ def _build_kernels(on_status: Callable[[str], None] | None) -> None:
 
 
 @contextlib.contextmanager
-def _one_time_work(on_status: Callable[[str], None] | None, message: str, known: bool, counted: bool = False):
+def _one_time_work(on_status: Callable[[str], None] | None, message: str, known: bool):
     """Say `message` at once where the work is `known` to happen, else once it has taken
-    ANNOUNCE_AFTER_S; its seconds go to `one_time_s` where it was known, or `counted`
-    (the whole block is that work), or took that long."""
+    ANNOUNCE_AFTER_S; its seconds go to `one_time_s` where it was known or took that long."""
     global one_time_s
     timer = None
     if on_status and known:
@@ -103,7 +105,7 @@ def _one_time_work(on_status: Callable[[str], None] | None, message: str, known:
         if timer is not None:
             timer.cancel()
         took = time.perf_counter() - started
-        if known or counted or took > ANNOUNCE_AFTER_S:
+        if known or took > ANNOUNCE_AFTER_S:
             one_time_s += took
 
 

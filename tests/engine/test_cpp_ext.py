@@ -63,3 +63,23 @@ def test_a_compile_no_file_foretold_is_said_once_it_takes_long(monkeypatch):
     monkeypatch.setattr(cpp_ext, "load", lambda *a: None)  # the library as built: nothing to say or count
     loading._build_kernels(said.append)
     assert said == [] and loading.one_time_s == 0.0
+
+
+def test_a_slow_ordinary_load_is_neither_announced_as_one_time_work_nor_left_unlearned(monkeypatch, tmp_path):
+    """Any load over 3 s said "measuring ... int4 keys" and was kept out of the load times."""
+    from types import SimpleNamespace
+
+    from ktcli.config import Settings
+    from ktcli.engine import loading, native, threads
+
+    said = []
+    monkeypatch.setattr(loading, "ANNOUNCE_AFTER_S", 0.05)
+    monkeypatch.setattr(loading, "one_time_s", 0.0)
+    monkeypatch.setattr(loading, "resolve_model", lambda *a: SimpleNamespace())
+    monkeypatch.setattr(loading, "ensure_hf_dir", lambda *a: tmp_path)
+    monkeypatch.setattr(loading, "_build_kernels", lambda on_status: None)
+    monkeypatch.setattr(threads, "govern", lambda *a: None)
+    slow = SimpleNamespace(engine=None, context_window=8192)
+    monkeypatch.setattr(native.NativeBackend, "load", classmethod(lambda cls, *a, **kw: time.sleep(0.3) or slow))
+    assert loading.load_backend(Settings(cache_dir=str(tmp_path)), said.append) is slow
+    assert said == [] and loading.one_time_s == 0.0
