@@ -213,9 +213,11 @@ class PrefixStore:
         need = size + FREE_DISK_KEPT
         if free() >= need:
             return True
-        self._evict(lambda _total: free() >= need)
-        if free() >= need:
-            return True
+        held = sum(_size(p) for p in self._all_entries())
+        if free() + held >= need:  # else evicting every entry would still not make room: keep them
+            self._evict(lambda _total: free() >= need)
+            if free() >= need:
+                return True
         self.last_error = (f"{size / 2**20:,.0f} MiB to write but {free() / 2**20:,.0f} MiB free on the disk of "
                            f"{self.folder.parent} (the store leaves {FREE_DISK_KEPT >> 20} MiB free)")
         return False
@@ -265,6 +267,13 @@ class PrefixStore:
                 total -= size
             except OSError:
                 pass
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _remove(path: Path) -> None:

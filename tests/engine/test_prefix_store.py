@@ -171,6 +171,8 @@ def test_a_nearly_full_disk_makes_room_from_old_entries_first(tmp_path, monkeypa
     monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=1000))
     assert not save(store, list(range(3000, 3064)), k, v)
     assert "MiB free on the disk" in store.last_error
+    # no room even without every entry: none is removed for nothing
+    assert store.longest(list(range(1000, 1064))) is not None and store.longest(list(range(2000, 2064))) is not None
     assert not list(store.folder.glob("*.tmp"))
 
 
