@@ -121,7 +121,8 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     recordable incident ...') was cited to the incident's page alone, not the revenue's.
     `label_of`: the source label the model read a chunk under (Citation.label). A sentence
     that restates ktcli's own instructions (`restates_instructions`) is no claim to cite."""
-    text = " ".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if not restates_instructions(s))
+    # joined by line breaks: a sentence split keeps list items apart (`by_sentence`)
+    text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if not restates_instructions(s))
     wanted = set(terms(text))
     if not wanted or not evidence:
         return []

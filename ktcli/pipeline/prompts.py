@@ -102,8 +102,9 @@ SUMMARY_REDUCE_INSTRUCTION = ("Write the final summary from these notes: what it
 def instructions() -> str:
     """Every word ktcli itself writes into a prompt: an answer that restates them (the
     bundled model often does) cites nothing (`citations.attribute`)."""
+    # Not OUTLINE_NOTE: its words (function, docstrings, comments) are what a code summary says.
     return " ".join((SYSTEM, ASK_INSTRUCTION, NOTES_INSTRUCTION, SUMMARY_INSTRUCTION, SUMMARY_NOTES_INSTRUCTION,
-                     SUMMARY_REDUCE_INSTRUCTION, OUTLINE_NOTE, "Notes gathered from earlier sources. Notes so far. "
+                     SUMMARY_REDUCE_INSTRUCTION, "Notes gathered from earlier sources. Notes so far. "
                      "Summary notes so far. Notes taken while reading the whole input. Next part. Files. Content."))
 
 

@@ -200,3 +200,17 @@ def test_a_pdf_page_is_cited_by_its_printed_number_where_it_has_one():
     cites = (Citation("book.pdf p.4", Span("book.pdf", 4, 4, 4)), Citation("book.pdf p.3", Span("book.pdf", 3, 3, 3)))
     answer = in_source_lines(Answer("Ada.", cites, plan, {}), Corpus((doc,)))
     assert [c.ref for c in answer.citations] == ["book.pdf p.2 (page 4 of the file)", "book.pdf p.1 (page 3 of the file)"]
+
+
+def test_each_item_of_a_list_answer_is_cited():
+    """The echo filter joined the answer's sentences with spaces, and two list items with no
+    closing stop became one sentence: the second item's line went uncited."""
+    lines = ["# Report"] + [f"filler line number {i} about general operations and staff" for i in range(40)]
+    lines[5] = ("Revenue for the third quarter reached 5.87 million dollars, driven by lantern exports to "
+                "Norway, Chile and Japan.")
+    lines[30] = "One recordable incident occurred."
+    doc = chunk("r.md", 1, lines)
+    answer = ("- Revenue third quarter reached 5.87 million dollars, from lantern exports to Norway, Chile and Japan\n"
+              "- One recordable incident")
+    spans = [(c.span.line_start, c.span.line_end) for c in attribute(answer, [doc])]
+    assert any(a <= 6 <= b for a, b in spans) and any(a <= 31 <= b for a, b in spans), spans
