@@ -447,8 +447,9 @@ def _windows_packed(evidence: int, passages: int, budget: int) -> int:
     budget: 2 windows where the run read 3, and 3 for 4)."""
     passages = max(1, passages)
     item = evidence / passages + PASSAGE_TAG_TOKENS
-    usable = max(budget / 2, budget - item / 2)
-    return max(1, math.ceil(passages * item / usable))
+    if item > budget / 2:  # no two fit one window (a summary's passages are joined up to a window each)
+        return passages
+    return max(1, min(passages, math.ceil(passages * item / (budget - item / 2))))
 
 
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:

@@ -386,3 +386,12 @@ def test_windows_are_planned_as_whole_passages_in_their_tags_pack_them(n, size, 
         counts.append(windows)
     mean = sum(counts) / len(counts)
     assert abs(_windows_packed(n * size, n, budget) - mean) <= 0.75, mean
+
+
+def test_passages_near_a_window_each_take_one():
+    """A summary's passages are joined up to a window each: the half-passage waste doubled
+    the windows (26 planned for the tutorial, 12 read)."""
+    from ktcli.plan.planner import _windows_packed
+
+    assert _windows_packed(79_000, 13, 6144) == 13
+    assert _windows_packed(3000, 1, 6144) == 1
