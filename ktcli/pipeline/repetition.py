@@ -61,7 +61,7 @@ class RepetitionGuard:
         return self.text[: min(breaks, key=lambda c: abs(c - end))] if breaks else self.text[:end]
 
 
-_MARKER = re.compile(r"\[\d+\]")
+_MARKER = re.compile(r"(?<![\w\]\[])\[\d+\]")  # a citation, not an index: buf[10] is code
 
 
 def _shape(text: str) -> str:

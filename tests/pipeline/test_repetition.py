@@ -267,3 +267,9 @@ def test_a_loop_that_only_counts_its_citation_markers_up_is_stopped():
     calm = RepetitionGuard()
     prose = " ".join(f"Point {w} is covered in [{i}]." for i, w in enumerate("abcdefghijklmnopqrstuvwxyz", 1))
     assert not any(calm.feed(ch) for ch in prose)
+
+
+def test_code_that_counts_its_indices_is_no_citation_loop():
+    guard = RepetitionGuard()
+    code = "\n".join(f"buf[{i}] = 0;" for i in range(10, 80))
+    assert not any(guard.feed(ch) for ch in code)
