@@ -34,9 +34,9 @@ def parse_pattern(line: str) -> Pattern | None:
     if negated:
         line = line[1:]
     dir_only = line.endswith("/") and not line.endswith("\\/")
-    line = line.rstrip("/") if dir_only else line
-    if not line:
-        return None
+    line = line[:-1] if dir_only else line
+    if not line or "//" in line or _ends_in_escape(line):
+        return None  # an empty name ("foo//", "//foo") or a lone trailing "\\": git matches nothing
     # A slash at the start or in the middle anchors the pattern to the rule file's folder;
     # without one it matches a name at any depth.
     anchored = "/" in line
@@ -56,9 +56,13 @@ def _strip_trailing_spaces(line: str) -> str:
     return stripped
 
 
+def _ends_in_escape(line: str) -> bool:
+    return (len(line) - len(line.rstrip("\\"))) % 2 == 1
+
+
 def _translate(pattern: str) -> str:
     """gitignore's glob as a regex over a path relative to the rule file's folder."""
-    parts = pattern.split("/")
+    parts = [p for i, p in enumerate(pattern.split("/")) if not (p == "**" and i and pattern.split("/")[i - 1] == "**")]
     out: list[str] = []
     sep = False  # a "/" is owed before the next name
     for i, part in enumerate(parts):
@@ -92,20 +96,53 @@ def _glob(part: str) -> str:
         elif c == "?":
             out.append("[^/]")
         elif c == "[":
-            end = part.find("]", i + 2 if i + 1 < n and part[i + 1] in "!^" else i + 1)
-            if end < 0:
+            bracket = _bracket(part, i)
+            if bracket is None:
                 out.append(re.escape(c))  # an unclosed [ is itself
             else:
-                inner = part[i + 1 : end]
-                negate = inner[:1] in ("!", "^")
-                inner = inner[1:] if negate else inner
-                inner = inner.replace("[", "\\[")
-                out.append(f"[{'^/' if negate else ''}{inner}]")
-                i = end
+                out.append(bracket[0])
+                i = bracket[1]
         else:
             out.append(re.escape(c))
         i += 1
     return "".join(out)
+
+
+_POSIX_CLASSES = {"alnum": "a-zA-Z0-9", "alpha": "a-zA-Z", "blank": " \\t", "cntrl": "\\x00-\\x1f\\x7f",
+                  "digit": "0-9", "graph": "!-~", "lower": "a-z", "print": " -~", "punct": "!-/:-@\\[-`{-~",
+                  "space": " \\t\\n\\r\\f\\v", "upper": "A-Z", "xdigit": "0-9A-Fa-f"}
+
+
+def _bracket(part: str, start: int) -> tuple[str, int] | None:
+    """The bracket expression opening at part[start] as a regex class and the index of its
+    closing "]", as wildmatch reads it: "!" or "^" negates, a "]" first is literal,
+    "\\x" is x, "[:digit:]" a POSIX class; None where it does not close."""
+    i, n = start + 1, len(part)
+    negate = i < n and part[i] in "!^"
+    i += negate
+    items: list[str] = []
+    first = True
+    while i < n:
+        c = part[i]
+        if c == "]" and not first:
+            return f"[{'^/' if negate else ''}{''.join(items)}]", i
+        first = False
+        if c == "[" and part.startswith("[:", i):
+            end = part.find(":]", i + 2)
+            name = part[i + 2 : end] if end > 0 else ""
+            if name in _POSIX_CLASSES:
+                items.append(_POSIX_CLASSES[name])
+                i = end + 2
+                continue
+        if c == "\\" and i + 1 < n:
+            i += 1
+            c = part[i]
+        if c == "-" and items and i + 1 < n and part[i + 1] != "]":
+            items.append("-")  # a range between the items around it
+        else:
+            items.append(re.escape(c))
+        i += 1
+    return None
 
 
 @dataclass(frozen=True)
