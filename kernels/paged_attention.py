@@ -27,7 +27,8 @@ from .layout import PagedKVLayer
 
 # pages_per_split is a runtime value, unspecialized: as a constexpr every context length
 # whose split size crossed a power of two compiled five more decode variants (~1 s each).
-@triton.jit(do_not_specialize=["pages_per_split"])
+# n_splits too (Triton specializes ints equal to 1 or divisible by 16 by default).
+@triton.jit(do_not_specialize=["pages_per_split", "n_splits"])
 def _decode_split_kernel(
     q_ptr, stride_qs, stride_qh,
     part_acc, part_m, part_l,  # [S, H, n_splits, GP, D], [S, H, n_splits, GP] float32
@@ -83,7 +84,7 @@ def _decode_split_kernel(
     tl.store(part_acc + part[:, None] * D + offs_d[None, :], acc)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["n_splits"])
 def _decode_reduce_kernel(
     out_ptr, stride_os, stride_oh,
     part_acc, part_m, part_l,
