@@ -85,16 +85,18 @@ class Engine:
 
     # -- public -------------------------------------------------------------------
 
-    def keep_deferred(self) -> None:
+    def keep_deferred(self) -> str | None:
         """Write the prompts whose keeping was deferred (`generate(keep_later=True)`) and
         give their pages back; counted in the last run's `stats.kept_tokens`. A failed
-        write loses only the entry (`stats.keep_error` says why)."""
+        write loses only the entry: why is returned (and in `stats.keep_error`)."""
+        refused = None
         while self._to_keep:
             ids, table = self._to_keep.pop()
             try:
-                self._keep(ids, table)
+                refused = self._keep(ids, table) or refused
             finally:
                 self.blocks.free(table)
+        return refused
 
     def abort(self, index: int) -> None:
         """Stop the sequence of prompt `index` in the running `generate` call (a stop
@@ -119,8 +121,8 @@ class Engine:
         With sequences both in prefill and in decode, steps alternate between a prefill
         chunk (of at most MIXED_PREFILL_CHUNK tokens) and a decode step: a long prompt
         that joined froze every running stream for its whole prefill (29 s)."""
-        self.keep_deferred()
-        self.stats = RunStats()
+        refused = self.keep_deferred()  # an earlier prompt's write, made just now: still said
+        self.stats = RunStats(keep_error=refused)
         seqs: list[Sequence] = []
         index: dict[int, int] = {}
         waiting: deque[Sequence] = deque()
@@ -322,13 +324,16 @@ class Engine:
         finally:
             self.blocks.free(s.block_table)
 
-    def _keep(self, ids: list[int], block_table: list[int]) -> None:
+    def _keep(self, ids: list[int], block_table: list[int]) -> str | None:
+        """Save one prompt's K/V; why not, where the disk refused."""
         kv, n = self.model.kv, len(ids)
         if self.prefix.save(ids, lambda i: kv.prefix_arrays(i, block_table, n), kv.n_layers,
                             unit=kv.prefix_unit, fixed=kv.prefix_fixed):
             self.stats.kept_tokens += n
-        elif self.prefix.last_error:
+            return None
+        if self.prefix.last_error:
             self.stats.keep_error = self.prefix.last_error
+        return self.prefix.last_error
 
     def _ensure_decode_pages(self, running: list[Sequence], waiting: deque[Sequence]) -> None:
         for s in list(running):

@@ -50,9 +50,11 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     load_s = 0.0 if one_time else time.perf_counter() - loading
     answer = run(prep, backend, settings, reporter, tally)
     answer = citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
-    if on_answer is not None:
-        on_answer(answer)
-    trouble = backend.finish()
+    try:
+        if on_answer is not None:
+            on_answer(answer)
+    finally:  # the entry is kept even where showing the answer failed (a closed pipe)
+        trouble = backend.finish()
     if trouble:
         reporter.warn(trouble)
     if kept := backend.last_stats.extra.get("kept_tokens"):

@@ -278,11 +278,21 @@ def test_a_prompt_the_disk_refuses_is_said_by_finish(tiny_models, tmp_path, monk
     b = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, prefix_cache=tmp_path)
     b.engine.prefix.min_tokens = b.engine.prefix.min_reuse = 32
     b._decode = lambda ids: "".join(f"<{i}>" for i in ids)
+    real = shutil.disk_usage
     monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
     list(b.stream_ids(list(range(1, 200)), KEEP))
     warning = b.finish()
     assert warning.startswith("the prompt cache could not keep this prompt") and "MiB free" in warning
     assert b.engine.blocks.num_used == 0 and "kept_tokens" not in b.last_stats.extra
+    # said once: the next run, with room again, says nothing of it
+    monkeypatch.setattr(shutil, "disk_usage", real)
+    list(b.stream_ids(list(range(1, 200)), KEEP))
+    assert b.finish() is None
+    # one refused while the next run writes it (no finish between) is said by that run's finish
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: shutil._ntuple_diskusage(10**9, 10**9, 1000))
+    list(b.stream_ids(list(range(2, 200)), KEEP))
+    list(b.stream_ids(list(range(3, 20)), KEEP))  # too short to keep: only the earlier one's write
+    assert "MiB free" in (b.finish() or "")
 
 
 def test_reused_rows_land_in_the_slots_of_their_positions(tiny_models, tmp_path):
