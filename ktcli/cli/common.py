@@ -175,32 +175,47 @@ def _largest_documents(prep, n: int = 5) -> list[dict]:
 
 
 def run_guarded(opts: Options, body: Callable[[], None]) -> None:
-    """Run a command; user-facing errors become one line and their exit code."""
+    """Run a command; user-facing errors become one line and their exit code (with --json,
+    also one object on stdout: a `| jq` reader got nothing to parse)."""
+    def failed(message: str, code: int, said: bool = False) -> None:
+        if opts.json and not said:
+            _json_error(message, code)
+        fail(message, code)
+
     try:
         body()
     except KtcliError as e:
         partial = getattr(e, "partial", None)
         if partial is not None:
             _keep_partial(opts, partial, str(e))
-        fail(str(e), e.exit_code)
+        failed(str(e), e.exit_code, said=partial is not None)
     except KeyboardInterrupt:
         opts.interrupted()
-        fail("interrupted", 130)
+        failed("interrupted", 130)
     except BrokenPipeError:
         # The reader of our stdout went away (e.g. `| head`): not an error worth a trace.
         os._exit(0)
     except MemoryError:
-        fail("out of memory: try --mode retrieval, a smaller --top-k or --max-memory", 1)
+        failed("out of memory: try --mode retrieval, a smaller --top-k or --max-memory", 1)
     except OSError as e:
         # The system refused a read or write that no input check covers: a full disk
         # (`> /dev/full`), an I/O error. What and where, not "internal error".
         if os.environ.get("KTCLI_DEBUG"):
             raise
-        fail(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
+        failed(f"{e.strerror or e}" + (f": {e.filename}" if e.filename else ""), 1)
     except Exception as e:  # noqa: BLE001 - never a traceback for the user
         if os.environ.get("KTCLI_DEBUG"):
             raise
-        fail(f"internal error: {type(e).__name__}: {e} (set KTCLI_DEBUG=1 for the traceback)", 1)
+        failed(f"internal error: {type(e).__name__}: {e} (set KTCLI_DEBUG=1 for the traceback)", 1)
+
+
+def _json_error(message: str, code: int) -> None:
+    import json
+
+    try:
+        print(json.dumps({"error": message, "exit_code": code}, ensure_ascii=False), flush=True)
+    except OSError:  # stdout is what failed (a full disk): the line on stderr still says it
+        pass
 
 
 def _keep_partial(opts: Options, partial: str, error: str) -> None:

@@ -17,7 +17,10 @@ def assert_one_line_error(proc, code, fragment):
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, err
     assert fragment.lower() in lines[0].lower(), err
-    assert proc.stdout == b""
+    if "--json" in proc.args:  # one object on stdout too, for a `| jq` reader
+        assert json.loads(proc.stdout) == {"error": lines[0].removeprefix("error: "), "exit_code": code}
+    else:
+        assert proc.stdout == b""
 
 
 def test_missing_path(cache):
@@ -368,3 +371,8 @@ def test_plan_says_which_option_the_planned_command_would_not_use(cache):
     assert summary.returncode == 0 and "--top-k is for a question" in summary.stderr.decode()
     question = run_ktcli(["plan", str(LONG_TEXT), "What is a list?", "--outline", "always"], cache)
     assert question.returncode == 0 and "--outline is for a summary" in question.stderr.decode()
+
+
+def test_an_error_under_json_is_one_object_on_stdout_too(cache):
+    assert_one_line_error(run_ktcli(["ask", "no/such/file.txt", "why?", "--json"], cache), 3, "no such file")
+    assert_one_line_error(run_ktcli(["plan", "no/such/file.txt", "--json"], cache), 3, "no such file")
