@@ -130,6 +130,9 @@ class ConsoleReporter:
     # -- closing --------------------------------------------------------------------
     def figures(self, line: str) -> None:
         self._stop_bars()
+        # The answer and its sources are out, their line closed: a warning after this (the
+        # prompt cache's write failed) is printed at once, not held for ever.
+        self._answer_started = False
         for message in self._deferred:
             self._print_warning(message)
         self._deferred.clear()

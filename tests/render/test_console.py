@@ -21,6 +21,9 @@ def test_a_warning_raised_mid_answer_comes_after_it_with_the_figures(capsys):
     reporter.figures("mode full")
     err = capsys.readouterr().err
     assert err.index("stopped the answer") < err.index("mode full")
+    # after the figures (the prompt cache's write, which comes last): printed, not held for ever
+    reporter.warn("the prompt cache could not keep this prompt")
+    assert "the prompt cache could not keep this prompt" in capsys.readouterr().err
 
 
 def test_quiet_keeps_warnings_and_drops_the_figures(capsys):
