@@ -83,11 +83,17 @@ def _write(path: Path, w: torch.Tensor) -> None:
             pass
 
 
-def is_kept(model_dir: Path, cache_root: Path | None) -> bool:
-    """Whether this model's key weights are on disk already (else a load measures them:
-    a prefill of the calibration text, ~30 s on a 2-core CPU)."""
+def _kept_at(model_dir: Path, cache_root: Path | None) -> tuple[str, Path | None]:
+    """This model's memo key and the file under `cache_root` that keeps its weights."""
     key = model_key(model_dir, f"keys-{FORMAT}")
-    return key in _memo or (cache_root is not None and (Path(cache_root) / f"{key}.keyweights.pt").is_file())
+    return key, Path(cache_root) / f"{key}.keyweights.pt" if cache_root is not None else None
+
+
+def is_kept(model_dir: Path, cache_root: Path | None) -> bool:
+    """Whether this model's key weights are on hand already (else a load measures them:
+    a prefill of the calibration text, ~30 s on a 2-core CPU)."""
+    key, path = _kept_at(model_dir, cache_root)
+    return key in _memo or (path is not None and path.is_file())
 
 
 def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:
@@ -96,9 +102,8 @@ def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:
     before any real sequence seals a page. False when no weights could be had."""
     kv = backend.kv
     shape = (kv.n_layers, kv.n_kv_heads, kv.head_dim)
-    key = model_key(model_dir, f"keys-{FORMAT}")
+    key, path = _kept_at(model_dir, cache_root)
     w = _memo.get(key)
-    path = Path(cache_root) / f"{key}.keyweights.pt" if cache_root is not None else None
     if w is None and path is not None:
         w = _read(path, shape)
     if w is None:

@@ -41,11 +41,10 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         backend = HFBackend(model_dir, threads=settings.threads, dtype=dtype)
     elif settings.engine == "ktcli":
         from ktcli.engine import key_calibration
+        from ktcli.engine.device import device_kind
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
         from ktcli.engine.pack_cache import PACKED_DIR
         from ktcli.engine.threads import cpu_sample, govern
-
-        from ktcli.engine.device import device_kind
 
         global one_time_s
         one_time_s = 0.0

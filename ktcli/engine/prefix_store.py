@@ -213,9 +213,9 @@ class PrefixStore:
         need = size + FREE_DISK_KEPT
         if free() >= need:
             return True
-        held = sum(_size(p) for p in self._all_entries())
-        if free() + held >= need:  # else evicting every entry would still not make room: keep them
-            self._evict(lambda _total: free() >= need)
+        sized = self._sized_entries()
+        if free() + sum(size for _, size, _ in sized) >= need:  # else evicting all would not do: keep them
+            self._evict(lambda _total: free() >= need, sized=sized)
             if free() >= need:
                 return True
         self.last_error = (f"{size / 2**20:,.0f} MiB to write but {free() / 2**20:,.0f} MiB free on the disk of "
@@ -246,9 +246,8 @@ class PrefixStore:
         sweep_stale(self.folder, f"*{_SUFFIX}.*.tmp")  # a run killed while it wrote an entry
         self._evict(lambda total: total <= self.max_bytes, keep)
 
-    def _evict(self, enough: Callable[[int], bool], keep: Path | None = None) -> None:
-        """Remove entries (but `keep`), least recently used first, until `enough(bytes
-        the store's entries take)`."""
+    def _sized_entries(self) -> list[tuple[float, int, Path]]:
+        """(last used, bytes, path) of every entry under the store's root."""
         sized = []
         for p in self._all_entries():
             try:
@@ -256,6 +255,13 @@ class PrefixStore:
             except OSError:
                 continue
             sized.append((st.st_mtime, st.st_size, p))
+        return sized
+
+    def _evict(self, enough: Callable[[int], bool], keep: Path | None = None,
+               sized: list[tuple[float, int, Path]] | None = None) -> None:
+        """Remove entries (but `keep`), least recently used first, until `enough(bytes
+        the store's entries take)`; `sized`: `_sized_entries()` where the caller has it."""
+        sized = self._sized_entries() if sized is None else sized
         total = sum(size for _, size, _ in sized)
         for _, size, p in sorted(sized):  # least recently used first
             if enough(total):
@@ -267,13 +273,6 @@ class PrefixStore:
                 total -= size
             except OSError:
                 pass
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _remove(path: Path) -> None:

@@ -310,8 +310,8 @@ class Engine:
 
     def _release(self, s: Sequence) -> None:
         """Give s's pages back, first keeping its prompt's K/V where asked (after the
-        answer, so writing the entry never delays the first token; with `defer_keeping`,
-        after the caller's own work too)."""
+        answer, so writing the entry never delays the first token; with `keep_later`, at
+        `keep_deferred`, after the caller's own work too)."""
         try:
             if s.keep_prompt and self.prefix is not None:
                 s.keep_prompt = False
