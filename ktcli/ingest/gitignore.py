@@ -62,7 +62,8 @@ def _ends_in_escape(line: str) -> bool:
 
 def _translate(pattern: str) -> str:
     """gitignore's glob as a regex over a path relative to the rule file's folder."""
-    parts = [p for i, p in enumerate(pattern.split("/")) if not (p == "**" and i and pattern.split("/")[i - 1] == "**")]
+    names = pattern.split("/")
+    parts = [p for i, p in enumerate(names) if not (p == "**" and i and names[i - 1] == "**")]  # **/** is **
     out: list[str] = []
     sep = False  # a "/" is owed before the next name
     for i, part in enumerate(parts):

@@ -107,14 +107,13 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if not text.strip():
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, "it holds only whitespace")
     doc = _typed_document(text, display, name, kind, is_stdin)
+    notes = [note] if note else []
     if padding:
-        note = f"{note}; " if note else ""
-        note += f"{padding:,} NUL bytes of padding left out"
+        notes.append(f"{padding:,} NUL bytes of padding left out")
     if controls:  # binary bytes after a text head were read into the text, unsaid
-        note = f"{note}; " if note else ""
-        note += f"{controls:,} control character{'s' if controls > 1 else ''} left out"
-    if note:
-        doc = replace(doc, left_out=(Skipped(display, note, replaced=True),))
+        notes.append(f"{controls:,} control character{'s' if controls > 1 else ''} left out")
+    if notes:
+        doc = replace(doc, left_out=(Skipped(display, "; ".join(notes), replaced=True),))
     return doc
 
 

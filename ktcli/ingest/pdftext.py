@@ -139,17 +139,20 @@ _BROKEN_WORD = re.compile(r"([^\W\d_]{2,})-\n([^\W\d_]+)")
 
 def mend_pages(texts: list[str]) -> list[str]:
     """`_mend_words` of every page, with the whole document's words as the evidence."""
-    words = _DocumentWords("\n".join(texts).translate(_LIGATURES))
-    return [_mend_words(t, words) for t in texts]
+    spelled = [t.translate(_LIGATURES) for t in texts]
+    words = _DocumentWords("\n".join(spelled))
+    return [_join_broken_words(t, words) for t in spelled]
 
 
-def _mend_words(text: str, words: _DocumentWords | None = None) -> str:
+def _mend_words(text: str) -> str:
     """Ligatures spelled out, and a word hyphenated across lines joined where it goes on in
     lower case: "reorgan-" / "ization" is "reorganization", but "well-" / "known" stays
-    "well-known" (`_keeps_hyphen`), on one line either way."""
+    "well-known" (`_keeps_hyphen`), on one line either way (the text its own evidence)."""
     text = text.translate(_LIGATURES)
-    words = words or _DocumentWords(text)
+    return _join_broken_words(text, _DocumentWords(text))
 
+
+def _join_broken_words(text: str, words: _DocumentWords) -> str:
     def mend(m: re.Match) -> str:
         left, right = m[1], m[2]
         if not right[0].islower() or right in _NOT_WORD_ENDS:

@@ -84,7 +84,7 @@ def _diff_marks(lines: list[str]) -> list[tuple[int, str]]:
             in_hunk, old, new = True, int(m.group(1)), int(m.group(2))
             marks.append((k, f"{path}:{new}"))
             continue
-        elif in_hunk and line.startswith((" ", "+")) or (in_hunk and line == ""):
+        elif in_hunk and (line == "" or line[0] in " +"):
             marks.append((k, f"{path}:{new}"))
             old, new = old + (not line.startswith("+")), new + 1
             continue

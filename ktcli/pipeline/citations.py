@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ktcli.ingest.sections import SectionIndex, document_trails
 from ktcli.retrieval.lexical import cjk_terms
@@ -67,16 +68,11 @@ def only_restates_instructions(answer: str) -> bool:
     return bool(said) and all(restates_instructions(s) for s in said)
 
 
+@lru_cache(maxsize=1)
 def _instruction_terms() -> frozenset[str]:
-    global _INSTRUCTION_TERMS
-    if _INSTRUCTION_TERMS is None:
-        from ktcli.pipeline.prompts import instructions
+    from ktcli.pipeline.prompts import instructions
 
-        _INSTRUCTION_TERMS = frozenset(terms(instructions()))
-    return _INSTRUCTION_TERMS
-
-
-_INSTRUCTION_TERMS: frozenset[str] | None = None
+    return frozenset(terms(instructions()))
 
 
 @dataclass(frozen=True)
