@@ -26,7 +26,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # at all (ACTIVE) gains nothing more and keeps idle workers busy on a shared machine.
 os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 
-from ktcli.cli.common import Options, fail, run_guarded  # noqa: E402
+from ktcli.cli.common import Options, fail, json_error, run_guarded  # noqa: E402
 from ktcli.config import Settings  # noqa: E402
 
 # Flags default to None so a config file or KTCLI_* variable can set them; the help shows
@@ -256,12 +256,21 @@ def _main() -> None:
         raise SystemExit(2) from None
     except usage_error as e:
         command = e.ctx.command_path if e.ctx else "ktcli"
-        fail(f"{_one_line(e.format_message())} ({_usage_hint(e, command)})", 2)
+        _parse_failed(f"{_one_line(e.format_message())} ({_usage_hint(e, command)})", 2)
     except click_error as e:
-        fail(_one_line(e.format_message()), e.exit_code)
+        _parse_failed(_one_line(e.format_message()), e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         fail("interrupted", 130)
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _parse_failed(message: str, code: int) -> None:
+    """A command line the parser refused (`--top-k abc`, an unknown option). With --json
+    among the options a `| jq` reader still gets one object, as for errors after parsing."""
+    options = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
+    if "--json" in options:
+        json_error(message, code)
+    fail(message, code)
 
 
 def _writable_text() -> None:

@@ -179,7 +179,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     also one object on stdout: a `| jq` reader got nothing to parse)."""
     def failed(message: str, code: int, said: bool = False) -> None:
         if opts.json and not said:
-            _json_error(message, code)
+            json_error(message, code)
         fail(message, code)
 
     try:
@@ -209,7 +209,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
         failed(f"internal error: {type(e).__name__}: {e} (set KTCLI_DEBUG=1 for the traceback)", 1)
 
 
-def _json_error(message: str, code: int) -> None:
+def json_error(message: str, code: int) -> None:
     import json
 
     try:

@@ -17,7 +17,8 @@ def assert_one_line_error(proc, code, fragment):
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1, err
     assert fragment.lower() in lines[0].lower(), err
-    if "--json" in proc.args:  # one object on stdout too, for a `| jq` reader
+    options = proc.args[: proc.args.index("--")] if "--" in proc.args else proc.args
+    if "--json" in options:  # one object on stdout too, for a `| jq` reader
         assert json.loads(proc.stdout) == {"error": lines[0].removeprefix("error: "), "exit_code": code}
     else:
         assert proc.stdout == b""
@@ -75,6 +76,8 @@ def test_folder_with_nothing_left(cache, tmp_path):
     (["serve", "--port", "70000"], "invalid value for '--port'"),
     (["ask"], "missing argument"),
     (["bogus"], "no such command 'bogus'"),
+    (["ask", str(LONG_TEXT), "--json", "--top-k", "abc", "q"], "invalid value for '--top-k'"),  # one JSON object too
+    (["ask", str(LONG_TEXT), "--top-k", "abc", "--", "--json"], "invalid value for '--top-k'"),  # a question: no JSON
 ])
 def test_the_parsers_own_errors_are_one_line_too(cache, args, says):
     # typer's boxed block (5-6 lines of box drawing, even in a log file) is not shown.
