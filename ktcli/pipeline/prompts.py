@@ -3,6 +3,7 @@ the question after the evidence (right before the answer), and labels the answer
 
 from __future__ import annotations
 
+import os
 import re
 
 from ktcli.engine.backend import Message
@@ -43,7 +44,19 @@ def _quoted(ref: str) -> str:
 def whole_input(documents) -> str:
     """Every document of the input as one evidence block, labelled 1..n in input order: the
     sources of a question read whole (`pipeline.qa`), and what its prompt-cache entry holds."""
-    return evidence_block([(i + 1, d.path, d.text) for i, d in enumerate(documents)])
+    refs = _without_common_folders([d.path for d in documents])
+    return evidence_block([(i + 1, ref, d.text) for i, (ref, d) in enumerate(zip(refs, documents))])
+
+
+def _without_common_folders(paths: list[str]) -> list[str]:
+    """Paths less the folders they all start with. The first source tag is the prompt's
+    first words after the system prompt, so its path decides what the prompt cache can
+    reuse: the same file asked about as `report.pdf`, `./docs/report.pdf` from its parent
+    or by its absolute path prefilled again (seconds to minutes). The user's citations
+    still name the path as given (they come from the labels, not from these refs)."""
+    folders = [p.split("/")[:-1] for p in paths]
+    n = len(os.path.commonprefix(folders)) if folders else 0
+    return ["/".join(p.split("/")[n:]) for p in paths]
 
 
 # A small model drifts into writing source blocks of its own after the answer; these

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from .conftest import LONG_TEXT, PDF, REPO, THREADS, run_ktcli
+from .conftest import LONG_TEXT, PDF, REPO, ROOT, THREADS, run_ktcli
 
 ANSI = re.compile(rb"\x1b\[")
 SHORT = ["--max-new-tokens", "40"]
@@ -34,9 +34,12 @@ def test_ask_pdf_streams_a_clean_answer_with_page_citations(cache):
     assert "mode full" in err and "peak RSS" in err
     assert "peak RSS" not in out and "plan:" not in out
     # The same question again reads the whole-input prompt's K/V back (engine.prefix_store)
-    # and answers the same; the figures line says so.
-    again = run_ktcli(["ask", str(PDF), "What was the revenue in the third quarter?", *SHORT], cache)
-    assert again.returncode == 0 and again.stdout.decode() == out
+    # and answers the same; the figures line says so. Named by another path (relative to
+    # the working folder, not absolute): the prompt is the same, and only the Sources'
+    # path is as given.
+    relative = str(PDF.relative_to(ROOT))
+    again = run_ktcli(["ask", relative, "What was the revenue in the third quarter?", *SHORT], cache)
+    assert again.returncode == 0 and again.stdout.decode() == out.replace(str(PDF), relative)
     reused = re.search(r"tokens in ([\d,]+) \(([\d,]+) read from the prompt cache\)", again.stderr.decode())
     assert reused and int(reused[2].replace(",", "")) == int(reused[1].replace(",", "")) - 1
 
