@@ -12,18 +12,30 @@ import warnings
 from bs4 import BeautifulSoup, NavigableString, Tag, XMLParsedAsHTMLWarning
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
-# Never visible (or not page content).
-_DROP = frozenset({"head", "title", "script", "style", "noscript", "template", "svg", "canvas", "iframe", "object", "math"})
+# Never visible (or not page content). <head> itself is walked, not dropped: a page may
+# leave out its `</head>` (HTML allows it), and html.parser then nests the whole body
+# inside <head>; its metadata tags are dropped one by one instead.
+_DROP = frozenset({"title", "meta", "link", "base", "script", "style", "noscript", "template", "canvas", "iframe"})
 # Ends a paragraph: a blank line after it gives the chunker a natural break.
 _PARAGRAPH = frozenset(
     {"p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "ul", "ol", "dl",
      "section", "article", "header", "footer", "nav", "main", "aside", "figure", "form", "address", "hr"}
 )
 # Ends a line.
-_LINE = frozenset({"div", "li", "tr", "dt", "dd", "figcaption", "caption", "br", "option", "summary", "details", "fieldset", "legend", "body", "html"})
+_LINE = frozenset({"div", "li", "tr", "dt", "dd", "figcaption", "caption", "br", "option", "summary", "details",
+                   "fieldset", "legend", "body", "html", "textarea"})
 _CELL = frozenset({"td", "th"})
 # Blocks read as one line whatever the markup's wrapping (a row's cells join there too).
 _ONE_LINE = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "tr", "dt", "caption", "summary", "legend", "option"})
+# Form controls and their labels: words of their own ("Notes" beside a text box's "Water
+# on Mondays" read "NotesWater on Mondays").
+_SPACED = frozenset({"label", "button", "select", "input"})
+# A text box's value is text the page shows; a hidden field's, a password's or a box's is not.
+_UNSHOWN_INPUTS = frozenset({"hidden", "password", "checkbox", "radio", "file", "image", "range", "color"})
+# Elements with no end tag: one ends where its start tag does.
+_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"})
+# Their content is text up to their end tag: no tag of the same name nests inside.
+_RAW_TEXT = frozenset({"script", "style", "textarea", "title"})
 _SKIP_STRINGS = (Comment, Declaration, Doctype, ProcessingInstruction)
 _SPACES = re.compile(r"\s+")
 
@@ -38,11 +50,19 @@ class _Lines:
         self.current: list[str] = []
         self.current_source = 0
         self.pending_blank = False
+        # A list item's "- " or "3. " and a heading's "## ": written with the first words
+        # after them, wherever those are (`<li><p>text</p></li>` was a lone "-" line, then
+        # the text), and from those words' line.
+        self.marker = ""
 
     def text(self, piece: str, source: int) -> None:
+        piece = piece.replace("\u00ad", "")  # a soft hyphen (&shy;) shows only at a line end
         if piece:
-            if not self.has_text():
+            if not self.has_text() and piece.strip():
                 self.current_source = source
+                if self.marker:
+                    self.current.append(self.marker)
+                    self.marker = ""
             self.current.append(piece)
 
     def has_text(self) -> bool:
@@ -52,7 +72,7 @@ class _Lines:
         # Spaces collapse across inline tags as a browser shows them ("a <b> b</b>": "a b").
         line = _SPACES.sub(" ", "".join(self.current)).strip()
         self.current = []
-        if not line:
+        if not line.strip("| "):  # nothing, or a table row of empty cells
             return
         self._blank_if_pending(self.current_source)
         self.lines.append(line)
@@ -65,6 +85,7 @@ class _Lines:
     def raw_lines(self, text: str, first_source: int) -> None:
         """Preformatted text keeps its own line breaks and indentation."""
         self.newline()
+        self.marker = ""
         leading = len(text) - len(text.lstrip("\n"))
         self._blank_if_pending(first_source + leading)
         lines = text.strip("\n").split("\n")
@@ -96,33 +117,43 @@ def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(max(limit, _MAX_NESTING))
     try:
-        _walk(soup, out, _Cursor())
+        _walk(soup, out, _Cursor(markup))
     except RecursionError:
         raise ValueError(f"HTML nested more than {_MAX_NESTING:,} levels deep") from None
     finally:
         sys.setrecursionlimit(limit)
     out.newline()
     lines, sources = out.lines, out.sources
-    # The <title> names the page (often more than its first heading); <head> is dropped as
-    # not page content, so it is put first, on the line the markup has it.
-    title = soup.find("title")
-    name = _SPACES.sub(" ", title.get_text()).strip() if title is not None else ""
+    # The <title> names the page (often more than its first heading); it is not in the
+    # walk, so it is put first, on the line the markup has it. Not an SVG's <title> (an
+    # icon's tooltip: "Open menu" named a page of rainfall figures).
+    title = next((t for t in soup.find_all("title") if t.find_parent(["svg", "math"]) is None), None)
+    name = _SPACES.sub(" ", title.get_text().replace("\u00ad", "")).strip() if title is not None else ""
     if name and not (lines and name.lower() == lines[0].lstrip("# ").lower()):
         lines, sources = [f"Title: {name}", "", *lines], [title.sourceline or 1] * 2 + sources
     return "\n".join(lines), tuple(sources)
 
 
 class _Cursor:
-    """The markup line the walk is on. Tags know the line they start on (html.parser's
-    sourceline); a text node starts where the node before it ended, so the cursor moves on
-    by the line breaks of every text it passes, and of every subtree it skips."""
+    """The markup line the walk is on. A tag knows where it starts (html.parser's
+    sourceline and sourcepos): the cursor goes to the end of its start tag, found in the
+    markup, since a start tag may span lines (prettier writes one attribute a line: the
+    text after it was cited 1-3 lines early). A text node starts where the node before it
+    ended, so the cursor moves on by the line breaks of every text it passes, and past
+    the end tag of every element it skips."""
 
-    def __init__(self) -> None:
+    def __init__(self, markup: str) -> None:
+        self.markup = markup
         self.line = 1
+        self._line_starts: list[int] | None = None
 
     def at_tag(self, tag: Tag) -> None:
-        if tag.sourceline is not None:
-            self.line = tag.sourceline
+        if tag.sourceline is None:
+            return
+        self.line = tag.sourceline
+        end = self._start_tag_end(tag)
+        if end is not None:
+            self.line += self.markup.count("\n", self._offset(tag), end)
 
     def past(self, text: str) -> int:
         """The line `text` (the node at the cursor) shows its first character on; moves
@@ -131,10 +162,51 @@ class _Cursor:
         self.line += text.count("\n")
         return start
 
+    def past_element(self, tag: Tag) -> None:
+        """Past a skipped element (after `at_tag`): to its end tag in the markup, else by
+        the line breaks of its re-written markup, which has lost those inside its tags."""
+        start, name = self._start_tag_end(tag), (tag.name or "").lower()
+        if start is None:
+            self.past(str(tag))
+            return
+        if name in _VOID:
+            return
+        opened, depth = re.compile(rf"<(/?){re.escape(name)}(?=[\s/>])", re.IGNORECASE), 1
+        for m in opened.finditer(self.markup, start):
+            if name in _RAW_TEXT and not m.group(1):
+                continue
+            depth += -1 if m.group(1) else 1
+            if depth == 0:
+                end = self.markup.find(">", m.end())
+                self.line += self.markup.count("\n", start, end if end >= 0 else m.end())
+                return
+        self.past(str(tag))  # never closed in the markup: the element ran to the end
+
+    def _offset(self, tag: Tag) -> int:
+        if self._line_starts is None:
+            self._line_starts = [0] + [m.end() for m in re.finditer("\n", self.markup)]
+        starts = self._line_starts
+        return starts[min(tag.sourceline, len(starts)) - 1] + (tag.sourcepos or 0)
+
+    def _start_tag_end(self, tag: Tag) -> int | None:
+        """Offset just past the `>` of the tag's start tag; None where the markup there is
+        not that tag (a tag the parser made up)."""
+        at = self._offset(tag)
+        if not self.markup.startswith("<", at):
+            return None
+        m = _START_TAG.match(self.markup, at)
+        return m.end() if m else None
+
+
+# A start tag to its closing ">": quoted attribute values may hold ">" and line breaks.
+_START_TAG = re.compile(r"""<[^\s/>]+(?:"[^"]*"|'[^']*'|[^'">])*>""")
+
 
 def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> None:
     """`one_line`: inside a table cell or heading, where the markup's line breaks are
-    only layout (a row's cells are one line of text)."""
+    only layout (a row's cells are one line of text, and so are the paragraphs and line
+    breaks inside a cell)."""
+    cells = items = 0
     for child in node.children:
         if isinstance(child, NavigableString):
             start = cursor.line
@@ -154,9 +226,26 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> No
         cursor.at_tag(child)
         name = (child.name or "").lower()
         if name in _DROP or _hidden(child):
-            cursor.past(str(child))  # its line breaks still count
+            cursor.past_element(child)  # its line breaks still count
             continue
-        if name == "pre":
+        if name in ("math", "svg", "input"):
+            shown = _control_text(child, name)
+            if shown:
+                out.text(f" {shown} ", cursor.line)
+            cursor.past_element(child)
+        elif name in _CELL:
+            # Every cell after a row's first adds its separator, also after an empty one
+            # (an empty corner cell put "Autumn" over the summer's figure).
+            out.text(" | " if cells else "", cursor.line)
+            cells += 1
+            _walk(child, out, cursor, one_line=True)
+        elif one_line and (name in _PARAGRAPH or name in _LINE):
+            # A cell's paragraphs, line breaks and lists (Confluence, Word and MediaWiki
+            # exports wrap each cell in <p>) stay in their row.
+            out.text(" ", cursor.line)
+            _walk(child, out, cursor, one_line=True)
+            out.text(" ", cursor.line)
+        elif name == "pre":
             text = child.get_text()
             out.raw_lines(text, cursor.line)
             cursor.past(str(child))
@@ -167,27 +256,55 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> No
             alt = _SPACES.sub(" ", str(child.get("alt") or "")).strip()
             if alt:  # what the page says an image shows: text a reader gets too
                 out.text(f"[image: {alt}]", cursor.line)
-        elif name in _CELL:
-            out.text(" | " if out.has_text() else "", cursor.line)
-            _walk(child, out, cursor, one_line=True)
         elif name in _PARAGRAPH or name in _LINE:
             out.newline()
-            _prefix(name, child, out, cursor.line)
+            items += name == "li"
+            marker = _marker(name, node, items)
+            out.marker = marker or out.marker  # an item's <p> keeps the item's marker
             _walk(child, out, cursor, one_line=one_line or name in _ONE_LINE)
+            if marker:
+                out.marker = ""  # an empty item's or heading's marker is not a line
             out.paragraph() if name in _PARAGRAPH else out.newline()
+        elif name in _SPACED:
+            out.text(" ", cursor.line)
+            _walk(child, out, cursor, one_line)
+            out.text(" ", cursor.line)
         else:
             _walk(child, out, cursor, one_line)
 
 
-def _prefix(name: str, tag: Tag, out: _Lines, line: int) -> None:
-    """Markdown-like markers keep headings and list items recognisable to the chunker."""
+def _marker(name: str, parent: Tag, item: int) -> str:
+    """Markdown-like markers keep headings and list items recognisable to the chunker; an
+    ordered list's items keep their numbers ("step 3" is a question's words)."""
     if len(name) == 2 and name[0] == "h" and name[1].isdigit():
-        out.text("#" * int(name[1]) + " ", line)
-    elif name == "li":
-        out.text("- ", line)
+        return "#" * int(name[1]) + " "
+    if name != "li":
+        return ""
+    if (parent.name or "").lower() == "ol":
+        try:
+            first = int(str(parent.get("start") or 1))
+        except ValueError:
+            first = 1
+        return f"{first + item - 1}. "
+    return "- "
+
+
+def _control_text(tag: Tag, name: str) -> str:
+    """What a formula, a drawing or a form field shows as text: MathML's alternative text
+    (else its tokens: `<mn>3</mn><mo>/</mo><mn>4</mn>` is "3 / 4"), an SVG's <text>
+    elements (not its <title>, a tooltip), a text box's or button's value."""
+    if name == "math":
+        shown = str(tag.get("alttext") or "") or tag.get_text(" ", strip=True)
+    elif name == "svg":
+        shown = " ".join(t.get_text(" ", strip=True) for t in tag.find_all("text"))
+    else:
+        kind = str(tag.get("type") or "text").lower()
+        shown = "" if kind in _UNSHOWN_INPUTS else str(tag.get("value") or "")
+    return _SPACES.sub(" ", shown).strip()
 
 
 def _hidden(tag: Tag) -> bool:
-    """Marked never to show: the `hidden` attribute or an inline display:none."""
+    """Marked never to show: the `hidden` attribute or an inline display:none or
+    visibility:hidden."""
     style = str(tag.get("style") or "").replace(" ", "").lower()
-    return tag.has_attr("hidden") or "display:none" in style
+    return tag.has_attr("hidden") or "display:none" in style or "visibility:hidden" in style

@@ -123,6 +123,68 @@ def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
     assert "Hidden draft" not in doc.text and "Also hidden" not in doc.text
 
 
+def test_html_without_its_head_end_tag_keeps_the_body(write) -> None:
+    # HTML lets a page leave out </head> and <body>; html.parser then nests the body in
+    # <head>, which was dropped whole: the text was only "Title: Fern care".
+    page = ("<!DOCTYPE html>\n<html lang=en>\n<head>\n<meta charset=utf-8>\n<title>Fern care</title>\n"
+            "<link rel=stylesheet href=s.css>\n<h1>Ferns</h1>\n<p>Mist them every 3 days in winter.\n</html>\n")
+    doc = load_one(write("omitted.html", page))
+    assert doc.text.split("\n") == ["Title: Fern care", "", "# Ferns", "", "Mist them every 3 days in winter."]
+    assert doc.source_lines[2:] == (7, 8, 8)
+    untitled = load_one(write("untitled.html", "<html><head><meta charset=utf-8>\n<body><p>Prune roses in March.</p>"))
+    assert untitled.text == "Prune roses in March."
+
+
+def test_html_lines_after_start_tags_over_several_lines(write) -> None:
+    # prettier writes one attribute a line: the text after such a tag was cited 1-3
+    # lines early (at the tag's first line), and after a skipped one too.
+    html = "\n".join([
+        "<main", '  id="content"', ">", "<h1", '  class="title"', ">", "Seed Library", "</h1>",
+        "<p", '  class="lead"', ">", "The library lends 340 varieties.", "</p>",
+        "<div><script", '  src="/a.js"', "  defer></script>", "Text after a script.",
+        "<img", '  src="a.png"', '  alt="A map">', "Text after an image.",
+        '<p title="x', 'y">After a value over two lines.</p>',
+        "<svg", '  viewBox="0 0 9 9"><path', '  d="M0"/></svg>', "Text after a drawing.</div></main>",
+    ])
+    doc = load_one(write("prettier.html", html))
+    source = html.split("\n")
+    got = dict(zip(doc.text.split("\n"), doc.source_lines))
+    for text in ("Seed Library", "The library lends 340 varieties.", "Text after a script.", "Text after an image.",
+                 "After a value over two lines.", "Text after a drawing."):
+        assert text in source[got.get(text, got.get(f"# {text}", 0)) - 1], (text, got)
+    assert got["[image: A map]"] == 20
+
+
+def test_html_table_rows_keep_their_columns(write) -> None:
+    page = ("<table><tr><th></th><th>Spring</th><th>Autumn</th></tr>"
+            "<tr><th>Rain (mm)</th><td>80</td><td>140</td></tr>"
+            "<tr><td></td><td>Shade</td><td>7</td></tr><tr><td></td><td> </td></tr>"
+            "<tr><td><p>Monstera</p></td><td><p>13</p><p>(indoors)</p></td><td>Line one<br>Line two</td></tr></table>")
+    assert load_one(write("t.html", page)).text.split("\n") == [
+        "| Spring | Autumn",  # an empty corner cell keeps "Autumn" over the autumn figure
+        "Rain (mm) | 80 | 140",
+        "| Shade | 7",  # an empty first cell is a column, not nothing
+        "Monstera | 13 (indoors) | Line one Line two",  # a cell's paragraphs stay in its row
+    ]
+
+
+def test_html_lists_formulas_drawings_and_fields(write) -> None:
+    page = ("<ol start=3><li><p>Water the fern.</p></li><li>Mist it.</li><li></li></ol>"
+            "<ul><li>Loose</li></ul>"
+            "<p>The ratio is <math><mn>3</mn><mo>/</mo><mn>4</mn></math> of the total, photo&shy;synthesis.</p>"
+            "<svg><title>Open menu</title><text>Bench 7 is north</text></svg>"
+            "<form><label>Notes</label><textarea>Water on Mondays</textarea>"
+            "<input type=hidden value=secret><input value='Prefilled 42'></form>")
+    lines = load_one(write("l.html", page)).text.split("\n")
+    assert [t for t in lines if t][:3] == ["3. Water the fern.", "4. Mist it.", "- Loose"]  # no lone "-", numbers kept
+    assert "The ratio is 3 / 4 of the total, photosynthesis." in lines
+    assert "Bench 7 is north" in lines and "Open menu" not in "\n".join(lines)
+    assert "Notes" in lines and "Water on Mondays" in lines and "Prefilled 42" in lines
+    assert "secret" not in "\n".join(lines)
+    # An icon's SVG <title> is not the page's title.
+    assert not load_one(write("icon.html", "<svg><title>Open menu</title></svg><p>Rain</p>")).text.startswith("Title")
+
+
 def test_html_sniffed_without_extension(write) -> None:
     doc = load_one(write("page", "<!doctype html><html><body><p>Hi</p></body></html>"))
     assert (doc.kind, doc.text) == ("html", "Hi")
