@@ -150,8 +150,11 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
             s, i, hits = min(scored(words), key=best_first) if len(words) >= 2 else (0.0, 0, 0)
             if hits >= 2:  # one shared word is coincidence
                 picks.append((s, i))
-    # Lines far weaker than the best one are coincidental word overlap.
-    picks += [(s, i) for s, i, _ in whole if s >= 0.5 * best]
+    # Lines far weaker than the best one are coincidental word overlap, and so is a line
+    # that shares one word of an answer of several (a summary about quiver trees was cited
+    # to a nav bar's "Home" and an image's "south bench").
+    enough = min(2, len(wanted))
+    picks += [(s, i) for s, i, hits in whole if s >= 0.5 * best and hits >= enough]
     citations: list[Citation] = []
     for s, i in picks:
         if len(citations) >= max_citations:

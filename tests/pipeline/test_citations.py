@@ -77,8 +77,13 @@ def test_each_sentence_cites_its_own_line_first():
 
 def test_a_sentence_sharing_one_word_with_a_line_does_not_lead_the_citations():
     c = chunk("a.txt", 1, ["The kiln was relined in June.", "", "Tea is served at four."])
-    # "Tea time." shares one word with line 3: that line comes only from the whole-answer pass.
-    assert [c.ref for c in attribute("Tea time. The kiln was relined.", [c])] == ["a.txt:1", "a.txt:3"]
+    # "Tea time." shares one word with line 3, and so does the whole answer: coincidence,
+    # not a source (a nav bar's "Home" was cited for a summary that said "home").
+    assert [c.ref for c in attribute("Tea time. The kiln was relined.", [c])] == ["a.txt:1"]
+    nav = chunk("p.html", 1, ["Home | Shop | Care Guides", "", "Quiver trees grow in the Karoo desert."])
+    assert [c.ref for c in attribute("The quiver tree's home is the Karoo.", [nav], context=0)] == ["p.html:3"]
+    assert [c.ref for c in attribute("Shop quietly.", [nav], context=0)] == []
+    assert [c.ref for c in attribute("Tea.", [c])] == ["a.txt:3"]  # a one-word answer: its one word is enough
 
 
 def test_citations_of_html_name_the_file_lines():
