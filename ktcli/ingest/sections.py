@@ -48,10 +48,10 @@ def document_trails(path: str, kind: str, lines: list[str]) -> SectionIndex:
     """The trails of a document's lines: its headings or declarations; for a CSV or TSV
     table, its header row ("columns: id, name, city"), without which a chunk from its
     middle is rows of bare values that no question about a column matches."""
-    if path.lower().endswith(_TABLE_SUFFIXES) and lines and lines[0].strip():
+    if path.lower().endswith(TABLE_SUFFIXES) and lines and lines[0].strip():
         header = lines[0].strip()
         header = header if len(header) <= MAX_TITLE_CHARS else header[: MAX_TITLE_CHARS - 1] + "\u2026"
-        return SectionIndex([(1, f"columns: {header}")])  # from the first row under it
+        return SectionIndex([(1, f"{TABLE_TRAIL}{header}")])  # from the first row under it
     if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
         return SectionIndex(_diff_marks(lines))
     return heading_trails(lines, code=kind == "code")
@@ -100,7 +100,8 @@ def _diff_marks(lines: list[str]) -> list[tuple[int, str]]:
     return marks
 
 
-_TABLE_SUFFIXES = (".csv", ".tsv")
+TABLE_SUFFIXES = (".csv", ".tsv")
+TABLE_TRAIL = "columns: "  # a table's trail: its header row after this
 
 
 def heading_trails(lines: list[str], *, code: bool) -> SectionIndex:

@@ -7,6 +7,7 @@ import os
 import re
 
 from ktcli.engine.backend import Message
+from ktcli.ingest.sections import TABLE_SUFFIXES, TABLE_TRAIL
 
 SYSTEM = (
     "You are ktcli, a careful assistant that answers from the given sources only. "
@@ -39,6 +40,22 @@ def _inert(text: str) -> str:
 def _quoted(ref: str) -> str:
     """A reference (a path) as an attribute value: a quote in a file name ends it early."""
     return ref.replace("&", "&amp;").replace('"', "&quot;") if '"' in ref else ref
+
+
+def passages(chunks, first_label: int = 1) -> str:
+    """Retrieved passages (chunks) as one evidence block labelled from `first_label`, each
+    under its place (`path:12-40`). A CSV's or TSV's rows from past its first line come
+    under the table's header row: the model read `300,Tilia specimen 300,Tilia,37,38.9`
+    without the column names the user's citation showed."""
+    return evidence_block([(first_label + i, c.span.cite(), _with_header(c)) for i, c in enumerate(chunks)])
+
+
+def _with_header(chunk) -> str:
+    if not (chunk.section.startswith(TABLE_TRAIL) and chunk.doc_path.lower().endswith(TABLE_SUFFIXES)):
+        return chunk.text
+    if chunk.span.line_start in (None, 1):
+        return chunk.text
+    return f"{chunk.section.removeprefix(TABLE_TRAIL)}\n{chunk.text}"
 
 
 def whole_input(documents) -> str:

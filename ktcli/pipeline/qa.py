@@ -119,5 +119,4 @@ def _evidence(span: Span, score: float | None) -> dict:
 
 
 def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:
-    items = [(first_label + i, c.span.cite(), c.text) for i, c in enumerate(window)]
-    return prompts.evidence_block(items), first_label + len(window)
+    return prompts.passages(window, first_label), first_label + len(window)

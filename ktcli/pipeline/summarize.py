@@ -59,7 +59,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     for i, window in enumerate(windows):
         reporter.status(f"reading part {i + 1}/{len(windows)}{_outlined(prep)}")
         reporter.progress("map", i, len(windows))
-        body = prompts.evidence_block([(j + 1, c.span.cite(), c.text) for j, c in enumerate(window)])
+        body = prompts.passages(window)
         position = f"part {i + 1} of {len(windows)}: {_where(window)}"
         outlined = any(c.doc_path in prep.outlines for c in window)
         new = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from ktcli.pipeline.prompts import evidence_block
+from ktcli.pipeline import prompts
 from ktcli.types import Chunk, Span
 
 
@@ -68,7 +68,7 @@ def _lines_after(chunk: Chunk, last_line: int) -> str | None:
 def as_read(passages: list[Chunk]) -> str:
     """`passages` as the model reads them, in their source tags, numbered with the widest
     label a window takes: what packing and the exact window checks count."""
-    return evidence_block([(999, p.span.cite(), p.text) for p in passages])
+    return prompts.passages(passages, 999)
 
 
 def pack(passages: list[Chunk], budget: int, count: Callable[[str], int]) -> list[list[Chunk]]:

@@ -163,6 +163,13 @@ def test_a_tables_chunks_carry_its_header_row() -> None:
     doc = document_from_bytes(rows.encode(), "data.csv", "data.csv")
     chunks = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)
     assert len(chunks) > 3 and all(c.section == "columns: id,name,city" for c in chunks[1:])
+    # The model reads every chunk's rows under the header row (a chunk from the middle was
+    # bare values), the first chunk's header once.
+    from ktcli.pipeline.prompts import passages
+
+    block = passages(chunks[:2])
+    assert block.count("id,name,city\n") == 2 and chunks[1].text.split("\n")[0] not in ("id,name,city",)
+    assert f'ref="{chunks[1].span.cite()}">\nid,name,city\n{chunks[1].text.split(chr(10))[0]}' in block
 
 
 def test_a_diffs_lines_are_placed_in_the_files_they_change():
