@@ -738,6 +738,10 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
         kv_budget_bytes = _kv_budget(kv, window, bool(context_window), max(1, kv_windows), budget_ram_share,
                                      available_bytes(device))
     kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
+    # A request longer than the pool can never run, whatever else waits: a server said
+    # `max_model_len` 1,048,576 over a 131K-token pool and took such a prompt in, which
+    # then failed every request batched beside it ("KV cache full").
+    window = min(window, kv.num_blocks * kv.block_size)
     w = load_engine_weights(model_dir, cfg, weights, device, pack_cache)
     model = Model(cfg, w, kv)
     kv.rope = model.rope

@@ -632,6 +632,9 @@ def test_a_one_request_window_gets_pages_for_itself_only(llama, monkeypatch):
         assert b.context_window == window
     served = NativeBackend.load(llama, weights="fp32", kv_dtype="int4", attention="topk")  # `ktcli serve`: 4 x 32K
     assert served.kv.num_blocks * served.kv.block_size >= 4 * 32768
+    # Its window is what the pool holds, not the 1M positions remapping could reach: a
+    # longer prompt is refused on its own (a 400), never taken in to fail its batch.
+    assert served.context_window == served.kv.num_blocks * served.kv.block_size
     monkeypatch.setattr(device_mod, "available_bytes", lambda device: 1 << 20)
     with pytest.raises(OutOfMemoryError, match="100,000-token window needs"):
         NativeBackend.load(llama, weights="fp32", kv_dtype="int4", attention="topk", context_window=100_000, kv_windows=1)
