@@ -76,6 +76,7 @@ class Runner(Protocol):
     context_window: int
     vocab_size: int  # rows of the model's embedding: a prompt's ids must be below it
     max_prompt_chars: int  # text longer than this cannot fit the window (`longest_token`)
+    message_tokens: int  # the fewest tokens a chat message costs (`message_tokens`)
     max_batch: int
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
@@ -96,6 +97,21 @@ def longest_token(vocab: dict[str, int]) -> int:
     window times this cannot fit, and is refused before its tokenisation, which holds the
     GIL: a 20 MB body stalled every other client of `ktcli serve` for 13 s."""
     return max((len(t) for t in vocab), default=1) or 1
+
+
+def message_tokens(encode_chat: Callable[[list[Message]], list[int]]) -> int:
+    """The tokens one more (empty) message costs under the chat template: its role's header
+    and end, 5 for SmolLM2's. A chat of more messages than the window over this cannot fit,
+    and is refused before its template is rendered (8,000 empty messages took 5 s to
+    render into their 400). A user and an assistant turn are added, as templates that want
+    roles to alternate accept; 1 where the template refuses even that."""
+    try:
+        one = encode_chat([{"role": "user", "content": ""}])
+        three = encode_chat([{"role": "user", "content": ""}, {"role": "assistant", "content": ""},
+                             {"role": "user", "content": ""}])
+        return max(1, (len(three) - len(one)) // 2)
+    except Exception:  # noqa: BLE001 - a template's own refusal: no estimate, count messages only
+        return 1
 
 
 class _Stream:
@@ -154,6 +170,7 @@ class NativeRunner:
         self.max_prompt_chars = self.context_window * longest_token(vocab)
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+        self.message_tokens = message_tokens(self.encode_chat) if self.tokenizer is not None else 1
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
         return list(self.backend.chat_ids(messages, template_kwargs))
@@ -227,6 +244,7 @@ class HFRunner:
         self.max_prompt_chars = self.context_window * longest_token(self.tokenizer.get_vocab())
         self.max_batch = max(1, max_batch)
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
+        self.message_tokens = message_tokens(self.encode_chat)
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:

@@ -179,11 +179,12 @@ def check_prompt_length(prompt: str, max_chars: int, window: int) -> None:
     _check_length(len(prompt), max_chars, window, "prompt")
 
 
-def check_messages_length(messages: list[dict], max_chars: int, window: int) -> None:
+def check_messages_length(messages: list[dict], max_chars: int, window: int, message_tokens: int = 1) -> None:
     """`_check_length` for a chat, before its template is rendered: each message also costs
-    tokens of its own (its role's header), so 200,000 empty messages, which took seconds of
-    rendering before their 400, are refused by their count."""
-    if len(messages) > window:
+    tokens of its own (`message_tokens`: its role's header and end), so 200,000 empty
+    messages, which took seconds of rendering before their 400, are refused by their
+    count, and so are 8,000 (5 s each, which slowed every other client 7x)."""
+    if len(messages) * max(1, message_tokens) > window:
         raise ApiError(400, f"{len(messages):,} messages are more than this model's context window of {window} "
                        "tokens can hold", code="context_length_exceeded", param="messages")
     _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
@@ -234,6 +235,16 @@ UNSUPPORTED = {
     "guided_choice": ((None,), "guided decoding is not supported"),
     "guided_grammar": ((None,), "guided decoding is not supported"),
     "structured_outputs": ((None,), "guided decoding is not supported"),
+    "continue_final_message": ((None, False), "continuing the last assistant message is not supported"),
+    "include_stop_str_in_output": ((None, False), "the stop string is never included in the output"),
+    "use_beam_search": ((None, False), "beam search is not supported"),
+    "length_penalty": ((None, 1, 1.0), "length penalties (of beam search) are not applied"),
+    "prompt_logprobs": ((None,), "log probabilities are not returned"),
+    "truncate_prompt_tokens": ((None,), "prompts are never truncated"),
+    "tool_choice": ((None, "none", "auto"), "tool calls are not supported"),
+    "modalities": ((None, ["text"]), "only text is produced"),
+    "audio": ((None,), "only text is produced"),
+    "prediction": ((None,), "predicted outputs are not supported"),
 }
 
 
@@ -266,7 +277,7 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
 
 def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_size: int, max_chars: int,
                      default_max: int, encode_chat: Callable[..., list[int]],
-                     encode_text: Callable[[str], list[int]]) -> GenRequest:
+                     encode_text: Callable[[str], list[int]], message_tokens: int = 1) -> GenRequest:
     check_model(body, served)
     stream = _flag(body, "stream")
     include_usage = _include_usage(body)
@@ -274,7 +285,7 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
         raise ApiError(400, "'stream_options' is only allowed with 'stream': true", param="stream_options")
     if kind == "chat":
         messages = parse_messages(body)
-        check_messages_length(messages, max_chars, window)
+        check_messages_length(messages, max_chars, window, message_tokens)
         ids = encode_chat(messages, template_kwargs(body))
     else:
         ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)

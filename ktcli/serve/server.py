@@ -118,7 +118,7 @@ class ServeApp:
         window, max_chars = self.runner.context_window, self.runner.max_prompt_chars
         if "messages" in body:
             messages = parse_messages(body)
-            check_messages_length(messages, max_chars, window)
+            check_messages_length(messages, max_chars, window, self.runner.message_tokens)
             ids = self.runner.encode_chat(messages, template_kwargs(body))
         else:
             text = body.get("prompt", body.get("content"))
@@ -253,6 +253,7 @@ class Handler(BaseHTTPRequestHandler):
             kind, body, served=app.options.model_id, window=app.runner.context_window,
             vocab_size=app.runner.vocab_size, max_chars=app.runner.max_prompt_chars, default_max=app.options.default_max_tokens,
             encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
+            message_tokens=app.runner.message_tokens,
         )
         job = Job(req.prompt_ids, req.params)
         self._looked = time.monotonic()

@@ -39,6 +39,7 @@ class FakeRunner:
     context_window = 64
     vocab_size = 100
     max_prompt_chars = 64 * 12
+    message_tokens = 3  # as FakeTokenizer's template counts a message
     max_batch = 8
 
     def __init__(self, step_s: float = 0.01) -> None:
@@ -186,6 +187,16 @@ def test_tokenize(served):
     (chat(stop_token_ids=[2]), 400, "stop token ids"),
     (chat(min_tokens=5), 400, "minimum length"),
     (chat(guided_json={"type": "object"}), 400, "guided decoding"),
+    (chat(continue_final_message=True), 400, "continuing the last assistant message"),
+    (chat(include_stop_str_in_output=True), 400, "stop string is never included"),
+    (chat(use_beam_search=True), 400, "beam search"),
+    (chat(prompt_logprobs=1), 400, "log probabilities"),
+    (chat(truncate_prompt_tokens=10), 400, "never truncated"),
+    (chat(tool_choice="required"), 400, "tool calls"),
+    (chat(modalities=["text", "audio"]), 400, "only text"),
+    (chat(prediction={"type": "content", "content": "x"}), 400, "predicted outputs"),
+    # 30 empty messages cost 90 tokens of template: refused by their count, before rendering
+    ({"messages": [{"role": "user", "content": ""}] * 30}, 400, "30 messages are more than"),
     (chat(seed=2**64), 400, "'seed' must be an integer from 0 to"),
     (chat(stream_options={"include_usage": True}), 400, "only allowed with 'stream': true"),
     (chat("bad \ud800 text"), 400, "lone UTF-16 surrogate"),
@@ -205,7 +216,8 @@ def test_malformed_requests_get_4xx_json(served, body, status, fragment):
 def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(served):
     port, _, _ = served
     quiet = chat(max_tokens=4, logprobs=False, top_logprobs=0, tools=[], n=1, response_format={"type": "text"},
-                 frequency_penalty=0, presence_penalty=0.0, logit_bias={}, temperature=1e-40)
+                 frequency_penalty=0, presence_penalty=0.0, logit_bias={}, temperature=1e-40, tool_choice="none",
+                 modalities=["text"], continue_final_message=False, include_stop_str_in_output=False)
     quiet["messages"].append({"role": "assistant", "content": None, "tool_calls": []})  # a turn with no text
     quiet["messages"].append({"role": "user", "content": "go on"})
     assert request(port, "POST", "/v1/chat/completions", quiet)[0] == 200
@@ -541,3 +553,14 @@ def test_a_client_that_resets_its_connection_leaves_no_traceback(served, capfd):
     time.sleep(0.5)
     assert request(port, "GET", "/health")[0] == 200
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_messages_template_cost_is_measured_once():
+    from ktcli.engine.batching import message_tokens
+
+    assert message_tokens(lambda msgs: [0] * (5 * len(msgs) + 2)) == 5  # SmolLM2's ChatML: 5 a message
+
+    def alternating_only(msgs):
+        raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
+
+    assert message_tokens(alternating_only) == 1  # no estimate: messages are counted alone
