@@ -105,15 +105,19 @@ class Engine:
 
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset(),
-        joining: Callable[[], list[tuple[list[int], int]]] | None = None,
+        joining: Callable[[], list[tuple[list[int], SamplingParams]]] | None = None,
         on_eos: Callable[[int], None] | None = None, keep_later: bool = False,
+        own_params: list[SamplingParams] | None = None,
     ) -> Iterator[tuple[int, int]]:
         """Yield (prompt index, token id) as tokens are produced, until every sequence
         finishes (EOS, max tokens, context window or abort). EOS is not yielded.
 
-        `joining`, asked before every step, gives more (prompt, max new tokens) to run
-        with the same `params`: a server's requests that arrive mid-run join it at the
-        next step (continuous batching), numbered on after the prompts before them.
+        `joining`, asked before every step, gives more (prompt, its sampling params) to
+        run: a server's requests that arrive mid-run join it at the next step (continuous
+        batching), numbered on after the prompts before them. `own_params`: each prompt's
+        sampling params (max new tokens, temperature, top-k, top-p, seed), where they
+        differ; `params` then holds what the run shares (keep_prompt). A batch's rows
+        are sampled each with its own (`sampler.sample`).
         `on_eos(index)` is told the step a sequence ends with EOS (not yielded), so a
         server answers it then, not when the whole batch ends. `keep_later`: prompts kept
         (params.keep_prompt) are written by `keep_deferred`, not as their sequence ends.
@@ -127,10 +131,12 @@ class Engine:
         index: dict[int, int] = {}
         waiting: deque[Sequence] = deque()
 
-        def add(prompt: list[int], max_new: int) -> None:
+        def add(prompt: list[int], own: SamplingParams | None) -> None:
             if not prompt:
                 raise ValueError("empty prompt")
-            s = Sequence(self._next_id, list(prompt), len(prompt), max_new, generator=make_generator(params, self.device))
+            max_new = (own or params).max_new_tokens
+            s = Sequence(self._next_id, list(prompt), len(prompt), max_new, params=own,
+                         generator=make_generator(own or params, self.device))
             self._next_id += 1
             index[s.seq_id] = len(seqs)
             seqs.append(s)
@@ -138,8 +144,8 @@ class Engine:
             if max_new > 0:
                 waiting.append(s)
 
-        for p in prompts:
-            add(p, params.max_new_tokens)
+        for k, p in enumerate(prompts):
+            add(p, own_params[k] if own_params is not None else None)
         self._current = seqs
         self._keep_prompts = params.keep_prompt
         self._keep_later = keep_later
@@ -148,8 +154,8 @@ class Engine:
         start = time.perf_counter()
         try:
             while True:
-                for prompt, max_new in joining() if joining is not None else ():
-                    add(prompt, max_new)
+                for prompt, own in joining() if joining is not None else ():
+                    add(prompt, own)
                 if not (waiting or running):
                     break
                 self._drop_aborted(running, waiting)
@@ -475,7 +481,9 @@ class Engine:
             return []
         if len(rows) != len(batch):
             logits = logits[rows]
-        tokens = sample(logits, params, [s.generator for s in done])
+        own = [s.params for s in done]
+        tokens = sample(logits, params if all(p is None for p in own) else [p or params for p in own],
+                        [s.generator for s in done])
         for s, t in zip(done, tokens):
             s.token_ids.append(t)
         return list(zip(done, tokens))

@@ -2,14 +2,40 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 from ktcli.engine.backend import SamplingParams
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]) -> list[int]:
+def sample(logits: torch.Tensor, params: SamplingParams | Sequence[SamplingParams],
+           generators: list[torch.Generator | None]) -> list[int]:
     """logits [B, vocab] float32 -> one token id per row. Each row draws from its own
-    generator, so a sequence samples the same tokens alone or in a batch."""
+    generator, so a sequence samples the same tokens alone or in a batch. `params`: one
+    for every row, or each row's own (a server's requests of different temperatures
+    share a batch): rows alike are sampled together."""
+    if isinstance(params, SamplingParams):
+        return _sample_alike(logits, params, generators)
+    groups: dict[tuple, list[int]] = {}
+    for i, p in enumerate(params):
+        groups.setdefault(_choice_key(p), []).append(i)
+    if len(groups) == 1:
+        return _sample_alike(logits, params[0], generators)
+    out = [0] * len(params)
+    for rows in groups.values():
+        picked = _sample_alike(logits[rows], params[rows[0]], [generators[i] for i in rows])
+        for i, token in zip(rows, picked):
+            out[i] = token
+    return out
+
+
+def _choice_key(p: SamplingParams) -> tuple:
+    """What decides a row's choice besides its generator: equal keys sample alike."""
+    return ("greedy",) if p.temperature <= 0 else (p.temperature, p.top_k, p.top_p)
+
+
+def _sample_alike(logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator | None]) -> list[int]:
     if params.temperature <= 0:
         if logits.device.type == "cpu" and logits.dtype == torch.float32:
             # numpy's argmax over a 49K vocabulary: ~10 us; torch's CPU argmax ~110 us here

@@ -7,6 +7,8 @@ from enum import Enum
 
 import torch
 
+from ktcli.engine.backend import SamplingParams
+
 
 class Status(Enum):
     WAITING = "waiting"  # no pages yet (or preempted: pages given back, recompute later)
@@ -32,6 +34,9 @@ class Sequence:
     status: Status = Status.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None  # sampling RNG, per sequence
+    # Its own temperature, top-k and top-p where they differ from the run's (a server's
+    # requests of other sampling share a batch); None: the run's.
+    params: SamplingParams | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -85,7 +85,7 @@ class Scheduler:
             started = time.perf_counter()
             with self._cv:
                 self._running = batch
-            key = sampling_key(batch[0].params)
+            key = self._key(batch[0])
             join = (lambda room, key=key: self._join(key, room)) if getattr(self.runner, "joins", False) else None
             try:
                 self.runner.run(batch, join)
@@ -126,7 +126,7 @@ class Scheduler:
                 job = self._waiting[0]
                 if job.cancelled.is_set():
                     self._waiting.popleft().finish("cancelled")
-                elif sampling_key(job.params) == key:
+                elif self._key(job) == key:
                     joined.append(self._waiting.popleft())
                 else:
                     break
@@ -134,6 +134,11 @@ class Scheduler:
                 self._running = [j for j in self._running if not j.finished] + joined
                 self._count(len(self._running), len(joined))
             return joined
+
+    def _key(self, job: Job) -> tuple:
+        """Jobs of equal keys share a batch: all, where the runner samples each with its own
+        params (`mixes_sampling`)."""
+        return () if getattr(self.runner, "mixes_sampling", False) else sampling_key(job.params)
 
     def _count(self, running: int, new: int) -> None:
         self.stats.jobs += new
@@ -145,13 +150,13 @@ class Scheduler:
             self._waiting.popleft().finish("cancelled")
         if not self._waiting:
             return []
-        key = sampling_key(self._waiting[0].params)
+        key = self._key(self._waiting[0])
         batch, rest = [], deque()
         while self._waiting:
             job = self._waiting.popleft()
             if job.cancelled.is_set():
                 job.finish("cancelled")
-            elif len(batch) < self.max_batch and sampling_key(job.params) == key:
+            elif len(batch) < self.max_batch and self._key(job) == key:
                 batch.append(job)
             else:
                 rest.append(job)

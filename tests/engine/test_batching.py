@@ -120,7 +120,7 @@ def test_a_long_prompt_that_joins_does_not_freeze_the_running_streams(tiny_model
 
     def joining():
         calls["n"] += 1
-        return [(long_prompt, 4)] if calls["n"] == 3 else []
+        return [(long_prompt, SamplingParams(max_new_tokens=4))] if calls["n"] == 3 else []
 
     order = [i for i, _ in engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=30), frozenset(), joining)]
     first_joined = order.index(1)
@@ -128,7 +128,7 @@ def test_a_long_prompt_that_joins_does_not_freeze_the_running_streams(tiny_model
     # and each sequence's tokens are those it gets alone (greedy)
     alone = [t for _, t in engine.generate([long_prompt], SamplingParams(max_new_tokens=4), frozenset())]
     mixed = [t for i, t in engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=30), frozenset(),
-                                           lambda c=iter(range(100)): [(long_prompt, 4)] if next(c) == 2 else [])
+                                           lambda c=iter(range(100)): [(long_prompt, SamplingParams(max_new_tokens=4))] if next(c) == 2 else [])
              if i == 1]
     assert mixed == alone and engine.blocks.num_used == 0
 
@@ -164,7 +164,7 @@ def test_a_short_prompt_that_joins_a_long_ones_prefill_answers_first(tiny_models
 
     def joining():
         calls["n"] += 1
-        return [([5, 6, 7], 3)] if calls["n"] == 2 else []
+        return [([5, 6, 7], SamplingParams(max_new_tokens=3))] if calls["n"] == 2 else []
 
     order = [i for i, _ in engine.generate([long_prompt], SamplingParams(max_new_tokens=3), frozenset(), joining)]
     assert order[:3] == [1, 1, 1]  # the short one's three tokens before the long one's first
@@ -182,7 +182,7 @@ def test_a_long_prompt_is_not_starved_by_a_stream_of_short_ones(tiny_models):
 
     def joining():
         calls["n"] += 1
-        return [([5, 6, 7, 8, 9], 1)] if calls["n"] < 60 else []
+        return [([5, 6, 7, 8, 9], SamplingParams(max_new_tokens=1))] if calls["n"] < 60 else []
 
     order = [i for i, _ in engine.generate([long_prompt], SamplingParams(max_new_tokens=1), frozenset(), joining)]
     assert order.index(0) < 30  # the long prompt's token came while short ones still arrived
@@ -206,7 +206,7 @@ def test_streams_pause_for_at_most_a_mixed_steps_budget_when_a_long_prompt_joins
 
     def joining():
         calls["n"] += 1
-        return [([(i * 7) % 250 + 1 for i in range(300)], 2)] if calls["n"] == 3 else []
+        return [([(i * 7) % 250 + 1 for i in range(300)], SamplingParams(max_new_tokens=2))] if calls["n"] == 3 else []
 
     list(engine.generate([[5, 6, 7]], SamplingParams(max_new_tokens=40), frozenset(), joining))
     assert chunks[0] == 3 and max(chunks[1:]) <= 32  # the joiner's prefill, cut to the mixed budget
@@ -239,3 +239,41 @@ def test_a_sequence_that_ends_with_eos_is_reported_in_its_step(runner):
         seen.append(f"token {i}")
     ended = seen.index("eos 1")
     assert seen[:ended].count("token 1") == 2 and "token 0" in seen[ended:]
+
+
+def test_requests_of_different_sampling_share_a_batch_and_answer_as_alone(runner):
+    """Each request samples with its own temperature, top-k, top-p and seed inside one
+    batch: a request at OpenAI's default temperature waited behind a greedy stream (5.4 s
+    to its first token). Its tokens are those it samples alone."""
+    kinds = [SamplingParams(max_new_tokens=12), SamplingParams(max_new_tokens=12, temperature=0.8, seed=5),
+             SamplingParams(max_new_tokens=9, temperature=1.3, top_k=20, seed=9),
+             SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.9, seed=5)]
+    prompts = [[5, 6, 7, 8], [9, 10, 11], [12, 13], [5, 6, 7, 8]]
+
+    def texts(jobs):
+        return [[text for kind, text in _events(j) if kind == "text"] for j in jobs]
+
+    alone = []
+    for prompt, params in zip(prompts, kinds):
+        job = Job(prompt, params)
+        runner.run([job])
+        alone.append(texts([job])[0])
+    together = [Job(p, k) for p, k in zip(prompts, kinds)]
+    runner.run(together)
+    assert texts(together) == alone
+    assert [j.completion_tokens for j in together] == [12, 12, 9, 12]
+    assert alone[0] != alone[3]  # the same prompt, greedy and sampled: the rows were not sampled alike
+
+
+def test_the_server_batches_requests_of_any_sampling_on_our_engine(runner):
+    from ktcli.serve.scheduler import Scheduler
+
+    scheduler = Scheduler(runner, gather_s=0, max_batch=8)
+    try:
+        jobs = [Job([5, 6], SamplingParams(max_new_tokens=2)), Job([7, 8], SamplingParams(temperature=1.0, seed=1)),
+                Job([9], SamplingParams(temperature=0.5, top_k=3))]
+        with scheduler._cv:  # held: the scheduler's own thread takes nothing meanwhile
+            scheduler._waiting.extend(jobs)
+            assert scheduler._take() == jobs
+    finally:
+        scheduler.stop(0)
