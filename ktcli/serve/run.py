@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import inspect
+import resource
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -62,9 +64,22 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
     check_exposure(options.host, options.api_key)
     if not options.model_id:
         options = replace(options, model_id=resolve_model(settings.model, settings.named("model")).name)
-    if runner is None:
-        on_status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
-        runner = make_runner(load_engine(settings, on_status), options.max_batch)
+    # From the start, not once serving: a SIGTERM during the model's load ended the process
+    # by the signal, with no word said.
+    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    try:
+        started = time.perf_counter()
+        if runner is None:
+            on_status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
+            runner = make_runner(load_engine(settings, on_status), options.max_batch)
+        _serve_until_stopped(runner, options, on_status, time.perf_counter() - started)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _serve_until_stopped(runner: Runner, options: ServeOptions, on_status: Callable[[str], None],
+                         load_s: float) -> None:
     app = ServeApp(runner, options)
     try:
         httpd = make_server(app)
@@ -73,15 +88,15 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
     host, port = httpd.server_address[:2]
     app.scheduler.start()
     shown = f"[{host}]" if ":" in str(host) else host
+    # What an operator sizes clients by: the longest request (prompt and answer) the
+    # engine holds, the load time and the memory taken.
     on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
-              f"({runner.name} engine, batches of up to {app.scheduler.max_batch}"
-              f"{', API key required' if options.api_key else ''})")
-    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+              f"({runner.name} engine, batches of up to {app.scheduler.max_batch}, requests of up to "
+              f"{runner.context_window:,} tokens{', API key required' if options.api_key else ''}; "
+              f"loaded in {load_s:.1f}s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)")
     try:
         httpd.serve_forever(poll_interval=0.2)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
         httpd.server_close()
         app.scheduler.stop(wait_s=STOP_WAIT_S)
         app.drain(DRAIN_S)

@@ -564,3 +564,24 @@ def test_a_messages_template_cost_is_measured_once():
         raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
 
     assert message_tokens(alternating_only) == 1  # no estimate: messages are counted alone
+
+
+def test_a_sigterm_while_the_model_loads_is_said_in_one_line(monkeypatch):
+    """The handler was set once serving: a service manager's stop during a minutes-long
+    load ended the process by the signal, unsaid."""
+    import os
+    import signal
+
+    from ktcli.config import Settings
+    from ktcli.serve import run
+
+    def loading(settings, on_status=None):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises here
+        raise AssertionError("the signal was not handled")
+
+    monkeypatch.setattr(run, "load_engine", loading)
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(run.Terminated):
+        run.serve(Settings(), ServeOptions(host="127.0.0.1", port=0, model_id="fake"), lambda s: None)
+    assert signal.getsignal(signal.SIGTERM) is before  # put back
