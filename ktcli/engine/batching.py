@@ -39,6 +39,7 @@ class Job:
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
     finished: bool = False
+    outcome: str = ""  # its finish reason, or "error" (for the server's log)
 
     def emit(self, text: str) -> None:
         if text and not self.finished:
@@ -46,12 +47,12 @@ class Job:
 
     def finish(self, reason: str) -> None:
         if not self.finished:
-            self.finished = True
+            self.finished, self.outcome = True, reason
             self.events.put(("done", reason))
 
     def fail(self, message: str) -> None:
         if not self.finished:
-            self.finished = True
+            self.finished, self.outcome = True, "error"
             self.events.put(("error", message))
 
     def cancel(self) -> None:

@@ -256,7 +256,8 @@ class Handler(BaseHTTPRequestHandler):
             message_tokens=app.runner.message_tokens,
         )
         job = Job(req.prompt_ids, req.params)
-        self._looked = time.monotonic()
+        self._looked = started = time.monotonic()
+        self._first_text_at = None
         reply = Reply(kind, app.options.model_id, include_usage=req.include_usage)
         app.scheduler.submit(job)
         try:
@@ -266,6 +267,16 @@ class Handler(BaseHTTPRequestHandler):
                 self._complete(job, reply)
         finally:
             job.cancel()  # no-op when finished; frees the engine's work when the client left
+            if app.options.verbose:
+                self._log_generation(kind, job, started)
+
+    def _log_generation(self, kind: str, job: Job, started: float) -> None:
+        """--verbose: one line per generation when it ends (http.server's own line comes
+        when the headers go, before a stream's first token): its tokens and times."""
+        first = f"{self._first_text_at - started:.2f}s" if self._first_text_at is not None else "-"
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {kind}: {len(job.prompt)} prompt tokens, "
+                         f"{job.completion_tokens} out, first token {first}, total {time.monotonic() - started:.2f}s, "
+                         f"{job.outcome or 'unfinished'}\n")
 
     def _next_event(self, job: Job) -> tuple[str, str]:
         """The job's next event; the client's leaving cancels the job meanwhile (a request
@@ -281,7 +292,10 @@ class Handler(BaseHTTPRequestHandler):
                     job.cancel()
                     raise ConnectionAbortedError("the client closed the connection")
             try:
-                return job.events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
+                event = job.events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
+                if event[0] == "text" and self._first_text_at is None:
+                    self._first_text_at = time.monotonic()
+                return event
             except queue.Empty:
                 if time.monotonic() >= deadline:
                     return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")

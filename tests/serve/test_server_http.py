@@ -585,3 +585,15 @@ def test_a_sigterm_while_the_model_loads_is_said_in_one_line(monkeypatch):
     with pytest.raises(run.Terminated):
         run.serve(Settings(), ServeOptions(host="127.0.0.1", port=0, model_id="fake"), lambda s: None)
     assert signal.getsignal(signal.SIGTERM) is before  # put back
+
+
+@pytest.mark.parametrize("served", [{"verbose": True}], indirect=True)
+def test_verbose_logs_each_generation_with_its_tokens_and_times(served, capsys):
+    port, _, _ = served
+    assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=3))[0] == 200
+    sse(port, "/v1/completions", {"prompt": "one two", "max_tokens": 2, "stream": True})
+    time.sleep(0.2)  # the handler thread writes its line after the last byte
+    lines = [line for line in capsys.readouterr().err.splitlines() if "prompt tokens" in line]
+    assert len(lines) == 2, lines
+    assert "chat: 7 prompt tokens, 3 out, first token " in lines[0] and lines[0].endswith(", length")
+    assert "completion: " in lines[1] and "2 out" in lines[1]
