@@ -54,25 +54,31 @@ class _Lines:
         # after them, wherever those are (`<li><p>text</p></li>` was a lone "-" line, then
         # the text), and from those words' line.
         self.marker = ""
+        self._any = False  # the line holds a visible character (a separator counts)
+        self._content = False  # ... of the page's text (a cell separator does not)
 
-    def text(self, piece: str, source: int) -> None:
+    def text(self, piece: str, source: int, separator: bool = False) -> None:
         piece = piece.replace("\u00ad", "")  # a soft hyphen (&shy;) shows only at a line end
-        if piece:
-            if not self.has_text() and piece.strip():
-                self.current_source = source
-                if self.marker:
-                    self.current.append(self.marker)
-                    self.marker = ""
-            self.current.append(piece)
+        if not piece:
+            return
+        if not separator and not self._content and piece.strip():
+            self._content = True
+            self.current_source = source  # where its words start, not an empty first cell
+            if self.marker:
+                self.current.insert(0, self.marker)
+                self.marker = ""
+        self._any = self._any or bool(piece.strip())
+        self.current.append(piece)
 
     def has_text(self) -> bool:
-        return bool("".join(self.current).strip())
+        return self._any
 
     def newline(self) -> None:
         # Spaces collapse across inline tags as a browser shows them ("a <b> b</b>": "a b").
-        line = _SPACES.sub(" ", "".join(self.current)).strip()
+        line = _SPACES.sub(" ", "".join(self.current)).strip() if self._content else ""
         self.current = []
-        if not line.strip("| "):  # nothing, or a table row of empty cells
+        self._any = self._content = False
+        if not line:  # nothing, or a table row of empty cells
             return
         self._blank_if_pending(self.current_source)
         self.lines.append(line)
@@ -198,15 +204,25 @@ class _Cursor:
         return m.end() if m else None
 
 
-# A start tag to its closing ">": quoted attribute values may hold ">" and line breaks.
-_START_TAG = re.compile(r"""<[^\s/>]+(?:"[^"]*"|'[^']*'|[^'">])*>""")
+# A start tag to its closing ">". As html.parser reads it, a quote opens a value only
+# right after "=" (`title=don't` is an unquoted value); a quoted value may hold ">" and
+# line breaks.
+_START_TAG = re.compile(r"""<[^\s/>]+(?:=\s*"[^"]*"|=\s*'[^']*'|[^>])*+>""")
+
+# Where html.parser leaves a tag open that HTML closes by itself (`<tr><td>a<td>b<tr>`,
+# `<li>x<li>y`, `<dt>a<dd>b<dt>c`), the next one nests inside it: these name the tags
+# whose parent of these names is really their sibling.
+_SIBLINGS_OF = {"tr": {"td", "th", "tr"}, "td": {"td", "th"}, "th": {"td", "th"}, "li": {"li"},
+                "dt": {"dt", "dd"}, "dd": {"dt", "dd"}}
 
 
-def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> None:
-    """`one_line`: inside a table cell or heading, where the markup's line breaks are
-    only layout (a row's cells are one line of text, and so are the paragraphs and line
-    breaks inside a cell)."""
-    cells = items = 0
+def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_before: int = 0) -> None:
+    """`one_line`: "row" inside a heading, a table row or a term, whose markup line breaks
+    are only layout (a row's cells are one line of text); "cell" inside a table cell,
+    whose paragraphs and line breaks are too (Confluence, Word and MediaWiki exports wrap
+    each cell in <p>). `items_before`: list items before this node's first (an <li>
+    html.parser nested in the one before it)."""
+    cells, items = 0, items_before
     for child in node.children:
         if isinstance(child, NavigableString):
             start = cursor.line
@@ -225,6 +241,7 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> No
             continue
         cursor.at_tag(child)
         name = (child.name or "").lower()
+        nested = (node.name or "").lower() in _SIBLINGS_OF.get(name, ())  # an implied end before it
         if name in _DROP or _hidden(child):
             cursor.past_element(child)  # its line breaks still count
             continue
@@ -236,22 +253,20 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> No
         elif name in _CELL:
             # Every cell after a row's first adds its separator, also after an empty one
             # (an empty corner cell put "Autumn" over the summer's figure).
-            out.text(" | " if cells else "", cursor.line)
+            out.text(" | " if cells or (nested and out.has_text()) else "", cursor.line, separator=True)
             cells += 1
-            _walk(child, out, cursor, one_line=True)
-        elif one_line and (name in _PARAGRAPH or name in _LINE):
-            # A cell's paragraphs, line breaks and lists (Confluence, Word and MediaWiki
-            # exports wrap each cell in <p>) stay in their row.
-            out.text(" ", cursor.line)
-            _walk(child, out, cursor, one_line=True)
-            out.text(" ", cursor.line)
+            _walk(child, out, cursor, one_line="cell")
+        elif one_line == "cell" and (name in _PARAGRAPH or name in _LINE) and not nested:
+            out.text(" ", cursor.line, separator=True)  # a block inside a cell stays in its row
+            _walk(child, out, cursor, one_line="cell")
+            out.text(" ", cursor.line, separator=True)
         elif name == "pre":
             text = child.get_text()
             out.raw_lines(text, cursor.line)
             cursor.past(str(child))
             out.paragraph()
         elif name == "br":
-            out.newline()
+            out.text(" ", cursor.line, separator=True) if one_line else out.newline()
         elif name == "img":
             alt = _SPACES.sub(" ", str(child.get("alt") or "")).strip()
             if alt:  # what the page says an image shows: text a reader gets too
@@ -261,26 +276,32 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: bool = False) -> No
             items += name == "li"
             marker = _marker(name, node, items)
             out.marker = marker or out.marker  # an item's <p> keeps the item's marker
-            _walk(child, out, cursor, one_line=one_line or name in _ONE_LINE)
+            # A block in a row (a <p> in a heading html.parser never saw closed) reads as
+            # any other; in a cell it reached here only as an implied sibling.
+            inner = "row" if name in _ONE_LINE else ""
+            _walk(child, out, cursor, one_line=inner, items_before=items if name == "li" else 0)
             if marker:
                 out.marker = ""  # an empty item's or heading's marker is not a line
             out.paragraph() if name in _PARAGRAPH else out.newline()
         elif name in _SPACED:
-            out.text(" ", cursor.line)
+            out.text(" ", cursor.line, separator=True)
             _walk(child, out, cursor, one_line)
-            out.text(" ", cursor.line)
+            out.text(" ", cursor.line, separator=True)
         else:
             _walk(child, out, cursor, one_line)
 
 
 def _marker(name: str, parent: Tag, item: int) -> str:
     """Markdown-like markers keep headings and list items recognisable to the chunker; an
-    ordered list's items keep their numbers ("step 3" is a question's words)."""
+    ordered list's items keep their numbers ("step 3" is a question's words). `item`: the
+    item's number in its list (counting those html.parser nested in one another)."""
     if len(name) == 2 and name[0] == "h" and name[1].isdigit():
         return "#" * int(name[1]) + " "
     if name != "li":
         return ""
-    if (parent.name or "").lower() == "ol":
+    while parent is not None and (parent.name or "").lower() == "li":  # `<li>x<li>y`: its list is further up
+        parent = parent.parent
+    if parent is not None and (parent.name or "").lower() == "ol":
         try:
             first = int(str(parent.get("start") or 1))
         except ValueError:

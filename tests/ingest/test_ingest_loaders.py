@@ -727,3 +727,17 @@ def test_control_characters_after_a_text_head_are_left_out_and_said() -> None:
     assert "\x01" not in doc.text and "\x00" not in doc.text and "the code is 4417" in doc.text
     assert [s.reason for s in doc.left_out] == ["300 control characters left out"]
     assert document_from_bytes(b"a\tb\x0cc\n", "ok.txt", "ok.txt").left_out == ()  # tab, form feed: text
+
+
+def test_html_tags_html_parser_leaves_open_still_end_their_rows(write) -> None:
+    # HTML closes <td>, <tr>, <li>, <dt>, <dd> by itself; html.parser nests the next one
+    # inside instead, which joined whole tables and lists into one line.
+    page = ("<table>\n<tr><td>a<td>b\n<tr><td>c<td>d\n</table>\n<ol><li>x<li>y<li>z</ol>\n"
+            "<dl>\n<dt>Alpha\n<dd>First.\n<dt>Beta\n<dd>Second.\n</dl>\n<h5>Notes</h3>\n<p>One.</p>\n<p>Two.</p>\n"
+            "<p>Start <span hidden title=don't>x</span>\ntail one</p>\n<table>\n<tr><td>\n</td>\n<td>\nWords</td></tr></table>")
+    doc = load_one(write("old.html", page))
+    lines = [(t, n) for t, n in zip(doc.text.split("\n"), doc.source_lines) if t]
+    assert lines == [("a | b", 2), ("c | d", 3), ("1. x", 5), ("2. y", 5), ("3. z", 5), ("Alpha", 7), ("First.", 8),
+                     ("Beta", 9), ("Second.", 10), ("##### Notes", 12), ("One.", 13), ("Two.", 14), ("Start", 15),
+                     ("tail one", 16),  # an apostrophe in an unquoted value opens no quote
+                     ("| Words", 21)]  # cited where its words are, not at the empty cell before them
