@@ -89,6 +89,7 @@ class Corpus:
 
 
 SECTION_SEPARATOR = " > "  # between the levels of a section trail (Chunk.section, Citation.section)
+TABLE_TRAIL = "columns: "  # a CSV's or TSV's trail: its header row after this
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_right
 
-from ktcli.types import SECTION_SEPARATOR
+from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL
 
 SEPARATOR = SECTION_SEPARATOR
 # The deepest trail kept: below that, titles say little the last ones do not.
@@ -49,9 +49,10 @@ def document_trails(path: str, kind: str, lines: list[str]) -> SectionIndex:
     table, its header row ("columns: id, name, city"), without which a chunk from its
     middle is rows of bare values that no question about a column matches."""
     if path.lower().endswith(TABLE_SUFFIXES) and lines and lines[0].strip():
-        header = lines[0].strip()
-        header = header if len(header) <= MAX_TITLE_CHARS else header[: MAX_TITLE_CHARS - 1] + "\u2026"
-        return SectionIndex([(1, f"{TABLE_TRAIL}{header}")])  # from the first row under it
+        # The row whole, as written: the model reads it above a chunk's rows
+        # (`prompts.passages`), where a first column with no name (pandas' index: "\tname")
+        # stripped of its tab shifted every name one column; a citation shows its start.
+        return SectionIndex([(1, f"{TABLE_TRAIL}{lines[0].rstrip(chr(13))}")])  # from the first row under it
     if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
         return SectionIndex(_diff_marks(lines))
     return heading_trails(lines, code=kind == "code")
@@ -101,7 +102,6 @@ def _diff_marks(lines: list[str]) -> list[tuple[int, str]]:
 
 
 TABLE_SUFFIXES = (".csv", ".tsv")
-TABLE_TRAIL = "columns: "  # a table's trail: its header row after this
 
 
 def heading_trails(lines: list[str], *, code: bool) -> SectionIndex:

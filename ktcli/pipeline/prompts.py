@@ -7,7 +7,8 @@ import os
 import re
 
 from ktcli.engine.backend import Message
-from ktcli.ingest.sections import TABLE_SUFFIXES, TABLE_TRAIL
+from ktcli.ingest.sections import TABLE_SUFFIXES
+from ktcli.types import TABLE_TRAIL
 
 SYSTEM = (
     "You are ktcli, a careful assistant that answers from the given sources only. "

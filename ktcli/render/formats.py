@@ -41,7 +41,13 @@ def _open_fence(text: str) -> bool:
 def _section_note(section: str) -> str:
     """The last two levels of a citation's section trail, in brackets: enough to place it
     ("A First Look at Classes > Class Definition Syntax"); --json carries the whole trail."""
-    return f"  ({SECTION_SEPARATOR.join(section.split(SECTION_SEPARATOR)[-2:])})" if section else ""
+    if not section:
+        return ""
+    note = SECTION_SEPARATOR.join(section.split(SECTION_SEPARATOR)[-2:])
+    return f"  ({note if len(note) <= MAX_NOTE_CHARS else note[: MAX_NOTE_CHARS - 1] + chr(0x2026)})"
+
+
+MAX_NOTE_CHARS = 120  # a wide table's header row is a trail too
 
 
 def plan_dict(plan: Plan) -> dict:

@@ -25,7 +25,7 @@ from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
 from ktcli.retrieval.symbols import SymbolTable, code_names
-from ktcli.types import Chunk
+from ktcli.types import TABLE_TRAIL, Chunk
 
 # BM25's share. Dense leads because BM25 scores have a long tail: after min-max, a chunk
 # that repeats the question's rare name (a street named like the pump asked about) would
@@ -147,8 +147,15 @@ def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore
 def indexed_text(chunk: Chunk) -> str:
     """What is embedded and indexed for a chunk: its section trail (ingest.sections), then
     its text. The trail names what the section is about where the chunk's own words may
-    not; the prompt still shows the text alone."""
-    return f"{chunk.section}\n\n{chunk.text}" if chunk.section else chunk.text
+    not; the prompt still shows the text alone. A wide table's header row is cut to its
+    first columns: whole, it would outweigh a chunk's own rows."""
+    section = chunk.section
+    if section.startswith(TABLE_TRAIL) and len(section) > len(TABLE_TRAIL) + INDEXED_HEADER_CHARS:
+        section = section[: len(TABLE_TRAIL) + INDEXED_HEADER_CHARS - 1] + "\u2026"
+    return f"{section}\n\n{chunk.text}" if section else chunk.text
+
+
+INDEXED_HEADER_CHARS = 120
 
 
 def _fuse(

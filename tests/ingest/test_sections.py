@@ -170,6 +170,13 @@ def test_a_tables_chunks_carry_its_header_row() -> None:
     block = passages(chunks[:2])
     assert block.count("id,name,city\n") == 2 and chunks[1].text.split("\n")[0] not in ("id,name,city",)
     assert f'ref="{chunks[1].span.cite()}">\nid,name,city\n{chunks[1].text.split(chr(10))[0]}' in block
+    # pandas' index column has no name: the header starts with its separator, kept, or
+    # every name moves one column left; and a wide header reaches the model whole.
+    wide = "\t" + "\t".join(f"column_{i}" for i in range(40))
+    rows = wide + "\n" + "".join("\t".join([str(i)] + ["v"] * 40) + "\n" for i in range(300))
+    doc = document_from_bytes(rows.encode(), "data.tsv", "data.tsv")
+    later = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)[2]
+    assert passages([later]).split("\n")[1] == wide
 
 
 def test_a_diffs_lines_are_placed_in_the_files_they_change():
