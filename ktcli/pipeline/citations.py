@@ -151,10 +151,16 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
             if hits >= 2:  # one shared word is coincidence
                 picks.append((s, i))
     # Lines far weaker than the best one are coincidental word overlap, and so is a line
-    # that shares one word of an answer of several (a summary about quiver trees was cited
-    # to a nav bar's "Home" and an image's "south bench").
+    # that shares one everyday word of an answer of several (a summary about quiver trees
+    # was cited to a nav bar's "Home" and an image's "south bench"); one name or figure
+    # ("It is Whitfield, per the staff page.") is enough.
     enough = min(2, len(wanted))
-    picks += [(s, i) for s, i, hits in whole if s >= 0.5 * best and hits >= enough]
+    named = _names_and_figures(text)
+
+    def supports(i: int, hits: int) -> bool:
+        return hits >= enough or (hits == 1 and bool(line_terms[i] & wanted & named))
+
+    picks += [(s, i) for s, i, hits in whole if s >= 0.5 * best and supports(i, hits)]
     citations: list[Citation] = []
     for s, i in picks:
         if len(citations) >= max_citations:
@@ -165,6 +171,24 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         label = label_of(lines[i].chunk) if label_of is not None else 0
         citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3), label=label))
     return citations
+
+
+def _names_and_figures(text: str) -> set[str]:
+    """Terms of `text` that name something, not everyday words: a word capitalised inside a
+    sentence ("Whitfield"), one with a digit, an underscore or a capital inside ("B2",
+    `max_len`, "iPhone"), a number of three characters or more ("412", "5.87")."""
+    out: set[str] = set()
+    for sentence in _SENTENCE.split(text):
+        for k, m in enumerate(_WORD.finditer(sentence)):
+            word = m.group(0)
+            if word[0].isdigit():
+                named = len(word) >= 3
+            else:
+                named = (k > 0 and word[0].isupper()) or any(c.isdigit() or c == "_" for c in word) \
+                    or any(c.isupper() for c in word[1:])
+            if named:
+                out.add(word.lower())
+    return out
 
 
 _DIGITS = re.compile(r"\d+")

@@ -84,6 +84,10 @@ def test_a_sentence_sharing_one_word_with_a_line_does_not_lead_the_citations():
     assert [c.ref for c in attribute("The quiver tree's home is the Karoo.", [nav], context=0)] == ["p.html:3"]
     assert [c.ref for c in attribute("Shop quietly.", [nav], context=0)] == []
     assert [c.ref for c in attribute("Tea.", [c])] == ["a.txt:3"]  # a one-word answer: its one word is enough
+    # One shared word that names something (a name, a code, a figure) is enough.
+    staff = chunk("s.txt", 1, ["Opening hours: 9 to 5.", "Parking: level B2.", "Manager: Dana Whitfield"])
+    assert [c.ref for c in attribute("It is Whitfield, per the staff page.", [staff], context=0)] == ["s.txt:3"]
+    assert [c.ref for c in attribute("You can park on B2.", [staff], context=0)] == ["s.txt:2"]
 
 
 def test_citations_of_html_name_the_file_lines():
