@@ -105,15 +105,15 @@ def message_tokens(encode_chat: Callable[[list[Message]], list[int]]) -> int:
     """The tokens one more (empty) message costs under the chat template: its role's header
     and end, 5 for SmolLM2's. A chat of more messages than the window over this cannot fit,
     and is refused before its template is rendered (8,000 empty messages took 5 s to
-    render into their 400). A user and an assistant turn are added, as templates that want
-    roles to alternate accept; 1 where the template refuses even that."""
+    render into their 400). The cheaper of a user and an assistant turn (an assistant's may
+    hold an empty thinking block), added as templates that want roles to alternate accept;
+    1 where the template refuses even that."""
+    user, assistant = {"role": "user", "content": ""}, {"role": "assistant", "content": ""}
     try:
-        one = encode_chat([{"role": "user", "content": ""}])
-        three = encode_chat([{"role": "user", "content": ""}, {"role": "assistant", "content": ""},
-                             {"role": "user", "content": ""}])
-        return max(1, (len(three) - len(one)) // 2)
+        lengths = [len(encode_chat(chat)) for chat in ([user], [user, assistant], [user, assistant, user])]
     except Exception:  # noqa: BLE001 - a template's own refusal: no estimate, count messages only
         return 1
+    return max(1, min(lengths[1] - lengths[0], lengths[2] - lengths[1]))
 
 
 class _Stream:

@@ -559,6 +559,8 @@ def test_a_messages_template_cost_is_measured_once():
     from ktcli.engine.batching import message_tokens
 
     assert message_tokens(lambda msgs: [0] * (5 * len(msgs) + 2)) == 5  # SmolLM2's ChatML: 5 a message
+    # An assistant turn with an empty thinking block costs more: the cheaper turn counts.
+    assert message_tokens(lambda msgs: [0] * sum(5 if m["role"] == "user" else 11 for m in msgs)) == 5
 
     def alternating_only(msgs):
         raise ValueError("Conversation roles must alternate user/assistant/user/assistant/...")
