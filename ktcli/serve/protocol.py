@@ -132,7 +132,10 @@ def _include_usage(body: dict) -> bool:
         return False
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
-    return bool(options.get("include_usage", False))
+    flag = options.get("include_usage", False)
+    if not isinstance(flag, bool):  # "no" read as true
+        raise ApiError(400, "'stream_options.include_usage' must be true or false", param="stream_options")
+    return flag
 
 
 def _text_content(content: object, index: int, role: str) -> str:
@@ -148,7 +151,8 @@ def _text_content(content: object, index: int, role: str) -> str:
             if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"messages[{index}].content: only text parts are supported", param="messages")
             texts.append(part["text"])
-        return _valid_text("".join(texts), f"messages[{index}].content", "messages")
+        # Parts joined by a line break, as vLLM joins them ("Hello" and "world" read "Helloworld")
+        return _valid_text("\n".join(texts), f"messages[{index}].content", "messages")
     raise ApiError(400, f"messages[{index}].content must be a string or a list of text parts", param="messages")
 
 
@@ -249,7 +253,7 @@ UNSUPPORTED = {
 
 
 def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: str = "messages") -> SamplingParams:
-    if body.get("n") not in (None, 1):
+    if body.get("n") is not None and (type(body["n"]) is not int or body["n"] != 1):  # not true, not 1.0
         raise ApiError(400, "only n=1 is supported", param="n")
     for name, (off, why) in UNSUPPORTED.items():
         value = body.get(name)
@@ -267,7 +271,8 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
     return SamplingParams(
         max_new_tokens=asked if asked is not None else min(default_max, window - prompt_len),
         temperature=_number(body, "temperature", 0.0, 2.0, 1.0),  # OpenAI's default
-        top_p=_number(body, "top_p", 1e-6, 1.0, 1.0),
+        # OpenAI takes 0: the most likely token only, which a tiny top-p keeps (0 itself kept none)
+        top_p=max(_number(body, "top_p", 0.0, 1.0, 1.0), 1e-6),
         top_k=max(0, top_k or 0),
         stop=_stop(body),
         seed=_integer(body, "seed", 0),

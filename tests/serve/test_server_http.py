@@ -172,7 +172,10 @@ def test_tokenize(served):
     (chat(max_tokens="ten"), 400, "max_tokens"),
     (chat(max_tokens=True), 400, "max_tokens"),
     (chat(temperature=5), 400, "temperature"),
-    (chat(top_p=0), 400, "top_p"),
+    (chat(top_p=-0.1), 400, "top_p"),
+    (chat(n=True), 400, "n=1"),
+    (chat(n=1.0), 400, "n=1"),
+    (chat(stream=True, stream_options={"include_usage": "no"}), 400, "true or false"),
     (chat(stop=[1]), 400, "stop"),
     (chat(n=2), 400, "n=1"),
     (chat(logprobs=True), 400, "log probabilities"),
@@ -215,7 +218,7 @@ def test_malformed_requests_get_4xx_json(served, body, status, fragment):
 
 def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(served):
     port, _, _ = served
-    quiet = chat(max_tokens=4, logprobs=False, top_logprobs=0, tools=[], n=1, response_format={"type": "text"},
+    quiet = chat(max_tokens=4, top_p=0, logprobs=False, top_logprobs=0, tools=[], n=1, response_format={"type": "text"},
                  frequency_penalty=0, presence_penalty=0.0, logit_bias={}, temperature=1e-40, tool_choice="none",
                  modalities=["text"], continue_final_message=False, include_stop_str_in_output=False)
     quiet["messages"].append({"role": "assistant", "content": None, "tool_calls": []})  # a turn with no text
@@ -599,3 +602,10 @@ def test_verbose_logs_each_generation_with_its_tokens_and_times(served, capsys):
     assert len(lines) == 2, lines
     assert "chat: 7 prompt tokens, 3 out, first token " in lines[0] and lines[0].endswith(", length")
     assert "completion: " in lines[1] and "2 out" in lines[1]
+
+
+def test_a_messages_text_parts_are_read_as_separate_words(served):
+    port, _, _ = served
+    parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
+    got, payload = request(port, "POST", "/tokenize", {"messages": [{"role": "user", "content": parts}]})
+    assert got == 200 and payload["count"] == 3 + 2 + 2  # two words, not "Helloworld"
