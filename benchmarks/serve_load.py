@@ -101,7 +101,7 @@ def run_level(port: int, clients: int, requests: int, max_tokens: int) -> dict:
     after = call(port, "/health")[1]
     latencies = sorted(r[1] for r in results if r[0])
     tokens = sum(r[2] for r in results)
-    batches = after["batches"] - before["batches"]
+    batches = after["runs"] - before["runs"]
     return {
         "clients": clients, "requests": requests, "ok": sum(r[0] for r in results),
         "errors": sum(not r[0] for r in results),
