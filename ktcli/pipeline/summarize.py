@@ -105,7 +105,12 @@ def _read_chunks(prep: Prepared, budget: int) -> list[Chunk]:
 
 
 def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) -> Answer:
-    cites = citations.attribute(summary, list(prep.chunks), max_citations=5)
+    # Numbered by document, in input order, as a question read whole numbers them: a
+    # summary asks for no labels, and numbered one by one a single PDF's pages read
+    # "[1] p.1, [2] p.2", as if they were two sources.
+    doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
+    cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
+                                label_of=lambda c: doc_label.get(c.doc_path, 0))
     figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines)}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
 

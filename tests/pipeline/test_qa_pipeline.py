@@ -115,6 +115,21 @@ def test_summary_reads_every_window_and_reduces(haystack, tmp_path):
     assert "Files:" in backend.calls[-1][-1]["content"]  # a folder's summary sees its listing
 
 
+def test_a_summarys_sources_are_numbered_by_document(haystack, tmp_path):
+    """As a question read whole numbers them: one by one, a single PDF's pages read as
+    "[1] p.1, [2] p.2", two sources."""
+    class Summarizing(FakeBackend):
+        def _reply(self, messages):
+            return "The vault combination is 31-07-1999. The museum opens at nine."
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    answer = summarize(prep, Summarizing(), settings, NullReporter(), Tally())
+    order = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
+    assert len(answer.citations) > 1 and all(c.label == order[c.span.path] for c in answer.citations)
+    assert answer.citations[0].label == order[next(p for p in order if p.endswith("part4.txt"))]
+
+
 def test_full_mode_reads_the_whole_input(tmp_path):
     doc = tmp_path / "short.txt"
     doc.write_text("Our office moved to 12 Harbour Street in March.\nThe cafe is on the ground floor.\n")
