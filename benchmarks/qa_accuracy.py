@@ -5,6 +5,7 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
     python -m benchmarks.qa_accuracy --json                      # retrieval before / now
     python -m benchmarks.qa_accuracy --json --baseline layout    # prompt layout before / now
     python -m benchmarks.qa_accuracy --json --baseline merge     # evidence merge before / now
+    python -m benchmarks.qa_accuracy --json --baseline refs      # whole-input source refs before / now
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Each case runs twice in
@@ -162,6 +163,18 @@ def _stripped_merge():
         qa.merge_neighbours = current
 
 
+@contextlib.contextmanager
+def _paths_as_given():
+    """The whole-input prompt's source refs as the user named the files (until
+    2026-12-05), not less the folders they all share (`prompts._without_common_folders`)."""
+    current = prompts._without_common_folders
+    prompts._without_common_folders = lambda paths: list(paths)
+    try:
+        yield
+    finally:
+        prompts._without_common_folders = current
+
+
 # --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
 BASELINES = {
     "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
@@ -169,6 +182,7 @@ BASELINES = {
     "retrieval": (("before: rrf, plain chunks", _rrf_plain_chunks), "now: score fusion, trails",
                   ("pdf-retrieval", "tutorial-retrieval")),
     "layout": (("before: question first too", _question_first), "now: question after", tuple(CASES)),
+    "refs": (("before: paths as given", _paths_as_given), "now: shared folders left out", ("pdf-full",)),
 }
 
 
