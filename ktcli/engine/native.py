@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -49,6 +49,9 @@ class NativeBackend:
         self._stats = GenStats()
         self.eos_ids = self._eos_ids(tokenizer, cfg)
         self._decode = tokenizer.decode if tokenizer is not None else None
+        # Told (prompt tokens read, of all) after each prefill step of a long prompt: the
+        # caller's progress bar (`pipeline.runner`); None: nothing told.
+        self.on_prefill: Callable[[int, int], None] | None = None
 
     # -- loading ------------------------------------------------------------------
 
@@ -170,7 +173,7 @@ class NativeBackend:
         detok = IncrementalDetokenizer(self._decode, prompt)
         stops = StopStrings(params.stop)
         # A prompt to keep is written by `finish`, once the caller has shown the answer's sources.
-        gen = self.engine.generate([prompt], params, self.eos_ids, keep_later=True)
+        gen = self.engine.generate([prompt], params, self.eos_ids, keep_later=True, on_prefill=self.on_prefill)
         try:
             for _, tok in gen:
                 text = stops.feed(detok.push(tok))

@@ -108,6 +108,7 @@ class Engine:
         joining: Callable[[], list[tuple[list[int], SamplingParams]]] | None = None,
         on_eos: Callable[[int], None] | None = None, keep_later: bool = False,
         own_params: list[SamplingParams] | None = None,
+        on_prefill: Callable[[int, int], None] | None = None,
     ) -> Iterator[tuple[int, int]]:
         """Yield (prompt index, token id) as tokens are produced, until every sequence
         finishes (EOS, max tokens, context window or abort). EOS is not yielded.
@@ -117,7 +118,9 @@ class Engine:
         batching), numbered on after the prompts before them. `own_params`: each prompt's
         sampling params (max new tokens, temperature, top-k, top-p, seed), where they
         differ; `params` then holds what the run shares (keep_prompt). A batch's rows
-        are sampled each with its own (`sampler.sample`).
+        are sampled each with its own (`sampler.sample`). `on_prefill(done, total)`: the
+        prompt tokens read so far, after each prefill step of prompts longer than one
+        (a 30K-token prompt read for a minute with no sign of life).
         `on_eos(index)` is told the step a sequence ends with EOS (not yielded), so a
         server answers it then, not when the whole batch ends. `keep_later`: prompts kept
         (params.keep_prompt) are written by `keep_deferred`, not as their sequence ends.
@@ -176,6 +179,8 @@ class Engine:
                     budget = min(self.prefill_chunk, MIXED_PREFILL_CHUNK) if decoding else self.prefill_chunk
                     produced = self._step(self._take_chunks(prefill, budget), params)
                     self.stats.prefill_s += time.perf_counter() - t0
+                    if on_prefill is not None:
+                        self._report_prefill(seqs, on_prefill)
                     if produced and not self.stats.ttft_s:
                         self.stats.ttft_s = time.perf_counter() - start
                     last_was_prefill = True
@@ -263,6 +268,11 @@ class Engine:
         return out
 
     # -- scheduling ---------------------------------------------------------------
+
+    def _report_prefill(self, seqs: list[Sequence], on_prefill: Callable[[int, int], None]) -> None:
+        total = sum(s.prompt_len for s in seqs)
+        if total > self.prefill_chunk:  # a prompt read in one step needs no progress
+            on_prefill(sum(min(s.num_cached, s.prompt_len) for s in seqs), total)
 
     def _admit(self, waiting: deque[Sequence], running: list[Sequence]) -> None:
         while waiting and len(running) < self.max_batch:

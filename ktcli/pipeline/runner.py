@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
@@ -68,20 +69,39 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+@contextmanager
+def _prefill_shown(backend: Backend, reporter: Reporter):
+    """A bar (a line every half minute in a log) while the backend reads a long prompt,
+    where it tells how far it is (our engine): a 30K-token summary read for a minute with
+    nothing said after its plan."""
+    if not hasattr(backend, "on_prefill"):
+        yield
+        return
+    backend.on_prefill = lambda done, total: reporter.progress(PREFILL_PHASE, done, total)
+    try:
+        yield
+    finally:
+        backend.on_prefill = None
+
+
+PREFILL_PHASE = "reading the prompt (tokens)"
+
+
 def generate_text(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, phase: str) -> str:
     """A non-final step (notes): collect the text, show it as progress only."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
-    try:
-        for piece in map(lead.feed, pieces):
-            looping = guard.feed(piece)
-            echo.feed(piece)
-            reporter.progress(phase, len(guard.text), 0)
-            if looping or echo.repeated:
-                break
-    finally:
-        pieces.close()  # a loop stops the backend here: no more tokens are generated
+    with _prefill_shown(backend, reporter):
+        try:
+            for piece in map(lead.feed, pieces):
+                looping = guard.feed(piece)
+                echo.feed(piece)
+                reporter.progress(phase, len(guard.text), 0)
+                if looping or echo.repeated:
+                    break
+        finally:
+            pieces.close()  # a loop stops the backend here: no more tokens are generated
     tally.add(backend)
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
@@ -96,17 +116,18 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
-    try:
-        for piece in map(lead.feed, pieces):
-            if not guard.text and piece:
-                tally.ttft_s = time.perf_counter() - tally.started
-            shown = echo.feed(piece)
-            if shown:
-                reporter.answer_text(shown)
-            if guard.feed(piece) or echo.repeated:
-                break
-    finally:
-        pieces.close()
+    with _prefill_shown(backend, reporter):
+        try:
+            for piece in map(lead.feed, pieces):
+                if not guard.text and piece:
+                    tally.ttft_s = time.perf_counter() - tally.started
+                shown = echo.feed(piece)
+                if shown:
+                    reporter.answer_text(shown)
+                if guard.feed(piece) or echo.repeated:
+                    break
+        finally:
+            pieces.close()
     if not guard.unit:
         rest = echo.flush()
         if rest:
