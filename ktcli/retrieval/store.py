@@ -199,11 +199,13 @@ class IndexStore:
     # -- housekeeping ----------------------------------------------------------------
 
     def size_bytes(self) -> int:
+        """The disk the store takes: blocks allocated, as `du` counts them (a repo of small
+        files keeps two small files per document, 64 MB on disk for 30 MB of bytes)."""
         total = 0
         for dirpath, _dirs, files in os.walk(self.root):
             for name in files:
                 with suppress(OSError):
-                    total += os.stat(os.path.join(dirpath, name)).st_size
+                    total += _disk_bytes(os.stat(os.path.join(dirpath, name)))
         return total
 
     def clear(self) -> None:
@@ -211,19 +213,21 @@ class IndexStore:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def prune(self, max_bytes: int) -> int:
-        """Delete least recently used entries until the store fits max_bytes; also drops
-        data files no manifest names (left by races or crashes). Returns bytes freed."""
+        """Delete least recently used entries until the store fits max_bytes, first the data
+        files no manifest names (left by races or crashes). Returns bytes freed. Within its
+        room it reads no manifest: every run that embedded anything read them all (0.75 s
+        for 5,440 entries, a minute or more at the cap)."""
         before = self.size_bytes()
-        referenced = self._drop_orphans()
         if before <= max_bytes:
-            return before - self.size_bytes()
+            return 0
+        referenced = self._drop_orphans()
         size = self.size_bytes()
         for mtime, manifest_path, data_path in sorted(referenced):
             if size <= max_bytes:
                 break
             for path in (manifest_path, data_path):  # manifest first: no half entry is visible
                 with suppress(OSError):
-                    size -= path.stat().st_size
+                    size -= _disk_bytes(path.stat())
                     path.unlink()
         return before - self.size_bytes()
 
@@ -248,6 +252,10 @@ class IndexStore:
 
     def _manifest_path(self, key: str) -> Path:
         return self._shard(key) / f"{key}.json"
+
+
+def _disk_bytes(st: os.stat_result) -> int:
+    return st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
 
 
 def _restore(stored: np.ndarray) -> np.ndarray:
