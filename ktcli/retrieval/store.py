@@ -255,7 +255,9 @@ class IndexStore:
 
 
 def _disk_bytes(st: os.stat_result) -> int:
-    return st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+    """A file's blocks on disk, or its bytes where those are more (a compressing file
+    system) or unknown."""
+    return max(st.st_size, getattr(st, "st_blocks", 0) * 512)
 
 
 def _restore(stored: np.ndarray) -> np.ndarray:

@@ -197,6 +197,5 @@ def test_prune_within_its_room_reads_no_manifest(tmp_path, monkeypatch):
     store = IndexStore(tmp_path)
     HybridIndex.build(make_corpus(3, 2), embedder=HashEmbedder(), store=store)
     full = store.size_bytes()
-    assert full >= 3 * 2 * 4096  # disk blocks, as du counts them: two small files for each of 3 documents
     monkeypatch.setattr(store, "_drop_orphans", lambda: (_ for _ in ()).throw(AssertionError("read manifests")))
     assert store.prune(full) == 0
