@@ -59,8 +59,12 @@ EMBEDDER_BYTES = 200 * 2**20
 # And grows with the chunks it embeds (batches of other padded lengths leave the heap in
 # pieces, even with each batch's memory handed back): ~30 KB a chunk from 600 to 1,500
 # chunks of a code repo. A cold 1.2M-token folder (5,199 chunks) peaked at 1,102 MiB
-# against 973 planned without it.
+# against 973 planned without it. The pieces are reused past a few thousand chunks: cold
+# indexes of 5,000, 9,439 and 12,591 chunks peaked at 846, 941 and 924 MiB (2026-12-05,
+# Xeon), where 32 KB a chunk for all of them planned 1.1-1.4 GiB (and refused a 63K-chunk
+# input at 3 GiB under --max-memory 1.5GB).
 EMBED_BYTES_PER_CHUNK = 32 * 2**10
+EMBED_GROWTH_CHUNKS = 4096  # the chunks past which the heap grows no more
 # A prefill step's peak working set per token of its chunk, in fp32 values per (hidden +
 # intermediate) width: the step's activations (the MLP's [chunk, 2 * intermediate] the
 # largest), an int8 weight unpacked for the wide GEMM, and what the allocator keeps from

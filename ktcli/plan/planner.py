@@ -13,6 +13,7 @@ from ktcli.config import canonical_attention
 from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
+    EMBED_GROWTH_CHUNKS,
     EMBEDDER_BYTES,
     conversion_bytes,
     conversion_seconds,
@@ -258,7 +259,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         reasons.append(_retrieval_reason(req, retrieval))
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
-            f"even retrieval needs ~{_gb(chosen.est_memory_bytes)} (model weights + one window), over the "
+            f"even retrieval needs ~{_gb(chosen.est_memory_bytes)} (the model, one window, the embedder and an "
+            f"index of {chosen.n_chunks:,} chunks), over the "
             f"--max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
@@ -501,7 +503,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
 def _embedding_memory(req: PlanRequest, n_chunks: int) -> int:
     """What embedding the chunks the index cache lacks adds (EMBED_BYTES_PER_CHUNK)."""
     share = 1.0 if req.uncached_tokens is None else req.uncached_tokens / max(req.corpus_tokens, 1)
-    return int(min(share, 1.0) * n_chunks * EMBED_BYTES_PER_CHUNK)
+    return int(min(min(share, 1.0) * n_chunks, EMBED_GROWTH_CHUNKS) * EMBED_BYTES_PER_CHUNK)
 
 
 def _index_memory(n_chunks: int) -> int:
