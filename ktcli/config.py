@@ -80,6 +80,8 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
             return word in _TRUE
         if isinstance(raw, bool):
             raise ValueError("a boolean")  # TOML's `true` is an int in Python: max_new_tokens = true was 1
+        if name in BYTE_SIZES and isinstance(raw, str):
+            return parse_bytes(raw)  # "2.5MB", "3MiB", as --max-memory takes them
         if isinstance(like, int):
             if isinstance(raw, float) and not raw.is_integer():
                 raise ValueError("a fraction")  # int(1.7) would quietly make it 1
@@ -92,12 +94,14 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
         return str(raw)
     except (TypeError, ValueError, OverflowError):
         what = {"int": "a whole number", "float": "a finite number", "bool": "true or false"}.get(
-            type(like).__name__, type(like).__name__)
+            type(like).__name__, type(like).__name__) if name not in BYTE_SIZES else "a size like 2000000, 2.5MB or 3MiB"
         if where:  # named as validate() names a bad value: where it came from, then the value
             raise UsageError(f"{where} {raw!r}: not {what}") from None
         raise UsageError(f"--{name.replace('_', '-')} {raw}: not {what}") from None  # a flag
 
 
+# Whole-number settings that are sizes in bytes: a unit may follow the number.
+BYTE_SIZES = frozenset({"max_file_bytes"})
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 

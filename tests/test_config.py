@@ -309,3 +309,16 @@ def test_a_server_url_the_local_backend_does_not_use_is_said(monkeypatch):
     assert line.startswith("KTCLI_BASE_URL is set but the backend is local")
     monkeypatch.setenv("KTCLI_BACKEND", "openai")
     assert unused_settings(load_settings()) == []
+
+
+def test_a_file_size_limit_takes_units_as_the_memory_budget_does(tmp_path, monkeypatch):
+    """--max-file-bytes 2.5MB was refused ("not a valid integer") where --max-memory 4GB is taken."""
+    use_config(tmp_path, monkeypatch, "")
+    monkeypatch.delenv("KTCLI_MAX_FILE_BYTES", raising=False)
+    assert load_settings({"max_file_bytes": "2.5MB"}).max_file_bytes == 2_500_000
+    assert load_settings({"max_file_bytes": "3MiB"}).max_file_bytes == 3 * 2**20
+    assert load_settings({"max_file_bytes": "2000000"}).max_file_bytes == 2_000_000
+    monkeypatch.setenv("KTCLI_MAX_FILE_BYTES", "1KB")
+    assert load_settings().max_file_bytes == 1000
+    with pytest.raises(UsageError, match="not a size like"):
+        load_settings({"max_file_bytes": "lots"})

@@ -73,7 +73,7 @@ TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved 
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
 ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
-MaxFile = Annotated[Optional[int], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}).")]
+MaxFile = Annotated[Optional[str], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}); 2.5MB and 3MiB are sizes too.", metavar="SIZE")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default {_D.cache_path}).")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]

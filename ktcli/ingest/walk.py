@@ -201,8 +201,10 @@ class _Walker:
             self.skip(rel, "binary")
             return
         if size > self.max_file_bytes:
-            self.skip(rel, f"too large ({format_size(size)} > {format_size(self.max_file_bytes)} limit; "
-                           "--max-file-bytes raises it, or name the file)")
+            shown, limit = format_size(size), format_size(self.max_file_bytes)
+            if shown == limit:  # "2.0 MB > 2.0 MB": a file a few bytes over says its bytes
+                shown, limit = f"{size:,} bytes", f"{self.max_file_bytes:,}"
+            self.skip(rel, f"too large ({shown} > {limit} limit; --max-file-bytes raises it, or name the file)")
             return
         if entry.name.lower().endswith(_MINIFIED):
             self.skip(rel, "minified or a source map (name the file to read it)")

@@ -39,10 +39,15 @@ INDEX_MAX_BYTES = 2 << 30
 
 def _index_status(reused: int, total: int) -> str:
     if reused == total:
-        return f"index of {total:,} chunks reused from the cache"
+        return f"index of {_chunks(total)} reused from the cache"
     if reused:
-        return f"indexing {total - reused:,} new chunks ({reused:,} reused from the cache)"
-    return f"indexing {total:,} chunks"
+        return f"indexing {total - reused:,} new {_chunks(total - reused, number=False)} ({reused:,} reused from the cache)"
+    return f"indexing {_chunks(total)}"
+
+
+def _chunks(n: int, number: bool = True) -> str:
+    word = "chunk" if n == 1 else "chunks"
+    return f"{n:,} {word}" if number else word
 
 
 @functools.lru_cache(maxsize=2)

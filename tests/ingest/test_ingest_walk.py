@@ -167,6 +167,8 @@ def test_binary_large_undecodable_and_bad_pdfs_are_listed(write, tmp_path: Path)
     got = reasons(corpus, tmp_path / "r")
     assert got["logo.png"] == "binary" and got["blob.dat"] == "binary"
     assert got["big.txt"] == "too large (5.0 KB > 4.0 KB limit; --max-file-bytes raises it, or name the file)"
+    nearly = walk(tmp_path / "r", max_file_bytes=4990)  # a few bytes over: "5.0 KB > 5.0 KB" said nothing
+    assert reasons(nearly, tmp_path / "r")["big.txt"].startswith("too large (5,000 bytes > 4,990 limit;")
     assert got["noise.txt"].startswith("undecodable")
     assert got["scan.pdf"].startswith("no text layer")
     assert got["empty.txt"] == "empty file"
