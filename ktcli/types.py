@@ -161,6 +161,9 @@ class Plan:
     # Until the answer's first token shows: the model's load, the reading and prefill,
     # everything but the answer's own decoding. 0: not estimated.
     est_first_token_seconds: float = 0.0
+    # Of the estimates, the seconds already spent reading the input before the plan
+    # (measured, not estimated: `PlanRequest.read_s`).
+    read_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import statistics
+import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
@@ -220,6 +221,7 @@ def prepare(
     if settings.backend == "local":
         resolve_model(settings.model, settings.named("model"))  # a mistyped --model fails now, not after reading a large folder
     reporter.status("reading input")
+    started = time.perf_counter()
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
     _report_skipped(corpus.skipped, reporter)
     chunks = tuple(
@@ -276,6 +278,7 @@ def prepare(
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
+        read_s=time.perf_counter() - started,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
