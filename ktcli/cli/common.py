@@ -69,6 +69,11 @@ class Options:
         self._reporter = reporter
         return reporter
 
+    def stop_progress(self) -> None:
+        """Before an error: a live bar left the cursor hidden and the error line glued on."""
+        if self._reporter is not None:
+            self._reporter.close()
+
     def interrupted(self) -> None:
         if self._reporter is not None:
             self._reporter.end_answer_line()
@@ -178,6 +183,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     """Run a command; user-facing errors become one line and their exit code (with --json,
     also one object on stdout: a `| jq` reader got nothing to parse)."""
     def failed(message: str, code: int, said: bool = False) -> None:
+        opts.stop_progress()
         if opts.json and not said:
             json_error(message, code)
         fail(message, code)

@@ -63,7 +63,9 @@ class ConsoleReporter:
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                console=self.err, transient=True,
+                # stdout is the answer's alone: a live bar redirects what is printed to stdout
+                # (the --json object) onto its own console, stderr, unless told not to.
+                console=self.err, transient=True, redirect_stdout=False, redirect_stderr=False,
             )
             self._progress.start()
         now = time.perf_counter()
@@ -100,6 +102,7 @@ class ConsoleReporter:
 
     def answer_text(self, delta: str) -> None:
         if not self.stream_answer:
+            self._stop_bars()  # the prompt's bar is done; --json prints its object later
             return
         if not self._answer_started:
             self._stop_bars()
@@ -143,6 +146,10 @@ class ConsoleReporter:
         self._stop_bars()
         for line in lines:
             self.err.print(line, markup=False)
+
+    def close(self) -> None:
+        """Live bars end (before an error line, which a bar would have glued onto itself)."""
+        self._stop_bars()
 
     def _stop_bars(self) -> None:
         if self._progress is not None:

@@ -88,3 +88,22 @@ def test_without_a_terminal_a_long_phase_logs_a_line_now_and_then(capsys, monkey
     for done in (0, 100, 300, 400, 600):
         reporter.progress("embed", done, 1000)
     assert capsys.readouterr().err.splitlines() == ["· embed 300/1,000 (30%)", "· embed 600/1,000 (60%)"]
+
+
+def test_stdout_stays_the_answers_while_a_bar_is_up(capsys):
+    """With --json, a prompt's bar still up when the object was printed took it to stderr
+    (a live Rich bar redirects stdout onto its console): `| jq` got nothing."""
+    import io
+
+    from rich.console import Console
+
+    reporter = ConsoleReporter(stream_answer=False)
+    reporter.err = Console(file=io.StringIO(), force_terminal=True)
+    reporter.progress("reading the prompt (tokens)", 2048, 8192)
+    print('{"answer": "x"}')
+    assert capsys.readouterr().out == '{"answer": "x"}\n'
+    reporter.answer_text("x")  # the answer's first piece ends the prompt's bar, --json or not
+    assert reporter._progress is None
+    reporter.progress("embed", 1, 10)
+    reporter.close()  # before an error line
+    assert reporter._progress is None and "\x1b[?25h" in reporter.err.file.getvalue()
