@@ -6,6 +6,7 @@ same keys as the Settings fields (e.g. `max_file_bytes = 2000000`).
 
 from __future__ import annotations
 
+import decimal
 import math
 import os
 import re
@@ -375,7 +376,9 @@ def usable_cpus() -> int:
 
 
 def parse_bytes(text: str) -> int:
-    """'4GB', '512MiB', '1e9' -> bytes. Raises ValueError on nonsense."""
+    """'4GB', '512MiB', '1e9', '2.01MB' -> bytes, exactly (in decimal: float arithmetic
+    made 2.01MB 2,009,999). Raises ValueError on nonsense and on a fraction of a byte
+    ('1.5' was 1, silently)."""
     units = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
              "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "K": 10**3, "M": 10**6, "G": 10**9}
     raw = text.strip().upper().replace(" ", "")
@@ -383,7 +386,12 @@ def parse_bytes(text: str) -> int:
     unit = raw[len(number):]
     if unit not in units or not number:
         raise ValueError(text)
-    value = float(number) * units[unit]
-    if not 0 < value < float("inf"):  # "inf", "1e999GB": no size (int() of them overflowed)
+    try:
+        value = decimal.Decimal(number) * units[unit]
+    except decimal.InvalidOperation:
+        raise ValueError(text) from None
+    if not value.is_finite() or value <= 0 or value > 2**63:  # "inf", "1e999GB", "-1GB"
         raise ValueError(text)
-    return int(value)
+    if unit in ("", "B") and value != value.to_integral_value():
+        raise ValueError(f"{text}: a fraction of a byte")
+    return int(value.to_integral_value(decimal.ROUND_HALF_UP))

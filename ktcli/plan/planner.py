@@ -271,8 +271,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         reasons.append(_retrieval_reason(req, retrieval))
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
-            f"even retrieval needs ~{_gb(chosen.est_memory_bytes)} (the model, one window, the embedder and an "
-            f"index of {chosen.n_chunks:,} chunks), over the "
+            f"even {chosen.mode.value} needs ~{_gb(chosen.est_memory_bytes)} ({_what_takes_memory(chosen)}), over the "
             f"--max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
@@ -521,6 +520,12 @@ def _embedding_memory(req: PlanRequest, n_chunks: int) -> int:
 def _index_memory(n_chunks: int) -> int:
     # 384-dim float32 embedding + chunk text and metadata (~1.5 KB) per chunk
     return n_chunks * (384 * 4 + 1536)
+
+
+def _what_takes_memory(plan: Plan) -> str:
+    if plan.mode is Mode.RETRIEVAL and plan.task == "ask":
+        return f"the model, one window, the embedder and an index of {plan.n_chunks:,} chunks"
+    return "the model and one window"
 
 
 def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:

@@ -132,7 +132,9 @@ def _include_usage(body: dict) -> bool:
         return False
     if not isinstance(options, dict):
         raise ApiError(400, "'stream_options' must be an object", param="stream_options")
-    flag = options.get("include_usage", False)
+    flag = options.get("include_usage")
+    if flag is None:  # absent or null: the default, as every other null here
+        return False
     if not isinstance(flag, bool):  # "no" read as true
         raise ApiError(400, "'stream_options.include_usage' must be true or false", param="stream_options")
     return flag

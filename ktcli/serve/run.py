@@ -86,15 +86,15 @@ def _serve_until_stopped(runner: Runner, options: ServeOptions, on_status: Calla
     except OSError as e:
         raise UsageError(f"cannot listen on {options.host}:{options.port}: {e.strerror or e}") from None
     host, port = httpd.server_address[:2]
-    app.scheduler.start()
     shown = f"[{host}]" if ":" in str(host) else host
-    # What an operator sizes clients by: the longest request (prompt and answer) the
-    # engine holds, the load time and the memory taken.
-    on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
-              f"({runner.name} engine, batches of up to {app.scheduler.max_batch}, requests of up to "
-              f"{runner.context_window:,} tokens{', API key required' if options.api_key else ''}; "
-              f"loaded in {load_s:.1f}s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)")
-    try:
+    try:  # a SIGTERM from here on still closes the socket and stops the engine's thread
+        app.scheduler.start()
+        # What an operator sizes clients by: the longest request (prompt and answer) the
+        # engine holds, the load time and the memory taken.
+        on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
+                  f"({runner.name} engine, batches of up to {app.scheduler.max_batch}, requests of up to "
+                  f"{runner.context_window:,} tokens{', API key required' if options.api_key else ''}; "
+                  f"loaded in {load_s:.1f}s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)")
         httpd.serve_forever(poll_interval=0.2)
     finally:
         httpd.server_close()

@@ -126,12 +126,13 @@ def test_full_read_memory_counts_the_models_kv_dtype():
     assert make_plan(replace(big, kv_dtype="fp32"), replace(SMOL, kv_dtype="fp16"), RATES).est_memory_bytes == fp32
 
 
-@pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20), ("1e9", 10**9), ("2 gib", 2 * 2**30)])
+@pytest.mark.parametrize("text,value", [("4GB", 4 * 10**9), ("512MiB", 512 * 2**20), ("1e9", 10**9), ("2 gib", 2 * 2**30),
+                                        ("2.01MB", 2_010_000), ("1.5KB", 1500)])  # exact: float made 2,009,999
 def test_parse_bytes(text, value):
     assert parse_bytes(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "lots", "-1GB", "4XB"])
+@pytest.mark.parametrize("text", ["", "lots", "-1GB", "4XB", "1.5", "0.5", "nan", "1e999GB"])  # 1.5 was 1 byte
 def test_parse_bytes_rejects(text):
     with pytest.raises(ValueError):
         parse_bytes(text)
@@ -415,3 +416,11 @@ def test_the_time_spent_reading_counts_and_a_big_index_takes_time_to_load():
     small = make_plan(req(corpus_tokens=240_000, mode="retrieval", n_chunks=1000, uncached_tokens=0), SMOL, RATES)
     big = make_plan(req(corpus_tokens=2_400_000, mode="retrieval", n_chunks=10_000, uncached_tokens=0), SMOL, RATES)
     assert big.est_first_token_seconds - small.est_first_token_seconds == pytest.approx(9_000 * 80e-6)
+
+
+def test_a_memory_refusal_names_what_the_plan_holds():
+    with pytest.raises(OutOfMemoryError, match=r"even retrieval needs .*\(the model, one window, the embedder and an index of 2,000 chunks\)"):
+        make_plan(req(corpus_tokens=500_000, n_chunks=2000, memory_budget=600 * 2**20), SMOL, RATES)
+    with pytest.raises(OutOfMemoryError, match=r"even retrieval needs .*\(the model and one window\)"):  # a summary indexes nothing
+        make_plan(req(task="summarize", question_tokens=0, corpus_tokens=500_000, n_chunks=2000,
+                      memory_budget=600 * 2**20), SMOL, RATES)

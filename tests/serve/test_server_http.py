@@ -609,3 +609,9 @@ def test_a_messages_text_parts_are_read_as_separate_words(served):
     parts = [{"type": "text", "text": "Hello"}, {"type": "text", "text": "world"}]
     got, payload = request(port, "POST", "/tokenize", {"messages": [{"role": "user", "content": parts}]})
     assert got == 200 and payload["count"] == 3 + 2 + 2  # two words, not "Helloworld"
+
+
+def test_a_null_include_usage_is_the_default(served):
+    port, _, _ = served
+    events = sse(port, "/v1/chat/completions", chat(max_tokens=2, stream=True, stream_options={"include_usage": None}))
+    assert events[-1] == "[DONE]" and all(e == "[DONE]" or e.get("usage") is None for e in events)
