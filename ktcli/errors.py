@@ -37,3 +37,15 @@ class BackendError(KtcliError):
     """The generation backend failed at run time."""
 
     exit_code = 1
+
+
+class InterruptedWithNotes(KtcliError):
+    """Ctrl-C during a summary's reading: the notes gathered so far (`partial`), which were
+    shown only as progress, are kept (200 s of reading ended in an empty stdout)."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, partial: str) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.unseen = True  # never shown as an answer: printed when kept

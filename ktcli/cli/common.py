@@ -193,7 +193,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     except KtcliError as e:
         partial = getattr(e, "partial", None)
         if partial is not None:
-            _keep_partial(opts, partial, str(e))
+            _keep_partial(opts, partial, str(e), unseen=getattr(e, "unseen", False))
         failed(str(e), e.exit_code, said=partial is not None)
     except KeyboardInterrupt:
         opts.interrupted()
@@ -224,12 +224,15 @@ def json_error(message: str, code: int) -> None:
         pass
 
 
-def _keep_partial(opts: Options, partial: str, error: str) -> None:
+def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False) -> None:
     """An answer cut off mid-stream is not thrown away: the text already streamed stays
-    (marked by the backend); with --json, stdout still gets one object, marked incomplete."""
+    (marked by the backend), and text never shown (a summary's notes) is printed; with
+    --json, stdout still gets one object, marked incomplete."""
     import json
 
     if opts.json:
         print(json.dumps({"answer": partial, "incomplete": True, "error": error}, ensure_ascii=False))
     else:
         opts.interrupted()
+        if unseen:
+            print(partial, flush=True)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
+from ktcli.errors import InterruptedWithNotes
 from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
@@ -56,15 +57,24 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     windows = refit(pack(passages, budget, backend.count_tokens), fits)
     notes = ""
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
-    for i, window in enumerate(windows):
-        reporter.status(f"reading part {i + 1}/{len(windows)}{_outlined(prep)}")
-        reporter.progress("map", i, len(windows))
-        body = prompts.passages(window)
-        position = f"part {i + 1} of {len(windows)}: {_where(window)}"
-        outlined = any(c.doc_path in prep.outlines for c in window)
-        new = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
-                            tally, reporter, "notes")
-        notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
+    read = 0
+    try:
+        for read, window in enumerate(windows):
+            reporter.status(f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
+            reporter.progress("map", read, len(windows))
+            body = prompts.passages(window)
+            position = f"part {read + 1} of {len(windows)}: {_where(window)}"
+            outlined = any(c.doc_path in prep.outlines for c in window)
+            new = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
+                                tally, reporter, "notes")
+            notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
+    except KeyboardInterrupt:
+        if not notes:
+            raise
+        raise InterruptedWithNotes(
+            f"interrupted while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept",
+            f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
+        ) from None
     reporter.progress("map", len(windows), len(windows))
     reporter.status("writing the summary from the notes")
     messages = prompts.summary_reduce_messages(notes, listing)

@@ -307,6 +307,33 @@ def test_an_interrupted_answer_closes_its_line(capsys, monkeypatch):
     assert out == "The keeper is Ada\n" and "error: interrupted" in err
 
 
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_summary_interrupted_while_reading_prints_its_notes(capsys, monkeypatch, as_json):
+    import json
+    import warnings
+
+    from ktcli.cli.common import Options, run_guarded
+    from ktcli.errors import InterruptedWithNotes
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
+    opts = Options({"json": as_json})
+    opts.reporter()
+
+    def body():
+        raise InterruptedWithNotes("interrupted while reading part 3 of 9", "Notes from parts 1-2 of 9:\n\n- a fact [1]")
+
+    with pytest.raises(SystemExit) as exit_:
+        run_guarded(opts, body)
+    assert exit_.value.code == 130
+    out, err = capsys.readouterr()
+    if as_json:
+        assert json.loads(out) == {"answer": "Notes from parts 1-2 of 9:\n\n- a fact [1]", "incomplete": True,
+                                   "error": "interrupted while reading part 3 of 9"}
+    else:
+        assert out == "Notes from parts 1-2 of 9:\n\n- a fact [1]\n"
+    assert "error: interrupted while reading part 3 of 9" in err
+
+
 def test_no_arguments_show_the_help_once(cache):
     proc = run_ktcli([], cache)
     assert proc.returncode == 2 and proc.stdout.decode().count("Usage") == 1

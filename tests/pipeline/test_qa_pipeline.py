@@ -439,3 +439,40 @@ def test_a_summary_that_restates_the_instructions_cites_nothing_and_says_so(tmp_
     answer = summarize(prep, Echo(), settings, reporter, Tally())
     assert answer.citations == ()
     assert any("only restates ktcli's instructions" in m for m in reporter.said)
+
+
+def test_ctrl_c_while_a_summary_reads_keeps_the_notes_so_far(haystack, tmp_path):
+    """200 s of reading parts ended in an empty stdout: the notes were progress only."""
+    from ktcli.errors import InterruptedWithNotes
+
+    class InterruptedAtThird(FakeBackend):
+        calls_made = 0
+
+        def stream_chat(self, messages, params):
+            InterruptedAtThird.calls_made += 1
+            if InterruptedAtThird.calls_made == 3:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+        def _reply(self, messages):
+            return "The museum opens at nine [1]."
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    with pytest.raises(InterruptedWithNotes) as caught:
+        summarize(small, InterruptedAtThird(), settings, NullReporter(), Tally())
+    assert caught.value.exit_code == 130 and "parts 1-2 of" in caught.value.partial
+    assert "The museum opens at nine [1]." in caught.value.partial
+
+
+def test_ctrl_c_before_any_note_is_a_plain_interrupt(haystack, tmp_path):
+    class InterruptedAtOnce(FakeBackend):
+        def stream_chat(self, messages, params):
+            raise KeyboardInterrupt
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    with pytest.raises(KeyboardInterrupt):
+        summarize(small, InterruptedAtOnce(), settings, NullReporter(), Tally())
