@@ -152,14 +152,17 @@ class _Cursor:
         self.markup = markup
         self.line = 1
         self._line_starts: list[int] | None = None
+        self._tag_end: int | None = None  # where the last tag `at_tag` saw ends its start tag
 
     def at_tag(self, tag: Tag) -> None:
+        self._tag_end = None
         if tag.sourceline is None:
             return
         self.line = tag.sourceline
-        end = self._start_tag_end(tag)
-        if end is not None:
-            self.line += self.markup.count("\n", self._offset(tag), end)
+        at = self._offset(tag)
+        self._tag_end = self._start_tag_end(at)
+        if self._tag_end is not None:
+            self.line += self.markup.count("\n", at, self._tag_end)
 
     def past(self, text: str) -> int:
         """The line `text` (the node at the cursor) shows its first character on; moves
@@ -171,7 +174,7 @@ class _Cursor:
     def past_element(self, tag: Tag) -> None:
         """Past a skipped element (after `at_tag`): to its end tag in the markup, else by
         the line breaks of its re-written markup, which has lost those inside its tags."""
-        start, name = self._start_tag_end(tag), (tag.name or "").lower()
+        start, name = self._tag_end, (tag.name or "").lower()
         if start is None:
             self.past(str(tag))
             return
@@ -194,10 +197,9 @@ class _Cursor:
         starts = self._line_starts
         return starts[min(tag.sourceline, len(starts)) - 1] + (tag.sourcepos or 0)
 
-    def _start_tag_end(self, tag: Tag) -> int | None:
-        """Offset just past the `>` of the tag's start tag; None where the markup there is
-        not that tag (a tag the parser made up)."""
-        at = self._offset(tag)
+    def _start_tag_end(self, at: int) -> int | None:
+        """Offset just past the `>` of the start tag at offset `at`; None where the markup
+        there is no start tag (a tag the parser made up)."""
         if not self.markup.startswith("<", at):
             return None
         m = _START_TAG.match(self.markup, at)
