@@ -203,7 +203,7 @@ class NativeRunner:
                 jobs.append(job)
                 streams.append(_Stream(job, self._decode, self.context_window))
                 ended.append(False)
-            return [(job.prompt, replace(job.params, stop=())) for job in new]
+            return [(job.prompt, job.params) for job in new]  # stop strings are the streams' (_Stream)
 
         def on_eos(i: int) -> None:  # answered now, not when the whole batch ends
             if not ended[i]:
@@ -211,7 +211,7 @@ class NativeRunner:
                 streams[i].close("stop")
 
         gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids, joining,
-                                   on_eos, own_params=[replace(j.params, stop=()) for j in jobs])
+                                   on_eos, own_params=[j.params for j in jobs])
         try:
             for i, token in gen:
                 if not ended[i] and streams[i].push(token):
