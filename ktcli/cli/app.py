@@ -155,10 +155,13 @@ def serve(
     max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most requests run together in one batch.")] = 16,
     batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", min=0.0, help="How long a free engine waits for more requests to batch.")] = 30.0,
     verbose: Annotated[bool, typer.Option("--verbose", help="Log every request on stderr.", metavar="")] = False,
+    cors_origin: Annotated[Optional[list[str]], typer.Option(
+        "--cors-origin", help="A web page's origin (http://localhost:3000) whose scripts may call the server from a "
+                              "browser; repeat for more, '*' for any. Default: none.")] = None,
 ) -> None:
     """Serve the local engine behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)."""
     opts = Options(locals())
-    run_guarded(opts, lambda: opts.run_serve(host, port, max_batch, batch_wait_ms, verbose))
+    run_guarded(opts, lambda: opts.run_serve(host, port, max_batch, batch_wait_ms, verbose, cors_origin or []))
 
 
 def split_ask_args(args: list[str]) -> tuple[list[str], str]:

@@ -120,14 +120,19 @@ class Options:
                 lines.insert(3, f"question    {shown!r}")
             print("\n".join(lines))
 
-    def run_serve(self, host: str, port: int, max_batch: int, batch_wait_ms: float, verbose: bool) -> None:
+    def run_serve(self, host: str, port: int, max_batch: int, batch_wait_ms: float, verbose: bool,
+                  cors_origins: list[str]) -> None:
         from ktcli.serve.run import serve
-        from ktcli.serve.server import ServeOptions
+        from ktcli.serve.server import ServeOptions, check_origins
 
+        origins = check_origins(cors_origins)
         settings, reporter = self.settings(), self.reporter()
         options = ServeOptions(host=host, port=port, api_key=settings.api_key,
                                default_max_tokens=settings.max_new_tokens, gather_ms=batch_wait_ms,
-                               max_batch=max_batch, verbose=verbose)
+                               max_batch=max_batch, verbose=verbose, cors_origins=origins)
+        if "*" in origins and not settings.api_key:
+            reporter.warn("--cors-origin '*' without --api-key: any web page open in a browser on this machine can "
+                          "use the server")
         serve(settings, options, reporter.status)
 
     def _show_plan(self, reporter) -> Callable:

@@ -93,13 +93,20 @@ def _serve_until_stopped(runner: Runner, options: ServeOptions, on_status: Calla
         # engine holds, the load time and the memory taken.
         on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
                   f"({runner.name} engine, batches of up to {app.scheduler.max_batch}, requests of up to "
-                  f"{runner.context_window:,} tokens{', API key required' if options.api_key else ''}; "
+                  f"{runner.context_window:,} tokens{', API key required' if options.api_key else ''}"
+                  f"{_browsers(options.cors_origins)}; "
                   f"loaded in {load_s:.1f}s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)")
         httpd.serve_forever(poll_interval=0.2)
     finally:
         httpd.server_close()
         app.scheduler.stop(wait_s=STOP_WAIT_S)
         app.drain(DRAIN_S)
+
+
+def _browsers(origins: tuple[str, ...]) -> str:
+    if not origins:
+        return ""
+    return ", browsers from any origin" if "*" in origins else f", browsers from {', '.join(origins)}"
 
 
 # On Ctrl-C or SIGTERM the running batch is ended with an error and the engine thread is let finish

@@ -12,6 +12,7 @@ import hmac
 import ipaddress
 import json
 import queue
+import re
 import select
 import socket
 import sys
@@ -55,6 +56,10 @@ class ServeOptions:
     gather_ms: float = 30.0
     max_batch: int = 16
     verbose: bool = False
+    # Web pages (their origins, or "*") whose scripts may call the server from a browser.
+    # None by default: without CORS headers a browser refuses a page's JSON POST, so a site
+    # the user visits cannot use a model served on their loopback.
+    cors_origins: tuple[str, ...] = ()
 
 
 def is_loopback(host: str) -> bool:
@@ -64,6 +69,22 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def check_origins(origins: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """--cors-origin values as a browser sends them in its Origin header: "*", or a scheme,
+    host and optional port with no path (a trailing slash is forgiven)."""
+    checked: list[str] = []
+    for origin in origins:
+        value = origin.strip().rstrip("/")
+        if value != "*" and not _ORIGIN.fullmatch(value):
+            raise UsageError(f"--cors-origin {origin!r}: give an origin such as http://localhost:3000 (scheme, host, "
+                             "optional port; no path), or '*' for any")
+        checked.append(value if value == "*" else value.lower())
+    return tuple(dict.fromkeys(checked))
+
+
+_ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(\[[0-9a-f:.]+\]|[^/:?#\s\[\]]+)(:\d{1,5})?", re.IGNORECASE)
 
 
 def check_exposure(host: str, api_key: str) -> None:
@@ -148,7 +169,15 @@ class Handler(BaseHTTPRequestHandler):
     def do_PUT(self) -> None:  # noqa: N802
         self._guarded(self._not_allowed)
 
-    do_DELETE = do_PATCH = do_OPTIONS = do_PUT  # a JSON 405, not http.server's HTML 501
+    do_DELETE = do_PATCH = do_PUT  # a JSON 405, not http.server's HTML 501
+
+    def do_OPTIONS(self) -> None:  # noqa: N802
+        """A browser's CORS preflight (before a page's JSON POST, or any request with an
+        Authorization header) carries no key: it is answered before the key check."""
+        if "Access-Control-Request-Method" in self.headers and "Origin" in self.headers:
+            self._guarded(self._preflight, authorize=False)
+        else:
+            self._guarded(self._not_allowed)
 
     def _route(self) -> str:
         """The path without its query and the optional /v1 (clients given a base URL without
@@ -187,14 +216,57 @@ class Handler(BaseHTTPRequestHandler):
     def _not_allowed(self) -> None:
         raise ApiError(405, f"{self.command} is not allowed on {self.path}")
 
+    # -- CORS -----------------------------------------------------------------------
+
+    def _allowed_origin(self) -> str | None:
+        """What Access-Control-Allow-Origin says to this request's Origin, or None."""
+        origin = self.headers.get("Origin")
+        allowed = self.app.options.cors_origins
+        if not origin or not allowed:
+            return None
+        if "*" in allowed:
+            return "*"
+        return origin if origin.strip().rstrip("/").lower() in allowed else None
+
+    def _cors_headers(self) -> None:
+        origin = self._allowed_origin()
+        if origin is not None:
+            self.send_header("Access-Control-Allow-Origin", origin)
+        if self.app.options.cors_origins and "*" not in self.app.options.cors_origins:
+            self.send_header("Vary", "Origin")  # a cache must not serve one origin's answer to another
+
+    def _preflight(self) -> None:
+        origin = self.headers.get("Origin", "")
+        if self._allowed_origin() is None:
+            hint = (f"start ktcli serve with --cors-origin {origin}" if origin.lower() != "null"
+                    else "a page opened from a file sends Origin null; serve it over http, or use --cors-origin '*'")
+            raise ApiError(403, f"the origin {origin} may not call this server from a browser: {hint}",
+                           type="permission_error")
+        route = self._route()
+        methods = "POST" if route in POST_ROUTES else "GET, HEAD"
+        self.send_response(204)
+        self._cors_headers()
+        self.send_header("Access-Control-Allow-Methods", methods)
+        # The OpenAI JS client sends its own x-stainless-* headers: allow what is asked.
+        asked = self.headers.get("Access-Control-Request-Headers", "").strip()
+        self.send_header("Access-Control-Allow-Headers", asked or "Authorization, Content-Type")
+        self.send_header("Access-Control-Max-Age", "600")
+        self.send_header("Content-Length", "0")
+        self._close_if_body_unread()
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        self._sent_headers = True
+
     # -- guard, auth, body ----------------------------------------------------------
 
-    def _guarded(self, route) -> None:
+    def _guarded(self, route, authorize: bool = True) -> None:
         self._sent_headers = False
         self._body_read = False
         self.app.begin()
         try:
-            self._authorize()
+            if authorize:
+                self._authorize()
             route()
         except ApiError as e:
             self._close_if_body_unread()
@@ -331,6 +403,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")  # the stream ends when the connection does
+        self._cors_headers()
         self.end_headers()
         self._sent_headers = True
         self.close_connection = True
@@ -370,6 +443,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Allow", "POST" if self._route() in POST_ROUTES else "GET, HEAD")
         if self.close_connection:
             self.send_header("Connection", "close")
+        self._cors_headers()  # errors too: a page's script reads a 401's message only with them
         self.end_headers()
         self._sent_headers = True
         if self.command != "HEAD":  # a HEAD response has headers only

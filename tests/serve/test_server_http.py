@@ -615,3 +615,81 @@ def test_a_null_include_usage_is_the_default(served):
     port, _, _ = served
     events = sse(port, "/v1/chat/completions", chat(max_tokens=2, stream=True, stream_options={"include_usage": None}))
     assert events[-1] == "[DONE]" and all(e == "[DONE]" or e.get("usage") is None for e in events)
+
+
+def _exchange(port: int, method: str, path: str, headers: dict, body: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers)
+        resp = conn.getresponse()
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
+    finally:
+        conn.close()
+
+
+PREFLIGHT = {"Access-Control-Request-Method": "POST",
+             "Access-Control-Request-Headers": "authorization, content-type, x-stainless-os"}
+
+
+def test_no_cors_by_default(served):
+    # A page on another site must not reach a model on the user's loopback: no CORS
+    # headers, and a preflight refused with what to start the server with.
+    port, _, _ = served
+    status, headers, body = _exchange(port, "OPTIONS", "/v1/chat/completions", {"Origin": "http://localhost:3000", **PREFLIGHT})
+    assert status == 403 and "--cors-origin http://localhost:3000" in json.loads(body)["error"]["message"]
+    assert "access-control-allow-origin" not in headers
+    status, headers, _ = _exchange(port, "POST", "/v1/chat/completions", {"Origin": "http://localhost:3000",
+                                                                          "Content-Type": "application/json"}, chat(max_tokens=1))
+    assert status == 200 and "access-control-allow-origin" not in headers
+
+
+@pytest.mark.parametrize("served", [{"api_key": "sekrit", "cors_origins": ("http://localhost:3000",)}], indirect=True)
+def test_cors_for_a_named_origin(served):
+    port, _, _ = served
+    page = {"Origin": "http://localhost:3000"}
+    # The preflight carries no key (browsers never send one with it): answered anyway.
+    status, headers, body = _exchange(port, "OPTIONS", "/v1/chat/completions", {**page, **PREFLIGHT})
+    assert (status, body) == (204, b"")
+    assert headers["access-control-allow-origin"] == "http://localhost:3000"
+    assert headers["access-control-allow-methods"] == "POST"
+    assert headers["access-control-allow-headers"] == PREFLIGHT["Access-Control-Request-Headers"]
+    assert headers["vary"] == "Origin"
+    # The real request: its answer, a stream and an error all carry the header a page's
+    # script needs to read them.
+    auth = {**page, "Content-Type": "application/json", "Authorization": "Bearer sekrit"}
+    for body, kind in ((chat(max_tokens=1), "application/json"), (chat(max_tokens=1, stream=True), "text/event-stream")):
+        status, headers, _ = _exchange(port, "POST", "/v1/chat/completions", auth, body)
+        assert (status, headers["content-type"], headers["access-control-allow-origin"]) == (200, kind, "http://localhost:3000")
+    status, headers, _ = _exchange(port, "POST", "/v1/chat/completions", {**page, "Content-Type": "application/json"},
+                                   chat(max_tokens=1))
+    assert status == 401 and headers["access-control-allow-origin"] == "http://localhost:3000"
+    status, headers, _ = _exchange(port, "OPTIONS", "/v1/models", {**page, "Access-Control-Request-Method": "GET"})
+    assert status == 204 and headers["access-control-allow-methods"] == "GET, HEAD"
+    # Another site gets neither.
+    other = {"Origin": "https://evil.example"}
+    assert _exchange(port, "OPTIONS", "/v1/chat/completions", {**other, **PREFLIGHT})[0] == 403
+    status, headers, _ = _exchange(port, "POST", "/v1/chat/completions", {**other, **auth, "Origin": "https://evil.example"},
+                                   chat(max_tokens=1))
+    assert status == 200 and "access-control-allow-origin" not in headers
+    # An OPTIONS that is no preflight still needs the key, and stays a 405 with it.
+    assert _exchange(port, "OPTIONS", "/v1/models", {})[0] == 401
+    assert _exchange(port, "OPTIONS", "/v1/models", {"Authorization": "Bearer sekrit"})[0] == 405
+
+
+@pytest.mark.parametrize("served", [{"cors_origins": ("*",)}], indirect=True)
+def test_cors_for_any_origin(served):
+    port, _, _ = served
+    status, headers, _ = _exchange(port, "OPTIONS", "/v1/completions", {"Origin": "null", **PREFLIGHT})
+    assert status == 204 and headers["access-control-allow-origin"] == "*" and "vary" not in headers
+    status, headers, _ = _exchange(port, "GET", "/v1/models", {"Origin": "https://app.example"})
+    assert status == 200 and headers["access-control-allow-origin"] == "*"
+
+
+def test_cors_origin_values():
+    from ktcli.serve.server import check_origins
+
+    assert check_origins(["http://LocalHost:3000/", "*", "https://[::1]:8443", "http://localhost:3000"]) == (
+        "http://localhost:3000", "*", "https://[::1]:8443")
+    for bad in ("localhost:3000", "http://localhost:3000/app", "http://", "http://a b"):
+        with pytest.raises(UsageError, match="--cors-origin"):
+            check_origins([bad])
