@@ -147,7 +147,7 @@ def _text_before_binary(data: bytes) -> bool:
 
 
 def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool) -> Document:
-    if kind == "html" or (kind is None and _looks_like_html(text)):
+    if kind == "html" or (kind is None and (_looks_like_html(text) or (is_stdin and _looks_like_html_fragment(text)))):
         return _html_document(text, display)
     if name.lower().endswith(".ipynb") or (is_stdin and _looks_like_notebook(text)):
         # piped in (`cat a.ipynb | ktcli ask -`), its raw JSON and base64 images were read
@@ -243,6 +243,28 @@ def _looks_like_html(text: str) -> bool:
     """A page by its start, past an XML prolog and comments ("<!-- saved from url=... -->")."""
     head = _HTML_PREAMBLE.sub("", text[:1024], count=1).lower()
     return head.startswith(("<!doctype html", "<html", "<head", "<body"))
+
+
+_FRAGMENT_START = re.compile(
+    r"<(?:h[1-6]|p|div|section|article|main|nav|header|footer|table|ul|ol|dl|blockquote|pre|figure|span|a|b|i|em|strong)\b",
+    re.I)
+_BLOCK_END = re.compile(r"</(?:p|div|h[1-6]|li|ul|ol|table|tr|td|th|section|article|pre|blockquote|dd|dt|figure)\s*>", re.I)
+_MARKDOWN = re.compile(r"^(?:#{1,6}\s|```|~~~|\s*[-*+]\s|\s*\d+[.)]\s|\|.*\|\s*$|[=-]{3,}\s*$)|\[[^\]\n]+\]\([^)\n]+\)", re.M)
+_TAG = re.compile(r"</?[a-zA-Z]")
+
+
+def _looks_like_html_fragment(text: str) -> bool:
+    """Piped-in HTML without <html> or <body> (pandoc's default output, an API's or a
+    CMS's snippet): read as raw markup, the model got tags and attributes. A Markdown
+    README that opens with HTML (`<p align="center"><img ...></p>`) is not one: its
+    Markdown, and its paragraphs with no tag in them, say so."""
+    sample = text[:65536]
+    if not _FRAGMENT_START.match(_HTML_PREAMBLE.sub("", sample[:1024], count=1)):
+        return False
+    blocks = [b for b in re.split(r"\n\s*\n", sample) if b.strip()]
+    untagged = sum(1 for b in blocks if not _TAG.search(b))
+    ends = len(_BLOCK_END.findall(sample))
+    return ends >= 2 and untagged * 10 <= len(blocks) and len(_MARKDOWN.findall(sample)) * 10 <= ends
 
 
 def _html_document(markup: str, display: str) -> Document:

@@ -741,3 +741,49 @@ def test_html_tags_html_parser_leaves_open_still_end_their_rows(write) -> None:
                      ("Beta", 9), ("Second.", 10), ("##### Notes", 12), ("One.", 13), ("Two.", 14), ("Start", 15),
                      ("tail one", 16),  # an apostrophe in an unquoted value opens no quote
                      ("| Words", 21)]  # cited where its words are, not at the empty cell before them
+
+
+PANDOC_FRAGMENT = """<h1 id="harbour-rules">Harbour rules</h1>
+<p>Boats moor at the <em>north</em> quay between May and September;
+the winter berths are on <a href="#south">the south quay</a>.</p>
+<ul>
+<li>Berth fee: 12 EUR a night</li>
+<li>Showers: <code>B2</code></li>
+</ul>
+<script>var tracker = "SCRIPT";</script>
+"""
+
+README_WITH_HTML = """<p align="center">
+  <img src="logo.png" alt="shelf logo" width="120">
+</p>
+<h1 align="center">shelf</h1>
+
+A small library for shelving books.
+
+## Install
+
+```
+pip install shelf
+```
+
+- fast
+- [docs](https://example.com/docs)
+"""
+
+
+def test_html_fragments_piped_in_are_read_as_html() -> None:
+    """pandoc's default output, an API's snippet: no <html> or <body>, piped in, they were
+    read as raw markup (tags, attributes and scripts went to the model)."""
+    doc = load_stdin(None, io.BytesIO(PANDOC_FRAGMENT.encode()))
+    assert doc.kind == "html" and "SCRIPT" not in doc.text and "<em>" not in doc.text
+    assert "Boats moor at the north quay" in doc.text and "Berth fee: 12 EUR a night" in doc.text
+    # each line still maps back to the line piped in
+    line = next(i for i, t in enumerate(doc.text.split("\n")) if "Berth fee" in t)
+    assert doc.source_lines[line] == 5
+
+
+@pytest.mark.parametrize("text", [README_WITH_HTML, "<b>Note:</b> the berth fee is 12 EUR.\n\nPay at the office.\n",
+                                  "<div>one</div>\n", "<p>a</p>\n\nplain paragraph one\n\nplain paragraph two\n"])
+def test_markdown_and_text_that_open_with_a_tag_stay_as_they_are(text) -> None:
+    doc = load_stdin(None, io.BytesIO(text.encode()))
+    assert doc.kind == "stdin" and doc.text.strip() == text.strip()
