@@ -132,7 +132,8 @@ _ENCODING_NAMES = {
     "cp1254": "Windows-1254", "cp1255": "Windows-1255", "cp1256": "Windows-1256", "cp1257": "Windows-1257",
     "koi8_r": "KOI8-R", "koi8_u": "KOI8-U", "cp932": "Shift-JIS (cp932)", "shift_jis": "Shift-JIS",
     "euc_jp": "EUC-JP", "gb18030": "GB18030", "gb2312": "GB2312", "gbk": "GBK", "big5": "Big5",
-    "cp949": "EUC-KR (cp949)", "euc_kr": "EUC-KR", "mac_cyrillic": "Mac Cyrillic",
+    "cp949": "EUC-KR (cp949)", "euc_kr": "EUC-KR", "mac_cyrillic": "Mac Cyrillic", "cp874": "Windows-874 (Thai)",
+    "tis_620": "TIS-620 (Thai)",
 }
 
 
@@ -171,8 +172,10 @@ def _odd_share(text: str, latin: bool) -> float:
                 odd += 3 if run == 3 else run > 3  # a third letter in a row counts all three
         else:
             run = 0
-            if not latin and unicodedata.category(ch)[0] in "PZ":
-                continue  # "、。「」，" stand between CJK letters in any Japanese or Chinese text
+            if not latin and unicodedata.category(ch)[0] in "PZM":
+                # "、。「」，" stand between CJK letters in any Japanese or Chinese text, and
+                # combining marks inside the words of Thai, pointed Hebrew or vowelled Arabic
+                continue
             before = text[i - 1] if i else " "
             after = text[i + 1] if i + 1 < len(text) else " "
             if before.isalpha() and after.isalpha():

@@ -687,6 +687,12 @@ def test_fifo_as_given_by_process_substitution(tmp_path: Path) -> None:
     # Japanese read as UTF-16, the Chinese refused)
     ("彼は「明日、行きます」と言った。しかし、彼は来なかった。なぜだろう？\n", "shift_jis", "Shift-JIS"),
     ("这是一个测试文件。北京是中国的首都，人口超过两千万。上海是最大的城市。\n", "gbk", "GB18030"),
+    # combining marks inside words (Thai vowels and tones, Hebrew points, Arabic vowels)
+    # were counted as mojibake: all three refused as undecodable
+    ("ในปี 2566 บริษัทมีรายได้รวม 23.4 ล้านบาท เพิ่มขึ้นจากปีก่อนร้อยละ 12 ค่าจอดเรือต่อคืนคือ 450 บาท\n" * 3,
+     "cp874", "Windows-874 (Thai)"),
+    ("בְּרֵאשִׁית בָּרָא אֱלֹהִים אֵת הַשָּׁמַיִם וְאֵת הָאָרֶץ. דמי העגינה הם 12 אירו ללילה.\n" * 3, "cp1255", "Windows-1255"),
+    ("مَرْحَبًا بِالعَالَمِ، هذه وثيقة عن رسوم الرسو في الميناء: 12 يورو لليلة.\n" * 3, "cp1256", "Windows-1256"),
 ])
 def test_legacy_encodings_of_other_scripts_are_detected(write, text, encoding, named) -> None:
     """Russian in cp1251 came out as "Ïîäêëþ÷åíèå" (read as cp1252, only said to be a
