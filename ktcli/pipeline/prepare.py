@@ -19,7 +19,7 @@ from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.loaders import EMPTY_FILE
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.prompts import evidence_block, file_listing, whole_input
+from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
@@ -230,7 +230,7 @@ def prepare(
     doc_tokens = [count_tokens(d.text) for d in corpus.documents]
     # Read whole, each document sits in a <source id ref> tag naming its path: ~25 tokens a
     # file, which a folder of 330 small files made 9K of its 13K (the plan said 4K).
-    estimate = sum(doc_tokens) + count_tokens(evidence_block([(i + 1, d.path, "") for i, d in enumerate(corpus.documents)]))
+    estimate = sum(doc_tokens) + count_tokens(whole_input(corpus.documents, [""] * len(corpus.documents)))
     # A summary also lists the files it reads (~25 tokens a file): 80 small files were
     # planned "full" at 7.3K tokens and ran in parts at 9.2K, 126 s for an estimated 21.
     listing = count_tokens(file_listing(corpus.documents)) if task == "summarize" else 0

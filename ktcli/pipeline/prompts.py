@@ -59,11 +59,19 @@ def _with_header(chunk) -> str:
     return f"{chunk.section.removeprefix(TABLE_TRAIL)}\n{chunk.text}"
 
 
-def whole_input(documents) -> str:
+def whole_input(documents, texts: list[str] | None = None) -> str:
     """Every document of the input as one evidence block, labelled 1..n in input order: the
-    sources of a question read whole (`pipeline.qa`), and what its prompt-cache entry holds."""
+    sources of a question read whole (`pipeline.qa`), and what its prompt-cache entry holds;
+    a summary's whole read gives its own `texts` (outlines)."""
     refs = _without_common_folders([d.path for d in documents])
-    return evidence_block([(i + 1, ref, d.text) for i, (ref, d) in enumerate(zip(refs, documents))])
+    texts = [d.text for d in documents] if texts is None else texts
+    return evidence_block([(i + 1, ref, text) for i, (ref, text) in enumerate(zip(refs, texts))])
+
+
+def shared_folder(paths: list[str]) -> str:
+    """The folders every path starts with ("" for none), which the source refs leave out."""
+    folders = [p.split("/")[:-1] for p in paths]
+    return "/".join(os.path.commonprefix(folders)) if folders else ""
 
 
 def _without_common_folders(paths: list[str]) -> list[str]:
@@ -178,11 +186,15 @@ def file_listing(documents, max_lines: int = LISTING_MAX_LINES) -> str:
     listing says how many were left out of it."""
     if len(documents) < 2:
         return ""
-    rows = [f"{d.path} ({d.n_lines} lines)" for d in documents]
+    # Named as the source tags name them, less the folders all share (said once, above):
+    # 55 files under one deep folder spent a third of a summary's prompt on its name.
+    paths = [d.path for d in documents]
+    rows = [f"{ref} ({d.n_lines} lines)" for ref, d in zip(_without_common_folders(paths), documents)]
     if len(rows) > max_lines:
         rest = len(rows) - max_lines
         rows = rows[:max_lines] + [f"... and {rest} more files (all of them are read; only the listing is short)"]
-    return "\n".join(rows)
+    root = shared_folder(paths)
+    return "\n".join(([f"(all in {root}/)"] if root else []) + rows)
 
 
 def summary_messages(text: str, listing: str = "", outlined: bool = False) -> list[Message]:

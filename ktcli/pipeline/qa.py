@@ -13,7 +13,7 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
-from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, source_order
+from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Mode, Span
 
@@ -34,12 +34,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
             cites += citations.document_citations(text, prep.corpus.documents, cites)
             return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
-        if settings.mode == "full":  # asked for by name: not ours to swap for another mode
-            raise UsageError(
-                f"--mode full: the input is {needed - params.max_new_tokens:,} tokens but the model's window is "
-                f"{backend.context_window:,} (with {params.max_new_tokens} kept for the answer); "
-                "use --mode auto or retrieval"
-            )
+        refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
         # The estimate said it fits, the exact count says no: retrieval is the safe path.
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds

@@ -16,7 +16,7 @@ from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
-from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, source_order
+from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Document, Mode
 
@@ -30,7 +30,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     listing = prompts.file_listing(prep.corpus.documents)
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
-        text = prompts.evidence_block([(i + 1, d.path, _text(prep, d)) for i, d in enumerate(prep.corpus.documents)])
+        # The source refs of a question read whole: what the plan counted
+        text = prompts.whole_input(prep.corpus.documents, [_text(prep, d) for d in prep.corpus.documents])
         messages = prompts.summary_messages(text, listing, outlined=bool(prep.outlines))
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
@@ -38,6 +39,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             summary = stream_answer(backend, messages, params, tally, reporter)
             _warn_if_echo(summary, reporter)
             return _answer(summary, prep, plan, tally, 1)
+        refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
         # Windows of a read in parts, not the whole input's size.

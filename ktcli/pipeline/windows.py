@@ -5,8 +5,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
+from ktcli.errors import UsageError
 from ktcli.pipeline import prompts
 from ktcli.types import Chunk, Span
+
+
+def refuse_named_full(mode: str, prompt_tokens: int, window: int, answer_tokens: int) -> None:
+    """--mode full asked for by name, and the exact count does not fit: not ours to swap for
+    another mode (a summary read in parts where the user had asked for a whole read)."""
+    if mode == "full":
+        raise UsageError(
+            f"--mode full: the input is {prompt_tokens:,} tokens but the model's window is {window:,} (with "
+            f"{answer_tokens} kept for the answer); use --mode auto or retrieval"
+        )
 
 
 def source_order(chunks: list[Chunk], doc_rank: dict[str, int]) -> list[Chunk]:

@@ -8,6 +8,7 @@ import pytest
 
 from ktcli.config import Settings
 from ktcli.engine.backend import SamplingParams
+from ktcli.errors import UsageError
 from ktcli.ingest import count_tokens
 from ktcli.pipeline import prompts
 from ktcli.pipeline.events import NullReporter
@@ -476,3 +477,46 @@ def test_ctrl_c_before_any_note_is_a_plain_interrupt(haystack, tmp_path):
     small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
     with pytest.raises(KeyboardInterrupt):
         summarize(small, InterruptedAtOnce(), settings, NullReporter(), Tally())
+
+
+def _deep_folder(tmp_path, n=55):
+    folder = tmp_path / "home" / "alice" / "work" / "acme-billing-service" / "src" / "billing"
+    folder.mkdir(parents=True)
+    for i in range(n):
+        (folder / f"module_{i}.py").write_text(f'"""Invoice helper {i}."""\n\ndef total_{i}(items, rate=0.{i:02d}):\n'
+                                               f'    return sum(items) * (1 + rate)\n')
+    return folder
+
+
+def test_a_summarys_plan_counts_the_prompt_it_sends(tmp_path, monkeypatch):
+    """The plan scaled its count by the model's tokens for the source tags less the folders
+    every path shares, the summary sent them whole: 55 files under a deep folder planned
+    5.4K tokens "full" and ran in parts at 8.4K. Both now name files as the source refs do,
+    the shared folder said once."""
+    class Tokenizer:  # the model's own count (here tiktoken's), as where the model is converted
+        def encode(self, text):
+            return [0] * count_tokens(text)
+
+    monkeypatch.setattr("ktcli.pipeline.prepare._model_tokenizer", lambda *a: Tokenizer())
+    folder = _deep_folder(tmp_path)
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    backend = FakeBackend(count=count_tokens)
+    summarize(prep, backend, settings, NullReporter(), Tally())
+    assert prep.plan.mode is Mode.FULL and len(backend.calls) == 1  # read whole, as planned
+    sent = backend.prompt_tokens(backend.calls[0])
+    planned = prep.plan.input_tokens
+    assert abs(sent - planned) <= 0.05 * sent, (sent, planned)
+    prompt = backend.calls[0][-1]["content"]
+    assert f"(all in {folder}/)\nmodule_0.py (4 lines)" in prompt and 'ref="module_0.py"' in prompt
+
+
+def test_a_summary_asked_for_full_is_not_read_in_parts(tmp_path):
+    folder = _deep_folder(tmp_path, 8)
+    settings = settings_for(tmp_path, mode="full")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    small = FakeBackend()
+    small.context_window = 400
+    with pytest.raises(UsageError, match="--mode full: the input is"):
+        summarize(prep, small, settings, NullReporter(), Tally())
+    assert small.calls == []
