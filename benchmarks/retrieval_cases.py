@@ -220,6 +220,20 @@ CLICK_DEFINITION_CASES = [
     ("Where is the ShellComplete class?", "ShellComplete"),
     ("What does format_filename() return?", "format_filename"),
 ]
+# The same of names only backticks mark as code (no capital, underscore or parentheses),
+# as developers write them: click's `echo` came 7th before 2026-12-05.
+CLICK_BACKTICK_CASES = [
+    ("Where is `echo` defined?", "echo"),
+    ("Where is `secho` defined?", "secho"),
+    ("What does `style` do?", "style"),
+    ("Where is `confirm` implemented?", "confirm"),
+    ("Which file defines `launch`?", "launch"),
+    ("Where is `pause` defined?", "pause"),
+    ("What does `clear` do?", "clear"),
+    ("What does `unstyle` return?", "unstyle"),
+    ("Where is `prompt` defined?", "prompt"),
+    ("How does `getchar` work?", "getchar"),
+]
 
 
 def definition_cases(folder: str, cases: list[tuple[str, str]]) -> list[tuple[str, str, int, int]]:

@@ -17,6 +17,9 @@ the index held before) and with its section trail first ("sections",
 * score: `retriever._fuse`, min-max scaled scores added;
 * defs: the same with `retriever.DEFINITION_BONUS` for the chunks that define a name the
   question writes as code (`retrieval.symbols`): what ask uses now;
+* defs0: the same by the rules before 2026-12-05 (names in backticks were no code unless
+  CamelCase, snake_case, ALL_CAPS or `name()`; definitions by class/def/fn... and constants
+  only): the baseline of the "backticked" set;
 * dense alone, bm25 alone.
 Reported per question set: recall@1, @3, @8 (the default top_k) and MRR over the top 8;
 and over all questions, the baseline (plain, rrf) against now (sections, defs). The click
@@ -34,6 +37,7 @@ import time
 from benchmarks import common
 from benchmarks.qa_accuracy import PDF, PDF_QUESTIONS
 from benchmarks.retrieval_cases import (
+    CLICK_BACKTICK_CASES,
     CLICK_DEFINITION_CASES,
     MINIREPO_CASES,
     MINIREPO_TERMS_CASES,
@@ -48,7 +52,7 @@ MINIREPO = "sample_docs/minirepo"
 CLICK = os.path.dirname(__import__("click").__file__)  # as installed beside ktcli (a typer dependency)
 DEPTH = 50  # candidates per ranking: HybridIndex.search's for top_k 8
 RRF_K = 60  # the baseline's constant (Cormack, Clarke & Buettcher, SIGIR 2009)
-WAYS = ("rrf", "score", "defs", "dense", "bm25")
+WAYS = ("rrf", "score", "defs0", "defs", "dense", "bm25")
 
 
 def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None, int, int | None]]]]]:
@@ -64,7 +68,8 @@ def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None,
             "own terms": [(q, path, a, b) for q, path, a, b in MINIREPO_TERMS_CASES],
         }),
         "pdf": ([PDF], {"own terms": [(q, None, page, None) for q, _answers, page in PDF_QUESTIONS]}),
-        "click": ([CLICK], {"definitions": definition_cases(CLICK, CLICK_DEFINITION_CASES)}),
+        "click": ([CLICK], {"definitions": definition_cases(CLICK, CLICK_DEFINITION_CASES),
+                            "backticked": definition_cases(CLICK, CLICK_BACKTICK_CASES)}),
     }
 
 
@@ -101,6 +106,20 @@ def rrf_fuse(chunks, dense: list[tuple[int, float]], lexical: list[tuple[int, fl
             for score, _best, idx in fused[:k]]
 
 
+def _defining_before(chunks, question: str) -> set[int]:
+    """The chunks `retrieval.symbols` gave the bonus to before 2026-12-05."""
+    from ktcli.retrieval import symbols
+
+    names = {m.group(1) for m in symbols._CODE_NAME.finditer(question) if len(m.group(1)) >= 4}
+    found: set[int] = set()
+    for name in names:
+        where = [i for i, c in enumerate(chunks) if not ("\n" not in c.text and len(c.text) > 2000)
+                 and any(m.group(1) == name for p in (symbols._DEFINED, symbols._CONSTANT) for m in p.finditer(c.text))]
+        if len(where) <= symbols.MAX_DEFINITIONS:
+            found.update(where)
+    return found
+
+
 def _rankings(index, question: str) -> dict[str, list]:
     from ktcli.retrieval.retriever import _fuse
     from ktcli.retrieval.symbols import code_names
@@ -112,6 +131,7 @@ def _rankings(index, question: str) -> dict[str, list]:
         "rrf": [h.chunk for h in rrf_fuse(chunks, dense, lexical, max(K))],
         "score": [h.chunk for h in _fuse(chunks, dense, lexical, max(K))],
         # what ask does now: a chunk defining a name the question writes as code comes first
+        "defs0": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), _defining_before(chunks, question))],
         "defs": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)))],
         "dense": [chunks[i] for i, _ in dense],
         "bm25": [chunks[i] for i, _ in lexical],

@@ -18,7 +18,7 @@ def citations_text(answer: Answer) -> str:
     # the Sources were shown as code in a Markdown viewer.
     fence = "\n```" if _open_fence(answer.text) else ""
     if not answer.citations:
-        return fence
+        return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
     groups: dict[int, list] = {}
     for i, c in enumerate(answer.citations):
@@ -31,6 +31,22 @@ def citations_text(answer: Answer) -> str:
             mark = f"[{label}]" if j == 0 else ""
             rows.append(f"  {mark:<{width}} {c.ref}{_section_note(c.section)}")
     return fence + "\n\nSources:\n" + "\n".join(rows)
+
+
+def _evidence_read(answer: Answer) -> str:
+    """Where no sentence of an answer could be traced to a line, what the model read: an
+    answer with no sources under it left the user nothing to check it against, though the
+    evidence (click's `def echo`) was right."""
+    evidence = answer.stats.get("evidence") or []
+    if not answer.text.strip() or not evidence:
+        return ""
+    rows = [f"  {e['ref']}" for e in evidence[:MAX_READ_SHOWN]]
+    if len(evidence) > MAX_READ_SHOWN:
+        rows.append(f"  ... and {len(evidence) - MAX_READ_SHOWN} more")
+    return "\n\nRead (no sentence of the answer matched a line of it):\n" + "\n".join(rows)
+
+
+MAX_READ_SHOWN = 8  # the default top_k
 
 
 def _open_fence(text: str) -> bool:

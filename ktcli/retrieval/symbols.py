@@ -30,13 +30,44 @@ _CONSTANT = re.compile(r"^[ \t]*(?:(?:export|pub|const|let|var|static|final|read
 _CODE_NAME = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*[a-z0-9][A-Z][A-Za-z0-9_]*|[A-Z][a-z0-9]+[A-Z][A-Za-z0-9_]*|"
                         r"[A-Z]{2,}[a-z][A-Za-z0-9_]*|"
                         r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+|[A-Za-z_]\w{2,}(?=\(\)))")
+# Other languages' definitions: C's and Java's `type name(params) {` (the brace may come
+# on the next line), `#define NAME`, SQL's CREATE TABLE/VIEW/FUNCTION, a shell function
+# `name() {`, a JS/TS class method `name(params): T {`, and a top-level `var`/`const`/`let`
+# or Python assignment. (click's `echo`, a C `crc32_compute`, `CREATE TABLE orders` and
+# Go's `var DefaultRetryPolicy` were never found as definitions.)
+_NOT_NAMES = (r"(?!(?:if|for|while|switch|return|sizeof|catch|else|do|new|delete|throw|raise|case|typeof|await|yield|"
+              r"with|elif|assert|not|and|or|in|is|import|from|lambda|print|puts|echo|local|export|go|defer|goto)\b)")
+_C_FUNCTION = re.compile(
+    r"^[ \t]*(?:(?:static|inline|extern|const|unsigned|signed|struct|enum|public|private|protected|final|abstract|"
+    r"synchronized|virtual|override|async)\s+)*" + _NOT_NAMES + r"[A-Za-z_][\w:]*(?:<(?:[^<>;(){}\n]|<[^<>;(){}\n]*>)*>)?[ \t*&]+" +
+    _NOT_NAMES + r"(?:[A-Za-z_]\w*::)*([A-Za-z_]\w*)\s*\((?:[^;{}()\n]|,[ \t]*\n|\([^;{}()\n]*\))*\)[ \t]*(?:const[ \t]*)?(?:\{|$)",
+    re.MULTILINE,
+)
+_OTHER_DEFINITIONS = (
+    _C_FUNCTION,
+    re.compile(r"^[ \t]*#[ \t]*define[ \t]+([A-Za-z_]\w*)", re.MULTILINE),
+    re.compile(r"^[ \t]*create\s+(?:or\s+replace\s+)?(?:temp(?:orary)?\s+|unique\s+|materialized\s+)*"
+               r"(?:table|view|function|procedure|index|type|trigger|sequence|schema)\s+(?:if\s+not\s+exists\s+)?"
+               r"(?:[\w\"`]+\.)?[\"`]?([A-Za-z_]\w*)", re.MULTILINE | re.IGNORECASE),
+    re.compile(r"^[ \t]*" + _NOT_NAMES + r"([A-Za-z_][\w-]*)\s*\(\)\s*\{", re.MULTILINE),
+    re.compile(r"^[ \t]+(?:(?:public|private|protected|static|async|readonly|override|get|set)\s+)*" + _NOT_NAMES +
+               r"([A-Za-z_$][\w$]*)\s*(?:<[^>()]*>)?\s*\([^;()]*\)\s*(?::\s*[^={;()]+)?\{\s*$", re.MULTILINE),
+    re.compile(r"^(?:export\s+)?(?:var|const|let)\s+([A-Za-z_$][\w$]*)\s*(?::[^=\n]+)?=", re.MULTILINE),
+    re.compile(r"^([a-z_][a-z0-9_]*)\s*(?::[^=\n]+)?=(?!=)", re.MULTILINE),
+)
+# Backticks: how developers write any name in a question (`echo`, `main`, `Text.from_markup`).
+_BACKTICKED = re.compile(r"`([A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*)(?:\(\))?`")
 # A name defined in more chunks than this is a common one (`__init__`, `run`): no signal.
 MAX_DEFINITIONS = 3
 
 
 def code_names(question: str) -> set[str]:
-    """The names in a question written as code identifiers."""
-    return {m.group(1) for m in _CODE_NAME.finditer(question) if len(m.group(1)) >= 4}
+    """The names in a question written as code identifiers: CamelCase, snake_case,
+    ALL_CAPS, `name()`, or any name in backticks (each part of a dotted one)."""
+    names = {m.group(1) for m in _CODE_NAME.finditer(question) if len(m.group(1)) >= 4}
+    for m in _BACKTICKED.finditer(question):
+        names.update(part for part in re.split(r"\.|::", m.group(1)) if len(part) >= 3)
+    return names
 
 
 class SymbolTable:
@@ -66,7 +97,7 @@ def _definitions(chunks: Sequence[Chunk]) -> dict[str, list[int]]:
     for i, chunk in enumerate(chunks):
         if "\n" not in chunk.text and len(chunk.text) > 2000:
             continue  # one long line: data or a bundle, not definitions
-        for pattern in (_DEFINED, _CONSTANT):
+        for pattern in (_DEFINED, _CONSTANT, *_OTHER_DEFINITIONS):
             for m in pattern.finditer(chunk.text):
                 if not defined[m.group(1)] or defined[m.group(1)][-1] != i:
                     defined[m.group(1)].append(i)

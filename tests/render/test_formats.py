@@ -88,3 +88,17 @@ def test_an_answer_cut_inside_a_code_block_has_it_closed_before_the_sources():
     whole = replace(cut, text="Use this:\n```python\nf(x)\n```\nDone.")
     assert citations_text(whole).startswith("\n\nSources:")
     assert citations_text(replace(cut, citations=())) == "\n```"
+
+
+def test_an_answer_nothing_was_traced_to_names_what_was_read():
+    """No sentence matched a line: the answer came with no sources at all, though the
+    evidence it read (click's `def echo`) was right."""
+    from ktcli.render.formats import citations_text
+
+    evidence = [{"ref": f"click/utils.py:{i * 30 + 1}-{i * 30 + 30}"} for i in range(10)]
+    text = citations_text(replace(_answer(evidence=evidence), text="It is defined in the utils module."))
+    assert text.splitlines()[2:5] == ["Read (no sentence of the answer matched a line of it):",
+                                      "  click/utils.py:1-30", "  click/utils.py:31-60"]
+    assert text.splitlines()[-1] == "  ... and 2 more"
+    assert citations_text(replace(_answer(evidence=evidence), text=" ")) == ""  # nothing said, nothing to check
+    assert citations_text(_answer()) == ""  # no evidence figures (a summary)

@@ -36,3 +36,29 @@ def test_a_definition_comes_first_and_one_no_ranking_found_is_still_retrieved():
     assert [h.chunk.ordinal for h in _fuse(chunks, dense, lexical, 3, defining={4})] == [4, 1, 2]
     found = _fuse(chunks, dense, lexical, 3, defining={5})  # in neither ranking
     assert 5 in [h.chunk.ordinal for h in found] and found[1].score == DEFINITION_BONUS
+
+
+def test_any_name_in_backticks_is_code():
+    """Developers write names in backticks: click's `echo` (no capital, no underscore, no
+    parentheses) got no definition bonus and its `def echo(` chunk came 7th."""
+    assert code_names("Where is `echo` defined?") == {"echo"}
+    assert code_names("What does `Text.from_markup()` do, and `io::Read`?") == {"Text", "from_markup", "Read"}
+    assert code_names("Is `x` or `a.b` used?") == set()  # too short to mean anything
+
+
+def test_definitions_in_c_sql_shell_and_more():
+    texts = ["uint32_t crc32_compute(const uint8_t *buf,\n                       size_t n)\n{\n",
+             "#define CRC_POLY 0xEDB88320\n", "CREATE TABLE IF NOT EXISTS public.orders (\n  id int\n);\n",
+             "rollback_release() {\n  git reset --hard\n}\n", "var DefaultRetryPolicy = RetryPolicy{Max: 3}\n",
+             "class Cart {\n  addItem(item: Item): void {\n    this.items.push(item)\n  }\n}\n",
+             "    public static Map<String, List<Integer>> splitWords(String s) {\n",
+             "std::vector<int> Parser::parse_all(const std::string& s) const {\n", "default_timeout = 30\n"]
+    table = SymbolTable([chunk(i, t) for i, t in enumerate(texts)])
+    names = ["crc32_compute", "CRC_POLY", "orders", "rollback_release", "DefaultRetryPolicy", "addItem",
+             "splitWords", "parse_all", "default_timeout"]
+    assert [table.defining({n}) for n in names] == [{i} for i in range(len(texts))]
+    # calls, control flow and prose are no definitions
+    uses = ["    if (ready) {\n", "    return compute(x);\n", "    raise ValueError(x)\n", "  result = compute(a, b)\n",
+            "continue\n            push(stack_node)\n", "    describe('cart', () => {\n"]
+    table = SymbolTable([chunk(i, t) for i, t in enumerate(uses)])
+    assert table.defining({"ready", "compute", "ValueError", "push", "describe", "result"}) == set()
