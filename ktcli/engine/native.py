@@ -36,6 +36,11 @@ from ktcli.errors import InputError
 _DEFAULT_WINDOWS = 4
 _DEFAULT_RAM_SHARE = 0.3
 _MAX_DEFAULT_WINDOW = 32768  # tokens per window counted for the default budget
+# A one-shot request gives its window (`context_window`, the plan's): its pages are sized
+# to it, up to this share of free memory. (Capped at 32K tokens like a server's default, a
+# 128K-window model's full read of a 43K-token input failed "KV cache full" after its
+# plan said it fits.) The CPU's pages are resident only once written.
+_EXACT_RAM_SHARE = 0.9
 
 
 class NativeBackend:
@@ -91,8 +96,8 @@ class NativeBackend:
         unroped_keys stores its keys before RoPE (see `engine.longctx`); exact_sinks=False
         reads the sink pages of remapped policies quantized (`engine.exact_sinks`, for A/B
         runs). `kv_windows`: how many context windows the default KV budget holds (one per
-        request served at once); the kernels cache sizes a `context_window` given here
-        exactly, not capped at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
+        request served at once); a `context_window` given here is sized exactly, not capped
+        at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load).
         `prefix_cache`: a folder where prompts' K/V are kept for later prompts that start
         the same way (`engine.prefix_store`; None: off).
@@ -124,10 +129,11 @@ class NativeBackend:
             raise InputError(f"kv dtype {kv_dtype!r}: choose fp32, bf16 or fp16")
         kv = PagedKVCache(cfg.n_layers, cfg.n_kv_heads, cfg.head_dim, block_size, kv_torch, device)
         if kv_budget_bytes is None:
-            window = min(cfg.window, _MAX_DEFAULT_WINDOW)
+            window = context_window if context_window else min(cfg.window, _MAX_DEFAULT_WINDOW)
             element = torch.empty(0, dtype=kv_torch).element_size()
-            want = max(1, kv_windows) * window * cfg.kv_bytes_per_token(element)
-            kv_budget_bytes = int(min(want, _DEFAULT_RAM_SHARE * available_bytes(device)))
+            want = max(1, kv_windows) * (window + block_size) * cfg.kv_bytes_per_token(element)
+            share = _EXACT_RAM_SHARE if context_window else _DEFAULT_RAM_SHARE
+            kv_budget_bytes = int(min(want, share * available_bytes(device)))
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
         engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)

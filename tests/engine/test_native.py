@@ -78,3 +78,19 @@ def test_bf16_weights_stay_close_to_fp32(tiny_models):
     a = NativeBackend.load(folder, weights="fp32", prefill_chunk=16).prompt_logits(ids)
     b = NativeBackend.load(folder, weights="bf16", prefill_chunk=16).prompt_logits(ids)
     assert ((a - b).abs().max() / a.abs().max()).item() < 0.05
+
+
+def test_a_one_shot_window_past_32k_gets_its_pages(tmp_path):
+    """The plan's window reaches a dense read (`loading._long_context`): a 128K-window
+    model had pages for 32K tokens only, and its full read of a 43K-token input failed
+    "KV cache full" after the plan said it fits. A server's default stays capped."""
+    from tests.engine.conftest import build_tiny
+
+    folder = build_tiny("llama", tmp_path / "long", max_position_embeddings=131072)
+    one_shot = NativeBackend.load(folder, weights="fp32", context_window=131072, kv_windows=1)
+    assert one_shot.kv.num_blocks * one_shot.kv.block_size >= 131072
+    served = NativeBackend.load(folder, weights="fp32")
+    assert served.kv.num_blocks * served.kv.block_size <= 4 * (32768 + 16)
+    ids = list(range(1, 250)) * 160  # 39,840 tokens, past 32K
+    out = list(one_shot.engine.generate([ids], SamplingParams(max_new_tokens=2)))
+    assert out and one_shot.engine.blocks.num_used == 0
