@@ -279,6 +279,7 @@ def prepare(
         convert_params=facts.n_params if converts else 0,
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
+        tokens_per_estimate=per_estimate,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),

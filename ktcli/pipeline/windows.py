@@ -115,6 +115,9 @@ def refit(windows: list[list[Chunk]], fits: Callable[[list[Chunk]], bool]) -> li
         keep = len(window)
         while keep > 1 and not fits(window[:keep]):
             keep -= 1
+        if keep == 1 and not fits(window[:1]):  # no cut helps: the engine would fail with its cache full
+            raise UsageError(f"a passage of the input ({window[0].span.cite()}) does not fit the model's window beside "
+                             "the prompt and the answer: give a smaller --chunk-tokens or --max-new-tokens")
         out.append(window[:keep])
         if keep < len(window):
             queue.insert(0, window[keep:])

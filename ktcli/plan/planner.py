@@ -110,6 +110,9 @@ class PlanRequest:
     # plan: paid before the first token too, and counted in the figures' ttft (a 10 MB file
     # read in 2.6 s: its first token planned at 3.3 s came at 6.1).
     read_s: float = 0.0
+    # Model tokens per estimate token, measured on this input where it could be: numbers
+    # cost SmolLM2 2.5 tokens each of tiktoken's, Korean 2.0, English 1.1-1.25.
+    tokens_per_estimate: float = MODEL_TOKENS_PER_ESTIMATE
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -468,9 +471,12 @@ def _windows_packed(evidence: int, passages: int, budget: int) -> int:
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     n_chunks = _estimated_chunks(req)
     room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window)
-    if req.chunk_tokens * MODEL_TOKENS_PER_ESTIMATE > room:  # also under --mode retrieval, which skipped it
+    # Chunks are cut in estimate tokens: this input's own ratio says what one costs the model
+    # (a 4,000-token chunk of a CSV of numbers was 9,871 model tokens, sent into 8,192).
+    per_estimate = max(req.tokens_per_estimate, MODEL_TOKENS_PER_ESTIMATE)
+    if req.chunk_tokens * per_estimate > room:  # also under --mode retrieval, which skipped it
         raise UsageError(f"--chunk-tokens {req.chunk_tokens}: a chunk must fit a window's room for evidence "
-                         f"(~{int(room / MODEL_TOKENS_PER_ESTIMATE):,} tokens here)")
+                         f"(~{int(room / per_estimate):,} tokens of this input here)")
     budget = min(room, evidence_cap(req.task))
     if req.task == "ask":
         top_k = min(req.top_k, n_chunks)

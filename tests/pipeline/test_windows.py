@@ -1,3 +1,6 @@
+import pytest
+
+from ktcli.errors import UsageError
 from ktcli.pipeline.prompts import evidence_block
 from ktcli.pipeline.windows import merge_neighbours, pack, refit, source_order
 from ktcli.types import Chunk, Span
@@ -75,4 +78,9 @@ def test_refit_cuts_a_window_whose_prompt_is_over():
     chunks = [make("d", i, i + 1, [f"line {i}"]) for i in range(7)]
     windows = refit([chunks[:5], chunks[5:]], lambda w: len(w) <= 2)
     assert windows == [chunks[0:2], chunks[2:4], chunks[4:5], chunks[5:7]]
-    assert refit([chunks[:1]], lambda w: False) == [chunks[:1]]  # one passage stays, whatever its size
+    # One passage that does not fit alone is refused, not sent (the engine failed "KV cache
+    # full" after the model had loaded and the index been built).
+    with pytest.raises(UsageError, match=r"a passage of the input \(d:1\) does not fit .* --chunk-tokens"):
+        refit([chunks[:1]], lambda w: False)
+    with pytest.raises(UsageError):
+        refit([chunks[:3]], lambda w: False)

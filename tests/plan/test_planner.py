@@ -240,6 +240,12 @@ def test_a_chunk_larger_than_a_window_is_refused_for_retrieval():
     with pytest.raises(UsageError, match="--chunk-tokens 100000: a chunk must fit"):
         make_plan(req(corpus_tokens=100_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES)
     assert make_plan(req(corpus_tokens=1_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES).mode is Mode.FULL
+    # Cut in estimate tokens, a chunk costs the model this input's own ratio: 4,000 of a CSV
+    # of numbers (2.47 model tokens each) are 9.9K, past the 8K window.
+    numbers = req(corpus_tokens=200_000, chunk_tokens=4000, chunk_overlap=0, mode="retrieval")
+    assert make_plan(numbers, SMOL, RATES).mode is Mode.RETRIEVAL
+    with pytest.raises(UsageError, match="--chunk-tokens 4000: a chunk must fit"):
+        make_plan(replace(numbers, tokens_per_estimate=2.47), SMOL, RATES)
 
 
 def test_a_whole_read_with_a_sparse_policy_counts_the_sparse_machinery():
