@@ -58,7 +58,7 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         lines = _split_lines(text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
-        trails = document_trails(doc.path, doc.kind, lines) if page is None else None  # PDFs: no headings to trust
+        trails = document_trails(doc.path, doc.kind, lines, doc.language) if page is None else None  # PDFs: no headings to trust
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
             section = trails.at(piece.start) if trails is not None else ""

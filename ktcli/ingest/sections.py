@@ -44,7 +44,7 @@ _DECLARATION = re.compile(
 )
 
 
-def document_trails(path: str, kind: str, lines: list[str]) -> SectionIndex:
+def document_trails(path: str, kind: str, lines: list[str], language: str | None = None) -> SectionIndex:
     """The trails of a document's lines: its headings or declarations; for a CSV or TSV
     table, its header row ("columns: id, name, city"), without which a chunk from its
     middle is rows of bare values that no question about a column matches."""
@@ -55,7 +55,14 @@ def document_trails(path: str, kind: str, lines: list[str]) -> SectionIndex:
         return SectionIndex([(1, f"{TABLE_TRAIL}{lines[0].rstrip(chr(13))}")])  # from the first row under it
     if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
         return SectionIndex(_diff_marks(lines))
-    return heading_trails(lines, code=kind == "code")
+    return heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)))
+
+
+def _piped_code(language: str | None, lines: list[str]) -> bool:
+    """Code piped in (its language known by its content): trails of its declarations, not
+    headings (`cat progress_bar.py | ktcli ask -` cited its lines under a `# comment`). A
+    Markdown text quoting code in ``` fences stays prose."""
+    return language is not None and not any(line.lstrip().startswith(("```", "~~~")) for line in lines[:5000])
 
 
 def _is_diff(lines: list[str]) -> bool:

@@ -285,7 +285,7 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
             cites.append(c)
             continue
         if doc.path not in trails:
-            trails[doc.path] = document_trails(doc.path, doc.kind, doc.text.split("\n"))
+            trails[doc.path] = document_trails(doc.path, doc.kind, doc.text.split("\n"), doc.language)
         cites.append(replace(c, section=trails[doc.path].at(c.span.line_start - 1)))
     return replace(answer, citations=tuple(cites))
 

@@ -195,3 +195,16 @@ def test_a_diffs_lines_are_placed_in_the_files_they_change():
     assert (at["+    run(2)"], at["+    log()"], at["     done()"]) == ("src/app.py:11", "src/app.py:12", "src/app.py:13")
     assert (at["+first"], at["+second"]) == ("new.txt:1", "new.txt:2")
     assert document_trails("notes.txt", "text", ["--- a list", "+++ not a diff", "plain"]).at(2) == ""
+
+
+def test_code_piped_in_has_code_trails_and_markdown_stays_prose():
+    """`cat progress_bar.py | ktcli ask -` cited its lines under a `# comment` read as a
+    Markdown heading; named, the same file had `(class ProgressBar)`."""
+    from ktcli.ingest.sections import document_trails
+
+    code = ["import os", "", "# Number of characters before the animation repeats", "PULSE = 20", "",
+            "class ProgressBar:", "    def __init__(self, total=100):", "        self.total = total", "        pass"]
+    assert document_trails("<stdin>", "stdin", code, "python").at(7) == "class ProgressBar > def __init__"
+    assert document_trails("<stdin>", "stdin", code, None).at(7) == "Number of characters before the animation repeats"
+    readme = ["# Install", "```python", "import os", "def f(x):", "    return x", "```", "## Use", "text"]
+    assert document_trails("<stdin>", "stdin", readme, "python").at(7) == "Install > Use"
