@@ -126,6 +126,38 @@ class LeadingSourceTag:
         return start if self.dropped else self.head
 
 
+class LeadingEcho:
+    """Streamed answer text less the prompt's format echoed at its start: a small model
+    opens one answer in four with "Question: <the question>" and "Answer:" (seen on code
+    questions), which read as ktcli's own output. Held while the start could still be one;
+    an answer that is nothing but the question's echo comes out empty."""
+
+    _MARKS = ("question:", "answer:")
+
+    def __init__(self) -> None:
+        self.head = ""
+        self.done = False
+
+    def feed(self, piece: str) -> str:
+        if self.done:
+            return piece
+        self.head += piece
+        start = self.head.lstrip()
+        folded = start.lower()
+        if any(mark.startswith(folded) for mark in self._MARKS):
+            return ""  # "Quest", "Answer": could still be a mark
+        if folded.startswith("question:"):
+            end = start.find("\n")
+            if end < 0:
+                return ""
+            self.head = ""
+            return self.feed(start[end + 1 :])  # the answer, maybe after "Answer:"
+        self.done = True
+        if folded.startswith("answer:"):
+            return start[len("answer:") :].lstrip(" ")
+        return self.head
+
+
 ASK_INSTRUCTION = "Answer the question in a few sentences, citing sources like [1]."
 NOTES_INSTRUCTION = ("Update the notes: copy every fact from these sources that helps answer the question, "
                      "one short line each, ending with its source label like [3]. Keep the useful notes so far. "

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.prompts import LeadingSourceTag
+from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
 from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 
 
@@ -114,11 +114,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
-    guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
+    guard, echo, lead, format_echo = RepetitionGuard(), EchoedText(), LeadingSourceTag(), LeadingEcho()
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
-            for piece in map(lead.feed, pieces):
+            for piece in map(format_echo.feed, map(lead.feed, pieces)):
                 if not guard.text and piece:
                     tally.ttft_s = time.perf_counter() - tally.started
                 shown = echo.feed(piece)

@@ -76,3 +76,21 @@ def test_stream_answer_shows_the_answer_inside_an_opening_tag():
     text = stream_answer(OpeningTagBackend(), [{"role": "user", "content": "q"}], params, Tally(), reporter)
     assert text == OPENED.split("\n\n", 1)[1].strip()
     assert "".join(reporter.shown).strip() == text
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_prompts_format_echoed_at_the_start_is_dropped(seed):
+    """One answer in four about code opened "Question: <the question>" then "Answer:"."""
+    from ktcli.pipeline.prompts import LeadingEcho
+
+    def run(text: str) -> str:
+        strip = LeadingEcho()
+        return "".join(strip.feed(p) for p in _pieces(text, seed))
+
+    said = "It is defined in ktcli/retrieval/retriever.py [1]."
+    assert run(f"Question: Where is `DEFINITION_BONUS` defined?\nAnswer: {said}") == said
+    assert run(f"  question: where?\n\nANSWER:  {said}") == said
+    assert run(f"Answer: {said}") == said
+    for kept in (said, "Questions like this one are answered in the FAQ [2].", "The answer: 42 [1]."):
+        assert run(kept) == kept
+    assert run("Question: only the echo, no line break") == ""
