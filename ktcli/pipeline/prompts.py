@@ -137,9 +137,13 @@ class LeadingEcho:
     def __init__(self) -> None:
         self.head = ""
         self.done = False
+        self.marked = False  # "Answer:" dropped: the spaces after it go too, whatever piece holds them
 
     def feed(self, piece: str) -> str:
         if self.done:
+            if self.marked:
+                piece = piece.lstrip(" ")
+                self.marked = not piece
             return piece
         self.head += piece
         start = self.head.lstrip()
@@ -154,7 +158,8 @@ class LeadingEcho:
             return self.feed(start[end + 1 :])  # the answer, maybe after "Answer:"
         self.done = True
         if folded.startswith("answer:"):
-            return start[len("answer:") :].lstrip(" ")
+            self.marked = True
+            return self.feed(start[len("answer:") :])
         return self.head
 
 
