@@ -197,6 +197,11 @@ class _Walker:
         except OSError as e:
             self.skip(rel, f"unreadable ({e.strerror or e})")
             return
+        if entry.name in LOCKFILES:  # before binary and size: bun.lockb is binary, a lockfile often 2 MB+
+            # Generated pins of every dependency: 96K tokens of a package-lock.json were
+            # most of a 20-file repo's input, and no question is about them.
+            self.skip(rel, "a lockfile (generated; name the file to read it)")
+            return
         if has_binary_extension(entry.name):  # before the size: "too large ... raise the limit" helped no .so
             self.skip(rel, "binary")
             return
@@ -231,6 +236,15 @@ class _Walker:
         self.seen.add(real)
         self.result.documents.append(document)
 
+
+# Package managers' lockfiles, by their exact names (a "yarn.lock" is one; "schedule.lock" may not be).
+LOCKFILES = frozenset({
+    "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "bun.lock", "bun.lockb", "deno.lock",
+    "Cargo.lock", "poetry.lock", "Pipfile.lock", "uv.lock", "pdm.lock", "pixi.lock", "conda-lock.yml",
+    "composer.lock", "Gemfile.lock", "go.sum", "go.work.sum", "mix.lock", "pubspec.lock", "Podfile.lock",
+    "Package.resolved", "packages.lock.json", "paket.lock", "flake.lock", "gradle.lockfile",
+    ".terraform.lock.hcl", "cabal.project.freeze", "stack.yaml.lock", "rebar.lock",
+})
 
 _MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
 # Generated code by its shape, whatever its name: a 240 KB bundle.js of one line was

@@ -492,3 +492,17 @@ def test_a_large_binary_is_reported_as_binary_not_as_too_large(write, tmp_path: 
     (tmp_path / "r" / "lib.so").write_bytes(b"\x7fELF" + bytes(3_000_000))
     write("r/a.txt", "text\n")
     assert reasons(walk(tmp_path / "r"), tmp_path / "r") == {"lib.so": "binary"}
+
+
+def test_lockfiles_are_reported_not_read_unless_named(write, tmp_path: Path) -> None:
+    """A package-lock.json was 96K tokens of a 20-file repo's 1.4M; no question is about it."""
+    for name in ("package-lock.json", "yarn.lock", "Cargo.lock", "poetry.lock", "go.sum", "sub/uv.lock"):
+        write(f"r/{name}", '{"lockfileVersion": 3, "packages": {"a": {"version": "1.0.0"}}}\n')
+    (tmp_path / "r" / "bun.lockb").write_bytes(b"#!/usr/bin/env bun\n\x00\x01\x02" * 100)
+    write("r/app.py", "TAX_RATE = 0.2\n")
+    write("r/notes.lock.md", "not a lockfile\n")
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == ["app.py", "notes.lock.md"]
+    assert set(reasons(corpus, tmp_path / "r").values()) == {"a lockfile (generated; name the file to read it)"}
+    assert len(corpus.skipped) == 7
+    assert load_corpus([str(tmp_path / "r" / "package-lock.json")]).documents  # named: read
