@@ -230,8 +230,9 @@ class _Walker:
             # on an internal error having read none of them.
             self.skip(rel, f"could not be read ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
             return
-        if (width := _minified_width(document)) is not None:
-            self.skip(rel, f"minified (lines of {width:,} characters on average; name the file to read it)")
+        if (width := _machine_width(document)) is not None:
+            what = "minified" if document.language in _MINIFIED_LANGUAGES else "generated"
+            self.skip(rel, f"{what} (lines of {width:,} characters on average; name the file to read it)")
             return
         self.seen.add(real)
         self.result.documents.append(document)
@@ -248,21 +249,27 @@ LOCKFILES = frozenset({
 
 _MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
 # Generated code by its shape, whatever its name: a 240 KB bundle.js of one line was
-# indexed as 187K tokens of 671 chunks (`bundle.min.js` was skipped by name).
+# indexed as 187K tokens of 671 chunks (`bundle.min.js` was skipped by name), and a
+# one-line 200 KB longline.py (a data table written by a script) as 297K.
 _MINIFIED_LANGUAGES = frozenset({"javascript", "typescript", "css", "json"})
 _MINIFIED_MIN_BYTES = 20_000
 _MINIFIED_LINE_CHARS = 1_000
+# Code only: prose kinds (Markdown, .txt, .rst) are often written a paragraph to a line of
+# 500-1,500 characters, and a CSV's rows are its data, so neither is judged by its width.
+# LaTeX is code by name but prose by nature, written the same way.
+_PROSE_LANGUAGES = frozenset({"latex"})
 
 
-def _minified_width(document) -> int | None:
+def _machine_width(document) -> int | None:
     """The average line length of a code file written for machines (a bundle, minified
-    CSS), else None."""
-    if document.kind != "code" or document.language not in _MINIFIED_LANGUAGES:
+    CSS, a generated one-line table), else None. No hand-written code averages 1,000
+    characters a line over 20 KB."""
+    if document.kind != "code" or document.language in _PROSE_LANGUAGES:
         return None
     text = document.text
     if len(text) < _MINIFIED_MIN_BYTES:
         return None
-    width = len(text) // (text.count("\n") + 1)
+    width = len(text) // max(document.n_lines, 1)  # a one-line file's final newline starts no second line
     return width if width >= _MINIFIED_LINE_CHARS else None
 
 

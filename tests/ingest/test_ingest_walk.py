@@ -506,3 +506,20 @@ def test_lockfiles_are_reported_not_read_unless_named(write, tmp_path: Path) -> 
     assert set(reasons(corpus, tmp_path / "r").values()) == {"a lockfile (generated; name the file to read it)"}
     assert len(corpus.skipped) == 7
     assert load_corpus([str(tmp_path / "r" / "package-lock.json")]).documents  # named: read
+
+
+def test_generated_code_of_any_language_is_known_by_its_shape_but_prose_is_not(write, tmp_path: Path) -> None:
+    """A one-line 200 KB longline.py (a table a script wrote) was 297K tokens of a 20-file
+    repo. Prose written a paragraph to a line, as long on average, is what a user asks about."""
+    write("r/longline.py", "TABLE = [" + ", ".join(str(i * 7) for i in range(40_000)) + "]\n")
+    write("r/app.py", "def tax(amount):\n    return amount * 0.2\n" * 600)
+    paragraph = ("The committee met again to weigh the proposal, and after long discussion of its costs, "
+                 "its risks and the views of those it would affect, it agreed to revisit the matter. ") * 8
+    write("r/notes.md", "\n".join(f"{paragraph}({i})" for i in range(40)))  # ~1,400 characters a line
+    write("r/transcript.txt", paragraph * 150)  # one line of ~200 KB
+    write("r/paper.tex", "\\section{Results}\n" + "\n".join(paragraph for _ in range(40)))
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == ["app.py", "notes.md", "paper.tex", "transcript.txt"]
+    assert reasons(corpus, tmp_path / "r") == {
+        "longline.py": "generated (lines of 304,134 characters on average; name the file to read it)"}
+    assert load_corpus([str(tmp_path / "r" / "longline.py")]).documents  # named: read
