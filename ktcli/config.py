@@ -27,6 +27,9 @@ class Settings:
     mode: str = "auto"  # auto | full | retrieval | sparse
     cache_dir: str = ""  # empty: platformdirs user cache dir
     max_file_bytes: int = 2_000_000  # folder walks skip (and report) larger files
+    # gitignore-style patterns folder walks leave out (reported in one line), relative to the
+    # folder given; a file named on the command line is read whatever they say
+    exclude: tuple[str, ...] = ()
     chunk_tokens: int = 256
     chunk_overlap: int = -1  # tokens shared by neighbouring chunks; -1: an eighth of chunk_tokens
     top_k: int = 8  # chunks retrieved for a question
@@ -81,6 +84,8 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
             return word in _TRUE
         if isinstance(raw, bool):
             raise ValueError("a boolean")  # TOML's `true` is an int in Python: max_new_tokens = true was 1
+        if isinstance(like, tuple):
+            return _patterns(raw)
         if name in BYTE_SIZES and isinstance(raw, str):
             return parse_bytes(raw)  # "2.5MB", "3MiB", as --max-memory takes them
         if isinstance(like, int):
@@ -94,11 +99,22 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
             return value
         return str(raw)
     except (TypeError, ValueError, OverflowError):
-        what = {"int": "a whole number", "float": "a finite number", "bool": "true or false"}.get(
+        what = {"int": "a whole number", "float": "a finite number", "bool": "true or false",
+                "tuple": "a list of patterns"}.get(
             type(like).__name__, type(like).__name__) if name not in BYTE_SIZES else "a size like 2000000, 2.5MB or 3MiB"
         if where:  # named as validate() names a bad value: where it came from, then the value
             raise UsageError(f"{where} {raw!r}: not {what}") from None
         raise UsageError(f"--{name.replace('_', '-')} {raw}: not {what}") from None  # a flag
+
+
+def _patterns(raw: object) -> tuple[str, ...]:
+    """A list setting: a flag's or a config file's list of strings, or one string of
+    comma-separated items (a KTCLI_* variable, a config file's `exclude = "*.csv"`)."""
+    if isinstance(raw, str):
+        return tuple(p.strip() for p in raw.split(",") if p.strip())
+    if isinstance(raw, (list, tuple)) and all(isinstance(p, str) for p in raw):
+        return tuple(raw)
+    raise ValueError(raw)
 
 
 # Whole-number settings that are sizes in bytes: a unit may follow the number.
@@ -299,6 +315,10 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
     if settings.chunk_overlap >= settings.chunk_tokens:
         raise UsageError(f"{named('chunk_overlap')} {settings.chunk_overlap}: must be below the chunk size "
                          f"({settings.chunk_tokens})")
+    for pattern in settings.exclude:
+        # what git's own parser drops without a word (ingest.gitignore.exclude_rules checks the rest)
+        if not pattern.strip() or pattern.startswith("#"):
+            raise UsageError(f"{named('exclude')} {pattern!r}: {EXCLUDE_MATCHES_NOTHING}")
     if settings.request_timeout <= 0:
         raise UsageError(f"{named('request_timeout')} {settings.request_timeout}: must be above 0")
     device = settings.device.strip().lower()
@@ -365,6 +385,8 @@ def _check_cache_dir(cache_dir: str, name: str) -> None:
 
 
 MAX_TEMPERATURE = 2.0
+EXCLUDE_MATCHES_NOTHING = ("matches nothing; give a pattern such as 'tests/fixtures/**' or '*.csv' "
+                           "(a name that starts with '#' is written '\\#')")
 
 
 def usable_cpus() -> int:

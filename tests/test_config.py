@@ -322,3 +322,21 @@ def test_a_file_size_limit_takes_units_as_the_memory_budget_does(tmp_path, monke
     assert load_settings().max_file_bytes == 1000
     with pytest.raises(UsageError, match="not a size like"):
         load_settings({"max_file_bytes": "lots"})
+
+
+def test_exclude_from_a_flag_the_environment_or_the_config_file(tmp_path, monkeypatch):
+    path = use_config(tmp_path, monkeypatch, 'exclude = ["tests/fixtures/**", "*.csv"]\n')
+    assert load_settings().exclude == ("tests/fixtures/**", "*.csv")
+    monkeypatch.setenv("KTCLI_EXCLUDE", "*.lock, build/")  # a variable holds one string: commas part it
+    assert load_settings().exclude == ("*.lock", "build/")
+    assert load_settings({"exclude": ["docs/**"]}).exclude == ("docs/**",)  # a flag wins, as for every setting
+    assert load_settings({"exclude": None}).exclude == ("*.lock", "build/")
+    monkeypatch.delenv("KTCLI_EXCLUDE")
+    path.write_text("exclude = 3\n")
+    with pytest.raises(UsageError, match=r"exclude in .*config.toml 3: not a list of patterns"):
+        load_settings()
+    path.write_text('exclude = ["#notes"]\n')
+    with pytest.raises(UsageError, match=r"exclude in .*config.toml '#notes': matches nothing"):
+        load_settings()
+    with pytest.raises(UsageError, match=r"--exclude '': matches nothing"):
+        load_settings({"exclude": [""]})

@@ -74,6 +74,11 @@ MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longes
 ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
 MaxFile = Annotated[Optional[str], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}); 2.5MB and 3MiB are sizes too.", metavar="SIZE")]
+Exclude = Annotated[Optional[list[str]], typer.Option(
+    "--exclude", metavar="GLOB", show_default=False,
+    help="Folder walks leave out what matches this gitignore-style pattern, relative to the folder given "
+         "(tests/fixtures/**, *.csv, build/; ! re-includes); repeat for more. Reported in one line; "
+         "a file named on the command line is still read.")]
 CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default {_D.cache_path}).")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
@@ -99,8 +104,8 @@ def ask(
                                               show_default=False, metavar="PATHS... QUESTION")],
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
-    max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None,
-    device: Device = None,
+    max_file_bytes: MaxFile = None, exclude: Exclude = None, cache_dir: CacheDir = None, threads: Threads = None,
+    weights: Weights = None, device: Device = None,
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
@@ -115,7 +120,8 @@ def summarize(
     paths: Paths,
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: Json = False, quiet: Quiet = False,
     max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None, max_file_bytes: MaxFile = None,
-    cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None, device: Device = None,
+    exclude: Exclude = None, cache_dir: CacheDir = None, threads: Threads = None, weights: Weights = None,
+    device: Device = None,
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
@@ -131,7 +137,7 @@ def plan(
     args: Annotated[list[str], typer.Argument(help="PATHS... [QUESTION]", show_default=False)],
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: PlanJson = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
-    max_file_bytes: MaxFile = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
+    max_file_bytes: MaxFile = None, exclude: Exclude = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
     max_seconds: MaxSeconds = None, device: Device = None, threads: Threads = None, weights: Weights = None,
     temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,

@@ -16,7 +16,7 @@ SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
     "threads", "device", "weights", "max_memory", "max_seconds", "temperature",
     "backend", "base_url", "api_key", "context_window", "kv_dtype", "attention",
-    "rope_scaling", "outline",
+    "rope_scaling", "outline", "exclude",
 )
 
 

@@ -6,7 +6,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from ktcli.config import EXCLUDE_MATCHES_NOTHING
 from ktcli.errors import InputError, UsageError
+from ktcli.ingest.gitignore import exclude_rules
 from ktcli.ingest.loaders import load_file, load_stdin
 from ktcli.ingest.walk import printable, walk_folder
 from ktcli.types import Corpus, Document, Skipped
@@ -14,10 +16,15 @@ from ktcli.types import Corpus, Document, Skipped
 STDIN_ARG = "-"
 
 
-def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text: str | None = None) -> Corpus:
+def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text: str | None = None,
+                exclude: tuple[str, ...] = ()) -> Corpus:
     """Documents in the order given (a folder's files in sorted tree order) and every
     file left out of a folder walk with its reason. Raises InputError with one line for
-    anything unusable that the user named, or a folder that yields nothing."""
+    anything unusable that the user named, or a folder that yields nothing.
+
+    `exclude`: gitignore-style patterns that folder walks leave out (reported). A file
+    named here is read whatever they say, as it is whatever its size or kind: the user
+    asked for it by name."""
     if not paths:
         raise InputError("no input: name a file, a folder, or `-` for standard input")
     if list(paths).count(STDIN_ARG) > 1:
@@ -26,6 +33,10 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     skipped: list[Skipped] = []
     seen: set[str] = set()
     skipped_at: set[str] = set()  # absolute paths of skipped entries: `./tree` and `tree/` name one folder
+    try:
+        rules = exclude_rules(tuple(exclude))
+    except ValueError as e:
+        raise UsageError(f"--exclude {str(e)!r}: {EXCLUDE_MATCHES_NOTHING}") from None
     for arg in paths:
         # Path("") is ".": an unset shell variable must not read the current folder (a file
         # named " " is still read)
@@ -42,7 +53,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         except OSError as e:  # a name too long for the file system, most often a misplaced question
             raise InputError(f"{_short(arg)}: no such file or folder ({e.strerror or e})") from None
         if is_dir:
-            result = walk_folder(_tidy(arg), max_file_bytes=max_file_bytes, seen=seen)
+            result = walk_folder(_tidy(arg), max_file_bytes=max_file_bytes, seen=seen, exclude=rules)
             if not result.documents and not result.already_read:
                 raise InputError(_nothing_left(arg, result.skipped))
             documents.extend(result.documents)
@@ -59,8 +70,18 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
             continue
         documents.append(load_file(path, printable(_tidy(arg))))
         seen.add(real)
+    # A file a walk left out and a later path named (`ktcli ask repo repo/a.log`) was read:
+    # not reported as left out. (Named before the walk, the walk knew: `walk.given_already`.)
+    skipped = [s for s in skipped if s.path.endswith("/") or _real_entry(s.path) not in seen]
     skipped.extend(part for d in documents for part in d.left_out)
     return Corpus(tuple(documents), tuple(skipped))
+
+
+def _real_entry(path: str) -> str:
+    """The real path of the entry itself: its folders resolved, not a link it may be (a
+    link to a file that was read is still a link left out)."""
+    folder, name = os.path.split(path)
+    return os.path.join(os.path.realpath(folder or "."), name)
 
 
 def _tidy(arg: str) -> str:

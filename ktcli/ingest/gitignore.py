@@ -183,6 +183,19 @@ def read_ignore_file(path: Path, base: str = "", prefix: str = "") -> IgnoreFile
     return IgnoreFile(patterns, base, prefix)
 
 
+def exclude_rules(patterns: tuple[str, ...]) -> IgnoreFile | None:
+    """`--exclude` patterns as one rule file at the folder given (later ones win, `!`
+    re-includes); None for none. ValueError names a pattern that could match nothing: git
+    would drop it without a word, and a user who typed it would read every file unawares."""
+    parsed = []
+    for text in patterns:
+        pattern = parse_pattern(text)
+        if pattern is None or text.startswith("#"):
+            raise ValueError(text)
+        parsed.append(pattern)
+    return IgnoreFile(tuple(parsed), base="", prefix="") if parsed else None
+
+
 def is_ignored(chain: IgnoreChain, rel: str, is_dir: bool) -> bool:
     """The deepest rule file with a matching pattern decides."""
     for rules in reversed(chain):

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ktcli.ingest.errors import RejectedInput
-from ktcli.ingest.gitignore import IgnoreChain, enclosing_rules, is_ignored, read_ignore_file, tracked_paths
+from ktcli.ingest.gitignore import (IgnoreChain, IgnoreFile, enclosing_rules, is_ignored, read_ignore_file,
+                                    tracked_paths)
 from ktcli.ingest.loaders import document_from_bytes, read_file_bytes
 from ktcli.ingest.sniff import has_binary_extension
 from ktcli.types import Document, Skipped
@@ -21,6 +22,10 @@ CACHE_DIRS = frozenset(
     {"__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache", ".tox", ".nox",
      ".hypothesis", ".ipynb_checkpoints", ".gradle", ".idea", ".venv", ".eggs", ".cache", "site-packages"}
 )
+
+
+# The reason of an entry --exclude left out (reported in one line: `pipeline.prepare`).
+EXCLUDED = "excluded by --exclude"
 
 
 # Control characters as Python writes them in a string ("\\n", "\\x1b"): names only, read
@@ -46,18 +51,21 @@ class WalkResult:
     already_read: int = 0  # files an earlier path of the same call had loaded
 
 
-def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = None) -> WalkResult:
+def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = None,
+                exclude: IgnoreFile | None = None) -> WalkResult:
     """Every usable file under `root_arg` in sorted tree order; the rest as Skipped.
 
     `seen` holds real paths already loaded (shared across the paths of one call), so a
     file named twice is read once. Symlinks are never followed: one pointing outside
     the folder would leak files the user did not give, and one pointing inside names a
-    file or folder the walk reaches at its own path anyway (and could form a loop)."""
+    file or folder the walk reaches at its own path anyway (and could form a loop).
+    `exclude` (`gitignore.exclude_rules`) leaves out what matches a path relative to the
+    folder, or as it is shown (`display`)."""
     root = Path(root_arg)
     real_root = root.resolve()
     seen = seen if seen is not None else set()
     walker = _Walker(root_arg, real_root, max_file_bytes, seen, earlier=frozenset(seen),
-                     tracked=tracked_paths(real_root))
+                     tracked=tracked_paths(real_root), exclude=exclude)
     walker.walk(real_root, enclosing_rules(real_root))
     return walker.result
 
@@ -73,6 +81,7 @@ class _Walker:
     tracked: frozenset[str] = frozenset()  # files git tracks and their folders (`tracked_paths`)
     # Ignored folders entered only for the tracked files inside: the rest of them is ignored.
     entered_for_tracked: set[str] = field(default_factory=set)
+    exclude: IgnoreFile | None = None
 
     def display(self, rel: str) -> str:
         """The folder as the user typed it, joined with the relative path, so a citation
@@ -136,6 +145,12 @@ class _Walker:
             is_dir = entry.is_dir()  # follows links: "dir/" patterns match linked folders too
         except OSError:  # a loop of links (ELOOP): still reported as the link it is
             is_dir = False
+        if self.excluded(rel, is_dir):
+            if self.given_already(entry, is_dir):
+                self.result.already_read += not is_dir
+            else:
+                self.skip(rel, EXCLUDED, is_dir=is_dir)
+            return False
         ignored = is_ignored(chain, rel, is_dir) or rel.rpartition("/")[0] in self.entered_for_tracked
         if ignored and rel in self.tracked:  # git's ignore rules do not apply to what it tracks
             ignored = False
@@ -155,6 +170,14 @@ class _Walker:
         else:
             self.skip(rel, "not a regular file")
         return False
+
+    def excluded(self, rel: str, is_dir: bool) -> bool:
+        """Matched by --exclude, relative to the folder given or as the path is shown: a
+        path copied from a report (`poly/tests/fixtures/big.csv`) works as well."""
+        if self.exclude is None:
+            return False
+        shown = self.display(rel)
+        return bool(self.exclude.match(rel, is_dir) or (shown != rel and self.exclude.match(shown, is_dir)))
 
     def given_already(self, entry: os.DirEntry[str], is_dir: bool) -> bool:
         """An ignored file (or folder) that the user also named, and that was read: not

@@ -18,6 +18,7 @@ from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.loaders import EMPTY_FILE
 from ktcli.ingest.outline import outline_lines, outline_text
+from ktcli.ingest.walk import EXCLUDED
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
@@ -222,7 +223,8 @@ def prepare(
         resolve_model(settings.model, settings.named("model"))  # a mistyped --model fails now, not after reading a large folder
     reporter.status("reading input")
     started = time.perf_counter()
-    corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text)
+    corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
+                         exclude=settings.exclude)
     _report_skipped(corpus.skipped, reporter)
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
@@ -288,16 +290,29 @@ def prepare(
 
 def _report_skipped(skipped, reporter: Reporter) -> None:
     """One line per file left out or read inexactly; empty files in one line together: a
-    Python repo's empty `__init__.py` files buried the lines that matter. (`--json` lists
-    every one.)"""
+    Python repo's empty `__init__.py` files buried the lines that matter; what --exclude
+    left out in one line, however many (the user chose it). (`--json` lists every one.)"""
     empty = [s.path for s in skipped if s.reason == EMPTY_FILE]
+    excluded = [s.path for s in skipped if s.reason == EXCLUDED]
     for entry in skipped:
-        if entry.reason == EMPTY_FILE and len(empty) > 1:
+        if (entry.reason == EMPTY_FILE and len(empty) > 1) or entry.reason == EXCLUDED:
             continue
         reporter.warn(f"{'read' if entry.replaced or entry.part else 'skipped'} {entry.path}: {entry.reason}")
     if len(empty) > 1:
-        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
-        reporter.warn(f"skipped {len(empty)} empty files: {shown}")
+        reporter.warn(f"skipped {len(empty)} empty files: {_first_three(empty)}")
+    if excluded:
+        folders = sum(p.endswith("/") for p in excluded)
+        what = _count(len(excluded) - folders, "file") + (" and " if folders and folders < len(excluded) else "")
+        what = (what if folders < len(excluded) else "") + (_count(folders, "folder") if folders else "")
+        reporter.warn(f"excluded {what} matching --exclude: {_first_three(excluded)}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _first_three(paths: list[str]) -> str:
+    return ", ".join(paths[:3]) + (f" and {len(paths) - 3:,} more" if len(paths) > 3 else "")
 
 
 def _converts_first(settings: Settings) -> bool:

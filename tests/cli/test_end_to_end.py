@@ -236,3 +236,22 @@ def test_plan_names_the_largest_documents_of_an_input_past_the_window(cache):
     assert f"largest     {LONG_TEXT} (~" in text
     data = payload(run_ktcli(["plan", str(folder), "What is this?", "--json"], cache))
     assert data["largest"][0]["path"] == str(LONG_TEXT) and data["largest"][0]["tokens"] > 70_000
+
+
+def test_plan_takes_exclude_and_reports_it_in_one_line(cache, tmp_path):
+    """A repo's tests/fixtures CSVs were 984K of its 1.4M tokens; --exclude leaves them out,
+    said in one line on stderr and listed one by one in --json."""
+    for i in range(5):
+        (tmp_path / "poly" / "tests" / "fixtures").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "poly" / "tests" / "fixtures" / f"orders{i}.csv").write_text("id,total\n1,20\n")
+    (tmp_path / "poly" / "src").mkdir()
+    (tmp_path / "poly" / "src" / "tax.py").write_text("TAX_RATE = 0.2\n")
+    args = ["plan", str(tmp_path / "poly"), "What is TAX_RATE?", "--exclude", "tests/fixtures/**", "--exclude", "*.csv"]
+    proc = run_ktcli([*args, "-q"], cache)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.decode().splitlines() == [
+        f"! excluded 5 files matching --exclude: {tmp_path}/poly/tests/fixtures/orders0.csv, "
+        f"{tmp_path}/poly/tests/fixtures/orders1.csv, {tmp_path}/poly/tests/fixtures/orders2.csv and 2 more"]
+    assert "input       ~" in proc.stdout.decode() and "1 document(s)" in proc.stdout.decode()
+    data = payload(run_ktcli([*args, "--json"], cache))
+    assert [s["reason"] for s in data["skipped"]] == ["excluded by --exclude"] * 5

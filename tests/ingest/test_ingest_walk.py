@@ -523,3 +523,34 @@ def test_generated_code_of_any_language_is_known_by_its_shape_but_prose_is_not(w
     assert reasons(corpus, tmp_path / "r") == {
         "longline.py": "generated (lines of 304,134 characters on average; name the file to read it)"}
     assert load_corpus([str(tmp_path / "r" / "longline.py")]).documents  # named: read
+
+
+def test_exclude_leaves_out_what_its_patterns_match_but_never_a_file_named(write, tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 984K-token tests/fixtures/big_orders.csv was most of a 20-file repo's input."""
+    for name in ("src/tax.py", "tests/test_tax.py", "tests/fixtures/big_orders.csv", "tests/fixtures/deep/x.json",
+                 "data/rates.csv", "data/keep.csv", "build/out.py"):
+        write(f"poly/{name}", f"text of {name}\n")
+    root = tmp_path / "poly"
+    corpus = load_corpus([str(root)], exclude=("tests/fixtures/**", "*.csv", "!keep.csv", "build/"))
+    assert rels(corpus, root) == ["data/keep.csv", "src/tax.py", "tests/test_tax.py"]
+    assert reasons(corpus, root) == {"build/": "excluded by --exclude", "data/rates.csv": "excluded by --exclude",
+                                     "tests/fixtures/big_orders.csv": "excluded by --exclude",
+                                     "tests/fixtures/deep/": "excluded by --exclude"}
+    # a path as the report shows it works too; a file named is read whatever --exclude says
+    monkeypatch.chdir(tmp_path)
+    corpus = load_corpus(["poly", "poly/data/rates.csv"], exclude=("poly/data/*.csv",))
+    assert [d.path for d in corpus.documents] == [
+        "poly/build/out.py", "poly/src/tax.py", "poly/tests/fixtures/big_orders.csv",
+        "poly/tests/fixtures/deep/x.json", "poly/tests/test_tax.py", "poly/data/rates.csv"]
+    assert [s.path for s in corpus.skipped] == ["poly/data/keep.csv"]  # rates.csv: read, so not reported
+
+
+def test_exclude_that_leaves_nothing_or_matches_nothing_is_said_in_one_line(write, tmp_path: Path) -> None:
+    from ktcli.errors import UsageError
+
+    write("r/a.csv", "x\n")
+    with pytest.raises(InputError, match=r"nothing left to read; the entry was skipped \(1 excluded by --exclude\)"):
+        load_corpus([str(tmp_path / "r")], exclude=("*.csv",))
+    with pytest.raises(UsageError, match=r"--exclude 'a//b': matches nothing"):
+        load_corpus([str(tmp_path / "r")], exclude=("a//b",))
