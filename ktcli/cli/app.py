@@ -68,7 +68,7 @@ ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto (the defaul
 # metavar="": a flag takes no value, which typer 0.29's help showed as "<bool>"
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).", metavar="")]
 PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, model, engine, documents, chunks, question).", metavar="")]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings and errors still are).", metavar="")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings, skipped files among them, and errors still are).", metavar="")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
 ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]

@@ -325,6 +325,31 @@ def test_empty_files_are_reported_in_one_line(tmp_path):
                               f"{root}/c/__init__.py and 1 more"]
 
 
+def test_a_reason_shared_by_many_files_is_one_line(tmp_path):
+    """A folder of 3,000 images printed 3,017 "! skipped img/pN.png: binary" lines, also
+    under -q. Each reason of more than three entries is one line; a few stay one each."""
+    root = tmp_path / "repo"
+    (root / "img").mkdir(parents=True)
+    for i in range(3000):
+        (root / "img" / f"p{i:04}.png").write_bytes(b"\x89PNG")
+    for i, size in enumerate((3000, 4000, 5000, 6000)):
+        (root / f"big{i}.txt").write_text("x" * size)
+    for name in ("yarn.lock", "go.sum"):
+        (root / name).write_text("pinned\n")
+    (root / "main.py").write_text("TAX_RATE = 0.2\n")
+    reporter = Warnings()
+    prep = prepare([str(root)], "", "summarize", settings_for(tmp_path, mode="auto", max_file_bytes=2500), reporter)
+    assert len(prep.corpus.skipped) == 3006  # every one still listed (--json)
+    lock = "a lockfile (generated; name the file to read it)"
+    assert reporter.lines == [
+        f"skipped {root}/go.sum: {lock}",
+        f"skipped {root}/yarn.lock: {lock}",
+        f"skipped 4 files (too large; --max-file-bytes raises it, or name the file): {root}/big0.txt, "
+        f"{root}/big1.txt, {root}/big2.txt and 1 more",
+        f"skipped 3,000 files (binary): {root}/img/p0000.png, {root}/img/p0001.png, {root}/img/p0002.png "
+        "and 2,997 more"]
+
+
 def test_citations_carry_the_label_the_model_read_them_under(haystack, tmp_path):
     settings = settings_for(tmp_path, top_k=12)
     prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
