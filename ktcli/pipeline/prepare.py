@@ -37,6 +37,13 @@ RATE_SAMPLES = 5
 # first estimate errs long, never short: 73 and 444 tok/s.
 CPU_BYTES_PER_S = 11e9
 CPU_FLOPS = 120e9
+# The sparse mode's default rates (`Throughput`) were measured on SmolLM2, whose full-mode
+# defaults by the rules above are 444 and 73 tok/s: another model's scale by its own (a
+# fake 8B was planned a 247 s sparse read, as fast as the 135M model, and recommended over
+# retrieval). Loading reads the weights back: a second a GB past the tokenizer's and kernels'.
+_SPARSE_PREFILL_SHARE = 300.0 / 444
+_SPARSE_DECODE_SHARE = 24.0 / 73
+_LOAD_BYTES_PER_S = 1e9
 
 
 @dataclass(frozen=True)
@@ -96,8 +103,11 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
     if facts is None or settings.backend != "local" or _on_gpu(settings) or not facts.weight_bytes:
         defaults = Throughput()
     else:
-        defaults = Throughput(prefill_tok_s=round(CPU_FLOPS / (2 * facts.n_params)),
-                              decode_tok_s=round(CPU_BYTES_PER_S / facts.weight_bytes, 1))
+        prefill, decode = CPU_FLOPS / (2 * facts.n_params), CPU_BYTES_PER_S / facts.weight_bytes
+        defaults = Throughput(prefill_tok_s=round(prefill), decode_tok_s=round(decode, 1),
+                              sparse_prefill_tok_s=round(min(prefill * _SPARSE_PREFILL_SHARE, Throughput.sparse_prefill_tok_s), 1),
+                              sparse_decode_tok_s=round(min(decode * _SPARSE_DECODE_SHARE, Throughput.sparse_decode_tok_s), 2),
+                              load_s=max(Throughput.load_s, 1.0 + facts.weight_bytes / _LOAD_BYTES_PER_S))
     try:
         stored = json.loads((settings.cache_path / RATES_FILE).read_text())[_rates_key(settings)]
         known = {f.name for f in fields(Throughput)}

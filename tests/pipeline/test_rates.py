@@ -32,6 +32,12 @@ def test_first_run_rates_follow_the_model_size(tmp_path):
     big = replace(small, n_params=1_350_000_000, weight_bytes=1_520_000_000)
     a, b = load_rates(settings, small), load_rates(settings, big)
     assert a.decode_tok_s > 9 * b.decode_tok_s and a.prefill_tok_s > 9 * b.prefill_tok_s
+    # the sparse mode's too (a fake 8B was planned a sparse read as fast as SmolLM2's), and
+    # the load: SmolLM2's are the measured defaults
+    assert (a.sparse_prefill_tok_s, round(a.sparse_decode_tok_s), a.load_s) == (300.0, 24, 1.5)
+    assert a.sparse_prefill_tok_s > 9 * b.sparse_prefill_tok_s and a.sparse_decode_tok_s > 9 * b.sparse_decode_tok_s
+    eight_b = replace(small, n_params=8_000_000_000, weight_bytes=8_600_000_000)
+    assert load_rates(settings, eight_b).load_s == 9.6
     assert load_rates(replace(settings, backend="openai"), small) == Throughput()
     save_rates(settings, 300.0, 20.0)  # measured rates win
     assert load_rates(settings, small).decode_tok_s == 20.0
