@@ -68,6 +68,12 @@ def only_restates_instructions(answer: str) -> bool:
     return bool(said) and all(restates_instructions(s) for s in said)
 
 
+def says_nothing_new(text: str) -> bool:
+    """Whether every word of `text` that means anything is one of ktcli's own prompt words
+    ("The final summary is:"): nothing in it came from the input."""
+    return not (set(terms(text)) - _instruction_terms())
+
+
 @lru_cache(maxsize=1)
 def _instruction_terms() -> frozenset[str]:
     from ktcli.pipeline.prompts import instructions

@@ -85,7 +85,15 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     summary = stream_answer(backend, messages, params, tally, reporter)
-    _warn_if_echo(summary, reporter)
+    if citations.says_nothing_new(summary) or citations.only_restates_instructions(summary):
+        # The notes hold what the parts said: a summary of transformers' llama folder was
+        # "The final summary is:" after 44 s of reading, its notes thrown away.
+        reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
+        shown = f"\n\nNotes from the {len(windows)} parts:\n{notes}"
+        reporter.answer_text(shown)
+        summary = summary.rstrip() + shown
+    else:
+        _warn_if_echo(summary, reporter)
     return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
 
 

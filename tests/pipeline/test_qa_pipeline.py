@@ -545,3 +545,33 @@ def test_a_summary_asked_for_full_is_not_read_in_parts(tmp_path):
     with pytest.raises(UsageError, match="--mode full: the input is"):
         summarize(prep, small, settings, NullReporter(), Tally())
     assert small.calls == []
+
+
+def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tmp_path):
+    """A summary of transformers' llama folder was "The final summary is:" after 44 s of
+    reading: the notes gathered from its parts were thrown away."""
+    class EmptyReduce(FakeBackend):
+        def _reply(self, messages):
+            if "Notes taken while reading the whole input" in messages[-1]["content"]:
+                return "The final summary is:"
+            return "The vault combination is 31-07-1999 [1]."
+
+    class Reporter(NullReporter):
+        def __init__(self):
+            self.said, self.shown = [], []
+
+        def warn(self, message):
+            self.said.append(message)
+
+        def answer_text(self, delta):
+            self.shown.append(delta)
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    reporter = Reporter()
+    answer = summarize(small, EmptyReduce(), settings, reporter, Tally())
+    assert answer.text.startswith("The final summary is:\n\nNotes from the ") and "31-07-1999" in answer.text
+    assert "31-07-1999" in "".join(reporter.shown)  # shown as the answer streams, not only in --json
+    assert any("the notes taken from its parts follow" in m for m in reporter.said)
+    assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
