@@ -1,4 +1,5 @@
-"""Model shape, read from a Hugging Face config.json (or GGUF metadata) into one record.
+"""Model shape, read from a Hugging Face config.json into one record (a GGUF file is
+converted to such a folder first: `model_store`).
 
 The engine never holds a transformers config object: everything the layers need is here,
 so the forward pass reads plain attributes.
@@ -161,44 +162,6 @@ def load_config(model_dir: Path) -> ModelConfig:
     if not path.is_file():
         raise InputError(f"{model_dir}: no config.json")
     return from_hf_dict(json.loads(path.read_text()))
-
-
-def from_gguf_metadata(fields: dict) -> ModelConfig:
-    """Shape from GGUF key/values (`general.architecture`, `<arch>.block_count`, ...),
-    for a GGUF file loaded without a config.json."""
-    arch = fields["general.architecture"]
-    model_type = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "mistral"}.get(arch)
-    if model_type is None:
-        raise InputError(f"GGUF architecture {arch!r} is not supported by the ktcli engine")
-
-    def get(key, default=None):
-        return fields.get(f"{arch}.{key}", default)
-
-    n_heads = int(get("attention.head_count"))
-    hidden = int(get("embedding_length"))
-    cfg = {
-        "model_type": model_type,
-        "vocab_size": int(get("vocab_size", 0) or fields.get("tokenizer.ggml.tokens_count", 0)),
-        "hidden_size": hidden,
-        "intermediate_size": int(get("feed_forward_length")),
-        "num_hidden_layers": int(get("block_count")),
-        "num_attention_heads": n_heads,
-        "num_key_value_heads": int(get("attention.head_count_kv", n_heads)),
-        "head_dim": int(get("attention.key_length", hidden // n_heads)),
-        "rms_norm_eps": float(get("attention.layer_norm_rms_epsilon", 1e-6)),
-        "max_position_embeddings": int(get("context_length", 2048)),
-        "rope_theta": float(get("rope.freq_base", 10000.0)),
-        "bos_token_id": fields.get("tokenizer.ggml.bos_token_id"),
-        "eos_token_id": fields.get("tokenizer.ggml.eos_token_id"),
-    }
-    scaling = get("rope.scaling.type")
-    if scaling and scaling != "none":
-        cfg["rope_scaling"] = {
-            "rope_type": scaling,
-            "factor": float(get("rope.scaling.factor", 1.0)),
-            "original_max_position_embeddings": int(get("rope.scaling.original_context_length", 0) or 0),
-        }
-    return from_hf_dict(cfg)
 
 
 def scaled_window(max_position: int, rope: dict) -> int:

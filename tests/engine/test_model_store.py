@@ -28,9 +28,16 @@ def _fake_convert(calls: list[Path]):
 
 @pytest.fixture
 def source(tmp_path) -> ModelSource:
-    gguf = tmp_path / "tiny.gguf"
-    gguf.write_bytes(b"GGUF not really")
-    return ModelSource("tiny", "gguf", gguf)
+    import gguf
+
+    # A header and no tensors: the conversion reads the header before anything else.
+    path = tmp_path / "tiny.gguf"
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return ModelSource("tiny", "gguf", path)
 
 
 def test_a_conversion_cut_short_is_converted_again(source, tmp_path, monkeypatch):
