@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ktcli.engine.config import rope_params, scaled_window, sliding_windows
-from ktcli.engine.gguf_meta import architecture, open_gguf, rope_scaling
+from ktcli.engine.gguf_meta import architecture, check_architecture, open_gguf, rope_scaling
 from ktcli.errors import InputError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
 
@@ -255,8 +255,11 @@ def _discard(target: Path) -> None:
 def _convert_gguf(gguf_path: Path, target: Path) -> None:
     """Convert into a temp folder beside the target, then rename: a run killed midway
     leaves no half-written model that a later run would trust."""
-    # transformers' reader drops the RoPE scaling: read here, written into config.json.
+    # Read first: an architecture transformers' reader or our engine cannot take is refused
+    # in one line, not after the conversion as an internal error; the reader drops the
+    # RoPE scaling, written into config.json below.
     header = _read_gguf(gguf_path)
+    check_architecture(header, gguf_path)
     scaling = rope_scaling(header, gguf_path)
     context = header.fields.get(f"{architecture(header)}.context_length")
     del header  # its memory map of the whole file
@@ -387,6 +390,7 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
     import gguf
 
     reader = gguf.GGUFReader(str(source.path))
+    check_architecture(reader, source.path)
     arch = reader.fields["general.architecture"].contents()
 
     def field(key: str, default: int | None = None) -> int:

@@ -130,6 +130,18 @@ def test_a_model_that_is_not_one_is_usage_error(cache, tmp_path):
     assert_one_line_error(proc, 2, "config.json lacks 'num_attention_heads'")
 
 
+def test_a_gguf_of_an_architecture_ktcli_cannot_convert_is_refused_first(cache, tmp_path):
+    """It was refused after a 30 s conversion, as an internal ValueError or RuntimeError."""
+    from tests.engine.conftest import build_tiny
+    from tests.engine.tiny_gguf import write_gguf
+
+    gguf = write_gguf(build_tiny("llama", tmp_path / "tiny"), tmp_path / "gem.gguf", arch="gemma")
+    for command in (["plan"], ["ask"], ["ask", "--engine", "hf"]):
+        proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(gguf)], cache)
+        assert_one_line_error(proc, 2, "gem.gguf: GGUF architecture 'gemma' is not supported "
+                                       "(ktcli converts llama, mistral, qwen2, qwen3 GGUFs")
+
+
 def test_a_quantized_checkpoint_is_refused_by_our_engine(cache, tmp_path):
     """An FP8 release's codes read as floats loaded without a word and generated noise."""
     folder = tmp_path / "fp8model"

@@ -13,7 +13,7 @@ from ktcli.engine import model_store
 from ktcli.engine.model_store import ModelSource, converted_dir, ensure_hf_dir, is_converted
 from ktcli.engine.safetensors_header import DamagedWeightsError
 from ktcli.engine.weights import TensorReader
-from ktcli.errors import InputError
+from ktcli.errors import InputError, UsageError
 
 
 def _fake_convert(calls: list[Path]):
@@ -124,3 +124,14 @@ def test_facts_count_parameters_from_the_headers_whatever_the_dtype(tiny_models,
     for folder in (tiny_models["llama"], tmp_path / "bf16"):
         facts = model_store.model_facts(ModelSource("tiny", "hf", folder), tmp_path)
         assert facts.n_params == want and facts.weight_bytes == 4 * want, folder
+
+
+def test_a_gguf_of_an_unsupported_architecture_is_refused_before_converting(tmp_path, monkeypatch):
+    from tests.engine.conftest import build_tiny
+    from tests.engine.tiny_gguf import write_gguf
+
+    gguf = write_gguf(build_tiny("llama", tmp_path / "tiny"), tmp_path / "phi.gguf", arch="phi3")
+    monkeypatch.setattr("transformers.AutoModelForCausalLM.from_pretrained", None)  # never reached
+    with pytest.raises(UsageError, match="GGUF architecture 'phi3' is not supported"):
+        ensure_hf_dir(ModelSource("phi", "gguf", gguf), tmp_path / "cache")
+    assert not (tmp_path / "cache" / "models").exists()  # nothing made, not even a temp folder
