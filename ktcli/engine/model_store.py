@@ -9,6 +9,8 @@ about one second.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import glob
 import hashlib
 import importlib.metadata
@@ -267,17 +269,15 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     from transformers.utils import logging as hf_logging
 
     # Its tqdm bars wrote carriage-return frames into logs and ignored --quiet; our status
-    # line ("converting ... once") says what happens. The GGUF reader's own bar answers
-    # only to tqdm's environment switch.
+    # line ("converting ... once") says what happens.
     hf_logging.disable_progress_bar()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
-    tqdm_was = os.environ.get("TQDM_DISABLE")
-    os.environ["TQDM_DISABLE"] = "1"
     try:
         folder, name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+        with _gguf_reader_bar_off():
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
         # The loaded model is plain dequantized weights; drop the GGUF marker so it saves.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -293,10 +293,25 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        if tqdm_was is None:
-            os.environ.pop("TQDM_DISABLE", None)
-        else:
-            os.environ["TQDM_DISABLE"] = tqdm_was
+
+
+@contextlib.contextmanager
+def _gguf_reader_bar_off():
+    """The GGUF reader's own tqdm bar ("Converting and de-quantizing GGUF tensors...") is
+    not transformers' switchable one, and tqdm reads TQDM_DISABLE once, when it is
+    imported: setting it here came too late, and the bar was drawn under -q and into logs.
+    The reader's module-level `tqdm` is swapped for one that draws nothing, meanwhile."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+
+    bar = getattr(reader, "tqdm", None)
+    if bar is None:
+        yield
+        return
+    reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
 
 
 def _read_gguf(path: Path):

@@ -135,3 +135,16 @@ def test_a_gguf_of_an_unsupported_architecture_is_refused_before_converting(tmp_
     with pytest.raises(UsageError, match="GGUF architecture 'phi3' is not supported"):
         ensure_hf_dir(ModelSource("phi", "gguf", gguf), tmp_path / "cache")
     assert not (tmp_path / "cache" / "models").exists()  # nothing made, not even a temp folder
+
+
+def test_the_conversion_draws_no_progress_bar(tmp_path, capfd):
+    """The GGUF reader's tqdm bar was drawn under -q and into logs: TQDM_DISABLE was set
+    after tqdm had read its environment."""
+    from tests.engine.conftest import build_tiny
+    from tests.engine.tiny_gguf import write_gguf
+
+    gguf = write_gguf(build_tiny("llama", tmp_path / "tiny"), tmp_path / "tiny.gguf")
+    capfd.readouterr()
+    ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
+    err = capfd.readouterr().err
+    assert "GGUF tensors" not in err and "\r" not in err, err
