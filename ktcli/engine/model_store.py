@@ -393,12 +393,29 @@ def _parameter_count(folder: Path) -> int:
     from ktcli.engine.safetensors_header import read_header
 
     total = 0
-    for path in sorted(folder.glob("*.safetensors")):
+    for path in _weight_files(folder):
         header, _ = read_header(path)
         for key, info in header.items():
             if key != "__metadata__":
                 total += math.prod(int(d) for d in info["shape"])
     return total
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    """The safetensors files that make the model: those its index names, when it has one.
+    Mistral releases ship `consolidated.safetensors` (the same weights, in their own
+    layout) beside the shards: summing every file counted the model twice."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            names = set(json.loads(index.read_text())["weight_map"].values())
+        except (ValueError, KeyError, TypeError, AttributeError):
+            names = None  # a damaged index: the load says so; counted as if absent
+        if names:
+            return [folder / name for name in sorted(names) if (folder / name).is_file()]
+    files = sorted(folder.glob("*.safetensors"))
+    shards = [p for p in files if not p.name.startswith("consolidated")]
+    return shards or files
 
 
 def _facts_from_gguf(source: ModelSource) -> ModelFacts:

@@ -148,3 +148,21 @@ def test_the_conversion_draws_no_progress_bar(tmp_path, capfd):
     ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
     err = capfd.readouterr().err
     assert "GGUF tensors" not in err and "\r" not in err, err
+
+
+def test_facts_count_what_the_index_names_not_a_consolidated_copy(tiny_models, tmp_path):
+    """A Mistral release's consolidated.safetensors beside its shards doubled the count
+    (and the memory estimate)."""
+    import json
+    import shutil
+
+    want = model_store.model_facts(ModelSource("tiny", "hf", tiny_models["llama"]), tmp_path).n_params
+    for indexed in (True, False):
+        folder = tmp_path / f"mistral-{indexed}"
+        shutil.copytree(tiny_models["llama"], folder)
+        shard = folder / "model-00001-of-00001.safetensors"
+        (folder / "model.safetensors").rename(shard)
+        shutil.copy(shard, folder / "consolidated.safetensors")
+        if indexed:
+            (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": shard.name}}))
+        assert model_store.model_facts(ModelSource("tiny", "hf", folder), tmp_path).n_params == want, indexed
