@@ -125,6 +125,10 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
     if rope["rope_type"] not in ROPE_TYPES:  # was an internal error at the first forward
         raise UsageError(f"RoPE type {rope['rope_type']!r} is not supported by the ktcli engine "
                          f"({', '.join(ROPE_TYPES)}; use --engine hf)")
+    partial = float(rope.get("partial_rotary_factor", 1.0))
+    if partial < 1:  # was an internal ValueError from the RoPE table, at load
+        raise UsageError(f"partial rotary embeddings (partial_rotary_factor {partial:g}) are not supported by "
+                         "the ktcli engine; --engine hf runs this model")
     n_heads = int(cfg["num_attention_heads"])
     hidden = int(cfg["hidden_size"])
     n_layers = int(cfg["num_hidden_layers"])

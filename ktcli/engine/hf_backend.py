@@ -12,7 +12,7 @@ import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.detokenize import StopStrings
-from ktcli.engine.tokenizer import load_chat_tokenizer
+from ktcli.engine.tokenizer import NO_CHAT_TEMPLATE, load_chat_tokenizer, no_tokenizer
 from ktcli.errors import BackendError, InputError
 
 
@@ -27,7 +27,13 @@ class HFBackend:
         torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(dtype)
         if torch_dtype is None:
             raise InputError(f"--weights {dtype}: the transformers engine (--engine hf) runs fp32 or bf16")
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        except (ValueError, OSError):
+            # transformers' several-line "couldn't instantiate the backend tokenizer"
+            if (Path(model_dir) / "tokenizer.json").is_file():
+                raise
+            raise InputError(no_tokenizer(model_dir)) from None
         # Prompts as our engine builds them (`ChatTokenizer`: a document's "<|im_end|>" stays
         # text, where transformers' template would read it as the control token).
         self.chat = load_chat_tokenizer(Path(model_dir)) if (Path(model_dir) / "tokenizer.json").is_file() else None
@@ -49,6 +55,8 @@ class HFBackend:
     def chat_ids(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
         if self.chat is not None and self.chat.chat_template:
             return self.chat.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
+        if not getattr(self.tokenizer, "chat_template", None):  # transformers' is a multi-line ValueError
+            raise InputError(NO_CHAT_TEMPLATE)
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                  **(template_kwargs or {}))
         # transformers 5 returns a BatchEncoding here, 4.x a list

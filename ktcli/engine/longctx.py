@@ -756,6 +756,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     engine.context_window = window
     tokenizer = load_chat_tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
     backend = cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
+    backend.model_dir = model_dir
     backend.context_window = window
     backend.long_context = options
     if options.kv_dtype == "int4":  # where the queries look, so int4 keys spend their bits there

@@ -79,12 +79,29 @@ def resolve_model(spec: str, named: str = "--model") -> ModelSource:
             # Said now, not by the load (exit 3 from our engine, an internal error from
             # transformers'), and a plan for it is no plan.
             raise UsageError(f"{named} {spec}: folder has no weights (*.safetensors or *.bin)")
+        _check_shards(path, f"{named} {spec}")
         return ModelSource(path.name, "hf", path)
     # "org/name" is a Hugging Face repo id; a mistyped local path ("models/nonexist" where
     # ./models exists, or a deeper one) is a missing path, not a model to look up.
     if spec.count("/") == 1 and not spec.startswith((".", "/", "~")) and not Path(spec.split("/")[0]).is_dir():
-        return ModelSource(spec, "hf", _from_hf_cache(spec))
+        folder = _from_hf_cache(spec)
+        _check_shards(folder, f"{named} {spec}")
+        return ModelSource(spec, "hf", folder)
     raise UsageError(f"{named} {spec}: no such file, folder or bundled model (try 'smollm2')")
+
+
+def _check_shards(folder: Path, what: str) -> None:
+    """Every weight file the index names is there: a shard left out of a copy or a
+    download was an internal error from either engine, at load."""
+    index = folder / "model.safetensors.index.json"
+    try:
+        names = set(json.loads(index.read_text())["weight_map"].values()) if index.is_file() else set()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return  # a damaged index is the load's to report
+    missing = sorted(n for n in names if not (folder / n).is_file())
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise InputError(f"{what}: {missing[0]}{more}, named in {index.name}, is missing")
 
 
 def _from_hf_cache(repo_id: str) -> Path:

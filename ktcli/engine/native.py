@@ -24,7 +24,7 @@ from ktcli.engine.device import available_bytes, peak_memory_mb, resolve_device,
 from ktcli.engine.kv_cache import PagedKVCache
 from ktcli.engine.model import Model
 from ktcli.engine.runner import DEFAULT_PREFILL_CHUNK, Engine
-from ktcli.engine.tokenizer import load_chat_tokenizer
+from ktcli.engine.tokenizer import load_chat_tokenizer, no_tokenizer
 from ktcli.engine.model_store import model_key
 from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
@@ -45,6 +45,7 @@ _EXACT_RAM_SHARE = 0.9
 
 class NativeBackend:
     name = "ktcli"
+    model_dir: Path | None = None  # the folder it was loaded from
 
     def __init__(self, cfg: ModelConfig, engine: Engine, tokenizer, kv: PagedKVCache, weights_name: str, weight_bytes: int):
         self.cfg, self.engine, self.tokenizer, self.kv = cfg, engine, tokenizer, kv
@@ -144,7 +145,9 @@ class NativeBackend:
                 model_dir, weights, kv_dtype, device.type))
         # A folder without tokenizer.json (a test model) still runs on token ids.
         tokenizer = load_chat_tokenizer(model_dir) if (model_dir / "tokenizer.json").is_file() else None
-        return cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
+        backend = cls(cfg, engine, tokenizer, kv, weights, w.nbytes())
+        backend.model_dir = model_dir
+        return backend
 
     @staticmethod
     def _eos_ids(tokenizer, cfg: ModelConfig) -> frozenset[int]:
@@ -161,11 +164,19 @@ class NativeBackend:
 
     # -- tokens -------------------------------------------------------------------
 
+    @property
+    def _text(self):
+        """The tokenizer, for what needs text: a folder without tokenizer.json loads and runs
+        on token ids (tests), where a question was an internal AttributeError."""
+        if self.tokenizer is None:
+            raise InputError(no_tokenizer(self.model_dir))
+        return self.tokenizer
+
     def count_tokens(self, text: str) -> int:
-        return len(self.tokenizer.encode(text, add_special_tokens=False))
+        return len(self._text.encode(text, add_special_tokens=False))
 
     def chat_ids(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
-        return self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
+        return self._text.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
 
     def prompt_tokens(self, messages: list[Message]) -> int:
         return len(self.chat_ids(messages))

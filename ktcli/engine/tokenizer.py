@@ -27,6 +27,13 @@ def _token_text(value) -> str | None:
     return value
 
 
+NO_CHAT_TEMPLATE = "this model has no chat template"
+
+
+def no_tokenizer(folder: Path) -> str:
+    return f"no tokenizer in {folder} (tokenizer.json)"
+
+
 @lru_cache(maxsize=4)
 def load_chat_tokenizer(folder: Path) -> "ChatTokenizer":
     """One ChatTokenizer per model folder and process (~0.2 s to load): the planner counts a
@@ -41,7 +48,7 @@ class ChatTokenizer:
         folder = Path(folder)
         path = folder / "tokenizer.json"
         if not path.is_file():
-            raise InputError(f"{folder}: no tokenizer.json")
+            raise InputError(no_tokenizer(folder))
         self.tok = Tokenizer.from_file(str(path))
         cfg_path = folder / "tokenizer_config.json"
         self.config = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
@@ -100,7 +107,7 @@ class ChatTokenizer:
         from jinja2.exceptions import TemplateError
 
         if not self.chat_template:
-            raise InputError("this model has no chat template")
+            raise InputError(NO_CHAT_TEMPLATE)
         try:
             template = _compile(self.chat_template)
         except TemplateError as e:

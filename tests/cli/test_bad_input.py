@@ -142,6 +142,48 @@ def test_a_gguf_of_an_architecture_ktcli_cannot_convert_is_refused_first(cache, 
                                        "(ktcli converts llama, mistral, qwen2, qwen3 GGUFs")
 
 
+def _tiny(tmp_path, name="tiny", tokenizer=True, **config):
+    """A tiny random llama folder; `tokenizer`: with a byte-level tokenizer.json (no chat template)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    from tests.engine.conftest import build_tiny
+
+    folder = build_tiny("llama", tmp_path / name, **{"max_position_embeddings": 4096, **config})  # a window a plan fits
+    if tokenizer:
+        tok = Tokenizer(models.BPE(vocab={chr(65 + i % 26) * (1 + i // 26): i for i in range(256)}, merges=[]))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel()
+        tok.save(str(folder / "tokenizer.json"))
+    return folder
+
+
+def test_models_the_engines_cannot_load_are_one_line(cache, tmp_path):
+    """Each was an internal error (exit 1) from one engine or both."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The harbor light was built in 1902.\n")
+    partial = _tiny(tmp_path, "partial", partial_rotary_factor=0.5)
+    assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(partial)], cache), 2,
+                          "partial_rotary_factor 0.5) are not supported by the ktcli engine; --engine hf runs")
+    bare = _tiny(tmp_path, "bare", tokenizer=False)
+    for engine in ("ktcli", "hf"):
+        assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(bare), "--engine", engine], cache), 3,
+                              f"no tokenizer in {bare} (tokenizer.json)")
+    plain = _tiny(tmp_path, "plain")
+    for engine in ("ktcli", "hf"):
+        assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(plain), "--engine", engine], cache), 3,
+                              "this model has no chat template")
+
+
+def test_a_shard_the_index_names_that_is_missing_is_named(cache, tmp_path):
+    folder = _tiny(tmp_path, tokenizer=False)
+    (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+    for command in (["plan"], ["ask"], ["ask", "--engine", "hf"]):
+        proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(folder)], cache)
+        assert_one_line_error(proc, 3, "model-00002-of-00002.safetensors, named in model.safetensors.index.json, "
+                                       "is missing")
+
+
 def test_a_quantized_checkpoint_is_refused_by_our_engine(cache, tmp_path):
     """An FP8 release's codes read as floats loaded without a word and generated noise."""
     folder = tmp_path / "fp8model"
