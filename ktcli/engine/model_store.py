@@ -453,9 +453,12 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
     n_heads = field("attention.head_count")
     hidden = field("embedding_length")
     n_params = sum(int(t.n_elements) for t in reader.tensors)
+    # The window the conversion will run (`config.scaled_window`): a Qwen2.5-YaRN GGUF was
+    # planned at 32K before its first conversion and ran at 128K after.
+    rope = rope_scaling(reader, source.path) or {"rope_type": "default"}
     return ModelFacts(
         name=source.name,
-        context_window=field("context_length"),
+        context_window=scaled_window(field("context_length"), rope),
         n_layers=field("block_count"),
         n_kv_heads=field("attention.head_count_kv", n_heads),
         head_dim=field("rope.dimension_count", hidden // n_heads),

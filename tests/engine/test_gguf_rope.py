@@ -133,3 +133,14 @@ def test_conversions_made_before_the_rope_fix_are_made_again(tmp_path, monkeypat
     now = model_store.converted_dir(source, tmp_path)
     monkeypatch.setattr(model_store, "CONVERSION_VERSION", 1)
     assert model_store.converted_dir(source, tmp_path) != now
+
+
+def test_the_plan_of_an_unconverted_gguf_has_the_scaled_window(tmp_path):
+    """A Qwen2.5-YaRN GGUF was planned at its 32K context_length before its first
+    conversion and ran at 128K after (`config.scaled_window`)."""
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 128}
+    folder = build_tiny("qwen2", tmp_path / "qwen2", rope_parameters=yarn, max_position_embeddings=128)
+    path = write_gguf(folder, tmp_path / "q.gguf", metadata={
+        "rope.scaling.type": "yarn", "rope.scaling.factor": 4.0, "rope.scaling.original_context_length": 128})
+    facts = model_store.model_facts(model_store.resolve_model(str(path)), tmp_path / "cache")
+    assert facts.context_window == 512
