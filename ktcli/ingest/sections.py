@@ -71,6 +71,7 @@ def _is_diff(lines: list[str]) -> bool:
         a.startswith("--- ") and b.startswith("+++ ") and c.startswith("@@ ") for a, b, c in zip(head, head[1:], head[2:]))
 
 
+_COMMIT = re.compile(r"^commit ([0-9a-f]{7,64})\b")
 _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+(\d+)(?:,\d+)? @@")
 
 
@@ -82,7 +83,11 @@ def _diff_marks(lines: list[str]) -> list[tuple[int, str]]:
     path, old, new = "", 0, 0
     in_hunk = False
     for k, line in enumerate(lines):
-        if line.startswith("diff --git "):
+        if (c := _COMMIT.match(line)) is not None:
+            # `git log -p`: a commit's header and message belong to no file (they were cited
+            # under the file of the commit before's last hunk)
+            in_hunk, path = False, f"commit {c.group(1)[:12]}"
+        elif line.startswith("diff --git "):
             in_hunk, path = False, line.rsplit(" b/", 1)[-1] if " b/" in line else path
         elif not in_hunk and line.startswith(("--- ", "+++ ")):
             name = line[4:].split("\t")[0].strip()

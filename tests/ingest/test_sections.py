@@ -197,6 +197,22 @@ def test_a_diffs_lines_are_placed_in_the_files_they_change():
     assert document_trails("notes.txt", "text", ["--- a list", "+++ not a diff", "plain"]).at(2) == ""
 
 
+def test_a_commits_header_in_git_log_p_is_no_files_line():
+    """`git log -p | ktcli ask -` cited "commit 8cdc33c..." under the file of the commit
+    before's last hunk."""
+    from ktcli.ingest.sections import document_trails
+
+    log = ("commit 8cdc33c0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6\nAuthor: A <a@x>\nDate:   Fri Dec 4\n\n    Fix the cache\n\n"
+           "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-a\n+b\n c\n\n"
+           "commit 1111111222222233333334444444555555566666\nAuthor: B <b@x>\n\n    Second\n")
+    lines = log.split("\n")
+    trails = document_trails("<stdin>", "stdin", lines)
+    at = {line: trails.at(k) for k, line in enumerate(lines) if line}
+    assert at["    Fix the cache"] == "commit 8cdc33c0a1b2" and at[" c"] == "app.py:2"
+    assert at["commit 1111111222222233333334444444555555566666"] == "commit 111111122222"
+    assert at["    Second"] == "commit 111111122222"
+
+
 def test_code_piped_in_has_code_trails_and_markdown_stays_prose():
     """`cat progress_bar.py | ktcli ask -` cited its lines under a `# comment` read as a
     Markdown heading; named, the same file had `(class ProgressBar)`."""
