@@ -21,8 +21,14 @@ def citations_text(answer: Answer) -> str:
         return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
     groups: dict[int, list] = {}
-    for i, c in enumerate(answer.citations):
-        groups.setdefault(c.label if labelled else i + 1, []).append(c)
+    shown: set[tuple[int, str]] = set()
+    for c in answer.citations:
+        # A place is listed once: a notebook saved unindented is one line, and two of its
+        # cells were both `churn.ipynb:1`.
+        if (c.label if labelled else 0, c.ref) in shown:
+            continue
+        shown.add((c.label if labelled else 0, c.ref))
+        groups.setdefault(c.label if labelled else len(groups) + 1, []).append(c)
     width = len(f"[{max(groups)}]")
     rows = []
     # In label order, as footnotes are read ([11] with its lines came before [1]..[10]).

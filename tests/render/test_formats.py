@@ -102,3 +102,17 @@ def test_an_answer_nothing_was_traced_to_names_what_was_read():
     assert text.splitlines()[-1] == "  ... and 2 more"
     assert citations_text(replace(_answer(evidence=evidence), text=" ")) == ""  # nothing said, nothing to check
     assert citations_text(_answer()) == ""  # no evidence figures (a summary)
+
+
+def test_a_place_cited_twice_is_listed_once():
+    from ktcli.render.formats import citations_text
+    from ktcli.types import Citation, Span
+
+    twice = (Citation("churn.ipynb:1", Span("churn.ipynb", 1, 1), label=1),
+             Citation("churn.ipynb:1", Span("churn.ipynb", 1, 1), label=1),
+             Citation("notes.md:4", Span("notes.md", 4, 4), label=2))
+    assert citations_text(replace(_answer(), citations=twice)).splitlines()[-2:] == [
+        "  [1] churn.ipynb:1", "  [2] notes.md:4"]
+    unlabelled = tuple(replace(c, label=0) for c in twice)  # a summary's, numbered in order
+    assert citations_text(replace(_answer(), citations=unlabelled)).splitlines()[-2:] == [
+        "  [1] churn.ipynb:1", "  [2] notes.md:4"]
