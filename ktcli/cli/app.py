@@ -79,7 +79,7 @@ Exclude = Annotated[Optional[list[str]], typer.Option(
     help="Folder walks leave out what matches this gitignore-style pattern, relative to the folder given "
          "(tests/fixtures/**, *.csv, build/; ! re-includes); repeat for more. Reported in one line; "
          "a file named on the command line is still read.")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default {_D.cache_path}).")]
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default: KTCLI_CACHE_DIR, else {_D.cache_path}).")]
 Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
 Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
