@@ -105,9 +105,12 @@ class Options:
         if question and self.flags.get("outline") is not None:
             reporter.warn("--outline is for a summary: a question reads the retrieved chunks as they are")
         prep, extra = plan_only(paths, question, settings, reporter, None)
-        largest = _largest_documents(prep)
+        documents = _document_sizes(prep)
+        largest = sorted(documents, key=lambda d: -d["tokens"])[:5]
         if self.json:
-            print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question, "largest": largest}))
+            # every file the run would read, not only a count: which of a repo's files count
+            print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question, "largest": largest,
+                                                                    "documents": documents}))
         else:
             lines = plan_lines(prep.plan)
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
@@ -173,15 +176,15 @@ class Options:
         reporter.figures(figures_line(answer))
 
 
-def _largest_documents(prep, n: int = 5) -> list[dict]:
-    """The input's biggest documents, biggest first, with their share of the plan's input
-    tokens (by their chunks' sizes)."""
+def _document_sizes(prep) -> list[dict]:
+    """The input's documents in input order, with their share of the plan's input tokens
+    (by their chunks' sizes)."""
     sizes: dict[str, int] = {}
     for chunk in prep.chunks:
         sizes[chunk.doc_path] = sizes.get(chunk.doc_path, 0) + chunk.n_tokens
     scale = prep.plan.input_tokens / max(1, sum(sizes.values()))
-    top = sorted(sizes.items(), key=lambda kv: -kv[1])[:n]
-    return [{"path": path, "tokens": round(tokens * scale)} for path, tokens in top]
+    return [{"path": d.path, "kind": d.kind, "tokens": round(sizes.get(d.path, 0) * scale)}
+            for d in prep.corpus.documents]
 
 
 def run_guarded(opts: Options, body: Callable[[], None]) -> None:
