@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import statistics
 import time
 from dataclasses import dataclass, field, fields, replace
@@ -17,10 +16,9 @@ from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
-from ktcli.ingest.loaders import EMPTY_FILE
 from ktcli.ingest.outline import outline_lines, outline_text
-from ktcli.ingest.walk import EXCLUDED
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.skip_report import report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
@@ -236,7 +234,7 @@ def prepare(
     started = time.perf_counter()
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
                          exclude=settings.exclude)
-    _report_skipped(corpus.skipped, reporter)
+    report_skipped(corpus.skipped, reporter)
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
@@ -297,79 +295,6 @@ def prepare(
     plan = make_plan(request, facts, load_rates(settings, facts))
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {}, converts_model=converts)
-
-
-# More entries than this of one reason are said in one line (`_report_skipped`).
-GROUP_OVER = 3
-
-
-def _report_skipped(skipped, reporter: Reporter) -> None:
-    """One line per file left out or read inexactly, and one line for each reason shared
-    by more than GROUP_OVER of them: a folder of 3,000 images printed 3,000 "binary"
-    lines, which --quiet keeps (a file left out must not go unsaid). Empty files are one
-    line from two on (a Python repo's empty `__init__.py` files buried the lines that
-    matter), and what --exclude left out is one line however few (the user chose it).
-    `--json` lists every entry."""
-    groups: dict[tuple[str, str], list] = {}
-    for entry in skipped:
-        groups.setdefault(_group_key(entry), []).append(entry)
-    grouped = {key for key, entries in groups.items()
-               if len(entries) > GROUP_OVER or key == ("skipped", EXCLUDED) or (key[1] == EMPTY_FILE and len(entries) > 1)}
-    for entry in skipped:
-        if _group_key(entry) not in grouped:
-            reporter.warn(f"{_verb(entry)} {entry.path}: {entry.reason}")
-    # in the order of their first entries; the user's own choice last
-    for key in sorted((k for k in groups if k in grouped), key=lambda k: k == ("skipped", EXCLUDED)):
-        entries = groups[key]
-        paths = [e.path for e in entries]
-        if key[1] == EXCLUDED:
-            reporter.warn(f"excluded {_what(paths)} matching --exclude: {_first_three(paths)}")
-        elif key[1] == EMPTY_FILE:
-            reporter.warn(f"skipped {_count(len(paths), 'empty file')}: {_first_three(paths)}")
-        else:
-            reporter.warn(f"{key[0]} {_what(paths)} ({_shared_reason([e.reason for e in entries])}): "
-                          f"{_first_three(paths)}")
-
-
-def _verb(entry) -> str:
-    return "read" if entry.replaced or entry.part else "skipped"
-
-
-def _group_key(entry) -> tuple[str, str]:
-    """What entries are said together by: a file left out by its reason's kind ("too large
-    (3.1 MB > 2.0 MB ...)" is "too large"), a note on a file read by its whole text (a
-    guessed encoding is worth seeing per encoding)."""
-    verb = _verb(entry)
-    return verb, entry.reason.split(" (", 1)[0] if verb == "skipped" else entry.reason
-
-
-def _shared_reason(reasons: list[str]) -> str:
-    """The reason entries share: whole where it is one, else its kind and the advice all
-    end with ("too large; --max-file-bytes raises it, or name the file")."""
-    if len(set(reasons)) == 1:
-        return reasons[0]
-    kind = reasons[0].split(" (", 1)[0]
-    advice = {r.rstrip(")").rpartition("; ")[2] if "; " in r else "" for r in reasons}
-    return f"{kind}; {advice.pop()}" if len(advice) == 1 and "" not in advice else kind
-
-
-_PDF_PAGE = re.compile(r" p\.\d+$")
-
-
-def _what(paths: list[str]) -> str:
-    """"3,000 files", "2 folders and 310 files", "12 pages" (a PDF's, named `doc.pdf p.N`)."""
-    folders = sum(p.endswith("/") for p in paths)
-    pages = sum(bool(_PDF_PAGE.search(p)) for p in paths)
-    counts = ((folders, "folder"), (len(paths) - folders - pages, "file"), (pages, "page"))
-    return " and ".join(_count(n, noun) for n, noun in counts if n)
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n:,} {noun}{'' if n == 1 else 's'}"
-
-
-def _first_three(paths: list[str]) -> str:
-    return ", ".join(paths[:3]) + (f" and {len(paths) - 3:,} more" if len(paths) > 3 else "")
 
 
 def _converts_first(settings: Settings) -> bool:
