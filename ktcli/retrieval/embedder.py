@@ -138,9 +138,12 @@ def _l2_normalise(vectors: np.ndarray) -> np.ndarray:
 class Embedder:
     """A sentence-transformers model folder: float32, L2-normalised vectors, one row per text."""
 
-    def __init__(self, spec: str = BUNDLED_SPEC, device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE):
+    def __init__(self, spec: str = BUNDLED_SPEC, device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE,
+                 dtype: str = "auto"):
+        """dtype: the BERT encoder's matrix products (`bert_encoder`; auto: bf16 on AMX)."""
         self.spec = spec
         self.device = device
+        self.dtype = dtype
         self.batch_size = batch_size
         self.folder, self.name = _resolve(spec)
         self._model: SentenceTransformer | BertSentenceEncoder | None = None
@@ -162,7 +165,7 @@ class Embedder:
     def _load(self) -> SentenceTransformer | BertSentenceEncoder:
         if self._model is None:
             t0 = time.perf_counter()
-            self._model = _load_model(self.folder, self.device)
+            self._model = _load_model(self.folder, self.device, self.dtype)
             self.load_s = time.perf_counter() - t0
             self._dim = _model_dim(self._model)
         return self._model
@@ -212,10 +215,10 @@ def _release_freed_memory() -> None:
         trim(0)
 
 
-def _load_model(folder: Path, device: str) -> SentenceTransformer | BertSentenceEncoder:
+def _load_model(folder: Path, device: str, dtype: str = "auto") -> SentenceTransformer | BertSentenceEncoder:
     if bert_encoder.supports(folder):
         try:
-            return BertSentenceEncoder(folder, device)
+            return BertSentenceEncoder(folder, device, dtype)
         except (OSError, ValueError, KeyError, RuntimeError) as e:
             raise ModelNotInstalledError(f"cannot load embedding model from {folder}: {e}") from None
     import transformers

@@ -59,14 +59,17 @@ def test_same_vectors_as_sentence_transformers():
         "def f(a, b=2):\n    return a + b",
     ]
     folder = bundled_model_dir()
-    ours = BertSentenceEncoder(folder).encode(texts)
+    ours = BertSentenceEncoder(folder, dtype="fp32").encode(texts)
     ref = SentenceTransformer(str(folder), device="cpu", local_files_only=True).encode(
         texts, batch_size=len(texts), convert_to_numpy=True, normalize_embeddings=True)
     assert ours.dtype == np.float32 and ours.shape == ref.shape == (len(texts), 384)
     np.testing.assert_allclose(ours, ref, atol=2e-6)
     # Batching (padding to the longest text) does not change a text's vector
-    alone = BertSentenceEncoder(folder).encode([texts[5]])
+    alone = BertSentenceEncoder(folder, dtype="fp32").encode([texts[5]])
     np.testing.assert_allclose(alone[0], ours[5], atol=2e-6)
+    # bf16 products (the default on a CPU with AMX): the same directions, to 1e-4
+    fast = BertSentenceEncoder(folder, dtype="bf16").encode(texts)
+    assert fast.dtype == np.float32 and ((fast * ours).sum(1) > 1 - 1e-4).all()
 
 
 def test_embedder_runs_supported_folders_here_and_others_through_sentence_transformers(tmp_path, real_embedder):

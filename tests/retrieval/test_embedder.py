@@ -42,15 +42,19 @@ def test_name_and_dim_known_before_loading():
     assert e._model is None  # lazy: nothing loaded yet
 
 
+BATCH_ATOL = 2e-3
+
+
 def test_embeddings_are_float32_unit_rows_in_input_order(real_embedder):
     texts = ["short", "a much longer sentence about quarterly revenue and costs " * 5, "", "def f(x): return x"]
     vectors = real_embedder.embed(texts)
     assert vectors.shape == (4, 384)
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    # the length sort inside embed() must not reorder the output
-    np.testing.assert_allclose(real_embedder.embed(texts[::-1]), vectors[::-1], atol=1e-5)
-    np.testing.assert_allclose(real_embedder.embed_query(texts[3]), vectors[3], atol=1e-5)
+    # the length sort inside embed() must not reorder the output (other texts' vectors are
+    # 0.1+ away; bf16 products, on AMX, move a vector ~5e-4 with its batch's padding)
+    np.testing.assert_allclose(real_embedder.embed(texts[::-1]), vectors[::-1], atol=BATCH_ATOL)
+    np.testing.assert_allclose(real_embedder.embed_query(texts[3]), vectors[3], atol=BATCH_ATOL)
 
 
 def test_batches_and_progress(real_embedder):
@@ -60,7 +64,7 @@ def test_batches_and_progress(real_embedder):
     small._model, small.batch_size = real_embedder._model, 16
     vectors = small.embed(texts, on_progress=lambda d, t: seen.append((d, t)))
     assert seen == [(16, 40), (32, 40), (40, 40)]
-    np.testing.assert_allclose(vectors[:2], real_embedder.embed(texts[:2]), atol=1e-5)
+    np.testing.assert_allclose(vectors[:2], real_embedder.embed(texts[:2]), atol=BATCH_ATOL)
 
 
 def test_empty_input(real_embedder):
