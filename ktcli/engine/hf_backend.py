@@ -3,6 +3,7 @@ and the oracle our engine is tested against."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -41,6 +42,13 @@ class HFBackend:
         self.model.eval()
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._stats = GenStats()
+        # The tokens that end an answer: generate() stops after one and hands it on, and one
+        # that is no special token (a generation_config.json's eos list) was printed.
+        eos = getattr(self.model.generation_config, "eos_token_id", None)
+        ends = {int(i) for i in ([eos] if isinstance(eos, int) else eos or [])}
+        if self.tokenizer.eos_token_id is not None:
+            ends.add(int(self.tokenizer.eos_token_id))
+        self._ends = torch.tensor(sorted(ends), dtype=torch.long)
 
     def finish(self) -> str | None:
         return None  # nothing held back
@@ -83,7 +91,7 @@ class HFBackend:
         return kwargs
 
     def stream_chat(self, messages: list[Message], params: SamplingParams) -> Iterator[str]:
-        from transformers import StoppingCriteria, StoppingCriteriaList, TextIteratorStreamer
+        from transformers import StoppingCriteria, StoppingCriteriaList
 
         ids = self.chat_ids(messages)
         if len(ids) + params.max_new_tokens > self.context_window:
@@ -91,7 +99,7 @@ class HFBackend:
                 f"prompt of {len(ids)} tokens + {params.max_new_tokens} new exceeds the {self.context_window}-token window"
             )
         input_ids = torch.tensor([ids])
-        streamer = TextIteratorStreamer(self.tokenizer, skip_prompt=True, skip_special_tokens=True)
+        streamer = _AnswerStreamer(self.tokenizer, self._ends, skip_prompt=True, skip_special_tokens=True)
         errors: list[BaseException] = []
         out_len = [0]
         cancel = threading.Event()  # set when the caller stops reading (closes this generator)
@@ -107,7 +115,8 @@ class HFBackend:
                         input_ids, attention_mask=torch.ones_like(input_ids), streamer=streamer,
                         stopping_criteria=StoppingCriteriaList([Cancelled()]), **self._generate_kwargs(params),
                     )
-                out_len[0] = out.shape[1] - input_ids.shape[1]
+                answer = out[0, input_ids.shape[1]:]
+                out_len[0] = int((~torch.isin(answer, self._ends)).sum())  # as our engine counts: not the end token
             except BaseException as e:  # surfaced in the caller's thread below
                 errors.append(e)
                 streamer.end()
@@ -120,15 +129,21 @@ class HFBackend:
         # streamer has already passed its text on ("... 4, 5" for stop "5"): cut it here, as
         # the native engine does.
         stops = StopStrings(params.stop)
+        held = ""  # a character still being written ("\ufffd": its first bytes' token came alone)
         try:
             for piece in streamer:
                 if not ttft and piece:
                     ttft = time.perf_counter() - start
+                piece = held + piece
+                kept = piece.rstrip("\ufffd")
+                piece, held = kept, piece[len(kept):]
                 piece = stops.feed(piece)
                 if piece:
                     yield piece
                 if stops.stopped:
                     break
+            # what is still held at the end is half a character (the answer cut at
+            # --max-new-tokens): left out, as our engine leaves it out
             tail = stops.flush()
             if tail:
                 yield tail
@@ -157,12 +172,40 @@ class HFBackend:
             out = self.model.generate(input_ids, attention_mask=mask, **self._generate_kwargs(params))
         total = time.perf_counter() - start
         new = out[:, width:]
-        texts = [self.tokenizer.decode(row, skip_special_tokens=True) for row in new]
+        texts = [self.tokenizer.decode(row[~torch.isin(row, self._ends)], skip_special_tokens=True).rstrip("\ufffd")
+                 for row in new]
         n_new = int((new != pad).sum())
         self._stats = GenStats(
             prompt_tokens=sum(len(p) for p in prompts), new_tokens=n_new, prefill_s=0.0, decode_s=total
         )
         return [_cut_at_stop(t, params.stop) for t in texts]
+
+
+@functools.cache
+def _answer_streamer_class():
+    from transformers import TextIteratorStreamer
+
+    class AnswerStreamer(TextIteratorStreamer):
+        """transformers' streamer less the token that ended the answer."""
+
+        def __init__(self, tokenizer, ends: torch.Tensor, **kwargs) -> None:
+            super().__init__(tokenizer, **kwargs)
+            self.ends = ends
+
+        def put(self, value) -> None:
+            if self.skip_prompt and self.next_tokens_are_prompt:
+                super().put(value)
+                return
+            flat = value.reshape(-1)
+            kept = flat[~torch.isin(flat, self.ends)]
+            if kept.numel():
+                super().put(kept)
+
+    return AnswerStreamer
+
+
+def _AnswerStreamer(tokenizer, ends: torch.Tensor, **kwargs):  # noqa: N802 - a class, made on first use
+    return _answer_streamer_class()(tokenizer, ends, **kwargs)
 
 
 def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:

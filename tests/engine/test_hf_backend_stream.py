@@ -29,3 +29,21 @@ def test_a_stop_string_is_cut_from_the_stream_as_from_a_batch(smollm2_dir):
     streamed = "".join(backend.stream_chat(messages, params))
     assert "5" not in streamed and streamed.startswith("1, 2")
     assert streamed == backend.generate_chat_batch([messages], params)[0]
+
+
+def test_the_token_that_ends_an_answer_is_not_printed(smollm2_dir):
+    """A generation_config.json's eos list may hold an ordinary token: transformers stops
+    after it and its streamer printed it (and it was counted as answer)."""
+    import torch
+
+    backend = HFBackend(smollm2_dir, threads=2)
+    comma = backend.tokenizer.encode(",", add_special_tokens=False)[0]
+    eos = backend.model.generation_config.eos_token_id
+    ends = ([eos] if isinstance(eos, int) else list(eos)) + [comma]
+    backend.model.generation_config.eos_token_id = ends
+    backend._ends = torch.tensor(ends)
+    messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
+    params = SamplingParams(max_new_tokens=20, temperature=0.0)
+    streamed = "".join(backend.stream_chat(messages, params))
+    assert streamed.strip() == "1" and backend.last_stats.new_tokens == 1
+    assert backend.generate_chat_batch([messages], params)[0].strip() == "1"
