@@ -49,7 +49,10 @@ def measure(backend) -> torch.Tensor | None:
     if backend.tokenizer is None:
         return None
     kv = backend.kv
-    ids = backend.tokenizer.encode(TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[:TOKENS]
+    # No more than the pages hold: a model of a 512-token window has pages for ~600, and
+    # the 1,024-token measurement filled them ("KV cache full" for any --kv-dtype int4 run).
+    room = min(backend.context_window, kv.num_blocks * kv.block_size) - kv.block_size
+    ids = backend.tokenizer.encode(TEXT.read_text(encoding="utf-8"), add_special_tokens=False)[:max(1, min(TOKENS, room))]
     kv.calibration = torch.zeros(kv.n_layers, kv.n_kv_heads, kv.head_dim, device=kv.device)
     try:
         with kv.dense_attention():  # the same queries whatever policy this load uses

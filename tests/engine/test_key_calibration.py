@@ -68,3 +68,22 @@ def test_the_weights_do_not_depend_on_the_loads_attention_policy(smollm2_dir):
         weights.append(torch.stack([layer.k_weight for layer in b.kv.layers]))
         assert b.kv.policy.kind == attention and b.kv.options.position_remap == (attention == "topk")
     torch.testing.assert_close(weights[0], weights[1], rtol=1e-5, atol=1e-6)
+
+
+def test_a_model_with_a_short_window_calibrates_within_its_pages(smollm2_dir, tmp_path):
+    """The 1,024-token measurement filled the pages of a 512-token window: every
+    --kv-dtype int4 run of such a model failed "KV cache full" at load."""
+    import shutil
+
+    from ktcli.engine.backend import SamplingParams
+    from tests.engine.conftest import build_tiny
+
+    key_calibration._memo.clear()
+    folder = build_tiny("llama", tmp_path / "short", vocab_size=49152, max_position_embeddings=512)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (smollm2_dir / name).exists():
+            shutil.copy(smollm2_dir / name, folder / name)
+    b = NativeBackend.load(folder, weights="fp32", kv_dtype="int4", context_window=512, kv_windows=1)
+    assert torch.stack([layer.k_weight for layer in b.kv.layers]).mean(-1).allclose(torch.ones(2, 2))
+    assert "".join(b.stream_chat([{"role": "user", "content": "hello"}], SamplingParams(max_new_tokens=4)))
+    key_calibration._memo.clear()
