@@ -32,6 +32,12 @@ def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str]
     last: list[int] = []  # the ordinal of the last chunk merged into each passage
     for chunk in chunks:
         prev = out[-1] if out else None
+        if prev is not None and (text := _pieces_joined(prev, last[-1], chunk)) is not None:
+            n = count(text)
+            if n <= max_tokens:
+                out[-1] = replace(prev, text=text, n_tokens=n)
+                last[-1] = chunk.ordinal
+                continue
         if prev is not None and _adjacent(prev, last[-1], chunk) and _whole_lines(prev):
             extra = _lines_after(chunk, prev.span.line_end)  # type: ignore[arg-type]
             if extra is not None:
@@ -49,6 +55,22 @@ def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str]
         out.append(chunk)
         last.append(chunk.ordinal)
     return out
+
+
+def _pieces_joined(a: Chunk, a_last_ordinal: int, b: Chunk) -> str | None:
+    """Two pieces of one long line in a row (`ingest.chunking` splits a line past the chunk
+    size into pieces that share an eighth), joined without the text they share; None for
+    anything else. A summary of a 593K-character one-line file read 14% of it twice."""
+    one_line = a.span.line_start == a.span.line_end == b.span.line_start == b.span.line_end
+    if not (one_line and a.doc_path == b.doc_path and b.ordinal == a_last_ordinal + 1 and a.span.page == b.span.page):
+        return None
+    probe = b.text[:16]  # the shared text may be short: 32 tokens of digits are ~60 characters
+    at = a.text.find(probe) if probe else -1
+    while at >= 0:  # the first place where the rest of `a` is where `b` starts: the most shared
+        if b.text.startswith(a.text[at:]):
+            return a.text[:at] + b.text
+        at = a.text.find(probe, at + 1)
+    return None
 
 
 def _adjacent(a: Chunk, a_last_ordinal: int, b: Chunk) -> bool:

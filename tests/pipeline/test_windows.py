@@ -84,3 +84,22 @@ def test_refit_cuts_a_window_whose_prompt_is_over():
         refit([chunks[:1]], lambda w: False)
     with pytest.raises(UsageError):
         refit([chunks[:3]], lambda w: False)
+
+
+def test_pieces_of_one_long_line_join_without_their_shared_text():
+    """A line past the chunk size is cut into pieces sharing an eighth; read in a row they
+    were each read whole (a summary of a one-line 593K-character file read 14% twice)."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    line = " ".join(f"w{i}" for i in range(3000))
+    doc = document_from_bytes((line + "\nshort tail\n").encode(), "one.txt", "one.txt")
+    chunks = list(chunk_document(doc, chunk_tokens=256, overlap_tokens=32))
+    pieces = [c for c in chunks if c.span.line_start == c.span.line_end == 1]
+    assert len(pieces) > 3 and sum(len(p.text) for p in pieces) > 1.1 * len(line)
+    merged = merge_neighbours(chunks, 100_000, count)
+    assert [m.text for m in merged] == [line + "\nshort tail"]  # and the next line joins as lines do
+    assert (merged[0].span.line_start, merged[0].span.line_end) == (1, 2)
+    # a budget stops the join where it would pass it, and the rest stays in order
+    small = merge_neighbours(pieces, 600, count)
+    assert len(small) > 1 and "".join(p.text for p in small).count("w2999") == 1
