@@ -62,3 +62,11 @@ def test_definitions_in_c_sql_shell_and_more():
             "continue\n            push(stack_node)\n", "    describe('cart', () => {\n"]
     table = SymbolTable([chunk(i, t) for i, t in enumerate(uses)])
     assert table.defining({"ready", "compute", "ValueError", "push", "describe", "result"}) == set()
+
+
+def test_prose_is_read_for_class_and_def_only():
+    """`Install click (pip install click)` in a README read as C's `type name(...)`."""
+    readme = Chunk(doc_path="README.md", ordinal=0, text="Install click (pip install click)\n\nclass Shelf: ...\n",
+                   span=Span("README.md", 1, 3), n_tokens=8)
+    table = SymbolTable([readme])
+    assert table.defining({"click"}) == set() and table.defining({"Shelf"}) == {0}
