@@ -129,8 +129,9 @@ class LeadingSourceTag:
 class LeadingEcho:
     """Streamed answer text less the prompt's format echoed at its start: a small model
     opens one answer in four with "Question: <the question>" and "Answer:" (seen on code
-    questions), which read as ktcli's own output. Held while the start could still be one;
-    an answer that is nothing but the question's echo comes out empty."""
+    questions), which read as ktcli's own output. Held while the start could still be one
+    ("A" may be "Answer:"): `flush` gives back what is held when the stream ends, so a
+    one-letter answer is kept; a question's echo with no answer after it comes out empty."""
 
     _MARKS = ("question:", "answer:")
 
@@ -152,6 +153,11 @@ class LeadingEcho:
             return ""  # "Quest", "Answer": could still be a mark
         if folded.startswith("question:"):
             end = start.find("\n")
+            line = start if end < 0 else start[:end]
+            answer = _ANSWER_MARK.search(line)
+            if answer is not None:  # "Question: A or B? Answer: B [1]." on one line
+                self.head, self.done, self.marked = "", True, True
+                return self.feed(start[answer.end() :])
             if end < 0:
                 return ""
             self.head = ""
@@ -161,6 +167,16 @@ class LeadingEcho:
             self.marked = True
             return self.feed(start[len("answer:") :])
         return self.head
+
+    def flush(self) -> str:
+        """What is still held when the stream ends: a start that could have been a mark
+        ("A", the whole answer), not an echoed question."""
+        if self.done or self.head.lstrip().lower().startswith("question:"):
+            return ""
+        return self.head
+
+
+_ANSWER_MARK = re.compile(r"\banswer:", re.IGNORECASE)
 
 
 ASK_INSTRUCTION = "Answer the question in a few sentences, citing sources like [1]."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -109,16 +110,24 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
     return guard.kept().strip() if guard.unit else (echo.shown + echo.flush()).strip()
 
 
+def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
+    """`pieces` less a "Question: ..." / "Answer:" start (`prompts.LeadingEcho`), with what
+    it still holds when they end (a one-letter answer)."""
+    strip = LeadingEcho()
+    yield from map(strip.feed, pieces)
+    yield strip.flush()
+
+
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter) -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
-    guard, echo, lead, format_echo = RepetitionGuard(), EchoedText(), LeadingSourceTag(), LeadingEcho()
+    guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
-            for piece in map(format_echo.feed, map(lead.feed, pieces)):
+            for piece in _without_echoed_format(map(lead.feed, pieces)):
                 if not guard.text and piece:
                     tally.ttft_s = time.perf_counter() - tally.started
                 shown = echo.feed(piece)

@@ -94,3 +94,19 @@ def test_the_prompts_format_echoed_at_the_start_is_dropped(seed):
     for kept in (said, "Questions like this one are answered in the FAQ [2].", "The answer: 42 [1]."):
         assert run(kept) == kept
     assert run("Question: only the echo, no line break") == ""
+    assert run("Question: Is it A or B? Answer: B [1].") == "B [1]."  # on one line
+
+
+@pytest.mark.parametrize("said", ["A", "Q", "Ans", "  A"])
+def test_a_start_held_as_a_possible_mark_is_kept_when_the_stream_ends(said):
+    """A one-letter answer ("A", of a multiple choice) was held as the start of "Answer:"
+    and lost: the user got "the model gave no answer"."""
+    class Says:
+        name, last_stats = "says", GenStats(prompt_tokens=3, new_tokens=1)
+
+        def stream_chat(self, messages, params):
+            yield said
+
+    reporter = Recorder()
+    assert stream_answer(Says(), [], SamplingParams(max_new_tokens=5), Tally(), reporter) == said.strip()
+    assert "".join(reporter.shown).strip() == said.strip() and not reporter.warnings
