@@ -788,7 +788,15 @@ def test_html_fragments_piped_in_are_read_as_html() -> None:
     assert doc.source_lines[line] == 5
 
 
-@pytest.mark.parametrize("text", [README_WITH_HTML, "<b>Note:</b> the berth fee is 12 EUR.\n\nPay at the office.\n",
+TEMPLATES = [
+    '<div class="user">\n<?php if ($user->isAdmin()) { deleteAll($db); } ?>\n<p>Welcome <?= htmlspecialchars($name) ?></p>\n</div>\n<p>Footer</p>\n',
+    '<ul>\n{% for item in items %}\n<li><a href="{{ item.url }}">{{ item.name }}</a></li>\n{% endfor %}\n</ul>\n<p>end</p>\n',
+    '<div v-if="ready">\n<p :title="name">Hello</p>\n</div>\n<p>Footer</p>\n',
+    '<div *ngFor="let x of xs">\n<p (click)="pick(x)">{{x}}</p>\n</div>\n<p>Footer</p>\n',
+]
+
+
+@pytest.mark.parametrize("text", [README_WITH_HTML, "<b>Note:</b> the berth fee is 12 EUR.\n\nPay at the office.\n", *TEMPLATES,
                                   "<div>one</div>\n", "<p>a</p>\n\nplain paragraph one\n\nplain paragraph two\n"])
 def test_markdown_and_text_that_open_with_a_tag_stay_as_they_are(text) -> None:
     doc = load_stdin(None, io.BytesIO(text.encode()))
