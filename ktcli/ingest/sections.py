@@ -61,8 +61,17 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
 def _piped_code(language: str | None, lines: list[str]) -> bool:
     """Code piped in (its language known by its content): trails of its declarations, not
     headings (`cat progress_bar.py | ktcli ask -` cited its lines under a `# comment`). A
-    Markdown text quoting code in ``` fences stays prose."""
-    return language is not None and not any(line.lstrip().startswith(("```", "~~~")) for line in lines[:5000])
+    Markdown text quoting code stays prose: in ``` fences, or indented (then no line of
+    code starts at the margin)."""
+    head = lines[:5000]
+    return (language is not None and not any(line.lstrip().startswith(("```", "~~~")) for line in head)
+            and any(_MARGIN_CODE.match(line) for line in head))
+
+
+# A line of code at the margin: a declaration, an import, a shebang, a preprocessor line
+_MARGIN_CODE = re.compile(r"(?:#!|#include\b|#define\b|(?:export\s+|pub\s+|public\s+|async\s+)*(?:def|class|import|from|"
+                          r"function|fn|func|package|use|module|struct|enum|interface|const|let|var|impl|SELECT|CREATE|"
+                          r"INSERT)\b|[A-Za-z_][\w.]*\s*\(.*\)\s*[{;:]?\s*$|[A-Za-z_]\w*\s*=)", re.IGNORECASE)
 
 
 def _is_diff(lines: list[str]) -> bool:

@@ -224,3 +224,6 @@ def test_code_piped_in_has_code_trails_and_markdown_stays_prose():
     assert document_trails("<stdin>", "stdin", code, None).at(7) == "Number of characters before the animation repeats"
     readme = ["# Install", "```python", "import os", "def f(x):", "    return x", "```", "## Use", "text"]
     assert document_trails("<stdin>", "stdin", readme, "python").at(7) == "Install > Use"
+    indented = ["# Usage", "Write a handler:", "", "    class MyHandler(Handler):", "        def handle(self, event):",
+                "            self.count += 1", "            return event", "", "## Configuration", "Set the level."]
+    assert document_trails("<stdin>", "stdin", indented, "python").at(9) == "Usage > Configuration"
