@@ -235,6 +235,15 @@ class Handler(BaseHTTPRequestHandler):
         if self.app.options.cors_origins and "*" not in self.app.options.cors_origins:
             self.send_header("Vary", "Origin")  # a cache must not serve one origin's answer to another
 
+    def _refuse_other_origins(self) -> None:
+        """A request a browser sends for a page of an origin not allowed is refused before
+        any work: a page's form-like POST (text/plain, no preflight) ran a generation the
+        page could not read, on the user's machine."""
+        origin = self.headers.get("Origin")
+        if origin is not None and self.command != "OPTIONS" and self._allowed_origin() is None:
+            raise ApiError(403, f"the origin {origin} may not call this server from a browser: start ktcli serve "
+                           f"with --cors-origin {origin}", type="permission_error")
+
     def _preflight(self) -> None:
         origin = self.headers.get("Origin", "")
         if self._allowed_origin() is None:
@@ -265,6 +274,7 @@ class Handler(BaseHTTPRequestHandler):
         self._body_read = False
         self.app.begin()
         try:
+            self._refuse_other_origins()
             if authorize:
                 self._authorize()
             route()

@@ -638,9 +638,14 @@ def test_no_cors_by_default(served):
     status, headers, body = _exchange(port, "OPTIONS", "/v1/chat/completions", {"Origin": "http://localhost:3000", **PREFLIGHT})
     assert status == 403 and "--cors-origin http://localhost:3000" in json.loads(body)["error"]["message"]
     assert "access-control-allow-origin" not in headers
+    # and a page's request itself is refused before any work (a text/plain POST needs no
+    # preflight: it ran a generation the page could not read)
+    _, app_runner = served[1], served[2]
+    before = len(app_runner.batches)
     status, headers, _ = _exchange(port, "POST", "/v1/chat/completions", {"Origin": "http://localhost:3000",
-                                                                          "Content-Type": "application/json"}, chat(max_tokens=1))
-    assert status == 200 and "access-control-allow-origin" not in headers
+                                                                          "Content-Type": "text/plain"}, chat(max_tokens=1))
+    assert status == 403 and "access-control-allow-origin" not in headers and len(app_runner.batches) == before
+    assert _exchange(port, "POST", "/v1/chat/completions", {"Content-Type": "application/json"}, chat(max_tokens=1))[0] == 200
 
 
 @pytest.mark.parametrize("served", [{"api_key": "sekrit", "cors_origins": ("http://localhost:3000",)}], indirect=True)
@@ -670,7 +675,7 @@ def test_cors_for_a_named_origin(served):
     assert _exchange(port, "OPTIONS", "/v1/chat/completions", {**other, **PREFLIGHT})[0] == 403
     status, headers, _ = _exchange(port, "POST", "/v1/chat/completions", {**other, **auth, "Origin": "https://evil.example"},
                                    chat(max_tokens=1))
-    assert status == 200 and "access-control-allow-origin" not in headers
+    assert status == 403 and "access-control-allow-origin" not in headers
     # An OPTIONS that is no preflight still needs the key, and stays a 405 with it.
     assert _exchange(port, "OPTIONS", "/v1/models", {})[0] == 401
     assert _exchange(port, "OPTIONS", "/v1/models", {"Authorization": "Bearer sekrit"})[0] == 405
