@@ -37,9 +37,10 @@ _DEFAULT_WINDOWS = 4
 _DEFAULT_RAM_SHARE = 0.3
 _MAX_DEFAULT_WINDOW = 32768  # tokens per window counted for the default budget
 # A one-shot request gives its window (`context_window`, the plan's): its pages are sized
-# to it, up to this share of free memory. (Capped at 32K tokens like a server's default, a
-# 128K-window model's full read of a 43K-token input failed "KV cache full" after its
-# plan said it fits.) The CPU's pages are resident only once written.
+# to it, not capped at 32K tokens like a server's default (a 128K-window model's full
+# read of a 43K-token input failed "KV cache full" after its plan said it fits). On the
+# CPU up to this share of free RAM, where pages are resident only once written; on a GPU
+# `torch.empty` holds them at once, so there the default share stays.
 _EXACT_RAM_SHARE = 0.9
 
 
@@ -133,7 +134,7 @@ class NativeBackend:
             window = context_window if context_window else min(cfg.window, _MAX_DEFAULT_WINDOW)
             element = torch.empty(0, dtype=kv_torch).element_size()
             want = max(1, kv_windows) * (window + block_size) * cfg.kv_bytes_per_token(element)
-            share = _EXACT_RAM_SHARE if context_window else _DEFAULT_RAM_SHARE
+            share = _EXACT_RAM_SHARE if context_window and device.type == "cpu" else _DEFAULT_RAM_SHARE
             kv_budget_bytes = int(min(want, share * available_bytes(device)))
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
