@@ -68,10 +68,14 @@ def only_restates_instructions(answer: str) -> bool:
     return bool(said) and all(restates_instructions(s) for s in said)
 
 
-def says_nothing_new(text: str) -> bool:
-    """Whether every word of `text` that means anything is one of ktcli's own prompt words
-    ("The final summary is:"): nothing in it came from the input."""
-    return not (set(terms(text)) - _instruction_terms())
+def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
+    """Whether `text` holds fewer than `fewer_than` words that are neither ktcli's own
+    prompt words nor inside markup tags: "The final summary is:" holds none; a summary of
+    `<span class="varname">LlamaTokenizerFast</span>` and the instructions echoed, one."""
+    return len(set(terms(_MARKUP_TAG.sub(" ", text))) - _instruction_terms()) < fewer_than
+
+
+_MARKUP_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
 
 
 @lru_cache(maxsize=1)

@@ -20,6 +20,9 @@ from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refus
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Document, Mode
 
+# A final summary with fewer words of its own than this (not ktcli's prompt words, not in
+# markup tags) carries nothing: the notes it was written from follow it.
+SUMMARY_MIN_TERMS = 4
 # An outline is split into pieces of about this many tokens, so windows pack evenly.
 OUTLINE_PIECE_TOKENS = 1024
 
@@ -85,7 +88,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     summary = stream_answer(backend, messages, params, tally, reporter)
-    if citations.says_nothing_new(summary) or citations.only_restates_instructions(summary):
+    if citations.says_nothing_new(summary, fewer_than=SUMMARY_MIN_TERMS) or citations.only_restates_instructions(summary):
         # The notes hold what the parts said: a summary of transformers' llama folder was
         # "The final summary is:" after 44 s of reading, its notes thrown away.
         reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")

@@ -547,13 +547,17 @@ def test_a_summary_asked_for_full_is_not_read_in_parts(tmp_path):
     assert small.calls == []
 
 
-def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tmp_path):
+@pytest.mark.parametrize("reduced", ["The final summary is:", '<pre><code>\n<span class="varname">LlamaTokenizerFast'
+                                     '</span>\n\nWrite the final summary from these notes: what it is, how it is '
+                                     'organised, and the key facts.\n</code></pre>'])
+def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tmp_path, reduced):
     """A summary of transformers' llama folder was "The final summary is:" after 44 s of
-    reading: the notes gathered from its parts were thrown away."""
+    reading (another time, markup around one class name and the instructions echoed): the
+    notes gathered from its parts were thrown away."""
     class EmptyReduce(FakeBackend):
         def _reply(self, messages):
             if "Notes taken while reading the whole input" in messages[-1]["content"]:
-                return "The final summary is:"
+                return reduced
             return "The vault combination is 31-07-1999 [1]."
 
     class Reporter(NullReporter):
@@ -571,7 +575,7 @@ def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tm
     small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
     reporter = Reporter()
     answer = summarize(small, EmptyReduce(), settings, reporter, Tally())
-    assert answer.text.startswith("The final summary is:\n\nNotes from the ") and "31-07-1999" in answer.text
+    assert answer.text.startswith(reduced.rstrip() + "\n\nNotes from the ") and "31-07-1999" in answer.text
     assert "31-07-1999" in "".join(reporter.shown)  # shown as the answer streams, not only in --json
     assert any("the notes taken from its parts follow" in m for m in reporter.said)
     assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
