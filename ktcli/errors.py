@@ -39,6 +39,17 @@ class BackendError(KtcliError):
     exit_code = 1
 
 
+class InterruptedAnswer(KtcliError):
+    """Ctrl-C while an answer streamed: the part shown stays on stdout, and its `answer`
+    (that text, with the sources it can be traced to) gives the Sources under it."""
+
+    exit_code = 130
+
+    def __init__(self, message: str, answer) -> None:
+        super().__init__(message)
+        self.answer = answer
+
+
 class InterruptedWithNotes(KtcliError):
     """Ctrl-C during a summary's reading: the notes gathered so far (`partial`), which were
     shown only as progress, are kept (200 s of reading ended in an empty stdout)."""

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Callable
 
 from ktcli.config import Settings, load_settings, unknown_variables, unused_settings
-from ktcli.errors import KtcliError
+from ktcli.errors import InterruptedAnswer, KtcliError
 
 SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
@@ -198,6 +198,9 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
 
     try:
         body()
+    except InterruptedAnswer as e:
+        _keep_interrupted_answer(opts, e)
+        failed(str(e), e.exit_code, said=True)
     except KtcliError as e:
         partial = getattr(e, "partial", None)
         if partial is not None:
@@ -230,6 +233,24 @@ def json_error(message: str, code: int) -> None:
         print(json.dumps({"error": message, "exit_code": code}, ensure_ascii=False), flush=True)
     except OSError:  # stdout is what failed (a full disk): the line on stderr still says it
         pass
+
+
+def _keep_interrupted_answer(opts: Options, e: InterruptedAnswer) -> None:
+    """Ctrl-C while the answer streamed: the part shown keeps the Sources it can be traced
+    to; with --json, stdout gets the answer object, marked incomplete."""
+    import json
+
+    from ktcli.render.formats import answer_json, citations_text
+
+    if opts.json:
+        payload = json.loads(answer_json(e.answer)) | {"incomplete": True, "error": str(e)}
+        print(json.dumps(payload, indent=2, ensure_ascii=False), flush=True)
+    else:
+        opts.interrupted()  # ends the answer's line
+        sources = citations_text(e.answer)
+        if sources.strip():
+            sys.stdout.write("\n" + sources.lstrip("\n") + "\n")
+            sys.stdout.flush()
 
 
 def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False) -> None:

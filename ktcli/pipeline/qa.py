@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
-from ktcli.errors import UsageError
+from ktcli.errors import InterruptedAnswer
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
 from ktcli.pipeline.prepare import Prepared
-from ktcli.pipeline.runner import Tally, generate_text, stream_answer
+from ktcli.pipeline.runner import AnswerInterrupted, Tally, generate_text, stream_answer
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Mode, Span
@@ -29,11 +31,16 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
         if needed <= backend.context_window:
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
             # The next question about the same input starts with the same tokens up to its own.
-            text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
-            doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
-            cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
-            cites += citations.document_citations(text, prep.corpus.documents, cites)
-            return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
+            with _cited_if_interrupted() as streamed:
+                streamed.text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
+
+            def whole_read_answer(text: str) -> Answer:
+                doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
+                cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
+                cites += citations.document_citations(text, prep.corpus.documents, cites)
+                return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
+
+            return streamed.finish(whole_read_answer)
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
         # The estimate said it fits, the exact count says no: retrieval is the safe path.
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval"
@@ -78,22 +85,50 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
-    text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally, reporter)
+    with _cited_if_interrupted() as streamed:
+        streamed.text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally,
+                                      reporter)
 
-    label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
-    cited = citations.merge(
-        citations.label_citations(citations.cited_labels(text, len(labelled)), labelled)[:3],
-        citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]),
-    )
-    figures = tally.figures() | {
-        "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),
-        "index_bytes": index.stats.get("index_bytes", 0),
-        "embedded_now": index.stats.get("n_embedded_now", 0),
-        "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
-        "reused": index.stats.get("n_reused", 0),
-    }
-    figures["evidence"] = [_evidence(h.chunk.span, round(h.score, 4)) for h in hits]
-    return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
+    def retrieval_answer(text: str) -> Answer:
+        label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
+        cited = citations.merge(
+            citations.label_citations(citations.cited_labels(text, len(labelled)), labelled)[:3],
+            citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]),
+        )
+        figures = tally.figures() | {
+            "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),
+            "index_bytes": index.stats.get("index_bytes", 0),
+            "embedded_now": index.stats.get("n_embedded_now", 0),
+            "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
+            "reused": index.stats.get("n_reused", 0),
+        }
+        figures["evidence"] = [_evidence(h.chunk.span, round(h.score, 4)) for h in hits]
+        return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
+
+    return streamed.finish(retrieval_answer)
+
+
+class _Streamed:
+    """An answer's text, whole or as far as Ctrl-C let it stream (`_cited_if_interrupted`)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.interrupted = False
+
+    def finish(self, answer_of: Callable[[str], Answer]) -> Answer:
+        answer = answer_of(self.text)
+        if self.interrupted:  # the part shown keeps the Sources it can be traced to (exit 130)
+            raise InterruptedAnswer("interrupted while the answer streamed", answer)
+        return answer
+
+
+@contextmanager
+def _cited_if_interrupted():
+    streamed = _Streamed()
+    try:
+        yield streamed
+    except AnswerInterrupted as e:
+        streamed.text, streamed.interrupted = e.shown.strip(), True
 
 
 def _whole_read_figures(prep: Prepared) -> dict:

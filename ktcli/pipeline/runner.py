@@ -110,6 +110,15 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
     return guard.kept().strip() if guard.unit else (echo.shown + echo.flush()).strip()
 
 
+class AnswerInterrupted(KeyboardInterrupt):
+    """Ctrl-C while an answer streamed, with the text shown so far: a caller that can cite
+    it does (`pipeline.qa`); to any other it is the KeyboardInterrupt it was."""
+
+    def __init__(self, shown: str) -> None:
+        super().__init__()
+        self.shown = shown
+
+
 def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
     """`pieces` less a "Question: ..." / "Answer:" start (`prompts.LeadingEcho`), with what
     it still holds when they end (a one-letter answer)."""
@@ -135,6 +144,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
                     reporter.answer_text(shown)
                 if guard.feed(piece) or echo.repeated:
                     break
+        except KeyboardInterrupt:
+            raise AnswerInterrupted(echo.shown) from None
         finally:
             pieces.close()
     if not guard.unit:

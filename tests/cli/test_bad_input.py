@@ -460,3 +460,35 @@ def test_plan_says_which_option_the_planned_command_would_not_use(cache):
 def test_an_error_under_json_is_one_object_on_stdout_too(cache):
     assert_one_line_error(run_ktcli(["ask", "no/such/file.txt", "why?", "--json"], cache), 3, "no such file")
     assert_one_line_error(run_ktcli(["plan", "no/such/file.txt", "--json"], cache), 3, "no such file")
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_an_answer_interrupted_while_streaming_keeps_its_sources(capsys, monkeypatch, as_json):
+    import json
+    import warnings
+
+    from ktcli.cli.common import Options, run_guarded
+    from ktcli.errors import InterruptedAnswer
+    from ktcli.types import Answer, Citation, Mode, Plan, Span
+
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
+    opts = Options({"json": as_json})
+    reporter = opts.reporter()
+    plan = Plan(mode=Mode("full"), task="ask", input_tokens=9, question_tokens=3, context_window=8192,
+                answer_budget=256, evidence_budget=7000, n_documents=1, n_chunks=1, n_windows=1, top_k=0,
+                est_seconds=1.0, est_memory_bytes=1)
+    answer = Answer("The keeper is Ada", (Citation("a.txt:3", Span("a.txt", 3, 3), label=1),), plan)
+
+    def body():
+        reporter.answer_text("The keeper is Ada")
+        raise InterruptedAnswer("interrupted while the answer streamed", answer)
+
+    with pytest.raises(SystemExit) as exit_:
+        run_guarded(opts, body)
+    assert exit_.value.code == 130
+    out, err = capsys.readouterr()
+    if as_json:
+        payload = json.loads(out)
+        assert payload["incomplete"] and payload["answer"] == "The keeper is Ada" and payload["citations"][0]["ref"] == "a.txt:3"
+    else:
+        assert out == "The keeper is Ada\n\nSources:\n  [1] a.txt:3\n" and "error: interrupted" in err

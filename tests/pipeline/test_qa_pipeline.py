@@ -579,3 +579,38 @@ def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tm
     assert "31-07-1999" in "".join(reporter.shown)  # shown as the answer streams, not only in --json
     assert any("the notes taken from its parts follow" in m for m in reporter.said)
     assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
+
+
+@pytest.mark.parametrize("mode", ["retrieval", "full"])
+def test_ctrl_c_while_the_answer_streams_keeps_its_sources(haystack, tmp_path, mode):
+    """The part of the answer shown stayed on stdout without the Sources it had come from."""
+    from ktcli.errors import InterruptedAnswer
+
+    class CutAfterThreeWords(FakeBackend):
+        def stream_chat(self, messages, params):
+            for i, piece in enumerate(super().stream_chat(messages, params)):
+                if i == 5 and "Question:" in messages[-1]["content"]:
+                    raise KeyboardInterrupt
+                yield piece
+
+    settings = settings_for(tmp_path, mode=mode)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    with pytest.raises(InterruptedAnswer) as caught:
+        answer_question(prep, CutAfterThreeWords(), settings, NullReporter(), Tally())
+    answer = caught.value.answer
+    assert caught.value.exit_code == 130 and answer.text == "The vault combination is 31-07-1999"
+    assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
+
+
+def test_ctrl_c_during_a_notes_window_is_a_plain_interrupt(haystack, tmp_path):
+    class CutInNotes(FakeBackend):
+        def stream_chat(self, messages, params):
+            if "Update the notes" in messages[-1]["content"]:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, evidence_budget=300))
+    with pytest.raises(KeyboardInterrupt):
+        answer_question(small, CutInNotes(), settings, NullReporter(), Tally())
