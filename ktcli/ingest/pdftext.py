@@ -90,6 +90,10 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
                 elif not raw.strip() and _has_images(page):
                     # a scanned page amid text pages: its words are in a picture we cannot read
                     unread.append((number, "no text layer, only images (a scanned page?)"))
+                elif not raw.strip() and _draws_shapes(page):
+                    # text exported "as curves" (print shops, Illustrator, `gs -dNoOutputFonts`)
+                    # or a drawing: read as a blank page, its words vanished unannounced
+                    unread.append((number, "no text layer, only drawn shapes (text drawn as outlines? run OCR on it)"))
                 elif len(raw.strip()) < _FEW_CHARACTERS and _image_coverage(page) >= _SCAN_COVERAGE:
                     # a scan with a stamp (Bates number, fax header, scanner date): the stamp
                     # read, the page's words not, and nothing said. The image must cover most
@@ -114,7 +118,21 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         n_chars = sum(len(t.strip()) for t in texts)
         unread = [(0, f"only {n_chars} characters of text on its {len(pages)} pages, each a page-sized image "
                       "(a scanned PDF with stamps? run OCR first, e.g. `ocrmypdf in.pdf out.pdf`)")]
+    attached = _attachment_names(reader)
+    if attached:
+        shown = ", ".join(attached[:5]) + (f" and {len(attached) - 5} more" if len(attached) > 5 else "")
+        unread.append((0, f"{len(attached)} attached file{'s' if len(attached) > 1 else ''} not read: {shown} "
+                          "(save them, e.g. `qpdf --list-attachments` and `--show-attachment=NAME`, and name them)"))
     return texts, unread, _printed_labels(reader, len(pages))
+
+
+def _attachment_names(reader: PdfReader) -> list[str]:
+    """Files embedded in the PDF (a cover letter's "see the attached files", a portfolio):
+    not read, and said so, not passed over."""
+    try:
+        return sorted(str(name) for name in reader.attachments)
+    except Exception:  # noqa: BLE001 - a malformed names tree: nothing to claim
+        return []
 
 
 def _printed_labels(reader: PdfReader, n_pages: int) -> list[str | None]:
@@ -385,6 +403,36 @@ def _has_images(page) -> bool:  # type: ignore[no-untyped-def]
         return contents is not None and _INLINE_IMAGE.search(contents.get_data()) is not None
     except Exception:  # noqa: BLE001 - a malformed resource dictionary: no claim either way
         return False
+
+
+# Path operators of a content stream: curves (c, v, y) and fills (f, F, f*, B, B*, b, b*).
+_CURVE = re.compile(rb"(?<![^\s\]\)>])[cvy](?=\s)")
+_FILL = re.compile(rb"(?<![^\s\]\)>])(?:f\*?|F|[Bb]\*?)(?=\s)")
+# A page of text drawn as outlines has a few curves a glyph, hundreds a page; a blank
+# page or a rule under a header has none or a handful.
+_SHAPES_CURVES = 150
+_SHAPES_FILLS = 40
+
+
+def _draws_shapes(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a page with no text draws many paths: its words, or a drawing, as shapes."""
+    try:
+        contents = page.get_contents()
+        data = contents.get_data() if contents is not None else b""
+        for form in _forms(page.get("/Resources"), depth=0):
+            data += b"\n" + form.get_data()
+    except Exception:  # noqa: BLE001 - a malformed content stream: no claim either way
+        return False
+    return len(_CURVE.findall(data)) >= _SHAPES_CURVES or len(_FILL.findall(data)) >= _SHAPES_FILLS
+
+
+def _forms(resources, depth: int):  # type: ignore[no-untyped-def]
+    xobjects = (resources or {}).get("/XObject") or {}
+    for name in xobjects:
+        xobject = xobjects[name].get_object()
+        if xobject.get("/Subtype") == "/Form" and depth < 4:
+            yield xobject
+            yield from _forms(xobject.get("/Resources"), depth + 1)
 
 
 def _draws_image(resources, depth: int) -> bool:  # type: ignore[no-untyped-def]

@@ -188,3 +188,34 @@ def with_page_labels(data: bytes, front_matter: int) -> bytes:
     out = io.BytesIO()
     writer.write(out)
     return out.getvalue()
+
+
+def make_pdf_with_a_drawn_page(first: str, last: str, shapes: int = 60) -> bytes:
+    """Three pages: text, a page of filled curves and no text (words exported "as
+    outlines", or a drawing), text; with `shapes=0` the middle page has one rule only."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    pdf.drawString(72, 800, first)
+    pdf.showPage()
+    for i in range(shapes):
+        pdf.circle(80 + (i % 10) * 40, 700 - (i // 10) * 40, 8, stroke=0, fill=1)
+    pdf.line(72, 400, 500, 400)
+    pdf.showPage()
+    pdf.drawString(72, 800, last)
+    pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
+def with_attachments(data: bytes, files: dict[str, bytes]) -> bytes:
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=io.BytesIO(data))
+    for name, content in files.items():
+        writer.add_attachment(name, content)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()

@@ -801,3 +801,28 @@ TEMPLATES = [
 def test_markdown_and_text_that_open_with_a_tag_stay_as_they_are(text) -> None:
     doc = load_stdin(None, io.BytesIO(text.encode()))
     assert doc.kind == "stdin" and doc.text.strip() == text.strip()
+
+
+def test_a_page_of_drawn_shapes_and_no_text_is_reported(write) -> None:
+    """Text exported as outlines (`gs -dNoOutputFonts`, "text to curves") read as a blank
+    page: its fact vanished without a word, where a scanned page in its place is reported."""
+    from tests.ingest.fixtures import make_pdf_with_a_drawn_page
+
+    path = write("outlined.pdf", make_pdf_with_a_drawn_page("Alpha page one", "Gamma page three"))
+    corpus = load_corpus([str(path)])
+    (skipped,) = corpus.skipped
+    assert skipped.path == f"{path} p.2" and skipped.reason.startswith("no text layer, only drawn shapes")
+    # a page with a rule and no text is blank, not news
+    ruled = write("ruled.pdf", make_pdf_with_a_drawn_page("Alpha page one", "Gamma page three", shapes=0))
+    assert not load_corpus([str(ruled)]).skipped
+
+
+def test_files_attached_to_a_pdf_are_reported(write) -> None:
+    """A cover page saying "see the attached files": the attachments were passed over unsaid."""
+    from tests.ingest.fixtures import with_attachments
+
+    data = with_attachments(make_text_pdf([["See the attached files."]]), {"budget.txt": b"2.4 million", "audit.pdf": b"x"})
+    path = write("attach.pdf", data)
+    corpus = load_corpus([str(path)])
+    (skipped,) = corpus.skipped
+    assert skipped.path == str(path) and skipped.reason.startswith("2 attached files not read: audit.pdf, budget.txt")
