@@ -44,7 +44,8 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         from ktcli.engine.device import device_kind
         from ktcli.engine.native import NativeBackend  # type: ignore[import-not-found]
         from ktcli.engine.pack_cache import PACKED_DIR
-        from ktcli.engine.threads import cpu_sample, govern
+        from ktcli.engine.threads import govern
+        from ktcli.threads import cpu_sample
 
         global one_time_s
         one_time_s = 0.0

@@ -28,7 +28,7 @@ from ktcli.engine.model import Model, Step
 from ktcli.engine.prefix_store import PrefixStore
 from ktcli.engine.sampler import make_generator, sample
 from ktcli.engine.sequence import Sequence, Status
-from ktcli.engine.threads import ThreadGovernor
+from ktcli.threads import ThreadGovernor
 
 
 @dataclass

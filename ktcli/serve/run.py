@@ -31,7 +31,8 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
         raise UsageError(f"--engine {settings.engine!r}: ktcli serve runs ktcli or hf")
     from ktcli.engine.native import NativeBackend
     from ktcli.engine.pack_cache import PACKED_DIR
-    from ktcli.engine.threads import cpu_sample, govern
+    from ktcli.engine.threads import govern
+    from ktcli.threads import cpu_sample
 
     model_dir = ensure_hf_dir(resolve_model(settings.model, settings.named("model")), settings.cache_path, on_status)
     load_started = cpu_sample()

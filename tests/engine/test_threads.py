@@ -1,7 +1,7 @@
 """The thread governor (engine.threads) against simulated step times: it must find the
 faster count quickly under load, cost little on an idle machine, and follow changes."""
 
-from ktcli.engine.threads import MAX_INTERVAL, PROBE_STEPS, ThreadGovernor, thread_ladder
+from ktcli.threads import MAX_INTERVAL, PROBE_STEPS, ThreadGovernor, thread_ladder
 
 
 def simulate(gov, cost, steps, start=0):
@@ -71,7 +71,7 @@ def test_a_count_the_user_set_is_kept():
 
 
 def test_the_first_count_fits_the_cores_others_leave_idle():
-    from ktcli.engine.threads import CpuSample, busy_elsewhere, starting_threads
+    from ktcli.threads import CpuSample, busy_elsewhere, starting_threads
 
     assert [starting_threads(2, busy) for busy in (None, 0.0, 0.3, 0.9, 2.0)] == [2, 2, 2, 1, 1]
     assert starting_threads(8, 0.5) == 8 and starting_threads(8, 3.0) == 4 and starting_threads(8, 7.9) == 1
@@ -83,7 +83,7 @@ def test_the_first_count_fits_the_cores_others_leave_idle():
 
 
 def test_seen_idle_at_load_the_first_probe_waits_and_load_is_still_caught():
-    from ktcli.engine.threads import IDLE_FIRST_PROBE
+    from ktcli.threads import IDLE_FIRST_PROBE
 
     gov = ThreadGovernor(2, first_probe=IDLE_FIRST_PROBE, set_threads=lambda n: None)
     assert simulate(gov, lambda c, i: 0.010 if c == 2 else 0.014, IDLE_FIRST_PROBE) == [2] * IDLE_FIRST_PROBE

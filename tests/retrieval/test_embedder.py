@@ -92,3 +92,37 @@ def test_local_folder_spec_gets_a_distinct_stable_name(tmp_path):
     sized = Embedder(str(folder)).name
     (folder / "model.safetensors").write_bytes(b"y" * 11)
     assert Embedder(str(folder)).name != sized
+
+
+def test_batches_run_at_the_thread_count_timed_fastest(monkeypatch):
+    """With another process busy, 2 threads embedded tiny texts at 0.47 s a batch and 1 at
+    0.016 s (OpenMP barriers waiting on a preempted thread): the count is timed, as the
+    engine's decode steps are, and torch's setting is handed back afterwards."""
+    import time
+
+    import torch
+
+    from ktcli.retrieval import embedder as module
+
+    used: list[int] = []
+
+    def encode(model, batch):
+        used.append(torch.get_num_threads())
+        time.sleep(0.02 if torch.get_num_threads() > 1 else 0.001)  # 2 threads: stalled
+        return np.ones((len(batch), 4), dtype=np.float32)
+
+    monkeypatch.setattr(module, "_encode_batch", encode)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        governed = Embedder(govern_threads=True)
+        governed._model, governed._dim = object(), 4
+        governed.embed([f"label {i}" for i in range(16 * 40)])
+        assert used[-10:] == [1] * 10 and torch.get_num_threads() == 2
+        used.clear()
+        fixed = Embedder(govern_threads=False)  # --threads given
+        fixed._model, fixed._dim = object(), 4
+        fixed.embed([f"label {i}" for i in range(16 * 10)])
+        assert set(used) == {2}
+    finally:
+        torch.set_num_threads(before)
