@@ -315,8 +315,11 @@ def _annotation_lines(page, text: str) -> list[str]:  # type: ignore[no-untyped-
             kind = note.get("/Subtype")
             if kind == "/Widget":
                 label, value = _field(note)
-                if value and not (len(value) >= 8 and value in text):  # shown in the text already
-                    lines.append(f"[form field {label}: {value}]" if label else f"[form field: {value}]")
+                line = f"[form field {label}: {value}]" if label else f"[form field: {value}]"
+                # not when shown in the text already, nor twice: a radio group's buttons
+                # each carry the group's value
+                if value and not (len(value) >= 8 and value in text) and line not in lines:
+                    lines.append(line)
             elif kind in ("/Text", "/FreeText", "/Highlight", "/Underline", "/StrikeOut", "/Squiggly"):
                 contents = _plain(note.get("/Contents"))
                 if contents and contents not in text:

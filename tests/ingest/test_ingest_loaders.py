@@ -826,3 +826,22 @@ def test_files_attached_to_a_pdf_are_reported(write) -> None:
     corpus = load_corpus([str(path)])
     (skipped,) = corpus.skipped
     assert skipped.path == str(path) and skipped.reason.startswith("2 attached files not read: audit.pdf, budget.txt")
+
+
+def test_a_radio_groups_value_is_read_once(write) -> None:
+    """Each button of a radio group carries the group's value: it was listed per button."""
+    import io
+
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    pdf.drawString(72, 800, "Season of the mooring.")
+    for i, season in enumerate(("summer", "winter")):
+        pdf.acroForm.radio(name="season", tooltip="Season", value=season, selected=season == "winter",
+                           x=72 + 40 * i, y=760, size=16)
+    pdf.showPage()
+    pdf.save()
+    doc = load_one(write("radio.pdf", buffer.getvalue()))
+    assert doc.text.split("\n").count("[form field Season: winter]") == 1
