@@ -7,7 +7,7 @@ counts tokens, reads the model's shape and the machine's memory, and passes them
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ktcli.config import canonical_attention
 from ktcli.errors import OutOfMemoryError, UsageError
@@ -121,8 +121,6 @@ INDEX_LOAD_S_PER_CHUNK = 80e-6
 
 
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
-    from dataclasses import replace
-
     rates = replace(rates, load_s=rates.load_s + req.read_s)  # every mode pays both before its work
     plan = replace(_make_plan(req, facts, rates), read_s=req.read_s)
     return _with_conversion(plan, req) if req.convert_params else plan
@@ -133,8 +131,6 @@ def _with_conversion(plan: Plan, req: PlanRequest) -> Plan:
     weighed without it, as every one of them pays it, once). The plan said 750 MiB and a
     7 s wait for a first run that took 61 s and peaked at 1.3 GiB. A --max-memory budget
     holds for it too: no mode avoids it, so the run is refused with what to do."""
-    from dataclasses import replace
-
     seconds, peak = conversion_seconds(req.convert_params), conversion_bytes(req.convert_params)
     if req.memory_budget and peak > req.memory_budget:
         raise OutOfMemoryError(
@@ -167,19 +163,22 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
                                                  f"{budget_s:.0f}s budget")
         if outlined.est_seconds < plan.est_seconds:
             if outlined.est_seconds > budget_s and not req.max_seconds:  # said, as a given budget's miss is
-                from dataclasses import replace
-
                 over = f"even so it takes ~{outlined.est_seconds:.0f}s, over the {budget_s:.0f}s default budget"
                 outlined = replace(outlined, reasons=(*outlined.reasons, over))
             return outlined
+    if req.task == "summarize" and plan.est_seconds > budget_s and not req.max_seconds:
+        # Said, not left to be found out: a 300-page book with no headings planned ~1,160 s
+        # and read every line with no word about the 600 s budget.
+        why = ("nothing in it reads shorter as an outline" if not can_outline or req.outline != "never"
+               else "--outline never asked for")
+        over = f"reading every line takes ~{plan.est_seconds:.0f}s, over the {budget_s:.0f}s default budget ({why})"
+        plan = replace(plan, reasons=(*plan.reasons, over))
     return plan
 
 
 def _outlined(req: PlanRequest, facts: ModelFacts, rates: Throughput, why: str) -> Plan:
     """The plan of reading the corpus with its files as outlines where they can be (`ingest.outline`):
     planned like any input of that many tokens, then labelled."""
-    from dataclasses import replace
-
     plan = _plan(replace(req, corpus_tokens=req.outline_tokens, n_chunks=0), facts, rates)
     reason = (f"{why}: {req.outline_files} file(s) read as outlines (code: signatures, docstrings, comments; "
               f"long prose: headings and first paragraphs), ~{req.outline_tokens:,} of ~{req.corpus_tokens:,} tokens; --outline never reads every line")
@@ -295,8 +294,6 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
 def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> list[Plan]:
     """One sparse plan per KV dtype and policy the request allows, most preferred first
     (none where the engine cannot run it: a remote server has no paged cache of ours)."""
-    from dataclasses import replace
-
     if not req.sparse_ok or facts.n_kv_heads <= 0:
         return []
     if req.window_cap and full_tokens + req.max_new_tokens + SPARSE_WINDOW_MARGIN > req.window_cap:
@@ -546,8 +543,6 @@ def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
 
 
 def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list[Plan] = ()) -> Plan:
-    from dataclasses import replace
-
     alternatives: tuple[dict, ...] = ()
     if other is not None:
         alternatives = (

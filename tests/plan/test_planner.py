@@ -183,6 +183,12 @@ def test_a_summary_over_the_time_budget_reads_code_files_as_outlines():
     assert plan.n_windows < whole.n_windows
     assert "> 600s budget" in plan.reasons[0] and "40 file(s) read as outlines" in plan.reasons[0]
     assert "--outline never" in plan.reasons[0]
+    # read whole anyway, over the default budget: said, with why
+    assert "over the 600s default budget (--outline never asked for)" in whole.reasons[-1]
+    book = make_plan(summary_req(corpus_tokens=100_000, outline_tokens=100_000, outline_files=0), SMOL, RATES)
+    assert "over the 600s default budget (nothing in it reads shorter as an outline)" in book.reasons[-1]
+    given = make_plan(summary_req(corpus_tokens=100_000, max_seconds=900), SMOL, RATES)
+    assert not any("default budget" in r for r in given.reasons)
 
 
 def test_outlines_only_when_needed_and_only_for_summaries():
