@@ -43,6 +43,7 @@ class Page:
     text: str
     line_offset: int = 0  # lines of the document before this page
     label: str | None = None  # the number printed on it, where the PDF says it is not `number` ("iv")
+    section: str = ""  # the trail of the PDF's bookmarks at this page ("Part II > Tides")
 
 
 @dataclass(frozen=True)

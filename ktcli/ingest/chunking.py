@@ -54,14 +54,15 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     _check_budget(chunk_tokens, overlap_tokens)
     counter = _LineTokens()
     chunks: list[Chunk] = []
-    for page, line_offset, text in _segments(doc):
+    for page, line_offset, text, bookmarks in _segments(doc):
         lines = _split_lines(text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
-        trails = document_trails(doc.path, doc.kind, lines, doc.language) if page is None else None  # PDFs: no headings to trust
+        # A PDF's page: its bookmarks' trail (no headings in its text to trust)
+        trails = document_trails(doc.path, doc.kind, lines, doc.language) if page is None else None
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
-            section = trails.at(piece.start) if trails is not None else ""
+            section = trails.at(piece.start) if trails is not None else bookmarks
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section))
     return chunks
 
@@ -73,11 +74,12 @@ def _check_budget(chunk_tokens: int, overlap_tokens: int) -> None:
         raise UsageError(f"chunk_overlap must be between 0 and chunk_tokens - 1 ({chunk_tokens - 1}), not {overlap_tokens}")
 
 
-def _segments(doc: Document) -> list[tuple[int | None, int, str]]:
-    """(page number, lines before it, text): the pages of a PDF, else the whole text."""
+def _segments(doc: Document) -> list[tuple[int | None, int, str, str]]:
+    """(page number, lines before it, text, bookmarks' trail): the pages of a PDF, else the
+    whole text."""
     if doc.pages and any(p.number is not None for p in doc.pages):
-        return [(p.number, p.line_offset, p.text) for p in doc.pages if p.text.strip()]
-    return [(None, 0, doc.text)]
+        return [(p.number, p.line_offset, p.text, p.section) for p in doc.pages if p.text.strip()]
+    return [(None, 0, doc.text, "")]
 
 
 def _split_lines(text: str) -> list[str]:

@@ -305,11 +305,11 @@ def _notebook_document(raw: str, display: str) -> Document:
 def _pdf_document(data: bytes, display: str) -> Document:
     from ktcli.ingest.pdftext import extract_pages
 
-    page_texts, unread, labels = extract_pages(data, display)  # unread page 0: the whole file
+    page_texts, unread, labels, sections = extract_pages(data, display)  # unread page 0: the whole file
     pages: list[Page] = []
     offset = 0
-    for number, (page_text, label) in enumerate(zip(page_texts, labels), start=1):
-        pages.append(Page(number=number, text=page_text, line_offset=offset, label=label))
+    for number, (page_text, label, section) in enumerate(zip(page_texts, labels, sections), start=1):
+        pages.append(Page(number=number, text=page_text, line_offset=offset, label=label, section=section))
         offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
     text = "\n".join(page_texts)
     left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n) for n, why in unread)

@@ -48,12 +48,13 @@ def _quiet_pypdf() -> Iterator[_Errors]:
         logger.propagate = propagate
 
 
-def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]], list[str | None]]:
+def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[str]]:
     """Normalised text of every page (trailing newlines stripped), in page order, and the
     pages that could not be read, as (page number, why, in words for the user): their text
     is empty, and the caller reports them (a fact on such a page must not vanish unannounced).
     Third, each page's printed label where the PDF gives one other than its number (a
-    book's "iv", or "12" on its 14th page), else None.
+    book's "iv", or "12" on its 14th page), else None. Fourth, each page's trail of the
+    PDF's bookmarks ("Part II > Tides"; "" before the first or without any).
 
     Raises RejectedInput for a corrupt PDF, one that needs a password, and one with no
     text on any page (scanned), each with what the user can do about it."""
@@ -123,7 +124,41 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         shown = ", ".join(attached[:5]) + (f" and {len(attached) - 5} more" if len(attached) > 5 else "")
         unread.append((0, f"{len(attached)} attached file{'s' if len(attached) > 1 else ''} not read: {shown} "
                           "(save them, e.g. `qpdf --list-attachments` and `--show-attachment=NAME`, and name them)"))
-    return texts, unread, _printed_labels(reader, len(pages))
+    return texts, unread, _printed_labels(reader, len(pages)), _bookmark_trails(reader, len(pages))
+
+
+def _bookmark_trails(reader: PdfReader, n_pages: int) -> list[str]:
+    """The bookmarks (the PDF's outline) above each page, as a section trail: a PDF's
+    headings are not told apart from its text, but its bookmarks name its chapters, and a
+    citation of p.217 said nothing of where in the book it was."""
+    starts: list[tuple[int, int, int, str]] = []  # (page index, order, depth, title)
+
+    def walk(items, depth: int) -> None:
+        for item in items:
+            if isinstance(item, list):
+                walk(item, depth + 1)
+                continue
+            try:
+                page = reader.get_destination_page_number(item)
+            except Exception:  # noqa: BLE001 - a bookmark to nowhere: skipped
+                continue
+            title = " ".join(_plain(getattr(item, "title", "")).split())
+            if page is not None and 0 <= page < n_pages and title and depth < 16:
+                starts.append((page, len(starts), depth, title))
+
+    try:
+        walk(reader.outline, 0)
+    except Exception:  # noqa: BLE001 - a malformed outline: no trails, the text as it is
+        return [""] * n_pages
+    trails, stack, at = [], [], 0
+    starts.sort()
+    for page in range(n_pages):
+        while at < len(starts) and starts[at][0] <= page:
+            _, _, depth, title = starts[at]
+            stack = stack[:depth] + [""] * (depth - len(stack)) + [title]
+            at += 1
+        trails.append(" > ".join(t for t in stack if t))
+    return trails
 
 
 def _attachment_names(reader: PdfReader) -> list[str]:

@@ -291,6 +291,10 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
     cites = []
     for c in answer.citations:
         doc = docs.get(c.span.path)
+        if doc is not None and c.span.page is not None and not c.section:  # a PDF page: its bookmarks' trail
+            page = next((p for p in doc.pages if p.number == c.span.page), None)
+            cites.append(replace(c, section=page.section) if page is not None else c)
+            continue
         if doc is None or c.span.line_start is None or c.span.page is not None:
             cites.append(c)
             continue

@@ -845,3 +845,33 @@ def test_a_radio_groups_value_is_read_once(write) -> None:
     pdf.save()
     doc = load_one(write("radio.pdf", buffer.getvalue()))
     assert doc.text.split("\n").count("[form field Season: winter]") == 1
+
+
+def test_a_pdfs_bookmarks_are_its_pages_section_trails(write) -> None:
+    """A PDF's headings are not told apart from its text, but its bookmarks name its
+    chapters: a citation of p.217 said nothing of where in the book it was."""
+    import io
+
+    from pypdf import PdfWriter
+
+    from ktcli.ingest.chunking import chunk_document
+
+    pages = [["Preface text."], ["Tides rise twice a day."], ["Neap tides are small."], ["Ropes and knots."]]
+    writer = PdfWriter(clone_from=io.BytesIO(make_text_pdf(pages)))
+    part = writer.add_outline_item(title="Part I: The Sea", page_number=1)
+    writer.add_outline_item(title="Tides", page_number=1, parent=part)
+    writer.add_outline_item(title="Part II: The Boat", page_number=3)
+    out = io.BytesIO()
+    writer.write(out)
+    doc = load_one(write("book.pdf", out.getvalue()))
+    assert [p.section for p in doc.pages] == ["", "Part I: The Sea > Tides", "Part I: The Sea > Tides",
+                                               "Part II: The Boat"]
+    chunks = chunk_document(doc)
+    assert [(c.span.page, c.section) for c in chunks] == [(1, ""), (2, "Part I: The Sea > Tides"),
+                                                          (3, "Part I: The Sea > Tides"), (4, "Part II: The Boat")]
+    # and a citation of a page read whole names them
+    from ktcli.pipeline.citations import with_sections
+    from ktcli.types import Answer, Citation, Corpus, Span
+
+    answer = Answer("Neap tides are small [1].", (Citation("book.pdf p.3", Span(doc.path, page=3), label=1),), None)
+    assert with_sections(answer, Corpus((doc,), ())).citations[0].section == "Part I: The Sea > Tides"
