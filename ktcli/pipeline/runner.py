@@ -145,6 +145,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
                 if guard.feed(piece) or echo.repeated:
                     break
         except KeyboardInterrupt:
+            if not echo.shown.strip():
+                raise  # still reading the prompt: nothing of an answer to keep
             raise AnswerInterrupted(echo.shown) from None
         finally:
             pieces.close()

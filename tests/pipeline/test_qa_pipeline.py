@@ -614,3 +614,17 @@ def test_ctrl_c_during_a_notes_window_is_a_plain_interrupt(haystack, tmp_path):
     small = replace(prep, plan=replace(prep.plan, evidence_budget=300))
     with pytest.raises(KeyboardInterrupt):
         answer_question(small, CutInNotes(), settings, NullReporter(), Tally())
+
+
+def test_ctrl_c_before_the_first_word_of_the_answer_is_a_plain_interrupt(haystack, tmp_path):
+    """Said "interrupted while the answer streamed" while the prompt was still being read."""
+    class CutInPrefill(FakeBackend):
+        def stream_chat(self, messages, params):
+            raise KeyboardInterrupt
+            yield  # a generator, as the engine's stream is
+
+    settings = settings_for(tmp_path, mode="full")
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    with pytest.raises(KeyboardInterrupt) as caught:
+        answer_question(prep, CutInPrefill(), settings, NullReporter(), Tally())
+    assert type(caught.value) is KeyboardInterrupt
