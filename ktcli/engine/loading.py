@@ -54,6 +54,10 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         load_started = cpu_sample()
         prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
         long_context = _long_context(settings, plan)
+        if "attention" in long_context:  # a policy reading past the window answers noise: said before the load
+            from ktcli.engine.longctx import check_attention_span
+
+            check_attention_span(model_dir, long_context["attention"], long_context.get("rope_scaling"))
         measures = long_context.get("kv_dtype") == "int4" and not key_calibration.is_kept(
             model_dir, settings.cache_path / PACKED_DIR)
         with (_one_time_work(on_status, "measuring where this model's queries look, for its int4 keys (once, "

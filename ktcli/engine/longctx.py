@@ -701,6 +701,36 @@ def _staging_slots(n_windows: int, prefill_chunk: int, block_size: int) -> int:
     return -(-prefill_chunk // block_size) + 2
 
 
+def check_attention_span(model_dir: Path, attention: str, rope_scaling=None, prefill_chunk: int = 512) -> None:
+    """What `ktcli ask` and `ktcli serve` check before loading a model for a remapped
+    policy (`_check_read_span`); engine tests run tiny models past it on purpose."""
+    from ktcli.engine.config import load_config
+
+    policy = make_policy(attention)
+    if policy.kind == "dense":
+        return
+    cfg = load_config(Path(model_dir))
+    rope = parse_rope_scaling(rope_scaling, cfg)
+    window = cfg.window if not rope else replace(cfg, rope={**cfg.rope, **rope}).window
+    _check_read_span(policy, LongContextOptions(policy=policy), window, prefill_chunk)
+
+
+def _check_read_span(policy: AttentionPolicy, options: LongContextOptions, window: int, prefill_chunk: int) -> None:
+    """The tokens a step reads (sink, local, top-k and question pages, and a prefill chunk
+    of its own) are remapped into consecutive positions: past the model's window they leave
+    the trained range, and answers are noise (`topk:100000` read a 16K-token input whole
+    and answered "need"; `window:1000` is 64K tokens a step)."""
+    chunk_pages = -(-prefill_chunk // options.block_size)
+    fixed = policy.n_sink_pages + chunk_pages + (options.question_pages if policy.kind == "topk" else 0)
+    own = policy.top_k_pages + policy.n_local_pages if policy.kind == "topk" else policy.n_local_pages
+    most = window // options.block_size - fixed - (policy.n_local_pages if policy.kind == "topk" else 0)
+    if fixed + own > window // options.block_size:
+        pages = policy.top_k_pages if policy.kind == "topk" else policy.n_local_pages
+        raise UsageError(f"--attention {policy.kind}:{pages} reads {(fixed + own) * options.block_size:,} tokens a step, "
+                         f"past the model's {window:,}-token window, where its answers are noise: at most "
+                         f"{policy.kind}:{max(1, most)}")
+
+
 def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, kv_budget_bytes: int | None,
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, kv_windows: int,

@@ -222,6 +222,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     policy_kind = req.attention.partition(":")[0]  # "topk:16": topk with 16 pages per step
     wants_sparse = bool(req.max_seconds) or policy_kind in ("window", "topk") or req.kv_dtype not in ("auto", "", "model")
     if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
+        if policy_kind == "dense":  # asked for by name beside --kv-dtype: its answers past the window are noise
+            raise UsageError(_DENSE_PAST_WINDOW.replace("--mode sparse", f"--kv-dtype {req.kv_dtype}"))
         budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
         ok = [p for p in sparse if (not req.memory_budget or p.est_memory_bytes <= req.memory_budget)
               and p.est_seconds <= budget_s]
@@ -320,9 +322,12 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
     return out
 
 
+_DENSE_PAST_WINDOW = "--mode sparse with --attention dense cannot go past the model's window; use window or topk"
+
+
 def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan, retrieval: Plan) -> Plan:
     if req.attention.partition(":")[0] == "dense" and not fits:
-        raise UsageError("--mode sparse with --attention dense cannot go past the model's window; use window or topk")
+        raise UsageError(_DENSE_PAST_WINDOW)
     ok = [p for p in sparse if not req.memory_budget or p.est_memory_bytes <= req.memory_budget]
     if not ok:
         raise OutOfMemoryError(

@@ -35,6 +35,10 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     from ktcli.threads import cpu_sample
 
     model_dir = ensure_hf_dir(resolve_model(settings.model, settings.named("model")), settings.cache_path, on_status)
+    if settings.attention not in ("", "auto"):  # a policy reading past the window answers noise
+        from ktcli.engine.longctx import check_attention_span
+
+        check_attention_span(model_dir, settings.attention, settings.rope_scaling or None)
     load_started = cpu_sample()
     # Clients asking several questions about one document send prompts that start alike:
     # the engine reads their K/V back from the prompt cache (engine.prefix_store).
