@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ktcli.config import Settings
+from ktcli.config import Settings, canonical_attention
 from ktcli.engine import loading as engine_loading
 from ktcli.engine.loading import load_backend, weights_note
 from ktcli.engine.model_store import resolve_model
@@ -60,7 +60,7 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     if kept := backend.last_stats.extra.get("kept_tokens"):
         answer = replace(answer, stats=answer.stats | {"kept_tokens": kept})
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s,
-                    embed_tok_s=_embed_rate(answer.stats))
+                    embed_tok_s=_embed_rate(answer.stats), attention=answer.plan.attention)
     return answer
 
 
@@ -91,13 +91,23 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
     return load_backend(settings, reporter.status, plan)
 
 
-def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float, embed_tok_s: float) -> None:
+def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float, embed_tok_s: float,
+                    attention: str = "") -> None:
+    prefill = decode = 0.0
     if tally.prefill_s and tally.decode_s:
         # A prompt read back from the prefix store says nothing about the prefill rate.
         prefill = 0.0 if tally.reused_tokens else tally.prompt_tokens / tally.prefill_s
-        save_rates(settings, prefill, tally.new_tokens / tally.decode_s, sparse, load_s, embed_tok_s)
+        decode = tally.new_tokens / tally.decode_s
+    if settings.rope_scaling or (sparse and canonical_attention(attention) not in _DEFAULT_POLICIES):
+        # Not the rates a plan weighs: a read past the trained window (--rope-scaling)
+        # decoded 4.3 tok/s over 19K tokens of context, and short reads were then planned
+        # at that (a 16 s answer at 99 s); a sparse policy reading more pages than the
+        # default's is slower in proportion. Its load time and embedding rate still count.
+        prefill = decode = 0.0
+    save_rates(settings, prefill, decode, sparse, load_s, embed_tok_s)
 
 
+_DEFAULT_POLICIES = (canonical_attention("topk"), canonical_attention("window"), "dense")
 # Embedding fewer tokens than this times mostly the first batches' warm-up: not a rate.
 MIN_EMBED_TOKENS_TIMED = 20_000
 

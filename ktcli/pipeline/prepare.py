@@ -126,7 +126,7 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
     from full attention's; every run its model's load time, and one that embedded enough
     of its input the embedding rate. A rate of 0 is not measured (kept as it was)."""
-    if prefill_tok_s <= 0 and decode_tok_s <= 0:
+    if prefill_tok_s <= 0 and decode_tok_s <= 0 and load_s <= 0 and embed_tok_s <= 0:
         return
     path = settings.cache_path / RATES_FILE
     try:

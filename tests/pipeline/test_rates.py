@@ -226,3 +226,19 @@ def test_the_prefill_rate_leaves_the_prompt_caches_reads_out():
     fresh = Tally()
     fresh.add(Read())
     assert fresh.figures()["prefill_tok_s"] == 500.0
+
+
+def test_reads_past_the_window_or_wider_policies_teach_no_rates(tmp_path):
+    """A --rope-scaling read decoded 4.3 tok/s over 19K tokens of context; stored, it
+    planned every later short read at that (16 s -> 99 s)."""
+    from ktcli.pipeline.api import _remember_rates
+    from ktcli.pipeline.runner import Tally
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    tally = Tally(prompt_tokens=19_000, new_tokens=43, prefill_s=40.0, decode_s=10.0)
+    _remember_rates(replace(settings, rope_scaling="yarn:4"), tally, sparse=False, load_s=1.2, embed_tok_s=0.0)
+    assert load_rates(settings).decode_tok_s == Throughput().decode_tok_s and load_rates(settings).load_s == 1.2
+    _remember_rates(settings, tally, sparse=True, load_s=1.2, embed_tok_s=0.0, attention="topk:64")
+    assert load_rates(settings).sparse_decode_tok_s == Throughput().sparse_decode_tok_s
+    _remember_rates(settings, tally, sparse=True, load_s=1.2, embed_tok_s=0.0, attention="topk")
+    assert load_rates(settings).sparse_decode_tok_s == 4.3
