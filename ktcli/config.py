@@ -348,7 +348,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
     if settings.backend == "openai":
         # the server holds the model and its cache: nothing here to load or shape
         for name, idle in (("weights", ("auto",)), ("kv_dtype", ("auto",)), ("attention", ("auto", "dense")),
-                           ("rope_scaling", ("",))):
+                           ("rope_scaling", ("",)), ("mode", ("auto", "full", "retrieval"))):
             if getattr(settings, name) not in idle:
                 raise UsageError(f"{named(name)} {getattr(settings, name)!r}: an OpenAI-compatible server "
                                  "(--backend openai) keeps its own weights and KV cache; use --backend local")

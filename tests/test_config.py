@@ -151,6 +151,7 @@ def test_flags_the_transformers_engine_cannot_apply_are_refused(tmp_path, monkey
     ({"attention": "topk"}, "--attention 'topk': an OpenAI-compatible server"),
     ({"rope_scaling": "yarn:4"}, "--rope-scaling 'yarn:4': an OpenAI-compatible server"),
     ({"weights": "int8"}, "--weights 'int8': an OpenAI-compatible server"),
+    ({"mode": "sparse"}, "--mode 'sparse': an OpenAI-compatible server"),  # tried to reach the server first
 ])
 def test_flags_only_the_local_engine_can_apply_are_refused_for_a_server(tmp_path, monkeypatch, flags, needle):
     # They crashed the plan (paged KV bytes of a model with no known heads) or were ignored.
