@@ -94,7 +94,7 @@ def _kept_at(model_dir: Path, cache_root: Path | None) -> tuple[str, Path | None
 
 def is_kept(model_dir: Path, cache_root: Path | None) -> bool:
     """Whether this model's key weights are on hand already (else a load measures them:
-    a prefill of the calibration text, ~30 s on a 2-core CPU)."""
+    a prefill of the 1,024-token calibration text: 0.6 s for SmolLM2 on the 2-core Xeon)."""
     key, path = _kept_at(model_dir, cache_root)
     return key in _memo or (path is not None and path.is_file())
 

@@ -61,7 +61,7 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         measures = long_context.get("kv_dtype") == "int4" and not key_calibration.is_kept(
             model_dir, settings.cache_path / PACKED_DIR)
         with (_one_time_work(on_status, "measuring where this model's queries look, for its int4 keys (once, "
-                                        "about half a minute)", known=True) if measures else contextlib.nullcontext()):
+                                        "a few seconds)", known=True) if measures else contextlib.nullcontext()):
             backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights,
                                          threads=settings.threads, pack_cache=settings.cache_path / PACKED_DIR,
                                          prefix_cache=prompts, **long_context)
