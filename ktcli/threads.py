@@ -167,6 +167,11 @@ class ThreadGovernor:
         self._interval = min(max(interval, round(waste / PROBE_BUDGET)), MAX_INTERVAL)
         self._countdown = self._interval
 
+    def released(self) -> None:
+        """Another user of torch's setting has set it meanwhile (the embedder hands it back
+        between its runs of batches): the next step sets its count again."""
+        self._applied = 0
+
     def _apply(self, count: int) -> int:
         if count != self._applied:
             self._set(count)

@@ -150,6 +150,7 @@ class Embedder:
         self.dtype = dtype
         self.govern_threads = govern_threads
         self._load_started: CpuSample | None = None
+        self._threads: ThreadGovernor | None = None  # kept across runs of batches: its probes space out
         self.batch_size = batch_size
         self.folder, self.name = _resolve(spec)
         self._model: SentenceTransformer | BertSentenceEncoder | None = None
@@ -213,6 +214,7 @@ class Embedder:
         finally:
             if governor is not None:
                 torch.set_num_threads(threads_before)  # the engine's own governor picks its count
+                governor.released()
         return _l2_normalise(out)
 
     def _governor(self, n_texts: int) -> ThreadGovernor | None:
@@ -227,8 +229,10 @@ class Embedder:
         most = torch.get_num_threads()
         if not self.govern_threads or self.device != "cpu" or most < 2 or n_texts < 4 * self.batch_size:
             return None
-        start = starting_threads(most, busy_elsewhere(self._load_started))
-        return ThreadGovernor(most, start=start)
+        if self._threads is None or self._threads.candidates[0] != most:
+            start = starting_threads(most, busy_elsewhere(self._load_started))
+            self._threads = ThreadGovernor(most, start=start)
+        return self._threads
 
     def embed_query(self, text: str) -> np.ndarray:
         """One question as a [dim] vector."""

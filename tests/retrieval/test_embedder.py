@@ -118,7 +118,8 @@ def test_batches_run_at_the_thread_count_timed_fastest(monkeypatch):
         governed = Embedder(govern_threads=True)
         governed._model, governed._dim = object(), 4
         governed.embed([f"label {i}" for i in range(16 * 40)])
-        assert used[-10:] == [1] * 10 and torch.get_num_threads() == 2
+        later = used[6:]  # past the first steps and the first probe; later probes are few
+        assert later.count(1) >= 0.85 * len(later) and torch.get_num_threads() == 2
         used.clear()
         fixed = Embedder(govern_threads=False)  # --threads given
         fixed._model, fixed._dim = object(), 4
