@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     inputs = _inputs()
     result: dict = {"machine": machine(), "baseline": CONFIGS[0], "dtype": embedder._load().dtype, "loads": {}}
     for load in (int(x) for x in args.loads.split(",")):
-        spinners = busy(load, 10_000)
+        spinners = busy(load, 1200)  # (ended below; a crash leaves them 20 minutes at most)
         try:
             time.sleep(1.0 if load else 0.0)  # the spinners at full speed first
             per_input: dict = {}
