@@ -65,12 +65,23 @@ def _pieces_joined(a: Chunk, a_last_ordinal: int, b: Chunk) -> str | None:
     if not (one_line and a.doc_path == b.doc_path and b.ordinal == a_last_ordinal + 1 and a.span.page == b.span.page):
         return None
     probe = b.text[:16]  # the shared text may be short: 32 tokens of digits are ~60 characters
-    at = a.text.find(probe) if probe else -1
-    while at >= 0:  # the first place where the rest of `a` is where `b` starts: the most shared
+    if not probe:
+        return None
+    # The shared text is the tail of `a`, no longer than `b` nor than an overlap of tokens
+    # can be. Of the places it may start, the last (the least shared) is taken: in text
+    # that repeats ("aaaa..."), every place matches, and the first one dropped all of `b`.
+    lo, places = max(0, len(a.text) - min(len(b.text), _MAX_SHARED_CHARS)), []
+    at = a.text.find(probe, lo)
+    while at >= 0:
+        places.append(at)
+        at = a.text.find(probe, at + 1)
+    for at in reversed(places):
         if b.text.startswith(a.text[at:]):
             return a.text[:at] + b.text
-        at = a.text.find(probe, at + 1)
     return None
+
+
+_MAX_SHARED_CHARS = 8192  # more than any chunk overlap's characters (an eighth of 256 tokens, ~1K at most)
 
 
 def _adjacent(a: Chunk, a_last_ordinal: int, b: Chunk) -> bool:

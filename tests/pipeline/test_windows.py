@@ -103,3 +103,16 @@ def test_pieces_of_one_long_line_join_without_their_shared_text():
     # a budget stops the join where it would pass it, and the rest stays in order
     small = merge_neighbours(pieces, 600, count)
     assert len(small) > 1 and "".join(p.text for p in small).count("w2999") == 1
+
+
+def test_pieces_of_a_line_that_repeats_lose_nothing_when_joined():
+    """In "aaaa..." the shared text matches at every place: taking the first dropped all
+    of the next piece (300,000 characters read as 2,048)."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    for line in ("a" * 300_000, "ab" * 100_000, "0123456789 " * 20_000):
+        doc = document_from_bytes((line + "\n").encode(), "r.txt", "r.txt")
+        merged = merge_neighbours(chunk_document(doc), 10**9, count)
+        assert len(merged) == 1 and len(merged[0].text) >= len(line)
+        assert merged[0].text.startswith(line[:1000]) and merged[0].text.endswith(line[-1000:])
