@@ -12,7 +12,8 @@ as in threads_under_load), under three configurations interleaved rep by rep:
 - 2 threads fixed: torch's default, one per core here, what the embedder ran before
   2026-12-05: the baseline;
 - 1 thread fixed;
-- governed (the default now): `ktcli.threads.ThreadGovernor` times the batches and picks.
+- governed (the default now): `ktcli.threads.ThreadGovernor` times the batches and picks,
+  starting from the load seen while the model loaded (each run as a fresh process has it).
 
 Figures: seconds per embedding (median over `--reps`) and the ratio to the baseline's.
 """
@@ -43,8 +44,14 @@ def _inputs() -> dict[str, list[str]]:
 def _embed_once(embedder, texts: list[str], config: str) -> float:
     import torch
 
+    from ktcli.threads import cpu_sample
+
     torch.set_num_threads(1 if config == "1 thread" else 2)
     embedder.govern_threads = config.startswith("governed")
+    # As a fresh `ktcli ask` finds it: no governor yet, and the load seen over the model's
+    # load (~0.3 s), which the governor starts from
+    embedder._threads, embedder._load_started = None, cpu_sample()
+    time.sleep(0.3)
     t0 = time.perf_counter()
     embedder.embed(texts)
     return time.perf_counter() - t0

@@ -224,14 +224,18 @@ class Embedder:
         is timed. None for a few batches, a GPU, or threads the user fixed."""
         import torch
 
-        from ktcli.threads import ThreadGovernor, busy_elsewhere, starting_threads
+        from ktcli.threads import FIRST_PROBE, IDLE_FIRST_PROBE, ThreadGovernor, busy_elsewhere, starting_threads
 
         most = torch.get_num_threads()
         if not self.govern_threads or self.device != "cpu" or most < 2 or n_texts < 4 * self.batch_size:
             return None
         if self._threads is None or self._threads.candidates[0] != most:
-            start = starting_threads(most, busy_elsewhere(self._load_started))
-            self._threads = ThreadGovernor(most, start=start)
+            others = busy_elsewhere(self._load_started)
+            start = starting_threads(most, others)
+            # seen idle: load arriving later shows as a slow batch; an early probe of a
+            # slower count only costs (3 of the tutorial's 22 batches at 1 thread: 11%)
+            idle = others is not None and start == most
+            self._threads = ThreadGovernor(most, start=start, first_probe=IDLE_FIRST_PROBE if idle else FIRST_PROBE)
         return self._threads
 
     def embed_query(self, text: str) -> np.ndarray:
