@@ -35,6 +35,16 @@ def machine() -> dict:
             "platform": platform.platform()}
 
 
+def arg_parser(module: str, doc: str, name: str) -> "argparse.ArgumentParser":
+    """The options every benchmark takes: --json, and --name for its results file."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=f"python -m benchmarks.{module}", description=doc.strip().split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print the result as JSON too (it is always written)")
+    parser.add_argument("--name", default=name, help="results file name (benchmarks/results/NAME.json)")
+    return parser
+
+
 def write_result(name: str, payload: dict) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"

@@ -14,7 +14,6 @@ them ("defs": fused scores, definitions first) over each set of vectors.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -137,10 +136,8 @@ def print_table(result: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.embed_dtype", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true", help="print the result as JSON too")
+    ap = common.arg_parser("embed_dtype", __doc__, "embed_dtype")
     ap.add_argument("--rounds", type=int, default=2, help="timed embeddings of each corpus per dtype (best kept)")
-    ap.add_argument("--name", default="embed_dtype", help="results file name (benchmarks/results/NAME.json)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = run(args)

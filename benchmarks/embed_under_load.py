@@ -20,12 +20,11 @@ Figures: seconds per embedding (median over `--reps`) and the ratio to the basel
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
 
-from benchmarks.common import machine, report
+from benchmarks.common import arg_parser, machine, report
 from benchmarks.threads_under_load import busy
 
 CONFIGS = ("2 threads (baseline)", "1 thread", "governed (default)")
@@ -58,11 +57,9 @@ def _embed_once(embedder, texts: list[str], config: str) -> float:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--json", action="store_true", help="print the JSON object (it is always written)")
+    parser = arg_parser("embed_under_load", __doc__, "embed_under_load")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--loads", default="0,1", help="busy processes beside each run, comma-separated")
-    parser.add_argument("--name", default="embed_under_load", help="results file name (benchmarks/results/NAME.json)")
     args = parser.parse_args(argv)
 
     from ktcli.retrieval.embedder import Embedder

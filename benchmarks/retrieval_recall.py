@@ -28,7 +28,6 @@ corpus asks "where is X defined?" of click as installed (`retrieval_cases.defini
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import os
 import sys
@@ -191,10 +190,8 @@ def print_table(result: dict) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m benchmarks.retrieval_recall", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true", help="print the result as JSON too")
-    ap.add_argument("--corpora", help="comma-separated subset of tutorial,minirepo,pdf")
-    ap.add_argument("--name", default="retrieval_recall", help="results file name (benchmarks/results/NAME.json)")
+    ap = common.arg_parser("retrieval_recall", __doc__, "retrieval_recall")
+    ap.add_argument("--corpora", help="comma-separated subset of tutorial,minirepo,pdf,click")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     result = run(args)
