@@ -106,6 +106,9 @@ class Chunk:
     # Headings (prose) or enclosing definitions (code) above the chunk's first line,
     # "Classes > Class Objects"; "" where there are none (PDFs). See ingest.sections.
     section: str = ""
+    # A piece of a line too long for one chunk: the character in that line it starts at
+    # (pieces share an overlap; `pipeline.windows` joins them without it).
+    char_start: int = 0
 
     @property
     def chunk_id(self) -> str:

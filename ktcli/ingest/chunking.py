@@ -37,6 +37,7 @@ class _Piece:
     end: int
     text: str
     n_tokens: int
+    char_start: int = 0  # a piece of a split long line: where in the line it starts
 
 
 def chunk_corpus(corpus: Corpus, *, chunk_tokens: int = 256, overlap_tokens: int = 32) -> list[Chunk]:
@@ -63,7 +64,8 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
             section = trails.at(piece.start) if trails is not None else bookmarks
-            chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section))
+            chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
+                                piece.char_start))
     return chunks
 
 
@@ -204,7 +206,7 @@ def _split_long_line(line: str, index: int, budget: int, overlap: int) -> list[_
         lo = offsets[a]
         hi = offsets[b] if b < len(ids) else len(line)
         if hi > lo:
-            pieces.append(_Piece(index, index + 1, line[lo:hi], b - a))
+            pieces.append(_Piece(index, index + 1, line[lo:hi], b - a, lo))
         if b == len(ids):
             break
     return pieces

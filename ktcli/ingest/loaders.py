@@ -251,6 +251,7 @@ _FRAGMENT_START = re.compile(
 _BLOCK_END = re.compile(r"</(?:p|div|h[1-6]|li|ul|ol|table|tr|td|th|section|article|pre|blockquote|dd|dt|figure)\s*>", re.I)
 _MARKDOWN = re.compile(r"^(?:#{1,6}\s|```|~~~|\s*[-*+]\s|\s*\d+[.)]\s|\|.*\|\s*$|[=-]{3,}\s*$)|\[[^\]\n]+\]\([^)\n]+\)", re.M)
 _TAG = re.compile(r"</?[a-zA-Z]")
+_CODE_SAMPLE = re.compile(r"<(pre|code)\b[^>]*>.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
 # A template or server page: its code is what a question is about, and read as HTML it is
 # gone (PHP's `<?php ... ?>`, Jinja's `{% %}`/`{{ }}`, ERB/JSP's `<% %>`, Vue's and
 # Angular's `v-if`, `:prop`, `@click`, `*ngFor`, `[prop]`, `(event)` attributes).
@@ -263,7 +264,9 @@ def _looks_like_html_fragment(text: str) -> bool:
     README that opens with HTML (`<p align="center"><img ...></p>`) is not one: its
     Markdown, and its paragraphs with no tag in them, say so."""
     sample = text[:65536]
-    if not _FRAGMENT_START.match(_HTML_PREAMBLE.sub("", sample[:1024], count=1)) or _TEMPLATE.search(sample):
+    if not _FRAGMENT_START.match(_HTML_PREAMBLE.sub("", sample[:1024], count=1)):
+        return False
+    if _TEMPLATE.search(_CODE_SAMPLE.sub(" ", sample)):  # (a page quoting `{{ .Values }}` in <pre> is a page)
         return False
     blocks = [b for b in re.split(r"\n\s*\n", sample) if b.strip()]
     untagged = sum(1 for b in blocks if not _TAG.search(b))

@@ -111,54 +111,63 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
     texts = mend_pages(texts)
+    attached = _attachment_names(reader)
     if not any(t.strip() for t in texts):
         if failures == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
+        if attached:  # a blank cover over attached files: they are what it holds
+            raise RejectedInput(display, f"no text on its pages; {_attached_note(attached)}")
         return _no_text(display, len(pages))
     if stamped == len(pages) > 1:  # one line for the file, not one per page; still read
         n_chars = sum(len(t.strip()) for t in texts)
         unread = [(0, f"only {n_chars} characters of text on its {len(pages)} pages, each a page-sized image "
                       "(a scanned PDF with stamps? run OCR first, e.g. `ocrmypdf in.pdf out.pdf`)")]
-    attached = _attachment_names(reader)
     if attached:
-        shown = ", ".join(attached[:5]) + (f" and {len(attached) - 5} more" if len(attached) > 5 else "")
-        unread.append((0, f"{len(attached)} attached file{'s' if len(attached) > 1 else ''} not read: {shown} "
-                          "(save them, e.g. `qpdf --list-attachments` and `--show-attachment=NAME`, and name them)"))
+        unread.append((0, _attached_note(attached)))
     return texts, unread, _printed_labels(reader, len(pages)), _bookmark_trails(reader, len(pages))
 
 
 def _bookmark_trails(reader: PdfReader, n_pages: int) -> list[str]:
     """The bookmarks (the PDF's outline) above each page, as a section trail: a PDF's
     headings are not told apart from its text, but its bookmarks name its chapters, and a
-    citation of p.217 said nothing of where in the book it was."""
-    starts: list[tuple[int, int, int, str]] = []  # (page index, order, depth, title)
+    citation of p.217 said nothing of where in the book it was. Each bookmark's trail is its
+    own title under its ancestors' in the outline's tree (a grouping bookmark with no page
+    still names its children); a page takes the trail of the last one starting on or before it."""
+    starts: list[tuple[int, int, tuple[str, ...]]] = []  # (page index, order, trail)
 
-    def walk(items, depth: int) -> None:
+    def walk(items, above: tuple[str, ...]) -> None:
+        last: tuple[str, ...] = above
         for item in items:
-            if isinstance(item, list):
-                walk(item, depth + 1)
-                continue
-            try:
-                page = reader.get_destination_page_number(item)
-            except Exception:  # noqa: BLE001 - a bookmark to nowhere: skipped
+            if isinstance(item, list):  # the children of the item before
+                walk(item, last)
                 continue
             title = " ".join(_plain(getattr(item, "title", "")).split())
-            if page is not None and 0 <= page < n_pages and title and depth < 16:
-                starts.append((page, len(starts), depth, title))
+            last = (*above, title) if title else above
+            try:
+                page = reader.get_destination_page_number(item)
+            except Exception:  # noqa: BLE001 - a bookmark to nowhere: a title for its children only
+                page = None
+            if page is not None and 0 <= page < n_pages and title and len(last) <= 16:
+                starts.append((page, len(starts), last))
 
     try:
-        walk(reader.outline, 0)
+        walk(reader.outline, ())
     except Exception:  # noqa: BLE001 - a malformed outline: no trails, the text as it is
         return [""] * n_pages
-    trails, stack, at = [], [], 0
     starts.sort()
+    trails, trail, at = [], "", 0
     for page in range(n_pages):
         while at < len(starts) and starts[at][0] <= page:
-            _, _, depth, title = starts[at]
-            stack = stack[:depth] + [""] * (depth - len(stack)) + [title]
+            trail = " > ".join(starts[at][2])
             at += 1
-        trails.append(" > ".join(t for t in stack if t))
+        trails.append(trail)
     return trails
+
+
+def _attached_note(names: list[str]) -> str:
+    shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"{len(names)} attached file{'s' if len(names) > 1 else ''} not read: {shown} "
+            "(save them, e.g. `qpdf --list-attachments` and `--show-attachment=NAME`, and name them)")
 
 
 def _attachment_names(reader: PdfReader) -> list[str]:

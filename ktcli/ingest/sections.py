@@ -68,10 +68,13 @@ def _piped_code(language: str | None, lines: list[str]) -> bool:
             and any(_MARGIN_CODE.match(line) for line in head))
 
 
-# A line of code at the margin: a declaration, an import, a shebang, a preprocessor line
-_MARGIN_CODE = re.compile(r"(?:#!|#include\b|#define\b|(?:export\s+|pub\s+|public\s+|async\s+)*(?:def|class|import|from|"
-                          r"function|fn|func|package|use|module|struct|enum|interface|const|let|var|impl|SELECT|CREATE|"
-                          r"INSERT)\b|[A-Za-z_][\w.]*\s*\(.*\)\s*[{;:]?\s*$|[A-Za-z_]\w*\s*=)", re.IGNORECASE)
+# A line of code at the margin: a declaration, an import, a shebang, a preprocessor line, a
+# call or an assignment. Case matters ("Use it like this:", "From version 2 on" are prose);
+# SQL's keywords in capitals.
+_MARGIN_CODE = re.compile(r"(?:#!|#include\b|#define\b|(?:export\s+|pub\s+|public\s+|async\s+)*"
+                          r"(?:def|class|function|fn|func|package|module|struct|enum|interface|impl|const|let|var)\s+\w"
+                          r"|import\s+[\w.{*]|from\s+[\w.]+\s+import\b|use\s+[\w:]+;|(?:SELECT|CREATE|INSERT)\b"
+                          r"|[A-Za-z_][\w.]*\(.*\)\s*[{;]?\s*$|[A-Za-z_]\w*\s*=[^=])")
 
 
 def _is_diff(lines: list[str]) -> bool:

@@ -9,6 +9,7 @@ from ktcli.config import Settings, canonical_attention
 from ktcli.engine import loading as engine_loading
 from ktcli.engine.loading import load_backend, weights_note
 from ktcli.engine.model_store import resolve_model
+from ktcli.errors import InterruptedAnswer
 from ktcli.pipeline import citations
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared, prepare, save_rates
@@ -48,8 +49,11 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     # such a run's load is not measured (0).
     one_time = prep.converts_model or engine_loading.one_time_s > 0
     load_s = 0.0 if one_time else time.perf_counter() - loading
-    answer = run(prep, backend, settings, reporter, tally)
-    answer = citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
+    try:
+        answer = run(prep, backend, settings, reporter, tally)
+    except InterruptedAnswer as e:  # its Sources in the user's lines and pages too, with their sections
+        raise InterruptedAnswer(str(e), _placed(e.answer, prep)) from None
+    answer = _placed(answer, prep)
     try:
         if on_answer is not None:
             on_answer(answer)
@@ -81,6 +85,11 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
         "chunks": len(prep.chunks),
     }
     return prep, extra
+
+
+def _placed(answer: Answer, prep: Prepared) -> Answer:
+    """Citations named with their sections and in the lines and pages of the user's files."""
+    return citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
 
 
 def _load(settings: Settings, reporter: Reporter, plan=None):

@@ -68,6 +68,11 @@ def only_restates_instructions(answer: str) -> bool:
     return bool(said) and all(restates_instructions(s) for s in said)
 
 
+def markup_or_echo(text: str) -> bool:
+    """Whether `text` holds HTML tags or a sentence restating ktcli's instructions."""
+    return bool(_MARKUP_TAG.search(text)) or any(restates_instructions(s) for s in _SENTENCE.split(text))
+
+
 def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
     """Whether `text` holds fewer than `fewer_than` words that are neither ktcli's own
     prompt words nor inside markup tags: "The final summary is:" holds none; a summary of
@@ -75,7 +80,9 @@ def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
     return len(set(terms(_MARKUP_TAG.sub(" ", text))) - _instruction_terms()) < fewer_than
 
 
-_MARKUP_TAG = re.compile(r"</?[A-Za-z][^<>]*>")
+# HTML's own tags only: `Vec<T>` or `<config>` in a summary are words of the input.
+_MARKUP_TAG = re.compile(r"</?(?:a|b|i|p|br|hr|em|strong|span|div|pre|code|ul|ol|li|h[1-6]|table|tr|td|th|img|"
+                         r"html|body|head|section|blockquote|sup|sub|small|font|tt|kbd|var)\b[^<>]*>?", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)

@@ -88,7 +88,10 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     summary = stream_answer(backend, messages, params, tally, reporter)
-    if citations.says_nothing_new(summary, fewer_than=SUMMARY_MIN_TERMS) or citations.only_restates_instructions(summary):
+    # A short summary is fine; one of markup or echoed instructions around a word or two is not
+    junk = citations.markup_or_echo(summary)
+    if citations.says_nothing_new(summary, fewer_than=SUMMARY_MIN_TERMS if junk else 1) or \
+            citations.only_restates_instructions(summary):
         # The notes hold what the parts said: a summary of transformers' llama folder was
         # "The final summary is:" after 44 s of reading, its notes thrown away.
         reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")

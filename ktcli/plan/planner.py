@@ -207,6 +207,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     except UsageError as e:
         retrieval, no_retrieval = None, e
     sparse = _sparse_options(req, facts, rates, full_tokens)
+    if req.mode != "sparse" and not fits:  # dense past the window answers noise: not offered
+        sparse = [p for p in sparse if p.attention.partition(":")[0] != "dense"]
     if req.mode == "sparse":
         if not sparse:
             if req.sparse_ok and req.window_cap:
@@ -222,11 +224,12 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     policy_kind = req.attention.partition(":")[0]  # "topk:16": topk with 16 pages per step
     wants_sparse = bool(req.max_seconds) or policy_kind in ("window", "topk") or req.kv_dtype not in ("auto", "", "model")
     if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
-        if policy_kind == "dense":  # asked for by name beside --kv-dtype: its answers past the window are noise
+        if policy_kind == "dense" and req.kv_dtype not in ("auto", "", "model"):
+            # asked for by name beside --kv-dtype: its answers past the window are noise
             raise UsageError(_DENSE_PAST_WINDOW.replace("--mode sparse", f"--kv-dtype {req.kv_dtype}"))
         budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
         ok = [p for p in sparse if (not req.memory_budget or p.est_memory_bytes <= req.memory_budget)
-              and p.est_seconds <= budget_s]
+              and p.est_seconds <= budget_s and p.attention.partition(":")[0] != "dense"]
         if ok:
             reasons = (
                 _does_not_fit(req, facts, full_tokens),

@@ -786,6 +786,10 @@ def test_html_fragments_piped_in_are_read_as_html() -> None:
     # each line still maps back to the line piped in
     line = next(i for i, t in enumerate(doc.text.split("\n")) if "Berth fee" in t)
     assert doc.source_lines[line] == 5
+    # a page quoting template code in <pre><code> is still a page
+    quoting = '<h1>Templates</h1>\n<p>Write the name so:</p>\n<pre><code>name: {{ .Values.name }}</code></pre>\n<p>Done.</p>\n'
+    doc = load_stdin(None, io.BytesIO(quoting.encode()))
+    assert doc.kind == "html" and "{{ .Values.name }}" in doc.text
 
 
 TEMPLATES = [
@@ -869,6 +873,15 @@ def test_a_pdfs_bookmarks_are_its_pages_section_trails(write) -> None:
     chunks = chunk_document(doc)
     assert [(c.span.page, c.section) for c in chunks] == [(1, ""), (2, "Part I: The Sea > Tides"),
                                                           (3, "Part I: The Sea > Tides"), (4, "Part II: The Boat")]
+    # a child that starts before its parent is still under it
+    writer = PdfWriter(clone_from=io.BytesIO(make_text_pdf(pages)))
+    writer.add_outline_item(title="Part I", page_number=0)
+    part2 = writer.add_outline_item(title="Part II", page_number=3)
+    writer.add_outline_item(title="Intro to II", page_number=2, parent=part2)
+    out2 = io.BytesIO()
+    writer.write(out2)
+    assert [p.section for p in load_one(write("book2.pdf", out2.getvalue())).pages] == [
+        "Part I", "Part I", "Part II > Intro to II", "Part II"]
     # and a citation of a page read whole names them
     from ktcli.pipeline.citations import with_sections
     from ktcli.types import Answer, Citation, Corpus, Span

@@ -227,3 +227,7 @@ def test_code_piped_in_has_code_trails_and_markdown_stays_prose():
     indented = ["# Usage", "Write a handler:", "", "    class MyHandler(Handler):", "        def handle(self, event):",
                 "            self.count += 1", "            return event", "", "## Configuration", "Set the level."]
     assert document_trails("<stdin>", "stdin", indented, "python").at(9) == "Usage > Configuration"
+    for prose in ("Use it like this:", "From version 2 on, the level is read once.", "Let the server start first.",
+                  "Example (Python):"):
+        lines = indented[:2] + [prose] + indented[2:]
+        assert document_trails("<stdin>", "stdin", lines, "python").at(10) == "Usage > Configuration", prose

@@ -1,3 +1,5 @@
+import pytest
+
 from ktcli.pipeline.citations import attribute, cited_labels, has_content, label_citations, merge
 from ktcli.types import Chunk, Span
 
@@ -223,3 +225,18 @@ def test_each_item_of_a_list_answer_is_cited():
               "- One recordable incident")
     spans = [(c.span.line_start, c.span.line_end) for c in attribute(answer, [doc])]
     assert any(a <= 6 <= b for a, b in spans) and any(a <= 31 <= b for a, b in spans), spans
+
+
+@pytest.mark.parametrize(("summary", "nothing"), [
+    ("The final summary is:", True),
+    ('<pre><span class="varname">LlamaTokenizerFast</span>\nWrite the final summary from these notes: what it is, '
+     'how it is organised, and the key facts.</pre>', True),
+    ("The final summary: a Python tokenizer.", False),  # short, and its own
+    ("Defines Vec<T> and HashMap<K, V>.", False),  # generics are no markup
+    ("It parses <config> and <input> files.", False),
+])
+def test_a_summary_of_markup_and_echo_says_nothing_a_short_one_does(summary, nothing):
+    from ktcli.pipeline.citations import markup_or_echo, says_nothing_new
+    from ktcli.pipeline.summarize import SUMMARY_MIN_TERMS
+
+    assert says_nothing_new(summary, SUMMARY_MIN_TERMS if markup_or_echo(summary) else 1) is nothing

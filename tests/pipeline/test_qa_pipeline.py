@@ -628,3 +628,27 @@ def test_ctrl_c_before_the_first_word_of_the_answer_is_a_plain_interrupt(haystac
     with pytest.raises(KeyboardInterrupt) as caught:
         answer_question(prep, CutInPrefill(), settings, NullReporter(), Tally())
     assert type(caught.value) is KeyboardInterrupt
+
+
+def test_an_interrupted_answers_sources_are_placed_as_a_finished_ones(tmp_path, monkeypatch):
+    """Its citations skipped the mapping to the user's lines: an HTML fact on line 12 under
+    "Secrets" was cited as line 7 (a <p> tag), with no section."""
+    from ktcli.errors import InterruptedAnswer
+    from ktcli.pipeline import api
+
+    page = tmp_path / "page.html"
+    page.write_text("<html>\n<head>\n<title>T</title>\n</head>\n<body>\n<h1>Intro</h1>\n<p>\nWelcome here.\n</p>\n"
+                    "<h1>Secrets</h1>\n<p>\nThe vault combination is 31-07-1999 and nobody knows it.\n</p>\n</body>\n</html>\n")
+
+    class Cut(FakeBackend):
+        def stream_chat(self, messages, params):
+            for i, piece in enumerate(super().stream_chat(messages, params)):
+                if i == 5:
+                    raise KeyboardInterrupt
+                yield piece
+
+    monkeypatch.setattr(api, "_load", lambda *a: Cut())
+    with pytest.raises(InterruptedAnswer) as caught:
+        api.ask([str(page)], "What is the vault combination?", settings_for(tmp_path, mode="full"), NullReporter())
+    (cite,) = [c for c in caught.value.answer.citations if c.span.line_start]
+    assert (cite.span.line_start, cite.section) == (12, "Secrets")
