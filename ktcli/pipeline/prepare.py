@@ -318,6 +318,14 @@ def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) ->
         raise UsageError(f"--model {settings.model}: {quantized_refusal(facts.quantized)}")
     if facts.model_type not in SUPPORTED:
         raise UsageError(f"model type {facts.model_type!r} is not supported by the ktcli engine (use --engine hf)")
+    if ":" in settings.attention:  # topk:N / window:N: what `ask` checks before its load, said by the plan too
+        from ktcli.engine.longctx import check_attention_span
+        from ktcli.engine.model_store import converted_dir
+
+        source = resolve_model(settings.model, settings.named("model"))
+        folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)
+        if (folder / "config.json").is_file():
+            check_attention_span(folder, settings.attention, settings.rope_scaling or None)
     if not facts.sliding_window:
         return
     asked = settings.kv_dtype in ("fp8", "int8", "int4") or settings.attention.partition(":")[0] in ("window", "topk") \

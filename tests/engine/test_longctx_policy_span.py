@@ -28,3 +28,19 @@ def test_ask_and_serve_check_the_span_before_loading(smollm2_dir):
     with pytest.raises(UsageError, match="at most window:119"):
         check_attention_span(smollm2_dir, "window:1000")
     check_attention_span(smollm2_dir, "window:1000", "yarn:8")  # stretched to 64K: within it
+
+
+def test_the_plan_refuses_what_the_load_would(tmp_path, smollm2_dir):
+    """`ktcli plan --attention topk:500` printed a plan that `ask` then refused at its load."""
+    import subprocess
+    import sys
+
+    from tests.serve.helpers import ROOT, cli_env
+
+    cache = tmp_path / "cache"
+    (cache / "models").mkdir(parents=True)
+    (cache / "models" / smollm2_dir.name).symlink_to(smollm2_dir)  # converted: its config is read
+    proc = subprocess.run([sys.executable, "-m", "ktcli.cli.app", "plan", "sample_docs/minirepo", "q", "--mode", "sparse",
+                           "--attention", "topk:500"], capture_output=True, text=True, env=cli_env(cache), cwd=ROOT,
+                          timeout=120)
+    assert proc.returncode == 2 and "at most topk:107" in proc.stderr and "Traceback" not in proc.stderr
