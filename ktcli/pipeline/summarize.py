@@ -98,8 +98,6 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         shown = f"\n\nNotes from the {len(windows)} parts:\n{notes}"
         reporter.answer_text(shown)
         summary = summary.rstrip() + shown
-    else:
-        _warn_if_echo(summary, reporter)
     return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
 
 
