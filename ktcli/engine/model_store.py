@@ -90,18 +90,28 @@ def resolve_model(spec: str, named: str = "--model") -> ModelSource:
     raise UsageError(f"{named} {spec}: no such file, folder or bundled model (try 'smollm2')")
 
 
+_INDEX = "model.safetensors.index.json"
+
+
+def _indexed_weights(folder: Path) -> set[str] | None:
+    """The weight files a sharded model's index names; None without an index, or with a
+    damaged one (the load reports that)."""
+    index = folder / _INDEX
+    if not index.is_file():
+        return None
+    try:
+        return set(json.loads(index.read_text())["weight_map"].values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 def _check_shards(folder: Path, what: str) -> None:
     """Every weight file the index names is there: a shard left out of a copy or a
     download was an internal error from either engine, at load."""
-    index = folder / "model.safetensors.index.json"
-    try:
-        names = set(json.loads(index.read_text())["weight_map"].values()) if index.is_file() else set()
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return  # a damaged index is the load's to report
-    missing = sorted(n for n in names if not (folder / n).is_file())
+    missing = sorted(n for n in _indexed_weights(folder) or () if not (folder / n).is_file())
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise InputError(f"{what}: {missing[0]}{more}, named in {index.name}, is missing")
+        raise InputError(f"{what}: {missing[0]}{more}, named in {_INDEX}, is missing")
 
 
 def _from_hf_cache(repo_id: str) -> Path:
@@ -156,6 +166,12 @@ def model_key(folder: Path, fmt: str) -> str:
 
 def converted_dir(source: ModelSource, cache_dir: Path) -> Path:
     return cache_dir / "models" / f"{source.path.stem}-{_fingerprint(source.path)}"
+
+
+def model_folder(source: ModelSource, cache_dir: Path) -> Path:
+    """The Hugging Face folder the engine loads: the model's own, or a GGUF's conversion
+    (which may not exist yet: `is_converted`)."""
+    return source.path if source.kind == "hf" else converted_dir(source, cache_dir)
 
 
 def is_converted(source: ModelSource, cache_dir: Path) -> bool:
@@ -355,7 +371,7 @@ def _write_rope(config_path: Path, scaling: dict | None, context: int | None) ->
 
 def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:
     """Shape figures for the planner, read without loading weights."""
-    folder = source.path if source.kind == "hf" else converted_dir(source, cache_dir)
+    folder = model_folder(source, cache_dir)
     config_path = folder / "config.json"
     # A damaged conversion is made again by the run; until then the GGUF has the figures.
     if config_path.is_file() and (source.kind == "hf" or _usable(folder)):
@@ -422,14 +438,9 @@ def _weight_files(folder: Path) -> list[Path]:
     """The safetensors files that make the model: those its index names, when it has one.
     Mistral releases ship `consolidated.safetensors` (the same weights, in their own
     layout) beside the shards: summing every file counted the model twice."""
-    index = folder / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            names = set(json.loads(index.read_text())["weight_map"].values())
-        except (ValueError, KeyError, TypeError, AttributeError):
-            names = None  # a damaged index: the load says so; counted as if absent
-        if names:
-            return [folder / name for name in sorted(names) if (folder / name).is_file()]
+    names = _indexed_weights(folder)  # a damaged index: the load says so; counted as if absent
+    if names:
+        return [folder / name for name in sorted(names) if (folder / name).is_file()]
     files = sorted(folder.glob("*.safetensors"))
     shards = [p for p in files if not p.name.startswith("consolidated")]
     return shards or files

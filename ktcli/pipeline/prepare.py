@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
 from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
-from ktcli.engine.model_store import is_converted, model_facts, resolve_model
+from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
@@ -320,10 +320,8 @@ def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) ->
         raise UsageError(f"model type {facts.model_type!r} is not supported by the ktcli engine (use --engine hf)")
     if ":" in settings.attention:  # topk:N / window:N: what `ask` checks before its load, said by the plan too
         from ktcli.engine.longctx import check_attention_span
-        from ktcli.engine.model_store import converted_dir
 
-        source = resolve_model(settings.model, settings.named("model"))
-        folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)
+        folder = model_folder(resolve_model(settings.model, settings.named("model")), settings.cache_path)
         if (folder / "config.json").is_file():
             check_attention_span(folder, settings.attention, settings.rope_scaling or None)
     if not facts.sliding_window:
@@ -364,13 +362,13 @@ def _sampled_ratio(corpus: Corpus, settings: Settings) -> float:
 
 
 def _converted_tokenizer(settings: Settings):
-    from ktcli.engine.model_store import converted_dir, is_converted
+    from ktcli.engine.model_store import is_converted
     from ktcli.engine.tokenizer import load_chat_tokenizer
 
     source = resolve_model(settings.model, settings.named("model"))
     if not is_converted(source, settings.cache_path):
         return None
-    folder = source.path if source.kind == "hf" else converted_dir(source, settings.cache_path)
+    folder = model_folder(source, settings.cache_path)
     if not (folder / "tokenizer.json").is_file():
         return None
     return load_chat_tokenizer(folder)
