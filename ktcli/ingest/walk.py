@@ -24,7 +24,7 @@ CACHE_DIRS = frozenset(
 )
 
 
-# The reason of an entry --exclude left out (reported in one line: `pipeline.prepare`).
+# The reason of an entry --exclude left out (reported in one line: `pipeline.skip_report`).
 EXCLUDED = "excluded by --exclude"
 
 

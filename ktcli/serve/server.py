@@ -241,16 +241,11 @@ class Handler(BaseHTTPRequestHandler):
         page could not read, on the user's machine."""
         origin = self.headers.get("Origin")
         if origin is not None and self.command != "OPTIONS" and self._allowed_origin() is None:
-            raise ApiError(403, f"the origin {origin} may not call this server from a browser: start ktcli serve "
-                           f"with --cors-origin {origin}", type="permission_error")
+            raise _origin_refused(origin)
 
     def _preflight(self) -> None:
-        origin = self.headers.get("Origin", "")
         if self._allowed_origin() is None:
-            hint = (f"start ktcli serve with --cors-origin {origin}" if origin.lower() != "null"
-                    else "a page opened from a file sends Origin null; serve it over http, or use --cors-origin '*'")
-            raise ApiError(403, f"the origin {origin} may not call this server from a browser: {hint}",
-                           type="permission_error")
+            raise _origin_refused(self.headers.get("Origin", ""))
         route = self._route()
         methods = "POST" if route in POST_ROUTES else "GET, HEAD"
         self.send_response(204)
@@ -470,6 +465,12 @@ class Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         if self.app.options.verbose:
             sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+
+def _origin_refused(origin: str) -> ApiError:
+    hint = (f"start ktcli serve with --cors-origin {origin}" if origin.lower() != "null"
+            else "a page opened from a file sends Origin null; serve it over http, or use --cors-origin '*'")
+    return ApiError(403, f"the origin {origin} may not call this server from a browser: {hint}", type="permission_error")
 
 
 POST_ROUTES = ("/chat/completions", "/completions", "/tokenize")
