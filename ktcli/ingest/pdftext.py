@@ -473,23 +473,23 @@ def _draws_shapes(page) -> bool:  # type: ignore[no-untyped-def]
     return len(_CURVE.findall(data)) >= _SHAPES_CURVES or len(_FILL.findall(data)) >= _SHAPES_FILLS
 
 
-def _forms(resources, depth: int):  # type: ignore[no-untyped-def]
+def _xobjects(resources, depth: int):  # type: ignore[no-untyped-def]
+    """(depth, XObject) of every image and form a resource dictionary draws, and of what
+    its forms draw, down to forms 4 deep (pdfpages and pdfjam nest scanned pages in them)."""
     xobjects = (resources or {}).get("/XObject") or {}
     for name in xobjects:
         xobject = xobjects[name].get_object()
+        yield depth, xobject
         if xobject.get("/Subtype") == "/Form" and depth < 4:
-            yield xobject
-            yield from _forms(xobject.get("/Resources"), depth + 1)
+            yield from _xobjects(xobject.get("/Resources"), depth + 1)
+
+
+def _forms(resources, depth: int):  # type: ignore[no-untyped-def]
+    return (x for d, x in _xobjects(resources, depth) if x.get("/Subtype") == "/Form" and d < 4)
 
 
 def _draws_image(resources, depth: int) -> bool:  # type: ignore[no-untyped-def]
-    xobjects = (resources or {}).get("/XObject") or {}
-    for name in xobjects:
-        xobject = xobjects[name].get_object()
-        kind = xobject.get("/Subtype")
-        if kind == "/Image" or (kind == "/Form" and depth < 4 and _draws_image(xobject.get("/Resources"), depth + 1)):
-            return True
-    return False
+    return any(x.get("/Subtype") == "/Image" for _, x in _xobjects(resources, depth))
 
 
 def _no_text(display: str, n_pages: int) -> list[str]:
