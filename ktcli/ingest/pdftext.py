@@ -95,7 +95,8 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
                     # text exported "as curves" (print shops, Illustrator, `gs -dNoOutputFonts`)
                     # or a drawing: read as a blank page, its words vanished unannounced
                     unread.append((number, "no text layer, only drawn shapes (text drawn as outlines? run OCR on it)"))
-                elif len(raw.strip()) < _FEW_CHARACTERS and _image_coverage(page) >= _SCAN_COVERAGE:
+                elif (len(raw.strip()) < _FEW_CHARACTERS and _image_coverage(page) >= _SCAN_COVERAGE
+                      and not _has_invisible_text(page)):
                     # a scan with a stamp (Bates number, fax header, scanner date): the stamp
                     # read, the page's words not, and nothing said. The image must cover most
                     # of the page: a slide's picture beside its title is not a scan.
@@ -464,13 +465,34 @@ _SHAPES_FILLS = 40
 def _draws_shapes(page) -> bool:  # type: ignore[no-untyped-def]
     """Whether a page with no text draws many paths: its words, or a drawing, as shapes."""
     try:
-        contents = page.get_contents()
-        data = contents.get_data() if contents is not None else b""
-        for form in _forms(page.get("/Resources"), depth=0):
-            data += b"\n" + form.get_data()
+        data = b"\n".join(_content_streams(page))
     except Exception:  # noqa: BLE001 - a malformed content stream: no claim either way
         return False
     return len(_CURVE.findall(data)) >= _SHAPES_CURVES or len(_FILL.findall(data)) >= _SHAPES_FILLS
+
+
+# Text render mode 3 (neither filled nor stroked): how OCR tools (Tesseract, ocrmypdf,
+# scanners' software) lay the words they read over the picture of a page.
+_INVISIBLE_TEXT = re.compile(rb"(?<![\w.])3\s+Tr(?![\w*])")
+
+
+def _has_invisible_text(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether a page's text is an OCR layer: its few characters are then all the page
+    says, not a stamp over words nobody has read."""
+    try:
+        return any(_INVISIBLE_TEXT.search(data) for data in _content_streams(page))
+    except Exception:  # noqa: BLE001 - a malformed content stream: no claim either way
+        return False
+
+
+def _content_streams(page):  # type: ignore[no-untyped-def]
+    """The data of a page's content stream and of the forms it draws (ocrmypdf places its
+    text layer in a form)."""
+    contents = page.get_contents()
+    if contents is not None:
+        yield contents.get_data()
+    for form in _forms(page.get("/Resources"), depth=0):
+        yield form.get_data()
 
 
 def _xobjects(resources, depth: int):  # type: ignore[no-untyped-def]

@@ -103,10 +103,12 @@ def make_pdf_with_a_scanned_page(before: str, after: str) -> bytes:
 
 
 def make_stamped_scan_pdf(stamps: list[str], texts: dict[int, str] | None = None, in_form: bool = False,
-                          image_share: float = 1.0) -> bytes:
+                          image_share: float = 1.0, ocr_layer: bool = False) -> bytes:
     """Pages that are an image with a small text stamp each (Bates numbers on a scan), or
     with `texts[i]` of real text; `in_form`: the images drawn inside form XObjects, as
-    pdfpages/pdfjam place scanned pages; `image_share`: of the page the image covers."""
+    pdfpages/pdfjam place scanned pages; `image_share`: of the page the image covers;
+    `ocr_layer`: each "stamp" drawn invisible (text render mode 3), as OCR tools lay the
+    words they read over a scan."""
     from PIL import Image
     from reportlab.lib.pagesizes import A4
     from reportlab.lib.utils import ImageReader
@@ -124,8 +126,15 @@ def make_stamped_scan_pdf(stamps: list[str], texts: dict[int, str] | None = None
             pdf.doForm(f"scan{i}")
         else:
             pdf.drawImage(image, 0, 0, w, h)
-        pdf.setFont("Helvetica", 6)
-        pdf.drawString(500, 20, stamp)
+        if ocr_layer:
+            words = pdf.beginText(72, 700)
+            words.setTextRenderMode(3)
+            words.setFont("Helvetica", 11)
+            words.textLine(stamp)
+            pdf.drawText(words)
+        else:
+            pdf.setFont("Helvetica", 6)
+            pdf.drawString(500, 20, stamp)
         if texts and i in texts:
             pdf.setFont("Helvetica", 11)
             pdf.drawString(72, 700, texts[i])

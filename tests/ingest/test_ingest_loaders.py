@@ -411,6 +411,16 @@ def test_scans_with_a_stamp_are_reported_in_one_line_per_file(write) -> None:
         assert "only 2 characters of text on a page-sized image" in corpus.skipped[0].reason
 
 
+def test_a_scan_with_a_short_ocr_layer_is_not_told_to_run_ocr(write) -> None:
+    """A scanned page already OCR'd whose words are few (a chapter title, a signature
+    page) was reported as a stamp over unread words, with the advice to run OCR again."""
+    for in_form in (False, True):
+        data = make_stamped_scan_pdf(["Chapter Two", "Signed in Port Alder"], in_form=in_form, ocr_layer=True)
+        corpus = load_corpus([str(write("ocred.pdf", data))])
+        assert not corpus.skipped, corpus.skipped
+        assert corpus.documents[0].text.split() == ["Chapter", "Two", "Signed", "in", "Port", "Alder"]
+
+
 def test_slides_with_a_picture_and_a_title_are_not_scans(write) -> None:
     """A picture beside a slide's title is not a scan: such decks were refused."""
     data = make_stamped_scan_pdf(["Quarterly results", "Our team", "Thank you"], image_share=0.4)
