@@ -27,7 +27,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 
 from ktcli.cli.common import Options, fail, json_error, run_guarded  # noqa: E402
+from ktcli.cli.help_style import plain_type_column  # noqa: E402
 from ktcli.config import Settings  # noqa: E402
+
+plain_type_column()
 
 # Flags default to None so a config file or KTCLI_* variable can set them; the help shows
 # the built-in default those override.
@@ -61,41 +64,41 @@ def _main(
     """Ask questions about, and summarize, documents and repos far longer than a model's window."""
 
 
-Paths = Annotated[list[str], typer.Argument(help="Files, folders, or - for stdin.", show_default=False)]
-Model = Annotated[Optional[str], typer.Option("--model", help="smollm2 (bundled; the default), a .gguf file, a HF folder or cached repo id.")]
-Engine = Annotated[Optional[str], typer.Option("--engine", help="ktcli (our engine; the default) or hf (transformers).")]
-ModeOpt = Annotated[Optional[str], typer.Option("--mode", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
+Paths = Annotated[list[str], typer.Argument(help="Files, folders, or - for stdin.", show_default=False, metavar="PATHS...")]
+Model = Annotated[Optional[str], typer.Option("--model", metavar="MODEL", help="smollm2 (bundled; the default), a .gguf file, a HF folder or cached repo id.")]
+Engine = Annotated[Optional[str], typer.Option("--engine", metavar="ENGINE", help="ktcli (our engine; the default) or hf (transformers).")]
+ModeOpt = Annotated[Optional[str], typer.Option("--mode", metavar="MODE", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
 # metavar="": a flag takes no value, which typer 0.29's help showed as "<bool>"
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped).", metavar="")]
 PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, model, engine, documents, chunks, question).", metavar="")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings, skipped files among them, and errors still are).", metavar="")]
-TopK = Annotated[Optional[int], typer.Option("--top-k", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
-MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
-ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
-ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
+TopK = Annotated[Optional[int], typer.Option("--top-k", metavar="N", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
+MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", metavar="N", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
+ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", metavar="N", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
+ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", metavar="N", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
 MaxFile = Annotated[Optional[str], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}); 2.5MB and 3MiB are sizes too.", metavar="SIZE")]
 Exclude = Annotated[Optional[list[str]], typer.Option(
     "--exclude", metavar="GLOB", show_default=False,
     help="Folder walks leave out what matches this gitignore-style pattern, relative to the folder given "
          "(tests/fixtures/**, *.csv, build/; ! re-includes); repeat for more. Reported in one line; "
          "a file named on the command line is still read.")]
-CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", help=f"Where converted models, packed weights, prompt K/V and indexes live (default: KTCLI_CACHE_DIR, else {_D.cache_path}).")]
-Threads = Annotated[Optional[int], typer.Option("--threads", help="CPU threads (0: default).")]
-Weights = Annotated[Optional[str], typer.Option("--weights", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
-Device = Annotated[Optional[str], typer.Option("--device", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
-MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", help="Memory budget, e.g. 4GB (default: 80% of the memory free).")]
-MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", help="Latency budget the planner aims for (0: none).")]
-Temperature = Annotated[Optional[float], typer.Option("--temperature", help=f"Sampling temperature; 0 is greedy (default {_D.temperature:g}).")]
-BackendOpt = Annotated[Optional[str], typer.Option("--backend", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
-BaseUrl = Annotated[Optional[str], typer.Option("--base-url", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
-ApiKey = Annotated[Optional[str], typer.Option("--api-key", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
-ServeKey = Annotated[Optional[str], typer.Option("--api-key", help="The key clients must send (Authorization: Bearer KEY); "
+CacheDir = Annotated[Optional[str], typer.Option("--cache-dir", metavar="DIR", help=f"Where converted models, packed weights, prompt K/V and indexes live (default: KTCLI_CACHE_DIR, else {_D.cache_path}).")]
+Threads = Annotated[Optional[int], typer.Option("--threads", metavar="N", help="CPU threads (0: default).")]
+Weights = Annotated[Optional[str], typer.Option("--weights", metavar="DTYPE", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
+Device = Annotated[Optional[str], typer.Option("--device", metavar="DEVICE", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
+MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="SIZE", help="Memory budget, e.g. 4GB (default: 80% of the memory free).")]
+MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", metavar="SECONDS", help="Latency budget the planner aims for (0: none).")]
+Temperature = Annotated[Optional[float], typer.Option("--temperature", metavar="T", help=f"Sampling temperature; 0 is greedy (default {_D.temperature:g}).")]
+BackendOpt = Annotated[Optional[str], typer.Option("--backend", metavar="BACKEND", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
+BaseUrl = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
+ApiKey = Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
+ServeKey = Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", help="The key clients must send (Authorization: Bearer KEY); "
                                                  "required to listen beyond loopback (else KTCLI_API_KEY).")]
-ContextWindow = Annotated[Optional[int], typer.Option("--context-window", help="Tokens; caps the window (0, the default: no cap), or sets it where an OpenAI-compatible server does not say.")]
-KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
-AttentionOpt = Annotated[Optional[str], typer.Option("--attention", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
-OutlineOpt = Annotated[Optional[str], typer.Option("--outline", help="Summaries: read code files (signatures, docstrings, comments) and long prose (headings, first paragraphs) as outlines: auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
-RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
+ContextWindow = Annotated[Optional[int], typer.Option("--context-window", metavar="N", help="Tokens; caps the window (0, the default: no cap), or sets it where an OpenAI-compatible server does not say.")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", metavar="DTYPE", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
+AttentionOpt = Annotated[Optional[str], typer.Option("--attention", metavar="POLICY", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
+OutlineOpt = Annotated[Optional[str], typer.Option("--outline", metavar="WHEN", help="Summaries: read code files (signatures, docstrings, comments) and long prose (headings, first paragraphs) as outlines: auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
+RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", metavar="SCALING", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
 
 
 @app.command()
@@ -134,7 +137,8 @@ def summarize(
 
 @app.command()
 def plan(
-    args: Annotated[list[str], typer.Argument(help="PATHS... [QUESTION]", show_default=False)],
+    args: Annotated[list[str], typer.Argument(help="Files, folders or - for stdin, then the question if any.",
+                                              show_default=False, metavar="PATHS... [QUESTION]")],
     model: Model = None, engine: Engine = None, mode: ModeOpt = None, json: PlanJson = False, quiet: Quiet = False,
     top_k: TopK = None, max_new_tokens: MaxNew = None, chunk_tokens: ChunkTokens = None,
     max_file_bytes: MaxFile = None, exclude: Exclude = None, cache_dir: CacheDir = None, max_memory: MaxMemory = None,
@@ -152,17 +156,17 @@ def plan(
 
 @app.command()
 def serve(
-    host: Annotated[str, typer.Option("--host", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port (0: any free port, printed on start).")] = 8000,
+    host: Annotated[str, typer.Option("--host", metavar="HOST", help="Address to listen on; anything but loopback needs --api-key.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", metavar="PORT", min=0, max=65535, help="TCP port (0: any free port, printed on start).")] = 8000,
     model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
     weights: Weights = None, device: Device = None, api_key: ServeKey = None, max_new_tokens: ServeMaxNew = None,
-    kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", help="KV cache page dtype (ktcli engine).")] = None,
-    attention: Annotated[Optional[str], typer.Option("--attention", help="Attention policy (ktcli engine).")] = None,
-    max_batch: Annotated[int, typer.Option("--max-batch", min=1, help="Most requests run together in one batch.")] = 16,
-    batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", min=0.0, help="How long a free engine waits for more requests to batch.")] = 30.0,
+    kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", metavar="DTYPE", help="KV cache page dtype (ktcli engine).")] = None,
+    attention: Annotated[Optional[str], typer.Option("--attention", metavar="POLICY", help="Attention policy (ktcli engine).")] = None,
+    max_batch: Annotated[int, typer.Option("--max-batch", metavar="N", min=1, help="Most requests run together in one batch.")] = 16,
+    batch_wait_ms: Annotated[float, typer.Option("--batch-wait-ms", metavar="MS", min=0.0, help="How long a free engine waits for more requests to batch.")] = 30.0,
     verbose: Annotated[bool, typer.Option("--verbose", help="Log every request on stderr.", metavar="")] = False,
     cors_origin: Annotated[Optional[list[str]], typer.Option(
-        "--cors-origin", help="A web page's origin (http://localhost:3000) whose scripts may call the server from a "
+        "--cors-origin", metavar="ORIGIN", help="A web page's origin (http://localhost:3000) whose scripts may call the server from a "
                               "browser; repeat for more, '*' for any. Default: none.")] = None,
 ) -> None:
     """Serve the local engine behind an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models)."""

@@ -2,6 +2,7 @@
 None of these need the model, so they are fast."""
 
 import json
+import re
 
 import pytest
 
@@ -235,6 +236,17 @@ def test_help_shows_the_built_in_defaults(cache):
     assert proc.returncode == 0
     for fragment in ("(default 8)", "(default 384)", "(default 256)", "(default 2,000,000)"):
         assert fragment in out, out
+
+
+def test_help_names_values_not_python_types(cache):
+    """typer 0.29 printed `--help <bool>`, `PATHS... QUESTION <list[str]>`, `--top-k <int>`."""
+    for command in ("ask", "summarize", "plan", "serve"):
+        proc = run_ktcli([command, "--help"], cache, extra_env={"COLUMNS": "200"})
+        out = proc.stdout.decode()
+        assert proc.returncode == 0 and "--help" in out, out
+        assert not re.search(r"<(bool|str|int|float|list\[str\])>", out), out
+    out = run_ktcli(["ask", "--help"], cache, extra_env={"COLUMNS": "200"}).stdout.decode()
+    assert re.search(r"--top-k +N ", out) and re.search(r"--attention +POLICY ", out), out
 
 
 def test_a_python_warning_is_one_line_in_the_console_style(monkeypatch, capsys):
