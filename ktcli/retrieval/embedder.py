@@ -78,12 +78,13 @@ def bundled_model_dir() -> Path:
     raise ModelNotInstalledError(f"embedding model {BUNDLED_NAME} is not installed: {INSTALL_HINT}")
 
 
-def _local_model_name(folder: Path) -> str:
-    """A stable id for a local model folder: its name plus a digest of its config files
-    and of each weight file's size and three 64 KB samples of its bytes (start, middle,
-    end), so two different folders called `model`, or one fine-tuned in place with the
-    same shapes, never share cache entries (hashing gigabytes of weights on every start
-    would be too slow; sizes alone could not tell a fine-tune from its base)."""
+def _model_name(folder: Path, label: str) -> str:
+    """A stable id for a model folder, what its cached vectors are filed under: `label`
+    plus a digest of its config files and of each weight file's size and three 64 KB
+    samples of its bytes (start, middle, end), so two different folders called `model`,
+    one fine-tuned in place with the same shapes, or a new release of the bundled wheel
+    never share cache entries (hashing gigabytes of weights on every start would be too
+    slow; sizes alone could not tell a fine-tune from its base)."""
     digest = hashlib.sha256()
     for path in sorted(folder.rglob("*")):
         if not path.is_file():
@@ -98,7 +99,7 @@ def _local_model_name(folder: Path) -> str:
                 for at in (0, size // 2, max(size - _SAMPLE, 0)):
                     f.seek(at)
                     digest.update(f.read(_SAMPLE))
-    return f"{folder.name}@{digest.hexdigest()[:12]}"
+    return f"{label}@{digest.hexdigest()[:12]}"
 
 
 _SAMPLE = 1 << 16
@@ -106,13 +107,14 @@ _SAMPLE = 1 << 16
 
 def _resolve(spec: str) -> tuple[Path, str]:
     if spec == BUNDLED_SPEC:
-        return bundled_model_dir(), BUNDLED_NAME
+        folder = bundled_model_dir()
+        return folder, _model_name(folder, BUNDLED_NAME)
     folder = Path(spec).expanduser()
     if not (folder / "modules.json").is_file() and not (folder / "config.json").is_file():
         raise UsageError(
             f"embedder {spec!r}: not a sentence-transformers folder (use 'minilm' for the bundled one)"
         )
-    return folder.resolve(), _local_model_name(folder.resolve())
+    return folder.resolve(), _model_name(folder.resolve(), folder.resolve().name)
 
 
 def _declared_dim(folder: Path) -> int | None:
