@@ -7,7 +7,7 @@ import logging
 import re
 import warnings
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterable, Iterator, NamedTuple
 
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
@@ -268,13 +268,21 @@ _NOT_WORD_ENDS = frozenset({"and", "or", "nor", "to", "und", "oder", "et", "ou",
 # among dozens, and a chunk boundary can fall inside it. Its layout mode keeps rows, but
 # also places two-column prose side by side, line by line, and pads every line with
 # spaces. So plain text stays the reference, and a run of its lines is joined only where
-# those lines are exactly the cells of one row of the layout text, in order. Layout
-# extraction costs about 1.5x the plain one: it runs only on pages with a run of short
-# lines (what cells look like).
+# those lines are exactly the cells of one row of the layout text, in order.
+# A cell whose text wraps (a long description) is a plain line per fragment, and its row
+# several layout lines: the one with the row's key, and lines holding only the wrapped
+# fragments, under it (or over it, where cells are centred or bottom-aligned). Those lines
+# are read into the row's cells by where their text stands, and the row is joined where
+# the plain lines are its cells' fragments, cell after cell.
+# Layout extraction costs about 1.5x the plain one: it runs only on pages with a run of
+# short lines (what cells look like).
 _CELL_MAX_CHARS = 32
 _MIN_SHORT_RUN = 3
-_COLUMN_GAP = re.compile(r"\s{2,}")
+_LAYOUT_CELL = re.compile(r"\S+(?:\s\S+)*")  # text up to a gap of 2+ spaces
 _CELL_SEPARATOR = " | "
+# Lines a row's wrapped cells may add above or below the line with its key: it bounds the
+# readings of a row tried against the plain text (a taller row stays as it is).
+_MAX_WRAPPED_LINES = 12
 
 
 def _may_hold_table(text: str) -> bool:
@@ -297,34 +305,165 @@ def _squeeze(text: str) -> str:
     return " ".join(text.split())
 
 
+class _Piece(NamedTuple):
+    """Text of a layout line between gaps of 2+ spaces, and the character columns it spans."""
+
+    start: int
+    end: int
+    text: str
+
+
+# A row read from the layout: its cells, left to right, each its fragments top to bottom.
+_Cells = list[list[str]]
+
+
+class _Reading(NamedTuple):
+    """One way to read a row of the layout: the line with its key, and the lines around it
+    taken as its wrapped cells; `table` False where the result does not look like a table's
+    row (it is read all the same, to stop a shorter reading: see `_layout_rows`)."""
+
+    cells: _Cells
+    table: bool
+
+
+def _pieces(line: str) -> list[_Piece]:
+    return [_Piece(m.start(), m.end(), _squeeze(m[0])) for m in _LAYOUT_CELL.finditer(line)]
+
+
 def _rejoin_rows(plain: str, layout: str) -> str:
-    """`plain` with each run of its lines that are the cells of one `layout` row (cells
-    split by 2+ spaces, at least two of them) joined into one line by ' | '."""
-    rows: dict[str, list[list[str]]] = {}  # first cell -> rows starting with it
-    for line in layout.split("\n"):
-        cells = [_squeeze(c) for c in _COLUMN_GAP.split(line.strip())]
-        if len(cells) >= 2:
-            rows.setdefault(cells[0], []).append(cells)
+    """`plain` with each run of its lines that are the cells of one `layout` row (at least
+    two cells, each on one line or wrapped over several) joined into one line by ' | ', a
+    wrapped cell's fragments by spaces."""
+    rows = _layout_rows([_pieces(line) for line in layout.split("\n")])
     if not rows:
         return plain
-    for candidates in rows.values():  # the longest row first: it must win over its prefixes
-        candidates.sort(key=len, reverse=True)
     lines = plain.split("\n")
     squeezed = [_squeeze(line) for line in lines]
     out: list[str] = []
     i = 0
     while i < len(lines):
-        match = next(
-            (cells for cells in rows.get(squeezed[i], ()) if squeezed[i : i + len(cells)] == cells),
-            None,
-        )
-        if match is None:
+        match = next((r for r in rows.get(squeezed[i], ()) if _lines_are(squeezed, i, r.cells)), None)
+        if match is None or not match.table:
             out.append(lines[i])
             i += 1
         else:
-            out.append(_CELL_SEPARATOR.join(match))
-            i += len(match)
+            out.append(_CELL_SEPARATOR.join(_join_fragments(cell) for cell in match.cells))
+            i += _n_fragments(match.cells)
     return "\n".join(out)
+
+
+def _n_fragments(cells: _Cells) -> int:
+    return sum(len(cell) for cell in cells)
+
+
+def _lines_are(lines: list[str], at: int, cells: _Cells) -> bool:
+    """Whether `lines` from `at` on are the fragments of `cells`, one a line, cell after
+    cell: the order a writer draws a table in, cell by cell (nothing is taken otherwise)."""
+    fragments = [fragment for cell in cells for fragment in cell]
+    return lines[at : at + len(fragments)] == fragments
+
+
+def _join_fragments(fragments: list[str]) -> str:
+    """A wrapped cell on one line. After a hyphen that ends a fragment within a word
+    ("north-" / "east") the text goes on without a space: one word broken at the cell's
+    edge, not two."""
+    text = fragments[0]
+    for fragment in fragments[1:]:
+        broken = len(text) >= 2 and text[-1] == "-" and text[-2].isalpha() and fragment[:1].isalpha()
+        text += fragment if broken else " " + fragment
+    return text
+
+
+def _layout_rows(lines: list[list[_Piece]]) -> dict[str, list[_Reading]]:
+    """Every reading of the layout's rows, by their first fragment: each line of 2+ pieces
+    alone, and with each number of the lines above and below it that continue its cells.
+    Which one holds is the plain text's to say: a line between two rows may end the one or
+    begin the other. The longest comes first and wins, even where it is not a table's: a
+    shorter one is then the same text cut short (the first lines of a column of prose
+    beside a one-line column), not a row."""
+    rows: dict[str, list[_Reading]] = {}
+    for at, row in enumerate(lines):
+        if len(row) < 2:
+            continue
+        # A piece under the key is taken from below only: above the key line, it is a
+        # caption or the prose over a table as often as a wrapped key.
+        above = _continuations(row, (lines[j] for j in range(at - 1, -1, -1)), key_may_wrap=False)
+        below = _continuations(row, (lines[j] for j in range(at + 1, len(lines))), key_may_wrap=True)
+        for n_above in range(len(above) + 1):
+            for n_below in range(len(below) + 1):
+                cells = _row_cells(row, above[:n_above][::-1], below[:n_below])
+                table = not (n_above or n_below) or _table_row(lines, at - n_above, at + n_below, row, cells)
+                rows.setdefault(cells[0][0], []).append(_Reading(cells, table))
+    for readings in rows.values():
+        readings.sort(key=lambda reading: _n_fragments(reading.cells), reverse=True)
+    return rows
+
+
+def _continuations(row: list[_Piece], lines: Iterable[list[_Piece]], key_may_wrap: bool) -> list[list[tuple[int, str]]]:
+    """The lines next to `row` (nearest first, up to a line that does not continue it, a
+    blank one included) that continue its cells, each as (cell, text) of its pieces."""
+    found: list[list[tuple[int, str]]] = []
+    for line in lines:
+        if len(found) == _MAX_WRAPPED_LINES:
+            break
+        placed = _placed(line, row)
+        if not placed or (not key_may_wrap and any(cell == 0 for cell, _ in placed)):
+            break
+        found.append(placed)
+    return found
+
+
+def _placed(line: list[_Piece], row: list[_Piece]) -> list[tuple[int, str]] | None:
+    """(cell, text) of each piece of `line`, the cell of `row` it stands under or over (it
+    overlaps that cell's piece and no other's), left to right; None where a piece has no
+    such cell (text across columns, or in a gap between them)."""
+    placed: list[tuple[int, str]] = []
+    for piece in line:
+        cells = [k for k, cell in enumerate(row) if piece.start < cell.end and cell.start < piece.end]
+        if len(cells) != 1 or (placed and cells[0] < placed[-1][0]):
+            return None
+        placed.append((cells[0], piece.text))
+    return placed
+
+
+def _row_cells(row: list[_Piece], above: list[list[tuple[int, str]]],
+               below: list[list[tuple[int, str]]]) -> _Cells:
+    """`row`'s cells with the fragments of the lines above (top to bottom) before its own
+    piece and those of the lines below after it."""
+    cells: _Cells = [[] for _ in row]
+    for line in above:
+        for cell, text in line:
+            cells[cell].append(text)
+    for cell, piece in enumerate(row):
+        cells[cell].append(piece.text)
+    for line in below:
+        for cell, text in line:
+            cells[cell].append(text)
+    return cells
+
+
+def _table_row(lines: list[list[_Piece]], top: int, bottom: int, row: list[_Piece], cells: _Cells) -> bool:
+    """Whether a row on layout lines `top`..`bottom` is a table's: where its key wraps, in
+    short fragments (a narrow column's; not a paragraph with a note in the margin), and
+    the table going on above or below it (`_table_goes_on`). A row of several lines alone
+    is two columns of prose side by side as often: a heading beside a paragraph, a column
+    of one line beside a longer one."""
+    if len(cells[0]) > 1 and any(len(fragment) > _CELL_MAX_CHARS for fragment in cells[0]):
+        return False
+    return _table_goes_on(lines, range(top - 1, -1, -1), row) or _table_goes_on(lines, range(bottom + 1, len(lines)), row)
+
+
+def _table_goes_on(lines: list[list[_Piece]], steps: Iterable[int], row: list[_Piece]) -> bool:
+    """Whether, going from a row by `steps`, the lines in its columns reach one with text
+    past the key column (another row, or another row's wrapped cells) before any other line:
+    lines with text in the key column only are passed (the end of a wrapped key)."""
+    for n, at in enumerate(steps):
+        placed = _placed(lines[at], row)
+        if not placed or n == _MAX_WRAPPED_LINES:
+            return False
+        if any(cell > 0 for cell, _ in placed):
+            return True
+    return False
 
 
 def _unlock(reader: PdfReader, display: str) -> None:

@@ -54,6 +54,24 @@ def make_table_pdf(before: list[str], rows: list[list[str]], after: list[str]) -
     return buffer.getvalue()
 
 
+def make_wrapped_table_pdf(before: list[str], rows: list[list[str]], after: list[str], widths: list[float],
+                           valign: str = "TOP") -> bytes:
+    """`make_table_pdf` with columns `widths` points wide and each cell a paragraph, so a
+    long cell wraps over several lines, the row's cells aligned `valign` (TOP, MIDDLE or
+    BOTTOM) in its height."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table, TableStyle
+
+    body = getSampleStyleSheet()["BodyText"]
+    buffer = io.BytesIO()
+    table = Table([[Paragraph(cell, body) for cell in row] for row in rows], colWidths=widths, hAlign="LEFT")
+    table.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), valign)]))
+    story = [Paragraph(line, body) for line in before] + [table] + [Paragraph(line, body) for line in after]
+    SimpleDocTemplate(buffer, pagesize=A4, invariant=1).build(story)
+    return buffer.getvalue()
+
+
 def make_two_column_pdf(left: list[str], right: list[str]) -> bytes:
     """One page of two text columns side by side, the left one written first."""
     from reportlab.lib.pagesizes import A4

@@ -20,6 +20,7 @@ from tests.ingest.fixtures import (
     make_table_pdf,
     make_text_pdf,
     make_two_column_pdf,
+    make_wrapped_table_pdf,
 )
 from ktcli.errors import InputError, UsageError
 from ktcli.ingest import load_corpus
@@ -473,6 +474,90 @@ def test_pdf_columns_are_not_interleaved(write) -> None:
     right = ["Right one", "Right two", "Right three", "Right four"]
     text = load_one(write("cols.pdf", make_two_column_pdf(left, right))).text
     assert text.split("\n") == left + right
+
+
+WRAPPED_ROWS = [["Quarter", "Channel", "Revenue ($M)"],
+                ["Q1 2023", "Online shop", "4.60"],
+                ["Q2 2023", "Lanterns sold to fishing co-operatives on the west coast", "5.10"],
+                ["Q3 2023", "Lanterns sold through hardware chains in the north region", "5.87"]]
+
+
+@pytest.mark.parametrize("valign", ["TOP", "MIDDLE", "BOTTOM"])
+def test_pdf_table_rows_with_wrapped_cells_stay_on_one_line(write, valign) -> None:
+    """A long cell wraps over three lines: the plain text had a line per fragment and the
+    row's other cells apart; the layout spreads the row over three lines, its key on the
+    first, middle or last as the cells are aligned (in MIDDLE, the line between Q2 and Q3
+    ends the one and begins the other)."""
+    before = ["Sales by quarter and channel."]
+    after = ["The third quarter was the strongest."]
+    data = make_wrapped_table_pdf(before, WRAPPED_ROWS, after, widths=[70, 150, 80], valign=valign)
+    assert load_one(write("t.pdf", data)).text.split("\n") == [
+        *before,
+        "Quarter | Channel | Revenue ($M)",
+        "Q1 2023 | Online shop | 4.60",
+        "Q2 2023 | Lanterns sold to fishing co-operatives on the west coast | 5.10",
+        "Q3 2023 | Lanterns sold through hardware chains in the north region | 5.87",
+        *after,
+    ]
+
+
+def test_pdf_table_row_whose_key_wraps_stays_on_one_line(write) -> None:
+    rows = [["Property", "Value", "Notes"],
+            ["Operating temperature range", "-20 to 60 C", "tested for 1,000 hours in the salt-spray chamber"],
+            ["Weight", "1.2 kg", "without the glass chimney"]]
+    data = make_wrapped_table_pdf([], rows, ["Figures from the 2023 catalogue."], widths=[80, 90, 120])
+    assert load_one(write("t.pdf", data)).text.split("\n") == [
+        "Property | Value | Notes",
+        "Operating temperature range | -20 to 60 C | tested for 1,000 hours in the salt-spray chamber",
+        "Weight | 1.2 kg | without the glass chimney",
+        "Figures from the 2023 catalogue.",
+    ]
+
+
+@pytest.mark.parametrize("left, right", [
+    (["Left one", "Left two", "Left three", "Left four", "Left five", "Left six"],
+     ["Right one", "Right two", "Right three", "Right four"]),
+    (["Left one", "Left two"], ["Right one", "Right two", "Right three", "Right four"]),
+    (["Summary"], ["The harbour light was lit", "every night of the year", "but one, in the storm", "of March."]),
+    (["The harbour light was lit", "every night of the year", "but one, in the storm", "of March."], ["See p. 4"]),
+])
+def test_pdf_columns_of_unequal_length_are_not_read_as_a_wrapped_row(write, left, right) -> None:
+    """Two columns of prose side by side, one longer: the lines past the shorter one have
+    text in one column only, as a wrapped cell's do. Each column still reads top to
+    bottom on lines of its own; no line joins text of the two, not even a heading beside a
+    paragraph or a note in the margin beside a column."""
+    text = load_one(write("cols.pdf", make_two_column_pdf(left, right))).text
+    assert text.split("\n") == left + right
+
+
+def test_pdf_list_of_short_lines_is_not_a_table(write) -> None:
+    lines = ["Packing list", "Brass lantern", "Spare wick", "Glass chimney, wrapped", "Lamp oil, 1 litre"]
+    assert load_one(write("list.pdf", make_text_pdf([lines]))).text.split("\n") == lines
+
+
+def test_wrapped_rows_are_joined_only_where_the_plain_text_reads_them_cell_by_cell() -> None:
+    from ktcli.ingest.pdftext import _rejoin_rows
+
+    layout = ("Table 3: Sales\n"
+              " Quarter      Channel                  Units\n"
+              " Q1 2023      Lanterns sold through    120\n"
+              "              hardware chains in the\n"
+              "              north-\n"
+              "              east\n"
+              " Q2 2023      Online shop              80\n")
+    cell_by_cell = "Table 3: Sales\nQuarter\nChannel\nUnits\nQ1 2023\nLanterns sold through\nhardware chains in the\n" \
+                   "north-\neast\n120\nQ2 2023\nOnline shop\n80"
+    assert _rejoin_rows(cell_by_cell, layout).split("\n") == [
+        "Table 3: Sales",  # a caption over the key column is not a key wrapped upwards
+        "Quarter | Channel | Units",
+        "Q1 2023 | Lanterns sold through hardware chains in the north-east | 120",  # a word broken at the cell's edge
+        "Q2 2023 | Online shop | 80",
+    ]
+    # Drawn line by line across the row, not cell by cell: the wrapped lines are not taken
+    # (a note right under a table reads the same), only the first line is a row, as before.
+    line_by_line = "Q1 2023\nLanterns sold through\n120\nhardware chains in the\nnorth-\neast"
+    assert _rejoin_rows(line_by_line, layout).split("\n") == [
+        "Q1 2023 | Lanterns sold through | 120", "hardware chains in the", "north-", "east"]
 
 
 def test_pdf_with_empty_user_password_opens(write) -> None:
