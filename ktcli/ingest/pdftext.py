@@ -274,10 +274,13 @@ _NOT_WORD_ENDS = frozenset({"and", "or", "nor", "to", "und", "oder", "et", "ou",
 # fragments, under it (or over it, where cells are centred or bottom-aligned). Those lines
 # are read into the row's cells by where their text stands, and the row is joined where
 # the plain lines are its cells' fragments, cell after cell.
-# Layout extraction costs about 1.5x the plain one: it runs only on pages with a run of
-# short lines (what cells look like).
+# Layout extraction costs about 1.5x the plain one: it runs only on pages with short
+# lines close together (what cells look like).
 _CELL_MAX_CHARS = 32
 _MIN_SHORT_RUN = 3
+# A table whose wrapped cells' fragments are all long shows no run of 3 short lines, but a
+# pair at each row's end: its last cell and the next row's key.
+_MIN_SHORT_PAIRS = 3
 _LAYOUT_CELL = re.compile(r"\S+(?:\s\S+)*")  # text up to a gap of 2+ spaces
 _CELL_SEPARATOR = " | "
 # Lines a row's wrapped cells may add above or below the line with its key: it bounds the
@@ -286,10 +289,11 @@ _MAX_WRAPPED_LINES = 12
 
 
 def _may_hold_table(text: str) -> bool:
-    run = 0
+    run = pairs = 0
     for line in text.split("\n"):
         run = run + 1 if 0 < len(line.strip()) <= _CELL_MAX_CHARS else 0
-        if run >= _MIN_SHORT_RUN:
+        pairs += run == 2
+        if run >= _MIN_SHORT_RUN or pairs >= _MIN_SHORT_PAIRS:
             return True
     return False
 

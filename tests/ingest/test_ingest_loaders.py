@@ -514,6 +514,16 @@ def test_pdf_table_row_whose_key_wraps_stays_on_one_line(write) -> None:
     ]
 
 
+def test_pdf_table_of_long_wrapped_cells_is_found(write) -> None:
+    """Fragments longer than a cell looks: no three short lines in a row, only the pairs
+    where a row ends and the next begins; the page is still read for its table."""
+    long = "Lanterns sold through the hardware chains of the north region and the coastal towns"
+    rows = [["Q1", long, "4.60"], ["Q2", long, "5.10"], ["Q3", long, "5.87"], ["Q4", long, "5.83"]]
+    data = make_wrapped_table_pdf(["Revenue by quarter, $M."], rows, [], widths=[40, 250, 60])
+    assert load_one(write("t.pdf", data)).text.split("\n") == [
+        "Revenue by quarter, $M.", *(f"{q} | {long} | {v}" for q, _, v in rows)]
+
+
 @pytest.mark.parametrize("left, right", [
     (["Left one", "Left two", "Left three", "Left four", "Left five", "Left six"],
      ["Right one", "Right two", "Right three", "Right four"]),
@@ -533,6 +543,17 @@ def test_pdf_columns_of_unequal_length_are_not_read_as_a_wrapped_row(write, left
 def test_pdf_list_of_short_lines_is_not_a_table(write) -> None:
     lines = ["Packing list", "Brass lantern", "Spare wick", "Glass chimney, wrapped", "Lamp oil, 1 litre"]
     assert load_one(write("list.pdf", make_text_pdf([lines]))).text.split("\n") == lines
+
+
+def test_may_hold_table_passes_over_prose_with_headings() -> None:
+    """Layout extraction costs half again a page's reading: a page of prose with a heading
+    or two (a paragraph's short last line, then the heading) is not a table's."""
+    from ktcli.ingest.pdftext import _may_hold_table
+
+    line = "The harbour light was lit every night of the year but one, in the storm of March."
+    page = ["Results", line, line, "of the year.", "Outlook", line, "in spring.", "Risks", line, line]
+    assert not _may_hold_table("\n".join(page))
+    assert _may_hold_table("\n".join(["Q1", line, line, "4.60", "Q2", line, "5.10", "Q3", line, "5.87", "Q4"]))
 
 
 def test_wrapped_rows_are_joined_only_where_the_plain_text_reads_them_cell_by_cell() -> None:
