@@ -347,9 +347,12 @@ def _rejoin_rows(plain: str, layout: str) -> str:
     i = 0
     while i < len(lines):
         match = next((r for r in rows.get(squeezed[i], ()) if _lines_are(squeezed, i, r.cells)), None)
-        if match is None or not match.table:
+        if match is None:
             out.append(lines[i])
             i += 1
+        elif not match.table:  # its lines are not a row, nor is any run inside them
+            out += lines[i : i + _n_fragments(match.cells)]
+            i += _n_fragments(match.cells)
         else:
             out.append(_CELL_SEPARATOR.join(_join_fragments(cell) for cell in match.cells))
             i += _n_fragments(match.cells)
