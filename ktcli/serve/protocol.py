@@ -39,10 +39,14 @@ class GenRequest:
 
 
 def parse_json(raw: bytes) -> dict:
+    if not raw.strip():
+        raise ApiError(400, "the request body is empty: send a JSON object")
     try:
         data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        raise ApiError(400, "the request body is not valid JSON") from None
+    except UnicodeDecodeError as e:
+        raise ApiError(400, f"the request body is not UTF-8 (byte {e.start}): send JSON in UTF-8") from None
+    except ValueError as e:
+        raise ApiError(400, f"the request body is not valid JSON ({e})") from None
     except RecursionError:
         raise ApiError(400, "the request body is nested too deeply") from None
     if not isinstance(data, dict):
