@@ -159,7 +159,9 @@ class Handler(BaseHTTPRequestHandler):
     # -- routing --------------------------------------------------------------------
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-        self._guarded(self._get)
+        # Load balancers and orchestrators probe /health without a key: there it says only
+        # that the server is up, unless the key comes along (`_health`).
+        self._guarded(self._get, authorize=self._route() != "/health")
 
     do_HEAD = do_GET  # a load balancer's HEAD /health: GET's headers, no body (`_json`)
 
@@ -195,7 +197,7 @@ class Handler(BaseHTTPRequestHandler):
                                f"{self.app.options.model_id!r}", type="not_found_error", code="model_not_found")
             self._json(200, self.app.models()["data"][0])
         elif path == "/health":
-            self._json(200, self.app.health())
+            self._json(200, self._health())
         elif path in POST_ROUTES:
             self._not_allowed()
         else:
@@ -215,6 +217,14 @@ class Handler(BaseHTTPRequestHandler):
 
     def _not_allowed(self) -> None:
         raise ApiError(405, f"{self.command} is not allowed on {self.path}")
+
+    def _health(self) -> dict:
+        """Up or not for anyone; the model and the queue's figures for a caller with the key."""
+        try:
+            self._authorize()
+        except ApiError:
+            return {"status": "ok"}
+        return self.app.health()
 
     # -- CORS -----------------------------------------------------------------------
 
@@ -304,10 +314,28 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
                            type="authentication_error", code="invalid_api_key")
 
+    def handle_expect_100(self) -> bool:
+        """http.server answers `Expect: 100-continue` as it parses the headers, before the
+        key and size checks: a client refused with a 401 or 413 had sent its body anyway.
+        The 100 goes out when the body is about to be read (`_body`)."""
+        return True
+
+    def _continue(self) -> None:
+        if self.headers.get("Expect", "").strip().lower() == "100-continue" and self.request_version >= "HTTP/1.1":
+            self.wfile.write(f"{self.protocol_version} 100 Continue\r\n\r\n".encode())
+            self.wfile.flush()
+
     def _body(self) -> dict:
+        encoding = self.headers.get("Transfer-Encoding")
+        if encoding is not None:
+            if encoding.strip().lower() != "chunked" or "Content-Length" in self.headers:
+                raise ApiError(400, f"Transfer-Encoding {encoding!r}: only chunked, without a Content-Length, is read")
+            self._continue()
+            self._body_read = True  # whatever happens next, the connection's framing is ours no more
+            return parse_json(self._read_chunked())
         lengths = self.headers.get_all("Content-Length") or []
-        if "Transfer-Encoding" in self.headers or not lengths:
-            raise ApiError(411, "send the body with a Content-Length header")
+        if not lengths:
+            raise ApiError(411, "send the body with a Content-Length header or chunked")
         if len(set(v.strip() for v in lengths)) > 1:
             raise ApiError(400, "conflicting Content-Length headers")
         try:
@@ -318,9 +346,43 @@ class Handler(BaseHTTPRequestHandler):
             raise ApiError(400, "bad Content-Length")
         if n > MAX_BODY_BYTES:
             raise ApiError(413, f"request body over {MAX_BODY_BYTES // 2**20} MiB")
+        self._continue()
         data = self.rfile.read(n)
         self._body_read = True
+        if len(data) < n:  # the client closed its side early: a cut request is not run
+            self.close_connection = True
+            raise ApiError(400, f"the body ended after {len(data):,} of its {n:,} bytes (Content-Length)")
         return parse_json(data)
+
+    def _read_chunked(self) -> bytes:
+        """A body sent with `Transfer-Encoding: chunked` (clients streaming it from a
+        generator): hex-sized chunks up to a zero one, then trailers to a blank line."""
+        data = bytearray()
+        while True:
+            line = self.rfile.readline(1024)
+            size_text = line.split(b";", 1)[0].strip()
+            try:
+                size = int(size_text, 16)
+            except ValueError:
+                self.close_connection = True
+                raise ApiError(400, "bad chunk size in a chunked body") from None
+            if size < 0 or len(data) + size > MAX_BODY_BYTES:
+                self.close_connection = True  # the rest of the body is left unread
+                raise ApiError(413, f"request body over {MAX_BODY_BYTES // 2**20} MiB")
+            if size == 0:
+                break
+            chunk = self.rfile.read(size)
+            if len(chunk) < size or self.rfile.read(2) != b"\r\n":
+                self.close_connection = True
+                raise ApiError(400, "a chunked body ended inside a chunk")
+            data += chunk
+        for _ in range(100):  # trailers, then the blank line that ends the body
+            line = self.rfile.readline(8192)
+            if line in (b"\r\n", b"\n", b""):
+                break
+        else:
+            self.close_connection = True
+        return bytes(data)
 
     # -- generation -----------------------------------------------------------------
 
@@ -420,6 +482,7 @@ class Handler(BaseHTTPRequestHandler):
             elif kind == "error":
                 # Headers are out: report in-band, the way vLLM does, and end the stream.
                 self._event({"error": ApiError(500, value, type="server_error").body()["error"]})
+                self._write(b"data: [DONE]\n\n")  # clients wait for it to end a stream
                 return
             else:
                 self._event(reply.chunk("", finish=value))
@@ -464,7 +527,34 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args) -> None:  # noqa: A002 - http.server's signature
         if self.app.options.verbose:
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+            # Escaped: a request line is the client's, and a terminal runs what it holds.
+            sys.stderr.write(f"{self.address_string()} {(format % args).translate(_CONTROL_ESCAPES)}\n")
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """http.server's own refusals (a malformed request line, headers too large, an
+        unsupported version) in the API's JSON error shape, not an HTML page."""
+        # A request line too broken to carry a version is answered as HTTP/1.x all the
+        # same: http.server's HTTP/0.9 reply is a bare body no client parses.
+        if self.request_version == "HTTP/0.9":
+            self.request_version = "HTTP/1.0"
+        try:
+            self.log_error("code %d, message %s", code, message)
+            error = ApiError(code, message or self.responses.get(code, ("error",))[0])
+            data = json.dumps(error.body(), ensure_ascii=False).encode()
+            self.send_response(code, message)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            if self.command != "HEAD" and code >= 200 and code not in (204, 304):
+                self.wfile.write(data)
+        except DISCONNECTS:
+            self.close_connection = True
+
+
+# Control characters as \xNN in the log (what newer Pythons' http.server does itself).
+_CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
 
 
 def _origin_refused(origin: str) -> ApiError:

@@ -309,14 +309,87 @@ def test_missing_length_and_huge_body(served):
         assert b" 411 " in s.recv(4096).split(b"\r\n")[0]
 
 
+def _raw(port: int, data: bytes, half_close: bool = False) -> tuple[int, bytes]:
+    """(status, body) of one request sent as raw bytes."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(data)
+        if half_close:
+            s.shutdown(socket.SHUT_WR)
+        reply = b""
+        while b"\r\n\r\n" not in reply and (part := s.recv(65536)):
+            reply += part
+        head, _, body = reply.partition(b"\r\n\r\n")
+        length = int(next(line.split(b":")[1] for line in head.split(b"\r\n") if line.lower().startswith(b"content-length")))
+        while len(body) < length and (part := s.recv(65536)):
+            body += part
+    return int(head.split()[1]), body
+
+
+def test_a_chunked_body_is_read(served):
+    """vLLM and llama.cpp read `Transfer-Encoding: chunked` (a client streaming its body
+    from a generator); it was refused with a 411."""
+    port, _, _ = served
+    body = json.dumps(chat(max_tokens=2)).encode()
+    chunked = b"".join(b"%x;ext=1\r\n%s\r\n" % (len(body[i:i + 7]), body[i:i + 7]) for i in range(0, len(body), 7))
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+    status, reply = _raw(port, head + chunked + b"0\r\nX-Trailer: 1\r\n\r\n")
+    assert status == 200 and json.loads(reply)["choices"][0]["finish_reason"] == "length"
+    status, reply = _raw(port, head + b"zz\r\n{}\r\n0\r\n\r\n")
+    assert status == 400 and "chunk size" in json.loads(reply)["error"]["message"]
+    status, reply = _raw(port, head + b"10\r\n{}", half_close=True)
+    assert status == 400 and "inside a chunk" in json.loads(reply)["error"]["message"]
+    gzip = head.replace(b"chunked", b"gzip")
+    assert _raw(port, gzip + b"{}")[0] == 400
+
+
+def test_a_body_shorter_than_its_length_is_not_run(served):
+    """A client that half-closed after part of its body had the part run as a request."""
+    port, app, runner = served
+    data = json.dumps(chat(max_tokens=1)).encode()
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (len(data) + 10)
+    status, reply = _raw(port, head + data, half_close=True)
+    assert status == 400 and "ended after" in json.loads(reply)["error"]["message"]
+    assert runner.batches == []
+
+
+def test_http_servers_own_refusals_are_json(served):
+    """A malformed request line and an unsupported HTTP version came back as HTML pages."""
+    port, _, _ = served
+    for line in (b"GARBAGE\r\n\r\n", b"GET / HTTP/2.0\r\n\r\n"):
+        status, reply = _raw(port, line)
+        assert status in (400, 505) and json.loads(reply)["error"]["message"], reply
+
+
+def test_continue_is_sent_only_once_the_request_may_send_its_body(served):
+    """http.server answered `Expect: 100-continue` before the key and size checks: a
+    refused client uploaded its body all the same."""
+    port, _, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: 999999999999\r\n\r\n")
+        assert s.recv(4096).split(b"\r\n")[0].split()[1] == b"413"
+    data = json.dumps(chat(max_tokens=1)).encode()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\n"
+                  b"Content-Length: %d\r\n\r\n" % len(data))
+        assert s.recv(4096).startswith(b"HTTP/1.1 100 Continue\r\n\r\n")
+        s.sendall(data)
+        assert b" 200 " in s.recv(4096).split(b"\r\n")[0]
+
+
 @pytest.mark.parametrize("served", [{"api_key": "sekrit"}], indirect=True)
 def test_every_route_needs_the_key(served):
     port, _, _ = served
-    for method, path, body in [("GET", "/v1/models", None), ("GET", "/health", None),
+    for method, path, body in [("GET", "/v1/models", None),
                                ("POST", "/v1/chat/completions", chat()), ("POST", "/tokenize", {"prompt": "x"})]:
         status, payload = request(port, method, path, body)
         assert status == 401 and payload["error"]["code"] == "invalid_api_key"
         assert request(port, method, path, body, key="wrong")[0] == 401
+    # /health is a load balancer's probe, which sends no key: up or not, no more, without one
+    assert request(port, "GET", "/health", None) == (200, {"status": "ok"})
+    assert request(port, "GET", "/health", None, key="wrong") == (200, {"status": "ok"})
+    status, payload = request(port, "GET", "/health", None, key="sekrit")
+    assert status == 200 and payload["model"] == "fake" and "queued" in payload
     assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=1), key="sekrit")[0] == 200
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
     for header, status in (("bearer sekrit", 200), ("BEARER  sekrit", 200), ("Basic sekrit", 401), ("sekrit", 401)):
@@ -602,6 +675,18 @@ def test_verbose_logs_each_generation_with_its_tokens_and_times(served, capsys):
     assert len(lines) == 2, lines
     assert "chat: 7 prompt tokens, 3 out, first token " in lines[0] and lines[0].endswith(", length")
     assert "completion: " in lines[1] and "2 out" in lines[1]
+
+
+@pytest.mark.parametrize("served", [{"verbose": True}], indirect=True)
+def test_verbose_log_escapes_what_a_client_sends(served, capsys):
+    """A request line's escape sequences reached the terminal raw (any client, no key)."""
+    port, _, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /\x1b[2J\x1b[31mHACKED HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.recv(4096)
+    time.sleep(0.2)
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\\x1b[2J" in err, err
 
 
 def test_a_messages_text_parts_are_read_as_separate_words(served):
