@@ -481,8 +481,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._event(reply.chunk(value))
             elif kind == "error":
                 # Headers are out: report in-band, the way vLLM does, and end the stream.
+                # No [DONE] after it (docs/remote-backends.md): a client that reads until
+                # [DONE] and skips error events must not take a cut answer for a whole one.
                 self._event({"error": ApiError(500, value, type="server_error").body()["error"]})
-                self._write(b"data: [DONE]\n\n")  # clients wait for it to end a stream
                 return
             else:
                 self._event(reply.chunk("", finish=value))
