@@ -34,6 +34,11 @@ CONFIGS = {
     "topk-int4": dict(kv_dtype="int4", attention="topk"),  # --mode sparse's defaults
     "topk-int8": dict(kv_dtype="int8", attention="topk"),
     "window-int4": dict(kv_dtype="int4", attention="window"),
+    # The rest of what `ktcli plan` offers (int8, int4, fp32 pages under topk and window):
+    # their speeds against topk-int4's are the planner's per-kind factors (plan.estimates).
+    "topk-fp32": dict(kv_dtype="fp32", attention="topk"),
+    "window-int8": dict(kv_dtype="int8", attention="window"),
+    "window-fp32": dict(kv_dtype="fp32", attention="window"),
 }
 BASELINE = "full-fp16"
 
@@ -63,7 +68,7 @@ def timed(backend, prompt: list[int], new_tokens: int) -> tuple[float, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--lengths", default="4096,8192,16384")
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", default="full-fp16,topk-int4,topk-int8,window-int4")
     ap.add_argument("--weights", default="auto")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--new-tokens", type=int, default=33)

@@ -16,6 +16,7 @@ from ktcli.pipeline.prepare import Prepared, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
+from ktcli.plan.estimates import sparse_speed
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.types import Answer, Mode
 
@@ -64,7 +65,8 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     if kept := backend.last_stats.extra.get("kept_tokens"):
         answer = replace(answer, stats=answer.stats | {"kept_tokens": kept})
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s,
-                    embed_tok_s=_embed_rate(answer.stats), attention=answer.plan.attention)
+                    embed_tok_s=_embed_rate(answer.stats), attention=answer.plan.attention,
+                    kv_dtype=answer.plan.kv_dtype)
     return answer
 
 
@@ -101,7 +103,7 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
 
 
 def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float, embed_tok_s: float,
-                    attention: str = "") -> None:
+                    attention: str = "", kv_dtype: str = "") -> None:
     prefill = decode = 0.0
     if tally.prefill_s and tally.decode_s:
         # A prompt read back from the prefix store says nothing about the prefill rate.
@@ -113,6 +115,9 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
         # at that (a 16 s answer at 99 s); a sparse policy reading more pages than the
         # default's is slower in proportion. Its load time and embedding rate still count.
         prefill = decode = 0.0
+    if sparse:  # stored as the reference kind's rates, which each kind's plan scales (`plan.estimates`)
+        prefill_x, decode_x = sparse_speed(attention, kv_dtype)
+        prefill, decode = prefill / prefill_x, decode / decode_x
     save_rates(settings, prefill, decode, sparse, load_s, embed_tok_s)
 
 

@@ -122,6 +122,21 @@ def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "f
     return int(facts.host_bytes + facts.weight_bytes + kv + workspace_bytes(facts, chunk))
 
 
+# A sparse read's speed by its policy and kind of pages, against topk over int8 pages (the
+# rates `plan.planner.Throughput` holds for the sparse mode): (prefill, decode) ratios of
+# tok/s. Pages of other widths cost other gathers and dequantisation, and window reads no
+# page summaries and fewer pages a step than topk. From `benchmarks/sparse_speed.py`
+# (FILLED_BY_BENCHMARK); a kind not measured counts as the reference.
+SPARSE_REFERENCE = ("topk", "int8")
+SPARSE_SPEED: dict[tuple[str, str], tuple[float, float]] = {}
+
+
+def sparse_speed(attention: str, kv_dtype: str) -> tuple[float, float]:
+    """(prefill, decode) speed of a sparse read of this policy (`topk`, `window:6`, ...) and
+    page dtype relative to the reference kind's."""
+    return SPARSE_SPEED.get((attention.partition(":")[0], kv_dtype), (1.0, 1.0))
+
+
 def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float) -> float:
     return prompt_tokens / max(prefill_tok_s, 1e-9) + new_tokens / max(decode_tok_s, 1e-9)
 

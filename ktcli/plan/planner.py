@@ -21,6 +21,7 @@ from ktcli.plan.estimates import (
     generation_seconds,
     paged_dense_scores_bytes,
     sparse_memory,
+    sparse_speed,
 )
 from ktcli.types import Mode, ModelFacts, Plan
 
@@ -314,12 +315,14 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
     for policy in policies:
         for dtype in dtypes:
             cached = min(held.get((dtype, canonical_attention(policy)), 0), full_tokens - 1)
+            prefill_x, decode_x = sparse_speed(policy, dtype)
+            decode_tok_s = rates.sparse_decode_tok_s * decode_x
             seconds = rates.load_s + generation_seconds(full_tokens - cached, req.max_new_tokens,
-                                                        rates.sparse_prefill_tok_s, rates.sparse_decode_tok_s)
+                                                        rates.sparse_prefill_tok_s * prefill_x, decode_tok_s)
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
-                est_first_token_seconds=_before_answer(seconds, req, rates.sparse_decode_tok_s),
+                est_first_token_seconds=_before_answer(seconds, req, decode_tok_s),
                 cached_tokens=max(cached, 0),
             ))
     return out
