@@ -170,6 +170,35 @@ def test_a_short_prompt_that_joins_a_long_ones_prefill_answers_first(tiny_models
     assert order[:3] == [1, 1, 1]  # the short one's three tokens before the long one's first
 
 
+def test_a_short_prompt_that_joins_a_long_ones_prefill_shares_only_a_mixed_step(tiny_models, monkeypatch):
+    """Its first token came in a step it shared with a whole chunk of the long prompt (a
+    6K-token prompt's 2,048 tokens: 5.5 s to a short request's first token on 2 cores)."""
+    from ktcli.engine import runner as runner_module
+    from ktcli.engine.native import NativeBackend
+
+    monkeypatch.setattr(runner_module, "MIXED_PREFILL_CHUNK", 32)
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=128).engine
+    steps = []
+    real = engine._step
+
+    def step(batch, params):
+        steps.append([(len(s.token_ids), n) for s, n in batch])
+        return real(batch, params)
+
+    engine._step = step
+    calls = {"n": 0}
+
+    def joining():
+        calls["n"] += 1
+        return [([5, 6, 7], SamplingParams(max_new_tokens=2))] if calls["n"] == 2 else []
+
+    long_prompt = [(i * 7) % 250 + 1 for i in range(640)]
+    list(engine.generate([long_prompt], SamplingParams(max_new_tokens=2), frozenset(), joining))
+    assert steps[0] == [(640, 128)]  # alone, the long prompt reads whole chunks
+    joined = next(k for k, batch in enumerate(steps) if (3, 3) in batch)
+    assert sum(n for _, n in steps[joined]) <= 32  # the short prompt's step: a mixed one
+
+
 def test_a_long_prompt_is_not_starved_by_a_stream_of_short_ones(tiny_models):
     """Shortest first: with question pages a long prompt's chunk fits no leftover budget,
     so short requests arriving before every step held it back for as long as they came."""
