@@ -28,6 +28,7 @@ os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 
 from ktcli.cli.common import Options, fail, json_error, run_guarded  # noqa: E402
 from ktcli.cli.help_style import plain_type_column  # noqa: E402
+from ktcli.cli.stderr_guard import guard_stderr  # noqa: E402
 from ktcli.config import Settings  # noqa: E402
 
 plain_type_column()
@@ -225,6 +226,7 @@ def _text_argument(text: str) -> str:
 
 def main() -> None:
     stdout_was_null = _is_devnull(1)
+    guard_stderr()  # a BrokenPipeError below is then stdout's reader gone, not stderr's
     try:
         _main()
     except BrokenPipeError:  # `ktcli --version | head -1`: the reader has what it wanted

@@ -1,12 +1,15 @@
 """The real CLI, the real bundled model and embedder, real PDFs, real folders, stdin."""
 
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
-from .conftest import LONG_TEXT, PDF, REPO, ROOT, THREADS, run_ktcli
+from .conftest import LONG_TEXT, PDF, REPO, ROOT, THREADS, empty_config, run_ktcli
 
 ANSI = re.compile(rb"\x1b\[")
 SHORT = ["--max-new-tokens", "40"]
@@ -257,3 +260,27 @@ def test_plan_takes_exclude_and_reports_it_in_one_line(cache, tmp_path):
     assert "input       ~" in proc.stdout.decode() and "1 document(s)" in proc.stdout.decode()
     data = payload(run_ktcli([*args, "--json"], cache))
     assert [s["reason"] for s in data["skipped"]] == ["excluded by --exclude"] * 5
+
+
+def _run_with_stderr_gone(args: list[str], cache) -> subprocess.CompletedProcess:
+    """ktcli with fd 2 a pipe nobody reads (its reader gone: `2>&1 >answer.txt | head -1`)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")}
+    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)), "HF_HUB_OFFLINE": "1",
+                "KTCLI_THREADS": THREADS})
+    try:
+        return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], stdout=subprocess.PIPE,
+                              stderr=write_end, env=env, cwd=ROOT, timeout=600)
+    finally:
+        os.close(write_end)
+
+
+def test_stderrs_reader_gone_keeps_the_answer_and_the_exit_code(cache, tmp_path):
+    """A progress line to a stderr whose reader had gone raised BrokenPipeError, taken for
+    stdout's reader being done: no answer written, exit 0, even for a missing input."""
+    doc = tmp_path / "good.txt"
+    doc.write_text("Hello world. The capital of France is Paris.\n")
+    proc = _run_with_stderr_gone(["ask", str(doc), "What is the capital of France?", "--max-new-tokens", "12"], cache)
+    assert proc.returncode == 0 and "Sources:" in proc.stdout.decode(), proc.stdout
+    assert _run_with_stderr_gone(["ask", str(tmp_path / "missing.txt"), "q"], cache).returncode == 3
