@@ -3,12 +3,14 @@ None of these need the model, so they are fast."""
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 
 from tests.ingest.fixtures import encrypt_pdf, make_image_only_pdf, make_text_pdf
 
-from .conftest import LONG_TEXT, REPO, run_ktcli
+from .conftest import LONG_TEXT, REPO, ROOT, run_ktcli
 
 
 def assert_one_line_error(proc, code, fragment):
@@ -504,3 +506,8 @@ def test_an_answer_interrupted_while_streaming_keeps_its_sources(capsys, monkeyp
         assert payload["incomplete"] and payload["answer"] == "The keeper is Ada" and payload["citations"][0]["ref"] == "a.txt:3"
     else:
         assert out == "The keeper is Ada\n\nSources:\n  [1] a.txt:3\n" and "error: interrupted" in err
+
+
+def test_python_dash_m_ktcli_runs_the_cli(cache):
+    proc = subprocess.run([sys.executable, "-m", "ktcli", "--version"], capture_output=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.decode().startswith("ktcli"), proc.stderr
