@@ -24,6 +24,7 @@ from tests.ingest.fixtures import (
 )
 from ktcli.errors import InputError, UsageError
 from ktcli.ingest import load_corpus
+from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.loaders import load_stdin
 from ktcli.types import Document
 
@@ -1004,3 +1005,24 @@ def test_a_pdfs_bookmarks_are_its_pages_section_trails(write) -> None:
 
     answer = Answer("Neap tides are small [1].", (Citation("book.pdf p.3", Span(doc.path, page=3), label=1),), None)
     assert with_sections(answer, Corpus((doc,), ())).citations[0].section == "Part I: The Sea > Tides"
+
+
+def test_a_source_past_what_memory_can_read_is_refused_in_pieces() -> None:
+    """stdin was read whole at once: `ktcli plan - q < /dev/zero` took 24 GB, deaf to
+    Ctrl-C, until the kernel killed it."""
+    from ktcli.ingest.loaders import read_bounded, read_limit_bytes
+
+    class Endless(io.RawIOBase):
+        reads = 0
+
+        def read(self, n: int = -1) -> bytes:
+            assert 0 < n <= 8 << 20  # in pieces, never "all of it"
+            self.reads += 1
+            return b"x" * n
+
+    stream = Endless()
+    with pytest.raises(RejectedInput, match="over 32 MiB, more than this machine's free memory can read"):
+        read_bounded(stream, "<stdin>", limit=32 << 20)
+    assert stream.reads == 5
+    assert read_bounded(io.BytesIO(b"abc" * 10), "<stdin>", limit=30) == b"abc" * 10
+    assert read_limit_bytes() >= 256 << 20
