@@ -58,11 +58,18 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
             return data[len(_bom_bytes(bom)) :].decode(bom), None
         except UnicodeDecodeError as e:
             raise UndecodableError(f"invalid {bom.upper()} despite its byte-order mark") from e
-    try:
-        return data.decode("utf-8"), None
-    except UnicodeDecodeError as e:
-        first_bad = e.start
-    utf16 = utf16_without_bom(data)
+    # UTF-16 whose code units all have bytes below 0x80 is valid UTF-8 as well, full of
+    # NULs: read so, its NULs and its other bytes under 0x20 were then left out ("中大"
+    # became "-N'Y", curly quotes spaces). UTF-8 text holds no NUL in its first bytes.
+    utf16 = utf16_without_bom(data) if b"\x00" in data[:SNIFF_BYTES] else None
+    if utf16 is None:
+        try:
+            return data.decode("utf-8"), None
+        except UnicodeDecodeError as e:
+            first_bad = e.start
+        utf16 = utf16_without_bom(data)
+    else:
+        first_bad = 0
     if utf16 is not None:
         try:
             return data.decode(utf16), None

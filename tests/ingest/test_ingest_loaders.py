@@ -249,6 +249,15 @@ def test_utf16_without_bom(write, encoding: str) -> None:
     assert "binary" in input_error(write("blob.dat", bytes(b for i in range(400) for b in (i % 7 + 1, 0))))
 
 
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be"])
+def test_utf16_without_bom_whose_bytes_are_all_valid_utf8(write, encoding: str) -> None:
+    """Code units whose bytes are all below 0x80 (中 is 2D 4E, ’ is 19 20) made valid UTF-8:
+    read so, its NULs and control bytes were left out and "中大" became "-N'Y"."""
+    text = "The project code name is 中大 (zhong da). It’s “big” \u2014 and old.\nThe lead is Wang.\n"
+    corpus = load_corpus([str(write("wide.txt", text.encode(encoding)))])
+    assert corpus.documents[0].text == text and not corpus.skipped
+
+
 def test_latin1_and_cp1252_fallback(write) -> None:
     assert load_one(write("l1.txt", "café déjà vu\n".encode("latin-1"))).text == "café déjà vu\n"
     assert load_one(write("w.txt", "“quoted” – dash €5\n".encode("cp1252"))).text == "“quoted” – dash €5\n"
