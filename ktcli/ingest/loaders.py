@@ -123,13 +123,15 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
                             "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")
+    if _known_binary(data):  # an archive's header, even where what follows reads as text (a stored zip)
+        raise _binary(display, data)
     data, padding = _without_nul_padding(data)
     if looks_binary(data[:SNIFF_BYTES]) and not _text_before_binary(data):
         utf16 = could_be_utf16(data)
         if utf16:
             raise RejectedInput(display, f"binary (or {utf16} text without a byte-order mark?)",
                                 f"if it is text, convert it: `iconv -f {utf16} -t UTF-8 FILE > FILE.txt`")
-        raise RejectedInput(display, "binary", f"not text; {_READABLE}")
+        raise _binary(display, data)
     try:
         raw, note = _decode(data, kind)
         nuls = raw.count("\x00")  # normalize_text drops them: said below with the other controls
@@ -139,7 +141,9 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     text, controls = _CONTROL.subn("", text)
     controls += nuls
     if not text.strip():
-        raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, "it holds only whitespace")
+        held = ("only NUL bytes" if padding or nuls else "only control characters" if controls
+                else "only whitespace")
+        raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, f"it holds {held}")
     doc = _typed_document(text, display, name, kind, is_stdin)
     notes = [note] if note else []
     if padding:
@@ -247,8 +251,44 @@ def _latin1_fallback(error: UnicodeDecodeError) -> tuple[str, int]:
 codecs.register_error("latin1_fallback", _latin1_fallback)
 
 
+# Formats told by their first bytes, for a refusal that says what to do with them.
+_MAGIC = (
+    (b"\x1f\x8b", "gzip-compressed data", "decompress it first: `gunzip -c FILE | ktcli ask - \"question\"`"),
+    (b"BZh", "bzip2-compressed data", "decompress it first: `bunzip2 -c FILE | ktcli ask - \"question\"`"),
+    (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first: `xz -dc FILE | ktcli ask - \"question\"`"),
+    (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first: `zstd -dc FILE | ktcli ask - \"question\"`"),
+    (b"PK\x03\x04", "a zip archive (or a .docx/.xlsx/.odt, which are zips)",
+     "unpack it and give the folder, or export the document as PDF or text"),
+    (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "unpack it and give the folder"),
+    (b"SQLite format 3\x00", "an SQLite database", "export what you need as text or CSV"),
+    (b"\x7fELF", "an executable (ELF)", f"not text; {_READABLE}"),
+    (b"\x89PNG", "a PNG image", "ktcli reads no images; run OCR on it for its text"),
+    (b"\xff\xd8\xff", "a JPEG image", "ktcli reads no images; run OCR on it for its text"),
+    (b"GIF8", "a GIF image", "ktcli reads no images"),
+)
+
+
+def _known_binary(data: bytes) -> bool:
+    """A header no text starts with: a known format's, with a byte that is not printable
+    ASCII in it (not "BZh" or "GIF8", which a line of text may begin with)."""
+    return any(data.startswith(magic) and any(b < 0x20 or b > 0x7E for b in magic) for magic, _, _ in _MAGIC)
+
+
+def _binary(display: str, data: bytes) -> RejectedInput:
+    """The refusal of a binary file, naming its format where its first bytes tell it."""
+    for magic, what, hint in _MAGIC:
+        if data.startswith(magic):
+            return RejectedInput(display, f"binary: {what}", hint)
+    if data[257:262] == b"ustar":
+        return RejectedInput(display, "binary: a tar archive", "unpack it and give the folder")
+    return RejectedInput(display, "binary", f"not text; {_READABLE}")
+
+
 def _what_it_holds(data: bytes) -> str:
     if looks_binary(data[:SNIFF_BYTES]):
+        for magic, what, _ in _MAGIC:
+            if data.startswith(magic):
+                return what
         return "binary data"
     return "an HTML page (an error page saved under that name?)" if _bytes_look_like_html(data) else "text"
 

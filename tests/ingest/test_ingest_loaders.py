@@ -1035,3 +1035,19 @@ def test_a_source_past_what_memory_can_read_is_refused_in_pieces() -> None:
     assert stream.reads == 5
     assert read_bounded(io.BytesIO(b"abc" * 10), "<stdin>", limit=30) == b"abc" * 10
     assert read_limit_bytes() >= 256 << 20
+
+
+def test_a_binary_file_is_named_by_its_format_and_a_file_of_nuls_as_such(write) -> None:
+    """A gzip or zip renamed .txt was "binary; not text"; a file of NUL bytes "holds only
+    whitespace"."""
+    import gzip
+    import zipfile
+
+    message = input_error(write("gz.txt", gzip.compress(b"The keeper is Ada Quill.\n" * 50)))
+    assert "binary: gzip-compressed data" in message and "gunzip -c FILE" in message
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("notes.txt", "hello " * 100)
+    assert "binary: a zip archive" in input_error(write("notes.txt", buffer.getvalue()))
+    assert "it holds only NUL bytes" in input_error(write("nul.txt", b"\x00" * 4096))
+    assert "it holds only whitespace" in input_error(write("blank.txt", b" \n\t\n"))
