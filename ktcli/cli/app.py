@@ -194,7 +194,10 @@ def split_ask_args(args: list[str]) -> tuple[list[str], str]:
 
 def _names_a_path(text: str) -> bool:
     """Whether an argument is an existing file or folder. A question is often no valid
-    path at all: over 255 bytes (File name too long) or holding a NUL."""
+    path at all: over 255 bytes (File name too long) or holding a NUL. An empty or blank
+    one is none either (Path("") is "."): `plan doc ""` said "an input path is empty"."""
+    if not text.strip():
+        return False
     try:
         return Path(text).exists()
     except (OSError, ValueError):

@@ -293,7 +293,8 @@ def test_a_question_too_long_to_be_a_file_name_is_a_question(cache):
 
 
 def test_a_blank_question_to_plan_is_said_so(cache):
-    assert_one_line_error(run_ktcli(["plan", str(REPO / "README.md"), "   "], cache), 2, "the question is empty")
+    for blank in ("   ", ""):  # "" was taken for a path (Path("") is "."): "an input path is empty"
+        assert_one_line_error(run_ktcli(["plan", str(REPO / "README.md"), blank], cache), 2, "the question is empty")
 
 
 def test_an_empty_path_is_not_the_current_folder(cache):
