@@ -78,6 +78,8 @@ def _integer(body: dict, name: str, lo: int, hi: int = 2**63 - 1) -> int | None:
     value = body.get(name)
     if value is None:
         return None
+    if isinstance(value, float) and value.is_integer():  # 3.0, as JSON writers in some languages send 3
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ApiError(400, f"'{name}' must be an integer from {lo} to {hi}", param=name)
     return value
@@ -154,7 +156,13 @@ def _text_content(content: object, index: int, role: str) -> str:
     if isinstance(content, list):
         texts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            # An assistant turn the API refused to answer holds a "refusal" part: its words
+            # were the turn's text (the openai SDK sends it back in a conversation).
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "refusal" and role == "assistant" and isinstance(part.get("refusal"), str):
+                texts.append(part["refusal"])
+                continue
+            if kind != "text" or not isinstance(part.get("text"), str):
                 raise ApiError(400, f"messages[{index}].content: only text parts are supported", param="messages")
             texts.append(part["text"])
         # Parts joined by a line break, as vLLM joins them ("Hello" and "world" read "Helloworld")
@@ -221,7 +229,7 @@ def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int
 # so a client never reads their absence as an answer ("logprobs": true with none back).
 # name -> (the values that ask for nothing, why refused)
 UNSUPPORTED = {
-    "logprobs": ((None, False), "log probabilities are not returned"),
+    "logprobs": ((None, False, 0), "log probabilities are not returned"),  # 0: the completions API's "none"
     "top_logprobs": ((None, 0), "log probabilities are not returned"),
     "echo": ((None, False), "the prompt is not echoed"),
     "best_of": ((None, 1), "only best_of=1 is supported"),
@@ -281,7 +289,7 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
         top_p=max(_number(body, "top_p", 0.0, 1.0, 1.0), 1e-6),
         top_k=max(0, top_k or 0),
         stop=_stop(body),
-        seed=_integer(body, "seed", 0),
+        seed=_integer(body, "seed", -(2**63)),  # any 64-bit integer, as OpenAI and vLLM take
         keep_prompt=True,  # the engine keeps only long prompts (engine.prefix_store.MIN_TOKENS)
     )
 

@@ -200,7 +200,8 @@ def test_tokenize(served):
     (chat(prediction={"type": "content", "content": "x"}), 400, "predicted outputs"),
     # 30 empty messages cost 90 tokens of template: refused by their count, before rendering
     ({"messages": [{"role": "user", "content": ""}] * 30}, 400, "30 messages are more than"),
-    (chat(seed=2**64), 400, "'seed' must be an integer from 0 to"),
+    (chat(seed=2**64), 400, "'seed' must be an integer from -9223372036854775808 to"),
+    (chat(max_tokens=3.5), 400, "max_tokens"),
     (chat(stream_options={"include_usage": True}), 400, "only allowed with 'stream': true"),
     (chat("bad \ud800 text"), 400, "lone UTF-16 surrogate"),
     (b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
@@ -224,6 +225,13 @@ def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(se
     quiet["messages"].append({"role": "assistant", "content": None, "tool_calls": []})  # a turn with no text
     quiet["messages"].append({"role": "user", "content": "go on"})
     assert request(port, "POST", "/v1/chat/completions", quiet)[0] == 200
+    # what vLLM takes too: an integral float, a negative seed, the completions API's
+    # logprobs 0 ("none"), and an assistant turn's refusal part (the openai SDK sends it back)
+    lax = chat(max_tokens=3.0, seed=-1, temperature=0.5)
+    lax["messages"][:0] = [{"role": "user", "content": "hi"},
+                           {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot."}]}]
+    assert request(port, "POST", "/v1/chat/completions", lax)[0] == 200
+    assert request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 2, "logprobs": 0})[0] == 200
     got, payload = request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "echo": True})
     assert got == 400 and "echoed" in payload["error"]["message"]
     got, payload = request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "logprobs": 1})
