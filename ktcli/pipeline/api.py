@@ -118,7 +118,10 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
     if sparse:  # stored as the reference kind's rates, which each kind's plan scales (`plan.estimates`)
         prefill_x, decode_x = sparse_speed(attention, kv_dtype)
         prefill, decode = prefill / prefill_x, decode / decode_x
-    save_rates(settings, prefill, decode, sparse, load_s, embed_tok_s)
+    # A model's notes for the next window run ~120 tokens where 384 may be written (SmolLM2):
+    # planned at 384, summaries read in parts were planned 2-2.7x too long.
+    notes = tally.notes_tokens / tally.notes_calls if tally.notes_calls else 0.0
+    save_rates(settings, prefill, decode, sparse, load_s, embed_tok_s, notes)
 
 
 _DEFAULT_POLICIES = (canonical_attention("topk"), canonical_attention("window"), "dense")

@@ -118,15 +118,16 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False,
-               load_s: float = 0.0, embed_tok_s: float = 0.0) -> None:
+               load_s: float = 0.0, embed_tok_s: float = 0.0, notes_tokens: float = 0.0) -> None:
     """Add this run's measured rates to the last few stored (used by the next plan): each
     stored rate is the median of the last RATE_SAMPLES runs. A run slowed 2-3x by another
     process on a 2-core machine (`benchmarks/threads_under_load.py`) then moves no estimate,
     where a half-and-half blend inflated the next few plans' times; a machine that stays
     busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
     from full attention's; every run its model's load time, and one that embedded enough
-    of its input the embedding rate. A rate of 0 is not measured (kept as it was)."""
-    if prefill_tok_s <= 0 and decode_tok_s <= 0 and load_s <= 0 and embed_tok_s <= 0:
+    of its input the embedding rate, and one that passed notes between windows how long
+    its model writes them. A rate of 0 is not measured (kept as it was)."""
+    if prefill_tok_s <= 0 and decode_tok_s <= 0 and load_s <= 0 and embed_tok_s <= 0 and notes_tokens <= 0:
         return
     path = settings.cache_path / RATES_FILE
     try:
@@ -143,7 +144,7 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     history[key] = mine = _dict(history.get(key))
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
-                        ("load_s", load_s), ("embed_tok_s", embed_tok_s)):
+                        ("load_s", load_s), ("embed_tok_s", embed_tok_s), ("notes_tokens", notes_tokens)):
         if not _rate(value):
             continue
         # a file written before the history was kept starts it from its one blended rate

@@ -25,6 +25,8 @@ class Tally:
     ttft_s: float = 0.0  # from the request's start to the first streamed answer token
     reused_tokens: int = 0  # prompt tokens read from the engine's prefix store, not prefilled
     reuse_s: float = 0.0  # reading them (counted in prefill_s too)
+    notes_calls: int = 0  # steps that wrote notes for the next window (`generate_text`)
+    notes_tokens: int = 0  # the tokens they wrote: what the plan expects a step to write
     extra: dict = field(default_factory=dict)
 
     def add(self, backend: Backend) -> None:
@@ -104,6 +106,8 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
         finally:
             pieces.close()  # a loop stops the backend here: no more tokens are generated
     tally.add(backend)
+    tally.notes_calls += 1
+    tally.notes_tokens += backend.last_stats.new_tokens
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
     # notes carry one copy of a repeated line, not twenty
@@ -155,6 +159,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         if rest:
             reporter.answer_text(rest)
     tally.add(backend)
+    tally.notes_calls += 1
+    tally.notes_tokens += backend.last_stats.new_tokens
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
     elif backend.last_stats.new_tokens >= params.max_new_tokens:

@@ -71,6 +71,10 @@ class Throughput:
     # From the plan to a loaded model (`pipeline.api`): the packed weights read back, the
     # tokenizer, the C++ kernels. ~1.0-1.5 s for SmolLM2 here once its cache is filled.
     load_s: float = 1.5
+    # Tokens a model writes as notes for the next window (up to MEMORY_TOKENS), until a run
+    # measures them: half the room. SmolLM2 writes ~120 on average (a session probe's 18
+    # summaries; `pipeline.api` learns it per model).
+    notes_tokens: float = 192.0
 
 
 @dataclass(frozen=True)
@@ -499,14 +503,16 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         passages = max(req.n_documents, math.ceil(evidence / budget))  # neighbours join up to a window
     n_windows = _windows_packed(evidence, passages, budget)
     # Each window: its evidence, the notes so far, and new notes; then one final answer.
+    # Memory is sized for the most notes a window may pass on, time for what they run to.
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
-    notes_tokens = MEMORY_TOKENS if n_windows > 1 else 0
+    notes = min(rates.notes_tokens, MEMORY_TOKENS)
+    timed_prompt = per_window_prompt - MEMORY_TOKENS + notes
     seconds = rates.load_s + n_windows * generation_seconds(
-        per_window_prompt, notes_tokens or req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s
+        timed_prompt, notes if n_windows > 1 else req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s
     )
     if n_windows > 1:
         seconds += generation_seconds(
-            MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS, req.max_new_tokens,
+            notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS, req.max_new_tokens,
             rates.prefill_tok_s, rates.decode_tok_s,
         )
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order

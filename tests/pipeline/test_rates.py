@@ -242,3 +242,19 @@ def test_reads_past_the_window_or_wider_policies_teach_no_rates(tmp_path):
     assert load_rates(settings).sparse_decode_tok_s == Throughput().sparse_decode_tok_s
     _remember_rates(settings, tally, sparse=True, load_s=1.2, embed_tok_s=0.0, attention="topk")
     assert load_rates(settings).sparse_decode_tok_s == 4.3
+
+
+def test_the_notes_a_model_writes_are_learned_for_the_next_plan(tmp_path):
+    """Plans timed every window's notes at the 384 tokens of room; the model's own average
+    is kept, as its rates are (a median of recent runs)."""
+    from ktcli.pipeline.api import _remember_rates
+    from ktcli.pipeline.runner import Tally
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    assert load_rates(settings).notes_tokens == Throughput().notes_tokens
+    tally = Tally(prompt_tokens=9_000, new_tokens=500, prefill_s=9.0, decode_s=10.0, notes_calls=3, notes_tokens=360)
+    _remember_rates(settings, tally, sparse=False, load_s=1.2, embed_tok_s=0.0)
+    assert load_rates(settings).notes_tokens == 120.0
+    _remember_rates(settings, Tally(prompt_tokens=900, new_tokens=50, prefill_s=1.0, decode_s=1.0), sparse=False,
+                    load_s=1.2, embed_tok_s=0.0)  # a run without notes keeps what was learned
+    assert load_rates(settings).notes_tokens == 120.0

@@ -171,6 +171,20 @@ def summary_req(**kw):
     return req(task="summarize", question_tokens=0, **kw)
 
 
+def test_a_summary_in_parts_is_timed_by_the_notes_the_model_writes():
+    """Each part was timed as 384 tokens of notes; SmolLM2 writes ~120: summaries read in
+    parts were planned 2-2.7x too long (and sent to outlines for it)."""
+    from dataclasses import replace
+
+    big = req(task="summarize", corpus_tokens=60_000, n_chunks=300)
+    room = make_plan(big, SMOL, replace(RATES, notes_tokens=384))
+    learned = make_plan(big, SMOL, replace(RATES, notes_tokens=120))
+    assert learned.n_windows == room.n_windows > 5
+    saved = (room.n_windows - 1) * (384 - 120) / RATES.decode_tok_s  # decode of the notes not written
+    assert room.est_seconds - learned.est_seconds > 0.9 * saved
+    assert learned.est_memory_bytes == room.est_memory_bytes  # memory keeps room for the most
+
+
 def test_a_summary_over_the_time_budget_reads_code_files_as_outlines():
     # 100K tokens at 150 tok/s: far over the 600 s default; the outline is a fifth of it
     whole = make_plan(summary_req(corpus_tokens=100_000, outline="never", outline_tokens=20_000, outline_files=40),
