@@ -47,8 +47,9 @@ def terms(text: str) -> list[str]:
 
 def has_content(text: str) -> bool:
     """Whether `text` says anything beyond ktcli's own prompt words and markup ('The main
-    points of this part are:', '#\n#\n#'): notes that do not are not passed on."""
-    return bool(terms(text))
+    points of this part are:', '#\n#\n#', '<pre><code>'): notes that do not are not passed
+    on. ("<pre><code>" counted as two words: a CSV's summary was three parts' notes of it.)"""
+    return not says_nothing_new(text)
 
 
 # A sentence this much made of ktcli's own prompt words restates its instructions: a summary

@@ -94,10 +94,14 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             citations.only_restates_instructions(summary):
         # The notes hold what the parts said: a summary of transformers' llama folder was
         # "The final summary is:" after 44 s of reading, its notes thrown away.
-        reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
-        shown = f"\n\nNotes from the {len(windows)} parts:\n{notes}"
-        reporter.answer_text(shown)
-        summary = summary.rstrip() + shown
+        if notes:
+            reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
+            shown = f"\n\nNotes from the {len(windows)} parts:\n{notes}"
+            reporter.answer_text(shown)
+            summary = summary.rstrip() + shown
+        else:  # nor did any part's notes: said, not printed as if it were a summary
+            reporter.warn(f"the model wrote nothing from the input, in the summary or in the notes of its "
+                          f"{len(windows)} parts (a larger model, --model, does better)")
     return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
 
 

@@ -581,6 +581,35 @@ def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tm
     assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
 
 
+def test_notes_of_markup_alone_are_not_passed_on_nor_shown_as_a_summary(haystack, tmp_path):
+    """A CSV's summary was "The final summary is: ... Notes from the 3 parts: <pre><code>",
+    exit 0: each part's notes were `<pre><code>`, counted as two words of content."""
+    class Markup(FakeBackend):
+        def _reply(self, messages):
+            if "Notes taken while reading the whole input" in messages[-1]["content"]:
+                assert "<pre>" not in messages[-1]["content"]  # junk notes were not passed on
+                return "The final summary is:"
+            return "<pre><code>"
+
+    class Reporter(NullReporter):
+        def __init__(self):
+            self.said, self.shown = [], []
+
+        def warn(self, message):
+            self.said.append(message)
+
+        def answer_text(self, delta):
+            self.shown.append(delta)
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    reporter = Reporter()
+    answer = summarize(small, Markup(), settings, reporter, Tally())
+    assert "Notes from the" not in answer.text + "".join(reporter.shown)
+    assert any("the model wrote nothing from the input" in m for m in reporter.said)
+
+
 @pytest.mark.parametrize("mode", ["retrieval", "full"])
 def test_ctrl_c_while_the_answer_streams_keeps_its_sources(haystack, tmp_path, mode):
     """The part of the answer shown stayed on stdout without the Sources it had come from."""
