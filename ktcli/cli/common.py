@@ -183,8 +183,8 @@ def _document_sizes(prep) -> list[dict]:
     for chunk in prep.chunks:
         sizes[chunk.doc_path] = sizes.get(chunk.doc_path, 0) + chunk.n_tokens
     scale = prep.plan.input_tokens / max(1, sum(sizes.values()))
-    return [{"path": d.path, "kind": d.kind, "tokens": round(sizes.get(d.path, 0) * scale)}
-            for d in prep.corpus.documents]
+    return [{"path": d.path, "kind": d.kind, "tokens": round(sizes.get(d.path, 0) * scale),
+             "outlined": d.path in prep.outlines} for d in prep.corpus.documents]
 
 
 def run_guarded(opts: Options, body: Callable[[], None]) -> None:

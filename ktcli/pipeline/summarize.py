@@ -32,6 +32,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                             stop=prompts.SUMMARY_STOPS)
     listing = prompts.file_listing(prep.corpus.documents)
     plan = prep.plan
+    if prep.outlines:  # which files, not only how many: most of an input may go unread
+        reporter.warn(_outlined_files(prep))
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         # The source refs of a question read whole: what the plan counted
         text = prompts.whole_input(prep.corpus.documents, [_text(prep, d) for d in prep.corpus.documents])
@@ -111,6 +113,17 @@ def _warn_if_echo(summary: str, reporter: Reporter) -> None:
                       "(a larger model, --model, does better)")
 
 
+OUTLINED_NAMED = 10
+
+
+def _outlined_files(prep: Prepared) -> str:
+    paths = [d.path for d in prep.corpus.documents if d.path in prep.outlines]
+    shown = ", ".join(paths[:OUTLINED_NAMED]) + (f" and {len(paths) - OUTLINED_NAMED} more" if len(paths) > OUTLINED_NAMED
+                                                 else "")
+    return (f"read as outlines (signatures, docstrings, comments; headings and first paragraphs), not line by "
+            f"line: {shown} (--outline never reads every line)")
+
+
 def _outlined(prep: Prepared) -> str:
     return f"; {len(prep.outlines)} file(s) as outlines" if prep.outlines else ""
 
@@ -139,7 +152,8 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) ->
     doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
     cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
                                 label_of=lambda c: doc_label.get(c.doc_path, 0))
-    figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines)}
+    figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines),
+                                 "outlined": [d.path for d in prep.corpus.documents if d.path in prep.outlines]}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
 
 

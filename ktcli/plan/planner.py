@@ -174,8 +174,7 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.task == "summarize" and plan.est_seconds > budget_s and not req.max_seconds:
         # Said, not left to be found out: a 300-page book with no headings planned ~1,160 s
         # and read every line with no word about the 600 s budget.
-        why = ("nothing in it reads shorter as an outline" if not can_outline or req.outline != "never"
-               else "--outline never asked for")
+        why = "--outline never asked for" if req.outline == "never" else "nothing in it reads shorter as an outline"
         over = f"reading every line takes ~{plan.est_seconds:.0f}s, over the {budget_s:.0f}s default budget ({why})"
         plan = replace(plan, reasons=(*plan.reasons, over))
     return plan

@@ -163,7 +163,9 @@ def test_summarize_repo_as_outlines(cache):
     assert data["answer"].strip()
     assert data["plan"]["outline_files"] >= 4  # the minirepo's Python files
     assert 0 < data["plan"]["read_tokens"] < data["plan"]["input_tokens"]
-    assert data["figures"]["outlined_files"] == data["plan"]["outline_files"]
+    assert data["figures"]["outlined_files"] == data["plan"]["outline_files"] == len(data["figures"]["outlined"])
+    planned = payload(run_ktcli(["plan", str(REPO), "--outline", "always", "--json"], cache))
+    assert sorted(d["path"] for d in planned["documents"] if d["outlined"]) == sorted(data["figures"]["outlined"])
     proc = run_ktcli(["plan", str(REPO), "--outline", "always"], cache)
     out = proc.stdout.decode()  # the plan is what `ktcli plan` prints
     assert proc.returncode == 0 and "file(s) as outlines" in out and "--outline never reads every line" in out

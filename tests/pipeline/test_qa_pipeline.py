@@ -250,9 +250,20 @@ def test_summary_with_outlines_reads_signatures_not_bodies(code_repo, tmp_path):
     assert prep.plan.read_tokens < prep.plan.input_tokens / 3
     # several windows, to check the map over outline pieces as well as the whole read
     small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=300))
+    class Said(NullReporter):
+        def __init__(self):
+            self.said = []
+
+        def warn(self, message):
+            self.said.append(message)
+
     for p in (prep, small):
-        backend = FakeBackend()
-        answer = summarize(p, backend, settings, NullReporter(), Tally())
+        backend, reporter = FakeBackend(), Said()
+        answer = summarize(p, backend, settings, reporter, Tally())
+        # which files, not only how many (the plan and stderr said "8 file(s) as outlines")
+        (named,) = [m for m in reporter.said if m.startswith("read as outlines")]
+        assert "mod0.py" in named and "mod7.py" in named and "--outline never" in named
+        assert sorted(answer.stats["outlined"]) == sorted(prep.outlines)
         read = "".join(m[-1]["content"] for m in backend.calls)
         assert "body_marker" not in read
         for i in range(8):

@@ -199,6 +199,9 @@ def test_a_summary_over_the_time_budget_reads_code_files_as_outlines():
     assert "--outline never" in plan.reasons[0]
     # read whole anyway, over the default budget: said, with why
     assert "over the 600s default budget (--outline never asked for)" in whole.reasons[-1]
+    # as prepare asks under never: no outlines built, still the reason the user gave
+    never = make_plan(summary_req(corpus_tokens=100_000, outline="never"), SMOL, RATES)
+    assert "(--outline never asked for)" in never.reasons[-1]
     book = make_plan(summary_req(corpus_tokens=100_000, outline_tokens=100_000, outline_files=0), SMOL, RATES)
     assert "over the 600s default budget (nothing in it reads shorter as an outline)" in book.reasons[-1]
     given = make_plan(summary_req(corpus_tokens=100_000, max_seconds=900), SMOL, RATES)
