@@ -13,15 +13,7 @@ import time
 
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn
 
 
 def stderr_console() -> Console:
@@ -33,6 +25,12 @@ def stderr_console() -> Console:
 LOG_EVERY_S = 30.0
 
 
+def _clock(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}" if seconds >= 3600 else \
+        f"{seconds // 60}:{seconds % 60:02d}"
+
+
 class ConsoleReporter:
     def __init__(self, *, quiet: bool = False, stream_answer: bool = True) -> None:
         self.err = stderr_console()
@@ -40,7 +38,10 @@ class ConsoleReporter:
         self.stream_answer = stream_answer
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
-        self._started: dict[str, tuple[float, int]] = {}  # phase -> (time, done) at its first report
+        # phase -> (time, done, total) at its first report; kept while bars stop and start
+        # again (a summary's status line for each part), so that its rate, time and what
+        # is left count from the phase's start, not from the last part's
+        self._started: dict[str, tuple[float, int, int]] = {}
         self._logged: dict[str, tuple[float, float]] = {}  # no terminal: phase -> (began, last logged)
         self._answer_started = False
         self._held_space = ""
@@ -62,29 +63,43 @@ class ConsoleReporter:
         if self._progress is None:
             self._progress = Progress(
                 SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[rate]}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                TextColumn("{task.fields[rate]}"),
                 # stdout is the answer's alone: a live bar redirects what is printed to stdout
                 # (the --json object) onto its own console, stderr, unless told not to.
                 console=self.err, transient=True, redirect_stdout=False, redirect_stderr=False,
             )
             self._progress.start()
-        now = time.perf_counter()
         if phase not in self._tasks:
             self._tasks[phase] = self._progress.add_task(phase, total=total, rate="")
-            self._started[phase] = (now, done)  # the rate counts from here: a first report
-            # of 16 done in no time showed "16000000.0/s"
-        since, done_then = self._started[phase]
-        rate = f"{(done - done_then) / (now - since):.1f}/s" if done > done_then and now > since else ""
-        self._progress.update(self._tasks[phase], completed=done, total=total, rate=rate)
+        pace = self._pace(phase, done, total, time.perf_counter())
+        self._progress.update(self._tasks[phase], completed=done, total=total, rate=pace)
+
+    def _pace(self, phase: str, done: int, total: int, now: float) -> str:
+        """'2.1/s  0:42  ~1:10 left': the rate, the time since the phase began and what is
+        left at that rate. The rate counts from the first report: a first report of 16 done
+        in no time showed "16000000.0/s"."""
+        since, done_then, total_then = self._started.get(phase, (now, done, total))
+        if total != total_then or done < done_then:  # another run of the phase: it starts again
+            since, done_then = now, done
+        self._started[phase] = (since, done_then, total)
+        if done <= done_then or now <= since:
+            return ""
+        speed = (done - done_then) / (now - since)
+        # a summary's parts take a minute each: "60s each", not "0.0/s"
+        pace = f"{speed:.1f}/s" if speed >= 1 else f"{1 / speed:.0f}s each"
+        pace += f"  {_clock(now - since)}"
+        return pace + (f"  ~{_clock((total - done) / speed)} left" if done < total else "")
 
     def _log_progress(self, phase: str, done: int, total: int) -> None:
         """Without a terminal (a log, CI): a line every LOG_EVERY_S seconds, so that 12
         minutes of indexing a 1M-token folder show signs of life; none for a short phase."""
         now = time.perf_counter()
+        pace = self._pace(phase, done, total, now)
         first, last = self._logged.setdefault(phase, (now, now))
         if now - first >= LOG_EVERY_S and now - last >= LOG_EVERY_S:
             self._logged[phase] = (first, now)
-            self.err.print(f"[dim]·[/dim] {escape(phase)} {done:,}/{total:,} ({100 * done // total}%)")
+            left = f", {pace.rpartition('  ')[2]}" if pace.endswith(" left") else ""
+            self.err.print(f"[dim]·[/dim] {escape(phase)} {done:,}/{total:,} ({100 * done // total}%{left})")
 
     def warn(self, message: str) -> None:
         # Also under --quiet: a skipped file or a cut answer is something the user must
@@ -156,4 +171,3 @@ class ConsoleReporter:
             self._progress.stop()
             self._progress = None
             self._tasks.clear()
-            self._started.clear()

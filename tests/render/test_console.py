@@ -47,20 +47,23 @@ def test_warnings_held_mid_answer_are_shown_when_the_answer_is_cut_short(capsys)
     assert captured.out == "An answer cut\n" and "! read notes.txt: a guess" in captured.err
 
 
-def test_the_progress_rate_counts_from_the_first_report():
+def test_the_progress_rate_counts_from_the_first_report(monkeypatch):
     """A phase first reported with 16 done showed "16000000.0/s"."""
     import io
 
     from rich.console import Console
 
+    from ktcli.render import console
+
+    clock = iter([0.0, 2.0])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
     reporter = ConsoleReporter()
     reporter.err = Console(file=io.StringIO(), force_terminal=True)
     reporter.progress("embed", 16, 100)
     task = reporter._progress.tasks[0]
     assert task.fields["rate"] == ""  # nothing measured yet
     reporter.progress("embed", 48, 100)
-    rate = float(task.fields["rate"].removesuffix("/s"))
-    assert 0 < rate < 1e6
+    assert task.fields["rate"] == "16.0/s  0:02  ~0:03 left"  # (48 - 16) in 2 s, 52 to go
     reporter.lines([])  # stops the bars
 
 
@@ -87,7 +90,32 @@ def test_without_a_terminal_a_long_phase_logs_a_line_now_and_then(capsys, monkey
     reporter = ConsoleReporter()
     for done in (0, 100, 300, 400, 600):
         reporter.progress("embed", done, 1000)
-    assert capsys.readouterr().err.splitlines() == ["· embed 300/1,000 (30%)", "· embed 600/1,000 (60%)"]
+    assert capsys.readouterr().err.splitlines() == ["· embed 300/1,000 (30%, ~1:12 left)",
+                                                    "· embed 600/1,000 (60%, ~0:41 left)"]
+
+
+def test_a_phase_keeps_its_pace_when_its_bar_stops_and_starts_again(monkeypatch):
+    """A summary's status line for each part stopped the bars: the map's elapsed time went
+    back to 0:00 at each part and what was left was never known."""
+    import io
+
+    from rich.console import Console
+
+    from ktcli.render import console
+
+    clock = iter([0.0, 60.0, 120.0, 121.0])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    reporter = ConsoleReporter()
+    reporter.err = Console(file=io.StringIO(), force_terminal=True)
+    reporter.progress("map", 0, 4)
+    reporter.status("reading part 2/4")  # stops the bars
+    reporter.progress("map", 1, 4)
+    reporter.status("reading part 3/4")
+    reporter.progress("map", 2, 4)
+    assert reporter._progress.tasks[0].fields["rate"] == "60s each  2:00  ~2:00 left"
+    reporter.progress("embed", 5, 10)  # another phase has its own start
+    assert reporter._progress.tasks[1].fields["rate"] == ""
+    reporter.lines([])
 
 
 def test_stdout_stays_the_answers_while_a_bar_is_up(capsys):
