@@ -415,7 +415,7 @@ class Handler(BaseHTTPRequestHandler):
         first = f"{self._first_text_at - started:.2f}s" if self._first_text_at is not None else "-"
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {kind}: {len(job.prompt)} prompt tokens, "
                          f"{job.completion_tokens} out, first token {first}, total {time.monotonic() - started:.2f}s, "
-                         f"{job.outcome or 'unfinished'}\n")
+                         f"{job.outcome or ('client gone' if job.cancelled.is_set() else 'unfinished')}\n")
 
     def _next_event(self, job: Job) -> tuple[str, str]:
         """The job's next event; the client's leaving cancels the job meanwhile (a request
@@ -519,6 +519,8 @@ class Handler(BaseHTTPRequestHandler):
             self._write(data)
 
     def _error(self, e: ApiError) -> None:
+        if self.app.options.verbose:  # why, beside http.server's line with the status alone
+            self.log_message("%s %s: %s", self.command, self.path.split("?", 1)[0], e.message)
         if self._sent_headers:
             return  # mid-stream: the in-band error (or the cut) is all the client can get
         try:

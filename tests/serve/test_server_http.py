@@ -695,6 +695,7 @@ def test_verbose_log_escapes_what_a_client_sends(served, capsys):
     time.sleep(0.2)
     err = capsys.readouterr().err
     assert "\x1b" not in err and "\\x1b[2J" in err, err
+    assert "no route /\\x1b[2J" in err  # and why it was refused, not only its status
 
 
 def test_a_messages_text_parts_are_read_as_separate_words(served):
