@@ -94,6 +94,17 @@ class Warnings(NullReporter):
         self.lines.append(message)
 
 
+class Shown(Warnings):
+    """The warnings, and the answer's text as it streams."""
+
+    def __init__(self):
+        super().__init__()
+        self.shown = []
+
+    def answer_text(self, delta):
+        self.shown.append(delta)
+
+
 class StatusLog(NullReporter):
     def __init__(self):
         self.lines = []
@@ -250,18 +261,11 @@ def test_summary_with_outlines_reads_signatures_not_bodies(code_repo, tmp_path):
     assert prep.plan.read_tokens < prep.plan.input_tokens / 3
     # several windows, to check the map over outline pieces as well as the whole read
     small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=300))
-    class Said(NullReporter):
-        def __init__(self):
-            self.said = []
-
-        def warn(self, message):
-            self.said.append(message)
-
     for p in (prep, small):
-        backend, reporter = FakeBackend(), Said()
+        backend, reporter = FakeBackend(), Warnings()
         answer = summarize(p, backend, settings, reporter, Tally())
         # which files, not only how many (the plan and stderr said "8 file(s) as outlines")
-        (named,) = [m for m in reporter.said if m.startswith("read as outlines")]
+        (named,) = [m for m in reporter.lines if m.startswith("read as outlines")]
         assert "mod0.py" in named and "mod7.py" in named and "--outline never" in named
         assert sorted(answer.stats["outlined"]) == sorted(prep.outlines)
         read = "".join(m[-1]["content"] for m in backend.calls)
@@ -571,24 +575,14 @@ def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tm
                 return reduced
             return "The vault combination is 31-07-1999 [1]."
 
-    class Reporter(NullReporter):
-        def __init__(self):
-            self.said, self.shown = [], []
-
-        def warn(self, message):
-            self.said.append(message)
-
-        def answer_text(self, delta):
-            self.shown.append(delta)
-
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
     small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
-    reporter = Reporter()
+    reporter = Shown()
     answer = summarize(small, EmptyReduce(), settings, reporter, Tally())
     assert answer.text.startswith(reduced.rstrip() + "\n\nNotes from the ") and "31-07-1999" in answer.text
     assert "31-07-1999" in "".join(reporter.shown)  # shown as the answer streams, not only in --json
-    assert any("the notes taken from its parts follow" in m for m in reporter.said)
+    assert any("the notes taken from its parts follow" in m for m in reporter.lines)
     assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
 
 
@@ -602,23 +596,13 @@ def test_notes_of_markup_alone_are_not_passed_on_nor_shown_as_a_summary(haystack
                 return "The final summary is:"
             return "<pre><code>"
 
-    class Reporter(NullReporter):
-        def __init__(self):
-            self.said, self.shown = [], []
-
-        def warn(self, message):
-            self.said.append(message)
-
-        def answer_text(self, delta):
-            self.shown.append(delta)
-
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
     small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
-    reporter = Reporter()
+    reporter = Shown()
     answer = summarize(small, Markup(), settings, reporter, Tally())
     assert "Notes from the" not in answer.text + "".join(reporter.shown)
-    assert any("the model wrote nothing from the input" in m for m in reporter.said)
+    assert any("the model wrote nothing from the input" in m for m in reporter.lines)
 
 
 @pytest.mark.parametrize("mode", ["retrieval", "full"])
