@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
-from ktcli.errors import InterruptedAnswer
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
 from ktcli.pipeline.prepare import Prepared
-from ktcli.pipeline.runner import AnswerInterrupted, Tally, generate_text, stream_answer
+from ktcli.pipeline.runner import Tally, cited_if_interrupted, generate_text, stream_answer
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Mode, Span
@@ -31,7 +28,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
         if needed <= backend.context_window:
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
             # The next question about the same input starts with the same tokens up to its own.
-            with _cited_if_interrupted() as streamed:
+            with cited_if_interrupted() as streamed:
                 streamed.text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
 
             def whole_read_answer(text: str) -> Answer:
@@ -85,7 +82,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
-    with _cited_if_interrupted() as streamed:
+    with cited_if_interrupted() as streamed:
         streamed.text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally,
                                       reporter)
 
@@ -106,29 +103,6 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
-
-
-class _Streamed:
-    """An answer's text, whole or as far as Ctrl-C let it stream (`_cited_if_interrupted`)."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.interrupted = False
-
-    def finish(self, answer_of: Callable[[str], Answer]) -> Answer:
-        answer = answer_of(self.text)
-        if self.interrupted:  # the part shown keeps the Sources it can be traced to (exit 130)
-            raise InterruptedAnswer("interrupted while the answer streamed", answer)
-        return answer
-
-
-@contextmanager
-def _cited_if_interrupted():
-    streamed = _Streamed()
-    try:
-        yield streamed
-    except AnswerInterrupted as e:
-        streamed.text, streamed.interrupted = e.shown.strip(), True
 
 
 def _whole_read_figures(prep: Prepared) -> dict:

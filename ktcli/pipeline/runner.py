@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import resource
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
+from ktcli.errors import InterruptedAnswer
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
 from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
+from ktcli.types import Answer
 
 
 @dataclass
@@ -121,6 +123,32 @@ class AnswerInterrupted(KeyboardInterrupt):
     def __init__(self, shown: str) -> None:
         super().__init__()
         self.shown = shown
+
+
+class Streamed:
+    """An answer's text, whole or as far as Ctrl-C let it stream (`cited_if_interrupted`)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.interrupted = False
+
+    def finish(self, answer_of: Callable[[str], Answer]) -> Answer:
+        answer = answer_of(self.text)
+        if self.interrupted:  # the part shown keeps the Sources it can be traced to (exit 130)
+            raise InterruptedAnswer("interrupted while the answer streamed", answer)
+        return answer
+
+
+@contextmanager
+def cited_if_interrupted():
+    """Around a `stream_answer` whose caller builds an Answer from its text: Ctrl-C mid-answer
+    leaves the text shown in the yielded `Streamed`, and its `finish` raises that Answer as
+    an InterruptedAnswer (the CLI keeps it: Sources, or --json's "incomplete": true)."""
+    streamed = Streamed()
+    try:
+        yield streamed
+    except AnswerInterrupted as e:
+        streamed.text, streamed.interrupted = e.shown.strip(), True
 
 
 def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:

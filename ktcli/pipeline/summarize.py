@@ -15,7 +15,7 @@ from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
-from ktcli.pipeline.runner import Tally, generate_text, stream_answer
+from ktcli.pipeline.runner import Tally, cited_if_interrupted, generate_text, stream_answer
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Document, Mode
@@ -41,9 +41,10 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
             reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens{_outlined(prep)})")
-            summary = stream_answer(backend, messages, params, tally, reporter)
-            _warn_if_echo(summary, reporter)
-            return _answer(summary, prep, plan, tally, 1)
+            with cited_if_interrupted() as streamed:
+                streamed.text = stream_answer(backend, messages, params, tally, reporter)
+                _warn_if_echo(streamed.text, reporter)
+            return streamed.finish(lambda summary: _answer(summary, prep, plan, tally, 1))
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
@@ -89,7 +90,16 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     while backend.prompt_tokens(messages) + params.max_new_tokens > backend.context_window and rows > 1:
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
-    summary = stream_answer(backend, messages, params, tally, reporter)
+    with cited_if_interrupted() as streamed:
+        streamed.text = _with_notes_if_empty(stream_answer(backend, messages, params, tally, reporter), notes,
+                                             len(windows), reporter)
+    return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
+                                                   len(windows)))
+
+
+def _with_notes_if_empty(summary: str, notes: str, n_windows: int, reporter: Reporter) -> str:
+    """The summary, or, when it says nothing from the input, the summary followed by the
+    notes it was written from (said, where those hold nothing either)."""
     # A short summary is fine; one of markup or echoed instructions around a word or two is not
     junk = citations.markup_or_echo(summary)
     if citations.says_nothing_new(summary, fewer_than=SUMMARY_MIN_TERMS if junk else 1) or \
@@ -98,13 +108,13 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         # "The final summary is:" after 44 s of reading, its notes thrown away.
         if notes:
             reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
-            shown = f"\n\nNotes from the {len(windows)} parts:\n{notes}"
+            shown = f"\n\nNotes from the {n_windows} parts:\n{notes}"
             reporter.answer_text(shown)
             summary = summary.rstrip() + shown
         else:  # nor did any part's notes: said, not printed as if it were a summary
             reporter.warn(f"the model wrote nothing from the input, in the summary or in the notes of its "
-                          f"{len(windows)} parts (a larger model, --model, does better)")
-    return _answer(summary, prep, replace(plan, n_windows=len(windows)), tally, len(windows))
+                          f"{n_windows} parts (a larger model, --model, does better)")
+    return summary
 
 
 def _warn_if_echo(summary: str, reporter: Reporter) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from tests.ingest.fixtures import encrypt_pdf, make_image_only_pdf, make_text_pdf
 
-from .conftest import LONG_TEXT, REPO, ROOT, run_ktcli
+from .conftest import LONG_TEXT, REPO, ROOT, empty_config, run_ktcli
 
 
 def assert_one_line_error(proc, code, fragment):
@@ -512,3 +512,44 @@ def test_an_answer_interrupted_while_streaming_keeps_its_sources(capsys, monkeyp
 def test_python_dash_m_ktcli_runs_the_cli(cache):
     proc = subprocess.run([sys.executable, "-m", "ktcli", "--version"], capture_output=True, cwd=ROOT, timeout=120)
     assert proc.returncode == 0 and proc.stdout.decode().startswith("ktcli"), proc.stderr
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_summary_interrupted_while_streaming_keeps_the_part_shown(capsys, monkeypatch, tmp_path, as_json):
+    """`summarize --json` cut by Ctrl-C mid-summary printed only {"error": "interrupted"},
+    and text mode left the part shown without Sources; `ask` keeps both."""
+    import json
+    import warnings
+
+    from ktcli.cli.common import Options, run_guarded
+    from ktcli.pipeline import api
+    from tests.pipeline.fake_backend import FakeBackend
+
+    class CutSummary(FakeBackend):
+        def _reply(self, messages):
+            return "The keeper of the lighthouse is Ada Lovelace."
+
+        def stream_chat(self, messages, params):
+            for i, piece in enumerate(super().stream_chat(messages, params)):
+                if i == 4:
+                    raise KeyboardInterrupt
+                yield piece
+
+    doc = tmp_path / "keeper.txt"
+    doc.write_text("The keeper of the lighthouse is Ada Lovelace.\nShe lights the lamp at dusk.\n")
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
+    monkeypatch.setenv("KTCLI_CONFIG", str(empty_config(tmp_path)))
+    monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(api, "_load", lambda *a: CutSummary())
+    opts = Options({"json": as_json, "mode": "full"})
+    with pytest.raises(SystemExit) as exit_:
+        run_guarded(opts, lambda: opts.run_summarize([str(doc)]))
+    assert exit_.value.code == 130
+    out, err = capsys.readouterr()
+    if as_json:
+        payload = json.loads(out)
+        assert payload["incomplete"] and payload["answer"] == "The keeper of the"
+        assert payload["citations"][0]["path"].endswith("keeper.txt")
+    else:
+        assert out.startswith("The keeper of the") and "Sources:" in out and "keeper.txt" in out
+    assert "error: interrupted while the answer streamed" in err

@@ -676,3 +676,40 @@ def test_an_interrupted_answers_sources_are_placed_as_a_finished_ones(tmp_path, 
         api.ask([str(page)], "What is the vault combination?", settings_for(tmp_path, mode="full"), NullReporter())
     (cite,) = [c for c in caught.value.answer.citations if c.span.line_start]
     assert (cite.span.line_start, cite.section) == (12, "Secrets")
+
+
+class _CutSummary(FakeBackend):
+    """A summary that streams a few words of its own, then Ctrl-C."""
+
+    def _reply(self, messages):
+        return "The museum opens at nine and the vault combination is 31-07-1999."
+
+    def stream_chat(self, messages, params):
+        summary = "Next part (" not in messages[-1]["content"]  # not the notes on one part
+        for i, piece in enumerate(super().stream_chat(messages, params)):
+            if summary and i == 5:
+                raise KeyboardInterrupt
+            yield piece
+
+
+@pytest.mark.parametrize("mode", ["full", "retrieval"])
+def test_ctrl_c_while_the_summary_streams_keeps_the_part_shown(haystack, tmp_path, mode):
+    """`summarize --json` interrupted mid-summary printed only {"error": "interrupted"}: the
+    part already streamed was lost, where `ask` keeps it (InterruptedAnswer)."""
+    from ktcli.errors import InterruptedAnswer
+
+    settings = settings_for(tmp_path, mode=mode)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    if mode == "retrieval":  # read in parts: the Ctrl-C comes in the reduce
+        prep = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    try:
+        summarize(prep, _CutSummary(), settings, NullReporter(), Tally())
+    except InterruptedAnswer as e:
+        caught = e
+    except KeyboardInterrupt:  # a bare one would end pytest's session, not fail this test
+        pytest.fail("the summary shown so far was dropped: a plain interrupt")
+    else:
+        pytest.fail("no interrupt")
+    assert caught.exit_code == 130
+    assert caught.answer.text == "The museum opens at nine"
+    assert caught.answer.citations  # its Sources, as a finished summary has
