@@ -111,6 +111,26 @@ def quantized_refusal(method: str) -> str:
             "would read its codes as numbers; use --engine hf, or a dequantized copy of the model")
 
 
+# The figures of a config.json (its text part) that size the model: whole numbers of at
+# least 1, the optional ones where given. num_hidden_layers 0 was a ZeroDivisionError
+# sizing the KV cache, max_position_embeddings -5 "the -5-token window is too small".
+_SHAPE_REQUIRED = ("num_hidden_layers", "num_attention_heads", "hidden_size")
+_SHAPE_OPTIONAL = ("num_key_value_heads", "head_dim", "max_position_embeddings", "intermediate_size", "vocab_size")
+
+
+def shape_problem(cfg: dict) -> str | None:
+    """What makes a config's shape impossible ("num_hidden_layers is 0, ..."), or None. A
+    required figure that is missing is left to the reader's KeyError ("lacks ...")."""
+    for key in _SHAPE_REQUIRED + _SHAPE_OPTIONAL:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        whole = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
+        if not whole or value < 1:
+            return f"{key} is {value!r}, not a whole number of at least 1"
+    return None
+
+
 def from_hf_dict(cfg: dict) -> ModelConfig:
     # Its weights are codes with scales beside them (FP8 releases: weight_scale_inv): read
     # as floats, they loaded without a word and generated noise.
@@ -165,7 +185,11 @@ def load_config(model_dir: Path) -> ModelConfig:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
         raise InputError(f"{model_dir}: no config.json")
-    return from_hf_dict(json.loads(path.read_text()))
+    cfg = json.loads(path.read_text())
+    problem = shape_problem(cfg.get("text_config", cfg))
+    if problem:
+        raise UsageError(f"{model_dir}: config.json is not a model config ({problem})")
+    return from_hf_dict(cfg)
 
 
 def scaled_window(max_position: int, rope: dict) -> int:

@@ -28,6 +28,11 @@ class HFBackend:
         torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(dtype)
         if torch_dtype is None:
             raise InputError(f"--weights {dtype}: the transformers engine (--engine hf) runs fp32 or bf16")
+        # Prompts as our engine builds them (`ChatTokenizer`: a document's "<|im_end|>" stays
+        # text, where transformers' template would read it as the control token). Read
+        # first: a damaged tokenizer.json is said in one line naming it, not as
+        # transformers' error.
+        self.chat = load_chat_tokenizer(Path(model_dir)) if (Path(model_dir) / "tokenizer.json").is_file() else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         except (ValueError, OSError):
@@ -35,9 +40,6 @@ class HFBackend:
             if (Path(model_dir) / "tokenizer.json").is_file():
                 raise
             raise InputError(no_tokenizer(model_dir)) from None
-        # Prompts as our engine builds them (`ChatTokenizer`: a document's "<|im_end|>" stays
-        # text, where transformers' template would read it as the control token).
-        self.chat = load_chat_tokenizer(Path(model_dir)) if (Path(model_dir) / "tokenizer.json").is_file() else None
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktcli.engine.config import rope_params, scaled_window, sliding_windows
+from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows
 from ktcli.engine.gguf_meta import architecture, check_architecture, open_gguf, rope_scaling
 from ktcli.errors import InputError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
@@ -399,6 +399,9 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     quantized = quantization_method(cfg)
     cfg = cfg.get("text_config", cfg)
     cfg = {**{k: cfg[old] for k, old in _CONFIG_ALIASES.items() if k not in cfg and cfg.get(old)}, **cfg}
+    problem = shape_problem(cfg)
+    if problem:
+        raise ValueError(problem)  # said as "config.json is not a model config (...)" by model_facts
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
     n_params = _parameter_count(folder)

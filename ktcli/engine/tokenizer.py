@@ -34,6 +34,23 @@ def no_tokenizer(folder: Path) -> str:
     return f"no tokenizer in {folder} (tokenizer.json)"
 
 
+def _unreadable(folder: Path, name: str, error: Exception) -> str:
+    """A model file that is there but damaged (a download or copy cut short): the file and
+    the parser's first line, as a damaged config.json is said (`model_store.model_facts`)."""
+    reason = str(error).strip().splitlines()[0][:160] if str(error).strip() else type(error).__name__
+    return f"{folder}: {name} cannot be read ({reason}); copy or download the model again"
+
+
+def _json_object(path: Path, folder: Path) -> dict:
+    try:
+        value = json.loads(path.read_bytes())
+    except (ValueError, OSError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise UsageError(_unreadable(folder, path.name, e)) from None
+    if not isinstance(value, dict):
+        raise UsageError(_unreadable(folder, path.name, ValueError(f"a JSON {type(value).__name__}, not an object")))
+    return value
+
+
 @lru_cache(maxsize=4)
 def load_chat_tokenizer(folder: Path) -> "ChatTokenizer":
     """One ChatTokenizer per model folder and process (~0.2 s to load): the planner counts a
@@ -49,9 +66,12 @@ class ChatTokenizer:
         path = folder / "tokenizer.json"
         if not path.is_file():
             raise InputError(no_tokenizer(folder))
-        self.tok = Tokenizer.from_file(str(path))
+        try:
+            self.tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # noqa: BLE001 - `tokenizers` raises a bare Exception for a file it cannot parse
+            raise UsageError(_unreadable(folder, path.name, e)) from None
         cfg_path = folder / "tokenizer_config.json"
-        self.config = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        self.config = _json_object(cfg_path, folder) if cfg_path.is_file() else {}
         template_path = folder / "chat_template.jinja"
         if template_path.is_file():
             self.chat_template = template_path.read_text()

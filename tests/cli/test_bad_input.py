@@ -553,3 +553,22 @@ def test_a_summary_interrupted_while_streaming_keeps_the_part_shown(capsys, monk
     else:
         assert out.startswith("The keeper of the") and "Sources:" in out and "keeper.txt" in out
     assert "error: interrupted while the answer streamed" in err
+
+
+@pytest.mark.parametrize("name, damage, says", [
+    ("tokenizer.json", "{broken", "tokenizer.json cannot be read (key must be a string"),
+    ("tokenizer_config.json", "{broken", "tokenizer_config.json cannot be read (expecting property name"),
+    ("config.json", None, "config.json is not a model config (num_hidden_layers is 0, not a whole number"),
+])
+def test_a_damaged_model_file_is_named_in_one_line(cache, tmp_path, name, damage, says):
+    """A corrupt tokenizer.json was "internal error: Exception: key must be a string...",
+    num_hidden_layers 0 "internal error: ZeroDivisionError"; a corrupt config.json is a
+    usage error naming the file (exit 2), and so are these."""
+    doc = tmp_path / "doc.txt"
+    doc.write_text("The harbor light was built in 1902.\n")
+    folder = _tiny(tmp_path, num_hidden_layers=0) if damage is None else _tiny(tmp_path)
+    if damage is not None:
+        (folder / name).write_text(damage)
+    proc = run_ktcli(["ask", str(doc), "q", "--model", str(folder), "--max-new-tokens", "5"], cache)
+    assert_one_line_error(proc, 2, says)
+    assert str(folder) in proc.stderr.decode()

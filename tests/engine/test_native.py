@@ -94,3 +94,20 @@ def test_a_one_shot_window_past_32k_gets_its_pages(tmp_path):
     ids = list(range(1, 250)) * 160  # 39,840 tokens, past 32K
     out = list(one_shot.engine.generate([ids], SamplingParams(max_new_tokens=2)))
     assert out and one_shot.engine.blocks.num_used == 0
+
+
+@pytest.mark.parametrize("key, value", [("num_hidden_layers", 0), ("max_position_embeddings", -5),
+                                        ("num_attention_heads", 2.5), ("hidden_size", True)])
+def test_a_config_of_an_impossible_shape_is_refused_naming_it(tmp_path, key, value):
+    """What serve loads without a plan: num_hidden_layers 0 was a ZeroDivisionError sizing
+    the KV cache."""
+    import json
+
+    from ktcli.engine.config import load_config
+    from ktcli.errors import UsageError
+
+    (tmp_path / "config.json").write_text(json.dumps({
+        "model_type": "llama", "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
+        "intermediate_size": 128, "vocab_size": 256, key: value}))
+    with pytest.raises(UsageError, match=f"config.json is not a model config \\({key} is {value!r}"):
+        load_config(tmp_path)
