@@ -21,6 +21,13 @@ class InputError(KtcliError):
     exit_code = 3
 
 
+class CacheError(KtcliError):
+    """ktcli's cache folder cannot take what a run writes there (read-only, a full disk,
+    /proc): the machine's state, not the input's or the command line's."""
+
+    exit_code = 1
+
+
 class ModelNotInstalledError(KtcliError):
     """A model is missing; the message says how to install it."""
 

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ktcli.errors import InputError, UsageError
+from ktcli.errors import UsageError
 
 # Architectures the engine implements, by HF model_type. They differ only in flags below.
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
@@ -184,7 +184,7 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
 def load_config(model_dir: Path) -> ModelConfig:
     path = Path(model_dir) / "config.json"
     if not path.is_file():
-        raise InputError(f"{model_dir}: no config.json")
+        raise UsageError(f"{model_dir}: no config.json")
     cfg = json.loads(path.read_text())
     problem = shape_problem(cfg.get("text_config", cfg))
     if problem:

@@ -14,7 +14,7 @@ import torch
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.detokenize import StopStrings
 from ktcli.engine.tokenizer import NO_CHAT_TEMPLATE, load_chat_tokenizer, no_tokenizer
-from ktcli.errors import BackendError, InputError
+from ktcli.errors import BackendError, UsageError
 
 
 class HFBackend:
@@ -27,7 +27,7 @@ class HFBackend:
             torch.set_num_threads(threads)
         torch_dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}.get(dtype)
         if torch_dtype is None:
-            raise InputError(f"--weights {dtype}: the transformers engine (--engine hf) runs fp32 or bf16")
+            raise UsageError(f"--weights {dtype}: the transformers engine (--engine hf) runs fp32 or bf16")
         # Prompts as our engine builds them (`ChatTokenizer`: a document's "<|im_end|>" stays
         # text, where transformers' template would read it as the control token). Read
         # first: a damaged tokenizer.json is said in one line naming it, not as
@@ -39,7 +39,7 @@ class HFBackend:
             # transformers' several-line "couldn't instantiate the backend tokenizer"
             if (Path(model_dir) / "tokenizer.json").is_file():
                 raise
-            raise InputError(no_tokenizer(model_dir)) from None
+            raise UsageError(no_tokenizer(model_dir)) from None
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
@@ -66,7 +66,7 @@ class HFBackend:
         if self.chat is not None and self.chat.chat_template:
             return self.chat.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
         if not getattr(self.tokenizer, "chat_template", None):  # transformers' is a multi-line ValueError
-            raise InputError(NO_CHAT_TEMPLATE)
+            raise UsageError(NO_CHAT_TEMPLATE)
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                  **(template_kwargs or {}))
         # transformers 5 returns a BatchEncoding here, 4.x a list

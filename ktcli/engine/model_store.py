@@ -26,7 +26,7 @@ from pathlib import Path
 
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows
 from ktcli.engine.gguf_meta import architecture, check_architecture, open_gguf, rope_scaling
-from ktcli.errors import InputError, ModelNotInstalledError, UsageError
+from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
 
 BUNDLED = {
@@ -111,7 +111,7 @@ def _check_shards(folder: Path, what: str) -> None:
     missing = sorted(n for n in _indexed_weights(folder) or () if not (folder / n).is_file())
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise InputError(f"{what}: {missing[0]}{more}, named in {_INDEX}, is missing")
+        raise UsageError(f"{what}: {missing[0]}{more}, named in {_INDEX}, is missing")
 
 
 def _from_hf_cache(repo_id: str) -> Path:
@@ -120,7 +120,9 @@ def _from_hf_cache(repo_id: str) -> Path:
 
         local = snapshot_download(repo_id, local_files_only=True)
     except Exception:  # noqa: BLE001 - every failure here means "not in the local cache"
-        raise ModelNotInstalledError(
+        # the user's --model names a repo this machine does not have: the command line's
+        # to change, as a --model path that does not exist (exit 2)
+        raise UsageError(
             f"model {repo_id} is not in the local Hugging Face cache (ktcli never downloads at run time)"
         ) from None
     return Path(local)
@@ -225,12 +227,12 @@ def ensure_hf_dir(
     try:
         _convert_gguf(source.path, target)
     except OSError as e:  # the cache folder cannot be written (read-only, full)
-        raise InputError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
+        raise CacheError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
                          f"({e.strerror or e}): make it writable, or choose another with --cache-dir") from None
     except Exception as e:  # noqa: BLE001 - safetensors' own error for a full disk or a file size limit
         if "os error" not in str(e):
             raise
-        raise InputError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
+        raise CacheError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
                          f"({str(e).splitlines()[0][:160]}): free space, or choose another with --cache-dir") from None
     _drop_older_conversions(target, cache_dir)
     return target
@@ -282,7 +284,7 @@ def _discard(target: Path) -> None:
     try:
         os.replace(target, aside)
     except OSError as e:
-        raise InputError(f"{target}: a damaged converted model that cannot be removed ({e.strerror or e}); "
+        raise CacheError(f"{target}: a damaged converted model that cannot be removed ({e.strerror or e}); "
                          "delete it and run again") from None
     shutil.rmtree(aside, ignore_errors=True)
 
@@ -460,7 +462,7 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         f = reader.fields.get(f"{arch}.{key}")
         if f is None:
             if default is None:
-                raise InputError(f"{source.path.name}: GGUF metadata lacks {arch}.{key}")
+                raise UsageError(f"{source.path.name}: GGUF metadata lacks {arch}.{key}")
             return default
         return int(f.contents())
 

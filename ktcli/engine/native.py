@@ -28,7 +28,7 @@ from ktcli.engine.tokenizer import load_chat_tokenizer, no_tokenizer
 from ktcli.engine.model_store import model_key
 from ktcli.engine.pack_cache import load_engine_weights
 from ktcli.engine.prefix_store import PrefixStore, prompt_cache_description, store_key
-from ktcli.errors import InputError
+from ktcli.errors import InputError, UsageError
 
 # Default KV budget: room for this many full context windows (`ktcli serve` runs several
 # requests at once; a one-shot ask passes kv_windows=1), capped by a share of the
@@ -170,7 +170,7 @@ class NativeBackend:
         """The tokenizer, for what needs text: a folder without tokenizer.json loads and runs
         on token ids (tests), where a question was an internal AttributeError."""
         if self.tokenizer is None:
-            raise InputError(no_tokenizer(self.model_dir))
+            raise UsageError(no_tokenizer(self.model_dir))
         return self.tokenizer
 
     def count_tokens(self, text: str) -> int:

@@ -7,12 +7,13 @@ import json
 import os
 from pathlib import Path
 
-from ktcli.errors import InputError
+from ktcli.errors import UsageError
 
 
-class DamagedWeightsError(InputError):
+class DamagedWeightsError(UsageError):
     """A safetensors file shorter than its header says, or otherwise unreadable: a copy or
-    conversion cut short. Callers that made the file (the caches) make it again."""
+    conversion cut short. Callers that made the file (the caches) make it again; one that
+    reaches the user is the --model's, a usage error as its damaged config.json is."""
 
 
 def read_header(path: Path) -> tuple[dict, int]:

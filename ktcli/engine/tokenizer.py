@@ -13,7 +13,7 @@ from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
 
-from ktcli.errors import InputError, UsageError
+from ktcli.errors import UsageError
 
 
 class ChatTemplateError(UsageError):
@@ -65,7 +65,7 @@ class ChatTokenizer:
         folder = Path(folder)
         path = folder / "tokenizer.json"
         if not path.is_file():
-            raise InputError(no_tokenizer(folder))
+            raise UsageError(no_tokenizer(folder))
         try:
             self.tok = Tokenizer.from_file(str(path))
         except Exception as e:  # noqa: BLE001 - `tokenizers` raises a bare Exception for a file it cannot parse
@@ -127,7 +127,7 @@ class ChatTokenizer:
         from jinja2.exceptions import TemplateError
 
         if not self.chat_template:
-            raise InputError(NO_CHAT_TEMPLATE)
+            raise UsageError(NO_CHAT_TEMPLATE)
         try:
             template = _compile(self.chat_template)
         except TemplateError as e:

@@ -17,7 +17,7 @@ from ktcli.engine import int8_gemv
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.rope import interleave_permutation
 from ktcli.engine.safetensors_header import DamagedWeightsError, read_header
-from ktcli.errors import InputError
+from ktcli.errors import UsageError
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int8": torch.uint8}
 
@@ -87,7 +87,7 @@ class TensorReader:
             files = [p.name for p in sorted(folder.glob("*.safetensors"))]
         if not files:
             bins = any(folder.glob("*.bin"))
-            raise InputError(f"{folder}: no .safetensors weights" + (
+            raise UsageError(f"{folder}: no .safetensors weights" + (
                 " (its PyTorch .bin weights: run it with --engine hf, or save it as safetensors)" if bins else ""))
         return cls([folder / f for f in files])
 
@@ -99,7 +99,7 @@ class TensorReader:
 
     def get(self, name: str) -> torch.Tensor:
         if name not in self._where:
-            raise InputError(f"weights lack tensor {name}")
+            raise UsageError(f"weights lack tensor {name}")
         path, base, info = self._where[name]
         dtype = _ST_DTYPES.get(info["dtype"])
         if dtype is None:
@@ -143,7 +143,7 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: 
     """`device`: each tensor is cast and moved on its own, so host memory holds at most
     one layer's worth of staging copies."""
     if weights not in DTYPES:
-        raise InputError(f"--weights {weights}: choose one of {', '.join(DTYPES)}")
+        raise UsageError(f"--weights {weights}: choose one of {', '.join(DTYPES)}")
     dtype = DTYPES[weights]
     device = torch.device(device)
     r = TensorReader.of_folder(Path(folder))
@@ -152,10 +152,10 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: 
 
     if dtype == torch.uint8:
         if device.type != "cpu":
-            raise InputError("--weights int8 runs on the CPU only (on a GPU use bf16)")
+            raise UsageError("--weights int8 runs on the CPU only (on a GPU use bf16)")
         misfit = int8_gemv.misfit_width(cfg)
         if misfit is not None:
-            raise InputError(f"--weights int8 needs layer widths that are multiples of {int8_gemv.GROUP} "
+            raise UsageError(f"--weights int8 needs layer widths that are multiples of {int8_gemv.GROUP} "
                              f"(this model has {misfit}); use bf16")
 
     def mat(t: torch.Tensor) -> torch.Tensor:

@@ -168,11 +168,11 @@ def test_models_the_engines_cannot_load_are_one_line(cache, tmp_path):
                           "partial_rotary_factor 0.5) are not supported by the ktcli engine; --engine hf runs")
     bare = _tiny(tmp_path, "bare", tokenizer=False)
     for engine in ("ktcli", "hf"):
-        assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(bare), "--engine", engine], cache), 3,
+        assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(bare), "--engine", engine], cache), 2,
                               f"no tokenizer in {bare} (tokenizer.json)")
     plain = _tiny(tmp_path, "plain")
     for engine in ("ktcli", "hf"):
-        assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(plain), "--engine", engine], cache), 3,
+        assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(plain), "--engine", engine], cache), 2,
                               "this model has no chat template")
 
 
@@ -183,7 +183,7 @@ def test_a_shard_the_index_names_that_is_missing_is_named(cache, tmp_path):
         "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
     for command in (["plan"], ["ask"], ["ask", "--engine", "hf"]):
         proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(folder)], cache)
-        assert_one_line_error(proc, 3, "model-00002-of-00002.safetensors, named in model.safetensors.index.json, "
+        assert_one_line_error(proc, 2, "model-00002-of-00002.safetensors, named in model.safetensors.index.json, "
                                        "is missing")
 
 
@@ -213,8 +213,20 @@ def test_bad_model_fails_before_reading_input(cache, tmp_path):
 
 
 def test_repo_id_not_in_local_cache(cache):
+    """A usage error (2), as a --model path that does not exist: it was 1."""
     proc = run_ktcli(["ask", str(LONG_TEXT), "q", "--model", "nobody/not-a-model"], cache)
-    assert_one_line_error(proc, 1, "not in the local Hugging Face cache")
+    assert_one_line_error(proc, 2, "not in the local Hugging Face cache")
+
+
+def test_a_model_folder_with_weights_cut_short_is_a_usage_error(cache, tmp_path):
+    """Every other problem of the --model folder was exit 2; its truncated
+    model.safetensors was 3, an input error."""
+    folder = _tiny(tmp_path)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    for command in (["plan"], ["ask"]):
+        proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(folder)], cache)
+        assert_one_line_error(proc, 2, f"{weights}: cut short")
 
 
 def test_full_mode_that_cannot_fit(cache):

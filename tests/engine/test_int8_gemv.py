@@ -10,7 +10,7 @@ import torch
 from ktcli.engine import int8_gemv
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.native import NativeBackend
-from ktcli.errors import InputError
+from ktcli.errors import UsageError
 
 
 def _weights(n: int, k: int, seed: int = 0) -> torch.Tensor:
@@ -139,10 +139,10 @@ def test_int8_weights_refuse_a_gpu_and_partial_blocks(tiny_models):
     from ktcli.engine.weights import load_weights
 
     folder = tiny_models["llama"]
-    with pytest.raises(InputError, match="CPU only"):
+    with pytest.raises(UsageError, match="CPU only"):
         load_weights(folder, load_config(folder), "int8", device="meta")
     narrow = dataclasses.replace(load_config(folder), intermediate_size=100)
-    with pytest.raises(InputError, match="multiples of 32 .this model has 100"):
+    with pytest.raises(UsageError, match="multiples of 32 .this model has 100"):
         load_weights(folder, narrow, "int8")
 
 

@@ -13,7 +13,7 @@ from ktcli.engine import model_store
 from ktcli.engine.model_store import ModelSource, converted_dir, ensure_hf_dir, is_converted
 from ktcli.engine.safetensors_header import DamagedWeightsError
 from ktcli.engine.weights import TensorReader
-from ktcli.errors import InputError, UsageError
+from ktcli.errors import CacheError, UsageError
 
 
 def _fake_convert(calls: list[Path]):
@@ -79,10 +79,12 @@ def test_a_conversion_with_a_damaged_config_or_tokenizer_is_converted_again(sour
 
 
 def test_a_cache_folder_that_cannot_be_written_is_one_line(source, tmp_path):
+    """A runtime failure (exit 1): it was an input error (3), which the input is not."""
     blocked = tmp_path / "blocked"
     blocked.write_text("")  # a file where the cache folder should be: nothing can be made under it
-    with pytest.raises(InputError, match="cannot convert tiny.gguf into the cache folder"):
+    with pytest.raises(CacheError, match="cannot convert tiny.gguf into the cache folder") as caught:
         ensure_hf_dir(source, blocked / "cache")
+    assert caught.value.exit_code == 1
     assert not converted_dir(source, blocked / "cache").exists()
 
 
