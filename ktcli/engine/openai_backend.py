@@ -17,7 +17,7 @@ from functools import lru_cache
 from ktcli.config import Settings
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.detokenize import StopStrings
-from ktcli.engine.openai_http import HttpClient, ServerStatusError, StreamCutOffError, StreamTimeoutError
+from ktcli.engine.openai_http import Endpoint, HttpClient, ServerStatusError, StreamCutOffError, StreamTimeoutError
 from ktcli.errors import BackendError, UsageError
 from ktcli.types import ModelFacts
 
@@ -32,6 +32,10 @@ SERVER_STOPS = 4  # the most stop strings OpenAI's API accepts
 # Keys servers use for the context window in /v1/models entries: vLLM and SGLang say
 # max_model_len; ktcli serve also says context_window; llama.cpp puts n_ctx_train in meta.
 WINDOW_KEYS = ("max_model_len", "context_window", "context_length", "max_context_length")
+# /v1/models is the first call to the server: any working one lists its models at once, so
+# one that took the connection and says nothing for this long (a wrong port, a stuck
+# proxy) is said now, not after the request timeout (600 s) meant for answers.
+PROBE_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,12 @@ class ServedModel:
 def client_for(settings: Settings) -> HttpClient:
     key = settings.api_key or os.environ.get("OPENAI_API_KEY", "")
     return HttpClient(settings.base_url, key, timeout_s=settings.request_timeout)
+
+
+def server_address(settings: Settings) -> str:
+    """The server as the status and errors name it; a --base-url that is no URL is refused
+    here (a usage error)."""
+    return Endpoint.parse(settings.base_url).display
 
 
 def _window_of(entry: dict) -> int:
@@ -64,7 +74,7 @@ def discover_model(client: HttpClient, requested: str, window_flag: int, default
     and the server serves something else, the server's first model is used."""
     missing = False
     try:
-        listing = client.get_json("/models")
+        listing = client.get_json("/models", timeout_s=PROBE_TIMEOUT_S)
     except ServerStatusError as e:
         if e.status != 404:
             raise

@@ -23,6 +23,10 @@ RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 RESET_ERRORS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError, http.client.RemoteDisconnected)
 # A refused connection is retried only briefly: a server that is not there rarely appears.
 REFUSED_ATTEMPTS = 3
+# A connection takes milliseconds on a LAN and a second across the world: a host that
+# drops the packets (a firewall, a wrong address) is said after this, not after the
+# request timeout, which is there for a long prompt's prefill (600 s by default).
+CONNECT_TIMEOUT_S = 10.0
 
 
 class ServerUnreachableError(BackendError):
@@ -68,7 +72,10 @@ class Endpoint:
     def parse(cls, base_url: str) -> "Endpoint":
         if not base_url:
             raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1) or KTCLI_BASE_URL")
-        parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+        try:
+            parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
+        except ValueError as e:  # "http://[::1": "Invalid IPv6 URL" was an internal error
+            raise UsageError(f"--base-url {base_url!r}: not a URL ({e})") from None
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise UsageError(f"--base-url {base_url!r}: give an http:// or https:// URL")
         path = parts.path.rstrip("/")
@@ -86,7 +93,8 @@ class Endpoint:
 
     @property
     def display(self) -> str:
-        return f"{self.scheme}://{self.host}:{self.port}{self.prefix}"
+        host = f"[{self.host}]" if ":" in self.host else self.host  # an IPv6 address, as a URL writes it
+        return f"{self.scheme}://{host}:{self.port}{self.prefix}"
 
 
 def error_message(body: bytes) -> str:
@@ -111,11 +119,12 @@ def error_message(body: bytes) -> str:
 
 class HttpClient:
     def __init__(self, base_url: str, api_key: str = "", *, timeout_s: float = 600.0,
-                 read_timeout_s: float | None = None, max_attempts: int = 6, backoff_s: float = 0.5,
-                 max_backoff_s: float = 8.0) -> None:
+                 read_timeout_s: float | None = None, connect_timeout_s: float = CONNECT_TIMEOUT_S,
+                 max_attempts: int = 6, backoff_s: float = 0.5, max_backoff_s: float = 8.0) -> None:
         self.endpoint = Endpoint.parse(base_url)
         self.api_key = api_key
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
         # A long prompt's prefill can keep a server silent for minutes before its first
         # token: by default only the total budget bounds a wait, not a shorter idle limit.
         self.read_timeout_s = read_timeout_s or timeout_s
@@ -126,8 +135,10 @@ class HttpClient:
 
     # -- public ---------------------------------------------------------------------
 
-    def get_json(self, path: str, *, root: bool = False) -> dict:
-        return self._json("GET", self._path(path, root), None)
+    def get_json(self, path: str, *, root: bool = False, timeout_s: float | None = None) -> dict:
+        """`timeout_s`: a shorter wait than the request timeout, for a call any working
+        server answers at once (a probe)."""
+        return self._json("GET", self._path(path, root), None, timeout_s)
 
     def post_json(self, path: str, body: dict, *, root: bool = False) -> dict:
         """`root`: the path is beside the API prefix (vLLM's /tokenize), not under it."""
@@ -158,8 +169,8 @@ class HttpClient:
     def _path(self, path: str, root: bool = False) -> str:
         return (self.endpoint.root if root else self.endpoint.prefix) + path
 
-    def _json(self, method: str, path: str, body: dict | None) -> dict:
-        deadline = time.monotonic() + self.timeout_s
+    def _json(self, method: str, path: str, body: dict | None, timeout_s: float | None = None) -> dict:
+        deadline = time.monotonic() + min(self.timeout_s, timeout_s or self.timeout_s)
         conn, resp = self._open(method, path, body, deadline)
         try:
             raw = resp.read()
@@ -195,8 +206,9 @@ class HttpClient:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
-            conn = self._connection(min(self.read_timeout_s, remaining))
+            conn = self._connection(min(self.connect_timeout_s, remaining))
             try:
+                self._connect(conn, remaining)
                 conn.request(method, path, body=payload, headers=self._headers(payload))
                 resp = conn.getresponse()
             except ConnectionRefusedError:
@@ -211,10 +223,17 @@ class HttpClient:
             except socket.gaierror as e:
                 conn.close()
                 raise ServerUnreachableError(f"cannot reach the server at {self.endpoint.display}: {e.strerror or e}") from None
+            except _ConnectTimedOut:
+                conn.close()
+                raise ServerUnreachableError(
+                    f"cannot reach the server at {self.endpoint.display}: no connection within "
+                    f"{_seconds(min(self.connect_timeout_s, remaining))} (is the address right, and the port open?)"
+                ) from None
             except TimeoutError:
                 conn.close()
                 raise ServerUnreachableError(
-                    f"the server at {self.endpoint.display} did not answer within {min(self.read_timeout_s, remaining):.0f}s"
+                    f"the server at {self.endpoint.display} accepted the connection but did not answer within "
+                    f"{_seconds(min(self.read_timeout_s, remaining))} ({method} {path})"
                 ) from None
             except RESET_ERRORS:
                 conn.close()
@@ -234,6 +253,16 @@ class HttpClient:
             f"the server at {self.endpoint.display} did not give an answer after {self.max_attempts} attempts "
             f"within {self.timeout_s:.0f}s (connection resets or overload)"
         )
+
+    def _connect(self, conn: http.client.HTTPConnection, remaining: float) -> None:
+        """Connect within the connect timeout, then leave the response the longer wait (up
+        to the deadline): a prefill may keep a working server silent for minutes, a
+        connection never takes that long."""
+        try:
+            conn.connect()
+        except TimeoutError:
+            raise _ConnectTimedOut from None
+        conn.sock.settimeout(min(self.read_timeout_s, remaining))
 
     def _sleep(self, attempt: int, retry_after: str | None, deadline: float) -> bool:
         """Back off before the next attempt; False when the deadline leaves no room."""
@@ -261,6 +290,14 @@ class HttpClient:
         if status == 404:
             return ServerStatusError(f"the server at {where} has no {path} (HTTP 404): is --base-url right?", status)
         return ServerStatusError(f"the server at {where} answered HTTP {status}: {msg}", status)
+
+
+class _ConnectTimedOut(Exception):
+    """No connection within the connect timeout (told apart from a response's wait)."""
+
+
+def _seconds(s: float) -> str:
+    return f"{round(s, 1):g}s"
 
 
 def _read_quietly(resp: http.client.HTTPResponse) -> bytes:

@@ -223,14 +223,25 @@ def planned_weights(settings: Settings) -> str:
     return AUTO_WEIGHTS["cuda" if _on_gpu(settings) else "cpu"]
 
 
+def _server(settings: Settings) -> str:
+    """The OpenAI-compatible server's address (its URL checked), or "" for a local model."""
+    if settings.backend != "openai":
+        return ""
+    from ktcli.engine.openai_backend import server_address
+
+    return server_address(settings)
+
+
 def prepare(
     paths: list[str], question: str, task: str, settings: Settings, reporter: Reporter,
     stdin_text: str | None = None,
 ) -> Prepared:
     if task == "ask" and not question.strip():
         raise UsageError("the question is empty")
-    if settings.backend == "local":
-        resolve_model(settings.model, settings.named("model"))  # a mistyped --model fails now, not after reading a large folder
+    # A mistyped --model or a --base-url that is no URL fails now, not after reading a large folder.
+    server = _server(settings)
+    if not server:
+        resolve_model(settings.model, settings.named("model"))
     reporter.status("reading input")
     started = time.perf_counter()
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
@@ -250,6 +261,8 @@ def prepare(
     # Documents have distinct paths (load_corpus drops a file named twice).
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
                            for d, n in zip(corpus.documents, doc_tokens))
+    if server:  # its first call: a server slow to answer is not a silence after "reading input"
+        reporter.status(f"contacting {server}")
     facts = planning_facts(settings)
     _refuse_what_the_engine_cannot_run(settings, facts)
     tokenizer = _model_tokenizer(settings, facts, estimate) or _tokenizer_for_cached_pages(task, settings)

@@ -117,6 +117,58 @@ def test_unreachable_server_fails_fast():
     assert time.monotonic() - started < 3
 
 
+def test_a_base_url_that_is_no_url_is_a_usage_error():
+    """`--base-url 'http://[::1'` was "internal error: ValueError: Invalid IPv6 URL"."""
+    with pytest.raises(UsageError, match=r"--base-url 'http://\[::1': not a URL \(Invalid IPv6 URL\)"):
+        Endpoint.parse("http://[::1")
+    assert Endpoint.parse("http://[::1]:8000/v1").display == "http://[::1]:8000/v1"
+
+
+def test_a_server_that_takes_the_connection_and_never_answers_is_said_at_the_probe(monkeypatch):
+    """Accepted, then silent (a wrong port, a stuck proxy): the first call waited out the
+    600 s request timeout, with nothing said after "reading input"."""
+    from ktcli.engine import openai_backend
+
+    monkeypatch.setattr(openai_backend, "PROBE_TIMEOUT_S", 0.5)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel completes the connection; nothing reads or answers
+        client = HttpClient(f"http://127.0.0.1:{silent.getsockname()[1]}/v1", timeout_s=600)
+        started = time.monotonic()
+        with pytest.raises(ServerUnreachableError, match=r"accepted the connection but did not answer within 0.5s "
+                                                         r"\(GET /v1/models\)"):
+            discover_model(client, "fake-model", 0, "smollm2")
+    assert time.monotonic() - started < 3
+
+
+def test_a_connection_that_is_never_made_is_said_after_the_connect_timeout():
+    """A host that drops the packets: the connect waited as long as an answer may (600 s)."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        address = full.getsockname()
+        queued = []
+        try:
+            for _ in range(8):  # fill the accept queue: Linux then drops the next SYNs
+                probe = socket.socket()
+                queued.append(probe)
+                probe.settimeout(0.3)
+                try:
+                    probe.connect(address)
+                except TimeoutError:
+                    break
+            else:
+                pytest.skip("this system does not drop connections past a full accept queue")
+            client = HttpClient(f"http://{address[0]}:{address[1]}/v1", timeout_s=600, connect_timeout_s=0.5)
+            started = time.monotonic()
+            with pytest.raises(ServerUnreachableError, match="no connection within 0.5s"):
+                client.get_json("/models")
+            assert time.monotonic() - started < 3
+        finally:
+            for probe in queued:
+                probe.close()
+
+
 def test_refused_key():
     with FakeOpenAI(key="right") as fake:
         with pytest.raises(AuthError, match="refused the API key"):
@@ -289,6 +341,17 @@ def test_cli_keeps_a_cut_off_answer(tmp_path):
     assert as_json.returncode == 1
     payload = json.loads(as_json.stdout)
     assert payload == {"answer": "The answer ", "incomplete": True, "error": payload["error"]}
+
+
+def test_cli_says_which_server_it_contacts_before_the_first_call(tmp_path):
+    from tests.serve.helpers import run_cli
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text("Some text.\n")
+    with FakeOpenAI() as fake:
+        done = run_cli(["plan", str(doc), "What?", "--backend", "openai", "--base-url", fake.url], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert f"contacting {fake.url.rstrip('/')}" in done.stderr
 
 
 def test_cli_refused_key_is_one_line(tmp_path):
