@@ -165,6 +165,32 @@ def config_file_path() -> Path:
     return Path(env) if env else Path(platformdirs.user_config_dir("ktcli")) / "config.toml"
 
 
+# No config is this long; a device named by mistake (/dev/zero) would be read forever.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+def _config_text(path: Path, named: bool) -> str | None:
+    """The config file's text, or None where there is none. Whatever can be read is read,
+    not only a regular file: KTCLI_CONFIG=/dev/null (no config, as usual for a Unix tool)
+    and a FIFO such as bash's <(echo 'top_k = 3') were refused as "no such file".
+    `named`: the user named it (KTCLI_CONFIG), so its absence is an error."""
+    if not path.exists() or path.is_dir():
+        if named:  # a file the user named and we cannot read must not leave them on the defaults unawares
+            raise UsageError(f"KTCLI_CONFIG={path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
+        return None
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_CONFIG_BYTES + 1)
+    except OSError as e:
+        raise UsageError(f"config file {path}: {e.strerror or e}") from None
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise UsageError(f"config file {path}: over {MAX_CONFIG_BYTES >> 20} MiB, which no config file is")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UsageError(f"config file {path}: not UTF-8 text (byte {e.start:,}); TOML files are UTF-8") from None
+
+
 def load_settings(flags: dict[str, object] | None = None) -> Settings:
     """Defaults, overlaid by the config file, then KTCLI_* variables, then non-None flags."""
     base = Settings()
@@ -173,15 +199,11 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
 
     origins: dict[str, str] = {}  # where each value came from, for the errors that name it
     path = config_file_path()
-    if os.environ.get("KTCLI_CONFIG") and not path.is_file():
-        # A file the user named and we cannot read must not leave them on the defaults unawares.
-        raise UsageError(f"KTCLI_CONFIG={path}: {'a folder, not a file' if path.is_dir() else 'no such file'}")
-    if path.is_file():
+    text = _config_text(path, named=bool(os.environ.get("KTCLI_CONFIG")))
+    if text is not None:
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as e:
-            raise UsageError(f"config file {path}: not UTF-8 text (byte {e.start:,}); TOML files are UTF-8") from None
-        except (OSError, tomllib.TOMLDecodeError) as e:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
             raise UsageError(f"config file {path}: {e}") from None
         for key, raw in data.items():
             if key not in known:

@@ -97,6 +97,35 @@ def test_a_named_config_file_that_is_missing_is_an_error(tmp_path, monkeypatch):
         load_settings()
 
 
+def test_a_config_that_is_no_regular_file_is_read(tmp_path, monkeypatch):
+    """KTCLI_CONFIG=/dev/null (no config) and a FIFO (bash's <(echo 'top_k = 3')) were
+    refused as "no such file"."""
+    import threading
+
+    monkeypatch.setenv("KTCLI_CONFIG", os.devnull)
+    assert load_settings().top_k == load_settings({}).top_k
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write("top_k = 3\n")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    monkeypatch.setenv("KTCLI_CONFIG", str(fifo))
+    assert load_settings().top_k == 3
+    writer.join(5)
+
+
+def test_a_config_file_past_any_config_size_is_refused(tmp_path, monkeypatch):
+    """Now that a device can be named, one that never ends (a mistaken /dev/zero) is not
+    read forever."""
+    use_config(tmp_path, monkeypatch, "# padding\n" * 200_000)
+    with pytest.raises(UsageError, match="over 1 MiB, which no config file is"):
+        load_settings()
+
+
 def test_errors_name_where_the_value_came_from(tmp_path, monkeypatch):
     cfg = use_config(tmp_path, monkeypatch, "top_k = 0\n")
     with pytest.raises(UsageError, match=rf"^top_k in {re.escape(str(cfg))} 0: must be at least 1"):
