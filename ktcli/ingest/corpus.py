@@ -102,11 +102,31 @@ def _nothing_left(arg: str, skipped: list[Skipped]) -> str:
     if not skipped:
         return f"{arg}: the folder holds no files to read"
     reasons = Counter(_reason_kind(s.reason) for s in skipped)
-    summary = ", ".join(f"{n} {reason}" for reason, n in reasons.most_common(4))
+    summary = ", ".join(_counted(n, reason) for reason, n in reasons.most_common(4))
     if len(reasons) > 4:
         summary += ", ..."
     entries = "entry was" if len(skipped) == 1 else f"{len(skipped)} entries were"
     return f"{arg}: nothing left to read; {'the' if len(skipped) == 1 else 'all'} {entries} skipped ({summary})"
+
+
+# The nouns reasons name their entries by, made plural by a count ("2 symlink inside the
+# folder" was said); a reason that is an adjective ("binary", "gitignored") reads as it is.
+_PLURALS = {"symlink": "symlinks", "folder": "folders", "file": "files", "lockfile": "lockfiles",
+            "environment": "environments"}
+
+
+def _counted(n: int, kind: str) -> str:
+    """"2 symlinks inside the folder", "1 unreadable folder", "3 lockfiles" (of "a lockfile")."""
+    words = kind.split(" ")
+    if len(words) > 1 and words[0] in ("a", "an"):
+        words = words[1:]
+    if n != 1:
+        # the first noun that is the entries' own ("not a regular file" stays as it is)
+        for i, word in enumerate(words):
+            if word in _PLURALS and (i == 0 or words[i - 1] not in ("a", "an")):
+                words[i] = _PLURALS[word]
+                break
+    return f"{n:,} {' '.join(words)}"
 
 
 def _reason_kind(reason: str) -> str:

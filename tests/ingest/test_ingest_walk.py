@@ -215,6 +215,18 @@ def test_nothing_left_is_one_clear_line(write, tmp_path: Path) -> None:
     assert "3 gitignored" in message and "1 binary" in message
 
 
+def test_nothing_left_counts_in_plurals(write, tmp_path: Path) -> None:
+    """It said "2 symlink inside the folder"."""
+    write("r/sub/.gitignore", "*\n")  # the targets, left out themselves
+    write("r/sub/a.txt", "x\n")
+    for name in ("one", "two"):
+        (tmp_path / "r" / name).symlink_to(tmp_path / "r" / "sub" / "a.txt")
+    with pytest.raises(InputError) as info:
+        walk(tmp_path / "r")
+    assert "2 symlinks inside the folder" in str(info.value)
+    assert "2 gitignored" in str(info.value)  # an adjective, as it was
+
+
 def test_empty_folder(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(InputError, match="holds no files"):
