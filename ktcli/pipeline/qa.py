@@ -43,7 +43,8 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; using retrieval"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
         # Windows of evidence as a retrieval plan has them, not the whole input's size.
-        room = evidence_room(backend.context_window, plan.question_tokens, params.max_new_tokens, evidence_cap("ask"))
+        room = evidence_room(backend.context_window, plan.question_tokens, params.max_new_tokens, evidence_cap("ask"),
+                             "ask")
         plan = replace(plan, mode=Mode.RETRIEVAL, top_k=settings.top_k, n_chunks=len(prep.chunks),
                        evidence_budget=room, reasons=(switched,))
     return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)

@@ -49,7 +49,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
         # Windows of a read in parts, not the whole input's size.
-        room = evidence_room(backend.context_window, 0, params.max_new_tokens, evidence_cap("summarize"))
+        room = evidence_room(backend.context_window, 0, params.max_new_tokens, evidence_cap("summarize"), "summarize")
         plan = replace(plan, mode=Mode.RETRIEVAL, evidence_budget=room, reasons=(switched,))
 
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}

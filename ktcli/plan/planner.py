@@ -430,20 +430,36 @@ def _estimated_chunks(req: PlanRequest) -> int:
     return max(req.n_documents, math.ceil(req.corpus_tokens / stride))
 
 
-def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int, cap: int) -> int:
+# The least window a read in parts can use: the prompt, notes in, notes out, 256 tokens
+# of evidence and a few of question.
+SMALLEST_PARTS_WINDOW = PROMPT_OVERHEAD_TOKENS + 2 * MEMORY_TOKENS + 256 + 16
+
+
+def _window_too_small(context_window: int, task: str) -> str:
+    if task == "summarize":
+        return (f"the {context_window:,}-token window is too small to read the input in parts: each part needs "
+                f"~{PROMPT_OVERHEAD_TOKENS} tokens of prompt, {MEMORY_TOKENS} of notes in and as many out and 256+ "
+                "of evidence; give an input that fits whole, or a model with a larger window")
+    # A question's terms: its evidence is retrieved, and its answer budget is what a user
+    # would lower first, which cannot help here (a window that passes notes on writes
+    # MEMORY_TOKENS of them, whatever --max-new-tokens says).
+    return (f"the {context_window:,}-token window is too small to answer from retrieved passages: each window of "
+            f"them needs {SMALLEST_PARTS_WINDOW:,}+ tokens (~{PROMPT_OVERHEAD_TOKENS} of prompt, up to "
+            f"{MEMORY_TOKENS} of notes from the windows before, {MEMORY_TOKENS} for the notes or the answer it writes "
+            "even under a lower --max-new-tokens, the question and 256+ of evidence); raise --context-window, use "
+            "a model with a larger window, or give an input that fits whole")
+
+
+def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int, cap: int, task: str) -> int:
     """Evidence tokens one window of a read in parts holds: the window less the prompt,
     the notes passed in, the question and what the call writes, which is the answer or,
     in every window but an answer's last, new notes (MEMORY_TOKENS): with
     --max-new-tokens 64 a summary's map steps wrote 384 tokens of notes into a window
-    planned for 64, past its end. At most `cap`."""
+    planned for 64, past its end. At most `cap`. `task`: whose terms a refusal is in."""
     written = max(max_new_tokens, MEMORY_TOKENS)
     room = context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - question_tokens - written
-    if context_window - PROMPT_OVERHEAD_TOKENS - 2 * MEMORY_TOKENS < 256 + 16:  # whatever the question and answer
-        raise UsageError(
-            f"the {context_window:,}-token window is too small to read the input in parts: each part needs "
-            f"~{PROMPT_OVERHEAD_TOKENS} tokens of prompt, {MEMORY_TOKENS} of notes in and as many out, the question "
-            "and 256+ of evidence; give an input that fits whole, or a model with a larger window"
-        )
+    if context_window < SMALLEST_PARTS_WINDOW:  # whatever the question and answer
+        raise UsageError(_window_too_small(context_window, task))
     if room < 256:
         # Name what takes the room: a 2-token question was blamed for a 100K-token answer budget.
         taken = {"the answer budget (--max-new-tokens)": max_new_tokens, "the question": question_tokens,
@@ -481,7 +497,8 @@ def _windows_packed(evidence: int, passages: int, budget: int) -> int:
 
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     n_chunks = _estimated_chunks(req)
-    room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window)
+    room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window,
+                         req.task)
     # Chunks are cut in estimate tokens: this input's own ratio says what one costs the model
     # (a 4,000-token chunk of a CSV of numbers was 9,871 model tokens, sent into 8,192).
     per_estimate = max(req.tokens_per_estimate, MODEL_TOKENS_PER_ESTIMATE)

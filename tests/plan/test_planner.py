@@ -305,8 +305,23 @@ def test_a_small_window_reads_what_fits_and_says_why_parts_cannot_be_read():
     assert plan.mode is Mode.FULL
     assert make_plan(req(corpus_tokens=40, question_tokens=4, max_new_tokens=16, n_chunks=1, mode="full"),
                      small, RATES).mode is Mode.FULL
-    with pytest.raises(UsageError, match="^the 512-token window is too small to read the input in parts"):
+    with pytest.raises(UsageError, match="^the 512-token window is too small to answer from retrieved passages"):
         make_plan(req(corpus_tokens=5_000, question_tokens=4, max_new_tokens=16), small, RATES)
+    with pytest.raises(UsageError, match="^the 512-token window is too small to read the input in parts"):
+        make_plan(req(task="summarize", corpus_tokens=5_000, question_tokens=0, max_new_tokens=16), small, RATES)
+
+
+def test_a_window_too_small_for_retrieval_is_said_in_a_questions_terms():
+    """`ask --context-window 1000 --mode retrieval` was told of "384 of notes in and as
+    many out", a summary's words, and not whether a lower --max-new-tokens would help
+    (it cannot: a window that passes notes on writes 384 tokens of them)."""
+    with pytest.raises(UsageError) as caught:
+        make_plan(req(corpus_tokens=5_000, question_tokens=4, max_new_tokens=64, mode="retrieval"),
+                  replace(SMOL, context_window=1000), RATES)
+    message = str(caught.value)
+    assert message.startswith("the 1,000-token window is too small to answer from retrieved passages")
+    assert "even under a lower --max-new-tokens" in message and "raise --context-window" in message
+    assert "read the input in parts" not in message
 
 
 def test_retrieval_keeps_the_kv_dtype_and_policy_asked_for():
