@@ -310,6 +310,25 @@ def parse_rope_scaling(spec: str) -> tuple[str, float] | None:
     return kind, f
 
 
+def _canonical_spelling(settings: Settings) -> Settings:
+    """The word settings in their one lower-case spelling where that is a choice: `--kv-dtype
+    INT8` and `KTCLI_MODE=FULL` were refused, while `--device ' CPU '` was taken. What no
+    spelling makes a choice is left as typed, for its error to quote."""
+    changes = {}
+    for name, choices in _CHOICES.items():
+        value = getattr(settings, name)
+        if value.strip().lower() in choices:
+            changes[name] = value.strip().lower()
+    attention = settings.attention.strip().lower()
+    try:
+        if attention == "auto" or parse_attention(attention):
+            changes["attention"] = attention
+    except ValueError:
+        pass
+    changes["device"] = settings.device.strip().lower()  # which validate() takes in any case
+    return replace(settings, **changes)
+
+
 def validate(settings: Settings, origins: dict[str, str] | None = None) -> Settings:
     """Reject values no command can use, before any work starts (a dry-run `plan` never
     loads the engine, which would otherwise be the first to notice). `origins`: where
@@ -317,6 +336,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
     otherwise."""
     if origins:
         settings = replace(settings, origins=tuple(origins.items()))
+    settings = _canonical_spelling(settings)
     named = settings.named
 
     for name, choices in _CHOICES.items():

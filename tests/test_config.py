@@ -370,3 +370,16 @@ def test_exclude_from_a_flag_the_environment_or_the_config_file(tmp_path, monkey
         load_settings()
     with pytest.raises(UsageError, match=r"--exclude '': matches nothing"):
         load_settings({"exclude": [""]})
+
+
+def test_word_choices_are_taken_in_any_case(tmp_path, monkeypatch):
+    """`--kv-dtype INT8` and KTCLI_MODE=FULL were refused, while `--device ' CPU '` was
+    taken; each is kept in its one lower-case spelling."""
+    use_config(tmp_path, monkeypatch, 'outline = "Always"\n')
+    monkeypatch.setenv("KTCLI_MODE", "FULL")
+    s = load_settings({"kv_dtype": "INT8", "attention": "TopK:4", "device": " CPU ", "engine": "KTCLI"})
+    assert (s.mode, s.kv_dtype, s.attention, s.device, s.engine, s.outline) == \
+        ("full", "int8", "topk:4", "cpu", "ktcli", "always")
+    with pytest.raises(UsageError, match="--mode 'BOGUS': choose"):  # a refusal quotes what was typed
+        load_settings({"mode": "BOGUS"})
+
