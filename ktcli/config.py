@@ -91,6 +91,10 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
         if isinstance(like, int):
             if isinstance(raw, float) and not raw.is_integer():
                 raise ValueError("a fraction")  # int(1.7) would quietly make it 1
+            if isinstance(raw, float) and abs(raw) > _EXACT_FLOAT_INTS:
+                # a config file's 1e30 was an answer budget of "1,000,000,000,000,000,019,884,624,838,656":
+                # no whole number, as KTCLI_MAX_NEW_TOKENS=1e30 and the flag's 1e23 are not
+                raise ValueError("past a float's whole numbers")
             return int(raw)  # type: ignore[arg-type]
         if isinstance(like, float):
             value = float(raw)  # type: ignore[arg-type]
@@ -117,6 +121,8 @@ def _patterns(raw: object) -> tuple[str, ...]:
     raise ValueError(raw)
 
 
+# Past this a float holds no exact whole number (2**53).
+_EXACT_FLOAT_INTS = 2**53
 # Whole-number settings that are sizes in bytes: a unit may follow the number.
 BYTE_SIZES = frozenset({"max_file_bytes"})
 _TRUE = frozenset({"1", "true", "yes", "on"})

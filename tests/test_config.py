@@ -383,3 +383,13 @@ def test_word_choices_are_taken_in_any_case(tmp_path, monkeypatch):
     with pytest.raises(UsageError, match="--mode 'BOGUS': choose"):  # a refusal quotes what was typed
         load_settings({"mode": "BOGUS"})
 
+
+
+def test_a_config_number_past_a_floats_whole_numbers_is_refused(tmp_path, monkeypatch):
+    """max_new_tokens = 1e30 was planned as an answer budget of
+    1,000,000,000,000,000,019,884,624,838,656 tokens, float-to-int noise."""
+    path = use_config(tmp_path, monkeypatch, "max_new_tokens = 1e30\n")
+    with pytest.raises(UsageError, match=f"max_new_tokens in {re.escape(str(path))} 1e\\+30: not a whole number"):
+        load_settings()
+    use_config(tmp_path, monkeypatch, "max_new_tokens = 512.0\n")
+    assert load_settings().max_new_tokens == 512
