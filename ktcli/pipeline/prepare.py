@@ -23,7 +23,7 @@ from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
-from ktcli.types import Chunk, Corpus, ModelFacts, Plan
+from ktcli.types import Chunk, Corpus, Mode, ModelFacts, Plan
 
 RATES_FILE = "rates.json"
 SAMPLES_KEY = "recent runs"  # rates.json: each rates key's last RATE_SAMPLES measurements
@@ -307,8 +307,25 @@ def prepare(
         tokens_per_estimate=per_estimate,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
+    _warn_if_chunks_too_small(settings, plan, reporter)
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {}, converts_model=converts)
+
+
+# A question answered from retrieved chunks reads only those: under this many tokens (a
+# line or two) each holds a few words (--chunk-tokens 1 retrieved 8 single tokens of
+# 78,766). Warned, not refused: the run works, and a small chunk is a choice an experiment
+# or a corpus of one-line records may make on purpose.
+MIN_USEFUL_CHUNK_TOKENS = 32
+
+
+def _warn_if_chunks_too_small(settings: Settings, plan: Plan, reporter: Reporter) -> None:
+    """Only where chunks are what the model reads: a summary joins neighbouring chunks up
+    to a window, and a whole read cites by them."""
+    if plan.task == "ask" and plan.mode is Mode.RETRIEVAL and settings.chunk_tokens < MIN_USEFUL_CHUNK_TOKENS:
+        reporter.warn(f"{settings.named('chunk_tokens')} {settings.chunk_tokens}: the {plan.top_k} chunks retrieved "
+                      f"hold ~{settings.chunk_tokens} tokens each, too little to answer from (under "
+                      f"{MIN_USEFUL_CHUNK_TOKENS}; the default is {Settings().chunk_tokens})")
 
 
 def _converts_first(settings: Settings) -> bool:

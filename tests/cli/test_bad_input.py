@@ -584,3 +584,17 @@ def test_a_damaged_model_file_is_named_in_one_line(cache, tmp_path, name, damage
     proc = run_ktcli(["ask", str(doc), "q", "--model", str(folder), "--max-new-tokens", "5"], cache)
     assert_one_line_error(proc, 2, says)
     assert str(folder) in proc.stderr.decode()
+
+
+def test_chunks_too_small_to_answer_from_are_warned(cache):
+    """`--chunk-tokens 1 --mode retrieval` was taken without a word: 78,766 one-token
+    chunks, the top 8 retrieved. Warned (not refused): the run works, and a small chunk
+    may be meant; a summary, which joins neighbouring chunks, is not warned."""
+    said = "--chunk-tokens 8: the "
+    ask = run_ktcli(["plan", str(LONG_TEXT), "What is a list?", "--chunk-tokens", "8", "--mode", "retrieval"], cache)
+    assert ask.returncode == 0 and said in ask.stderr.decode()
+    assert "too little to answer from (under 32" in ask.stderr.decode()
+    fine = run_ktcli(["plan", str(LONG_TEXT), "What is a list?", "--chunk-tokens", "64", "--mode", "retrieval"], cache)
+    assert fine.returncode == 0 and "--chunk-tokens" not in fine.stderr.decode()
+    summary = run_ktcli(["plan", str(LONG_TEXT), "--chunk-tokens", "8", "--mode", "retrieval"], cache)
+    assert summary.returncode == 0 and "--chunk-tokens" not in summary.stderr.decode()
