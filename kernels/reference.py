@@ -49,11 +49,26 @@ DENSE = AttentionPolicy()
 # --------------------------------------------------------------------------------------
 
 
+
+def div_scalar(x: torch.Tensor, d: float) -> torch.Tensor:
+    """x / d, a true (IEEE, round-to-nearest) division on every device.
+
+    Why not ``x / d``: PyTorch on CUDA computes ``tensor / python_number`` as
+    ``tensor * fp32(1 / number)`` (``div_true_kernel_cuda``: "may lose one bit of
+    precision"), while the CPU and the Triton kernels (``tl.math.div_rn``) divide. The
+    reference then disagreed with a correct kernel by one ulp in 74% of int8 key scales
+    and 53% of fp8 page scales on a GPU (review of the GPU side, H1). A 0-dim tensor on
+    x's own device is no CPU scalar, so it takes the division path there; on the CPU the
+    result is the same division as before, bit for bit. ``torch.full`` fills on the
+    device (no host-to-device copy, no sync in the decode loop)."""
+    return x / torch.full((), d, dtype=x.dtype, device=x.device)
+
+
 def quant_error_bound(kind: str, lo: torch.Tensor, hi: torch.Tensor, x: torch.Tensor | None = None) -> torch.Tensor:
     """Largest |x - dequantise(quantise(x))| allowed by the format: ``lo``/``hi`` are the
     group's min/max (int kinds) or ``hi`` the page scale (fp8, with ``x`` the inputs)."""
     if kind in ("int8", "int4"):
-        return (hi - lo) / (2 * qmax_of(kind)) * (1 + 1e-5) + 1e-6 * torch.maximum(lo.abs(), hi.abs())
+        return div_scalar(hi - lo, 2 * qmax_of(kind)) * (1 + 1e-5) + 1e-6 * torch.maximum(lo.abs(), hi.abs())
     if kind == "fp8":
         return torch.maximum(x.abs() * 2.0**-4, hi * 2.0**-10) * (1 + 1e-5)
     raise ValueError(kind)
@@ -61,7 +76,9 @@ def quant_error_bound(kind: str, lo: torch.Tensor, hi: torch.Tensor, x: torch.Te
 
 def asym_codes(x: torch.Tensor, lo: torch.Tensor, scale: torch.Tensor, qmax: int) -> torch.Tensor:
     """Unsigned codes floor((x - lo) / scale + 0.5) in [0, qmax] (0 when scale is 0)."""
-    inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
+    # A tensor division, like div_scalar's: `1.0 / scale` is `reciprocal(scale) * 1.0`, one more
+    # device-specific path (IEEE on both today, but not promised).
+    inv = torch.where(scale > 0, torch.ones_like(scale) / scale, torch.zeros_like(scale))
     return torch.floor((x - lo) * inv + 0.5).clamp_(0, qmax).to(torch.uint8)
 
 
@@ -85,7 +102,7 @@ def quantize_keys(k: torch.Tensor, kind: str, weight: torch.Tensor | None = None
     k_min, k_max = k.amin(dim=1), k.amax(dim=1)  # [T, H, D]
     if kind != "int4":
         qmax = qmax_of(kind)
-        scale = (k_max - k_min) / qmax
+        scale = div_scalar(k_max - k_min, qmax)
         return asym_codes(k, k_min[:, None], scale[:, None], qmax), k_min, k_max, None
     widths = key_widths(k_max - k_min, weight)  # [T, H, D]
     qmax = (1 << widths) - 1
@@ -99,7 +116,7 @@ def dequantize_keys(codes: torch.Tensor, k_min: torch.Tensor, k_max: torch.Tenso
     """codes [..., BS, Dp], k_min/k_max [..., D] (int4: k_bits [..., D // 2]) -> keys
     [..., BS, D] float32."""
     if kind != "int4":
-        scale = (k_max - k_min) / qmax_of(kind)
+        scale = div_scalar(k_max - k_min, qmax_of(kind))
         return k_min.unsqueeze(-2) + codes.float() * scale.unsqueeze(-2)
     widths = unpack_int4(k_bits).long()
     base, step = key_affine(k_min, k_max, widths)
@@ -223,7 +240,7 @@ def quantize_values(v: torch.Tensor, kind: str, group: int) -> tuple[torch.Tenso
     d = v.shape[-1]
     g = v.view(*v.shape[:-1], d // group, group)  # [..., D/G, G]
     zero = fp16_floor(g.amin(-1))  # [..., D/G]
-    scale = fp16_ceil((g.amax(-1) - zero.float()) / qmax)
+    scale = fp16_ceil(div_scalar(g.amax(-1) - zero.float(), qmax))
     # Codes against the stored (rounded) parameters: what dequantisation will use.
     codes = asym_codes(g, zero.float()[..., None], scale.float()[..., None], qmax).view(v.shape)  # [..., D]
     return (pack_int4(codes) if kind == "int4" else codes), zero, scale
@@ -240,7 +257,7 @@ def dequantize_values(codes: torch.Tensor, zero: torch.Tensor, scale: torch.Tens
 def quantize_fp8(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [T, BS, H, D] float32 -> (e4m3fn bit patterns as uint8, scale [T, H])."""
     amax = x.abs().amax(dim=(1, 3))  # [T, H]
-    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    scale = torch.where(amax > 0, div_scalar(amax, FP8_MAX), torch.ones_like(amax))
     scaled = (x / scale[:, None, :, None]).clamp_(-FP8_MAX, FP8_MAX)
     return scaled.to(torch.float8_e4m3fn).view(torch.uint8), scale
 
@@ -391,7 +408,7 @@ def dequantize_page_keys(layer: PagedKVLayer, phys: torch.Tensor) -> torch.Tenso
         widths = unpack_int4(layer.k_bits[phys]).long()[:, None]  # [P, 1, H, D]
         base, step = key_affine(lo, hi, widths)
         return base + unpack_bitstream(kp, widths).float() * step  # as dequantize_keys, to the bit
-    return lo + kp.float() * ((hi - lo) / qmax_of(kind))
+    return lo + kp.float() * div_scalar(hi - lo, qmax_of(kind))
 
 
 def dequantize_pages(layer: PagedKVLayer, phys: torch.Tensor):
