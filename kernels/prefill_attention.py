@@ -95,9 +95,11 @@ def paged_prefill_attention_triton(q, layer, block_table, start_pos, scale, poli
     pages, local_only, n_list = chunk_page_plan(q, layer, block_table, start_pos, policy)
     pages = pages.to(torch.int32).contiguous()
     local_only = local_only.to(torch.int32).contiguous()
-    if out is None:
-        out = torch.empty_like(q)
     q = q if q.stride(-1) == 1 else q.contiguous()
+    if out is None:
+        # After the contiguous(): empty_like keeps a dense q's strides, and the kernel
+        # writes `out` as unit-stride rows (a permuted q gave a permuted, wrongly written out).
+        out = torch.empty_like(q)
     rows = n_q * group
     dot_fp32, dot_bf16 = dot_flags(layer)
     # fp32 pages take an exact (FMA, not tensor-core) dot: at 64 rows its tiles spilled

@@ -144,6 +144,21 @@ def test_prefill_matches_reference(kind, bs, hq, policy):
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
+def test_prefill_own_output_is_unit_stride_for_a_permuted_query():
+    """A dense but permuted q (stride(-1) != 1) made the output with empty_like(q) before q
+    was made contiguous: `out` kept q's strides, and the kernel writes unit-stride rows."""
+    bs, hq = 16, 6
+    n, start = 3 * bs + 5, bs + 2
+    f = fill(spec_of("fp16", bs), [n], seed=8)
+    q = torch.randn(D, n - start, hq).permute(1, 2, 0)  # [N, HQ, D], stride(-1) == N * HQ
+    assert q.stride(-1) != 1 and torch.empty_like(q).stride() == q.stride()  # dense: empty_like keeps it
+    want = R.paged_prefill_attention(q, f.layer, f.block_tables[0], start, D**-0.5)
+    got = paged_prefill_attention_triton(q, f.layer, f.block_tables[0], start, D**-0.5, block_m=16)
+    assert got.stride(-1) == 1
+    tol = dot_tolerance(f.layer)
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
 def test_dispatch_routes_cpu_tensors_to_triton_when_forced(monkeypatch):
     f = fill(spec_of("int4", 16), [40], seed=7)
     q = torch.randn(1, 4, D)
