@@ -735,8 +735,10 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
                  prefill_chunk: int, kv_dtype: str, attention, dense_layers: int, position_remap: bool | None,
                  rope_scaling, context_window: int | None, budget_ram_share: float, kv_windows: int,
                  unroped_keys: bool = False, exact_sinks: bool = True, device: torch.device | str = "cpu",
-                 pack_cache: Path | None = None, prefix_cache: Path | None = None):
-    """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`)."""
+                 pack_cache: Path | None = None, prefix_cache: Path | None = None, stage_dtype: str | None = None):
+    """NativeBackend over a `KernelKVCache` (called by `NativeBackend.load`). `stage_dtype`
+    overrides the device's staging precision (below): kernels.bench's end-to-end exactness
+    rows stage at fp32 on a GPU, so its dots are fp32 like the CPU reference's."""
     from ktcli.engine.block_manager import BlockManager
     from ktcli.engine.config import load_config
     from ktcli.engine.device import available_bytes
@@ -759,7 +761,7 @@ def load_backend(cls, model_dir: Path, *, weights: str, block_size: int | None, 
     # compile_check compiles. The CPU's fused C++ attention reads fp32 staging.
     options = LongContextOptions(kv_dtype=kv_dtype, policy=policy, dense_layers=max(0, dense_layers),
                                  position_remap=remap, block_size=block_size, n_stage=_staging_slots(kv_windows, prefill_chunk, block_size),
-                                 stage_dtype="fp16" if device.type == "cuda" else "fp32",
+                                 stage_dtype=stage_dtype or ("fp16" if device.type == "cuda" else "fp32"),
                                  unroped_keys=bool(unroped_keys), exact_sinks=bool(exact_sinks))
     kv = KernelKVCache(cfg, options, device)
     # Remapped positions never leave the trained range: the window is what memory holds.

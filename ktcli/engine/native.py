@@ -84,6 +84,7 @@ class NativeBackend:
         exact_sinks: bool = True,
         pack_cache: Path | None = None,
         prefix_cache: Path | None = None,
+        stage_dtype: str | None = None,
     ) -> "NativeBackend":
         """Load a Hugging Face folder (config.json, *.safetensors, tokenizer). GGUF models
         are converted to such a folder once by `model_store.ensure_hf_dir`.
@@ -102,7 +103,9 @@ class NativeBackend:
         at `_MAX_DEFAULT_WINDOW`. `pack_cache`: a folder
         where int8 weights are kept once packed (`engine.pack_cache`; None: pack every load).
         `prefix_cache`: a folder where prompts' K/V are kept for later prompts that start
-        the same way (`engine.prefix_store`; None: off).
+        the same way (`engine.prefix_store`; None: off). `stage_dtype`: the precision of
+        quantized kinds' staged rows (None: fp16 on CUDA, fp32 on the CPU; kernels.bench's
+        end-to-end exactness rows ask fp32).
         The CLI and the server then let `engine.threads.govern` choose the thread count."""
         if threads > 0:
             torch.set_num_threads(threads)
@@ -121,7 +124,7 @@ class NativeBackend:
                 prefill_chunk=prefill_chunk or 512, kv_dtype=kv_dtype, attention=attention, dense_layers=dense_layers,
                 position_remap=position_remap, rope_scaling=rope_scaling, context_window=context_window,
                 unroped_keys=unroped_keys, exact_sinks=exact_sinks, budget_ram_share=_DEFAULT_RAM_SHARE, kv_windows=kv_windows,
-                pack_cache=pack_cache, prefix_cache=prefix_cache,
+                pack_cache=pack_cache, prefix_cache=prefix_cache, stage_dtype=stage_dtype,
             )
         block_size = block_size or 16
         w = load_engine_weights(model_dir, cfg, weights, device, pack_cache)

@@ -662,3 +662,13 @@ def test_a_decode_steps_page_mask_is_made_on_the_querys_device(kind):
     scores = torch.randn(1, 2, 9, device="meta") if kind == "topk" else None
     visit = page_groups._one_group_visits(scores, 9, policy, torch.device("meta"))
     assert visit.device.type == "meta" and visit.shape[-1] == 9
+
+
+def test_staging_precision_is_the_device_default_unless_asked(llama, ids):
+    """kernels.bench's end-to-end exactness rows stage at fp32 on a GPU (fp32 dots, as the
+    CPU reference); by default the CPU stages at fp32 and CUDA at fp16. Asking fp16 on the
+    CPU stages there at fp16 and still answers."""
+    assert load(llama, kv_dtype="int8").long_context.stage_dtype == "fp32"
+    b = load(llama, kv_dtype="int8", stage_dtype="fp16")
+    assert b.long_context.stage_dtype == "fp16" and b.kv.layers[0].stage_k.dtype == torch.float16
+    assert torch.isfinite(b.prompt_logits(ids[:40])).all()
