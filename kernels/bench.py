@@ -3,12 +3,15 @@
     python -m kernels.bench        # on a GPU: writes benchmarks/results/kernels_gpu.json
     python -m kernels.bench --smoke --out /tmp/k.json   # CPU: logic only, TRITON_INTERPRET=1
 
-For each page kind it first checks every Triton kernel against the torch reference on
-small shapes (pass/fail and max error), then, for one Llama-3-8B-shaped layer (32 query
-heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens, times:
+It first checks every Triton kernel against the torch reference on small shapes, for every
+page kind (``--check-kinds``: fp32, bf16, fp16, fp8, int8, int4; pass/fail and max error;
+the kv_store codes bit for bit against the reference run on the CPU), then, for the timed
+kinds (``--kinds``), one Llama-3-8B-shaped layer (32 query heads, 8 kv heads, head_dim
+128), one sequence and contexts from 4K to 1M tokens, times:
 
-* decode (dense): against the memory floor (the layer's KV bytes at the GPU's measured
-  copy bandwidth) and against torch SDPA on dense fp16 tensors of the same context;
+* decode (dense): against the memory floor (the bytes dense decode reads of the layer,
+  ``decode_read_bytes``, at the GPU's measured copy bandwidth) and against torch SDPA on
+  dense fp16 tensors of the same context;
 * sparse decode (Quest): page scoring, selection (the Triton kernel, and torch's
   ``reference.select_pages`` as its baseline) and attention over 1/16 of the pages;
 * chunked prefill: a 512-query chunk at the end of the context, against SDPA (no mask:
@@ -22,17 +25,34 @@ heads, 8 kv heads, head_dim 128), one sequence and contexts from 4K to 1M tokens
   store as the engine runs it per layer (its plan made once per step, applied per layer).
 
 End to end (``benchmarks/engine_gpu.py``, run from the repo root; ``--no-e2e`` skips it):
-SmolLM2 through our engine on CUDA with each KV dtype (fp32, bf16, fp8, int8, int4) and
-policy (dense, window, topk, and window and topk with remapped positions), 32 greedy tokens after a
-~1.5K-token prompt, compared with the CPU reference path (fp32 weights, kernels' torch
-twins); in ``--smoke`` a tiny random Llama whose "device" runs go through the
-interpreted Triton kernels.
+SmolLM2 through our engine on CUDA with each KV dtype (int4 and int8 first, then fp32, bf16,
+fp8) and policy (dense, window, topk, and window and topk with remapped positions), 32
+greedy tokens after a ~1.5K-token prompt, fp32 weights by default (``--e2e-weights``),
+compared with CPU reference tokens precomputed on fp32 weights
+(``benchmarks/results/engine_gpu_cpu_refs.json``); in ``--smoke`` a tiny random Llama
+whose "device" runs go through the interpreted Triton kernels.
 
 Prints tables and writes everything as JSON to ``--out`` (on a GPU by default
 ``benchmarks/results/kernels_gpu.json``). A check or timing that fails is reported in its
 row and the rest go on. Without CUDA (and without ``--smoke``) it says so and exits 0.
-Sized to finish in under 5 minutes on one GPU: the end-to-end part has its own budget
-(``--e2e-budget-s``) and timings stop at ``--budget-s``, the rows left marked skipped.
+
+Budgets, so a run with everything stays under 5 minutes on one GPU (``--total-budget-s``
+270 s from the start caps it; the call's setup, imports and a last row's overrun take the
+remaining ~30 s):
+
+* checks: no budget, they all run (cold Triton compiles, roughly 1-3 s a variant: ~30-60 s
+  for the six kinds);
+* end to end: ``--e2e-budget-s`` 100 s, model conversion (~28 s for the GGUF) included, cut
+  so the timings keep at least 60 s of the total. The CPU references are precomputed, so
+  all of it goes to device rows (~3-7 s each; int4 and int8 first, so a cut run loses
+  fp8 and bf16, not them);
+* timings: ``--budget-s`` 150 s counted from when the timings start (it used to start
+  before the checks, and the end-to-end part then left only the 4K row), capped by the
+  total: with the end-to-end part ~100-120 s remain, enough for 4K-256K and perhaps 1M;
+  with ``--no-e2e`` all 150 s. Rows past the deadline are marked skipped.
+
+The lent-GPU plan (``scripts/device_bench.sh``) runs the kernels (``--no-e2e``) in one call
+and the end-to-end part in the next, each well inside 5 minutes.
 """
 
 from __future__ import annotations
@@ -48,6 +68,10 @@ import time
 import torch
 
 GB = 1e9
+# Checked on small shapes: every kind the engine pages, fp32 and bf16 included.
+CHECK_KINDS = ("fp32", "bf16", "fp16", "fp8", "int8", "int4")
+# Of the total budget, what the end-to-end part leaves at least to the timings.
+TIMINGS_RESERVE_S = 60.0
 DEFAULT_GPU_OUT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                "benchmarks", "results", "kernels_gpu.json")
 
@@ -58,14 +82,21 @@ def _parse(argv):
     ap.add_argument("--smoke", action="store_true", help="tiny shapes; on CPU runs the kernels under TRITON_INTERPRET=1")
     ap.add_argument("--contexts", help="comma-separated context lengths (default 4K..1M; --smoke: 64,200)")
     ap.add_argument("--kinds", default="fp16,fp8,int8,int4", help="page kinds to time")
+    ap.add_argument("--check-kinds", default=",".join(CHECK_KINDS),
+                    help="page kinds to check on small shapes (not timed): fp32 and bf16 too, so the compiled "
+                         "bf16 tensor-core dot is compared with the reference somewhere (the interpreter swaps it)")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--no-e2e", dest="e2e", action="store_false", help="skip the end-to-end engine check")
     ap.add_argument("--model", help="model of the end-to-end part (default: the bundled SmolLM2; a .gguf path)")
-    ap.add_argument("--e2e-weights", default="bf16",
-                    help="device weights of the end-to-end part: bf16 (what users run) or fp32 (every page dtype "
-                         "then meets its own CPU twin: the kernels' exactness alone)")
-    ap.add_argument("--e2e-budget-s", type=float, default=170.0, help="wall-clock budget of the end-to-end part")
-    ap.add_argument("--budget-s", type=float, default=285.0, help="timings stop (rows marked skipped) past this")
+    ap.add_argument("--e2e-weights", default="fp32",
+                    help="device weights of the end-to-end part: fp32 (default: every page dtype meets its own CPU "
+                         "twin, the kernels' exactness alone) or bf16 (what users run; bf16 pages then meet fp32 ones)")
+    ap.add_argument("--e2e-budget-s", type=float, default=100.0,
+                    help="wall-clock budget of the end-to-end part, its model conversion included")
+    ap.add_argument("--budget-s", type=float, default=150.0,
+                    help="budget of the timings, counted from their start: rows past it are marked skipped")
+    ap.add_argument("--total-budget-s", type=float, default=270.0,
+                    help="cap on the whole run from its start: the end-to-end part and the timings end by it")
     return ap.parse_args(argv)
 
 
@@ -153,6 +184,22 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
+def layer_to(layer, device):
+    """A copy of a PagedKVLayer with every tensor on `device`."""
+    import dataclasses
+
+    moved = {f.name: getattr(layer, f.name).to(device) for f in dataclasses.fields(layer)
+             if isinstance(getattr(layer, f.name), torch.Tensor)}
+    return dataclasses.replace(layer, **moved)
+
+
+def check_tolerance(kind: str) -> float:
+    """Max |Triton - reference| allowed: fp32 pages take exact FMA dots; bf16 pages bf16
+    tensor-core dots (q and P rounded to bf16: 8 ulps of 2^-7, as the interpreter tests'
+    dot_tolerance); every other kind fp16 dots."""
+    return {"fp32": 2e-5, "bf16": 8 * 2.0**-7}.get(kind, 2e-2)
+
+
 def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     from kernels import reference as R
     from kernels.kv_store_triton import kv_store_triton
@@ -167,9 +214,14 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     k = torch.randn(n, shape.h, shape.d, device=device, generator=g)
     v = torch.randn(n, shape.h, shape.d, device=device, generator=g)
     la, lb = (kernels.allocate(spec, 8, device=device) for _ in range(2))
+    # The store checks' oracle is the reference on the CPU (what the interpreter tests
+    # matched bit for bit), on CPU copies of the same inputs: on a GPU, torch's own
+    # elementwise paths are no oracle for the last bit (review H1: CUDA's x / number).
+    oracle = kernels.allocate(spec, 8, device="cpu")
     for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):  # a partial page then the rest
         slots = torch.arange(a, b, device=device)
         R.kv_store(la, k[a:b], v[a:b], slots)
+        R.kv_store(oracle, k[a:b].cpu(), v[a:b].cpu(), slots.cpu())
     try:
         for a, b in ((0, 2 * bs + 1), (2 * bs + 1, n)):
             kv_store_triton(lb, k[a:b], v[a:b], torch.arange(a, b, device=device))
@@ -187,12 +239,15 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
     qc = torch.randn(bs + 5, shape.hq, shape.d, device=device, generator=g)
 
     def stored_pair(pick: int | None):
-        """The reference's pool and the kernel's: summaries (None), or read back K (0) / V (1)."""
+        """The CPU reference's pool and the kernel's, moved to the CPU and read back there:
+        summaries (None), or K (0) / V (1)."""
         if stored is not None:
             raise stored
+        got = layer_to(lb, "cpu")
         if pick is None:
-            return la.k_min, lb.k_min
-        return R.context_kv(la, bt[0], n)[pick], R.context_kv(lb, bt[0], n)[pick]
+            return oracle.k_min, got.k_min
+        bt_cpu = bt[0].cpu()
+        return R.context_kv(oracle, bt_cpu, n)[pick], R.context_kv(got, bt_cpu, n)[pick]
 
     # Each check is run alone: one kernel failing must not hide the others' results.
     # kv_store: the summaries, then everything attention reads back (codes, scales,
@@ -224,7 +279,7 @@ def _check_kind(kernels, kind, shape, device, bs) -> list[dict]:
         pairs[f"prefill_{p.kind}"] = lambda p=p, start=start: (
             R.paged_prefill_attention(qc, la, bt[0], start, scale, p),
             paged_prefill_attention_triton(qc, la, bt[0], start, scale, p))
-    tol = 2e-5 if kind == "fp32" else 2e-2
+    tol = check_tolerance(kind)
     exact = ("kv_store_k", "kv_store_v", "select_pages") if kind in ("fp8", "int8", "int4") else ("select_pages",)
     for name, pair in pairs.items():
         try:
@@ -303,6 +358,29 @@ def _time_context(kernels, kinds, n, shape, device, bs, copy_bw, deadline) -> li
     return rows
 
 
+def decode_read_bytes(spec, n_tokens: int) -> int:
+    """Bytes dense decode reads for one sequence of n_tokens (one layer): its pages' K and
+    V codes, what dequantizing them takes (fp8: two fp32 scales per page and head; int8 /
+    int4: the fp16 value (zero, scale) pairs per token and group, and the fp32 k_min/k_max
+    summaries, which are the keys' zero and scale; int4: its key widths, D/2 bytes per page
+    and head) and the block table (int32 a page). Not the float and fp8 kinds' summaries:
+    kept for page selection, never read by decode (counting them overstated the fp16 floor
+    by 12.5% and fp8's by 25%: review M4). Whole pages: the timed contexts are multiples of
+    the page size (a partial last page would be read from its staging slot instead)."""
+    from kernels.layout import V_PARAM_BYTES
+
+    bs, h, d = spec.block_size, spec.n_kv_heads, spec.head_dim
+    pages = -(-n_tokens // bs)
+    per_page = 2 * bs * h * spec.packed_dim * spec.page_bytes + 4  # K and V codes, block table entry
+    if spec.kv_dtype == "fp8":
+        per_page += 2 * h * 4
+    elif spec.kv_dtype in ("int8", "int4"):
+        per_page += 2 * bs * h * spec.n_groups * V_PARAM_BYTES + 2 * h * d * 4
+    if spec.kv_dtype == "int4":
+        per_page += h * d // 2
+    return pages * per_page
+
+
 def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdpa_prefill) -> dict:
     from kernels import reference as R
 
@@ -310,10 +388,11 @@ def _time_kind(kernels, kind, n, q, shape, device, bs, copy_bw, sdpa_decode, sdp
     scale = shape.d**-0.5
     spec = kernels.KVCacheSpec(shape.h, shape.d, bs, kind)
     layer, bt, lens = _fill(kernels, spec, n, device)
-    kv_bytes = kernels.bytes_per_token(spec) * n
-    row = {"context": n, "kind": kind, "kv_bytes": kv_bytes}
+    kv_bytes = kernels.bytes_per_token(spec) * n  # the layer's footprint
+    read_bytes = decode_read_bytes(spec, n)  # what dense decode reads of it: the floor's bytes
+    row = {"context": n, "kind": kind, "kv_bytes": kv_bytes, "read_bytes": read_bytes}
     row["decode_s"] = timer(lambda: kernels.paged_attention_decode(q, layer, bt, lens, scale))
-    row["floor_s"] = kv_bytes / copy_bw if copy_bw == copy_bw else None  # copy_bw counts all bytes moved
+    row["floor_s"] = read_bytes / copy_bw if copy_bw == copy_bw else None  # copy_bw counts all bytes moved
     row["sdpa_decode_s"] = sdpa_decode
     n_pages = bt.shape[1]
     pol = kernels.AttentionPolicy("topk", n_sink_pages=1, n_local_pages=4, top_k_pages=max(1, n_pages // 16))
@@ -414,12 +493,16 @@ def main(argv=None) -> int:
     kinds = [k for k in args.kinds.split(",") if k]
     contexts = args.contexts or ("64,200" if args.smoke else "4096,16384,65536,262144,1048576")
     contexts = [int(c) for c in contexts.split(",")]
+    check_kinds = [k for k in args.check_kinds.split(",") if k]
     if args.smoke:
         kinds = kinds if args.kinds != "fp16,fp8,int8,int4" else ["fp32", "fp16", "fp8", "int8", "int4"]
+        # The interpreter is slow: check what is timed (the default list adds bf16, whose
+        # interpreted dot is fp32 anyway).
+        check_kinds = check_kinds if args.check_kinds != ",".join(CHECK_KINDS) else kinds
     if not cuda:
         kernels.set_backend("triton")  # CPU tensors through the (interpreted) kernels
     started = time.perf_counter()
-    deadline = started + args.budget_s
+    total_deadline = started + args.total_budget_s
     try:
         copy_bw = _copy_bandwidth(device)
     except Exception as e:  # noqa: BLE001 - timings go on without a floor
@@ -450,12 +533,20 @@ def main(argv=None) -> int:
                 json.dump(result, fh, indent=2)
             os.replace(out + ".tmp", out)
 
-    checks = check_kernels(kernels, kinds, shape, device, args.block_size)
+    checks = check_kernels(kernels, check_kinds, shape, device, args.block_size)
     save(checks=checks)
-    e2e = run_e2e(args) if args.e2e else {"skipped": "--no-e2e"}
+    e2e = {"skipped": "--no-e2e"}
+    if args.e2e:
+        # Its own budget, cut so the timings keep TIMINGS_RESERVE_S of the total.
+        e2e_budget = min(args.e2e_budget_s, total_deadline - time.perf_counter() - TIMINGS_RESERVE_S)
+        e2e = run_e2e(args, e2e_budget) if e2e_budget > 10 else {"skipped": "total budget spent by the checks"}
     save(e2e=e2e)
     if not cuda:
         kernels.set_backend("triton")  # the end-to-end part resets the backend
+    # The timings' budget starts now, not at the start: the checks and the end-to-end
+    # part once took all of it (review H2: 16K-1M all "skipped: time budget").
+    deadline = min(time.perf_counter() + args.budget_s, total_deadline)
+    result["timings_budget_s"] = round(deadline - time.perf_counter(), 1)
     timings = time_kernels(kernels, kinds, contexts, shape, device, args.block_size, copy_bw, deadline,
                            on_rows=lambda rows: save(timings=rows))
     save(timings=timings, finished=True)
@@ -470,18 +561,26 @@ def main(argv=None) -> int:
     return 0 if all(r["ok"] for r in checks) and not timing_errors and not e2e_errors else 1
 
 
-def run_e2e(args) -> dict:
+def e2e_argv(args, budget_s: float) -> list[str]:
+    """benchmarks.engine_gpu's arguments for this run."""
+    argv = ["--budget-s", f"{budget_s:.0f}", "--weights", args.e2e_weights]
+    argv += ["--model", args.model] if args.model else []
+    if args.smoke and torch.cuda.is_available():  # compiled kernels: the real model, a short run
+        # (other sizes than the precomputed references': computed here)
+        argv += ["--kinds", "int8", "--policies", "dense,topk", "--prompt-tokens", "256", "--new-tokens", "8",
+                 "--recompute-refs"]
+    elif args.smoke:  # a tiny random model through the interpreted kernels
+        argv += ["--smoke", "--kinds", "int8", "--policies", "dense,topk"]
+    return argv
+
+
+def run_e2e(args, budget_s: float) -> dict:
     """The engine end to end (benchmarks/engine_gpu.py); its failure is a report, not a crash."""
     try:
         from benchmarks import engine_gpu  # the engine: imported only here, never by the kernels
     except Exception as e:  # noqa: BLE001
         return {"error": f"benchmarks.engine_gpu not importable (run from the repo root): {_error(e)}"}
-    argv = ["--budget-s", str(args.e2e_budget_s), "--weights", args.e2e_weights]
-    argv += ["--model", args.model] if args.model else []
-    if args.smoke and torch.cuda.is_available():  # compiled kernels: the real model, a short run
-        argv += ["--kinds", "int8", "--policies", "dense,topk", "--prompt-tokens", "256", "--new-tokens", "8"]
-    elif args.smoke:  # a tiny random model through the interpreted kernels
-        argv += ["--smoke", "--kinds", "int8", "--policies", "dense,topk"]
+    argv = e2e_argv(args, budget_s)
     try:
         return engine_gpu.run(engine_gpu._parse(argv))
     except Exception as e:  # noqa: BLE001
