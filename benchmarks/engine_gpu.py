@@ -1,21 +1,40 @@
 """End to end on a GPU: SmolLM2 through our engine on CUDA, each KV dtype and attention
-policy, greedy tokens compared with the CPU reference path.
+policy, greedy tokens compared with CPU reference tokens.
 
     python -m benchmarks.engine_gpu --json                  # on a CUDA machine
+    python -m benchmarks.engine_gpu --make-refs             # here, once: the CPU references (10-20 min)
+    python -m benchmarks.engine_gpu --check-refs            # are the committed references current?
     python -m benchmarks.engine_gpu --smoke --json          # CPU: tiny random Llama, Triton interpreted
 
 `kernels/bench.py` runs this as its end-to-end section (it lives here because it needs
 the engine, and `kernels/` never imports ktcli at module level).
 
-For every (KV dtype, policy) the engine runs on the device (weights bf16, pages of that
-dtype; for the "fp32" kind weights and pages both fp32, the exactness anchor), generates
-`--new-tokens` greedy tokens after a `--prompt-tokens` chat prompt (EOS ignored, so every
-run yields the same count), and is compared with the same settings on the CPU with fp32
-weights (`kernels` then take their torch reference path): `match_same` is the share of
-positions whose token equals the CPU run with the same page dtype, `prefix_same` the
-tokens before the first difference; `match_fp32` compares with the CPU's fp32 pages under
-the same policy (what quantization costs end to end). CPU references run after all device
-runs, fp32 pages first, while `--budget-s` lasts; a skipped one leaves its figure None.
+For every (KV dtype, policy) the engine runs on the device (weights `--weights`, default
+fp32: then every page dtype meets its own CPU twin and a difference is the kernels', not
+the weights'; pages of that dtype, staged at `--stage`), generates `--new-tokens` greedy
+tokens after a `--prompt-tokens` chat prompt (EOS ignored, so every run yields the same
+count), and is compared with the same settings on the CPU with fp32 weights (`kernels`
+then take their torch reference path): `match_same` is the share of positions whose token
+equals the CPU run with the same page dtype, `prefix_same` the tokens before the first
+difference; `match_fp32` compares with the CPU's fp32 pages under the same policy (what
+quantization costs end to end).
+
+The CPU references need no GPU, so they are computed beforehand (`--make-refs`) and
+committed as `benchmarks/results/engine_gpu_cpu_refs.json` (the prompt's ids, 32 tokens
+per kind and policy, and the int4 key-width weights the CPU measured: `key_calibration`
+keeps them per process, and the device runs must use the same ones or their int4 widths
+differ). The file is keyed by the model file's sha256, the settings and a hash of each
+engine source file; a run refuses a stale one (its rows then carry tokens but no match:
+`--rematch` compares them later with fresh references), or with `--recompute-refs`
+computes them itself on the device machine's CPU after the device rows (fp32 pages first,
+while `--budget-s` lasts; the old way: 20 references did not fit 60 s on 16 cores).
+References are deterministic on one CPU (a rerun matched 32/32); another CPU's matmul
+order can differ in the last bit, as the GPU's does.
+
+Kinds run int4 and int8 first (what the last GPU run left unchecked end to end), then the
+fp32 anchor, bf16 (the bf16 tensor-core dots) and fp8 (whose pages differ from the CPU's
+scale rounding too: read it as quality, not exactness). `--budget-s` covers the whole run,
+model preparation (a GGUF's conversion, ~28 s) included; rows past it are marked skipped.
 
 Policies: dense, window (1 sink + 4 local pages), topk (1 + 4 + top 8 of 64-token pages)
 with true positions, so attention runs in the Triton kernels; window-remap and topk-remap
@@ -23,14 +42,18 @@ add the InfLLM-style remapped positions (torch attention over kernel-stored page
 is what `--attention window|topk` runs in the CLI.
 
 --smoke (no GPU needed): a tiny random Llama; the "device" runs are CPU tensors forced
-through the Triton kernels under TRITON_INTERPRET=1, the references take the torch path.
+through the Triton kernels under TRITON_INTERPRET=1, the references take the torch path
+(computed in the run unless `--refs` names a file).
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
 import json
 import os
+import platform
 import sys
 import tempfile
 import time
@@ -39,10 +62,23 @@ from pathlib import Path
 
 import torch
 
+ROOT = Path(__file__).resolve().parent.parent
 POLICIES = ("dense", "window", "topk", "window-remap", "topk-remap")
-DEVICE_SHARE = 0.6  # of --budget-s for the device runs; the CPU references get the rest
-KINDS = ("fp32", "bf16", "fp8", "int8", "int4")
-SAMPLE_TEXT = Path(__file__).resolve().parent.parent / "sample_docs" / "python-tutorial-3.11.rst"
+DEVICE_SHARE = 0.6  # of --budget-s for the device runs when the CPU references run here too
+# int4 and int8 first: the rows the last GPU run's budget skipped (BENCHMARKS.md asks for
+# them), then the fp32 anchor, bf16 (tensor-core bf16 dots) and fp8 (not exact: see above).
+KINDS = ("int4", "int8", "fp32", "bf16", "fp8")
+SAMPLE_TEXT = ROOT / "sample_docs" / "python-tutorial-3.11.rst"
+REFS = ROOT / "benchmarks" / "results" / "engine_gpu_cpu_refs.json"
+REFS_FORMAT = 1
+# The loads of both sides; part of the references' key.
+LOAD = dict(prefill_chunk=512, kv_budget_bytes=512 << 20)
+SMOKE_LOAD = dict(block_size=16, prefill_chunk=32, kv_budget_bytes=4 << 20)
+# Where the CPU reference's tokens come from: a change here can change them.
+CODE_GLOBS = ("kernels/*.py", "ktcli/engine/*.py", "ktcli/engine/data/*")
+# The Triton side and the bench: no part of the CPU path.
+CODE_EXCLUDE = ("kernels/bench.py", "kernels/compile_check.py", "kernels/_page_io.py", "kernels/kv_store_triton.py",
+                "kernels/paged_attention.py", "kernels/prefill_attention.py", "kernels/sparse_attention.py")
 
 
 def _parse(argv):
@@ -55,14 +91,29 @@ def _parse(argv):
     ap.add_argument("--policies", help=f"(default {','.join(POLICIES)}; --smoke: dense,topk)")
     ap.add_argument("--prompt-tokens", type=int, help="prompt length (default 1536; --smoke 45)")
     ap.add_argument("--new-tokens", type=int, help="greedy tokens (default 32; --smoke 4)")
-    ap.add_argument("--weights", default="bf16",
-                    help="device weight dtype for the non-fp32 kinds: bf16, fp16, or fp32 (then every page dtype is "
-                         "compared with the same page dtype on the CPU: the kernels' exactness alone)")
+    ap.add_argument("--weights", default="fp32",
+                    help="device weight dtype for the non-fp32 kinds: fp32 (default: every page dtype is compared "
+                         "with the same page dtype on the CPU, the kernels' exactness alone), bf16 (what users run: "
+                         "then bf16 pages meet the CPU's fp32 pages) or fp16")
+    ap.add_argument("--stage", choices=("auto", "fp32", "fp16"),
+                    help="staging precision of quantized kinds on the device (default: fp32 with --weights fp32, "
+                         "so the kernels' dots are fp32 like the CPU's; else auto, the engine's fp16 on CUDA)")
     ap.add_argument("--triton-cpu", action="store_true",
                     help="the real model's 'device' runs on CPU tensors through the interpreted Triton kernels "
                          "(slow: a logic check of the GPU path without a GPU)")
-    ap.add_argument("--budget-s", type=float, default=150.0, help="wall-clock budget; CPU references stop when it is spent")
+    ap.add_argument("--budget-s", type=float, default=180.0,
+                    help="wall-clock budget of the whole run, model preparation included; rows past it are skipped")
     ap.add_argument("--device", default="cuda", help="device of the engine runs; cpu checks this script's plumbing on the real model")
+    ap.add_argument("--refs", help=f"precomputed CPU references (default {REFS.relative_to(ROOT)}; --smoke: none)")
+    ap.add_argument("--recompute-refs", action="store_true",
+                    help="references missing from --refs, or all when it is absent or stale: computed in this run "
+                         "on this machine's CPU after the device rows")
+    ap.add_argument("--refs-ignore-code", action="store_true",
+                    help="accept references made by other engine sources (the model and settings must still match)")
+    ap.add_argument("--make-refs", action="store_true", help="compute the CPU references and write --refs (no device)")
+    ap.add_argument("--check-refs", action="store_true", help="exit 0 when --refs is current, else 1 and why")
+    ap.add_argument("--rematch", metavar="RESULT_JSON",
+                    help="a device run's JSON: compare its tokens with --refs again, print the table")
     return ap.parse_args(argv)
 
 
@@ -89,6 +140,38 @@ def model_folder(spec: str) -> Path:
     return ensure_hf_dir(resolve_model(spec), cache)
 
 
+def _sha256_files(paths) -> str:
+    h = hashlib.sha256()
+    for p in paths:
+        h.update(p.name.encode() + b"\0")
+        with open(p, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def model_sha256(path: Path) -> str:
+    """The model's identity: a file's sha256 (the GGUF both sides convert), or a folder's
+    weights, config and tokenizer files hashed in name order."""
+    path = Path(path)
+    if path.is_file():
+        return _sha256_files([path])
+    return _sha256_files(sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (".safetensors", ".json")))
+
+
+def model_source_sha256(spec: str) -> str:
+    from ktcli.engine.model_store import resolve_model
+
+    return model_sha256(resolve_model(spec).path)
+
+
+def code_hashes() -> dict[str, str]:
+    """sha256 (16 hex) of each source file the CPU reference path runs."""
+    files = sorted({p for g in CODE_GLOBS for p in ROOT.glob(g) if p.is_file()})
+    return {str(p.relative_to(ROOT)): _sha256_files([p])[:16] for p in files
+            if str(p.relative_to(ROOT)) not in CODE_EXCLUDE and "__pycache__" not in p.parts}
+
+
 def make_prompt(backend, n_tokens: int, smoke: bool) -> list[int]:
     """A chat prompt of about n_tokens: the start of the Python tutorial, then a question."""
     if smoke or backend.tokenizer is None:
@@ -101,6 +184,10 @@ def make_prompt(backend, n_tokens: int, smoke: bool) -> list[int]:
     return backend.chat_ids([{"role": "user", "content": body + ask}])
 
 
+def prompt_sha256(ids: list[int]) -> str:
+    return hashlib.sha256(json.dumps(list(ids)).encode()).hexdigest()
+
+
 def _policy(name: str):
     from ktcli.engine.longctx import make_policy
 
@@ -108,13 +195,13 @@ def _policy(name: str):
     return make_policy(kind), name.endswith("-remap")
 
 
-def _load(folder: Path, device: str, kind: str, policy_name: str, weights: str, smoke: bool):
+def _load(folder: Path, device: str, kind: str, policy_name: str, weights: str, smoke: bool, stage: str | None = None):
     from ktcli.engine.native import NativeBackend
 
     policy, remap = _policy(policy_name)
-    kw = dict(block_size=16, prefill_chunk=32) if smoke else dict(prefill_chunk=512)
+    kw = SMOKE_LOAD if smoke else LOAD
     return NativeBackend.load(folder, device=device, weights=weights, kv_dtype=kind, attention=policy,
-                              position_remap=remap, kv_budget_bytes=(4 << 20) if smoke else (512 << 20), **kw)
+                              position_remap=remap, stage_dtype=stage, **kw)
 
 
 def _generate(backend, prompt: list[int], n_new: int) -> tuple[list[int], dict]:
@@ -143,6 +230,176 @@ def _error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}".splitlines()[0][:300]
 
 
+# -- the CPU references -----------------------------------------------------------------
+
+
+def _sizes(args) -> tuple[int, int]:
+    return args.prompt_tokens or (45 if args.smoke else 1536), args.new_tokens or (4 if args.smoke else 32)
+
+
+def refs_key(args, model_id: str) -> dict:
+    """What the CPU reference tokens depend on besides the code: a reference file with
+    another key is stale."""
+    n_prompt, n_new = _sizes(args)
+    load = SMOKE_LOAD if args.smoke else LOAD
+    return {"format": REFS_FORMAT, "model_sha256": model_id, "prompt_tokens": n_prompt, "new_tokens": n_new,
+            "weights": "fp32", "smoke": bool(args.smoke), "load": dict(load),
+            "policies": {p: repr(_policy(p)) for p in POLICIES}}
+
+
+def refs_path(args) -> Path | None:
+    if args.refs:
+        return Path(args.refs)
+    return None if args.smoke else REFS
+
+
+def check_refs(doc: dict | None, key: dict, ignore_code: bool = False) -> str | None:
+    """None when the reference file `doc` was made for `key` and the current sources, else
+    why not (one line)."""
+    if doc is None:
+        return "no reference file"
+    old = doc.get("key") or {}
+    diff = sorted(k for k in set(old) | set(key) if old.get(k) != key.get(k))
+    if diff:
+        return "made for another " + ", ".join(diff) + " (refresh: python -m benchmarks.engine_gpu --make-refs)"
+    if not ignore_code:
+        now, then = code_hashes(), doc.get("code") or {}
+        changed = sorted(f for f in set(now) | set(then) if now.get(f) != then.get(f))
+        if changed:
+            more = f" and {len(changed) - 4} more" if len(changed) > 4 else ""
+            return (f"engine sources changed since: {', '.join(changed[:4])}{more} (refresh: python -m "
+                    "benchmarks.engine_gpu --make-refs; or --refs-ignore-code if they cannot change the tokens)")
+    return None
+
+
+def read_refs(path: Path | None) -> dict | None:
+    if path is None or not path.is_file():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _weights_to_json(w: torch.Tensor) -> dict:
+    """float32 weights, exactly: little-endian bytes in base64."""
+    raw = w.detach().to(torch.float32).contiguous().cpu().numpy().astype("<f4").tobytes()
+    return {"shape": list(w.shape), "dtype": "float32", "base64": base64.b64encode(raw).decode(),
+            "sha256": hashlib.sha256(raw).hexdigest()}
+
+
+def _weights_from_json(d: dict) -> torch.Tensor:
+    import numpy as np
+
+    raw = base64.b64decode(d["base64"])
+    if hashlib.sha256(raw).hexdigest() != d["sha256"]:
+        raise ValueError("int4 key weights: sha256 mismatch")
+    return torch.from_numpy(np.frombuffer(raw, dtype="<f4").copy()).view(*d["shape"])
+
+
+def _key_weights_key(folder: Path) -> str:
+    from ktcli.engine import key_calibration
+
+    return key_calibration._kept_at(folder, None)[0]
+
+
+def use_key_weights(folder: Path, doc: dict | None) -> bool:
+    """Give this process's int4 loads the key weights the references were made with (a
+    load measures its own otherwise: on another device, other weights, other widths)."""
+    from ktcli.engine import key_calibration
+
+    if not doc or not doc.get("int4_key_weights"):
+        return False
+    key_calibration._memo[_key_weights_key(folder)] = _weights_from_json(doc["int4_key_weights"])
+    return True
+
+
+def _cpu_ref(folder: Path, kind: str, pol: str, prompt: list[int], n_new: int, smoke: bool):
+    import kernels
+
+    kernels.set_backend("reference")
+    try:
+        b = _load(folder, "cpu", kind, pol, "fp32", smoke)
+        toks, _ = _generate(b, prompt, n_new)
+        del b
+        return toks
+    finally:
+        kernels.set_backend("auto")
+
+
+def make_refs(args) -> dict:
+    """The CPU references for every (kind, policy) asked, written to `refs_path(args)`
+    after each one (a run cut short keeps what it computed)."""
+    os.environ.setdefault("KTCLI_NO_CPP_KERNELS", "1")  # the torch path, as on the device machine
+    from ktcli.engine import key_calibration
+
+    kinds = (args.kinds or ",".join(KINDS)).split(",")
+    policies = (args.policies or ",".join(POLICIES)).split(",")
+    n_prompt, n_new = _sizes(args)
+    path = refs_path(args)
+    tmp = None
+    started = time.perf_counter()
+    try:
+        if args.smoke:
+            tmp = tempfile.TemporaryDirectory()
+            folder = tiny_llama(Path(tmp.name) / "llama")
+            model_id = model_sha256(folder)
+        else:
+            folder = model_folder(args.model)
+            model_id = model_source_sha256(args.model)
+        doc = {"key": refs_key(args, model_id), "code": code_hashes(),
+               "made": {"torch": torch.__version__, "cpu": platform.processor() or platform.machine(),
+                        "threads": torch.get_num_threads(), "python": platform.python_version(),
+                        "cpu_path": "kernels.reference (KTCLI_NO_CPP_KERNELS=1)",
+                        "when": time.strftime("%Y-%m-%d %H:%M:%S")},
+               "prompt": None, "int4_key_weights": None, "refs": {}, "seconds": {}}
+
+        def save():
+            doc["made"]["wall_s"] = round(time.perf_counter() - started, 1)
+            if path is not None:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.with_suffix(".tmp").write_text(json.dumps(doc, indent=1) + "\n")
+                os.replace(path.with_suffix(".tmp"), path)
+
+        for kind in kinds:
+            for pol in policies:
+                t = time.perf_counter()
+                if doc["prompt"] is None:
+                    import kernels
+
+                    kernels.set_backend("reference")
+                    b = _load(folder, "cpu", "fp32", "dense", "fp32", args.smoke)  # for its tokenizer
+                    doc["prompt"] = make_prompt(b, n_prompt, args.smoke)
+                    kernels.set_backend("auto")
+                    del b
+                doc["refs"][f"{kind}/{pol}"] = _cpu_ref(folder, kind, pol, doc["prompt"], n_new, args.smoke)
+                doc["seconds"][f"{kind}/{pol}"] = round(time.perf_counter() - t, 1)
+                if kind == "int4" and doc["int4_key_weights"] is None:
+                    w = key_calibration._memo.get(_key_weights_key(folder))
+                    doc["int4_key_weights"] = None if w is None else _weights_to_json(w)
+                print(f"cpu ref {kind:5} {pol:12} {doc['seconds'][f'{kind}/{pol}']:6.1f} s", flush=True)
+                save()
+        save()
+        return doc
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def attach_matches(rows: list[dict], refs: dict) -> None:
+    """match_/prefix_ fields of each row against references {"kind/policy": tokens or why not}."""
+    for row in rows:
+        same_kind = row["kind"] if row["weights"] == "fp32" else "fp32" if row["kind"] in ("bf16", "fp16") else row["kind"]
+        for label, kind in (("same", same_kind), ("fp32", "fp32")):
+            ref = refs.get(f"{kind}/{row['policy']}")
+            ok = isinstance(ref, list)
+            row[f"match_{label}"], row[f"prefix_{label}"] = _match(row.get("tokens"), ref if ok else None)
+            row.pop(f"ref_{label}", None)
+            if not ok:
+                row[f"ref_{label}"] = ref if ref is not None else "no reference"
+
+
 # -- the run ----------------------------------------------------------------------------
 
 
@@ -158,28 +415,47 @@ def run(args, on_progress=None) -> dict:
         return {"skipped": "no CUDA device (use --smoke for a CPU plumbing check)"}
     kinds = (args.kinds or ("fp32,int8" if args.smoke else ",".join(KINDS))).split(",")
     policies = (args.policies or ("dense,topk" if args.smoke else ",".join(POLICIES))).split(",")
-    n_prompt = args.prompt_tokens or (45 if args.smoke else 1536)
-    n_new = args.new_tokens or (4 if args.smoke else 32)
+    n_prompt, n_new = _sizes(args)
     device = "cuda" if cuda else "cpu"
+    stage = args.stage or ("fp32" if args.weights == "fp32" else "auto")
     where = ("cpu (TRITON_INTERPRET, smoke)" if args.smoke else "cpu (TRITON_INTERPRET)" if args.triton_cpu
              else "cpu (reference kernels)")
     result: dict = {"device": torch.cuda.get_device_name() if cuda else where,
                     "model": "tiny random llama" if args.smoke else args.model, "smoke": args.smoke,
-                    "prompt_tokens": None, "new_tokens": n_new, "weights": args.weights, "rows": []}
+                    "prompt_tokens": None, "new_tokens": n_new, "weights": args.weights, "stage": stage,
+                    "budget_s": args.budget_s, "rows": []}
+    deadline = started + args.budget_s  # model preparation included: the caller's clock is the real one
     t0 = time.perf_counter()
     tmp = None
     try:
         if args.smoke:
             tmp = tempfile.TemporaryDirectory()
             folder = tiny_llama(Path(tmp.name) / "llama")
+            model_id = model_sha256(folder)
         else:
             folder = model_folder(args.model)
+            model_id = model_source_sha256(args.model)
     except Exception as e:  # noqa: BLE001 - the report says why, the caller goes on
         result["error"] = f"model: {_error(e)}"
         return result
     result["model_prepare_s"] = time.perf_counter() - t0
-    deadline = started + args.budget_s + result["model_prepare_s"]  # a one-time conversion is not the bench's
-    device_deadline = deadline - (1 - DEVICE_SHARE) * args.budget_s
+    result["model_sha256"] = model_id
+
+    # The precomputed references, if current: then the device rows get the whole budget.
+    path = refs_path(args)
+    doc = read_refs(path)
+    stale = check_refs(doc, refs_key(args, model_id), args.refs_ignore_code)
+    refs: dict = dict(doc["refs"]) if doc and not stale else {}
+    result["refs"] = {"path": str(path) if path else None, "stale": stale,
+                      "made": doc.get("made") if doc else None, "computed_here": 0}
+    if stale and path is not None:
+        print(f"engine_gpu: CPU references {path}: {stale}" +
+              ("; computing them here after the device rows" if args.recompute_refs else
+               "; the rows keep their tokens (compare later: --rematch)"), file=sys.stderr, flush=True)
+    if refs:
+        use_key_weights(folder, doc)
+    recompute = args.recompute_refs or path is None
+    device_deadline = deadline - (1 - DEVICE_SHARE) * args.budget_s if recompute and not refs else deadline
 
     prompt = None
     rows: list[dict] = result["rows"]
@@ -197,10 +473,15 @@ def run(args, on_progress=None) -> dict:
                 try:
                     if cuda:
                         torch.cuda.reset_peak_memory_stats()
-                    b = _load(folder, device, kind, pol, weights, args.smoke)
+                    b = _load(folder, device, kind, pol, weights, args.smoke, None if stage == "auto" else stage)
                     if prompt is None:
                         prompt = make_prompt(b, n_prompt, args.smoke)
                         result["prompt_tokens"] = len(prompt)
+                        result["prompt_sha256"] = prompt_sha256(prompt)
+                        if refs and doc.get("prompt") != prompt:  # another tokenizer, say
+                            stale = result["refs"]["stale"] = "the prompt's token ids differ from the references'"
+                            print(f"engine_gpu: CPU references: {stale}", file=sys.stderr, flush=True)
+                            refs = {}
                     t = time.perf_counter()
                     row["tokens"], figures = _generate(b, prompt, n_new)
                     row["run_s"] = time.perf_counter() - t
@@ -212,8 +493,11 @@ def run(args, on_progress=None) -> dict:
                     row["error"] = _error(e)
                     if os.environ.get("KTCLI_DEBUG"):
                         traceback.print_exc()
-                print(f"device {kind:5} {pol:12} " + (row.get("error") or f"{row['run_s']:.1f} s"), flush=True)
+                attach_matches([row], refs)
+                print(f"device {kind:5} {pol:12} " + (row.get("error") or f"{row['run_s']:.1f} s, match "
+                                                      f"{_fmt(row.get('match_same'), '.2f')}"), flush=True)
                 if on_progress is not None:
+                    result["wall_s"] = time.perf_counter() - started
                     on_progress(result)
         if cuda:
             try:
@@ -221,43 +505,51 @@ def run(args, on_progress=None) -> dict:
             except Exception:  # noqa: BLE001 - a kernel's fault poisons the context: its rows say so
                 pass
 
-        # CPU references (fp32 weights, kernels' torch path): fp32 pages first, they
+        # CPU references not precomputed (asked for, or in smoke): fp32 pages first, they
         # anchor every float kind; then the quantized kinds, while the budget lasts.
-        kernels.set_backend("reference")
-        refs: dict[tuple[str, str], list[int] | str] = {}
-        exact = args.weights == "fp32" or forced  # fp32 weights on both sides: each kind vs its own pages
-        ref_kinds = ["fp32"] + [k for k in kinds if k != "fp32" and (exact or k not in ("bf16", "fp16"))]
-        for kind in ref_kinds:
-            for pol in policies:
-                if prompt is None:
-                    break
-                if time.perf_counter() > deadline:
-                    refs[(kind, pol)] = "skipped: time budget"
-                    continue
-                try:
-                    b = _load(folder, "cpu", kind, pol, "fp32", args.smoke)
-                    refs[(kind, pol)], _ = _generate(b, prompt, n_new)
-                    del b
-                except Exception as e:  # noqa: BLE001
-                    refs[(kind, pol)] = f"error: {_error(e)}"
-                print(f"cpu    {kind:5} {pol:12} " + ("done" if isinstance(refs[(kind, pol)], list)
-                                                    else refs[(kind, pol)]), flush=True)
+        if recompute and prompt is not None:
+            exact = args.weights == "fp32" or forced  # fp32 weights on both sides: each kind vs its own pages
+            ref_kinds = ["fp32"] + [k for k in kinds if k != "fp32" and (exact or k not in ("bf16", "fp16"))]
+            for kind in ref_kinds:
+                for pol in policies:
+                    if f"{kind}/{pol}" in refs:
+                        continue
+                    if time.perf_counter() > deadline:
+                        refs[f"{kind}/{pol}"] = "skipped: time budget"
+                        continue
+                    try:
+                        refs[f"{kind}/{pol}"] = _cpu_ref(folder, kind, pol, prompt, n_new, args.smoke)
+                        result["refs"]["computed_here"] += 1
+                    except Exception as e:  # noqa: BLE001
+                        refs[f"{kind}/{pol}"] = f"error: {_error(e)}"
+                    print(f"cpu    {kind:5} {pol:12} " + ("done" if isinstance(refs[f"{kind}/{pol}"], list)
+                                                        else refs[f"{kind}/{pol}"]), flush=True)
     finally:
         kernels.set_backend("auto")
         if tmp is not None:
             tmp.cleanup()
 
-    for row in rows:
-        same_kind = row["kind"] if row["weights"] == "fp32" else "fp32" if row["kind"] in ("bf16", "fp16") else row["kind"]
-        for label, kind in (("same", same_kind), ("fp32", "fp32")):
-            ref = refs.get((kind, row["policy"]))
-            ok = isinstance(ref, list)
-            row[f"match_{label}"], row[f"prefix_{label}"] = _match(row.get("tokens"), ref if ok else None)
-            if not ok and ref is not None:
-                row[f"ref_{label}"] = ref
-    result["cpu_refs_run"] = sum(isinstance(r, list) for r in refs.values())
+    attach_matches(rows, refs)
+    result["cpu_refs_run"] = result["refs"]["computed_here"]
     result["wall_s"] = time.perf_counter() - started
     return result
+
+
+def rematch(result: dict, doc: dict | None) -> dict:
+    """A device run's result compared again with a reference file (made after the run, say)."""
+    if doc is None:
+        raise SystemExit("engine_gpu --rematch: no reference file")
+    if result.get("model_sha256") and result["model_sha256"] != doc["key"].get("model_sha256"):
+        raise SystemExit("engine_gpu --rematch: the references are for another model file")
+    if result.get("prompt_sha256") != prompt_sha256(doc.get("prompt") or []):
+        raise SystemExit("engine_gpu --rematch: the references were made for another prompt")
+    attach_matches(result.get("rows", []), doc["refs"])
+    result.setdefault("refs", {})["rematched"] = doc.get("made")
+    return result
+
+
+def _fmt(x, f):
+    return "-" if x is None else format(x, f)
 
 
 def print_table(result: dict) -> None:
@@ -265,7 +557,10 @@ def print_table(result: dict) -> None:
     if "skipped" in result or "error" in result:
         print("  " + result.get("skipped", result.get("error", "")))
         return
-    print(f"  {result['model']} on {result['device']}, prompt {result['prompt_tokens']} tokens, {result['new_tokens']} new")
+    print(f"  {result['model']} on {result['device']}, prompt {result['prompt_tokens']} tokens, {result['new_tokens']} new"
+          f", stage {result.get('stage', '-')}")
+    if (result.get("refs") or {}).get("stale"):
+        print(f"  CPU references: {result['refs']['stale']}")
     print(f"{'kind':6} {'policy':12} {'weights':7} {'match':>6} {'prefix':>6} {'vs fp32':>7} {'decode/s':>9}  note")
     for r in result["rows"]:
         fmt = lambda x, f: format("-" if x is None else format(x, f), f">{f.split('.')[0].rstrip('d')}")  # noqa: E731
@@ -280,6 +575,22 @@ def main(argv=None) -> int:
     if args.smoke or args.triton_cpu or not torch.cuda.is_available():
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the first kernel import
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if args.make_refs:
+        doc = make_refs(args)
+        print(f"wrote {refs_path(args)}: {len(doc['refs'])} references, {doc['made']['wall_s']} s")
+        return 0
+    if args.check_refs:
+        model_id = model_source_sha256(args.model) if not args.smoke else None
+        stale = check_refs(read_refs(refs_path(args)), refs_key(args, model_id), args.refs_ignore_code)
+        print(f"{refs_path(args)}: {stale or 'current'}")
+        return 1 if stale else 0
+    if args.rematch:
+        result = rematch(json.loads(Path(args.rematch).read_text()), read_refs(refs_path(args)))
+        print(json.dumps(result)) if args.json else print_table(result)
+        if args.out:
+            Path(args.out).write_text(json.dumps(result, indent=2))
+        return 0
+
     def save(result: dict) -> None:
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
