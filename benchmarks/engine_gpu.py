@@ -14,10 +14,19 @@ fp32: then every page dtype meets its own CPU twin and a difference is the kerne
 the weights'; pages of that dtype, staged at `--stage`), generates `--new-tokens` greedy
 tokens after a `--prompt-tokens` chat prompt (EOS ignored, so every run yields the same
 count), and is compared with the same settings on the CPU with fp32 weights (`kernels`
-then take their torch reference path): `match_same` is the share of positions whose token
-equals the CPU run with the same page dtype, `prefix_same` the tokens before the first
-difference; `match_fp32` compares with the CPU's fp32 pages under the same policy (what
-quantization costs end to end).
+then take their torch reference path).
+
+With the reference at hand (precomputed, below) the device is teacher forced: fed the
+reference's tokens, its argmax is compared at every position in the same context, so a
+near-tie flip at token 7 no longer hides the 25 positions after it (free-running greedy
+tokens measure only "steps until the first flip"; `--free-run` goes back to that).
+`match_same` is the share of positions whose device argmax equals the CPU's token with
+the same page dtype, `prefix_same` the positions before the first difference (the same
+as free running), `flips` each difference with the reference's top-1 margin (a flip at a
+margin of 1e-4 is a tie broken by rounding; one at 2.0 is a bug) and the device's margin
+over the reference's token, `max_dlogit` the largest |device - CPU| logit of the
+reference's token. `match_fp32` is the CPU references' own same-kind against fp32 pages
+(what quantization costs end to end); free running, the device's tokens against them.
 
 The CPU references need no GPU, so they are computed beforehand (`--make-refs`) and
 committed as `benchmarks/results/engine_gpu_cpu_refs.json` (the prompt's ids, 32 tokens
@@ -70,7 +79,7 @@ DEVICE_SHARE = 0.6  # of --budget-s for the device runs when the CPU references 
 KINDS = ("int4", "int8", "fp32", "bf16", "fp8")
 SAMPLE_TEXT = ROOT / "sample_docs" / "python-tutorial-3.11.rst"
 REFS = ROOT / "benchmarks" / "results" / "engine_gpu_cpu_refs.json"
-REFS_FORMAT = 1
+REFS_FORMAT = 2  # 2: each position's top-two logits beside the tokens (teacher forcing)
 # The loads of both sides; part of the references' key.
 LOAD = dict(prefill_chunk=512, kv_budget_bytes=512 << 20)
 SMOKE_LOAD = dict(block_size=16, prefill_chunk=32, kv_budget_bytes=4 << 20)
@@ -98,6 +107,9 @@ def _parse(argv):
     ap.add_argument("--stage", choices=("auto", "fp32", "fp16"),
                     help="staging precision of quantized kinds on the device (default: fp32 with --weights fp32, "
                          "so the kernels' dots are fp32 like the CPU's; else auto, the engine's fp16 on CUDA)")
+    ap.add_argument("--free-run", action="store_true",
+                    help="each side generates from its own tokens (default with references at hand: the device "
+                         "is fed the reference's tokens, teacher forcing, and its argmax compared at every position)")
     ap.add_argument("--triton-cpu", action="store_true",
                     help="the real model's 'device' runs on CPU tensors through the interpreted Triton kernels "
                          "(slow: a logic check of the GPU path without a GPU)")
@@ -204,17 +216,80 @@ def _load(folder: Path, device: str, kind: str, policy_name: str, weights: str, 
                               position_remap=remap, stage_dtype=stage, **kw)
 
 
-def _generate(backend, prompt: list[int], n_new: int) -> tuple[list[int], dict]:
-    """Greedy tokens (EOS ignored) and the engine's speed figures."""
+class _Trace:
+    """The engine's sampler for one greedy sequence, recording at each position this side's
+    argmax, its top two logits and (when forcing) its logit of the forced token; with
+    `forced` tokens it returns those instead of its own (teacher forcing: every position
+    then sees the reference's context, so one near-tie flip does not end the comparison)."""
+
+    def __init__(self, forced: list[int] | None = None):
+        self.forced = forced
+        self.rows: list[list] = []
+
+    def __call__(self, logits, params, generators):
+        if logits.shape[0] != 1:
+            raise RuntimeError("engine_gpu traces one sequence")
+        row = logits[0].float()
+        first = int(row.argmax())  # the first maximal index, as the engine's greedy choice
+        top1 = float(row[first])
+        second = int(row.clone().index_fill_(0, torch.tensor([first], device=row.device), -float("inf")).argmax())
+        rec = [first, top1, second, float(row[second])]
+        i = len(self.rows)
+        if self.forced is not None and i < len(self.forced):
+            rec.append(float(row[self.forced[i]]))
+            token = self.forced[i]
+        else:
+            token = first
+        self.rows.append(rec)
+        return [token]
+
+
+def _generate(backend, prompt: list[int], n_new: int, forced: list[int] | None = None) -> tuple[list[int], dict, list]:
+    """This side's greedy token at each position (EOS ignored; with `forced`, the tokens fed
+    are those), the engine's speed figures, and each position's record (`_Trace`)."""
+    from ktcli.engine import runner
     from ktcli.engine.backend import SamplingParams
 
-    out = [tok for _, tok in backend.engine.generate([prompt], SamplingParams(max_new_tokens=n_new), frozenset())]
+    trace = _Trace(forced)
+    real, runner.sample = runner.sample, trace
+    try:
+        out = [tok for _, tok in backend.engine.generate([prompt], SamplingParams(max_new_tokens=n_new), frozenset())]
+    finally:
+        runner.sample = real
+    if len(trace.rows) != len(out):
+        raise RuntimeError(f"traced {len(trace.rows)} positions for {len(out)} tokens")
     st = backend.engine.stats
     figures = {
         "prefill_tok_s": st.prefill_tokens / st.prefill_s if st.prefill_s else None,
         "decode_tok_s": st.decode_tokens / st.decode_s if st.decode_s else None,
     }
-    return out, figures
+    return [r[0] for r in trace.rows], figures, trace.rows
+
+
+def ref_kind(kind: str, weights: str) -> str:
+    """The CPU reference (fp32 weights) a device row meets: its own page kind, except bf16 /
+    fp16 pages under 16-bit weights, which meet fp32 pages."""
+    return kind if weights == "fp32" else "fp32" if kind in ("bf16", "fp16") else kind
+
+
+def forcing_figures(trace: list[list], ref_logits: list[list] | None, ref_tokens: list[int]) -> dict:
+    """What teacher forcing shows per position: where this side's argmax left the
+    reference's token (`flips`: [position, the reference's top-1 margin, this side's
+    margin over the reference's token]; a flip at a near-tie is noise, one at a wide margin
+    a bug), and the largest |this side's - the reference's logit| of the reference's token."""
+    flips, dl, margins = [], [], []
+    for i, (rec, tok) in enumerate(zip(trace, ref_tokens)):
+        ref = ref_logits[i] if ref_logits and i < len(ref_logits) else None  # [top1, id2, top2]
+        at_tok = rec[4] if len(rec) > 4 else None
+        if ref is not None:
+            margins.append(ref[0] - ref[2])
+            if at_tok is not None:
+                dl.append(abs(at_tok - ref[0]))
+        if rec[0] != tok:
+            flips.append([i, None if ref is None else round(ref[0] - ref[2], 6),
+                          None if at_tok is None else round(rec[1] - at_tok, 6)])
+    return {"teacher_forced": True, "flips": flips, "max_dlogit": max(dl) if dl else None,
+            "min_ref_margin": min(margins) if margins else None}
 
 
 def _match(a: list[int] | None, b: list[int] | None) -> tuple[float | None, int | None]:
@@ -316,14 +391,15 @@ def use_key_weights(folder: Path, doc: dict | None) -> bool:
 
 
 def _cpu_ref(folder: Path, kind: str, pol: str, prompt: list[int], n_new: int, smoke: bool):
+    """(tokens, [top-1 logit, top-2 id, top-2 logit] per position) on the CPU, fp32 weights."""
     import kernels
 
     kernels.set_backend("reference")
     try:
         b = _load(folder, "cpu", kind, pol, "fp32", smoke)
-        toks, _ = _generate(b, prompt, n_new)
+        toks, _, trace = _generate(b, prompt, n_new)
         del b
-        return toks
+        return toks, [[round(r[1], 6), r[2], round(r[3], 6)] for r in trace]  # 1e-6: float32's own grain here
     finally:
         kernels.set_backend("auto")
 
@@ -353,7 +429,7 @@ def make_refs(args) -> dict:
                         "threads": torch.get_num_threads(), "python": platform.python_version(),
                         "cpu_path": "kernels.reference (KTCLI_NO_CPP_KERNELS=1)",
                         "when": time.strftime("%Y-%m-%d %H:%M:%S")},
-               "prompt": None, "int4_key_weights": None, "refs": {}, "seconds": {}}
+               "prompt": None, "int4_key_weights": None, "refs": {}, "logits": {}, "seconds": {}}
 
         def save():
             doc["made"]["wall_s"] = round(time.perf_counter() - started, 1)
@@ -373,7 +449,8 @@ def make_refs(args) -> dict:
                     doc["prompt"] = make_prompt(b, n_prompt, args.smoke)
                     kernels.set_backend("auto")
                     del b
-                doc["refs"][f"{kind}/{pol}"] = _cpu_ref(folder, kind, pol, doc["prompt"], n_new, args.smoke)
+                doc["refs"][f"{kind}/{pol}"], doc["logits"][f"{kind}/{pol}"] = _cpu_ref(
+                    folder, kind, pol, doc["prompt"], n_new, args.smoke)
                 doc["seconds"][f"{kind}/{pol}"] = round(time.perf_counter() - t, 1)
                 if kind == "int4" and doc["int4_key_weights"] is None:
                     w = key_calibration._memo.get(_key_weights_key(folder))
@@ -388,13 +465,21 @@ def make_refs(args) -> dict:
 
 
 def attach_matches(rows: list[dict], refs: dict) -> None:
-    """match_/prefix_ fields of each row against references {"kind/policy": tokens or why not}."""
+    """match_/prefix_ fields of each row against references {"kind/policy": tokens or why not}.
+    A teacher-forced row's tokens are its argmaxes in the same-kind reference's context, so
+    its `match_fp32` is that reference's own against fp32 pages (what quantization costs,
+    on the CPU): `match_fp32_of` says so."""
     for row in rows:
-        same_kind = row["kind"] if row["weights"] == "fp32" else "fp32" if row["kind"] in ("bf16", "fp16") else row["kind"]
-        for label, kind in (("same", same_kind), ("fp32", "fp32")):
+        same = ref_kind(row["kind"], row["weights"])
+        for label, kind in (("same", same), ("fp32", "fp32")):
             ref = refs.get(f"{kind}/{row['policy']}")
             ok = isinstance(ref, list)
-            row[f"match_{label}"], row[f"prefix_{label}"] = _match(row.get("tokens"), ref if ok else None)
+            mine = row.get("tokens")
+            if label == "fp32" and row.get("teacher_forced"):
+                mine = refs.get(f"{same}/{row['policy']}")
+                mine = mine if isinstance(mine, list) else None
+                row["match_fp32_of"] = "cpu references"
+            row[f"match_{label}"], row[f"prefix_{label}"] = _match(mine, ref if ok else None)
             row.pop(f"ref_{label}", None)
             if not ok:
                 row[f"ref_{label}"] = ref if ref is not None else "no reference"
@@ -454,6 +539,8 @@ def run(args, on_progress=None) -> dict:
                "; the rows keep their tokens (compare later: --rematch)"), file=sys.stderr, flush=True)
     if refs:
         use_key_weights(folder, doc)
+    ref_logits = (doc.get("logits") or {}) if refs else {}
+    teach = not args.free_run
     recompute = args.recompute_refs or path is None
     device_deadline = deadline - (1 - DEVICE_SHARE) * args.budget_s if recompute and not refs else deadline
 
@@ -481,11 +568,15 @@ def run(args, on_progress=None) -> dict:
                         if refs and doc.get("prompt") != prompt:  # another tokenizer, say
                             stale = result["refs"]["stale"] = "the prompt's token ids differ from the references'"
                             print(f"engine_gpu: CPU references: {stale}", file=sys.stderr, flush=True)
-                            refs = {}
+                            refs, ref_logits = {}, {}
+                    ref = refs.get(f"{ref_kind(kind, weights)}/{pol}") if teach else None
+                    ref = ref if isinstance(ref, list) else None
                     t = time.perf_counter()
-                    row["tokens"], figures = _generate(b, prompt, n_new)
+                    row["tokens"], figures, trace = _generate(b, prompt, n_new, forced=ref)
                     row["run_s"] = time.perf_counter() - t
                     row.update(figures)
+                    if ref is not None:
+                        row.update(forcing_figures(trace, ref_logits.get(f"{ref_kind(kind, weights)}/{pol}"), ref))
                     if cuda:
                         row["peak_gpu_mb"] = torch.cuda.max_memory_allocated() / 2**20
                     del b
@@ -518,7 +609,7 @@ def run(args, on_progress=None) -> dict:
                         refs[f"{kind}/{pol}"] = "skipped: time budget"
                         continue
                     try:
-                        refs[f"{kind}/{pol}"] = _cpu_ref(folder, kind, pol, prompt, n_new, args.smoke)
+                        refs[f"{kind}/{pol}"] = _cpu_ref(folder, kind, pol, prompt, n_new, args.smoke)[0]
                         result["refs"]["computed_here"] += 1
                     except Exception as e:  # noqa: BLE001
                         refs[f"{kind}/{pol}"] = f"error: {_error(e)}"
@@ -561,12 +652,18 @@ def print_table(result: dict) -> None:
           f", stage {result.get('stage', '-')}")
     if (result.get("refs") or {}).get("stale"):
         print(f"  CPU references: {result['refs']['stale']}")
-    print(f"{'kind':6} {'policy':12} {'weights':7} {'match':>6} {'prefix':>6} {'vs fp32':>7} {'decode/s':>9}  note")
+    if any(r.get("teacher_forced") for r in result["rows"]):
+        print("  teacher forced: match = argmax agreement at each position in the reference's context; "
+              "flips = [position, reference margin, device margin]; vs fp32 = the CPU references' own")
+    print(f"{'kind':6} {'policy':12} {'weights':7} {'match':>6} {'prefix':>6} {'vs fp32':>7} {'max dlogit':>10} "
+          f"{'decode/s':>9}  flips / note")
     for r in result["rows"]:
         fmt = lambda x, f: format("-" if x is None else format(x, f), f">{f.split('.')[0].rstrip('d')}")  # noqa: E731
         note = r.get("error") or (f"skipped: {r['skipped']}" if "skipped" in r else "") or r.get("ref_same") or ""
+        if not note and r.get("flips"):
+            note = " ".join(f"{p}:{m}/{g}" for p, m, g in r["flips"][:6]) + (" ..." if len(r["flips"]) > 6 else "")
         print(f"{r['kind']:6} {r['policy']:12} {r['weights']:7} {fmt(r.get('match_same'), '6.2f')} "
-              f"{fmt(r.get('prefix_same'), '6d')} {fmt(r.get('match_fp32'), '7.2f')} "
+              f"{fmt(r.get('prefix_same'), '6d')} {fmt(r.get('match_fp32'), '7.2f')} {fmt(r.get('max_dlogit'), '10.2e')} "
               f"{fmt(r.get('decode_tok_s'), '9.1f')}  {note}")
 
 

@@ -29,7 +29,9 @@ SmolLM2 through our engine on CUDA with each KV dtype (int4 and int8 first, then
 fp8) and policy (dense, window, topk, and window and topk with remapped positions), 32
 greedy tokens after a ~1.5K-token prompt, fp32 weights by default (``--e2e-weights``),
 compared with CPU reference tokens precomputed on fp32 weights
-(``benchmarks/results/engine_gpu_cpu_refs.json``); in ``--smoke`` a tiny random Llama
+(``benchmarks/results/engine_gpu_cpu_refs.json``), teacher forced: the device is fed the
+reference's tokens and its argmax compared at every position, with the reference's margin
+at each flip; in ``--smoke`` a tiny random Llama
 whose "device" runs go through the interpreted Triton kernels.
 
 Prints tables and writes everything as JSON to ``--out`` (on a GPU by default

@@ -73,6 +73,31 @@ def test_key_weights_round_trip_exactly_and_reach_int4_loads(tmp_path):
         key_calibration._memo.pop(E._key_weights_key(folder), None)
 
 
+def test_trace_forces_the_reference_tokens_and_records_its_own_argmax():
+    logits = torch.tensor([[0.0, 3.0, 2.5, 1.0], [5.0, 0.0, 4.0, 4.0], [1.0, 1.0, 0.0, 0.5]])
+    free = E._Trace()
+    assert [free(row[None], None, [None]) for row in logits] == [[1], [0], [0]]  # ties: the first
+    forced = E._Trace([2, 3, 1])
+    assert [forced(row[None], None, [None]) for row in logits] == [[2], [3], [1]]  # what is fed on
+    assert [r[0] for r in forced.rows] == [1, 0, 0] and [r[2] for r in forced.rows] == [2, 2, 1]
+    assert [r[4] for r in forced.rows] == [2.5, 4.0, 1.0]  # its logit of the fed token
+
+
+def test_forcing_figures_tell_a_near_tie_from_a_wide_miss():
+    ref_tokens = [7, 8, 9]
+    ref_logits = [[10.0, 3, 9.0], [6.0, 4, 5.9999], [4.0, 1, 2.0]]  # margins 1, 1e-4, 2
+    trace = [[7, 10.0, 3, 9.0, 10.0], [4, 6.0, 8, 5.99, 5.9999], [1, 5.0, 9, 3.5, 3.5]]
+    f = E.forcing_figures(trace, ref_logits, ref_tokens)
+    assert f["teacher_forced"] and [p for p, _, _ in f["flips"]] == [1, 2]
+    assert f["flips"][0][1] == pytest.approx(1e-4) and f["flips"][1][1] == 2.0 and f["flips"][1][2] == 1.5
+    assert f["max_dlogit"] == pytest.approx(0.5) and f["min_ref_margin"] == pytest.approx(1e-4)
+    rows = [dict(kind="int8", policy="dense", weights="fp32", tokens=[7, 4, 1], **f)]
+    E.attach_matches(rows, {"int8/dense": ref_tokens, "fp32/dense": [7, 8, 5]})
+    assert (rows[0]["match_same"], rows[0]["prefix_same"]) == (pytest.approx(1 / 3), 1)
+    # Forced rows follow the int8 reference's context: vs fp32 is that reference's own.
+    assert rows[0]["match_fp32"] == pytest.approx(2 / 3) and rows[0]["match_fp32_of"] == "cpu references"
+
+
 def test_rematch_compares_a_device_run_with_later_references():
     doc = {"key": {"model_sha256": "abc"}, "prompt": [1, 2, 3], "refs": {"int8/dense": [4, 5]}, "made": {}}
     result = {"model_sha256": "abc", "prompt_sha256": E.prompt_sha256([1, 2, 3]),
@@ -94,12 +119,15 @@ def test_smoke_run_reads_precomputed_references_and_refuses_stale_ones(tmp_path)
         result = E.run(E._parse(base))
         assert result["refs"]["stale"] is None and result["cpu_refs_run"] == 0  # no CPU run in the device's time
         assert [(r["kind"], r["match_same"]) for r in result["rows"]] == [("fp32", 1.0), ("int8", 1.0)]
+        for r in result["rows"]:  # teacher forced; fp32 through the interpreter: logits agree closely
+            assert r["teacher_forced"] and r["flips"] == [] and r["max_dlogit"] < 1e-3
         stale = json.loads(path.read_text())
         stale["key"]["new_tokens"] += 1
         path.write_text(json.dumps(stale))
         result = E.run(E._parse(base))
         assert "new_tokens" in result["refs"]["stale"] and result["cpu_refs_run"] == 0
         assert all(r["tokens"] and r["match_same"] is None for r in result["rows"])  # tokens kept: --rematch
+        assert not any(r.get("teacher_forced") for r in result["rows"])  # nothing to force: free running
         result = E.run(E._parse(base + ["--recompute-refs"]))
         assert result["cpu_refs_run"] == 2 and all(r["match_same"] == 1.0 for r in result["rows"])
     finally:
