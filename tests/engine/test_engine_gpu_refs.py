@@ -21,6 +21,27 @@ def test_int4_and_int8_run_first_on_fp32_weights():
     assert args.weights == "fp32"  # exactness: every kind meets its own CPU twin
 
 
+def test_the_committed_references_cover_every_kind_and_policy():
+    """The file the GPU run reads: each (kind, policy) it can run, 32 tokens each, for the
+    settings the run uses (its code hashes are --check-refs' business: device_bench.sh
+    split refuses to prepare a run with stale ones)."""
+    doc = E.read_refs(E.REFS)
+    assert doc is not None, f"{E.REFS} missing: python -m benchmarks.engine_gpu --make-refs"
+    args = E._parse([])
+    key = E.refs_key(args, doc["key"]["model_sha256"])
+    assert E.check_refs(doc, key, ignore_code=True) is None
+    assert set(doc["refs"]) == {f"{k}/{p}" for k in E.KINDS for p in E.POLICIES}
+    assert all(isinstance(t, list) and len(t) == 32 for t in doc["refs"].values())
+    # Teacher forcing's yardstick: each position's top-1 logit, top-2 id and logit.
+    assert set(doc["logits"]) == set(doc["refs"])
+    for cell, rows in doc["logits"].items():
+        assert len(rows) == 32 and all(top1 >= top2 and id2 != tok
+                                       for (top1, id2, top2), tok in zip(rows, doc["refs"][cell]))
+    assert 1400 < len(doc["prompt"]) < 1700
+    w = E._weights_from_json(doc["int4_key_weights"])  # sha256-checked
+    assert w.dtype == torch.float32 and w.dim() == 3 and bool(torch.isfinite(w).all())
+
+
 def _doc(**key):
     args = E._parse([])
     k = E.refs_key(args, "abc")
