@@ -62,6 +62,7 @@ def test_stale_references_are_refused_and_say_why():
     why = E.check_refs(changed, key)
     assert why and "kernels/reference.py" in why and "--make-refs" in why
     assert E.check_refs(changed, key, ignore_code=True) is None
+    assert E.code_changed(changed) == ["kernels/reference.py"]
     # The Triton kernels and the bench are no part of the CPU path: they may change.
     assert "kernels/bench.py" not in E.code_hashes() and "kernels/paged_attention.py" not in E.code_hashes()
     assert "kernels/reference.py" in E.code_hashes() and "ktcli/engine/longctx.py" in E.code_hashes()
@@ -142,6 +143,15 @@ def test_smoke_run_reads_precomputed_references_and_refuses_stale_ones(tmp_path)
         assert [(r["kind"], r["match_same"]) for r in result["rows"]] == [("fp32", 1.0), ("int8", 1.0)]
         for r in result["rows"]:  # teacher forced; fp32 through the interpreter: logits agree closely
             assert r["teacher_forced"] and r["flips"] == [] and r["max_dlogit"] < 1e-3
+        # Other engine sources: used on the device, said in the result; refused when strict.
+        drifted = json.loads(path.read_text())
+        drifted["code"]["kernels/reference.py"] = "0" * 16
+        path.write_text(json.dumps(drifted))
+        result = E.run(E._parse(base + ["--kinds", "fp32"]))
+        assert result["refs"]["stale"] is None and result["refs"]["code_changed"] == ["kernels/reference.py"]
+        assert result["rows"][0]["match_same"] == 1.0
+        result = E.run(E._parse(base + ["--kinds", "fp32", "--strict-refs"]))
+        assert "kernels/reference.py" in result["refs"]["stale"] and result["rows"][0]["match_same"] is None
         stale = json.loads(path.read_text())
         stale["key"]["new_tokens"] += 1
         path.write_text(json.dumps(stale))
