@@ -124,11 +124,19 @@ def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "f
 
 # A sparse read's speed by its policy and kind of pages, against topk over int8 pages (the
 # rates `plan.planner.Throughput` holds for the sparse mode): (prefill, decode) ratios of
-# tok/s. Pages of other widths cost other gathers and dequantisation, and window reads no
-# page summaries and fewer pages a step than topk. From `benchmarks/sparse_speed.py`
-# (FILLED_BY_BENCHMARK); a kind not measured counts as the reference.
+# tok/s. window scores no pages and reads fewer a step than topk; fp32 pages have no fused
+# C++ decode. Measured by `python -m benchmarks.sparse_speed --configs ... --lengths 8192`
+# (Xeon, 2 cores, 2026-12-05, SmolLM2 int8 weights; topk-int8 873 tok/s prefill, 49.0
+# decode; BENCHMARKS.md); a kind not measured counts as the reference.
 SPARSE_REFERENCE = ("topk", "int8")
-SPARSE_SPEED: dict[tuple[str, str], tuple[float, float]] = {}
+SPARSE_SPEED: dict[tuple[str, str], tuple[float, float]] = {
+    ("topk", "int8"): (1.0, 1.0),
+    ("topk", "int4"): (0.93, 0.97),
+    ("topk", "fp32"): (0.91, 0.38),
+    ("window", "int8"): (1.66, 1.31),
+    ("window", "int4"): (1.49, 1.27),
+    ("window", "fp32"): (1.57, 0.65),
+}
 
 
 def sparse_speed(attention: str, kv_dtype: str) -> tuple[float, float]:
