@@ -55,8 +55,10 @@ class RunStats:
 # the step's largest activation ([chunk, 2 * intermediate] fp32) is 25 MB for SmolLM2.
 DEFAULT_PREFILL_CHUNK = 2048
 # A prefill chunk taken between two decode steps of other sequences: a bound on how long
-# their streams pause for it (~1 s on a 2-core CPU for SmolLM2).
-MIXED_PREFILL_CHUNK = 512
+# their streams pause for it (~0.2 s on a 2-core CPU for SmolLM2). At 512 a short request
+# that arrived during a 6K-token prompt took 3.6 s for its 9 tokens, at 256 2.1 s, and the
+# long prompt's own time was the same (1.14-1.15x alone; benchmarks/serve_join.py).
+MIXED_PREFILL_CHUNK = 256
 STARVED_STEPS = 2
 
 
@@ -179,7 +181,7 @@ class Engine:
                     # A prompt short enough for a mixed step beside a long one (a request
                     # that arrived during a long prompt's prefill) gets its first token
                     # after such a step, not after a whole chunk of the long one's: a
-                    # 6K-token prompt's 2,048-token steps held one for 5.5 s (2 cores).
+                    # 6K-token prompt's 2,048-token steps held one for 1.9-5.5 s (2 cores).
                     short_beside = len(prefill) > 1 and min(s.pending for s in prefill) < MIXED_PREFILL_CHUNK
                     budget = (min(self.prefill_chunk, MIXED_PREFILL_CHUNK) if decoding or short_beside
                               else self.prefill_chunk)
