@@ -562,6 +562,15 @@ def test_a_summary_asked_for_full_is_not_read_in_parts(tmp_path):
     assert small.calls == []
 
 
+def _summary_in_parts(haystack, tmp_path, backend):
+    """The haystack summarized in windows of 600 tokens by `backend`: (answer, reporter)."""
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    reporter = Shown()
+    return summarize(small, backend, settings, reporter, Tally()), reporter
+
+
 @pytest.mark.parametrize("reduced", ["The final summary is:", '<pre><code>\n<span class="varname">LlamaTokenizerFast'
                                      '</span>\n\nWrite the final summary from these notes: what it is, how it is '
                                      'organised, and the key facts.\n</code></pre>'])
@@ -575,11 +584,7 @@ def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tm
                 return reduced
             return "The vault combination is 31-07-1999 [1]."
 
-    settings = settings_for(tmp_path)
-    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
-    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
-    reporter = Shown()
-    answer = summarize(small, EmptyReduce(), settings, reporter, Tally())
+    answer, reporter = _summary_in_parts(haystack, tmp_path, EmptyReduce())
     assert answer.text.startswith(reduced.rstrip() + "\n\nNotes from the ") and "31-07-1999" in answer.text
     assert "31-07-1999" in "".join(reporter.shown)  # shown as the answer streams, not only in --json
     assert any("the notes taken from its parts follow" in m for m in reporter.lines)
@@ -596,11 +601,7 @@ def test_notes_of_markup_alone_are_not_passed_on_nor_shown_as_a_summary(haystack
                 return "The final summary is:"
             return "<pre><code>"
 
-    settings = settings_for(tmp_path)
-    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
-    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
-    reporter = Shown()
-    answer = summarize(small, Markup(), settings, reporter, Tally())
+    answer, reporter = _summary_in_parts(haystack, tmp_path, Markup())
     assert "Notes from the" not in answer.text + "".join(reporter.shown)
     assert any("the model wrote nothing from the input" in m for m in reporter.lines)
 
