@@ -187,8 +187,6 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         if rest:
             reporter.answer_text(rest)
     tally.add(backend)
-    tally.notes_calls += 1
-    tally.notes_tokens += backend.last_stats.new_tokens
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
     elif backend.last_stats.new_tokens >= params.max_new_tokens:

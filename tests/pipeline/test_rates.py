@@ -258,3 +258,20 @@ def test_the_notes_a_model_writes_are_learned_for_the_next_plan(tmp_path):
     _remember_rates(settings, Tally(prompt_tokens=900, new_tokens=50, prefill_s=1.0, decode_s=1.0), sparse=False,
                     load_s=1.2, embed_tok_s=0.0)  # a run without notes keeps what was learned
     assert load_rates(settings).notes_tokens == 120.0
+
+
+def test_an_answer_is_not_counted_as_notes():
+    """stream_answer counted the answer as notes: a whole-read ask of 12 tokens taught
+    every later summary plan "notes = 12 tokens"."""
+    from ktcli.engine.backend import SamplingParams
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.runner import Tally, generate_text, stream_answer
+    from tests.pipeline.fake_backend import FakeBackend
+
+    tally = Tally()
+    stream_answer(FakeBackend(), [{"role": "user", "content": "Question: q"}], SamplingParams(max_new_tokens=8),
+                  tally, NullReporter())
+    assert tally.notes_calls == 0 and tally.notes_tokens == 0
+    generate_text(FakeBackend(), [{"role": "user", "content": "notes"}], SamplingParams(max_new_tokens=8), tally,
+                  NullReporter(), "notes")
+    assert tally.notes_calls == 1 and tally.notes_tokens > 0
