@@ -322,3 +322,30 @@ def test_a_long_prompt_tells_how_far_its_prefill_is(tiny_models):
     told.clear()
     list(backend.stream_ids([5, 6, 7], SamplingParams(max_new_tokens=2)))
     assert told == []
+
+
+def test_short_prompts_arriving_together_share_one_step(tiny_models, monkeypatch):
+    """The mixed-step rule cut any step with a short prompt to 256 tokens: 16 requests of
+    200 tokens arriving together took 13 prefill steps instead of 2."""
+    from ktcli.engine import runner as runner_module
+    from ktcli.engine.native import NativeBackend
+
+    monkeypatch.setattr(runner_module, "MIXED_PREFILL_CHUNK", 32)
+    engine = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=128).engine
+    steps = []
+    real = engine._step
+
+    def step(batch, params):
+        if any(n > 1 for _, n in batch):
+            steps.append(sum(n for _, n in batch))
+        return real(batch, params)
+
+    engine._step = step
+    prompts = [[(i * 7 + k) % 250 + 1 for i in range(20)] for k in range(5)]  # 5 x 20 tokens, each under 32
+    list(engine.generate(prompts, SamplingParams(max_new_tokens=2), frozenset()))
+    assert steps == [100]  # all five in one step: none of them waits for a mixed step of its own
+    # beside a long one, the short ones still fit one step and the long one gets the rest of a mixed step
+    steps.clear()
+    long_prompt = [(i * 7) % 250 + 1 for i in range(300)]
+    list(engine.generate([long_prompt] + prompts[:2], SamplingParams(max_new_tokens=2), frozenset()))
+    assert steps[0] == 40 and all(n <= 128 for n in steps)
