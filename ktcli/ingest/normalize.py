@@ -74,6 +74,11 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
         try:
             return data.decode(utf16), None
         except UnicodeDecodeError as e:
+            if len(data) % 2:  # a byte past the last pair (`echo >> file`, a download cut short)
+                try:
+                    return data[:-1].decode(utf16), f"a last byte past its {utf16.upper()} pairs left out"
+                except UnicodeDecodeError:
+                    pass
             raise UndecodableError(f"looks like {utf16.upper()} without a byte-order mark, but is not valid") from e
     strays = utf8_with_strays(data)
     if strays is not None:

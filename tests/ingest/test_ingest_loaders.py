@@ -256,6 +256,9 @@ def test_utf16_without_bom_whose_bytes_are_all_valid_utf8(write, encoding: str) 
     text = "The project code name is 中大 (zhong da). It’s “big” \u2014 and old.\nThe lead is Wang.\n"
     corpus = load_corpus([str(write("wide.txt", text.encode(encoding)))])
     assert corpus.documents[0].text == text and not corpus.skipped
+    # a byte past the last pair (`echo >> file`): read, and said (it was refused as not UTF-16)
+    corpus = load_corpus([str(write("wide.txt", text.encode(encoding) + b"\n"))])
+    assert corpus.documents[0].text == text and "last byte past its UTF-16" in corpus.skipped[0].reason
 
 
 def test_latin1_and_cp1252_fallback(write) -> None:
