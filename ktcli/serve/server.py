@@ -361,12 +361,13 @@ class Handler(BaseHTTPRequestHandler):
         while True:
             line = self.rfile.readline(1024)
             size_text = line.split(b";", 1)[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
+            # Hex digits only (RFC 9112): int() would also take "0x5", "+5" and "1_0", which a
+            # proxy in front may read otherwise (a request smuggled past it).
+            if not _CHUNK_SIZE.fullmatch(size_text):
                 self.close_connection = True
-                raise ApiError(400, "bad chunk size in a chunked body") from None
-            if size < 0 or len(data) + size > MAX_BODY_BYTES:
+                raise ApiError(400, "bad chunk size in a chunked body")
+            size = int(size_text, 16)
+            if len(data) + size > MAX_BODY_BYTES:
                 self.close_connection = True  # the rest of the body is left unread
                 raise ApiError(413, f"request body over {MAX_BODY_BYTES // 2**20} MiB")
             if size == 0:
@@ -556,6 +557,7 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+_CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 # Control characters as \xNN in the log (what newer Pythons' http.server does itself).
 _CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
 
