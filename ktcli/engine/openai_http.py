@@ -208,7 +208,7 @@ class HttpClient:
                 break
             conn = self._connection(min(self.connect_timeout_s, remaining))
             try:
-                self._connect(conn, remaining)
+                self._connect(conn, deadline)
                 conn.request(method, path, body=payload, headers=self._headers(payload))
                 resp = conn.getresponse()
             except ConnectionRefusedError:
@@ -254,15 +254,15 @@ class HttpClient:
             f"within {self.timeout_s:.0f}s (connection resets or overload)"
         )
 
-    def _connect(self, conn: http.client.HTTPConnection, remaining: float) -> None:
+    def _connect(self, conn: http.client.HTTPConnection, deadline: float) -> None:
         """Connect within the connect timeout, then leave the response the longer wait (up
-        to the deadline): a prefill may keep a working server silent for minutes, a
-        connection never takes that long."""
+        to the deadline, as it stands once connected): a prefill may keep a working server
+        silent for minutes, a connection never takes that long."""
         try:
             conn.connect()
         except TimeoutError:
             raise _ConnectTimedOut from None
-        conn.sock.settimeout(min(self.read_timeout_s, remaining))
+        conn.sock.settimeout(max(0.001, min(self.read_timeout_s, deadline - time.monotonic())))
 
     def _sleep(self, attempt: int, retry_after: str | None, deadline: float) -> bool:
         """Back off before the next attempt; False when the deadline leaves no room."""
