@@ -35,7 +35,7 @@ CONFIGS = {
     "topk-int8": dict(kv_dtype="int8", attention="topk"),
     "window-int4": dict(kv_dtype="int4", attention="window"),
     # The rest of what `ktcli plan` offers (int8, int4, fp32 pages under topk and window):
-    # their speeds against topk-int4's are the planner's per-kind factors (plan.estimates).
+    # their speeds against topk-int8's are the planner's per-kind factors (plan.estimates).
     "topk-fp32": dict(kv_dtype="fp32", attention="topk"),
     "window-int8": dict(kv_dtype="int8", attention="window"),
     "window-fp32": dict(kv_dtype="fp32", attention="window"),
