@@ -123,7 +123,7 @@ def _counted(n: int, kind: str) -> str:
     if n != 1:
         # the first noun that is the entries' own ("not a regular file" stays as it is)
         for i, word in enumerate(words):
-            if word in _PLURALS and (i == 0 or words[i - 1] not in ("a", "an")):
+            if word in _PLURALS and not {"a", "an", "not"} & set(words[:i]):
                 words[i] = _PLURALS[word]
                 break
     return f"{n:,} {' '.join(words)}"

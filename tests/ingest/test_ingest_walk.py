@@ -566,3 +566,12 @@ def test_exclude_that_leaves_nothing_or_matches_nothing_is_said_in_one_line(writ
         load_corpus([str(tmp_path / "r")], exclude=("*.csv",))
     with pytest.raises(UsageError, match=r"--exclude 'a//b': matches nothing"):
         load_corpus([str(tmp_path / "r")], exclude=("a//b",))
+
+
+def test_counts_of_entries_are_plural_where_the_noun_is_the_entries_own():
+    from ktcli.ingest.corpus import _counted
+
+    assert _counted(2, "symlink inside the folder") == "2 symlinks inside the folder"
+    assert _counted(3, "a lockfile") == "3 lockfiles"
+    assert _counted(2, "not a regular file") == "2 not a regular file"  # was "2 not a regular files"
+    assert _counted(1, "unreadable folder") == "1 unreadable folder"
