@@ -331,8 +331,14 @@ def _canonical_spelling(settings: Settings) -> Settings:
             changes["attention"] = attention
     except ValueError:
         pass
-    changes["device"] = settings.device.strip().lower()  # which validate() takes in any case
+    device = settings.device.strip().lower()
+    if _valid_device(device):
+        changes["device"] = device
     return replace(settings, **changes)
+
+
+def _valid_device(device: str) -> bool:
+    return device in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", device) is not None
 
 
 def validate(settings: Settings, origins: dict[str, str] | None = None) -> Settings:
@@ -369,8 +375,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
             raise UsageError(f"{named('exclude')} {pattern!r}: {EXCLUDE_MATCHES_NOTHING}")
     if settings.request_timeout <= 0:
         raise UsageError(f"{named('request_timeout')} {settings.request_timeout}: must be above 0")
-    device = settings.device.strip().lower()
-    if device not in ("auto", "cpu", "cuda") and not re.fullmatch(r"cuda:\d+", device):
+    if not _valid_device(settings.device):
         # the engine said it too, but only after the input was read or the server started loading
         raise UsageError(f"{named('device')} {settings.device!r}: choose auto, cpu, cuda or cuda:N")
     if settings.max_memory:

@@ -382,6 +382,8 @@ def test_word_choices_are_taken_in_any_case(tmp_path, monkeypatch):
         ("full", "int8", "topk:4", "cpu", "ktcli", "always")
     with pytest.raises(UsageError, match="--mode 'BOGUS': choose"):  # a refusal quotes what was typed
         load_settings({"mode": "BOGUS"})
+    with pytest.raises(UsageError, match="--device ' GPU ': choose"):
+        load_settings({"device": " GPU "})
 
 
 
