@@ -118,17 +118,30 @@ _SHAPE_REQUIRED = ("num_hidden_layers", "num_attention_heads", "hidden_size")
 _SHAPE_OPTIONAL = ("num_key_value_heads", "head_dim", "max_position_embeddings", "intermediate_size", "vocab_size")
 
 
-def shape_problem(cfg: dict) -> str | None:
+_SHAPE_MAX = 2**31  # past any model's figure; a larger one overflowed the readers below
+
+
+def shape_problem(cfg: object) -> str | None:
     """What makes a config's shape impossible ("num_hidden_layers is 0, ..."), or None. A
     required figure that is missing is left to the reader's KeyError ("lacks ...")."""
+    if not isinstance(cfg, dict):  # a list, or "text_config": null
+        what = {type(None): "null", list: "list", str: "string", bool: "boolean"}.get(type(cfg), "number")
+        return f"a JSON {what} where an object of settings belongs"
     for key in _SHAPE_REQUIRED + _SHAPE_OPTIONAL:
         value = cfg.get(key)
         if value is None:
             continue
-        whole = isinstance(value, (int, float)) and not isinstance(value, bool) and float(value).is_integer()
-        if not whole or value < 1:
-            return f"{key} is {value!r}, not a whole number of at least 1"
+        # (an int past a float's range made float() raise OverflowError: an internal error)
+        whole = (isinstance(value, int) and not isinstance(value, bool)) or \
+            (isinstance(value, float) and value.is_integer())
+        if not whole or not 1 <= value <= _SHAPE_MAX:
+            return f"{key} is {value!r}, not a whole number from 1 to {_SHAPE_MAX:,}"
     return None
+
+
+def text_settings(cfg: object) -> object:
+    """A config's language-model part: its `text_config` (multimodal releases) or itself."""
+    return cfg.get("text_config", cfg) if isinstance(cfg, dict) else cfg
 
 
 def from_hf_dict(cfg: dict) -> ModelConfig:
@@ -186,7 +199,7 @@ def load_config(model_dir: Path) -> ModelConfig:
     if not path.is_file():
         raise UsageError(f"{model_dir}: no config.json")
     cfg = json.loads(path.read_text())
-    problem = shape_problem(cfg.get("text_config", cfg))
+    problem = shape_problem(text_settings(cfg))
     if problem:
         raise UsageError(f"{model_dir}: config.json is not a model config ({problem})")
     return from_hf_dict(cfg)

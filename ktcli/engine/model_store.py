@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows
+from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine.gguf_meta import architecture, check_architecture, open_gguf, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
 from ktcli.types import ModelFacts
@@ -398,8 +398,11 @@ _CONFIG_ALIASES = {"num_attention_heads": "n_head", "hidden_size": "n_embd", "nu
 def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     from ktcli.engine.config import quantization_method
 
+    problem = shape_problem(text_settings(cfg))  # before anything reads it as a dict
+    if problem:
+        raise ValueError(problem)
     quantized = quantization_method(cfg)
-    cfg = cfg.get("text_config", cfg)
+    cfg = text_settings(cfg)
     cfg = {**{k: cfg[old] for k, old in _CONFIG_ALIASES.items() if k not in cfg and cfg.get(old)}, **cfg}
     problem = shape_problem(cfg)
     if problem:

@@ -97,7 +97,8 @@ def test_a_one_shot_window_past_32k_gets_its_pages(tmp_path):
 
 
 @pytest.mark.parametrize("key, value", [("num_hidden_layers", 0), ("max_position_embeddings", -5),
-                                        ("num_attention_heads", 2.5), ("hidden_size", True)])
+                                        ("num_attention_heads", 2.5), ("hidden_size", True),
+                                        ("num_hidden_layers", 10**400)])
 def test_a_config_of_an_impossible_shape_is_refused_naming_it(tmp_path, key, value):
     """What serve loads without a plan: num_hidden_layers 0 was a ZeroDivisionError sizing
     the KV cache."""
@@ -110,4 +111,17 @@ def test_a_config_of_an_impossible_shape_is_refused_naming_it(tmp_path, key, val
         "model_type": "llama", "num_attention_heads": 4, "hidden_size": 64, "num_hidden_layers": 2,
         "intermediate_size": 128, "vocab_size": 256, key: value}))
     with pytest.raises(UsageError, match=f"config.json is not a model config \\({key} is {value!r}"):
+        load_config(tmp_path)
+
+
+@pytest.mark.parametrize("config", [[1, 2], {"text_config": None, "model_type": "llava"}])
+def test_a_config_that_is_no_object_is_refused_naming_it(tmp_path, config):
+    """A list, or "text_config": null, was an internal AttributeError."""
+    import json
+
+    from ktcli.engine.config import load_config
+    from ktcli.errors import UsageError
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UsageError, match="config.json is not a model config \\(a JSON (list|null) where an object"):
         load_config(tmp_path)
