@@ -38,10 +38,10 @@ class ConsoleReporter:
         self.stream_answer = stream_answer
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
-        # phase -> (time, done, total) at its first report; kept while bars stop and start
+        # phase -> (time, done, total) at its first report and the last done; kept while bars stop and start
         # again (a summary's status line for each part), so that its rate, time and what
         # is left count from the phase's start, not from the last part's
-        self._started: dict[str, tuple[float, int, int]] = {}
+        self._started: dict[str, tuple[float, int, int, int]] = {}
         self._logged: dict[str, tuple[float, float]] = {}  # no terminal: phase -> (began, last logged)
         self._answer_started = False
         self._held_space = ""
@@ -78,10 +78,10 @@ class ConsoleReporter:
         """'2.1/s  0:42  ~1:10 left': the rate, the time since the phase began and what is
         left at that rate. The rate counts from the first report: a first report of 16 done
         in no time showed "16000000.0/s"."""
-        since, done_then, total_then = self._started.get(phase, (now, done, total))
-        if total != total_then or done < done_then:  # another run of the phase: it starts again
+        since, done_then, total_then, last = self._started.get(phase, (now, done, total, done))
+        if total != total_then or done < last:  # another run of the phase (the count went back): it starts again
             since, done_then = now, done
-        self._started[phase] = (since, done_then, total)
+        self._started[phase] = (since, done_then, total, done)
         if done <= done_then or now <= since:
             return ""
         speed = (done - done_then) / (now - since)

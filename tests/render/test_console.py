@@ -118,6 +118,19 @@ def test_a_phase_keeps_its_pace_when_its_bar_stops_and_starts_again(monkeypatch)
     reporter.lines([])
 
 
+def test_a_phase_run_again_with_the_same_total_starts_again(monkeypatch):
+    """Two parts' prefills of one size: the second's pace counted from the first's start."""
+    from ktcli.render import console
+
+    clock = iter([0.0, 10.0, 100.0, 101.0])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    reporter = ConsoleReporter()
+    assert reporter._pace("prefill", 0, 512, console.time.perf_counter()) == ""
+    assert reporter._pace("prefill", 512, 512, console.time.perf_counter()).startswith("51.2/s")
+    assert reporter._pace("prefill", 0, 512, console.time.perf_counter()) == ""  # the next part: from 0 again
+    assert reporter._pace("prefill", 256, 512, console.time.perf_counter()).startswith("256.0/s  0:01")
+
+
 def test_stdout_stays_the_answers_while_a_bar_is_up(capsys):
     """With --json, a prompt's bar still up when the object was printed took it to stderr
     (a live Rich bar redirects stdout onto its console): `| jq` got nothing."""
