@@ -14,8 +14,9 @@ import errno
 import os
 import sys
 
-# EPIPE: the reader went away; EBADF: fd 2 was open for reading only (`2</dev/null`).
-_GONE = (errno.EPIPE, errno.EBADF)
+# EPIPE: the reader went away; EBADF: fd 2 was open for reading only (`2</dev/null`);
+# ENOSPC: it is a file on a full disk (`2>/dev/full`), which failed the run with exit 1.
+_GONE = (errno.EPIPE, errno.EBADF, errno.ENOSPC)
 
 
 class QuietWhenGone:

@@ -264,16 +264,21 @@ def test_plan_takes_exclude_and_reports_it_in_one_line(cache, tmp_path):
     assert [s["reason"] for s in data["skipped"]] == ["excluded by --exclude"] * 5
 
 
-def _run_with_stderr_gone(args: list[str], cache) -> subprocess.CompletedProcess:
-    """ktcli with fd 2 a pipe nobody reads (its reader gone: `2>&1 >answer.txt | head -1`)."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
+def _run_with_stderr(args: list[str], cache, stderr) -> subprocess.CompletedProcess:
+    """ktcli with fd 2 `stderr` (a pipe nobody reads, /dev/full)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")}
     env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)), "HF_HUB_OFFLINE": "1",
                 "KTCLI_THREADS": THREADS})
+    return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], stdout=subprocess.PIPE, stderr=stderr,
+                          env=env, cwd=ROOT, timeout=600)
+
+
+def _run_with_stderr_gone(args: list[str], cache) -> subprocess.CompletedProcess:
+    """ktcli with fd 2 a pipe whose reader has gone (`2>&1 >answer.txt | head -1`)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
     try:
-        return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], stdout=subprocess.PIPE,
-                              stderr=write_end, env=env, cwd=ROOT, timeout=600)
+        return _run_with_stderr(args, cache, write_end)
     finally:
         os.close(write_end)
 
@@ -286,3 +291,6 @@ def test_stderrs_reader_gone_keeps_the_answer_and_the_exit_code(cache, tmp_path)
     proc = _run_with_stderr_gone(["ask", str(doc), "What is the capital of France?", "--max-new-tokens", "12"], cache)
     assert proc.returncode == 0 and "Sources:" in proc.stdout.decode(), proc.stdout
     assert _run_with_stderr_gone(["ask", str(tmp_path / "missing.txt"), "q"], cache).returncode == 3
+    with open("/dev/full", "w") as full:  # stderr on a full disk: quiet too, the exit code the run's
+        proc = _run_with_stderr(["plan", str(doc), "q"], cache, full)
+    assert proc.returncode == 0 and b"mode" in proc.stdout
