@@ -277,11 +277,16 @@ def _known_binary(data: bytes) -> bool:
     return any(data.startswith(magic) and any(b < 0x20 or b > 0x7E for b in magic) for magic, _, _ in _MAGIC)
 
 
+def _format_of(data: bytes) -> tuple[str, str] | None:
+    """(what it is, what to do) of the format `data` starts with, where _MAGIC knows it."""
+    return next(((what, hint) for magic, what, hint in _MAGIC if data.startswith(magic)), None)
+
+
 def _binary(display: str, data: bytes) -> RejectedInput:
     """The refusal of a binary file, naming its format where its first bytes tell it."""
-    for magic, what, hint in _MAGIC:
-        if data.startswith(magic):
-            return RejectedInput(display, f"binary: {what}", hint)
+    known = _format_of(data)
+    if known is not None:
+        return RejectedInput(display, f"binary: {known[0]}", known[1])
     if data[257:262] == b"ustar":
         return RejectedInput(display, "binary: a tar archive", "unpack it and give the folder")
     return RejectedInput(display, "binary", f"not text; {_READABLE}")
@@ -289,10 +294,8 @@ def _binary(display: str, data: bytes) -> RejectedInput:
 
 def _what_it_holds(data: bytes) -> str:
     if looks_binary(data[:SNIFF_BYTES]):
-        for magic, what, _ in _MAGIC:
-            if data.startswith(magic):
-                return what
-        return "binary data"
+        known = _format_of(data)
+        return known[0] if known is not None else "binary data"
     return "an HTML page (an error page saved under that name?)" if _bytes_look_like_html(data) else "text"
 
 
