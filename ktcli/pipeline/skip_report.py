@@ -34,12 +34,12 @@ def report_skipped(skipped, reporter: Reporter) -> None:
         entries = groups[key]
         paths = [e.path for e in entries]
         if key[1] == EXCLUDED:
-            reporter.warn(f"excluded {_what(paths)} matching --exclude: {_first_three(paths)}")
+            reporter.warn(f"excluded {_what(paths)} matching --exclude: {first_named(paths)}")
         elif key[1] == EMPTY_FILE:
-            reporter.warn(f"skipped {_count(len(paths), 'empty file')}: {_first_three(paths)}")
+            reporter.warn(f"skipped {_count(len(paths), 'empty file')}: {first_named(paths)}")
         else:
             reporter.warn(f"{key[0]} {_what(paths)} ({_shared_reason([e.reason for e in entries])}): "
-                          f"{_first_three(paths)}")
+                          f"{first_named(paths)}")
 
 
 def _verb(entry) -> str:
@@ -79,5 +79,6 @@ def _count(n: int, noun: str) -> str:
     return f"{n:,} {noun}{'' if n == 1 else 's'}"
 
 
-def _first_three(paths: list[str]) -> str:
-    return ", ".join(paths[:3]) + (f" and {len(paths) - 3:,} more" if len(paths) > 3 else "")
+def first_named(paths: list[str], n: int = 3) -> str:
+    """The first `n` of `paths`, and how many more ("a, b, c and 2,997 more")."""
+    return ", ".join(paths[:n]) + (f" and {len(paths) - n:,} more" if len(paths) > n else "")

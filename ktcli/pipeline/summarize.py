@@ -16,6 +16,7 @@ from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, generate_text, stream_answer
+from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Document, Mode
@@ -126,12 +127,14 @@ def _warn_if_echo(summary: str, reporter: Reporter) -> None:
 OUTLINED_NAMED = 10
 
 
+def _outlined_paths(prep: Prepared) -> list[str]:
+    """The documents read as outlines, in input order."""
+    return [d.path for d in prep.corpus.documents if d.path in prep.outlines]
+
+
 def _outlined_files(prep: Prepared) -> str:
-    paths = [d.path for d in prep.corpus.documents if d.path in prep.outlines]
-    shown = ", ".join(paths[:OUTLINED_NAMED]) + (f" and {len(paths) - OUTLINED_NAMED} more" if len(paths) > OUTLINED_NAMED
-                                                 else "")
     return (f"read as outlines (signatures, docstrings, comments; headings and first paragraphs), not line by "
-            f"line: {shown} (--outline never reads every line)")
+            f"line: {first_named(_outlined_paths(prep), OUTLINED_NAMED)} (--outline never reads every line)")
 
 
 def _outlined(prep: Prepared) -> str:
@@ -163,7 +166,7 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) ->
     cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
                                 label_of=lambda c: doc_label.get(c.doc_path, 0))
     figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines),
-                                 "outlined": [d.path for d in prep.corpus.documents if d.path in prep.outlines]}
+                                 "outlined": _outlined_paths(prep)}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
 
 
