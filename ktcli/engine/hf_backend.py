@@ -42,6 +42,12 @@ class HFBackend:
             raise UsageError(no_tokenizer(model_dir)) from None
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
+        import transformers
+
+        from ktcli.engine.model_store import model_key
+
+        # What makes its outputs for a prompt (`pipeline.notes_memo`): the folder's files, dtype, version
+        self.outputs_key = f"hf-{model_key(Path(model_dir), 'hf')}-{dtype}-{transformers.__version__}"
         self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._stats = GenStats()
         # The tokens that end an answer: generate() stops after one and hands it on, and one

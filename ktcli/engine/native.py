@@ -60,6 +60,14 @@ class NativeBackend:
         # caller's progress bar (`pipeline.runner`); None: nothing told.
         self.on_prefill: Callable[[int, int], None] | None = None
 
+    @property
+    def outputs_key(self) -> str | None:
+        """A name for what makes this backend's outputs for a prompt: model files, weights,
+        pages, policy, prefill dtype, device. The prompt store's key holds them all; None
+        without a store (`pipeline.notes_memo` keeps notes beside prompts or not at all)."""
+        prefix = self.engine.prefix
+        return prefix.folder.name if prefix is not None else None
+
     # -- loading ------------------------------------------------------------------
 
     @classmethod

@@ -11,7 +11,8 @@ from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index
 from ktcli.pipeline.prepare import Prepared
-from ktcli.pipeline.runner import Tally, cited_if_interrupted, generate_text, stream_answer
+from ktcli.pipeline.notes_memo import NotesMemo
+from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.types import Answer, Chunk, Mode, Span
@@ -75,11 +76,11 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     notes = ""
     label = 1
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
+    memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params)
     for i, window in enumerate(windows[:-1]):
-        reporter.status(f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
         evidence, label = _labelled(window, label)
-        new = generate_text(backend, prompts.notes_messages(prep.question, evidence, notes),
-                            note_params, tally, reporter, "notes")
+        new = take_notes(backend, prompts.notes_messages(prep.question, evidence, notes), note_params, tally,
+                         reporter, memo, f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.errors import InterruptedAnswer
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
 from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 from ktcli.types import Answer
@@ -29,6 +30,7 @@ class Tally:
     reuse_s: float = 0.0  # reading them (counted in prefill_s too)
     notes_calls: int = 0  # steps that wrote notes for the next window (`generate_text`)
     notes_tokens: int = 0  # the tokens they wrote: what the plan expects a step to write
+    notes_kept: int = 0  # steps whose notes were read back from an earlier run (`notes_memo`)
     extra: dict = field(default_factory=dict)
 
     def add(self, backend: Backend) -> None:
@@ -56,6 +58,7 @@ class Tally:
             "total_s": round(time.perf_counter() - self.started, 3),
             "peak_rss_mb": round(peak_rss_mb(), 1),
             "reused_tokens": self.reused_tokens,
+            "notes_kept": self.notes_kept,
         }
 
 
@@ -114,6 +117,22 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
     # notes carry one copy of a repeated line, not twenty
     return guard.kept().strip() if guard.unit else (echo.shown + echo.flush()).strip()
+
+
+def take_notes(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
+               reporter: Reporter, memo: NotesMemo | None, doing: str) -> str:
+    """A step writing notes for the next window, said as `doing`: read back where `memo`
+    holds this step's notes from an earlier run, else generated (and kept there)."""
+    kept = memo.get(messages) if memo is not None else None
+    if kept is not None:
+        tally.notes_kept += 1
+        reporter.status(f"{doing} (its notes kept from an earlier run)")
+        return kept
+    reporter.status(doing)
+    new = generate_text(backend, messages, params, tally, reporter, "notes")
+    if memo is not None:
+        memo.put(messages, new)
+    return new
 
 
 class AnswerInterrupted(KeyboardInterrupt):

@@ -15,7 +15,8 @@ from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
-from ktcli.pipeline.runner import Tally, cited_if_interrupted, generate_text, stream_answer
+from ktcli.pipeline.notes_memo import NotesMemo
+from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
@@ -66,22 +67,23 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     windows = refit(pack(passages, budget, backend.count_tokens), fits)
     notes = ""
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
+    memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params)
     read = 0
     try:
         for read, window in enumerate(windows):
-            reporter.status(f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
             reporter.progress("map", read, len(windows))
             body = prompts.passages(window)
             position = f"part {read + 1} of {len(windows)}: {_where(window)}"
             outlined = any(c.doc_path in prep.outlines for c in window)
-            new = generate_text(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
-                                tally, reporter, "notes")
+            new = take_notes(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
+                             tally, reporter, memo, f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
             notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     except KeyboardInterrupt:
         if not notes:
             raise
+        resume = f"; the same command again starts at part {read + 1}" if memo is not None else ""
         raise InterruptedWithNotes(
-            f"interrupted while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept",
+            f"interrupted while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept{resume}",
             f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
         ) from None
     reporter.progress("map", len(windows), len(windows))

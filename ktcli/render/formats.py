@@ -139,6 +139,8 @@ def figures_line(answer: Answer) -> str:
         f"peak RSS {f.get('peak_rss_mb', 0):.0f} MiB",
     ]
     parts = [p for p in parts if p]
+    if f.get("notes_kept"):  # a summary's parts read in an earlier run: why it took seconds
+        parts.append(f"notes of {f['notes_kept']:,} window{'s' if f['notes_kept'] != 1 else ''} from the cache")
     if f.get("peak_gpu_mb"):
         parts.append(f"peak GPU {f['peak_gpu_mb']:.0f} MB")
     if f.get("index_bytes"):

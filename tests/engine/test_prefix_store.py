@@ -507,3 +507,14 @@ def test_a_chunk_that_is_not_whole_pages_keeps_nothing_and_fails_nothing(tiny_mo
     first, _ = generate(b, prompt, KEEP)
     again, st = generate(b, prompt, KEEP)
     assert again == first and st.reused_tokens == 0
+
+
+def test_outputs_are_named_by_the_prompt_stores_key(tiny_models, tmp_path):
+    """`pipeline.notes_memo` keeps a summary's notes under the backend's `outputs_key`: the
+    same for the same model and settings, another for other weights or pages, none without
+    a prompt store (the prompt cache off keeps what was read off the disk)."""
+    folder = tiny_models["llama"]
+    named = [NativeBackend.load(folder, weights=w, block_size=4, prefix_cache=tmp_path, **kw).outputs_key
+             for w, kw in (("fp32", {}), ("fp32", {}), ("bf16", {}), ("fp32", dict(kv_dtype="int8")))]
+    assert named[0] == named[1] and len(set(named)) == 3 and all(named)
+    assert NativeBackend.load(folder, weights="fp32", block_size=4).outputs_key is None

@@ -1,0 +1,148 @@
+"""Notes of a summary's parts (and of an answer's evidence windows) kept on disk: the same
+command again writes only what it had not, and an interrupted summary picks up where it
+stopped."""
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from ktcli.engine.backend import SamplingParams
+from ktcli.errors import InterruptedWithNotes
+from ktcli.pipeline import notes_memo
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.notes_memo import NotesMemo
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+from ktcli.pipeline.summarize import summarize
+from ktcli.types import Mode
+
+from .fake_backend import FakeBackend
+from .test_qa_pipeline import haystack, settings_for  # noqa: F401 - the fixture
+
+GREEDY = SamplingParams(max_new_tokens=384)
+MESSAGES = [{"role": "user", "content": "Notes on part 1 of 3"}]
+
+
+class Keyed(FakeBackend):
+    """A fake model whose outputs are named, as the engine's are by its prompt store."""
+
+    outputs_key = "fake-model-int8"
+
+    def _reply(self, messages):
+        return f"Part notes: the museum opens at nine [{len(self.calls)}]."
+
+
+def _memo(tmp_path, backend=None, params=GREEDY, prompt_cache=True):
+    return NotesMemo.for_run(tmp_path / "cache", prompt_cache, backend or Keyed(), params)
+
+
+def test_notes_are_read_back_for_the_same_prompt_model_and_settings(tmp_path):
+    memo = _memo(tmp_path)
+    assert memo.get(MESSAGES) is None
+    memo.put(MESSAGES, "the museum opens at nine")
+    again = _memo(tmp_path)
+    assert again.get(MESSAGES) == "the museum opens at nine" and again.kept == 1
+    other_prompt = [{"role": "user", "content": "Notes on part 2 of 3"}]
+    assert again.get(other_prompt) is None
+
+    class OtherWeights(Keyed):
+        outputs_key = "fake-model-fp32"
+
+    assert _memo(tmp_path, OtherWeights()).get(MESSAGES) is None
+    assert _memo(tmp_path, params=replace(GREEDY, max_new_tokens=128)).get(MESSAGES) is None
+    assert _memo(tmp_path, params=replace(GREEDY, stop=("\n\n",))).get(MESSAGES) is None
+
+
+def test_nothing_is_kept_for_sampled_steps_without_the_prompt_cache_or_for_a_server(tmp_path):
+    assert _memo(tmp_path, params=replace(GREEDY, temperature=0.7)) is None
+    assert _memo(tmp_path, prompt_cache=False) is None
+    assert _memo(tmp_path, FakeBackend()) is None  # no outputs_key: a server's model may change under its name
+
+    class Server(Keyed):
+        outputs_key = None
+
+    assert _memo(tmp_path, Server()) is None
+
+
+def test_a_damaged_entry_is_no_entry_and_is_written_again(tmp_path):
+    memo = _memo(tmp_path)
+    memo.put(MESSAGES, "first")
+    (entry,) = (tmp_path / "cache" / notes_memo.FOLDER).glob("*.json")
+    for damaged in ("{not json", json.dumps({"text": 3}), json.dumps([1]), ""):
+        entry.write_text(damaged)
+        assert memo.get(MESSAGES) is None
+    memo.put(MESSAGES, "second")
+    assert memo.get(MESSAGES) == "second"
+
+
+def test_a_cache_that_cannot_be_written_keeps_nothing_quietly(tmp_path):
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / notes_memo.FOLDER).write_text("a file where the folder goes")
+    memo = _memo(tmp_path)
+    memo.put(MESSAGES, "notes")  # no error: the run has its notes
+    assert memo.get(MESSAGES) is None
+
+
+def test_the_oldest_entries_go_past_the_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(notes_memo, "MAX_ENTRIES", 3)
+    memo = _memo(tmp_path)
+    prompts = [[{"role": "user", "content": f"part {i}"}] for i in range(5)]
+    for i, m in enumerate(prompts[:3]):
+        memo.put(m, f"notes {i}")
+        os.utime(memo._path(m), (1000 + i, 1000 + i))
+    assert memo.get(prompts[0]) == "notes 0"  # read: the last to go now
+    memo.put(prompts[3], "notes 3")
+    memo.put(prompts[4], "notes 4")
+    kept = [memo.get(m) for m in prompts]
+    assert kept == ["notes 0", None, None, "notes 3", "notes 4"]
+
+
+def _summary(haystack, tmp_path, backend, reporter=None):
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    tally = Tally()
+    return summarize(small, backend, settings, reporter or NullReporter(), tally), tally
+
+
+def test_the_same_summary_again_writes_only_the_summary(haystack, tmp_path):
+    first = Keyed()
+    answer, tally = _summary(haystack, tmp_path, first)
+    parts = len(first.calls) - 1
+    assert parts >= 3 and tally.notes_kept == 0
+    again = Keyed()
+    answer_again, tally_again = _summary(haystack, tmp_path, again)
+    assert len(again.calls) == 1 and tally_again.notes_kept == parts  # the reduce step alone
+    assert again.calls[0] == first.calls[-1]  # from the same notes
+    assert answer_again.stats["notes_kept"] == parts and answer.stats["notes_kept"] == 0
+
+
+def test_an_interrupted_summary_starts_again_at_the_part_it_was_reading(haystack, tmp_path):
+    class InterruptedAtThird(Keyed):
+        def stream_chat(self, messages, params):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+    with pytest.raises(InterruptedWithNotes) as caught:
+        _summary(haystack, tmp_path, InterruptedAtThird())
+    assert "the same command again starts at part 3" in str(caught.value)
+    resumed = Keyed()
+    _, tally = _summary(haystack, tmp_path, resumed)
+    assert tally.notes_kept == 2
+    assert "part 3 of" in resumed.calls[0][-1]["content"]  # parts 1 and 2 not read again
+
+
+def test_an_answer_read_over_several_windows_keeps_its_notes_too(haystack, tmp_path):
+    settings = settings_for(tmp_path, top_k=12)
+    prep = prepare([str(haystack)], "When does the museum open?", "ask", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, evidence_budget=300))
+    first, again = Keyed(), Keyed()
+    answer_question(small, first, settings, NullReporter(), Tally())
+    assert len(first.calls) >= 3
+    tally = Tally()
+    answer_question(small, again, settings, NullReporter(), tally)
+    assert len(again.calls) == 1 and tally.notes_kept == len(first.calls) - 1
