@@ -25,8 +25,6 @@ import threading
 import time
 from pathlib import Path
 
-import torch
-
 NAME = "ktcli_cpu_kernels"
 CFLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp"]
 
@@ -48,6 +46,8 @@ def load(disable_env: str | None = None):
 
 
 def _build():
+    import torch
+
     with _lock:
         if _built:
             return _built[0]
@@ -101,25 +101,60 @@ def _folder_lock(folder: Path):
 def needs_build() -> bool:
     """Whether loading the kernels compiles them first (no library in the build folder
     yet): a minute or so, which the caller says before it starts."""
+    import torch
+
     if _built or torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         return False  # loaded already, or nothing to build here (the torch path)
+    return _no_library(_build_dir())
+
+
+def compile_pending() -> bool:
+    """`needs_build` for `ktcli plan`, which imports no torch (a second or two): the CPU's
+    AVX2 from /proc/cpuinfo, torch's version from its package (`_torch_version`). A first
+    run compiled for 113 s after a plan that said 13 (a pip install without
+    scripts/setup.sh, or a fresh TORCH_EXTENSIONS_DIR)."""
+    if _built or os.environ.get("KTCLI_NO_CPP_KERNELS"):
+        return False
     try:
-        return not any(_build_dir().glob(f"{NAME}*.so"))
+        with open("/proc/cpuinfo") as f:
+            avx2 = any(line.startswith("flags") and " avx2" in line for line in f)
+    except OSError:
+        return False  # not Linux: not said rather than guessed
+    return avx2 and _no_library(_build_dir(make=False))
+
+
+def _no_library(folder: Path) -> bool:
+    try:
+        return not any(folder.glob(f"{NAME}*.so"))
     except OSError:
         return False
 
 
-def _build_dir() -> Path:
+def _build_dir(make: bool = True) -> Path:
     """A build folder per interpreter and torch version. torch's default is one folder per
     name: two virtualenvs (a second checkout, CI beside a dev venv) compile with different
     include paths and would rebuild each other's library on every switch (~50 s each)."""
     import platformdirs
 
-    key = hashlib.sha1(f"{sys.prefix}|{torch.__version__}".encode()).hexdigest()[:12]
+    key = hashlib.sha1(f"{sys.prefix}|{_torch_version()}".encode()).hexdigest()[:12]
     base = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or Path(platformdirs.user_cache_dir("ktcli")) / "cpp")
     folder = base / f"{NAME}-{key}"
-    folder.mkdir(parents=True, exist_ok=True)
+    if make:
+        folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def _torch_version() -> str:
+    """torch's version as its package names it (`torch.__version__`'s string, read without
+    importing torch: the planner asks), else as the module says it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        import torch
+
+        return torch.__version__
 
 
 if __name__ == "__main__":  # scripts/setup.sh: compile now rather than on the first question

@@ -302,6 +302,7 @@ def prepare(
         window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
+        compiles_kernels=_compiles_kernels(settings),
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,
@@ -335,6 +336,16 @@ def _converts_first(settings: Settings) -> bool:
         return False
     source = resolve_model(settings.model, settings.named("model"))
     return source.kind == "gguf" and not is_converted(source, settings.cache_path)
+
+
+def _compiles_kernels(settings: Settings) -> bool:
+    """Whether this run's model load compiles the engine's C++ kernels first (the ktcli
+    engine on the CPU, where no build is there yet: `engine.cpp_ext.compile_pending`)."""
+    from ktcli.engine import cpp_ext
+    from ktcli.engine.device import device_kind
+
+    return (settings.backend == "local" and settings.engine == "ktcli" and device_kind(settings.device) == "cpu"
+            and cpp_ext.compile_pending())
 
 
 def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) -> None:

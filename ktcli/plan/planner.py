@@ -108,6 +108,9 @@ class PlanRequest:
     outline: str = "auto"
     # Parameters of a GGUF this run converts first (once per model; 0: nothing to convert).
     convert_params: int = 0
+    # This run compiles the engine's C++ kernels before its model loads (once per install,
+    # where scripts/setup.sh did not: `engine.cpp_ext.compile_pending`).
+    compiles_kernels: bool = False
     # A read in the window runs over the kernels' pages, allocated for the whole window
     # (--rope-scaling; `engine.longctx.wants_kernels`), not the dense cache.
     kernel_pages: bool = False
@@ -125,9 +128,18 @@ class PlanRequest:
 INDEX_LOAD_S_PER_CHUNK = 80e-6
 
 
+# Compiling the engine's C++ kernels on a first run that scripts/setup.sh did not do: 37 s
+# on the 2-core Xeon beside two busy processes, 113 s seen on a busier one (2026-12-05).
+# The compiler's peak (~2 GiB) is its own process's, not ktcli's RSS.
+KERNEL_COMPILE_S = 60.0
+
+
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     rates = replace(rates, load_s=rates.load_s + req.read_s)  # every mode pays both before its work
     plan = replace(_make_plan(req, facts, rates), read_s=req.read_s)
+    if req.compiles_kernels:  # weighed as the conversion is: every mode pays it, once
+        plan = _plus_once(plan, req, KERNEL_COMPILE_S,
+                          f"this first run compiles the engine's C++ kernels (once: ~{KERNEL_COMPILE_S:.0f} s)")
     return _with_conversion(plan, req) if req.convert_params else plan
 
 
@@ -142,13 +154,21 @@ def _with_conversion(plan: Plan, req: PlanRequest) -> Plan:
             f"this first run converts the model (once), which peaks at ~{_gb(peak)}, over the --max-memory "
             f"budget of {_gb(req.memory_budget)}: run it once without the budget (`ktcli plan` does not convert; "
             "any ask does), then the budget holds for the reads")
-    why = f"this first run converts the model (once: ~{seconds:.0f} s, ~{_gb(peak)} at its peak)"
+    plan = _plus_once(plan, req, seconds, f"this first run converts the model (once: ~{seconds:.0f} s, ~{_gb(peak)} "
+                                          "at its peak)")
+    return replace(plan, est_memory_bytes=max(plan.est_memory_bytes, peak))
+
+
+def _plus_once(plan: Plan, req: PlanRequest, seconds: float, why: str) -> Plan:
+    """`plan` with work a first run does before any mode's, said as `why`: its seconds
+    before the first token, and where that passes --max-seconds, said (the reasons above
+    weighed the modes without it)."""
     total = plan.est_seconds + seconds
-    if req.max_seconds and total > req.max_seconds:  # the budget's reasons above counted without it
+    if req.max_seconds and total > req.max_seconds:
         why += f": ~{total:.0f}s in all, over the {req.max_seconds:g}s budget"
     return replace(plan, est_seconds=total,
                    est_first_token_seconds=plan.est_first_token_seconds + seconds if plan.est_first_token_seconds else 0.0,
-                   est_memory_bytes=max(plan.est_memory_bytes, peak), reasons=(*plan.reasons, why))
+                   reasons=(*plan.reasons, why))
 
 
 def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:

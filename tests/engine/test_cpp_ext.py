@@ -6,6 +6,8 @@ import fcntl
 import threading
 import time
 
+import torch
+
 from ktcli.engine import cpp_ext
 
 
@@ -39,10 +41,26 @@ def test_the_folder_lock_makes_a_second_loader_wait_for_the_first(tmp_path):
 def test_no_build_is_announced_where_none_can_happen(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))  # an empty build folder
     monkeypatch.setattr(cpp_ext, "_built", [])
-    monkeypatch.setattr(cpp_ext.torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "DEFAULT")
     assert not cpp_ext.needs_build()  # a CPU without AVX2 runs the torch path: no compile to wait for
-    monkeypatch.setattr(cpp_ext.torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
     assert cpp_ext.needs_build()
+
+
+def test_the_plan_knows_a_first_runs_compile_without_importing_torch(monkeypatch, tmp_path):
+    """A first run compiled the kernels for 113 s after a plan that said 13 s: `ktcli plan`
+    imports no torch, so it asks the folder torch's loader would build in, by torch's
+    package version, and the CPU's flags."""
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "fresh"))
+    avx2 = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+    assert cpp_ext.compile_pending() == avx2 == cpp_ext.needs_build()
+    assert cpp_ext._build_dir(make=False) == cpp_ext._build_dir()  # the loader's folder, by either version
+    (cpp_ext._build_dir() / f"{cpp_ext.NAME}.so").write_bytes(b"")
+    assert not cpp_ext.compile_pending() and not cpp_ext.needs_build()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "other"))
+    monkeypatch.setenv("KTCLI_NO_CPP_KERNELS", "1")  # the torch path on purpose: nothing compiles
+    assert not cpp_ext.compile_pending()
 
 
 def test_a_compile_no_file_foretold_is_said_once_it_takes_long(monkeypatch):

@@ -6,6 +6,7 @@ from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.config import parse_bytes
 from ktcli.plan.estimates import kv_bytes_per_token
+from ktcli.plan.planner import KERNEL_COMPILE_S
 from ktcli.types import Mode, ModelFacts
 
 SMOL = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
@@ -354,6 +355,19 @@ def test_a_first_run_that_converts_the_model_plans_its_time_and_peak():
     assert 18 < first.est_seconds - warm.est_seconds < 30
     assert 1.15 * 2**30 < first.est_memory_bytes < 1.35 * 2**30 and warm.est_memory_bytes < 2**30
     assert "converts the model" in first.reasons[-1]
+
+
+def test_a_first_run_that_compiles_the_kernels_plans_its_time():
+    """A first run without scripts/setup.sh compiled the C++ kernels for 113 s after a plan
+    that said 13 s; every mode pays it, so the mode stays and the reason says it."""
+    warm = make_plan(req(corpus_tokens=2000), SMOL, RATES)
+    first = make_plan(req(corpus_tokens=2000, compiles_kernels=True), SMOL, RATES)
+    assert first.mode is warm.mode and first.est_memory_bytes == warm.est_memory_bytes
+    assert first.est_seconds - warm.est_seconds == pytest.approx(KERNEL_COMPILE_S)
+    assert first.est_first_token_seconds - warm.est_first_token_seconds == pytest.approx(KERNEL_COMPILE_S)
+    assert "compiles the engine's C++ kernels" in first.reasons[-1]
+    late = make_plan(req(corpus_tokens=2000, compiles_kernels=True, max_seconds=30), SMOL, RATES)
+    assert "over the 30s budget" in late.reasons[-1]
 
 
 def test_a_read_over_the_kernels_pages_plans_their_window_and_scores():
