@@ -261,6 +261,10 @@ def test_help_names_values_not_python_types(cache):
         assert not re.search(r"<(bool|str|int|float|list\[str\])>", out), out
     out = run_ktcli(["ask", "--help"], cache, extra_env={"COLUMNS": "200"}).stdout.decode()
     assert re.search(r"--top-k +N ", out) and re.search(r"--attention +POLICY ", out), out
+    # and the usage line as the metavar says it, not braced: `{PATHS... [QUESTION]}...`
+    assert "Usage: ktcli ask [OPTIONS] PATHS... QUESTION\n" in re.sub(r" +\n", "\n", out), out
+    plan_usage = run_ktcli(["plan", "--help"], cache, extra_env={"COLUMNS": "200"}).stdout.decode()
+    assert "Usage: ktcli plan [OPTIONS] PATHS... [QUESTION]\n" in re.sub(r" +\n", "\n", plan_usage), plan_usage
 
 
 def test_a_python_warning_is_one_line_in_the_console_style(monkeypatch, capsys):
