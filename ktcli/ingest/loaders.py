@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import codecs
+import io
 import os
 import re
+import shlex
 import stat
 import sys
 from dataclasses import replace
@@ -125,7 +127,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
             # and not a PDF: read as text
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
-                            "to read it as text, pipe it in: `ktcli ask - \"question\" < FILE`")
+                            f"to read it as text, pipe it in: `ktcli ask - \"question\" < {_shell_name(display)}`")
     if _known_binary(data):  # an archive's header, even where what follows reads as text (a stored zip)
         raise _binary(display, data)
     data, padding = _without_nul_padding(data)
@@ -133,10 +135,10 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         utf16 = could_be_utf16(data)
         if utf16:
             raise RejectedInput(display, f"binary (or {utf16} text without a byte-order mark?)",
-                                f"if it is text, convert it: `iconv -f {utf16} -t UTF-8 FILE > FILE.txt`")
+                                f"if it is text, convert it: `iconv -f {utf16} -t UTF-8 {_shell_name(display)} > converted.txt`")
         raise _binary(display, data)
     try:
-        raw, note = _decode(data, kind)
+        raw, note = _decode(data, kind, is_stdin)
         nuls = raw.count("\x00")  # normalize_text drops them: said below with the other controls
         text = normalize_text(raw)
     except UndecodableError as e:
@@ -213,11 +215,13 @@ def _looks_like_notebook(text: str) -> bool:
     return head.startswith("{") and '"cells"' in head and '"nbformat"' in text[-2000:] + head[:2000]
 
 
-def _decode(data: bytes, kind: str | None) -> tuple[str, str | None]:
+def _decode(data: bytes, kind: str | None, is_stdin: bool = False) -> tuple[str, str | None]:
     """Our decoding policy, except that an HTML page that is not UTF-8 may declare its
     own charset (`<meta charset="shift_jis">`), which beats our Latin-1 guess; also a page
-    known by its content (on stdin, `curl URL | ktcli ask - ...`, or with no extension)."""
-    is_html = kind == "html" or (kind is None and _bytes_look_like_html(data))
+    known by its content (on stdin, `curl URL | ktcli ask - ...`, or with no extension),
+    and a fragment piped in (read as HTML by `_typed_document` too: its charset was not)."""
+    is_html = kind == "html" or (kind is None and (
+        _bytes_look_like_html(data) or (is_stdin and _looks_like_html_fragment(data[:65536].decode("latin-1")))))
     if is_html and bom_encoding(data) is None and not _is_utf8(data):
         from bs4.dammit import EncodingDetector
 
@@ -283,13 +287,43 @@ def _format_of(data: bytes) -> tuple[str, str] | None:
 
 
 def _binary(display: str, data: bytes) -> RejectedInput:
-    """The refusal of a binary file, naming its format where its first bytes tell it."""
+    """The refusal of a binary file, naming its format where its first bytes tell it, and
+    in its hint the file's own name."""
+    file = _shell_name(display)
+    if _compressed_tar(data):  # `gunzip -c a.tgz | ktcli ask -` only met the tar refusal next
+        packed = _format_of(data)[0].removesuffix(" data")
+        return RejectedInput(display, f"binary: {'an' if packed[0] in 'aeiox' else 'a'} {packed} tar archive",
+                             f"unpack it and give the folder: `mkdir unpacked && tar xf {file} -C unpacked`")
     known = _format_of(data)
     if known is not None:
-        return RejectedInput(display, f"binary: {known[0]}", known[1])
+        return RejectedInput(display, f"binary: {known[0]}", known[1].replace("FILE", file))
     if data[257:262] == b"ustar":
         return RejectedInput(display, "binary: a tar archive", "unpack it and give the folder")
     return RejectedInput(display, "binary", f"not text; {_READABLE}")
+
+
+def _shell_name(display: str) -> str:
+    """`display` as a hint's command line names it ("FILE" for stdin, which has no name)."""
+    return "FILE" if display == STDIN_PATH else shlex.quote(display)
+
+
+def _compressed_tar(data: bytes) -> bool:
+    """Whether `data` is a gzip, bzip2 or xz stream of a tar archive (a .tgz, .tar.bz2,
+    .tar.xz): the first block decompressed says so (`ustar` at 257)."""
+    import bz2
+    import gzip
+    import lzma
+
+    openers = {b"\x1f\x8b": lambda f: gzip.GzipFile(fileobj=f), b"BZh": bz2.BZ2File, b"\xfd7zXZ\x00": lzma.LZMAFile}
+    opener = next((o for magic, o in openers.items() if data.startswith(magic)), None)
+    if opener is None:
+        return False
+    try:
+        with opener(io.BytesIO(data[:65536])) as stream:
+            head = stream.read(512)
+    except (OSError, EOFError, lzma.LZMAError, ValueError):  # a stream cut short or damaged
+        return False
+    return head[257:262] == b"ustar"
 
 
 def _what_it_holds(data: bytes) -> str:
@@ -325,8 +359,11 @@ def _looks_like_html(text: str) -> bool:
     return head.startswith(("<!doctype html", "<html", "<head", "<body"))
 
 
+# What a fragment opens with: a block or inline element, or a head's element a snippet may
+# carry along (`<meta charset=...>` first, then its paragraphs).
 _FRAGMENT_START = re.compile(
-    r"<(?:h[1-6]|p|div|section|article|main|nav|header|footer|table|ul|ol|dl|blockquote|pre|figure|span|a|b|i|em|strong)\b",
+    r"<(?:h[1-6]|p|div|section|article|main|nav|header|footer|table|ul|ol|dl|blockquote|pre|figure|span|a|b|i|em|strong"
+    r"|meta|title|style|link)\b",
     re.I)
 _BLOCK_END = re.compile(r"</(?:p|div|h[1-6]|li|ul|ol|table|tr|td|th|section|article|pre|blockquote|dd|dt|figure)\s*>", re.I)
 _MARKDOWN = re.compile(r"^(?:#{1,6}\s|```|~~~|\s*[-*+]\s|\s*\d+[.)]\s|\|.*\|\s*$|[=-]{3,}\s*$)|\[[^\]\n]+\]\([^)\n]+\)", re.M)

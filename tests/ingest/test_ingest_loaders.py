@@ -1047,10 +1047,52 @@ def test_a_binary_file_is_named_by_its_format_and_a_file_of_nuls_as_such(write) 
     import zipfile
 
     message = input_error(write("gz.txt", gzip.compress(b"The keeper is Ada Quill.\n" * 50)))
-    assert "binary: gzip-compressed data" in message and "gunzip -c FILE" in message
+    assert "binary: gzip-compressed data" in message and "gunzip -c " in message
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("notes.txt", "hello " * 100)
     assert "binary: a zip archive" in input_error(write("notes.txt", buffer.getvalue()))
     assert "it holds only NUL bytes" in input_error(write("nul.txt", b"\x00" * 4096))
     assert "it holds only whitespace" in input_error(write("blank.txt", b" \n\t\n"))
+
+
+@pytest.mark.parametrize(("mode", "what"), [("w:gz", "a gzip-compressed tar archive"),
+                                            ("w:bz2", "a bzip2-compressed tar archive"),
+                                            ("w:xz", "an xz-compressed tar archive")])
+def test_a_compressed_tar_is_told_to_be_unpacked_and_hints_name_the_file(write, mode, what) -> None:
+    """A .tgz was told `gunzip -c FILE | ktcli ask -`, which met the tar refusal next; and
+    every hint said FILE where the user's file has a name."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode=mode) as archive:
+        data = b"The keeper is Ada Quill.\n" * 50
+        member = tarfile.TarInfo("notes.txt")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    path = write("my notes.tgz", buffer.getvalue())
+    message = input_error(path)
+    assert f"binary: {what}; unpack it and give the folder: `mkdir unpacked && tar xf '{path}' -C unpacked`" \
+        in message, message
+    assert "tar xf FILE" in str(_stdin_refusal(buffer.getvalue()))  # stdin has no name to give
+    import gzip
+
+    plain = write("a b.gz", gzip.compress(b"plain text\n" * 40))
+    assert f"`gunzip -c '{plain}' | ktcli" in input_error(plain)
+
+
+def _stdin_refusal(data: bytes) -> InputError:
+    with pytest.raises(InputError) as info:
+        load_stdin(None, io.BytesIO(data))
+    return info.value
+
+
+@pytest.mark.parametrize("first", ["", '<meta charset="iso-8859-2">\n'])
+def test_a_fragment_piped_in_is_read_in_the_charset_it_declares(first) -> None:
+    """A fragment without <html>, <head> or <body> declaring iso-8859-2 was read as a
+    Windows-1250 guess ("gę¶l± jaĽń"), and one opening with its <meta> as raw markup."""
+    polish = "Zażółć gęślą jaźń. Łódź jest pięknym miastem."
+    later = "" if first else '<meta charset="iso-8859-2">\n'
+    fragment = f"{first}<p>{polish}</p>\n{later}<p>{polish}</p>\n"
+    doc = load_stdin(None, io.BytesIO(fragment.encode("iso-8859-2")))
+    assert doc.kind == "html" and doc.text.split("\n")[0] == polish and doc.left_out == ()
