@@ -288,7 +288,9 @@ def parse_attention(spec: str) -> tuple[str, int | None]:
         raise ValueError(f"--attention {spec!r}: choose one of {', '.join(ATTENTION_KINDS)} (topk:N / window:N set the pages)")
     if not sep:
         return kind, None
-    if kind == "dense" or not pages.isdigit() or int(pages) < 1:
+    if kind == "dense":
+        raise ValueError(f"--attention {spec!r}: dense reads every page and takes no count; topk:N and window:N do")
+    if not pages.isdigit() or int(pages) < 1:
         raise ValueError(f"--attention {spec!r}: give a page count of at least 1, e.g. topk:16 or window:8")
     return kind, int(pages)
 
@@ -397,7 +399,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
         raise UsageError(f"--base-url {settings.base_url}: it names an OpenAI-compatible server, which needs "
                          "--backend openai as well")
     if settings.backend == "openai" and not settings.base_url:  # said before the input is read
-        raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1) or KTCLI_BASE_URL")
+        raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1), KTCLI_BASE_URL or base_url in the config file")
     if settings.backend == "openai":
         # the server holds the model and its cache: nothing here to load or shape
         for name, idle in (("weights", ("auto",)), ("kv_dtype", ("auto",)), ("attention", ("auto", "dense")),

@@ -49,6 +49,7 @@ def test_unknown_key_in_file(tmp_path, monkeypatch):
     ({"kv_dtype": "int3"}, "--kv-dtype 'int3': choose auto, fp32"),
     ({"attention": "bogus"}, "attention 'bogus': choose one of dense, window, topk"),
     ({"attention": "topk:0"}, "page count of at least 1"),
+    ({"attention": "dense:4"}, "dense reads every page and takes no count"),  # was told to give a count
     ({"rope_scaling": "magic:2"}, "--rope-scaling 'magic:2'"),
     ({"rope_scaling": "yarn:0.5"}, "factor must be from 1 to 1024"),
     ({"rope_scaling": "yarn:inf"}, "factor must be from 1 to 1024"),

@@ -296,7 +296,8 @@ class OpenAIBackend:
         self._stats = GenStats(
             prompt_tokens=int(usage["prompt_tokens"] if "prompt_tokens" in usage else self.prompt_tokens(messages)),
             new_tokens=int(usage["completion_tokens"] if "completion_tokens" in usage else self.count_tokens("".join(parts))),
-            prefill_s=ttft, decode_s=max(total - ttft, 1e-9), ttft_s=ttft,
+            # An answer sent in one piece has no decode time to measure ("decode 88171.1 tok/s"): 0, not shown
+            prefill_s=ttft, decode_s=max(total - ttft, 1e-9) if len(parts) > 1 else 0.0, ttft_s=ttft,
             extra={"backend": "openai", "server": self.client.endpoint.display, "server_model": self.model,
                    "tokenizer": self.tokens.source, "retries": self.client.retries},
         )

@@ -71,7 +71,7 @@ class Endpoint:
     @classmethod
     def parse(cls, base_url: str) -> "Endpoint":
         if not base_url:
-            raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1) or KTCLI_BASE_URL")
+            raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1), KTCLI_BASE_URL or base_url in the config file")
         try:
             parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
         except ValueError as e:  # "http://[::1": "Invalid IPv6 URL" was an internal error

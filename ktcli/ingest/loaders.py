@@ -75,8 +75,9 @@ def load_stdin(stdin_text: str | None, stream: BinaryIO | None = None) -> Docume
 
 # Reading a text takes about 13 times its size in memory on its way to chunks and tokens
 # (a 47 MB text peaked at 630 MB); a source past what the memory free can hold that way
-# is refused in one line. Unbounded, `ktcli plan - q < /dev/zero` grew to 24 GB in a
-# minute, deaf to Ctrl-C, until the kernel killed it.
+# (a sixteenth of it, a margin over 13) is refused in one line. Unbounded, `ktcli plan -
+# q < /dev/zero` grew to 24 GB in a minute, deaf to Ctrl-C, until the kernel killed it.
+READ_MEMORY_TAKES = 13
 READ_MEMORY_FACTOR = 16
 _MIN_READ_LIMIT = 256 << 20
 _READ_PIECE = 8 << 20
@@ -103,7 +104,7 @@ def read_bounded(stream: BinaryIO, display: str, limit: int | None = None) -> by
         total += len(piece)
         if total > limit:
             raise RejectedInput(display, f"over {limit / 2**20:,.0f} MiB, more than this machine's free memory can "
-                                         f"read (about {READ_MEMORY_FACTOR}x the text's size)",
+                                         f"read (reading takes about {READ_MEMORY_TAKES}x the text's size)",
                                 "split it, or give the part the question is about")
         pieces.append(piece)
     return b"".join(pieces)

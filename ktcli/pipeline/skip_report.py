@@ -14,7 +14,7 @@ from ktcli.pipeline.events import Reporter
 GROUP_OVER = 3
 
 
-def report_skipped(skipped, reporter: Reporter) -> None:
+def report_skipped(skipped, reporter: Reporter, exclude_named: str = "--exclude") -> None:
     """One line per file left out or read inexactly, and one line for each reason shared
     by more than GROUP_OVER of them: a folder of 3,000 images printed 3,000 "binary"
     lines, which --quiet keeps (a file left out must not go unsaid). Empty files are one
@@ -34,7 +34,7 @@ def report_skipped(skipped, reporter: Reporter) -> None:
         entries = groups[key]
         paths = [e.path for e in entries]
         if key[1] == EXCLUDED:
-            reporter.warn(f"excluded {_what(paths)} matching --exclude: {first_named(paths)}")
+            reporter.warn(f"excluded {_what(paths)} matching {exclude_named}: {first_named(paths)}")
         elif key[1] == EMPTY_FILE:
             reporter.warn(f"skipped {_count(len(paths), 'empty file')}: {first_named(paths)}")
         else:

@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict
 from enum import Enum
 
-from ktcli.types import SECTION_SEPARATOR, Answer, Plan, Skipped
+from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL, Answer, Plan, Skipped
 
 
 def citations_text(answer: Answer) -> str:
@@ -66,6 +66,8 @@ def _section_note(section: str) -> str:
     if not section:
         return ""
     note = SECTION_SEPARATOR.join(section.split(SECTION_SEPARATOR)[-2:])
+    if section.startswith(TABLE_TRAIL):  # a TSV's header row, kept as written for the model: tabs on a terminal
+        note = note.replace("\t", ", ")
     return f"  ({note if len(note) <= MAX_NOTE_CHARS else note[: MAX_NOTE_CHARS - 1] + chr(0x2026)})"
 
 
@@ -134,6 +136,7 @@ def figures_line(answer: Answer) -> str:
         # and the network: a fast one gave "prefill 694142 tok/s").
         None if f.get("reused_tokens") or f.get("backend") == "openai" else
         f"prefill {f.get('prefill_tok_s', 0):.0f} tok/s" + (" (bf16)" if f.get("prefill_dtype") == "bf16" else ""),
+        None if f.get("backend") == "openai" and not f.get("decode_tok_s") else  # one piece: nothing timed
         f"decode {f.get('decode_tok_s', 0):.1f} tok/s",
         f"total {f.get('total_s', 0):.1f}s",
         f"peak RSS {f.get('peak_rss_mb', 0):.0f} MiB",

@@ -29,6 +29,16 @@ def test_no_prefill_rate_where_it_would_mislead():
     assert "tokens in 2,106 (2,077 read from the prompt cache) / out 20" in cached and "prefill" not in cached
     assert "prefill" not in figures_line(_answer(**base, backend="openai"))
     assert "prefill 18 tok/s" in figures_line(_answer(**base))
+    # a server that sent the answer in one piece: no decode time to divide by ("decode 88171.1 tok/s")
+    assert "decode" not in figures_line(_answer(**base | {"decode_tok_s": 0.0}, backend="openai"))
+
+
+def test_figures_name_the_windows_whose_notes_came_from_the_cache():
+    base = dict(tokens_in=329, tokens_out=120, ttft_s=3.5, prefill_tok_s=1016.0, decode_tok_s=32.9, total_s=7.2,
+                peak_rss_mb=517)
+    assert figures_line(_answer(**base, notes_kept=8)).endswith(" · notes of 8 windows from the cache")
+    assert "notes of 1 window from" in figures_line(_answer(**base, notes_kept=1))
+    assert "notes" not in figures_line(_answer(**base, notes_kept=0))
 
 
 def test_memory_units_match_and_a_server_plans_none_here():
@@ -52,6 +62,9 @@ def test_sources_name_the_last_two_levels_of_a_section_and_json_the_whole_trail(
     assert citations_text(answer).splitlines()[-2:] == [
         "  [1] t.rst:9-12  (Classes > Class Objects)", "  [2] r.pdf p.2"]
     assert json.loads(answer_json(answer))["citations"][0]["section"] == "Tutorial > Classes > Class Objects"
+    # a TSV's header row is kept with its tabs for the model; a terminal shows its columns
+    tsv = replace(answer, citations=(Citation("t.tsv:3-4", Span("t.tsv", 3, 4), section="columns: id\tname\tcity"),))
+    assert citations_text(tsv).splitlines()[-1] == "  [1] t.tsv:3-4  (columns: id, name, city)"
 
 
 def test_the_estimate_gives_the_first_token_and_the_whole_budget():
