@@ -136,7 +136,7 @@ class Options:
         if "*" in origins and not settings.api_key:
             reporter.warn("--cors-origin '*' without --api-key: any web page open in a browser on this machine can "
                           "use the server")
-        serve(settings, options, reporter.status)
+        serve(settings, options, reporter.status, on_warn=reporter.warn)
 
     def _show_plan(self, reporter) -> Callable:
         def show(prep) -> None:

@@ -13,7 +13,7 @@ import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.detokenize import StopStrings
-from ktcli.engine.tokenizer import NO_CHAT_TEMPLATE, load_chat_tokenizer, no_tokenizer
+from ktcli.engine.tokenizer import ChatTemplateError, load_chat_tokenizer, no_chat_template, no_tokenizer
 from ktcli.errors import BackendError, UsageError
 
 
@@ -72,7 +72,7 @@ class HFBackend:
         if self.chat is not None and self.chat.chat_template:
             return self.chat.apply_chat_template(messages, add_generation_prompt=True, template_kwargs=template_kwargs)
         if not getattr(self.tokenizer, "chat_template", None):  # transformers' is a multi-line ValueError
-            raise UsageError(NO_CHAT_TEMPLATE)
+            raise ChatTemplateError(no_chat_template(self.tokenizer.name_or_path))
         ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
                                                  **(template_kwargs or {}))
         # transformers 5 returns a BatchEncoding here, 4.x a list

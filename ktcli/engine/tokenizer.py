@@ -30,6 +30,12 @@ def _token_text(value) -> str | None:
 NO_CHAT_TEMPLATE = "this model has no chat template"
 
 
+def no_chat_template(folder: Path | str) -> str:
+    """Where a template would be, so the fix is plain: a base model, or files left out."""
+    return (f"{NO_CHAT_TEMPLATE} ({folder}: no chat_template.jinja, no chat_template in tokenizer_config.json); "
+            "give an instruct/chat model")
+
+
 def no_tokenizer(folder: Path) -> str:
     return f"no tokenizer in {folder} (tokenizer.json)"
 
@@ -127,7 +133,7 @@ class ChatTokenizer:
         from jinja2.exceptions import TemplateError
 
         if not self.chat_template:
-            raise UsageError(NO_CHAT_TEMPLATE)
+            raise ChatTemplateError(no_chat_template(self.name_or_path))
         try:
             template = _compile(self.chat_template)
         except TemplateError as e:

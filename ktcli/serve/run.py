@@ -50,6 +50,20 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     return backend
 
 
+def _check_text_side(backend, warn: Callable[[str], None]) -> None:
+    """A model folder without a tokenizer is refused before serving (it answered every
+    request with a 500), and one without a chat template said (its chat requests are 400s;
+    /v1/completions reads raw text)."""
+    from ktcli.engine.tokenizer import ChatTemplateError, no_tokenizer
+
+    if getattr(backend, "tokenizer", True) is None:  # our engine loads a folder without one, for tests
+        raise UsageError(no_tokenizer(backend.model_dir))
+    try:
+        backend.chat_ids([{"role": "user", "content": "ping"}])
+    except ChatTemplateError as e:
+        warn(f"{e}: /v1/chat/completions will answer 400, /v1/completions works")
+
+
 def _engine_options(load: Callable, settings: Settings) -> dict:
     """Pass KV dtype and attention policy only as far as this engine build takes them."""
     accepted = inspect.signature(load).parameters
@@ -64,7 +78,7 @@ def _engine_options(load: Callable, settings: Settings) -> dict:
 
 
 def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], None],
-          runner: Runner | None = None) -> None:
+          runner: Runner | None = None, on_warn: Callable[[str], None] | None = None) -> None:
     check_listen(options.host, options.port)  # both before minutes of model loading
     check_exposure(options.host, options.api_key)
     if not options.model_id:
@@ -76,7 +90,9 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
         started = time.perf_counter()
         if runner is None:
             on_status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
-            runner = make_runner(load_engine(settings, on_status), options.max_batch)
+            backend = load_engine(settings, on_status)
+            _check_text_side(backend, on_warn or on_status)
+            runner = make_runner(backend, options.max_batch)
         _serve_until_stopped(runner, options, on_status, time.perf_counter() - started)
     finally:
         if previous is not None:

@@ -176,6 +176,29 @@ def test_models_the_engines_cannot_load_are_one_line(cache, tmp_path):
                               "this model has no chat template")
 
 
+def test_serve_refuses_a_model_without_a_tokenizer_and_says_one_without_a_chat_template(cache, tmp_path):
+    """It served both: a folder without tokenizer.json answered every request with a 500,
+    one without a chat template answered chat requests with a 500."""
+    from tests.serve.helpers import request, start_serve
+
+    bare = _tiny(tmp_path, "bare", tokenizer=False)
+    assert_one_line_error(run_ktcli(["serve", "--port", "0", "--model", str(bare)], cache), 2,
+                          f"no tokenizer in {bare} (tokenizer.json)")
+    plain = _tiny(tmp_path, "plain")
+    served = start_serve(tmp_path / "served", "--model", str(plain), "--weights", "fp32")
+    try:
+        status, body = request(served.port, "POST", "/v1/chat/completions",
+                               {"model": served.model, "messages": [{"role": "user", "content": "hi"}],
+                                "max_tokens": 2})
+        assert status == 400 and "no chat template" in body["error"]["message"], body
+        status, body = request(served.port, "POST", "/v1/completions",
+                               {"model": served.model, "prompt": "ABC", "max_tokens": 2})
+        assert status == 200, body
+        assert "no chat template" in served.log.read_text() and "/v1/completions works" in served.log.read_text()
+    finally:
+        served.stop()
+
+
 def test_a_shard_the_index_names_that_is_missing_is_named(cache, tmp_path):
     folder = _tiny(tmp_path, tokenizer=False)
     (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
