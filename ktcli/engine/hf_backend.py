@@ -48,7 +48,7 @@ class HFBackend:
 
         # What makes its outputs for a prompt (`pipeline.notes_memo`): the folder's files, dtype, version
         self.outputs_key = f"hf-{model_key(Path(model_dir), 'hf')}-{dtype}-{transformers.__version__}"
-        self.context_window = int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.context_window = _window(self.model.config)
         self._stats = GenStats()
         # The tokens that end an answer: generate() stops after one and hands it on, and one
         # that is no special token (a generation_config.json's eos list) was printed.
@@ -223,3 +223,14 @@ def _cut_at_stop(text: str, stop: tuple[str, ...]) -> str:
         if i >= 0:
             cut = min(cut, i)
     return text[:cut]
+
+
+def _window(config) -> int:
+    """The context the model runs, as our engine and the planner size it
+    (`config.scaled_window`): a config with YaRN x4 over 1,024 positions was planned at 4,096
+    tokens and run at 1,024 (its prompt then "exceeds the window", and retrieval found it
+    too small), though transformers' rotary embedding computes every position."""
+    from ktcli.engine.config import rope_params, scaled_window, text_settings
+
+    cfg = text_settings(config.to_dict())
+    return scaled_window(int(cfg.get("max_position_embeddings") or 2048), rope_params(cfg))

@@ -49,3 +49,16 @@ def test_the_token_that_ends_an_answer_is_not_printed(smollm2_dir):
     streamed = "".join(backend.stream_chat(messages, params))
     assert streamed.strip() == "1" and backend.last_stats.new_tokens == 1
     assert backend.generate_chat_batch([messages], params)[0].strip() == "1"
+
+
+def test_the_window_is_the_scaled_one_as_our_engine_and_the_plan_size_it(tmp_path):
+    """YaRN x4 over 1,024 positions: planned at 4,096 tokens, run by transformers' backend
+    at 1,024 (its exact count then "exceeded the window")."""
+    from tests.cli.test_bad_input import _tiny
+
+    folder = _tiny(tmp_path, "yarn", max_position_embeddings=1024,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                    "original_max_position_embeddings": 1024})
+    assert HFBackend(folder, threads=1).context_window == 4096
+    plain = _tiny(tmp_path, "plain", max_position_embeddings=1024)
+    assert HFBackend(plain, threads=1).context_window == 1024
