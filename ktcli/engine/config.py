@@ -30,7 +30,7 @@ class ModelConfig:
     rms_eps: float
     max_position: int
     rope: dict = field(default_factory=dict)  # rope_type, rope_theta, factor, ... (see rope.py)
-    tie_embeddings: bool = False
+    tie_embeddings: bool | None = False  # None: the config does not say (then a missing lm_head is tied)
     qkv_bias: bool = False  # Qwen2/2.5
     o_bias: bool = False
     mlp_bias: bool = False
@@ -182,7 +182,7 @@ def from_hf_dict(cfg: dict) -> ModelConfig:
         rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
         max_position=int(cfg.get("max_position_embeddings", 2048)),
         rope=rope,
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        tie_embeddings=None if cfg.get("tie_word_embeddings") is None else bool(cfg["tie_word_embeddings"]),
         # Qwen2 always has q/k/v biases; its config does not say so.
         qkv_bias=True if model_type == "qwen2" else default_bias,
         o_bias=default_bias if model_type != "qwen2" else False,

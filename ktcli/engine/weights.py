@@ -202,7 +202,10 @@ def load_weights(folder: Path, cfg: ModelConfig, weights: str = "fp32", device: 
             )
         )
     embed = mat(r.get("model.embed_tokens.weight"))
-    if cfg.tie_embeddings or not r.has("lm_head.weight"):
+    # A config that says its head is its own and weights without it are refused (as a
+    # missing q_proj is): tied silently, our answers differed from transformers', which
+    # starts such a head at random. A config that does not say: tied, as most releases are.
+    if cfg.tie_embeddings or (cfg.tie_embeddings is None and not r.has("lm_head.weight")):
         lm_head = embed
     else:
         lm_head = mat(r.get("lm_head.weight"))

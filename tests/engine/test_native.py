@@ -125,3 +125,27 @@ def test_a_config_that_is_no_object_is_refused_naming_it(tmp_path, config):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(UsageError, match="config.json is not a model config \\(a JSON (list|null) where an object"):
         load_config(tmp_path)
+
+
+def test_a_head_the_config_says_is_its_own_must_be_in_the_weights(tmp_path):
+    """Tied silently, our answers differed from transformers', which starts such a head at
+    random; a config that does not say ties a missing head, as most releases mean."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from ktcli.errors import UsageError
+    from tests.engine.conftest import build_tiny
+
+    folder = build_tiny("llama", tmp_path / "untied", tie_word_embeddings=False)
+    tensors = load_file(str(folder / "model.safetensors"))
+    assert "lm_head.weight" in tensors
+    save_file({k: v for k, v in tensors.items() if k != "lm_head.weight"}, str(folder / "model.safetensors"),
+              metadata={"format": "pt"})
+    with pytest.raises(UsageError, match="lm_head.weight"):
+        NativeBackend.load(folder, weights="fp32", block_size=4)
+    config = json.loads((folder / "config.json").read_text())
+    del config["tie_word_embeddings"]
+    (folder / "config.json").write_text(json.dumps(config))
+    backend = NativeBackend.load(folder, weights="fp32", block_size=4)
+    assert backend.engine.model.w.lm_head is backend.engine.model.w.embed
