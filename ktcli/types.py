@@ -134,6 +134,8 @@ class ModelFacts:
     model_type: str = "llama"  # config.json's: the ktcli engine runs llama, mistral, qwen2 and qwen3
     quantized: str = ""  # config.json's quantization method (fp8, gptq, awq...): not for the ktcli engine
     max_position: int = 0  # the trained window, before the config's RoPE scaling (0: context_window)
+    n_heads: int = 0  # query heads (0: unknown; hidden_size / head_dim then), for attention's share of a step
+    vocab_size: int = 0  # (0: unknown) the embedding rows, which a prefill step does not multiply
 
 
 @dataclass(frozen=True)

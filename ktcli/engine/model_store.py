@@ -424,6 +424,8 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
         sliding_window=any(w is not None for w in sliding_windows(cfg)),
         model_type=str(cfg.get("model_type", "llama")),
         quantized=quantized,
+        n_heads=int(n_heads),
+        vocab_size=int(cfg.get("vocab_size") or 0),
     )
 
 
@@ -485,4 +487,12 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         weight_bytes=n_params * 4,  # dequantized to fp32
         hidden_size=hidden,
         intermediate_size=field("feed_forward_length", 0),
+        n_heads=n_heads,
+        vocab_size=field("vocab_size", 0) or _gguf_vocab(reader),
     )
+
+
+def _gguf_vocab(reader) -> int:
+    """The token list's length, where the metadata has no vocab_size (most GGUFs)."""
+    tokens = reader.fields.get("tokenizer.ggml.tokens")
+    return len(tokens.data) if tokens is not None else 0

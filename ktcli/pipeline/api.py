@@ -16,9 +16,9 @@ from ktcli.pipeline.prepare import Prepared, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
-from ktcli.plan.estimates import sparse_speed
+from ktcli.plan.estimates import NO_CONTEXT_COST, context_cost, rates_without_context, sparse_speed
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
-from ktcli.types import Answer, Mode
+from ktcli.types import Answer, Mode, ModelFacts
 
 
 def ask(paths: list[str], question: str, settings: Settings, reporter: Reporter,
@@ -66,7 +66,7 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
         answer = replace(answer, stats=answer.stats | {"kept_tokens": kept})
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s,
                     embed_tok_s=_embed_rate(answer.stats), attention=answer.plan.attention,
-                    kv_dtype=answer.plan.kv_dtype)
+                    kv_dtype=answer.plan.kv_dtype, facts=prep.facts)
     return answer
 
 
@@ -103,12 +103,17 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
 
 
 def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float, embed_tok_s: float,
-                    attention: str = "", kv_dtype: str = "") -> None:
+                    attention: str = "", kv_dtype: str = "", facts: ModelFacts | None = None) -> None:
     prefill = decode = 0.0
     if tally.prefill_s and tally.decode_s:
         # A prompt read back from the prefix store says nothing about the prefill rate.
         prefill = 0.0 if tally.reused_tokens else tally.prompt_tokens / tally.prefill_s
         decode = tally.new_tokens / tally.decode_s
+        if not sparse and facts is not None:  # kept as rates without context, which plans scale by each read's
+            pages = kv_dtype if kv_dtype not in ("", "auto", "model") else facts.kv_dtype
+            cost = NO_CONTEXT_COST if canonical_attention(attention or "dense") != "dense" else context_cost(facts, pages)
+            prefill, decode = rates_without_context(prefill, tally.prompt_tokens, tally.prompt_square, decode,
+                                                    tally.new_tokens, tally.decode_context, cost)
     if settings.rope_scaling or (sparse and canonical_attention(attention) not in _DEFAULT_POLICIES):
         # Not the rates a plan weighs: a read past the trained window (--rope-scaling)
         # decoded 4.3 tok/s over 19K tokens of context, and short reads were then planned

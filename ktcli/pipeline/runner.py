@@ -31,6 +31,10 @@ class Tally:
     notes_calls: int = 0  # steps that wrote notes for the next window (`generate_text`)
     notes_tokens: int = 0  # the tokens they wrote: what the plan expects a step to write
     notes_kept: int = 0  # steps whose notes were read back from an earlier run (`notes_memo`)
+    # For rates without context (`plan.estimates.rates_without_context`): per call, the
+    # prompt's tokens squared less those read back squared, and new tokens x their mean context.
+    prompt_square: float = 0.0
+    decode_context: float = 0.0
     extra: dict = field(default_factory=dict)
 
     def add(self, backend: Backend) -> None:
@@ -40,7 +44,10 @@ class Tally:
         self.prefill_s += s.prefill_s
         self.decode_s += s.decode_s
         self.model_calls += 1
-        self.reused_tokens += int(s.extra.get("reused_tokens", 0))
+        reused = int(s.extra.get("reused_tokens", 0))
+        self.reused_tokens += reused
+        self.prompt_square += s.prompt_tokens ** 2 - reused ** 2
+        self.decode_context += s.new_tokens * (s.prompt_tokens + s.new_tokens / 2)
         self.reuse_s += float(s.extra.get("reuse_s", 0.0))
         self.extra.update(s.extra)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ktcli.types import ModelFacts
 
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -145,8 +147,74 @@ def sparse_speed(attention: str, kv_dtype: str) -> tuple[float, float]:
     return SPARSE_SPEED.get((attention.partition(":")[0], kv_dtype), (1.0, 1.0))
 
 
-def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float) -> float:
-    return prompt_tokens / max(prefill_tok_s, 1e-9) + new_tokens / max(decode_tok_s, 1e-9)
+@dataclass(frozen=True)
+class ContextCost:
+    """What a token of context adds to a step, relative to the step's own work, where
+    every token attends to all before it (dense attention; 0 for the sparse policies,
+    which read a bounded set of pages).
+
+    Prefill: attention's products for a token at position p are ~4·p·heads·head_dim
+    multiply-adds per layer against the weights' ~2·(non-embedding parameters), so a
+    whole prompt of n tokens takes n·(1 + prefill·n) token-times, prefill = layers·heads·
+    head_dim / parameters. For SmolLM2 that is 1.6e-4: prefill on the 2-core Xeon ran
+    3,047 / 2,013 / 1,454 tok/s at 512 / 4,096 / 7,680 tokens (int8 weights, bf16 steps,
+    2026-12-05), 1,983 and 1,471 predicted from the first; the EPYC's 497 / 327 at 512 /
+    4,096 (BENCHMARKS.md), 1.53x predicted for 1.52x. A 185M Qwen2 at 27K tokens ran at a
+    sixth of its 1.2K rate: planned flat, auto chose a 68 s full read over a 25 s sparse
+    one.
+
+    Decode: a step reads the weights and the whole cache, decode = cache bytes per token /
+    weight bytes, times DECODE_CACHE_READ_COST (the cache's pages are read slower than the
+    weights' stream, and attention's work per byte is more: on the Xeon 95 / 59.8 / 39.5
+    tok/s at 512 / 4,096 / 7,680 tokens of fp16 pages beside int8 weights in the engine, a
+    factor of 1.3-1.6, through the CLI 104 and 42 tok/s at 1,027 and 6,877 tokens, 2.2;
+    the EPYC's 97 / 51 at 512 / 4,096, near 2)."""
+
+    prefill: float = 0.0
+    decode: float = 0.0
+
+
+DECODE_CACHE_READ_COST = 2.0
+NO_CONTEXT_COST = ContextCost()
+
+
+def context_cost(facts: ModelFacts, kv_dtype: str) -> ContextCost:
+    """The dense attention's ContextCost of `facts` (weights as run, pages of `kv_dtype`);
+    none where the model's shape is not known."""
+    heads = facts.n_heads or (facts.hidden_size // facts.head_dim if facts.head_dim else 0)
+    linear = facts.n_params - facts.vocab_size * facts.hidden_size
+    if not heads or linear <= 0 or not facts.weight_bytes:
+        return NO_CONTEXT_COST
+    return ContextCost(prefill=facts.n_layers * heads * facts.head_dim / linear,
+                       decode=DECODE_CACHE_READ_COST * kv_bytes_per_token(facts, kv_dtype) / facts.weight_bytes)
+
+
+def prefill_seconds(tokens: int, rate: float, cost: ContextCost = NO_CONTEXT_COST, cached: int = 0) -> float:
+    """Computing a prompt's tokens past the `cached` ones at `rate` tokens/s of a step
+    without context: a token at position p costs 1 + 2·cost.prefill·p."""
+    cached = min(cached, tokens)
+    return ((tokens - cached) + cost.prefill * (tokens * tokens - cached * cached)) / max(rate, 1e-9)
+
+
+def decode_seconds(context: int, new_tokens: int, rate: float, cost: ContextCost = NO_CONTEXT_COST) -> float:
+    """`new_tokens` decoded after `context` tokens, at `rate` tokens/s without context."""
+    return (new_tokens + cost.decode * (new_tokens * context + new_tokens * new_tokens / 2)) / max(rate, 1e-9)
+
+
+def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float,
+                       cost: ContextCost = NO_CONTEXT_COST, cached: int = 0) -> float:
+    return (prefill_seconds(prompt_tokens, prefill_tok_s, cost, cached)
+            + decode_seconds(prompt_tokens, new_tokens, decode_tok_s, cost))
+
+
+def rates_without_context(prefill_tok_s: float, prompt_tokens: int, prompt_square: float, decode_tok_s: float,
+                          new_tokens: int, decode_context: float, cost: ContextCost) -> tuple[float, float]:
+    """A run's measured rates as rates of steps without context (what `Throughput`
+    keeps): `prompt_square` = the sum over its calls of prompt tokens squared,
+    `decode_context` = the sum over its calls of new tokens x their mean context."""
+    prefill = prefill_tok_s * (prompt_tokens + cost.prefill * prompt_square) / prompt_tokens if prompt_tokens else 0.0
+    decode = decode_tok_s * (new_tokens + cost.decode * decode_context) / new_tokens if new_tokens else 0.0
+    return prefill, decode
 
 
 # A GGUF's first run converts it (`engine.model_store`: transformers dequantizes it whole

@@ -15,11 +15,16 @@ from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
     EMBED_GROWTH_CHUNKS,
     EMBEDDER_BYTES,
+    NO_CONTEXT_COST,
+    ContextCost,
+    context_cost,
     conversion_bytes,
     conversion_seconds,
     generation_memory,
+    decode_seconds,
     generation_seconds,
     paged_dense_scores_bytes,
+    prefill_seconds,
     sparse_memory,
     sparse_speed,
 )
@@ -342,10 +347,11 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             decode_tok_s = rates.sparse_decode_tok_s * decode_x
             seconds = rates.load_s + generation_seconds(full_tokens - cached, req.max_new_tokens,
                                                         rates.sparse_prefill_tok_s * prefill_x, decode_tok_s)
+            answer_s = decode_seconds(full_tokens, req.max_new_tokens, decode_tok_s)  # a bounded read: no context cost
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
-                est_first_token_seconds=_before_answer(seconds, req, decode_tok_s),
+                est_first_token_seconds=_before_answer(seconds, answer_s),
                 cached_tokens=max(cached, 0),
             ))
     return out
@@ -403,13 +409,15 @@ def _asked_cache(req: PlanRequest) -> dict[str, str]:
 
 
 def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
-    seconds = rates.load_s + generation_seconds(max(full_tokens - req.cached_tokens, 1), req.max_new_tokens,
-                                                rates.prefill_tok_s, rates.decode_tok_s)
+    cost = _read_cost(req, facts)
+    answer_s = decode_seconds(full_tokens, req.max_new_tokens, rates.decode_tok_s, cost)
+    seconds = rates.load_s + prefill_seconds(full_tokens, rates.prefill_tok_s, cost,
+                                             cached=min(req.cached_tokens, full_tokens - 1)) + answer_s
     return Plan(
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens,
         evidence_budget=req.corpus_tokens, n_documents=req.n_documents, n_chunks=0, n_windows=1, top_k=0,
-        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, req, rates.decode_tok_s),
+        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, answer_s),
         est_memory_bytes=_full_memory(req, facts, full_tokens),
         **_asked_cache(req),
         cached_tokens=min(req.cached_tokens, full_tokens),
@@ -435,12 +443,20 @@ def _read_memory(req: PlanRequest, facts: ModelFacts, prompt_tokens: int, prefil
     return generation_memory(facts, prompt_tokens + req.max_new_tokens, kv, prefill_tokens=prefill_tokens)
 
 
-def _before_answer(seconds: float, req: PlanRequest, decode_tok_s: float) -> float:
+def _before_answer(seconds: float, answer_seconds: float) -> float:
     """A plan's time without the final answer's decoding: when its first token shows.
     Budgets are held to the whole (est_seconds); this is what a user waits for, since
     answers stream and most stop far short of the budget (the sample PDF's: 15 tokens
     of 384)."""
-    return max(seconds - req.max_new_tokens / max(decode_tok_s, 1e-9), 0.0)
+    return max(seconds - answer_seconds, 0.0)
+
+
+def _read_cost(req: PlanRequest, facts: ModelFacts) -> ContextCost:
+    """What context adds to a read in the model's window: dense attention's cost over the
+    pages it holds; none for a window or topk policy, which reads a bounded set."""
+    if req.attention.partition(":")[0] in ("window", "topk"):
+        return NO_CONTEXT_COST
+    return context_cost(facts, _dense_kv(req, facts))
 
 
 def _estimated_chunks(req: PlanRequest) -> int:
@@ -543,14 +559,15 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     notes = min(rates.notes_tokens, MEMORY_TOKENS)
     timed_prompt = per_window_prompt - MEMORY_TOKENS + notes
+    cost = _read_cost(req, facts)
     seconds = rates.load_s + n_windows * generation_seconds(
-        timed_prompt, notes if n_windows > 1 else req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s
+        timed_prompt, notes if n_windows > 1 else req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s, cost
     )
+    answer_s = decode_seconds(timed_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
     if n_windows > 1:
-        seconds += generation_seconds(
-            notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS, req.max_new_tokens,
-            rates.prefill_tok_s, rates.decode_tok_s,
-        )
+        final_prompt = notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
+        seconds += generation_seconds(final_prompt, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s, cost)
+        answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
         to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
         seconds += to_embed / max(rates.embed_tok_s, 1e-9) + n_chunks * INDEX_LOAD_S_PER_CHUNK
@@ -558,7 +575,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         mode=Mode.RETRIEVAL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
-        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, req, rates.decode_tok_s),
+        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, answer_s),
         est_memory_bytes=_read_memory(req, facts, per_window_prompt)
         + (EMBEDDER_BYTES + _index_memory(n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is

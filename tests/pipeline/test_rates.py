@@ -275,3 +275,29 @@ def test_an_answer_is_not_counted_as_notes():
     generate_text(FakeBackend(), [{"role": "user", "content": "notes"}], SamplingParams(max_new_tokens=8), tally,
                   NullReporter(), "notes")
     assert tally.notes_calls == 1 and tally.notes_tokens > 0
+
+
+def test_rates_are_kept_without_context_so_a_short_and_a_long_read_agree(tmp_path):
+    """A rate learned at 1K tokens planned a 7K read 1.5x too quick, one learned at 7K a 1K
+    read too slow: kept as rates of steps without context, both runs teach the same."""
+    from ktcli.engine.backend import GenStats
+    from ktcli.pipeline.api import _remember_rates
+    from ktcli.pipeline.runner import Tally
+    from tests.plan.test_context_cost import SMOL
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    learned = []
+    # measured through the CLI on the Xeon: 2,458 tok/s at 1,027 tokens, 1,545 at 6,877
+    for prompt, prefill, new, decode in ((1027, 2458, 90, 104), (6877, 1545, 93, 42.3)):
+        class Call:
+            last_stats = GenStats(prompt_tokens=prompt, new_tokens=new, prefill_s=prompt / prefill,
+                                  decode_s=new / decode)
+
+        tally = Tally()
+        tally.add(Call())
+        _remember_rates(replace(settings, cache_dir=str(tmp_path / str(prompt))), tally, sparse=False, load_s=1.0,
+                        embed_tok_s=0.0, facts=SMOL)
+        learned.append(load_rates(replace(settings, cache_dir=str(tmp_path / str(prompt)))))
+    short, long = learned
+    assert short.prefill_tok_s == pytest.approx(long.prefill_tok_s, rel=0.15) and short.prefill_tok_s > 2458
+    assert short.decode_tok_s == pytest.approx(long.decode_tok_s, rel=0.25) and long.decode_tok_s > 2 * 42.3
