@@ -27,6 +27,13 @@ from ktcli.types import Chunk, Corpus, Mode, ModelFacts, Plan
 
 RATES_FILE = "rates.json"
 SAMPLES_KEY = "recent runs"  # rates.json: each rates key's last RATE_SAMPLES measurements
+# A rates key's entry with this set keeps its dense prefill and decode rates without context
+# (`plan.estimates.rates_without_context`); older files kept them as measured, with a run's
+# context in them, and plans scaled by the context again read a 7.5K-token read at 2.8x.
+# Such rates are left out (and their samples dropped at the next save), not converted: the
+# lengths they were measured at were not kept.
+CONTEXT_FREE = "rates_without_context"
+_DENSE_RATES = ("prefill_tok_s", "decode_tok_s")
 RATE_SAMPLES = 5
 # First-run rates of the local engine on a CPU, before a run has measured any, from the
 # model's size: decode reads every weight once per token, prefill is bound by GEMM FLOPs.
@@ -108,7 +115,7 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
                               load_s=max(Throughput.load_s, 1.0 + facts.weight_bytes / _LOAD_BYTES_PER_S))
     try:
         stored = json.loads((settings.cache_path / RATES_FILE).read_text())[_rates_key(settings)]
-        known = {f.name for f in fields(Throughput)}
+        known = {f.name for f in fields(Throughput)} - (set() if stored.get(CONTEXT_FREE) else set(_DENSE_RATES))
         # Over the defaults, rate by rate: a first run in sparse mode stores only sparse
         # rates, and the full mode's fell back to the class's 150 / 10 tok/s, not the
         # model's size (446 / 73 for SmolLM2), turning a summary's plan to outlines.
@@ -142,6 +149,11 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     history = _dict(data.get(SAMPLES_KEY))
     data[SAMPLES_KEY] = history
     history[key] = mine = _dict(history.get(key))
+    if not rates.get(CONTEXT_FREE):  # measured with their context in them: not this kind
+        for name in _DENSE_RATES:
+            rates.pop(name, None)
+            mine.pop(name, None)
+        rates[CONTEXT_FREE] = 1
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
                         ("load_s", load_s), ("embed_tok_s", embed_tok_s), ("notes_tokens", notes_tokens)):

@@ -301,3 +301,21 @@ def test_rates_are_kept_without_context_so_a_short_and_a_long_read_agree(tmp_pat
     short, long = learned
     assert short.prefill_tok_s == pytest.approx(long.prefill_tok_s, rel=0.15) and short.prefill_tok_s > 2458
     assert short.decode_tok_s == pytest.approx(long.decode_tok_s, rel=0.25) and long.decode_tok_s > 2 * 42.3
+
+
+def test_rates_kept_before_they_were_kept_without_context_are_left_out(tmp_path):
+    """A file's rates measured with their context in them, read as rates without context,
+    planned a 7.5K-token read at 68.6 s instead of 24.5 (and pushed summaries to outlines)."""
+    import json
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    (tmp_path / "cache").mkdir()
+    old = {"ktcli:smollm2:auto": {"prefill_tok_s": 841.0, "decode_tok_s": 28.0, "load_s": 1.2},
+           "recent runs": {"ktcli:smollm2:auto": {"prefill_tok_s": [841.0], "decode_tok_s": [28.0], "load_s": [1.2]}}}
+    (tmp_path / "cache" / "rates.json").write_text(json.dumps(old))
+    rates = load_rates(settings)
+    assert rates.prefill_tok_s == Throughput().prefill_tok_s and rates.load_s == 1.2  # the rest is kept
+    save_rates(settings, 3000.0, 120.0)
+    assert (load_rates(settings).prefill_tok_s, load_rates(settings).decode_tok_s) == (3000.0, 120.0)  # not a median with 841
+    save_rates(settings, 3200.0, 110.0)
+    assert load_rates(settings).prefill_tok_s == 3100.0
