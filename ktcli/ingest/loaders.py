@@ -310,19 +310,20 @@ def _shell_name(display: str) -> str:
 
 def _compressed_tar(data: bytes) -> bool:
     """Whether `data` is a gzip, bzip2 or xz stream of a tar archive (a .tgz, .tar.bz2,
-    .tar.xz): the first block decompressed says so (`ustar` at 257)."""
+    .tar.xz): its first 512 bytes decompressed say so (`ustar` at 257). bzip2 gives nothing
+    before its first block (up to 900 KB) is read whole: it is given the first few MB."""
     import bz2
-    import gzip
     import lzma
+    import zlib
 
-    openers = {b"\x1f\x8b": lambda f: gzip.GzipFile(fileobj=f), b"BZh": bz2.BZ2File, b"\xfd7zXZ\x00": lzma.LZMAFile}
-    opener = next((o for magic, o in openers.items() if data.startswith(magic)), None)
-    if opener is None:
+    decompressors = {b"\x1f\x8b": lambda: zlib.decompressobj(wbits=31), b"BZh": bz2.BZ2Decompressor,
+                     b"\xfd7zXZ\x00": lzma.LZMADecompressor}
+    make = next((d for magic, d in decompressors.items() if data.startswith(magic)), None)
+    if make is None:
         return False
     try:
-        with opener(io.BytesIO(data[:65536])) as stream:
-            head = stream.read(512)
-    except (OSError, EOFError, lzma.LZMAError, ValueError):  # a stream cut short or damaged
+        head = make().decompress(data[: 4 << 20], 512)
+    except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError):  # damaged
         return False
     return head[257:262] == b"ustar"
 

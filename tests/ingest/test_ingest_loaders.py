@@ -1096,3 +1096,18 @@ def test_a_fragment_piped_in_is_read_in_the_charset_it_declares(first) -> None:
     fragment = f"{first}<p>{polish}</p>\n{later}<p>{polish}</p>\n"
     doc = load_stdin(None, io.BytesIO(fragment.encode("iso-8859-2")))
     assert doc.kind == "html" and doc.text.split("\n")[0] == polish and doc.left_out == ()
+
+
+def test_a_bzip2_tar_is_known_past_its_first_block(write) -> None:
+    """bzip2 gives nothing before its first block (up to 900 KB) is read whole: a 2 MB
+    .tar.bz2 of random bytes was still told to `bunzip2 -c` (found by review)."""
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:bz2") as archive:
+        data = os.urandom(1_500_000)
+        member = tarfile.TarInfo("noise.bin")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    assert len(buffer.getvalue()) > 1_000_000
+    assert "binary: a bzip2-compressed tar archive" in input_error(write("noise.tbz", buffer.getvalue()))
