@@ -7,13 +7,16 @@ a second time over; it now takes the last step's seconds.
 
 Only greedy steps are kept (a sampled step's notes are one draw of many) and only where
 the prompt cache is on (`prompt_cache`: what was read stays off the disk where it is
-off). Entries are small (a few KB); the oldest go past MAX_ENTRIES."""
+off). Entries are small (a few KB); the oldest go past MAX_ENTRIES. The key is the
+prompt's tokens as the backend renders them (an edited chat template is another prompt),
+the sampling settings, the backend's outputs_key and ktcli's and torch's versions."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import time
 from pathlib import Path
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
@@ -24,11 +27,16 @@ FORMAT = 1
 
 
 class NotesMemo:
-    def __init__(self, folder: Path, outputs_key: str, params: SamplingParams):
+    def __init__(self, folder: Path, outputs_key: str, params: SamplingParams, render=None):
+        """`render`: messages -> the prompt's token ids (the backend's `chat_ids`), which
+        the key hashes where given: an edited chat template changes them, not the messages."""
         self.folder = Path(folder)
         self._base = {"format": FORMAT, "backend": outputs_key, "max_new_tokens": params.max_new_tokens,
-                      "stop": list(params.stop), "top_k": params.top_k}
+                      "stop": list(params.stop), "top_k": params.top_k, "versions": _versions()}
+        self._render = render
         self.kept = 0  # notes read back in this run
+        self.failed = False  # a note could not be kept (a read-only or full disk)
+        self._trimmed = False
 
     @classmethod
     def for_run(cls, cache_dir: Path, prompt_cache: bool, backend: Backend,
@@ -39,7 +47,7 @@ class NotesMemo:
         key = getattr(backend, "outputs_key", None)
         if not prompt_cache or params.temperature > 0 or not key:
             return None
-        return cls(Path(cache_dir) / FOLDER, key, params)
+        return cls(Path(cache_dir) / FOLDER, key, params, getattr(backend, "chat_ids", None))
 
     def get(self, messages: list[Message]) -> str | None:
         path = self._path(messages)
@@ -68,25 +76,59 @@ class NotesMemo:
             os.replace(tmp, path)  # a reader never sees half an entry
             self._trim()
         except OSError:
+            self.failed = True
             try:
                 tmp.unlink()
             except OSError:
                 pass
 
     def _path(self, messages: list[Message]) -> Path:
-        blob = json.dumps(self._base | {"messages": messages}, sort_keys=True, ensure_ascii=False)
+        prompt: object = messages
+        if self._render is not None:
+            try:
+                prompt = self._render(messages)
+            except Exception:  # noqa: BLE001 - the step itself then says what is wrong
+                prompt = messages
+        blob = json.dumps(self._base | {"prompt": prompt}, sort_keys=True, ensure_ascii=False)
         return self.folder / (hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:40] + ".json")
 
     def _trim(self) -> None:
-        entries = []
+        """The oldest entries past MAX_ENTRIES, and temp files a killed run left (an hour
+        old); once a run, as its first note is kept: every part of a 100-part summary
+        statted all 4,096 entries."""
+        if self._trimmed:
+            return
+        self._trimmed = True
+        entries, now = [], time.time()
         for p in self.folder.iterdir():
-            if p.suffix == ".json":
-                try:
-                    entries.append((p.stat().st_mtime, p))
-                except OSError:
-                    continue
-        for _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
             try:
-                p.unlink()
+                mtime = p.stat().st_mtime
             except OSError:
-                pass
+                continue
+            if p.suffix == ".json":
+                entries.append((mtime, p))
+            elif p.name.endswith(".tmp") and now - mtime > 3600:
+                _unlink(p)
+        for _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
+            _unlink(p)
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _versions() -> str:
+    """ktcli's and torch's versions: a new release may clean notes up otherwise, or compute
+    a step's numbers otherwise, and its notes are its own."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    out = []
+    for name in ("ktcli", "torch", "transformers"):
+        try:
+            out.append(f"{name} {version(name)}")
+        except PackageNotFoundError:
+            out.append(f"{name} -")
+    return ", ".join(out)

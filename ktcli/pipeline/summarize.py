@@ -81,7 +81,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     except KeyboardInterrupt:
         if not notes:
             raise
-        resume = f"; the same command again starts at part {read + 1}" if memo is not None else ""
+        resume = f"; the same command again starts at part {read + 1}" if memo is not None and not memo.failed else ""
         raise InterruptedWithNotes(
             f"interrupted while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept{resume}",
             f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",

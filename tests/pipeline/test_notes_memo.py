@@ -83,7 +83,7 @@ def test_a_cache_that_cannot_be_written_keeps_nothing_quietly(tmp_path):
     (tmp_path / "cache" / notes_memo.FOLDER).write_text("a file where the folder goes")
     memo = _memo(tmp_path)
     memo.put(MESSAGES, "notes")  # no error: the run has its notes
-    assert memo.get(MESSAGES) is None
+    assert memo.get(MESSAGES) is None and memo.failed
 
 
 def test_the_oldest_entries_go_past_the_limit(tmp_path, monkeypatch):
@@ -94,10 +94,32 @@ def test_the_oldest_entries_go_past_the_limit(tmp_path, monkeypatch):
         memo.put(m, f"notes {i}")
         os.utime(memo._path(m), (1000 + i, 1000 + i))
     assert memo.get(prompts[0]) == "notes 0"  # read: the last to go now
-    memo.put(prompts[3], "notes 3")
-    memo.put(prompts[4], "notes 4")
+    stale = memo.folder / ".killed-run.json.123.tmp"
+    stale.write_text("{")
+    os.utime(stale, (1000, 1000))
+    for m, text in ((prompts[3], "notes 3"), (prompts[4], "notes 4")):  # a run each: trimmed once a run
+        _memo(tmp_path).put(m, text)
     kept = [memo.get(m) for m in prompts]
-    assert kept == ["notes 0", None, None, "notes 3", "notes 4"]
+    assert kept == ["notes 0", None, None, "notes 3", "notes 4"] and not stale.exists()
+
+
+def test_the_key_is_the_prompt_as_rendered_and_the_versions(tmp_path, monkeypatch):
+    """An edited chat template changes the tokens, not the messages: its notes were read
+    back; so were notes written by another release."""
+    class Rendered(Keyed):
+        template = "A"
+
+        def chat_ids(self, messages):
+            return [ord(c) for c in self.template + messages[-1]["content"]]
+
+    backend = Rendered()
+    _memo(tmp_path, backend).put(MESSAGES, "notes")
+    assert _memo(tmp_path, backend).get(MESSAGES) == "notes"
+    backend.template = "B"
+    assert _memo(tmp_path, backend).get(MESSAGES) is None
+    backend.template = "A"
+    monkeypatch.setattr(notes_memo, "_versions", lambda: "ktcli 9.9, torch 9.9")
+    assert _memo(tmp_path, backend).get(MESSAGES) is None
 
 
 def _summary(haystack, tmp_path, backend, reporter=None):
