@@ -196,6 +196,7 @@ class OpenAIBackend:
         self.context_window = context_window
         self.tokens = TokenCounter(client, model)
         self._stats = GenStats()
+        self._text_events: list[float] = []
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "OpenAIBackend":
@@ -244,6 +245,7 @@ class OpenAIBackend:
         usage: dict = {}
         body = self._body(messages, params, True)
         stops = StopStrings(params.stop)
+        self._text_events = []  # when the server's events carrying text came: the decode time between them
         # One budget for the request, retries included (each started its own: 3 x the
         # timeout, and the server did the work three times).
         deadline = time.monotonic() + self.client.timeout_s
@@ -253,7 +255,10 @@ class OpenAIBackend:
                     for event in self.client.post_stream("/chat/completions", body, deadline):
                         if isinstance(event.get("usage"), dict):
                             usage = event["usage"]
-                        piece = stops.feed(_delta_text(event))
+                        text = _delta_text(event)
+                        if text:
+                            self._text_events.append(time.perf_counter())
+                        piece = stops.feed(text)
                         if piece:
                             ttft = ttft or time.perf_counter() - start
                             parts.append(piece)
@@ -296,8 +301,10 @@ class OpenAIBackend:
         self._stats = GenStats(
             prompt_tokens=int(usage["prompt_tokens"] if "prompt_tokens" in usage else self.prompt_tokens(messages)),
             new_tokens=int(usage["completion_tokens"] if "completion_tokens" in usage else self.count_tokens("".join(parts))),
-            # An answer sent in one piece has no decode time to measure ("decode 88171.1 tok/s"): 0, not shown
-            prefill_s=ttft, decode_s=max(total - ttft, 1e-9) if len(parts) > 1 else 0.0, ttft_s=ttft,
+            # An answer the server sent in one event has no decode time to measure ("decode 88171.1
+            # tok/s", shown and learned): 0, not shown. Counted in the server's events, not the
+            # pieces shown (a trailing newline held as a stop's start came as a second piece).
+            prefill_s=ttft, decode_s=max(total - ttft, 1e-9) if len(self._text_events) > 1 else 0.0, ttft_s=ttft,
             extra={"backend": "openai", "server": self.client.endpoint.display, "server_model": self.model,
                    "tokenizer": self.tokens.source, "retries": self.client.retries},
         )

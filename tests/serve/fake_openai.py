@@ -18,7 +18,8 @@ class FakeOpenAI:
     Entries: "ok", "429", "500", "503", "reset", "cut" (two chunks then close), "cut0"
     (the stream closes before its first chunk), "stall" (headers, then 2 s of silence),
     "error_event" (an in-band error), "slow" (sleeps 2 s before answering), "html" (a web
-    page with status 200, as a proxy's login page)."""
+    page with status 200, as a proxy's login page), "whole" (the answer and a line break in
+    one event, as some servers stream)."""
 
     def __init__(self, *, script: list[str] | None = None, models: list[dict] | None = None,
                  tokenize: bool = True, key: str | None = None, models_status: int = 200) -> None:
@@ -154,7 +155,7 @@ class _Handler(BaseHTTPRequestHandler):
         if action == "stall":
             time.sleep(2.0)  # headers, then silence: a server busy reading a long prompt
             return
-        pieces = ANSWER[:2] if action == "cut" else ANSWER
+        pieces = ANSWER[:2] if action == "cut" else ["".join(ANSWER) + "\n"] if action == "whole" else ANSWER
         for piece in pieces:
             self._event({"choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]})
         if action == "cut":

@@ -60,6 +60,18 @@ def test_streams_chat_and_reads_usage():
         assert b.last_stats.extra["backend"] == "openai"
 
 
+def test_an_answer_sent_in_one_event_has_no_decode_rate():
+    """"decode 88171.1 tok/s" was shown and learned; a trailing line break held as a stop's
+    start came out as a second piece, which counted as a second event."""
+    with FakeOpenAI(script=["whole", "ok"]) as fake:
+        b = backend(fake)
+        params = SamplingParams(max_new_tokens=8, stop=("\n\n",))
+        assert "".join(b.stream_chat(MSGS, params)) == "".join(ANSWER) + "\n"
+        assert b.last_stats.decode_s == 0.0 and b.last_stats.new_tokens == 4
+        list(b.stream_chat(MSGS, params))
+        assert b.last_stats.decode_s > 0.0
+
+
 def test_a_stream_the_caller_stops_early_still_counts_its_prompt():
     # A looping answer is stopped before the last chunk, which carries the usage: the
     # figures said "tokens in 0".
