@@ -113,6 +113,8 @@ def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:
         layers = [LayerWeights(**{name: t.get(f"layers.{i}.{name}") for name in _LAYER_FIELDS})
                   for i in range(cfg.n_layers)]
         embed = t["embed"]
+        if meta.get("tied") == "1" and cfg.tie_embeddings is False:
+            return None  # packed tied before an untied config's missing head was refused: packing says so now
         lm_head = embed if meta.get("tied") == "1" else t["lm_head"]
         w = ModelWeights(embed=embed, layers=layers, norm=t["norm"], lm_head=lm_head)
     except Exception:  # a truncated or foreign file: pack afresh

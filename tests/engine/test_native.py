@@ -131,6 +131,7 @@ def test_a_head_the_config_says_is_its_own_must_be_in_the_weights(tmp_path):
     """Tied silently, our answers differed from transformers', which starts such a head at
     random; a config that does not say ties a missing head, as most releases mean."""
     import json
+    from dataclasses import replace
 
     from safetensors.torch import load_file, save_file
 
@@ -144,6 +145,16 @@ def test_a_head_the_config_says_is_its_own_must_be_in_the_weights(tmp_path):
               metadata={"format": "pt"})
     with pytest.raises(UsageError, match="lm_head.weight"):
         NativeBackend.load(folder, weights="fp32", block_size=4)
+    # int8 weights packed tied before this refusal (a cache kept from then) are not read back tied
+    from ktcli.engine import pack_cache
+    from ktcli.engine.config import load_config
+
+    cfg = load_config(folder)
+    tied = pack_cache.cache_file(tmp_path / "packed", folder)
+    pack_cache.save(tied, pack_cache.load_weights(folder, replace(cfg, tie_embeddings=None), "int8", "cpu"))
+    assert pack_cache.load(tied, replace(cfg, tie_embeddings=None)) is not None
+    with pytest.raises(UsageError, match="lm_head.weight"):
+        NativeBackend.load(folder, weights="int8", block_size=4, pack_cache=tmp_path / "packed")
     config = json.loads((folder / "config.json").read_text())
     del config["tie_word_embeddings"]
     (folder / "config.json").write_text(json.dumps(config))
