@@ -73,9 +73,11 @@ def _build():
                         extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
                         build_directory=str(folder),
                     )
+                (folder / FAILED_MARK).unlink(missing_ok=True)
             except Exception as e:  # no compiler or headers, a folder we cannot write: the torch path
                 module = None
                 unavailable.append(f"{type(e).__name__}: {e}".splitlines()[0][:200])
+                _mark_failed()
         else:
             unavailable.append(f"this CPU has no AVX2 ({torch.backends.cpu.get_cpu_capability()})")
         _built.append(module)
@@ -124,10 +126,22 @@ def compile_pending() -> bool:
 
 
 def _no_library(folder: Path) -> bool:
+    """No library in `folder`, and no build failed there: without a compiler every plan
+    added a minute for a compile that never came."""
     try:
-        return not any(folder.glob(f"{NAME}*.so"))
+        return not any(folder.glob(f"{NAME}*.so")) and not (folder / FAILED_MARK).exists()
     except OSError:
         return False
+
+
+FAILED_MARK = "build-failed"  # in the build folder: the last build failed (a success removes it)
+
+
+def _mark_failed() -> None:
+    try:
+        (_build_dir() / FAILED_MARK).write_text("the last build failed; the engine runs its torch path\n")
+    except OSError:
+        pass
 
 
 def _build_dir(make: bool = True) -> Path:

@@ -58,9 +58,20 @@ def test_the_plan_knows_a_first_runs_compile_without_importing_torch(monkeypatch
     assert cpp_ext._build_dir(make=False) == cpp_ext._build_dir()  # the loader's folder, by either version
     (cpp_ext._build_dir() / f"{cpp_ext.NAME}.so").write_bytes(b"")
     assert not cpp_ext.compile_pending() and not cpp_ext.needs_build()
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "failed"))
+    cpp_ext._mark_failed()  # no compiler here: a build that failed is not planned again and again
+    assert not cpp_ext.compile_pending() and not cpp_ext.needs_build()
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "other"))
     monkeypatch.setenv("KTCLI_NO_CPP_KERNELS", "1")  # the torch path on purpose: nothing compiles
     assert not cpp_ext.compile_pending()
+    # and it imports no torch: `ktcli plan` never does (this module's own import of torch hid that)
+    import subprocess
+    import sys
+
+    probe = ("import sys; from ktcli.engine import cpp_ext; cpp_ext.compile_pending(); "
+             "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_a_compile_no_file_foretold_is_said_once_it_takes_long(monkeypatch):
