@@ -560,14 +560,14 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     notes = min(rates.notes_tokens, MEMORY_TOKENS)
     timed_prompt = per_window_prompt - MEMORY_TOKENS + notes
     cost = _read_cost(req, facts)
-    seconds = rates.load_s + n_windows * generation_seconds(
-        timed_prompt, notes if n_windows > 1 else req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s, cost
-    )
-    answer_s = decode_seconds(timed_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
-    if n_windows > 1:
-        final_prompt = notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
-        seconds += generation_seconds(final_prompt, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s, cost)
-        answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
+    # A question reads its last window with the notes and answers there (`pipeline.qa`); a
+    # summary takes notes in every window, then writes from the notes (`summarize`).
+    note_windows = n_windows - 1 if req.task == "ask" else n_windows if n_windows > 1 else 0
+    final_prompt = timed_prompt if note_windows < n_windows else notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
+    seconds = rates.load_s + note_windows * generation_seconds(
+        timed_prompt, notes, rates.prefill_tok_s, rates.decode_tok_s, cost
+    ) + generation_seconds(final_prompt, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s, cost)
+    answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
         to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
         seconds += to_embed / max(rates.embed_tok_s, 1e-9) + n_chunks * INDEX_LOAD_S_PER_CHUNK

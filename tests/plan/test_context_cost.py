@@ -64,3 +64,17 @@ def test_a_long_full_read_is_planned_at_its_length_and_a_budget_then_weighs_spar
     assert sparse and min(a["est_seconds"] for a in sparse) < full.est_seconds / 2
     sparse_only = replace(qwen, hidden_size=0, n_heads=0)  # a shape not known: rates as measured
     assert make_plan(request, sparse_only, rates).est_first_token_seconds < 15
+
+
+def test_a_question_over_several_windows_answers_in_its_last_one():
+    """The final step was timed as notes and question alone; a question's last window is
+    read with the notes and answered there, its evidence prefilled before the first token."""
+    rates = Throughput(prefill_tok_s=1000, decode_tok_s=50, notes_tokens=100)
+    request = PlanRequest(task="ask", corpus_tokens=400_000, question_tokens=10, n_documents=1, n_chunks=3000,
+                          top_k=40, mode="retrieval", uncached_tokens=0)
+    plan = make_plan(request, SMOL, rates)
+    assert plan.n_windows > 1
+    cost = context_cost(SMOL, "fp16")
+    # the answer is written after the last window's evidence, not after the notes alone
+    answer_s = plan.est_seconds - plan.est_first_token_seconds
+    assert answer_s > 1.2 * decode_seconds(100 + 10 + 200, 384, 50, cost)  # notes, question, prompt
