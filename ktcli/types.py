@@ -16,6 +16,14 @@ class Mode(str, Enum):
     RETRIEVAL = "retrieval"  # chunks + hybrid retrieval + memory passing
 
 
+# What a document's pages or lines are, where they are not a file's lines or a PDF's pages
+# (`Document.unit`, `Span.unit`): an EPUB's "pages" are its chapters (`book.epub ch.3`),
+# and the lines of a word processor's document that records no pages are cited by the
+# paragraph (`notes.docx ¶12`): there is no file whose line 12 a reader could open.
+CHAPTER = "chapter"
+PARAGRAPH = "paragraph"
+
+
 @dataclass(frozen=True)
 class Span:
     """Where a piece of text comes from: 1-based inclusive lines, or a PDF page."""
@@ -24,20 +32,23 @@ class Span:
     line_start: int | None = None
     line_end: int | None = None
     page: int | None = None
+    unit: str = ""  # "" (lines, or a page), CHAPTER (`page` is a chapter) or PARAGRAPH (lines are ¶s)
 
     def cite(self) -> str:
         if self.page is not None:
-            return f"{self.path} p.{self.page}"
+            return f"{self.path} {'ch.' if self.unit == CHAPTER else 'p.'}{self.page}"
         if self.line_start is not None:
+            at = f"{self.path} ¶" if self.unit == PARAGRAPH else f"{self.path}:"
             if self.line_end is None or self.line_end == self.line_start:
-                return f"{self.path}:{self.line_start}"
-            return f"{self.path}:{self.line_start}-{self.line_end}"
+                return f"{at}{self.line_start}"
+            return f"{at}{self.line_start}-{self.line_end}"
         return self.path
 
 
 @dataclass(frozen=True)
 class Page:
-    """One PDF page (or the whole text of a non-paged document as page None)."""
+    """One PDF page (or the whole text of a non-paged document as page None); a Word or
+    OpenDocument page where the file records its layout, an EPUB's chapter."""
 
     number: int | None
     text: str
@@ -53,7 +64,7 @@ class Document:
 
     path: str  # as shown to the user (relative to the folder given, or "<stdin>")
     text: str
-    kind: str  # "text", "markdown", "code", "pdf", "html", "stdin"
+    kind: str  # "text", "markdown", "code", "pdf", "html", "stdin", "docx", "odt", "epub"
     language: str | None = None  # for code: "python", "rust", ...
     pages: tuple[Page, ...] = ()
     sha256: str = ""  # of the normalised text; the cache key
@@ -63,6 +74,8 @@ class Document:
     # Parts that could not be read (a PDF page whose content is damaged), reported with
     # the files a walk skipped.
     left_out: tuple["Skipped", ...] = ()
+    # How its pages or lines are cited (Span.unit): CHAPTER, PARAGRAPH, or "" as they are.
+    unit: str = ""
 
     @property
     def n_lines(self) -> int:

@@ -55,15 +55,17 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     _check_budget(chunk_tokens, overlap_tokens)
     counter = _LineTokens()
     chunks: list[Chunk] = []
+    # A PDF's page: its bookmarks' trail (no headings in its text to trust). Other paged
+    # documents (Word's pages, an EPUB's chapters) have their headings in their text, and a
+    # section runs on from one page to the next: the trails of the whole text.
+    trails = None if doc.kind == "pdf" else document_trails(doc.path, doc.kind, _split_lines(doc.text), doc.language)
     for page, line_offset, text, bookmarks in _segments(doc):
         lines = _split_lines(text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
-        # A PDF's page: its bookmarks' trail (no headings in its text to trust)
-        trails = document_trails(doc.path, doc.kind, lines, doc.language) if page is None else None
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
-            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page)
-            section = trails.at(piece.start) if trails is not None else bookmarks
+            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit)
+            section = trails.at(line_offset + piece.start) if trails is not None else bookmarks
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
                                 piece.char_start))
     return chunks

@@ -259,7 +259,7 @@ def _span_around(lines: list[_Line], i: int, context: int) -> Span:
     for j in range(i + 1, min(i + context, len(lines) - 1) + 1):
         if lines[j].chunk is line.chunk and lines[j].number is not None and lines[j].text.strip():
             hi = lines[j].number
-    return Span(chunk_span.path, lo, hi, chunk_span.page)
+    return replace(chunk_span, line_start=lo, line_end=hi)
 
 
 def _overlaps(a: Span, b: Span) -> bool:
@@ -299,11 +299,12 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
     cites = []
     for c in answer.citations:
         doc = docs.get(c.span.path)
-        if doc is not None and c.span.page is not None and not c.section:  # a PDF page: its bookmarks' trail
-            page = next((p for p in doc.pages if p.number == c.span.page), None)
+        if doc is not None and c.span.page is not None and doc.kind == "pdf":  # a PDF page: its bookmarks' trail
+            page = next((p for p in doc.pages if p.number == c.span.page), None) if not c.section else None
             cites.append(replace(c, section=page.section) if page is not None else c)
             continue
-        if doc is None or c.span.line_start is None or c.span.page is not None:
+        # (a Word page's or an EPUB chapter's trail: the headings of its text, as a file's)
+        if doc is None or c.span.line_start is None:
             cites.append(c)
             continue
         if doc.path not in trails:
@@ -318,6 +319,7 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     text lines until here (`Document.source_lines`); a PDF page is named by its printed
     number where that differs from its index (`Page.label`)."""
     maps = {d.path: d.source_lines for d in corpus.documents if d.source_lines}
+    units = {d.path: d.unit for d in corpus.documents if d.unit}
     # A PDF page's printed number where it is not its index (a book's front matter in roman
     # numerals: printed page 2 was cited as p.4, which no reader finds on the page).
     printed = {(d.path, p.number): p.label for d in corpus.documents for p in d.pages if p.label}
@@ -329,7 +331,8 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
         if not lines or span.line_start is None:
             return span
         end = span.line_end if span.line_end is not None else span.line_start
-        return Span(span.path, lines[min(span.line_start, len(lines)) - 1], lines[min(end, len(lines)) - 1], span.page)
+        return replace(span, line_start=lines[min(span.line_start, len(lines)) - 1],
+                       line_end=lines[min(end, len(lines)) - 1])
 
     def ref(span: Span) -> str:
         label = printed.get((span.path, span.page))
@@ -343,7 +346,7 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     if "evidence" in figures:
         evidence = []
         for e in figures["evidence"]:
-            span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"]))
+            span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], "")))
             evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end})
         figures["evidence"] = evidence
     return replace(answer, citations=tuple(cites), stats=figures)

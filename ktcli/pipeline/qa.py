@@ -113,7 +113,7 @@ def _whole_read_figures(prep: Prepared) -> dict:
     mode; it was missing)."""
     evidence = []
     for d in prep.corpus.documents:
-        lines = (None, None) if d.kind == "pdf" else (1, d.text.rstrip("\n").count("\n") + 1)  # a PDF: its pages'
+        lines = (None, None) if d.pages else (1, d.text.rstrip("\n").count("\n") + 1)  # a PDF: its pages'
         evidence.append(_evidence(Span(d.path, *lines), None) | {"ref": d.path})
     return {"retrieved": 0, "windows": 1, "evidence": evidence}
 

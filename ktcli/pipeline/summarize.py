@@ -20,7 +20,7 @@ from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, ta
 from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
-from ktcli.types import Answer, Chunk, Document, Mode
+from ktcli.types import CHAPTER, Answer, Chunk, Document, Mode
 
 # A final summary with fewer words of its own than this (not ktcli's prompt words, not in
 # markup tags) carries nothing: the notes it was written from follow it.
@@ -180,6 +180,6 @@ def _where(window: list[Chunk]) -> str:
     if len(paths) == 1:
         first, last = window[0].span, window[-1].span
         if first.page is not None:
-            return f"{paths[0]} pages {first.page}-{last.page}"
+            return f"{paths[0]} {'chapters' if first.unit == CHAPTER else 'pages'} {first.page}-{last.page}"
         return f"{paths[0]} lines {first.line_start}-{last.line_end}"
     return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more files" if len(paths) > 6 else "")

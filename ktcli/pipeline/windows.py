@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from ktcli.errors import UsageError
 from ktcli.pipeline import prompts
-from ktcli.types import Chunk, Span
+from ktcli.types import Chunk
 
 
 def refuse_named_full(mode: str, prompt_tokens: int, window: int, answer_tokens: int) -> None:
@@ -48,7 +48,7 @@ def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str]
                 text = prev.text + "\n" + extra
                 n = count(text)
                 if n <= max_tokens:
-                    span = Span(prev.span.path, prev.span.line_start, chunk.span.line_end, prev.span.page)
+                    span = replace(prev.span, line_end=chunk.span.line_end)
                     out[-1] = replace(prev, text=text, span=span, n_tokens=n)
                     last[-1] = chunk.ordinal  # a third neighbour joins too, not read twice
                     continue
