@@ -108,9 +108,11 @@ class _Lines:
 _MAX_NESTING = 50_000
 
 
-def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
+def html_to_text(markup: str, *, title: bool = True) -> tuple[str, tuple[int, ...]]:
     """The page's visible text, and for each of its lines the markup's line (1-based) it
-    starts on, so that citations name lines of the file the user has."""
+    starts on, so that citations name lines of the file the user has. `title`: whether
+    the page's <title> heads the text (not an EPUB chapter's, most often the book's name
+    on every chapter)."""
     with warnings.catch_warnings():
         # XHTML (an XML prolog) is read as HTML on purpose: its visible text is the same,
         # and bs4's multi-line advice reached the user's terminal.
@@ -133,10 +135,10 @@ def html_to_text(markup: str) -> tuple[str, tuple[int, ...]]:
     # The <title> names the page (often more than its first heading); it is not in the
     # walk, so it is put first, on the line the markup has it. Not an SVG's <title> (an
     # icon's tooltip: "Open menu" named a page of rainfall figures).
-    title = next((t for t in soup.find_all("title") if t.find_parent(["svg", "math"]) is None), None)
-    name = _SPACES.sub(" ", title.get_text().replace("\u00ad", "")).strip() if title is not None else ""
-    if name and not (lines and name.lower() == lines[0].lstrip("# ").lower()):
-        lines, sources = [f"Title: {name}", "", *lines], [title.sourceline or 1] * 2 + sources
+    page_title = next((t for t in soup.find_all("title") if t.find_parent(["svg", "math"]) is None), None)
+    name = _SPACES.sub(" ", page_title.get_text().replace("\u00ad", "")).strip() if page_title is not None else ""
+    if title and name and not (lines and name.lower() == lines[0].lstrip("# ").lower()):
+        lines, sources = [f"Title: {name}", "", *lines], [page_title.sourceline or 1] * 2 + sources
     return "\n".join(lines), tuple(sources)
 
 
