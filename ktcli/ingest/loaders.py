@@ -24,10 +24,10 @@ from ktcli.ingest.sniff import (
     language_from_content,
     looks_binary,
 )
-from ktcli.types import Document, Page, Skipped
+from ktcli.types import PARAGRAPH, Document, Page, Skipped
 
 STDIN_PATH = "<stdin>"
-_READABLE = "ktcli reads text, source code, PDF and HTML"
+_READABLE = "ktcli reads text, source code, PDF, HTML, Word, OpenDocument text and EPUB"
 EMPTY_FILE = "empty file"  # a walk's reason for it, which reports them together (pipeline.prepare)
 
 
@@ -128,6 +128,14 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
             # and not a PDF: read as text
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
+                            f"to read it as text, pipe it in: `ktcli ask - \"question\" < {_shell_name(display)}`")
+    zipped = _zipped_format(data, display, kind)
+    if zipped is not None:
+        return _zipped_document(data, display, zipped)
+    if data.startswith(_OLE):
+        raise _ole_refusal(display, data)
+    if kind in _ZIPPED_KINDS:  # named as one, and no zip: as a PDF without its header
+        raise RejectedInput(display, f"not {_a(_ZIPPED_KINDS[kind])}: no zip header, it holds {_what_it_holds(data)}",
                             f"to read it as text, pipe it in: `ktcli ask - \"question\" < {_shell_name(display)}`")
     if _known_binary(data):  # an archive's header, even where what follows reads as text (a stored zip)
         raise _binary(display, data)
@@ -265,8 +273,9 @@ _MAGIC = (
     (b"BZh", "bzip2-compressed data", "decompress it first: `bunzip2 -c FILE | ktcli ask - \"question\"`"),
     (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first: `xz -dc FILE | ktcli ask - \"question\"`"),
     (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first: `zstd -dc FILE | ktcli ask - \"question\"`"),
-    (b"PK\x03\x04", "a zip archive (or a .docx/.xlsx/.odt, which are zips)",
-     "unpack it and give the folder, or export the document as PDF or text"),
+    (b"PK\x03\x04", "a zip archive (or a .xlsx/.pptx/.ods, which are zips)",
+     "unpack it and give the folder, or export the document as PDF, text or CSV"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an encrypted or legacy .doc/.docx (OLE) file", "save it as .docx or PDF"),
     (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "unpack it and give the folder"),
     (b"SQLite format 3\x00", "an SQLite database", "export what you need as text or CSV"),
     (b"\x7fELF", "an executable (ELF)", f"not text; {_READABLE}"),
@@ -428,11 +437,112 @@ def _pdf_document(data: bytes, display: str) -> Document:
     from ktcli.ingest.pdftext import extract_pages
 
     page_texts, unread, labels, sections = extract_pages(data, display)  # unread page 0: the whole file
+    text, pages = _paged(page_texts, labels, sections)
+    left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n) for n, why in unread)
+    return Document(path=display, text=text, kind="pdf", pages=pages, sha256=text_sha256(text), left_out=left_out)
+
+
+def _paged(texts: list[str], labels: list[str | None] | None = None,
+           sections: list[str] | None = None) -> tuple[str, tuple[Page, ...]]:
+    """The pages' texts joined, and each page with the line it starts on."""
     pages: list[Page] = []
     offset = 0
-    for number, (page_text, label, section) in enumerate(zip(page_texts, labels, sections), start=1):
-        pages.append(Page(number=number, text=page_text, line_offset=offset, label=label, section=section))
+    for number, page_text in enumerate(texts, start=1):
+        pages.append(Page(number=number, text=page_text, line_offset=offset,
+                          label=labels[number - 1] if labels else None, section=sections[number - 1] if sections else ""))
         offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
-    text = "\n".join(page_texts)
-    left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n) for n, why in unread)
-    return Document(path=display, text=text, kind="pdf", pages=tuple(pages), sha256=text_sha256(text), left_out=left_out)
+    return "\n".join(texts), tuple(pages)
+
+
+# Word, OpenDocument and EPUB files are zips, told apart by what they hold (`ingest.zipdoc`);
+# by the kind their names give (`sniff.doc_kind_for_name`), as the user calls them.
+_ZIPPED_KINDS = {"docx": "Word document (.docx)", "odt": "OpenDocument text (.odt)", "epub": "EPUB book (.epub)"}
+
+
+def _a(name: str) -> str:
+    return f"{'an' if name[0] in 'AEIOU' else 'a'} {name}"
+
+
+def _zipped_format(data: bytes, display: str, kind: str | None) -> str | None:
+    """"docx", "odt" or "epub" for a zip holding one, whatever its name (stdin, a
+    misnamed file); None for other zips (refused as archives) and other bytes. A zip
+    named as one of them that holds none is refused here."""
+    from ktcli.ingest.zipdoc import ZIP_MAGIC, zip_format
+
+    if not data.startswith(ZIP_MAGIC):
+        return None
+    found = zip_format(data)
+    if found is None and kind in _ZIPPED_KINDS:
+        raise RejectedInput(display, f"not {_a(_ZIPPED_KINDS[kind])}: a zip archive without one in it "
+                                     "(a spreadsheet, a presentation or another zip, renamed?)",
+                            "export it as PDF or text")
+    return found
+
+
+def _zipped_document(data: bytes, display: str, kind: str) -> Document:
+    """A Word, OpenDocument or EPUB file read by its reader: cited by page where the file
+    records its pages (`ingest.layout`), by chapter (EPUB), else by paragraph."""
+    import zipfile
+    import zlib
+
+    from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument
+
+    what = _ZIPPED_KINDS[kind]
+    try:
+        archive = ZipDocument(data, display, what, read_limit_bytes())
+        if kind == "docx":
+            from ktcli.ingest.docx import docx_text as read
+        elif kind == "odt":
+            from ktcli.ingest.odt import odt_text as read
+        else:
+            from ktcli.ingest.epub import epub_text as read
+        found = read(archive)
+    except RejectedInput:
+        raise
+    except DamagedDocument as e:
+        raise RejectedInput(display, f"damaged {what}: {e}") from None
+    except RecursionError:
+        raise RejectedInput(display, f"unreadable {what}: nested too deeply") from None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OSError, EOFError, RuntimeError,
+            NotImplementedError, zipfile.BadZipFile, zlib.error) as e:
+        # a reader's own slip on an odd file: one line that names it, never a traceback
+        detail = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
+        raise RejectedInput(display, f"unreadable {what} ({type(e).__name__}{': ' + detail if detail else ''})") from None
+    texts = [normalize_text(t) for t in found.texts]
+    if not any(t.strip() for t in texts):
+        if found.images:
+            # as a scanned PDF: its words are in pictures ktcli cannot read
+            n = found.images
+            why = "a book of pictures?" if kind == "epub" else "scanned pages pasted in?"
+            raise RejectedInput(display, f"no text, only {n} image{'s' if n > 1 else ''} ({why})",
+                                "save it as PDF and run OCR first, e.g. `ocrmypdf in.pdf out.pdf`")
+        raise RejectedInput(display, f"{what} without text")
+    left_out = (Skipped(display, "; ".join(found.left_out), part=True),) if found.left_out else ()
+    if found.paged:
+        text, pages = _paged(texts)
+        return Document(path=display, text=text, kind=kind, pages=pages, sha256=text_sha256(text), left_out=left_out,
+                        unit=found.unit)
+    text = texts[0]
+    return Document(path=display, text=text, kind=kind, sha256=text_sha256(text), source_lines=found.source_lines,
+                    left_out=left_out, unit=PARAGRAPH)
+
+
+# Microsoft's compound files (OLE): Office 97-2003 documents, and any Office file saved with
+# a password (the encrypted .docx is a zip inside one). Their directory names their
+# streams in UTF-16.
+_OLE = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+_OLE_KINDS = (
+    ("EncryptedPackage", "an encrypted or legacy .doc/.docx (OLE) file: this one is encrypted (it has a password)",
+     "open it, remove the password and save it as .docx or PDF"),
+    ("WordDocument", "an encrypted or legacy .doc/.docx (OLE) file: this one is a Word 97-2003 .doc",
+     "save it as .docx or PDF"),
+    ("Workbook", "a legacy Excel .xls (OLE) file", "export it as CSV or PDF"),
+    ("PowerPoint Document", "a legacy PowerPoint .ppt (OLE) file", "export it as PDF"),
+)
+
+
+def _ole_refusal(display: str, data: bytes) -> RejectedInput:
+    for stream, what, hint in _OLE_KINDS:
+        if stream.encode("utf-16-le") in data:
+            return RejectedInput(display, what, hint)
+    return RejectedInput(display, "an encrypted or legacy .doc/.docx (OLE) file", "save it as .docx or PDF")

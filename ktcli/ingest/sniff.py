@@ -18,7 +18,7 @@ BINARY_EXTENSIONS = frozenset(
     mp3 mp4 m4a m4v wav flac ogg oga opus avi mov mkv webm
     sqlite sqlite3 db mdb parquet feather arrow npy npz pt pth ckpt safetensors gguf onnx
     h5 hdf5 pkl pickle joblib
-    doc docx xls xlsx ppt pptx odt ods odp
+    doc xls xlsx ppt pptx ods odp
     """.split()
 )
 
@@ -129,6 +129,10 @@ def _utf8_prefix_ok(data: bytes) -> bool:
 
 _MARKDOWN = {".md", ".markdown", ".mdown", ".mkd"}
 _HTML = {".html", ".htm", ".xhtml"}
+# Zips of XML that ktcli reads (`ingest.zipdoc`): Word with its macro and template kinds,
+# OpenDocument text and its template, EPUB.
+_ZIPPED = {".docx": "docx", ".docm": "docx", ".dotx": "docx", ".dotm": "docx", ".odt": "odt", ".ott": "odt",
+           ".epub": "epub"}
 
 LANGUAGE_BY_EXTENSION: dict[str, str] = {
     ".py": "python", ".pyi": "python", ".pyw": "python",
@@ -192,11 +196,14 @@ _SNIFF_LINES = 200
 
 
 def doc_kind_for_name(name: str) -> str | None:
-    """"markdown", "text", "html", "pdf", "code", or None when the name says nothing."""
+    """"markdown", "text", "html", "pdf", "code", "docx", "odt", "epub", or None when the
+    name says nothing."""
     path = PurePath(name)
     suffix = path.suffix.lower()
     if suffix == ".pdf":
         return "pdf"
+    if suffix in _ZIPPED:
+        return _ZIPPED[suffix]
     if suffix in _HTML:
         return "html"
     if suffix in _MARKDOWN:

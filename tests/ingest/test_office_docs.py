@@ -1,0 +1,405 @@
+"""Word (.docx), OpenDocument text (.odt) and EPUB files: their text in reading order, their
+sections, how they are cited (pages, chapters, paragraphs), how they are found (by name
+and by content, stdin included), and every refusal in one line."""
+
+from __future__ import annotations
+
+import io
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from ktcli.errors import InputError
+from ktcli.ingest import load_corpus
+from ktcli.ingest import loaders
+from ktcli.ingest.chunking import chunk_document
+from ktcli.ingest.loaders import load_stdin
+from ktcli.ingest.sections import document_trails
+from ktcli.pipeline import citations
+from ktcli.types import CHAPTER, PARAGRAPH, Answer, Corpus, Document, Span
+from tests.ingest.office_fixtures import (
+    drawing,
+    make_docx,
+    make_epub,
+    make_odt,
+    p,
+    r,
+    split_runs,
+    table,
+    xhtml,
+)
+
+
+def load_one(path: Path) -> Document:
+    corpus = load_corpus([str(path)])
+    assert len(corpus.documents) == 1
+    return corpus.documents[0]
+
+
+def refusal(path: Path | str) -> str:
+    with pytest.raises(InputError) as info:
+        load_corpus([str(path)])
+    message = str(info.value)
+    assert "\n" not in message and "Traceback" not in message
+    return message
+
+
+def cited(doc: Document, answer: str, chunk_tokens: int = 40) -> list[tuple[str, str]]:
+    """(reference, section) of the citations of `answer` over `doc`, as `ktcli ask` makes them."""
+    chunks = chunk_document(doc, chunk_tokens=chunk_tokens, overlap_tokens=4)
+    corpus = Corpus((doc,))
+    found = Answer(answer, tuple(citations.attribute(answer, chunks)), None)  # type: ignore[arg-type]
+    found = citations.in_source_lines(citations.with_sections(found, corpus), corpus)
+    folder = str(Path(doc.path).parent) + "/"
+    return [(c.ref.removeprefix(folder), c.section) for c in found.citations]
+
+
+def trail_of(doc: Document, words: str) -> str:
+    lines = doc.text.split("\n")
+    index = next(k for k, line in enumerate(lines) if words in line)
+    return document_trails(doc.path, doc.kind, lines).at(index)
+
+
+# ---- Word ------------------------------------------------------------------------------
+
+CONTRACT = (
+    p(r("Lamp Service Agreement"), style="Title")
+    + p(r("1. Scope"), style="Heading1")
+    + p(split_runs("The supplier maintains the lighthouse lamps", 31), r(" at Harbor Point."),
+        '<w:r><w:footnoteReference w:id="2"/></w:r>')
+    + p(r("Duties:"), r(extra="<w:tab/>"), r("daily"), r(extra="<w:br/>"), r("second line"))
+    + p(r("Trim the wicks"), style="ListBullet")
+    + p(r("Check the oil level"), style="ListParagraph", ppr='<w:numPr><w:ilvl w:val="1"/><w:numId w:val="3"/></w:numPr>')
+    + p(r("Clean the lens"), style="ListBullet")
+    + p(r("1.1 Exclusions"), style="berschrift3")  # a German Word's "Überschrift 3": named "heading 3"
+    + p(r("Storm damage is "),
+        '<w:del w:id="11" w:author="Bo Lund" w:date="2024-02-01T09:00:00Z"><w:r><w:delText>always </w:delText></w:r></w:del>',
+        '<w:ins w:id="12" w:author="Bo Lund" w:date="2024-02-01T09:00:00Z"><w:r><w:t>never </w:t></w:r></w:ins>',
+        r("covered."))
+    + p(r("Internal: margin is 22 percent.", "<w:vanish/>"), r("Visible terms apply."))
+    + p(r("Ask the "), r("keeper", '<w:rStyle w:val="SecretNote"/>'), r("office."))
+    + p(r("1.2 Fees"), style="ClauseHeading")  # based on Heading 2: its outline level
+    + table(["Item", "Monthly fee"], ["Lamp", "40 EUR"],
+            ["Lens", p(r("inner")) + table(["a", "b"], ["c", "d"])])
+    + p('<w:commentRangeStart w:id="7"/>', r("Payment is due in 30 days."), '<w:commentRangeEnd w:id="7"/>',
+        r(extra='<w:commentReference w:id="7"/>', rpr='<w:rStyle w:val="CommentReference"/>'))
+    + p(r("Rate card version "), r(extra='<w:fldChar w:fldCharType="begin"/>'),
+        r(extra='<w:instrText xml:space="preserve"> DOCPROPERTY Version </w:instrText>'),
+        r(extra='<w:fldChar w:fldCharType="separate"/>'), r("7B"), r(extra='<w:fldChar w:fldCharType="end"/>'),
+        r(", page "), r(extra='<w:fldChar w:fldCharType="begin"/>'), r(extra='<w:instrText> PAGE </w:instrText>'),
+        r(extra='<w:fldChar w:fldCharType="separate"/>'), r("3"), r(extra='<w:fldChar w:fldCharType="end"/>'), r("."))
+    + p(drawing("Map of the harbor with the three lamps"), r(" Figure 1"), '<w:r><w:endnoteReference w:id="1"/></w:r>')
+    + p('<w:r><mc:AlternateContent><mc:Choice Requires="wps"><w:drawing><wp:anchor><wp:docPr id="4" name="Text Box 4"/>'
+        '<a:graphic><a:graphicData uri="http://schemas.microsoft.com/office/word/2010/wordprocessingShape"><wps:wsp>'
+        '<wps:txbx><w:txbxContent><w:p><w:r><w:t>Sidebar: call the harbor master first.</w:t></w:r></w:p></w:txbxContent>'
+        '</wps:txbx></wps:wsp></a:graphicData></a:graphic></wp:anchor></w:drawing></mc:Choice><mc:Fallback><w:pict>'
+        '<v:shape><v:textbox><w:txbxContent><w:p><w:r><w:t>Sidebar: call the harbor master first.</w:t></w:r></w:p>'
+        '</w:txbxContent></v:textbox></v:shape></w:pict></mc:Fallback></mc:AlternateContent></w:r>', r("See the sidebar."))
+)
+
+
+def contract_docx(**kwargs) -> bytes:
+    return make_docx(CONTRACT, footnotes={2: "Harbor Point is the north pier."},
+                     endnotes={1: "Drawn by the port authority."},
+                     comments={7: ("Bo Lund", "Check against the tender.")},
+                     header=p(r("CONFIDENTIAL")) + p(r("Page "), '<w:fldSimple w:instr=" PAGE "><w:r><w:t>1</w:t></w:r></w:fldSimple>'),
+                     **kwargs)
+
+
+def test_a_word_document_reads_as_its_reader_sees_it(write) -> None:
+    doc = load_one(write("contract.docx", contract_docx()))
+    assert doc.kind == "docx"
+    lines = doc.text.split("\n")
+    # runs split mid-word are one word; a tab stays a tab, a line break a line
+    assert "The supplier maintains the lighthouse lamps at Harbor Point.[^1]" in lines
+    assert "Duties:\tdaily" in lines and "second line" in lines
+    # headings as Markdown, by style (also a localised one and one based on a heading), Title too
+    for heading in ("# Lamp Service Agreement", "# 1. Scope", "### 1.1 Exclusions", "## 1.2 Fees"):
+        assert heading in lines, heading
+    # list items, a nested one indented; a blank line around the list, none inside it
+    at = lines.index("- Trim the wicks")
+    assert lines[at:at + 3] == ["- Trim the wicks", "  - Check the oil level", "- Clean the lens"]
+    assert lines[at - 1] == "" and lines[at + 3] == ""
+    # tables a row a line; a table in a cell flattened into it
+    assert "Item | Monthly fee" in lines and "Lamp | 40 EUR" in lines
+    assert "Lens | inner a / b; c / d" in lines
+    # tracked changes accepted, hidden text (direct or by a character style) left out
+    assert "Storm damage is never covered." in lines and "always" not in doc.text
+    assert "Visible terms apply." in lines and "margin" not in doc.text
+    assert "Ask the office." in lines and "keeper" not in doc.text
+    # a field's result, not its code; the page counter's stale value neither
+    assert "Rate card version 7B, page ." in lines and "DOCPROPERTY" not in doc.text
+    # notes: a footnote after its paragraph, a comment with its anchor, an endnote at the end
+    at = lines.index("The supplier maintains the lighthouse lamps at Harbor Point.[^1]")
+    assert lines[at + 1] == "[footnote 1: Harbor Point is the north pier.]"
+    at = lines.index("Payment is due in 30 days.")
+    assert lines[at + 1] == '[comment by Bo Lund on "Payment is due in 30 days.": Check against the tender.]'
+    assert lines[-1] == "[endnote i: Drawn by the port authority.]" and "Figure 1[^i]" in doc.text
+    # a picture by its alt text; a text box read once (not also its VML fallback), after its paragraph
+    assert "[image: Map of the harbor with the three lamps] Figure 1[^i]" in lines
+    assert doc.text.count("Sidebar: call the harbor master first.") == 1
+    assert lines.index("Sidebar: call the harbor master first.") == lines.index("See the sidebar.") + 2
+    # the header once, first; the footer's page number is no text
+    assert lines[0] == "[header: CONFIDENTIAL]" and "[header: Page" not in doc.text
+    # what was not read, said
+    (note,) = doc.left_out
+    assert note.part and note.reason == ("1 image not read (the alt text of 1 read); tracked changes read as accepted "
+                                         "(1 deletion left out); hidden text left out")
+
+
+def test_a_word_documents_headings_are_its_sections(write) -> None:
+    doc = load_one(write("contract.docx", contract_docx()))
+    assert trail_of(doc, "Trim the wicks") == "1. Scope"
+    assert trail_of(doc, "Storm damage") == "1. Scope > 1.1 Exclusions"
+    assert trail_of(doc, "Lamp | 40 EUR") == "1. Scope > 1.2 Fees"
+    # a citation names the paragraph (no page marks here) and the headings above it
+    assert cited(doc, "Storm damage is never covered.") == [("contract.docx ¶9", "1. Scope > 1.1 Exclusions")]
+
+
+PAGED = (
+    p(r("Definitions"), style="Heading1")
+    + p(r("The Keeper means the person who tends the light."))
+    + p(r("The Lamp means the main lantern on the tower, which "), r("burns kerosene", extra="<w:lastRenderedPageBreak/>"),
+        r(" from dusk to dawn."))
+    + p(r("Obligations"), style="Heading1")
+    + p(r("The Keeper logs every ship."), r(extra='<w:br w:type="page"/>'))
+    + p(r("The gate code is 4471.", extra="<w:lastRenderedPageBreak/>"))  # Word's mark after a hard break: one page
+    + table(["Duty", "When"], ["Wind the clock", "noon"], ["Polish the brass", p(r("Fridays", extra="<w:lastRenderedPageBreak/>"))])
+    + p(r("Last page words."), '<w:r><w:footnoteReference w:id="1"/></w:r>')
+)
+
+
+def test_a_word_document_with_its_last_layout_is_cited_by_page(write) -> None:
+    doc = load_one(write("contract.docx", make_docx(PAGED, footnotes={1: "Kerosene is stored in the shed."})))
+    assert [page.number for page in doc.pages] == [1, 2, 3, 4]
+    texts = [page.text for page in doc.pages]
+    # a paragraph the page broke in: its words on the page they are on
+    assert texts[0].endswith("The Lamp means the main lantern on the tower, which")
+    assert texts[1].startswith("burns kerosene from dusk to dawn.")
+    # a hard break, and the rendered one Word wrote after it, are one page break
+    assert texts[2].startswith("The gate code is 4471.")
+    # a table row goes to the page it is marked on
+    assert texts[3].startswith("Polish the brass | Fridays")
+    assert "[footnote 1: Kerosene is stored in the shed.]" in texts[3]
+    assert doc.unit == "" and not doc.source_lines
+    # cited by page, with the trail of the headings above the words (across pages)
+    assert cited(doc, "The gate code is 4471.") == [("contract.docx p.3", "Obligations")]
+    assert cited(doc, "It burns kerosene from dusk to dawn.") == [("contract.docx p.2", "Definitions")]
+
+
+def test_a_word_document_without_page_marks_is_cited_by_paragraph(write) -> None:
+    """python-docx, pandoc and converters record no layout: hard page breaks alone would
+    number pages wrongly, and a line of the text ktcli made is nowhere in the file."""
+    body = PAGED.replace("<w:lastRenderedPageBreak/>", "")
+    doc = load_one(write("memo.docx", make_docx(body, footnotes={1: "Kerosene is stored in the shed."})))
+    assert doc.pages == () and doc.unit == PARAGRAPH
+    assert len(doc.source_lines) == doc.n_lines
+    # paragraphs counted as a reader counts them: a heading, a paragraph, a table row each
+    assert cited(doc, "The gate code is 4471.") == [("memo.docx ¶6", "Obligations")]
+    assert cited(doc, "Polish the brass on Fridays.") == [("memo.docx ¶8-9", "Obligations")]  # with the row above
+    # a footnote is cited at the paragraph that refers to it
+    assert cited(doc, "Kerosene is stored in the shed.") == [("memo.docx ¶10", "Obligations")]
+    assert Span("memo.docx", 3, 4, unit=PARAGRAPH).cite() == "memo.docx ¶3-4"
+
+
+def test_a_word_document_is_known_by_its_content(write) -> None:
+    data = contract_docx()
+    piped = load_stdin(None, io.BytesIO(data))
+    assert piped.kind == "docx" and "# 1. Scope" in piped.text and piped.path == "<stdin>"
+    assert load_one(write("contract.bin", data)).kind == "docx"  # misnamed
+    assert load_one(write("contract.txt", data)).kind == "docx"
+    macro = make_docx(p(r("Macro-enabled text.")), macro=True, main="word/main.xml")
+    assert load_one(write("tool.docm", macro)).text == "Macro-enabled text."
+
+
+def test_a_folder_reads_word_opendocument_and_epub_files_and_still_skips_spreadsheets(tmp_path) -> None:
+    (tmp_path / "a.docx").write_bytes(contract_docx())
+    (tmp_path / "b.odt").write_bytes(make_odt("<text:p>Keeper notes.</text:p>"))
+    (tmp_path / "c.epub").write_bytes(make_epub([("ch1.xhtml", xhtml("Book", "<p>A story.</p>"))]))
+    (tmp_path / "d.xlsx").write_bytes(_zip({"xl/workbook.xml": "<workbook/>"}))
+    corpus = load_corpus([str(tmp_path)])
+    assert [(Path(d.path).name, d.kind) for d in corpus.documents] == [("a.docx", "docx"), ("b.odt", "odt"),
+                                                                        ("c.epub", "epub")]
+    reasons = {Path(s.path).name: s.reason for s in corpus.skipped}
+    assert reasons["d.xlsx"] == "binary" and "1 image not read" in reasons["a.docx"]
+
+
+def _zip(members: dict[str, str | bytes]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return out.getvalue()
+
+
+def _ole(*streams: str) -> bytes:
+    """A compound file's header and a directory sector naming `streams` (UTF-16), as an
+    encrypted .docx or a Word 97 .doc starts."""
+    header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(16) + b"\x3e\x00\x03\x00\xfe\xff\x09\x00"
+    entries = b"".join(name.encode("utf-16-le").ljust(64, b"\x00") + bytes(64) for name in ("Root Entry", *streams))
+    return header.ljust(512, b"\xff") + entries.ljust(512, b"\x00") + bytes(1024)
+
+
+def test_word_files_that_cannot_be_read_are_refused_in_one_line(write, monkeypatch) -> None:
+    data = contract_docx()
+    message = refusal(write("cut.docx", data[: len(data) // 2]))
+    assert "cut.docx: damaged Word document (.docx): not a readable zip" in message
+    with pytest.raises(InputError, match="damaged Word document"):  # cut short and piped: still known as one
+        load_stdin(None, io.BytesIO(data[: len(data) // 2]))
+    broken = make_docx(p(r("Unclosed")).replace("</w:p>", ""))
+    assert "word/document.xml is not well-formed XML" in refusal(write("broken.docx", broken))
+    laughs = _rewrite(make_docx(p(r("x"))), "word/document.xml",
+                      lambda xml: xml.replace('standalone="yes"?>', 'standalone="yes"?><!DOCTYPE d [<!ENTITY lol "lol">]>'))
+    assert "declares XML entities" in refusal(write("laughs.docx", laughs))
+    message = refusal(write("secret.docx", _ole("EncryptionInfo", "EncryptedPackage")))
+    assert "an encrypted or legacy .doc/.docx (OLE) file" in message and "save it as .docx or PDF" in message
+    assert "encrypted" in message.split(";")[0]
+    message = refusal(write("old.doc", _ole("WordDocument", "1Table")))
+    assert "Word 97-2003 .doc" in message and "save it as .docx or PDF" in message
+    with pytest.raises(InputError, match=r"<stdin>: an encrypted or legacy \.doc/\.docx \(OLE\) file"):
+        load_stdin(None, io.BytesIO(_ole("EncryptedPackage")))
+    scanned = make_docx(p(drawing("")) + p(drawing("", name="Picture 2")))
+    assert "no text, only 2 images (scanned pages pasted in?); save it as PDF and run OCR" in refusal(write("scan.docx", scanned))
+    assert "Word document (.docx) without text" in refusal(write("blank.docx", make_docx(p(""))))
+    # a zip bomb: refused at the limit a text read has, having read no more
+    monkeypatch.setattr(loaders, "read_limit_bytes", lambda: 64 << 10)
+    bomb = make_docx(p(r("lamp " * 40_000)))
+    assert len(bomb) < 20_000
+    assert "decompresses to over 0 MiB, more than this machine's free memory can read (a zip bomb?)" in refusal(
+        write("bomb.docx", bomb))
+
+
+def _rewrite(data: bytes, member: str, change) -> bytes:
+    source = zipfile.ZipFile(io.BytesIO(data))
+    return _zip({name: (change(source.read(name).decode()) if name == member else source.read(name))
+                 for name in source.namelist()})
+
+
+def test_other_zips_keep_their_refusal_and_a_misnamed_word_file_is_said_to_be_one(write) -> None:
+    for name, members in (("sheet.xlsx", {"[Content_Types].xml": "<Types/>", "xl/workbook.xml": "<workbook/>"}),
+                          ("slides.pptx", {"ppt/presentation.xml": "<p/>"}), ("notes.zip", {"notes.txt": "hello"})):
+        message = refusal(write(name, _zip(members)))
+        assert "binary: a zip archive (or a .xlsx/.pptx/.ods, which are zips)" in message, message
+        assert ".docx" not in message and ".odt" not in message
+    message = refusal(write("report.docx", _zip({"xl/workbook.xml": "<workbook/>"})))
+    assert "not a Word document (.docx): a zip archive without one in it" in message
+    message = refusal(write("page.docx", "<!DOCTYPE html><html><body>Sign in</body></html>"))
+    assert "not a Word document (.docx): no zip header, it holds an HTML page" in message
+
+
+def test_charts_and_embedded_objects_are_reported(write) -> None:
+    body = (p(r("Yearly output:"), drawing("Bar chart of output by year", chart=True))
+            + p(r("Sheet:"), '<w:r><w:object><v:shape id="_x0000_i1025"/><o:OLEObject ProgID="Excel.Sheet.12"/></w:object></w:r>'))
+    doc = load_one(write("report.docx", make_docx(body)))
+    assert "Yearly output: [chart: Bar chart of output by year]" in doc.text
+    assert doc.left_out[0].reason == "1 chart or diagram and 1 embedded object not read (the alt text of 1 read)"
+
+
+# ---- OpenDocument ------------------------------------------------------------------------
+
+ODT_BODY = (
+    '<text:tracked-changes><text:changed-region text:id="ct1"><text:deletion><office:change-info>'
+    "<dc:creator>Bo Lund</dc:creator></office:change-info><text:p>Old clause text.</text:p></text:deletion>"
+    "</text:changed-region></text:tracked-changes>"
+    '<text:h text:style-name="P1" text:outline-level="1">Keeper duties</text:h>'
+    '<text:p text:style-name="Standard">The keeper <text:span text:style-name="T1">tri</text:span>ms the wicks'
+    '<text:note text:id="ftn1" text:note-class="footnote"><text:note-citation>1</text:note-citation>'
+    "<text:note-body><text:p>Twice a night.</text:p></text:note-body></text:note> each\n    evening.<text:s text:c=\"2\"/>"
+    "Then<text:tab/>rests.<text:change text:change-id=\"ct1\"/></text:p>"
+    '<text:list text:style-name="L1"><text:list-item><text:p>Oil the <office:annotation office:name="c1">'
+    "<dc:creator>Bo Lund</dc:creator><dc:date>2024-01-01T10:00:00</dc:date><text:p>Which oil?</text:p>"
+    '</office:annotation>gears<office:annotation-end office:name="c1"/></text:p></text:list-item>'
+    "<text:list-item><text:p>Clean the glass</text:p><text:list><text:list-item><text:p>inside first</text:p>"
+    "</text:list-item></text:list></text:list-item></text:list>"
+    '<text:h text:outline-level="2">Equipment<text:soft-page-break/></text:h>'
+    '<table:table table:name="Tools"><table:table-column table:number-columns-repeated="3"/>'
+    "<table:table-header-rows><table:table-row><table:table-cell><text:p>Tool</text:p></table:table-cell>"
+    "<table:table-cell><text:p>Count</text:p></table:table-cell><table:table-cell/></table:table-row></table:table-header-rows>"
+    "<table:table-row><table:table-cell><text:p>Wick trimmer</text:p></table:table-cell>"
+    '<table:table-cell office:value-type="float"><text:p>3</text:p></table:table-cell>'
+    '<table:table-cell table:number-columns-repeated="2"/></table:table-row></table:table>'
+    '<text:p>Shown <text:span text:style-name="Hidden_20_Words">secret </text:span>words, page <text:page-number>2</text:page-number>.</text:p>'
+    '<text:p><draw:frame draw:name="Image1" text:anchor-type="as-char"><draw:image xlink:href="Pictures/1.png"/>'
+    "<svg:title>Coast</svg:title><svg:desc>A map of the coast</svg:desc></draw:frame> Map.</text:p>"
+    '<text:p text:style-name="P9">The gate code is 4471.</text:p>'
+)
+ODT_STYLES = ('<style:style style:name="P9" style:family="paragraph" style:parent-style-name="Standard">'
+              '<style:paragraph-properties fo:break-before="page"/></style:style>')
+ODT_MASTER = ('<style:master-page style:name="Standard"><style:header><text:p>Harbor Light Co.</text:p></style:header>'
+              "<style:footer><text:p>Page <text:page-number>1</text:page-number></text:p></style:footer></style:master-page>")
+
+
+def test_an_opendocument_text_reads_as_its_reader_sees_it(write) -> None:
+    doc = load_one(write("keeper.odt", make_odt(ODT_BODY, automatic_styles=ODT_STYLES, master=ODT_MASTER)))
+    assert doc.kind == "odt"
+    lines = doc.text.split("\n")
+    assert lines[0] == "[header: Harbor Light Co.]" and "Page" not in doc.text
+    assert "# Keeper duties" in lines and "## Equipment" in lines
+    # white space as ODF has it: collapsed in the markup; a tab as written
+    assert "The keeper trims the wicks[^1] each evening. Then\trests." in lines
+    assert "[footnote 1: Twice a night.]" in lines
+    at = lines.index("- Oil the gears")
+    assert lines[at + 1] == '[comment by Bo Lund on "gears": Which oil?]'
+    assert lines[at + 3:at + 5] == ["- Clean the glass", "  - inside first"]
+    assert "Tool | Count" in lines and "Wick trimmer | 3" in lines
+    assert "Shown words, page ." in lines and "Old clause" not in doc.text
+    assert "[image: A map of the coast] Map." in lines
+    assert trail_of(doc, "Wick trimmer") == "Keeper duties > Equipment"
+    # soft page breaks (LibreOffice's last layout) and a paragraph's break-before: pages
+    assert [p.number for p in doc.pages] == [1, 2, 3]
+    assert doc.pages[2].text == "The gate code is 4471."
+    assert cited(doc, "The gate code is 4471.") == [("keeper.odt p.3", "Keeper duties > Equipment")]
+    assert doc.left_out[0].reason == ("1 image not read (the alt text of 1 read); tracked changes read as accepted "
+                                      "(1 deletion left out); hidden text left out")
+
+
+def test_an_opendocument_text_is_known_by_its_mimetype_and_cited_by_paragraph_without_pages(write) -> None:
+    data = make_odt("<text:h>Log</text:h><text:p>Ship sighted at dawn.</text:p><text:p>The gate code is 4471.</text:p>")
+    piped = load_stdin(None, io.BytesIO(data))
+    assert piped.kind == "odt" and piped.unit == PARAGRAPH
+    assert load_one(write("log.zip", data)).kind == "odt"
+    assert cited(load_one(write("log.odt", data)), "The gate code is 4471.") == [("log.odt ¶3", "Log")]
+
+
+# ---- EPUB ------------------------------------------------------------------------------
+
+BOOK = [
+    ("cover.xhtml", xhtml("The Lighthouse Keeper", '<div><img src="../Images/cover.jpg" alt=""/></div>')),
+    ("part1.xhtml", xhtml("The Lighthouse Keeper", "<h1>Part One: The Tower</h1>")),
+    ("ch01.xhtml", xhtml("The Lighthouse Keeper", "<h1>Loomings</h1><p>Call me Ada. I kept the light.</p>"
+                                                  "<h2>The Lamp</h2><p>It burns kerosene.</p>")),
+    ("ch01a.xhtml", xhtml("The Lighthouse Keeper", "<p>The wick is trimmed at noon.</p>")),  # a split file
+    ("ch02.xhtml", xhtml("The Lighthouse Keeper", '<p>The storm came. <img src="../Images/wave.jpg" alt="A wave over the pier"/></p>'
+                                                  "<p>The gate code is 4471.</p>")),
+]
+BOOK_TOC = [(1, "part1.xhtml", "Part One: The Tower"), (2, "ch01.xhtml", "1. Loomings"), (2, "ch02.xhtml", "2. The Storm")]
+
+
+@pytest.mark.parametrize("ncx", [False, True], ids=["epub3-nav", "epub2-ncx"])
+def test_an_epub_is_read_chapter_by_chapter_and_cited_by_chapter(write, ncx) -> None:
+    doc = load_one(write("keeper.epub", make_epub(BOOK, toc=BOOK_TOC, ncx=ncx)))
+    assert doc.kind == "epub" and doc.unit == CHAPTER
+    assert doc.text.startswith("Title: The Lighthouse Keeper\nBy: Ada Quill\n\n# Part One: The Tower")
+    assert "Contents" not in doc.text  # the navigation document is not a chapter
+    # chapters in spine order: a file the table of contents does not list goes with the one before
+    assert [p.number for p in doc.pages] == [1, 2, 3]
+    assert "The wick is trimmed at noon." in doc.pages[1].text
+    # headings under their place in the table of contents; a chapter without one gets its title
+    assert "## Loomings" in doc.pages[1].text and "### The Lamp" in doc.pages[1].text
+    assert doc.pages[2].text.startswith("## 2. The Storm")
+    assert "[image: A wave over the pier]" in doc.pages[2].text
+    assert cited(doc, "The gate code is 4471.") == [("keeper.epub ch.3", "Part One: The Tower > 2. The Storm")]
+    assert cited(doc, "The wick is trimmed at noon.") == [("keeper.epub ch.2", "Part One: The Tower > Loomings > The Lamp")]
+    assert doc.left_out[0].reason == "2 images not read (alt text kept where given)"
+
+
+def test_an_epub_is_known_by_its_content_and_a_drm_one_refused(write) -> None:
+    data = make_epub([("a.xhtml", xhtml("A", "<p>Piped chapter.</p>"))], nav_in_spine=False)
+    piped = load_stdin(None, io.BytesIO(data))
+    assert piped.kind == "epub" and piped.pages[0].text.endswith("Piped chapter.")
+    assert Span("<stdin>", 4, 4, page=1, unit=CHAPTER).cite() == "<stdin> ch.1"
+    message = refusal(write("locked.epub", make_epub(BOOK, toc=BOOK_TOC, encrypted=True)))
+    assert "locked.epub: EPUB with DRM: its chapters are encrypted" in message
+    missing = make_epub(BOOK, toc=BOOK_TOC).replace(b"OEBPS/content.opf", b"OEBPS/missing.opf")
+    assert "damaged EPUB book (.epub)" in refusal(write("bad.epub", missing))
