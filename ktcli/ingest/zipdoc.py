@@ -56,7 +56,9 @@ def zip_format(data: bytes) -> str | None:
         archive = zipfile.ZipFile(io.BytesIO(data))
         names = {name.lower(): name for name in archive.namelist()}
         if "mimetype" in names:
-            mimetype = archive.read(names["mimetype"])[:100].strip().decode("ascii", "replace")
+            # bounded: a "mimetype" of gigabytes of spaces, a few MB zipped, was read whole
+            with archive.open(names["mimetype"]) as member:
+                mimetype = member.read(100).strip().decode("ascii", "replace")
             if mimetype in _ODF_TEXT:
                 return "odt"
             if mimetype == _EPUB:

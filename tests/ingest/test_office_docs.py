@@ -403,3 +403,23 @@ def test_an_epub_is_known_by_its_content_and_a_drm_one_refused(write) -> None:
     assert "locked.epub: EPUB with DRM: its chapters are encrypted" in message
     missing = make_epub(BOOK, toc=BOOK_TOC).replace(b"OEBPS/content.opf", b"OEBPS/missing.opf")
     assert "damaged EPUB book (.epub)" in refusal(write("bad.epub", missing))
+
+
+def test_a_zips_mimetype_is_read_no_further_than_its_start() -> None:
+    import tracemalloc
+
+    from ktcli.ingest.zipdoc import zip_format
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("mimetype", b"application/vnd.oasis.opendocument.text" + b" " * (64 << 20))
+        z.writestr("content.xml", "<x/>")
+    data = buffer.getvalue()
+    assert len(data) < 1 << 20  # 64 MiB of spaces, zipped
+    tracemalloc.start()
+    try:
+        assert zip_format(data) == "odt"
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20
