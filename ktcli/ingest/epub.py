@@ -118,10 +118,16 @@ def _refuse_drm(z: ZipDocument, chapters: set[str]) -> None:
                                 "ktcli reads DRM-free books only; use a DRM-free copy or export its text")
 
 
-def _table_of_contents(z: ZipDocument, navigation: set[str], ncx: str) -> dict[str, tuple[int, str]]:
-    """member -> (depth in the table of contents, title) of the first entry that points into
-    it: EPUB 3's navigation document, else EPUB 2's NCX. A table of contents that does not
-    parse is done without (the chapters are still read)."""
+# A table of contents' entry for a file: (depth, title, the titles above it that no file
+# of their own heads: (depth, title) of a part named without a link, or of one whose link
+# is its first chapter's).
+_Entry = tuple[int, str, tuple[tuple[int, str], ...]]
+
+
+def _table_of_contents(z: ZipDocument, navigation: set[str], ncx: str) -> dict[str, _Entry]:
+    """member -> its entry (`_Entry`), of the first entry that points into it: EPUB 3's
+    navigation document, else EPUB 2's NCX. A table of contents that does not parse is
+    done without (the chapters are still read)."""
     for member in sorted(navigation - {ncx, ""}) + ([ncx] if ncx else []):
         try:
             root = z.xml(member, required=False)
@@ -129,41 +135,74 @@ def _table_of_contents(z: ZipDocument, navigation: set[str], ncx: str) -> dict[s
             continue
         if root is None:
             continue
-        entries: dict[str, tuple[int, str]] = {}
+        flat: list[tuple[int, str | None, str]] = []  # (depth, href or None, title) in order
         if member == ncx:
             nav_map = root.find(f"{NCX}navMap")
             if nav_map is not None:
-                _ncx_points(nav_map, member, 1, entries)
+                _ncx_points(nav_map, 1, flat)
         else:
             navs = [n for n in root.iter(f"{XHTML}nav")]
             toc = next((n for n in navs if "toc" in n.get(f"{OPS}type", "").split()), navs[0] if navs else None)
             lists = toc.find(f"{XHTML}ol") if toc is not None else None
             if lists is not None:
-                _nav_items(lists, member, 1, entries)
+                _nav_items(lists, 1, flat)
+        entries = _entries(flat, member)
         if entries:
             return entries
     return {}
 
 
-def _nav_items(ol: ET.Element, base: str, depth: int, entries: dict[str, tuple[int, str]]) -> None:
+def _entries(flat: list[tuple[int, str | None, str]], base: str) -> dict[str, _Entry]:
+    """The table of contents' entries in order as each file's `_Entry`. A part's title
+    heads the file of its first chapter where the part has no file of its own: named
+    without a link (`<li><span>Part Two</span><ol>...`), or linked to the very place its
+    first chapter is (an NCX written by ebooklib). Else its chapters took the trail of
+    the chapter before them (`Loomings > The Carpet-Bag`, a chapter of Part Two under one
+    of Part One)."""
+    entries: dict[str, _Entry] = {}
+    heads: list[tuple[int, str]] = []  # parts whose title no file has headed yet
+    previous: tuple[int, str] | None = None  # (depth, href) of the entry that made the last one
+    for depth, href, title in flat:
+        heads = [head for head in heads if head[0] < depth]  # a part's title goes to its own chapters only
+        if href is None:
+            heads.append((depth, title))
+            previous = None
+            continue
+        target = resolve(base, href)
+        if target not in entries:
+            entries[target] = (depth, title, tuple(heads))
+            heads, previous = [], (depth, href)
+        elif previous is not None and previous[1] == href and previous[0] < depth:
+            part_depth, part_title, above = entries[target]
+            entries[target] = (depth, title, (*above, (part_depth, part_title)))
+            previous = (depth, href)
+        else:
+            previous = None
+    return entries
+
+
+def _nav_items(ol: ET.Element, depth: int, flat: list[tuple[int, str | None, str]]) -> None:
     for li in ol.findall(f"{XHTML}li"):
         link = li.find(f"{XHTML}a")
+        label = link if link is not None else li.find(f"{XHTML}span")
+        title = " ".join("".join(label.itertext()).split()) if label is not None else ""
         if link is not None and link.get("href"):
-            target = resolve(base, link.get("href", ""))
-            entries.setdefault(target, (depth, " ".join("".join(link.itertext()).split())))
+            flat.append((depth, link.get("href", ""), title))
+        elif title:
+            flat.append((depth, None, title))
         inner = li.find(f"{XHTML}ol")
         if inner is not None:
-            _nav_items(inner, base, depth + 1, entries)
+            _nav_items(inner, depth + 1, flat)
 
 
-def _ncx_points(parent: ET.Element, base: str, depth: int, entries: dict[str, tuple[int, str]]) -> None:
+def _ncx_points(parent: ET.Element, depth: int, flat: list[tuple[int, str | None, str]]) -> None:
     for point in parent.findall(f"{NCX}navPoint"):
         content = point.find(f"{NCX}content")
         label = point.find(f"{NCX}navLabel/{NCX}text")
         if content is not None and content.get("src"):
             title = " ".join((label.text or "").split()) if label is not None else ""
-            entries.setdefault(resolve(base, content.get("src", "")), (depth, title))
-        _ncx_points(point, base, depth + 1, entries)
+            flat.append((depth, content.get("src", ""), title))
+        _ncx_points(point, depth + 1, flat)
 
 
 def _chapter_lines(data: bytes, member: str) -> list[str]:
@@ -177,21 +216,27 @@ def _chapter_lines(data: bytes, member: str) -> list[str]:
     return text.split("\n") if text.strip() else []
 
 
-def _under_entry(lines: list[str], depth: int, title: str) -> tuple[list[str], int]:
+def _under_entry(lines: list[str], depth: int, title: str, parts: tuple[tuple[int, str], ...] = ()) -> tuple[list[str], int]:
     """A chapter's lines with its headings moved to sit under its place in the table of
     contents (a chapter of Part One whose title is an <h1> becomes "## Title"), and its
     title as its first heading where it opens with none: a chapter with no heading of its
-    own took the trail of the chapter before. Second: the levels moved by."""
+    own took the trail of the chapter before. `parts`: the titles above it that no file
+    heads (`_entries`), put first; one the chapter opens with itself is not said twice.
+    Second: the levels moved by."""
+    first = next((line for line in lines if line.strip()), "")
+    opening = _HEADING.fullmatch(first)
+    if parts and opening and opening.group(2).strip().casefold() == parts[-1][1].casefold():
+        (depth, title), parts = parts[-1], parts[:-1]  # the part's file is this one: headed by its own words
     depth = min(depth, _DEEPEST)
     levels = [len(m.group(1)) for line in lines if (m := _HEADING.fullmatch(line))]
-    opens = bool(_HEADING.fullmatch(next((line for line in lines if line.strip()), "")))
-    titled = bool(title and lines and not opens)
+    titled = bool(title and lines and not opening)
     # its own headings at its depth, or a level below the title put above them
     shift = (depth + titled - min(levels)) if levels else 0
     lines = [_shifted(line, shift) for line in lines] if shift else lines
     if titled:
         lines = [f"{'#' * depth} {title}", "", *lines]
-    return lines, shift
+    above = [line for part_depth, part_title in parts for line in (f"{'#' * min(part_depth, _DEEPEST)} {part_title}", "")]
+    return above + lines, shift
 
 
 def _shifted(line: str, shift: int) -> str:

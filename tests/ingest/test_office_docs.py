@@ -423,3 +423,25 @@ def test_a_zips_mimetype_is_read_no_further_than_its_start() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 8 << 20
+
+
+PARTED = [("ch1.xhtml", xhtml("Book", "<h1>Loomings</h1><p>Call me Ishmael.</p>")),
+          ("ch2.xhtml", xhtml("Book", "<h1>The Carpet-Bag</h1><p>I stuffed a shirt into my bag.</p>")),
+          ("ch3.xhtml", xhtml("Book", "<h1>The Spouter-Inn</h1><p>The inn was dark.</p>"))]
+
+
+@pytest.mark.parametrize("ncx", [False, True], ids=["epub3-nav-unlinked-part", "epub2-ncx-part-at-its-first-chapter"])
+def test_a_part_without_a_file_of_its_own_heads_its_chapters_trail(write, ncx) -> None:
+    # A part named without a link (EPUB 3: `<li><span>Part Two</span><ol>`), or linked to its
+    # first chapter's file (ebooklib's NCX): its chapters were under the chapter before.
+    toc = [(1, "ch1.xhtml", "Loomings"), (1, "ch2.xhtml", "Part Two"), (2, "ch2.xhtml", "The Carpet-Bag"),
+           (2, "ch3.xhtml", "The Spouter-Inn")]
+    data = make_epub(PARTED, toc=toc, ncx=ncx)
+    if not ncx:
+        data = _rewrite(data, "OEBPS/nav.xhtml",
+                        lambda nav: nav.replace('<a href="Text/ch2.xhtml">Part Two</a>', "<span>Part Two</span>"))
+    doc = load_one(write("moby.epub", data))
+    assert [p.number for p in doc.pages] == [1, 2, 3]
+    assert doc.pages[1].text.startswith("# Part Two\n\n## The Carpet-Bag")
+    assert cited(doc, "The inn was dark.") == [("moby.epub ch.3", "Part Two > The Spouter-Inn")]
+    assert cited(doc, "I stuffed a shirt into my bag.") == [("moby.epub ch.2", "Part Two > The Carpet-Bag")]
