@@ -468,6 +468,12 @@ class _Reader:
                 chosen = _chosen(child)
                 if chosen is not None:
                     self._run_content(chosen, line, hidden)
+            elif tag == f"{W}ruby" and not hidden:
+                # East Asian text with its reading above it (furigana): the text is its base;
+                # the reading (w:rt) is a guide to it, as ODF's text:ruby-text is left out
+                base = child.find(f"{W}rubyBase")
+                if base is not None:
+                    self._inline(base, line, None)
 
     def _hidden(self, rpr: ET.Element | None, paragraph_style: str | None) -> bool:
         vanish = rpr.find(f"{W}vanish") if rpr is not None else None

@@ -445,3 +445,11 @@ def test_a_part_without_a_file_of_its_own_heads_its_chapters_trail(write, ncx) -
     assert doc.pages[1].text.startswith("# Part Two\n\n## The Carpet-Bag")
     assert cited(doc, "The inn was dark.") == [("moby.epub ch.3", "Part Two > The Spouter-Inn")]
     assert cited(doc, "I stuffed a shirt into my bag.") == [("moby.epub ch.2", "Part Two > The Carpet-Bag")]
+
+
+def test_a_word_documents_ruby_text_keeps_its_base(write) -> None:
+    # Japanese with its reading above it (furigana): the base 漢 was left out, silently
+    ruby = ('<w:r><w:ruby><w:rubyPr><w:rubyAlign w:val="distributeSpace"/></w:rubyPr><w:rt><w:r><w:t>かん</w:t></w:r></w:rt>'
+            '<w:rubyBase><w:r><w:t>漢</w:t></w:r></w:rubyBase></w:ruby></w:r>')
+    doc = load_one(write("kanji.docx", make_docx(p(r("賃料の"), ruby, r("字は二倍とする。")))))
+    assert doc.text == "賃料の漢字は二倍とする。"
