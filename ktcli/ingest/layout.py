@@ -134,7 +134,7 @@ class Layout:
         if self._end:
             blank = [""] if last.lines else []
             last.lines += blank + [line for line, _ in self._end]
-            last.paragraphs += [last.paragraphs[-1]] * len(blank) + [number for _, number in self._end]
+            last.paragraphs += last.paragraphs[-1:] * len(blank) + [number for _, number in self._end]
         if self._front:
             blank = [""] if first.lines else []
             first.lines[:0] = self._front + blank

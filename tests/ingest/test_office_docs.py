@@ -453,3 +453,12 @@ def test_a_word_documents_ruby_text_keeps_its_base(write) -> None:
             '<w:rubyBase><w:r><w:t>漢</w:t></w:r></w:rubyBase></w:ruby></w:r>')
     doc = load_one(write("kanji.docx", make_docx(p(r("賃料の"), ruby, r("字は二倍とする。")))))
     assert doc.text == "賃料の漢字は二倍とする。"
+
+
+def test_a_word_document_whose_only_words_are_a_comment_or_an_endnote_is_read(write) -> None:
+    # the end's notes on an empty page: refused as "unreadable (IndexError: list index out of range)"
+    doc = load_one(write("comment.docx", make_docx(p(""), comments={1: ("Ann", "A lone comment")})))
+    assert doc.text == "[comment by Ann: A lone comment]" and doc.source_lines == (1,)
+    mark = p('<w:r><w:endnoteReference w:customMarkFollows="1" w:id="1"/></w:r>')
+    doc = load_one(write("endnote.docx", make_docx(mark, endnotes={1: "The endnote text"})))
+    assert doc.text == "[endnote: The endnote text]"
