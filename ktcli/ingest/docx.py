@@ -497,10 +497,11 @@ class _Reader:
         return all(state == "result" for state, _ in self.fields)
 
     def _close_field_codes(self) -> None:
-        """A field code does not run past its paragraph: one left open (a file cut short,
-        a converter's slip) would hide the rest of the document."""
+        """A field code, or a page counter's result, does not run past its paragraph: one
+        left open (a file cut short, a converter's slip) would hide the rest of the
+        document. (A field's result may: a table of contents runs over many.)"""
         for f in self.fields:
-            if f[0] == "code":
+            if f[0] in ("code", "hidden"):
                 f[0] = "result"
 
     # ---- notes and comments ----------------------------------------------------------

@@ -462,3 +462,11 @@ def test_a_word_document_whose_only_words_are_a_comment_or_an_endnote_is_read(wr
     mark = p('<w:r><w:endnoteReference w:customMarkFollows="1" w:id="1"/></w:r>')
     doc = load_one(write("endnote.docx", make_docx(mark, endnotes={1: "The endnote text"})))
     assert doc.text == "[endnote: The endnote text]"
+
+
+def test_a_page_counter_left_open_hides_no_more_than_its_paragraph(write) -> None:
+    # a PAGE field whose end never comes (a converter's slip): the rest of the file was lost, silently
+    counter = (r("Page "), r(extra='<w:fldChar w:fldCharType="begin"/>'), r(extra="<w:instrText> PAGE </w:instrText>"),
+               r(extra='<w:fldChar w:fldCharType="separate"/>'), r("3"))
+    doc = load_one(write("open.docx", make_docx(p(*counter) + p(r("The lamp is lit at dusk.")))))
+    assert doc.text == "Page\n\nThe lamp is lit at dusk."
