@@ -38,6 +38,14 @@ _PAGE_FURNITURE = re.compile(r"[\W\d_]*(?:page|pg|p|seite|página|pagina)?[\W\d_
                              re.IGNORECASE)
 
 
+def _unhyphened(text: str) -> str:
+    return text.replace("\u00ad", "")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(_unhyphened(text).split())
+
+
 def says_something(running_text: str) -> bool:
     """Whether a header's or footer's text is more than page numbering."""
     return bool(running_text.strip()) and not _PAGE_FURNITURE.fullmatch(running_text.strip())
@@ -71,7 +79,9 @@ class Layout:
         item's "- " (not on its second paragraph). False where it holds no text."""
         # Runs of spaces are layout (a double space after a full stop, a column lined up with
         # spaces, the gap beside a picture's alt text): one, as a browser shows HTML's.
-        lines = [_SPACES.sub(" ", line).strip() for line in text.replace("\r", "\n").split("\n")]
+        # A soft hyphen shows only where the line wraps (LibreOffice keeps it in the text as
+        # U+00AD): "co\xadoperate" is the word "cooperate", as HTML's &shy; is read.
+        lines = [_SPACES.sub(" ", line).strip() for line in _unhyphened(text).replace("\r", "\n").split("\n")]
         while lines and not lines[-1]:
             lines.pop()
         while lines and not lines[0]:
@@ -114,16 +124,16 @@ class Layout:
         """A footnote or comment, on the line after the paragraph it is referenced in (and
         with that paragraph's ¶)."""
         page = self.pages[-1]
-        page.lines.append(" ".join(line.split()))
+        page.lines.append(_one_line(line))
         page.paragraphs.append(max(self.paragraphs, 1))
         page.has_text = True
         self._last_kind = NOTE
 
     def end_note(self, line: str) -> None:
-        self._end.append((" ".join(line.split()), max(self.paragraphs, 1)))
+        self._end.append((_one_line(line), max(self.paragraphs, 1)))
 
     def front_note(self, line: str) -> None:
-        self._front.append(" ".join(line.split()))
+        self._front.append(_one_line(line))
 
     def finish(self) -> tuple[list[str], tuple[int, ...]]:
         """(the text of each page, the ¶ of each line of them all joined by line breaks)."""

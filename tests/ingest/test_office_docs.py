@@ -470,3 +470,11 @@ def test_a_page_counter_left_open_hides_no_more_than_its_paragraph(write) -> Non
                r(extra='<w:fldChar w:fldCharType="separate"/>'), r("3"))
     doc = load_one(write("open.docx", make_docx(p(*counter) + p(r("The lamp is lit at dusk.")))))
     assert doc.text == "Page\n\nThe lamp is lit at dusk."
+
+
+def test_soft_hyphens_are_not_read_into_words(write) -> None:
+    # LibreOffice keeps a soft hyphen in the text: "co\xadoperate" was not the word "cooperate"
+    doc = load_one(write("soft.odt", make_odt("<text:p>We co\u00adoperate.<text:note text:note-class=\"footnote\">"
+                                              "<text:note-citation>1</text:note-citation><text:note-body>"
+                                              "<text:p>Lamp\u00adlighters.</text:p></text:note-body></text:note></text:p>")))
+    assert doc.text == "We cooperate.[^1]\n[footnote 1: Lamplighters.]"
