@@ -310,6 +310,10 @@ class _Reader:
             line.add("\t")
         elif tag == f"{TEXT}line-break":
             line.add("\n")
+        elif tag == f"{TEXT}number":
+            # a numbered heading's or item's number as last shown ("1.2"): its list style puts
+            # a space or a tab after it, not written in the text ("1.2Scope")
+            line.add(_SPACES.sub(" ", "".join(el.itertext())).strip() + " ")
         elif tag == f"{TEXT}soft-page-break":
             line.page_break(RENDERED)
         elif tag == f"{TEXT}span":

@@ -478,3 +478,10 @@ def test_soft_hyphens_are_not_read_into_words(write) -> None:
                                               "<text:note-citation>1</text:note-citation><text:note-body>"
                                               "<text:p>Lamp\u00adlighters.</text:p></text:note-body></text:note></text:p>")))
     assert doc.text == "We cooperate.[^1]\n[footnote 1: Lamplighters.]"
+
+
+def test_an_opendocument_headings_number_stands_apart_from_its_words(write) -> None:
+    body = ('<text:list><text:list-item><text:h text:outline-level="2"><text:number>1.2</text:number>Scope</text:h>'
+            "</text:list-item></text:list><text:p>The lamp is lit at dusk.</text:p>")
+    doc = load_one(write("numbered.odt", make_odt(body)))
+    assert doc.text.startswith("## 1.2 Scope\n")
