@@ -473,10 +473,22 @@ def _zipped_format(data: bytes, display: str, kind: str | None) -> str | None:
         return None
     found = zip_format(data)
     if found is None and kind in _ZIPPED_KINDS:
+        if not _opens_as_zip(data):  # a damaged one (cut short, overwritten): its reader says so
+            return kind
         raise RejectedInput(display, f"not {_a(_ZIPPED_KINDS[kind])}: a zip archive without one in it "
                                      "(a spreadsheet, a presentation or another zip, renamed?)",
                             "export it as PDF or text")
     return found
+
+
+def _opens_as_zip(data: bytes) -> bool:
+    import zipfile
+
+    try:
+        zipfile.ZipFile(io.BytesIO(data))
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, OSError, EOFError, ValueError):
+        return False
+    return True
 
 
 def _zipped_document(data: bytes, display: str, kind: str) -> Document:

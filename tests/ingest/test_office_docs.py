@@ -485,3 +485,11 @@ def test_an_opendocument_headings_number_stands_apart_from_its_words(write) -> N
             "</text:list-item></text:list><text:p>The lamp is lit at dusk.</text:p>")
     doc = load_one(write("numbered.odt", make_odt(body)))
     assert doc.text.startswith("## 1.2 Scope\n")
+
+
+def test_a_damaged_zip_named_as_a_document_is_said_to_be_damaged(write) -> None:
+    # not "a zip archive without one in it (a spreadsheet, a presentation or another zip, renamed?)"
+    assert "damaged.docx: damaged Word document (.docx): not a readable zip" in refusal(
+        write("damaged.docx", b"PK\x03\x04" + bytes(range(256)) * 20))
+    assert "damaged.epub: damaged EPUB book (.epub): not a readable zip" in refusal(
+        write("damaged.epub", b"PK\x03\x04" + bytes(range(256)) * 20))
