@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 from xml.etree import ElementTree as ET
 
-from ktcli.ingest.layout import HARD, HEADING, ITEM, PARA, RENDERED, ROW, Layout, says_something
+from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
+                                 says_something)
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText, local, resolve
 
 _NS = {
@@ -357,9 +358,7 @@ class _Reader:
                 broke = broke or line.broke
             if broke is not None:  # a row is on the page it starts on: Word marks the break in it
                 self.layout.page_break(broke)
-            while cells and not cells[-1]:
-                cells.pop()
-            self.layout.block(" | ".join(cells), ROW)
+            self.layout.table_row(cells)
         self._flush_paragraph_extras()  # the table's notes after it, not between its rows
 
     def _cell(self, cell: ET.Element, line: _Line) -> None:
@@ -640,18 +639,9 @@ class _Reader:
 
     def _left_out(self) -> list[str]:
         c = self.counts
-        parts = [_count(c.images, "image"), _count(c.charts, "chart or diagram", "charts or diagrams"),
-                 _count(c.objects, "embedded object"), _count(c.embedded, "embedded document")]
-        parts = [p for p in parts if p]
-        out = []
-        if parts:
-            described = f" (the alt text of {c.described} read)" if c.described else ""
-            out.append(f"{_joined(parts)} not read{described}")
-        if c.deletions:
-            out.append(f"tracked changes read as accepted ({_count(c.deletions, 'deletion')} left out)")
-        if c.hidden:
-            out.append("hidden text left out")
-        return out
+        return left_out_notes([count_of(c.images, "image"), count_of(c.charts, "chart or diagram", "charts or diagrams"),
+                               count_of(c.objects, "embedded object"), count_of(c.embedded, "embedded document")],
+                              c.described, c.deletions, c.hidden)
 
 
 def _to_transitional(root: ET.Element) -> None:
@@ -717,11 +707,3 @@ def _roman(n: int) -> str:
         while n >= value:
             out, n = out + letters, n - value
     return out
-
-
-def _count(n: int, noun: str, plural: str | None = None) -> str:
-    return "" if not n else f"{n:,} {noun if n == 1 else plural or noun + 's'}"
-
-
-def _joined(parts: list[str]) -> str:
-    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]

@@ -72,6 +72,13 @@ class Layout:
         self._front: list[str] = []  # headers and footers: before the first page's text
         self._end: list[tuple[str, int]] = []  # endnotes: at the end, where they are printed
 
+    def table_row(self, cells: list[str]) -> None:
+        """A table's row as one line, its cells between " | ", empty cells at its end left
+        out (a row narrower than the table's widest)."""
+        while cells and not cells[-1]:
+            cells = cells[:-1]
+        self.block(" | ".join(cells), ROW)
+
     def block(self, text: str, kind: str = PARA, level: int = 0, *, continued: bool = False,
               marker: bool = True) -> bool:
         """One paragraph (heading, list item, table row). `continued`: the rest of the
@@ -155,3 +162,25 @@ class Layout:
             texts.append("\n".join(page.lines))
             numbers.extend(page.paragraphs or [max(numbers[-1:] or [1])])  # an empty page is one (empty) line
         return texts, tuple(numbers)
+
+
+def left_out_notes(parts: list[str], described: int, deletions: int, hidden: int) -> list[str]:
+    """What a word processor's reader said it left out, in one wording for every format:
+    `parts` ("3 images", "1 chart"), of which `described` were read by their alt text;
+    tracked deletions and hidden text."""
+    parts = [p for p in parts if p]
+    out = []
+    if parts:
+        read = f" (the alt text of {described} read)" if described else ""
+        joined = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+        out.append(f"{joined} not read{read}")
+    if deletions:
+        out.append(f"tracked changes read as accepted ({count_of(deletions, 'deletion')} left out)")
+    if hidden:
+        out.append("hidden text left out")
+    return out
+
+
+def count_of(n: int, noun: str, plural: str | None = None) -> str:
+    """'3 images', '1 image'; '' for none."""
+    return "" if not n else f"{n:,} {noun if n == 1 else plural or noun + 's'}"

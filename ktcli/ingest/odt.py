@@ -12,7 +12,8 @@ import re
 from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
-from ktcli.ingest.layout import HARD, HEADING, ITEM, PARA, RENDERED, ROW, Layout, says_something
+from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
+                                 says_something)
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText
 
 _NS = {
@@ -273,9 +274,7 @@ class _Reader:
             cells = [self._cell_text(cell, line) for cell in _cells(row)]
             for _, kind in line.breaks[:1]:  # a row is on the page it starts on
                 self.layout.page_break(kind)
-            while cells and not cells[-1]:
-                cells.pop()
-            self.layout.block(" | ".join(cells), ROW)
+            self.layout.table_row(cells)
         self._flush()  # the table's notes after it, not between its rows
 
     def _cell_text(self, cell: ET.Element, row: _Line) -> str:
@@ -430,17 +429,10 @@ class _Reader:
                     self.layout.front_note(f"[{kind}: {text}]")
 
     def _left_out(self) -> list[str]:
-        parts = [p for p in (_count(self.images, "image"), _count(self.objects, "embedded object (a chart, a formula...)",
-                                                                      "embedded objects (charts, formulas...)")) if p]
-        out = []
-        if parts:
-            described = f" (the alt text of {self.described} read)" if self.described else ""
-            out.append(f"{' and '.join(parts)} not read{described}")
-        if self.deletions:
-            out.append(f"tracked changes read as accepted ({_count(self.deletions, 'deletion')} left out)")
-        if self.hidden:
-            out.append("hidden text left out")
-        return out
+        return left_out_notes([count_of(self.images, "image"),
+                               count_of(self.objects, "embedded object (a chart, a formula...)",
+                                        "embedded objects (charts, formulas...)")],
+                              self.described, self.deletions, self.hidden)
 
 
 def _rows(table: ET.Element):
@@ -477,8 +469,3 @@ def _paragraphs(el: ET.Element):
             yield child
         else:
             yield from _paragraphs(child)
-
-
-def _count(n: int, noun: str, plural: str | None = None) -> str:
-    return "" if not n else f"{n:,} {noun if n == 1 else plural or noun + 's'}"
-
