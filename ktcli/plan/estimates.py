@@ -154,7 +154,7 @@ class ContextCost:
     which read a bounded set of pages).
 
     Prefill: attention's products for a token at position p are ~4·p·heads·head_dim
-    multiply-adds per layer against the weights' ~2·(non-embedding parameters), so a
+    FLOPs per layer against the weights' ~2·(non-embedding parameters), so a
     whole prompt of n tokens takes n·(1 + prefill·n) token-times, prefill = layers·heads·
     head_dim / parameters. For SmolLM2 that is 1.6e-4: prefill on the 2-core Xeon ran
     3,047 / 2,013 / 1,454 tok/s at 512 / 4,096 / 7,680 tokens (int8 weights, bf16 steps,
