@@ -295,6 +295,10 @@ def parse_attention(spec: str) -> tuple[str, int | None]:
     return kind, int(pages)
 
 
+NEEDS_BASE_URL = ("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1), KTCLI_BASE_URL or base_url in "
+                  "the config file")
+
+
 # 1024 x an 8K window is 8M positions, far past any input ktcli reads; an infinite factor
 # made every position the same and the answer empty.
 MAX_ROPE_FACTOR = 1024
@@ -399,7 +403,7 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
         raise UsageError(f"--base-url {settings.base_url}: it names an OpenAI-compatible server, which needs "
                          "--backend openai as well")
     if settings.backend == "openai" and not settings.base_url:  # said before the input is read
-        raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1), KTCLI_BASE_URL or base_url in the config file")
+        raise UsageError(NEEDS_BASE_URL)
     if settings.backend == "openai":
         # the server holds the model and its cache: nothing here to load or shape
         for name, idle in (("weights", ("auto",)), ("kv_dtype", ("auto",)), ("attention", ("auto", "dense")),

@@ -32,6 +32,7 @@ class HFBackend:
         # text, where transformers' template would read it as the control token). Read
         # first: a damaged tokenizer.json is said in one line naming it, not as
         # transformers' error.
+        self.model_dir = Path(model_dir)
         self.chat = load_chat_tokenizer(Path(model_dir)) if (Path(model_dir) / "tokenizer.json").is_file() else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))

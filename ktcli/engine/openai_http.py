@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from ktcli.config import NEEDS_BASE_URL
 from ktcli.errors import BackendError, UsageError
 
 RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
@@ -71,7 +72,7 @@ class Endpoint:
     @classmethod
     def parse(cls, base_url: str) -> "Endpoint":
         if not base_url:
-            raise UsageError("--backend openai needs --base-url (e.g. http://127.0.0.1:8000/v1), KTCLI_BASE_URL or base_url in the config file")
+            raise UsageError(NEEDS_BASE_URL)
         try:
             parts = urlsplit(base_url if "://" in base_url else f"http://{base_url}")
         except ValueError as e:  # "http://[::1": "Invalid IPv6 URL" was an internal error

@@ -54,14 +54,18 @@ def _check_text_side(backend, warn: Callable[[str], None]) -> None:
     """A model folder without a tokenizer is refused before serving (it answered every
     request with a 500), and one without a chat template said (its chat requests are 400s;
     /v1/completions reads raw text)."""
-    from ktcli.engine.tokenizer import ChatTemplateError, no_tokenizer
+    from ktcli.engine.tokenizer import NO_CHAT_TEMPLATE, ChatTemplateError, no_tokenizer
 
     if getattr(backend, "tokenizer", True) is None:  # our engine loads a folder without one, for tests
         raise UsageError(no_tokenizer(backend.model_dir))
     try:
         backend.chat_ids([{"role": "user", "content": "ping"}])
     except ChatTemplateError as e:
-        warn(f"{e}: /v1/chat/completions will answer 400, /v1/completions works")
+        if str(e).startswith(NO_CHAT_TEMPLATE):
+            warn(f"{NO_CHAT_TEMPLATE} ({backend.model_dir}): /v1/chat/completions will answer 400, "
+                 "/v1/completions works")
+        else:  # a template that refuses this one message may take a client's conversation
+            warn(f"{e} (a one-message conversation tried at start)")
 
 
 def _engine_options(load: Callable, settings: Settings) -> dict:
