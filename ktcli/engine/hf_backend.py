@@ -40,7 +40,7 @@ class HFBackend:
             # transformers' several-line "couldn't instantiate the backend tokenizer"
             if (Path(model_dir) / "tokenizer.json").is_file():
                 raise
-            raise UsageError(no_tokenizer(model_dir)) from None
+            raise UsageError(no_tokenizer(model_dir, engine_hf=True)) from None
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
         import transformers

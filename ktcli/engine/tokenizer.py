@@ -36,8 +36,12 @@ def no_chat_template(folder: Path | str) -> str:
             "give an instruct/chat model")
 
 
-def no_tokenizer(folder: Path) -> str:
-    return f"no tokenizer in {folder} (tokenizer.json)"
+def no_tokenizer(folder: Path, engine_hf: bool = False) -> str:
+    """Where the fix lies: a folder with a slow tokenizer's files (vocab.json and merges.txt,
+    tokenizer.model) runs under transformers, which reads them."""
+    slow = [] if engine_hf else [n for n in ("vocab.json", "merges.txt", "tokenizer.model") if (Path(folder) / n).is_file()]
+    hint = f"; it has {' and '.join(slow)}, which --engine hf reads" if slow else ""
+    return f"no tokenizer in {folder} (tokenizer.json){hint}"
 
 
 def _unreadable(folder: Path, name: str, error: Exception) -> str:

@@ -174,6 +174,11 @@ def test_models_the_engines_cannot_load_are_one_line(cache, tmp_path):
     for engine in ("ktcli", "hf"):
         assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(plain), "--engine", engine], cache), 2,
                               "this model has no chat template")
+    # a slow tokenizer's files: transformers reads them, our engine does not
+    (bare / "vocab.json").write_text("{}")
+    (bare / "merges.txt").write_text("")
+    assert_one_line_error(run_ktcli(["ask", str(doc), "q", "--model", str(bare)], cache), 2,
+                          f"no tokenizer in {bare} (tokenizer.json); it has vocab.json and merges.txt, which --engine hf reads")
 
 
 def test_serve_refuses_a_model_without_a_tokenizer_and_says_one_without_a_chat_template(cache, tmp_path):
