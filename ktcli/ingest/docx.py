@@ -6,7 +6,9 @@ What is read as Word shows it with tracked changes accepted: insertions kept, de
 (`w:del`, `w:moveFrom`) left out; hidden text (`w:vanish`) left out; a field's result
 kept (not its code), except the page counters (PAGE, NUMPAGES), which are the layout's.
 A text box is read after the paragraph it is anchored in; a picture by its alt text;
-charts, embedded objects and pictures themselves are counted and reported.
+charts, embedded objects and pictures themselves are counted and reported. Numbered
+paragraphs carry the number Word computes for them (`ingest.wordnumbers`): "1.2 item" for
+"- item", "# 4.2 Termination" for a heading numbered by its style.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from xml.etree import ElementTree as ET
 
 from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
                                  says_something)
+from ktcli.ingest.wordnumbers import Numbering
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText, local, resolve
 
 _NS = {
@@ -106,6 +109,16 @@ class _Styles:
                 return None if _val(num.find(f"{W}numId")) == "0" else _level(num)
         return None
 
+    def numbering(self, sid: str | None) -> tuple[str | None, int | None]:
+        """(numId, level) of the first style in the chain that numbers its paragraphs; a
+        level only where that style names one."""
+        for style in self._chain(sid):
+            num = style.find(f"{W}pPr/{W}numPr")
+            if num is not None:
+                ilvl = _val(num.find(f"{W}ilvl"))
+                return _val(num.find(f"{W}numId")), _level(num) if ilvl is not None else None
+        return None, None
+
     def hidden(self, sid: str | None) -> bool:
         for style in self._chain(sid):
             vanish = style.find(f"{W}rPr/{W}vanish")
@@ -180,6 +193,7 @@ class _Reader:
         self.main = self._main_part()
         self.rels = self._relationships(self.main)
         self.styles = _Styles(self._related_xml("styles"))
+        self.numbers = Numbering(self._related_xml("numbering"), lambda sid: self.styles.numbering(sid)[0])
         self.footnotes = self._notes("footnotes", "footnote")
         self.endnotes = self._notes("endnotes", "endnote")
         self.comments = self._comments()
@@ -288,6 +302,10 @@ class _Reader:
         level = self._heading_level(ppr, style)
         item = None if level else self._list_level(ppr, style)
         kind = HEADING if level else ITEM if item is not None else PARA
+        mark_deleted = ppr is not None and ppr.find(f"{W}rPr/{W}del") is not None
+        # Its number, counted; not where its mark is deleted (its words join the next
+        # paragraph, numbered as that one is).
+        label = None if mark_deleted else self._number(ppr, style)
         if (ppr is not None and _toggle(ppr.find(f"{W}pageBreakBefore"))) or (
                 (ppr is None or ppr.find(f"{W}pageBreakBefore") is None) and self.styles.break_before(style)):
             self.layout.page_break(HARD)
@@ -298,22 +316,27 @@ class _Reader:
             nonlocal parts_written
             text = self.carry + line.take()
             if text.strip():
-                self.layout.block(text, kind, level or (item or 0), continued=parts_written)
+                write(text)
                 self.carry, parts_written = "", True
             self.layout.page_break(kind_of_break)
+
+        def write(text: str) -> None:
+            if kind == HEADING and label and not parts_written and text.strip():
+                text = f"{label} {text}"
+            self.layout.block(text, kind, level or (item or 0), continued=parts_written, marker=label or True)
 
         line = _Line(self.captures, one_line=kind == HEADING, on_break=page_break)
         self._inline(p, line, style)
         self._close_field_codes()
         text = self.carry + line.take()
-        if ppr is not None and ppr.find(f"{W}rPr/{W}del") is not None:
+        if mark_deleted:
             # Its mark deleted, as the change is accepted: one paragraph with the next
             # (which writes its notes).
             self.carry = text
             self.counts.deletions += 1
         else:
             self.carry = ""
-            self.layout.block(text, kind, level or (item or 0), continued=parts_written)
+            write(text)
             self._flush_paragraph_extras()
         sect = ppr.find(f"{W}sectPr") if ppr is not None else None
         if sect is not None and _val(sect.find(f"{W}type"), "nextPage") != "continuous":
@@ -332,6 +355,20 @@ class _Reader:
                 return None
             return _level(num)
         return self.styles.list_level(style)
+
+    def _number(self, ppr: ET.Element | None, style: str | None) -> str | None:
+        """The number Word shows before a paragraph ("1.2", "(a)"), counted; "" for a
+        bullet; None where it is not numbered (or by numbering the file does not define).
+        Its own numbering, else its style's (a heading style linked to a list)."""
+        num = ppr.find(f"{W}numPr") if ppr is not None else None
+        num_id = _val(num.find(f"{W}numId")) if num is not None else None
+        ilvl = _level(num) if num is not None and num.find(f"{W}ilvl") is not None else None
+        if num_id is None:
+            num_id, style_ilvl = self.styles.numbering(style)
+            ilvl = ilvl if ilvl is not None else style_ilvl
+        if num_id is None or num_id == "0":
+            return None
+        return self.numbers.label(num_id, ilvl, style)
 
     def _flush_paragraph_extras(self) -> None:
         """The notes referenced in the paragraph just written, after its page's text, and
@@ -366,7 +403,12 @@ class _Reader:
         joined by " / ", its rows by "; "."""
         for child in cell:
             if child.tag == f"{W}p":
-                self._inline(child, line, _val(child.find(f"{W}pPr/{W}pStyle")))
+                ppr = child.find(f"{W}pPr")
+                style = _val(child.find(f"{W}pPr/{W}pStyle"))
+                if ppr is None or ppr.find(f"{W}rPr/{W}del") is None:
+                    label = self._number(ppr, style or self.styles.default_paragraph)
+                    line.add(f"{label} " if label else "")
+                self._inline(child, line, style)
                 self._close_field_codes()
                 line.add(" ")
             elif child.tag == f"{W}tbl":

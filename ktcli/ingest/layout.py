@@ -5,7 +5,8 @@ line for citations where it records none.
 
 - Headings are "# Title" ("## " a level down...), so `ingest.sections` gives each line
   its trail of headings as it does for Markdown, and the chunker starts chunks there.
-- List items are "- item", indented two spaces a level; table rows one line, " | "
+- List items are "- item" ("1.2 item", "(a) item" where the document numbers them),
+  indented two spaces a level; table rows one line, " | "
   between cells (a row read across lines loses which value is in which column).
 - A blank line between paragraphs, as Markdown has them (the chunker likes to cut there),
   but none inside a list or a table.
@@ -80,10 +81,11 @@ class Layout:
         self.block(" | ".join(cells), ROW)
 
     def block(self, text: str, kind: str = PARA, level: int = 0, *, continued: bool = False,
-              marker: bool = True) -> bool:
+              marker: bool | str = True) -> bool:
         """One paragraph (heading, list item, table row). `continued`: the rest of the
         paragraph before it, cut by a page break (its ¶ is that one's). `marker`: a list
-        item's "- " (not on its second paragraph). False where it holds no text."""
+        item's "- " (not on its second paragraph), or the number its word processor gives
+        it ("1.2", "(a)") in its place. False where it holds no text."""
         # Runs of spaces are layout (a double space after a full stop, a column lined up with
         # spaces, the gap beside a picture's alt text): one, as a browser shows HTML's.
         # A soft hyphen shows only where the line wraps (LibreOffice keeps it in the text as
@@ -99,7 +101,7 @@ class Layout:
             lines = [f"{'#' * max(1, min(level, _DEEPEST_HEADING))} {' '.join(' '.join(lines).split())}"]
         elif kind == ITEM:
             indent = "  " * level
-            first = "- " if marker and not continued else "  "
+            first = "  " if continued or not marker else f"{marker} " if isinstance(marker, str) else "- "
             lines = [f"{indent}{first}{lines[0]}", *(f"{indent}  {line}" for line in lines[1:] if line)]
         page = self.pages[-1]
         if not continued:
