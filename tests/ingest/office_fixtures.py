@@ -93,6 +93,28 @@ def comments_part(comments: dict[int, tuple[str, str]]) -> str:
     return f"{_PREAMBLE}<w:comments {W_NS}>{body}</w:comments>"
 
 
+def level(ilvl: int, text: str, fmt: str = "decimal", *, start: int = 1, extra: str = "") -> str:
+    """A numbering level (w:lvl) as Word writes one: start, format, text, indentation."""
+    return (f'<w:lvl w:ilvl="{ilvl}" w15:tentative="1"><w:start w:val="{start}"/><w:numFmt w:val="{fmt}"/>{extra}'
+            f'<w:lvlText w:val="{text}"/><w:lvlJc w:val="left"/>'
+            f'<w:pPr><w:ind w:left="{360 * (ilvl + 1)}" w:hanging="360"/></w:pPr></w:lvl>')
+
+
+def numbering_part(abstracts: dict[int, str], nums: dict[int, tuple[int, str]]) -> dict[str, str]:
+    """make_docx's `parts` and `rels` for word/numbering.xml: abstract definitions (id -> their
+    levels' XML), then instances (numId -> (abstractNumId, its overrides' XML))."""
+    body = "".join(f'<w:abstractNum w:abstractNumId="{aid}" w15:restartNumberingAfterBreak="0">'
+                   f'<w:nsid w:val="1A2B3C{aid:02d}"/><w:multiLevelType w:val="hybridMultilevel"/>{levels}</w:abstractNum>'
+                   for aid, levels in abstracts.items())
+    body += "".join(f'<w:num w:numId="{nid}"><w:abstractNumId w:val="{aid}"/>{overrides}</w:num>'
+                    for nid, (aid, overrides) in nums.items())
+    w15 = 'xmlns:w15="http://schemas.microsoft.com/office/word/2012/wordml" '
+    return {"word/numbering.xml": f"{_PREAMBLE}<w:numbering {w15}{W_NS}>{body}</w:numbering>"}
+
+
+NUMBERING_REL = f'<Relationship Id="rId7" Type="{_REL}/numbering" Target="numbering.xml"/>'
+
+
 def make_docx(body: str, *, footnotes: dict[int, str] | None = None, endnotes: dict[int, str] | None = None,
               comments: dict[int, tuple[str, str]] | None = None, header: str = "", parts: dict[str, str] | None = None,
               rels: str = "", main: str = "word/document.xml", macro: bool = False) -> bytes:

@@ -19,10 +19,14 @@ from ktcli.ingest.sections import document_trails
 from ktcli.pipeline import citations
 from ktcli.types import CHAPTER, PARAGRAPH, Answer, Corpus, Document, Span
 from tests.ingest.office_fixtures import (
+    NUMBERING_REL,
+    STYLES,
     drawing,
+    level,
     make_docx,
     make_epub,
     make_odt,
+    numbering_part,
     p,
     r,
     split_runs,
@@ -294,6 +298,116 @@ def test_charts_and_embedded_objects_are_reported(write) -> None:
     doc = load_one(write("report.docx", make_docx(body)))
     assert "Yearly output: [chart: Bar chart of output by year]" in doc.text
     assert doc.left_out[0].reason == "1 chart or diagram and 1 embedded object not read (the alt text of 1 read)"
+
+
+# ---- Word's numbering ------------------------------------------------------------------
+
+def item(text: str, num: int, ilvl: int = 0, style: str = "ListParagraph") -> str:
+    return p(r(text), style=style, ppr=f'<w:numPr><w:ilvl w:val="{ilvl}"/><w:numId w:val="{num}"/></w:numPr>')
+
+
+def numbered_docx(body: str, abstracts: dict[int, str], nums: dict[int, tuple[int, str]], **kwargs) -> bytes:
+    return make_docx(body, parts={**numbering_part(abstracts, nums), **kwargs.pop("parts", {})}, rels=NUMBERING_REL,
+                     **kwargs)
+
+
+# "1.", "1.1", "(a)": a contract's clauses
+CLAUSES = {10: level(0, "%1.") + level(1, "%1.%2") + level(2, "(%3)", "lowerLetter")}
+SERVICES = (p(r("The supplier shall:"))
+            + item("Services", 1) + item("Lamps", 1, 1) + item("Lenses", 1, 1) + item("inside", 1, 2)
+            + item("outside", 1, 2) + item("Fees", 1) + item("Monthly", 1, 1)
+            + p(r("Signed at Harbor Point.")))
+
+
+def test_word_numbered_list_items_read_with_their_numbers(write) -> None:
+    doc = load_one(write("clauses.docx", numbered_docx(SERVICES, CLAUSES, {1: (10, "")})))
+    lines = doc.text.split("\n")
+    at = lines.index("1. Services")
+    # the nesting as before, a number for the "- "; deeper levels start again after a shallower one
+    assert lines[at:at + 7] == ["1. Services", "  1.1 Lamps", "  1.2 Lenses", "    (a) inside", "    (b) outside",
+                                "2. Fees", "  2.1 Monthly"]
+    assert lines[at - 1] == "" and lines[at + 7] == ""
+    assert doc.source_lines[lines.index("  1.2 Lenses")] == 4  # a ¶ an item, as before
+
+
+def test_word_numbering_formats_roman_letters_legal_and_bullets(write) -> None:
+    abstracts = {
+        11: level(0, "%1)", "lowerRoman") + level(1, "%2.", "upperLetter") + level(2, "%3", "decimalZero"),
+        12: level(0, "Article %1", "upperRoman") + level(1, "%1.%2", extra="<w:isLgl/>"),  # Article IV, then 4.1
+        13: level(0, "\uf0b7", "bullet") + level(1, "o", "bullet"),
+        14: level(0, "%1.", "ordinalText"),  # not read yet: decimal
+    }
+    body = (item("one", 1) + item("two", 1) + item("three", 1) + item("sub", 1, 1) + item("zero-padded", 1, 2)
+            + item("Scope", 2) + item("Term", 2) + item("Fees", 2) + item("Termination", 2) + item("Notice", 2, 1)
+            + item("Trim the wicks", 3) + item("Check the oil", 3, 1) + item("first", 4))
+    doc = load_one(write("formats.docx", numbered_docx(body, abstracts, {1: (11, ""), 2: (12, ""), 3: (13, ""), 4: (14, "")})))
+    assert doc.text.split("\n") == ["i) one", "ii) two", "iii) three", "  A. sub", "    01 zero-padded",
+                                    "Article I Scope", "Article II Term", "Article III Fees", "Article IV Termination",
+                                    "  4.1 Notice", "- Trim the wicks", "  - Check the oil", "1. first"]
+
+
+def test_a_level_that_never_restarts_goes_on_counting(write) -> None:
+    abstracts = {15: level(0, "Part %1") + level(1, "Note %2", extra='<w:lvlRestart w:val="0"/>')}
+    body = item("One", 1) + item("a", 1, 1) + item("Two", 1) + item("b", 1, 1)
+    doc = load_one(write("notes.docx", numbered_docx(body, abstracts, {1: (15, "")})))
+    assert doc.text.split("\n") == ["Part 1 One", "  Note 1 a", "Part 2 Two", "  Note 2 b"]
+
+
+NUMBERED_HEADINGS = STYLES.replace(
+    '<w:outlineLvl w:val="0"/></w:pPr>', '<w:numPr><w:numId w:val="5"/></w:numPr><w:outlineLvl w:val="0"/></w:pPr>').replace(
+    '<w:pPr><w:outlineLvl w:val="1"/></w:pPr>', '<w:pPr><w:numPr><w:numId w:val="5"/></w:numPr><w:outlineLvl w:val="1"/></w:pPr>')
+
+
+def test_word_headings_numbered_by_their_style_carry_their_numbers_into_the_section_trail(write) -> None:
+    # Heading 1 and 2 linked to one list: its levels name their styles (the style says no level)
+    abstracts = {20: level(0, "%1.", extra='<w:pStyle w:val="Heading1"/>') + level(1, "%1.%2", extra='<w:pStyle w:val="Heading2"/>')}
+    body = "".join(p(r(title), style="Heading1") + p(r(f"About {title.lower()}.")) for title in ("Definitions", "Services", "Fees"))
+    body += (p(r("Term"), style="Heading1") + p(r("Renewal"), style="Heading2") + p(r("It renews each year."))
+             + p(r("Termination"), style="Heading2") + p(r("Either party may end this agreement on notice.")))
+    doc = load_one(write("headings.docx", numbered_docx(body, abstracts, {5: (20, "")}, parts={"word/styles.xml": NUMBERED_HEADINGS})))
+    lines = doc.text.split("\n")
+    assert "# 1. Definitions" in lines and "# 4. Term" in lines and "## 4.1 Renewal" in lines
+    assert "## 4.2 Termination" in lines
+    assert trail_of(doc, "Either party may end") == "4. Term > 4.2 Termination"
+    assert cited(doc, "Either party may end this agreement on notice.") == [
+        ("headings.docx ¶11", "4. Term > 4.2 Termination")]
+
+
+def test_word_numbering_restarts_by_a_start_override_and_goes_on_across_paragraphs(write) -> None:
+    # numId 1 and 3 share the definition and its counters; numId 2 restarts it (Word's "Restart at 1")
+    nums = {1: (10, ""), 2: (10, '<w:lvlOverride w:ilvl="0"><w:startOverride w:val="1"/></w:lvlOverride>'),
+            3: (10, ""), 4: (10, '<w:lvlOverride w:ilvl="0"><w:startOverride w:val="5"/></w:lvlOverride>')}
+    body = (item("Keep the log", 1) + p(r("The log is kept in the tower.")) + item("Sign the log", 1)
+            + p(r("Second list:")) + item("Light the lamp", 2) + item("Trim it", 2)
+            + p(r("Back to the log:")) + item("File the log", 3) + item("From five", 4) + item("Six", 4))
+    doc = load_one(write("restart.docx", numbered_docx(body, CLAUSES, nums)))
+    lines = [line for line in doc.text.split("\n") if line]
+    assert lines == ["1. Keep the log", "The log is kept in the tower.", "2. Sign the log", "Second list:",
+                     "1. Light the lamp", "2. Trim it", "Back to the log:", "3. File the log", "5. From five", "6. Six"]
+
+
+def test_word_numbering_by_a_list_style_and_in_table_cells(write) -> None:
+    # abstract 31 only points at the list style "Clauses", whose definition is abstract 30
+    styles = STYLES.replace("</w:styles>", '<w:style w:type="numbering" w:styleId="Clauses"><w:name w:val="Clauses"/>'
+                            '<w:pPr><w:numPr><w:numId w:val="6"/></w:numPr></w:pPr></w:style></w:styles>')
+    abstracts = {30: '<w:styleLink w:val="Clauses"/>' + level(0, "Clause %1"),
+                 31: '<w:numStyleLink w:val="Clauses"/>'}
+    body = item("Scope", 7) + table(["Clause", "Fee"], [item("Lamps", 7), "40 EUR"])
+    doc = load_one(write("linked.docx", numbered_docx(body, abstracts, {6: (30, ""), 7: (31, "")},
+                                                      parts={"word/styles.xml": styles})))
+    assert doc.text.split("\n") == ["Clause 1 Scope", "", "Clause | Fee", "Clause 2 Lamps | 40 EUR"]
+
+
+def test_a_word_document_without_numbering_reads_its_items_as_before(write) -> None:
+    plain = load_one(write("plain.docx", make_docx(SERVICES)))
+    numbered = load_one(write("numbered.docx", numbered_docx(SERVICES, CLAUSES, {1: (10, "")})))
+    assert plain.text.split("\n")[2:9] == ["- Services", "  - Lamps", "  - Lenses", "    - inside", "    - outside",
+                                           "- Fees", "  - Monthly"]
+    assert numbered.text.split("\n")[2] == "1. Services"
+    # the same paragraphs, the same ¶ for each line
+    assert plain.source_lines == numbered.source_lines
+    # a numbering part naming no such instance: as before
+    assert load_one(write("other.docx", numbered_docx(SERVICES, CLAUSES, {9: (10, "")}))).text == plain.text
 
 
 # ---- OpenDocument ------------------------------------------------------------------------
