@@ -161,7 +161,8 @@ class Numbering:
             self.used.add(num_id)
             for n in instance.starts:
                 counters[n] = None
-        counters[ilvl] = start(ilvl) if counters[ilvl] is None else counters[ilvl] + 1  # type: ignore[operator]
+        current = counters[ilvl]
+        counters[ilvl] = start(ilvl) if current is None else current + 1
         for deeper in range(ilvl + 1, LEVELS):
             restart = level(deeper).restart
             if restart is None or restart > deeper or (restart != 0 and ilvl < restart):
@@ -172,9 +173,10 @@ class Numbering:
 
         def number(match: re.Match[str]) -> str:
             n = int(match.group(1)) - 1
-            value = counters[n] if counters[n] is not None else start(n)
+            value = counters[n]
             fmt = level(n).fmt
-            return _formatted(value, "decimal" if this.legal and fmt not in ("none", "bullet") else fmt)  # type: ignore[arg-type]
+            legal = this.legal and fmt not in ("none", "bullet")
+            return _formatted(value if value is not None else start(n), "decimal" if legal else fmt)
 
         return " ".join(_PLACEHOLDER.sub(number, this.text).split())
 
