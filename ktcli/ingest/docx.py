@@ -21,7 +21,7 @@ from xml.etree import ElementTree as ET
 
 from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
                                  says_something)
-from ktcli.ingest.wordnumbers import Numbering
+from ktcli.ingest.wordnumbers import Numbering, roman
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText, local, resolve
 
 _NS = {
@@ -554,7 +554,7 @@ class _Reader:
             mark, kind, notes = str(self.n_footnotes), "footnote", self.footnotes
         else:
             self.n_endnotes += 1
-            mark, kind, notes = _roman(self.n_endnotes), "endnote", self.endnotes
+            mark, kind, notes = roman(self.n_endnotes), "endnote", self.endnotes
         if custom:  # its mark is the run after it ("*"), read as text
             self.n_footnotes -= footnote
             self.n_endnotes -= not footnote
@@ -739,13 +739,3 @@ def _cells(row: ET.Element):
 def _field_name(instruction: str) -> str:
     words = instruction.split()
     return words[0].upper() if words else ""
-
-
-def _roman(n: int) -> str:
-    """Word numbers endnotes i, ii, iii... unless told otherwise."""
-    out = ""
-    for value, letters in ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"),
-                           (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
-        while n >= value:
-            out, n = out + letters, n - value
-    return out

@@ -195,6 +195,7 @@ def _formatted(value: int, fmt: str) -> str:
 
 
 def roman(n: int) -> str:
+    """Lower-case roman numerals (Word's lowerRoman lists, and its endnotes' i, ii, iii)."""
     out = ""
     for value, letters in ((1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"), (50, "l"),
                            (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i")):
