@@ -299,6 +299,8 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     check_architecture(header, gguf_path)
     scaling = rope_scaling(header, gguf_path)
     context = header.fields.get(f"{architecture(header)}.context_length")
+    key_length = header.fields.get(f"{architecture(header)}.attention.key_length")
+    head_dim = int(key_length.contents()) if key_length is not None else None
     del header  # its memory map of the whole file
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
@@ -312,7 +314,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
         folder, name = str(gguf_path.parent), gguf_path.name
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         with _gguf_reader_bar_off():
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **_head_width(folder, name, head_dim))
         # The loaded model is plain dequantized weights; drop the GGUF marker so it saves.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
@@ -328,6 +330,22 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _head_width(folder: str, name: str, head_dim: int | None) -> dict:
+    """A config with the GGUF's own head width (`attention.key_length`) where transformers'
+    reading of it differs: its Qwen3 mapping leaves head_dim at the class default (128),
+    and a Qwen3 of another width failed its conversion ("ignore_mismatched_sizes") with an
+    internal error."""
+    if head_dim is None:
+        return {}
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if getattr(config, "head_dim", head_dim) == head_dim:
+        return {}
+    config.head_dim = head_dim
+    return {"config": config}
 
 
 @contextlib.contextmanager

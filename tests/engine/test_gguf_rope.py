@@ -126,6 +126,15 @@ def test_a_qwen2_yarn_gguf_converts_with_its_scaling(tmp_path):
     _assert_same_logits(folder, converted)
 
 
+def test_a_qwen3_gguf_of_its_own_head_width_converts(tmp_path):
+    """transformers' Qwen3 GGUF reading leaves head_dim at 128: a Qwen3 whose heads are
+    another width (attention.key_length) failed its conversion with an internal error."""
+    folder = build_tiny("qwen3", tmp_path / "qwen3", head_dim=32)  # 4 heads x 32 over a hidden size of 64
+    converted = _converted(tmp_path, folder)
+    assert json.loads((converted / "config.json").read_text())["head_dim"] == 32
+    _assert_same_logits(folder, converted)
+
+
 def test_conversions_made_before_the_rope_fix_are_made_again(tmp_path, monkeypatch):
     gguf = tmp_path / "m.gguf"
     gguf.write_bytes(b"GGUF" + bytes(1000))

@@ -72,6 +72,9 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
     w.add_rope_freq_base(float((cfg.get("rope_parameters") or {}).get("rope_theta", cfg.get("rope_theta", 10000.0))))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_rope_dimension_count(head_dim)
+    if cfg.get("head_dim"):  # as llama.cpp's converter writes a head width of its own (Qwen3)
+        w.add_key_length(head_dim)
+        w.add_value_length(head_dim)
     w.add_vocab_size(cfg["vocab_size"])
     for key, value in (metadata or {}).items():
         full = f"{arch}.{key}"
@@ -92,7 +95,8 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
 
     names = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
     for name, t in load_file(str(folder / "model.safetensors")).items():
         t = t.astype(np.float32)
         if name == "model.embed_tokens.weight":
