@@ -6,8 +6,9 @@
   a start value, a format (decimal, letters, roman...), a text with placeholders ("%1.%2."
   is level 1's current value, a dot, level 2's, a dot), when a level restarts.
 - Counters are kept per abstract definition, so that the instances of one definition go
-  on from each other (as Word numbers them); an instance's `w:startOverride` restarts its
-  level the first time it is used.
+  on from each other (as Word numbers them); an instance that overrides a level (Word's
+  "restart numbering": `w:startOverride`, or a `w:lvl` of its own) counts on its own, and
+  the instance it restarted goes on from where it was.
 - A level counts up at each paragraph at that level; the deeper levels start again after
   it (or only after a shallower one, or never, as `w:lvlRestart` says).
 - A definition that only points at a numbering style (`w:numStyleLink`) is that style's
@@ -93,7 +94,6 @@ class Numbering:
         self.instances: dict[str, _Instance] = {}
         self.style_num = style_num
         self.counters: dict[str, list[int | None]] = {}
-        self.used: set[str] = set()
         for abstract in root.findall(f"{W}abstractNum") if root is not None else ():
             aid = abstract.get(f"{W}abstractNumId")
             if aid is None:
@@ -156,11 +156,10 @@ class Numbering:
         if ilvl is None:
             ilvl = next((n for n in range(LEVELS) if style is not None and level(n).style == style), 0)
         ilvl = max(0, min(ilvl, LEVELS - 1))
-        counters = self.counters.setdefault(abstract, [None] * LEVELS)
-        if num_id not in self.used:  # an instance that restarts a level: from its first paragraph
-            self.used.add(num_id)
-            for n in instance.starts:
-                counters[n] = None
+        # An instance that overrides a level (a restart: w:startOverride, or a w:lvl of its own)
+        # is a list of its own; the others go on from each other's numbers
+        own = bool(instance.starts or instance.levels)
+        counters = self.counters.setdefault(f"num {num_id}" if own else abstract, [None] * LEVELS)
         current = counters[ilvl]
         counters[ilvl] = start(ilvl) if current is None else current + 1
         for deeper in range(ilvl + 1, LEVELS):

@@ -386,6 +386,17 @@ def test_word_numbering_restarts_by_a_start_override_and_goes_on_across_paragrap
                      "1. Light the lamp", "2. Trim it", "Back to the log:", "3. File the log", "5. From five", "6. Six"]
 
 
+def test_a_restarted_list_counts_on_its_own_and_the_first_goes_on(write) -> None:
+    """Counters were shared with the restarted instance: 1. 2. 3. / 1. 2. / 3. where Word
+    shows 4. (found by review)."""
+    nums = {1: (10, ""), 2: (10, '<w:lvlOverride w:ilvl="0"><w:startOverride w:val="1"/></w:lvlOverride>')}
+    body = (item("One", 1) + item("Two", 1) + item("Three", 1) + item("Restarted", 2) + item("Again", 2)
+            + item("Four", 1))
+    doc = load_one(write("restarted.docx", numbered_docx(body, CLAUSES, nums)))
+    assert [line for line in doc.text.split("\n") if line] == [
+        "1. One", "2. Two", "3. Three", "1. Restarted", "2. Again", "4. Four"]
+
+
 def test_word_numbering_by_a_list_style_and_in_table_cells(write) -> None:
     # abstract 31 only points at the list style "Clauses", whose definition is abstract 30
     styles = STYLES.replace("</w:styles>", '<w:style w:type="numbering" w:styleId="Clauses"><w:name w:val="Clauses"/>'
