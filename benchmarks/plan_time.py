@@ -1,7 +1,8 @@
-"""The planner's prefill and decode times at each length of a whole read, against the real
-CLI's: rates kept without context and scaled by the read's length (`plan.estimates.
-ContextCost`, the planner since 8bda0f5) versus the baseline, the rate measured at one
-length applied flat to every length (the planner before).
+"""The planner's time formulas for prefill and decode at each length of a whole read
+(`plan.estimates.prefill_seconds` / `decode_seconds`), against the real CLI's times: rates
+kept without context and scaled by the read's length (`ContextCost`, the planner since
+8bda0f5) versus the baseline, the rate measured at one length applied flat to every length
+(as the planner before applied its one stored rate).
 
     python -m benchmarks.plan_time --json
 

@@ -63,6 +63,7 @@ def _build():
             functions = (bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_mlp.FUNCTIONS
                          + cpu_decode.FUNCTIONS + cpu_kivi_attention.FUNCTIONS + prefill_attention.FUNCTIONS
                          + amx_gemm.FUNCTIONS + amx_attention.FUNCTIONS)
+            started = time.perf_counter()
             try:
                 from torch.utils.cpp_extension import load_inline
 
@@ -77,7 +78,8 @@ def _build():
             except Exception as e:  # no compiler or headers, a folder we cannot write: the torch path
                 module = None
                 unavailable.append(f"{type(e).__name__}: {e}".splitlines()[0][:200])
-                _mark_failed()
+                if time.perf_counter() - started < QUICK_FAILURE_S:
+                    _mark_failed()
         else:
             unavailable.append(f"this CPU has no AVX2 ({torch.backends.cpu.get_cpu_capability()})")
         _built.append(module)
@@ -134,7 +136,11 @@ def _no_library(folder: Path) -> bool:
         return False
 
 
-FAILED_MARK = "build-failed"  # in the build folder: the last build failed (a success removes it)
+# In the build folder: the last build failed at once (no compiler, no headers), so a plan
+# adds no compile minute; a success removes it. A build that failed late (a compile error)
+# leaves none: each run pays that minute again, and plans should say so.
+FAILED_MARK = "build-failed"
+QUICK_FAILURE_S = 10.0
 
 
 def _mark_failed() -> None:

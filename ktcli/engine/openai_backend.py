@@ -251,6 +251,7 @@ class OpenAIBackend:
         deadline = time.monotonic() + self.client.timeout_s
         try:
             for attempt in range(CUT_RETRIES + 1):
+                self._text_events = []  # a cut attempt's events are not this answer's
                 try:
                     for event in self.client.post_stream("/chat/completions", body, deadline):
                         if isinstance(event.get("usage"), dict):
@@ -301,10 +302,12 @@ class OpenAIBackend:
         self._stats = GenStats(
             prompt_tokens=int(usage["prompt_tokens"] if "prompt_tokens" in usage else self.prompt_tokens(messages)),
             new_tokens=int(usage["completion_tokens"] if "completion_tokens" in usage else self.count_tokens("".join(parts))),
-            # An answer the server sent in one event has no decode time to measure ("decode 88171.1
-            # tok/s", shown and learned): 0, not shown. Counted in the server's events, not the
-            # pieces shown (a trailing newline held as a stop's start came as a second piece).
-            prefill_s=ttft, decode_s=max(total - ttft, 1e-9) if len(self._text_events) > 1 else 0.0, ttft_s=ttft,
+            # Decode time is from the server's first event carrying text to its last: an answer
+            # sent in one event has none to measure ("decode 88171.1 tok/s", shown and learned),
+            # 0, not shown; nor do the pieces shown say it (a trailing newline held as a stop's
+            # start came out as a second piece).
+            prefill_s=ttft, decode_s=self._text_events[-1] - self._text_events[0] if len(self._text_events) > 1 else 0.0,
+            ttft_s=ttft,
             extra={"backend": "openai", "server": self.client.endpoint.display, "server_model": self.model,
                    "tokenizer": self.tokens.source, "retries": self.client.retries},
         )

@@ -9,7 +9,8 @@ Only greedy steps are kept (a sampled step's notes are one draw of many) and onl
 the prompt cache is on (`prompt_cache`: what was read stays off the disk where it is
 off). Entries are small (a few KB); the oldest go past MAX_ENTRIES. The key is the
 prompt's tokens as the backend renders them (an edited chat template is another prompt),
-the sampling settings, the backend's outputs_key and ktcli's and torch's versions."""
+the sampling settings, the backend's outputs_key and ktcli's, torch's and transformers'
+versions."""
 
 from __future__ import annotations
 
@@ -74,13 +75,14 @@ class NotesMemo:
             self.folder.mkdir(parents=True, exist_ok=True)
             tmp.write_text(json.dumps({"text": text}), encoding="utf-8")
             os.replace(tmp, path)  # a reader never sees half an entry
-            self._trim()
         except OSError:
             self.failed = True
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
+            _unlink(tmp)
+            return
+        try:
+            self._trim()
+        except OSError:
+            pass  # kept all the same; the next run trims
 
     def _path(self, messages: list[Message]) -> Path:
         prompt: object = messages

@@ -33,6 +33,7 @@ SAMPLES_KEY = "recent runs"  # rates.json: each rates key's last RATE_SAMPLES me
 # Such rates are left out (and their samples dropped at the next save), not converted: the
 # lengths they were measured at were not kept.
 CONTEXT_FREE = "rates_without_context"
+CONTEXT_FREE_MARK = "yes"  # not a number: an older ktcli, which keeps numbers only, drops it when it saves
 _DENSE_RATES = ("prefill_tok_s", "decode_tok_s")
 RATE_SAMPLES = 5
 # First-run rates of the local engine on a CPU, before a run has measured any, from the
@@ -115,7 +116,8 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
                               load_s=max(Throughput.load_s, 1.0 + facts.weight_bytes / _LOAD_BYTES_PER_S))
     try:
         stored = json.loads((settings.cache_path / RATES_FILE).read_text())[_rates_key(settings)]
-        known = {f.name for f in fields(Throughput)} - (set() if stored.get(CONTEXT_FREE) else set(_DENSE_RATES))
+        known = {f.name for f in fields(Throughput)} - (set() if stored.get(CONTEXT_FREE) == CONTEXT_FREE_MARK
+                                                           else set(_DENSE_RATES))
         # Over the defaults, rate by rate: a first run in sparse mode stores only sparse
         # rates, and the full mode's fell back to the class's 150 / 10 tok/s, not the
         # model's size (446 / 73 for SmolLM2), turning a summary's plan to outlines.
@@ -145,15 +147,16 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     # it failed every ask after its answer, before the citations.
     data = data if isinstance(data, dict) else {}
     key = _rates_key(settings)
-    rates = {k: v for k, v in _dict(data.get(key)).items() if _rate(v)}
+    entry = _dict(data.get(key))
+    rates = {k: v for k, v in entry.items() if _rate(v)}
     history = _dict(data.get(SAMPLES_KEY))
     data[SAMPLES_KEY] = history
     history[key] = mine = _dict(history.get(key))
-    if not rates.get(CONTEXT_FREE):  # measured with their context in them: not this kind
+    if entry.get(CONTEXT_FREE) != CONTEXT_FREE_MARK:  # measured with their context in them: not this kind
         for name in _DENSE_RATES:
             rates.pop(name, None)
             mine.pop(name, None)
-        rates[CONTEXT_FREE] = 1
+    rates[CONTEXT_FREE] = CONTEXT_FREE_MARK
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
                         ("load_s", load_s), ("embed_tok_s", embed_tok_s), ("notes_tokens", notes_tokens)):

@@ -112,3 +112,25 @@ def test_a_slow_ordinary_load_is_neither_announced_as_one_time_work_nor_left_unl
     monkeypatch.setattr(native.NativeBackend, "load", classmethod(lambda cls, *a, **kw: time.sleep(0.3) or slow))
     assert loading.load_backend(Settings(cache_dir=str(tmp_path)), said.append) is slow
     assert said == [] and loading.one_time_s == 0.0
+
+
+def test_a_build_that_fails_at_once_leaves_the_mark_and_a_success_clears_it(monkeypatch, tmp_path):
+    """No compiler: the build fails at once, and plans stop adding its minute; a build that
+    works (a compiler installed since) clears the mark."""
+    import torch.utils.cpp_extension as extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.delenv("KTCLI_NO_CPP_KERNELS", raising=False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(cpp_ext, "unavailable", [])
+
+    def no_compiler(*args, **kwargs):
+        raise RuntimeError("Error checking compiler version for c++")
+
+    monkeypatch.setattr(extension, "load_inline", no_compiler)
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    assert cpp_ext._build() is None and (cpp_ext._build_dir() / cpp_ext.FAILED_MARK).exists()
+    assert not cpp_ext.compile_pending()
+    monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: "module")
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    assert cpp_ext._build() == "module" and not (cpp_ext._build_dir() / cpp_ext.FAILED_MARK).exists()

@@ -168,3 +168,17 @@ def test_an_answer_read_over_several_windows_keeps_its_notes_too(haystack, tmp_p
     tally = Tally()
     answer_question(small, again, settings, NullReporter(), tally)
     assert len(again.calls) == 1 and tally.notes_kept == len(first.calls) - 1
+
+
+def test_no_resume_is_promised_where_the_notes_could_not_be_kept(haystack, tmp_path):
+    class InterruptedAtThird(Keyed):
+        def stream_chat(self, messages, params):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+    (tmp_path / "cache").mkdir()
+    (tmp_path / "cache" / notes_memo.FOLDER).write_text("a file where the folder goes")
+    with pytest.raises(InterruptedWithNotes) as caught:
+        _summary(haystack, tmp_path, InterruptedAtThird())
+    assert "the notes of parts 1-2 are kept" in str(caught.value) and "same command again" not in str(caught.value)
