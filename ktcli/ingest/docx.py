@@ -717,23 +717,22 @@ def _paragraphs(el: ET.Element):
 
 
 def _rows(tbl: ET.Element):
-    for child in tbl:
-        if child.tag == f"{W}tr":
-            yield child
-        elif child.tag in (f"{W}sdt", f"{W}customXml"):
-            content = child.find(f"{W}sdtContent") if child.tag == f"{W}sdt" else child
-            if content is not None:
-                yield from _rows(content)
+    return _wrapped(tbl, f"{W}tr")
 
 
 def _cells(row: ET.Element):
-    for child in row:
-        if child.tag == f"{W}tc":
+    return _wrapped(row, f"{W}tc")
+
+
+def _wrapped(parent: ET.Element, tag: str):
+    """`parent`'s children of `tag`, also those a content control or custom XML wraps."""
+    for child in parent:
+        if child.tag == tag:
             yield child
         elif child.tag in (f"{W}sdt", f"{W}customXml"):
             content = child.find(f"{W}sdtContent") if child.tag == f"{W}sdt" else child
             if content is not None:
-                yield from _cells(content)
+                yield from _wrapped(content, tag)
 
 
 def _field_name(instruction: str) -> str:

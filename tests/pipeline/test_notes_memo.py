@@ -142,13 +142,14 @@ def test_the_same_summary_again_writes_only_the_summary(haystack, tmp_path):
     assert answer_again.stats["notes_kept"] == parts and answer.stats["notes_kept"] == 0
 
 
-def test_an_interrupted_summary_starts_again_at_the_part_it_was_reading(haystack, tmp_path):
-    class InterruptedAtThird(Keyed):
-        def stream_chat(self, messages, params):
-            if len(self.calls) == 2:
-                raise KeyboardInterrupt
-            return super().stream_chat(messages, params)
+class InterruptedAtThird(Keyed):
+    def stream_chat(self, messages, params):
+        if len(self.calls) == 2:
+            raise KeyboardInterrupt
+        return super().stream_chat(messages, params)
 
+
+def test_an_interrupted_summary_starts_again_at_the_part_it_was_reading(haystack, tmp_path):
     with pytest.raises(InterruptedWithNotes) as caught:
         _summary(haystack, tmp_path, InterruptedAtThird())
     assert "the same command again starts at part 3" in str(caught.value)
@@ -171,12 +172,6 @@ def test_an_answer_read_over_several_windows_keeps_its_notes_too(haystack, tmp_p
 
 
 def test_no_resume_is_promised_where_the_notes_could_not_be_kept(haystack, tmp_path):
-    class InterruptedAtThird(Keyed):
-        def stream_chat(self, messages, params):
-            if len(self.calls) == 2:
-                raise KeyboardInterrupt
-            return super().stream_chat(messages, params)
-
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / notes_memo.FOLDER).write_text("a file where the folder goes")
     with pytest.raises(InterruptedWithNotes) as caught:
