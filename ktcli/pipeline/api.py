@@ -16,7 +16,7 @@ from ktcli.pipeline.prepare import Prepared, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
-from ktcli.plan.estimates import NO_CONTEXT_COST, context_cost, rates_without_context, sparse_speed
+from ktcli.plan.estimates import rates_without_context, read_cost, sparse_speed
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.types import Answer, Mode, ModelFacts
 
@@ -110,10 +110,9 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
         prefill = 0.0 if tally.reused_tokens else tally.prompt_tokens / tally.prefill_s
         decode = tally.new_tokens / tally.decode_s
         if not sparse and facts is not None:  # kept as rates without context, which plans scale by each read's
-            pages = kv_dtype if kv_dtype not in ("", "auto", "model") else facts.kv_dtype
-            cost = NO_CONTEXT_COST if canonical_attention(attention or "dense") != "dense" else context_cost(facts, pages)
             prefill, decode = rates_without_context(prefill, tally.prompt_tokens, tally.prompt_square, decode,
-                                                    tally.new_tokens, tally.decode_context, cost)
+                                                    tally.new_tokens, tally.decode_context,
+                                                    read_cost(facts, attention, kv_dtype))
     if settings.rope_scaling or (sparse and canonical_attention(attention) not in _DEFAULT_POLICIES):
         # Not the rates a plan weighs: a read past the trained window (--rope-scaling)
         # decoded 4.3 tok/s over 19K tokens of context, and short reads were then planned

@@ -189,6 +189,16 @@ def context_cost(facts: ModelFacts, kv_dtype: str) -> ContextCost:
                        decode=DECODE_CACHE_READ_COST * kv_bytes_per_token(facts, kv_dtype) / facts.weight_bytes)
 
 
+def read_cost(facts: ModelFacts, attention: str, kv_dtype: str) -> ContextCost:
+    """The ContextCost of a read in the model's window with policy `attention` over pages
+    of `kv_dtype` ("auto", "model" or "": the model's own, `facts.kv_dtype`): none for a
+    window or topk policy, which reads a bounded set of pages. The planner times reads by
+    it and `pipeline.api` keeps a run's rates without it."""
+    if attention.partition(":")[0] in ("window", "topk"):
+        return NO_CONTEXT_COST
+    return context_cost(facts, kv_dtype if kv_dtype not in ("auto", "", "model") else facts.kv_dtype)
+
+
 def prefill_seconds(tokens: int, rate: float, cost: ContextCost = NO_CONTEXT_COST, cached: int = 0) -> float:
     """Computing a prompt's tokens past the `cached` ones at `rate` tokens/s of a step
     without context: a token at position p costs 1 + 2·cost.prefill·p."""

@@ -15,9 +15,7 @@ from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
     EMBED_GROWTH_CHUNKS,
     EMBEDDER_BYTES,
-    NO_CONTEXT_COST,
     ContextCost,
-    context_cost,
     conversion_bytes,
     conversion_seconds,
     generation_memory,
@@ -25,6 +23,7 @@ from ktcli.plan.estimates import (
     generation_seconds,
     paged_dense_scores_bytes,
     prefill_seconds,
+    read_cost,
     sparse_memory,
     sparse_speed,
 )
@@ -345,9 +344,8 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             cached = min(held.get((dtype, canonical_attention(policy)), 0), full_tokens - 1)
             prefill_x, decode_x = sparse_speed(policy, dtype)
             decode_tok_s = rates.sparse_decode_tok_s * decode_x
-            seconds = rates.load_s + generation_seconds(full_tokens - cached, req.max_new_tokens,
-                                                        rates.sparse_prefill_tok_s * prefill_x, decode_tok_s)
             answer_s = decode_seconds(full_tokens, req.max_new_tokens, decode_tok_s)  # a bounded read: no context cost
+            seconds = rates.load_s + prefill_seconds(full_tokens - cached, rates.sparse_prefill_tok_s * prefill_x) + answer_s
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
@@ -452,11 +450,8 @@ def _before_answer(seconds: float, answer_seconds: float) -> float:
 
 
 def _read_cost(req: PlanRequest, facts: ModelFacts) -> ContextCost:
-    """What context adds to a read in the model's window: dense attention's cost over the
-    pages it holds; none for a window or topk policy, which reads a bounded set."""
-    if req.attention.partition(":")[0] in ("window", "topk"):
-        return NO_CONTEXT_COST
-    return context_cost(facts, _dense_kv(req, facts))
+    """What context adds to a read in the model's window (`estimates.read_cost`)."""
+    return read_cost(facts, req.attention, req.kv_dtype)
 
 
 def _estimated_chunks(req: PlanRequest) -> int:
@@ -564,10 +559,10 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     # summary takes notes in every window, then writes from the notes (`summarize`).
     note_windows = n_windows - 1 if req.task == "ask" else n_windows if n_windows > 1 else 0
     final_prompt = timed_prompt if note_windows < n_windows else notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
-    seconds = rates.load_s + note_windows * generation_seconds(
-        timed_prompt, notes, rates.prefill_tok_s, rates.decode_tok_s, cost
-    ) + generation_seconds(final_prompt, req.max_new_tokens, rates.prefill_tok_s, rates.decode_tok_s, cost)
     answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
+    seconds = (rates.load_s + note_windows * generation_seconds(timed_prompt, notes, rates.prefill_tok_s,
+                                                                rates.decode_tok_s, cost)
+               + prefill_seconds(final_prompt, rates.prefill_tok_s, cost) + answer_s)
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
         to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
         seconds += to_embed / max(rates.embed_tok_s, 1e-9) + n_chunks * INDEX_LOAD_S_PER_CHUNK
