@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import time
 from pathlib import Path
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
@@ -35,6 +34,7 @@ class NotesMemo:
         self._base = {"format": FORMAT, "backend": outputs_key, "max_new_tokens": params.max_new_tokens,
                       "stop": list(params.stop), "top_k": params.top_k, "versions": _versions()}
         self._render = render
+        self._last: tuple[str, Path] | None = None  # the last messages' JSON and their entry
         self.kept = 0  # notes read back in this run
         self.failed = False  # a note could not be kept (a read-only or full disk)
         self._trimmed = False
@@ -85,6 +85,11 @@ class NotesMemo:
             pass  # kept all the same; the next run trims
 
     def _path(self, messages: list[Message]) -> Path:
+        """The entry of `messages`. A step's `get` and `put` ask for the same messages: the
+        prompt is rendered into tokens (the whole window's, thousands) once for both."""
+        plain = json.dumps(messages, sort_keys=True, ensure_ascii=False)
+        if self._last is not None and self._last[0] == plain:
+            return self._last[1]
         prompt: object = messages
         if self._render is not None:
             try:
@@ -92,7 +97,9 @@ class NotesMemo:
             except Exception:  # noqa: BLE001 - the step itself then says what is wrong
                 prompt = messages
         blob = json.dumps(self._base | {"prompt": prompt}, sort_keys=True, ensure_ascii=False)
-        return self.folder / (hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:40] + ".json")
+        path = self.folder / (hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:40] + ".json")
+        self._last = (plain, path)
+        return path
 
     def _trim(self) -> None:
         """The oldest entries past MAX_ENTRIES, and temp files a killed run left (an hour
@@ -101,16 +108,15 @@ class NotesMemo:
         if self._trimmed:
             return
         self._trimmed = True
-        entries, now = [], time.time()
-        for p in self.folder.iterdir():
+        from ktcli.engine.model_store import sweep_stale
+
+        sweep_stale(self.folder, ".*.tmp")  # `put`'s temp files
+        entries = []
+        for p in self.folder.glob("*.json"):
             try:
-                mtime = p.stat().st_mtime
+                entries.append((p.stat().st_mtime, p))
             except OSError:
                 continue
-            if p.suffix == ".json":
-                entries.append((mtime, p))
-            elif p.name.endswith(".tmp") and now - mtime > 3600:
-                _unlink(p)
         for _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
             _unlink(p)
 
