@@ -416,15 +416,14 @@ _CONFIG_ALIASES = {"num_attention_heads": "n_head", "hidden_size": "n_embd", "nu
 def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     from ktcli.engine.config import quantization_method
 
-    problem = shape_problem(text_settings(cfg))  # before anything reads it as a dict
-    if problem:
-        raise ValueError(problem)
-    quantized = quantization_method(cfg)
-    cfg = text_settings(cfg)
-    cfg = {**{k: cfg[old] for k, old in _CONFIG_ALIASES.items() if k not in cfg and cfg.get(old)}, **cfg}
-    problem = shape_problem(cfg)
+    text = text_settings(cfg)
+    if isinstance(text, dict):
+        text = {**{k: text[old] for k, old in _CONFIG_ALIASES.items() if k not in text and text.get(old)}, **text}
+    problem = shape_problem(text)  # before anything reads it as a dict, the aliased figures too
     if problem:
         raise ValueError(problem)  # said as "config.json is not a model config (...)" by model_facts
+    quantized = quantization_method(cfg)
+    cfg = text
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
     n_params = _parameter_count(folder)
