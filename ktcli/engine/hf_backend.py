@@ -33,12 +33,12 @@ class HFBackend:
         # first: a damaged tokenizer.json is said in one line naming it, not as
         # transformers' error.
         self.model_dir = Path(model_dir)
-        self.chat = load_chat_tokenizer(Path(model_dir)) if (Path(model_dir) / "tokenizer.json").is_file() else None
+        self.chat = load_chat_tokenizer(self.model_dir) if (self.model_dir / "tokenizer.json").is_file() else None
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         except (ValueError, OSError):
             # transformers' several-line "couldn't instantiate the backend tokenizer"
-            if (Path(model_dir) / "tokenizer.json").is_file():
+            if (self.model_dir / "tokenizer.json").is_file():
                 raise
             raise UsageError(no_tokenizer(model_dir, engine_hf=True)) from None
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
@@ -48,7 +48,7 @@ class HFBackend:
         from ktcli.engine.model_store import model_key
 
         # What makes its outputs for a prompt (`pipeline.notes_memo`): the folder's files, dtype, version
-        self.outputs_key = f"hf-{model_key(Path(model_dir), 'hf')}-{dtype}-{transformers.__version__}"
+        self.outputs_key = f"hf-{model_key(self.model_dir, 'hf')}-{dtype}-{transformers.__version__}"
         self.context_window = _window(self.model.config)
         self._stats = GenStats()
         # The tokens that end an answer: generate() stops after one and hands it on, and one

@@ -245,13 +245,13 @@ class OpenAIBackend:
         usage: dict = {}
         body = self._body(messages, params, True)
         stops = StopStrings(params.stop)
-        self._text_events = []  # when the server's events carrying text came: the decode time between them
         # One budget for the request, retries included (each started its own: 3 x the
         # timeout, and the server did the work three times).
         deadline = time.monotonic() + self.client.timeout_s
         try:
             for attempt in range(CUT_RETRIES + 1):
-                self._text_events = []  # a cut attempt's events are not this answer's
+                # when the server's events carrying text came (the decode time between them), this attempt's
+                self._text_events = []
                 try:
                     for event in self.client.post_stream("/chat/completions", body, deadline):
                         if isinstance(event.get("usage"), dict):
