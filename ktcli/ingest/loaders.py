@@ -300,11 +300,11 @@ def _binary(display: str, data: bytes) -> RejectedInput:
     """The refusal of a binary file, naming its format where its first bytes tell it, and
     in its hint the file's own name."""
     file = _shell_name(display)
-    if _compressed_tar(data):  # `gunzip -c a.tgz | ktcli ask -` only met the tar refusal next
-        packed = _format_of(data)[0].removesuffix(" data")
+    known = _format_of(data)
+    if known is not None and _holds_tar(data, known[0]):  # `gunzip -c a.tgz | ktcli ask -` met the tar refusal next
+        packed = known[0].removesuffix(" data")
         return RejectedInput(display, f"binary: {'an' if packed[0] in 'aeiox' else 'a'} {packed} tar archive",
                              f"unpack it and give the folder: `mkdir unpacked && tar xf {file} -C unpacked`")
-    known = _format_of(data)
     if known is not None:
         return RejectedInput(display, f"binary: {known[0]}", known[1].replace("FILE", file))
     if data[257:262] == b"ustar":
@@ -317,17 +317,18 @@ def _shell_name(display: str) -> str:
     return "FILE" if display == STDIN_PATH else shlex.quote(display)
 
 
-def _compressed_tar(data: bytes) -> bool:
-    """Whether `data` is a gzip, bzip2 or xz stream of a tar archive (a .tgz, .tar.bz2,
-    .tar.xz): its first 512 bytes decompressed say so (`ustar` at 257). bzip2 gives nothing
-    before its first block (up to 900 KB) is read whole: it is given the first few MB."""
+def _holds_tar(data: bytes, what: str) -> bool:
+    """Whether `data`, compressed data of the kind `_MAGIC` calls `what` (gzip, bzip2, xz),
+    is a tar archive (a .tgz, .tar.bz2, .tar.xz): its first 512 bytes decompressed say so
+    (`ustar` at 257). bzip2 gives nothing before its first block (up to 900 KB) is read
+    whole: it is given the first few MB."""
     import bz2
     import lzma
     import zlib
 
-    decompressors = {b"\x1f\x8b": lambda: zlib.decompressobj(wbits=31), b"BZh": bz2.BZ2Decompressor,
-                     b"\xfd7zXZ\x00": lzma.LZMADecompressor}
-    make = next((d for magic, d in decompressors.items() if data.startswith(magic)), None)
+    decompressors = {"gzip-compressed data": lambda: zlib.decompressobj(wbits=31),
+                     "bzip2-compressed data": bz2.BZ2Decompressor, "xz-compressed data": lzma.LZMADecompressor}
+    make = decompressors.get(what)
     if make is None:
         return False
     try:
