@@ -76,29 +76,34 @@ class ConsoleReporter:
 
     def _pace(self, phase: str, done: int, total: int, now: float) -> str:
         """'2.1/s  0:42  ~1:10 left': the rate, the time since the phase began and what is
-        left at that rate. The rate counts from the first report: a first report of 16 done
-        in no time showed "16000000.0/s"."""
+        left at that rate (`_pace_parts`)."""
+        pace, left = self._pace_parts(phase, done, total, now)
+        return f"{pace}  {left}" if left else pace
+
+    def _pace_parts(self, phase: str, done: int, total: int, now: float) -> tuple[str, str]:
+        """('2.1/s  0:42', '~1:10 left'), each '' where not known. The rate counts from the
+        first report: a first report of 16 done in no time showed "16000000.0/s"."""
         since, done_then, total_then, last = self._started.get(phase, (now, done, total, done))
         if total != total_then or done < last:  # another run of the phase (the count went back): it starts again
             since, done_then = now, done
         self._started[phase] = (since, done_then, total, done)
         if done <= done_then or now <= since:
-            return ""
+            return "", ""
         speed = (done - done_then) / (now - since)
         # a summary's parts take a minute each: "60s each", not "0.0/s"
         pace = f"{speed:.1f}/s" if speed >= 1 else f"{1 / speed:.0f}s each"
         pace += f"  {_clock(now - since)}"
-        return pace + (f"  ~{_clock((total - done) / speed)} left" if done < total else "")
+        return pace, (f"~{_clock((total - done) / speed)} left" if done < total else "")
 
     def _log_progress(self, phase: str, done: int, total: int) -> None:
         """Without a terminal (a log, CI): a line every LOG_EVERY_S seconds, so that 12
         minutes of indexing a 1M-token folder show signs of life; none for a short phase."""
         now = time.perf_counter()
-        pace = self._pace(phase, done, total, now)
+        _, left = self._pace_parts(phase, done, total, now)
         first, last = self._logged.setdefault(phase, (now, now))
         if now - first >= LOG_EVERY_S and now - last >= LOG_EVERY_S:
             self._logged[phase] = (first, now)
-            left = f", {pace.rpartition('  ')[2]}" if pace.endswith(" left") else ""
+            left = f", {left}" if left else ""
             self.err.print(f"[dim]·[/dim] {escape(phase)} {done:,}/{total:,} ({100 * done // total}%{left})")
 
     def warn(self, message: str) -> None:
