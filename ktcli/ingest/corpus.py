@@ -17,14 +17,15 @@ STDIN_ARG = "-"
 
 
 def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text: str | None = None,
-                exclude: tuple[str, ...] = ()) -> Corpus:
+                exclude: tuple[str, ...] = (), exclude_named: str = "--exclude") -> Corpus:
     """Documents in the order given (a folder's files in sorted tree order) and every
     file left out of a folder walk with its reason. Raises InputError with one line for
     anything unusable that the user named, or a folder that yields nothing.
 
     `exclude`: gitignore-style patterns that folder walks leave out (reported). A file
     named here is read whatever they say, as it is whatever its size or kind: the user
-    asked for it by name."""
+    asked for it by name. `exclude_named`: where they came from, as reasons say it
+    ("--exclude", "exclude in ~/.config/ktcli/config.toml")."""
     if not paths:
         raise InputError("no input: name a file, a folder, or `-` for standard input")
     if list(paths).count(STDIN_ARG) > 1:
@@ -36,7 +37,7 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     try:
         rules = exclude_rules(tuple(exclude))
     except ValueError as e:
-        raise UsageError(f"--exclude {str(e)!r}: {EXCLUDE_MATCHES_NOTHING}") from None
+        raise UsageError(f"{exclude_named} {str(e)!r}: {EXCLUDE_MATCHES_NOTHING}") from None
     for arg in paths:
         # Path("") is ".": an unset shell variable must not read the current folder (a file
         # named " " is still read)
@@ -53,7 +54,8 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         except OSError as e:  # a name too long for the file system, most often a misplaced question
             raise InputError(f"{_short(arg)}: no such file or folder ({e.strerror or e})") from None
         if is_dir:
-            result = walk_folder(_tidy(arg), max_file_bytes=max_file_bytes, seen=seen, exclude=rules)
+            result = walk_folder(_tidy(arg), max_file_bytes=max_file_bytes, seen=seen, exclude=rules,
+                                 exclude_named=exclude_named)
             if not result.documents and not result.already_read:
                 raise InputError(_nothing_left(arg, result.skipped))
             documents.extend(result.documents)

@@ -24,8 +24,15 @@ CACHE_DIRS = frozenset(
 )
 
 
-# The reason of an entry --exclude left out (reported in one line: `pipeline.skip_report`).
-EXCLUDED = "excluded by --exclude"
+# The reason of an entry --exclude left out begins so, then names where the patterns came
+# from (`excluded_by`); such entries are reported in one line (`pipeline.skip_report`).
+EXCLUDED_BY = "excluded by "
+
+
+def excluded_by(named: str = "--exclude") -> str:
+    """The reason of an entry that patterns named so left out ("excluded by --exclude",
+    "excluded by exclude in ~/.config/ktcli/config.toml")."""
+    return EXCLUDED_BY + named
 
 
 # Control characters as Python writes them in a string ("\\n", "\\x1b"): names only, read
@@ -52,7 +59,7 @@ class WalkResult:
 
 
 def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = None,
-                exclude: IgnoreFile | None = None) -> WalkResult:
+                exclude: IgnoreFile | None = None, exclude_named: str = "--exclude") -> WalkResult:
     """Every usable file under `root_arg` in sorted tree order; the rest as Skipped.
 
     `seen` holds real paths already loaded (shared across the paths of one call), so a
@@ -60,12 +67,13 @@ def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = N
     the folder would leak files the user did not give, and one pointing inside names a
     file or folder the walk reaches at its own path anyway (and could form a loop).
     `exclude` (`gitignore.exclude_rules`) leaves out what matches a path relative to the
-    folder, or as it is shown (`display`)."""
+    folder, or as it is shown (`display`); `exclude_named` says where they came from."""
     root = Path(root_arg)
     real_root = root.resolve()
     seen = seen if seen is not None else set()
     walker = _Walker(root_arg, real_root, max_file_bytes, seen, earlier=frozenset(seen),
-                     tracked=tracked_paths(real_root), exclude=exclude)
+                     tracked=tracked_paths(real_root), exclude=exclude,
+                     excluded_reason=excluded_by(exclude_named))
     walker.walk(real_root, enclosing_rules(real_root))
     return walker.result
 
@@ -82,6 +90,7 @@ class _Walker:
     # Ignored folders entered only for the tracked files inside: the rest of them is ignored.
     entered_for_tracked: set[str] = field(default_factory=set)
     exclude: IgnoreFile | None = None
+    excluded_reason: str = excluded_by()
 
     def display(self, rel: str) -> str:
         """The folder as the user typed it, joined with the relative path, so a citation
@@ -149,7 +158,7 @@ class _Walker:
             if self.given_already(entry, is_dir):
                 self.result.already_read += not is_dir
             else:
-                self.skip(rel, EXCLUDED, is_dir=is_dir)
+                self.skip(rel, self.excluded_reason, is_dir=is_dir)
             return False
         ignored = is_ignored(chain, rel, is_dir) or rel.rpartition("/")[0] in self.entered_for_tracked
         if ignored and rel in self.tracked:  # git's ignore rules do not apply to what it tracks

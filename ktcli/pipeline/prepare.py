@@ -260,8 +260,8 @@ def prepare(
     reporter.status("reading input")
     started = time.perf_counter()
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
-                         exclude=settings.exclude)
-    report_skipped(corpus.skipped, reporter, settings.named("exclude"))  # a config file's patterns, said so
+                         exclude=settings.exclude, exclude_named=settings.named("exclude"))
+    report_skipped(corpus.skipped, reporter)
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ktcli.ingest.loaders import EMPTY_FILE
-from ktcli.ingest.walk import EXCLUDED
+from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.pipeline.events import Reporter
 
 
@@ -14,32 +14,37 @@ from ktcli.pipeline.events import Reporter
 GROUP_OVER = 3
 
 
-def report_skipped(skipped, reporter: Reporter, exclude_named: str = "--exclude") -> None:
+def report_skipped(skipped, reporter: Reporter) -> None:
     """One line per file left out or read inexactly, and one line for each reason shared
     by more than GROUP_OVER of them: a folder of 3,000 images printed 3,000 "binary"
     lines, which --quiet keeps (a file left out must not go unsaid). Empty files are one
     line from two on (a Python repo's empty `__init__.py` files buried the lines that
-    matter), and what --exclude left out is one line however few (the user chose it).
-    `--json` lists every entry."""
+    matter), and what --exclude left out is one line however few (the user chose it), with
+    where its patterns came from (a config file's, said so). `--json` lists every entry."""
     groups: dict[tuple[str, str], list] = {}
     for entry in skipped:
         groups.setdefault(_group_key(entry), []).append(entry)
     grouped = {key for key, entries in groups.items()
-               if len(entries) > GROUP_OVER or key == ("skipped", EXCLUDED) or (key[1] == EMPTY_FILE and len(entries) > 1)}
+               if len(entries) > GROUP_OVER or _excluded(key) or (key[1] == EMPTY_FILE and len(entries) > 1)}
     for entry in skipped:
         if _group_key(entry) not in grouped:
             reporter.warn(f"{_verb(entry)} {entry.path}: {entry.reason}")
     # in the order of their first entries; the user's own choice last
-    for key in sorted((k for k in groups if k in grouped), key=lambda k: k == ("skipped", EXCLUDED)):
+    for key in sorted((k for k in groups if k in grouped), key=_excluded):
         entries = groups[key]
         paths = [e.path for e in entries]
-        if key[1] == EXCLUDED:
-            reporter.warn(f"excluded {_what(paths)} matching {exclude_named}: {first_named(paths)}")
+        if _excluded(key):
+            named = entries[0].reason.removeprefix(EXCLUDED_BY)
+            reporter.warn(f"excluded {_what(paths)} matching {named}: {first_named(paths)}")
         elif key[1] == EMPTY_FILE:
             reporter.warn(f"skipped {_count(len(paths), 'empty file')}: {first_named(paths)}")
         else:
             reporter.warn(f"{key[0]} {_what(paths)} ({_shared_reason([e.reason for e in entries])}): "
                           f"{first_named(paths)}")
+
+
+def _excluded(key: tuple[str, str]) -> bool:
+    return key[0] == "skipped" and key[1].startswith(EXCLUDED_BY)
 
 
 def _verb(entry) -> str:

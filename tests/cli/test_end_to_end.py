@@ -262,6 +262,12 @@ def test_plan_takes_exclude_and_reports_it_in_one_line(cache, tmp_path):
     assert "input       ~" in proc.stdout.decode() and "1 document(s)" in proc.stdout.decode()
     data = payload(run_ktcli([*args, "--json"], cache))
     assert [s["reason"] for s in data["skipped"]] == ["excluded by --exclude"] * 5
+    # Patterns from a config file: its --json reasons said "--exclude", a flag never given.
+    config = tmp_path / "ktcli.toml"
+    config.write_text('exclude = ["*.csv"]\n')
+    from_file = ["plan", str(tmp_path / "poly"), "What is TAX_RATE?", "--json"]
+    data = payload(run_ktcli(from_file, cache, extra_env={"KTCLI_CONFIG": str(config)}))
+    assert [s["reason"] for s in data["skipped"]] == [f"excluded by exclude in {config}"] * 5
 
 
 def _run_with_stderr(args: list[str], cache, stderr) -> subprocess.CompletedProcess:

@@ -3,7 +3,7 @@
 from dataclasses import replace
 
 from ktcli.config import Settings
-from ktcli.ingest.walk import EXCLUDED
+from ktcli.ingest.walk import excluded_by
 from ktcli.pipeline.skip_report import report_skipped
 from ktcli.types import Skipped
 
@@ -12,11 +12,11 @@ from .test_qa_pipeline import Shown
 
 def test_exclusions_are_said_with_where_their_patterns_came_from():
     """Patterns from the config file were said as "matching --exclude", a flag never given."""
-    skipped = [Skipped(f"ex/{name}", EXCLUDED) for name in ("a.csv", "b.csv")]
     from_file = replace(Settings(exclude=("*.csv",)), origins=(("exclude", "exclude in /home/u/ktcli.toml"),))
     shown = Shown()
-    report_skipped(skipped, shown, from_file.named("exclude"))
+    report_skipped([Skipped(f"ex/{name}", excluded_by(from_file.named("exclude"))) for name in ("a.csv", "b.csv")], shown)
     assert shown.lines == ["excluded 2 files matching exclude in /home/u/ktcli.toml: ex/a.csv, ex/b.csv"]
     flagged = Shown()
-    report_skipped(skipped, flagged, Settings(exclude=("*.csv",)).named("exclude"))
+    named = Settings(exclude=("*.csv",)).named("exclude")
+    report_skipped([Skipped(f"ex/{name}", excluded_by(named)) for name in ("a.csv", "b.csv")], flagged)
     assert flagged.lines[0].startswith("excluded 2 files matching --exclude: ")
