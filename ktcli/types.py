@@ -34,6 +34,17 @@ class Span:
     page: int | None = None
     unit: str = ""  # "" (lines, or a page), CHAPTER (`page` is a chapter) or PARAGRAPH (lines are ¶s)
 
+    @property
+    def kind(self) -> str | None:
+        """What the numbers count, for --json readers: "page", "chapter", "paragraph" or
+        "line"; None for a whole file (a chapter's number sat in `page`, a ¶ in the lines,
+        with nothing to tell them apart)."""
+        if self.page is not None:
+            return CHAPTER if self.unit == CHAPTER else "page"
+        if self.line_start is not None:
+            return PARAGRAPH if self.unit == PARAGRAPH else "line"
+        return None
+
     def cite(self) -> str:
         if self.page is not None:
             return f"{self.path} {'ch.' if self.unit == CHAPTER else 'p.'}{self.page}"

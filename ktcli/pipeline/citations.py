@@ -347,6 +347,7 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
         evidence = []
         for e in figures["evidence"]:
             span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], "")))
-            evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end})
+            evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end,
+                                 "unit": span.kind})
         figures["evidence"] = evidence
     return replace(answer, citations=tuple(cites), stats=figures)

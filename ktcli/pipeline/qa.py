@@ -121,7 +121,7 @@ def _whole_read_figures(prep: Prepared) -> dict:
 def _evidence(span: Span, score: float | None) -> dict:
     """One entry of --json's `figures.evidence`, whatever the mode."""
     return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
-            "page": span.page, "score": score}
+            "page": span.page, "unit": span.kind, "score": score}
 
 
 def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:

@@ -126,7 +126,7 @@ def test_stdin_is_read_and_cited(cache):
     # the keys a retrieval answer's figures have, so scripts need not ask which mode ran
     assert data["figures"]["windows"] == 1 and data["figures"]["retrieved"] == 0
     assert data["figures"]["evidence"] == [{"ref": "<stdin>", "path": "<stdin>", "line_start": 1, "line_end": 3,
-                                            "page": None, "score": None}]
+                                            "page": None, "unit": "line", "score": None}]
 
 
 def test_html_citations_name_lines_of_the_file(cache, tmp_path):

@@ -205,6 +205,11 @@ def test_a_word_document_without_page_marks_is_cited_by_paragraph(write) -> None
     # a footnote is cited at the paragraph that refers to it
     assert cited(doc, "Kerosene is stored in the shed.") == [("memo.docx ¶10", "Obligations")]
     assert Span("memo.docx", 3, 4, unit=PARAGRAPH).cite() == "memo.docx ¶3-4"
+    # --json's evidence read whole says what its numbers count, as its citations do
+    read = Answer("", (), None, {"evidence": [{"ref": doc.path, "path": doc.path, "line_start": 1,  # type: ignore[arg-type]
+                                               "line_end": doc.n_lines, "page": None, "unit": "line", "score": None}]})
+    (entry,) = citations.in_source_lines(read, Corpus((doc,))).stats["evidence"]
+    assert entry["unit"] == PARAGRAPH and entry["line_start"] == 1 and entry["ref"].endswith("¶1-10")
 
 
 def test_a_word_document_is_known_by_its_content(write) -> None:

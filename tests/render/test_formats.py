@@ -129,3 +129,18 @@ def test_a_place_cited_twice_is_listed_once():
     unlabelled = tuple(replace(c, label=0) for c in twice)  # a summary's, numbered in order
     assert citations_text(replace(_answer(), citations=unlabelled)).splitlines()[-2:] == [
         "  [1] churn.ipynb:1", "  [2] notes.md:4"]
+
+
+def test_json_citations_say_what_their_numbers_count():
+    """An EPUB chapter's number sat in `page` and a Word paragraph's in `line_start`, with
+    nothing in --json to tell them from a PDF page or a text line."""
+    import json
+
+    from ktcli.render.formats import answer_json
+    from ktcli.types import CHAPTER, PARAGRAPH, Citation, Span
+
+    spans = (Span("r.pdf", None, None, 2), Span("b.epub", None, None, 3, CHAPTER), Span("m.docx", 12, 12, None, PARAGRAPH),
+             Span("a.py", 4, 9), Span("<stdin>"))
+    answer = replace(_answer(), citations=tuple(Citation(s.cite(), s) for s in spans))
+    assert [c["unit"] for c in json.loads(answer_json(answer))["citations"]] == [
+        "page", "chapter", "paragraph", "line", None]
