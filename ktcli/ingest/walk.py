@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.gitignore import (IgnoreChain, IgnoreFile, enclosing_rules, is_ignored, read_ignore_file,
@@ -237,11 +237,12 @@ class _Walker:
         if has_binary_extension(entry.name):  # before the size: "too large ... raise the limit" helped no .so
             self.skip(rel, "binary")
             return
-        if size > self.max_file_bytes:
-            shown, limit = format_size(size), format_size(self.max_file_bytes)
-            if shown == limit:  # "2.0 MB > 2.0 MB": a file a few bytes over says its bytes
-                shown, limit = f"{size:,} bytes", f"{self.max_file_bytes:,}"
-            self.skip(rel, f"too large ({shown} > {limit} limit; --max-file-bytes raises it, or name the file)")
+        # A PDF's, a Word file's or a notebook's bytes are mostly pictures and fonts: a 6 MB
+        # report of 40 KB of text was skipped as "too large". Their text is what the limit
+        # weighs (below), and the file only past PACKED_FACTOR times it.
+        packed = packs_more_than_text(entry.name)
+        if size > self.max_file_bytes * (PACKED_FACTOR if packed else 1):
+            self.skip(rel, _too_large(size, self.max_file_bytes, packed))
             return
         if entry.name.lower().endswith(_MINIFIED):
             self.skip(rel, "minified or a source map (name the file to read it)")
@@ -262,6 +263,9 @@ class _Walker:
             # on an internal error having read none of them.
             self.skip(rel, f"could not be read ({type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''})")
             return
+        if packed and (text_bytes := len(document.text.encode("utf-8", "surrogatepass"))) > self.max_file_bytes:
+            self.skip(rel, _too_large(text_bytes, self.max_file_bytes, packed, text=True))
+            return
         if (width := _machine_width(document)) is not None:
             what = "minified" if document.language in _MINIFIED_LANGUAGES else "generated"
             self.skip(rel, f"{what} (lines of {width:,} characters on average; name the file to read it)")
@@ -278,6 +282,28 @@ LOCKFILES = frozenset({
     "Package.resolved", "packages.lock.json", "paket.lock", "flake.lock", "gradle.lockfile",
     ".terraform.lock.hcl", "cabal.project.freeze", "stack.yaml.lock", "rebar.lock",
 })
+
+# Kinds of file whose bytes say little of their text (pictures, fonts, zipped XML, a
+# notebook's plots): judged by their text, and skipped unread only past this many times
+# --max-file-bytes (50 MB by default).
+PACKED_SUFFIXES = frozenset({".pdf", ".docx", ".docm", ".dotx", ".dotm", ".odt", ".ott", ".epub", ".ipynb"})
+PACKED_FACTOR = 25
+
+
+def packs_more_than_text(name: str) -> bool:
+    return PurePath(name).suffix.lower() in PACKED_SUFFIXES
+
+
+def _too_large(size: int, max_file_bytes: int, packed: bool, text: bool = False) -> str:
+    """The reason of a file over the limit: its size, or its text's (`text`), against it."""
+    limit_bytes = max_file_bytes * (PACKED_FACTOR if packed and not text else 1)
+    shown, limit = format_size(size), format_size(limit_bytes)
+    if shown == limit:  # "2.0 MB > 2.0 MB": a file a few bytes over says its bytes
+        shown, limit = f"{size:,} bytes", f"{limit_bytes:,}"
+    what = f"its text {shown}" if text else shown
+    of = f" ({PACKED_FACTOR} x the text's) for PDF, office and notebook files" if packed and not text else ""
+    return f"too large ({what} > {limit} limit{of}; --max-file-bytes raises it, or name the file)"
+
 
 _MINIFIED = (".min.js", ".min.css", ".min.mjs", ".js.map", ".css.map")
 # Generated code by its shape, whatever its name: a 240 KB bundle.js of one line was

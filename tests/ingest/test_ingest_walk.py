@@ -174,6 +174,22 @@ def test_binary_large_undecodable_and_bad_pdfs_are_listed(write, tmp_path: Path)
     assert got["empty.txt"] == "empty file"
 
 
+def test_pdfs_and_office_files_are_weighed_by_their_text(write, tmp_path: Path) -> None:
+    """A 6 MB report of 40 KB of text was skipped as "too large": a PDF's bytes are mostly
+    pictures and fonts. Its text is held to the limit, the file to 25 times it."""
+    write("r/short.pdf", make_text_pdf([["page one"], ["page two"]]))
+    write("r/a.txt", "fine\n")
+    write("r/long.pdf", make_text_pdf([[f"line {i} of a long report on harbour lamps" for i in range(30)]]))
+    size = (tmp_path / "r" / "short.pdf").stat().st_size
+    limit = 400
+    assert limit < size < limit * 25  # bigger than the limit, its text far smaller
+    corpus = walk(tmp_path / "r", max_file_bytes=limit)
+    assert rels(corpus, tmp_path / "r") == ["a.txt", "short.pdf"]
+    assert reasons(corpus, tmp_path / "r")["long.pdf"].startswith("too large (its text 1.2 KB > 400 B limit;")
+    tiny = reasons(walk(tmp_path / "r", max_file_bytes=size // 30), tmp_path / "r")["short.pdf"]
+    assert "limit (25 x the text's) for PDF, office and notebook files; --max-file-bytes raises it" in tiny
+
+
 def test_symlinks_outside_inside_broken_and_loops(write, tmp_path: Path) -> None:
     write("outside/secret.txt", "must not leak\n")
     write("r/real/a.txt", "inside\n")
