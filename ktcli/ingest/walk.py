@@ -234,6 +234,11 @@ class _Walker:
             # most of a 20-file repo's input, and no question is about them.
             self.skip(rel, "a lockfile (generated; name the file to read it)")
             return
+        if _is_office_lock(entry.name, size):
+            # Word's `~$port.docx` beside an open report.docx was warned about as "not a
+            # Word document"; LibreOffice's `.~lock.memo.odt#` was read as a document.
+            self.skip(rel, "an office program's lock file (its document is open there)")
+            return
         if has_binary_extension(entry.name):  # before the size: "too large ... raise the limit" helped no .so
             self.skip(rel, "binary")
             return
@@ -282,6 +287,12 @@ LOCKFILES = frozenset({
     "Package.resolved", "packages.lock.json", "paket.lock", "flake.lock", "gradle.lockfile",
     ".terraform.lock.hcl", "cabal.project.freeze", "stack.yaml.lock", "rebar.lock",
 })
+
+def _is_office_lock(name: str, size: int) -> bool:
+    """Word's and Excel's owner file (`~$` and the document's name, 162 bytes) or
+    LibreOffice's lock (`.~lock.NAME#`), written while the document is open."""
+    return size <= 4096 and (name.startswith("~$") or (name.startswith(".~lock.") and name.endswith("#")))
+
 
 # Kinds of file whose bytes say little of their text (pictures, fonts, zipped XML, a
 # notebook's plots): judged by their text, and skipped unread only past this many times

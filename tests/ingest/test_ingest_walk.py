@@ -591,3 +591,14 @@ def test_counts_of_entries_are_plural_where_the_noun_is_the_entries_own():
     assert _counted(3, "a lockfile") == "3 lockfiles"
     assert _counted(2, "not a regular file") == "2 not a regular file"  # was "2 not a regular files"
     assert _counted(1, "unreadable folder") == "1 unreadable folder"
+
+
+def test_office_lock_files_are_said_as_such(write, tmp_path: Path) -> None:
+    """Word's owner file beside an open report was warned about as "not a Word document";
+    LibreOffice's lock was read as a document of its own."""
+    write("r/report.txt", "The lamp burns all night.\n")
+    write("r/~$port.docx", b"\x05alice" + bytes(48) + "alice".encode("utf-16-le"))
+    write("r/.~lock.memo.odt#", "Alice,host,alice,05.12.2026 16:00,file:///home/alice/.config/libreoffice/4;\n")
+    corpus = walk(tmp_path / "r", max_file_bytes=2_000_000)
+    assert rels(corpus, tmp_path / "r") == ["report.txt"]
+    assert set(reasons(corpus, tmp_path / "r").values()) == {"an office program's lock file (its document is open there)"}
