@@ -48,6 +48,9 @@ _STRICT = {
 # Fields whose result is the layout's count of pages, stale in any copy of the file.
 _COUNTER_FIELDS = frozenset({"PAGE", "NUMPAGES", "SECTIONPAGES"})
 _WORD_STYLE_HEADING = re.compile(r"heading\s*([1-9])$")
+# A table of contents' styles, by their built-in names (Word's "toc 1", LibreOffice's
+# "Contents 1" in a .docx it wrote) and its title's.
+_CONTENTS_STYLE = re.compile(r"(toc|contents)\s*([1-9]|heading)$")
 _ON = frozenset({None, "1", "true", "on"})  # a toggle's w:val; absent means on
 _MAX_STYLE_CHAIN = 32
 _MAX_ANCHOR_CHARS = 80
@@ -118,6 +121,11 @@ class _Styles:
                 ilvl = _val(num.find(f"{W}ilvl"))
                 return _val(num.find(f"{W}numId")), _level(num) if ilvl is not None else None
         return None, None
+
+    def contents_entry(self, sid: str | None) -> bool:
+        """A table of contents' entry or title, by its style."""
+        return any(_CONTENTS_STYLE.match((_val(style.find(f"{W}name")) or "").strip().lower())
+                   for style in self._chain(sid))
 
     def hidden(self, sid: str | None) -> bool:
         for style in self._chain(sid):
@@ -207,6 +215,7 @@ class _Reader:
         self.n_footnotes = self.n_endnotes = 0
         self.used_comments: set[str] = set()
         self.layout = Layout(paged=False)
+        self.in_contents = False  # inside a content control Word made for a table of contents
 
     # ---- parts ---------------------------------------------------------------------
 
@@ -283,7 +292,10 @@ class _Reader:
             elif tag == f"{W}sdt":  # a content control (a cover page, a table of contents)
                 content = child.find(f"{W}sdtContent")
                 if content is not None:
+                    gallery = _val(child.find(f"{W}sdtPr/{W}docPartObj/{W}docPartGallery")) or ""
+                    was, self.in_contents = self.in_contents, self.in_contents or gallery.lower() == "table of contents"
                     self._blocks(content)
+                    self.in_contents = was
             elif tag in (f"{W}customXml", f"{W}ins", f"{W}moveTo"):
                 self._blocks(child)
             elif tag in (f"{W}del", f"{W}moveFrom"):
@@ -306,6 +318,8 @@ class _Reader:
         # Its number, counted; not where its mark is deleted (its words join the next
         # paragraph, numbered as that one is).
         label = None if mark_deleted else self._number(ppr, style)
+        # A table of contents' entry is left out (`Layout.leaving_out`), its ¶ counted.
+        contents = self.in_contents or self.styles.contents_entry(style)
         if (ppr is not None and _toggle(ppr.find(f"{W}pageBreakBefore"))) or (
                 (ppr is None or ppr.find(f"{W}pageBreakBefore") is None) and self.styles.break_before(style)):
             self.layout.page_break(HARD)
@@ -326,6 +340,7 @@ class _Reader:
             self.layout.block(text, kind, level or (item or 0), continued=parts_written, marker=label or True)
 
         line = _Line(self.captures, one_line=kind == HEADING, on_break=page_break)
+        self.layout.leaving_out = contents
         self._inline(p, line, style)
         self._close_field_codes()
         text = self.carry + line.take()
@@ -338,6 +353,7 @@ class _Reader:
             self.carry = ""
             write(text)
             self._flush_paragraph_extras()
+        self.layout.leaving_out = False
         sect = ppr.find(f"{W}sectPr") if ppr is not None else None
         if sect is not None and _val(sect.find(f"{W}type"), "nextPage") != "continuous":
             self.layout.page_break(HARD)  # a section that starts on a new page (the default)
@@ -682,7 +698,8 @@ class _Reader:
     def _left_out(self) -> list[str]:
         c = self.counts
         return left_out_notes([count_of(c.images, "image"), count_of(c.charts, "chart or diagram", "charts or diagrams"),
-                               count_of(c.objects, "embedded object"), count_of(c.embedded, "embedded document")],
+                               count_of(c.objects, "embedded object"), count_of(c.embedded, "embedded document"),
+                               count_of(self.layout.left_out, "table-of-contents entry", "table-of-contents entries")],
                               c.described, c.deletions, c.hidden)
 
 

@@ -72,6 +72,12 @@ class Layout:
         self._last_break = HARD
         self._front: list[str] = []  # headers and footers: before the first page's text
         self._end: list[tuple[str, int]] = []  # endnotes: at the end, where they are printed
+        # While set, blocks are left out of the text (a table of contents' entries, which
+        # repeat the headings with page numbers: read, a question found them and was cited
+        # to their page), each still counted as a ¶ as a reader counts it, and their page
+        # kept as a page with text so that the pages after it keep their numbers.
+        self.leaving_out = False
+        self.left_out = 0  # paragraphs left out so
 
     def table_row(self, cells: list[str]) -> None:
         """A table's row as one line, its cells between " | ", empty cells at its end left
@@ -97,6 +103,11 @@ class Layout:
             lines.pop(0)
         if not lines:
             return False
+        if self.leaving_out:
+            self.paragraphs += not continued
+            self.left_out += not continued
+            self.pages[-1].has_text = True
+            return True
         if kind == HEADING and not continued:
             lines = [f"{'#' * max(1, min(level, _DEEPEST_HEADING))} {' '.join(' '.join(lines).split())}"]
         elif kind == ITEM:

@@ -41,6 +41,10 @@ _DECLARATIONS = frozenset({f"{TEXT}variable-decls", f"{TEXT}sequence-decls", f"{
                            f"{TABLE}content-validations", f"{TABLE}label-ranges", f"{TEXT}alphabetical-index-auto-mark-file"})
 _INDEXES = frozenset(f"{TEXT}{name}" for name in ("table-of-content", "illustration-index", "table-index", "object-index",
                                                   "user-index", "alphabetical-index", "bibliography"))
+# Indexes that only list the document's own headings or captions with their pages: left out
+# (`Layout.leaving_out`); an alphabetical index or a bibliography says more, and is read.
+_LISTINGS = frozenset(f"{TEXT}{name}" for name in ("table-of-content", "illustration-index", "table-index",
+                                                   "object-index"))
 _SPACES = re.compile(r"[ \t\r\n]+")  # ODF collapses white space in text; text:s and text:tab say more
 _MAX_STYLE_CHAIN = 32
 _MAX_ANCHOR_CHARS = 80
@@ -191,7 +195,9 @@ class _Reader:
             elif tag in _INDEXES:
                 index_body = child.find(f"{TEXT}index-body")
                 if index_body is not None:
+                    was, self.layout.leaving_out = self.layout.leaving_out, self.layout.leaving_out or tag in _LISTINGS
                     self._blocks(index_body, list_level)
+                    self.layout.leaving_out = was
             elif tag == f"{TEXT}index-title":
                 self._blocks(child, list_level)
             elif tag in _DECLARATIONS:
@@ -431,7 +437,8 @@ class _Reader:
     def _left_out(self) -> list[str]:
         return left_out_notes([count_of(self.images, "image"),
                                count_of(self.objects, "embedded object (a chart, a formula...)",
-                                        "embedded objects (charts, formulas...)")],
+                                        "embedded objects (charts, formulas...)"),
+                               count_of(self.layout.left_out, "table-of-contents entry", "table-of-contents entries")],
                               self.described, self.deletions, self.hidden)
 
 

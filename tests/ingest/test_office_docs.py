@@ -212,6 +212,37 @@ def test_a_word_document_without_page_marks_is_cited_by_paragraph(write) -> None
     assert entry["unit"] == PARAGRAPH and entry["line_start"] == 1 and entry["ref"].endswith("¶1-10")
 
 
+def test_a_table_of_contents_is_left_out_and_said(write) -> None:
+    """A table of contents repeats the headings with their pages ("Obligations 3"): read as
+    text, a question about obligations found it and was cited to its page. Its entries are
+    left out, said, and still counted as paragraphs and pages."""
+    gallery = ('<w:sdtPr><w:docPartObj><w:docPartGallery w:val="Table of Contents"/><w:docPartUnique/></w:docPartObj></w:sdtPr>')
+    contents = (f"<w:sdt>{gallery}<w:sdtContent>" + p(r("Contents"))
+                + p(r("Definitions"), r(extra="<w:tab/>"), r("2"), style="TOC1")
+                + p(r("Obligations"), r(extra="<w:tab/>"), r("3", extra="<w:lastRenderedPageBreak/>"), style="TOC1")
+                + "</w:sdtContent></w:sdt>")
+    paged = load_one(write("contract.docx", make_docx(contents + PAGED)))
+    assert "Contents" not in paged.text and "Obligations\t3" not in paged.text and "Obligations 3" not in paged.text
+    assert [page.number for page in paged.pages] == [1, 2, 3, 4, 5]  # the contents' page still counts
+    assert paged.pages[0].text == "" and paged.pages[1].text.startswith("# Definitions")
+    assert "3 table-of-contents entries not read" in paged.left_out[0].reason
+    # by its style alone (no content control), in a document cited by paragraph
+    plain = load_one(write("memo.docx", make_docx(p(r("Obligations 3"), style="TOC1") + PAGED.replace("<w:lastRenderedPageBreak/>", ""))))
+    assert "Obligations 3" not in plain.text
+    assert cited(plain, "The gate code is 4471.") == [("memo.docx ¶7", "Obligations")]  # ¶6 before it, counted
+
+
+def test_an_opendocument_table_of_contents_is_left_out_and_said(write) -> None:
+    body = ('<text:table-of-content text:name="Table of Contents1"><text:table-of-content-source text:outline-level="10"/>'
+            "<text:index-body><text:index-title><text:p>Contents</text:p></text:index-title>"
+            "<text:p>Log<text:tab/>1</text:p><text:p>Orders<text:tab/>2</text:p></text:index-body></text:table-of-content>"
+            '<text:h text:outline-level="1">Log</text:h><text:p>Ship sighted at dawn.</text:p>'
+            '<text:alphabetical-index><text:index-body><text:p>dawn, 1</text:p></text:index-body></text:alphabetical-index>')
+    doc = load_one(write("log.odt", make_odt(body)))
+    assert doc.text.startswith("# Log") and "Orders" not in doc.text and "dawn, 1" in doc.text
+    assert "3 table-of-contents entries not read" in doc.left_out[0].reason
+
+
 def test_a_word_document_is_known_by_its_content(write) -> None:
     data = contract_docx()
     piped = load_stdin(None, io.BytesIO(data))
