@@ -10,7 +10,12 @@ the prompt cache is on (`prompt_cache`: what was read stays off the disk where i
 off). Entries are small (a few KB); the oldest go past MAX_ENTRIES. The key is the
 prompt's tokens as the backend renders them (an edited chat template is another prompt),
 the sampling settings, the backend's outputs_key and ktcli's, torch's and transformers'
-versions."""
+versions.
+
+The plan, which loads no model and renders no prompt, cannot find the entries by their
+keys: each request (its task, question, input and settings: `request_key`) records the
+entries its run read or wrote, in `requests/`, and the plan counts those still kept
+(`kept_for`). A summary's rerun was planned at ~54 s and took 3."""
 
 from __future__ import annotations
 
@@ -22,14 +27,44 @@ from pathlib import Path
 from ktcli.engine.backend import Backend, Message, SamplingParams
 
 FOLDER = "notes"
+REQUESTS = "requests"  # under FOLDER: each request's entries, for the plan
 MAX_ENTRIES = 4096
 FORMAT = 1
+# Settings that change no step's prompt or output (where the cache lives, threads, the
+# server's key and patience), left out of a request's key.
+_NOT_IN_REQUEST = frozenset({"cache_dir", "threads", "api_key", "request_timeout", "origins"})
+
+
+def request_key(task: str, question: str, documents, settings) -> str:
+    """What a request's note steps follow from, as the plan knows it before any model is
+    loaded: the task, the question, the documents (paths and texts' hashes) and the
+    settings that shape its windows and prompts. Not exact (a model file replaced under
+    its name keeps the key): the plan's estimate only; a step is read back by its own key."""
+    from dataclasses import asdict
+
+    shaping = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_REQUEST}
+    blob = json.dumps({"format": FORMAT, "task": task, "question": question, "settings": shaping,
+                       "documents": [(d.path, d.sha256 or hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest())
+                                     for d in documents], "versions": _versions()},
+                      sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def kept_for(cache_dir: Path, request: str) -> int:
+    """How many note steps of `request`'s last run are still kept (0 where none ran)."""
+    folder = Path(cache_dir) / FOLDER
+    try:
+        entries = json.loads((folder / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))["entries"]
+        return sum(1 for name in entries if isinstance(name, str) and (folder / Path(name).name).is_file())
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
 
 
 class NotesMemo:
-    def __init__(self, folder: Path, outputs_key: str, params: SamplingParams, render=None):
+    def __init__(self, folder: Path, outputs_key: str, params: SamplingParams, render=None, request: str = ""):
         """`render`: messages -> the prompt's token ids (the backend's `chat_ids`), which
-        the key hashes where given: an edited chat template changes them, not the messages."""
+        the key hashes where given: an edited chat template changes them, not the messages.
+        `request`: the run's `request_key`, under which its entries are recorded."""
         self.folder = Path(folder)
         self._base = {"format": FORMAT, "backend": outputs_key, "max_new_tokens": params.max_new_tokens,
                       "stop": list(params.stop), "top_k": params.top_k, "versions": _versions()}
@@ -38,17 +73,19 @@ class NotesMemo:
         self.kept = 0  # notes read back in this run
         self.failed = False  # a note could not be kept (a read-only or full disk)
         self._trimmed = False
+        self._request = request
+        self._entries: list[str] = []  # this run's entries, in step order
 
     @classmethod
     def for_run(cls, cache_dir: Path, prompt_cache: bool, backend: Backend,
-                params: SamplingParams) -> NotesMemo | None:
+                params: SamplingParams, request: str = "") -> NotesMemo | None:
         """The memo for a run's note steps, or None where notes are not kept: the prompt
         cache off, a sampled step, or a backend whose outputs can change under the same
         name (a server's model)."""
         key = getattr(backend, "outputs_key", None)
         if not prompt_cache or params.temperature > 0 or not key:
             return None
-        return cls(Path(cache_dir) / FOLDER, key, params, getattr(backend, "chat_ids", None))
+        return cls(Path(cache_dir) / FOLDER, key, params, getattr(backend, "chat_ids", None), request)
 
     def get(self, messages: list[Message]) -> str | None:
         path = self._path(messages)
@@ -64,6 +101,7 @@ class NotesMemo:
         except OSError:
             pass
         self.kept += 1
+        self._record(path)
         return text
 
     def put(self, messages: list[Message], text: str) -> None:
@@ -79,10 +117,27 @@ class NotesMemo:
             self.failed = True
             _unlink(tmp)
             return
+        self._record(path)
         try:
             self._trim()
         except OSError:
             pass  # kept all the same; the next run trims
+
+    def _record(self, path: Path) -> None:
+        """`path` among the request's entries, the record rewritten whole (a few hundred
+        bytes), so that a run killed midway leaves its parts so far recorded."""
+        if not self._request or path.name in self._entries:
+            return
+        self._entries.append(path.name)
+        folder = self.folder / REQUESTS
+        record = folder / f"{self._request}.json"
+        tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps({"entries": self._entries}), encoding="utf-8")
+            os.replace(tmp, record)
+        except OSError:
+            _unlink(tmp)  # the plan then does not know; the notes are kept all the same
 
     def _path(self, messages: list[Message]) -> Path:
         """The entry of `messages`. A step's `get` and `put` ask for the same messages: the
@@ -111,14 +166,16 @@ class NotesMemo:
         from ktcli.engine.model_store import sweep_stale
 
         sweep_stale(self.folder, ".*.tmp")  # `put`'s temp files
-        entries = []
-        for p in self.folder.glob("*.json"):
-            try:
-                entries.append((p.stat().st_mtime, p))
-            except OSError:
-                continue
-        for _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
-            _unlink(p)
+        sweep_stale(self.folder / REQUESTS, ".*.tmp")
+        for folder in (self.folder, self.folder / REQUESTS):
+            entries = []
+            for p in folder.glob("*.json"):
+                try:
+                    entries.append((p.stat().st_mtime, p))
+                except OSError:
+                    continue
+            for _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
+                _unlink(p)
 
 
 def _unlink(path: Path) -> None:

@@ -17,6 +17,7 @@ from ktcli.engine.model_store import is_converted, model_facts, model_folder, re
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
+from ktcli.pipeline import notes_memo
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.skip_report import report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
@@ -63,6 +64,9 @@ class Prepared:
     # when the plan says so (plan.outline_files).
     outlines: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
     converts_model: bool = False  # the load converts the model first (a GGUF's first run)
+    # The request's key in the notes memo (`notes_memo.request_key`; "" where notes are not
+    # kept), under which the run records its note steps for the next one's plan.
+    notes_request: str = ""
 
 
 def memory_budget(settings: Settings) -> int:
@@ -293,6 +297,7 @@ def prepare(
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     converts = _converts_first(settings)
+    notes_request = _notes_request(task, question, corpus, settings)
     request = PlanRequest(
         task=task,
         corpus_tokens=int((estimate + listing) * per_estimate),
@@ -321,11 +326,22 @@ def prepare(
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,
+        kept_notes=notes_memo.kept_for(settings.cache_path, notes_request) if notes_request else 0,
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     _warn_if_chunks_too_small(settings, plan, reporter)
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
-                    outlines=outlines if plan.outline_files else {}, converts_model=converts)
+                    outlines=outlines if plan.outline_files else {}, converts_model=converts,
+                    notes_request=notes_request)
+
+
+def _notes_request(task: str, question: str, corpus: Corpus, settings: Settings) -> str:
+    """The request's key in the notes memo, or "" where its notes are not kept (as
+    `NotesMemo.for_run` decides once the backend is loaded: a sampled run, the prompt cache
+    off, a server)."""
+    if not settings.prompt_cache or settings.temperature > 0 or settings.backend != "local":
+        return ""
+    return notes_memo.request_key(task, question.strip(), corpus.documents, settings)
 
 
 # A question answered from retrieved chunks reads only those: under this many tokens (a

@@ -76,7 +76,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     notes = ""
     label = 1
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
-    memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params)
+    memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params, prep.notes_request)
     for i, window in enumerate(windows[:-1]):
         evidence, label = _labelled(window, label)
         new = take_notes(backend, prompts.notes_messages(prep.question, evidence, notes), note_params, tally,

@@ -67,7 +67,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     windows = refit(pack(passages, budget, backend.count_tokens), fits)
     notes = ""
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
-    memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params)
+    memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params, prep.notes_request)
     read = 0
     try:
         for read, window in enumerate(windows):

@@ -125,6 +125,9 @@ class PlanRequest:
     # Model tokens per estimate token, measured on this input where it could be: numbers
     # cost SmolLM2 2.5 tokens each of tiktoken's, Korean 2.0, English 1.1-1.25.
     tokens_per_estimate: float = MODEL_TOKENS_PER_ESTIMATE
+    # Note steps of this request an earlier run left in the notes memo (`notes_memo.kept_for`):
+    # read back, not generated (a summary's rerun was planned at ~54 s and took 3).
+    kept_notes: int = 0
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -140,7 +143,7 @@ KERNEL_COMPILE_S = 60.0
 
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     rates = replace(rates, load_s=rates.load_s + req.read_s)  # every mode pays both before its work
-    plan = replace(_make_plan(req, facts, rates), read_s=req.read_s)
+    plan = replace(_planned_with_kept_notes(req, facts, rates), read_s=req.read_s)
     if req.compiles_kernels:  # weighed as the conversion is: every mode pays it, once
         plan = _plus_once(plan, req, KERNEL_COMPILE_S,
                           f"this first run compiles the engine's C++ kernels (once: ~{KERNEL_COMPILE_S:.0f} s)")
@@ -560,8 +563,9 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     note_windows = n_windows - 1 if req.task == "ask" else n_windows if n_windows > 1 else 0
     final_prompt = timed_prompt if note_windows < n_windows else notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
-    seconds = (rates.load_s + note_windows * generation_seconds(timed_prompt, notes, rates.prefill_tok_s,
-                                                                rates.decode_tok_s, cost)
+    noted = max(0, note_windows - req.kept_notes)  # the rest are read back from an earlier run
+    seconds = (rates.load_s + noted * generation_seconds(timed_prompt, notes, rates.prefill_tok_s,
+                                                         rates.decode_tok_s, cost)
                + prefill_seconds(final_prompt, rates.prefill_tok_s, cost) + answer_s)
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
         to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
@@ -605,6 +609,25 @@ def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
     return (
         f"map over {plan.n_windows} window(s) of up to {plan.evidence_budget:,} tokens with running notes, then reduce"
     )
+
+
+def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
+    """The plan, its time counting the notes an earlier run kept as read back. Chosen as if
+    none were kept: they are the notes of the plan that run chose, and counted in, they
+    could tip a summary from outlines to every line, whose notes none are."""
+    chosen = _make_plan(replace(req, kept_notes=0), facts, rates)
+    note_windows = chosen.n_windows - 1 if chosen.task == "ask" else chosen.n_windows if chosen.n_windows > 1 else 0
+    kept = min(req.kept_notes, note_windows) if chosen.mode is Mode.RETRIEVAL else 0
+    if not kept:
+        return chosen
+    # The chosen read's time less its kept steps': the same read planned with and without them.
+    read = replace(req, corpus_tokens=req.outline_tokens, n_chunks=0) if chosen.outline_files else req
+    without, kept_plan = (_retrieval_plan(replace(read, kept_notes=n), facts, rates) for n in (0, kept))
+    saved = max(0.0, without.est_seconds - kept_plan.est_seconds)
+    return replace(chosen, est_seconds=chosen.est_seconds - saved,
+                   est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
+                   reasons=(*chosen.reasons, f"the notes of {kept} of its {note_windows} note steps are kept "
+                                             "from an earlier run: read back, not written"))
 
 
 def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list[Plan] = ()) -> Plan:

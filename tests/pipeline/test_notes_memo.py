@@ -177,3 +177,53 @@ def test_no_resume_is_promised_where_the_notes_could_not_be_kept(haystack, tmp_p
     with pytest.raises(InterruptedWithNotes) as caught:
         _summary(haystack, tmp_path, InterruptedAtThird())
     assert "the notes of parts 1-2 are kept" in str(caught.value) and "same command again" not in str(caught.value)
+
+
+def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
+    """A summary's rerun was planned at ~54 s and took 3: the plan renders no prompt and
+    could not find the notes. Each request records its steps' entries for it."""
+    first = Keyed()
+    _summary(haystack, tmp_path, first)
+    parts = len(first.calls) - 1
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    assert prep.notes_request and notes_memo.kept_for(settings.cache_path, prep.notes_request) == parts
+    # another request (other settings, a question) has none; an entry trimmed is not counted
+    other = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=100), NullReporter())
+    assert notes_memo.kept_for(settings.cache_path, other.notes_request) == 0
+    assert prepare([str(haystack)], "", "summarize", replace(settings, temperature=0.5), NullReporter()).notes_request == ""
+    entry = next((settings.cache_path / notes_memo.FOLDER).glob("*.json"))
+    entry.unlink()
+    assert notes_memo.kept_for(settings.cache_path, prep.notes_request) == parts - 1
+
+
+def test_kept_notes_are_planned_as_read_back():
+    from ktcli.plan import PlanRequest, Throughput, make_plan
+    from ktcli.types import ModelFacts
+
+    facts = ModelFacts(name="smollm2", context_window=2048, n_layers=30, n_kv_heads=3, head_dim=64,
+                       n_params=135_000_000, weight_bytes=135_000_000)
+    req = PlanRequest(task="summarize", corpus_tokens=12_000, question_tokens=0, n_documents=1, mode="retrieval")
+    fresh = make_plan(req, facts, Throughput())
+    kept = make_plan(replace(req, kept_notes=fresh.n_windows), facts, Throughput())
+    assert fresh.n_windows > 3 and kept.est_seconds < fresh.est_seconds / 3
+    assert f"the notes of {fresh.n_windows} of its {fresh.n_windows} note steps are kept from an earlier run" in " ".join(kept.reasons)
+    assert "kept" not in " ".join(fresh.reasons)
+
+
+def test_kept_notes_do_not_change_which_plan_is_chosen():
+    """Notes kept from a summary read as outlines, counted in, made reading every line look
+    cheap enough: the run would read every line, and none of those notes are kept."""
+    from ktcli.plan import PlanRequest, Throughput, make_plan
+    from ktcli.types import ModelFacts
+
+    facts = ModelFacts(name="smollm2", context_window=2048, n_layers=30, n_kv_heads=3, head_dim=64,
+                       n_params=135_000_000, weight_bytes=135_000_000)
+    # every line: ~620 s, just over the 600 s budget; as outlines: 6 windows
+    req = PlanRequest(task="summarize", corpus_tokens=22_000, question_tokens=0, n_documents=5,
+                      outline_tokens=6_000, outline_files=5)
+    outlined = make_plan(req, facts, Throughput())
+    assert outlined.outline_files == 5 and outlined.n_windows == 6
+    again = make_plan(replace(req, kept_notes=outlined.n_windows), facts, Throughput())
+    assert again.outline_files == 5 and again.n_windows == outlined.n_windows
+    assert again.est_seconds < outlined.est_seconds / 3
