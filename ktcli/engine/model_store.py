@@ -426,7 +426,7 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     cfg = text
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
-    n_params = _parameter_count(folder)
+    n_params, source_bytes = _parameter_count(folder)
     return ModelFacts(
         name=name,
         context_window=scaled_window(int(cfg.get("max_position_embeddings", 2048)), rope_params(cfg)),
@@ -443,22 +443,26 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
         quantized=quantized,
         n_heads=int(n_heads),
         vocab_size=int(cfg.get("vocab_size") or 0),
+        source_bytes=source_bytes,
     )
 
 
-def _parameter_count(folder: Path) -> int:
-    """Parameters of the model's safetensors files, from their headers (no weights read).
-    The file size over 4 counted a bf16 checkpoint, as every Llama 3 / Qwen / Mistral
-    release ships, at half its parameters: `--weights fp32` was planned at 0.70x its peak."""
+def _parameter_count(folder: Path) -> tuple[int, int]:
+    """Parameters of the model's safetensors files and their tensors' bytes, from their
+    headers (no weights read). The file size over 4 counted a bf16 checkpoint, as every
+    Llama 3 / Qwen / Mistral release ships, at half its parameters: `--weights fp32` was
+    planned at 0.70x its peak."""
     from ktcli.engine.safetensors_header import read_header
 
-    total = 0
+    total = size = 0
     for path in _weight_files(folder):
         header, _ = read_header(path)
         for key, info in header.items():
             if key != "__metadata__":
                 total += math.prod(int(d) for d in info["shape"])
-    return total
+                start, end = info.get("data_offsets", (0, 0))
+                size += int(end) - int(start)
+    return total, size
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -502,6 +506,7 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         head_dim=field("rope.dimension_count", hidden // n_heads),
         n_params=n_params,
         weight_bytes=n_params * 4,  # dequantized to fp32
+        source_bytes=n_params * 4,  # and written so (`convert_gguf`)
         hidden_size=hidden,
         intermediate_size=field("feed_forward_length", 0),
         n_heads=n_heads,

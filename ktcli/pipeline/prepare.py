@@ -209,13 +209,15 @@ def planning_facts(settings: Settings) -> ModelFacts:
         facts = replace(facts, context_window=settings.context_window)  # --context-window caps it
     weights = planned_weights(settings)
     on_gpu = _on_gpu(settings)
-    # transformers casts to bf16 from the converted fp32 file, which stays mapped (and
-    # resident) through the load: SmolLM2 peaked at 1,306 MB against 1,111 MB in fp32,
-    # and the plan had said 764 MB.
-    cast_from_fp32 = int(facts.n_params * 4) if settings.engine == "hf" and weights == "bf16" else 0
-    return replace(facts, weight_bytes=int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0)),
-                   kv_dtype=auto_kv_dtype(weights, "cuda" if on_gpu else "cpu"),
-                   host_bytes=0 if on_gpu else CPU_RUNTIME_BYTES + cast_from_fp32)
+    # transformers casts from the files' dtype, which stay mapped (and resident) through the
+    # load: SmolLM2 to bf16 from its converted fp32 file peaked at 1,306 MB against 1,111 MB
+    # in fp32 (the plan had said 764 MB); a bf16 release (185M parameters) at 1,582 MiB in
+    # fp32 (planned 1.3 GiB) and 981 MiB in bf16 (planned 1.6 GiB, as if cast from fp32).
+    source = facts.source_bytes or facts.n_params * 4
+    loaded = int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0))
+    cast = source if settings.engine == "hf" and abs(source - loaded) > 0.1 * loaded else 0
+    return replace(facts, weight_bytes=loaded, kv_dtype=auto_kv_dtype(weights, "cuda" if on_gpu else "cpu"),
+                   host_bytes=0 if on_gpu else CPU_RUNTIME_BYTES + cast)
 
 
 def _rope_window(spec: str, facts: ModelFacts) -> int:
