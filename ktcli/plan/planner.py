@@ -251,9 +251,13 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             raise UsageError(f"--mode sparse: {_sparse_rejection(req, sparse).strip('()')}")
         return _choose_sparse(req, sparse, fits, full, retrieval)
     # Auto reads a too-long input whole only when asked to weigh it: a latency budget or
-    # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before.
+    # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before. Not a
+    # summary for its budget alone: sparse attention sees a few pages of the input as it
+    # writes (window: the first and the last), and a repo's summary under --max-seconds
+    # 120 was about the last file's last function, nothing else of 36 files.
     policy_kind = req.attention.partition(":")[0]  # "topk:16": topk with 16 pages per step
-    wants_sparse = bool(req.max_seconds) or policy_kind in ("window", "topk") or req.kv_dtype not in ("auto", "", "model")
+    wants_sparse = ((bool(req.max_seconds) and req.task == "ask") or policy_kind in ("window", "topk")
+                    or req.kv_dtype not in ("auto", "", "model"))
     if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
         if policy_kind == "dense" and req.kv_dtype not in ("auto", "", "model"):
             # asked for by name beside --kv-dtype: its answers past the window are noise
@@ -313,7 +317,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             f"--max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
-    if chosen is retrieval and sparse and not fits:
+    if chosen is retrieval and sparse and not fits and req.task == "ask":  # (a summary: not offered, above)
         reasons.append(_sparse_rejection(req, sparse))
     if req.max_seconds and chosen.est_seconds > req.max_seconds:
         # Every way was weighed against the budget above (sparse included, which a
@@ -321,7 +325,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         # experimental sparse mode for being less late; it names it where it is quicker.
         quicker = min(sparse, key=lambda p: p.est_seconds, default=None)
         hint = (f" (sparse {quicker.kv_dtype} {quicker.attention} ~{quicker.est_seconds:.0f}s: --mode sparse)"
-                if quicker is not None and quicker.est_seconds < chosen.est_seconds else "")
+                if quicker is not None and quicker.est_seconds < chosen.est_seconds and req.task == "ask" else "")
         reasons.append(f"no plan is estimated within the {req.max_seconds:g}s budget; this one takes "
                        f"~{chosen.est_seconds:.0f}s{hint}")
     return _with(chosen, tuple(reasons), other, sparse)

@@ -390,9 +390,27 @@ def test_a_plan_over_its_budget_says_so_and_names_a_quicker_sparse_read():
     plan = make_plan(big, SMOL, RATES)
     assert plan.outline_files and "over the 600s default budget" in plan.reasons[-1]
     sparse_rates = replace(RATES, sparse_prefill_tok_s=500, sparse_decode_tok_s=30)  # 20K in ~50 s: over 30
-    asked = make_plan(replace(big, corpus_tokens=20_000, outline_tokens=0, outline_files=0, max_seconds=30,
-                              sparse_ok=True), SMOL, sparse_rates)
+    asked = make_plan(req(corpus_tokens=20_000, max_seconds=30, sparse_ok=True), SMOL, sparse_rates)
     assert any("no plan is estimated within the 30s budget" in r and "--mode sparse" in r for r in asked.reasons)
+    # not for a summary, which sparse attention reads a few pages of (below)
+    summary = make_plan(replace(big, corpus_tokens=20_000, outline_tokens=0, outline_files=0, max_seconds=30,
+                                sparse_ok=True), SMOL, sparse_rates)
+    assert any("no plan is estimated within the 30s budget" in r for r in summary.reasons)
+    assert "sparse" not in " ".join(summary.reasons)
+
+
+def test_a_summary_is_not_read_sparse_for_a_time_budget():
+    """`summarize repo/ --max-seconds 120` read it whole with window attention, which sees
+    the first and last pages as it writes: the summary was about the last file's last
+    function, nothing else of 36 files. A summary's budget picks parts or outlines; sparse
+    only where asked for by a sparse flag."""
+    fast_sparse = replace(RATES, sparse_prefill_tok_s=5_000, sparse_decode_tok_s=30)
+    budget = summary_req(corpus_tokens=40_000, max_seconds=600, sparse_ok=True)
+    assert make_plan(budget, SMOL, fast_sparse).mode is Mode.RETRIEVAL
+    assert "sparse" not in " ".join(make_plan(replace(budget, max_seconds=0), SMOL, fast_sparse).reasons)
+    assert make_plan(replace(budget, attention="topk"), SMOL, fast_sparse).mode is Mode.SPARSE  # asked for
+    question = req(corpus_tokens=40_000, max_seconds=600, sparse_ok=True)
+    assert make_plan(question, SMOL, fast_sparse).mode is Mode.SPARSE  # a question still is
 
 
 def test_a_cold_index_plans_the_memory_its_embedding_takes():
