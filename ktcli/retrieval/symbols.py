@@ -56,16 +56,47 @@ _OTHER_DEFINITIONS = (
 )
 # Backticks: how developers write any name in a question (`echo`, `main`, `Text.from_markup`).
 _BACKTICKED = re.compile(r"`([A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*)(?:\(\))?`")
+# A name after the keyword that defines it, in backticks or not (`class Segment`, "def
+# render", "struct Config"), or before a kind's name ("the Console class", "the render
+# function"): a plain word such as Segment or render is no code name by its shape, and
+# "where is `class Segment` defined?" found no chunk of `class Segment(NamedTuple):`.
+# After a keyword only where code writes it so ("which class handles colours" names none),
+# and in backticks whatever the word before.
+_KEYWORDS = r"class|def|fn|func|struct|enum|interface|trait"
+_KINDS = _KEYWORDS + r"|function|type|module|method|macro|constant"
+_KEYWORD_NAME = re.compile(rf"(\w+\s+)?\b(?:{_KEYWORDS})\s+([A-Za-z_$][\w$]*)")
+_BACKTICKED_DEFINITION = re.compile(rf"`(?:{_KEYWORDS}|function|const|let|var|type|module)\s+([A-Za-z_$][\w$]*)")
+_NAME_KIND = re.compile(rf"\b(?:the|a|an|its|our|this|that)\s+`?([A-Za-z_$][\w$]*)(?:\(\))?`?\s+(?:{_KINDS})\b",
+                        re.IGNORECASE)
+# A keyword after these is a noun of prose ("which class handles colours", "a class for").
+_DETERMINERS = frozenset({"which", "what", "whose", "the", "a", "an", "this", "that", "these", "those", "each",
+                          "every", "any", "some", "one", "another", "same", "other", "its", "their", "our", "my",
+                          "your", "no"})
+# Words that stand where a name would in prose ("which class", "a function", "the main
+# type of"), never taken as one.
+_PROSE = frozenset({"the", "a", "an", "this", "that", "these", "those", "which", "what", "whose", "each", "every",
+                    "any", "some", "one", "its", "their", "my", "your", "our", "base", "parent", "child", "new",
+                    "helper", "main", "same", "other", "another", "first", "last", "of", "for", "in", "is", "are",
+                    "does", "do", "and", "or", "to", "with", "as", "by", "from", "on", "at", "be", "defined", "called",
+                    "named", "where", "how", "why", "when", "who", "abstract", "data", "return", "python", "public",
+                    "private", "static", "async", "given", "following", "above", "below", "inner", "outer", "wrapper",
+                    "callback", "utility", "generic", "top", "level", "class", "def", "function", "method", "type"})
 # A name defined in more chunks than this is a common one (`__init__`, `run`): no signal.
 MAX_DEFINITIONS = 3
 
 
 def code_names(question: str) -> set[str]:
     """The names in a question written as code identifiers: CamelCase, snake_case,
-    ALL_CAPS, `name()`, or any name in backticks (each part of a dotted one)."""
+    ALL_CAPS, `name()`, any name in backticks (each part of a dotted one), or a name
+    beside the keyword or kind that defines it (`class Segment`, "the render function")."""
     names = {m.group(1) for m in _CODE_NAME.finditer(question) if len(m.group(1)) >= 4}
     for m in _BACKTICKED.finditer(question):
         names.update(part for part in re.split(r"\.|::", m.group(1)) if len(part) >= 3)
+    found = [m.group(1) for m in _BACKTICKED_DEFINITION.finditer(question)]
+    found += [m.group(1) for m in _NAME_KIND.finditer(question)]
+    found += [m.group(2) for m in _KEYWORD_NAME.finditer(question)
+              if not (m.group(1) and m.group(1).strip().lower() in _DETERMINERS)]
+    names.update(name for name in found if len(name) >= 3 and name.lower() not in _PROSE)
     return names
 
 

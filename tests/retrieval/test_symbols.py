@@ -18,6 +18,22 @@ def test_names_written_as_code_are_picked_from_a_question():
     assert code_names("How do exceptions work in Python?") == set()
 
 
+def test_a_plain_word_beside_its_keyword_or_kind_is_a_name():
+    """`class Segment` in backticks named nothing (a space inside), nor did "def render" or
+    "the Console class": one plain word has no code shape, and rich's
+    `class Segment(NamedTuple):` was in none of the 8 chunks read."""
+    assert code_names("where is `class Segment` defined?") == {"Segment"}
+    assert code_names("where is class Segment defined?") == {"Segment"}
+    assert code_names("what does `def render` return?") == {"render"}
+    assert code_names("Where is the Console class, and what does the echo function do?") == {"Console", "echo"}
+    assert code_names("where is struct Config defined") == {"Config"}
+    # prose around a kind's name names nothing
+    for question in ("which class handles colors?", "what class of problems does it solve", "Is there a class for tables?",
+                     "Which function of the module prints?", "is there a helper function for this?",
+                     "Where is the function that parses arguments?", "What kind of type is returned?"):
+        assert code_names(question) == set(), question
+
+
 def test_definitions_in_several_languages_are_found_and_common_names_ignored():
     texts = ["class ProgressBar(t.Generic[V]):\n    pass\n", "bar = ProgressBar(items)\nbar.update(1)\n",
              "pub fn parse_args() -> Args {}\n", "func (r *Repo) SaveAll(x int) error {\n", "TAX_RATE = 0.2\n",
