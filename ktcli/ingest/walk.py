@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -271,6 +272,10 @@ class _Walker:
         if packed and (text_bytes := len(document.text.encode("utf-8", "surrogatepass"))) > self.max_file_bytes:
             self.skip(rel, _too_large(text_bytes, self.max_file_bytes, packed, text=True))
             return
+        if _holds_private_key(document.text):
+            # By content: a deploy key, a cloud service account's JSON, saved under any name.
+            self.skip(rel, "holds a private key (name the file to read it)")
+            return
         if (width := _machine_width(document)) is not None:
             what = "minified" if document.language in _MINIFIED_LANGUAGES else "generated"
             self.skip(rel, f"{what} (lines of {width:,} characters on average; name the file to read it)")
@@ -346,6 +351,17 @@ _SECRET_NAMES = frozenset({".env", ".envrc", ".netrc", ".pgpass", ".pypirc", ".n
                            "credentials", "kubeconfig", "id_rsa", "id_dsa", "id_ecdsa", "id_ed25519"})
 _SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keystore", ".jks", ".tfvars", ".tfstate")
 _EXAMPLE_SUFFIXES = (".example", ".sample", ".template", ".dist")
+
+
+# A PEM private key's header and the first line of its body (in a file of its own, or
+# JSON-escaped inside a service account's JSON): a page that only names the header, as
+# a TLS how-to does, is read.
+_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:\s|\\n|\\r)+"
+                          r"(?:Proc-Type:|[A-Za-z0-9+/]{40,})")
+
+
+def _holds_private_key(text: str) -> bool:
+    return "PRIVATE KEY-----" in text and _PRIVATE_KEY.search(text) is not None
 
 
 def _may_hold_secrets(name: str) -> bool:

@@ -433,6 +433,24 @@ def test_files_that_may_hold_secrets_are_reported_not_read(tmp_path) -> None:
     assert load_corpus([str(tmp_path / ".env")]).documents  # named: read
 
 
+def test_a_private_key_under_any_name_is_reported_not_read(tmp_path) -> None:
+    """A deploy key and a service account's JSON were read (and sent to a server with
+    --backend openai): only their names were judged."""
+    import json
+
+    body = "MIIEowIBAAKCAQEAu1SU1LfVLPHCozMxH2Mo4lgOEePzNm0tRgeLezV6ffAt0gunVTLw7onLRnrq0"
+    key = f"-----BEGIN RSA PRIVATE KEY-----\n{body}\n{body}\n-----END RSA PRIVATE KEY-----\n"
+    (tmp_path / "deploy_key").write_text(key)
+    (tmp_path / "service-account.json").write_text(json.dumps({"type": "service_account", "private_key": key}))
+    (tmp_path / "tls.md").write_text("A key file starts with -----BEGIN PRIVATE KEY----- and ends with its END line.\n")
+    corpus = load_corpus([str(tmp_path)])
+    assert [Path(d.path).name for d in corpus.documents] == ["tls.md"]
+    assert {Path(s.path).name: s.reason for s in corpus.skipped} == {
+        "deploy_key": "holds a private key (name the file to read it)",
+        "service-account.json": "holds a private key (name the file to read it)"}
+    assert load_corpus([str(tmp_path / "deploy_key")]).documents  # named: read
+
+
 @pytest.mark.parametrize("rules,kept", [
     ("*\n!*/\n!*.py\n", ["a.py", "src/c.py", "src/deep/e.py"]),  # a whitelist: every folder, .py files
     ("*\n!src/\n!*.py\n", ["a.py", "src/c.py"]),  # src/ re-included, src/deep/ not (`*` matches it)
