@@ -313,6 +313,22 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
     return replace(answer, citations=tuple(cites))
 
 
+def evidence_entry(span: Span, score: float | None) -> dict:
+    """One entry of --json's `figures.evidence`, whatever the mode or task."""
+    return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
+            "page": span.page, "unit": span.kind, "score": score}
+
+
+def documents_read(documents) -> list[dict]:
+    """`figures.evidence` of a read of whole documents: each one, all its lines (a PDF:
+    its pages, named by the path alone)."""
+    out = []
+    for d in documents:
+        lines = (None, None) if d.pages else (1, d.text.rstrip("\n").count("\n") + 1)
+        out.append(evidence_entry(Span(d.path, *lines), None) | {"ref": d.path})
+    return out
+
+
 def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     """Citations (and the evidence list in the figures) in the lines and pages of the files
     the user has: a document whose text is drawn from other lines (HTML) counts its spans in

@@ -15,7 +15,7 @@ from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
-from ktcli.types import Answer, Chunk, Mode, Span
+from ktcli.types import Answer, Chunk, Mode
 
 
 def answer_question(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
@@ -101,7 +101,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
             "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
             "reused": index.stats.get("n_reused", 0),
         }
-        figures["evidence"] = [_evidence(h.chunk.span, round(h.score, 4)) for h in hits]
+        figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4)) for h in hits]
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
@@ -111,17 +111,7 @@ def _whole_read_figures(prep: Prepared) -> dict:
     """The keys a retrieval answer's --json figures have, for a read of the whole input:
     one window, every document its evidence (scripts read `figures.evidence` whatever the
     mode; it was missing)."""
-    evidence = []
-    for d in prep.corpus.documents:
-        lines = (None, None) if d.pages else (1, d.text.rstrip("\n").count("\n") + 1)  # a PDF: its pages'
-        evidence.append(_evidence(Span(d.path, *lines), None) | {"ref": d.path})
-    return {"retrieved": 0, "windows": 1, "evidence": evidence}
-
-
-def _evidence(span: Span, score: float | None) -> dict:
-    """One entry of --json's `figures.evidence`, whatever the mode."""
-    return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
-            "page": span.page, "unit": span.kind, "score": score}
+    return {"retrieved": 0, "windows": 1, "evidence": citations.documents_read(prep.corpus.documents)}
 
 
 def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:

@@ -167,8 +167,11 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) ->
     doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
     cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
                                 label_of=lambda c: doc_label.get(c.doc_path, 0))
+    # What it read, for --json and for a summary no sentence of which traces to a line
+    # (shown under it, as an answer's is: one printed with no sources left nothing to check).
     figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines),
-                                 "outlined": _outlined_paths(prep)}
+                                 "outlined": _outlined_paths(prep),
+                                 "evidence": citations.documents_read(prep.corpus.documents)}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
 
 

@@ -142,6 +142,25 @@ def test_a_summarys_sources_are_numbered_by_document(haystack, tmp_path):
     assert answer.citations[0].label == order[next(p for p in order if p.endswith("part4.txt"))]
 
 
+def test_a_summary_no_sentence_of_which_traces_to_a_line_names_what_it_read(haystack, tmp_path):
+    """A repo's summary of garbage came with no Sources, no Read block and no evidence in
+    --json: nothing to check it against, where an answer names what it read."""
+    from ktcli.render.formats import citations_text
+
+    class Rambling(FakeBackend):
+        def _reply(self, messages):
+            return "Zebras quietly juggle purple xylophones."
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    answer = summarize(prep, Rambling(), settings, NullReporter(), Tally())
+    assert not answer.citations
+    assert [e["path"] for e in answer.stats["evidence"]] == [d.path for d in prep.corpus.documents]
+    shown = citations_text(answer)
+    assert "Read (no sentence of the answer matched a line of it):" in shown
+    assert prep.corpus.documents[0].path in shown
+
+
 def test_full_mode_reads_the_whole_input(tmp_path):
     doc = tmp_path / "short.txt"
     doc.write_text("Our office moved to 12 Harbour Street in March.\nThe cafe is on the ground floor.\n")
