@@ -240,9 +240,13 @@ def enclosing_rules(real_root: Path) -> IgnoreChain:
     if repo_root is None:
         return ()
     chain: list[IgnoreFile] = []
-    exclude = read_ignore_file(repo_root / ".git" / "info" / "exclude", prefix=_prefix(repo_root, real_root))
-    if exclude is not None:
-        chain.append(exclude)
+    # The user's own excludes file first (git weighs it below the repository's files),
+    # then .git/info/exclude: a `*.glob` in core.excludesFile, which `git status` honoured,
+    # was read.
+    for path in (_global_excludes(repo_root), repo_root / ".git" / "info" / "exclude"):
+        exclude = read_ignore_file(path, prefix=_prefix(repo_root, real_root)) if path is not None else None
+        if exclude is not None:
+            chain.append(exclude)
     # Top-down: repo root first, the root's parent last; the root's own file is the walk's.
     for folder in reversed(real_root.parents):
         if folder != repo_root and repo_root not in folder.parents:
@@ -256,6 +260,21 @@ def enclosing_rules(real_root: Path) -> IgnoreChain:
     if real_root != repo_root and _root_is_ignored(outer):
         return ()
     return outer
+
+
+def _global_excludes(repo_root: Path) -> Path | None:
+    """git's core.excludesFile as this repository sees it, else its default place
+    ($XDG_CONFIG_HOME/git/ignore, ~/.config/git/ignore)."""
+    try:
+        named = subprocess.run(["git", "-C", str(repo_root), "config", "--path", "--get", "core.excludesFile"],
+                               capture_output=True, timeout=10).stdout.decode(errors="replace").strip()
+    except (OSError, subprocess.SubprocessError):  # no git installed: its default place still
+        named = ""
+    if named:
+        path = Path(named).expanduser()
+        return path if path.is_absolute() else repo_root / path
+    config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(config_home) / "git" / "ignore"
 
 
 def _prefix(folder: Path, real_root: Path) -> str:

@@ -620,3 +620,24 @@ def test_office_lock_files_are_said_as_such(write, tmp_path: Path) -> None:
     corpus = walk(tmp_path / "r", max_file_bytes=2_000_000)
     assert rels(corpus, tmp_path / "r") == ["report.txt"]
     assert set(reasons(corpus, tmp_path / "r").values()) == {"an office program's lock file (its document is open there)"}
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_users_own_git_excludes_apply_as_in_git(write, tmp_path: Path, monkeypatch) -> None:
+    """`git status` left out a `*.glob` of core.excludesFile, and ktcli read it."""
+    write("r/a.py", "print(1)\n")
+    write("r/g.glob", "generated\n")
+    write("r/n.note", "a note\n")
+    subprocess.run(["git", "init", "-q", str(tmp_path / "r")], check=True)
+    write("xdg/git/ignore", "*.note\n")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(write("gitconfig", "")))
+    assert rels(walk(tmp_path / "r"), tmp_path / "r") == ["a.py", "g.glob"]  # the default place
+    write("gitconfig", f"[core]\n\texcludesFile = {tmp_path / 'mine.ignore'}\n")
+    write("mine.ignore", "*.glob\n")
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == ["a.py", "n.note"]
+    assert reasons(corpus, tmp_path / "r") == {"g.glob": "gitignored"}
+    listed = subprocess.run(["git", "-C", str(tmp_path / "r"), "ls-files", "-co", "--exclude-standard"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(listed) == ["a.py", "n.note"]  # as git has it
