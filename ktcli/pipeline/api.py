@@ -89,8 +89,19 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
     return prep, extra
 
 
+# The figures every answer's --json has, whatever its mode and task (a read of the whole
+# input has no index, a question no outlines): a script read `figures.index_s` and met a
+# KeyError on the next input. The backend's own (kv pages, device) vary with it.
+FIGURE_DEFAULTS = {
+    "retrieved": 0, "windows": 1, "evidence": [], "index_s": 0.0, "index_bytes": 0, "embedded_now": 0,
+    "embedded_tokens": 0, "embed_s": 0.0, "reused": 0, "outlined_files": 0, "outlined": [], "stopped_repeating": 0,
+}
+
+
 def _placed(answer: Answer, prep: Prepared) -> Answer:
-    """Citations named with their sections and in the lines and pages of the user's files."""
+    """Citations named with their sections and in the lines and pages of the user's files;
+    the figures with every key (FIGURE_DEFAULTS)."""
+    answer = replace(answer, stats=FIGURE_DEFAULTS | answer.stats)
     return citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
 
 

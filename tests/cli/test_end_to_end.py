@@ -125,6 +125,9 @@ def test_stdin_is_read_and_cited(cache):
     assert all(c["path"] == "<stdin>" for c in data["citations"])
     # the keys a retrieval answer's figures have, so scripts need not ask which mode ran
     assert data["figures"]["windows"] == 1 and data["figures"]["retrieved"] == 0
+    from ktcli.pipeline.api import FIGURE_DEFAULTS  # every mode's keys, an index's among them
+
+    assert set(FIGURE_DEFAULTS) <= set(data["figures"]) and data["figures"]["index_s"] == 0.0
     assert data["figures"]["evidence"] == [{"ref": "<stdin>", "path": "<stdin>", "line_start": 1, "line_end": 3,
                                             "page": None, "unit": "line", "score": None}]
 
