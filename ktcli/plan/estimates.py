@@ -199,11 +199,26 @@ def read_cost(facts: ModelFacts, attention: str, kv_dtype: str) -> ContextCost:
     return context_cost(facts, kv_dtype if kv_dtype not in ("auto", "", "model") else facts.kv_dtype)
 
 
-def prefill_seconds(tokens: int, rate: float, cost: ContextCost = NO_CONTEXT_COST, cached: int = 0) -> float:
+# What a process's first prefill costs beyond its tokens, in token-times of a step without
+# context: through the CLI (a fresh process each run) the 2-core Xeon's prefill took
+# 0.046 s + n(1 + 1.63e-4 n) / 3,406 tok/s within 0.3% at 2.3K-7.6K tokens and 4% at 649
+# (`benchmarks.plan_time`, 2026-12-05), where the engine warm took no such 46 ms
+# (3,047 / 2,013 / 1,454 tok/s at 512 / 4,096 / 7,680 tokens fit n(1 + 1.63e-4 n) alone):
+# the first steps' one-time setup, ~157 tokens' worth. Counted in the rates, a short read
+# spread it over its few tokens, and longer reads were planned ~25% long.
+FIRST_PREFILL_TOKENS = 150
+
+
+def prefill_seconds(tokens: int, rate: float, cost: ContextCost = NO_CONTEXT_COST, cached: int = 0,
+                    first: bool = True) -> float:
     """Computing a prompt's tokens past the `cached` ones at `rate` tokens/s of a step
-    without context: a token at position p costs 1 + 2·cost.prefill·p."""
+    without context: a token at position p costs 1 + 2·cost.prefill·p, and the run's
+    `first` prefill FIRST_PREFILL_TOKENS more."""
     cached = min(cached, tokens)
-    return ((tokens - cached) + cost.prefill * (tokens * tokens - cached * cached)) / max(rate, 1e-9)
+    if tokens <= cached:
+        return 0.0  # nothing computed
+    work = (tokens - cached) + first * FIRST_PREFILL_TOKENS + cost.prefill * (tokens * tokens - cached * cached)
+    return work / max(rate, 1e-9)
 
 
 def decode_seconds(context: int, new_tokens: int, rate: float, cost: ContextCost = NO_CONTEXT_COST) -> float:
@@ -212,8 +227,8 @@ def decode_seconds(context: int, new_tokens: int, rate: float, cost: ContextCost
 
 
 def generation_seconds(prompt_tokens: int, new_tokens: int, prefill_tok_s: float, decode_tok_s: float,
-                       cost: ContextCost = NO_CONTEXT_COST, cached: int = 0) -> float:
-    return (prefill_seconds(prompt_tokens, prefill_tok_s, cost, cached)
+                       cost: ContextCost = NO_CONTEXT_COST, cached: int = 0, first: bool = True) -> float:
+    return (prefill_seconds(prompt_tokens, prefill_tok_s, cost, cached, first)
             + decode_seconds(prompt_tokens, new_tokens, decode_tok_s, cost))
 
 
@@ -221,8 +236,10 @@ def rates_without_context(prefill_tok_s: float, prompt_tokens: int, prompt_squar
                           new_tokens: int, decode_context: float, cost: ContextCost) -> tuple[float, float]:
     """A run's measured rates as rates of steps without context (what `Throughput`
     keeps): `prompt_square` = the sum over its calls of prompt tokens squared,
-    `decode_context` = the sum over its calls of new tokens x their mean context."""
-    prefill = prefill_tok_s * (prompt_tokens + cost.prefill * prompt_square) / prompt_tokens if prompt_tokens else 0.0
+    `decode_context` = the sum over its calls of new tokens x their mean context; its
+    first prefill's FIRST_PREFILL_TOKENS counted as work, not slowness."""
+    work = prompt_tokens + FIRST_PREFILL_TOKENS + cost.prefill * prompt_square
+    prefill = prefill_tok_s * work / prompt_tokens if prompt_tokens else 0.0
     decode = decode_tok_s * (new_tokens + cost.decode * decode_context) / new_tokens if new_tokens else 0.0
     return prefill, decode
 

@@ -352,7 +352,9 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             prefill_x, decode_x = sparse_speed(policy, dtype)
             decode_tok_s = rates.sparse_decode_tok_s * decode_x
             answer_s = decode_seconds(full_tokens, req.max_new_tokens, decode_tok_s)  # a bounded read: no context cost
-            seconds = rates.load_s + prefill_seconds(full_tokens - cached, rates.sparse_prefill_tok_s * prefill_x) + answer_s
+            # (sparse rates are kept as measured, their first prefill's setup in them)
+            seconds = (rates.load_s + prefill_seconds(full_tokens - cached, rates.sparse_prefill_tok_s * prefill_x,
+                                                      first=False) + answer_s)
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
@@ -568,8 +570,9 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     final_prompt = timed_prompt if note_windows < n_windows else notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
     noted = max(0, note_windows - req.kept_notes)  # the rest are read back from an earlier run
+    # (the run's first prefill alone pays its setup: the final one's, counted once)
     seconds = (rates.load_s + noted * generation_seconds(timed_prompt, notes, rates.prefill_tok_s,
-                                                         rates.decode_tok_s, cost)
+                                                         rates.decode_tok_s, cost, first=False)
                + prefill_seconds(final_prompt, rates.prefill_tok_s, cost) + answer_s)
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
         to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
