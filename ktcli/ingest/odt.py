@@ -14,6 +14,7 @@ from xml.etree import ElementTree as ET
 
 from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
                                  says_something)
+from ktcli.ingest.odtnumbers import ListNumbers
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText
 
 _NS = {
@@ -148,6 +149,7 @@ class _Reader:
         automatic = self.content.find(f"{OFFICE}automatic-styles") if self.content is not None else None
         self.styles = _Styles(styles_root, automatic)
         self.styles_root = styles_root
+        self.numbers = ListNumbers(styles_root, automatic)
         self.layout = Layout(paged=False)
         self.captures: dict[str, list[str]] = {}  # annotation name -> words since it started
         self.open_comments: dict[str, ET.Element] = {}
@@ -209,17 +211,30 @@ class _Reader:
                 self._flush()
 
     def _list(self, lst: ET.Element, level: int) -> None:
+        self.numbers.begin_list(lst)
         for item in lst:
-            if item.tag in (f"{TEXT}list-item", f"{TEXT}list-header"):
-                self._list_item(item, level, marker=item.tag == f"{TEXT}list-item")
+            if item.tag == f"{TEXT}list-item":
+                self._list_item(item, level, marker=self._label(item, level))
+            elif item.tag == f"{TEXT}list-header":
+                self._list_item(item, level, marker=False)
             elif item.tag == f"{TEXT}soft-page-break":
                 self.layout.page_break(RENDERED)
+        self.numbers.end_list()
 
-    def _list_item(self, item: ET.Element, level: int, marker: bool = True) -> None:
+    def _label(self, item: ET.Element, level: int) -> str | bool:
+        """An item's number as its list style gives it ("2.1", "(b)"), or as the file last
+        showed it (`text:number`), else True (a bullet: "- ")."""
+        label = self.numbers.label(item, level)
+        shown = item.find(f"{TEXT}number")
+        if shown is not None and "".join(shown.itertext()).strip():
+            label = " ".join("".join(shown.itertext()).split())
+        return label or True
+
+    def _list_item(self, item: ET.Element, level: int, marker: bool | str = True) -> None:
         first = True
         for child in item:
             if child.tag == f"{TEXT}p":
-                self._paragraph(child, level, marker=marker and first)
+                self._paragraph(child, level, marker=marker if first else False)
                 first = False
             elif child.tag == f"{TEXT}h":  # a numbered heading: LibreOffice lists its outline
                 self._paragraph(child, None)
@@ -231,7 +246,7 @@ class _Reader:
             elif child.tag == f"{TABLE}table":
                 self._table(child)
 
-    def _paragraph(self, p: ET.Element, list_level: int | None, marker: bool = True) -> None:
+    def _paragraph(self, p: ET.Element, list_level: int | None, marker: bool | str = True) -> None:
         style = p.get(f"{TEXT}style-name")
         if self.styles.hidden("paragraph", style) or any(
                 h.get(f"{TEXT}is-hidden") == "true" for h in p.iter(f"{TEXT}hidden-paragraph")):

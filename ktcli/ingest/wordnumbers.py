@@ -175,12 +175,12 @@ class Numbering:
             value = counters[n]
             fmt = level(n).fmt
             legal = this.legal and fmt not in ("none", "bullet")
-            return _formatted(value if value is not None else start(n), "decimal" if legal else fmt)
+            return formatted(value if value is not None else start(n), "decimal" if legal else fmt)
 
         return " ".join(_PLACEHOLDER.sub(number, this.text).split())
 
 
-def _formatted(value: int, fmt: str) -> str:
+def formatted(value: int, fmt: str) -> str:
     if fmt in ("none", "bullet"):
         return ""
     if fmt in ("lowerLetter", "upperLetter") and value > 0:

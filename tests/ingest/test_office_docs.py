@@ -232,6 +232,38 @@ def test_a_table_of_contents_is_left_out_and_said(write) -> None:
     assert cited(plain, "The gate code is 4471.") == [("memo.docx ¶7", "Obligations")]  # ¶6 before it, counted
 
 
+def test_opendocument_list_items_are_numbered_as_libreoffice_shows_them(write) -> None:
+    """odfpy's and LibreOffice's numbered lists read as "- item": a clause list lost the
+    "3." a question or a reader refers to."""
+    styles = ('<text:list-style style:name="L1">'
+              '<text:list-level-style-number text:level="1" style:num-suffix="." style:num-format="1"/>'
+              '<text:list-level-style-number text:level="2" style:num-suffix="." style:num-format="1" text:display-levels="2"/>'
+              '<text:list-level-style-number text:level="3" style:num-prefix="(" style:num-suffix=")" style:num-format="a"/>'
+              '</text:list-style><text:list-style style:name="L2">'
+              '<text:list-level-style-bullet text:level="1" text:bullet-char="•"/></text:list-style>'
+              '<text:list-style style:name="L3"><text:list-level-style-number text:level="1" style:num-suffix=")" '
+              'style:num-format="I" text:start-value="4"/></text:list-style>')
+
+    def items(*texts: str, nested: str = "", **attrs: str) -> str:
+        extra = "".join(f' text:{k.replace("_", "-")}="{v}"' for k, v in attrs.items())
+        body = "".join(f"<text:list-item><text:p>{t}</text:p>{nested if i == len(texts) - 1 else ''}</text:list-item>"
+                       for i, t in enumerate(texts))
+        return f"<text:list{extra}>{body}</text:list>"
+
+    inner = items("Notice", nested=items("by post", "by mail"))
+    body = (items("Scope", "Term", nested=inner, style_name="L1", id="list1")
+            + "<text:p>Between the lists.</text:p>"
+            + items("Fees", style_name="L1", continue_numbering="true")
+            + items("Start again", style_name="L1")
+            + items("Kerosene", "Wicks", style_name="L2")
+            + items("Fourth", style_name="L3")
+            + '<text:list text:style-name="L1"><text:list-item text:start-value="9"><text:p>Ninth</text:p></text:list-item>'
+            "<text:list-item><text:p>Tenth</text:p></text:list-item></text:list>")
+    lines = [line for line in load_one(write("terms.odt", make_odt(body, automatic_styles=styles))).text.split("\n") if line]
+    assert lines == ["1. Scope", "2. Term", "  2.1. Notice", "    (a) by post", "    (b) by mail", "Between the lists.",
+                     "3. Fees", "1. Start again", "- Kerosene", "- Wicks", "IV) Fourth", "9. Ninth", "10. Tenth"]
+
+
 def test_an_opendocument_table_of_contents_is_left_out_and_said(write) -> None:
     body = ('<text:table-of-content text:name="Table of Contents1"><text:table-of-content-source text:outline-level="10"/>'
             "<text:index-body><text:index-title><text:p>Contents</text:p></text:index-title>"
