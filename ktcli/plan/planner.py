@@ -562,7 +562,11 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     # Memory is sized for the most notes a window may pass on, time for what they run to.
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     notes = min(rates.notes_tokens, MEMORY_TOKENS)
-    timed_prompt = per_window_prompt - MEMORY_TOKENS + notes
+    # Timed at the evidence a window holds on average: the windows share it out, the last
+    # one short (timed at a full budget each, a 21.5K-token summary in 5 windows was
+    # planned at 6.1K a window for 4.3K read, and summaries took half their plans).
+    held = evidence / n_windows if n_windows > 1 else min(evidence, budget)
+    timed_prompt = held + notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     cost = _read_cost(req, facts)
     # A question reads its last window with the notes and answers there (`pipeline.qa`); a
     # summary takes notes in every window, then writes from the notes (`summarize`).
