@@ -161,9 +161,11 @@ class ModelFacts:
     n_heads: int = 0  # query heads (0: unknown; hidden_size / head_dim then), for attention's share of a step
     vocab_size: int = 0  # (0: unknown) the embedding rows, which a prefill step does not multiply
     # The weight files' tensor bytes as a load reads them (a bf16 release's: 2 a parameter;
-    # a converted GGUF's: 4); 0: unknown, fp32 taken. A load in another dtype holds them
-    # mapped beside its own copy through the cast.
+    # a converted GGUF's: 4; 0: unknown, fp32 taken) and their dtype ("fp32", "bf16",
+    # "fp16"; "" unknown or mixed). A load in another dtype holds them mapped beside its
+    # own copy through the cast.
     source_bytes: int = 0
+    source_dtype: str = ""
 
 
 @dataclass(frozen=True)

@@ -426,7 +426,7 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     cfg = text
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
-    n_params, source_bytes = _parameter_count(folder)
+    n_params, source_bytes, source_dtype = _parameter_count(folder)
     return ModelFacts(
         name=name,
         context_window=scaled_window(int(cfg.get("max_position_embeddings", 2048)), rope_params(cfg)),
@@ -444,17 +444,19 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
         n_heads=int(n_heads),
         vocab_size=int(cfg.get("vocab_size") or 0),
         source_bytes=source_bytes,
+        source_dtype=source_dtype,
     )
 
 
-def _parameter_count(folder: Path) -> tuple[int, int]:
-    """Parameters of the model's safetensors files and their tensors' bytes, from their
-    headers (no weights read). The file size over 4 counted a bf16 checkpoint, as every
-    Llama 3 / Qwen / Mistral release ships, at half its parameters: `--weights fp32` was
-    planned at 0.70x its peak."""
+def _parameter_count(folder: Path) -> tuple[int, int, str]:
+    """Parameters of the model's safetensors files, their tensors' bytes and the dtype most
+    of those bytes have ("" where none does), from their headers (no weights read). The
+    file size over 4 counted a bf16 checkpoint, as every Llama 3 / Qwen / Mistral release
+    ships, at half its parameters: `--weights fp32` was planned at 0.70x its peak."""
     from ktcli.engine.safetensors_header import read_header
 
     total = size = 0
+    by_dtype: dict[str, int] = {}
     for path in _weight_files(folder):
         header, _ = read_header(path)
         for key, info in header.items():
@@ -462,7 +464,13 @@ def _parameter_count(folder: Path) -> tuple[int, int]:
                 total += math.prod(int(d) for d in info["shape"])
                 start, end = info.get("data_offsets", (0, 0))
                 size += int(end) - int(start)
-    return total, size
+                by_dtype[info.get("dtype", "")] = by_dtype.get(info.get("dtype", ""), 0) + int(end) - int(start)
+    main = max(by_dtype, key=by_dtype.get, default="")
+    dtype = _SAFETENSORS_DTYPES.get(main, "") if size and by_dtype.get(main, 0) >= 0.9 * size else ""
+    return total, size, dtype
+
+
+_SAFETENSORS_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
 
 
 def _weight_files(folder: Path) -> list[Path]:
@@ -506,7 +514,7 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         head_dim=field("rope.dimension_count", hidden // n_heads),
         n_params=n_params,
         weight_bytes=n_params * 4,  # dequantized to fp32
-        source_bytes=n_params * 4,  # and written so (`convert_gguf`)
+        source_bytes=n_params * 4, source_dtype="fp32",  # and written so (`convert_gguf`)
         hidden_size=hidden,
         intermediate_size=field("feed_forward_length", 0),
         n_heads=n_heads,

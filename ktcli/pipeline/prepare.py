@@ -213,9 +213,11 @@ def planning_facts(settings: Settings) -> ModelFacts:
     # load: SmolLM2 to bf16 from its converted fp32 file peaked at 1,306 MB against 1,111 MB
     # in fp32 (the plan had said 764 MB); a bf16 release (185M parameters) at 1,582 MiB in
     # fp32 (planned 1.3 GiB) and 981 MiB in bf16 (planned 1.6 GiB, as if cast from fp32).
+    # An fp16 release loaded in bf16 is cast too, the same size as it is.
     source = facts.source_bytes or facts.n_params * 4
     loaded = int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0))
-    cast = source if settings.engine == "hf" and abs(source - loaded) > 0.1 * loaded else 0
+    differs = facts.source_dtype != weights if facts.source_dtype else abs(source - loaded) > 0.1 * loaded
+    cast = source if settings.engine == "hf" and differs else 0
     return replace(facts, weight_bytes=loaded, kv_dtype=auto_kv_dtype(weights, "cuda" if on_gpu else "cpu"),
                    host_bytes=0 if on_gpu else CPU_RUNTIME_BYTES + cast)
 

@@ -123,10 +123,12 @@ def test_facts_count_parameters_from_the_headers_whatever_the_dtype(tiny_models,
     model = AutoModelForCausalLM.from_pretrained(str(tiny_models["llama"]), dtype=torch.float32)
     want = sum(p.numel() for p in model.parameters())
     model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
-    for folder, width in ((tiny_models["llama"], 4), (tmp_path / "bf16", 2)):
+    model.to(torch.float16).save_pretrained(tmp_path / "fp16")
+    for folder, width, dtype in ((tiny_models["llama"], 4, "fp32"), (tmp_path / "bf16", 2, "bf16"),
+                                 (tmp_path / "fp16", 2, "fp16")):
         facts = model_store.model_facts(ModelSource("tiny", "hf", folder), tmp_path)
         assert facts.n_params == want and facts.weight_bytes == 4 * want, folder
-        assert facts.source_bytes == width * want, folder
+        assert (facts.source_bytes, facts.source_dtype) == (width * want, dtype), folder
     # transformers holds the files mapped while it casts from their dtype, not otherwise:
     # a bf16 release in bf16 was planned as if cast from fp32 (1.6 GiB for 981 MiB), in
     # fp32 as if read as it is (1.3 GiB for 1,582 MiB)
@@ -142,6 +144,9 @@ def test_facts_count_parameters_from_the_headers_whatever_the_dtype(tiny_models,
     fp32 = replace(hf, model=str(tiny_models["llama"]))
     assert prepare.planning_facts(fp32).host_bytes == CPU_RUNTIME_BYTES
     assert prepare.planning_facts(replace(fp32, weights="bf16")).host_bytes == CPU_RUNTIME_BYTES + 4 * want
+    # an fp16 release loaded in bf16: cast, though the same size (its load peaked at 3x the plan)
+    fp16 = replace(hf, model=str(tmp_path / "fp16"), weights="bf16")
+    assert prepare.planning_facts(fp16).host_bytes == CPU_RUNTIME_BYTES + 2 * want
 
 
 def test_a_gguf_of_an_unsupported_architecture_is_refused_before_converting(tmp_path, monkeypatch):
