@@ -635,10 +635,18 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     read = replace(req, corpus_tokens=req.outline_tokens, n_chunks=0) if chosen.outline_files else req
     without, kept_plan = (_retrieval_plan(replace(read, kept_notes=n), facts, rates) for n in (0, kept))
     saved = max(0.0, without.est_seconds - kept_plan.est_seconds)
-    return replace(chosen, est_seconds=chosen.est_seconds - saved,
-                   est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
-                   reasons=(*chosen.reasons, f"the notes of {kept} of its {note_windows} note steps are kept "
-                                             "from an earlier run: read back, not written"))
+    total = chosen.est_seconds - saved
+    # A reason that weighed the whole time against a budget says it no more (the plan showed
+    # "est <=42s" beside "this one takes ~361s"); said again where the new time is over.
+    stale = f"~{chosen.est_seconds:.0f}s"
+    reasons = [r for r in chosen.reasons if not (stale in r and "budget" in r)]
+    budget_s = req.max_seconds or (SUMMARY_DEFAULT_SECONDS if req.task == "summarize" else 0.0)
+    if len(reasons) < len(chosen.reasons) and budget_s and total > budget_s:
+        reasons.append(f"with the notes kept it takes ~{total:.0f}s, over the {budget_s:g}s budget")
+    reasons.append(f"the notes of {kept} of its {note_windows} note steps are kept from an earlier run: "
+                   "read back, not written")
+    return replace(chosen, est_seconds=total, est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
+                   reasons=tuple(reasons))
 
 
 def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list[Plan] = ()) -> Plan:

@@ -227,3 +227,21 @@ def test_kept_notes_do_not_change_which_plan_is_chosen():
     again = make_plan(replace(req, kept_notes=outlined.n_windows), facts, Throughput())
     assert again.outline_files == 5 and again.n_windows == outlined.n_windows
     assert again.est_seconds < outlined.est_seconds / 3
+
+
+def test_a_plan_with_kept_notes_says_no_stale_budget_miss():
+    """It showed "est <=42s" beside "no plan is estimated within the 60s budget; this one
+    takes ~361s" (found by review)."""
+    from ktcli.plan import PlanRequest, Throughput, make_plan
+    from ktcli.types import ModelFacts
+
+    facts = ModelFacts(name="smollm2", context_window=2048, n_layers=30, n_kv_heads=3, head_dim=64,
+                       n_params=135_000_000, weight_bytes=135_000_000)
+    req = PlanRequest(task="summarize", corpus_tokens=12_000, question_tokens=0, n_documents=1, max_seconds=60)
+    fresh = make_plan(req, facts, Throughput())
+    assert any("no plan is estimated within the 60s budget" in r for r in fresh.reasons)
+    kept = make_plan(replace(req, kept_notes=fresh.n_windows), facts, Throughput())
+    assert kept.est_seconds < 60 and not any("budget" in r for r in kept.reasons)
+    half = make_plan(replace(req, kept_notes=2), facts, Throughput())
+    assert half.est_seconds > 60 and f"with the notes kept it takes ~{half.est_seconds:.0f}s, over the 60s budget" in half.reasons
+    assert not any(f"~{fresh.est_seconds:.0f}s" in r for r in half.reasons)
