@@ -15,3 +15,12 @@ class RejectedInput(InputError):
         self.reason = reason
         message = f"{display}: {reason}"
         super().__init__(f"{message}; {hint}" if hint else message)
+
+
+class TextOverLimit(Exception):
+    """A PDF's text passed the caller's `text_limit` characters by page `page` of `pages`
+    (a folder walk's limit: reading on to its end only to skip it took seconds a file)."""
+
+    def __init__(self, page: int, pages: int, chars: int) -> None:
+        super().__init__(f"page {page} of {pages}")
+        self.page, self.pages, self.chars = page, pages, chars

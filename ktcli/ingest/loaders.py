@@ -110,8 +110,10 @@ def read_bounded(stream: BinaryIO, display: str, limit: int | None = None) -> by
     return b"".join(pieces)
 
 
-def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False) -> Document:
-    """Dispatch on the name first and the content second. Raises RejectedInput."""
+def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False,
+                        text_limit: int | None = None) -> Document:
+    """Dispatch on the name first and the content second. Raises RejectedInput; a PDF
+    whose text passes `text_limit` characters, pdftext.TextOverLimit as soon as it does."""
     if not data:
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE)
     kind = doc_kind_for_name(name)
@@ -120,7 +122,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     # the format hold "%PDF-1.4" near their start, and were refused as corrupt PDFs.
     if data.startswith(b"%PDF-") or (kind in (None, "pdf") and b"%PDF-" in data[:1024]):
         try:
-            return _pdf_document(data, display)
+            return _pdf_document(data, display, text_limit)
         except RejectedInput:
             if kind == "pdf" or (kind is None and data.startswith(b"%PDF-")):
                 raise
@@ -434,10 +436,10 @@ def _notebook_document(raw: str, display: str) -> Document:
     return replace(_text_document(text, display, "markdown", None), source_lines=source_lines, left_out=left_out)
 
 
-def _pdf_document(data: bytes, display: str) -> Document:
+def _pdf_document(data: bytes, display: str, text_limit: int | None = None) -> Document:
     from ktcli.ingest.pdftext import extract_pages
 
-    page_texts, unread, labels, sections = extract_pages(data, display)  # unread page 0: the whole file
+    page_texts, unread, labels, sections = extract_pages(data, display, text_limit)  # unread page 0: the whole file
     text, pages = _paged(page_texts, labels, sections)
     left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n) for n, why in unread)
     return Document(path=display, text=text, kind="pdf", pages=pages, sha256=text_sha256(text), left_out=left_out)

@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, NamedTuple
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
-from ktcli.ingest.errors import RejectedInput
+from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.normalize import normalize_text
 
 
@@ -48,7 +48,8 @@ def _quiet_pypdf() -> Iterator[_Errors]:
         logger.propagate = propagate
 
 
-def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[str]]:
+def extract_pages(data: bytes, display: str, text_limit: int | None = None,
+                  ) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[str]]:
     """Normalised text of every page (trailing newlines stripped), in page order, and the
     pages that could not be read, as (page number, why, in words for the user): their text
     is empty, and the caller reports them (a fact on such a page must not vanish unannounced).
@@ -57,7 +58,8 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
     PDF's bookmarks ("Part II > Tides"; "" before the first or without any).
 
     Raises RejectedInput for a corrupt PDF, one that needs a password, and one with no
-    text on any page (scanned), each with what the user can do about it."""
+    text on any page (scanned), each with what the user can do about it; TextOverLimit
+    as soon as its text passes `text_limit` characters."""
     with _quiet_pypdf() as errors:
         try:
             reader = PdfReader(io.BytesIO(data), strict=False)
@@ -74,6 +76,7 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
         stamped = 0  # pages that are a page-sized image and a few characters
+        read_chars = 0
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
             try:
@@ -109,6 +112,9 @@ def extract_pages(data: bytes, display: str) -> tuple[list[str], list[tuple[int,
             if notes:
                 raw = raw.rstrip("\n") + "\n" + "\n".join(notes)
             texts.append(normalize_text(raw).rstrip("\n"))
+            read_chars += len(texts[-1]) + 1
+            if text_limit is not None and read_chars > text_limit:
+                raise TextOverLimit(number, len(pages), read_chars)
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
     texts = mend_pages(texts)

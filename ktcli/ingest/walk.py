@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
-from ktcli.ingest.errors import RejectedInput
+from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.gitignore import (IgnoreChain, IgnoreFile, enclosing_rules, is_ignored, read_ignore_file,
                                     tracked_paths)
 from ktcli.ingest.loaders import document_from_bytes, read_file_bytes
@@ -259,9 +259,19 @@ class _Walker:
             return
         display = self.display(rel)
         try:
-            document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name)
+            # A PDF stops being read once its text is over the limit (a 700-page one was read
+            # to its end, 3.6 s, only to be skipped): its text is what the limit weighs.
+            document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name,
+                                           text_limit=self.max_file_bytes if packed else None)
         except RejectedInput as e:
             self.skip(rel, e.reason)
+            return
+        except TextOverLimit as e:
+            if e.page == e.pages:  # read to its end all the same: its whole text's size
+                self.skip(rel, _too_large(e.chars, self.max_file_bytes, packed, text=True))
+            else:
+                self.skip(rel, f"too large (its text over the {format_size(self.max_file_bytes)} limit by page "
+                               f"{e.page:,} of {e.pages:,}; --max-file-bytes raises it, or name the file)")
             return
         except (ValueError, TypeError, KeyError, IndexError, AttributeError, NotImplementedError, RecursionError) as e:
             # A reader's own failure on one odd file (a parser's edge case): that file is

@@ -186,6 +186,12 @@ def test_pdfs_and_office_files_are_weighed_by_their_text(write, tmp_path: Path) 
     corpus = walk(tmp_path / "r", max_file_bytes=limit)
     assert rels(corpus, tmp_path / "r") == ["a.txt", "short.pdf"]
     assert reasons(corpus, tmp_path / "r")["long.pdf"].startswith("too large (its text 1.2 KB > 400 B limit;")
+    # reading stops at the page its text passes the limit (a 700-page PDF was read to its end)
+    many = make_text_pdf([[f"line {i} of page {n} on harbour lamps" for i in range(3)] for n in range(40)])
+    write("r/many.pdf", many)
+    stopped = reasons(walk(tmp_path / "r", max_file_bytes=limit * 3), tmp_path / "r")["many.pdf"]
+    assert stopped.startswith("too large (its text over the 1.2 KB limit by page 1") and "of 40;" in stopped
+    (tmp_path / "r" / "many.pdf").unlink()
     tiny = reasons(walk(tmp_path / "r", max_file_bytes=size // 30), tmp_path / "r")["short.pdf"]
     assert "limit (25 x the text's) for PDF, office and notebook files; --max-file-bytes raises it" in tiny
 
