@@ -282,8 +282,9 @@ class _Walker:
         if packed and (text_bytes := len(document.text.encode("utf-8", "surrogatepass"))) > self.max_file_bytes:
             self.skip(rel, _too_large(text_bytes, self.max_file_bytes, packed, text=True))
             return
-        if _holds_private_key(document.text):
-            # By content: a deploy key, a cloud service account's JSON, saved under any name.
+        if _holds_private_key(document.text) and not (document.kind == "code" and _in_tests(rel)):
+            # By content: a deploy key, a cloud service account's JSON, saved under any name
+            # (a test's fixture key in its code is no secret: the module is read).
             self.skip(rel, "holds a private key (name the file to read it)")
             return
         if (width := _machine_width(document)) is not None:
@@ -363,15 +364,28 @@ _SECRET_SUFFIXES = (".pem", ".key", ".p12", ".pfx", ".keystore", ".jks", ".tfvar
 _EXAMPLE_SUFFIXES = (".example", ".sample", ".template", ".dist")
 
 
-# A PEM private key's header and the first line of its body (in a file of its own, or
-# JSON-escaped inside a service account's JSON): a page that only names the header, as
-# a TLS how-to does, is read.
-_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----(?:\s|\\n|\\r)+"
+# A PEM (or PGP) private key's header and the first line of its body: in a file of its
+# own, JSON-escaped in a service account's JSON, or in a string literal of code (quotes,
+# "+", "\n" between them); armour headers ("Version: GnuPG") may come first. A page that
+# only names the header, as a TLS how-to does, is read. And PuTTY's key files.
+_PRIVATE_KEY = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----(?:\s|\\[nr]|[\"'`+(),])+"
+                          r"(?:(?:Proc-Type|DEK-Info|Version|Comment|Hash):[^\n]*\n\s*)*"
                           r"(?:Proc-Type:|[A-Za-z0-9+/]{40,})")
+_PUTTY_KEY = re.compile(r"^PuTTY-User-Key-File-\d+:.*^Private-Lines:", re.MULTILINE | re.DOTALL)
+# Folders and names of tests (their fixture keys are no secrets).
+_TEST_PARTS = frozenset({"test", "tests", "testing", "__tests__", "spec", "specs", "fixtures", "testdata", "test_data"})
 
 
 def _holds_private_key(text: str) -> bool:
-    return "PRIVATE KEY-----" in text and _PRIVATE_KEY.search(text) is not None
+    return ("PRIVATE KEY" in text and _PRIVATE_KEY.search(text) is not None) or (
+        text.startswith("PuTTY-User-Key-File-") and _PUTTY_KEY.search(text[:4096]) is not None)
+
+
+def _in_tests(rel: str) -> bool:
+    parts = rel.lower().split("/")
+    stem = parts[-1].rsplit(".", 1)[0]
+    return bool(_TEST_PARTS.intersection(parts[:-1])) or stem.startswith("test_") or stem.endswith(("_test", ".test",
+                                                                                                 "_spec", ".spec"))
 
 
 def _may_hold_secrets(name: str) -> bool:

@@ -455,6 +455,18 @@ def test_a_private_key_under_any_name_is_reported_not_read(tmp_path) -> None:
         "deploy_key": "holds a private key (name the file to read it)",
         "service-account.json": "holds a private key (name the file to read it)"}
     assert load_corpus([str(tmp_path / "deploy_key")]).documents  # named: read
+    # a PGP key with armour headers, a key split over string literals, PuTTY's; a test's
+    # fixture key in its code is read (found by review: a whole test module was dropped)
+    (tmp_path / "secring.asc").write_text(f"-----BEGIN PGP PRIVATE KEY BLOCK-----\nVersion: GnuPG v2\n\n{body}\n")
+    (tmp_path / "split.py").write_text(f'KEY = ("-----BEGIN RSA PRIVATE KEY-----\\n"\n       "{body}\\n")\n')
+    (tmp_path / "deploy.ppk").write_text("PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nPublic-Lines: 1\n"
+                                         "AAAA\nPrivate-Lines: 1\nAAAA\n")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_jwt.py").write_text(f'KEY = """-----BEGIN RSA PRIVATE KEY-----\n{body}\n"""\n')
+    corpus = load_corpus([str(tmp_path)])
+    assert sorted(Path(d.path).name for d in corpus.documents) == ["test_jwt.py", "tls.md"]
+    assert {Path(s.path).name for s in corpus.skipped} == {"deploy_key", "service-account.json", "secring.asc",
+                                                           "split.py", "deploy.ppk"}
 
 
 @pytest.mark.parametrize("rules,kept", [
