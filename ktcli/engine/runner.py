@@ -24,6 +24,7 @@ import torch
 from ktcli.engine.attention import SeqAttn, block_slots, make_masks
 from ktcli.engine.backend import SamplingParams
 from ktcli.engine.block_manager import BlockManager
+from ktcli.engine.host_alloc import release_idle_heap
 from ktcli.engine.model import Model, Step
 from ktcli.engine.prefix_store import PrefixStore
 from ktcli.engine.sampler import make_generator, sample
@@ -218,6 +219,8 @@ class Engine:
                 if s.block_table:
                     self._release(s)
             self._aborted.clear()
+            if self.device.type == "cpu":
+                release_idle_heap()  # the run's temporaries, not kept for the next one (engine.host_alloc)
 
     @torch.inference_mode()
     def prompt_logits(self, ids: list[int], all_rows: bool = True) -> torch.Tensor:

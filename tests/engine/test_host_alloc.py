@@ -47,3 +47,23 @@ def test_repeated_prefill_reuses_its_temporaries(smollm2_dir):
     assert faults < 6144
     took, _ = _child(smollm2_dir, KTCLI_NO_MALLOPT="1")
     assert not took
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or not platform.libc_ver()[0].startswith("glibc"),
+                    reason="glibc's malloc_trim")
+def test_the_free_heap_piled_up_between_runs_is_handed_back(monkeypatch):
+    """A summary's process grew ~15 MB a part: every prompt's temporaries, kept by the
+    raised thresholds, stayed in pieces in the heap between runs."""
+    from ktcli.engine import host_alloc
+
+    monkeypatch.setattr(host_alloc, "_settled", [])
+    host_alloc.keep_freed_blocks()
+    assert not host_alloc.release_idle_heap()  # the first run: where the process settled
+    blocks = [bytearray(4 << 20) for _ in range(40)]  # 160 MB of heap blocks (under the 32 MB mmap threshold)
+    for b in blocks:
+        b[::4096] = b"x" * len(b[::4096])  # touched: resident
+    before = host_alloc._resident_bytes()
+    del blocks
+    assert host_alloc.release_idle_heap()
+    assert host_alloc._resident_bytes() < before - (100 << 20)
+    assert not host_alloc.release_idle_heap()  # back under the margin
