@@ -62,11 +62,15 @@ _BACKTICKED = re.compile(r"`([A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*)(?:\
 # "where is `class Segment` defined?" found no chunk of `class Segment(NamedTuple):`.
 # After a keyword only where code writes it so ("which class handles colours" names none),
 # and in backticks whatever the word before.
+# A type's keyword takes a capitalised (or code-shaped) name in prose: "class Segment",
+# not "class names" or "enum values"; a function's any name ("def render").
 _KEYWORDS = r"class|def|fn|func|struct|enum|interface|trait"
+_FUNCTION_KEYWORDS = frozenset({"def", "fn", "func"})
 _KINDS = _KEYWORDS + r"|function|type|module|method|macro|constant"
-_KEYWORD_NAME = re.compile(rf"(\w+\s+)?\b(?:{_KEYWORDS})\s+([A-Za-z_$][\w$]*)")
+_CALLABLE_KINDS = frozenset({"function", "method", "macro", "def", "fn", "func"})
+_KEYWORD_NAME = re.compile(rf"(\w+\s+)?\b({_KEYWORDS})\s+([A-Za-z_$][\w$]*)")
 _BACKTICKED_DEFINITION = re.compile(rf"`(?:{_KEYWORDS}|function|const|let|var|type|module)\s+([A-Za-z_$][\w$]*)")
-_NAME_KIND = re.compile(rf"\b(?:the|a|an|its|our|this|that)\s+`?([A-Za-z_$][\w$]*)(?:\(\))?`?\s+(?:{_KINDS})\b",
+_NAME_KIND = re.compile(rf"\b(?:the|a|an|its|our|this|that)\s+`?([A-Za-z_$][\w$]*)(?:\(\))?`?\s+({_KINDS})\b",
                         re.IGNORECASE)
 # A keyword after these is a noun of prose ("which class handles colours", "a class for").
 _DETERMINERS = frozenset({"which", "what", "whose", "the", "a", "an", "this", "that", "these", "those", "each",
@@ -80,7 +84,10 @@ _PROSE = frozenset({"the", "a", "an", "this", "that", "these", "those", "which",
                     "does", "do", "and", "or", "to", "with", "as", "by", "from", "on", "at", "be", "defined", "called",
                     "named", "where", "how", "why", "when", "who", "abstract", "data", "return", "python", "public",
                     "private", "static", "async", "given", "following", "above", "below", "inner", "outer", "wrapper",
-                    "callback", "utility", "generic", "top", "level", "class", "def", "function", "method", "type"})
+                    "callback", "utility", "generic", "top", "level", "class", "def", "function", "method", "type",
+                    "entire", "whole", "current", "previous", "next", "old", "original", "default", "custom",
+                    "internal", "external", "global", "local", "specific", "particular", "corresponding", "relevant",
+                    "actual", "underlying", "final", "single", "simple", "nested", "recursive", "anonymous"})
 # A name defined in more chunks than this is a common one (`__init__`, `run`): no signal.
 MAX_DEFINITIONS = 3
 
@@ -93,11 +100,20 @@ def code_names(question: str) -> set[str]:
     for m in _BACKTICKED.finditer(question):
         names.update(part for part in re.split(r"\.|::", m.group(1)) if len(part) >= 3)
     found = [m.group(1) for m in _BACKTICKED_DEFINITION.finditer(question)]
-    found += [m.group(1) for m in _NAME_KIND.finditer(question)]
-    found += [m.group(2) for m in _KEYWORD_NAME.finditer(question)
-              if not (m.group(1) and m.group(1).strip().lower() in _DETERMINERS)]
+    # "the render function": a lowercase name only before a callable's kind
+    found += [m.group(1) for m in _NAME_KIND.finditer(question)
+              if _shaped(m.group(1)) or m.group(2).lower() in _CALLABLE_KINDS]
+    for m in _KEYWORD_NAME.finditer(question):
+        before, keyword, name = (m.group(1) or "").strip().lower(), m.group(2), m.group(3)
+        if _shaped(name) or (keyword in _FUNCTION_KEYWORDS and before not in _DETERMINERS):
+            found.append(name)
     names.update(name for name in found if len(name) >= 3 and name.lower() not in _PROSE)
     return names
+
+
+def _shaped(name: str) -> bool:
+    """Capitalised, or written as code (an underscore, a capital inside): a type's name."""
+    return name[:1].isupper() or "_" in name or any(c.isupper() for c in name[1:])
 
 
 class SymbolTable:

@@ -30,8 +30,13 @@ def test_a_plain_word_beside_its_keyword_or_kind_is_a_name():
     # prose around a kind's name names nothing
     for question in ("which class handles colors?", "what class of problems does it solve", "Is there a class for tables?",
                      "Which function of the module prints?", "is there a helper function for this?",
-                     "Where is the function that parses arguments?", "What kind of type is returned?"):
+                     "Where is the function that parses arguments?", "What kind of type is returned?",
+                     "List all enum values", "How are class names resolved?", "Explain class inheritance here",
+                     "Summarize the entire module"):
         assert code_names(question) == set(), question
+    # found by review: a kind's name after the name, a determiner before the keyword
+    assert code_names("How is the Segment class used?") == {"Segment"}
+    assert code_names("What does the class Segment do?") == {"Segment"}
 
 
 def test_definitions_in_several_languages_are_found_and_common_names_ignored():
