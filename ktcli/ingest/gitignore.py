@@ -266,11 +266,14 @@ def _global_excludes(repo_root: Path) -> Path | None:
     """git's core.excludesFile as this repository sees it, else its default place
     ($XDG_CONFIG_HOME/git/ignore, ~/.config/git/ignore)."""
     try:
-        named = subprocess.run(["git", "-C", str(repo_root), "config", "--path", "--get", "core.excludesFile"],
-                               capture_output=True, timeout=10).stdout.decode(errors="replace").strip()
+        got = subprocess.run(["git", "-C", str(repo_root), "config", "--path", "--get", "core.excludesFile"],
+                             capture_output=True, timeout=10)
     except (OSError, subprocess.SubprocessError):  # no git installed: its default place still
-        named = ""
-    if named:
+        got = None
+    if got is not None and got.returncode == 0:
+        named = got.stdout.decode(errors="replace").strip()
+        if not named:  # set to nothing: no excludes file, as git has it
+            return None
         path = Path(named).expanduser()
         return path if path.is_absolute() else repo_root / path
     config_home = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")

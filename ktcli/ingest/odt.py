@@ -44,8 +44,9 @@ _INDEXES = frozenset(f"{TEXT}{name}" for name in ("table-of-content", "illustrat
                                                   "user-index", "alphabetical-index", "bibliography"))
 # Indexes that only list the document's own headings or captions with their pages: left out
 # (`Layout.leaving_out`); an alphabetical index or a bibliography says more, and is read.
-_LISTINGS = frozenset(f"{TEXT}{name}" for name in ("table-of-content", "illustration-index", "table-index",
-                                                   "object-index"))
+_LISTING_NAMES = {f"{TEXT}table-of-content": "table-of-contents", f"{TEXT}illustration-index": "list-of-figures",
+                  f"{TEXT}table-index": "list-of-tables", f"{TEXT}object-index": "list-of-objects"}
+_LISTINGS = frozenset(_LISTING_NAMES)
 _SPACES = re.compile(r"[ \t\r\n]+")  # ODF collapses white space in text; text:s and text:tab say more
 _MAX_STYLE_CHAIN = 32
 _MAX_ANCHOR_CHARS = 80
@@ -157,6 +158,7 @@ class _Reader:
         self.deferred: list[ET.Element] = []
         self.images = self.described = self.objects = self.deletions = self.hidden = 0
         self.first_paragraph = True
+        self.listed: dict[str, int] = {}  # a listing index's kind -> its entries left out
 
     def read(self) -> ZippedText:
         body = self.content.find(f"{OFFICE}body/{OFFICE}text") if self.content is not None else None
@@ -198,8 +200,11 @@ class _Reader:
                 index_body = child.find(f"{TEXT}index-body")
                 if index_body is not None:
                     was, self.layout.leaving_out = self.layout.leaving_out, self.layout.leaving_out or tag in _LISTINGS
+                    before = self.layout.left_out
                     self._blocks(index_body, list_level)
                     self.layout.leaving_out = was
+                    if tag in _LISTINGS:
+                        self.listed[tag] = self.listed.get(tag, 0) + self.layout.left_out - before
             elif tag == f"{TEXT}index-title":
                 self._blocks(child, list_level)
             elif tag in _DECLARATIONS:
@@ -453,7 +458,8 @@ class _Reader:
         return left_out_notes([count_of(self.images, "image"),
                                count_of(self.objects, "embedded object (a chart, a formula...)",
                                         "embedded objects (charts, formulas...)"),
-                               count_of(self.layout.left_out, "table-of-contents entry", "table-of-contents entries")],
+                               *(count_of(n, f"{_LISTING_NAMES[tag]} entry", f"{_LISTING_NAMES[tag]} entries")
+                                 for tag, n in self.listed.items())],
                               self.described, self.deletions, self.hidden)
 
 

@@ -659,3 +659,5 @@ def test_the_users_own_git_excludes_apply_as_in_git(write, tmp_path: Path, monke
     listed = subprocess.run(["git", "-C", str(tmp_path / "r"), "ls-files", "-co", "--exclude-standard"],
                             capture_output=True, text=True, check=True).stdout.split()
     assert sorted(listed) == ["a.py", "n.note"]  # as git has it
+    write("gitconfig", "[core]\n\texcludesFile =\n")  # set to nothing: none, not the default place (review)
+    assert rels(walk(tmp_path / "r"), tmp_path / "r") == ["a.py", "g.glob", "n.note"]

@@ -269,10 +269,13 @@ def test_an_opendocument_table_of_contents_is_left_out_and_said(write) -> None:
             "<text:index-body><text:index-title><text:p>Contents</text:p></text:index-title>"
             "<text:p>Log<text:tab/>1</text:p><text:p>Orders<text:tab/>2</text:p></text:index-body></text:table-of-content>"
             '<text:h text:outline-level="1">Log</text:h><text:p>Ship sighted at dawn.</text:p>'
-            '<text:alphabetical-index><text:index-body><text:p>dawn, 1</text:p></text:index-body></text:alphabetical-index>')
+            '<text:alphabetical-index><text:index-body><text:p>dawn, 1</text:p></text:index-body></text:alphabetical-index>'
+            '<text:illustration-index><text:index-body><text:p>Figure 1: the tower<text:tab/>1</text:p>'
+            "</text:index-body></text:illustration-index>")
     doc = load_one(write("log.odt", make_odt(body)))
     assert doc.text.startswith("# Log") and "Orders" not in doc.text and "dawn, 1" in doc.text
-    assert "3 table-of-contents entries not read" in doc.left_out[0].reason
+    assert "Figure 1" not in doc.text
+    assert "3 table-of-contents entries and 1 list-of-figures entry not read" in doc.left_out[0].reason
 
 
 def test_a_word_document_is_known_by_its_content(write) -> None:
