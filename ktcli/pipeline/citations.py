@@ -319,11 +319,15 @@ def evidence_entry(span: Span, score: float | None) -> dict:
             "page": span.page, "unit": span.kind, "score": score}
 
 
-def documents_read(documents) -> list[dict]:
+def documents_read(documents, outlined=frozenset()) -> list[dict]:
     """`figures.evidence` of a read of whole documents: each one, all its lines (a PDF:
-    its pages, named by the path alone)."""
+    its pages, named by the path alone); those in `outlined` (paths) read as outlines,
+    said so, with no lines claimed."""
     out = []
     for d in documents:
+        if d.path in outlined:
+            out.append(evidence_entry(Span(d.path), None) | {"ref": f"{d.path} (outline)", "outlined": True})
+            continue
         lines = (None, None) if d.pages else (1, d.text.rstrip("\n").count("\n") + 1)
         out.append(evidence_entry(Span(d.path, *lines), None) | {"ref": d.path})
     return out

@@ -171,7 +171,7 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) ->
     # (shown under it, as an answer's is: one printed with no sources left nothing to check).
     figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines),
                                  "outlined": _outlined_paths(prep),
-                                 "evidence": citations.documents_read(prep.corpus.documents)}
+                                 "evidence": citations.documents_read(prep.corpus.documents, prep.outlines.keys())}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
 
 

@@ -295,6 +295,10 @@ def test_summary_with_outlines_reads_signatures_not_bodies(code_repo, tmp_path):
         assert "Ledger keeps accounts and their postings." in read  # prose is read whole
         assert "shown as outlines" in backend.calls[0][-1]["content"]
         assert answer.stats["outlined_files"] == 8
+        # what it read says which it read as outlines, claiming none of their lines (review)
+        outlined = [e for e in answer.stats["evidence"] if e.get("outlined")]
+        assert sorted(e["path"] for e in outlined) == sorted(prep.outlines)
+        assert all(e["line_start"] is None and e["ref"].endswith(" (outline)") for e in outlined)
     assert answer.stats["windows"] > 2
 
 
