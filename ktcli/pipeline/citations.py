@@ -366,6 +366,9 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     if "evidence" in figures:
         evidence = []
         for e in figures["evidence"]:
+            if e.get("outlined"):  # no lines claimed: its ref says so as it is
+                evidence.append(e)
+                continue
             span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], "")))
             evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end,
                                  "unit": span.kind})
