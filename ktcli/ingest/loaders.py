@@ -437,11 +437,12 @@ def _notebook_document(raw: str, display: str) -> Document:
 
 
 def _pdf_document(data: bytes, display: str, text_limit: int | None = None) -> Document:
-    from ktcli.ingest.pdftext import extract_pages
+    from ktcli.ingest.pdftext import READ_BUT, extract_pages
 
     page_texts, unread, labels, sections = extract_pages(data, display, text_limit)  # unread page 0: the whole file
     text, pages = _paged(page_texts, labels, sections)
-    left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n) for n, why in unread)
+    left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n or why.startswith(READ_BUT))
+                     for n, why in unread)
     return Document(path=display, text=text, kind="pdf", pages=pages, sha256=text_sha256(text), left_out=left_out)
 
 

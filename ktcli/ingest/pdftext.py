@@ -16,6 +16,11 @@ from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.normalize import normalize_text
 
 
+# A page's note that begins so names a page that was read, if little of it (said "read
+# <doc> p.N: only 51 characters...", not "skipped": its words were the answer's).
+READ_BUT = "only"
+
+
 class _Errors(logging.Handler):
     """pypdf's warnings and errors while a page is read: a content stream that fails to
     decompress is logged as a warning, and the page's text comes back empty, not raised."""
@@ -103,7 +108,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
                     # a scan with a stamp (Bates number, fax header, scanner date): the stamp
                     # read, the page's words not, and nothing said. The image must cover most
                     # of the page: a slide's picture beside its title is not a scan.
-                    unread.append((number, f"only {len(raw.strip())} characters of text on a page-sized image "
+                    unread.append((number, f"{READ_BUT} {len(raw.strip())} characters of text on a page-sized image "
                                            "(a scanned page with a stamp?)"))
                     stamped += 1
             if _may_hold_table(raw):

@@ -423,6 +423,7 @@ def test_scans_with_a_stamp_are_reported_in_one_line_per_file(write) -> None:
         corpus = load_corpus([str(path)])
         assert [s.path for s in corpus.skipped] == [f"{path} p.2"]
         assert "only 2 characters of text on a page-sized image" in corpus.skipped[0].reason
+        assert corpus.skipped[0].part  # its words were read: said "read ... p.2", not "skipped"
 
 
 def test_a_scan_with_a_short_ocr_layer_is_not_told_to_run_ocr(write) -> None:
