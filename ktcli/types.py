@@ -33,6 +33,7 @@ class Span:
     line_end: int | None = None
     page: int | None = None
     unit: str = ""  # "" (lines, or a page), CHAPTER (`page` is a chapter) or PARAGRAPH (lines are ¶s)
+    page_label: str | None = None  # the page's printed number where it is not its index ("iv", "217")
 
     @property
     def kind(self) -> str | None:

@@ -316,7 +316,7 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
 def evidence_entry(span: Span, score: float | None) -> dict:
     """One entry of --json's `figures.evidence`, whatever the mode or task."""
     return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
-            "page": span.page, "unit": span.kind, "score": score}
+            "page": span.page, "page_label": span.page_label, "unit": span.kind, "score": score}
 
 
 def documents_read(documents, outlined=frozenset()) -> list[dict]:
@@ -358,9 +358,13 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
         label = printed.get((span.path, span.page))
         return f"{span.path} p.{label} (page {span.page} of the file)" if label else span.cite()
 
+    def labelled(span: Span) -> Span:
+        label = printed.get((span.path, span.page))
+        return replace(span, page_label=label) if label else span
+
     cites = []
     for c in answer.citations:
-        span = moved(c.span)
+        span = labelled(moved(c.span))
         cites.append(replace(c, ref=ref(span), span=span))
     figures = dict(answer.stats)
     if "evidence" in figures:
@@ -371,6 +375,6 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
                 continue
             span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], "")))
             evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end,
-                                 "unit": span.kind})
+                                 "unit": span.kind, "page_label": printed.get((span.path, span.page))})
         figures["evidence"] = evidence
     return replace(answer, citations=tuple(cites), stats=figures)

@@ -211,6 +211,12 @@ def test_a_pdf_page_is_cited_by_its_printed_number_where_it_has_one():
     cites = (Citation("book.pdf p.4", Span("book.pdf", 4, 4, 4)), Citation("book.pdf p.3", Span("book.pdf", 3, 3, 3)))
     answer = in_source_lines(Answer("Ada.", cites, plan, {}), Corpus((doc,)))
     assert [c.ref for c in answer.citations] == ["book.pdf p.2 (page 4 of the file)", "book.pdf p.1 (page 3 of the file)"]
+    # --json says the printed number too: a script had to parse it out of `ref`
+    import json
+
+    from ktcli.render.formats import answer_json
+
+    assert [(c["page"], c["page_label"]) for c in json.loads(answer_json(answer))["citations"]] == [(4, "2"), (3, "1")]
 
 
 def test_each_item_of_a_list_answer_is_cited():
