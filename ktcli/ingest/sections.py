@@ -55,7 +55,8 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
         return SectionIndex([(1, f"{TABLE_TRAIL}{lines[0].rstrip(chr(13))}")])  # from the first row under it
     if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
         return SectionIndex(_diff_marks(lines))
-    return heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)))
+    return heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)),
+                          markdown=kind == "markdown")
 
 
 def _piped_code(language: str | None, lines: list[str]) -> bool:
@@ -128,9 +129,10 @@ def _diff_marks(lines: list[str]) -> list[tuple[int, str]]:
 TABLE_SUFFIXES = (".csv", ".tsv")
 
 
-def heading_trails(lines: list[str], *, code: bool) -> SectionIndex:
-    """The trail at every line of `lines` (a document's, 0-based)."""
-    marks = _code_marks(lines) if code else _prose_marks(lines)
+def heading_trails(lines: list[str], *, code: bool, markdown: bool = False) -> SectionIndex:
+    """The trail at every line of `lines` (a document's, 0-based); `markdown`: underlined
+    headings as Markdown ranks them (=== level 1, --- level 2), not as reStructuredText."""
+    marks = _code_marks(lines) if code else _prose_marks(lines, markdown)
     return SectionIndex(marks)
 
 
@@ -149,20 +151,20 @@ class SectionIndex:
         return len(self._starts)
 
 
-def _prose_marks(lines: list[str]) -> list[tuple[int, str]]:
+def _prose_marks(lines: list[str], markdown: bool = False) -> list[tuple[int, str]]:
     """(line, trail) at each heading; the trail includes the heading itself."""
     styles: dict[tuple[str, bool], int] = {}  # rST adornment style -> level, in order of first use
     stack: list[tuple[int, str]] = []  # (level, title)
     marks: list[tuple[int, str]] = []
     in_fence = False
-    k = 0
+    k = _front_matter_end(lines) if markdown else 0
     while k < len(lines):
         line = lines[k]
         if _FENCE.match(line):
             in_fence = not in_fence
             k += 1
             continue
-        heading = None if in_fence else _heading_at(lines, k, styles)
+        heading = None if in_fence else (_markdown_heading_at(lines, k) if markdown else _heading_at(lines, k, styles))
         if heading is None:
             k += 1
             continue
@@ -173,6 +175,38 @@ def _prose_marks(lines: list[str]) -> list[tuple[int, str]]:
         marks.append((first_line, SEPARATOR.join(t for _, t in stack[-MAX_DEPTH:])))
         k = next_k
     return marks
+
+
+# Markdown's setext underline: = (level 1) or - (level 2), any length, up to 3 spaces in.
+_SETEXT = re.compile(r" {0,3}(=+|-+)\s*$")
+_NOT_A_PARAGRAPH = re.compile(r" {4}|\t| {0,3}(?:[-*+>]\s|\d+[.)]\s|[|`~<])")
+
+
+def _markdown_heading_at(lines: list[str], k: int):
+    """A Markdown heading at line k: `# Title`, or a paragraph's line underlined with `===`
+    (level 1) or `---` (level 2) of any length, as CommonMark reads them (ranked as
+    reStructuredText's adornments, below any `#` heading, a wiki page's `Runbook` over
+    `## Deploy` was cited "(Deploy)")."""
+    atx = _ATX.match(lines[k])
+    if atx:
+        title = _clean(atx.group(2))
+        return (len(atx.group(1)), title, k, k + 1) if title else None
+    line = lines[k]
+    if not line.strip() or k + 1 >= len(lines) or _NOT_A_PARAGRAPH.match(line) or _SETEXT.match(line):
+        return None
+    under = _SETEXT.match(lines[k + 1])
+    title = _clean(line.strip()) if under else ""
+    if not title or len(title) > MAX_TITLE_CHARS:
+        return None
+    return (1 if under.group(1)[0] == "=" else 2), title, k, k + 2
+
+
+def _front_matter_end(lines: list[str]) -> int:
+    """The line after a Markdown file's YAML front matter (`---` ... `---`), else 0: its
+    closing `---` under `title: x` is no heading."""
+    if not lines or lines[0].strip() != "---":
+        return 0
+    return next((i + 1 for i in range(1, min(len(lines), 200)) if lines[i].strip() in ("---", "...")), 0)
 
 
 def _heading_at(lines: list[str], k: int, styles: dict[tuple[str, bool], int]):

@@ -231,3 +231,17 @@ def test_code_piped_in_has_code_trails_and_markdown_stays_prose():
                   "Example (Python):"):
         lines = indented[:2] + [prose] + indented[2:]
         assert document_trails("<stdin>", "stdin", lines, "python").at(10) == "Usage > Configuration", prose
+
+
+def test_markdown_underlined_headings_rank_as_markdown_ranks_them():
+    """A wiki page's `Runbook` underlined with === above a `## Deploy` was ranked below it
+    (reStructuredText's rule: adornments after any # level), so Deploy was cited alone;
+    and an underline shorter than its title was no heading."""
+    from ktcli.ingest.sections import document_trails
+
+    page = "Runbook\n=======\n\nintro\n\nSet up the host\n---\n\ntext\n\n## Deploy\n\nbody".split("\n")
+    trails = document_trails("Runbook.md", "markdown", page)
+    assert [trails.at(k) for k in (3, 8, 12)] == ["Runbook", "Runbook > Set up the host", "Runbook > Deploy"]
+    # front matter's closing --- and a list item above --- are no headings
+    other = "---\ntitle: x\n---\n# Real\n- item\n---\ntext".split("\n")
+    assert {document_trails("a.md", "markdown", other).at(k) for k in range(7)} == {"", "Real"}
