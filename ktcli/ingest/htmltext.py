@@ -12,6 +12,8 @@ import warnings
 from bs4 import BeautifulSoup, NavigableString, Tag, XMLParsedAsHTMLWarning
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
+from ktcli.ingest.layout import escaped_hash
+
 # Never visible (or not page content). <head> itself is walked, not dropped: a page may
 # leave out its `</head>` (HTML allows it), and html.parser then nests the whole body
 # inside <head>; its metadata tags are dropped one by one instead.
@@ -56,6 +58,7 @@ class _Lines:
         self.marker = ""
         self._any = False  # the line holds a visible character (a separator counts)
         self._content = False  # ... of the page's text (a cell separator does not)
+        self._heading = False  # the line is a heading's, its "## " marker written
 
     def text(self, piece: str, source: int, separator: bool = False) -> None:
         piece = piece.replace("\u00ad", "")  # a soft hyphen (&shy;) shows only at a line end
@@ -66,6 +69,7 @@ class _Lines:
             self.current_source = source  # where its words start, not an empty first cell
             if self.marker:
                 self.current.insert(0, self.marker)
+                self._heading = self.marker.startswith("#")
                 self.marker = ""
         self._any = self._any or bool(piece.strip())
         self.current.append(piece)
@@ -76,8 +80,10 @@ class _Lines:
     def newline(self) -> None:
         # Spaces collapse across inline tags as a browser shows them ("a <b> b</b>": "a b").
         line = _SPACES.sub(" ", "".join(self.current)).strip() if self._content else ""
+        if not self._heading:  # a "#" column's header row is no heading (`layout.escaped_hash`)
+            line = escaped_hash(line)
         self.current = []
-        self._any = self._content = False
+        self._any = self._content = self._heading = False
         if not line:  # nothing, or a table row of empty cells
             return
         self._blank_if_pending(self.current_source)

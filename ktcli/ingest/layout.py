@@ -47,6 +47,13 @@ def _one_line(text: str) -> str:
     return " ".join(_unhyphened(text).split())
 
 
+def escaped_hash(line: str) -> str:
+    """A line of body text that starts with a hash ("# of units shipped", a table's "#"
+    column) with a backslash before it, as Markdown escapes one: read as a heading, it
+    became the section trail of all the text after it, and the model read it as one too."""
+    return "\\" + line if line.startswith("#") else line
+
+
 def says_something(running_text: str) -> bool:
     """Whether a header's or footer's text is more than page numbering."""
     return bool(running_text.strip()) and not _PAGE_FURNITURE.fullmatch(running_text.strip())
@@ -110,7 +117,9 @@ class Layout:
             return True
         if kind == HEADING and not continued:
             lines = [f"{'#' * max(1, min(level, _DEEPEST_HEADING))} {' '.join(' '.join(lines).split())}"]
-        elif kind == ITEM:
+        elif kind != ITEM:  # (an item's lines follow its marker or indentation)
+            lines = [escaped_hash(line) for line in lines]
+        else:
             indent = "  " * level
             first = "  " if continued or not marker else f"{marker} " if isinstance(marker, str) else "- "
             lines = [f"{indent}{first}{lines[0]}", *(f"{indent}  {line}" for line in lines[1:] if line)]

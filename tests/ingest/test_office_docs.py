@@ -278,6 +278,21 @@ def test_an_opendocument_table_of_contents_is_left_out_and_said(write) -> None:
     assert "3 table-of-contents entries and 1 list-of-figures entry not read" in doc.left_out[0].reason
 
 
+def test_body_text_starting_with_a_hash_is_no_heading(write) -> None:
+    """"# of units shipped: 500" and a table's "#" column were read as headings: the trail
+    of everything after them, and headings to the model."""
+    body = (p(r("Shipping report"), style="Heading1") + p(r("# of units shipped: 500"))
+            + table(["#", "Item"], ["1", "Bolt"]) + p(r("Closing remarks.")))
+    doc = load_one(write("ship.docx", make_docx(body)))
+    lines = doc.text.split("\n")
+    assert "\\# of units shipped: 500" in lines and "\\# | Item" in lines
+    assert trail_of(doc, "Closing remarks") == "Shipping report"
+    from ktcli.ingest.htmltext import html_to_text
+
+    text, _ = html_to_text("<h2>Ship</h2><p># of units</p><table><tr><th>#</th><th>Item</th></tr></table>")
+    assert text.split("\n") == ["## Ship", "", "\\# of units", "", "\\# | Item"]
+
+
 def test_a_word_document_is_known_by_its_content(write) -> None:
     data = contract_docx()
     piped = load_stdin(None, io.BytesIO(data))
