@@ -11,7 +11,7 @@ import stat
 import sys
 from dataclasses import replace
 from functools import lru_cache
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
@@ -302,6 +302,11 @@ def _binary(display: str, data: bytes) -> RejectedInput:
     """The refusal of a binary file, naming its format where its first bytes tell it, and
     in its hint the file's own name."""
     file = _shell_name(display)
+    from ktcli.ingest.zipdoc import unread_office
+
+    office = unread_office(data)
+    if office is not None:
+        return RejectedInput(display, f"{office[0]}: not read", office[1])
     known = _format_of(data)
     if known is not None and _holds_tar(data, known[0]):  # `gunzip -c a.tgz | ktcli ask -` met the tar refusal next
         packed = known[0].removesuffix(" data")
@@ -557,8 +562,19 @@ _OLE_KINDS = (
 )
 
 
+# Other OLE files by their names (an Outlook message was called a legacy .doc).
+_OLE_BY_SUFFIX = {".msg": ("an Outlook message (.msg, OLE)", "save it as text or PDF, or its attachments on their own"),
+                  ".xls": ("a legacy Excel .xls (OLE) file", "export it as CSV or PDF"),
+                  ".ppt": ("a legacy PowerPoint .ppt (OLE) file", "export it as PDF"),
+                  ".pub": ("a Publisher file (OLE)", "export it as PDF"),
+                  ".vsd": ("a Visio drawing (OLE)", "export it as PDF")}
+
+
 def _ole_refusal(display: str, data: bytes) -> RejectedInput:
     for stream, what, hint in _OLE_KINDS:
         if stream.encode("utf-16-le") in data:
             return RejectedInput(display, what, hint)
+    by_name = _OLE_BY_SUFFIX.get(PurePath(display).suffix.lower())
+    if by_name is not None:
+        return RejectedInput(display, *by_name)
     return RejectedInput(display, "an encrypted or legacy .doc/.docx (OLE) file", "save it as .docx or PDF")

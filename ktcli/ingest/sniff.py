@@ -18,7 +18,6 @@ BINARY_EXTENSIONS = frozenset(
     mp3 mp4 m4a m4v wav flac ogg oga opus avi mov mkv webm
     sqlite sqlite3 db mdb parquet feather arrow npy npz pt pth ckpt safetensors gguf onnx
     h5 hdf5 pkl pickle joblib
-    doc xls xlsx ppt pptx ods odp
     """.split()
 )
 

@@ -313,7 +313,10 @@ def _is_office_lock(name: str, size: int) -> bool:
 # Kinds of file whose bytes say little of their text (pictures, fonts, zipped XML, a
 # notebook's plots): judged by their text, and skipped unread only past this many times
 # --max-file-bytes (50 MB by default).
-PACKED_SUFFIXES = frozenset({".pdf", ".docx", ".docm", ".dotx", ".dotm", ".odt", ".ott", ".epub", ".ipynb"})
+PACKED_SUFFIXES = frozenset({".pdf", ".docx", ".docm", ".dotx", ".dotm", ".odt", ".ott", ".epub", ".ipynb",
+                             # judged by content too: a .docx renamed .doc is read, a workbook
+                             # or an old .doc said as what it is (all were "binary")
+                             ".doc", ".xls", ".xlsx", ".xlsm", ".ppt", ".pptx", ".ods", ".odp"})
 PACKED_FACTOR = 25
 
 

@@ -47,6 +47,38 @@ class ZippedText:
     images: int = 0
 
 
+# Office files ktcli does not read, by what their zip holds: (member or mimetype, what it
+# is, what to do). A workbook was refused as "a zip archive; unpack it", which read its
+# XML parts as code.
+_UNREAD_OFFICE = (
+    ("xl/workbook.xml", "an Excel workbook (.xlsx)", "export its sheets as CSV (File > Save As > CSV)"),
+    ("xl/workbook.bin", "an Excel binary workbook (.xlsb)", "export its sheets as CSV"),
+    ("ppt/presentation.xml", "a PowerPoint presentation (.pptx)", "export it as PDF"),
+    ("application/vnd.oasis.opendocument.spreadsheet", "an OpenDocument spreadsheet (.ods)", "export its sheets as CSV"),
+    ("application/vnd.oasis.opendocument.presentation", "an OpenDocument presentation (.odp)", "export it as PDF"),
+    ("application/vnd.oasis.opendocument.graphics", "an OpenDocument drawing (.odg)", "export it as PDF"),
+    ("index/document.iwa", "an Apple Pages, Numbers or Keynote file", "export it as PDF, .docx or CSV"),
+)
+
+
+def unread_office(data: bytes) -> tuple[str, str] | None:
+    """(what it is, what to do) for a zip that is an office file ktcli does not read (a
+    spreadsheet, a presentation); None for anything else."""
+    if not data.startswith(ZIP_MAGIC):
+        return None
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+        names = {name.lower() for name in archive.namelist()}
+        mimetype = ""
+        if "mimetype" in names:
+            with archive.open("mimetype") as member:
+                mimetype = member.read(100).strip().decode("ascii", "replace")
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, KeyError, OSError, EOFError, ValueError, RuntimeError,
+            NotImplementedError, zlib.error):
+        return None
+    return next(((what, hint) for key, what, hint in _UNREAD_OFFICE if key in names or key == mimetype), None)
+
+
 def zip_format(data: bytes) -> str | None:
     """"docx", "odt" or "epub" for a zip holding one, by what is inside it; None for any
     other zip (a spreadsheet, a presentation, an archive) or bytes that are none."""

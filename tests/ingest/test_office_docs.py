@@ -312,7 +312,13 @@ def test_a_folder_reads_word_opendocument_and_epub_files_and_still_skips_spreads
     assert [(Path(d.path).name, d.kind) for d in corpus.documents] == [("a.docx", "docx"), ("b.odt", "odt"),
                                                                         ("c.epub", "epub")]
     reasons = {Path(s.path).name: s.reason for s in corpus.skipped}
-    assert reasons["d.xlsx"] == "binary" and "1 image not read" in reasons["a.docx"]
+    assert reasons["d.xlsx"] == "an Excel workbook (.xlsx): not read" and "1 image not read" in reasons["a.docx"]
+    # judged by content, as a file named on the command line is: a .docx named .doc is read
+    (tmp_path / "e.doc").write_bytes(contract_docx())
+    (tmp_path / "f.doc").write_bytes(_ole("WordDocument", "1Table"))
+    corpus = load_corpus([str(tmp_path)])
+    assert ("e.doc", "docx") in [(Path(d.path).name, d.kind) for d in corpus.documents]
+    assert "Word 97-2003 .doc" in {Path(s.path).name: s.reason for s in corpus.skipped}["f.doc"]
 
 
 def _zip(members: dict[str, str | bytes]) -> bytes:
@@ -367,10 +373,16 @@ def _rewrite(data: bytes, member: str, change) -> bytes:
 
 
 def test_other_zips_keep_their_refusal_and_a_misnamed_word_file_is_said_to_be_one(write) -> None:
-    for name, members in (("sheet.xlsx", {"[Content_Types].xml": "<Types/>", "xl/workbook.xml": "<workbook/>"}),
-                          ("slides.pptx", {"ppt/presentation.xml": "<p/>"}), ("notes.zip", {"notes.txt": "hello"})):
+    # a workbook was told to be unpacked, which read its XML parts as code
+    for name, members, said in (
+            ("sheet.xlsx", {"[Content_Types].xml": "<Types/>", "xl/workbook.xml": "<workbook/>"},
+             "an Excel workbook (.xlsx): not read; export its sheets as CSV"),
+            ("slides.pptx", {"ppt/presentation.xml": "<p/>"}, "a PowerPoint presentation (.pptx): not read; export it as PDF"),
+            ("calc.ods", {"mimetype": "application/vnd.oasis.opendocument.spreadsheet"},
+             "an OpenDocument spreadsheet (.ods): not read"),
+            ("notes.zip", {"notes.txt": "hello"}, "binary: a zip archive (or a .xlsx/.pptx/.ods, which are zips)")):
         message = refusal(write(name, _zip(members)))
-        assert "binary: a zip archive (or a .xlsx/.pptx/.ods, which are zips)" in message, message
+        assert said in message, message
         assert ".docx" not in message and ".odt" not in message
     message = refusal(write("report.docx", _zip({"xl/workbook.xml": "<workbook/>"})))
     assert "not a Word document (.docx): a zip archive without one in it" in message
