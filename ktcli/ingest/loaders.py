@@ -16,6 +16,7 @@ from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, normalize_text, text_sha256
+from ktcli.ingest.rtf import RTF_MAGIC
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
     could_be_utf16,
@@ -134,6 +135,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     zipped = _zipped_format(data, display, kind)
     if zipped is not None:
         return _zipped_document(data, display, zipped)
+    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(RTF_MAGIC):  # by content: a .doc WordPad saved is one
+        return _rtf_document(data, display)
     if data.startswith(_OLE):
         raise _ole_refusal(display, data)
     if kind in _ZIPPED_KINDS:  # named as one, and no zip: as a PDF without its header
@@ -529,6 +532,12 @@ def _zipped_document(data: bytes, display: str, kind: str) -> Document:
         # a reader's own slip on an odd file: one line that names it, never a traceback
         detail = str(e).strip().splitlines()[0][:160] if str(e).strip() else ""
         raise RejectedInput(display, f"unreadable {what} ({type(e).__name__}{': ' + detail if detail else ''})") from None
+    return _laid_out_document(found, display, kind, what)
+
+
+def _laid_out_document(found, display: str, kind: str, what: str) -> Document:
+    """A Document of a word processor's text as its reader laid it out (`ingest.layout`):
+    by page where it recorded them, else by paragraph."""
     texts = [normalize_text(t) for t in found.texts]
     if not any(t.strip() for t in texts):
         if found.images:
@@ -546,6 +555,16 @@ def _zipped_document(data: bytes, display: str, kind: str) -> Document:
     text = texts[0]
     return Document(path=display, text=text, kind=kind, sha256=text_sha256(text), source_lines=found.source_lines,
                     left_out=left_out, unit=PARAGRAPH)
+
+
+def _rtf_document(data: bytes, display: str) -> Document:
+    from ktcli.ingest.rtf import rtf_text
+
+    try:
+        found = rtf_text(data)
+    except (ValueError, IndexError, RecursionError) as e:  # a reader's slip on an odd file: one line
+        raise RejectedInput(display, f"unreadable RTF file ({type(e).__name__})") from None
+    return _laid_out_document(found, display, "rtf", "RTF document")
 
 
 # Microsoft's compound files (OLE): Office 97-2003 documents, and any Office file saved with

@@ -1,0 +1,190 @@
+"""A Rich Text Format file (.rtf: WordPad, TextEdit, many exports and e-mail clients) as the
+text a reader sees, laid out by `ingest.layout` as a Word document is: a paragraph a line,
+table rows with " | " between cells, cited by paragraph (¶). Read raw, a 121 KB contract of
+two sentences was 108K tokens of control words and a picture's hex.
+
+RTF is 7-bit text: groups in braces, control words (`\\par`, `\\b0`), `\\'e9` for a byte
+of the document's code page (`\\ansicpg1252`), `\\u1046?` for a Unicode character
+followed by `\\uc` fallback characters to skip. Destinations that hold no text of the
+document (font and colour tables, style sheets, document info, pictures, field
+instructions, anything marked `\\*`) are skipped; a field's shown result is read.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+from ktcli.ingest.layout import PARA, Layout, count_of, left_out_notes
+from ktcli.ingest.zipdoc import ZippedText
+
+RTF_MAGIC = b"{\\rtf"
+# Destinations whose text is not the document's.
+_SKIPPED = frozenset({
+    "fonttbl", "colortbl", "stylesheet", "info", "pict", "fldinst", "themedata", "colorschememapping",
+    "datastore", "latentstyles", "listtable", "listoverridetable", "rsidtbl", "generator", "xmlnstbl", "filetbl",
+    "revtbl", "pgdsctbl", "objdata", "objclass", "mmathPr", "header", "footer", "headerl", "headerr", "headerf",
+    "footerl", "footerr", "footerf", "footnote", "annotation", "atnid", "atnauthor", "bkmkstart", "bkmkend",
+    "nonshppict", "shppict", "shpinst", "sp", "sn", "sv", "template", "wgrffmtfilter", "defchp", "defpap",
+})
+# Control words that are characters.
+_CHARACTERS = {"tab": "\t", "emdash": "\u2014", "endash": "\u2013", "bullet": "\u2022", "lquote": "\u2018",
+               "rquote": "\u2019", "ldblquote": "\u201c", "rdblquote": "\u201d", "emspace": " ", "enspace": " ",
+               "qmspace": " ", "~": "\u00a0", "_": "\u2011", "line": "\n"}
+_TOKEN = re.compile(rb"\\([a-zA-Z]+)(-?\d+)? ?|\\'([0-9a-fA-F]{2})|\\(.)|([{}])|([^\\{}\r\n]+)|[\r\n]+", re.DOTALL)
+
+
+class _Group:
+    __slots__ = ("skip", "uc")
+
+    def __init__(self, skip: bool = False, uc: int = 1) -> None:
+        self.skip, self.uc = skip, uc
+
+
+def rtf_text(data: bytes) -> ZippedText:
+    """The text of an RTF file's body, a paragraph a block; what was not read (pictures,
+    headers and footers, notes) said."""
+    reader = _Reader()
+    reader.read(data)
+    texts, paragraphs = reader.layout.finish()
+    notes = left_out_notes([count_of(reader.pictures, "image")], 0, 0, 0)
+    if reader.skipped_notes:
+        notes.append(f"{count_of(reader.skipped_notes, 'header, footer or note', 'headers, footers or notes')} not read")
+    return ZippedText(texts, source_lines=paragraphs, left_out=notes, images=reader.pictures)
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.layout = Layout(paged=False)
+        self.stack = [_Group()]
+        self.codepage = "cp1252"
+        self.line: list[str] = []
+        self.cells: list[str] = []
+        self.pending = bytearray()  # \'hh bytes of the code page, decoded together (a multi-byte one's)
+        self.fallback = 0  # characters after \uN still to skip
+        self.destination_next = False  # after \*: the next control word names an ignorable destination
+        self.pictures = 0
+        self.skipped_notes = 0
+
+    def read(self, data: bytes) -> None:
+        for m in _TOKEN.finditer(data):
+            word, arg, hexbyte, symbol, brace, text = m.groups()
+            if hexbyte is not None:
+                if self.fallback:
+                    self.fallback -= 1
+                elif not self.stack[-1].skip:
+                    self.pending.append(int(hexbyte, 16))
+                continue
+            self._flush_bytes()
+            if brace is not None:
+                self._brace(brace)
+            elif word is not None:
+                self._word(word.decode("ascii"), int(arg) if arg is not None else None)
+            elif symbol is not None:
+                self._symbol(symbol.decode("latin-1"))
+            elif text is not None:
+                self._text(text.decode("latin-1"))
+        self._flush_bytes()
+        self._paragraph()
+
+    def _brace(self, brace: bytes) -> None:
+        self.fallback = 0
+        if brace == b"{":
+            top = self.stack[-1]
+            self.stack.append(_Group(top.skip, top.uc))
+        elif len(self.stack) > 1:
+            self.stack.pop()
+
+    def _word(self, word: str, arg: int | None) -> None:
+        group = self.stack[-1]
+        if self.destination_next or word in _SKIPPED:
+            self.destination_next = False
+            if not group.skip:
+                if word == "pict":
+                    self.pictures += 1
+                elif word in ("header", "footer", "footnote", "annotation") or word.startswith(("header", "footer")):
+                    self.skipped_notes += 1
+            group.skip = True
+            return
+        if self.fallback:  # a control word counts as one fallback character
+            self.fallback -= 1
+            return
+        if group.skip:
+            return
+        if word == "ansicpg" and arg is not None:
+            self.codepage = _codepage(arg)
+        elif word == "uc" and arg is not None:
+            group.uc = max(0, arg)
+        elif word == "u" and arg is not None:
+            self.line.append(chr(arg % 65536))  # signed 16-bit; a pair of surrogates joined in _paragraph
+            self.fallback = group.uc
+        elif word in ("par", "sect", "page"):
+            self._paragraph()
+        elif word == "cell" or word == "nestcell":
+            self.cells.append(_joined(self.line).strip())
+            self.line = []
+        elif word == "row":
+            self._row()
+        elif word in _CHARACTERS:
+            self.line.append(_CHARACTERS[word])
+
+    def _symbol(self, symbol: str) -> None:
+        if symbol == "*":
+            self.destination_next = True
+            return
+        if self.fallback:
+            self.fallback -= 1
+            return
+        if self.stack[-1].skip:
+            return
+        if symbol in "\\{}":
+            self.line.append(symbol)
+        elif symbol in _CHARACTERS:
+            self.line.append(_CHARACTERS[symbol])
+        elif symbol in "\r\n":
+            self._paragraph()  # "\" before a line break is a \par
+        # "\-" (an optional hyphen) and others show nothing
+
+    def _text(self, text: str) -> None:
+        if self.fallback:
+            skip = min(self.fallback, len(text))
+            text, self.fallback = text[skip:], self.fallback - skip
+        if text and not self.stack[-1].skip:
+            self.line.append(text)
+
+    def _flush_bytes(self) -> None:
+        if self.pending:
+            self.line.append(bytes(self.pending).decode(self.codepage, errors="replace"))
+            self.pending = bytearray()
+
+    def _paragraph(self) -> None:
+        text = _joined(self.line)
+        self.line = []
+        if self.cells:  # a row's last cell without its \row
+            self.cells.append(text.strip())
+            self._row()
+            return
+        self.layout.block(text, PARA)
+
+    def _row(self) -> None:
+        if self.line and _joined(self.line).strip():
+            self.cells.append(_joined(self.line).strip())
+        self.line = []
+        if any(self.cells):
+            self.layout.table_row(self.cells)
+        self.cells = []
+
+
+def _joined(parts: list[str]) -> str:
+    """Pieces as one string, a character past the BMP (written as two \\u surrogates) whole."""
+    return "".join(parts).encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _codepage(number: int) -> str:
+    """Python's codec for RTF's \\ansicpgN, cp1252 where Python has none."""
+    name = f"cp{number}"
+    try:
+        codecs.lookup(name)
+    except LookupError:
+        return "cp1252"
+    return name
