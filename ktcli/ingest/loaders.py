@@ -137,6 +137,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         return _zipped_document(data, display, zipped)
     if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(RTF_MAGIC):  # by content: a .doc WordPad saved is one
         return _rtf_document(data, display)
+    if _looks_like_mhtml(data):
+        return _mhtml_document(data, display)
     if data.startswith(_OLE):
         raise _ole_refusal(display, data)
     if kind in _ZIPPED_KINDS:  # named as one, and no zip: as a PDF without its header
@@ -555,6 +557,59 @@ def _laid_out_document(found, display: str, kind: str, what: str) -> Document:
     text = texts[0]
     return Document(path=display, text=text, kind=kind, sha256=text_sha256(text), source_lines=found.source_lines,
                     left_out=left_out, unit=PARAGRAPH)
+
+
+def _looks_like_mhtml(data: bytes) -> bool:
+    """A web page saved as one file (.mhtml, .mht: Chrome's and Edge's "Save as single
+    file"): a MIME message of its HTML and resources."""
+    head = data[:4096].lower()
+    return b"mime-version:" in head and b"multipart/related" in head
+
+
+def _mhtml_document(data: bytes, display: str) -> Document:
+    """The page of a saved MHTML file, its HTML part decoded: read raw, its quoted-printable
+    markup ("Meals are reimbu=") and a base64 picture were 37K tokens. Cited by paragraph:
+    no line of the file is a line of the page."""
+    import email
+    import email.policy
+
+    html, images = None, 0
+    try:
+        for part in email.message_from_bytes(data, policy=email.policy.default).walk():
+            if part.is_multipart():
+                continue
+            if part.get_content_type() == "text/html" and html is None:
+                raw = part.get_payload(decode=True) or b""
+                charset = part.get_content_charset()
+                # its own charset where the part names one, else as a page: UTF-8, its
+                # <meta charset>, our guess (Chrome names none)
+                try:
+                    html = raw.decode(charset, "replace") if charset else _decode(raw, "html")[0]
+                except LookupError:  # a charset Python does not know
+                    html = _decode(raw, "html")[0]
+            elif part.get_content_maintype() == "image":
+                images += 1
+    except (LookupError, ValueError, TypeError, AttributeError, UnicodeError) as e:
+        raise RejectedInput(display, f"unreadable saved web page (MHTML: {type(e).__name__})") from None
+    if not isinstance(html, str):
+        raise RejectedInput(display, "a saved web page (MHTML) without an HTML part")
+    doc = _html_document(html, display)
+    left = (Skipped(display, f"{images:,} image{'s' if images != 1 else ''} of the page not read", part=True),) if images else ()
+    return replace(doc, source_lines=paragraph_numbers(doc.text), unit=PARAGRAPH, left_out=doc.left_out + left)
+
+
+def paragraph_numbers(text: str) -> tuple[int, ...]:
+    """The paragraph (¶) of each line of `text`: blocks between blank lines, counted from 1
+    (a blank line takes the number of the paragraph before it)."""
+    numbers, n, in_block = [], 0, False
+    for line in text.split("\n"):
+        if line.strip():
+            n += not in_block
+            in_block = True
+        else:
+            in_block = False
+        numbers.append(max(n, 1))
+    return tuple(numbers)
 
 
 def _rtf_document(data: bytes, display: str) -> Document:

@@ -316,7 +316,7 @@ def _is_office_lock(name: str, size: int) -> bool:
 PACKED_SUFFIXES = frozenset({".pdf", ".docx", ".docm", ".dotx", ".dotm", ".odt", ".ott", ".epub", ".ipynb",
                              # judged by content too: a .docx renamed .doc is read, a workbook
                              # or an old .doc said as what it is (all were "binary")
-                             ".doc", ".xls", ".xlsx", ".xlsm", ".ppt", ".pptx", ".ods", ".odp", ".rtf"})
+                             ".doc", ".xls", ".xlsx", ".xlsm", ".ppt", ".pptx", ".ods", ".odp", ".rtf", ".mhtml", ".mht"})
 PACKED_FACTOR = 25
 
 

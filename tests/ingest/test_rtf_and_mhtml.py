@@ -1,5 +1,6 @@
-"""RTF files read as their text (`ingest.rtf`): read raw, a two-sentence contract with a
-picture was 108K tokens of control words and hex."""
+"""RTF files and single-file saved web pages (MHTML) read as their text: read raw, a
+two-sentence contract with a picture was 108K tokens of control words and hex, a saved
+page 37K of quoted-printable markup and base64."""
 
 from pathlib import Path
 
@@ -39,3 +40,32 @@ def test_rtf_is_known_by_its_content_in_a_folder(tmp_path: Path) -> None:
     corpus = load_corpus([str(tmp_path)])
     assert {Path(d.path).name: (d.kind, d.text) for d in corpus.documents}["note.txt"] == ("rtf", "Plain note.")
     assert "letter.doc" in {Path(d.path).name for d in corpus.documents}
+
+
+def _mhtml(html: str, image: bytes) -> bytes:
+    """A page saved by Chrome's "Save as single file": quoted-printable HTML, a base64 image."""
+    import base64
+    import quopri
+
+    qp = quopri.encodestring(html.encode("utf-8")).decode("ascii")
+    picture = base64.encodebytes(image).decode("ascii")
+    return (f"From: <Saved by Blink>\nSubject: Expense Policy\nMIME-Version: 1.0\nContent-Type: multipart/related;\n"
+            f'\ttype="text/html";\n\tboundary="----B----"\n\n------B----\nContent-Type: text/html\n'
+            f"Content-Transfer-Encoding: quoted-printable\nContent-Location: https://intranet/policy\n\n{qp}\n"
+            f"------B----\nContent-Type: image/png\nContent-Transfer-Encoding: base64\n\n{picture}\n------B------\n"
+            ).replace("\n", "\r\n").encode("ascii")
+
+
+def test_a_saved_single_file_web_page_reads_as_its_page(tmp_path: Path) -> None:
+    """Read raw, its quoted-printable markup ("Meals are reimbu=") and a base64 picture
+    were 37K tokens."""
+    html = ('<html><head><meta charset="utf-8"><title>Expense Policy</title></head><body><h1>Expense Policy</h1>'
+            "<p>Meals are reimbursed up to 40 EUR a day, caf\u00e9 receipts included.</p><p>Taxis need a receipt.</p>"
+            "</body></html>")
+    (tmp_path / "policy.mhtml").write_bytes(_mhtml(html, b"\x89PNG\r\n\x1a\n" + bytes(30_000)))
+    (doc,) = load_corpus([str(tmp_path)]).documents
+    assert doc.text.split("\n") == ["# Expense Policy", "", "Meals are reimbursed up to 40 EUR a day, café receipts included.",
+                                    "", "Taxis need a receipt."]
+    assert doc.unit == PARAGRAPH and doc.source_lines == (1, 1, 2, 2, 3)
+    (note,) = doc.left_out
+    assert note.reason == "1 image of the page not read"
