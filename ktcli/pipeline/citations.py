@@ -77,8 +77,19 @@ def markup_or_echo(text: str) -> bool:
 def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
     """Whether `text` holds fewer than `fewer_than` words that are neither ktcli's own
     prompt words nor inside markup tags: "The final summary is:" holds none; a summary of
-    `<span class="varname">LlamaTokenizerFast</span>` and the instructions echoed, one."""
-    return len(set(terms(_MARKUP_TAG.sub(" ", text))) - _instruction_terms()) < fewer_than
+    `<span class="varname">LlamaTokenizerFast</span>` and the instructions echoed, one.
+    Nor does an echo of the instructions with a word or two of its own among many of
+    theirs ("Update the summary notes with the main points of this part, one short line
+    each, using the following format": 'using' and 'format'), passed on as a summary's
+    notes and printed as them after 10 minutes of reading."""
+    plain = _MARKUP_TAG.sub(" ", text)
+    new = set(terms(plain)) - _instruction_terms()
+    return len(new) < fewer_than or (len(new) < _FEW_NEW_TERMS and len(new) < _NEW_SHARE * len(_ANY_WORD.findall(plain)))
+
+
+_FEW_NEW_TERMS = 3  # words of its own under which a text is an echo, where they are ...
+_NEW_SHARE = 0.2  # ... under this share of all its words
+_ANY_WORD = re.compile(r"\w+")
 
 
 # HTML's own tags only: `Vec<T>` or `<config>` in a summary are words of the input.

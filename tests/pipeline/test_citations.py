@@ -246,3 +246,18 @@ def test_a_summary_of_markup_and_echo_says_nothing_a_short_one_does(summary, not
     from ktcli.pipeline.summarize import SUMMARY_MIN_TERMS
 
     assert says_nothing_new(summary, SUMMARY_MIN_TERMS if markup_or_echo(summary) else 1) is nothing
+
+
+def test_an_echo_of_the_instructions_with_a_word_of_its_own_is_no_note():
+    """A 400-page summary's notes of 50 parts were "Update the summary notes with the main
+    points of this part, one short line each, using the following format:", passed on
+    and printed as the notes ('using' and 'format' counted as words of its own)."""
+    from ktcli.pipeline.citations import has_content
+
+    for echo in ("Update summary notes:", "Update the summary notes with the main points of this part, one short "
+                 "line each, using the following format:\n\nUpdate summary notes:",
+                 "The final summary is:\n\nThe final summary is a concise and clear summary of the input"):
+        assert not has_content(echo), echo
+    for note in ("Ada Quill", "The keeper is Ada Quill.", "Revenue: 5.87 million in Q3.",
+                 "The part is about the tower and its lamp."):
+        assert has_content(note), note
