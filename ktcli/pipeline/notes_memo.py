@@ -87,6 +87,10 @@ class NotesMemo:
             return None
         return cls(Path(cache_dir) / FOLDER, key, params, getattr(backend, "chat_ids", None), request)
 
+    def holds(self, messages: list[Message]) -> bool:
+        """Whether notes for `messages` are kept (their step will read them back)."""
+        return self._path(messages).is_file()
+
     def get(self, messages: list[Message]) -> str | None:
         path = self._path(messages)
         try:

@@ -71,12 +71,16 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     read = 0
     try:
         for read, window in enumerate(windows):
-            reporter.progress("map", read, len(windows))
             body = prompts.passages(window)
             position = f"part {read + 1} of {len(windows)}: {_where(window)}"
             outlined = any(c.doc_path in prep.outlines for c in window)
-            new = take_notes(backend, prompts.summary_notes_messages(body, notes, position, outlined), note_params,
-                             tally, reporter, memo, f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
+            messages = prompts.summary_notes_messages(body, notes, position, outlined)
+            # Parts read back from an earlier run are no pace of reading: after a resume at
+            # part 11 of 50 the bar said "~1:32 left" for six minutes' work.
+            if memo is None or not memo.holds(messages):
+                reporter.progress("map", read, len(windows))
+            new = take_notes(backend, messages, note_params, tally, reporter, memo,
+                             f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
             notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     except KeyboardInterrupt:
         if not notes:

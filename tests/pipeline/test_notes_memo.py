@@ -245,3 +245,30 @@ def test_a_plan_with_kept_notes_says_no_stale_budget_miss():
     half = make_plan(replace(req, kept_notes=2), facts, Throughput())
     assert half.est_seconds > 60 and f"with the notes kept it takes ~{half.est_seconds:.0f}s, over the 60s budget" in half.reasons
     assert not any(f"~{fresh.est_seconds:.0f}s" in r for r in half.reasons)
+
+
+def test_parts_read_back_are_not_counted_as_the_pace_of_reading(haystack, tmp_path):
+    """After a resume at part 11 of 50 the bar said "~1:32 left" for six minutes' work: the
+    ten parts read back in no time counted as reading speed."""
+    with pytest.raises(InterruptedWithNotes):
+        _summary(haystack, tmp_path, InterruptedAtThird())
+
+    class Progress:
+        def __init__(self):
+            self.done = []
+
+        def progress(self, phase, done, total):
+            self.done.append(done)
+
+        def status(self, message):
+            pass
+
+        def warn(self, message):
+            pass
+
+        def answer_text(self, delta):
+            pass
+
+    shown = Progress()
+    _summary(haystack, tmp_path, Keyed(), shown)
+    assert shown.done[0] == 2  # parts 1 and 2 read back, unreported; the bar starts at part 3
