@@ -293,6 +293,19 @@ def test_body_text_starting_with_a_hash_is_no_heading(write) -> None:
     assert text.split("\n") == ["## Ship", "", "\\# of units", "", "\\# | Item"]
 
 
+def test_an_endnote_is_cited_at_the_paragraph_that_refers_to_it(write) -> None:
+    """It was cited one paragraph early (its ¶ taken before its paragraph was counted), in
+    Word and OpenDocument files alike."""
+    body = (p(r("One.")) + p(r("Two.")) + p(r("Three."), '<w:r><w:endnoteReference w:id="1"/></w:r>') + p(r("Four.")))
+    doc = load_one(write("notes.docx", make_docx(body, endnotes={1: "Kerosene is stored in the shed."})))
+    assert cited(doc, "Kerosene is stored in the shed.") == [("notes.docx ¶3", "")]
+    odt = ('<text:p>One.</text:p><text:p>Two.</text:p><text:p>Three.<text:note text:id="e1" text:note-class="endnote">'
+           "<text:note-citation>i</text:note-citation><text:note-body><text:p>Kerosene is stored in the shed.</text:p>"
+           "</text:note-body></text:note></text:p><text:p>Four.</text:p>")
+    doc = load_one(write("notes.odt", make_odt(odt)))
+    assert cited(doc, "Kerosene is stored in the shed.") == [("notes.odt ¶3", "")]
+
+
 def test_a_word_document_is_known_by_its_content(write) -> None:
     data = contract_docx()
     piped = load_stdin(None, io.BytesIO(data))
