@@ -312,7 +312,9 @@ class _Reader:
         Page breaks inside go to `row`'s."""
         line = _Line(self, one_line=True)
         for child in _cell_blocks(cell):
-            if child.tag == f"{TABLE}table":
+            if child.tag == f"{TEXT}soft-page-break":
+                line.page_break(RENDERED)
+            elif child.tag == f"{TABLE}table":
                 rows = [" / ".join(t for t in (self._cell_text(c, row) for c in _cells(r)) if t)
                         for r in _rows(child) if r.tag != f"{TEXT}soft-page-break"]
                 line.add(" " + "; ".join(r for r in rows if r) + " ")
@@ -486,9 +488,10 @@ def _cells(row: ET.Element):
 
 
 def _cell_blocks(cell: ET.Element):
-    """A cell's paragraphs and tables in order (lists opened)."""
+    """A cell's paragraphs, tables and page breaks in order (lists opened): a break right
+    inside a cell, before its paragraph, was passed over, and every later page cited one low."""
     for child in cell:
-        if child.tag in (f"{TEXT}p", f"{TEXT}h", f"{TABLE}table"):
+        if child.tag in (f"{TEXT}p", f"{TEXT}h", f"{TABLE}table", f"{TEXT}soft-page-break"):
             yield child
         elif child.tag in (f"{TEXT}list", f"{TEXT}list-item", f"{TEXT}list-header", f"{TEXT}section"):
             yield from _cell_blocks(child)

@@ -264,6 +264,15 @@ def test_opendocument_list_items_are_numbered_as_libreoffice_shows_them(write) -
                      "3. Fees", "1. Start again", "- Kerosene", "- Wicks", "IV) Fourth", "9. Ninth", "10. Tenth"]
 
 
+def test_an_opendocument_page_break_inside_a_table_cell_starts_a_page(write) -> None:
+    body = ('<text:p>Page one.</text:p><text:soft-page-break/><text:p>Page two starts.</text:p><table:table>'
+            "<table:table-row><table:table-cell><text:p>Row on page two</text:p></table:table-cell></table:table-row>"
+            "<table:table-row><table:table-cell><text:soft-page-break/><text:p>Row on page three</text:p>"
+            "</table:table-cell></table:table-row></table:table><text:p>After the table.</text:p>")
+    doc = load_one(write("pages.odt", make_odt(body)))
+    assert [page.text.split("\n")[0] for page in doc.pages] == ["Page one.", "Page two starts.", "Row on page three"]
+
+
 def test_an_opendocument_table_of_contents_is_left_out_and_said(write) -> None:
     body = ('<text:table-of-content text:name="Table of Contents1"><text:table-of-content-source text:outline-level="10"/>'
             "<text:index-body><text:index-title><text:p>Contents</text:p></text:index-title>"
