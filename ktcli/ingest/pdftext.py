@@ -129,6 +129,10 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         if attached:  # a blank cover over attached files: they are what it holds
             raise RejectedInput(display, f"no text on its pages; {_attached_note(attached)}")
+        if all(_is_blank(p) for p in pages[:50]):
+            # nothing drawn on them at all: nothing to run OCR on either
+            raise RejectedInput(display, f"blank PDF: nothing on {'its page' if len(pages) == 1 else f'its {len(pages)} pages'}"
+                                " (no text, no pictures)")
         return _no_text(display, len(pages))
     if stamped == len(pages) > 1:  # one line for the file, not one per page; still read
         n_chars = sum(len(t.strip()) for t in texts)
@@ -665,6 +669,15 @@ def _xobjects(resources, depth: int):  # type: ignore[no-untyped-def]
 
 def _forms(resources, depth: int):  # type: ignore[no-untyped-def]
     return (x for d, x in _xobjects(resources, depth) if x.get("/Subtype") == "/Form" and d < 4)
+
+
+def _is_blank(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the page draws nothing: no content stream, or one of no operators."""
+    try:
+        contents = page.get_contents()
+        return contents is None or not contents.get_data().replace(b"q", b"").replace(b"Q", b"").strip()
+    except Exception:  # noqa: BLE001 - a malformed page: no claim
+        return False
 
 
 def _draws_image(resources, depth: int) -> bool:  # type: ignore[no-untyped-def]

@@ -1112,3 +1112,18 @@ def test_a_bzip2_tar_is_known_past_its_first_block(write) -> None:
         archive.addfile(member, io.BytesIO(data))
     assert len(buffer.getvalue()) > 1_000_000
     assert "binary: a bzip2-compressed tar archive" in input_error(write("noise.tbz", buffer.getvalue()))
+
+
+def test_a_blank_pdf_is_not_told_to_run_ocr(write) -> None:
+    """Three empty pages were "a scanned or image-only PDF?; run OCR first": nothing to OCR."""
+    import io
+
+    from pypdf import PdfWriter
+
+    writer = PdfWriter()
+    for _ in range(3):
+        writer.add_blank_page(595, 842)
+    data = io.BytesIO()
+    writer.write(data)
+    with pytest.raises(InputError, match=r"blank PDF: nothing on its 3 pages \(no text, no pictures\)$"):
+        load_corpus([str(write("blank.pdf", data.getvalue()))])
