@@ -216,10 +216,29 @@ _BROKEN_WORD = re.compile(r"([^\W\d_]{2,})-\n([^\W\d_]+)")
 
 
 def mend_pages(texts: list[str]) -> list[str]:
-    """`_mend_words` of every page, with the whole document's words as the evidence."""
+    """`_mend_words` of every page, with the whole document's words as the evidence; a
+    word hyphenated across a page break is joined at the end of the page it starts on
+    ("contami-" / "nation" was quoted as "contami-\nnation")."""
     spelled = [t.translate(_LIGATURES) for t in texts]
     words = _DocumentWords("\n".join(spelled))
-    return [_join_broken_words(t, words) for t in spelled]
+    mended = [_join_broken_words(t, words) for t in spelled]
+    for i in range(len(mended) - 1):
+        end = _PAGE_END_BREAK.search(mended[i])
+        nxt = mended[i + 1]
+        lead = len(nxt) - len(nxt.lstrip())
+        start = _PAGE_START_WORD.match(nxt, lead) if end else None
+        if start is None or not start[1][0].islower() or start[1] in _NOT_WORD_ENDS:
+            continue
+        left, right = end[1], start[1]
+        joined = f"{left}-{right}" if _keeps_hyphen(left, right, words) else left + right
+        mended[i] = mended[i][:end.start()] + joined + start[2]
+        rest = nxt[start.end():]
+        mended[i + 1] = rest[1:] if rest.startswith("\n") else rest.lstrip(" ")
+    return mended
+
+
+_PAGE_END_BREAK = re.compile(r"([^\W\d_]+)-\s*$")
+_PAGE_START_WORD = re.compile(r"([^\W\d_]+)([,.;:!?)]?)(?=\s|$)")
 
 
 def _mend_words(text: str) -> str:

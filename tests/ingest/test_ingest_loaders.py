@@ -1127,3 +1127,14 @@ def test_a_blank_pdf_is_not_told_to_run_ocr(write) -> None:
     writer.write(data)
     with pytest.raises(InputError, match=r"blank PDF: nothing on its 3 pages \(no text, no pictures\)$"):
         load_corpus([str(write("blank.pdf", data.getvalue()))])
+
+
+def test_a_word_hyphenated_across_a_page_break_is_joined(write) -> None:
+    """"contami-" at the foot of a page and "nation" at the top of the next were quoted as
+    "contami-\\nnation": a word broken within a page was joined, across pages not."""
+    from tests.ingest.fixtures import make_text_pdf
+
+    pdf = make_text_pdf([["The dose was changed after the contami-"], ["nation incident in March.", "Set at 250 mg."]])
+    (doc,) = load_corpus([str(write("dose.pdf", pdf))]).documents
+    assert [page.text for page in doc.pages] == ["The dose was changed after the contamination",
+                                                 "incident in March.\nSet at 250 mg."]
