@@ -48,7 +48,8 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
     """The trails of a document's lines: its headings or declarations; for a CSV or TSV
     table, its header row ("columns: id, name, city"), without which a chunk from its
     middle is rows of bare values that no question about a column matches."""
-    if path.lower().endswith(TABLE_SUFFIXES) and lines and lines[0].strip():
+    if lines and lines[0].strip() and (path.lower().endswith(TABLE_SUFFIXES)
+                                       or (kind in ("stdin", "text") and _looks_like_a_table(lines))):
         # The row whole, as written: the model reads it above a chunk's rows
         # (`prompts.passages`), where a first column with no name (pandas' index: "\tname")
         # stripped of its tab shifted every name one column; a citation shows its start.
@@ -57,6 +58,20 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
         return SectionIndex(_diff_marks(lines))
     return heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)),
                           markdown=kind == "markdown")
+
+
+def _looks_like_a_table(lines: list[str]) -> bool:
+    """A CSV or TSV by its shape, whatever its name (piped in, an export named .txt): its
+    first lines hold the same number of tabs (one or more), or of commas (two or more). A
+    CSV on stdin lost its header trail, so its chunks were bare rows."""
+    head = [line for line in lines[:12] if line.strip()][:6]
+    if len(head) < 3:
+        return False
+    for sep, least in (("\t", 1), (",", 2)):
+        counts = {line.count(sep) for line in head}
+        if len(counts) == 1 and counts.pop() >= least:
+            return True
+    return False
 
 
 def _piped_code(language: str | None, lines: list[str]) -> bool:

@@ -245,3 +245,16 @@ def test_markdown_underlined_headings_rank_as_markdown_ranks_them():
     # front matter's closing --- and a list item above --- are no headings
     other = "---\ntitle: x\n---\n# Real\n- item\n---\ntext".split("\n")
     assert {document_trails("a.md", "markdown", other).at(k) for k in range(7)} == {"", "Real"}
+
+
+def test_a_table_piped_in_keeps_its_header_as_the_trail():
+    """A CSV on stdin (or an export named .txt) lost its "columns:" trail: its chunks were
+    bare rows no question about a column matched."""
+    from ktcli.ingest.sections import document_trails
+
+    rows = "id,name,city,amount\n1,Ada,Oslo,10\n2,Bo,Rome,20\n3,Cy,Lima,30".split("\n")
+    assert document_trails("<stdin>", "stdin", rows).at(2) == "columns: id,name,city,amount"
+    tsv = "id\tname\n1\tAda\n2\tBo".split("\n")
+    assert document_trails("export.txt", "text", tsv).at(1) == "columns: id\tname"
+    prose = "Hello, world, again.\nIt was, as ever, fine.\nNo, no.".split("\n")
+    assert document_trails("notes.txt", "text", prose).at(1) == ""
