@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from ktcli.ingest.sections import SectionIndex, document_trails
 from ktcli.retrieval.lexical import cjk_terms
-from ktcli.types import Answer, Chunk, Citation, Corpus, Span
+from ktcli.types import CHAPTER, Answer, Chunk, Citation, Corpus, Span
 
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
 # dropped the second, so notes in Russian counted as empty), and numbers.
@@ -339,8 +339,15 @@ def documents_read(documents, outlined=frozenset()) -> list[dict]:
         if d.path in outlined:
             out.append(evidence_entry(Span(d.path), None) | {"ref": f"{d.path} (outline)", "outlined": True})
             continue
-        lines = (None, None) if d.pages else (1, d.text.rstrip("\n").count("\n") + 1)
-        out.append(evidence_entry(Span(d.path, *lines), None) | {"ref": d.path})
+        if d.pages:  # its pages (a PDF's, a Word file's) or an EPUB's chapters: their range
+            numbers = [p.number for p in d.pages if p.number is not None]
+            unit = CHAPTER if d.unit == CHAPTER else "page"
+            ref = f"{d.path} {'ch.' if unit == CHAPTER else 'p.'}{numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else d.path
+            out.append(evidence_entry(Span(d.path), None) | {"ref": ref, "unit": unit,
+                                                             "pages": [numbers[0], numbers[-1]] if numbers else None})
+            continue
+        out.append(evidence_entry(Span(d.path, 1, d.text.rstrip("\n").count("\n") + 1, unit=d.unit), None)
+                   | {"ref": d.path})
     return out
 
 
@@ -381,7 +388,7 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
     if "evidence" in figures:
         evidence = []
         for e in figures["evidence"]:
-            if e.get("outlined"):  # no lines claimed: its ref says so as it is
+            if e.get("outlined") or e.get("pages"):  # no lines claimed, or a range of pages: its ref as it is
                 evidence.append(e)
                 continue
             span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], "")))

@@ -210,6 +210,11 @@ def test_a_word_document_without_page_marks_is_cited_by_paragraph(write) -> None
                                                "line_end": doc.n_lines, "page": None, "unit": "line", "score": None}]})
     (entry,) = citations.in_source_lines(read, Corpus((doc,))).stats["evidence"]
     assert entry["unit"] == PARAGRAPH and entry["line_start"] == 1 and entry["ref"].endswith("¶1-10")
+    # a paged one's, its pages (it named no place at all)
+    paged = load_one(write("contract.docx", make_docx(PAGED)))
+    (whole,) = citations.in_source_lines(Answer("", (), None, {"evidence": citations.documents_read([paged])}),  # type: ignore[arg-type]
+                                         Corpus((paged,))).stats["evidence"]
+    assert (whole["ref"].rsplit("/", 1)[-1], whole["unit"], whole["pages"]) == ("contract.docx p.1-4", "page", [1, 4])
 
 
 def test_a_table_of_contents_is_left_out_and_said(write) -> None:
