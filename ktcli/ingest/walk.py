@@ -399,14 +399,22 @@ def _may_hold_secrets(name: str) -> bool:
     return lower in _SECRET_NAMES or lower.startswith(".env.") or lower.endswith(_SECRET_SUFFIXES)
 
 
+# The folder a browser saves a page's resources in, by the browser's language ("X_files";
+# Firefox's German "X-Dateien", French "X_fichiers"...): read as code, its scripts were
+# most of a folder's tokens.
+_SAVED_PAGE_FOLDER = re.compile(r"(.+)[_-](?:files|Dateien|fichiers|archivos|arquivos|file|bestanden|filer|pliki|"
+                                r"soubory|tiedostot|dosyalar|файлы)$")
+
+
 def _saved_page_of(entry: os.DirEntry[str]) -> str | None:
     """The page a browser saved beside folder `entry` ("X_files" beside "X.html"), if any."""
-    if not entry.name.endswith("_files"):
+    m = _SAVED_PAGE_FOLDER.match(entry.name)
+    if m is None:
         return None
-    stem = entry.name[: -len("_files")]
+    stem = m[1]
     folder = os.path.dirname(entry.path)
-    return next((stem + ext for ext in (".html", ".htm", ".xhtml") if os.path.isfile(os.path.join(folder, stem + ext))),
-                None)
+    return next((stem + ext for ext in (".html", ".htm", ".xhtml", ".shtml")
+                 if os.path.isfile(os.path.join(folder, stem + ext))), None)
 
 
 def format_size(n_bytes: int) -> str:

@@ -417,6 +417,12 @@ def test_a_saved_web_pages_assets_and_minified_files_are_reported_not_read(tmp_p
     assert "saved web page" in reasons["Article_files"] and "Article.html" in reasons["Article_files"]
     assert "minified" in reasons["lib.min.js"]
     assert load_corpus([str(tmp_path / "lib.min.js")]).documents  # named: read
+    # a browser in another language names the folder its way (Firefox in German)
+    (tmp_path / "Other.html").write_text("<html><body><p>Another page.</p></body></html>")
+    (tmp_path / "Other-Dateien").mkdir()
+    (tmp_path / "Other-Dateien" / "app.js").write_text("var y = 2;\n" * 100)
+    reasons = {Path(s.path).name: s.reason for s in load_corpus([str(tmp_path)]).skipped}
+    assert "saved web page" in reasons["Other-Dateien"]
 
 
 def test_a_loop_of_links_is_reported_as_a_broken_link(tmp_path) -> None:
