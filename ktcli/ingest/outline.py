@@ -66,7 +66,7 @@ def outline_lines(doc: Document) -> list[tuple[int, str]] | None:
     if not doc.text.strip():
         return None
     lines = doc.text.split("\n")
-    if doc.kind in ("markdown", "text", "html"):
+    if doc.kind in ("markdown", "text", "html", "docx", "odt", "epub", "rtf"):  # a word processor's headings are `#` lines
         if len(doc.text) < PROSE_OUTLINE_CHARS:
             return None  # a README or a short page is worth reading whole
         keep = _sections(lines)
@@ -123,7 +123,11 @@ def outline_chunks(doc: Document, kept: list[tuple[int, str]], max_tokens: int) 
 
 
 def _chunk(doc: Document, ordinal: int, piece: list[tuple[int, str]], n_tokens: int) -> Chunk:
-    span = Span(doc.path, piece[0][0], piece[-1][0])
+    """A piece of the outline, named (for the model) by the page or chapter its first line
+    is on where the document has them (a Word file's, an EPUB's), else by its lines."""
+    first = piece[0][0]
+    page = next((p.number for p in reversed(doc.pages) if p.number is not None and p.line_offset < first), None)
+    span = Span(doc.path, first, piece[-1][0], page, doc.unit)
     return Chunk(doc.path, ordinal, outline_text(piece), span, n_tokens, doc.sha256)
 
 
