@@ -137,7 +137,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         return _zipped_document(data, display, zipped)
     if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(RTF_MAGIC):  # by content: a .doc WordPad saved is one
         return _rtf_document(data, display)
-    if _looks_like_mhtml(data):
+    if _looks_like_mhtml(data, name, kind):
         return _mhtml_document(data, display)
     if data.startswith(_OLE):
         raise _ole_refusal(display, data)
@@ -559,11 +559,18 @@ def _laid_out_document(found, display: str, kind: str, what: str) -> Document:
                     left_out=left_out, unit=PARAGRAPH)
 
 
-def _looks_like_mhtml(data: bytes) -> bool:
+def _looks_like_mhtml(data: bytes, name: str, kind: str | None) -> bool:
     """A web page saved as one file (.mhtml, .mht: Chrome's and Edge's "Save as single
-    file"): a MIME message of its HTML and resources."""
-    head = data[:4096].lower()
-    return b"mime-version:" in head and b"multipart/related" in head
+    file"): by its name, or, where the name says nothing (stdin), a MIME header block
+    that says so (Chrome's `Snapshot-Content-Location`). Code or notes that quote such
+    headers, and an e-mail (.eml, whose headers are its text), are not one."""
+    if PurePath(name).suffix.lower() in (".mhtml", ".mht"):
+        return True
+    if kind is not None:
+        return False
+    header = data[:8192].replace(b"\r\n", b"\n").split(b"\n\n", 1)[0].lower()
+    return (header.startswith((b"from:", b"mime-version:", b"snapshot-content-location:", b"subject:"))
+            and b"multipart/related" in header and b"snapshot-content-location:" in header)
 
 
 def _mhtml_document(data: bytes, display: str) -> Document:

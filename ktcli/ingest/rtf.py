@@ -25,8 +25,11 @@ _SKIPPED = frozenset({
     "datastore", "latentstyles", "listtable", "listoverridetable", "rsidtbl", "generator", "xmlnstbl", "filetbl",
     "revtbl", "pgdsctbl", "objdata", "objclass", "mmathPr", "header", "footer", "headerl", "headerr", "headerf",
     "footerl", "footerr", "footerf", "footnote", "annotation", "atnid", "atnauthor", "bkmkstart", "bkmkend",
-    "nonshppict", "shppict", "shpinst", "sp", "sn", "sv", "template", "wgrffmtfilter", "defchp", "defpap",
-})
+    "nonshppict", "sp", "sn", "sv", "template", "wgrffmtfilter", "defchp", "defpap",
+})  # (a shape's text box, \shptxt inside \shpinst, is read; its properties are not)
+# Destinations marked ignorable (\\*) whose text is the document's: a shape's, holding its
+# text box (\\shptxt); its properties (\\sp) are skipped inside.
+_READ_STARRED = frozenset({"shpinst"})
 # Control words that are characters.
 _CHARACTERS = {"tab": "\t", "emdash": "\u2014", "endash": "\u2013", "bullet": "\u2022", "lquote": "\u2018",
                "rquote": "\u2019", "ldblquote": "\u201c", "rdblquote": "\u201d", "emspace": " ", "enspace": " ",
@@ -65,9 +68,15 @@ class _Reader:
         self.destination_next = False  # after \*: the next control word names an ignorable destination
         self.pictures = 0
         self.skipped_notes = 0
+        self.in_table = False  # in a table's paragraph (\intbl up to \pard or \row)
 
     def read(self, data: bytes) -> None:
-        for m in _TOKEN.finditer(data):
+        at = 0
+        while at < len(data):
+            m = _TOKEN.match(data, at)
+            if m is None:  # a lone "\" at the very end
+                break
+            at = m.end()
             word, arg, hexbyte, symbol, brace, text = m.groups()
             if hexbyte is not None:
                 if self.fallback:
@@ -75,15 +84,18 @@ class _Reader:
                 elif not self.stack[-1].skip:
                     self.pending.append(int(hexbyte, 16))
                 continue
+            if text is not None:
+                self._text(text)
+                continue
             self._flush_bytes()
             if brace is not None:
                 self._brace(brace)
+            elif word == b"bin" and arg is not None:
+                at += max(0, int(arg))  # \binN: N raw bytes of binary data, braces in it no groups
             elif word is not None:
                 self._word(word.decode("ascii"), int(arg) if arg is not None else None)
             elif symbol is not None:
                 self._symbol(symbol.decode("latin-1"))
-            elif text is not None:
-                self._text(text.decode("latin-1"))
         self._flush_bytes()
         self._paragraph()
 
@@ -97,6 +109,9 @@ class _Reader:
 
     def _word(self, word: str, arg: int | None) -> None:
         group = self.stack[-1]
+        if self.destination_next and word in _READ_STARRED:
+            self.destination_next = False
+            return
         if self.destination_next or word in _SKIPPED:
             self.destination_next = False
             if not group.skip:
@@ -118,6 +133,12 @@ class _Reader:
         elif word == "u" and arg is not None:
             self.line.append(chr(arg % 65536))  # signed 16-bit; a pair of surrogates joined in _paragraph
             self.fallback = group.uc
+        elif word == "intbl":
+            self.in_table = True
+        elif word == "pard":
+            self.in_table = False
+        elif word == "par" and self.in_table:
+            self.line.append(" / ")  # a cell's paragraphs on its row's line
         elif word in ("par", "sect", "page"):
             self._paragraph()
         elif word == "cell" or word == "nestcell":
@@ -125,6 +146,7 @@ class _Reader:
             self.line = []
         elif word == "row":
             self._row()
+            self.in_table = False
         elif word in _CHARACTERS:
             self.line.append(_CHARACTERS[word])
 
@@ -145,12 +167,15 @@ class _Reader:
             self._paragraph()  # "\" before a line break is a \par
         # "\-" (an optional hyphen) and others show nothing
 
-    def _text(self, text: str) -> None:
+    def _text(self, text: bytes) -> None:
+        """Literal bytes, in the document's code page as its \\'hh bytes are, and with them:
+        a double-byte code page's character is often an escaped lead byte and a literal
+        trail byte (cp932's \\'83e is "テ")."""
         if self.fallback:
             skip = min(self.fallback, len(text))
             text, self.fallback = text[skip:], self.fallback - skip
         if text and not self.stack[-1].skip:
-            self.line.append(text)
+            self.pending.extend(text)
 
     def _flush_bytes(self) -> None:
         if self.pending:

@@ -69,3 +69,33 @@ def test_a_saved_single_file_web_page_reads_as_its_page(tmp_path: Path) -> None:
     assert doc.unit == PARAGRAPH and doc.source_lines == (1, 1, 2, 2, 3)
     (note,) = doc.left_out
     assert note.reason == "1 image of the page not read"
+
+
+def test_rtf_edge_cases_found_by_review(tmp_path: Path) -> None:
+    from ktcli.ingest.rtf import rtf_text
+
+    def text(data: bytes) -> str:
+        return rtf_text(data).texts[0]
+
+    # a double-byte code page's lead byte escaped, its trail byte literal; raw 8-bit text in the code page
+    assert text(rb"{\rtf1\ansi\ansicpg932 \'83e\'83X\'83g\par}") == "テスト"
+    assert text(b"{\\rtf1\\ansi\\ansicpg1252 \x93Hi\x94\\par}") == "\u201cHi\u201d"
+    # \binN's raw bytes are no braces and no text
+    assert text(b"{\\rtf1\\ansi{\\pict\\pngblip\\bin6 \x00}{\xff\x01\x02}Hello world.\\par Second.\\par}") == "Hello world.\n\nSecond."
+    # a cell's paragraphs stay in its row; a text box is read
+    assert text(rb"{\rtf1\ansi\trowd\intbl Name\cell Line one\par Line two\cell\row\pard After.\par}") == \
+        "Name | Line one / Line two\n\nAfter."
+    assert "40 EUR" in text(rb"{\rtf1\ansi Body.\par{\shp{\*\shpinst{\sp{\sn fillColor}{\sv 255}}{\shptxt Fee: 40 EUR.\par}}}}")
+
+
+def test_only_a_saved_page_is_read_as_mhtml(tmp_path: Path) -> None:
+    """Code or notes quoting MIME headers were refused as pages without an HTML part, and
+    an e-mail lost its headers (found by review)."""
+    (tmp_path / "snap.py").write_text('HEADER = "MIME-Version: 1.0\\nContent-Type: multipart/related; boundary=x"\n')
+    (tmp_path / "notes.md").write_text("Chrome writes MIME-Version: 1.0 and multipart/related at the top.\n")
+    mail = ("From: ann@example.com\nTo: bob@example.com\nSubject: Budget\nMIME-Version: 1.0\n"
+            'Content-Type: multipart/related; boundary="b"\n\n--b\nContent-Type: text/html\n\n<p>Approved.</p>\n--b--\n')
+    (tmp_path / "approval.eml").write_text(mail)
+    docs = {Path(d.path).name: d for d in load_corpus([str(tmp_path)]).documents}
+    assert docs["snap.py"].kind == "code" and docs["notes.md"].kind == "markdown"
+    assert "Subject: Budget" in docs["approval.eml"].text
