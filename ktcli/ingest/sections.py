@@ -65,11 +65,14 @@ def _looks_like_a_table(lines: list[str]) -> bool:
     first lines hold the same number of tabs (one or more), or of commas (two or more). A
     CSV on stdin lost its header trail, so its chunks were bare rows."""
     head = [line for line in lines[:12] if line.strip()][:6]
-    if len(head) < 3:
+    if len(head) < 3 or head[0].lstrip().startswith(("{", "[")):  # JSON lines: no header row
         return False
     for sep, least in (("\t", 1), (",", 2)):
         counts = {line.count(sep) for line in head}
-        if len(counts) == 1 and counts.pop() >= least:
+        names = head[0].split(sep)
+        # a header row: the same count of separators, and short names, not all figures
+        if len(counts) == 1 and counts.pop() >= least and all(len(n.strip()) <= 40 for n in names) \
+                and not all(n.strip().replace(".", "").isdigit() for n in names):
             return True
     return False
 
@@ -207,7 +210,10 @@ def _markdown_heading_at(lines: list[str], k: int):
         title = _clean(atx.group(2))
         return (len(atx.group(1)), title, k, k + 1) if title else None
     line = lines[k]
-    if not line.strip() or k + 1 >= len(lines) or _NOT_A_PARAGRAPH.match(line) or _SETEXT.match(line):
+    if (not line.strip() or k + 1 >= len(lines) or _NOT_A_PARAGRAPH.match(line) or _SETEXT.match(line)
+            or "|" in line or (k > 0 and lines[k - 1].strip())):
+        # a one-line paragraph only: a table's row or a list item's lazy line above a
+        # rule is no heading
         return None
     under = _SETEXT.match(lines[k + 1])
     title = _clean(line.strip()) if under else ""
@@ -216,11 +222,14 @@ def _markdown_heading_at(lines: list[str], k: int):
     return (1 if under.group(1)[0] == "=" else 2), title, k, k + 2
 
 
+_FRONT_MATTER_KEY = re.compile(r"[A-Za-z_][\w-]*\s*:")
+
+
 def _front_matter_end(lines: list[str]) -> int:
     """The line after a Markdown file's YAML front matter (`---` ... `---`), else 0: its
     closing `---` under `title: x` is no heading."""
-    if not lines or lines[0].strip() != "---":
-        return 0
+    if len(lines) < 2 or lines[0].strip() != "---" or not _FRONT_MATTER_KEY.match(lines[1]):
+        return 0  # (a file that opens with a rule, then prose: no front matter)
     return next((i + 1 for i in range(1, min(len(lines), 200)) if lines[i].strip() in ("---", "...")), 0)
 
 

@@ -258,3 +258,18 @@ def test_a_table_piped_in_keeps_its_header_as_the_trail():
     assert document_trails("export.txt", "text", tsv).at(1) == "columns: id\tname"
     prose = "Hello, world, again.\nIt was, as ever, fine.\nNo, no.".split("\n")
     assert document_trails("notes.txt", "text", prose).at(1) == ""
+
+
+def test_markdown_rules_and_tables_are_no_underlined_headings():
+    """Found by review: a pipe table's last row above a rule became a heading, and a file
+    opening with a rule lost its headings to a "front matter" up to its next rule."""
+    from ktcli.ingest.sections import document_trails
+
+    table = "## Prices\n\nItem | Price\n--- | ---\nTea | 3\nCoffee | 4\n---\n\nMore.".split("\n")
+    assert document_trails("p.md", "markdown", table).at(8) == "Prices"
+    ruled = "---\n\nIntro text.\n\n## Setup\n\nSteps.\n\n## Use\n\nMore.\n\n---".split("\n")
+    assert document_trails("r.md", "markdown", ruled).at(10) == "Use"
+    lazy = "- item one\ncontinued lazily\n---\ntext".split("\n")
+    assert document_trails("l.md", "markdown", lazy).at(3) == ""
+    jsonl = ['{"id": 1, "user": "ann", "event": "login"}'] * 3
+    assert document_trails("<stdin>", "stdin", jsonl).at(1) == ""
