@@ -210,7 +210,6 @@ class _Reader:
         self.captures: dict[str, list[str]] = {}  # comment id -> words since its range started
         self.anchors: dict[str, str] = {}  # comment id -> the words its range held
         self.pending: list[str] = []  # footnotes and comments of the paragraph being read
-        self.pending_end: list[str] = []  # ... and its endnotes
         self.deferred: list[ET.Element] = []  # text boxes of the paragraph being read
         self.carry = ""  # a paragraph whose mark was deleted: its text joins the next one
         self.n_footnotes = self.n_endnotes = 0
@@ -392,10 +391,7 @@ class _Reader:
         its text boxes, as paragraphs after it."""
         for note in self.pending:
             self.layout.note(note)
-        for note in self.pending_end:  # its paragraph now counted: an endnote was cited a ¶ early
-            self.layout.end_note(note)
         self.pending = []
-        self.pending_end = []
         boxes, self.deferred = self.deferred, []
         for box in boxes:
             self._blocks(box)
@@ -587,8 +583,8 @@ class _Reader:
         entry = f"[{kind}{'' if custom else ' ' + mark}: {text}]"
         if footnote:
             self.pending.append(entry)
-        else:  # printed at the end of the document, with the ¶ of the paragraph read now
-            self.pending_end.append(entry)
+        else:  # printed at the end, with the ¶ of the paragraph (or row) being read: taken after it was one early
+            self.layout.end_note(entry, self.layout.paragraphs + 1)
 
     def _note_text(self, note: ET.Element) -> str:
         """A note's or comment's paragraphs as one line (its own mark left out)."""

@@ -51,7 +51,10 @@ def escaped_hash(line: str) -> str:
     """A line of body text that starts with a hash ("# of units shipped", a table's "#"
     column) with a backslash before it, as Markdown escapes one: read as a heading, it
     became the section trail of all the text after it, and the model read it as one too."""
-    return "\\" + line if line.startswith("#") else line
+    return "\\" + line if _ATX_LIKE.match(line) else line
+
+
+_ATX_LIKE = re.compile(r"#{1,6}(?:\s|$)")  # as Markdown reads a heading: "#include", "#1" are none
 
 
 def says_something(running_text: str) -> bool:
@@ -158,8 +161,10 @@ class Layout:
         page.has_text = True
         self._last_kind = NOTE
 
-    def end_note(self, line: str) -> None:
-        self._end.append((_one_line(line), max(self.paragraphs, 1)))
+    def end_note(self, line: str, paragraph: int | None = None) -> None:
+        """An endnote, printed at the end, with the ¶ of the paragraph that refers to it
+        (`paragraph`; else the last written)."""
+        self._end.append((_one_line(line), max(paragraph or self.paragraphs, 1)))
 
     def front_note(self, line: str) -> None:
         self._front.append(_one_line(line))

@@ -155,7 +155,6 @@ class _Reader:
         self.captures: dict[str, list[str]] = {}  # annotation name -> words since it started
         self.open_comments: dict[str, ET.Element] = {}
         self.pending: list[str] = []
-        self.pending_end: list[str] = []
         self.deferred: list[ET.Element] = []
         self.images = self.described = self.objects = self.deletions = self.hidden = 0
         self.first_paragraph = True
@@ -284,10 +283,7 @@ class _Reader:
     def _flush(self) -> None:
         for note in self.pending:
             self.layout.note(note)
-        for note in self.pending_end:
-            self.layout.end_note(note)
         self.pending = []
-        self.pending_end = []
         boxes, self.deferred = self.deferred, []
         for box in boxes:
             self._blocks(box, None)
@@ -382,8 +378,8 @@ class _Reader:
         text = self._text_of(body) if body is not None else ""
         if text:
             entry = f"[{'endnote' if endnote else 'footnote'}{' ' + mark if mark else ''}: {text}]"
-            if endnote:  # with the ¶ of its paragraph, counted once it is written
-                self.pending_end.append(entry)
+            if endnote:  # at the end, with the ¶ of the paragraph (or row) being read
+                self.layout.end_note(entry, self.layout.paragraphs + 1)
             else:
                 self.pending.append(entry)
 

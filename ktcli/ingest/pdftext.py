@@ -129,7 +129,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         if attached:  # a blank cover over attached files: they are what it holds
             raise RejectedInput(display, f"no text on its pages; {_attached_note(attached)}")
-        if all(_is_blank(p) for p in pages[:50]):
+        if all(_is_blank(p) for p in pages):
             # nothing drawn on them at all: nothing to run OCR on either
             raise RejectedInput(display, f"blank PDF: nothing on {'its page' if len(pages) == 1 else f'its {len(pages)} pages'}"
                                 " (no text, no pictures)")

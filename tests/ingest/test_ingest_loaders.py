@@ -1127,6 +1127,18 @@ def test_a_blank_pdf_is_not_told_to_run_ocr(write) -> None:
     writer.write(data)
     with pytest.raises(InputError, match=r"blank PDF: nothing on its 3 pages \(no text, no pictures\)$"):
         load_corpus([str(write("blank.pdf", data.getvalue()))])
+    # a drawing on any page, however far in, is no blank PDF (review: only 50 were looked at)
+    from tests.ingest.fixtures import make_image_only_pdf
+
+    from pypdf import PdfReader
+
+    for _ in range(60):
+        writer.add_blank_page(595, 842)
+    writer.add_page(PdfReader(io.BytesIO(make_image_only_pdf(1))).pages[0])
+    data = io.BytesIO()
+    writer.write(data)
+    with pytest.raises(InputError, match=r"no text layer on any of its 64 pages"):
+        load_corpus([str(write("late.pdf", data.getvalue()))])
 
 
 def test_a_word_hyphenated_across_a_page_break_is_joined(write) -> None:

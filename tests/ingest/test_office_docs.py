@@ -303,8 +303,9 @@ def test_body_text_starting_with_a_hash_is_no_heading(write) -> None:
     assert trail_of(doc, "Closing remarks") == "Shipping report"
     from ktcli.ingest.htmltext import html_to_text
 
-    text, _ = html_to_text("<h2>Ship</h2><p># of units</p><table><tr><th>#</th><th>Item</th></tr></table>")
-    assert text.split("\n") == ["## Ship", "", "\\# of units", "", "\\# | Item"]
+    text, _ = html_to_text("<h2>Ship</h2><p># of units</p><table><tr><th>#</th><th>Item</th></tr></table>"
+                           "<p>#include and #1 stay as written.</p>")
+    assert text.split("\n") == ["## Ship", "", "\\# of units", "", "\\# | Item", "", "#include and #1 stay as written."]
 
 
 def test_an_endnote_is_cited_at_the_paragraph_that_refers_to_it(write) -> None:
@@ -318,6 +319,11 @@ def test_an_endnote_is_cited_at_the_paragraph_that_refers_to_it(write) -> None:
            "</text:note-body></text:note></text:p><text:p>Four.</text:p>")
     doc = load_one(write("notes.odt", make_odt(odt)))
     assert cited(doc, "Kerosene is stored in the shed.") == [("notes.odt ¶3", "")]
+    # referred to in a table's first row: that row's ¶, not the table's last (review)
+    rows = table(["Duty", "When"], ["Wind the clock", p(r("noon"), '<w:r><w:endnoteReference w:id="1"/></w:r>')],
+                 ["Polish", "Fridays"], ["Sweep", "daily"])
+    doc = load_one(write("rows.docx", make_docx(p(r("One.")) + rows, endnotes={1: "Kerosene is stored in the shed."})))
+    assert cited(doc, "Kerosene is stored in the shed.") == [("rows.docx ¶3", "")]
 
 
 def test_a_long_word_document_can_be_summarized_as_its_outline(write) -> None:

@@ -37,6 +37,8 @@ def test_a_plain_word_beside_its_keyword_or_kind_is_a_name():
     # found by review: a kind's name after the name, a determiner before the keyword
     assert code_names("How is the Segment class used?") == {"Segment"}
     assert code_names("What does the class Segment do?") == {"Segment"}
+    assert code_names("where is struct inode defined?") == {"inode"}  # C's lowercase types (review)
+    assert code_names("what fields does struct sockaddr have?") == {"sockaddr"}
 
 
 def test_definitions_in_several_languages_are_found_and_common_names_ignored():
