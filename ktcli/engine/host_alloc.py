@@ -80,7 +80,11 @@ def release_idle_heap() -> bool:
         return False
     if rss - _settled[0] < RELEASE_OVER:
         return False
-    return bool(_libc[0].malloc_trim(0))
+    trimmed = bool(_libc[0].malloc_trim(0))
+    # what stays is live memory (a grown cache, the next prompt's pages): the margin counts
+    # from there, or every run after would trim and fault its temporaries in again
+    _settled[0] = max(_settled[0], _resident_bytes() or 0)
+    return trimmed
 
 
 _settled: list[int] = []  # [resident bytes after the first run]

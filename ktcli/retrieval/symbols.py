@@ -105,7 +105,9 @@ def code_names(question: str) -> set[str]:
               if _shaped(m.group(1)) or m.group(2).lower() in _CALLABLE_KINDS]
     for m in _KEYWORD_NAME.finditer(question):
         before, keyword, name = (m.group(1) or "").strip().lower(), m.group(2), m.group(3)
-        if _shaped(name) or (keyword in _FUNCTION_KEYWORDS and before not in _DETERMINERS):
+        # C's types are lowercase ("struct inode", "struct sockaddr"); "enum values" is prose
+        lowercase_ok = keyword in _FUNCTION_KEYWORDS or (keyword in ("struct", "enum") and not name.endswith("s"))
+        if _shaped(name) or (lowercase_ok and before not in _DETERMINERS):
             found.append(name)
     names.update(name for name in found if len(name) >= 3 and name.lower() not in _PROSE)
     return names
