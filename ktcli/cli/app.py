@@ -77,7 +77,7 @@ TopK = Annotated[Optional[int], typer.Option("--top-k", metavar="N", help=f"Chun
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", metavar="N", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
 ServeMaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", metavar="N", help=f"max_tokens of a request that gives none (default {_D.max_new_tokens}); a request may ask for more, up to the window.")]
 ChunkTokens = Annotated[Optional[int], typer.Option("--chunk-tokens", metavar="N", help=f"Chunk size for retrieval, in tokens (default {_D.chunk_tokens}).")]
-MaxFile = Annotated[Optional[str], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}; PDF, office and notebook files by their text); 2.5MB and 3MiB are sizes too.", metavar="SIZE")]
+MaxFile = Annotated[Optional[str], typer.Option("--max-file-bytes", help=f"Folder walks skip larger files, reported (default {_D.max_file_bytes:,}); PDF, office and notebook files by their text; 2.5MB and 3MiB are sizes too.", metavar="SIZE")]
 Exclude = Annotated[Optional[list[str]], typer.Option(
     "--exclude", metavar="GLOB", show_default=False,
     help="Folder walks leave out what matches this gitignore-style pattern, relative to the folder given "
