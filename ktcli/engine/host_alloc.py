@@ -41,7 +41,9 @@ _libc: list = []  # [CDLL or None] once looked up
 
 def keep_freed_blocks() -> bool:
     """Raise glibc's mmap and trim thresholds once per process; True where that took.
-    KTCLI_NO_MALLOPT=1 leaves the allocator as it is (A/B)."""
+    KTCLI_NO_MALLOPT=1 leaves the allocator as it is (A/B). Also bounds oneDNN's caches
+    (`bound_kernel_caches`)."""
+    bound_kernel_caches()
     if _done:
         return _done[0]
     ok = False
@@ -54,6 +56,23 @@ def keep_freed_blocks() -> bool:
             ok = False
     _done.append(ok)
     return ok
+
+
+# Entries oneDNN's primitive cache and ideep's (torch's mkldnn ops) keep, unless the user
+# set their own: each holds a GEMM of one shape (~0.3-0.5 MB), and a prefill's last chunk
+# and its attention take new shapes with every prompt, so their default 1,024 entries grew
+# a process by ~2.7 MB a run, without bound for hundreds of runs (a bf16 GEMM over 480
+# row counts: 126 MB held at 64 entries, 236 MB and growing at the default). A run's own
+# shapes (4-5 GEMMs a chunk size) are far fewer than this.
+KERNEL_CACHE_ENTRIES = 64
+
+
+def bound_kernel_caches() -> None:
+    """Set oneDNN's and ideep's cache sizes (ONEDNN_PRIMITIVE_CACHE_CAPACITY,
+    LRU_CACHE_CAPACITY) to KERNEL_CACHE_ENTRIES where the environment sets none; read when
+    their caches are first used, so this runs before the engine's first step."""
+    for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
+        os.environ.setdefault(name, str(KERNEL_CACHE_ENTRIES))
 
 
 def release_idle_heap() -> bool:

@@ -95,3 +95,16 @@ def test_the_margin_counts_from_what_stays_after_a_trim(monkeypatch):
     monkeypatch.setattr(host_alloc, "_resident_bytes", lambda: next(sizes) << 20)
     assert [host_alloc.release_idle_heap() for _ in range(4)] == [False, False, True, False]
     assert Libc.trims == 1 and host_alloc._settled == [690 << 20]  # counted from what stayed
+
+
+def test_onednn_caches_are_bounded_unless_the_user_sized_them(monkeypatch):
+    """oneDNN's and ideep's caches keep a GEMM per shape, 1,024 by default: a prefill's
+    last chunk takes a new shape with every prompt, and a long summary's process grew
+    ~2.7 MB a part with no bound short of hundreds of MB."""
+    from ktcli.engine import host_alloc
+
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "8")  # the user's own
+    host_alloc.bound_kernel_caches()
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(host_alloc.KERNEL_CACHE_ENTRIES)
+    assert os.environ["LRU_CACHE_CAPACITY"] == "8"
