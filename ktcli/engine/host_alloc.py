@@ -36,7 +36,19 @@ _done: list[bool] = []
 RELEASE_OVER = 64 << 20
 
 
-_libc: list = []  # [CDLL or None] once looked up
+_libc: list = []  # [CDLL or None] once looked up (`_glibc`)
+
+
+def _glibc():
+    """The C library where it is glibc (mallopt, malloc_trim), else None; looked up once."""
+    if not _libc:
+        try:
+            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            libc.mallopt, libc.malloc_trim  # noqa: B018 - AttributeError off glibc (musl, macOS)
+        except (OSError, AttributeError):
+            libc = None
+        _libc.append(libc)
+    return _libc[0]
 
 
 def keep_freed_blocks() -> bool:
@@ -46,14 +58,9 @@ def keep_freed_blocks() -> bool:
     bound_kernel_caches()
     if _done:
         return _done[0]
-    ok = False
-    if not os.environ.get("KTCLI_NO_MALLOPT"):
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            mallopt = libc.mallopt  # glibc only: AttributeError elsewhere
-            ok = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
-        except (OSError, AttributeError):
-            ok = False
+    libc = None if os.environ.get("KTCLI_NO_MALLOPT") else _glibc()
+    ok = libc is not None and bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
     _done.append(ok)
     return ok
 
@@ -84,22 +91,16 @@ def release_idle_heap() -> bool:
     back after every run, the next run's first chunk faulted its ~140 MB of temporaries in
     again (36K minor faults for a 4K prefill); so only past the margin, every few runs.
     glibc only (malloc_trim returns free pages inside the heap, not just its top)."""
-    if not _libc:
-        try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-            libc.malloc_trim  # noqa: B018 - AttributeError off glibc
-        except (OSError, AttributeError):
-            libc = None
-        _libc.append(libc)
+    libc = _glibc()
     rss = _resident_bytes()
-    if _libc[0] is None or rss is None:
+    if libc is None or rss is None:
         return False
     if not _settled:
         _settled.append(rss)
         return False
     if rss - _settled[0] < RELEASE_OVER:
         return False
-    trimmed = bool(_libc[0].malloc_trim(0))
+    trimmed = bool(libc.malloc_trim(0))
     # what stays is live memory (a grown cache, the next prompt's pages): the margin counts
     # from there, or every run after would trim and fault its temporaries in again
     _settled[0] = max(_settled[0], _resident_bytes() or 0)

@@ -128,15 +128,15 @@ class _Styles:
                    for style in self._chain(sid))
 
     def hidden(self, sid: str | None) -> bool:
-        for style in self._chain(sid):
-            vanish = style.find(f"{W}rPr/{W}vanish")
-            if vanish is not None:
-                return _toggle(vanish)
-        return False
+        return self._first_toggle(sid, f"{W}rPr/{W}vanish")
 
     def break_before(self, sid: str | None) -> bool:
+        return self._first_toggle(sid, f"{W}pPr/{W}pageBreakBefore")
+
+    def _first_toggle(self, sid: str | None, path: str) -> bool:
+        """The on/off property at `path` of the first style in the chain that sets it."""
         for style in self._chain(sid):
-            flag = style.find(f"{W}pPr/{W}pageBreakBefore")
+            flag = style.find(path)
             if flag is not None:
                 return _toggle(flag)
         return False
