@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 from xml.etree import ElementTree as ET
 
-from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
-                                 says_something)
+from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, LinePieces, count_of,
+                                 left_out_notes, says_something)
 from ktcli.ingest.wordnumbers import Numbering, roman
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText, local, resolve
 
@@ -147,29 +147,17 @@ def _level(num: ET.Element) -> int:
     return min(int(ilvl), 8) if ilvl.isdigit() else 0
 
 
-class _Line:
-    """The text of one paragraph (or table cell, note, heading) as its runs are read.
-    `one_line`: a line break is a space (a cell, a heading, a note). `on_break`: what a
-    page break inside does (a body paragraph ends its part there); None: remembered in
-    `broke` for the caller (a table row goes to the page it ends on)."""
+class _Line(LinePieces):
+    """The text of one paragraph (or table cell, note, heading) as its runs are read
+    (`layout.LinePieces`). `on_break`: what a page break inside does (a body paragraph ends
+    its part there); None: remembered in `broke` for the caller (a table row goes to the
+    page it ends on)."""
 
     def __init__(self, captures: dict[str, list[str]] | None, one_line: bool = False,
                  on_break: Callable[[str], None] | None = None) -> None:
-        self.parts: list[str] = []
-        self.captures = captures
-        self.one_line = one_line
+        super().__init__(captures, one_line)
         self.on_break = on_break
         self.broke: str | None = None
-
-    def add(self, text: str) -> None:
-        if not text:
-            return
-        if self.one_line:
-            text = text.replace("\n", " ")
-        self.parts.append(text)
-        if self.captures:  # the words a comment is anchored on
-            for words in self.captures.values():
-                words.append(text)
 
     def page_break(self, kind: str) -> None:
         if self.on_break is not None:

@@ -62,6 +62,31 @@ def says_something(running_text: str) -> bool:
     return bool(running_text.strip()) and not _PAGE_FURNITURE.fullmatch(running_text.strip())
 
 
+class LinePieces:
+    """The text of one paragraph (or table cell, note, heading) as a word processor's
+    elements are read (`docx._Line`, `odt._Line`): its pieces, a line break a space where
+    `one_line` (a cell, a heading, a note), each piece also added to the words of every
+    comment range open (`captures`: comment id -> its words so far)."""
+
+    def __init__(self, captures: dict[str, list[str]] | None, one_line: bool = False) -> None:
+        self.parts: list[str] = []
+        self.captures = captures
+        self.one_line = one_line
+
+    def add(self, text: str) -> None:
+        if not text:
+            return
+        if self.one_line:
+            text = text.replace("\n", " ")
+        self.parts.append(text)
+        if self.captures:  # the words a comment is anchored on
+            for words in self.captures.values():
+                words.append(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
 @dataclass
 class _Page:
     lines: list[str] = field(default_factory=list)

@@ -12,8 +12,8 @@ import re
 from dataclasses import dataclass
 from xml.etree import ElementTree as ET
 
-from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, count_of, left_out_notes,
-                                 says_something)
+from ktcli.ingest.layout import (HARD, HEADING, ITEM, PARA, RENDERED, Layout, LinePieces, count_of,
+                                 left_out_notes, says_something)
 from ktcli.ingest.odtnumbers import ListNumbers
 from ktcli.ingest.zipdoc import DamagedDocument, ZipDocument, ZippedText
 
@@ -115,31 +115,17 @@ def _page(props: ET.Element | None, attribute: str) -> bool | None:
     return None if value is None else value == "page"
 
 
-class _Line:
-    """One paragraph's (or cell's, note's) text as its elements are read; see docx._Line."""
+class _Line(LinePieces):
+    """One paragraph's (or cell's, note's) text as its elements are read (`layout.LinePieces`),
+    adding to the reader's open annotations' words where a reader is given."""
 
     def __init__(self, reader: _Reader | None, one_line: bool = False, body: bool = False) -> None:
-        self.parts: list[str] = []
-        self.reader = reader
-        self.one_line = one_line
+        super().__init__(reader.captures if reader is not None else None, one_line)
         self.body = body  # a body paragraph: a page break inside ends its part, text boxes follow it
         self.breaks: list[tuple[int, str]] = []  # (characters before it, kind) of page breaks inside
 
-    def add(self, text: str) -> None:
-        if not text:
-            return
-        if self.one_line:
-            text = text.replace("\n", " ")
-        self.parts.append(text)
-        if self.reader is not None:
-            for words in self.reader.captures.values():
-                words.append(text)
-
     def page_break(self, kind: str) -> None:
         self.breaks.append((sum(len(p) for p in self.parts), kind))
-
-    def text(self) -> str:
-        return "".join(self.parts)
 
 
 class _Reader:
