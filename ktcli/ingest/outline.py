@@ -66,7 +66,7 @@ def outline_lines(doc: Document) -> list[tuple[int, str]] | None:
     if not doc.text.strip():
         return None
     lines = doc.text.split("\n")
-    if doc.kind in ("markdown", "text", "html", "docx", "odt", "epub", "rtf"):  # a word processor's headings are `#` lines
+    if doc.kind in ("markdown", "text", "html", "docx", "odt", "epub"):  # a word processor's headings are `#` lines
         if len(doc.text) < PROSE_OUTLINE_CHARS:
             return None  # a README or a short page is worth reading whole
         keep = _sections(lines)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ktcli.ingest.chunking import chunk_document
 from ktcli.ingest.loaders import document_from_bytes
-from ktcli.ingest.sections import MAX_DEPTH, heading_trails
+from ktcli.ingest.sections import MAX_DEPTH, document_trails, heading_trails
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -181,8 +181,6 @@ def test_a_tables_chunks_carry_its_header_row() -> None:
 
 def test_a_diffs_lines_are_placed_in_the_files_they_change():
     """`git diff | ktcli ask -` was cited as "<stdin>:288-289", with no file to open."""
-    from ktcli.ingest.sections import document_trails
-
     diff = ("diff --git a/src/app.py b/src/app.py\nindex 1..2 100644\n--- a/src/app.py\n+++ b/src/app.py\n"
             "@@ -10,4 +10,5 @@ def main():\n     setup()\n-    run(1)\n+    run(2)\n+    log()\n     done()\n"
             "diff --git a/new.txt b/new.txt\nnew file mode 100644\n--- /dev/null\n+++ b/new.txt\n@@ -0,0 +1,2 @@\n"
@@ -200,8 +198,6 @@ def test_a_diffs_lines_are_placed_in_the_files_they_change():
 def test_a_commits_header_in_git_log_p_is_no_files_line():
     """`git log -p | ktcli ask -` cited "commit 8cdc33c..." under the file of the commit
     before's last hunk."""
-    from ktcli.ingest.sections import document_trails
-
     log = ("commit 8cdc33c0a1b2c3d4e5f6a7b8c9d0e1f2a3b4c5d6\nAuthor: A <a@x>\nDate:   Fri Dec 4\n\n    Fix the cache\n\n"
            "diff --git a/app.py b/app.py\n--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-a\n+b\n c\n\n"
            "commit 1111111222222233333334444444555555566666\nAuthor: B <b@x>\n\n    Second\n")
@@ -216,8 +212,6 @@ def test_a_commits_header_in_git_log_p_is_no_files_line():
 def test_code_piped_in_has_code_trails_and_markdown_stays_prose():
     """`cat progress_bar.py | ktcli ask -` cited its lines under a `# comment` read as a
     Markdown heading; named, the same file had `(class ProgressBar)`."""
-    from ktcli.ingest.sections import document_trails
-
     code = ["import os", "", "# Number of characters before the animation repeats", "PULSE = 20", "",
             "class ProgressBar:", "    def __init__(self, total=100):", "        self.total = total", "        pass"]
     assert document_trails("<stdin>", "stdin", code, "python").at(7) == "class ProgressBar > def __init__"
@@ -237,8 +231,6 @@ def test_markdown_underlined_headings_rank_as_markdown_ranks_them():
     """A wiki page's `Runbook` underlined with === above a `## Deploy` was ranked below it
     (reStructuredText's rule: adornments after any # level), so Deploy was cited alone;
     and an underline shorter than its title was no heading."""
-    from ktcli.ingest.sections import document_trails
-
     page = "Runbook\n=======\n\nintro\n\nSet up the host\n---\n\ntext\n\n## Deploy\n\nbody".split("\n")
     trails = document_trails("Runbook.md", "markdown", page)
     assert [trails.at(k) for k in (3, 8, 12)] == ["Runbook", "Runbook > Set up the host", "Runbook > Deploy"]
@@ -250,8 +242,6 @@ def test_markdown_underlined_headings_rank_as_markdown_ranks_them():
 def test_a_table_piped_in_keeps_its_header_as_the_trail():
     """A CSV on stdin (or an export named .txt) lost its "columns:" trail: its chunks were
     bare rows no question about a column matched."""
-    from ktcli.ingest.sections import document_trails
-
     rows = "id,name,city,amount\n1,Ada,Oslo,10\n2,Bo,Rome,20\n3,Cy,Lima,30".split("\n")
     assert document_trails("<stdin>", "stdin", rows).at(2) == "columns: id,name,city,amount"
     tsv = "id\tname\n1\tAda\n2\tBo".split("\n")
@@ -263,8 +253,6 @@ def test_a_table_piped_in_keeps_its_header_as_the_trail():
 def test_markdown_rules_and_tables_are_no_underlined_headings():
     """Found by review: a pipe table's last row above a rule became a heading, and a file
     opening with a rule lost its headings to a "front matter" up to its next rule."""
-    from ktcli.ingest.sections import document_trails
-
     table = "## Prices\n\nItem | Price\n--- | ---\nTea | 3\nCoffee | 4\n---\n\nMore.".split("\n")
     assert document_trails("p.md", "markdown", table).at(8) == "Prices"
     ruled = "---\n\nIntro text.\n\n## Setup\n\nSteps.\n\n## Use\n\nMore.\n\n---".split("\n")
