@@ -7,7 +7,6 @@ import os
 import re
 
 from ktcli.engine.backend import Message
-from ktcli.ingest.sections import TABLE_SUFFIXES
 from ktcli.types import TABLE_TRAIL
 
 SYSTEM = (
@@ -52,7 +51,10 @@ def passages(chunks, first_label: int = 1) -> str:
 
 
 def _with_header(chunk) -> str:
-    if not (chunk.section.startswith(TABLE_TRAIL) and chunk.doc_path.lower().endswith(TABLE_SUFFIXES)):
+    """A table's chunk under its header row. The trail says it is a table, not the name: a
+    CSV piped in or a TSV named .txt has the same "columns:" trail (`sections.document_trails`)
+    and its chunks from the middle reached the model as bare rows."""
+    if not chunk.section.startswith(TABLE_TRAIL):
         return chunk.text
     if chunk.span.line_start in (None, 1):
         return chunk.text

@@ -177,6 +177,11 @@ def test_a_tables_chunks_carry_its_header_row() -> None:
     doc = document_from_bytes(rows.encode(), "data.tsv", "data.tsv")
     later = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)[2]
     assert passages([later]).split("\n")[1] == wide
+    # A CSV piped in is known by its shape: its chunks reach the model under the header too.
+    piped = "id,name,city\n" + "".join(f"{i},Name{i},City{i % 9}\n" for i in range(400))
+    doc = document_from_bytes(piped.encode(), "<stdin>", "", is_stdin=True)
+    middle = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)[3]
+    assert passages([middle]).split("\n")[1:3] == ["id,name,city", middle.text.split("\n")[0]]
 
 
 def test_a_diffs_lines_are_placed_in_the_files_they_change():
