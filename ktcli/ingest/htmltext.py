@@ -226,6 +226,14 @@ _SIBLINGS_OF = {"tr": {"td", "th", "tr"}, "td": {"td", "th"}, "th": {"td", "th"}
                 "dt": {"dt", "dd"}, "dd": {"dt", "dd"}}
 
 
+_MAX_COLSPAN = 100  # a browser's limit is 1000; a wider span is a page's mistake, not columns
+
+
+def _colspan(cell: Tag) -> int:
+    value = str(cell.get("colspan") or "1").strip()
+    return min(int(value), _MAX_COLSPAN) if value.isdigit() and int(value) > 0 else 1
+
+
 def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_before: int = 0) -> None:
     """`one_line`: "row" inside a heading, a table row or a term, whose markup line breaks
     are only layout (a row's cells are one line of text); "cell" inside a table cell,
@@ -233,6 +241,7 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
     each cell in <p>). `items_before`: list items before this node's first (an <li>
     html.parser nested in the one before it)."""
     cells, items = 0, items_before
+    spanned = 0  # columns the row's last cell spans past its own (colspan), owed before the next cell
     for child in node.children:
         if isinstance(child, NavigableString):
             start = cursor.line
@@ -263,9 +272,12 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
         elif name in _CELL:
             # Every cell after a row's first adds its separator, also after an empty one
             # (an empty corner cell put "Autumn" over the summer's figure).
-            out.text(" | " if cells or (nested and out.has_text()) else "", cursor.line, separator=True)
+            out.text(" | " * (1 + spanned) if cells or (nested and out.has_text()) else "", cursor.line, separator=True)
             cells += 1
             _walk(child, out, cursor, one_line="cell")
+            # A merged cell's columns are empty ones after it, so the cells that follow stay
+            # under their headers; owed until a cell follows (none after the row's last).
+            spanned = _colspan(child) - 1
         elif one_line == "cell" and (name in _PARAGRAPH or name in _LINE) and not nested:
             out.text(" ", cursor.line, separator=True)  # a block inside a cell stays in its row
             _walk(child, out, cursor, one_line="cell")

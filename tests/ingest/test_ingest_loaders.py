@@ -168,6 +168,13 @@ def test_html_table_rows_keep_their_columns(write) -> None:
         "| Shade | 7",  # an empty first cell is a column, not nothing
         "Monstera | 13 (indoors) | Line one Line two",  # a cell's paragraphs stay in its row
     ]
+    # A merged cell (colspan) leaves its columns empty: the cells after it stay under their
+    # headers; nothing is owed after a row's last cell.
+    merged = ("<table><tr><th>Region</th><th>Q1</th><th>Q2</th><th>Q3</th></tr>"
+              "<tr><td>North</td><td colspan=2>5.1 (both)</td><td>7.2</td></tr>"
+              "<tr><td colspan='4'>All regions</td></tr><tr><td>South</td><td colspan=x>1</td><td>2</td></tr></table>")
+    assert load_one(write("m.html", merged)).text.split("\n") == [
+        "Region | Q1 | Q2 | Q3", "North | 5.1 (both) | | 7.2", "All regions", "South | 1 | 2"]
 
 
 def test_html_lists_formulas_drawings_and_fields(write) -> None:
