@@ -390,12 +390,15 @@ class _Reader:
             if trpr is not None and trpr.find(f"{W}del") is not None:
                 self.counts.deletions += 1
                 continue
-            cells: list[str] = []
+            # Grid columns a row skips (gridBefore) and a merged cell spans past its own
+            # (gridSpan) are empty cells: the cells after them stay under their headers.
+            cells: list[str] = [""] * _grid_count(trpr, "gridBefore", 0)
             broke: str | None = None
             for cell in _cells(row):
                 line = _Line(self.captures, one_line=True)
                 self._cell(cell, line)
                 cells.append(" ".join(line.take().split()))
+                cells += [""] * (_grid_count(cell.find(f"{W}tcPr"), "gridSpan", 1) - 1)
                 broke = broke or line.broke
             if broke is not None:  # a row is on the page it starts on: Word marks the break in it
                 self.layout.page_break(broke)
@@ -719,6 +722,15 @@ def _paragraphs(el: ET.Element):
             yield child
         else:
             yield from _paragraphs(child)
+
+
+_MAX_GRID_SPAN = 100  # Word's tables have at most 63 columns; more is a broken file's number
+
+
+def _grid_count(props: ET.Element | None, name: str, default: int) -> int:
+    """A row's `gridBefore` or a cell's `gridSpan`: grid columns, `default` where not given."""
+    value = _val(props.find(f"{W}{name}")) if props is not None else None
+    return min(int(value), _MAX_GRID_SPAN) if value and value.isdigit() else default
 
 
 def _rows(tbl: ET.Element):

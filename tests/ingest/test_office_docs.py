@@ -269,6 +269,22 @@ def test_opendocument_list_items_are_numbered_as_libreoffice_shows_them(write) -
                      "3. Fees", "1. Start again", "- Kerosene", "- Wicks", "IV) Fourth", "9. Ninth", "10. Tenth"]
 
 
+def test_word_merged_cells_keep_the_cells_after_them_under_their_headers(write) -> None:
+    """A cell spanning two grid columns (gridSpan) and a row starting past the first
+    (gridBefore) put "7.2" under Q2 and "3" under Region."""
+    def cell(text: str, span: int = 1) -> str:
+        props = f'<w:tcPr><w:gridSpan w:val="{span}"/></w:tcPr>' if span > 1 else ""
+        return f"<w:tc>{props}{p(r(text))}</w:tc>"
+
+    rows = ("<w:tr>" + "".join(cell(t) for t in ("Region", "Q1", "Q2", "Q3")) + "</w:tr>"
+            + "<w:tr>" + cell("North") + cell("5.1 (both)", 2) + cell("7.2") + "</w:tr>"
+            + "<w:tr>" + cell("All regions", 4) + "</w:tr>"
+            + '<w:tr><w:trPr><w:gridBefore w:val="3"/></w:trPr>' + cell("3") + "</w:tr>")
+    body = f"<w:tbl><w:tblGrid>{'<w:gridCol/>' * 4}</w:tblGrid>{rows}</w:tbl>"
+    lines = [line for line in load_one(write("grid.docx", make_docx(body))).text.split("\n") if line]
+    assert lines == ["Region | Q1 | Q2 | Q3", "North | 5.1 (both) | | 7.2", "All regions", "| | | 3"]
+
+
 def test_an_opendocument_page_break_inside_a_table_cell_starts_a_page(write) -> None:
     body = ('<text:p>Page one.</text:p><text:soft-page-break/><text:p>Page two starts.</text:p><table:table>'
             "<table:table-row><table:table-cell><text:p>Row on page two</text:p></table:table-cell></table:table-row>"
