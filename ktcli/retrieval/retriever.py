@@ -36,6 +36,12 @@ MIN_CANDIDATES = 50  # each ranking contributes at least this many candidates to
 # Added to a chunk that defines a name the query spells as code ("class ProgressBar"): as
 # much as the best match of both rankings, so the definition comes first, its uses after.
 DEFINITION_BONUS = 1.0 + LEXICAL_WEIGHT
+# Dense search counts in full for a query whose letters the embedder's vocabulary holds as
+# words (`Embedder.vocabulary_share`) at this share or more, and in proportion below it.
+# all-MiniLM-L6-v2 knows English: an Arabic or Hebrew question's vector is noise, and
+# min-max stretched that noise over BM25's clear winner (a question whose every word was
+# in one passage got 8 chapter headings; BM25 ranked the passage first, dense 60th).
+DENSE_FULL_SHARE = 0.8
 COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can waste
 
 BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages below
@@ -130,7 +136,8 @@ class HybridIndex:
         depth = min(len(self.chunks), max(MIN_CANDIDATES, 4 * k))
         dense = self.dense.search(self.embedder.embed_query(query), depth)
         lexical = self.lexical.search(query, depth)
-        return _fuse(self.chunks, dense, lexical, k, self.symbols.defining(code_names(query)))
+        dense_weight = min(1.0, self.embedder.vocabulary_share(query) / DENSE_FULL_SHARE)
+        return _fuse(self.chunks, dense, lexical, k, self.symbols.defining(code_names(query)), dense_weight)
 
 
 def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore) -> list[bool]:
@@ -160,17 +167,18 @@ INDEXED_HEADER_CHARS = 120
 
 def _fuse(
     chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int,
-    defining: set[int] = frozenset(),
+    defining: set[int] = frozenset(), dense_weight: float = 1.0,
 ) -> list[Hit]:
     """`defining`: chunks that define a name the query writes as code (`symbols`), which
-    get DEFINITION_BONUS, whether or not either ranking found them."""
+    get DEFINITION_BONUS, whether or not either ranking found them. `dense_weight`: the
+    dense ranking's share, less than 1 where the embedder cannot read the query."""
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
     lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
     dense_score, lexical_score = _min_max(dense), _min_max(lexical)
     fused: list[tuple[float, int, int]] = []
     for idx in dense_rank.keys() | lexical_rank.keys() | defining:
         ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None] or [len(chunks) + 1]
-        score = dense_score.get(idx, 0.0) + LEXICAL_WEIGHT * lexical_score.get(idx, 0.0)
+        score = dense_weight * dense_score.get(idx, 0.0) + LEXICAL_WEIGHT * lexical_score.get(idx, 0.0)
         score += DEFINITION_BONUS if idx in defining else 0.0
         fused.append((score, min(ranks), idx))
     fused.sort(key=lambda t: (-t[0], t[1], t[2]))

@@ -49,6 +49,9 @@ class HashEmbedder:
     def embed_query(self, text: str) -> np.ndarray:
         return self._vector(text)
 
+    def vocabulary_share(self, text: str) -> float:
+        return 1.0
+
 
 def doc_sha(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()

@@ -137,3 +137,32 @@ def test_cached_chunks_reads_manifests_only(tmp_path):
     HybridIndex.build(old, embedder=HashEmbedder(), store=store)
     assert cached_chunks(old + new, "hash-test", store) == [True, True, False]
     assert cached_chunks(old, "another-embedder", store) == [False, False]
+
+
+def _chapters(heading: str, filler: str, fact: str, at: int) -> str:
+    return "\n\n".join(f"## {heading} {i}\n\n" + filler * 6 + (fact if i == at else "") for i in range(1, 31)) + "\n"
+
+
+def test_a_question_in_a_script_the_embedder_cannot_read_is_ranked_by_its_words(real_embedder):
+    """all-MiniLM-L6-v2 reads Arabic and Hebrew as single letters: its ranking is noise,
+    and stretched to [0, 1] it buried the passage holding every word of the question (BM25's
+    clear first) under 8 chapter headings."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    cases = [
+        ("ar.md", _chapters("الفصل", "يصف هذا التقرير الوضع العام للإدارة البلدية ومهامها الرئيسية في العام الحالي. ",
+                            "تم بناء جسر النيل عام 1902 على يد المهندس أحمد حسن بتكلفة 45000 جنيه.", 13),
+         "من بنى جسر النيل؟", "أحمد حسن"),
+        ("he.md", _chapters("פרק", "הדוח מתאר את המצב הכללי של העירייה ואת משימותיה העיקריות בשנה הנוכחית. ",
+                            "גשר הירקון נבנה בשנת 1925 על ידי המהנדס דוד כהן בעלות של 7000 לירות.", 7),
+         "מי בנה את גשר הירקון?", "דוד כהן"),
+    ]
+    for name, text, question, answer in cases:
+        assert real_embedder.vocabulary_share(question) < 0.2
+        chunks = chunk_document(document_from_bytes(text.encode(), name, name), chunk_tokens=256, overlap_tokens=32)
+        hits = HybridIndex.build(chunks, embedder=real_embedder, store=None).search(question, 8)
+        assert answer in hits[0].chunk.text, (name, [h.chunk.text[:30] for h in hits])
+    # English is read as words: dense search counts in full
+    assert real_embedder.vocabulary_share("What's the Q3 figure for Xiaoqing Zhuang?") > 0.9
+    assert real_embedder.vocabulary_share("2023-10-01?") == 1.0
