@@ -7,7 +7,7 @@ Each distinct line is tokenised once; chunk sizes then come from prefix sums, so
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -193,22 +193,58 @@ def _overlap_start(cum: list[int], tokens: list[int], start: int, end: int, budg
     return s
 
 
+# Where a piece of a long line may end, best first: after a sentence (a full stop with the
+# space after it, or a CJK one, which takes none), then after a clause's comma or a space.
+# A paragraph of Chinese, Japanese or Korean is a line past the chunk size as often as not
+# (a token a character): cut at token offsets, its pieces began mid-word ("护等方面" of
+# 环境保护) and a name could fall in two halves.
+_SENTENCE_STARTS = re.compile(r"[.!?\u2026\u061f\u06d4\u0964][\"'\u201d\u2019)\]]*\s+|"
+                              r"[\u3002\uff01\uff1f\uff0e][\u300d\u300f\u201d\u2019\uff09]*\s*")
+_WORD_STARTS = re.compile(r"\s+|[\u3001\uff0c\uff1b\uff1a][\u300d\u300f\u201d\u2019\uff09]*")
+
+
 def _split_long_line(line: str, index: int, budget: int, overlap: int) -> list[_Piece]:
-    """Windows of `budget` tokens stepping by budget - overlap, cut at the characters
-    where their first tokens start (a token inside a multi-byte character snaps to it)."""
+    """Pieces of at most `budget` tokens, each ending at the last sentence end in its
+    second half, else the last space or clause comma there, else where its budget ends;
+    each next piece starts about `overlap` tokens earlier, at a sentence's or word's start
+    where one is there. A piece counts every token its text touches."""
     enc = encoding()
     ids = enc.encode_ordinary(line)
     if len(ids) <= budget:
         return [_Piece(index, index + 1, line, len(ids))]
-    _, offsets = enc.decode_with_offsets(ids)
-    step = budget - overlap
+    _, offsets = enc.decode_with_offsets(ids)  # where each token starts in the line
+    sentences = [m.end() for m in _SENTENCE_STARTS.finditer(line)]
+    words = sorted({*sentences, *(m.end() for m in _WORD_STARTS.finditer(line))})
     pieces: list[_Piece] = []
-    for a in range(0, len(ids), step):
-        b = min(a + budget, len(ids))
-        lo = offsets[a]
-        hi = offsets[b] if b < len(ids) else len(line)
-        if hi > lo:
-            pieces.append(_Piece(index, index + 1, line[lo:hi], b - a, lo))
-        if b == len(ids):
-            break
-    return pieces
+    a, lo = 0, 0  # the piece's first token (the one holding its first character) and character
+    cut = 0
+    while True:
+        b = a + budget
+        if b >= len(ids):
+            pieces.append(_Piece(index, index + 1, line[lo:], len(ids) - a, lo))
+            return pieces
+        # past the piece before's end too: with a large overlap, its second half may lie before it
+        floor, hi = max(offsets[a + max(1, budget // 2)], cut), offsets[b]
+        cut = _last_within(sentences, floor, hi) or _last_within(words, floor, hi) or hi
+        pieces.append(_Piece(index, index + 1, line[lo:cut], bisect_left(offsets, cut) - a, lo))
+        if overlap:
+            # `overlap` tokens back, moved to the nearest sentence start, else word start,
+            # up to twice as far back (a CJK sentence is longer than a 32-token overlap)
+            shared = bisect_left(offsets, cut)
+            back, far = offsets[max(a + 1, shared - overlap)], offsets[max(a + 1, shared - 2 * overlap)]
+            lo = _nearest_within(sentences, back, far, cut) or _nearest_within(words, back, far, cut) or back
+        else:
+            lo = cut
+        a = bisect_right(offsets, lo) - 1
+
+
+def _last_within(starts: list[int], low: int, high: int) -> int | None:
+    """The last position in sorted `starts` in (low, high]."""
+    k = bisect_right(starts, high) - 1
+    return starts[k] if k >= 0 and starts[k] > low else None
+
+
+def _nearest_within(starts: list[int], target: int, low: int, high: int) -> int | None:
+    """The position in sorted `starts` in [low, high) nearest to `target`."""
+    lo_k, hi_k = bisect_left(starts, low), bisect_left(starts, high)
+    return min(starts[lo_k:hi_k], key=lambda p: abs(p - target), default=None)

@@ -268,3 +268,21 @@ def test_chunking_invariants_property(
         return
     check_invariants(doc, chunks, chunk_tokens, overlap)
     assert chunks == chunk_document(doc, chunk_tokens=chunk_tokens, overlap_tokens=overlap)
+
+
+def test_a_long_line_is_cut_after_sentences_and_between_words() -> None:
+    """A CJK paragraph is one line past the chunk size as often as not: cut at token
+    offsets, its pieces began mid-word (护等方面 of 环境保护) and names fell in halves."""
+    zh = "本报告介绍了城市管理部门在本年度的总体情况和主要工作任务，包括交通、教育、医疗和环境保护等方面的内容。" * 12
+    en = " ".join(f"Sentence {i} of the long paragraph says something about lighthouse number {i}." for i in range(60))
+    for line, ends in ((zh, ("。",)), (en, (". ",))):
+        doc = doc_of(f"# Heading\n\n{line}\n")
+        chunks = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)
+        check_invariants(doc, chunks, 128, 16)
+        pieces = [c for c in chunks if c.span.line_start == 3]
+        assert len(pieces) > 3
+        assert all(p.text.endswith(ends) for p in pieces[:-1]), [p.text[-12:] for p in pieces]
+        assert all(line[p.char_start - 1] in "。、， " for p in pieces[1:]), "each piece starts a sentence or a word"
+        ends_at = [p.char_start + len(p.text) for p in pieces]
+        assert ends_at == sorted(ends_at) and pieces[-1].text.endswith(line[-10:])
+        assert all(0 < b.char_start < a.char_start + len(a.text) for a, b in zip(pieces, pieces[1:])), "pieces overlap"
