@@ -134,6 +134,9 @@ class Chunk:
     # A piece of a line too long for one chunk: the character in that line it starts at
     # (pieces share an overlap; `pipeline.windows` joins them without it).
     char_start: int = 0
+    # Headings and blank lines only (prose): what is left of a section whose first paragraph
+    # is too long to share a chunk. Retrieval ranks it after every chunk with text.
+    heading_only: bool = False
 
     @property
     def chunk_id(self) -> str:

@@ -66,8 +66,9 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit)
             section = trails.at(line_offset + piece.start) if trails is not None else bookmarks
+            heading_only = not code and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
-                                piece.char_start))
+                                piece.char_start, heading_only))
     return chunks
 
 

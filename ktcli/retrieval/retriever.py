@@ -137,7 +137,11 @@ class HybridIndex:
         dense = self.dense.search(self.embedder.embed_query(query), depth)
         lexical = self.lexical.search(query, depth)
         dense_weight = min(1.0, self.embedder.vocabulary_share(query) / DENSE_FULL_SHARE)
-        return _fuse(self.chunks, dense, lexical, k, self.symbols.defining(code_names(query)), dense_weight)
+        hits = _fuse(self.chunks, dense, lexical, len(self.chunks), self.symbols.defining(code_names(query)), dense_weight)
+        # A heading alone (left over where the paragraph under it was too long to share its
+        # chunk) gives the model nothing to read; its words are in that paragraph's trail.
+        # It comes last, not out: an outline's chunks may all be headings.
+        return sorted(hits, key=lambda hit: hit.chunk.heading_only)[:k]
 
 
 def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore) -> list[bool]:

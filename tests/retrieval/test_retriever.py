@@ -166,3 +166,24 @@ def test_a_question_in_a_script_the_embedder_cannot_read_is_ranked_by_its_words(
     # English is read as words: dense search counts in full
     assert real_embedder.vocabulary_share("What's the Q3 figure for Xiaoqing Zhuang?") > 0.9
     assert real_embedder.vocabulary_share("2023-10-01?") == 1.0
+
+
+def test_a_heading_alone_comes_after_every_passage_with_text():
+    """A heading whose paragraph was too long to share its chunk is a chunk of its own; it
+    matched the question's words best (BM25 favours short texts) and gave the model nothing."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    long_paragraph = " ".join(f"Vessel {i} pays its harbour dues monthly at the north pier office." for i in range(40))
+    text = f"## Harbour dues\n\n{long_paragraph}\n\n## Lamps\n\n" + "\n".join(FILLER) + "\n"
+    chunks = chunk_document(document_from_bytes(text.encode(), "dues.md", "dues.md"), chunk_tokens=128, overlap_tokens=16)
+    assert [c.heading_only for c in chunks][:2] == [True, False] and chunks[0].text.strip() == "## Harbour dues"
+    hits = HybridIndex.build(chunks, embedder=HashEmbedder(), store=None).search("harbour dues", len(chunks))
+    assert hits[-1].chunk.ordinal == 0 and len(hits) == len(chunks)
+    # code's comment lines are no headings; an outline of headings alone is still found
+    code = chunk_document(document_from_bytes(b"# Licence: MIT\n# (c) Acme\n" + b"x = 1\n" * 3, "a.py", "a.py"))
+    assert not any(c.heading_only for c in code)
+    outline = chunk_document(document_from_bytes(b"# Dues\n\n# Moorings\n\n# Lamps\n", "o.md", "o.md"), chunk_tokens=4,
+                             overlap_tokens=0)
+    index = HybridIndex.build(outline, embedder=HashEmbedder(), store=None)
+    assert all(c.heading_only for c in outline) and "# Moorings" in index.search("moorings", 1)[0].chunk.text
