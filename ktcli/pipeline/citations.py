@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ktcli.ingest.sections import SectionIndex, document_trails
-from ktcli.retrieval.lexical import cjk_terms
+from ktcli.retrieval.lexical import cjk_terms, fold
 from ktcli.types import CHAPTER, Answer, Chunk, Citation, Corpus, Span
 
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
@@ -38,7 +38,7 @@ _STOP = frozenset(
 
 def terms(text: str) -> list[str]:
     out: list[str] = []
-    for m in _WORD.finditer(text):
+    for m in _WORD.finditer(fold(text)):  # matched as the index matches: "ﬁnancial" is "financial"
         word = m.group(0)
         cjk = cjk_terms(word)  # Chinese, Japanese, Korean: character pairs, as the index has them
         out.extend(cjk if cjk is not None else [word.lower()])
