@@ -19,7 +19,7 @@ _DEFINED = re.compile(
     r"^[ \t]*(?:(?:export|default|pub(?:\([\w:]+\))?|public|private|protected|internal|static|abstract|final|"
     r"async|unsafe|extern|inline|virtual|sealed|data|open)\s+)*"
     r"(?:class|def|function|fn|func(?:\s*\([^)]*\))?|struct|enum|interface|trait|type|module|object|record|"
-    r"macro_rules!|defmacro|defun|sub)\s+([A-Za-z_$][\w$]*)",
+    r"macro_rules!|defmacro|defun|sub)\s+((?:[^\W\d]|\$)[\w$]*)",
     re.MULTILINE,
 )
 # a constant assigned at the start of a line: TAX_RATE = 0.2, const MAX_SIZE: usize = 8
@@ -50,12 +50,12 @@ _OTHER_DEFINITIONS = (
                r"(?:[\w\"`]+\.)?[\"`]?([A-Za-z_]\w*)", re.MULTILINE | re.IGNORECASE),
     re.compile(r"^[ \t]*" + _NOT_NAMES + r"([A-Za-z_][\w-]*)\s*\(\)\s*\{", re.MULTILINE),
     re.compile(r"^[ \t]+(?:(?:public|private|protected|static|async|readonly|override|get|set)\s+)*" + _NOT_NAMES +
-               r"([A-Za-z_$][\w$]*)\s*(?:<[^>()]*>)?\s*\([^;()]*\)\s*(?::\s*[^={;()]+)?\{\s*$", re.MULTILINE),
-    re.compile(r"^(?:export\s+)?(?:var|const|let)\s+([A-Za-z_$][\w$]*)\s*(?::[^=\n]+)?=", re.MULTILINE),
+               r"((?:[^\W\d]|\$)[\w$]*)\s*(?:<[^>()]*>)?\s*\([^;()]*\)\s*(?::\s*[^={;()]+)?\{\s*$", re.MULTILINE),
+    re.compile(r"^(?:export\s+)?(?:var|const|let)\s+((?:[^\W\d]|\$)[\w$]*)\s*(?::[^=\n]+)?=", re.MULTILINE),
     re.compile(r"^([a-z_][a-z0-9_]*)\s*(?::[^=\n]+)?=(?!=)", re.MULTILINE),
 )
 # Backticks: how developers write any name in a question (`echo`, `main`, `Text.from_markup`).
-_BACKTICKED = re.compile(r"`([A-Za-z_$][\w$]*(?:(?:\.|::)[A-Za-z_$][\w$]*)*)(?:\(\))?`")
+_BACKTICKED = re.compile(r"`((?:[^\W\d]|\$)[\w$]*(?:(?:\.|::)(?:[^\W\d]|\$)[\w$]*)*)(?:\(\))?`")
 # A name after the keyword that defines it, in backticks or not (`class Segment`, "def
 # render", "struct Config"), or before a kind's name ("the Console class", "the render
 # function"): a plain word such as Segment or render is no code name by its shape, and
@@ -68,9 +68,9 @@ _KEYWORDS = r"class|def|fn|func|struct|enum|interface|trait"
 _FUNCTION_KEYWORDS = frozenset({"def", "fn", "func"})
 _KINDS = _KEYWORDS + r"|function|type|module|method|macro|constant"
 _CALLABLE_KINDS = frozenset({"function", "method", "macro", "def", "fn", "func"})
-_KEYWORD_NAME = re.compile(rf"(\w+\s+)?\b({_KEYWORDS})\s+([A-Za-z_$][\w$]*)")
-_BACKTICKED_DEFINITION = re.compile(rf"`(?:{_KEYWORDS}|function|const|let|var|type|module)\s+([A-Za-z_$][\w$]*)")
-_NAME_KIND = re.compile(rf"\b(?:the|a|an|its|our|this|that)\s+`?([A-Za-z_$][\w$]*)(?:\(\))?`?\s+({_KINDS})\b",
+_KEYWORD_NAME = re.compile(rf"(\w+\s+)?\b({_KEYWORDS})\s+((?:[^\W\d]|\$)[\w$]*)")
+_BACKTICKED_DEFINITION = re.compile(rf"`(?:{_KEYWORDS}|function|const|let|var|type|module)\s+((?:[^\W\d]|\$)[\w$]*)")
+_NAME_KIND = re.compile(rf"\b(?:the|a|an|its|our|this|that)\s+`?((?:[^\W\d]|\$)[\w$]*)(?:\(\))?`?\s+({_KINDS})\b",
                         re.IGNORECASE)
 # A keyword after these is a noun of prose ("which class handles colours", "a class for").
 _DETERMINERS = frozenset({"which", "what", "whose", "the", "a", "an", "this", "that", "these", "those", "each",

@@ -93,3 +93,14 @@ def test_prose_is_read_for_class_and_def_only():
                    span=Span("README.md", 1, 3), n_tokens=8)
     table = SymbolTable([readme])
     assert table.defining({"click"}) == set() and table.defining({"Shelf"}) == {0}
+
+
+def test_names_in_other_alphabets_are_code_names_too():
+    """Python, Java, Go and JavaScript take letters of any alphabet in names: `überprüfe_größe`
+    and `計算する` were no names, so their definitions got no bonus."""
+    assert code_names("Wo ist `überprüfe_größe` definiert?") == {"überprüfe_größe"}
+    assert code_names("what does def 計算する return?") == {"計算する"}
+    table = SymbolTable([chunk(0, "def überprüfe_größe(x):\n    return x\n"), chunk(1, "def 計算する(a):\n    pass\n"),
+                         chunk(2, "y = überprüfe_größe(3)\n")])
+    assert table.defining({"überprüfe_größe", "計算する"}) == {0, 1}
+    assert code_names("`2fast` and `$el`") == {"$el"}  # a name starts with no digit
