@@ -17,7 +17,10 @@ from ktcli.ingest.layout import escaped_hash
 # Never visible (or not page content). <head> itself is walked, not dropped: a page may
 # leave out its `</head>` (HTML allows it), and html.parser then nests the whole body
 # inside <head>; its metadata tags are dropped one by one instead.
-_DROP = frozenset({"title", "meta", "link", "base", "script", "style", "noscript", "template", "canvas", "iframe"})
+# <rt> and <rp>: a ruby annotation's reading (furigana) and its fallback brackets, which
+# ran into the words they gloss ("清水寺きよみずでら"); the Word reader leaves them out too.
+_DROP = frozenset({"title", "meta", "link", "base", "script", "style", "noscript", "template", "canvas", "iframe",
+                   "rt", "rp"})
 # Ends a paragraph: a blank line after it gives the chunker a natural break.
 _PARAGRAPH = frozenset(
     {"p", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote", "table", "ul", "ol", "dl",

@@ -177,6 +177,11 @@ def test_html_table_rows_keep_their_columns(write) -> None:
         "Region | Q1 | Q2 | Q3", "North | 5.1 (both) | | 7.2", "All regions", "South | 1 | 2"]
 
 
+def test_html_ruby_readings_are_left_out(write) -> None:
+    page = "<p><ruby>清水寺<rp>(</rp><rt>きよみずでら</rt><rp>)</rp></ruby>を訪れ、<ruby>太<rt>た</rt>郎<rt>ろう</rt></ruby>に会った。</p>"
+    assert load_one(write("r.html", page)).text.strip() == "清水寺を訪れ、太郎に会った。"
+
+
 def test_html_lists_formulas_drawings_and_fields(write) -> None:
     page = ("<ol start=3><li><p>Water the fern.</p></li><li>Mist it.</li><li></li></ol>"
             "<ul><li>Loose</li></ul>"
