@@ -273,3 +273,22 @@ def test_code_that_counts_its_indices_is_no_citation_loop():
     guard = RepetitionGuard()
     code = "\n".join(f"buf[{i}] = 0;" for i in range(10, 80))
     assert not any(guard.feed(ch) for ch in code)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_loops_in_cjk_and_arabic_are_stopped_as_soon_as_english_ones(seed):
+    """Lengths were in characters and sentences ended only at . ! ?: a 9-character
+    Japanese heading looped 14 times to the token limit, a Chinese sentence 20 times."""
+    heading = "## 社長は誰ですか？\n"
+    # (a CJK sentence ends at its 。 or ？: the line break after it may not have come yet)
+    assert _stream(EchoedText(), "社長は山田です。\n\n" + heading * 14, seed).rstrip() == "社長は山田です。\n\n" + heading.rstrip()
+    zh = "长江大桥于一九五七年建成。"
+    assert _stream(EchoedText(), "答案如下：" + zh * 20, seed) == "答案如下：" + zh  # what it said after the colon
+    assert _stream(EchoedText(), "Answer: It is written in Python." + " It is written in Python." * 5, seed) == \
+        "Answer: It is written in Python. "
+    ar = "من بنى جسر النيل؟ "
+    assert _stream(EchoedText(), ar * 6, seed) == ar
+    # a loop of a short CJK phrase stops within ~240 characters' width, as an English one does
+    guard = RepetitionGuard()
+    fired = _feed_in_pieces(guard, "回答：" + "我不知道" * 100, seed)
+    assert fired is not None and fired <= len("回答：") + 130 and guard.kept() == "回答：我不知道"
