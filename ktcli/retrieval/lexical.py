@@ -33,13 +33,20 @@ _FOLDED_MARKS = re.compile("[\u0300-\u036f\u0483-\u0489\u0591-\u05c7\u0610-\u061
                            "\u06d6-\u06ed]")
 
 
+# A line break between Chinese or Japanese characters: where a PDF or a hard-wrapped file
+# wrapped the line, inside a word as often as not ("医\n疗"), since the text has no spaces.
+_HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_WRAP = re.compile(f"(?<=[{_HAN_KANA}])[ \t]*\r?\n[ \t]*(?=[{_HAN_KANA}])")
+
+
 def fold(text: str) -> str:
     """The text as it is matched: compatibility forms unified (full-width "ＡＢＣ－１２" is
-    "ABC-12", "ﬁ" is "fi", NFD is NFC), invisible characters dropped, accents folded."""
+    "ABC-12", "ﬁ" is "fi", NFD is NFC), invisible characters dropped, accents folded, and
+    Chinese and Japanese lines joined where they wrap."""
     if text.isascii():
         return text
     text = unicodedata.normalize("NFKD", text.translate(_INVISIBLE))
-    return unicodedata.normalize("NFC", _FOLDED_MARKS.sub("", text))
+    return _CJK_WRAP.sub("", unicodedata.normalize("NFC", _FOLDED_MARKS.sub("", text)))
 
 
 @functools.cache

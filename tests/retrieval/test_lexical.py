@@ -117,6 +117,7 @@ def test_a_cjk_question_finds_its_clause():
         ("ΓΕΦΥΡΑ ΤΟΥ ΙΣΘΜΟΥ", "γέφυρα"),  # Greek capitals carry no accents
         ("مُحَمَّد بنى الجسر", "محمد"),  # Arabic vowel signs are optional
         ("नमस्ते दुनिया", "नमस्ते"),  # an Indic word's vowel signs are part of it, not breaks
+        ("包括交通、教育、医\n疗和环境保护", "医疗"),  # a PDF's line wrapped inside a Chinese word
     ],
 )
 def test_forms_of_one_word_match(document, question):
