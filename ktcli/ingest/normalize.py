@@ -143,7 +143,9 @@ _ENCODING_NAMES = {
     "cp1250": "Windows-1250", "cp1251": "Windows-1251", "cp1252": "Windows-1252", "cp1253": "Windows-1253",
     "cp1254": "Windows-1254", "cp1255": "Windows-1255", "cp1256": "Windows-1256", "cp1257": "Windows-1257",
     "koi8_r": "KOI8-R", "koi8_u": "KOI8-U", "cp932": "Shift-JIS (cp932)", "shift_jis": "Shift-JIS",
-    "euc_jp": "EUC-JP", "gb18030": "GB18030", "gb2312": "GB2312", "gbk": "GBK", "big5": "Big5",
+    "euc_jp": "EUC-JP", "euc_jis_2004": "EUC-JP (JIS X 0213)", "euc_jisx0213": "EUC-JP (JIS X 0213)",
+    "shift_jis_2004": "Shift-JIS (JIS X 0213)", "shift_jisx0213": "Shift-JIS (JIS X 0213)",
+    "iso2022_jp": "ISO-2022-JP", "cp1258": "Windows-1258", "gb18030": "GB18030", "gb2312": "GB2312", "gbk": "GBK", "big5": "Big5",
     "cp949": "EUC-KR (cp949)", "euc_kr": "EUC-KR", "mac_cyrillic": "Mac Cyrillic", "cp874": "Windows-874 (Thai)",
     "tis_620": "TIS-620 (Thai)",
 }

@@ -43,8 +43,11 @@ def excluded_by(named: str = "--exclude") -> str:
 # takes: a file named b"caf\xe9.txt" failed every command on its folder.
 # A backslash is doubled, as `ls -b` does, so that b"caf\xe9.txt" (shown caf\xe9.txt) and
 # a file really named caf\xe9.txt stay two paths.
+# Bidirectional controls and C1 controls are escaped too: a file named "\u202etxt.exe" showed
+# reversed in a terminal, as "exe.txt" (the trick of spoofed attachments).
 _ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
-    0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"}
+    0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"} | {
+    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
 
 
 def printable(path: str) -> str:

@@ -120,6 +120,15 @@ def test_control_characters_in_found_names_are_escaped(write, tmp_path: Path) ->
     assert reasons(corpus, tmp_path / "r") == {"skip\\nme.log": "gitignored"}
 
 
+def test_names_with_bidirectional_controls_are_shown_escaped(tmp_path: Path) -> None:
+    """"invoice\u202efdp.txt" showed in a terminal as "invoicetxt.pdf", reversed."""
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "invoice\u202efdp.txt").write_text("pay now\n")
+    (root / "café \u2067x\u2069.md").write_text("menu\n")
+    assert rels(walk(root), root) == ["café \\u2067x\\u2069.md", "invoice\\u202efdp.txt"]
+
+
 def test_names_that_are_not_utf8_are_shown_escaped(tmp_path: Path) -> None:
     """Python keeps such a name's bytes as lone surrogates, which the tokenizer refused:
     one file named b"caf\\xe9.txt" failed every command on its folder."""
