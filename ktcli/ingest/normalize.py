@@ -96,6 +96,11 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
             return data[:end].decode("utf-8"), f"binary data after byte {end:,} left out ({len(data) - end:,} bytes)"
     if control_ratio(data) > MAX_CONTROL_RATIO:
         raise UndecodableError("not UTF-8 or UTF-16, and too many control bytes for text")
+    mixed = _utf8_and_western_lines(data)
+    if mixed is not None:
+        text, n_western = mixed
+        lines = "a line" if n_western == 1 else f"{n_western:,} lines"
+        return text, f"{lines} not UTF-8: read as Windows-1252 (Western European), a guess; the rest is UTF-8"
     western = _western(data) if high_byte_ratio(data) <= _MAX_LEGACY_HIGH_RATIO else None
     if western is not None and reads_as_western(western):
         return western, _guess_note("Windows-1252 (Western European)")
@@ -228,6 +233,32 @@ def utf8_with_strays(data: bytes) -> tuple[str, int] | None:
     text = "".join(pieces)
     valid = sum(1 for ch in text if ord(ch) > 127) - text.count("\ufffd")
     return (text, strays) if valid >= MIN_VALID_PER_STRAY * strays else None
+
+
+# A file of UTF-8 lines and Windows-1252 ones (notes two editors appended to, a log of two
+# tools): too many stray bytes for `utf8_with_strays`, and read whole as cp1252 its UTF-8
+# lines became mojibake ("Die GrÃ¶ÃŸe"). Lines with valid multi-byte UTF-8 are what
+# Western text in cp1252 almost never holds; it takes this many to read line by line.
+MIN_UTF8_LINES = 2
+
+
+def _utf8_and_western_lines(data: bytes) -> tuple[str, int] | None:
+    """(text, lines read as cp1252): each line read as UTF-8 where it is valid, else as
+    Western European cp1252; None unless both kinds are there and every cp1252 line reads
+    as Western text."""
+    out: list[str] = []
+    utf8 = western = 0
+    for line in data.split(b"\n"):
+        try:
+            out.append(line.decode("utf-8"))
+            utf8 += not line.isascii()
+        except UnicodeDecodeError:
+            text = _western(line)
+            if not reads_as_western(text):
+                return None
+            out.append(text)
+            western += 1
+    return ("\n".join(out), western) if utf8 >= MIN_UTF8_LINES and western else None
 
 
 def _bom_bytes(encoding: str) -> bytes:

@@ -307,6 +307,19 @@ def test_utf8_with_a_stray_byte_stays_utf8_and_says_so(write) -> None:
     assert few.documents[0].text.startswith("Zürich and München.") and few.skipped[0].replaced
 
 
+def test_a_file_of_utf8_lines_and_cp1252_lines_reads_each_line_right(write) -> None:
+    """Too many Latin-1 bytes for strays, and read whole as cp1252 the UTF-8 half became
+    "Die GrÃ¶ÃŸe der BrÃ¼cke"."""
+    utf8 = "".join(f"Die Größe der Brücke {i} über die Mühlenstraße.\n" for i in range(5))
+    latin = "".join(f"Le café numéro {i} est à côté de l'église.\n" for i in range(40))
+    corpus = load_corpus([str(write("notes.txt", utf8.encode() + latin.encode("cp1252")))])
+    assert corpus.documents[0].text == utf8 + latin
+    assert corpus.skipped[0].reason.startswith("40 lines not UTF-8: read as Windows-1252 (Western European), a guess")
+    # Russian in cp1251 between UTF-8 lines is no Western text: not read line by line
+    russian = load_corpus([str(write("ru.txt", utf8.encode() + ("Привет, мир. " * 30 + "\n").encode("cp1251") * 20))])
+    assert "lines not UTF-8" not in " ".join(s.reason for s in russian.skipped)
+
+
 # ---- bad input -----------------------------------------------------------------------
 
 
