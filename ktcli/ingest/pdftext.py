@@ -81,6 +81,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
         stamped = 0  # pages that are a page-sized image and a few characters
+        run_together: list[int] = []  # pages whose right-to-left words lost their spaces
         read_chars = 0
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
@@ -117,6 +118,8 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
             if notes:
                 raw = raw.rstrip("\n") + "\n" + "\n".join(notes)
             texts.append(normalize_text(raw).rstrip("\n"))
+            if _rtl_words_run_together(texts[-1]):
+                run_together.append(number)
             read_chars += len(texts[-1]) + 1
             if text_limit is not None and read_chars > text_limit:
                 raise TextOverLimit(number, len(pages), read_chars)
@@ -138,6 +141,9 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
         n_chars = sum(len(t.strip()) for t in texts)
         unread = [(0, f"only {n_chars} characters of text on its {len(pages)} pages, each a page-sized image "
                       "(a scanned PDF with stamps? run OCR first, e.g. `ocrmypdf in.pdf out.pdf`)")]
+    if run_together:
+        unread.append((0, f"right-to-left words on {_page_list(run_together)} read run together, without their spaces "
+                          "(a limit of the PDF reader); `pdftotext in.pdf out.txt` (poppler) reads them apart"))
     if attached:
         unread.append((0, _attached_note(attached)))
     return texts, unread, _printed_labels(reader, len(pages)), _bookmark_trails(reader, len(pages))
@@ -178,6 +184,35 @@ def _bookmark_trails(reader: PdfReader, n_pages: int) -> list[str]:
             at += 1
         trails.append(trail)
     return trails
+
+
+# Arabic and Hebrew letters (with their presentation forms). pypdf reads some writers'
+# right-to-left lines (LibreOffice's, for one) as a run of letters with every space and
+# full stop moved to the line's start: "     .   يصفهذاالتقريرالوضعالعام...". No word can
+# be matched or read; said, so that the user knows.
+_RTL_WORD = re.compile("[\u0590-\u05ff\u0600-\u06ff\u0750-\u077f\ufb1d-\ufdff\ufe70-\ufefc]+")
+_RTL_MIN_LETTERS = 100
+# Letters a word of Arabic or Hebrew has on average: 4-6; 12 is words run together.
+_RTL_RUN_TOGETHER = 12
+
+
+def _rtl_words_run_together(text: str) -> bool:
+    words = _RTL_WORD.findall(text)
+    letters = sum(map(len, words))
+    return letters >= _RTL_MIN_LETTERS and letters / len(words) > _RTL_RUN_TOGETHER
+
+
+def _page_list(numbers: list[int]) -> str:
+    """"p.4", "pages 4-6", "pages 2, 5-7"."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and spans[-1][1] == n - 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    if len(numbers) == 1:
+        return f"p.{numbers[0]}"
+    return "pages " + ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in spans)
 
 
 def _attached_note(names: list[str]) -> str:

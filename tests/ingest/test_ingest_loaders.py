@@ -421,6 +421,19 @@ def test_an_unreadable_pdf_page_is_reported_not_dropped(write) -> None:
     assert skipped.path == f"{path} p.2" and skipped.reason.startswith("page could not be read (")
 
 
+def test_right_to_left_words_run_together_are_told_apart_from_words() -> None:
+    """pypdf reads LibreOffice's Arabic lines as letters run together, every space moved to
+    the line's start: nothing a question can match; said."""
+    from ktcli.ingest.pdftext import _page_list, _rtl_words_run_together
+
+    words = "يصف هذا التقرير الوضع العام للإدارة البلدية ومهامها الرئيسية في العام الحالي. "
+    assert not _rtl_words_run_together(words * 8)
+    assert _rtl_words_run_together("     .            " + (words * 8).replace(" ", "").replace(".", ""))
+    assert not _rtl_words_run_together("يصفهذاالتقريرالوضع")  # too little to tell
+    assert not _rtl_words_run_together("גשר הירקון נבנה בשנת 1925 על ידי המהנדס דוד כהן. " * 10)
+    assert (_page_list([4]), _page_list([5, 6]), _page_list([2, 5, 6, 7])) == ("p.4", "pages 5-6", "pages 2, 5-7")
+
+
 def test_a_scanned_page_among_text_pages_is_reported(write) -> None:
     path = write("mixed.pdf", make_pdf_with_a_scanned_page("Alpha page one", "Gamma page three"))
     corpus = load_corpus([str(path)])
