@@ -263,6 +263,23 @@ UNSUPPORTED = {
     "modalities": ((None, ["text"]), "only text is produced"),
     "audio": ((None,), "only text is produced"),
     "prediction": ((None,), "predicted outputs are not supported"),
+    # llama.cpp's, text-generation-webui's and KoboldCpp's sampler names, which clients of
+    # local servers send: each returned 200 with the answer it would give without them.
+    "repeat_penalty": ((None, 1, 1.0), "penalties are not applied"),
+    "repeat_last_n": ((None,), "penalties are not applied"),
+    "typical_p": ((None, 1, 1.0), "typical sampling is not applied"),
+    "tfs_z": ((None, 1, 1.0), "tail-free sampling is not applied"),
+    "top_a": ((None, 0, 0.0), "top-a sampling is not applied"),
+    "mirostat": ((None, 0), "mirostat sampling is not applied"),
+    "mirostat_tau": ((None,), "mirostat sampling is not applied"),
+    "mirostat_eta": ((None,), "mirostat sampling is not applied"),
+    "dynatemp_range": ((None, 0, 0.0), "dynamic temperature is not applied"),
+    "dynatemp_exponent": ((None,), "dynamic temperature is not applied"),
+    "xtc_probability": ((None, 0, 0.0), "XTC sampling is not applied"),
+    "dry_multiplier": ((None, 0, 0.0), "DRY penalties are not applied"),
+    "grammar": ((None, ""), "guided decoding is not supported"),
+    "json_schema": ((None,), "guided decoding is not supported"),
+    "add_generation_prompt": ((None, True), "the assistant's turn is always opened"),
 }
 
 
@@ -276,11 +293,12 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
     if prompt_len >= window:
         raise ApiError(400, f"the prompt has {prompt_len} tokens; this model's context window is {window}",
                        code="context_length_exceeded", param=param)
-    asked = _integer(body, "max_completion_tokens", 1)
-    asked = _integer(body, "max_tokens", 1) if asked is None else asked
+    asked, asked_by = _integer(body, "max_completion_tokens", 1), "max_completion_tokens"
+    if asked is None:
+        asked, asked_by = _integer(body, "max_tokens", 1), "max_tokens"
     if asked is not None and prompt_len + asked > window:
         raise ApiError(400, f"the prompt has {prompt_len} tokens and {asked} more were asked for; "
-                       f"this model's context window is {window}", code="context_length_exceeded", param="max_tokens")
+                       f"this model's context window is {window}", code="context_length_exceeded", param=asked_by)
     top_k = _integer(body, "top_k", -1)
     return SamplingParams(
         max_new_tokens=asked if asked is not None else min(default_max, window - prompt_len),
@@ -331,7 +349,9 @@ class Reply:
 
     def full(self, text: str, finish: str, usage: dict) -> dict:
         if self.kind == "chat":
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            # "logprobs": null as OpenAI sends it: strictly typed clients require the key
+            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                      "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         return {**self._head(False), "choices": [choice], "usage": usage}
@@ -339,7 +359,7 @@ class Reply:
     def chunk(self, text: str, finish: str | None = None, first: bool = False) -> dict:
         if self.kind == "chat":
             delta: dict = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "finish_reason": finish}
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
         body = {**self._head(True), "choices": [choice]}

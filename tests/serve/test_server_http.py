@@ -116,6 +116,7 @@ def test_chat_completion(served):
     assert body["object"] == "chat.completion"
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "alpha beta gamma "}
     assert body["choices"][0]["finish_reason"] == "length"
+    assert "logprobs" in body["choices"][0] and body["choices"][0]["logprobs"] is None  # OpenAI's shape: the key is there
     assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
 
 
@@ -236,6 +237,17 @@ def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(se
     assert got == 400 and "echoed" in payload["error"]["message"]
     got, payload = request(port, "POST", "/v1/completions", {"prompt": "Hello", "max_tokens": 4, "logprobs": 1})
     assert got == 400 and "log probabilities" in payload["error"]["message"]
+    # local servers' sampler names change the answer too: refused, not ignored
+    for name, value in (("repeat_penalty", 1.5), ("typical_p", 0.2), ("mirostat", 2), ("add_generation_prompt", False)):
+        got, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2, **{name: value}))
+        assert got == 400 and payload["error"]["param"] == name, name
+    assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=2, repeat_penalty=1.0))[0] == 200
+
+
+def test_the_window_error_names_the_field_that_asked(served):
+    port, _, _ = served
+    _, payload = request(port, "POST", "/v1/chat/completions", chat(max_completion_tokens=60))
+    assert payload["error"]["code"] == "context_length_exceeded" and payload["error"]["param"] == "max_completion_tokens"
 
 
 def test_over_window_has_the_openai_code(served):
