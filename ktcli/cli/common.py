@@ -8,9 +8,10 @@ import re
 import sys
 import warnings
 from collections.abc import Callable
+from dataclasses import replace
 
 from ktcli.config import Settings, load_settings, unknown_variables, unused_settings
-from ktcli.errors import InterruptedAnswer, KtcliError
+from ktcli.errors import InterruptedAnswer, KtcliError, UsageError
 
 SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
@@ -130,6 +131,17 @@ class Options:
 
         origins = check_origins(cors_origins)
         settings, reporter = self.settings(), self.reporter()
+        # A config file's backend settings are a client's, of a remote server: its model
+        # became the one served ("not in the local Hugging Face cache"), its key the one
+        # clients had to send.
+        came_from = dict(settings.origins)
+        if settings.backend == "openai" and "model" in came_from:
+            raise UsageError(f"ktcli serve serves a local model, and {came_from['model']} names the remote backend's "
+                             f"({settings.model!r}): give --model (smollm2 is bundled)")
+        if came_from.get("api_key", "").startswith("api_key in "):
+            reporter.warn(f"{came_from['api_key']} is the key of a remote backend, not the one clients must send here: "
+                          "that is --api-key or KTCLI_API_KEY")
+            settings = replace(settings, api_key="")
         options = ServeOptions(host=host, port=port, api_key=settings.api_key,
                                default_max_tokens=settings.max_new_tokens, gather_ms=batch_wait_ms,
                                max_batch=max_batch, verbose=verbose, cors_origins=origins)

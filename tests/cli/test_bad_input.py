@@ -630,3 +630,25 @@ def test_chunks_too_small_to_answer_from_are_warned(cache):
     assert fine.returncode == 0 and "--chunk-tokens" not in fine.stderr.decode()
     summary = run_ktcli(["plan", str(LONG_TEXT), "--chunk-tokens", "8", "--mode", "retrieval"], cache)
     assert summary.returncode == 0 and "--chunk-tokens" not in summary.stderr.decode()
+
+
+def test_serve_leaves_a_config_files_remote_backend_settings_to_the_client(cache, tmp_path, monkeypatch):
+    """The config docs/remote-backends.md recommends (backend "openai", its model, its key)
+    made `ktcli serve` look for the remote model locally, and, given --model, ask clients
+    for the remote server's secret."""
+    from ktcli.cli.common import Options
+
+    config = tmp_path / "remote.toml"
+    config.write_text('backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\nmodel = "Qwen/Qwen2.5-72B-Instruct"\n'
+                      'api_key = "sk-remote"\n')
+    proc = run_ktcli(["serve", "--port", "0"], cache, extra_env={"KTCLI_CONFIG": str(config)})
+    assert_one_line_error(proc, 2, f"ktcli serve serves a local model, and model in {config} names the remote backend's")
+    served = []
+    monkeypatch.setattr("ktcli.serve.run.serve", lambda settings, options, *a, **k: served.append(options))
+    monkeypatch.setenv("KTCLI_CONFIG", str(config))
+    monkeypatch.delenv("KTCLI_API_KEY", raising=False)
+    Options({"model": "smollm2"}).run_serve("127.0.0.1", 0, 4, 30, False, [])
+    assert served[0].api_key == ""  # not the remote server's secret
+    monkeypatch.setenv("KTCLI_API_KEY", "local-key")
+    Options({"model": "smollm2"}).run_serve("127.0.0.1", 0, 4, 30, False, [])
+    assert served[1].api_key == "local-key"
