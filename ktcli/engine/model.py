@@ -50,6 +50,15 @@ class Step:
     windows: set = field(default_factory=lambda: {None})
 
 
+@dataclass(frozen=True)
+class _ExactRows:
+    """A wide step's rows split by the kernel they take (`Model._rows_by_kernel`)."""
+
+    rows: int  # the step's rows
+    exact: torch.Tensor  # on the AMX kernel, fp32-grade
+    wide: torch.Tensor  # on torch's one-pass bf16 GEMM (may be empty)
+
+
 class Model:
     # Up to this many rows a bf16 weight is used as is (a few matrix-vector products);
     # beyond, it is widened to fp32 for one GEMM. Measured on AVX2: bf16 cost grows
@@ -95,6 +104,9 @@ class Model:
         # is built (engine.amx_gemm): fp32 activations split into two bf16 parts and fp32
         # output, so the products equal fp32 ones to ~2e-6 instead of rounding in and out (~2e-3).
         self._amx = self._wide_bf16 and amx_gemm.available()
+        # The rows of a wide step that take the AMX kernel although the step is past its rows
+        # (`_rows_by_kernel`): set per forward.
+        self._exact_rows: _ExactRows | None = None
         # The dtype prefill attention computes in (None: the attention path's own choice).
         self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
@@ -107,6 +119,14 @@ class Model:
         wide_bf16 = self._wide_bf16 and bf16_ok
         if wide_bf16 and self._on_amx(w, rows):
             return amx_gemm.linear(x, w, b)  # int8 weights unpack tile by tile inside
+        split = self._exact_rows if wide_bf16 and self._exact_rows is not None and rows == self._exact_rows.rows else None
+        if split is not None:  # some sequences' rows on the kernel, the others' below
+            if not split.wide.numel():
+                return amx_gemm.linear(x, w, b)
+            y = x.new_empty((rows, w.shape[0]), dtype=torch.float32)
+            y[split.exact] = amx_gemm.linear(x.index_select(0, split.exact), w, b)
+            y[split.wide] = self._linear(x.index_select(0, split.wide), w, b, len(split.wide), bf16_ok).float()
+            return y
         keep_bf16 = wide_bf16 and bf16_out and b is None  # a bf16 GEMM's output, as it is
         if w.dtype == torch.float32:
             if self._f32_gemv(rows):
@@ -137,6 +157,15 @@ class Model:
             return cpu_gemm.linear_add(x, a.float(), w) if self._cpu else torch.addmm(x, a.float(), w.t())
         if self._on_amx(w, rows):  # (only wide bf16 steps have it)
             return amx_gemm.linear(a, w, b, add=x)
+        split = self._exact_rows if self._exact_rows is not None and rows == self._exact_rows.rows else None
+        if split is not None:
+            if not split.wide.numel():
+                return amx_gemm.linear(a, w, b, add=x)
+            y = torch.empty_like(x)
+            y[split.exact] = amx_gemm.linear(a.index_select(0, split.exact), w, b, add=x.index_select(0, split.exact))
+            y[split.wide] = x.index_select(0, split.wide) + self._linear(a.index_select(0, split.wide), w, b,
+                                                                          len(split.wide))
+            return y
         return x + self._linear(a, w, b, rows)
 
     def _on_amx(self, w: torch.Tensor, rows: int) -> bool:
@@ -148,6 +177,24 @@ class Model:
         if w.dtype == torch.uint8:
             return not (self._int8_kernel and rows <= int8_gemv.MAX_ROWS)
         return w.dtype == torch.bfloat16 and not (self._gemv and rows <= bf16_gemv.MAX_ROWS)
+
+    def _rows_by_kernel(self, step: Step, rows: int) -> _ExactRows | None:
+        """In a wide step past EXACT_MAX_ROWS rows, the rows of the sequences that have at most
+        that many in it: alone, their step would have taken the AMX kernel, so they take it
+        here too, and the others' rows torch's one-pass bf16 GEMM. Decided by the step's
+        total, a short prompt's products were rounded to bf16 whenever others shared its step
+        (a served request's greedy or seeded answer changed with the other requests' lengths:
+        "What is 7 plus 8?" alone and 4 at once parted at the 6th token). None: one kernel
+        for every row."""
+        if not self._amx or rows <= amx_gemm.EXACT_MAX_ROWS or len(step.seqs) < 2:
+            return None
+        short = [s for s in step.seqs if s.n <= amx_gemm.EXACT_MAX_ROWS]
+        if not short:
+            return None
+        exact = torch.cat([torch.arange(s.start, s.start + s.n) for s in short])
+        wide = torch.cat([torch.arange(s.start, s.start + s.n) for s in step.seqs if s.n > amx_gemm.EXACT_MAX_ROWS]
+                         or [torch.empty(0, dtype=torch.long)])
+        return _ExactRows(rows, exact, wide)
 
     def _f32_gemv(self, rows: int) -> bool:
         """Whether fp32 weights take our matrix-vector kernel for a step of `rows` rows."""
@@ -180,6 +227,7 @@ class Model:
         lin, lin_add = self._linear, self._linear_add
 
         x = self._embed(ids)  # [T, H]
+        self._exact_rows = self._rows_by_kernel(step, T)
         # [T, D/2] complex -> [T, 1, D/2]: one rotation per position, broadcast over heads
         rot = self.rope.get(step.positions, step.max_len).unsqueeze(1)
         one_seq = len(step.seqs) == 1
@@ -213,6 +261,7 @@ class Model:
             if li == last and trim is not None:  # every row's K/V is stored; go on with R rows
                 q, x = q.index_select(0, step.logit_rows), x.index_select(0, step.logit_rows)
                 T, one_seq, step = x.shape[0], len(trim) == 1, replace(step, seqs=trim, logit_rows=None)
+                self._exact_rows = self._rows_by_kernel(step, T)
             if decode is not None:  # stores this step's K/V rows itself
                 o = decode.attend(q, k, v, kc, vc, window, self.scale).view(T, q_size)
             elif kernel_attend is not None:

@@ -110,3 +110,40 @@ def test_only_short_wide_steps_take_the_kernel(tiny_models, monkeypatch):
     model._linear(torch.cat([x, x]), w, None, 2 * x.shape[0])  # one-pass bf16 GEMM
     model._linear_add(x, x, model.w.layers[0].o, None, x.shape[0])
     assert calls == [amx_gemm.EXACT_MAX_ROWS, amx_gemm.EXACT_MAX_ROWS]
+
+
+@needs_amx
+def test_a_short_prompts_logits_do_not_depend_on_the_prompts_beside_it(tiny_models, monkeypatch):
+    """A step past EXACT_MAX_ROWS rows took torch's one-pass bf16 GEMM for every row: a short
+    prompt alone had fp32-grade products, beside a long one bf16-rounded ones, and a served
+    request's greedy answer changed with what others sent. Each sequence's rows now take the
+    kernel they take alone."""
+    from ktcli.engine.native import NativeBackend
+    from ktcli.engine.sequence import Sequence
+
+    monkeypatch.setenv("KTCLI_PREFILL_DTYPE", "auto")
+    engine = NativeBackend.load(tiny_models["llama"], weights="bf16", kv_budget_bytes=16 << 20).engine
+    assert engine.model._amx
+
+    def last_logits(prompts: list[list[int]]) -> torch.Tensor:
+        """One prefill step of all the prompts together: each one's last-row logits."""
+        seqs = [Sequence(100 + i, list(p), len(p), 1) for i, p in enumerate(prompts)]
+        for s in seqs:
+            engine.blocks.grow(s.block_table, len(s.token_ids))
+        try:
+            step, ids = engine._build_step([(s, len(s.token_ids)) for s in seqs])
+            return engine.model.forward(ids, step)
+        finally:
+            for s in seqs:
+                engine.blocks.free(s.block_table)
+
+    short = [5 + i % 50 for i in range(35)]
+    alone = last_logits([short])[0]
+    calls = []
+    real = amx_gemm.linear
+    monkeypatch.setattr(amx_gemm, "linear", lambda x, *a, **k: calls.append(x.shape[0]) or real(x, *a, **k))
+    for beside, rows in (([7 + i % 40 for i in range(120)], 155), ([9 + i % 30 for i in range(300)], 35)):
+        calls.clear()
+        logits = last_logits([short, beside])[0]
+        assert (logits - alone).abs().max().item() < 1e-3 * alone.abs().max().item(), beside
+        assert rows in calls  # both prompts short: the whole step on the kernel; else the short one's rows
