@@ -46,15 +46,32 @@ class BackendError(KtcliError):
     exit_code = 1
 
 
+# Set once a SIGTERM arrived (`timeout`, a CI job's cancel, systemd, `docker stop`): the CLI
+# turns it into the KeyboardInterrupt that Ctrl-C raises, so the same answer and notes are
+# kept, and ends with the signal's own word and code.
+_terminated: list[bool] = []
+
+
+def note_terminated() -> None:
+    _terminated.append(True)
+
+
+def interruption() -> tuple[str, int]:
+    """How an interrupted run is said and ends: ("interrupted", 130) after Ctrl-C,
+    ("terminated (SIGTERM)", 143) after a SIGTERM."""
+    return ("terminated (SIGTERM)", 143) if _terminated else ("interrupted", 130)
+
+
 class InterruptedAnswer(KtcliError):
-    """Ctrl-C while an answer streamed: the part shown stays on stdout, and its `answer`
-    (that text, with the sources it can be traced to) gives the Sources under it."""
+    """Ctrl-C (or SIGTERM) while an answer streamed: the part shown stays on stdout, and its
+    `answer` (that text, with the sources it can be traced to) gives the Sources under it."""
 
     exit_code = 130
 
     def __init__(self, message: str, answer) -> None:
         super().__init__(message)
         self.answer = answer
+        self.exit_code = interruption()[1]
 
 
 class InterruptedWithNotes(KtcliError):
@@ -67,3 +84,4 @@ class InterruptedWithNotes(KtcliError):
         super().__init__(message)
         self.partial = partial
         self.unseen = True  # never shown as an answer: printed when kept
+        self.exit_code = interruption()[1]

@@ -1,12 +1,14 @@
 """The Typer app. Each command parses, calls one pipeline function, renders; nothing else.
 
-Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 interrupted.
+Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 interrupted,
+143 terminated (SIGTERM).
 """
 
 from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -30,6 +32,7 @@ from ktcli.cli.common import Options, fail, json_error, run_guarded  # noqa: E40
 from ktcli.cli.help_style import plain_type_column  # noqa: E402
 from ktcli.cli.stderr_guard import guard_stderr  # noqa: E402
 from ktcli.config import Settings  # noqa: E402
+from ktcli.errors import interruption, note_terminated  # noqa: E402
 
 plain_type_column()
 
@@ -255,6 +258,7 @@ def _is_devnull(fd: int) -> bool:
 
 
 def _main() -> None:
+    signal.signal(signal.SIGTERM, _on_sigterm)  # (`ktcli serve` puts its own in while it serves)
     if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
         fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
     _writable_text()
@@ -278,8 +282,17 @@ def _main() -> None:
     except click_error as e:
         _parse_failed(_one_line(e.format_message()), e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        fail("interrupted", 130)
+        fail(*interruption())
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM as Ctrl-C: the answer streamed so far keeps its Sources, a summary's notes are
+    kept, --json still gets its object (the default action cut the output mid-line, with no
+    word said and nothing for `| jq`); exit 143. A second one, while that is done, waits."""
+    if interruption()[1] != 143:
+        note_terminated()
+        raise KeyboardInterrupt
 
 
 def _parse_failed(message: str, code: int) -> None:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from ktcli.config import Settings, load_settings, unknown_variables, unused_settings
-from ktcli.errors import InterruptedAnswer, KtcliError, UsageError
+from ktcli.errors import InterruptedAnswer, KtcliError, UsageError, interruption
 
 SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
@@ -220,7 +220,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
         failed(str(e), e.exit_code, said=partial is not None)
     except KeyboardInterrupt:
         opts.interrupted()
-        failed("interrupted", 130)
+        failed(*interruption())
     except BrokenPipeError:
         # The reader of our stdout went away (e.g. `| head`): not an error worth a trace.
         os._exit(0)

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
-from ktcli.errors import InterruptedAnswer
+from ktcli.errors import InterruptedAnswer, interruption
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
@@ -161,7 +161,7 @@ class Streamed:
     def finish(self, answer_of: Callable[[str], Answer]) -> Answer:
         answer = answer_of(self.text)
         if self.interrupted:  # the part shown keeps the Sources it can be traced to (exit 130)
-            raise InterruptedAnswer("interrupted while the answer streamed", answer)
+            raise InterruptedAnswer(f"{interruption()[0]} while the answer streamed", answer)
         return answer
 
 

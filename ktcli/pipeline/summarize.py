@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
-from ktcli.errors import InterruptedWithNotes
+from ktcli.errors import InterruptedWithNotes, interruption
 from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
@@ -87,7 +87,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             raise
         resume = f"; the same command again starts at part {read + 1}" if memo is not None and not memo.failed else ""
         raise InterruptedWithNotes(
-            f"interrupted while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept{resume}",
+            f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept"
+            f"{resume}",
             f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
         ) from None
     reporter.progress("map", len(windows), len(windows))

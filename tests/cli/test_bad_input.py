@@ -10,7 +10,7 @@ import pytest
 
 from tests.ingest.fixtures import encrypt_pdf, make_image_only_pdf, make_text_pdf
 
-from .conftest import LONG_TEXT, REPO, ROOT, empty_config, run_ktcli
+from .conftest import LONG_TEXT, PDF as PDF_DOC, REPO, ROOT, empty_config, run_ktcli
 
 
 def assert_one_line_error(proc, code, fragment):
@@ -652,3 +652,63 @@ def test_serve_leaves_a_config_files_remote_backend_settings_to_the_client(cache
     monkeypatch.setenv("KTCLI_API_KEY", "local-key")
     Options({"model": "smollm2"}).run_serve("127.0.0.1", 0, 4, 30, False, [])
     assert served[1].api_key == "local-key"
+
+
+def test_sigterm_ends_an_answer_as_ctrl_c_does_with_its_own_code(cache):
+    """`timeout`, a CI job's cancel and `docker stop` send SIGTERM: the answer stopped mid-line
+    with no Sources and no word said, and --json left stdout empty."""
+    import os
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KTCLI_")}
+    env.update({"KTCLI_CACHE_DIR": str(cache), "KTCLI_CONFIG": str(empty_config(cache)), "KTCLI_THREADS": "2",
+                "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.Popen([sys.executable, "-m", "ktcli.cli.app", "ask", str(PDF_DOC),
+                             "Describe every section of the report in detail.", "--mode", "full", "--max-new-tokens", "300"],
+                            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        first = proc.stdout.read(40)  # the answer is streaming
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    out, err = (first + out).decode(), err.decode()
+    assert proc.returncode == 143, err
+    # the part shown keeps what it was read from: its Sources, or the pages read where no
+    # sentence of it matched a line yet
+    listing = re.search(r"\n\n(Sources:|Read \(no sentence of the answer matched a line of it\):)\n(.*)", out, re.S)
+    assert listing and "harbor-light-annual-report-2023.pdf" in listing[2], out
+    assert "error: terminated (SIGTERM) while the answer streamed" in err and "Traceback" not in err
+
+
+def test_sigterm_during_a_json_summary_still_gives_its_object(capsys, monkeypatch, tmp_path):
+    import warnings
+
+    from ktcli import errors
+    from ktcli.cli.app import _on_sigterm
+    from ktcli.cli.common import Options, run_guarded
+    from ktcli.pipeline import api
+    from tests.pipeline.fake_backend import FakeBackend
+
+    class Terminated(FakeBackend):
+        def stream_chat(self, messages, params):
+            for i, piece in enumerate(super().stream_chat(messages, params)):
+                if i == 3:
+                    _on_sigterm(15, None)  # as the signal would, inside the stream
+                yield piece
+
+    doc = tmp_path / "keeper.txt"
+    doc.write_text("The keeper of the lighthouse is Ada Lovelace.\nShe lights the lamp at dusk.\n")
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
+    monkeypatch.setattr(errors, "_terminated", [])
+    monkeypatch.setenv("KTCLI_CONFIG", str(empty_config(tmp_path)))
+    monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(api, "_load", lambda *a: Terminated())
+    opts = Options({"json": True, "mode": "full"})
+    with pytest.raises(SystemExit) as exit_:
+        run_guarded(opts, lambda: opts.run_summarize([str(doc)]))
+    assert exit_.value.code == 143
+    out, err = capsys.readouterr()
+    payload = json.loads(out)
+    assert payload["incomplete"] and payload["error"] == "terminated (SIGTERM) while the answer streamed"
+    _on_sigterm(15, None)  # a second SIGTERM while that is done is not another interrupt
