@@ -27,6 +27,7 @@ from pathlib import Path
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine.gguf_meta import architecture, check_architecture, open_gguf, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
+from ktcli.filemodes import as_umask_allows
 from ktcli.types import ModelFacts
 
 BUNDLED = {
@@ -322,6 +323,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         _write_rope(tmp / "config.json", scaling, int(context.contents()) if context is not None else None)
+        as_umask_allows(tmp)  # mkdtemp's folder and safetensors' file are owner-only
         try:
             os.replace(tmp, target)
         except OSError:

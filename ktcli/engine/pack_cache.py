@@ -27,6 +27,7 @@ import torch
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.model_store import model_key, sweep_stale
 from ktcli.engine.weights import LayerWeights, ModelWeights, load_weights
+from ktcli.filemodes import as_umask_allows
 
 FORMAT = 1
 PACKED_DIR = "packed"  # under the cache folder
@@ -58,6 +59,7 @@ def save(path: Path, w: ModelWeights) -> bool:
         save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())  # on disk before it has its name: a crash left zeros, read as weights
+        as_umask_allows(tmp)  # safetensors writes it owner-only
         os.replace(tmp, path)  # readers see the whole file or none
     except Exception:  # noqa: BLE001 - OSError, or safetensors' own SafetensorError on a write failure
         try:

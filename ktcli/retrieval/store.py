@@ -42,6 +42,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ktcli.filemodes import file_mode
+
 STORE_VERSION = 1
 PART_CHUNKS = 256  # chunks per entry of a long document
 _TEMP_MAX_AGE_S = 3600.0  # a live writer's temp file exists for milliseconds
@@ -175,6 +177,7 @@ class IndexStore:
         fd, tmp_name = tempfile.mkstemp(dir=tmp_dir, prefix=f"{path.name}.", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), file_mode())  # mkstemp's file is owner-only
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
