@@ -134,3 +134,29 @@ def test_a_build_that_fails_at_once_leaves_the_mark_and_a_success_clears_it(monk
     monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: "module")
     monkeypatch.setattr(cpp_ext, "_built", [])
     assert cpp_ext._build() == "module" and not (cpp_ext._build_dir() / cpp_ext.FAILED_MARK).exists()
+
+
+def test_a_build_folder_that_cannot_be_written_still_loads_its_library(monkeypatch, tmp_path):
+    """A cache warmed by another user: torch's loader takes a lock file in the folder even
+    when nothing is to be built, so the kernels were off (decode ~25% slower). A library the
+    stamp says was built from these sources loads without it; another never does."""
+    import torch.utils.cpp_extension as extension
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    monkeypatch.delenv("KTCLI_NO_CPP_KERNELS", raising=False)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: "built")
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    assert cpp_ext._build() == "built"
+    folder = cpp_ext._build_dir()
+    (folder / f"{cpp_ext.NAME}.so").touch()
+    stamp = (folder / cpp_ext.STAMP).read_text().strip()
+    loaded = []
+    monkeypatch.setattr(extension, "_import_module_from_library", lambda *a: loaded.append(a) or "imported")
+    monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: (_ for _ in ()).throw(PermissionError("lock")))
+    monkeypatch.setattr(cpp_ext.os, "access", lambda path, mode: False)  # (root writes anywhere)
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    assert cpp_ext._build() == "imported" and loaded[0][:2] == (cpp_ext.NAME, str(folder))
+    (folder / cpp_ext.STAMP).write_text("another source\n")  # a library of other sources: not loaded
+    monkeypatch.setattr(cpp_ext, "_built", [])
+    assert cpp_ext._build() is None and len(loaded) == 1 and stamp
