@@ -91,7 +91,7 @@ Threads = Annotated[Optional[int], typer.Option("--threads", metavar="N", help="
 Weights = Annotated[Optional[str], typer.Option("--weights", metavar="DTYPE", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", metavar="DEVICE", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="SIZE", help="Memory budget, e.g. 4GB (default: 80% of the memory free).")]
-MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", metavar="SECONDS", help="Latency budget the planner aims for (0: none).")]
+MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", metavar="SECONDS", help="Latency budget the planner aims for; a target, not a deadline (default 600 s for reading a whole input sparse or every line of a summary, none otherwise).")]
 Temperature = Annotated[Optional[float], typer.Option("--temperature", metavar="T", help=f"Sampling temperature; 0 is greedy (default {_D.temperature:g}).")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", metavar="BACKEND", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
@@ -191,8 +191,17 @@ def split_ask_args(args: list[str]) -> tuple[list[str], str]:
                          "put the question after the paths, e.g. ktcli ask - \"What does it do?\"")
     if question.strip() and _names_a_path(question):
         raise UsageError(f"the last argument is the question, but {question!r} is a file or folder: "
-                         "put the question after the paths")
+                         "put the question after the paths (a question that is a path's name needs another "
+                         f"word, e.g. \"what is {question.strip()}?\")")
+    if _OPTION_LIKE.fullmatch(question):
+        # `ask f.txt -- "-5 degrees?" --json -q`: after `--` nothing is an option, and -q
+        # was asked while --json and the question were read as paths
+        raise UsageError(f"the last argument is the question, but {question!r} is an option: options go before "
+                         "`--` (ktcli ask [OPTIONS] PATHS -- QUESTION)")
     return args[:-1], question
+
+
+_OPTION_LIKE = re.compile(r"--?[A-Za-z][\w-]*(=\S*)?")
 
 
 def _names_a_path(text: str) -> bool:
@@ -337,7 +346,7 @@ def _usage_hint(error, command: str) -> str:
     option ("No such option: -5"); `--` ends the options."""
     token = getattr(error, "option_name", "") or ""
     if token.startswith("-") and any(a.startswith(token) and re.search(r"[\s?]", a) for a in sys.argv[1:]):
-        return f"a question that starts with '-' goes after `--`: {command} PATHS -- QUESTION"
+        return f"a question that starts with '-' goes after `--`, options before it: {command} [OPTIONS] PATHS -- QUESTION"
     return f"see `{command} --help`"
 
 

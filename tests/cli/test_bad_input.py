@@ -321,7 +321,7 @@ def test_a_question_forgotten_is_said_so(cache):
     assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT)], cache), 2, "give the paths, then the question")
     # the last argument names a file: the question was left out, not "README.md" asked
     proc = run_ktcli(["ask", str(LONG_TEXT), str(REPO / "README.md")], cache)
-    assert_one_line_error(proc, 2, "is a file or folder: put the question after the paths")
+    assert_one_line_error(proc, 2, "is a file or folder: put the question after the paths (a question that is a path's")
     # '-' last is standard input, not the question "-"
     proc = run_ktcli(["ask", str(LONG_TEXT), "-"], cache, stdin=b"What is this?")
     assert_one_line_error(proc, 2, "'-' means standard input: put the question after the paths")
@@ -505,8 +505,12 @@ def test_a_non_utf8_locale_reads_the_question_and_writes_what_it_cannot_encode(c
 def test_a_question_that_starts_with_a_dash_is_told_to_come_after_the_double_dash(cache):
     done = run_ktcli(["ask", "x.txt", "-5 degrees?"], cache)
     assert done.returncode == 2
-    assert "a question that starts with '-' goes after `--`: ktcli ask PATHS -- QUESTION" in done.stderr.decode()
+    assert ("a question that starts with '-' goes after `--`, options before it: ktcli ask [OPTIONS] PATHS -- QUESTION"
+            in done.stderr.decode())
     assert "see `ktcli ask --help`" in run_ktcli(["ask", "x.txt", "--bogus", "q"], cache).stderr.decode()
+    # options after `--` are arguments: -q was taken for the question, --json for a path
+    assert_one_line_error(run_ktcli(["ask", str(LONG_TEXT), "--", "-5 degrees?", "--json", "-q"], cache), 2,
+                          "'-q' is an option: options go before `--`")
 
 
 def test_plan_says_which_option_the_planned_command_would_not_use(cache):
