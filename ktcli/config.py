@@ -216,6 +216,11 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
                 raise UsageError(f"config file {path}: unknown setting {key!r}")
             values[key] = _coerce(key, raw, known[key], f"{key} in {path}")
             origins[key] = f"{key} in {path}"
+        cache_dir = str(values.get("cache_dir", ""))
+        if cache_dir and not Path(cache_dir).expanduser().is_absolute() and path.is_file():  # (not <(echo ...))
+            # beside the file that names it, not wherever a command is run from: a cron job's
+            # runs from two folders made two caches (and converted the model twice)
+            values["cache_dir"] = str(Path(path).expanduser().resolve().parent / cache_dir)
 
     for key, like in known.items():
         raw = os.environ.get(f"KTCLI_{key.upper()}")

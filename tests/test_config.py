@@ -1,5 +1,6 @@
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -96,6 +97,23 @@ def test_a_named_config_file_that_is_missing_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path))
     with pytest.raises(UsageError, match="a folder, not a file"):
         load_settings()
+
+
+def test_a_relative_cache_dir_in_a_config_file_is_beside_the_file(tmp_path, monkeypatch):
+    """Resolved against the folder a command ran in, a cron job's runs from two folders made
+    two caches and converted the model twice."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "ktcli.toml").write_text('cache_dir = "relcache"\n')
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.setenv("KTCLI_CONFIG", str(tmp_path / "conf" / "ktcli.toml"))
+    monkeypatch.delenv("KTCLI_CACHE_DIR", raising=False)
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert load_settings().cache_path == tmp_path / "conf" / "relcache"
+    monkeypatch.setenv("KTCLI_CACHE_DIR", "here")  # the environment's and a flag's: from where it runs
+    assert load_settings().cache_path == Path("here")
+    (tmp_path / "conf" / "ktcli.toml").write_text('cache_dir = "~/kc"\n')
+    monkeypatch.delenv("KTCLI_CACHE_DIR")
+    assert load_settings().cache_path == Path("~/kc").expanduser()
 
 
 def test_a_config_that_is_no_regular_file_is_read(tmp_path, monkeypatch):
