@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 from collections.abc import Iterator
@@ -204,8 +205,12 @@ class _Walker:
     def symlink_reason(self, entry: os.DirEntry[str]) -> str:
         try:
             target = Path(entry.path).resolve(strict=True)
-        except (OSError, RuntimeError):  # missing target or a loop of links
+        except FileNotFoundError:
             return "broken symlink"
+        except (OSError, RuntimeError) as e:  # RuntimeError: a loop, in Pythons before 3.13
+            if isinstance(e, RuntimeError) or e.errno == errno.ELOOP:
+                return "symlink loop (links that point at each other)"
+            return f"unreadable symlink ({e.strerror or e})"
         if target != self.real_root and self.real_root not in target.parents:
             return "symlink outside the folder (not followed)"
         return "symlink inside the folder (not followed; its target is walked at its own path)"
