@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
@@ -49,6 +50,15 @@ def excluded_by(named: str = "--exclude") -> str:
 _ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
     0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"} | {
     c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+
+
+def _standard_output() -> tuple[int, int] | None:
+    """(device, inode) of the regular file standard output is redirected to, else None."""
+    try:
+        info = os.fstat(1)
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
 
 
 def printable(path: str) -> str:
@@ -234,9 +244,15 @@ class _Walker:
             self.result.already_read += 1
             return
         try:
-            size = entry.stat(follow_symlinks=False).st_size
+            info = entry.stat(follow_symlinks=False)
         except OSError as e:
             self.skip(rel, f"unreadable ({e.strerror or e})")
+            return
+        size = info.st_size
+        if (info.st_dev, info.st_ino) == _standard_output():
+            # `ktcli ask notes/ "q" > notes/answer.txt`: the first run read it empty, every
+            # later one the answer before
+            self.skip(rel, "this run's own output (standard output is written to it)")
             return
         if entry.name in LOCKFILES:  # before binary and size: bun.lockb is binary, a lockfile often 2 MB+
             # Generated pins of every dependency: 96K tokens of a package-lock.json were

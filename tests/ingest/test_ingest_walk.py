@@ -677,3 +677,22 @@ def test_the_users_own_git_excludes_apply_as_in_git(write, tmp_path: Path, monke
     assert sorted(listed) == ["a.py", "n.note"]  # as git has it
     write("gitconfig", "[core]\n\texcludesFile =\n")  # set to nothing: none, not the default place (review)
     assert rels(walk(tmp_path / "r"), tmp_path / "r") == ["a.py", "g.glob", "n.note"]
+
+
+def test_a_file_that_standard_output_is_written_to_is_not_read(tmp_path: Path) -> None:
+    """`ktcli ask notes/ "q" > notes/answer.txt` read its own answer file: empty the first
+    time, the answer before on every later run."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.txt").write_text("owner: Ada\n")
+    script = ("import sys; from ktcli.ingest.walk import walk_folder\n"
+              "r = walk_folder(sys.argv[1], max_file_bytes=10**6)\n"
+              "print([d.path for d in r.documents], [(s.path, s.reason) for s in r.skipped], file=sys.stderr)")
+    with open(root / "answer.txt", "w") as out:
+        done = subprocess.run([sys.executable, "-c", script, str(root)], stdout=out, stderr=subprocess.PIPE, text=True,
+                              cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "a.txt" in done.stderr and "this run's own output (standard output is written to it)" in done.stderr
