@@ -24,6 +24,7 @@ match fp32 ones over the same (bf16) weights, and greedy tokens stay with an fp3
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -107,6 +108,9 @@ class Model:
         # The rows of a wide step that take the AMX kernel although the step is past its rows
         # (`_rows_by_kernel`): set per forward.
         self._exact_rows: _ExactRows | None = None
+        # KTCLI_NO_ROW_SPLIT=1: the kernel by the step's total rows, as before (for A/B:
+        # benchmarks.batch_invariance)
+        self._row_split = not os.environ.get("KTCLI_NO_ROW_SPLIT")
         # The dtype prefill attention computes in (None: the attention path's own choice).
         self.prefill_attn_dtype = torch.bfloat16 if self._wide_bf16 else None
 
@@ -186,7 +190,7 @@ class Model:
         (a served request's greedy or seeded answer changed with the other requests' lengths:
         "What is 7 plus 8?" alone and 4 at once parted at the 6th token). None: one kernel
         for every row."""
-        if not self._amx or rows <= amx_gemm.EXACT_MAX_ROWS or len(step.seqs) < 2:
+        if not (self._amx and self._row_split) or rows <= amx_gemm.EXACT_MAX_ROWS or len(step.seqs) < 2:
             return None
         short = [s for s in step.seqs if s.n <= amx_gemm.EXACT_MAX_ROWS]
         if not short:
