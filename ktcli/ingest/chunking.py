@@ -21,6 +21,9 @@ from ktcli.types import Chunk, Corpus, Document, Span
 _MIN_FILL = 0.5
 
 _MARKDOWN_HEADING = re.compile(r"#{1,6}\s")
+# Kinds whose "# " lines are headings for sure (Markdown's, and what the HTML, Word, ODT and
+# EPUB readers write): in a text file or piped text they are a script's comments as often.
+_HEADED_KINDS = frozenset({"markdown", "html", "docx", "odt", "epub"})
 _RST_UNDERLINE = re.compile(r"""([=\-~^"'`#*+_])\1{2,}\s*$""")
 _TOP_LEVEL_DEF = re.compile(
     r"(@|(async\s+)?def\s|class\s|(pub(\(\w+\))?\s+)?(fn|struct|enum|trait|impl|mod)\b|impl\b|func\s|"
@@ -59,6 +62,7 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     # documents (Word's pages, an EPUB's chapters) have their headings in their text, and a
     # section runs on from one page to the next: the trails of the whole text.
     trails = None if doc.kind == "pdf" else document_trails(doc.path, doc.kind, _split_lines(doc.text), doc.language)
+    headed = doc.kind in _HEADED_KINDS
     for page, line_offset, text, bookmarks in _segments(doc):
         lines = _split_lines(text)
         code = doc.kind == "code"
@@ -66,7 +70,7 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit)
             section = trails.at(line_offset + piece.start) if trails is not None else bookmarks
-            heading_only = not code and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
+            heading_only = headed and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
                                 piece.char_start, heading_only))
     return chunks

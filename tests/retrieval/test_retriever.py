@@ -180,9 +180,13 @@ def test_a_heading_alone_comes_after_every_passage_with_text():
     assert [c.heading_only for c in chunks][:2] == [True, False] and chunks[0].text.strip() == "## Harbour dues"
     hits = HybridIndex.build(chunks, embedder=HashEmbedder(), store=None).search("harbour dues", len(chunks))
     assert hits[-1].chunk.ordinal == 0 and len(hits) == len(chunks)
-    # code's comment lines are no headings; an outline of headings alone is still found
-    code = chunk_document(document_from_bytes(b"# Licence: MIT\n# (c) Acme\n" + b"x = 1\n" * 3, "a.py", "a.py"))
-    assert not any(c.heading_only for c in code)
+    # code's comment lines are no headings, nor a text file's or piped text's (a script's
+    # comments as often); an outline of headings alone is still found
+    comments = b"".join(b"# Usage note %d: the backup script copies /srv/data to the NAS at 02:%02d\n" % (i, i)
+                        for i in range(30)) + b"rsync -a /srv/data nas:/backup\n" * 20
+    for name in ("a.py", "notes.txt", "<stdin>"):
+        doc = document_from_bytes(comments, name, "" if name == "<stdin>" else name, is_stdin=name == "<stdin>")
+        assert not any(c.heading_only for c in chunk_document(doc, chunk_tokens=128, overlap_tokens=16)), name
     outline = chunk_document(document_from_bytes(b"# Dues\n\n# Moorings\n\n# Lamps\n", "o.md", "o.md"), chunk_tokens=4,
                              overlap_tokens=0)
     index = HybridIndex.build(outline, embedder=HashEmbedder(), store=None)
