@@ -15,12 +15,13 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ktcli.ingest.sections import SectionIndex, document_trails
-from ktcli.retrieval.lexical import cjk_terms, fold
+from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
 from ktcli.types import CHAPTER, Answer, Chunk, Citation, Corpus, Span
 
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
 # dropped the second, so notes in Russian counted as empty), and numbers.
-_WORD = re.compile(r"(?:[^\W\d]|_)\w*|\d+(?:[.,]\d+)*")
+# (An Indic word's vowel signs are combining marks, no \w: `_word_pattern` takes them in.)
+_WORD = r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d+(?:[.,]\d+)*"
 _LABEL = re.compile(r"\[(\d{1,3})\]")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n+")
 _STOP = frozenset(
@@ -36,9 +37,14 @@ _STOP = frozenset(
 )
 
 
+@lru_cache(maxsize=1)
+def _word_pattern() -> re.Pattern[str]:
+    return re.compile(_WORD.format(marks=combining_marks()))
+
+
 def terms(text: str) -> list[str]:
     out: list[str] = []
-    for m in _WORD.finditer(fold(text)):  # matched as the index matches: "ﬁnancial" is "financial"
+    for m in _word_pattern().finditer(fold(text)):  # matched as the index matches: "ﬁnancial" is "financial"
         word = m.group(0)
         cjk = cjk_terms(word)  # Chinese, Japanese, Korean: character pairs, as the index has them
         out.extend(cjk if cjk is not None else [word.lower()])
@@ -208,7 +214,7 @@ def _names_and_figures(text: str) -> set[str]:
     `max_len`, "iPhone"), a number of three characters or more ("412", "5.87")."""
     out: set[str] = set()
     for sentence in _SENTENCE.split(text):
-        for k, m in enumerate(_WORD.finditer(sentence)):
+        for k, m in enumerate(_word_pattern().finditer(sentence)):
             word = m.group(0)
             if word[0].isdigit():
                 named = len(word) >= 3

@@ -261,3 +261,10 @@ def test_an_echo_of_the_instructions_with_a_word_of_its_own_is_no_note():
     for note in ("Ada Quill", "The keeper is Ada Quill.", "Revenue: 5.87 million in Q3.",
                  "The part is about the tower and its lamp."):
         assert has_content(note), note
+
+
+def test_indic_words_are_matched_whole():
+    """Their vowel signs are combining marks, no \\w: "दुनिया" fell into single letters, dropped."""
+    from ktcli.pipeline.citations import terms
+
+    assert terms("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
