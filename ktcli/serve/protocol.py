@@ -265,16 +265,14 @@ UNSUPPORTED = {
     "prediction": ((None,), "predicted outputs are not supported"),
     # llama.cpp's, text-generation-webui's and KoboldCpp's sampler names, which clients of
     # local servers send: each returned 200 with the answer it would give without them.
+    # Their settings (repeat_last_n, mirostat_tau, dynatemp_exponent...) ask for nothing
+    # while these are off, and such clients send them with every request: taken.
     "repeat_penalty": ((None, 1, 1.0), "penalties are not applied"),
-    "repeat_last_n": ((None,), "penalties are not applied"),
     "typical_p": ((None, 1, 1.0), "typical sampling is not applied"),
     "tfs_z": ((None, 1, 1.0), "tail-free sampling is not applied"),
     "top_a": ((None, 0, 0.0), "top-a sampling is not applied"),
     "mirostat": ((None, 0), "mirostat sampling is not applied"),
-    "mirostat_tau": ((None,), "mirostat sampling is not applied"),
-    "mirostat_eta": ((None,), "mirostat sampling is not applied"),
     "dynatemp_range": ((None, 0, 0.0), "dynamic temperature is not applied"),
-    "dynatemp_exponent": ((None,), "dynamic temperature is not applied"),
     "xtc_probability": ((None, 0, 0.0), "XTC sampling is not applied"),
     "dry_multiplier": ((None, 0, 0.0), "DRY penalties are not applied"),
     "grammar": ((None, ""), "guided decoding is not supported"),

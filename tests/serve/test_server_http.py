@@ -241,7 +241,10 @@ def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(se
     for name, value in (("repeat_penalty", 1.5), ("typical_p", 0.2), ("mirostat", 2), ("add_generation_prompt", False)):
         got, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2, **{name: value}))
         assert got == 400 and payload["error"]["param"] == name, name
-    assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=2, repeat_penalty=1.0))[0] == 200
+    # as llama.cpp's web UI sends them, every sampler off: nothing asked that is not done
+    neutral = dict(repeat_penalty=1.0, repeat_last_n=64, mirostat=0, mirostat_tau=5, mirostat_eta=0.1,
+                   dynatemp_range=0, dynatemp_exponent=1, typical_p=1, xtc_probability=0, dry_multiplier=0)
+    assert request(port, "POST", "/v1/chat/completions", chat(max_tokens=2, **neutral))[0] == 200
 
 
 def test_the_window_error_names_the_field_that_asked(served):
