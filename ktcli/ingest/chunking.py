@@ -11,6 +11,8 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from itertools import accumulate
 
+import numpy as np
+
 from ktcli.errors import UsageError
 from ktcli.ingest.sections import document_trails
 from ktcli.ingest.tokens import encoding
@@ -212,35 +214,65 @@ def _split_long_line(line: str, index: int, budget: int, overlap: int) -> list[_
     """Pieces of at most `budget` tokens, each ending at the last sentence end in its
     second half, else the last space or clause comma there, else where its budget ends;
     each next piece starts about `overlap` tokens earlier, at a sentence's or word's start
-    where one is there. A piece counts every token its text touches."""
+    where one is there. A piece counts every token its text touches (more than the budget
+    only where one character alone is more)."""
     enc = encoding()
     ids = enc.encode_ordinary(line)
     if len(ids) <= budget:
         return [_Piece(index, index + 1, line, len(ids))]
-    _, offsets = enc.decode_with_offsets(ids)  # where each token starts in the line
+    places = _TokenPlaces(line, enc.decode_tokens_bytes(ids))
     sentences = [m.end() for m in _SENTENCE_STARTS.finditer(line)]
     words = sorted({*sentences, *(m.end() for m in _WORD_STARTS.finditer(line))})
     pieces: list[_Piece] = []
-    a, lo = 0, 0  # the piece's first token (the one holding its first character) and character
-    cut = 0
+    lo = cut = 0  # the piece's first character; the piece before's end
     while True:
+        a = places.holding(lo)
         b = a + budget
         if b >= len(ids):
             pieces.append(_Piece(index, index + 1, line[lo:], len(ids) - a, lo))
             return pieces
         # past the piece before's end too: with a large overlap, its second half may lie before it
-        floor, hi = max(offsets[a + max(1, budget // 2)], cut), offsets[b]
+        floor, hi = max(places.start(a + max(1, budget // 2)), cut), max(places.start(b), lo + 1)
         cut = _last_within(sentences, floor, hi) or _last_within(words, floor, hi) or hi
-        pieces.append(_Piece(index, index + 1, line[lo:cut], bisect_left(offsets, cut) - a, lo))
+        shared = places.before(cut)
+        pieces.append(_Piece(index, index + 1, line[lo:cut], shared - a, lo))
+        if cut >= len(line):
+            return pieces
         if overlap:
             # `overlap` tokens back, moved to the nearest sentence start, else word start,
             # up to twice as far back (a CJK sentence is longer than a 32-token overlap)
-            shared = bisect_left(offsets, cut)
-            back, far = offsets[max(a + 1, shared - overlap)], offsets[max(a + 1, shared - 2 * overlap)]
-            lo = _nearest_within(sentences, back, far, cut) or _nearest_within(words, back, far, cut) or back
+            back, far = places.start(max(a + 1, shared - overlap)), places.start(max(a + 1, shared - 2 * overlap))
+            start = _nearest_within(sentences, back, far, cut) or _nearest_within(words, back, far, cut) or back
         else:
-            lo = cut
-        a = bisect_right(offsets, lo) - 1
+            start = cut
+        lo = max(start, lo + 1)  # onward by a character at least
+
+
+class _TokenPlaces:
+    """Where a line's tokens lie, by byte: a token may hold part of a character (a CJK
+    character is often two or three tokens, the first shared with the character before),
+    and character offsets alone left a piece's first token uncounted."""
+
+    def __init__(self, line: str, token_bytes: list[bytes]) -> None:
+        data = np.frombuffer(line.encode(), dtype=np.uint8)
+        self.char_byte = np.flatnonzero((data & 0xC0) != 0x80)  # each character's first byte
+        self.n_bytes = len(data)
+        self.token_byte = np.concatenate(([0], np.cumsum([len(t) for t in token_bytes[:-1]], dtype=np.int64)))
+
+    def _byte(self, char: int) -> int:
+        return int(self.char_byte[char]) if char < len(self.char_byte) else self.n_bytes
+
+    def holding(self, char: int) -> int:
+        """The token that holds the character's first byte."""
+        return int(np.searchsorted(self.token_byte, self._byte(char), "right")) - 1
+
+    def before(self, char: int) -> int:
+        """How many tokens start before the character: those a piece ending there touches."""
+        return int(np.searchsorted(self.token_byte, self._byte(char), "left"))
+
+    def start(self, token: int) -> int:
+        """The character the token starts in."""
+        return int(np.searchsorted(self.char_byte, self.token_byte[token], "right")) - 1
 
 
 def _last_within(starts: list[int], low: int, high: int) -> int | None:

@@ -286,3 +286,25 @@ def test_a_long_line_is_cut_after_sentences_and_between_words() -> None:
         ends_at = [p.char_start + len(p.text) for p in pieces]
         assert ends_at == sorted(ends_at) and pieces[-1].text.endswith(line[-10:])
         assert all(0 < b.char_start < a.char_start + len(a.text) for a, b in zip(pieces, pieces[1:])), "pieces overlap"
+
+
+def test_a_long_lines_pieces_count_every_token_they_touch() -> None:
+    """A CJK character is often two or three tokens, the first shared with the character
+    before: counted by character offsets, a piece starting there left that token out (231
+    counted, 232 there)."""
+    from ktcli.ingest.chunking import _split_long_line
+    from ktcli.ingest.tokens import encoding
+
+    enc = encoding()
+    for line in ("境外投资项目需要经过严格审批，相关部门应当加强监督管理。" * 40, "环境保护是一个重要的问题。" * 30,
+                 "Emoji 😀 and 𝔘nicode " * 80):
+        ids = enc.encode_ordinary(line)
+        ends = [0]
+        for piece in enc.decode_tokens_bytes(ids):
+            ends.append(ends[-1] + len(piece))
+        for budget, overlap in ((256, 32), (8, 7), (16, 0)):
+            for p in _split_long_line(line, 0, budget, overlap):
+                first = len(line[: p.char_start].encode())
+                last = first + len(p.text.encode())
+                touched = sum(1 for k in range(len(ids)) if ends[k] < last and ends[k + 1] > first)
+                assert p.n_tokens == touched <= budget, (budget, overlap, p)
