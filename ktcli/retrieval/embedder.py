@@ -19,6 +19,7 @@ import functools
 import hashlib
 import importlib.util
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -262,17 +263,30 @@ class Embedder:
 
 
 def _worded_share(text: str, pieces: list[str], unknown: str | None) -> float:
+    """Letters in pieces of two or more, in one-letter words ("Is X a Y?", "C vs C++"), or
+    CJK characters the vocabulary holds (WordPiece cuts every one apart, by design: a
+    multilingual model reads Chinese so); over all of `text`'s letters."""
     letters = sum(ch.isalpha() for ch in text)
     if not letters:
         return 1.0
+    sentencepiece = any(piece.startswith("\u2581") for piece in pieces)
+
+    def continues(piece: str) -> bool:  # a later piece of the word before
+        return not piece.startswith("\u2581") if sentencepiece else piece.startswith("##")
+
     worded = 0
-    for piece in pieces:
+    for k, piece in enumerate(pieces):
         if piece == unknown:
             continue
-        # WordPiece marks a word's later pieces "##", SentencePiece a word's first "▁"
-        n = sum(ch.isalpha() for ch in piece.removeprefix("##").lstrip("\u2581"))
-        worded += n if n >= 2 else 0
+        bare = piece.removeprefix("##").lstrip("\u2581")
+        n = sum(ch.isalpha() for ch in bare)
+        whole_word = not continues(piece) and (k + 1 == len(pieces) or not continues(pieces[k + 1]))
+        if n >= 2 or (n == 1 and (whole_word or _CJK_CHARACTER.fullmatch(bare))):
+            worded += n
     return min(1.0, worded / letters)
+
+
+_CJK_CHARACTER = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
 
 
 @functools.cache

@@ -163,8 +163,9 @@ def test_a_question_in_a_script_the_embedder_cannot_read_is_ranked_by_its_words(
         chunks = chunk_document(document_from_bytes(text.encode(), name, name), chunk_tokens=256, overlap_tokens=32)
         hits = HybridIndex.build(chunks, embedder=real_embedder, store=None).search(question, 8)
         assert answer in hits[0].chunk.text, (name, [h.chunk.text[:30] for h in hits])
-    # English is read as words: dense search counts in full
+    # English is read as words, one-letter ones too: dense search counts in full
     assert real_embedder.vocabulary_share("What's the Q3 figure for Xiaoqing Zhuang?") > 0.9
+    assert real_embedder.vocabulary_share("Is X a Y?") == real_embedder.vocabulary_share("C vs C++") == 1.0
     assert real_embedder.vocabulary_share("2023-10-01?") == 1.0
 
 
