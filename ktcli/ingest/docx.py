@@ -96,7 +96,7 @@ class _Styles:
         stores "heading 1" in English whatever the user's language), 1 for Title, else 0."""
         for style in self._chain(sid):
             level = _val(style.find(f"{W}pPr/{W}outlineLvl"))
-            if level is not None and level.isdigit():
+            if level is not None and level.isdecimal():
                 return int(level) + 1 if int(level) < 9 else 0  # 9: body text
             name = (_val(style.find(f"{W}name")) or "").strip().lower()
             if name == "title":
@@ -144,7 +144,7 @@ class _Styles:
 
 def _level(num: ET.Element) -> int:
     ilvl = _val(num.find(f"{W}ilvl"), "0") or "0"
-    return min(int(ilvl), 8) if ilvl.isdigit() else 0
+    return min(int(ilvl), 8) if ilvl.isdecimal() else 0
 
 
 class _Line(LinePieces):
@@ -348,7 +348,7 @@ class _Reader:
 
     def _heading_level(self, ppr: ET.Element | None, style: str | None) -> int:
         direct = _val(ppr.find(f"{W}outlineLvl")) if ppr is not None else None
-        if direct is not None and direct.isdigit():
+        if direct is not None and direct.isdecimal():
             return int(direct) + 1 if int(direct) < 9 else 0
         return self.styles.heading_level(style)
 
@@ -730,7 +730,7 @@ _MAX_GRID_SPAN = 100  # Word's tables have at most 63 columns; more is a broken 
 def _grid_count(props: ET.Element | None, name: str, default: int) -> int:
     """A row's `gridBefore` or a cell's `gridSpan`: grid columns, `default` where not given."""
     value = _val(props.find(f"{W}{name}")) if props is not None else None
-    return min(int(value), _MAX_GRID_SPAN) if value and value.isdigit() else default
+    return min(int(value), _MAX_GRID_SPAN) if value and value.isdecimal() else default
 
 
 def _rows(tbl: ET.Element):

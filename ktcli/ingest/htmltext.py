@@ -234,7 +234,7 @@ _MAX_COLSPAN = 100  # a browser's limit is 1000; a wider span is a page's mistak
 
 def _colspan(cell: Tag) -> int:
     value = str(cell.get("colspan") or "1").strip()
-    return min(int(value), _MAX_COLSPAN) if value.isdigit() and int(value) > 0 else 1
+    return min(int(value), _MAX_COLSPAN) if value.isdecimal() and int(value) > 0 else 1
 
 
 def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_before: int = 0) -> None:
@@ -320,7 +320,7 @@ def _marker(name: str, parent: Tag, item: int) -> str:
     """Markdown-like markers keep headings and list items recognisable to the chunker; an
     ordered list's items keep their numbers ("step 3" is a question's words). `item`: the
     item's number in its list (counting those html.parser nested in one another)."""
-    if len(name) == 2 and name[0] == "h" and name[1].isdigit():
+    if len(name) == 2 and name[0] == "h" and name[1].isdecimal():
         return "#" * int(name[1]) + " "
     if name != "li":
         return ""

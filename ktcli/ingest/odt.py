@@ -465,7 +465,7 @@ def _cells(row: ET.Element):
     for cell in row:
         if cell.tag in (f"{TABLE}table-cell", f"{TABLE}covered-table-cell"):
             repeat = cell.get(f"{TABLE}number-columns-repeated", "1")
-            n = int(repeat) if repeat.isdigit() else 1
+            n = int(repeat) if repeat.isdecimal() else 1
             yield from [cell] * max(1, min(n, _MAX_REPEATED_CELLS))
 
 

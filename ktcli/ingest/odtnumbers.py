@@ -87,7 +87,7 @@ class ListNumbers:
         this = levels.get(level, _Level())
         values = counters.values
         start = item.get(f"{_TEXT}start-value")
-        values[level] = int(start) if start and start.isdigit() else (values[level] + 1 if values[level] else this.start)
+        values[level] = int(start) if start and start.isdecimal() else (values[level] + 1 if values[level] else this.start)
         for deeper in range(level + 1, _LEVELS):
             values[deeper] = 0
         if this.fmt in ("bullet", "none"):
@@ -118,4 +118,4 @@ def _levels(style: ET.Element) -> dict[int, _Level]:
 
 
 def _positive(value: str | None, default: int) -> int:
-    return int(value) if value and value.isdigit() and int(value) > 0 else default
+    return int(value) if value and value.isdecimal() and int(value) > 0 else default

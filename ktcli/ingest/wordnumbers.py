@@ -73,7 +73,7 @@ def _levels(parent: ET.Element) -> dict[int, _Level]:
 
 def _int_attr(el: ET.Element, name: str) -> int | None:
     value = el.get(f"{W}{name}")
-    return int(value) if value is not None and value.lstrip("-").isdigit() else None
+    return int(value) if value is not None and value.lstrip("-").isdecimal() else None
 
 
 @dataclass

@@ -175,6 +175,9 @@ def test_html_table_rows_keep_their_columns(write) -> None:
               "<tr><td colspan='4'>All regions</td></tr><tr><td>South</td><td colspan=x>1</td><td>2</td></tr></table>")
     assert load_one(write("m.html", merged)).text.split("\n") == [
         "Region | Q1 | Q2 | Q3", "North | 5.1 (both) | | 7.2", "All regions", "South | 1 | 2"]
+    # a digit int() cannot read ("²".isdigit() is true) is no span, nor a heading level
+    odd = "<h²>Title</h²><table><tr><td colspan='²'>a</td><td>b</td></tr></table>"
+    assert load_one(write("o.html", odd)).text.split("\n")[-1] == "a | b"
 
 
 def test_html_ruby_readings_are_left_out(write) -> None:

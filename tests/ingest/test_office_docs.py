@@ -279,10 +279,11 @@ def test_word_merged_cells_keep_the_cells_after_them_under_their_headers(write) 
     rows = ("<w:tr>" + "".join(cell(t) for t in ("Region", "Q1", "Q2", "Q3")) + "</w:tr>"
             + "<w:tr>" + cell("North") + cell("5.1 (both)", 2) + cell("7.2") + "</w:tr>"
             + "<w:tr>" + cell("All regions", 4) + "</w:tr>"
-            + '<w:tr><w:trPr><w:gridBefore w:val="3"/></w:trPr>' + cell("3") + "</w:tr>")
+            + '<w:tr><w:trPr><w:gridBefore w:val="3"/></w:trPr>' + cell("3") + "</w:tr>"
+            + '<w:tr><w:trPr><w:gridBefore w:val="\u00b2"/></w:trPr>' + cell("odd") + "</w:tr>")  # "²": no count
     body = f"<w:tbl><w:tblGrid>{'<w:gridCol/>' * 4}</w:tblGrid>{rows}</w:tbl>"
     lines = [line for line in load_one(write("grid.docx", make_docx(body))).text.split("\n") if line]
-    assert lines == ["Region | Q1 | Q2 | Q3", "North | 5.1 (both) | | 7.2", "All regions", "| | | 3"]
+    assert lines == ["Region | Q1 | Q2 | Q3", "North | 5.1 (both) | | 7.2", "All regions", "| | | 3", "odd"]
 
 
 def test_an_opendocument_page_break_inside_a_table_cell_starts_a_page(write) -> None:
