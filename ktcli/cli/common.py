@@ -135,10 +135,11 @@ class Options:
         # became the one served ("not in the local Hugging Face cache"), its key the one
         # clients had to send.
         came_from = dict(settings.origins)
-        if settings.backend == "openai" and "model" in came_from:
+        remote = settings.backend == "openai"
+        if remote and came_from.get("model", "").startswith("model in "):
             raise UsageError(f"ktcli serve serves a local model, and {came_from['model']} names the remote backend's "
                              f"({settings.model!r}): give --model (smollm2 is bundled)")
-        if came_from.get("api_key", "").startswith("api_key in "):
+        if remote and came_from.get("api_key", "").startswith("api_key in "):
             reporter.warn(f"{came_from['api_key']} is the key of a remote backend, not the one clients must send here: "
                           "that is --api-key or KTCLI_API_KEY")
             settings = replace(settings, api_key="")

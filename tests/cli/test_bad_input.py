@@ -656,6 +656,16 @@ def test_serve_leaves_a_config_files_remote_backend_settings_to_the_client(cache
     monkeypatch.setenv("KTCLI_API_KEY", "local-key")
     Options({"model": "smollm2"}).run_serve("127.0.0.1", 0, 4, 30, False, [])
     assert served[1].api_key == "local-key"
+    # a local backend's config: its key can only be the server's; a model from the
+    # environment is the user's choice for this command
+    monkeypatch.delenv("KTCLI_API_KEY")
+    config.write_text('api_key = "server-key"\n')
+    Options({}).run_serve("127.0.0.1", 0, 4, 30, False, [])
+    assert served[2].api_key == "server-key"
+    config.write_text('backend = "openai"\nbase_url = "http://127.0.0.1:9/v1"\n')
+    monkeypatch.setenv("KTCLI_MODEL", "smollm2")
+    Options({}).run_serve("127.0.0.1", 0, 4, 30, False, [])
+    assert len(served) == 4
 
 
 def test_sigterm_ends_an_answer_as_ctrl_c_does_with_its_own_code(cache):
