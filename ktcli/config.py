@@ -220,7 +220,9 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
         if cache_dir and not Path(cache_dir).expanduser().is_absolute() and path.is_file():  # (not <(echo ...))
             # beside the file that names it, not wherever a command is run from: a cron job's
             # runs from two folders made two caches (and converted the model twice)
-            values["cache_dir"] = str(Path(path).expanduser().resolve().parent / cache_dir)
+            # (the folder as named, links not followed: a config linked in from a dotfiles
+            # repository would put gigabytes of models into it)
+            values["cache_dir"] = str(Path(os.path.abspath(Path(path).expanduser())).parent / cache_dir)
 
     for key, like in known.items():
         raw = os.environ.get(f"KTCLI_{key.upper()}")
