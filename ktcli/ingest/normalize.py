@@ -246,19 +246,35 @@ def _utf8_and_western_lines(data: bytes) -> tuple[str, int] | None:
     """(text, lines read as cp1252): each line read as UTF-8 where it is valid, else as
     Western European cp1252; None unless both kinds are there and every cp1252 line reads
     as Western text."""
+    lines = data.split(b"\n")
+    utf8 = 0
+    for line in lines:  # first the cheap count: most files that are no UTF-8 hold no such line
+        if not line.isascii() and _valid_utf8(line):
+            utf8 += 1
+            if utf8 == MIN_UTF8_LINES:
+                break
+    else:
+        return None
     out: list[str] = []
-    utf8 = western = 0
-    for line in data.split(b"\n"):
+    western = 0
+    for line in lines:
         try:
             out.append(line.decode("utf-8"))
-            utf8 += not line.isascii()
         except UnicodeDecodeError:
             text = _western(line)
             if not reads_as_western(text):
                 return None
             out.append(text)
             western += 1
-    return ("\n".join(out), western) if utf8 >= MIN_UTF8_LINES and western else None
+    return ("\n".join(out), western) if western else None
+
+
+def _valid_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _bom_bytes(encoding: str) -> bytes:
