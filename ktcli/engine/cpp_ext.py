@@ -77,8 +77,8 @@ def _build():
                             extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
                             build_directory=str(folder),
                         )
+                        _write_stamp(folder, stamp)  # under the lock: the library beside it is this one
                     (folder / FAILED_MARK).unlink(missing_ok=True)
-                    _write_stamp(folder, stamp)
             except Exception as e:  # no compiler or headers, a folder we cannot write: the torch path
                 module = None
                 unavailable.append(f"{type(e).__name__}: {e}".splitlines()[0][:200])
@@ -119,10 +119,13 @@ def _source_stamp(source: str, functions: list[str]) -> str:
 
 
 def _write_stamp(folder: Path, stamp: str) -> None:
+    tmp = folder / f"{STAMP}.{os.getpid()}.tmp"
     try:
-        (folder / STAMP).write_text(stamp + "\n")
+        tmp.write_text(stamp + "\n")
+        os.replace(tmp, folder / STAMP)  # a reader sees the whole stamp or the one before
     except OSError:
-        pass
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _built_for(folder: Path, stamp: str):
