@@ -13,7 +13,15 @@ from pathlib import Path
 
 @functools.cache
 def _umask() -> int:
-    mask = os.umask(0o022)  # read by setting: the only way; put back at once
+    """Read from /proc where Linux says it: setting it to read it (the only other way)
+    changes it for the whole process for a moment, another thread's files included."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
     os.umask(mask)
     return mask
 
