@@ -10,7 +10,7 @@ from ktcli.config import EXCLUDE_MATCHES_NOTHING
 from ktcli.errors import InputError, UsageError
 from ktcli.ingest.gitignore import exclude_rules
 from ktcli.ingest.loaders import load_file, load_stdin
-from ktcli.ingest.walk import printable, walk_folder
+from ktcli.ingest.walk import OWN_OUTPUT, is_standard_output, printable, walk_folder
 from ktcli.types import Corpus, Document, Skipped
 
 STDIN_ARG = "-"
@@ -70,12 +70,17 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
         real = os.path.realpath(arg)
         if real in seen:
             continue
+        if is_standard_output(path):  # `ktcli ask notes/*.md "q" > notes/answer.md`: the shell emptied it
+            skipped.append(Skipped(printable(_tidy(arg)), OWN_OUTPUT))
+            continue
         documents.append(load_file(path, printable(_tidy(arg))))
         seen.add(real)
     # A file a walk left out and a later path named (`ktcli ask repo repo/a.log`) was read:
     # not reported as left out. (Named before the walk, the walk knew: `walk.given_already`.)
     skipped = [s for s in skipped if s.path.endswith("/") or _real_entry(s.path) not in seen]
     skipped.extend(part for d in documents for part in d.left_out)
+    if not documents:  # every path named was the file the answer is written to
+        raise InputError(f"{skipped[0].path}: {OWN_OUTPUT}; nothing else to read")
     return Corpus(tuple(documents), tuple(skipped))
 
 

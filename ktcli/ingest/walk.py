@@ -49,7 +49,20 @@ def excluded_by(named: str = "--exclude") -> str:
 # reversed in a terminal, as "exe.txt" (the trick of spoofed attachments).
 _ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
     0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"} | {
-    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))}
+    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F),
+                                 *range(0x2066, 0x206A))}
+
+
+OWN_OUTPUT = "this run's own output (standard output is written to it)"
+
+
+def is_standard_output(path: Path) -> bool:
+    """Whether `path` is the file standard output is redirected to."""
+    try:
+        info = path.stat()
+    except OSError:
+        return False
+    return (info.st_dev, info.st_ino) == _standard_output()
 
 
 def _standard_output() -> tuple[int, int] | None:
@@ -215,7 +228,7 @@ class _Walker:
     def symlink_reason(self, entry: os.DirEntry[str]) -> str:
         try:
             target = Path(entry.path).resolve(strict=True)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # its target, or a folder on the way, is not there
             return "broken symlink"
         except (OSError, RuntimeError) as e:  # RuntimeError: a loop, in Pythons before 3.13
             if isinstance(e, RuntimeError) or e.errno == errno.ELOOP:
@@ -252,7 +265,7 @@ class _Walker:
         if (info.st_dev, info.st_ino) == _standard_output():
             # `ktcli ask notes/ "q" > notes/answer.txt`: the first run read it empty, every
             # later one the answer before
-            self.skip(rel, "this run's own output (standard output is written to it)")
+            self.skip(rel, OWN_OUTPUT)
             return
         if entry.name in LOCKFILES:  # before binary and size: bun.lockb is binary, a lockfile often 2 MB+
             # Generated pins of every dependency: 96K tokens of a package-lock.json were

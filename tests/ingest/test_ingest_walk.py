@@ -126,7 +126,8 @@ def test_names_with_bidirectional_controls_are_shown_escaped(tmp_path: Path) -> 
     root.mkdir()
     (root / "invoice\u202efdp.txt").write_text("pay now\n")
     (root / "café \u2067x\u2069.md").write_text("menu\n")
-    assert rels(walk(root), root) == ["café \\u2067x\\u2069.md", "invoice\\u202efdp.txt"]
+    (root / "al\u061cma.txt").write_text("arabic letter mark\n")
+    assert rels(walk(root), root) == ["al\\u061cma.txt", "café \\u2067x\\u2069.md", "invoice\\u202efdp.txt"]
 
 
 def test_names_that_are_not_utf8_are_shown_escaped(tmp_path: Path) -> None:
@@ -441,6 +442,10 @@ def test_a_loop_of_links_is_reported_as_one(tmp_path) -> None:
     reasons = {Path(s.path).name: s.reason for s in load_corpus([str(tmp_path)]).skipped}
     loop = "symlink loop (links that point at each other)"  # not "broken symlink": no target is missing
     assert reasons == {"loop1": loop, "loop2": loop}
+    (tmp_path / "loop1").unlink()
+    (tmp_path / "loop2").unlink()
+    os.symlink(tmp_path / "a.txt" / "inside", tmp_path / "through")  # through a file: no such target
+    assert {Path(s.path).name: s.reason for s in load_corpus([str(tmp_path)]).skipped} == {"through": "broken symlink"}
 
 
 def test_files_that_may_hold_secrets_are_reported_not_read(tmp_path) -> None:
@@ -696,3 +701,14 @@ def test_a_file_that_standard_output_is_written_to_is_not_read(tmp_path: Path) -
                               cwd=Path(__file__).resolve().parents[2], timeout=120)
     assert done.returncode == 0, done.stderr
     assert "a.txt" in done.stderr and "this run's own output (standard output is written to it)" in done.stderr
+    # named, as a glob names it: left out too (the shell has emptied it: "empty file" ended the run)
+    script = ("import sys; from ktcli.ingest import load_corpus\n"
+              "c = load_corpus(sys.argv[1:])\n"
+              "print([d.path for d in c.documents], [(s.path, s.reason) for s in c.skipped], file=sys.stderr)\n"
+              "try:\n    load_corpus(sys.argv[2:])\nexcept Exception as e:\n    print('alone:', e, file=sys.stderr)")
+    with open(root / "answer.txt", "w") as out:
+        done = subprocess.run([sys.executable, "-c", script, str(root / "a.txt"), str(root / "answer.txt")], stdout=out,
+                              stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "this run's own output" in done.stderr.splitlines()[0] and "a.txt" in done.stderr.splitlines()[0]
+    assert "alone:" in done.stderr and "nothing else to read" in done.stderr
