@@ -184,8 +184,10 @@ class Model:
 
     def _rows_by_kernel(self, step: Step, rows: int) -> _ExactRows | None:
         """In a wide step past EXACT_MAX_ROWS rows, the rows of the sequences that have at most
-        that many in it: alone, their step would have taken the AMX kernel, so they take it
-        here too, and the others' rows torch's one-pass bf16 GEMM. Decided by the step's
+        that many in it: alone, their step would have had fp32-grade products (the AMX kernel,
+        or the matrix-vector one for a few rows), so they take the AMX kernel here, and the
+        others' rows torch's one-pass bf16 GEMM. (Split so, a step's gate/up output is fp32
+        for all its rows, not bf16: twice that temporary.) Decided by the step's
         total, a short prompt's products were rounded to bf16 whenever others shared its step
         (a served request's greedy or seeded answer changed with the other requests' lengths:
         "What is 7 plus 8?" alone and 4 at once parted at the 6th token). None: one kernel
