@@ -244,6 +244,8 @@ def main() -> None:
     guard_stderr()  # a BrokenPipeError below is then stdout's reader gone, not stderr's
     try:
         _main()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM before the command's own handling began
+        fail(*interruption())
     except BrokenPipeError:  # `ktcli --version | head -1`: the reader has what it wanted
         os._exit(0)
     except OSError as e:  # the help or version written to a full disk: one line, not a traceback
