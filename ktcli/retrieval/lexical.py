@@ -81,7 +81,12 @@ _THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
 # Han, kana and Hangul: written without spaces, so \w+ takes a whole clause as one token
 # and no question would ever share it. Such runs are indexed as overlapping character
 # pairs, the usual unit for CJK search (a one-character run as itself).
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+# Thai, Lao, Khmer and Myanmar are written without spaces between words too (a Thai clause
+# was one term: no question matched any, and retrieval fell back to the embedder's noise);
+# their vowel signs and tone marks lie in their own blocks, so a pair may be a letter and
+# its mark.
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
+                      r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]+")
 
 
 def cjk_terms(raw: str) -> list[str] | None:

@@ -119,6 +119,7 @@ def test_a_cjk_question_finds_its_clause():
         ("הילד הלך לבית־ספר היום", "בית ספר"),  # Hebrew's hyphen (maqaf) parts words, as it did
         ("नमस्ते दुनिया", "नमस्ते"),  # an Indic word's vowel signs are part of it, not breaks
         ("包括交通、教育、医\n疗和环境保护", "医疗"),  # a PDF's line wrapped inside a Chinese word
+        ("วิศวกรสมชาย ใจดี ออกแบบสะพานแขวน", "ใครออกแบบสะพาน"),  # Thai has no spaces between words: pairs
     ],
 )
 def test_forms_of_one_word_match(document, question):
