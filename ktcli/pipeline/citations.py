@@ -23,7 +23,9 @@ from ktcli.types import CHAPTER, Answer, Chunk, Citation, Corpus, Span
 # (An Indic word's vowel signs are combining marks, no \w: `_word_pattern` takes them in.)
 _WORD = r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d+(?:[.,]\d+)*"
 _LABEL = re.compile(r"\[(\d{1,3})\]")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])|\n+")
+# Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
+# full stop and Arabic's question mark (a two-fact Hindi answer was one sentence: one cited)
+_SENTENCE = re.compile(r"(?<=[.!?\u0964\u06d4\u061f])\s+|(?<=[。！？])|\n+")
 _STOP = frozenset(
     "the a an and or of to in on for is are was were be been it its this that with as by at from "
     "which who what when where how why not no yes can could would should will do does did has have "

@@ -268,3 +268,13 @@ def test_indic_words_are_matched_whole():
     from ktcli.pipeline.citations import terms
 
     assert terms("नमस्ते दुनिया") == ["नमस्ते", "दुनिया"]
+
+
+def test_thai_words_and_hindi_sentences_are_matched():
+    """A Thai clause was one term, so a paraphrase shared none with any line; a Hindi answer
+    of two facts was one sentence (the danda ended none), so one fact was cited."""
+    from ktcli.pipeline.citations import _SENTENCE, terms
+
+    assert set(terms("สมชาย ออกแบบสะพาน")) & set(terms("วิศวกรสมชาย ใจดี ออกแบบสะพานแขวน"))
+    assert len([s for s in _SENTENCE.split("पहला तथ्य यहाँ है। दूसरा तथ्य वहाँ है।") if s.strip()]) == 2
+    assert len([s for s in _SENTENCE.split("من بنى الجسر؟ أحمد بناه.") if s.strip()]) == 2
