@@ -80,11 +80,6 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
                 except UnicodeDecodeError:
                     pass
             raise UndecodableError(f"looks like {utf16.upper()} without a byte-order mark, but is not valid") from e
-    strays = utf8_with_strays(data)
-    if strays is not None:
-        text, n = strays
-        what = "a byte that is" if n == 1 else f"{n} bytes that are"
-        return text, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)"
     if first_bad and looks_binary(data[first_bad : first_bad + SNIFF_BYTES]):
         # A log with a crash dump after it: the whole file went to cp1252 mojibake (the
         # binary sniff reads only the first 8 KB), unreported. The dump may start with
@@ -96,11 +91,20 @@ def decode_bytes(data: bytes) -> tuple[str, str | None]:
             return data[:end].decode("utf-8"), f"binary data after byte {end:,} left out ({len(data) - end:,} bytes)"
     if control_ratio(data) > MAX_CONTROL_RATIO:
         raise UndecodableError("not UTF-8 or UTF-16, and too many control bytes for text")
+    # Lines of Windows-1252 among UTF-8 ones, before strays: under 64 bad bytes, "Müller" in a
+    # Latin-1 line became "M\ufffdller" and no question found it.
     mixed = _utf8_and_western_lines(data)
     if mixed is not None:
-        text, n_western = mixed
+        text, n_western, n_strays = mixed
         lines = "a line" if n_western == 1 else f"{n_western:,} lines"
-        return text, f"{lines} not UTF-8: read as Windows-1252 (Western European), a guess; the rest is UTF-8"
+        strayed = "" if not n_strays else ("; a byte in a line of both read as \ufffd" if n_strays == 1
+                                           else f"; {n_strays} bytes in lines of both read as \ufffd")
+        return text, f"{lines} not UTF-8: read as Windows-1252 (Western European), a guess; the rest is UTF-8{strayed}"
+    strays = utf8_with_strays(data)
+    if strays is not None:
+        text, n = strays
+        what = "a byte that is" if n == 1 else f"{n} bytes that are"
+        return text, f"{what} not valid UTF-8, read as \ufffd (the rest is UTF-8)"
     western = _western(data) if high_byte_ratio(data) <= _MAX_LEGACY_HIGH_RATIO else None
     if western is not None and reads_as_western(western):
         return western, _guess_note("Windows-1252 (Western European)")
@@ -236,16 +240,18 @@ def utf8_with_strays(data: bytes) -> tuple[str, int] | None:
 
 
 # A file of UTF-8 lines and Windows-1252 ones (notes two editors appended to, a log of two
-# tools): too many stray bytes for `utf8_with_strays`, and read whole as cp1252 its UTF-8
-# lines became mojibake ("Die GrÃ¶ÃŸe"). Lines with valid multi-byte UTF-8 are what
-# Western text in cp1252 almost never holds; it takes this many to read line by line.
-MIN_UTF8_LINES = 2
+# tools): read whole as cp1252 its UTF-8 lines became mojibake ("Die GrÃ¶ÃŸe"), read as
+# UTF-8 with strays its cp1252 letters became U+FFFD. A line with valid multi-byte UTF-8 is
+# what Western text in cp1252 almost never holds; it takes this many to read line by line.
+MIN_UTF8_LINES = 1
+_MULTIBYTE_UTF8 = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
 
 
-def _utf8_and_western_lines(data: bytes) -> tuple[str, int] | None:
-    """(text, lines read as cp1252): each line read as UTF-8 where it is valid, else as
-    Western European cp1252; None unless both kinds are there and every cp1252 line reads
-    as Western text."""
+def _utf8_and_western_lines(data: bytes) -> tuple[str, int, int] | None:
+    """(text, lines read as cp1252, bytes read as U+FFFD): each line read as UTF-8 where it
+    is valid; else as Western European cp1252 where it holds no UTF-8 character at all,
+    and as UTF-8 with its bad bytes replaced where it holds both. None unless some line is
+    cp1252 beside UTF-8 ones, and every cp1252 line reads as Western text."""
     lines = data.split(b"\n")
     utf8 = 0
     for line in lines:  # first the cheap count: most files that are no UTF-8 hold no such line
@@ -256,17 +262,22 @@ def _utf8_and_western_lines(data: bytes) -> tuple[str, int] | None:
     else:
         return None
     out: list[str] = []
-    western = 0
+    western = strays = 0
     for line in lines:
         try:
             out.append(line.decode("utf-8"))
         except UnicodeDecodeError:
+            if _MULTIBYTE_UTF8.search(line):  # both in one line: its UTF-8 kept, the rest replaced
+                text = line.decode("utf-8", errors="replace")
+                strays += text.count("\ufffd")
+                out.append(text)
+                continue
             text = _western(line)
             if not reads_as_western(text):
                 return None
             out.append(text)
             western += 1
-    return ("\n".join(out), western) if western else None
+    return ("\n".join(out), western, strays) if western else None
 
 
 def _valid_utf8(data: bytes) -> bool:

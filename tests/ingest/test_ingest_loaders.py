@@ -318,6 +318,14 @@ def test_a_file_of_utf8_lines_and_cp1252_lines_reads_each_line_right(write) -> N
     corpus = load_corpus([str(write("notes.txt", utf8.encode() + latin.encode("cp1252")))])
     assert corpus.documents[0].text == utf8 + latin
     assert corpus.skipped[0].reason.startswith("40 lines not UTF-8: read as Windows-1252 (Western European), a guess")
+    # a few Latin-1 lines, under the 64 stray bytes UTF-8 takes: their letters, not U+FFFD
+    few = "".join(f"Zeile {i}: Größe über alles\r\n" for i in range(20)).encode()
+    few += "Zeile 3: Müller Straße\r\n".encode("latin-1") + "Größe ".encode() + "und Köln\r\n".encode("latin-1")
+    corpus = load_corpus([str(write("few.txt", few))])
+    assert "Zeile 3: Müller Straße\n" in corpus.documents[0].text
+    assert "Größe und K\ufffdln" in corpus.documents[0].text  # both in one line: its UTF-8 kept
+    assert corpus.skipped[0].reason.startswith("a line not UTF-8: read as Windows-1252")
+    assert corpus.skipped[0].reason.endswith("; a byte in a line of both read as \ufffd")
     # Russian in cp1251 between UTF-8 lines is no Western text: not read line by line
     russian = load_corpus([str(write("ru.txt", utf8.encode() + ("Привет, мир. " * 30 + "\n").encode("cp1251") * 20))])
     assert "lines not UTF-8" not in " ".join(s.reason for s in russian.skipped)
