@@ -21,7 +21,9 @@ from ktcli.types import CHAPTER, Answer, Chunk, Citation, Corpus, Span
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
 # dropped the second, so notes in Russian counted as empty), and numbers.
 # (An Indic word's vowel signs are combining marks, no \w: `_word_pattern` takes them in.)
-_WORD = r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d+(?:[.,]\d+)*"
+# (A comma joins digits only as a thousands separator, as in the index: a CSV row's
+# "2023,3,7.77" is three figures.)
+_WORD = r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)*"
 _LABEL = re.compile(r"\[(\d{1,3})\]")
 # Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
 # full stop and Arabic's question mark (a two-fact Hindi answer was one sentence: one cited)

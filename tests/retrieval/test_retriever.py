@@ -192,3 +192,23 @@ def test_a_heading_alone_comes_after_every_passage_with_text():
                              overlap_tokens=0)
     index = HybridIndex.build(outline, embedder=HashEmbedder(), store=None)
     assert all(c.heading_only for c in outline) and "# Moorings" in index.search("moorings", 1)[0].chunk.text
+
+
+def test_a_csv_rows_figures_are_terms_of_their_own():
+    """"Northwind PL,2023,3,7.77,5.55" was one term past its name: a question by year and
+    quarter found rows of other years."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.retrieval.lexical import tokenize
+
+    rows = ["entity,year,quarter,revenue_musd,opex_musd"]
+    for year in range(2014, 2024):
+        for entity in ("Northwind PL", "Contoso AG", "Fabrikam BV", "Tailspin SA"):
+            rows += [f"{entity},{year},{q},{(year * q) % 97 / 10 + 1:.2f},{q + year % 7 / 10:.2f}" for q in (1, 2, 3, 4)]
+    text = "\n".join(rows) + "\n"
+    chunks = chunk_document(document_from_bytes(text.encode(), "ledger.csv", "ledger.csv"), chunk_tokens=128,
+                            overlap_tokens=16)
+    index = HybridIndex.build(chunks, embedder=HashEmbedder(), store=None)
+    best = index.lexical.search("Northwind PL 2023 3", 1)[0][0]
+    assert "Northwind PL,2023,3," in chunks[best].text
+    assert tokenize("2023,100,250")[:1] == ["2023"] and tokenize("a 1,000,000 b") == ["a", "1000000", "b"]
