@@ -162,10 +162,11 @@ class IgnoreFile:
             rel = f"{self.prefix}/{rel}"
         return self.match(rel, is_dir)
 
-    def match(self, rel: str, is_dir: bool) -> bool | None:
-        """The last pattern matching `rel` (relative to the rule file's folder) decides."""
+    def match(self, rel: str, is_dir: bool, *also: str) -> bool | None:
+        """The last pattern matching `rel` (relative to the rule file's folder), or one of the
+        other spellings of the same path in `also`, decides."""
         for pattern in reversed(self.patterns):
-            if pattern.matches(rel, is_dir):
+            if pattern.matches(rel, is_dir) or any(pattern.matches(other, is_dir) for other in also):
                 return not pattern.negated
         return None
 

@@ -213,8 +213,11 @@ class _Walker:
         path copied from a report (`poly/tests/fixtures/big.csv`) works as well."""
         if self.exclude is None:
             return False
+        # One verdict over both spellings, the last pattern matching either deciding: an
+        # `!reports/2024/x.pdf` after `x.*` re-included the file relative to the folder, and
+        # the shown path, which it did not match, excluded it all the same.
         shown = self.display(rel)
-        return bool(self.exclude.match(rel, is_dir) or (shown != rel and self.exclude.match(shown, is_dir)))
+        return bool(self.exclude.match(rel, is_dir, *([shown] if shown != rel else [])))
 
     def given_already(self, entry: os.DirEntry[str], is_dir: bool) -> bool:
         """An ignored file (or folder) that the user also named, and that was read: not

@@ -629,6 +629,11 @@ def test_exclude_leaves_out_what_its_patterns_match_but_never_a_file_named(write
         "poly/build/out.py", "poly/src/tax.py", "poly/tests/fixtures/big_orders.csv",
         "poly/tests/fixtures/deep/x.json", "poly/tests/test_tax.py", "poly/data/rates.csv"]
     assert [s.path for s in corpus.skipped] == ["poly/data/keep.csv"]  # rates.csv: read, so not reported
+    # an anchored negation re-includes, in either spelling (the shown path, which it did not
+    # match, excluded the file all the same)
+    for keep in ("!data/rates.csv", "!poly/data/rates.csv"):
+        corpus = load_corpus(["poly"], exclude=("*.csv", keep))
+        assert [d.path for d in corpus.documents if d.path.endswith(".csv")] == ["poly/data/rates.csv"], keep
 
 
 def test_exclude_that_leaves_nothing_or_matches_nothing_is_said_in_one_line(write, tmp_path: Path) -> None:
