@@ -78,10 +78,32 @@ def load_corpus(paths: list[str], *, max_file_bytes: int = 2_000_000, stdin_text
     # A file a walk left out and a later path named (`ktcli ask repo repo/a.log`) was read:
     # not reported as left out. (Named before the walk, the walk knew: `walk.given_already`.)
     skipped = [s for s in skipped if s.path.endswith("/") or _real_entry(s.path) not in seen]
+    documents, copies = _without_copies(documents)
+    skipped.extend(copies)
     skipped.extend(part for d in documents for part in d.left_out)
     if not documents:  # every path named was the file the answer is written to
         raise InputError(f"{skipped[0].path}: {OWN_OUTPUT}; nothing else to read")
     return Corpus(tuple(documents), tuple(skipped))
+
+
+# A document this long (characters of text) that another one holds whole is read once: a
+# report saved in two folders took two of the 4 passages retrieved, and a whole read twice
+# the window. Short ones repeat by nature (empty `__init__.py`, licence stubs) and cost little.
+MIN_COPY_CHARS = 200
+
+
+def _without_copies(documents: list[Document]) -> tuple[list[Document], list[Skipped]]:
+    """The documents less those whose text an earlier one has, and a note for each of them."""
+    first: dict[str, str] = {}
+    kept: list[Document] = []
+    copies: list[Skipped] = []
+    for doc in documents:
+        if len(doc.text) >= MIN_COPY_CHARS and doc.sha256 in first:
+            copies.append(Skipped(doc.path, f"the same text as {first[doc.sha256]}: read once"))
+            continue
+        first.setdefault(doc.sha256, doc.path)
+        kept.append(doc)
+    return kept, copies
 
 
 def _real_entry(path: str) -> str:

@@ -717,3 +717,17 @@ def test_a_file_that_standard_output_is_written_to_is_not_read(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert "this run's own output" in done.stderr.splitlines()[0] and "a.txt" in done.stderr.splitlines()[0]
     assert "alone:" in done.stderr and "nothing else to read" in done.stderr
+
+
+def test_a_document_saved_twice_is_read_once_and_said(tmp_path: Path) -> None:
+    """A report in two folders took two of the passages retrieved, and a whole read twice."""
+    text = "".join(f"Line {i} of the annual report: revenue grew in quarter {i % 4 + 1}.\n" for i in range(20))
+    for folder in ("inbox", "reports/2023"):
+        (tmp_path / folder).mkdir(parents=True)
+        (tmp_path / folder / "annual-report.txt").write_text(text)
+        (tmp_path / folder / "__init__.py").write_text("")  # short ones repeat by nature: not said
+        (tmp_path / folder / "version.txt").write_text("1.0\n")
+    corpus = load_corpus([str(tmp_path)])
+    assert rels(corpus, tmp_path) == ["inbox/annual-report.txt", "inbox/version.txt", "reports/2023/version.txt"]
+    assert reasons(corpus, tmp_path)["reports/2023/annual-report.txt"] == \
+        f"the same text as {tmp_path}/inbox/annual-report.txt: read once"

@@ -381,7 +381,7 @@ def test_a_folder_reads_word_opendocument_and_epub_files_and_still_skips_spreads
     reasons = {Path(s.path).name: s.reason for s in corpus.skipped}
     assert reasons["d.xlsx"] == "an Excel workbook (.xlsx): not read" and "1 image not read" in reasons["a.docx"]
     # judged by content, as a file named on the command line is: a .docx named .doc is read
-    (tmp_path / "e.doc").write_bytes(contract_docx())
+    (tmp_path / "e.doc").write_bytes(make_docx(p(r("A memo saved by Word with the old name."))))
     (tmp_path / "f.doc").write_bytes(_ole("WordDocument", "1Table"))
     corpus = load_corpus([str(tmp_path)])
     assert ("e.doc", "docx") in [(Path(d.path).name, d.kind) for d in corpus.documents]
