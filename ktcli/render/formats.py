@@ -86,11 +86,23 @@ def skipped_list(skipped: tuple[Skipped, ...]) -> list[dict]:
     return [{"path": s.path, "reason": s.reason, "replaced": s.replaced, "part": s.part} for s in skipped]
 
 
+def _once_each(citations) -> list:
+    """Each (label, ref) once, as the Sources list shows them: two lines of an HTML page (a
+    heading and its paragraph) can come from one source line, and --json listed it twice."""
+    seen: set[tuple] = set()
+    out = []
+    for c in citations:
+        if (c.label, c.ref) not in seen:
+            seen.add((c.label, c.ref))
+            out.append(c)
+    return out
+
+
 def answer_json(answer: Answer) -> str:
     payload = {
         "answer": answer.text,
         "citations": [{"ref": c.ref, **_span(c.span), "score": c.score, "section": c.section,
-                       "label": c.label or None} for c in answer.citations],
+                       "label": c.label or None} for c in _once_each(answer.citations)],
         "plan": plan_dict(answer.plan),
         "figures": answer.stats,
         "skipped": skipped_list(answer.skipped),

@@ -144,3 +144,17 @@ def test_json_citations_say_what_their_numbers_count():
     answer = replace(_answer(), citations=tuple(Citation(s.cite(), s) for s in spans))
     assert [c["unit"] for c in json.loads(answer_json(answer))["citations"]] == [
         "page", "chapter", "paragraph", "line", None]
+
+
+def test_json_lists_each_citation_once_as_the_sources_do():
+    """A heading and its paragraph from one HTML source line: --json listed it twice."""
+    import json
+
+    from ktcli.render.formats import answer_json, citations_text
+    from ktcli.types import Citation, Span
+
+    span = Span("minutes.html", 4, 4)
+    answer = replace(_answer(), citations=(Citation("minutes.html:4", span, label=1),
+                                           Citation("minutes.html:4", span, label=1), Citation("a.py:9", Span("a.py", 9, 9), label=2)))
+    assert [c["ref"] for c in json.loads(answer_json(answer))["citations"]] == ["minutes.html:4", "a.py:9"]
+    assert citations_text(answer).count("minutes.html:4") == 1
