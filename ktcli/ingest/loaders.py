@@ -139,6 +139,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         return _rtf_document(data, display)
     if _looks_like_mhtml(data, name, kind):
         return _mhtml_document(data, display)
+    if PurePath(name).suffix.lower() == ".eml" or (kind is None and _mail_by_content(data)):
+        return _mail_document(data, display)
     if data.startswith(_OLE):
         raise _ole_refusal(display, data)
     if kind in _ZIPPED_KINDS:  # named as one, and no zip: as a PDF without its header
@@ -563,7 +565,7 @@ def _looks_like_mhtml(data: bytes, name: str, kind: str | None) -> bool:
     """A web page saved as one file (.mhtml, .mht: Chrome's and Edge's "Save as single
     file"): by its name, or, where the name says nothing (stdin), a MIME header block
     that says so (Chrome's `Snapshot-Content-Location`). Code or notes that quote such
-    headers, and an e-mail (.eml, whose headers are its text), are not one."""
+    headers, and an e-mail (.eml: `ingest.mail`), are not one."""
     if PurePath(name).suffix.lower() in (".mhtml", ".mht"):
         return True
     if kind is not None:
@@ -603,6 +605,27 @@ def _mhtml_document(data: bytes, display: str) -> Document:
     doc = _html_document(html, display)
     left = (Skipped(display, f"{images:,} image{'s' if images != 1 else ''} of the page not read", part=True),) if images else ()
     return replace(doc, source_lines=paragraph_numbers(doc.text), unit=PARAGRAPH, left_out=doc.left_out + left)
+
+
+def _mail_by_content(data: bytes) -> bool:
+    from ktcli.ingest.mail import looks_like_mail
+
+    return looks_like_mail(data)
+
+
+def _mail_document(data: bytes, display: str) -> Document:
+    """An e-mail as a mail program shows it (`ingest.mail`), cited by paragraph: its lines
+    are no lines of the file."""
+    from ktcli.ingest.htmltext import html_to_text
+    from ktcli.ingest.mail import MailError, mail_text
+
+    try:
+        text, left_out = mail_text(data, lambda markup: html_to_text(markup, title=False)[0])
+    except MailError as e:
+        raise RejectedInput(display, str(e)) from None
+    doc = _text_document(text, display, "markdown", None)
+    notes = tuple(Skipped(display, why, part=True) for why in left_out)
+    return replace(doc, source_lines=paragraph_numbers(text), unit=PARAGRAPH, left_out=doc.left_out + notes)
 
 
 def paragraph_numbers(text: str) -> tuple[int, ...]:

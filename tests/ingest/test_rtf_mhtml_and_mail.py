@@ -98,4 +98,48 @@ def test_only_a_saved_page_is_read_as_mhtml(tmp_path: Path) -> None:
     (tmp_path / "approval.eml").write_text(mail)
     docs = {Path(d.path).name: d for d in load_corpus([str(tmp_path)]).documents}
     assert docs["snap.py"].kind == "code" and docs["notes.md"].kind == "markdown"
-    assert "Subject: Budget" in docs["approval.eml"].text
+    assert docs["approval.eml"].text.startswith("# Budget\nFrom: ann@example.com")  # an e-mail, headers kept
+
+
+def _message() -> bytes:
+    from email.message import EmailMessage
+
+    m = EmailMessage()
+    m["From"], m["To"] = "Ana Ruiz <ana@example.com>", "Bo Lund <bo@example.com>"
+    m["Subject"], m["Date"] = "Revised price for the harbour lamps", "Tue, 05 Mar 2024 10:00:00 +0100"
+    m.set_content("Hello Bo,\n\nthe revised price is EUR 410,000 for all three lamps. " + "We keep the date. " * 6
+                  + "\n\nBest,\nAna\n", cte="quoted-printable")
+    m.add_alternative("<html><body><p>the revised price is <b>EUR 410,000</b></p></body></html>", subtype="html")
+    m.add_attachment(b"%PDF-1.4 quote", maintype="application", subtype="pdf", filename="quote.pdf")
+    m.add_attachment("Lamp 1: 140,000\nLamp 2: 135,000\n", filename="breakdown.txt")
+    forwarded = EmailMessage()
+    forwarded["From"], forwarded["Subject"] = "Cy <cy@example.com>", "Old quote"
+    forwarded.set_content("The old price was EUR 450,000.\n")
+    m.add_attachment(forwarded)
+    return bytes(m)
+
+
+def test_an_email_reads_as_a_mail_program_shows_it(tmp_path: Path) -> None:
+    """Read as text, its quoted-printable body broke figures at soft line breaks and its
+    base64 parts were most of its passages."""
+    from ktcli.ingest.loaders import document_from_bytes
+
+    (tmp_path / "thread.eml").write_bytes(_message())
+    corpus = load_corpus([str(tmp_path / "thread.eml")])
+    doc = corpus.documents[0]
+    lines = doc.text.split("\n")
+    assert lines[:4] == ["# Revised price for the harbour lamps", "From: Ana Ruiz <ana@example.com>",
+                         "To: Bo Lund <bo@example.com>", "Date: Tue, 05 Mar 2024 10:00:00 +0100"]
+    assert "the revised price is EUR 410,000 for all three lamps." in doc.text and "<b>" not in doc.text  # the plain body
+    assert "## Attachment: breakdown.txt\n\nLamp 1: 140,000" in doc.text
+    assert "## Old quote\nFrom: Cy <cy@example.com>\n\nThe old price was EUR 450,000." in doc.text
+    assert "base64" not in doc.text.lower() and "=\n" not in doc.text
+    assert doc.unit == PARAGRAPH
+    assert [s.reason for s in corpus.skipped] == [
+        "attachment quote.pdf (application/pdf) not read: save it and name it to read it"]
+    # piped in, known by its header block
+    piped = document_from_bytes(_message(), "<stdin>", "", is_stdin=True)
+    assert piped.text == doc.text
+    # notes that merely start with "From:" are no message
+    notes = document_from_bytes(b"From: the harbour master\nTo do: paint the lamps\n", "<stdin>", "", is_stdin=True)
+    assert notes.text.startswith("From: the harbour master")
