@@ -57,6 +57,9 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     index = build_index(prep, settings, reporter)
     index_s = time.perf_counter() - started
     hits = index.search(prep.question, prep.plan.top_k)
+    if index.last_blind:
+        reporter.warn("no passage holds a word of the question, and the embedder reads the question or the documents "
+                      "as letters, not words: the passages read are a guess (ask in the documents' language)")
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
     ordered = source_order([h.chunk for h in hits], doc_rank)
     budget = prep.plan.evidence_budget

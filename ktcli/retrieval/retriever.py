@@ -42,6 +42,11 @@ DEFINITION_BONUS = 1.0 + LEXICAL_WEIGHT
 # min-max stretched that noise over BM25's clear winner (a question whose every word was
 # in one passage got 8 chapter headings; BM25 ranked the passage first, dense 60th).
 DENSE_FULL_SHARE = 0.8
+READ_SAMPLE = 16  # the nearest passages whose share is weighed (their median)
+# ... in full from this share of the passages' letters read as words: code with one-letter
+# names is 0.55-0.9, the tutorial's prose 0.86-1.0, Arabic or Hebrew read as letters 0.
+PASSAGES_FULL_SHARE = 0.5
+BLIND_WEIGHT = 0.25  # under it, with no passage holding a word of the question, retrieval is a guess
 COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can waste
 
 BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages below
@@ -76,6 +81,7 @@ class HybridIndex:
     embedder: TextEmbedder
     stats: dict = field(default_factory=dict)
     symbols: SymbolTable = field(init=False)
+    last_blind: bool = field(default=False, init=False)  # the last search was a guess (`search`)
 
     def __post_init__(self) -> None:
         self.symbols = SymbolTable(self.chunks)
@@ -136,12 +142,28 @@ class HybridIndex:
         depth = min(len(self.chunks), max(MIN_CANDIDATES, 4 * k))
         dense = self.dense.search(self.embedder.embed_query(query), depth)
         lexical = self.lexical.search(query, depth)
-        dense_weight = min(1.0, self.embedder.vocabulary_share(query) / DENSE_FULL_SHARE)
+        dense_weight = self._dense_weight(query, dense)
         hits = _fuse(self.chunks, dense, lexical, len(self.chunks), self.symbols.defining(code_names(query)), dense_weight)
         # A heading alone (left over where the paragraph under it was too long to share its
         # chunk) gives the model nothing to read; its words are in that paragraph's trail.
         # It comes last, not out: an outline's chunks may all be headings.
-        return sorted(hits, key=lambda hit: hit.chunk.heading_only)[:k]
+        hits = sorted(hits, key=lambda hit: hit.chunk.heading_only)[:k]
+        # Neither ranking could tell: no passage holds a word of the question, and the
+        # embedder reads the question or the passages as letters (an English question about
+        # Arabic documents). Said by the caller: the passages are a guess.
+        self.last_blind = dense_weight < BLIND_WEIGHT and not any(hit.lexical_rank for hit in hits)
+        return hits
+
+    def _dense_weight(self, query: str, dense: list[tuple[int, float]]) -> float:
+        """The dense ranking's share: by how much of the query the embedder reads as words,
+        and of the passages it found nearest (their median), the lesser: a question it reads
+        about documents it cannot ranks noise as surely as the other way round."""
+        weight = min(1.0, self.embedder.vocabulary_share(query) / DENSE_FULL_SHARE)
+        texts = [self.chunks[idx].text for idx, _ in dense[:READ_SAMPLE]]
+        if texts and weight > 0:
+            shares = sorted(self.embedder.vocabulary_share(text) for text in texts)
+            weight = min(weight, shares[len(shares) // 2] / PASSAGES_FULL_SHARE)
+        return min(1.0, weight)
 
 
 def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore) -> list[bool]:

@@ -212,3 +212,22 @@ def test_a_csv_rows_figures_are_terms_of_their_own():
     best = index.lexical.search("Northwind PL 2023 3", 1)[0][0]
     assert "Northwind PL,2023,3," in chunks[best].text
     assert tokenize("2023,100,250")[:1] == ["2023"] and tokenize("a 1,000,000 b") == ["a", "1000000", "b"]
+
+
+def test_a_question_about_documents_the_embedder_cannot_read_is_said_to_be_a_guess(real_embedder):
+    """An English question about Arabic documents: both rankings blind, and the 8 passages
+    came with scores of 0.8-1.0."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    text = _chapters("الفصل", "يصف هذا التقرير الوضع العام للإدارة البلدية ومهامها الرئيسية في العام الحالي. ",
+                     "تم بناء جسر النيل عام 1902 على يد المهندس أحمد حسن بتكلفة 45000 جنيه.", 13)
+    index = HybridIndex.build(chunk_document(document_from_bytes(text.encode(), "ar.md", "ar.md")),
+                              embedder=real_embedder, store=None)
+    index.search("Who built the Nile bridge?", 8)
+    assert index.last_blind
+    index.search("من بنى جسر النيل؟", 8)  # in the documents' language: BM25 finds it
+    assert not index.last_blind
+    english = HybridIndex.build(make_doc_chunks("ops/log.md", [NEEDLE, *FILLER]), embedder=real_embedder, store=None)
+    english.search("Who services the pump in bay 7?", 3)
+    assert not english.last_blind
