@@ -40,7 +40,7 @@ _DECLARATION = re.compile(
     r"\s*(?:@\S+\s+)*(?:(?:export|default|pub(?:\([\w:]+\))?|public|private|protected|internal|static|final|"
     r"abstract|async|unsafe|override|open|sealed|data|suspend|inline|virtual)\s+)*"
     r"(?P<kind>class|def|fn|func|function|struct|enum|trait|impl|interface|module|namespace|object|type|record)"
-    r"\s+(?P<name>[A-Za-z_$][\w$.:<>]*)"
+    r"\s+(?P<name>(?:[^\W\d]|\$)[\w$.:<>]*)"  # a name may start with any alphabet's letter
 )
 
 

@@ -28,7 +28,7 @@ _CONSTANT = re.compile(r"^[ \t]*(?:(?:export|pub|const|let|var|static|final|read
 # a name as a question writes code: CamelCase, snake_case, or ending in ()
 _CODE_NAME = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*[a-z0-9][A-Z][A-Za-z0-9_]*|[A-Z][a-z0-9]+[A-Z][A-Za-z0-9_]*|"
                         r"[A-Z]{2,}[a-z][A-Za-z0-9_]*|"
-                        r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]+|[A-Za-z_]\w{2,}(?=\(\)))")
+                        r"[^\W\d_][^\W_]*_\w+|[^\W\d]\w{2,}(?=\(\)))")  # snake_case and name() in any alphabet
 # Other languages' definitions: C's and Java's `type name(params) {` (the brace may come
 # on the next line), `#define NAME`, SQL's CREATE TABLE/VIEW/FUNCTION, a shell function
 # `name() {`, a JS/TS class method `name(params): T {`, and a top-level `var`/`const`/`let`

@@ -266,3 +266,12 @@ def test_markdown_rules_and_tables_are_no_underlined_headings():
     assert document_trails("l.md", "markdown", lazy).at(3) == ""
     jsonl = ['{"id": 1, "user": "ann", "event": "login"}'] * 3
     assert document_trails("<stdin>", "stdin", jsonl).at(1) == ""
+
+
+def test_declarations_named_in_any_alphabet_head_their_lines():
+    """`def überprüfe_größe` and `def 計算する` gave no trail; `class Größe` did."""
+    from ktcli.ingest.sections import document_trails
+
+    lines = ["def überprüfe_größe(x):", "    return x", "def 計算する(a):", "    pass"]
+    trails = document_trails("s.py", "code", lines)
+    assert (trails.at(1), trails.at(3)) == ("def überprüfe_größe", "def 計算する")

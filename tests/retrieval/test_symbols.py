@@ -104,3 +104,5 @@ def test_names_in_other_alphabets_are_code_names_too():
                          chunk(2, "y = überprüfe_größe(3)\n")])
     assert table.defining({"überprüfe_größe", "計算する"}) == {0, 1}
     assert code_names("`2fast` and `$el`") == {"$el"}  # a name starts with no digit
+    assert code_names("Was macht überprüfe_größe?") == {"überprüfe_größe"}  # snake_case without backticks
+    assert code_names("что делает проверить_размер()?") == {"проверить_размер"}
