@@ -46,11 +46,12 @@ def excluded_by(named: str = "--exclude") -> str:
 # A backslash is doubled, as `ls -b` does, so that b"caf\xe9.txt" (shown caf\xe9.txt) and
 # a file really named caf\xe9.txt stay two paths.
 # Bidirectional controls and C1 controls are escaped too: a file named "\u202etxt.exe" showed
-# reversed in a terminal, as "exe.txt" (the trick of spoofed attachments).
+# reversed in a terminal, as "exe.txt" (the trick of spoofed attachments); and characters
+# that show nothing (zero-width spaces and joiners, a BOM), or two names looked the same.
 _ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
     0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"} | {
-    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F),
-                                 *range(0x2066, 0x206A))}
+    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029,
+                                 *range(0x202A, 0x202F), 0x2060, *range(0x2066, 0x206A), 0xFEFF)}
 
 
 OWN_OUTPUT = "this run's own output (standard output is written to it)"
