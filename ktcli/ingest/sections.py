@@ -56,8 +56,63 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
         return SectionIndex([(1, f"{TABLE_TRAIL}{lines[0].rstrip(chr(13))}")])  # from the first row under it
     if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
         return SectionIndex(_diff_marks(lines))
-    return heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)),
-                          markdown=kind == "markdown")
+    trails = heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)),
+                            markdown=kind == "markdown")
+    return _with_table_headers(trails, lines) if kind in _ROW_KINDS else trails
+
+
+# Kinds whose tables are rows of cells between " | " (the Word, ODT, EPUB, HTML and RTF
+# readers write them so; Markdown's own pipe tables too).
+_ROW_KINDS = frozenset({"docx", "odt", "epub", "html", "rtf", "markdown"})
+_MIN_TABLE_ROWS = 6  # a header and 5 rows: a smaller table sits in one chunk with its header as a rule
+_MARKDOWN_RULE = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*")
+
+
+def _with_table_headers(trails: SectionIndex, lines: list[str]) -> SectionIndex:
+    """`trails` with each table's rows after its header under "<section> > columns: <header
+    row>": a chunk from the middle of an 80-row rate table reached the model as bare rows
+    ("Prague - Lyon | 246 | 4"), nothing saying which figure was the rate and which the days.
+    A table: at least _MIN_TABLE_ROWS lines in a row with the same number of cells (2+)."""
+    runs = _table_runs(lines)
+    if not runs:
+        return trails
+    marks = list(zip(trails._starts, trails._trails))
+    for first, end in runs:
+        header = lines[first].strip()
+        body = first + 2 if first + 1 < end and _MARKDOWN_RULE.fullmatch(lines[first + 1]) else first + 1
+        above = trails.at(first)
+        inside = [(k, t) for k, t in marks if body <= k < end]  # a heading inside a table's rows: none in practice
+        if inside:
+            continue
+        marks.append((body, f"{above}{SECTION_SEPARATOR if above else ''}{TABLE_TRAIL}{header}"))
+        if end < len(lines) and not any(k == end for k, _ in marks):
+            marks.append((end, trails.at(end)))
+    marks.sort(key=lambda mark: mark[0])
+    return SectionIndex(marks)
+
+
+def _table_runs(lines: list[str]) -> list[tuple[int, int]]:
+    """[first, end) of each run of lines with the same number of " | " cells."""
+    runs: list[tuple[int, int]] = []
+    k = 0
+    while k < len(lines):
+        cells = _cells(lines[k])
+        if cells < 2:
+            k += 1
+            continue
+        end = k + 1
+        while end < len(lines) and (_cells(lines[end]) == cells or _MARKDOWN_RULE.fullmatch(lines[end])):
+            end += 1
+        if end - k >= _MIN_TABLE_ROWS:
+            runs.append((k, end))
+        k = end
+    return runs
+
+
+def _cells(line: str) -> int:
+    """Cells of a table row as the readers write it ("a | b | c"; Markdown's "| a | b |")."""
+    stripped = line.strip()
+    return len(stripped.strip("|").split(" | ")) if " | " in stripped else 0
 
 
 def _looks_like_a_table(lines: list[str]) -> bool:

@@ -7,7 +7,7 @@ import os
 import re
 
 from ktcli.engine.backend import Message
-from ktcli.types import TABLE_TRAIL
+from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL
 
 SYSTEM = (
     "You are ktcli, a careful assistant that answers from the given sources only. "
@@ -54,11 +54,12 @@ def _with_header(chunk) -> str:
     """A table's chunk under its header row. The trail says it is a table, not the name: a
     CSV piped in or a TSV named .txt has the same "columns:" trail (`sections.document_trails`)
     and its chunks from the middle reached the model as bare rows."""
-    if not chunk.section.startswith(TABLE_TRAIL):
+    table = chunk.section.rsplit(SECTION_SEPARATOR, 1)[-1]  # a Word or HTML table's under its section
+    if not table.startswith(TABLE_TRAIL):
         return chunk.text
-    if chunk.span.line_start in (None, 1):
+    if chunk.span.line_start in (None, 1) and table == chunk.section:  # a CSV's first chunk holds its header
         return chunk.text
-    return f"{chunk.section.removeprefix(TABLE_TRAIL)}\n{chunk.text}"
+    return f"{table.removeprefix(TABLE_TRAIL)}\n{chunk.text}"
 
 
 def whole_input(documents, texts: list[str] | None = None) -> str:

@@ -192,8 +192,9 @@ def indexed_text(chunk: Chunk) -> str:
     not; the prompt still shows the text alone. A wide table's header row is cut to its
     first columns: whole, it would outweigh a chunk's own rows."""
     section = chunk.section
-    if section.startswith(TABLE_TRAIL) and len(section) > len(TABLE_TRAIL) + INDEXED_HEADER_CHARS:
-        section = section[: len(TABLE_TRAIL) + INDEXED_HEADER_CHARS - 1] + "\u2026"
+    at = section.find(TABLE_TRAIL)  # a CSV's trail, or a Word or HTML table's under its section
+    if at >= 0 and len(section) > at + len(TABLE_TRAIL) + INDEXED_HEADER_CHARS:
+        section = section[: at + len(TABLE_TRAIL) + INDEXED_HEADER_CHARS - 1] + "\u2026"
     return f"{section}\n\n{chunk.text}" if section else chunk.text
 
 

@@ -275,3 +275,32 @@ def test_declarations_named_in_any_alphabet_head_their_lines():
     lines = ["def überprüfe_größe(x):", "    return x", "def 計算する(a):", "    pass"]
     trails = document_trails("s.py", "code", lines)
     assert (trails.at(1), trails.at(3)) == ("def überprüfe_größe", "def 計算する")
+
+
+def test_a_word_tables_rows_carry_its_header_row_under_their_section():
+    """An 80-row rate table of a .docx: chunks from its middle reached the model as bare rows
+    ("Prague - Lyon | 246 | 4"), nothing saying which figure was the rate."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.pipeline.prompts import passages
+    from ktcli.types import Document
+
+    rows = [f"City {i} - Lyon | {200 + i} | {i % 5 + 1}" for i in range(80)]
+    text = "\n".join(["# Rates", "", "Our rates for 2024.", "", "Lane | Rate (EUR per pallet) | Transit (days)", *rows,
+                      "", "# Terms", "", "Payment in 30 days."]) + "\n"
+    doc = Document(path="rates.docx", text=text, kind="docx", sha256="x")
+    chunks = chunk_document(doc, chunk_tokens=96, overlap_tokens=8)
+    middle = next(c for c in chunks if c.text.startswith("City 4"))
+    assert middle.section == "Rates > columns: Lane | Rate (EUR per pallet) | Transit (days)"
+    assert passages([middle]).split("\n")[1:3] == ["Lane | Rate (EUR per pallet) | Transit (days)",
+                                                   middle.text.split("\n")[0]]
+    lines = text.split("\n")
+    trails = document_trails("rates.docx", "docx", lines)
+    assert trails.at(lines.index("Payment in 30 days.")) == "Terms"  # after the table: its section again
+    assert trails.at(lines.index("Lane | Rate (EUR per pallet) | Transit (days)")) == "Rates"  # the header: its section
+    # Markdown's pipe tables, past their rule row; a text file's pipes are not read as tables
+    md = "\n".join(["| Lane | Rate |", "|---|---|", *[f"| City {i} | {i} |" for i in range(6)]]) + "\n"
+    trails = document_trails("t.md", "markdown", md.split("\n"))
+    assert trails.at(1) == "" and trails.at(2) == "columns: | Lane | Rate |"
+    assert document_trails("t.txt", "text", md.split("\n")).at(3) == ""
+    small = "\n".join(["Duty | When", "Wind the clock | noon", "Polish the brass | Fridays"])  # in one chunk with its header
+    assert document_trails("m.docx", "docx", small.split("\n")).at(2) == ""
