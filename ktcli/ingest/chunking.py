@@ -70,7 +70,9 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
-            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit)
+            piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1 and len(piece.text) < len(lines[piece.start]))
+            chars = (piece.char_start, piece.char_start + len(piece.text)) if piece_of_line else None
+            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit, chars=chars)
             section = trails.at(line_offset + piece.start) if trails is not None else bookmarks
             heading_only = headed and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,

@@ -288,6 +288,8 @@ def _overlaps(a: Span, b: Span) -> bool:
         return False
     if a.page is not None or a.line_start is None or b.line_start is None:
         return True  # a page is cited as a whole: two lines of one page are one citation
+    if a.chars and b.chars and a.line_start == b.line_start:  # two pieces of one long line
+        return a.chars[0] < b.chars[1] and b.chars[0] < a.chars[1]
     return not (a.line_end < b.line_start or b.line_end < a.line_start)  # type: ignore[operator]
 
 
@@ -337,7 +339,12 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
 def evidence_entry(span: Span, score: float | None) -> dict:
     """One entry of --json's `figures.evidence`, whatever the mode or task."""
     return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
-            "page": span.page, "page_label": span.page_label, "unit": span.kind, "score": score}
+            "page": span.page, "page_label": span.page_label, "unit": span.kind, "chars": _chars(span), "score": score}
+
+
+def _chars(span: Span) -> list[int] | None:
+    """A piece of a long line: its characters, [start, end) 0-based, for --json."""
+    return list(span.chars) if span.chars else None
 
 
 def documents_read(documents, outlined=frozenset()) -> list[dict]:

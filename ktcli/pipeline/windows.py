@@ -35,7 +35,8 @@ def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str]
         if prev is not None and (text := _pieces_joined(prev, last[-1], chunk)) is not None:
             n = count(text)
             if n <= max_tokens:
-                out[-1] = replace(prev, text=text, n_tokens=n)
+                chars = (prev.span.chars[0], chunk.span.chars[1]) if prev.span.chars and chunk.span.chars else None
+                out[-1] = replace(prev, text=text, n_tokens=n, span=replace(prev.span, chars=chars))
                 last[-1] = chunk.ordinal
                 continue
         if prev is not None and _adjacent(prev, last[-1], chunk) and _whole_lines(prev):
@@ -48,7 +49,7 @@ def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str]
                 text = prev.text + "\n" + extra
                 n = count(text)
                 if n <= max_tokens:
-                    span = replace(prev.span, line_end=chunk.span.line_end)
+                    span = replace(prev.span, line_end=chunk.span.line_end, chars=None)  # whole lines now
                     out[-1] = replace(prev, text=text, span=span, n_tokens=n)
                     last[-1] = chunk.ordinal  # a third neighbour joins too, not read twice
                     continue

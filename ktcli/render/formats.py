@@ -117,7 +117,7 @@ def plan_json(plan: Plan, skipped: tuple[Skipped, ...], extra: dict) -> str:
 
 def _span(span) -> dict:
     return {"path": span.path, "line_start": span.line_start, "line_end": span.line_end, "page": span.page,
-            "page_label": span.page_label, "unit": span.kind}
+            "page_label": span.page_label, "unit": span.kind, "chars": list(span.chars) if span.chars else None}
 
 
 def _default(o: object) -> object:

@@ -101,7 +101,9 @@ def test_long_line_is_split_but_names_its_line() -> None:
     check_invariants(doc, chunks, 100, 10)
     pieces = [c for c in chunks if c.span.line_start == c.span.line_end == 2]
     assert len(pieces) > 5
-    assert all(c.span.cite() == "doc.txt:2" for c in pieces)
+    # each names its line, and where in it it lies (a one-line file's passages were all ":1")
+    assert all(c.span.cite() == f"doc.txt:2 (chars {c.char_start + 1:,}-{c.char_start + len(c.text):,})" for c in pieces)
+    assert all(minified[c.span.chars[0]:c.span.chars[1]] == c.text for c in pieces)
     # consecutive pieces overlap and together rebuild the line
     rebuilt = pieces[0].text
     for piece in pieces[1:]:

@@ -103,6 +103,9 @@ def test_pieces_of_one_long_line_join_without_their_shared_text():
     # a budget stops the join where it would pass it, and the rest stays in order
     small = merge_neighbours(pieces, 600, count)
     assert len(small) > 1 and "".join(p.text for p in small).count("w2999") == 1
+    # each joined passage names the characters it holds; the one joined to the next line, none
+    assert all(line[p.span.chars[0]:p.span.chars[1]] == p.text for p in small)
+    assert merged[0].span.chars is None and merged[0].span.cite() == "one.txt:1-2"
 
 
 def test_pieces_of_a_line_that_repeats_lose_nothing_when_joined():
