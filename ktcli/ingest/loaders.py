@@ -15,7 +15,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
-from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, normalize_text, text_sha256
+from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, is_utf8, normalize_text, text_sha256
 from ktcli.ingest.rtf import RTF_MAGIC
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
@@ -240,7 +240,7 @@ def _decode(data: bytes, kind: str | None, is_stdin: bool = False) -> tuple[str,
     and a fragment piped in (read as HTML by `_typed_document` too: its charset was not)."""
     is_html = kind == "html" or (kind is None and (
         _bytes_look_like_html(data) or (is_stdin and _looks_like_html_fragment(data[:65536].decode("latin-1")))))
-    if is_html and bom_encoding(data) is None and not _is_utf8(data):
+    if is_html and bom_encoding(data) is None and not is_utf8(data):
         from bs4.dammit import EncodingDetector
 
         declared = EncodingDetector.find_declared_encoding(data[:4096], is_html=True)
@@ -357,14 +357,6 @@ def _what_it_holds(data: bytes) -> str:
         known = _format_of(data)
         return known[0] if known is not None else "binary data"
     return "an HTML page (an error page saved under that name?)" if _bytes_look_like_html(data) else "text"
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
 
 
 def _text_document(text: str, display: str, kind: str, language: str | None) -> Document:

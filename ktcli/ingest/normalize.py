@@ -255,7 +255,7 @@ def _utf8_and_western_lines(data: bytes) -> tuple[str, int, int] | None:
     lines = data.split(b"\n")
     utf8 = 0
     for line in lines:  # first the cheap count: most files that are no UTF-8 hold no such line
-        if not line.isascii() and _valid_utf8(line):
+        if not line.isascii() and is_utf8(line):
             utf8 += 1
             if utf8 == MIN_UTF8_LINES:
                 break
@@ -280,7 +280,7 @@ def _utf8_and_western_lines(data: bytes) -> tuple[str, int, int] | None:
     return ("\n".join(out), western, strays) if western else None
 
 
-def _valid_utf8(data: bytes) -> bool:
+def is_utf8(data: bytes) -> bool:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError:
