@@ -562,15 +562,31 @@ def test_python_dash_m_ktcli_runs_the_cli(cache):
     assert proc.returncode == 0 and proc.stdout.decode().startswith("ktcli"), proc.stderr
 
 
-@pytest.mark.parametrize("as_json", [False, True])
-def test_a_summary_interrupted_while_streaming_keeps_the_part_shown(capsys, monkeypatch, tmp_path, as_json):
-    """`summarize --json` cut by Ctrl-C mid-summary printed only {"error": "interrupted"},
-    and text mode left the part shown without Sources; `ask` keeps both."""
-    import json
+def _summarize_keeper(backend, as_json: bool, monkeypatch, tmp_path, capsys) -> tuple[int, str, str]:
+    """`ktcli summarize keeper.txt` in this process on `backend` (a fake that interrupts its
+    own stream): the exit code, stdout and stderr."""
     import warnings
 
     from ktcli.cli.common import Options, run_guarded
     from ktcli.pipeline import api
+
+    doc = tmp_path / "keeper.txt"
+    doc.write_text("The keeper of the lighthouse is Ada Lovelace.\nShe lights the lamp at dusk.\n")
+    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
+    monkeypatch.setenv("KTCLI_CONFIG", str(empty_config(tmp_path)))
+    monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(api, "_load", lambda *a: backend)
+    opts = Options({"json": as_json, "mode": "full"})
+    with pytest.raises(SystemExit) as exit_:
+        run_guarded(opts, lambda: opts.run_summarize([str(doc)]))
+    out, err = capsys.readouterr()
+    return exit_.value.code, out, err
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_summary_interrupted_while_streaming_keeps_the_part_shown(capsys, monkeypatch, tmp_path, as_json):
+    """`summarize --json` cut by Ctrl-C mid-summary printed only {"error": "interrupted"},
+    and text mode left the part shown without Sources; `ask` keeps both."""
     from tests.pipeline.fake_backend import FakeBackend
 
     class CutSummary(FakeBackend):
@@ -583,17 +599,8 @@ def test_a_summary_interrupted_while_streaming_keeps_the_part_shown(capsys, monk
                     raise KeyboardInterrupt
                 yield piece
 
-    doc = tmp_path / "keeper.txt"
-    doc.write_text("The keeper of the lighthouse is Ada Lovelace.\nShe lights the lamp at dusk.\n")
-    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
-    monkeypatch.setenv("KTCLI_CONFIG", str(empty_config(tmp_path)))
-    monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(api, "_load", lambda *a: CutSummary())
-    opts = Options({"json": as_json, "mode": "full"})
-    with pytest.raises(SystemExit) as exit_:
-        run_guarded(opts, lambda: opts.run_summarize([str(doc)]))
-    assert exit_.value.code == 130
-    out, err = capsys.readouterr()
+    code, out, err = _summarize_keeper(CutSummary(), as_json, monkeypatch, tmp_path, capsys)
+    assert code == 130
     if as_json:
         payload = json.loads(out)
         assert payload["incomplete"] and payload["answer"] == "The keeper of the"
@@ -696,12 +703,8 @@ def test_sigterm_ends_an_answer_as_ctrl_c_does_with_its_own_code(cache):
 
 
 def test_sigterm_during_a_json_summary_still_gives_its_object(capsys, monkeypatch, tmp_path):
-    import warnings
-
     from ktcli import errors
     from ktcli.cli.app import _on_sigterm
-    from ktcli.cli.common import Options, run_guarded
-    from ktcli.pipeline import api
     from tests.pipeline.fake_backend import FakeBackend
 
     class Terminated(FakeBackend):
@@ -711,18 +714,9 @@ def test_sigterm_during_a_json_summary_still_gives_its_object(capsys, monkeypatc
                     _on_sigterm(15, None)  # as the signal would, inside the stream
                 yield piece
 
-    doc = tmp_path / "keeper.txt"
-    doc.write_text("The keeper of the lighthouse is Ada Lovelace.\nShe lights the lamp at dusk.\n")
-    monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)
     monkeypatch.setattr(errors, "_terminated", [])
-    monkeypatch.setenv("KTCLI_CONFIG", str(empty_config(tmp_path)))
-    monkeypatch.setenv("KTCLI_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(api, "_load", lambda *a: Terminated())
-    opts = Options({"json": True, "mode": "full"})
-    with pytest.raises(SystemExit) as exit_:
-        run_guarded(opts, lambda: opts.run_summarize([str(doc)]))
-    assert exit_.value.code == 143
-    out, err = capsys.readouterr()
+    code, out, err = _summarize_keeper(Terminated(), True, monkeypatch, tmp_path, capsys)
+    assert code == 143
     payload = json.loads(out)
     assert payload["incomplete"] and payload["error"] == "terminated (SIGTERM) while the answer streamed"
     _on_sigterm(15, None)  # a second SIGTERM while that is done is not another interrupt
