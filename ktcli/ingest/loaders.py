@@ -139,7 +139,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         return _rtf_document(data, display)
     if _looks_like_mhtml(data, name, kind):
         return _mhtml_document(data, display)
-    if PurePath(name).suffix.lower() == ".eml" or (kind is None and _mail_by_content(data)):
+    if (PurePath(name).suffix.lower() == ".eml" and not _several_mails(data)) or (kind is None and _mail_by_content(data)):
         return _mail_document(data, display)
     if data.startswith(_OLE):
         raise _ole_refusal(display, data)
@@ -605,6 +605,13 @@ def _mail_by_content(data: bytes) -> bool:
     return looks_like_mail(data)
 
 
+def _several_mails(data: bytes) -> bool:
+    """An mbox named .eml: read as the text it is, not as its first message alone."""
+    from ktcli.ingest.mail import holds_several
+
+    return holds_several(data)
+
+
 def _mail_document(data: bytes, display: str) -> Document:
     """An e-mail as a mail program shows it (`ingest.mail`), cited by paragraph: its lines
     are no lines of the file."""
@@ -615,9 +622,9 @@ def _mail_document(data: bytes, display: str) -> Document:
         text, left_out = mail_text(data, lambda markup: html_to_text(markup, title=False)[0])
     except MailError as e:
         raise RejectedInput(display, str(e)) from None
-    doc = _text_document(text, display, "markdown", None)
+    doc = _text_document(normalize_text(text), display, "markdown", None)
     notes = tuple(Skipped(display, why, part=True) for why in left_out)
-    return replace(doc, source_lines=paragraph_numbers(text), unit=PARAGRAPH, left_out=doc.left_out + notes)
+    return replace(doc, source_lines=paragraph_numbers(doc.text), unit=PARAGRAPH, left_out=doc.left_out + notes)
 
 
 def paragraph_numbers(text: str) -> tuple[int, ...]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import re
 from email.message import EmailMessage
 
 _SHOWN_HEADERS = ("From", "To", "Cc", "Date")
@@ -23,25 +24,44 @@ class MailError(ValueError):
     """Not a message that can be read."""
 
 
+# Headers only a message sent through a mail system has: text copied out of a mail program
+# ("From: / Sent: / To: / Subject:") is read as the text it is.
+_MIME_EVIDENCE = {b"mime-version", b"content-type", b"message-id", b"received"}
+
+
 def looks_like_mail(data: bytes) -> bool:
-    """A header block of a message: "From:" with a "Subject:" or "Date:" among its first
-    lines, before the first blank one (what stdin holds when a message is piped in)."""
+    """A header block of a message, as stdin holds one piped in: "From:" with "Subject:" or
+    "Date:", and a header of the mail system's, before the first blank line. Not an mbox
+    (its messages open with "From " lines: one message would hide the rest) nor `git
+    format-patch` output (which opens the same way): those are read as text."""
+    if data.startswith(b"From "):
+        return False
     head = data[:8192].replace(b"\r\n", b"\n").split(b"\n\n", 1)[0].lower().split(b"\n")
     names = {line.split(b":", 1)[0] for line in head if b":" in line and not line[:1].isspace()}
-    return (len(head) >= 2 and b"from" in names and bool({b"subject", b"date"} & names)
+    return (len(head) >= 2 and b"from" in names and bool({b"subject", b"date"} & names) and bool(_MIME_EVIDENCE & names)
             and all(b":" in line or line[:1].isspace() for line in head if line.strip()))
+
+
+def holds_several(data: bytes) -> bool:
+    """An mbox: messages each opened by a "From " line after a blank one."""
+    return bool(_MBOX_SEPARATOR.search(data))
+
+
+_MBOX_SEPARATOR = re.compile(rb"\n\r?\nFrom \S+ +\S")
 
 
 def mail_text(data: bytes, html_to_text) -> tuple[str, list[str]]:
     """(text, what was left out, in words); `html_to_text(markup) -> text` reads an HTML
     body. Raises MailError."""
-    try:
-        message = email.message_from_bytes(data, policy=email.policy.default)
-    except (LookupError, ValueError, TypeError, AttributeError, UnicodeError) as e:
-        raise MailError(f"unreadable e-mail ({type(e).__name__})") from None
     lines: list[str] = []
     left_out: list[str] = []
-    _message(message, lines, left_out, html_to_text, level=1, depth=0)
+    try:
+        message = email.message_from_bytes(data, policy=email.policy.default)
+        _message(message, lines, left_out, html_to_text, level=1, depth=0)
+    except RecursionError:  # parts nested thousands deep: a broken or hostile file
+        raise MailError("e-mail nested too deep to read") from None
+    except (LookupError, ValueError, TypeError, AttributeError, UnicodeError) as e:
+        raise MailError(f"unreadable e-mail ({type(e).__name__})") from None
     return "\n".join(lines).strip("\n") + "\n", left_out
 
 
@@ -120,13 +140,24 @@ def _leaves(part, body, alternatives: set[int]) -> list:
 
 
 def _part_text(part, html_to_text) -> str:
-    try:
-        text = part.get_content()
-    except (LookupError, ValueError, UnicodeError, AttributeError):
-        raw = part.get_payload(decode=True) or b""
-        text = raw.decode("utf-8", "replace")
-    if not isinstance(text, str):
-        text = bytes(text).decode("utf-8", "replace")
+    """A text part decoded: by its charset where it names one Python knows, else as any
+    file is (a part with no charset is ASCII by the standard, and its 8-bit letters, "Größe"
+    or Chinese, became U+FFFD)."""
+    raw = part.get_payload(decode=True) or b""
+    charset = part.get_content_charset()
+    text = None
+    if charset and (charset.lower() not in ("us-ascii", "ascii") or raw.isascii()):
+        try:
+            text = raw.decode(charset)
+        except (LookupError, UnicodeError):
+            text = None
+    if text is None:
+        from ktcli.ingest.normalize import UndecodableError, decode_bytes
+
+        try:
+            text = decode_bytes(raw)[0] if raw else ""
+        except UndecodableError:
+            text = raw.decode("utf-8", "replace")
     if part.get_content_subtype() == "html":
         return html_to_text(text)
     return text.replace("\r\n", "\n")

@@ -143,3 +143,28 @@ def test_an_email_reads_as_a_mail_program_shows_it(tmp_path: Path) -> None:
     # notes that merely start with "From:" are no message
     notes = document_from_bytes(b"From: the harbour master\nTo do: paint the lamps\n", "<stdin>", "", is_stdin=True)
     assert notes.text.startswith("From: the harbour master")
+
+
+def test_what_is_no_single_message_is_not_read_as_one(tmp_path: Path) -> None:
+    """Found by review: a part with no charset lost its 8-bit letters; an mbox read as its
+    first message hid the rest; `git format-patch` piped in was taken for a message; a
+    message nested thousands deep failed the run."""
+    from ktcli.errors import InputError
+    from ktcli.ingest.loaders import document_from_bytes
+
+    plain = "From: a@example.com\nSubject: Maße\n\nDie Größe ist 5 m².\n".encode()
+    assert "Die Größe ist 5 m²." in document_from_bytes(plain, "m.eml", "m.eml").text
+    mbox = (b"From alice@example.com Mon Jan  1 10:00:00 2024\nFrom: alice@example.com\nSubject: one\n\nfirst body\n\n"
+            b"From bob@example.com Mon Jan  1 11:00:00 2024\nFrom: bob@example.com\nSubject: two\n\nsecond body\n")
+    for name in ("inbox.eml", ""):
+        doc = document_from_bytes(mbox, name or "<stdin>", name, is_stdin=not name)
+        assert "first body" in doc.text and "second body" in doc.text, name
+    patch = (b"From 8f3c1d2e4b5a69788f3c1d2e4b5a69788f3c1d2e Mon Sep 17 00:00:00 2001\nFrom: Ann <ann@example.com>\n"
+             b"Date: Tue, 5 Mar 2024 10:00:00 +0100\nSubject: [PATCH] fix\nMIME-Version: 1.0\n\n---\n a.py | 2 +-\n"
+             b"diff --git a/a.py b/a.py\n--- a/a.py\n+++ b/a.py\n@@ -1 +1 @@\n-x = 1\n+x = 2\n")
+    assert document_from_bytes(patch, "<stdin>", "", is_stdin=True).unit != PARAGRAPH  # a diff, cited by line
+    deep = b"From: a@example.com\nSubject: s\nMIME-Version: 1.0\n" + b"Content-Type: message/rfc822\n\n" * 3000 + b"body\n"
+    try:
+        document_from_bytes(deep, "deep.eml", "deep.eml")
+    except InputError as e:
+        assert "e-mail" in str(e)
