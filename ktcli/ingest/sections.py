@@ -19,7 +19,7 @@ header row. PDFs have no trail.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 
 from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL
 
@@ -72,36 +72,41 @@ def _with_table_headers(trails: SectionIndex, lines: list[str]) -> SectionIndex:
     """`trails` with each table's rows after its header under "<section> > columns: <header
     row>": a chunk from the middle of an 80-row rate table reached the model as bare rows
     ("Prague - Lyon | 246 | 4"), nothing saying which figure was the rate and which the days.
-    A table: at least _MIN_TABLE_ROWS lines in a row with the same number of cells (2+)."""
+    A table: at least _MIN_TABLE_ROWS row lines in a row, outside code fences; its header,
+    the first of them."""
     runs = _table_runs(lines)
     if not runs:
         return trails
-    marks = list(zip(trails._starts, trails._trails))
+    starts, marks = trails._starts, list(zip(trails._starts, trails._trails))
     for first, end in runs:
-        header = lines[first].strip()
         body = first + 2 if first + 1 < end and _MARKDOWN_RULE.fullmatch(lines[first + 1]) else first + 1
+        if bisect_left(starts, end) > bisect_left(starts, body):
+            continue  # a heading inside a table's rows: none in practice
         above = trails.at(first)
-        inside = [(k, t) for k, t in marks if body <= k < end]  # a heading inside a table's rows: none in practice
-        if inside:
-            continue
-        marks.append((body, f"{above}{SECTION_SEPARATOR if above else ''}{TABLE_TRAIL}{header}"))
-        if end < len(lines) and not any(k == end for k, _ in marks):
+        marks.append((body, f"{above}{SECTION_SEPARATOR if above else ''}{TABLE_TRAIL}{lines[first].strip()}"))
+        after = bisect_left(starts, end)
+        if end < len(lines) and (after == len(starts) or starts[after] != end):  # the section goes on after it
             marks.append((end, trails.at(end)))
     marks.sort(key=lambda mark: mark[0])
     return SectionIndex(marks)
 
 
 def _table_runs(lines: list[str]) -> list[tuple[int, int]]:
-    """[first, end) of each run of lines with the same number of " | " cells."""
+    """[first, end) of each block of table rows (2+ cells, any number: Word and HTML drop or
+    keep empty cells at a row's end) and Markdown rules, outside code fences. A block is
+    never cut where its cell count changes: the rows after the cut took a row of figures
+    for their header."""
     runs: list[tuple[int, int]] = []
+    fenced = False
     k = 0
     while k < len(lines):
-        cells = _cells(lines[k])
-        if cells < 2:
+        if _FENCE.match(lines[k]):
+            fenced = not fenced
+        if fenced or _cells(lines[k]) < 2:
             k += 1
             continue
         end = k + 1
-        while end < len(lines) and (_cells(lines[end]) == cells or _MARKDOWN_RULE.fullmatch(lines[end])):
+        while end < len(lines) and (_cells(lines[end]) >= 2 or _MARKDOWN_RULE.fullmatch(lines[end])):
             end += 1
         if end - k >= _MIN_TABLE_ROWS:
             runs.append((k, end))

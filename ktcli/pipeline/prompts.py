@@ -54,9 +54,12 @@ def _with_header(chunk) -> str:
     """A table's chunk under its header row. The trail says it is a table, not the name: a
     CSV piped in or a TSV named .txt has the same "columns:" trail (`sections.document_trails`)
     and its chunks from the middle reached the model as bare rows."""
-    table = chunk.section.rsplit(SECTION_SEPARATOR, 1)[-1]  # a Word or HTML table's under its section
-    if not table.startswith(TABLE_TRAIL):
+    # a CSV's trail, or a Word or HTML table's under its section (found from the left: the
+    # header row itself may hold " > ")
+    at = 0 if chunk.section.startswith(TABLE_TRAIL) else chunk.section.find(SECTION_SEPARATOR + TABLE_TRAIL)
+    if at < 0:
         return chunk.text
+    table = chunk.section[at:].removeprefix(SECTION_SEPARATOR)
     if chunk.span.line_start in (None, 1) and table == chunk.section:  # a CSV's first chunk holds its header
         return chunk.text
     return f"{table.removeprefix(TABLE_TRAIL)}\n{chunk.text}"

@@ -304,3 +304,22 @@ def test_a_word_tables_rows_carry_its_header_row_under_their_section():
     assert document_trails("t.txt", "text", md.split("\n")).at(3) == ""
     small = "\n".join(["Duty | When", "Wind the clock | noon", "Polish the brass | Fridays"])  # in one chunk with its header
     assert document_trails("m.docx", "docx", small.split("\n")).at(2) == ""
+
+
+def test_a_tables_header_is_its_first_row_whatever_its_rows_cells():
+    """Found by review: Word and HTML drop or keep empty cells at a row's end, and a table cut
+    where its cell count changed took a row of figures for its header; a header holding
+    " > " lost it; a fenced shell pipeline was a table."""
+    from ktcli.pipeline.prompts import passages
+    from ktcli.types import Chunk, Span
+
+    rows = ["Route | Rate | Days | Note", *[f"Route {i} | {200 + i} | 2 | x" for i in range(5)],
+            *[f"Route {i} | {200 + i} | 2" for i in range(5, 60)]]
+    lines = ["# Rates", "", *rows, "", "After."]
+    trails = document_trails("r.html", "html", lines)
+    assert {trails.at(k) for k in range(3, 62)} == {"Rates > columns: Route | Rate | Days | Note"}
+    assert trails.at(len(lines) - 1) == "Rates"
+    chunk = Chunk("w.csv", 3, "12,4", Span("w.csv", 40, 40), 3, section="columns: size > 5 kg,rate")
+    assert passages([chunk]).split("\n")[1] == "size > 5 kg,rate"
+    fenced = ["# Usage", "", "```sh", *[f"cat f{i}.log | grep ERROR | wc -l" for i in range(8)], "```"]
+    assert document_trails("u.md", "markdown", fenced).at(6) == "Usage"
