@@ -179,11 +179,15 @@ def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore
 
 def lexical_text(chunk: Chunk) -> str:
     """What BM25 indexes for a chunk: `indexed_text`, a CSV's fields apart. Its commas part
-    fields, not thousands: "2023,100,250" is a year and two figures, never 100,250."""
+    fields, not thousands: "2023,100,250" is a year and two figures, never 100,250; a quoted
+    field ("11,250,000") stays whole, and a TSV's commas are its text."""
     text = indexed_text(chunk)
-    if chunk.section.startswith(TABLE_TRAIL) and "," in chunk.section:
-        text = text.replace(",", ", ")
-    return text
+    header = chunk.section.removeprefix(TABLE_TRAIL) if chunk.section.startswith(TABLE_TRAIL) else ""
+    if "," not in header or "\t" in header:
+        return text
+    import csv
+
+    return "\n".join(", ".join(fields) for fields in csv.reader(text.split("\n")))
 
 
 def indexed_text(chunk: Chunk) -> str:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import numpy as np
 
 from ktcli.retrieval.retriever import LEXICAL_WEIGHT, HybridIndex, _fuse
+from ktcli.types import Chunk, Span
 from tests.retrieval.fakes import HashEmbedder, make_corpus, make_doc_chunks
 
 NEEDLE = "Ops log: Halvorsen pump, bay 7: serviced every Thursday at 06:30 by the night crew."
@@ -212,6 +213,13 @@ def test_a_csv_rows_figures_are_terms_of_their_own():
     best = index.lexical.search("Northwind PL 2023 3", 1)[0][0]
     assert "Northwind PL,2023,3," in chunks[best].text
     assert tokenize("2023,100,250")[:1] == ["2023"] and tokenize("a 1,000,000 b") == ["a", "1000000", "b"]
+    # a quoted field keeps its thousands; a TSV's commas are its text (found by review)
+    from ktcli.retrieval.retriever import lexical_text
+
+    quoted = Chunk("x.csv", 2, '"Q3 2010","11,250,000"', Span("x.csv", 5, 5), 6, section="columns: quarter,revenue")
+    assert "11250000" in tokenize(lexical_text(quoted))
+    tsv = Chunk("x.tsv", 2, "Austin\t10,500,000", Span("x.tsv", 5, 5), 6, section="columns: city, state\tpopulation")
+    assert "10500000" in tokenize(lexical_text(tsv))
 
 
 def test_a_question_about_documents_the_embedder_cannot_read_is_said_to_be_a_guess(real_embedder):
