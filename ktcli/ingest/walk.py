@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
@@ -47,10 +48,11 @@ def excluded_by(named: str = "--exclude") -> str:
 # a file really named caf\xe9.txt stay two paths.
 # Bidirectional controls and C1 controls are escaped too: a file named "\u202etxt.exe" showed
 # reversed in a terminal, as "exe.txt" (the trick of spoofed attachments); and characters
-# that show nothing (zero-width spaces and joiners, a BOM), or two names looked the same.
+# that show nothing (a zero-width space or word joiner, a BOM), or two names looked the same.
+# Zero-width joiners and non-joiners stay: Persian words and emoji sequences hold them.
 _ESCAPED = {c: repr(chr(c))[1:-1] for c in (*range(32), 127)} | {
     0xDC00 + b: f"\\x{b:02x}" for b in range(0x80, 0x100)} | {ord("\\"): "\\\\"} | {
-    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x061C, 0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0x2028, 0x2029,
+    c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x061C, 0x200B, 0x200E, 0x200F, 0x2028, 0x2029,
                                  *range(0x202A, 0x202F), 0x2060, *range(0x2066, 0x206A), 0xFEFF)}
 
 
@@ -67,12 +69,14 @@ def is_standard_output(path: Path) -> bool:
 
 
 def _standard_output() -> tuple[int, int] | None:
-    """(device, inode) of the regular file standard output is redirected to, else None."""
+    """(device, inode) of the regular file standard output is redirected to with `>` (the
+    shell emptied it), else None. Appended to (`>>`), it still holds what it held: read."""
     try:
         info = os.fstat(1)
+        appended = fcntl.fcntl(1, fcntl.F_GETFL) & os.O_APPEND
     except OSError:
         return None
-    return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) else None
+    return (info.st_dev, info.st_ino) if stat.S_ISREG(info.st_mode) and not appended else None
 
 
 def printable(path: str) -> str:

@@ -127,7 +127,9 @@ def test_names_with_bidirectional_controls_are_shown_escaped(tmp_path: Path) -> 
     (root / "invoice\u202efdp.txt").write_text("pay now\n")
     (root / "café \u2067x\u2069.md").write_text("menu\n")
     (root / "al\u061cma.txt").write_text("arabic letter mark\n")
-    assert rels(walk(root), root) == ["al\\u061cma.txt", "café \\u2067x\\u2069.md", "invoice\\u202efdp.txt"]
+    (root / "گزارش\u200cها.txt").write_text("a Persian word holds a zero-width non-joiner\n")  # kept as it is
+    assert rels(walk(root), root) == ["al\\u061cma.txt", "café \\u2067x\\u2069.md", "invoice\\u202efdp.txt",
+                                      "گزارش\u200cها.txt"]
 
 
 def test_names_that_are_not_utf8_are_shown_escaped(tmp_path: Path) -> None:
@@ -717,6 +719,12 @@ def test_a_file_that_standard_output_is_written_to_is_not_read(tmp_path: Path) -
     assert done.returncode == 0, done.stderr
     assert "this run's own output" in done.stderr.splitlines()[0] and "a.txt" in done.stderr.splitlines()[0]
     assert "alone:" in done.stderr and "nothing else to read" in done.stderr
+    # appended to (>>), it holds what it held: read as any file (found by review)
+    (root / "answer.txt").write_text("The answer of an earlier run.\n")
+    with open(root / "answer.txt", "a") as out:
+        done = subprocess.run([sys.executable, "-c", script, str(root / "a.txt"), str(root / "answer.txt")], stdout=out,
+                              stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2], timeout=120)
+    assert "own output" not in done.stderr and "answer.txt" in done.stderr.splitlines()[0]
 
 
 def test_a_document_saved_twice_is_read_once_and_said(tmp_path: Path) -> None:
