@@ -243,7 +243,7 @@ def utf8_with_strays(data: bytes) -> tuple[str, int] | None:
 # tools): read whole as cp1252 its UTF-8 lines became mojibake ("Die GrÃ¶ÃŸe"), read as
 # UTF-8 with strays its cp1252 letters became U+FFFD. A line with valid multi-byte UTF-8 is
 # what Western text in cp1252 almost never holds; it takes this many to read line by line.
-MIN_UTF8_LINES = 1
+MIN_UTF8_LINES = 2  # one cp1252 line can be valid UTF-8 by chance ("Gruß…" is DF 85: an NKo letter)
 _MULTIBYTE_UTF8 = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
 
 
