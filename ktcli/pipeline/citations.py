@@ -16,7 +16,7 @@ from functools import lru_cache
 
 from ktcli.ingest.sections import SectionIndex, document_trails
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
-from ktcli.types import CHAPTER, Answer, Chunk, Citation, Corpus, Span
+from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Span
 
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
 # dropped the second, so notes in Russian counted as empty), and numbers.
@@ -386,8 +386,11 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
         if not lines or span.line_start is None:
             return span
         end = span.line_end if span.line_end is not None else span.line_start
+        # a piece's characters count in a paragraph's text (Word's ¶), not in a page's
+        # source line (HTML's): there they name nothing
+        chars = span.chars if span.unit == PARAGRAPH else None
         return replace(span, line_start=lines[min(span.line_start, len(lines)) - 1],
-                       line_end=lines[min(end, len(lines)) - 1])
+                       line_end=lines[min(end, len(lines)) - 1], chars=chars)
 
     def ref(span: Span) -> str:
         label = printed.get((span.path, span.page))
@@ -408,8 +411,10 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
             if e.get("outlined") or e.get("pages"):  # no lines claimed, or a range of pages: its ref as it is
                 evidence.append(e)
                 continue
-            span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], "")))
+            span = moved(Span(e["path"], e["line_start"], e["line_end"], e["page"], units.get(e["path"], ""),
+                              chars=tuple(e["chars"]) if e.get("chars") else None))
             evidence.append(e | {"ref": ref(span), "line_start": span.line_start, "line_end": span.line_end,
-                                 "unit": span.kind, "page_label": printed.get((span.path, span.page))})
+                                 "unit": span.kind, "page_label": printed.get((span.path, span.page)),
+                                 "chars": _chars(span)})
         figures["evidence"] = evidence
     return replace(answer, citations=tuple(cites), stats=figures)
