@@ -80,8 +80,12 @@ def _message(message: EmailMessage, lines: list[str], left_out: list[str], html_
     if body is not None:
         lines.append(_part_text(body, html_to_text).strip("\n"))
         lines.append("")
+    pictures = 0
     for part in _attachments(message, body):
         name = part.get_filename() or part.get_content_type()
+        if part.get_content_maintype() == "image" and part.get_content_disposition() != "attachment":
+            pictures += 1  # shown in the body (a logo, a screenshot): said together
+            continue
         if part.get_content_type() == "message/rfc822":
             inner = part.get_payload()
             inner = inner[0] if isinstance(inner, list) and inner else inner
@@ -95,6 +99,8 @@ def _message(message: EmailMessage, lines: list[str], left_out: list[str], html_
             lines.append("")
         else:
             left_out.append(f"attachment {name} ({part.get_content_type()}) not read: save it and name it to read it")
+    if pictures:
+        left_out.append(f"{pictures} picture{'s' if pictures > 1 else ''} shown in the message not read")
 
 
 def _header(message: EmailMessage, name: str) -> str:
@@ -114,8 +120,8 @@ def _body(message: EmailMessage):
 
 
 def _attachments(message: EmailMessage, body) -> list:
-    """The message's other leaf parts (and forwarded messages), in order: the body's
-    alternatives and the pictures an HTML body shows inline are not attachments."""
+    """The message's other leaf parts (and forwarded messages), in order; the body's
+    alternatives are not among them."""
     out = []
     if not message.is_multipart():
         return out
@@ -135,8 +141,7 @@ def _leaves(part, body, alternatives: set[int]) -> list:
         return [part]
     if part.is_multipart():
         return [leaf for inner in part.iter_parts() for leaf in _leaves(inner, body, alternatives)]
-    inline_image = part.get_content_maintype() == "image" and part.get_content_disposition() != "attachment"
-    return [] if inline_image else [part]
+    return [part]
 
 
 def _part_text(part, html_to_text) -> str:
