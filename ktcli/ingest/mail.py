@@ -16,6 +16,8 @@ import email.policy
 import re
 from email.message import EmailMessage
 
+from ktcli.ingest.layout import escaped_hash
+
 _SHOWN_HEADERS = ("From", "To", "Cc", "Date")
 MAX_DEPTH = 8  # messages forwarded inside messages: deeper is a broken or hostile file
 
@@ -164,5 +166,7 @@ def _part_text(part, html_to_text) -> str:
         except UndecodableError:
             text = raw.decode("utf-8", "replace")
     if part.get_content_subtype() == "html":
-        return html_to_text(text)
-    return text.replace("\r\n", "\n")
+        return html_to_text(text)  # (its reader escapes a paragraph's leading "# " itself)
+    # A body line that starts "# " is no heading of ours (a script quoted, "# of units"):
+    # escaped, as the Word and HTML readers do.
+    return "\n".join(escaped_hash(line) for line in text.replace("\r\n", "\n").split("\n"))

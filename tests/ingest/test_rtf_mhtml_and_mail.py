@@ -152,8 +152,9 @@ def test_what_is_no_single_message_is_not_read_as_one(tmp_path: Path) -> None:
     from ktcli.errors import InputError
     from ktcli.ingest.loaders import document_from_bytes
 
-    plain = "From: a@example.com\nSubject: Maße\n\nDie Größe ist 5 m².\n".encode()
-    assert "Die Größe ist 5 m²." in document_from_bytes(plain, "m.eml", "m.eml").text
+    plain = "From: a@example.com\nSubject: Maße\n\nDie Größe ist 5 m².\n# Kopie nachts\n".encode()
+    text = document_from_bytes(plain, "m.eml", "m.eml").text
+    assert "Die Größe ist 5 m²." in text and "\n\\# Kopie nachts" in text  # a body's "# " line is no heading
     mbox = (b"From alice@example.com Mon Jan  1 10:00:00 2024\nFrom: alice@example.com\nSubject: one\n\nfirst body\n\n"
             b"From bob@example.com Mon Jan  1 11:00:00 2024\nFrom: bob@example.com\nSubject: two\n\nsecond body\n")
     for name in ("inbox.eml", ""):
