@@ -184,7 +184,13 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self) -> str:
         """The path without its query and the optional /v1 (clients given a base URL without
         it call /chat/completions)."""
-        path = self.path.split("?", 1)[0].rstrip("/")
+        path = self.path.split("?", 1)[0]
+        # The absolute form a proxy sends ("GET http://host:8000/v1/models"), which RFC 9112
+        # has servers take: its path.
+        scheme = path.split("://", 1)
+        if len(scheme) == 2 and scheme[0].lower() in ("http", "https"):
+            path = "/" + scheme[1].partition("/")[2]
+        path = path.rstrip("/")
         return path.removeprefix("/v1") if path.startswith("/v1/") else path
 
     def _get(self) -> None:

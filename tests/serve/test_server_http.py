@@ -261,6 +261,8 @@ def test_over_window_has_the_openai_code(served):
 
 def test_bad_prompts_and_routes(served):
     port, _, _ = served
+    # the absolute form a proxy sends is its path (RFC 9112 3.2.2)
+    assert request(port, "GET", f"http://127.0.0.1:{port}/v1/models")[0] == 200
     assert request(port, "POST", "/v1/completions", {"prompt": ""})[0] == 400
     assert request(port, "POST", "/v1/completions", {"prompt": [1, -2]})[0] == 400
     assert request(port, "GET", "/v1/nothing")[0] == 404
