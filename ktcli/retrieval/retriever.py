@@ -2,8 +2,9 @@
 
 Each ranking's candidates are scaled to [0, 1] by min-max over its own list (the best
 candidate 1, the last 0; a chunk absent from a list scores 0 there), and the two are
-added, BM25's at LEXICAL_WEIGHT:
-    score = (cos - cos_min) / (cos_max - cos_min) + w * (bm25 - bm25_min) / (bm25_max - bm25_min)
+added, BM25's at LEXICAL_WEIGHT, the dense one's at d (1, less where the embedder reads the
+question or its nearest passages as letters, not words: `HybridIndex._dense_weight`):
+    score = d * (cos - cos_min) / (cos_max - cos_min) + w * (bm25 - bm25_min) / (bm25_max - bm25_min)
 A convex combination of normalised scores keeps how far apart the candidates are, which
 reciprocal rank fusion (RRF, what this module used before) throws away: a chunk that
 dense search finds clearly best is not outvoted by one that both lists place middling.
@@ -14,6 +15,7 @@ figures in BENCHMARKS.md).
 
 from __future__ import annotations
 
+import csv
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -185,8 +187,6 @@ def lexical_text(chunk: Chunk) -> str:
     header = chunk.section.removeprefix(TABLE_TRAIL) if chunk.section.startswith(TABLE_TRAIL) else ""
     if "," not in header or "\t" in header:
         return text
-    import csv
-
     return "\n".join(", ".join(fields) for fields in csv.reader(text.split("\n")))
 
 
@@ -211,7 +211,8 @@ def _fuse(
 ) -> list[Hit]:
     """`defining`: chunks that define a name the query writes as code (`symbols`), which
     get DEFINITION_BONUS, whether or not either ranking found them. `dense_weight`: the
-    dense ranking's share, less than 1 where the embedder cannot read the query."""
+    dense ranking's share, less than 1 where the embedder cannot read the query or the
+    passages."""
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
     lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
     dense_score, lexical_score = _min_max(dense), _min_max(lexical)
