@@ -55,8 +55,9 @@ def chunk_corpus(corpus: Corpus, *, chunk_tokens: int = 256, overlap_tokens: int
 def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: int = 32) -> list[Chunk]:
     """Chunks of at most `chunk_tokens` (tiktoken estimate), each starting about
     `overlap_tokens` before the previous one ended. A line longer than the budget is
-    split at character boundaries into chunks whose span still names that line. PDF
-    chunks stay within one page; whitespace-only pages get none."""
+    split, at sentence ends where it can be (`_split_long_line`), into chunks whose span
+    names that line and their characters in it. PDF chunks stay within one page;
+    whitespace-only pages get none."""
     _check_budget(chunk_tokens, overlap_tokens)
     counter = _LineTokens()
     chunks: list[Chunk] = []
@@ -70,7 +71,9 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
-            piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1 and len(piece.text) < len(lines[piece.start]))
+            # a piece of a split long line: cited with its characters (`Span.chars`)
+            piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1
+                                                     and len(piece.text) < len(lines[piece.start]))
             chars = (piece.char_start, piece.char_start + len(piece.text)) if piece_of_line else None
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit, chars=chars)
             section = trails.at(line_offset + piece.start) if trails is not None else bookmarks
