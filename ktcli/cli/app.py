@@ -300,7 +300,8 @@ def _main() -> None:
 def _on_sigterm(signum, frame) -> None:
     """SIGTERM as Ctrl-C: the answer streamed so far keeps its Sources, a summary's notes are
     kept, --json still gets its object (the default action cut the output mid-line, with no
-    word said and nothing for `| jq`); exit 143. A second one, while that is done, waits."""
+    word said and nothing for `| jq`); exit 143. A second one, while that is done, is
+    ignored: the first is being answered (SIGKILL ends a process that hangs)."""
     if interruption()[1] != 143:
         note_terminated()
         raise KeyboardInterrupt
