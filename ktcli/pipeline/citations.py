@@ -23,7 +23,8 @@ from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Spa
 # (An Indic word's vowel signs are combining marks, no \w: `_word_pattern` takes them in.)
 # (A comma joins digits only as a thousands separator, as in the index: a CSV row's
 # "2023,3,7.77" is three figures.)
-_WORD = r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)*"
+_WORD = (r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|(?<![\d,])\d+,\d{{1,2}}(?![\d,.])"
+         r"|\d+(?:\.\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
 # Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
 # full stop and Arabic's question mark (a two-fact Hindi answer was one sentence: one cited)

@@ -20,9 +20,11 @@ import numpy as np
 # everything else splits on non-word characters. \w is Unicode-aware, but holds no
 # combining marks: a Hindi word's vowel signs, Thai's, a Devanagari nukta are letters of
 # the word here (`_token_pattern`), or "नमस्ते" indexed as "नमस" and "त".
-# A comma joins digits only as a thousands separator ("1,000,000"): "2023,3,7.77" is a CSV
+# A comma joins digits as a thousands separator ("1,000,000") or a decimal comma ("3,5",
+# "7,77": one or two digits, and no list going on), not otherwise: "2023,3,7.77" is a CSV
 # row's year, quarter and figure, and as one term no question found any of them.
-_NUMBER_OR_WORD = r"\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|\d+(?:\.\d+)+|(?:\w|[{marks}])+"
+_NUMBER_OR_WORD = (r"\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|(?<![\d,])\d+,\d{{1,2}}(?![\d,.])|\d+(?:\.\d+)+"
+                   r"|(?:\w|[{marks}])+")
 
 # Characters that show nothing: a soft hyphen, zero-width spaces and joiners, a BOM inside
 # text. "Kranken\xadhaus" is the word "Krankenhaus", not two.

@@ -213,6 +213,9 @@ def test_a_csv_rows_figures_are_terms_of_their_own():
     best = index.lexical.search("Northwind PL 2023 3", 1)[0][0]
     assert "Northwind PL,2023,3," in chunks[best].text
     assert tokenize("2023,100,250")[:1] == ["2023"] and tokenize("a 1,000,000 b") == ["a", "1000000", "b"]
+    # a decimal comma stays one figure, in prose; a row's fields do not join as one
+    assert tokenize("Umsatz 3,5 Mio, Preis 12,50 EUR") == ["umsatz", "3,5", "mio", "preis", "12,50", "eur"]
+    assert tokenize("Q3,2023,12.4,1.5,245")[-4:] == ["2023", "12.4", "1.5", "245"]
     # a quoted field keeps its thousands; a TSV's commas are its text (found by review)
     from ktcli.retrieval.retriever import lexical_text
 
