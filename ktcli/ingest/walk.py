@@ -124,6 +124,9 @@ class _Walker:
     entered_for_tracked: set[str] = field(default_factory=set)
     exclude: IgnoreFile | None = None
     excluded_reason: str = excluded_by()
+    # The file standard output is written to (`_standard_output`), looked up once a walk,
+    # not once a file.
+    own_output: tuple[int, int] | None = field(default_factory=_standard_output)
 
     def display(self, rel: str) -> str:
         """The folder as the user typed it, joined with the relative path, so a citation
@@ -270,7 +273,7 @@ class _Walker:
             self.skip(rel, f"unreadable ({e.strerror or e})")
             return
         size = info.st_size
-        if (info.st_dev, info.st_ino) == _standard_output():
+        if (info.st_dev, info.st_ino) == self.own_output:
             # `ktcli ask notes/ "q" > notes/answer.txt`: the first run read it empty, every
             # later one the answer before
             self.skip(rel, OWN_OUTPUT)
