@@ -30,6 +30,7 @@ import numpy as np
 from ktcli.errors import ModelNotInstalledError, UsageError
 from ktcli.retrieval import bert_encoder
 from ktcli.retrieval.bert_encoder import BertSentenceEncoder
+from ktcli.retrieval.lexical import CJK_LETTERS
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -286,7 +287,7 @@ def _worded_share(text: str, pieces: list[str], unknown: str | None) -> float:
     return min(1.0, worded / letters)
 
 
-_CJK_CHARACTER = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+_CJK_CHARACTER = re.compile(f"[{CJK_LETTERS}]")
 
 
 @functools.cache

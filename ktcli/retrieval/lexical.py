@@ -44,6 +44,7 @@ _FOLDED_MARKS = re.compile("[" + "".join(
 # A line break between Chinese or Japanese characters: where a PDF or a hard-wrapped file
 # wrapped the line, inside a word as often as not ("医\n疗"), since the text has no spaces.
 _HAN_KANA = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+CJK_LETTERS = _HAN_KANA + "\uac00-\ud7af"  # ... and Hangul: the inside of a character class
 _CJK_WRAP = re.compile(f"(?<=[{_HAN_KANA}])[ \t]*\r?\n[ \t]*(?=[{_HAN_KANA}])")
 
 
@@ -89,8 +90,7 @@ _THOUSANDS = re.compile(r"^\d{1,3}(?:,\d{3})+$")
 # was one term: no question matched any, and retrieval fell back to the embedder's noise);
 # their vowel signs and tone marks lie in their own blocks, so a pair may be a letter and
 # its mark.
-_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af"
-                      r"\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]+")
+_CJK_RUN = re.compile(f"[{CJK_LETTERS}\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]+")
 
 
 def cjk_terms(raw: str) -> list[str] | None:
