@@ -14,6 +14,7 @@ from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
 from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.normalize import normalize_text
+from ktcli.ingest.running_lines import strip_running_lines
 
 
 # A page's note that begins so names a page that was read, if little of it (said "read
@@ -125,6 +126,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
                 raise TextOverLimit(number, len(pages), read_chars)
     if not pages:
         raise RejectedInput(display, "corrupt PDF (no pages)")
+    texts, counted = strip_running_lines(texts)  # before mending: a foot parts a word's halves
     texts = mend_pages(texts)
     attached = _attachment_names(reader)
     if not any(t.strip() for t in texts):
@@ -146,7 +148,10 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
                           "(a limit of the PDF reader); `pdftotext in.pdf out.txt` (poppler) reads them apart"))
     if attached:
         unread.append((0, _attached_note(attached)))
-    return texts, unread, _printed_labels(reader, len(pages)), _bookmark_trails(reader, len(pages))
+    labels = _printed_labels(reader, len(pages))
+    if not any(labels):  # the PDF declares none: the numbers its heads or feet print, if any
+        labels = counted
+    return texts, unread, labels, _bookmark_trails(reader, len(pages))
 
 
 def _bookmark_trails(reader: PdfReader, n_pages: int) -> list[str]:

@@ -1,0 +1,153 @@
+"""A PDF's running heads and feet: the title, journal line or "Page 3 of 12" printed at the
+top or bottom of every page.
+
+pypdf reads them as the page's first and last lines, so every page break put a line of
+furniture in the middle of the text: a sentence running on to the next page was cut by
+"Annual Report 2023 - page 4", a word hyphenated across it was not joined, and each
+passage retrieved spent tokens on the same line. They are taken out of every page but the
+first that prints them (the title is kept once, where it stands). A page number among them
+names the page where the PDF declares no labels of its own: a paper whose pages print 345
+to 360 is cited as "p.345 (page 1 of the file)".
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+# Lines looked at on each edge of a page: a head is often two lines (a journal's name,
+# then its volume and pages), a foot a page number under a notice.
+_EDGE_LINES = 2
+# A running line is on at least this share of the text pages, and on 3 or more. A share
+# under one half lets a book's heads alternate (its title on left pages, the chapter's on
+# right pages); a line this frequent at a page's edge is not the text's own.
+_MIN_SHARE = 0.4
+_MIN_PAGES = 3
+_MAX_CHARS = 120  # a paragraph's line that happens to recur is longer than a page's furniture
+_NUMBER = re.compile(r"\d+")
+_SPACES = re.compile(r"\s+")
+_LETTER = re.compile(r"[^\W\d_]")
+# A number that counts with the pages is a page number only in a line that says so: bare
+# ("12", "- 12 -", "3 / 40", "3 of 40") or after a word for page. "Invoice 1001" on a
+# batch of one-page invoices counts too, and is each page's own.
+_PAGE_NUMBER_LINE = re.compile(
+    r"^\W*#\W*$|^\W*#\s*(?:/|of|von|de|sur|di|из|z|av|af)\s*#\W*$"
+    r"|(?<!\w)(?:page|pages|p|pg|pp|seite|s|página|pág|pagina|pag|strona|str|страница|стр|sida|side|sivu|oldal"
+    r"|stran|strana|σελίδα|σελ)\.?\s*#|#\s*(?:頁|页|ページ|쪽)")
+
+
+def _shape(line: str) -> str | None:
+    """The line with its numbers as "#", spaced and cased alike, so "Page 3 of 12" and
+    "page 4 of 12" are one head; None for a line no running head can be: a table's row
+    (cells joined by " | ") or a long one."""
+    text = _SPACES.sub(" ", line).strip().lower()
+    if not text or len(text) > _MAX_CHARS or " | " in text:
+        return None
+    return _NUMBER.sub("#", text)
+
+
+def _edges(lines: list[str]) -> list[tuple[str, int]]:
+    """("top" or "bottom", the index of the line) for up to `_EDGE_LINES` text lines at
+    each edge, outermost first; a short page's line is at its top only."""
+    filled = [i for i, line in enumerate(lines) if line.strip()]
+    top = filled[:_EDGE_LINES]
+    bottom = [i for i in reversed(filled[-_EDGE_LINES:]) if i not in top]
+    return [("top", i) for i in top] + [("bottom", i) for i in bottom]
+
+
+class _Head:
+    """The lines of one shape at one edge, page by page; its pages are those whose numbers
+    follow the shape's rule: each number either the same on every page (a year, a volume)
+    or, in a line that reads as a page number (`_PAGE_NUMBER_LINE`), the page's index plus
+    the same offset. A line of the text whose figures change from page to page ("Net pay:
+    2,810.00", "Invoice 1001") is on none."""
+
+    def __init__(self, shape: str) -> None:
+        self.may_count = _PAGE_NUMBER_LINE.search(shape) is not None
+        self.numbers: dict[int, tuple[int, ...]] = {}  # page index (1-based) -> the line's numbers
+
+    def pages(self) -> dict[int, int | None]:
+        """Its pages, each with the number it prints for itself (None where it prints none)."""
+        if not self.numbers:
+            return {}
+        width = len(next(iter(self.numbers.values())))
+        rules: list[tuple[bool, int]] = []  # per place: (counts with the page?, its value or offset)
+        for place in range(width):
+            same = Counter(values[place] for values in self.numbers.values()).most_common(1)[0]
+            step = Counter(values[place] - index for index, values in self.numbers.items()).most_common(1)[0]
+            rules.append((True, step[0]) if self.may_count and step[1] > same[1] else (False, same[0]))
+        out: dict[int, int | None] = {}
+        for index, values in self.numbers.items():
+            if all(v - index == k if counts else v == k for v, (counts, k) in zip(values, rules)):
+                out[index] = next((v for v, (counts, _) in zip(values, rules) if counts), None)
+        return out
+
+
+def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
+    """The pages' texts without their running heads and feet (kept on the first page that
+    prints each, if it has letters), and the printed page number each page's heads or feet
+    give where it is not the page's own number (else None).
+
+    A line is running where its shape (`_shape`) stands at the same edge of at least
+    `_MIN_SHARE` of the pages with text, and 3 of them, with numbers that keep to its rule
+    (`_Head`); only the outermost lines of an edge go, up to the first that is the page's own."""
+    pages = [t.split("\n") for t in texts]
+    n_text_pages = sum(1 for t in texts if t.strip())
+    if n_text_pages < _MIN_PAGES:
+        return texts, [None] * len(texts)
+    heads: dict[tuple[str, str], _Head] = {}
+    for index, lines in enumerate(pages, start=1):
+        for edge, i in _edges(lines):
+            shape = _shape(lines[i])
+            if shape is not None:
+                head = heads.setdefault((edge, shape), _Head(shape))
+                head.numbers.setdefault(index, tuple(int(n) for n in _NUMBER.findall(lines[i])))
+    needed = max(_MIN_PAGES, _MIN_SHARE * n_text_pages)
+    running = {key: on for key, head in heads.items() if len(on := head.pages()) >= needed}
+    if not running:
+        return texts, [None] * len(texts)
+    kept_once: set[tuple[str, str]] = set()
+    out: list[str] = []
+    for index, lines in enumerate(pages, start=1):
+        drop: set[int] = set()
+        edges = _edges(lines)
+        for edge in ("top", "bottom"):
+            for where, i in edges:
+                if where != edge:
+                    continue
+                key = (where, _shape(lines[i]) or "")
+                if index not in running.get(key, ()):
+                    break  # the page's own text: nothing past it is furniture
+                if key in kept_once or not _LETTER.search(lines[i]):
+                    drop.add(i)  # a bare page number ("- 3 -") is not kept even once
+                kept_once.add(key)
+        out.append(_trimmed([line for i, line in enumerate(lines) if i not in drop]) if drop else texts[index - 1])
+    return out, _page_numbers(running, len(texts))
+
+
+def _trimmed(lines: list[str]) -> str:
+    """The page's lines without the blank ones a dropped head or foot leaves at its edges."""
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    while lines and not lines[-1].strip():
+        lines = lines[:-1]
+    return "\n".join(lines)
+
+
+def _page_numbers(running: dict[tuple[str, str], dict[int, int | None]], n_pages: int) -> list[str | None]:
+    """Each page's printed number from the running line that prints one on the most pages;
+    None everywhere where its numbers are the pages' own."""
+    labels: list[str | None] = [None] * n_pages
+    counted = max(({i: n for i, n in on.items() if n is not None} for on in running.values()), key=len)
+    if len(counted) < _MIN_PAGES:
+        return labels
+    offset = next(n - i for i, n in counted.items())
+    if offset == 0:
+        return labels
+    first, last = min(counted), max(counted)
+    # pages between two that print their numbers count on (a chapter's opening page often
+    # prints none); pages before the first printed number or after the last keep their own
+    for index in range(first, last + 1):
+        if index + offset >= 1:
+            labels[index - 1] = str(index + offset)
+    return labels

@@ -1,0 +1,103 @@
+"""A PDF's running heads and feet: out of the text but once, and their page numbers as labels."""
+
+from __future__ import annotations
+
+from ktcli.ingest.running_lines import strip_running_lines
+
+
+_WORDS = ["tides", "lanterns", "fog", "keepers", "ships", "bells", "charts", "gulls", "reefs", "storms"]
+
+
+def _body(i: int) -> list[str]:
+    return [f"A paragraph about {_WORDS[i]}, {i * i} of them.", f"The second line on {_WORDS[i]} says {i * 7}."]
+
+
+def _pages(n: int, head: str | None, foot: str | None, first: int = 1) -> list[str]:
+    out = []
+    for i in range(n):
+        lines = [head.format(i + first)] if head else []
+        lines += _body(i)
+        lines += [foot.format(i + first)] if foot else []
+        out.append("\n".join(lines))
+    return out
+
+
+def test_a_head_is_kept_on_its_first_page_only_and_a_bare_page_number_nowhere():
+    texts, labels = strip_running_lines(_pages(5, "Journal of Tides, Vol. 12 (2023)", "- {} -"))
+    assert texts[0] == "\n".join(["Journal of Tides, Vol. 12 (2023)"] + _body(0))
+    for i, text in enumerate(texts[1:], start=1):
+        assert text == "\n".join(_body(i))
+    assert labels == [None] * 5  # the feet count from 1: each page's own number
+
+
+def test_a_page_number_that_is_not_the_pages_index_becomes_its_label():
+    texts, labels = strip_running_lines(_pages(6, "Proceedings of the Harbor Society", "Page {} of 360", first=345))
+    assert labels == [str(n) for n in range(345, 351)]  # "of 360" stays put: not the counting number
+    assert texts[1] == "\n".join(_body(1))
+    assert texts[0].endswith("Page 345 of 360")  # has letters: kept where it first stands
+
+
+def test_a_chapter_opening_page_without_a_number_counts_on_between_its_neighbours():
+    pages = _pages(6, None, "{}", first=11)
+    pages[2] = "Chapter 3\nTides come in twice a day.\nEvery page of the chapter says so."  # no foot
+    _, labels = strip_running_lines(pages)
+    assert labels == ["11", "12", "13", "14", "15", "16"]
+
+
+def test_lines_of_the_text_and_short_documents_are_left_alone():
+    # two pages are too few to tell a head from a repeated line
+    assert strip_running_lines(_pages(2, "Report", "{}"))[0] == _pages(2, "Report", "{}")
+    # a line that recurs on fewer than 40% of the pages is the text's own
+    pages = _pages(10, None, None)
+    for i in (0, 4, 8):
+        pages[i] = "Summary of results\n" + pages[i]
+    assert strip_running_lines(pages)[0] == pages
+    # a line whose figures change from page to page is the page's own, however alike it looks
+    slips = [f"Pay period: month {m}\n" + "\n".join(_body(m)) + f"\nNet pay: {2810 + 37 * m * m}.00" for m in range(6)]
+    assert strip_running_lines(slips) == (slips, [None] * 6)  # "month 3" counts on, but is no page number
+    invoices = [f"Invoice {1001 + i}\n" + "\n".join(_body(i)) for i in range(5)]
+    assert strip_running_lines(invoices) == (invoices, [None] * 5)
+    # a table's rows (cells joined by " | ") are never furniture, header rows included
+    table = ["Quarter | Revenue | Units\n" + p for p in _pages(5, None, None)]
+    assert strip_running_lines(table)[0] == table
+
+
+def test_only_the_outermost_lines_go_up_to_the_pages_own_text():
+    pages = [f"Harbor Report\nIntroduction\nOn {_WORDS[i]}.\n{i + 1}" for i in range(4)]
+    pages[1] = "Harbor Report\nOn lanterns.\nIntroduction\n2"  # "Introduction" here is the page's own, not at its edge
+    texts, _ = strip_running_lines(pages)
+    assert texts[0] == "Harbor Report\nIntroduction\nOn tides."
+    assert texts[1] == "On lanterns.\nIntroduction"
+    assert texts[2] == "On fog."
+
+
+def test_a_pdf_is_read_without_its_heads_and_cited_by_its_printed_numbers(tmp_path):
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.pipeline.citations import in_source_lines
+    from ktcli.types import Answer, Citation, Corpus, Mode, Plan, Span
+    from tests.ingest.fixtures import make_text_pdf
+
+    body = [["The tide tables of Port Alder list two highs a day.", "Their readings were taken by the harbor"],
+            ["master, who kept them for forty years.", "The keeper is Ada Quill."],
+            ["Lanterns were lit at dusk.", "The fog bell rang every thirty seconds."],
+            ["The last keeper left in 1971.", "The light is automatic now."]]
+    pages = [["Annals of the Harbor Society, 1998"] + lines + [f"{101 + i}"] for i, lines in enumerate(body)]
+    doc = document_from_bytes(make_text_pdf(pages), "annals.pdf", "annals.pdf")
+    assert doc.text.count("Annals of the Harbor Society") == 1
+    # a sentence that ran over a page break reads on, with no foot or head between its halves
+    assert "taken by the harbor\nmaster, who kept them" in doc.text
+    assert [p.label for p in doc.pages] == ["101", "102", "103", "104"]
+    plan = Plan(Mode.FULL, "ask", 10, 1, 8192, 384, 10, 1, 0, 1, 0, 1.0, 1)
+    answer = in_source_lines(Answer("Ada.", (Citation("annals.pdf p.2", Span("annals.pdf", 2, 2, 2)),), plan, {}),
+                             Corpus((doc,)))
+    assert answer.citations[0].ref == "annals.pdf p.102 (page 2 of the file)"
+
+
+def test_labels_the_pdf_declares_come_before_the_numbers_its_feet_print():
+    from ktcli.ingest.loaders import document_from_bytes
+    from tests.ingest.fixtures import make_text_pdf, with_page_labels
+
+    pages = [["Tides and lanterns", "The keeper lit the lamp.", "Ships passed in the night.", f"{i + 40}"]
+             for i in range(1, 6)]
+    doc = document_from_bytes(with_page_labels(make_text_pdf(pages), 2), "book.pdf", "book.pdf")
+    assert [p.label for p in doc.pages] == ["i", "ii", "1", "2", "3"]
