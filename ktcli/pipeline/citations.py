@@ -358,11 +358,17 @@ def documents_read(documents, outlined=frozenset()) -> list[dict]:
             out.append(evidence_entry(Span(d.path), None) | {"ref": f"{d.path} (outline)", "outlined": True})
             continue
         if d.pages:  # its pages (a PDF's, a Word file's) or an EPUB's chapters: their range
-            numbers = [p.number for p in d.pages if p.number is not None]
+            numbered = [p for p in d.pages if p.number is not None]
+            numbers = [p.number for p in numbered]
             unit = CHAPTER if d.unit == CHAPTER else "page"
             ref = f"{d.path} {'ch.' if unit == CHAPTER else 'p.'}{numbers[0]}-{numbers[-1]}" if len(numbers) > 1 else d.path
-            out.append(evidence_entry(Span(d.path), None) | {"ref": ref, "unit": unit,
-                                                             "pages": [numbers[0], numbers[-1]] if numbers else None})
+            entry = {"ref": ref, "unit": unit, "pages": [numbers[0], numbers[-1]] if numbers else None}
+            if len(numbered) > 1 and (numbered[0].label or numbered[-1].label):
+                # printed numbers, as its citations name its pages (a book's "p.i-217", not "p.1-230")
+                first, last = (p.label or str(p.number) for p in (numbered[0], numbered[-1]))
+                entry |= {"ref": f"{d.path} p.{first}-{last} (pages {numbers[0]}-{numbers[-1]} of the file)",
+                          "page_labels": [first, last]}
+            out.append(evidence_entry(Span(d.path), None) | entry)
             continue
         out.append(evidence_entry(Span(d.path, 1, d.text.rstrip("\n").count("\n") + 1, unit=d.unit), None)
                    | {"ref": d.path})

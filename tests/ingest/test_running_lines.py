@@ -101,3 +101,18 @@ def test_labels_the_pdf_declares_come_before_the_numbers_its_feet_print():
              for i in range(1, 6)]
     doc = document_from_bytes(with_page_labels(make_text_pdf(pages), 2), "book.pdf", "book.pdf")
     assert [p.label for p in doc.pages] == ["i", "ii", "1", "2", "3"]
+
+
+def test_a_whole_pdf_read_is_named_by_its_printed_numbers_in_the_evidence():
+    """--json's evidence of a whole read said "p.1-4" where its citations said "p.102"."""
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.pipeline.citations import documents_read
+    from tests.ingest.fixtures import make_text_pdf
+
+    pages = [[f"On {word}.", "The keeper lit the lamp.", f"Page {101 + i}"] for i, word in enumerate(_WORDS[:4])]
+    (entry,) = documents_read([document_from_bytes(make_text_pdf(pages), "annals.pdf", "annals.pdf")])
+    assert (entry["ref"], entry["pages"], entry["page_labels"]) == (
+        "annals.pdf p.101-104 (pages 1-4 of the file)", [1, 4], ["101", "104"])
+    plain = document_from_bytes(make_text_pdf([[f"On {w}."] for w in _WORDS[:3]]), "plain.pdf", "plain.pdf")
+    (entry,) = documents_read([plain])
+    assert entry["ref"] == "plain.pdf p.1-3" and "page_labels" not in entry
