@@ -155,7 +155,7 @@ class Options:
         def show(prep) -> None:
             p = prep.plan
             if p.mode.value != "retrieval":
-                what = "whole input"
+                what = "whole input" if p.n_windows < 2 else f"whole input, {p.n_windows} documents one by one"
             elif p.task == "ask":
                 what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)"
             else:  # a summary reads every chunk, in about this many windows

@@ -186,16 +186,18 @@ def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
 
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
-                  reporter: Reporter) -> str:
+                  reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer") -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
-    verbatim loop (`pipeline.repetition`) is stopped there, with a warning."""
+    verbatim loop (`pipeline.repetition`) is stopped there, with a warning. `budget`: what
+    set params.max_new_tokens, and `subject` what is written, as the warning of an answer
+    cut there names them."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
             for piece in _without_echoed_format(map(lead.feed, pieces)):
-                if not guard.text and piece:
+                if not tally.ttft_s and piece:  # the first answer's (a summary's parts stream one by one)
                     tally.ttft_s = time.perf_counter() - tally.started
                 shown = echo.feed(piece)
                 if shown:
@@ -218,8 +220,9 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     elif backend.last_stats.new_tokens >= params.max_new_tokens:
         # No end-of-answer token came within the budget: the answer may stop mid-sentence.
         tally.extra["hit_max_new_tokens"] = params.max_new_tokens
-        reporter.warn(f"the answer reached --max-new-tokens ({params.max_new_tokens:,} tokens) and may be cut "
-                      "short; raise it for a longer one")
+        raise_it = "it" if budget == "--max-new-tokens" else "--max-new-tokens"
+        reporter.warn(f"{subject} reached {budget} ({params.max_new_tokens:,} tokens) and may be cut "
+                      f"short; raise {raise_it} for a longer one")
     if guard.unit:
         reporter.warn(f"stopped the answer: it kept repeating the same {len(guard.unit)} characters")
         return guard.kept().strip()

@@ -16,10 +16,10 @@ from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.notes_memo import NotesMemo
-from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
+from ktcli.pipeline.runner import AnswerInterrupted, Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
-from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
+from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, per_document_tokens
 from ktcli.types import CHAPTER, Answer, Chunk, Document, Mode
 
 # A final summary with fewer words of its own than this (not ktcli's prompt words, not in
@@ -36,6 +36,13 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     plan = prep.plan
     if prep.outlines:  # which files, not only how many: most of an input may go unread
         reporter.warn(_outlined_files(prep))
+    if plan.mode is Mode.FULL and plan.n_windows > 1:  # a few documents: one at a time (`planner.PER_DOCUMENT_MAX`)
+        each = [prompts.summary_messages(prompts.whole_input([d], [_text(prep, d)]), outlined=d.path in prep.outlines)
+                for d in prep.corpus.documents]
+        share = replace(params, max_new_tokens=per_document_tokens(len(each), params.max_new_tokens))
+        if all(backend.prompt_tokens(m) + share.max_new_tokens <= backend.context_window for m in each):
+            return _each_document(prep, each, backend, share, reporter, tally)
+        plan = replace(plan, n_windows=1)  # (a document's prompt past the window: read together, as below)
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         # The source refs of a question read whole: what the plan counted
         text = prompts.whole_input(prep.corpus.documents, [_text(prep, d) for d in prep.corpus.documents])
@@ -105,6 +112,50 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                                                    len(windows)))
 
 
+def _each_document(prep: Prepared, each: list[list], backend: Backend, params: SamplingParams, reporter: Reporter,
+                   tally: Tally) -> Answer:
+    """The summary of each document read alone, in input order, under its path: read
+    together the bundled model wrote about the first and mixed the others into it. Ctrl-C
+    keeps the summaries written and the part of the one being written."""
+    docs = prep.corpus.documents
+    parts: list[tuple[Document, str]] = []
+    with cited_if_interrupted() as streamed:
+        for i, (doc, messages) in enumerate(zip(docs, each)):
+            heading = ("\n\n" if i else "") + f"## {doc.path}\n"
+            reporter.status(f"summarizing {doc.path} ({i + 1} of {len(docs)}, "
+                            f"{backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
+            reporter.answer_text(heading)
+            try:
+                text = stream_answer(backend, messages, params, tally, reporter, "its share of --max-new-tokens",
+                                     f"the summary of {doc.path}")
+            except AnswerInterrupted as e:
+                raise AnswerInterrupted(_joined(parts) + heading + e.shown) from None
+            except KeyboardInterrupt:  # reading the next document's prompt: the summaries written are kept
+                if not parts:
+                    raise
+                raise AnswerInterrupted(_joined(parts)) from None
+            _warn_if_echo(text, reporter)
+            parts.append((doc, text))
+        streamed.text = _joined(parts)
+    return streamed.finish(lambda summary: _answer(summary, prep, prep.plan, tally, len(docs),
+                                                   _cited_by_document(parts, prep) if not streamed.interrupted else None))
+
+
+def _joined(parts: list[tuple[Document, str]]) -> str:
+    return "\n\n".join(f"## {doc.path}\n{text}" for doc, text in parts)
+
+
+def _cited_by_document(parts: list[tuple[Document, str]], prep: Prepared) -> list:
+    """Each document's summary traced to its own lines only: another document's chunk that
+    shares its words is not its source."""
+    label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
+    cites = []
+    for doc, text in parts:
+        own = [c for c in prep.chunks if c.doc_path == doc.path]
+        cites += citations.attribute(text, own, max_citations=3, label_of=lambda c: label[c.doc_path])
+    return cites
+
+
 def _with_notes_if_empty(summary: str, notes: str, n_windows: int, reporter: Reporter) -> str:
     """The summary, or, when it says nothing from the input, the summary followed by the
     notes it was written from (said, where those hold nothing either)."""
@@ -165,13 +216,14 @@ def _read_chunks(prep: Prepared, budget: int) -> list[Chunk]:
     return out
 
 
-def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int) -> Answer:
+def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int, cites: list | None = None) -> Answer:
     # Numbered by document, in input order, as a question read whole numbers them: a
     # summary asks for no labels, and numbered one by one a single PDF's pages read
     # "[1] p.1, [2] p.2", as if they were two sources.
     doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
-    cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
-                                label_of=lambda c: doc_label.get(c.doc_path, 0))
+    if cites is None:
+        cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
+                                    label_of=lambda c: doc_label.get(c.doc_path, 0))
     # What it read, for --json and for a summary no sentence of which traces to a line
     # (shown under it, as an answer's is: one printed with no sources left nothing to check).
     figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines),

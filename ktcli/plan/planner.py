@@ -144,6 +144,10 @@ KERNEL_COMPILE_S = 60.0
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     rates = replace(rates, load_s=rates.load_s + req.read_s)  # every mode pays both before its work
     plan = replace(_planned_with_kept_notes(req, facts, rates), read_s=req.read_s)
+    if plan.mode is Mode.FULL and plan.n_windows > 1:
+        plan = replace(plan, reasons=(*plan.reasons, f"a summary of {plan.n_windows} documents: each read alone and "
+                                      f"summarized in turn, in up to {per_document_tokens(plan.n_windows, req.max_new_tokens)} "
+                                      "tokens"))
     if req.compiles_kernels:  # weighed as the conversion is: every mode pays it, once
         plan = _plus_once(plan, req, KERNEL_COMPILE_S,
                           f"this first run compiles the engine's C++ kernels (once: ~{KERNEL_COMPILE_S:.0f} s)")
@@ -229,6 +233,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     full_tokens = req.corpus_tokens + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     fits = full_tokens + req.max_new_tokens <= facts.context_window
     full = _full_plan(req, facts, rates, full_tokens)
+    if summarized_per_document(req.task, req.n_documents):
+        full = _per_document_plan(full, req, facts, rates)
     # A small window (512 tokens) has no room for retrieval's evidence beside its notes and
     # the answer: that only matters where retrieval is needed (a 40-token file could not be
     # asked about at all).
@@ -429,6 +435,40 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
         **_asked_cache(req),
         cached_tokens=min(req.cached_tokens, full_tokens),
     )
+
+
+# A summary of a few documents that fit the window together is written document by
+# document, each read alone (`pipeline.summarize`): read together, the bundled model wrote
+# about the first and mixed the rest into it (a lighthouse "built with 68 harmonic
+# constituents", from a tide service's release notes). More than this many are one read:
+# a small repo's dozens of files would take a call each.
+PER_DOCUMENT_MAX = 8
+# Each document's summary may write --max-new-tokens shared out, but no fewer than this.
+PER_DOCUMENT_MIN_TOKENS = 128
+
+
+def summarized_per_document(task: str, n_documents: int) -> bool:
+    """Whether a summary read whole is written one document at a time."""
+    return task == "summarize" and 2 <= n_documents <= PER_DOCUMENT_MAX
+
+
+def per_document_tokens(n_documents: int, max_new_tokens: int) -> int:
+    """What each document's summary may write: --max-new-tokens shared out, at least
+    PER_DOCUMENT_MIN_TOKENS (never more than --max-new-tokens)."""
+    return min(max_new_tokens, max(PER_DOCUMENT_MIN_TOKENS, max_new_tokens // max(n_documents, 1)))
+
+
+def _per_document_plan(full: Plan, req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
+    """A whole read's plan as a read of each document alone: a prompt and a summary each."""
+    n = req.n_documents
+    each = per_document_tokens(n, req.max_new_tokens)
+    cost = _read_cost(req, facts)
+    prompt = req.corpus_tokens / n + PROMPT_OVERHEAD_TOKENS  # the documents' mean: times are near linear
+    first = rates.load_s + prefill_seconds(int(prompt), rates.prefill_tok_s, cost)
+    each_s = decode_seconds(int(prompt), each, rates.decode_tok_s, cost)
+    later = generation_seconds(int(prompt), each, rates.prefill_tok_s, rates.decode_tok_s, cost, first=False)
+    return replace(full, n_windows=n, answer_budget=n * each, est_seconds=first + each_s + (n - 1) * later,
+                   est_first_token_seconds=first, cached_tokens=0)
 
 
 def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:

@@ -575,7 +575,7 @@ def test_a_summarys_plan_counts_the_prompt_it_sends(tmp_path, monkeypatch):
 
 
 def test_a_summary_asked_for_full_is_not_read_in_parts(tmp_path):
-    folder = _deep_folder(tmp_path, 8)
+    folder = _deep_folder(tmp_path, 9)  # (8 or fewer are read one by one: tests/pipeline/test_summary_per_document.py)
     settings = settings_for(tmp_path, mode="full")
     prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
     small = FakeBackend()
@@ -735,5 +735,6 @@ def test_ctrl_c_while_the_summary_streams_keeps_the_part_shown(haystack, tmp_pat
     else:
         pytest.fail("no interrupt")
     assert caught.exit_code == 130
-    assert caught.answer.text == "The museum opens at nine"
+    # (read whole, its 6 documents are summarized one by one, each under its path)
+    assert caught.answer.text == (f"## {haystack / 'part0.txt'}\n" if mode == "full" else "") + "The museum opens at nine"
     assert caught.answer.citations  # its Sources, as a finished summary has

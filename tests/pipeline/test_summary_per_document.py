@@ -1,0 +1,122 @@
+"""A summary of a few documents that fit the window together: each read alone, in turn."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ktcli.errors import InterruptedAnswer
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.runner import Tally
+from ktcli.pipeline.summarize import summarize
+from ktcli.plan.planner import PER_DOCUMENT_MAX, per_document_tokens
+from ktcli.types import Mode
+
+from .fake_backend import FakeBackend
+from .test_qa_pipeline import Shown, settings_for
+
+TOPICS = {"lighthouse.md": "The Port Alder lighthouse was built in 1871 and restored in 2023.",
+          "bread.md": "This rye bread is baked at 240 degrees for fifteen minutes, then at 210.",
+          "release.md": "Tidewatch 4.0 predicts tides with 68 harmonic constituents instead of 37."}
+
+
+class FirstLine(FakeBackend):
+    """Summarizes by repeating the first line of text in the prompt's first source."""
+
+    def _reply(self, messages) -> str:
+        content = messages[-1]["content"]
+        if "<source" not in content:  # a summary's last step, from notes
+            return "Notes."
+        body = content.split("<source", 1)[1].split("\n")[1:]
+        return next(line for line in body if line.strip() and not line.startswith("#"))
+
+
+@pytest.fixture
+def folder(tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for name, fact in TOPICS.items():
+        (docs / name).write_text(f"# {name}\n\n{fact}\nMore words about it follow here.\n")
+    return docs
+
+
+def test_each_document_is_summarized_alone_under_its_path(folder, tmp_path):
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    assert prep.plan.mode is Mode.FULL and prep.plan.n_windows == 3
+    assert any("a summary of 3 documents: each read alone" in r for r in prep.plan.reasons)
+    backend, reporter = FirstLine(), Shown()
+    answer = summarize(prep, backend, settings, reporter, Tally())
+    assert len(backend.calls) == 3
+    for call, name in zip(backend.calls, sorted(TOPICS)):  # one document a call, in input order
+        prompt = call[-1]["content"]
+        assert prompt.count("<source ") == 1 and TOPICS[name] in prompt
+        assert not any(TOPICS[other] in prompt for other in TOPICS if other != name)
+    expected = "\n\n".join(f"## {folder / name}\n{TOPICS[name]}" for name in sorted(TOPICS))
+    assert answer.text == expected
+    assert re.sub(r" +\n", "\n", "".join(reporter.shown)).strip() == expected  # as it streamed
+    # each part traced to its own document, labelled by the document's place
+    assert {(c.label, c.span.path) for c in answer.citations} == {
+        (i + 1, str(folder / name)) for i, name in enumerate(sorted(TOPICS))}
+    assert answer.stats["windows"] == 3
+
+
+def test_each_part_writes_its_share_of_the_answer_budget():
+    assert per_document_tokens(2, 384) == 192
+    assert per_document_tokens(8, 384) == 128  # no fewer than 128
+    assert per_document_tokens(3, 64) == 64  # nor more than the whole budget
+
+
+def test_more_documents_than_the_limit_are_read_together(tmp_path):
+    docs = tmp_path / "many"
+    docs.mkdir()
+    for i in range(PER_DOCUMENT_MAX + 1):
+        (docs / f"note{i}.txt").write_text(f"Note {i} says the tide turned at {i} o'clock.\n")
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(docs)], "", "summarize", settings, NullReporter())
+    assert prep.plan.mode is Mode.FULL and prep.plan.n_windows == 1
+    backend = FakeBackend()
+    summarize(prep, backend, settings, NullReporter(), Tally())
+    assert len(backend.calls) == 1
+
+
+def test_ctrl_c_keeps_the_summaries_written(folder, tmp_path):
+    class CutInTheSecond(FirstLine):
+        def stream_chat(self, messages, params):
+            for i, piece in enumerate(super().stream_chat(messages, params)):
+                if i == 3 and len(self.calls) == 2:
+                    raise KeyboardInterrupt
+                yield piece
+
+    class CutBeforeTheThird(FirstLine):
+        def stream_chat(self, messages, params):
+            if len(self.calls) == 2:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    first, second = (f"## {folder / name}\n{TOPICS[name]}" for name in sorted(TOPICS)[:2])
+    with pytest.raises(InterruptedAnswer) as caught:
+        summarize(prep, CutInTheSecond(), settings, NullReporter(), Tally())
+    heading, text = second.split("\n", 1)
+    assert caught.value.answer.text == first + "\n\n" + heading + "\n" + " ".join(text.split(" ")[:3])  # (cut at the 4th)
+    with pytest.raises(InterruptedAnswer) as caught:
+        summarize(prep, CutBeforeTheThird(), settings, NullReporter(), Tally())
+    assert caught.value.answer.text == first + "\n\n" + second
+    assert {c.span.path for c in caught.value.answer.citations} >= {str(folder / n) for n in sorted(TOPICS)[:2]}
+
+
+def test_a_document_past_the_window_alone_is_read_in_parts_with_the_others(folder, tmp_path):
+    """The plan's estimate fit (the model's window); the backend's window is smaller than
+    one document's own prompt: read as before, in parts, never sent past the window."""
+    (folder / "bread.md").write_text("# Bread\n\n" + "Knead the dough until it is smooth. " * 200 + "\n")
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    assert prep.plan.mode is Mode.FULL and prep.plan.n_windows == 3
+    backend, reporter = FirstLine(), Shown()
+    backend.context_window = 1600
+    summarize(prep, backend, settings, reporter, Tally())
+    assert any("summarizing in parts" in w for w in reporter.lines)
