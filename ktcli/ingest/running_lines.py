@@ -5,7 +5,10 @@ pypdf reads them as the page's first and last lines, so every page break put a l
 furniture in the middle of the text: a sentence running on to the next page was cut by
 "Annual Report 2023 - page 4", a word hyphenated across it was not joined, and each
 passage retrieved spent tokens on the same line. They are taken out of every page but the
-first that prints them (the title is kept once, where it stands). A page number among them
+first page with text, where one that has letters is kept (the title, once, where it stands
+above the text). A copy kept on a later page cut a sentence there: a report's foot first
+printed on page 6, after its front matter, stood between "tokeni-" and "zation". A page
+number among them
 names the page where the PDF declares no labels of its own: a paper whose pages print 345
 to 360 is cited as "p.345 (page 1 of the file)".
 """
@@ -84,9 +87,9 @@ class _Head:
 
 
 def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
-    """The pages' texts without their running heads and feet (kept on the first page that
-    prints each, if it has letters), and the printed page number each page's heads or feet
-    give where it is not the page's own number (else None).
+    """The pages' texts without their running heads and feet (those with letters kept on
+    the first page with text), and the printed page number each page's heads or feet give
+    where it is not the page's own number (else None).
 
     A line is running where its shape (`_shape`) stands at the same edge of at least
     `_MIN_SHARE` of the pages with text, and 3 of them, with numbers that keep to its rule
@@ -106,7 +109,7 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     running = {key: on for key, head in heads.items() if len(on := head.pages()) >= needed}
     if not running:
         return texts, [None] * len(texts)
-    kept_once: set[tuple[str, str]] = set()
+    first = next(i for i, t in enumerate(texts, start=1) if t.strip())
     out: list[str] = []
     for index, lines in enumerate(pages, start=1):
         drop: set[int] = set()
@@ -118,9 +121,8 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
                 key = (where, _shape(lines[i]) or "")
                 if index not in running.get(key, ()):
                     break  # the page's own text: nothing past it is furniture
-                if key in kept_once or not _LETTER.search(lines[i]):
-                    drop.add(i)  # a bare page number ("- 3 -") is not kept even once
-                kept_once.add(key)
+                if index != first or not _LETTER.search(lines[i]):
+                    drop.add(i)  # a bare page number ("- 3 -") is not kept even there
         out.append(_trimmed([line for i, line in enumerate(lines) if i not in drop]) if drop else texts[index - 1])
     return out, _page_numbers(running, len(texts))
 

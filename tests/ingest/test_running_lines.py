@@ -116,3 +116,13 @@ def test_a_whole_pdf_read_is_named_by_its_printed_numbers_in_the_evidence():
     plain = document_from_bytes(make_text_pdf([[f"On {w}."] for w in _WORDS[:3]]), "plain.pdf", "plain.pdf")
     (entry,) = documents_read([plain])
     assert entry["ref"] == "plain.pdf p.1-3" and "page_labels" not in entry
+
+
+def test_a_foot_first_printed_after_the_front_matter_is_kept_nowhere():
+    """A report's foot first printed on page 3 was kept there, between "tokeni-" and "zation"."""
+    pages = ["Coastal Sensors\nA technical report", "Contents\n1 Introduction"]
+    pages += ["\n".join(_body(i)) + ("\nWords on tokeni-" if i == 0 else "\nzation.")
+              + "\nTechnical Report TR-7: Sensors" for i in range(5)]
+    texts, _ = strip_running_lines(pages)
+    assert texts[:2] == pages[:2] and "Technical Report" not in "".join(texts)
+    assert texts[2].endswith("Words on tokeni-")
