@@ -70,7 +70,9 @@ class Page:
     text: str
     line_offset: int = 0  # lines of the document before this page
     label: str | None = None  # the number printed on it, where the PDF says it is not `number` ("iv")
-    section: str = ""  # the trail of the PDF's bookmarks at this page ("Part II > Tides")
+    section: str = ""  # a PDF's section trail at the page's top ("Part II > Tides")
+    # a PDF's headings on this page: (its line in the page, 0-based; the trail it starts)
+    headings: tuple[tuple[int, str], ...] = ()
 
 
 @dataclass(frozen=True)

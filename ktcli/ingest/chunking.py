@@ -14,7 +14,7 @@ from itertools import accumulate
 import numpy as np
 
 from ktcli.errors import UsageError
-from ktcli.ingest.sections import document_trails
+from ktcli.ingest.sections import document_trails, paged_trails
 from ktcli.ingest.tokens import encoding
 from ktcli.types import Chunk, Corpus, Document, Span
 
@@ -61,12 +61,15 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     _check_budget(chunk_tokens, overlap_tokens)
     counter = _LineTokens()
     chunks: list[Chunk] = []
-    # A PDF's page: its bookmarks' trail (no headings in its text to trust). Other paged
-    # documents (Word's pages, an EPUB's chapters) have their headings in their text, and a
-    # section runs on from one page to the next: the trails of the whole text.
-    trails = None if doc.kind == "pdf" else document_trails(doc.path, doc.kind, _split_lines(doc.text), doc.language)
+    # A PDF: the sections its bookmarks or numbered headings start on each page (no styles
+    # in its text to tell a heading by). Other paged documents (Word's pages, an EPUB's
+    # chapters) have their headings in their text. Either way a section runs on from one
+    # page to the next: the trails of the whole text.
+    lines_of_doc = _split_lines(doc.text)
+    trails = (paged_trails(doc.pages, lines_of_doc) if doc.kind == "pdf"
+              else document_trails(doc.path, doc.kind, lines_of_doc, doc.language))
     headed = doc.kind in _HEADED_KINDS
-    for page, line_offset, text, bookmarks in _segments(doc):
+    for page, line_offset, text in _segments(doc):
         lines = _split_lines(text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
@@ -76,7 +79,7 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
                                                      and len(piece.text) < len(lines[piece.start]))
             chars = (piece.char_start, piece.char_start + len(piece.text)) if piece_of_line else None
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit, chars=chars)
-            section = trails.at(line_offset + piece.start) if trails is not None else bookmarks
+            section = trails.at(line_offset + piece.start)
             heading_only = headed and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
                                 piece.char_start, heading_only))
@@ -90,12 +93,11 @@ def _check_budget(chunk_tokens: int, overlap_tokens: int) -> None:
         raise UsageError(f"chunk_overlap must be between 0 and chunk_tokens - 1 ({chunk_tokens - 1}), not {overlap_tokens}")
 
 
-def _segments(doc: Document) -> list[tuple[int | None, int, str, str]]:
-    """(page number, lines before it, text, bookmarks' trail): the pages of a PDF, else the
-    whole text."""
+def _segments(doc: Document) -> list[tuple[int | None, int, str]]:
+    """(page number, lines before it, text): the pages of a PDF, else the whole text."""
     if doc.pages and any(p.number is not None for p in doc.pages):
-        return [(p.number, p.line_offset, p.text, p.section) for p in doc.pages if p.text.strip()]
-    return [(None, 0, doc.text, "")]
+        return [(p.number, p.line_offset, p.text) for p in doc.pages if p.text.strip()]
+    return [(None, 0, doc.text)]
 
 
 def _split_lines(text: str) -> list[str]:

@@ -15,6 +15,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
+from ktcli.ingest.pdf_headings import PageSections
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, is_utf8, normalize_text, text_sha256
 from ktcli.ingest.rtf import RTF_MAGIC
 from ktcli.ingest.sniff import (
@@ -451,13 +452,15 @@ def _pdf_document(data: bytes, display: str, text_limit: int | None = None) -> D
 
 
 def _paged(texts: list[str], labels: list[str | None] | None = None,
-           sections: list[str] | None = None) -> tuple[str, tuple[Page, ...]]:
+           sections: list[PageSections] | None = None) -> tuple[str, tuple[Page, ...]]:
     """The pages' texts joined, and each page with the line it starts on."""
     pages: list[Page] = []
     offset = 0
     for number, page_text in enumerate(texts, start=1):
         pages.append(Page(number=number, text=page_text, line_offset=offset,
-                          label=labels[number - 1] if labels else None, section=sections[number - 1] if sections else ""))
+                          label=labels[number - 1] if labels else None,
+                          section=sections[number - 1].start if sections else "",
+                          headings=sections[number - 1].headings if sections else ()))
         offset += page_text.count("\n") + 1  # each page is at least one (maybe empty) line
     return "\n".join(texts), tuple(pages)
 

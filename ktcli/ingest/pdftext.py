@@ -14,6 +14,7 @@ from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
 from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.normalize import normalize_text
+from ktcli.ingest.pdf_headings import PageSections, numbered_headings, place_bookmarks
 from ktcli.ingest.running_lines import strip_running_lines
 
 
@@ -55,13 +56,15 @@ def _quiet_pypdf() -> Iterator[_Errors]:
 
 
 def extract_pages(data: bytes, display: str, text_limit: int | None = None,
-                  ) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[str]]:
+                  ) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[PageSections]]:
     """Normalised text of every page (trailing newlines stripped), in page order, and the
     pages that could not be read, as (page number, why, in words for the user): their text
     is empty, and the caller reports them (a fact on such a page must not vanish unannounced).
     Third, each page's printed label where the PDF gives one other than its number (a
-    book's "iv", or "12" on its 14th page), else None. Fourth, each page's trail of the
-    PDF's bookmarks ("Part II > Tides"; "" before the first or without any).
+    book's "iv", or "12" on its 14th page), else None. Fourth, each page's sections
+    (`pdf_headings.PageSections`): the trail at its top ("Part II > Tides"; "" before the
+    first) and the lines on it where others start, from its bookmarks or else its
+    numbered headings.
 
     Raises RejectedInput for a corrupt PDF, one that needs a password, and one with no
     text on any page (scanned), each with what the user can do about it; TextOverLimit
@@ -151,15 +154,18 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
     labels = _printed_labels(reader, len(pages))
     if not any(labels):  # the PDF declares none: the numbers its heads or feet print, if any
         labels = counted
-    return texts, unread, labels, _bookmark_trails(reader, len(pages))
+    bookmarks = _bookmarks(reader, len(pages))
+    # each page's sections where they start on it: its bookmarks, else its numbered headings
+    sections = place_bookmarks(texts, bookmarks) if bookmarks else numbered_headings(texts)
+    return texts, unread, labels, sections
 
 
-def _bookmark_trails(reader: PdfReader, n_pages: int) -> list[str]:
-    """The bookmarks (the PDF's outline) above each page, as a section trail: a PDF's
-    headings are not told apart from its text, but its bookmarks name its chapters, and a
-    citation of p.217 said nothing of where in the book it was. Each bookmark's trail is its
-    own title under its ancestors' in the outline's tree (a grouping bookmark with no page
-    still names its children); a page takes the trail of the last one starting on or before it."""
+def _bookmarks(reader: PdfReader, n_pages: int) -> list[tuple[int, tuple[str, ...]]]:
+    """The bookmarks (the PDF's outline), each as (its page's index, its trail), in the
+    order they start: a PDF's headings are not told apart from its text, but its bookmarks
+    name its chapters and sections, and a citation of p.217 said nothing of where in the
+    book it was. Each bookmark's trail is its own title under its ancestors' in the
+    outline's tree (a grouping bookmark with no page still names its children)."""
     starts: list[tuple[int, int, tuple[str, ...]]] = []  # (page index, order, trail)
 
     def walk(items, above: tuple[str, ...]) -> None:
@@ -180,15 +186,8 @@ def _bookmark_trails(reader: PdfReader, n_pages: int) -> list[str]:
     try:
         walk(reader.outline, ())
     except Exception:  # noqa: BLE001 - a malformed outline: no trails, the text as it is
-        return [""] * n_pages
-    starts.sort()
-    trails, trail, at = [], "", 0
-    for page in range(n_pages):
-        while at < len(starts) and starts[at][0] <= page:
-            trail = " > ".join(starts[at][2])
-            at += 1
-        trails.append(trail)
-    return trails
+        return []
+    return [(page, trail) for page, _, trail in sorted(starts)]
 
 
 # Arabic and Hebrew letters (with their presentation forms). pypdf reads some writers'

@@ -13,7 +13,7 @@ reStructuredText section titles, whose levels follow the order in which each ado
 style (character, with or without an overline) first appears, as docutils assigns them.
 Setext Markdown headings (a line underlined with === or ---) read as the latter. Code:
 class, function and type declarations, nested by indentation. Tables (CSV, TSV): their
-header row. PDFs have no trail.
+header row. PDFs: their bookmarks' or numbered headings' trails (`paged_trails`).
 """
 
 from __future__ import annotations
@@ -59,6 +59,21 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
     trails = heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)),
                             markdown=kind == "markdown")
     return _with_table_headers(trails, lines) if kind in _ROW_KINDS else trails
+
+
+def paged_trails(pages, lines: list[str]) -> SectionIndex:
+    """The trails of a PDF's lines (`lines`: its whole text's): each page's trail at its
+    top and at the headings on it (`Page.headings`, from its bookmarks or numbered
+    headings: `ingest.pdf_headings`), its tables' rows under their header rows, as a
+    Word file's are (" | " rows: `pdftext` joins a table's cells so)."""
+    marks: list[tuple[int, str]] = []
+    for page in pages:
+        if page.number is None:
+            continue
+        if not marks or marks[-1][1] != page.section:
+            marks.append((page.line_offset, page.section))
+        marks.extend((page.line_offset + k, trail) for k, trail in page.headings)
+    return _with_table_headers(SectionIndex(marks), lines)
 
 
 # Kinds whose tables are rows of cells between " | " (the Word, ODT, EPUB, HTML and RTF

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ktcli.ingest.sections import SectionIndex, document_trails
+from ktcli.ingest.sections import SectionIndex, document_trails, paged_trails
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
 from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Span
 
@@ -323,7 +323,8 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
     cites = []
     for c in answer.citations:
         doc = docs.get(c.span.path)
-        if doc is not None and c.span.page is not None and doc.kind == "pdf":  # a PDF page: its bookmarks' trail
+        if doc is not None and doc.kind == "pdf" and c.span.page is not None and c.span.line_start is None:
+            # a PDF page read whole: the section at its top (bookmarks' or numbered headings')
             page = next((p for p in doc.pages if p.number == c.span.page), None) if not c.section else None
             cites.append(replace(c, section=page.section) if page is not None else c)
             continue
@@ -332,7 +333,9 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
             cites.append(c)
             continue
         if doc.path not in trails:
-            trails[doc.path] = document_trails(doc.path, doc.kind, doc.text.split("\n"), doc.language)
+            lines = doc.text.split("\n")
+            trails[doc.path] = (paged_trails(doc.pages, lines) if doc.kind == "pdf"
+                                else document_trails(doc.path, doc.kind, lines, doc.language))
         cites.append(replace(c, section=trails[doc.path].at(c.span.line_start - 1)))
     return replace(answer, citations=tuple(cites))
 
