@@ -69,10 +69,13 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     trails = (paged_trails(doc.pages, lines_of_doc) if doc.kind == "pdf"
               else document_trails(doc.path, doc.kind, lines_of_doc, doc.language))
     headed = doc.kind in _HEADED_KINDS
-    for page, line_offset, text in _segments(doc):
+    for page, line_offset, text, headings in _segments(doc):
         lines = _split_lines(text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
+        for k, _ in headings:  # a PDF's headings (`pdf_headings`): where its sections start
+            if k < len(breaks):
+                breaks[k] = 3
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
             # a piece of a split long line: cited with its characters (`Span.chars`)
             piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1
@@ -93,11 +96,12 @@ def _check_budget(chunk_tokens: int, overlap_tokens: int) -> None:
         raise UsageError(f"chunk_overlap must be between 0 and chunk_tokens - 1 ({chunk_tokens - 1}), not {overlap_tokens}")
 
 
-def _segments(doc: Document) -> list[tuple[int | None, int, str]]:
-    """(page number, lines before it, text): the pages of a PDF, else the whole text."""
+def _segments(doc: Document) -> list[tuple[int | None, int, str, tuple[tuple[int, str], ...]]]:
+    """(page number, lines before it, text, its headings' lines): the pages of a PDF, else
+    the whole text."""
     if doc.pages and any(p.number is not None for p in doc.pages):
-        return [(p.number, p.line_offset, p.text) for p in doc.pages if p.text.strip()]
-    return [(None, 0, doc.text)]
+        return [(p.number, p.line_offset, p.text, p.headings) for p in doc.pages if p.text.strip()]
+    return [(None, 0, doc.text, ())]
 
 
 def _split_lines(text: str) -> list[str]:
