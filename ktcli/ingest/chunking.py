@@ -16,7 +16,7 @@ import numpy as np
 from ktcli.errors import UsageError
 from ktcli.ingest.sections import document_trails, paged_trails
 from ktcli.ingest.tokens import encoding
-from ktcli.types import Chunk, Corpus, Document, Span
+from ktcli.types import Chunk, Corpus, Document, Page, Span
 
 # A chunk may end early at a nicer boundary, but must then hold at least this share of
 # the budget: otherwise a heading every few lines would shred the text into crumbs.
@@ -69,11 +69,12 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
     trails = (paged_trails(doc.pages, lines_of_doc) if doc.kind == "pdf"
               else document_trails(doc.path, doc.kind, lines_of_doc, doc.language))
     headed = doc.kind in _HEADED_KINDS
-    for page, line_offset, text, headings in _segments(doc):
-        lines = _split_lines(text)
+    for segment in _segments(doc):
+        page, line_offset = segment.number, segment.line_offset
+        lines = _split_lines(segment.text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
-        for k, _ in headings:  # a PDF's headings (`pdf_headings`): where its sections start
+        for k, _ in segment.headings:  # a PDF's headings (`pdf_headings`): where its sections start
             if k < len(breaks):
                 breaks[k] = 3
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
@@ -81,7 +82,9 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
             piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1
                                                      and len(piece.text) < len(lines[piece.start]))
             chars = (piece.char_start, piece.char_start + len(piece.text)) if piece_of_line else None
-            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit, chars=chars)
+            # (its printed page number too: the model reads the passage under "p.217", as the user's citation says)
+            span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit,
+                        page_label=segment.label, chars=chars)
             section = trails.at(line_offset + piece.start)
             heading_only = headed and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
@@ -96,12 +99,11 @@ def _check_budget(chunk_tokens: int, overlap_tokens: int) -> None:
         raise UsageError(f"chunk_overlap must be between 0 and chunk_tokens - 1 ({chunk_tokens - 1}), not {overlap_tokens}")
 
 
-def _segments(doc: Document) -> list[tuple[int | None, int, str, tuple[tuple[int, str], ...]]]:
-    """(page number, lines before it, text, its headings' lines): the pages of a PDF, else
-    the whole text."""
+def _segments(doc: Document) -> list[Page]:
+    """The pages with text of a PDF (a paged document), else the whole text as one."""
     if doc.pages and any(p.number is not None for p in doc.pages):
-        return [(p.number, p.line_offset, p.text, p.headings) for p in doc.pages if p.text.strip()]
-    return [(None, 0, doc.text, ())]
+        return [p for p in doc.pages if p.text.strip()]
+    return [Page(None, doc.text)]
 
 
 def _split_lines(text: str) -> list[str]:

@@ -47,7 +47,14 @@ def passages(chunks, first_label: int = 1) -> str:
     under its place (`path:12-40`). A CSV's or TSV's rows from past its first line come
     under the table's header row: the model read `300,Tilia specimen 300,Tilia,37,38.9`
     without the column names the user's citation showed."""
-    return evidence_block([(first_label + i, c.span.cite(), _with_header(c)) for i, c in enumerate(chunks)])
+    return evidence_block([(first_label + i, _ref(c.span), _with_header(c)) for i, c in enumerate(chunks)])
+
+
+def _ref(span) -> str:
+    """A passage's place as the model reads it: a PDF page by its printed number where it
+    has one, as the user's citations name it (the model told "p.5" wrote "page 5" of a
+    paper whose fifth page prints 221)."""
+    return f"{span.path} p.{span.page_label}" if span.page_label and span.page is not None else span.cite()
 
 
 def _with_header(chunk) -> str:

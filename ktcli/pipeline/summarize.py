@@ -239,7 +239,8 @@ def _where(window: list[Chunk]) -> str:
             paths.append(c.doc_path)
     if len(paths) == 1:
         first, last = window[0].span, window[-1].span
-        if first.page is not None:
-            return f"{paths[0]} {'chapters' if first.unit == CHAPTER else 'pages'} {first.page}-{last.page}"
+        if first.page is not None:  # a PDF's pages by their printed numbers, as its citations name them
+            return (f"{paths[0]} {'chapters' if first.unit == CHAPTER else 'pages'} "
+                    f"{first.page_label or first.page}-{last.page_label or last.page}")
         return f"{paths[0]} lines {first.line_start}-{last.line_end}"
     return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more files" if len(paths) > 6 else "")

@@ -87,6 +87,11 @@ def test_a_pdf_is_read_without_its_heads_and_cited_by_its_printed_numbers(tmp_pa
     # a sentence that ran over a page break reads on, with no foot or head between its halves
     assert "taken by the harbor\nmaster, who kept them" in doc.text
     assert [p.label for p in doc.pages] == ["101", "102", "103", "104"]
+    # the model reads a passage under the page's printed number, as the user's citation names it
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.pipeline.prompts import passages
+
+    assert 'ref="annals.pdf p.102"' in passages([c for c in chunk_document(doc) if c.span.page == 2])
     plan = Plan(Mode.FULL, "ask", 10, 1, 8192, 384, 10, 1, 0, 1, 0, 1.0, 1)
     answer = in_source_lines(Answer("Ada.", (Citation("annals.pdf p.2", Span("annals.pdf", 2, 2, 2)),), plan, {}),
                              Corpus((doc,)))
