@@ -310,3 +310,15 @@ def test_a_long_lines_pieces_count_every_token_they_touch() -> None:
                 last = first + len(p.text.encode())
                 touched = sum(1 for k in range(len(ids)) if ends[k] < last and ends[k + 1] > first)
                 assert p.n_tokens == touched <= budget, (budget, overlap, p)
+
+
+def test_a_last_chunk_holds_more_than_a_tail_of_a_few_lines():
+    """A page's last chunk was the overlap and a line or two (51-63 tokens of 256), and
+    BM25 ranked such tails over whole passages: 7 of 8 evidence slots."""
+    words = ["tides", "lanterns", "fog", "keepers", "ships", "bells", "charts", "gulls", "reefs", "storms"]
+    lines = [f"Line {i} says something about the {words[i % 10]} of the harbor today." for i in range(26)]
+    doc = doc_of("\n".join(lines) + "\n")
+    chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
+    check_invariants(doc, chunks, 64, 8)
+    assert chunks[-1].span.line_end == 26 and chunks[-1].n_tokens >= 32
+    assert all(c.n_tokens <= 64 for c in chunks)
