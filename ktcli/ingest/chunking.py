@@ -77,7 +77,9 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         for k, _ in segment.headings:  # a PDF's headings (`pdf_headings`): where its sections start
             if k < len(breaks):
                 breaks[k] = 3
-        for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens):
+        # (a page's last chunk filled out: one per page, a PDF has a short tail on most of them)
+        fill_last = segment.number is not None and doc.kind == "pdf"
+        for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens, fill_last):
             # a piece of a split long line: cited with its characters (`Span.chars`)
             piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1
                                                      and len(piece.text) < len(lines[piece.start]))
@@ -158,7 +160,7 @@ def _break_scores(lines: list[str], *, code: bool) -> list[int]:
 
 
 def _chunk_lines(
-    lines: list[str], tokens: list[int], breaks: list[int], budget: int, overlap: int
+    lines: list[str], tokens: list[int], breaks: list[int], budget: int, overlap: int, fill_last: bool = False
 ) -> list[_Piece]:
     n = len(lines)
     cum = [0, *accumulate(tokens)]  # cum[k] = tokens of lines [0, k)
@@ -174,16 +176,19 @@ def _chunk_lines(
             end = _nicer_end(cum, breaks, start, max(end, prev_end + 1), prev_end + 1, budget)
         pieces.append(_Piece(start, end, "\n".join(lines[start:end]), cum[end] - cum[start]))
         prev_end = end
-        start = _last_start(cum, tokens, start, _overlap_start(cum, tokens, start, end, budget, overlap), budget) \
-            if end < n else n
+        start = _overlap_start(cum, tokens, start, end, budget, overlap) if end < n else n
+        if fill_last and start < n:
+            start = _last_start(cum, tokens, pieces[-1].start, start, budget)
     return pieces
 
 
 def _last_start(cum: list[int], tokens: list[int], previous: int, start: int, budget: int) -> int:
-    """Where the next chunk starts: at `start`, unless it is the last one and would hold
-    under half a budget. Then earlier, as far back as a full chunk reaches: a page's tail of
-    two lines and the overlap before them, ranked on its few words (BM25 favours short
-    texts), took 7 of 8 evidence slots from whole passages that named what they were about."""
+    """Where a PDF page's next chunk starts: at `start`, unless it is the page's last and
+    would hold under half a budget. Then earlier, as far back as a full chunk reaches: a
+    page's tail of two lines and the overlap before them, ranked on its few words (BM25
+    favours short texts), took 7 of 8 evidence slots from whole passages that named what
+    they were about. (Not in other files, one tail each: filled out, a code file's last
+    chunk repeated its previous one and the gold questions of minirepo ranked lower.)"""
     n = len(tokens)
     if _fit(cum, tokens, start, budget) < n or cum[n] - cum[start] >= budget // 2:
         return start

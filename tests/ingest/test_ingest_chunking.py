@@ -317,8 +317,12 @@ def test_a_last_chunk_holds_more_than_a_tail_of_a_few_lines():
     BM25 ranked such tails over whole passages: 7 of 8 evidence slots."""
     words = ["tides", "lanterns", "fog", "keepers", "ships", "bells", "charts", "gulls", "reefs", "storms"]
     lines = [f"Line {i} says something about the {words[i % 10]} of the harbor today." for i in range(26)]
-    doc = doc_of("\n".join(lines) + "\n")
-    chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
-    check_invariants(doc, chunks, 64, 8)
+    text = "\n".join(lines)
+    page = Document(path="p.pdf", text=text, kind="pdf", pages=(Page(1, text),), sha256="0" * 64)
+    chunks = chunk_document(page, chunk_tokens=64, overlap_tokens=8)
+    check_invariants(page, chunks, 64, 8)
     assert chunks[-1].span.line_end == 26 and chunks[-1].n_tokens >= 32
     assert all(c.n_tokens <= 64 for c in chunks)
+    # a file's one tail is left as it was (filled out, a code file's repeated the chunk before it)
+    plain = chunk_document(doc_of(text + "\n"), chunk_tokens=64, overlap_tokens=8)
+    assert plain[-1].n_tokens < 32
