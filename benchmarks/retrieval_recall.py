@@ -20,6 +20,9 @@ the index held before) and with its section trail first ("sections",
 * defs0: the same by the rules before 2026-12-05 (names in backticks were no code unless
   CamelCase, snake_case, ALL_CAPS or `name()`; definitions by class/def/fn... and constants
   only): the baseline of the "backticked" set;
+* defs1: the same by the rules of 2026-12-05 before the evening (a name's definitions
+  counted by chunk, not by place, and none taken past 3), the baseline of what changed
+  after them;
 * dense alone, bm25 alone.
 Reported per question set: recall@1, @3, @8 (the default top_k) and MRR over the top 8;
 and over all questions, the baseline (plain, rrf) against now (sections, defs). The click
@@ -51,7 +54,7 @@ MINIREPO = "sample_docs/minirepo"
 CLICK = os.path.dirname(__import__("click").__file__)  # as installed beside ktcli (a typer dependency)
 DEPTH = 50  # candidates per ranking: HybridIndex.search's for top_k 8
 RRF_K = 60  # the baseline's constant (Cormack, Clarke & Buettcher, SIGIR 2009)
-WAYS = ("rrf", "score", "defs0", "defs", "dense", "bm25")
+WAYS = ("rrf", "score", "defs0", "defs1", "defs", "dense", "bm25")
 
 
 def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None, int, int | None]]]]]:
@@ -114,7 +117,20 @@ def _defining_before(chunks, question: str) -> set[int]:
     for name in names:
         where = [i for i, c in enumerate(chunks) if not ("\n" not in c.text and len(c.text) > 2000)
                  and any(m.group(1) == name for p in (symbols._DEFINED, symbols._CONSTANT) for m in p.finditer(c.text))]
-        if len(where) <= symbols.MAX_DEFINITIONS:
+        if len(where) <= 3:  # chunks, as MAX_DEFINITIONS counted them then
+            found.update(where)
+    return found
+
+
+def _defining_by_chunk(chunks, question: str) -> set[int]:
+    """The chunks `retrieval.symbols` gave the bonus to on 2026-12-05 before the evening:
+    every chunk showing a definition, none for a name defined in more than 3 chunks."""
+    from ktcli.retrieval import symbols
+
+    found: set[int] = set()
+    for name in symbols.code_names(question):
+        where = [i for i, c in enumerate(chunks) if symbols._definitions(c, name)]
+        if len(where) <= 3:
             found.update(where)
     return found
 
@@ -131,6 +147,7 @@ def _rankings(index, question: str) -> dict[str, list]:
         "score": [h.chunk for h in _fuse(chunks, dense, lexical, max(K))],
         # what ask does now: a chunk defining a name the question writes as code comes first
         "defs0": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), _defining_before(chunks, question))],
+        "defs1": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), _defining_by_chunk(chunks, question))],
         "defs": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)))],
         "dense": [chunks[i] for i, _ in dense],
         "bm25": [chunks[i] for i, _ in lexical],

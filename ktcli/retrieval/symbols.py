@@ -88,8 +88,15 @@ _PROSE = frozenset({"the", "a", "an", "this", "that", "these", "those", "which",
                     "entire", "whole", "current", "previous", "next", "old", "original", "default", "custom",
                     "internal", "external", "global", "local", "specific", "particular", "corresponding", "relevant",
                     "actual", "underlying", "final", "single", "simple", "nested", "recursive", "anonymous"})
-# A name defined in more chunks than this is a common one (`__init__`, `run`): no signal.
-MAX_DEFINITIONS = 3
+# A name defined at more places than this is a common one (`__init__`, `open`, `flush`): no
+# signal. Places, not chunks: chunks overlap, and rich's `class ProgressBar` in two of them
+# counted twice, so its three definitions in a monorepo (rich's, click's and the copy of
+# click vendored in typer) made four and none was retrieved. Monorepos vendor copies: in
+# rich + click + typer's Python, 890 names are defined at one place, 265 at two, 40 at
+# three, 53 at four to six (click's `getchar`, one per platform, and its copy in typer:
+# six), and the names at more are mostly methods every class of a kind writes (`__rich__`,
+# `open`, `name`: eight each). Six of the eight chunks `ask` reads leaves two for the rest.
+MAX_DEFINITION_SITES = 6
 
 
 def code_names(question: str) -> set[str]:
@@ -119,25 +126,42 @@ def _shaped(name: str) -> bool:
 
 
 class SymbolTable:
-    """Name -> the chunks that define it, looked up per name a question asks about: only
-    the chunks whose text holds the name are matched against the definition patterns (a
-    table of every name in a 1,415-chunk repo took 0.14 s; a 20K-chunk one, seconds)."""
+    """Name -> the places that define it and the chunk that shows each, looked up per name
+    a question asks about: only the chunks whose text holds the name are matched against
+    the definition patterns (a table of every name in a 1,415-chunk repo took 0.14 s; a
+    20K-chunk one, seconds)."""
 
     def __init__(self, chunks: Sequence[Chunk]) -> None:
         self._chunks = chunks
-        self._defined: dict[str, list[int]] = {}
+        self._defined: dict[str, dict[tuple[str, int], int]] = {}
 
     def defining(self, names: set[str]) -> set[int]:
-        """Indices of the chunks defining any of `names` (those defined in at most
-        MAX_DEFINITIONS chunks)."""
+        """Indices of the chunks defining any of `names`, one per place that defines it (of
+        the chunks holding that line, the one with the most lines after it: the most of the
+        definition's body), for names defined at MAX_DEFINITION_SITES places at most."""
         out: set[int] = set()
         for name in names:
-            if name not in self._defined:
-                self._defined[name] = [i for i, chunk in enumerate(self._chunks) if _defines(chunk, name)]
-            where = self._defined[name]
-            if len(where) <= MAX_DEFINITIONS:
-                out.update(where)
+            sites = self._sites(name)
+            if len(sites) <= MAX_DEFINITION_SITES:
+                out.update(sites.values())
         return out
+
+    def _sites(self, name: str) -> dict[tuple[str, int], int]:
+        """(path, line) of each definition of `name` -> the chunk that shows it."""
+        if name not in self._defined:
+            best: dict[tuple[str, int], tuple[int, int]] = {}  # site -> (lines after it, chunk)
+            for i, chunk in enumerate(self._chunks):
+                for line in self._definition_lines(chunk, name):
+                    after = chunk.span.line_end - line
+                    site = (chunk.doc_path, line)
+                    if site not in best or after > best[site][0]:
+                        best[site] = (after, i)
+            self._defined[name] = {site: i for site, (_after, i) in best.items()}
+        return self._defined[name]
+
+    def _definition_lines(self, chunk: Chunk, name: str) -> set[int]:
+        """The lines of the chunk's document where the chunk shows a definition of `name`."""
+        return {chunk.span.line_start + chunk.text.count("\n", 0, m.start(1)) for m in _definitions(chunk, name)}
 
 
 # Prose, where `_C_FUNCTION` and its kind read sentences as definitions ("Install click (pip
@@ -145,10 +169,11 @@ class SymbolTable:
 _PROSE_SUFFIXES = (".md", ".markdown", ".rst", ".txt", ".html", ".htm", ".xhtml", ".pdf", ".adoc", ".tex")
 
 
-def _defines(chunk: Chunk, name: str) -> bool:
+def _definitions(chunk: Chunk, name: str) -> list[re.Match[str]]:
+    """The matches in the chunk's text that define `name` (the name their group 1)."""
     text = chunk.text
     if name not in text or ("\n" not in text and len(text) > 2000):
-        return False  # (one long line: data or a bundle, not definitions)
+        return []  # (one long line: data or a bundle, not definitions)
     prose = chunk.doc_path.lower().endswith(_PROSE_SUFFIXES)
     patterns = (_DEFINED, _CONSTANT) if prose else (_DEFINED, _CONSTANT, *_OTHER_DEFINITIONS)
-    return any(m.group(1) == name for pattern in patterns for m in pattern.finditer(text))
+    return [m for pattern in patterns for m in pattern.finditer(text) if m.group(1) == name]

@@ -1,7 +1,7 @@
 """Chunks that define a name the question writes as code come first (`retrieval.symbols`)."""
 
 from ktcli.retrieval.retriever import DEFINITION_BONUS, _fuse
-from ktcli.retrieval.symbols import MAX_DEFINITIONS, SymbolTable, code_names
+from ktcli.retrieval.symbols import MAX_DEFINITION_SITES, SymbolTable, code_names
 from ktcli.types import Chunk, Span
 
 
@@ -48,8 +48,29 @@ def test_definitions_in_several_languages_are_found_and_common_names_ignored():
     table = SymbolTable([chunk(i, t) for i, t in enumerate(texts)])
     assert table.defining({"ProgressBar"}) == {0}  # the use in chunk 1 is no definition
     assert table.defining({"parse_args", "SaveAll", "TAX_RATE", "AppShell"}) == {2, 3, 4, 5}
-    common = SymbolTable([chunk(i, "def run_all(self):\n    pass\n") for i in range(MAX_DEFINITIONS + 1)])
+    common = SymbolTable([chunk(i, "def run_all(self):\n    pass\n") for i in range(MAX_DEFINITION_SITES + 1)])
     assert common.defining({"run_all"}) == set()
+
+
+def lines_chunk(path: str, ordinal: int, lines: list[str], first: int, last: int) -> Chunk:
+    """The chunk of a file's lines first..last (1-based, inclusive), as chunking cuts them."""
+    text = "\n".join(lines[first - 1:last])
+    return Chunk(doc_path=path, ordinal=ordinal, text=text, span=Span(path, first, last), n_tokens=len(text.split()))
+
+
+def test_definitions_are_counted_by_place_not_by_chunk():
+    """A monorepo with rich, click and click's copy vendored in typer defines `ProgressBar`
+    three times; chunks overlap, so rich's definition was in two chunks, the name counted as
+    defined in four (more than the three allowed then), and none of the three was retrieved."""
+    rich = ["from typing import Optional", "", "", "class ProgressBar(JupyterMixin):", '    """A bar."""',
+            "    def __init__(self):", "        self.total = 100", "", "    def update(self, n):", "        pass"]
+    chunks = [lines_chunk("rich/progress_bar.py", 0, rich, 1, 5), lines_chunk("rich/progress_bar.py", 1, rich, 4, 10),
+              chunk(2, "class ProgressBar(t.Generic[V]):\n    pass\n"),
+              chunk(3, "class ProgressBar(Generic[V]):\n    pass\n"), chunk(4, "bar = ProgressBar(items)\n")]
+    # one chunk per place: of rich's two, the one holding more of the class's body
+    assert SymbolTable(chunks).defining({"ProgressBar"}) == {1, 2, 3}
+    vendored = [chunk(i, "def getchar(echo):\n    return read()\n") for i in range(MAX_DEFINITION_SITES)]
+    assert SymbolTable(vendored).defining({"getchar"}) == set(range(MAX_DEFINITION_SITES))
 
 
 def test_a_definition_comes_first_and_one_no_ranking_found_is_still_retrieved():
