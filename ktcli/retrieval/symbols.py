@@ -134,6 +134,8 @@ class SymbolTable:
     def __init__(self, chunks: Sequence[Chunk]) -> None:
         self._chunks = chunks
         self._defined: dict[str, dict[tuple[str, int], int]] = {}
+        self._by_document: dict[str, list[Chunk]] | None = None
+        self._in_strings: dict[str, frozenset[int]] = {}
 
     def defining(self, names: set[str]) -> set[int]:
         """Indices of the chunks defining any of `names`, one per place that defines it (of
@@ -160,8 +162,69 @@ class SymbolTable:
         return self._defined[name]
 
     def _definition_lines(self, chunk: Chunk, name: str) -> set[int]:
-        """The lines of the chunk's document where the chunk shows a definition of `name`."""
-        return {chunk.span.line_start + chunk.text.count("\n", 0, m.start(1)) for m in _definitions(chunk, name)}
+        """The lines of the chunk's document where the chunk shows a definition of `name`,
+        less those inside a Python string (rich's tree.py demo holds `class Segment(...)` in
+        one: no definition)."""
+        lines = {chunk.span.line_start + chunk.text.count("\n", 0, m.start(1)) for m in _definitions(chunk, name)}
+        if lines and chunk.doc_path.endswith(_PYTHON_SUFFIXES):
+            lines -= self._string_lines(chunk.doc_path)
+        return lines
+
+    def _string_lines(self, doc_path: str) -> frozenset[int]:
+        """The lines of a Python file that begin inside a triple-quoted string; none where
+        the file cannot be put back together from its chunks (a line split into pieces)."""
+        if doc_path not in self._in_strings:
+            if self._by_document is None:
+                self._by_document = {}
+                for chunk in self._chunks:
+                    self._by_document.setdefault(chunk.doc_path, []).append(chunk)
+            lines: dict[int, str] = {}
+            pieces = False
+            for chunk in self._by_document[doc_path]:
+                pieces = pieces or chunk.char_start > 0 or chunk.span.chars is not None
+                for offset, text in enumerate(chunk.text.split("\n")):
+                    lines.setdefault(chunk.span.line_start + offset, text)
+            text = "\n".join(lines.get(n, "") for n in range(1, max(lines, default=0) + 1))
+            self._in_strings[doc_path] = frozenset() if pieces else python_string_lines(text)
+        return self._in_strings[doc_path]
+
+
+_PYTHON_SUFFIXES = (".py", ".pyi", ".pyw")
+# What opens a comment or a string in Python, or ends a line
+_PYTHON_OPENER = re.compile(r"#[^\n]*|\"\"\"|'''|\"|'|\n")
+# ... and what closes each string: its quote unescaped (a one-line string ends at its line)
+_PYTHON_CLOSER = {
+    '"""': re.compile(r'(?:[^\\"]|\\.|"(?!""))*"""', re.DOTALL),
+    "'''": re.compile(r"(?:[^\\']|\\.|'(?!''))*'''", re.DOTALL),
+    '"': re.compile(r'(?:[^\\"\n]|\\.)*"', re.DOTALL),
+    "'": re.compile(r"(?:[^\\'\n]|\\.)*'", re.DOTALL),
+}
+
+
+def python_string_lines(text: str) -> frozenset[int]:
+    """The 1-based lines of Python source that begin inside a triple-quoted string (a
+    docstring's or a code sample's lines after its first). Comments and one-line strings
+    are stepped over, so a quote inside them opens nothing; a string left open runs to the
+    end of its line (one-line) or of the text (triple-quoted)."""
+    inside: set[int] = set()
+    line, pos = 1, 0
+    while (m := _PYTHON_OPENER.search(text, pos)) is not None:
+        token, pos = m.group(), m.end()
+        if token == "\n":
+            line += 1
+        elif token[0] != "#":
+            closed = _PYTHON_CLOSER[token].match(text, pos)
+            if closed is not None:
+                end = closed.end()
+            elif len(token) == 3:
+                end = len(text)
+            else:
+                end = text.find("\n", pos) if "\n" in text[pos:] else len(text)
+            breaks = text.count("\n", pos, end)
+            if len(token) == 3:
+                inside.update(range(line + 1, line + breaks + 1))
+            line, pos = line + breaks, end
+    return frozenset(inside)
 
 
 # Prose, where `_C_FUNCTION` and its kind read sentences as definitions ("Install click (pip

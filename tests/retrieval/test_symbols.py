@@ -1,7 +1,7 @@
 """Chunks that define a name the question writes as code come first (`retrieval.symbols`)."""
 
 from ktcli.retrieval.retriever import DEFINITION_BONUS, _fuse
-from ktcli.retrieval.symbols import MAX_DEFINITION_SITES, SymbolTable, code_names
+from ktcli.retrieval.symbols import MAX_DEFINITION_SITES, SymbolTable, code_names, python_string_lines
 from ktcli.types import Chunk, Span
 
 
@@ -71,6 +71,37 @@ def test_definitions_are_counted_by_place_not_by_chunk():
     assert SymbolTable(chunks).defining({"ProgressBar"}) == {1, 2, 3}
     vendored = [chunk(i, "def getchar(echo):\n    return read()\n") for i in range(MAX_DEFINITION_SITES)]
     assert SymbolTable(vendored).defining({"getchar"}) == set(range(MAX_DEFINITION_SITES))
+
+
+def test_a_class_inside_a_python_string_is_no_definition():
+    """rich's tree.py demo shows `class Segment(NamedTuple):` in a string it highlights: it
+    took the definition bonus beside rich's real one in segment.py."""
+    demo = ["def demo():", '    code = """\\', "class Segment(NamedTuple):", '    text: str = ""', '"""',
+            "    print(code)"]
+    real = ["class Segment(NamedTuple):", '    text: str = ""']
+    table = SymbolTable([lines_chunk("rich/tree.py", 0, demo, 1, 6), lines_chunk("rich/segment.py", 0, real, 1, 2)])
+    assert table.defining({"Segment"}) == {1}
+    # a chunk that starts inside a docstring: the file is read from its first chunk on
+    doc = ['"""Usage:', "", "class Config:", "    debug = True", '"""', "", "class Config:", "    name = 'x'"]
+    table = SymbolTable([lines_chunk("app.py", 0, doc, 1, 3), lines_chunk("app.py", 1, doc, 3, 8)])
+    assert table.defining({"Config"}) == {1}
+    assert table._sites("Config") == {("app.py", 7): 1}
+    # elsewhere a class in quotes is still read as one (a Markdown file's example)
+    readme = Chunk(doc_path="README.md", ordinal=0, text='"""\nclass Config:\n"""\n', span=Span("README.md", 1, 3),
+                   n_tokens=3)
+    assert SymbolTable([readme]).defining({"Config"}) == {0}
+
+
+def test_python_string_lines_steps_over_comments_and_one_line_strings():
+    source = "\n".join([
+        "x = '\"\"\"'  # a triple quote in a one-line string opens nothing",  # 1
+        "# nor in a comment: '''",  # 2
+        'y = """first', "inside", 'still \\""" inside', 'last"""',  # 3-6
+        "z = r'''raw", "in'''",  # 7-8
+        "w = 1",  # 9
+    ])
+    assert python_string_lines(source) == {4, 5, 6, 8}
+    assert python_string_lines('s = """never closed\nclass A:\n') == {2, 3}
 
 
 def test_a_definition_comes_first_and_one_no_ranking_found_is_still_retrieved():
