@@ -26,7 +26,7 @@ from ktcli.retrieval.dense import DenseIndex
 from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
-from ktcli.retrieval.symbols import SymbolTable, code_names
+from ktcli.retrieval.symbols import SymbolTable, code_names, used_names
 from ktcli.types import TABLE_TRAIL, Chunk
 
 # BM25's share. Dense leads because BM25 scores have a long tail: after min-max, a chunk
@@ -38,6 +38,11 @@ MIN_CANDIDATES = 50  # each ranking contributes at least this many candidates to
 # Added to a chunk that defines a name the query spells as code ("class ProgressBar"): as
 # much as the best match of both rankings, so the definition comes first, its uses after.
 DEFINITION_BONUS = 1.0 + LEXICAL_WEIGHT
+# Added to a chunk that uses a name the query asks the callers or uses of ("what calls
+# `make_str`?"): as much again, so the uses come before every chunk without one (the
+# definition's neighbours, which the embedder ranked first), and a definition, which takes
+# both bonuses, before them.
+USE_BONUS = DEFINITION_BONUS
 # Dense search counts in full for a query whose letters the embedder's vocabulary holds as
 # words (`Embedder.vocabulary_share`) at this share or more, and in proportion below it.
 # all-MiniLM-L6-v2 knows English: an Arabic or Hebrew question's vector is noise, and
@@ -57,7 +62,7 @@ BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages 
 @dataclass(frozen=True)
 class Hit:
     chunk: Chunk
-    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT], plus DEFINITION_BONUS for a definition
+    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT], plus DEFINITION_BONUS for a definition, USE_BONUS for a use
     dense_rank: int | None  # 1-based rank among dense candidates; None if not among them
     lexical_rank: int | None  # 1-based rank among BM25 matches; None if no match
 
@@ -145,7 +150,8 @@ class HybridIndex:
         dense = self.dense.search(self.embedder.embed_query(query), depth)
         lexical = self.lexical.search(query, depth)
         dense_weight = self._dense_weight(query, dense)
-        hits = _fuse(self.chunks, dense, lexical, len(self.chunks), self.symbols.defining(code_names(query)), dense_weight)
+        hits = _fuse(self.chunks, dense, lexical, len(self.chunks), self.symbols.defining(code_names(query)), dense_weight,
+                     self.symbols.using(used_names(query)))
         # A heading alone (left over where the paragraph under it was too long to share its
         # chunk) gives the model nothing to read; its words are in that paragraph's trail.
         # It comes last, not out: an outline's chunks may all be headings.
@@ -207,20 +213,22 @@ INDEXED_HEADER_CHARS = 120
 
 def _fuse(
     chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int,
-    defining: set[int] = frozenset(), dense_weight: float = 1.0,
+    defining: set[int] = frozenset(), dense_weight: float = 1.0, using: set[int] = frozenset(),
 ) -> list[Hit]:
     """`defining`: chunks that define a name the query writes as code (`symbols`), which
     get DEFINITION_BONUS, whether or not either ranking found them. `dense_weight`: the
     dense ranking's share, less than 1 where the embedder cannot read the query or the
-    passages."""
+    passages. `using`: chunks that use a name the query asks the uses of, which get
+    USE_BONUS, found by a ranking or not."""
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
     lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
     dense_score, lexical_score = _min_max(dense), _min_max(lexical)
     fused: list[tuple[float, int, int]] = []
-    for idx in dense_rank.keys() | lexical_rank.keys() | defining:
+    for idx in dense_rank.keys() | lexical_rank.keys() | defining | using:
         ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None] or [len(chunks) + 1]
         score = dense_weight * dense_score.get(idx, 0.0) + LEXICAL_WEIGHT * lexical_score.get(idx, 0.0)
         score += DEFINITION_BONUS if idx in defining else 0.0
+        score += USE_BONUS if idx in using else 0.0
         fused.append((score, min(ranks), idx))
     fused.sort(key=lambda t: (-t[0], t[1], t[2]))
     return [

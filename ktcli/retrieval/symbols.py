@@ -5,6 +5,12 @@ file among the eight chunks retrieved: the name comes back in dozens of chunks t
 and BM25 and the embedder rank a use as high as the definition. A chunk that defines a
 name the question spells as code is what such a question asks for, so the retriever
 gives it a bonus (`retriever.DEFINITION_BONUS`).
+
+"What calls `set_cell_size`?" asks for the opposite: the chunks that use the name. BM25
+ranked rich's call sites 3rd and 4th, but the embedder placed the question beside the
+definition and its neighbours, and the fusion kept those; a question that asks about a
+name's callers, uses or imports gives the chunks using the name a bonus too
+(`retriever.USE_BONUS`).
 """
 
 from __future__ import annotations
@@ -88,6 +94,12 @@ _PROSE = frozenset({"the", "a", "an", "this", "that", "these", "those", "which",
                     "entire", "whole", "current", "previous", "next", "old", "original", "default", "custom",
                     "internal", "external", "global", "local", "specific", "particular", "corresponding", "relevant",
                     "actual", "underlying", "final", "single", "simple", "nested", "recursive", "anonymous"})
+# Words that ask for a name's uses: "what calls X", "callers of X", "where is X used",
+# "who imports X". "called" only where no name follows ("a function called X" names one).
+_USE_CUES = re.compile(r"\b(?:calls?|callers?|calling|called(?=\s*(?:$|[?.!,;:)]|from\b|by\b|in\b|anywhere\b|"
+                       r"elsewhere\b|outside\b))|uses|used|usages?|use\s+of|invoke[sd]?|invoking|invocations?|"
+                       r"references?|referenced|referencing|imports?|imported|importing)\b", re.IGNORECASE)
+_CODE_SPAN = re.compile(r"`[^`]*`")
 # A name defined at more places than this is a common one (`__init__`, `open`, `flush`): no
 # signal. Places, not chunks: chunks overlap, and rich's `class ProgressBar` in two of them
 # counted twice, so its three definitions in a monorepo (rich's, click's and the copy of
@@ -120,6 +132,17 @@ def code_names(question: str) -> set[str]:
     return names
 
 
+def used_names(question: str) -> set[str]:
+    """The code names (`code_names`) of a question that asks who calls, uses or imports
+    them; none where it asks nothing of the kind. A dotted name's last part: the uses of
+    `Console.print` are calls of `.print(`, not every chunk naming Console."""
+    # words in backticks are code (`call_later` asks for no caller), yet a name all the same
+    # ("the function called `make_str`" names one)
+    if not _USE_CUES.search(_CODE_SPAN.sub(" name ", question)):
+        return set()
+    return code_names(_BACKTICKED.sub(lambda m: "`" + re.split(r"\.|::", m.group(1))[-1] + "`", question))
+
+
 def _shaped(name: str) -> bool:
     """Capitalised, or written as code (an underscore, a capital inside): a type's name."""
     return name[:1].isupper() or "_" in name or any(c.isupper() for c in name[1:])
@@ -134,6 +157,7 @@ class SymbolTable:
     def __init__(self, chunks: Sequence[Chunk]) -> None:
         self._chunks = chunks
         self._defined: dict[str, dict[tuple[str, int], int]] = {}
+        self._used: dict[str, set[int]] = {}
         self._by_document: dict[str, list[Chunk]] | None = None
         self._in_strings: dict[str, frozenset[int]] = {}
 
@@ -146,6 +170,21 @@ class SymbolTable:
             sites = self._sites(name)
             if len(sites) <= MAX_DEFINITION_SITES:
                 out.update(sites.values())
+        return out
+
+    def using(self, names: set[str]) -> set[int]:
+        """Indices of the chunks that hold any of `names` as a whole identifier on a line
+        that does not define it: its calls, imports and mentions, however many."""
+        out: set[int] = set()
+        for name in names:
+            if name not in self._used:
+                sites = self._sites(name)
+                whole = re.compile(rf"(?<![\w$]){re.escape(name)}(?![\w$])")
+                self._used[name] = {
+                    i for i, chunk in enumerate(self._chunks) if name in chunk.text
+                    and any((chunk.doc_path, chunk.span.line_start + chunk.text.count("\n", 0, m.start())) not in sites
+                            for m in whole.finditer(chunk.text))}
+            out.update(self._used[name])
         return out
 
     def _sites(self, name: str) -> dict[tuple[str, int], int]:

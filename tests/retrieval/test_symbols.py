@@ -1,8 +1,9 @@
 """Chunks that define a name the question writes as code come first (`retrieval.symbols`)."""
 
-from ktcli.retrieval.retriever import DEFINITION_BONUS, _fuse
-from ktcli.retrieval.symbols import MAX_DEFINITION_SITES, SymbolTable, code_names, python_string_lines
+from ktcli.retrieval.retriever import DEFINITION_BONUS, USE_BONUS, HybridIndex, _fuse
+from ktcli.retrieval.symbols import MAX_DEFINITION_SITES, SymbolTable, code_names, python_string_lines, used_names
 from ktcli.types import Chunk, Span
+from tests.retrieval.fakes import HashEmbedder
 
 
 def chunk(i: int, text: str) -> Chunk:
@@ -158,3 +159,52 @@ def test_names_in_other_alphabets_are_code_names_too():
     assert code_names("`2fast` and `$el`") == {"$el"}  # a name starts with no digit
     assert code_names("Was macht überprüfe_größe?") == {"überprüfe_größe"}  # snake_case without backticks
     assert code_names("что делает проверить_размер()?") == {"проверить_размер"}
+
+
+def test_a_question_about_a_names_callers_or_uses_is_told_apart():
+    """"What calls `set_cell_size`?" got the definition and its neighbours: nothing asked
+    for the chunks that call it."""
+    assert used_names("What calls `set_cell_size`?") == {"set_cell_size"}
+    assert used_names("Which functions call `make_str`?") == {"make_str"}
+    assert used_names("Which functions call render_markup?") == {"render_markup"}
+    assert used_names("Where is `make_str` called?") == {"make_str"}
+    assert used_names("Who imports `ProgressBar`, and where is it used?") == {"ProgressBar"}
+    assert used_names("What calls `Console.print`?") == {"print"}  # a method's calls, not every Console
+    # a definition, a name that merely holds the cue, a name "called" so
+    for question in ("Where is `make_str` defined?", "What does `call_later` do?",
+                     "Where is the function called `make_str`?", "How do callers get help?"):
+        assert used_names(question) == set(), question
+
+
+def test_the_chunks_using_a_name_are_its_calls_and_imports_not_its_definition():
+    texts = ["def make_str(value):\n    return str(value)\n", "    self.name = make_str(name)\n",
+             "from .utils import make_str\n", "s = make_string(v)  # another name\n",
+             "x = utils.make_str(v)\n", "def make_str(value):\n    pass\n"]
+    table = SymbolTable([chunk(i, t) for i, t in enumerate(texts)])
+    assert table.using({"make_str"}) == {1, 2, 4}
+    # a chunk that defines the name and calls it too is a use
+    recursive = SymbolTable([chunk(0, "def walk(node):\n    for child in node:\n        walk(child)\n")])
+    assert recursive.using({"walk"}) == {0}
+
+
+def test_the_uses_of_a_name_asked_about_come_after_its_definition_and_before_the_rest():
+    """rich's call sites of set_cell_size were BM25's 3rd and 4th, but the fusion, led by the
+    embedder, kept the definition's neighbours."""
+    neighbours = [f"def set_cell_{what}(text, total):\n    # what calls set the cell size? set cell {what} calls\n"
+                  f"    return size_of_cell(text, total)\n" for what in ("width", "height", "count", "span", "style")]
+    texts = ["def set_cell_size(text, total):\n    # set the cell size\n    return text[:total]\n", *neighbours,
+             "    for line in lines:\n        if len(line) > width:\n            line = set_cell_size(line, width)\n"
+             "        new_lines.append(line)\n    return new_lines\n",
+             "from .cells import cell_len, set_cell_size\nfrom .segment import Segment, Segments\nimport re\n"]
+    chunks = [chunk(i, t) for i, t in enumerate(texts)]
+    index = HybridIndex.build(chunks, embedder=HashEmbedder(), store=None)
+    question = "What calls `set_cell_size`?"
+    calls = {len(texts) - 2, len(texts) - 1}
+    dense = index.dense.search(index.embedder.embed_query(question), len(chunks))
+    lexical = index.lexical.search(question, len(chunks))
+    before = [h.chunk.ordinal for h in _fuse(chunks, dense, lexical, 3, index.symbols.defining(code_names(question)))]
+    assert before[0] == 0 and not calls <= set(before)  # (the fusion alone, for the record)
+    hits = [h.chunk.ordinal for h in index.search(question, 3)]
+    assert hits[0] == 0 and set(hits[1:]) == calls
+    fused = _fuse(chunks, dense, lexical, len(chunks), {0}, using=calls | {0})
+    assert fused[0].score >= DEFINITION_BONUS + USE_BONUS and fused[2].score >= USE_BONUS >= fused[3].score
