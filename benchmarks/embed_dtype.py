@@ -40,7 +40,7 @@ def run(args) -> dict:
     from ktcli.hardware import native_bf16_matmul
     from ktcli.retrieval.embedder import Embedder
     from ktcli.retrieval.retriever import HybridIndex, _fuse, indexed_text
-    from ktcli.retrieval.symbols import code_names
+    from ktcli.retrieval.symbols import code_names, used_names
 
     embedders = {dtype: Embedder("minilm", dtype=dtype) for dtype in DTYPES}
     for e in embedders.values():
@@ -74,11 +74,12 @@ def run(args) -> dict:
             index = HybridIndex.build(chunks, embedder=_Fixed(embedders[dtype], texts, vectors[dtype]), store=None)
             for set_name, cases in sets.items():
                 ranks = []
-                for question, *gold in cases:
+                for question, places in cases:
                     dense = index.dense.search(embedders[dtype].embed_query(question), 50)
                     lexical = index.lexical.search(question, 50)
-                    hits = _fuse(index.chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)))
-                    ranks.append(_rank([h.chunk for h in hits][: max(K)], gold))
+                    hits = _fuse(index.chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)),
+                                 using=index.symbols.using(used_names(question)))
+                    ranks.append(_rank([h.chunk for h in hits][: max(K)], places))
                 entry["sets"].setdefault(set_name, {})[dtype] = {**_scores(ranks), "ranks": ranks}
                 pooled[dtype].extend(ranks)
         result["corpora"][name] = entry

@@ -253,3 +253,37 @@ def definition_cases(folder: str, cases: list[tuple[str, str]]) -> list[tuple[st
                 out.append((question, f"{folder}/{path.name}", line, line + 3))
                 break
     return out
+
+
+# "What calls X?" of click as installed: functions defined once and called from 2-7 places,
+# most of them in other functions or files than the definition. The gold is every line that
+# calls the name (`caller_cases`, found at run time); a hit is a chunk holding one of them.
+CLICK_CALLER_CASES = [
+    ("What calls `resolve_color_default`?", "resolve_color_default"),
+    ("Which functions call `strip_ansi`?", "strip_ansi"),
+    ("Where is `get_text_stderr` used?", "get_text_stderr"),
+    ("Who calls open_stream()?", "open_stream"),
+    ("Which code calls `_find_binary_writer`?", "_find_binary_writer"),
+    ("Where is `augment_usage_errors` used?", "augment_usage_errors"),
+    ("What calls iter_params_for_processing?", "iter_params_for_processing"),
+    ("Which functions call `wrap_text`?", "wrap_text"),
+    ("Where is `get_best_encoding` called?", "get_best_encoding"),
+    ("What uses `_safecall`?", "_safecall"),
+]
+
+
+def caller_cases(folder: str, cases: list[tuple[str, str]]) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    """(question, [(file, line, line), ...]) of each line in `folder` that calls the name
+    (`name(` on a line that is no `def`)."""
+    import re
+    from pathlib import Path
+
+    files = sorted(Path(folder).glob("*.py"))
+    texts = {path: path.read_text(encoding="utf-8").split("\n") for path in files}
+    out = []
+    for question, name in cases:
+        call = re.compile(rf"(?<![\w]){re.escape(name)}\(")
+        places = [(f"{folder}/{path.name}", n, n) for path, lines in texts.items()
+                  for n, line in enumerate(lines, start=1) if call.search(line) and not line.lstrip().startswith("def ")]
+        out.append((question, places))
+    return out

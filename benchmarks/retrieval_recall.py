@@ -21,12 +21,14 @@ the index held before) and with its section trail first ("sections",
   CamelCase, snake_case, ALL_CAPS or `name()`; definitions by class/def/fn... and constants
   only): the baseline of the "backticked" set;
 * defs1: the same by the rules of 2026-12-05 before the evening (a name's definitions
-  counted by chunk, not by place, and none taken past 3), the baseline of what changed
-  after them;
+  counted by chunk, not by place, and none taken past 3; no bonus for the chunks using a
+  name whose callers or uses the question asks for): the baseline of the "callers" set;
 * dense alone, bm25 alone.
 Reported per question set: recall@1, @3, @8 (the default top_k) and MRR over the top 8;
 and over all questions, the baseline (plain, rrf) against now (sections, defs). The click
-corpus asks "where is X defined?" of click as installed (`retrieval_cases.definition_cases`).
+corpus asks "where is X defined?" of click as installed (`retrieval_cases.definition_cases`),
+and "what calls X?" (`retrieval_cases.caller_cases`: a hit is a chunk holding any line that
+calls X; places@8, the share of those lines the 8 chunks hold, of as many as 8 can).
 """
 
 from __future__ import annotations
@@ -40,12 +42,14 @@ from benchmarks import common
 from benchmarks.qa_accuracy import PDF, PDF_QUESTIONS
 from benchmarks.retrieval_cases import (
     CLICK_BACKTICK_CASES,
+    CLICK_CALLER_CASES,
     CLICK_DEFINITION_CASES,
     MINIREPO_CASES,
     MINIREPO_TERMS_CASES,
     TUTORIAL,
     TUTORIAL_CASES,
     TUTORIAL_TERMS_CASES,
+    caller_cases,
     definition_cases,
 )
 
@@ -57,21 +61,24 @@ RRF_K = 60  # the baseline's constant (Cormack, Clarke & Buettcher, SIGIR 2009)
 WAYS = ("rrf", "score", "defs0", "defs1", "defs", "dense", "bm25")
 
 
-def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, str | None, int, int | None]]]]]:
-    """corpus -> (input paths, {question set: [(question, gold path or None, first line or
-    page, last line or None)]})."""
+def _cases() -> dict[str, tuple[list[str], dict[str, list[tuple[str, list[tuple[str | None, int, int | None]]]]]]]:
+    """corpus -> (input paths, {question set: [(question, [(gold path or None, first line
+    or page, last line or None), ...])]}): a question answered at any of its places."""
     return {
         "tutorial": ([TUTORIAL], {
-            "paraphrased": [(q, TUTORIAL, a, b) for q, a, b in TUTORIAL_CASES],
-            "own terms": [(q, TUTORIAL, a, b) for q, a, b in TUTORIAL_TERMS_CASES],
+            "paraphrased": [(q, [(TUTORIAL, a, b)]) for q, a, b in TUTORIAL_CASES],
+            "own terms": [(q, [(TUTORIAL, a, b)]) for q, a, b in TUTORIAL_TERMS_CASES],
         }),
         "minirepo": ([MINIREPO], {
-            "paraphrased": [(q, path, a, b) for q, path, a, b in MINIREPO_CASES],
-            "own terms": [(q, path, a, b) for q, path, a, b in MINIREPO_TERMS_CASES],
+            "paraphrased": [(q, [(path, a, b)]) for q, path, a, b in MINIREPO_CASES],
+            "own terms": [(q, [(path, a, b)]) for q, path, a, b in MINIREPO_TERMS_CASES],
         }),
-        "pdf": ([PDF], {"own terms": [(q, None, page, None) for q, _answers, page in PDF_QUESTIONS]}),
-        "click": ([CLICK], {"definitions": definition_cases(CLICK, CLICK_DEFINITION_CASES),
-                            "backticked": definition_cases(CLICK, CLICK_BACKTICK_CASES)}),
+        "pdf": ([PDF], {"own terms": [(q, [(None, page, None)]) for q, _answers, page in PDF_QUESTIONS]}),
+        "click": ([CLICK], {"definitions": [(q, [(path, a, b)]) for q, path, a, b in
+                                            definition_cases(CLICK, CLICK_DEFINITION_CASES)],
+                            "backticked": [(q, [(path, a, b)]) for q, path, a, b in
+                                           definition_cases(CLICK, CLICK_BACKTICK_CASES)],
+                            "callers": caller_cases(CLICK, CLICK_CALLER_CASES)}),
     }
 
 
@@ -81,8 +88,15 @@ def _is_hit(chunk, gold_path, first, last) -> bool:
     return chunk.doc_path == gold_path and chunk.span.line_start <= last and chunk.span.line_end >= first
 
 
-def _rank(hits, gold) -> int | None:
-    return next((r for r, chunk in enumerate(hits, start=1) if _is_hit(chunk, *gold)), None)
+def _rank(hits, places) -> int | None:
+    return next((r for r, chunk in enumerate(hits, start=1) if any(_is_hit(chunk, *place) for place in places)), None)
+
+
+def _places_found(hits, places) -> float:
+    """The share of a question's places (a name's call sites) the hits hold, of as many as
+    they could hold."""
+    found = sum(any(_is_hit(chunk, *place) for chunk in hits) for place in places)
+    return found / min(len(places), len(hits) or 1)
 
 
 def _scores(ranks: list[int | None]) -> dict:
@@ -137,7 +151,7 @@ def _defining_by_chunk(chunks, question: str) -> set[int]:
 
 def _rankings(index, question: str) -> dict[str, list]:
     from ktcli.retrieval.retriever import _fuse
-    from ktcli.retrieval.symbols import code_names
+    from ktcli.retrieval.symbols import code_names, used_names
 
     chunks = index.chunks
     dense = index.dense.search(index.embedder.embed_query(question), DEPTH)
@@ -148,7 +162,8 @@ def _rankings(index, question: str) -> dict[str, list]:
         # what ask does now: a chunk defining a name the question writes as code comes first
         "defs0": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), _defining_before(chunks, question))],
         "defs1": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), _defining_by_chunk(chunks, question))],
-        "defs": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)))],
+        "defs": [h.chunk for h in _fuse(chunks, dense, lexical, max(K), index.symbols.defining(code_names(question)),
+                                        using=index.symbols.using(used_names(question)))],
         "dense": [chunks[i] for i, _ in dense],
         "bm25": [chunks[i] for i, _ in lexical],
     }
@@ -175,12 +190,16 @@ def run(args) -> dict:
             entry[f"build_s_{variant}"] = round(time.perf_counter() - t0, 1)
             for set_name, cases in sets.items():
                 ranks: dict[str, list[int | None]] = {how: [] for how in WAYS}
-                for question, *gold in cases:
+                shares: dict[str, list[float]] = {how: [] for how in WAYS}
+                for question, places in cases:
                     for how, hits in _rankings(index, question).items():
-                        ranks[how].append(_rank(hits[: max(K)], gold))
+                        ranks[how].append(_rank(hits[: max(K)], places))
+                        shares[how].append(_places_found(hits[: max(K)], places))
                 out = entry["sets"].setdefault(set_name, {"n_questions": len(cases), "results": {}})
                 for how, r in ranks.items():
                     out["results"][f"{variant}/{how}"] = {**_scores(r), "ranks": r}
+                    if any(len(places) > 1 for _question, places in cases):  # e.g. a name's callers
+                        out["results"][f"{variant}/{how}"]["places@8"] = round(sum(shares[how]) / len(cases), 3)
                     pooled.setdefault((variant, how), []).extend(r)
         result["corpora"][name] = entry
     result["all"] = {f"{v}/{h}": {**_scores(r), "n_questions": len(r)} for (v, h), r in pooled.items()}
