@@ -7,7 +7,8 @@ text must *end* in at least `min_copies` back-to-back copies of one unit of at l
 `min_unit` characters, spanning at least `min_span` characters. A list whose items
 merely look alike, a table's separator rows or a code block with a repeated short line
 does not match; twenty identical words in a row does. Citation markers count as one
-another whatever their number: "[1] to [2] to [3] to ..." ran to the token limit.
+another whatever their number: "[1] to [2] to [3] to ..." ran to the token limit; and so
+do the numbers of a list's items ("3. See above." "4. See above." ...).
 """
 
 from __future__ import annotations
@@ -66,12 +67,18 @@ class RepetitionGuard:
 
 
 _MARKER = re.compile(r"(?<![\w\]\[])\[\d+\]")  # a citation, not an index: buf[10] is code
+# A list item's number at the start of a line ("17. ", "4) "). Not a letter's: a lettered
+# list runs out at z.
+_ITEM_DIGITS = re.compile(r"^([ \t]*)(\d+)(?=[.)]\s)", re.MULTILINE)
 
 
 def _shape(text: str) -> str:
-    """The text with each citation marker's digits as zeros (same length, so positions
-    hold): a loop that only counts its markers up is still a loop."""
-    return _MARKER.sub(lambda m: "[" + "0" * (len(m[0]) - 2) + "]", text) if "[" in text else text
+    """The text with the digits of each citation marker and of each list item's number as
+    zeros (same length, so positions hold): a loop that only counts its markers or its
+    items up is still a loop."""
+    if "[" in text:
+        text = _MARKER.sub(lambda m: "[" + "0" * (len(m[0]) - 2) + "]", text)
+    return _ITEM_DIGITS.sub(lambda m: m[1] + "0" * len(m[2]), text)
 
 
 class EchoedText:
@@ -93,7 +100,12 @@ class EchoedText:
     back right after itself: a summary of ktcli's own `ingest/` folder ended in 'It is
     written in Python.' eleven times in a row, 270 characters, all shown before
     `RepetitionGuard` fired. Short lines that recur apart ('Returns:', a heading per
-    module) are ordinary."""
+    module) are ordinary.
+
+    A list item is compared without its number or letter ('4. ', 'b) '): asked for chapter
+    13's recommendations, the bundled model wrote '3. Investigate and treat the Greyrock adit
+    discharge...' and the same again under 4 to 19, to the token limit, each line unlike
+    the last only in its number. Items that differ in a word are shown."""
 
     def __init__(self, min_line: int = 40, min_adjacent: int = 16):
         self.min_line, self.min_adjacent = min_line, min_adjacent
@@ -126,7 +138,7 @@ class EchoedText:
         token limit mid-repeat ('The break statement is used to exit a loop when')."""
         if self.repeated:
             return ""
-        return self._release(self._holding_from())
+        return self._release(self._holding_from(ended=True))
 
     def _scan(self) -> int | None:
         """Take in the lines and sentences the new text completed; where a repeat starts,
@@ -136,7 +148,7 @@ class EchoedText:
             nl = text.find("\n", self.line_start)
             end = self._sentence_end(nl if nl >= 0 else len(text))
             if end is not None:  # a sentence ends before the line does
-                key = _collapse(text[self.sentence_start : end])
+                key = _item(_collapse(text[self.sentence_start : end]))
                 if (width(key) >= self.min_line and key in self.sentences) or self._adjacent(key, self.last_sentence):
                     self.repeated = key
                     return self.sentence_start
@@ -147,7 +159,7 @@ class EchoedText:
                 continue
             if nl < 0:
                 return None
-            key = text[self.line_start : nl].strip()
+            key = _item(text[self.line_start : nl].strip())
             if not self.in_code and ((self._counts(key) and key in self.lines) or self._adjacent(key, self.last_line)):
                 self.repeated = key
                 return self.line_start
@@ -172,20 +184,24 @@ class EchoedText:
                 return m.end()
         return None
 
-    def _holding_from(self) -> int:
+    def _holding_from(self, ended: bool = False) -> int:
         """Where the held text starts: at the current line or sentence while it matches the
-        start of an earlier one, else nothing is held."""
+        start of an earlier one, else nothing is held. Until the stream has `ended`, a line
+        or sentence that is so far only what may be an item's number ('4', '4.') is held
+        too: shown, it stayed on screen above the repeat it began."""
         hold = len(self.text)
         if self.in_code:
             return hold
         # Stripped both ways, as the lines kept are: a repeat followed by spaces was no
         # longer a prefix of its earlier line and was shown before its line break.
         line = self.text[self.line_start :].strip()
-        if line and (any(s.startswith(line) for s in self.lines) or self._could_repeat(line, self.last_line)):
+        item = _item(line, so_far=not ended)
+        if line and (any(s.startswith(item) for s in self.lines) or self._could_repeat(item, self.last_line)):
             hold = self.line_start
         sentence = _collapse(self.text[self.sentence_start :])
-        if sentence and (any(s.startswith(sentence) for s in self.sentences)
-                         or self._could_repeat(sentence, self.last_sentence)):
+        item = _item(sentence, so_far=not ended)
+        if sentence and (any(s.startswith(item) for s in self.sentences)
+                         or self._could_repeat(item, self.last_sentence)):
             hold = min(hold, self.sentence_start)
         return hold
 
@@ -230,6 +246,17 @@ _SENTENCE_END = re.compile(r"""[.!?\u061f\u06d4\u0964]["')\]\u201d\u2019]*\s|"""
                            r"""[\u3002\uff01\uff1f][\u300d\u300f\u201d\u2019\uff09]*\s?""")
 # "2. " or "b) " at the start of a line numbers a list item; it ends no sentence.
 _LIST_MARKER = re.compile(r"\s*(\d+|[A-Za-z])[.)]")
+_ITEM_NUMBER = re.compile(r"(\d+|[A-Za-z])[.)]\s+")
+_ITEM_NUMBER_SO_FAR = re.compile(r"(\d+|[A-Za-z])[.)]?")
+
+
+def _item(key: str, so_far: bool = False) -> str:
+    """A line or sentence (stripped) less the number or letter of the list item it starts
+    with. `so_far`: it is still being written, and what may yet be a number is nothing yet."""
+    if so_far and _ITEM_NUMBER_SO_FAR.fullmatch(key):
+        return ""
+    m = _ITEM_NUMBER.match(key)
+    return key[m.end() :] if m else key
 
 
 def _collapse(text: str) -> str:

@@ -12,6 +12,10 @@ from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 from ktcli.pipeline.runner import Tally, generate_text, stream_answer
 
 TUTORIAL = Path(__file__).resolve().parents[2] / "sample_docs" / "python-tutorial-3.11.rst"
+# Numbered items that look alike but differ in a word: a list, not a loop.
+SUITES = ["unit", "lint", "type", "fuzz", "smoke", "load", "soak", "chaos", "canary", "browser", "mobile"]
+ALIKE_ITEMS = "".join(f"{i}. Install the package with pip and then run the {what} test suite.\n"
+                      for i, what in enumerate(SUITES[:5], 1))
 LOOP_LINE = "The :keyword:`*` syntax is used to accept a variable number of keyword arguments.\n\n"
 OPENING = "Use the :keyword:`def` statement with ``name=value`` parameters.\n\n"
 
@@ -47,7 +51,7 @@ def test_short_units_need_a_long_run():
     [
         "| a | b |\n|---|---|\n| 1 | 2 |\n|---|---|\n| 3 | 4 |\n|---|---|\n",  # alike rows, not a loop
         "```python\n" + "    pass\n" * 6 + "```\n",  # a short repeated code line
-        "".join(f"{i}. Install the package and run the tests.\n" for i in range(1, 12)),  # numbered alike items
+        "".join(f"{i}. Install the package and run the {what} tests.\n" for i, what in enumerate(SUITES, 1)),  # alike items
         "\n" * 400,  # blank lines are not worth a stop
     ],
     ids=["table", "code", "numbered-list", "blank-lines"],
@@ -159,7 +163,7 @@ def test_a_line_that_starts_like_an_earlier_one_is_shown_once_it_differs(seed):
     [
         "```python\n" + "    print('the same long line of code, printed again and again')\n" * 3 + "```\n",
         "Short line.\nShort line.\nShort line.\n",
-        "".join(f"{i}. Install the package with pip and then run the test suite.\n" for i in range(1, 6)),
+        ALIKE_ITEMS,
     ],
     ids=["code", "short-lines", "numbered-list"],
 )
@@ -194,7 +198,7 @@ def test_a_sentence_repeated_with_other_line_breaks_is_never_shown_twice(seed):
 @pytest.mark.parametrize(
     "text",
     [
-        "".join(f"{i}. Install the package with pip and then run the test suite.\n" for i in range(1, 6)),
+        ALIKE_ITEMS,
         "a) Install the package with pip and then run the test suite. b) Install the package with pip "
         "and then run the test suite, then tag it.\n",
         "It is short. It is short. It is short. It is short.\n",
@@ -292,3 +296,75 @@ def test_loops_in_cjk_and_arabic_are_stopped_as_soon_as_english_ones(seed):
     guard = RepetitionGuard()
     fired = _feed_in_pieces(guard, "回答：" + "我不知道" * 100, seed)
     assert fired is not None and fired <= len("回答：") + 130 and guard.kept() == "回答：我不知道"
+
+
+GREYROCK_ITEM = "Investigate and treat the Greyrock adit discharge before it reaches Tallow Beck."
+GREYROCK = ("The recommendations in chapter 13 are:\n\n"
+            "1. Replace the culvert under the haul road.\n"
+            "2. Fence the open stope above the mill.\n"
+            + "".join(f"{i}. {GREYROCK_ITEM}\n" for i in range(3, 20)))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_numbered_item_said_again_under_the_next_number_is_never_shown_twice(seed):
+    # What the bundled model wrote for "What are the recommendations in chapter 13?": one
+    # sentence 17 times, only its number counting up, to the token limit.
+    echo = EchoedText()
+    shown = _stream(echo, GREYROCK, seed)
+    assert shown == GREYROCK.split("4. ")[0] and echo.repeated == GREYROCK_ITEM
+    # lettered the same; and one of 16+ characters right after itself, under either
+    assert _stream(EchoedText(), f"a) {GREYROCK_ITEM}\nb) {GREYROCK_ITEM}\n", seed) == f"a) {GREYROCK_ITEM}\n"
+    assert _stream(EchoedText(), "1. Plant more alders.\n2. Plant more alders.\n3. Plant", seed) == \
+        "1. Plant more alders.\n"
+    # without the full stop that ends a sentence: the line is the item
+    looping = "".join(f"{i}) Monitor the beck below the adit\n" for i in range(1, 6))
+    assert _stream(EchoedText(), looping, seed) == "1) Monitor the beck below the adit\n"
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_numbered_items_that_differ_in_a_word_are_shown_and_numbers_alone_are_not_held_back(seed):
+    assert _stream(EchoedText(), ALIKE_ITEMS, seed) == ALIKE_ITEMS
+    short = "1. Plant more alders.\n2. Plant more willows.\n3. Plant more alders.\n"  # 16+ but apart
+    assert _stream(EchoedText(), short, seed) == short
+    # an answer that ends in a number or a letter on a line of its own keeps it
+    for last in ("42", "B", "7."):
+        text = f"{GREYROCK_ITEM}\nThe answer is:\n{last}"
+        assert _stream(EchoedText(), text, seed) == text
+
+
+def test_a_numbered_list_that_loops_on_a_short_item_is_stopped_by_the_loop_guard():
+    text = "Steps:\n" + "".join(f"{i}. See above.\n" for i in range(1, 60))
+    guard = RepetitionGuard()
+    fired = _feed_in_pieces(guard, text)
+    # periodic from item 10 on (two digits), then 240 characters of copies
+    assert fired is not None and fired < text.index("27. ")
+    assert guard.kept().startswith("Steps:\n1. See above.\n") and guard.kept().count("See above.") <= 10
+    guard = RepetitionGuard()
+    assert _feed_in_pieces(guard, "Steps:\n" + "".join(f"{i}. See above.\n" for i in range(10, 60))) is not None
+    assert guard.kept() == "Steps:\n10. See above.\n"
+
+
+class NumberedLoopBackend(LoopingBackend):
+    """Streams the Greyrock answer's list, one item again and again under a rising number."""
+
+    def stream_chat(self, messages, params):
+        try:
+            yield GREYROCK.split("3. ")[0]
+            for i in range(3, 40):  # to the token limit: 37 items of 12 words
+                for word in f"{i}. {GREYROCK_ITEM}\n".split(" "):
+                    self.streamed += 1
+                    yield word + " "
+        finally:
+            self.closed = True
+            self._stats = GenStats(prompt_tokens=10, new_tokens=self.streamed, prefill_s=0.1, decode_s=0.1)
+
+
+def test_stream_answer_stops_a_numbered_loop_and_says_it_repeated_not_ran_out():
+    backend, reporter, tally = NumberedLoopBackend(), Recorder(), Tally()
+    params = SamplingParams(max_new_tokens=384)
+    text = stream_answer(backend, [{"role": "user", "content": "q"}], params, tally, reporter)
+    assert backend.closed and backend.streamed < 40
+    assert text.count("Greyrock") == 1 and "".join(reporter.shown).count("Greyrock") == 1
+    assert text.endswith(f"3. {GREYROCK_ITEM}")
+    assert len(reporter.warnings) == 1 and "repeating an earlier line" in reporter.warnings[0]
+    assert "hit_max_new_tokens" not in tally.figures() and tally.figures()["stopped_repeating"] == 1
