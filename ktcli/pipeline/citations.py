@@ -131,11 +131,17 @@ def _lines(chunk: Chunk) -> list[_Line]:
 
 
 def cited_labels(answer: str, n_labels: int) -> list[int]:
+    """The source labels `answer` writes ([3]), in order, each once, but those inside a
+    sentence that restates ktcli's instructions: 'Answer the question in a few sentences,
+    citing sources like [1].' was a whole answer, and [1] its Sources."""
     seen: list[int] = []
-    for m in _LABEL.finditer(answer):
-        label = int(m.group(1))
-        if 1 <= label <= n_labels and label not in seen:
-            seen.append(label)
+    for sentence in _SENTENCE.split(answer):
+        if restates_instructions(_LABEL.sub(" ", sentence)):  # judged without its labels, as `attribute` does
+            continue
+        for m in _LABEL.finditer(sentence):
+            label = int(m.group(1))
+            if 1 <= label <= n_labels and label not in seen:
+                seen.append(label)
     return seen
 
 

@@ -206,7 +206,7 @@ SUMMARY_REDUCE_INSTRUCTION = ("Write the final summary from these notes: what it
 
 def instructions() -> str:
     """Every word ktcli itself writes into a prompt: an answer that restates them (the
-    bundled model often does) cites nothing (`citations.attribute`)."""
+    bundled model often does) cites nothing (`citations.attribute`, `citations.cited_labels`)."""
     # Not OUTLINE_NOTE: its words (function, docstrings, comments) are what a code summary says.
     return " ".join((SYSTEM, ASK_INSTRUCTION, NOTES_INSTRUCTION, SUMMARY_INSTRUCTION, SUMMARY_NOTES_INSTRUCTION,
                      SUMMARY_REDUCE_INSTRUCTION, "Notes gathered from earlier sources. Notes so far. "

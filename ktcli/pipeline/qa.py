@@ -31,6 +31,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             # The next question about the same input starts with the same tokens up to its own.
             with cited_if_interrupted() as streamed:
                 streamed.text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
+                _warn_if_echo(streamed.text, reporter)
 
             def whole_read_answer(text: str) -> Answer:
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
@@ -90,6 +91,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     with cited_if_interrupted() as streamed:
         streamed.text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally,
                                       reporter)
+        _warn_if_echo(streamed.text, reporter)
 
     def retrieval_answer(text: str) -> Answer:
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
@@ -108,6 +110,14 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
+
+
+def _warn_if_echo(text: str, reporter: Reporter) -> None:
+    """Said, so that an answer shown with no Sources under it is not taken for one the
+    input could not back: the model wrote back ktcli's own instructions, '[1]' and all."""
+    if citations.only_restates_instructions(text):
+        reporter.warn("the answer only restates ktcli's instructions, so it cites nothing: try rewording the "
+                      "question, or a larger --model")
 
 
 def _whole_read_figures(prep: Prepared) -> dict:

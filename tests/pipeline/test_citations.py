@@ -51,6 +51,21 @@ def test_labels_the_model_wrote_are_kept_in_range():
     assert cites[0].ref == "b.txt:5"
 
 
+def test_a_label_inside_an_echo_of_the_instructions_is_no_citation():
+    """'Answer the question in a few sentences, citing sources like [1].' was the whole
+    answer, and [1] its Sources."""
+    from ktcli.ingest.loaders import document_from_bytes
+    from ktcli.pipeline.citations import document_citations
+
+    echo = "Answer the question in a few sentences, citing sources like [1]."
+    assert cited_labels(echo, 3) == [] and cited_labels(echo.replace("[1]", "[12]"), 12) == []
+    assert cited_labels(f"The vault code is 7741 [2]. {echo}", 3) == [2]
+    assert cited_labels("See [3].\n" + echo, 3) == [3]
+    docs = [document_from_bytes(b"alpha beta\n", "a.txt", "a.txt"), document_from_bytes(b"gamma\n", "b.txt", "b.txt")]
+    assert document_citations(echo, docs, []) == []
+    assert [c.ref for c in document_citations(f"{echo} Gamma is in [2].", docs, [])] == ["b.txt"]
+
+
 def test_merge_drops_citations_inside_others():
     a = chunk("a.txt", 1, ["one", "two", "three"])
     wide = label_citations([1], [a])

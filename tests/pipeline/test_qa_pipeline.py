@@ -505,6 +505,23 @@ def test_a_summary_that_restates_the_instructions_cites_nothing_and_says_so(tmp_
     assert any("only restates ktcli's instructions" in m for m in reporter.said)
 
 
+@pytest.mark.parametrize("mode", ["retrieval", "full"])
+def test_an_answer_that_restates_the_instructions_cites_nothing_and_says_so(haystack, tmp_path, mode):
+    """`ktcli ask papers/ "Which datasets..."` answered 'Answer the question in a few
+    sentences, citing sources like [1].', with `[1] paper_a.pdf p.219` under Sources."""
+    class Echo(FakeBackend):
+        def _reply(self, messages):
+            return prompts.ASK_INSTRUCTION
+
+    settings = settings_for(tmp_path, mode=mode)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    reporter = Warnings()
+    answer = answer_question(prep, Echo(), settings, reporter, Tally())
+    assert answer.text == prompts.ASK_INSTRUCTION and answer.citations == ()
+    assert reporter.lines == ["the answer only restates ktcli's instructions, so it cites nothing: try rewording the "
+                              "question, or a larger --model"]
+
+
 def test_ctrl_c_while_a_summary_reads_keeps_the_notes_so_far(haystack, tmp_path):
     """200 s of reading parts ended in an empty stdout: the notes were progress only."""
     from ktcli.errors import InterruptedWithNotes
