@@ -26,6 +26,7 @@ from ktcli.retrieval.dense import DenseIndex
 from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
+from ktcli.retrieval.section_names import SectionTable, named_sections
 from ktcli.retrieval.symbols import SymbolTable, code_names, used_names
 from ktcli.types import TABLE_TRAIL, Chunk
 
@@ -43,6 +44,10 @@ DEFINITION_BONUS = 1.0 + LEXICAL_WEIGHT
 # definition's neighbours, which the embedder ranked first), and a definition, which takes
 # both bonuses, before them.
 USE_BONUS = DEFINITION_BONUS
+# Added to a chunk in (or opening) a section the query names by number ("what does
+# section 3.2 say?", "clause 7.3"; `section_names`): as much as a definition's, so the
+# section's chunks come first, ordered among themselves by the rankings.
+SECTION_BONUS = DEFINITION_BONUS
 # Dense search counts in full for a query whose letters the embedder's vocabulary holds as
 # words (`Embedder.vocabulary_share`) at this share or more, and in proportion below it.
 # all-MiniLM-L6-v2 knows English: an Arabic or Hebrew question's vector is noise, and
@@ -62,7 +67,7 @@ BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages 
 @dataclass(frozen=True)
 class Hit:
     chunk: Chunk
-    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT], plus DEFINITION_BONUS for a definition, USE_BONUS for a use
+    score: float  # fused score, in [0, 1 + LEXICAL_WEIGHT], plus DEFINITION_BONUS for a definition, USE_BONUS for a use, SECTION_BONUS for a named section
     dense_rank: int | None  # 1-based rank among dense candidates; None if not among them
     lexical_rank: int | None  # 1-based rank among BM25 matches; None if no match
 
@@ -88,10 +93,12 @@ class HybridIndex:
     embedder: TextEmbedder
     stats: dict = field(default_factory=dict)
     symbols: SymbolTable = field(init=False)
+    sections: SectionTable = field(init=False)
     last_blind: bool = field(default=False, init=False)  # the last search was a guess (`search`)
 
     def __post_init__(self) -> None:
         self.symbols = SymbolTable(self.chunks)
+        self.sections = SectionTable(self.chunks)
 
     @classmethod
     def build(
@@ -151,7 +158,7 @@ class HybridIndex:
         lexical = self.lexical.search(query, depth)
         dense_weight = self._dense_weight(query, dense)
         hits = _fuse(self.chunks, dense, lexical, len(self.chunks), self.symbols.defining(code_names(query)), dense_weight,
-                     self.symbols.using(used_names(query)))
+                     self.symbols.using(used_names(query)), self.sections.naming(named_sections(query)))
         # A heading alone (left over where the paragraph under it was too long to share its
         # chunk) gives the model nothing to read; its words are in that paragraph's trail.
         # It comes last, not out: an outline's chunks may all be headings.
@@ -214,21 +221,24 @@ INDEXED_HEADER_CHARS = 120
 def _fuse(
     chunks: Sequence[Chunk], dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int,
     defining: set[int] = frozenset(), dense_weight: float = 1.0, using: set[int] = frozenset(),
+    named: set[int] = frozenset(),
 ) -> list[Hit]:
     """`defining`: chunks that define a name the query writes as code (`symbols`), which
     get DEFINITION_BONUS, whether or not either ranking found them. `dense_weight`: the
     dense ranking's share, less than 1 where the embedder cannot read the query or the
     passages. `using`: chunks that use a name the query asks the uses of, which get
-    USE_BONUS, found by a ranking or not."""
+    USE_BONUS, found by a ranking or not. `named`: chunks in a section the query names by
+    number, which get SECTION_BONUS."""
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
     lexical_rank = {idx: r for r, (idx, _) in enumerate(lexical, start=1)}
     dense_score, lexical_score = _min_max(dense), _min_max(lexical)
     fused: list[tuple[float, int, int]] = []
-    for idx in dense_rank.keys() | lexical_rank.keys() | defining | using:
+    for idx in dense_rank.keys() | lexical_rank.keys() | defining | using | named:
         ranks = [r for r in (dense_rank.get(idx), lexical_rank.get(idx)) if r is not None] or [len(chunks) + 1]
         score = dense_weight * dense_score.get(idx, 0.0) + LEXICAL_WEIGHT * lexical_score.get(idx, 0.0)
         score += DEFINITION_BONUS if idx in defining else 0.0
         score += USE_BONUS if idx in using else 0.0
+        score += SECTION_BONUS if idx in named else 0.0
         fused.append((score, min(ranks), idx))
     fused.sort(key=lambda t: (-t[0], t[1], t[2]))
     return [
