@@ -15,6 +15,8 @@ from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
+from ktcli.ingest.loaders import STDIN_PATH
+from ktcli.retrieval.symbols import changed_names
 from ktcli.types import Answer, Chunk, Mode
 
 
@@ -57,7 +59,10 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     started = time.perf_counter()
     index = build_index(prep, settings, reporter)
     index_s = time.perf_counter() - started
-    hits = index.search(prep.question, prep.plan.top_k)
+    piped = _piped_beside_files(prep)
+    hits = index.search(_search_query(prep.question, piped), prep.plan.top_k)
+    if piped:
+        hits = _with_piped_input(hits, piped, prep.plan.evidence_budget, reporter)
     if index.last_blind:
         reporter.warn("no passage holds a word of the question, and the embedder reads the question or the documents "
                       "as letters, not words: the passages read are a guess (ask in the documents' language)")
@@ -110,6 +115,36 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
+
+
+def _piped_beside_files(prep: Prepared) -> list[Chunk]:
+    """The chunks of standard input where files or folders are read beside it (`git diff |
+    ktcli ask - repo/ "What does this change break?"`): what was piped is what the question
+    is about, and the files are where to look."""
+    if len(prep.corpus.documents) < 2 or not any(d.path == STDIN_PATH for d in prep.corpus.documents):
+        return []
+    return [c for c in prep.chunks if c.doc_path == STDIN_PATH]
+
+
+def _search_query(question: str, piped: list[Chunk]) -> str:
+    """The question, and where what was piped is a diff, a question after the callers of
+    the names it changes (`symbols.changed_names`): a question of no content word found
+    8 arbitrary passages, none the caller that breaks."""
+    names = changed_names("\n".join(c.text for c in piped)) if piped else []
+    return f"{question} What calls {', '.join(f'`{n}`' for n in names)}?" if names else question
+
+
+def _with_piped_input(hits: list, piped: list[Chunk], budget: int, reporter: Reporter) -> list:
+    """Standard input read whole beside the passages retrieved from the files (`Hit`s),
+    where it takes at most half the evidence budget (else its chunks compete as any others)."""
+    from ktcli.retrieval.retriever import Hit
+
+    tokens = sum(c.n_tokens for c in piped)
+    if tokens > budget // 2:
+        return hits
+    reporter.status(f"reading all of {STDIN_PATH} ({tokens:,} tokens) beside the passages retrieved from the files")
+    pinned = [Hit(chunk=c, score=0.0, dense_rank=None, lexical_rank=None) for c in piped]
+    return pinned + [h for h in hits if h.chunk.doc_path != STDIN_PATH]
 
 
 def _warn_if_echo(text: str, reporter: Reporter) -> None:

@@ -143,6 +143,30 @@ def used_names(question: str) -> set[str]:
     return code_names(_BACKTICKED.sub(lambda m: "`" + re.split(r"\.|::", m.group(1))[-1] + "`", question))
 
 
+# A unified diff's hunk header, its context after the second @@ (git names the enclosing
+# function there), and its changed lines.
+_HUNK = re.compile(r"^@@ [^@]* @@ ?(.*)$", re.MULTILINE)
+_CHANGED = re.compile(r"^[+-](?![+-]{2} )(.*)$", re.MULTILINE)
+_CONSTANT = re.compile(r"^\s*([A-Z][A-Z0-9_]{2,})\s*[:=]", re.MULTILINE)
+MAX_CHANGED_NAMES = 6
+
+
+def changed_names(diff: str) -> list[str]:
+    """The names a unified diff changes: declared on its changed lines or named in its hunk
+    headers (the function each hunk is in), and constants assigned there, in order, at most
+    MAX_CHANGED_NAMES; none where the text is no diff. "What does this change break?"
+    holds no word to retrieve by: the callers of what changed are its answer."""
+    if not _HUNK.search(diff):
+        return []
+    names: list[str] = []
+    lines = [m.group(1) for m in _HUNK.finditer(diff)] + [m.group(1) for m in _CHANGED.finditer(diff)]
+    for line in lines:
+        for m in (*_DEFINED.finditer(line), *_CONSTANT.finditer(line)):
+            if len(m.group(1)) >= 3 and m.group(1) not in names:
+                names.append(m.group(1))
+    return names[:MAX_CHANGED_NAMES]
+
+
 def _shaped(name: str) -> bool:
     """Capitalised, or written as code (an underscore, a capital inside): a type's name."""
     return name[:1].isupper() or "_" in name or any(c.isupper() for c in name[1:])
