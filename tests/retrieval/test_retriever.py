@@ -242,3 +242,18 @@ def test_a_question_about_documents_the_embedder_cannot_read_is_said_to_be_a_gue
     english = HybridIndex.build(make_doc_chunks("ops/log.md", [NEEDLE, *FILLER]), embedder=real_embedder, store=None)
     english.search("Who services the pump in bay 7?", 3)
     assert not english.last_blind
+
+
+def test_a_question_about_several_documents_reads_each_of_them():
+    """'Compare the results of the two papers': 7 of 8 passages came from one paper."""
+    from tests.retrieval.fakes import make_doc_chunks as chunks_of
+
+    a = chunks_of("a.pdf", [f"Paper A results table {i}: accuracy rose on the benchmark." for i in range(10)])
+    b = chunks_of("b.pdf", ["Zebra quokka wombat: figures of the other study."])
+    index = HybridIndex.build(a + b, embedder=HashEmbedder(), store=None)
+    plain = index.search("What are the results in paper A's table?", 4)
+    assert {h.chunk.doc_path for h in plain} == {"a.pdf"}
+    compared = index.search("Compare the results tables of the two papers.", 4)
+    assert [h.chunk.doc_path for h in compared].count("b.pdf") == 1 and len(compared) == 4
+    scores = [h.score for h in compared]
+    assert scores == sorted(scores, reverse=True)  # still in rank order
