@@ -7,7 +7,7 @@ import os
 import re
 
 from ktcli.engine.backend import Message
-from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL
+from ktcli.types import CHAPTER, SECTION_SEPARATOR, TABLE_TRAIL
 
 SYSTEM = (
     "You are ktcli, a careful assistant that answers from the given sources only. "
@@ -255,12 +255,23 @@ def file_listing(documents, max_lines: int = LISTING_MAX_LINES) -> str:
     # Named as the source tags name them, less the folders all share (said once, above):
     # 55 files under one deep folder spent a third of a summary's prompt on its name.
     paths = [d.path for d in documents]
-    rows = [f"{ref} ({d.n_lines} lines)" for ref, d in zip(_without_common_folders(paths), documents)]
+    rows = [f"{ref} ({_size(d)})" for ref, d in zip(_without_common_folders(paths), documents)]
     if len(rows) > max_lines:
         rest = len(rows) - max_lines
         rows = rows[:max_lines] + [f"... and {rest} more files (all of them are read; only the listing is short)"]
     root = shared_folder(paths)
     return "\n".join(([f"(all in {root}/)"] if root else []) + rows)
+
+
+def _size(doc) -> str:
+    """A document's length as its reader counts it: a PDF's pages, an EPUB's chapters, a
+    file's lines ("paper.pdf (536 lines)" named no page a summary could cite)."""
+    numbered = [p for p in doc.pages if p.number is not None]
+    if doc.kind == "pdf" and numbered:
+        return f"{len(numbered)} page{'s' if len(numbered) != 1 else ''}"
+    if doc.unit == CHAPTER and numbered:
+        return f"{len(numbered)} chapter{'s' if len(numbered) != 1 else ''}"
+    return f"{doc.n_lines} lines"
 
 
 def summary_messages(text: str, listing: str = "", outlined: bool = False) -> list[Message]:

@@ -120,3 +120,14 @@ def test_a_document_past_the_window_alone_is_read_in_parts_with_the_others(folde
     backend.context_window = 1600
     summarize(prep, backend, settings, reporter, Tally())
     assert any("summarizing in parts" in w for w in reporter.lines)
+
+
+def test_a_summarys_file_listing_counts_a_pdf_in_pages():
+    """"paper.pdf (536 lines)" named no page a summary could cite."""
+    from ktcli.pipeline.prompts import file_listing
+    from ktcli.types import Document, Page
+
+    pdf = Document(path="docs/paper.pdf", text="a\nb\nc", kind="pdf", pages=(Page(1, "a\nb"), Page(2, "c", 2)),
+                   sha256="0" * 64)
+    notes = Document(path="docs/notes.txt", text="x\ny\n", kind="text", sha256="1" * 64)
+    assert file_listing([pdf, notes]) == "(all in docs/)\npaper.pdf (2 pages)\nnotes.txt (2 lines)"
