@@ -19,7 +19,7 @@ from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline import notes_memo
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.skip_report import report_skipped
+from ktcli.pipeline.skip_report import first_named, report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
@@ -334,6 +334,8 @@ def prepare(
     )
     plan = make_plan(request, facts, load_rates(settings, facts))
     _warn_if_chunks_too_small(settings, plan, reporter)
+    if task == "summarize" and settings.outline == "always":
+        _warn_if_not_outlined(corpus, outlines, reporter)
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {}, converts_model=converts,
                     notes_request=notes_request)
@@ -519,6 +521,16 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | 
         return None
     total = sum(c.n_tokens for c in chunks)
     return sum(c.n_tokens for c, h in zip(chunks, held) if not h) / total if total else None
+
+
+def _warn_if_not_outlined(corpus: Corpus, outlines: dict, reporter: Reporter) -> None:
+    """--outline always over files that have no outline: said (a 59-page PDF planned and
+    read exactly as without the flag, and nothing told why)."""
+    whole = [d.path for d in corpus.documents if d.path not in outlines]
+    if whole:
+        reporter.warn(f"--outline always: {first_named(whole)} {'has' if len(whole) == 1 else 'have'} no outline "
+                      "(PDFs, data, and text without headings or code) and "
+                      f"{'is' if len(whole) == 1 else 'are'} read whole")
 
 
 def _outlines(corpus: Corpus) -> dict[str, list[tuple[int, str]]]:

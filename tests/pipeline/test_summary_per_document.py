@@ -131,3 +131,17 @@ def test_a_summarys_file_listing_counts_a_pdf_in_pages():
                    sha256="0" * 64)
     notes = Document(path="docs/notes.txt", text="x\ny\n", kind="text", sha256="1" * 64)
     assert file_listing([pdf, notes]) == "(all in docs/)\npaper.pdf (2 pages)\nnotes.txt (2 lines)"
+
+
+def test_outline_always_says_which_files_have_no_outline(tmp_path):
+    from .test_qa_pipeline import Warnings
+
+    docs = tmp_path / "mixed"
+    docs.mkdir()
+    (docs / "app.py").write_text('"""The app."""\n\n\ndef main():\n    """Run it."""\n    return 0\n' * 40)
+    (docs / "data.csv").write_text("id,name\n" + "".join(f"{i},n{i}\n" for i in range(200)))
+    reporter = Warnings()
+    prepare([str(docs)], "", "summarize", settings_for(tmp_path, mode="auto", outline="always"), reporter)
+    assert [w for w in reporter.lines if "--outline always" in w] == [
+        f"--outline always: {docs / 'data.csv'} has no outline (PDFs, data, and text without headings or code) "
+        "and is read whole"]
