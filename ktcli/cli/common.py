@@ -163,7 +163,8 @@ class Options:
             if p.outline_files:
                 what += f", {p.outline_files} file(s) as outlines"
             wait = f"first token ~{p.est_first_token_seconds:.0f}s, " if p.est_first_token_seconds else ""
-            reporter.status(f"plan: {p.mode.value} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{p.est_seconds:.0f}s")
+            mode = f"{p.mode.value} (in parts)" if p.mode.value == "retrieval" and p.task == "summarize" else p.mode.value
+            reporter.status(f"plan: {mode} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{p.est_seconds:.0f}s")
             for reason in p.reasons:
                 if reason.startswith("no plan is estimated within"):
                     reporter.warn(reason)

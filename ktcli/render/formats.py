@@ -180,9 +180,14 @@ def _short(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 9.95 else f"{seconds:.0f} s"
 
 
+# A summary's "retrieval" retrieves nothing: it reads every chunk, window by window (a
+# user took "mode retrieval" for a summary of a few passages).
+_PARTS = " (a summary in parts: every chunk read, window by window, notes passed on, then the summary)"
+
+
 def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     lines = [
-        f"mode        {plan.mode.value}",
+        f"mode        {plan.mode.value}{_PARTS if plan.mode.value == 'retrieval' and plan.task == 'summarize' else ''}",
         f"task        {plan.task}",
         f"input       ~{plan.input_tokens:,} tokens in {plan.n_documents} document(s){est_tokens_note}",
         f"window      {plan.context_window:,} tokens (answer budget {plan.answer_budget})",

@@ -158,3 +158,13 @@ def test_json_lists_each_citation_once_as_the_sources_do():
                                            Citation("minutes.html:4", span, label=1), Citation("a.py:9", Span("a.py", 9, 9), label=2)))
     assert [c["ref"] for c in json.loads(answer_json(answer))["citations"]] == ["minutes.html:4", "a.py:9"]
     assert citations_text(answer).count("minutes.html:4") == 1
+
+
+def test_a_summary_in_parts_is_said_to_read_every_chunk():
+    """"mode retrieval" read as a summary of a few retrieved passages."""
+    from ktcli.types import Mode
+
+    plan = replace(_answer().plan, mode=Mode.RETRIEVAL, task="summarize")
+    assert plan_lines(plan)[0] == ("mode        retrieval (a summary in parts: every chunk read, window by window, "
+                                   "notes passed on, then the summary)")
+    assert plan_lines(replace(plan, task="ask"))[0] == "mode        retrieval"
