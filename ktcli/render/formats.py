@@ -46,9 +46,14 @@ def _evidence_read(answer: Answer) -> str:
     evidence = answer.stats.get("evidence") or []
     if not answer.text.strip() or not evidence:
         return ""
-    rows = [f"  {e['ref']}" for e in evidence[:MAX_READ_SHOWN]]
-    if len(evidence) > MAX_READ_SHOWN:
-        rows.append(f"  ... and {len(evidence) - MAX_READ_SHOWN} more")
+    # each place once, with how many passages came from it: a PDF page's passages share
+    # its ref (one page was listed 4 times of 8)
+    counts: dict[str, int] = {}
+    for e in evidence:
+        counts[e["ref"]] = counts.get(e["ref"], 0) + 1
+    rows = [f"  {ref}" + (f"  ({n} passages)" if n > 1 else "") for ref, n in list(counts.items())[:MAX_READ_SHOWN]]
+    if len(counts) > MAX_READ_SHOWN:
+        rows.append(f"  ... and {len(counts) - MAX_READ_SHOWN} more")
     return "\n\nRead (no sentence of the answer matched a line of it):\n" + "\n".join(rows)
 
 

@@ -115,6 +115,11 @@ def test_an_answer_nothing_was_traced_to_names_what_was_read():
     assert text.splitlines()[-1] == "  ... and 2 more"
     assert citations_text(replace(_answer(evidence=evidence), text=" ")) == ""  # nothing said, nothing to check
     assert citations_text(_answer()) == ""  # no evidence figures (a summary)
+    # a PDF page's passages share its ref: each place once, with how many came from it
+    pages = [{"ref": "paper.pdf p.219 (page 3 of the file)"}] * 4 + [{"ref": "paper.pdf p.220 (page 4 of the file)"}]
+    text = citations_text(replace(_answer(evidence=pages), text="It is on a page."))
+    assert text.splitlines()[3:] == ["  paper.pdf p.219 (page 3 of the file)  (4 passages)",
+                                     "  paper.pdf p.220 (page 4 of the file)"]
 
 
 def test_a_place_cited_twice_is_listed_once():
