@@ -612,6 +612,21 @@ def test_generated_code_of_any_language_is_known_by_its_shape_but_prose_is_not(w
     assert load_corpus([str(tmp_path / "r" / "longline.py")]).documents  # named: read
 
 
+def test_a_generated_data_table_is_reported_not_read(write, tmp_path: Path) -> None:
+    """rich's _emoji_codes.py, 68K tokens of one entry a line, was a tenth of a monorepo and
+    3 of the 8 passages read for a question about a diff."""
+    write("r/_emoji_codes.py", "EMOJI = {\n" + "".join(f'    "emoji_{i}": "\\u{i:04x}",\n' for i in range(1500)) + "}\n")
+    write("r/widths.py", "TABLE = [\n" + "".join(f"    ({i}, {i + 5}, -1),  # block {i}\n" for i in range(1200)) + "]\n")
+    # a module of many short lines of code is no table, however regular
+    write("r/app.py", "".join(f"def tax_{i}(amount):\n    return amount * 0.{i % 9 + 1}\n\n" for i in range(900)))
+    corpus = walk(tmp_path / "r")
+    assert rels(corpus, tmp_path / "r") == ["app.py"]
+    assert reasons(corpus, tmp_path / "r") == {
+        "_emoji_codes.py": "a generated data table (100% of its 1,502 lines are literals; name the file to read it)",
+        "widths.py": "a generated data table (100% of its 1,202 lines are literals; name the file to read it)"}
+    assert load_corpus([str(tmp_path / "r" / "widths.py")]).documents  # named: read
+
+
 def test_exclude_leaves_out_what_its_patterns_match_but_never_a_file_named(write, tmp_path: Path,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """A 984K-token tests/fixtures/big_orders.csv was most of a 20-file repo's input."""
