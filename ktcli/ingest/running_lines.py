@@ -5,10 +5,10 @@ pypdf reads them as the page's first and last lines, so every page break put a l
 furniture in the middle of the text: a sentence running on to the next page was cut by
 "Annual Report 2023 - page 4", a word hyphenated across it was not joined, and each
 passage retrieved spent tokens on the same line. They are taken out of every page but the
-first page with text, where one that has letters is kept (the title, once, where it stands
-above the text). A copy kept on a later page cut a sentence there: a report's foot first
-printed on page 6, after its front matter, stood between "tokeni-" and "zation". A page
-number among them
+first page with text; one with letters that does not count the pages (the title, a
+"PRIVILEGED" legend) is read once there, where it stands or above the page's text. A copy
+kept on a later page cut a sentence there: a report's foot first printed on page 6, after
+its front matter, stood between "tokeni-" and "zation". A page number among them
 names the page where the PDF declares no labels of its own: a paper whose pages print 345
 to 360 is cited as "p.345 (page 1 of the file)".
 """
@@ -19,12 +19,17 @@ import re
 from collections import Counter
 
 # Lines looked at on each edge of a page: a head is often two lines (a journal's name,
-# then its volume and pages), a foot a page number under a notice.
-_EDGE_LINES = 2
+# then its volume and pages), a foot a page number under a notice, and pypdf reads some
+# writers' foot right after their head (a contract's "Page 3 of 14" third from the top).
+_EDGE_LINES = 3
 # A running line is on at least this share of the text pages, and on 3 or more. A share
 # under one half lets a book's heads alternate (its title on left pages, the chapter's on
-# right pages); a line this frequent at a page's edge is not the text's own.
+# right pages); a line this frequent at a page's edge is not the text's own. A short
+# document's share is higher: a regulation of 6 pages had a wrapped line of its own
+# wording at the foot of 3.
 _MIN_SHARE = 0.4
+_MIN_SHARE_SHORT = 0.6
+_SHORT_PAGES = 10
 _MIN_PAGES = 3
 _MAX_CHARS = 120  # a paragraph's line that happens to recur is longer than a page's furniture
 _NUMBER = re.compile(r"\d+")
@@ -41,12 +46,25 @@ _PAGE_NUMBER_LINE = re.compile(
 
 def _shape(line: str) -> str | None:
     """The line with its numbers as "#", spaced and cased alike, so "Page 3 of 12" and
-    "page 4 of 12" are one head; None for a line no running head can be: a table's row
-    (cells joined by " | ") or a long one."""
-    text = _SPACES.sub(" ", line).strip().lower()
-    if not text or len(text) > _MAX_CHARS or " | " in text:
+    "page 4 of 12" are one head; None for a line no running head can be: a table's row of
+    3+ cells (joined by " | "; a head's left and right ends are joined so too, as two), a
+    long one, or a sentence's wrapped line."""
+    text = _SPACES.sub(" ", line).strip()
+    if not text or len(text) > _MAX_CHARS or text.count(" | ") > 1:
         return None
-    return _NUMBER.sub("#", text)
+    if text.startswith(("[form field ", "[comment")):
+        return None  # a form's answer or a comment (`pdftext._annotation_lines`): each page's own
+    shape = _NUMBER.sub("#", text.lower())
+    if text[0].islower() and " " in text and not _PAGE_NUMBER_LINE.search(shape):
+        return None  # a sentence's wrapped line ("shall be accompanied by written reasons."), not a URL
+    return shape
+
+
+def _halves(line: str) -> list[str]:
+    """A head's two ends, where the table reader joined them as one row ("CONFIDENTIAL -
+    Master Services Agreement | Ref: NW-17"): on the pages it took for tables only, so the
+    same head was two lines on some pages and one on others."""
+    return line.split(" | ") if line.count(" | ") == 1 else []
 
 
 def _edges(lines: list[str]) -> list[tuple[str, int]]:
@@ -68,6 +86,7 @@ class _Head:
     def __init__(self, shape: str) -> None:
         self.may_count = _PAGE_NUMBER_LINE.search(shape) is not None
         self.numbers: dict[int, tuple[int, ...]] = {}  # page index (1-based) -> the line's numbers
+        self.counts = False  # one of its numbers counts the pages (`pages` decides)
 
     def pages(self) -> dict[int, int | None]:
         """Its pages, each with the number it prints for itself (None where it prints none)."""
@@ -79,6 +98,7 @@ class _Head:
             same = Counter(values[place] for values in self.numbers.values()).most_common(1)[0]
             step = Counter(values[place] - index for index, values in self.numbers.items()).most_common(1)[0]
             rules.append((True, step[0]) if self.may_count and step[1] > same[1] else (False, same[0]))
+        self.counts = any(counts for counts, _ in rules)
         out: dict[int, int | None] = {}
         for index, values in self.numbers.items():
             if all(v - index == k if counts else v == k for v, (counts, k) in zip(values, rules)):
@@ -87,13 +107,16 @@ class _Head:
 
 
 def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
-    """The pages' texts without their running heads and feet (those with letters kept on
-    the first page with text), and the printed page number each page's heads or feet give
-    where it is not the page's own number (else None).
+    """The pages' texts without their running heads and feet, and the printed page number
+    each page's heads or feet give where it is not the page's own number (else None).
 
-    A line is running where its shape (`_shape`) stands at the same edge of at least
-    `_MIN_SHARE` of the pages with text, and 3 of them, with numbers that keep to its rule
-    (`_Head`); only the outermost lines of an edge go, up to the first that is the page's own."""
+    A line is running where its shape (`_shape`) stands at the same edge of enough of the
+    pages with text (`_MIN_SHARE`, `_MIN_SHARE_SHORT`), and 3 of them, with numbers that
+    keep to its rule (`_Head`); only the outermost lines of an edge go, up to the first
+    that is the page's own. One that counts the pages ("Page 3 of 14") goes everywhere.
+    One that does not, with letters (a title, "PRIVILEGED & CONFIDENTIAL"), is read once:
+    where it stands on the first page with text, or above that page's text where it does
+    not stand there (a cover without the legend lost it from the whole text)."""
     pages = [t.split("\n") for t in texts]
     n_text_pages = sum(1 for t in texts if t.strip())
     if n_text_pages < _MIN_PAGES:
@@ -101,30 +124,88 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     heads: dict[tuple[str, str], _Head] = {}
     for index, lines in enumerate(pages, start=1):
         for edge, i in _edges(lines):
-            shape = _shape(lines[i])
-            if shape is not None:
-                head = heads.setdefault((edge, shape), _Head(shape))
-                head.numbers.setdefault(index, tuple(int(n) for n in _NUMBER.findall(lines[i])))
-    needed = max(_MIN_PAGES, _MIN_SHARE * n_text_pages)
+            for line in (lines[i], *_halves(lines[i])):
+                shape = _shape(line)
+                if shape is not None:
+                    head = heads.setdefault((edge, shape), _Head(shape))
+                    head.numbers.setdefault(index, tuple(int(n) for n in _NUMBER.findall(line)))
+    share = _MIN_SHARE_SHORT if n_text_pages < _SHORT_PAGES else _MIN_SHARE
+    needed = max(_MIN_PAGES, share * n_text_pages)
     running = {key: on for key, head in heads.items() if len(on := head.pages()) >= needed}
     if not running:
         return texts, [None] * len(texts)
     first = next(i for i, t in enumerate(texts, start=1) if t.strip())
-    out: list[str] = []
+    # each page's furniture: (line, its running keys, those read once, their texts)
+    furniture: list[list[tuple[int, list[tuple[str, str]], list[tuple[str, str]], list[str]]]] = []
     for index, lines in enumerate(pages, start=1):
-        drop: set[int] = set()
+        found = []
         edges = _edges(lines)
         for edge in ("top", "bottom"):
             for where, i in edges:
                 if where != edge:
                     continue
                 key = (where, _shape(lines[i]) or "")
-                if index not in running.get(key, ()):
+                whole = index in running.get(key, ())
+                parts = [key] if whole else [(where, _shape(h) or "") for h in _halves(lines[i])]
+                if not parts or any(index not in running.get(part, ()) for part in parts):
                     break  # the page's own text: nothing past it is furniture
-                if index != first or not _LETTER.search(lines[i]):
-                    drop.add(i)  # a bare page number ("- 3 -") is not kept even there
+                texts_of = [lines[i]] if whole else _halves(lines[i])
+                once = [part for part in parts if not heads[part].counts and _LETTER.search(part[1])]
+                found.append((i, parts, once, texts_of))
+        furniture.append(found)
+    # A line that does not count the pages goes only from a text that runs on from page to
+    # page (a report, a contract, a paper): in a batch of invoices, forms or slides each
+    # page is its own, and its "Payment terms: Net 30 days", a form's answer or a slide's
+    # title, the same on many pages, are each page's text.
+    runs_on = _runs_on(pages, furniture)
+    kept: dict[tuple[str, str], str] = {}  # the lines read once, by key: the first copy of each
+    out: list[str] = []
+    for index, (lines, found) in enumerate(zip(pages, furniture), start=1):
+        drop: set[int] = set()
+        for i, parts, once, texts_of in found:
+            if once and not runs_on:
+                continue
+            for part, text in zip(parts, texts_of):
+                if part in once:
+                    kept.setdefault(part, text.strip())
+            if index != first or not once:
+                drop.add(i)
         out.append(_trimmed([line for i, line in enumerate(lines) if i not in drop]) if drop else texts[index - 1])
+    on_first = {key for key, on in running.items() if first in on}
+    missing = [line for key, line in kept.items() if key not in on_first]
+    if missing:
+        out[first - 1] = "\n".join(missing + [out[first - 1]])
     return out, _page_numbers(running, len(texts))
+
+
+# A page break inside a sentence: the page's text ends in a hyphen or a comma, or in a
+# word on a long (wrapped prose) line, or the next page's starts in lower case. Not a short
+# line without a full stop: a slide's bullet, an invoice's total, a form's field.
+# Of the page breaks, at least this share and 2 fall inside a sentence: a contract's 3 of
+# 19, a 60-page report's 7 of 60, a paper's 3 of 7; invoices, forms, slides and the sample
+# annual report (a page a section) none.
+_RUNS_ON_SHARE = 0.1
+_RUNS_ON_MIN = 2
+_PROSE_LINE_CHARS = 50
+_ENDS_IN_A_WORD = re.compile(r"[^\W\d_]$")
+
+
+def _runs_on(pages: list[list[str]], furniture: list[list]) -> bool:
+    """Whether the text runs on from page to page: enough of its page breaks, furniture
+    left aside, fall inside a sentence (`_RUNS_ON_SHARE`, `_RUNS_ON_MIN`)."""
+    bodies = []
+    for lines, found in zip(pages, furniture):
+        gone = {i for i, *_ in found}
+        body = [line.strip() for i, line in enumerate(lines) if i not in gone and line.strip()]
+        if body:
+            bodies.append(body)
+    breaks = list(zip(bodies, bodies[1:]))
+    if not breaks:
+        return False
+    inside = sum(1 for before, after in breaks
+                 if before[-1].endswith(("-", ",")) or after[0][0].islower()
+                 or (len(before[-1]) >= _PROSE_LINE_CHARS and _ENDS_IN_A_WORD.search(before[-1])))
+    return inside >= max(_RUNS_ON_MIN, _RUNS_ON_SHARE * len(breaks))
 
 
 def _trimmed(lines: list[str]) -> str:
