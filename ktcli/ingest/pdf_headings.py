@@ -16,6 +16,7 @@ section 3.2 say?" found the sentence citing "Section 3.2" and not the section. H
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import NamedTuple
 
 from ktcli.types import SECTION_SEPARATOR
@@ -29,6 +30,18 @@ _MIN_CHAIN = 3
 _NUMBERED = re.compile(r"\s*(?P<number>\d{1,2}(?:\.\d{1,2}){0,3})\.?\s+(?P<title>[^\W\d_].*?)\s*$")
 _UNNUMBERED = re.compile(r"\s*(?:abstract|references|bibliography|acknowledge?ments?|appendix(?:\s+[A-Z])?"
                          r"(?:\s*[:.\u2013\u2014-]?\s+\S.*)?)\s*$", re.IGNORECASE)
+# A regulation's or a contract's divisions, by their kind: "Article 4 - Retention periods",
+# "SCHEDULE 1", "Annex A", "Part II: Definitions" (Schedules and Annexes were filed under
+# the clause before them, an Article-style regulation had no sections at all).
+_KIND_HEADING = re.compile(r"\s*(?i:article|schedule|annex|exhibit|part|chapter|section)\s+(?:\d{1,3}|[A-Z]|[IVXLC]{1,6})"
+                           r"(?:\s*[:.\u2013\u2014-]\s*\S.*|\s+[^\W\d_a-z]\S*.*)?\s*$")
+# A number line's title with this many figures is a row of a list or a table, not a
+# heading ("1 Widget A 2 10.00 20.00"; "4. Effective Date means 1 April 2024").
+_MAX_TITLE_FIGURES = 1
+_FIGURE = re.compile(r"\d+(?:[.,]\d+)*")
+# A number that opens this many candidate lines or more numbers lines, not sections (a
+# transcript's line numbers, a list's items restarting under every clause).
+_MAX_REPEATS = 3
 _NUMBER_LEAD = re.compile(r"^\s*(?:\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){0,3})\.?\s+")
 _NOT_TITLE_END = tuple(".,;:")
 
@@ -93,12 +106,16 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
             if len(line) > _MAX_TITLE_CHARS + 12 or " | " in line:
                 continue
             m = _NUMBERED.fullmatch(line)
-            if m and _title_like(m["title"]):
+            if m and _title_like(m["title"]) and len(_FIGURE.findall(m["title"])) <= _MAX_TITLE_FIGURES:
                 candidates.append((page, k, tuple(int(n) for n in m["number"].split(".")), line.strip()))
-            elif _UNNUMBERED.fullmatch(line) and _title_like(line.strip()):
+            elif (_UNNUMBERED.fullmatch(line) or _KIND_HEADING.fullmatch(line)) and _title_like(line.strip()):
                 keywords.append((page, k, line.strip()))
+    repeats = Counter(c[2] for c in candidates)
+    candidates = [c for c in candidates if repeats[c[2]] < _MAX_REPEATS]
     chain = _longest_chain([c[2] for c in candidates])
     if len(chain) < _MIN_CHAIN:
+        chain = []
+    if not chain and len(keywords) < _MIN_CHAIN:  # (Abstract and References alone: no outline)
         return [PageSections("") for _ in texts]
     marks = sorted([(candidates[i][0], candidates[i][1], len(candidates[i][2]), candidates[i][3]) for i in chain]
                    + [(page, k, 1, title) for page, k, title in keywords])
@@ -118,35 +135,51 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
     return out
 
 
+# A clause's verbs: a numbered line holding one is a sentence (a definition "2. Affiliate
+# means a group company", an obligation), not a heading.
+_SENTENCE_WORDS = frozenset({"means", "shall", "must", "is", "are", "was", "were", "will", "may", "has", "have"})
+
+
 def _title_like(title: str) -> bool:
-    """A heading's words: short, no sentence's end, and (in a script with capitals) a capital first."""
+    """A heading's words: short, no sentence's end or clause's verb, and (in a script with
+    capitals) a capital first."""
     words = title.split()
     return (0 < len(words) <= _MAX_TITLE_WORDS and len(title) <= _MAX_TITLE_CHARS
-            and not title.endswith(_NOT_TITLE_END) and not title[0].islower())
-
-
-def _follows(before: tuple[int, ...], number: tuple[int, ...]) -> bool:
-    """Whether a heading numbered `number` can come right after one numbered `before`:
-    its first subsection (3.2 -> 3.2.1), or the next one at its level or above it
-    (3.2.1 -> 3.2.2, 3.3 or 4)."""
-    if number == before + (1,):
-        return True
-    return any(number == before[:k] + (before[k] + 1,) for k in range(len(before)))
+            and not title.endswith(_NOT_TITLE_END) and not title[0].islower()
+            and not any(w.lower() in _SENTENCE_WORDS for w in words))
 
 
 def _longest_chain(numbers: list[tuple[int, ...]]) -> list[int]:
-    """Indexes of the longest run of `numbers`, in order, each following the one before it
-    (`_follows`), starting at a first section (1, or 1.1) or anywhere a chain may resume
-    (an excerpt): dynamic programming over the candidates, few per document."""
-    best: list[int] = [1] * len(numbers)
-    back: list[int] = [-1] * len(numbers)
+    """Indexes of the longest run of `numbers`, in order, each following the one before it:
+    its first subsection (3.2 -> 3.2.1), or the next one at its level or above it (3.2.1 ->
+    3.2.2, 3.3 or 4); any number may start a run (an excerpt). Of runs as long, the one through the nearer predecessor: a contract's
+    definitions listed "2.", "3.", "4." under clause 1 came before its clauses "2. Term",
+    "3. Fees", "4. Confidentiality", and the clauses are what "5. Termination" follows.
+    Linear in the candidates (times their depth): a 1,000-page transcript's 25,000
+    numbered lines took 86 s by comparing every pair."""
+    # the best run ending at a number exactly, and at any number under a prefix (3.2 -> 3.2.x)
+    exact: dict[tuple[int, ...], tuple[int, int]] = {}  # number -> (run length, index)
+    under: dict[tuple[int, ...], tuple[int, int]] = {}  # prefix -> (run length, index)
+    length: list[int] = []
+    back: list[int] = []
     for j, number in enumerate(numbers):
-        for i in range(j):
-            if best[i] + 1 > best[j] and _follows(numbers[i], number):
-                best[j], back[j] = best[i] + 1, i
+        options = []
+        if number[-1] == 1 and len(number) > 1 and number[:-1] in exact:
+            options.append(exact[number[:-1]])  # its parent, then its first subsection
+        if number[-1] > 1:
+            options.append(under.get(number[:-1] + (number[-1] - 1,), (0, -1)))  # the one before it, or inside that
+        best = max(options, default=(0, -1), key=lambda o: (o[0], o[1]))
+        length.append(best[0] + 1)
+        back.append(best[1])
+        mark = (length[j], j)
+        if mark[0] >= exact.get(number, (0, -1))[0]:
+            exact[number] = mark
+        for depth in range(1, len(number) + 1):
+            if mark[0] >= under.get(number[:depth], (0, -1))[0]:
+                under[number[:depth]] = mark
     if not numbers:
         return []
-    end = max(range(len(numbers)), key=lambda j: (best[j], -j))
+    end = max(range(len(numbers)), key=lambda j: (length[j], -j))
     chain = []
     while end >= 0:
         chain.append(end)

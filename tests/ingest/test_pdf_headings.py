@@ -94,3 +94,34 @@ def test_a_pdf_tables_rows_are_under_its_header_row_across_a_page_break(tmp_path
     chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
     middle = next(c for c in chunks if "M-31 |" in c.text)
     assert middle.section.endswith("columns: Node | Depth (m) | Drift (mS/cm)")
+
+
+def test_a_contracts_clauses_win_over_the_numbered_list_inside_its_first():
+    """The definitions listed 2., 3., 4. under clause 1 made the chain, and clause 3's lines
+    sat under "4. Effective Date means..."."""
+    text = ["1. Definitions\n1. Agreement means this document\n2. Affiliate means a group company\n"
+            "3. Business Day means a weekday\n2. Term\nIt runs two years.\n3. Fees and Payment\nFees are due.\n"
+            "4. Confidentiality\nKeep it secret.\n5. Termination\nEither party may end it."]
+    titles = [t for _, t in numbered_headings(text)[0].headings]
+    assert titles == ["1. Definitions", "2. Term", "3. Fees and Payment", "4. Confidentiality", "5. Termination"]
+
+
+def test_rows_of_figures_and_numbered_lines_are_no_headings_and_cost_little():
+    """A 1,000-page transcript numbers its 25 lines on every page: 86 s to load, and every
+    page's trail was "25 MR SMITH: ..."; an invoice's item rows chained across invoices."""
+    import time
+
+    transcript = ["\n".join(f"{k} THE WITNESS: Question about the harbor record" for k in range(1, 26))] * 1000
+    started = time.perf_counter()
+    assert all(s.headings == () for s in numbered_headings(transcript))
+    assert time.perf_counter() - started < 5
+    invoices = ["1 Widget A 2 10.00 20.00\n2 Gadget B 1 5.00 5.00\n3 Cable C 4 1.00 4.00", "4 Bracket D 2 3.00 6.00"]
+    assert all(s.headings == () for s in numbered_headings(invoices))
+
+
+def test_a_regulations_articles_schedules_and_annexes_are_its_sections():
+    text = ["Article 1 - Scope\nThese rules apply.\nArticle 2 - Definitions\nWords mean things.\n"
+            "Section 3 applies to every firm.\nARTICLE 3\nRecords are kept.\nSCHEDULE 1\nForms.\nAnnex A: Retention periods\n"
+            "Seven years."]
+    titles = [t for _, t in numbered_headings(text)[0].headings]
+    assert titles == ["Article 1 - Scope", "Article 2 - Definitions", "ARTICLE 3", "SCHEDULE 1", "Annex A: Retention periods"]
