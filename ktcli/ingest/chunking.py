@@ -178,22 +178,24 @@ def _chunk_lines(
         prev_end = end
         start = _overlap_start(cum, tokens, start, end, budget, overlap) if end < n else n
         if fill_last and start < n:
-            start = _last_start(cum, tokens, pieces[-1].start, start, budget)
+            start = _last_start(cum, tokens, breaks, pieces[-1].start, start, budget)
     return pieces
 
 
-def _last_start(cum: list[int], tokens: list[int], previous: int, start: int, budget: int) -> int:
+def _last_start(cum: list[int], tokens: list[int], breaks: list[int], previous: int, start: int, budget: int) -> int:
     """Where a PDF page's next chunk starts: at `start`, unless it is the page's last and
     would hold under half a budget. Then earlier, as far back as a full chunk reaches: a
     page's tail of two lines and the overlap before them, ranked on its few words (BM25
     favours short texts), took 7 of 8 evidence slots from whole passages that named what
-    they were about. (Not in other files, one tail each: filled out, a code file's last
-    chunk repeated its previous one and the gold questions of minirepo ranked lower.)"""
+    they were about. Not back past a heading (`breaks` 3). (Not in other files, one tail
+    each: filled out, a code file's last chunk repeated its previous one and the gold
+    questions of minirepo ranked lower.)"""
     n = len(tokens)
     if _fit(cum, tokens, start, budget) < n or cum[n] - cum[start] >= budget // 2:
         return start
     s = start
-    while s - 1 > previous and cum[n] - cum[s - 1] <= budget and tokens[s - 1] <= budget:
+    # (never back past a heading: the section it starts keeps a chunk of its own)
+    while s - 1 > previous and cum[n] - cum[s - 1] <= budget and tokens[s - 1] <= budget and breaks[s] != 3:
         s -= 1
     return s
 

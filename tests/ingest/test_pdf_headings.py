@@ -125,3 +125,16 @@ def test_a_regulations_articles_schedules_and_annexes_are_its_sections():
             "Seven years."]
     titles = [t for _, t in numbered_headings(text)[0].headings]
     assert titles == ["Article 1 - Scope", "Article 2 - Definitions", "ARTICLE 3", "SCHEDULE 1", "Annex A: Retention periods"]
+
+
+def test_a_heading_near_a_pages_foot_keeps_a_chunk_of_its_own(tmp_path):
+    """A page's last chunk, filled out, moved back past "3 Boats": no chunk was filed under it."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.types import Document, Page
+
+    filler = [f"Filler sentence number {i} about the harbor and its many boats." for i in range(20)]
+    text = "\n".join(["2 Tides", *filler, "3 Boats", "The keeper owns a rowing boat named Gull."])
+    page = Page(1, text, headings=((0, "2 Tides"), (21, "3 Boats")))
+    doc = Document(path="p.pdf", text=text, kind="pdf", pages=(page,), sha256="0" * 64)
+    chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
+    assert chunks[-1].span.line_start == 22 and chunks[-1].section == "3 Boats"
