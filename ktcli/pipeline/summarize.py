@@ -119,17 +119,20 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     keeps the summaries written and the part of the one being written."""
     docs = prep.corpus.documents
     parts: list[tuple[Document, str]] = []
+    total = len(docs) * params.max_new_tokens
+    budget = f"its share of --max-new-tokens ({len(docs)} documents; past {total:,} each gets more)"
     with cited_if_interrupted() as streamed:
         for i, (doc, messages) in enumerate(zip(docs, each)):
             heading = ("\n\n" if i else "") + f"## {doc.path}\n"
-            reporter.status(f"summarizing {doc.path} ({i + 1} of {len(docs)}, "
-                            f"{backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
+            if i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
+                reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
+                                f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
             reporter.answer_text(heading)
             try:
-                text = stream_answer(backend, messages, params, tally, reporter, "its share of --max-new-tokens",
-                                     f"the summary of {doc.path}")
+                text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}")
             except AnswerInterrupted as e:
-                raise AnswerInterrupted(_joined(parts) + heading + e.shown) from None
+                parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
+                raise AnswerInterrupted(_joined(parts)) from None
             except KeyboardInterrupt:  # reading the next document's prompt: the summaries written are kept
                 if not parts:
                     raise
@@ -137,8 +140,10 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
             _warn_if_echo(text, reporter)
             parts.append((doc, text))
         streamed.text = _joined(parts)
+    # each part traced to its own document's lines, an interrupted run's too (it cited a
+    # document it never reached)
     return streamed.finish(lambda summary: _answer(summary, prep, prep.plan, tally, len(docs),
-                                                   _cited_by_document(parts, prep) if not streamed.interrupted else None))
+                                                   _cited_by_document(parts, prep)))
 
 
 def _joined(parts: list[tuple[Document, str]]) -> str:

@@ -195,7 +195,7 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
         f"mode        {plan.mode.value}{_PARTS if plan.mode.value == 'retrieval' and plan.task == 'summarize' else ''}",
         f"task        {plan.task}",
         f"input       ~{plan.input_tokens:,} tokens in {plan.n_documents} document(s){est_tokens_note}",
-        f"window      {plan.context_window:,} tokens (answer budget {plan.answer_budget})",
+        f"window      {plan.context_window:,} tokens (answer budget {plan.answer_budget:,})",
     ]
     if plan.mode.value == "retrieval":
         lines.append(f"chunks      {plan.n_chunks:,}" + (f", top {plan.top_k} retrieved" if plan.top_k else ""))
