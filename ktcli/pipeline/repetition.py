@@ -111,8 +111,10 @@ class EchoedText:
         self.min_line, self.min_adjacent = min_line, min_adjacent
         self.text = ""  # everything fed
         self.shown = ""  # the part of it released to the user
-        self.lines: set[str] = set()  # earlier long lines, stripped
-        self.sentences: set[str] = set()  # earlier long sentences, whitespace collapsed
+        # earlier long lines (stripped) and sentences (whitespace collapsed), less their list
+        # item's number, each with that number (None: no list item)
+        self.lines: dict[str, int | None] = {}
+        self.sentences: dict[str, int | None] = {}
         self.line_start = 0  # where the current (unfinished) line starts in `text`
         self.sentence_start = 0  # where the current sentence starts; in code, the line's start
         self.in_code = False
@@ -148,26 +150,30 @@ class EchoedText:
             nl = text.find("\n", self.line_start)
             end = self._sentence_end(nl if nl >= 0 else len(text))
             if end is not None:  # a sentence ends before the line does
-                key = _item(_collapse(text[self.sentence_start : end]))
-                if (width(key) >= self.min_line and key in self.sentences) or self._adjacent(key, self.last_sentence):
+                raw = _collapse(text[self.sentence_start : end])
+                key, number = _item(raw), _item_number(raw)
+                if (width(key) >= self.min_line and _repeats(key, number, self.sentences)) \
+                        or self._adjacent(key, self.last_sentence):
                     self.repeated = key
                     return self.sentence_start
                 if width(key) >= self.min_line:
-                    self.sentences.add(key)
+                    self.sentences[key] = number
                 self.last_sentence = key
                 self.sentence_start = end
                 continue
             if nl < 0:
                 return None
-            key = _item(text[self.line_start : nl].strip())
-            if not self.in_code and ((self._counts(key) and key in self.lines) or self._adjacent(key, self.last_line)):
+            raw = text[self.line_start : nl].strip()
+            key, number = _item(raw), _item_number(raw)
+            if not self.in_code and ((self._counts(key) and _repeats(key, number, self.lines))
+                                     or self._adjacent(key, self.last_line)):
                 self.repeated = key
                 return self.line_start
             if key.startswith("```"):
                 self.in_code = not self.in_code
                 self.last_line = self.last_sentence = ""  # text on either side of code is not adjacent
             elif self._counts(key):
-                self.lines.add(key)
+                self.lines[key] = number
             if key and not self.in_code and not key.startswith("```"):
                 self.last_line = key
             self.line_start = nl + 1
@@ -248,6 +254,24 @@ _SENTENCE_END = re.compile(r"""[.!?\u061f\u06d4\u0964]["')\]\u201d\u2019]*\s|"""
 _LIST_MARKER = re.compile(r"\s*(\d+|[A-Za-z])[.)]")
 _ITEM_NUMBER = re.compile(r"(\d+|[A-Za-z])[.)]\s+")
 _ITEM_NUMBER_SO_FAR = re.compile(r"(\d+|[A-Za-z])[.)]?")
+
+
+def _item_number(key: str) -> int | None:
+    """The number of the list item a line or sentence starts ("4. " -> 4, "b) " -> 2)."""
+    m = _ITEM_NUMBER.match(key)
+    if m is None:
+        return None
+    return int(m.group(1)) if m.group(1).isdigit() else ord(m.group(1).lower()) - ord("a") + 1
+
+
+def _repeats(key: str, number: int | None, earlier: dict[str, int | None]) -> bool:
+    """Whether `key` repeats an earlier line or sentence: the same words, and not an item of
+    a list that starts again (a step shared by "On Linux: 1. ... 2. Download the installer"
+    and "On macOS: 1. Download the installer" is no loop; "3. X", "4. X" is)."""
+    if key not in earlier:
+        return False
+    before = earlier[key]
+    return number is None or before is None or number > before
 
 
 def _item(key: str, so_far: bool = False) -> str:

@@ -368,3 +368,16 @@ def test_stream_answer_stops_a_numbered_loop_and_says_it_repeated_not_ran_out():
     assert text.endswith(f"3. {GREYROCK_ITEM}")
     assert len(reporter.warnings) == 1 and "repeating an earlier line" in reporter.warnings[0]
     assert "hit_max_new_tokens" not in tally.figures() and tally.figures()["stopped_repeating"] == 1
+
+
+def test_a_step_shared_by_two_lists_is_no_repeat():
+    """"On Linux: ... 2. Download the installer" then "On macOS: 1. Download the installer":
+    a list that starts again, not a loop; everything after it was held back."""
+    from ktcli.pipeline.repetition import EchoedText
+
+    text = ("On Linux:\n1. Open a terminal window on your machine.\n2. Download the installer from the official "
+            "website.\n3. Run it with sudo.\n\nOn macOS:\n1. Download the installer from the official website.\n"
+            "2. Double-click the package to install it.\n3. Restart the machine when it asks you to.\n")
+    echo = EchoedText()
+    shown = "".join(echo.feed(text[i:i + 3]) for i in range(0, len(text), 3)) + echo.flush()
+    assert shown == text and not echo.repeated
