@@ -74,10 +74,29 @@ def restates_instructions(sentence: str) -> bool:
     return len(words) >= 3 and sum(w in _instruction_terms() for w in words) >= _ECHO_SHARE * len(words)
 
 
+# Words only an echo of the instructions holds, two of them at least: a plain short answer
+# ("The key is given on page 3 [1].") is all prompt words too, and lost its citation.
+_ECHO_MARKERS = frozenset({"answer", "question", "sources", "source", "citing", "cite", "sentences", "summary",
+                           "notes", "instructions", "passages"})
+
+
+def echoes_instructions(sentence: str) -> bool:
+    """Whether a sentence is ktcli's instructions written back (`restates_instructions`,
+    and two of the words only they use)."""
+    return restates_instructions(sentence) and len(_ECHO_MARKERS.intersection(terms(sentence))) >= 2
+
+
 def only_restates_instructions(answer: str) -> bool:
     """Whether every sentence of `answer` that says anything restates ktcli's instructions."""
     said = [s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if terms(s)]
     return bool(said) and all(restates_instructions(s) for s in said)
+
+
+def only_echoes_instructions(answer: str) -> bool:
+    """Whether every sentence of `answer` that says anything is the instructions written
+    back (`echoes_instructions`): the stricter test, for an answer whose labels go uncited."""
+    said = [s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if terms(s)]
+    return bool(said) and all(echoes_instructions(s) for s in said)
 
 
 def markup_or_echo(text: str) -> bool:
@@ -136,7 +155,7 @@ def cited_labels(answer: str, n_labels: int) -> list[int]:
     citing sources like [1].' was a whole answer, and [1] its Sources."""
     seen: list[int] = []
     for sentence in _SENTENCE.split(answer):
-        if restates_instructions(_LABEL.sub(" ", sentence)):  # judged without its labels, as `attribute` does
+        if echoes_instructions(_LABEL.sub(" ", sentence)):  # judged without its labels, as `attribute` does
             continue
         for m in _LABEL.finditer(sentence):
             label = int(m.group(1))

@@ -150,7 +150,7 @@ def _with_piped_input(hits: list, piped: list[Chunk], budget: int, reporter: Rep
 def _warn_if_echo(text: str, reporter: Reporter) -> None:
     """Said, so that an answer shown with no Sources under it is not taken for one the
     input could not back: the model wrote back ktcli's own instructions, '[1]' and all."""
-    if citations.only_restates_instructions(text):
+    if citations.only_echoes_instructions(text):
         reporter.warn("the answer only restates ktcli's instructions, so it cites nothing: try rewording the "
                       "question, or a larger --model")
 

@@ -293,3 +293,14 @@ def test_thai_words_and_hindi_sentences_are_matched():
     assert set(terms("สมชาย ออกแบบสะพาน")) & set(terms("วิศวกรสมชาย ใจดี ออกแบบสะพานแขวน"))
     assert len([s for s in _SENTENCE.split("पहला तथ्य यहाँ है। दूसरा तथ्य वहाँ है।") if s.strip()]) == 2
     assert len([s for s in _SENTENCE.split("من بنى الجسر؟ أحمد بناه.") if s.strip()]) == 2
+
+
+def test_a_plain_short_answer_keeps_its_label():
+    """'The key is given on page 3 [1].' is all prompt words, and lost its citation."""
+    from ktcli.pipeline.citations import cited_labels, only_echoes_instructions
+
+    for answer in ("The key is given on page 3 [1].", "The input file has only one page [1].",
+                   "The final page names the key facts [1]."):
+        assert cited_labels(answer, 3) == [1] and not only_echoes_instructions(answer)
+    echo = "Answer the question in a few sentences, citing sources like [1]."
+    assert cited_labels(echo, 3) == [] and only_echoes_instructions(echo)
