@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 
+from ktcli.ingest.pdf_headings import numbered_headings
 from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL
 
 SEPARATOR = SECTION_SEPARATOR
@@ -56,8 +57,12 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
         return SectionIndex([(1, f"{TABLE_TRAIL}{lines[0].rstrip(chr(13))}")])  # from the first row under it
     if (kind in ("stdin", "text", "code") or path.lower().endswith((".diff", ".patch"))) and _is_diff(lines):
         return SectionIndex(_diff_marks(lines))
-    trails = heading_trails(lines, code=kind == "code" or (kind == "stdin" and _piped_code(language, lines)),
-                            markdown=kind == "markdown")
+    code = kind == "code" or (kind == "stdin" and _piped_code(language, lines))
+    trails = heading_trails(lines, code=code, markdown=kind == "markdown")
+    if not len(trails) and kind in ("text", "stdin") and not code:
+        # a plain-text contract or report numbers its headings ("7. TERMINATION", "3.2 Fees"),
+        # underlines none: the chain of numbered headings a PDF's text is read by
+        trails = SectionIndex(list(numbered_headings(["\n".join(lines)])[0].headings))
     return _with_table_headers(trails, lines) if kind in _ROW_KINDS else trails
 
 

@@ -325,3 +325,18 @@ def test_a_tables_header_is_its_first_row_whatever_its_rows_cells():
     assert passages([chunk]).split("\n")[1] == "size > 5 kg,rate"
     fenced = ["# Usage", "", "```sh", *[f"cat f{i}.log | grep ERROR | wc -l" for i in range(8)], "```"]
     assert document_trails("u.md", "markdown", fenced).at(6) == "Usage"
+
+
+def test_a_plain_text_contracts_numbered_headings_are_its_trail():
+    """An EDGAR-style contract in a .txt ("7. TERMINATION") had no trail: "clause 7.3" was
+    cited with no section."""
+    from ktcli.ingest.sections import document_trails
+
+    lines = ["MASTER SERVICES AGREEMENT", "", "1. DEFINITIONS", "Words mean things here.", "2. SERVICES",
+             "The supplier serves.", "3. TERM", "Two years.", "4. TERMINATION", "4.3 Either party may end this on notice.",
+             "5. NOTICES", "By post."]
+    trails = document_trails("msa.txt", "text", lines)
+    assert [trails.at(k) for k in (0, 3, 5, 7, 9, 11)] == ["", "1. DEFINITIONS", "2. SERVICES", "3. TERM",
+                                                            "4. TERMINATION", "5. NOTICES"]
+    # Markdown or reStructuredText headings, where it has them, are its trail as ever
+    assert document_trails("n.txt", "text", ["Intro", "=====", "1. One", "2. Two", "3. Three"]).at(4) == "Intro"
