@@ -365,10 +365,12 @@ def with_sections(answer: Answer, corpus: Corpus) -> Answer:
     return replace(answer, citations=tuple(cites))
 
 
-def evidence_entry(span: Span, score: float | None) -> dict:
-    """One entry of --json's `figures.evidence`, whatever the mode or task."""
+def evidence_entry(span: Span, score: float | None, section: str = "") -> dict:
+    """One entry of --json's `figures.evidence`, whatever the mode or task; `section`: the
+    passage's trail (a reviewer could not tell which clauses were read but not cited)."""
     return {"ref": span.cite(), "path": span.path, "line_start": span.line_start, "line_end": span.line_end,
-            "page": span.page, "page_label": span.page_label, "unit": span.kind, "chars": _chars(span), "score": score}
+            "page": span.page, "page_label": span.page_label, "unit": span.kind, "chars": _chars(span),
+            "section": section, "score": score}
 
 
 def _chars(span: Span) -> list[int] | None:
