@@ -48,3 +48,6 @@ def test_a_diff_piped_beside_a_repo_is_read_whole_with_the_callers_of_what_it_ch
     assert "def charge_customer" in prompt  # the caller of what it changed
     paths = [e["path"] for e in answer.stats["evidence"]]
     assert paths[0] == "<stdin>" and any(p.endswith("billing.py") for p in paths)
+    # each passage's section in --json's evidence: the diff's file, the notes' headings
+    sections = {e["section"] for e in answer.stats["evidence"]}
+    assert "svc/http_client.py" in sections and any(s.startswith("Notes") for s in sections)
