@@ -307,6 +307,7 @@ def prepare(
         corpus_tokens=int((estimate + listing) * per_estimate),
         question_tokens=int(count_tokens(question) * per_estimate) if question else 0,
         n_documents=len(corpus.documents),
+        largest_document_tokens=int((max(doc_tokens, default=0) + 30) * per_estimate),  # (and its source tag)
         mode=settings.mode,
         chunk_tokens=settings.chunk_tokens,
         chunk_overlap=settings.overlap_tokens,

@@ -87,6 +87,9 @@ class PlanRequest:
     corpus_tokens: int  # in the model's tokens (exact or scaled estimate)
     question_tokens: int
     n_documents: int
+    # the largest document's tokens with its source tag (0: not known): a summary of a few
+    # documents is read one by one where each fits the window alone
+    largest_document_tokens: int = 0
     mode: str = "auto"  # auto | full | retrieval | sparse
     chunk_tokens: int = 256
     chunk_overlap: int = 32
@@ -295,6 +298,15 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         if retrieval is None:
             raise no_retrieval
         return _with(retrieval, ("--mode retrieval asked for",), full if fits else None)
+    if not fits and req.mode == "auto" and _each_document_fits(req, facts):
+        # together past the window, one by one within it: each summarized whole, in turn
+        # (a folder of 4 documents 123 tokens over the window was read in two parts, and
+        # the summary was about the first document only)
+        each = full  # (`_per_document_plan`'s, above)
+        why = (f"the input (~{full_tokens:,} tokens with the prompt) exceeds the {facts.context_window:,}-token "
+               f"window, but each of its {req.n_documents} documents fits it alone")
+        return _with(replace(each, est_memory_bytes=_full_memory(req, facts, req.largest_document_tokens
+                                                                 + PROMPT_OVERHEAD_TOKENS)), (why,), retrieval)
 
     reasons: list[str] = []
     chosen = retrieval
@@ -450,6 +462,16 @@ PER_DOCUMENT_MIN_TOKENS = 128
 def summarized_per_document(task: str, n_documents: int) -> bool:
     """Whether a summary read whole is written one document at a time."""
     return task == "summarize" and 2 <= n_documents <= PER_DOCUMENT_MAX
+
+
+def _each_document_fits(req: PlanRequest, facts: ModelFacts) -> bool:
+    """A summary of a few documents each of which fits the window alone, with its prompt
+    and its share of the answer."""
+    if not summarized_per_document(req.task, req.n_documents) or not req.largest_document_tokens:
+        return False
+    alone = req.largest_document_tokens + PROMPT_OVERHEAD_TOKENS + per_document_tokens(req.n_documents,
+                                                                                        req.max_new_tokens)
+    return alone <= facts.context_window
 
 
 def per_document_tokens(n_documents: int, max_new_tokens: int) -> int:

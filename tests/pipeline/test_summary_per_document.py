@@ -146,3 +146,20 @@ def test_outline_always_says_which_files_have_no_outline(tmp_path):
     assert [w for w in reporter.lines if "--outline always" in w] == [
         f"--outline always: {docs / 'data.csv'} has no outline (PDFs, data, and text without headings or code) "
         "and is read whole"]
+
+
+def test_documents_past_the_window_together_are_each_summarized_alone_where_each_fits(tmp_path):
+    """A folder 123 tokens over the window was read in two parts, and its summary was about
+    the first document only."""
+    docs = tmp_path / "big"
+    docs.mkdir()
+    for name, word in (("a.md", "tides"), ("b.md", "lanterns"), ("c.md", "fog")):
+        (docs / name).write_text(f"# {word}\n\n" + f"The {word} of the harbor change with the season. " * 300)
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(docs)], "", "summarize", settings, NullReporter())
+    assert prep.plan.input_tokens > prep.plan.context_window  # together, past the window
+    assert prep.plan.mode is Mode.FULL and prep.plan.n_windows == 3
+    assert any("each of its 3 documents fits it alone" in r for r in prep.plan.reasons)
+    backend = FirstLine()
+    answer = summarize(prep, backend, settings, NullReporter(), Tally())
+    assert len(backend.calls) == 3 and answer.text.count("## ") == 3
