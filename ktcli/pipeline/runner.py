@@ -224,10 +224,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         reporter.warn(f"{subject} reached {budget} ({params.max_new_tokens:,} tokens) and may be cut "
                       f"short; raise {raise_it} for a longer one")
     if guard.unit:
-        reporter.warn(f"stopped the answer: it kept repeating the same {len(guard.unit)} characters")
+        reporter.warn(f"stopped {subject}: it kept repeating the same {len(guard.unit)} characters")
         return guard.kept().strip()
     if echo.repeated:
-        reporter.warn(f"stopped the answer: it started repeating an earlier line or sentence word for word ({echo.repeated[:40]}...)")
+        reporter.warn(f"stopped {subject}: it started repeating an earlier line or sentence word for word "
+                      f"({echo.repeated[:40]}...)")
     text = echo.shown.strip()
     if not text:
         # Said, not left as a blank line and exit 0: the model wrote only markup (a source
