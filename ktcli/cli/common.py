@@ -90,6 +90,7 @@ class Options:
     def run_summarize(self, paths: list[str]) -> None:
         from ktcli.pipeline.api import summarize_paths
 
+        _refuse_a_question(paths)
         settings, reporter = self.settings(), self.reporter()
         self._answer(lambda shown: summarize_paths(paths, settings, reporter, None, self._show_plan(reporter), shown),
                      reporter)
@@ -188,6 +189,19 @@ class Options:
             sys.stdout.write(citations_text(answer) + "\n")
             sys.stdout.flush()
         reporter.figures(figures_line(answer))
+
+
+_QUESTION_WORDS = re.compile(r"(?i)(?:what|who|when|where|why|how|which|does|do|is|are|can|list|summari[sz]e|explain)\b")
+
+
+def _refuse_a_question(paths: list[str]) -> None:
+    """`ktcli summarize file.pdf "What is the notice period?"` was refused as a missing file
+    named like the question: said as what it is."""
+    last = paths[-1] if len(paths) > 1 else ""
+    if last and " " in last.strip() and not os.path.lexists(last) \
+            and (last.rstrip().endswith("?") or _QUESTION_WORDS.match(last.strip())):
+        raise UsageError(f"summarize takes no question ({last!r} is no file): to ask it, "
+                         f"ktcli ask {' '.join(paths[:-1])} {last!r}")
 
 
 def _document_sizes(prep) -> list[dict]:

@@ -720,3 +720,12 @@ def test_sigterm_during_a_json_summary_still_gives_its_object(capsys, monkeypatc
     payload = json.loads(out)
     assert payload["incomplete"] and payload["error"] == "terminated (SIGTERM) while the answer streamed"
     _on_sigterm(15, None)  # a second SIGTERM while that is done is not another interrupt
+
+
+def test_a_question_given_to_summarize_is_said_as_one(cache, tmp_path):
+    """It was refused as a missing file named like the question."""
+    proc = run_ktcli(["summarize", str(PDF_DOC), "What is the notice period?"], cache)
+    assert_one_line_error(proc, 2, "summarize takes no question")
+    assert "ktcli ask" in proc.stderr.decode()
+    # a missing file is still one
+    assert_one_line_error(run_ktcli(["summarize", str(tmp_path / "gone.txt")], cache), 3, "no such file")
