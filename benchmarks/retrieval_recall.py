@@ -106,9 +106,10 @@ def _scores(ranks: list[int | None]) -> dict:
     return out
 
 
-def rrf_fuse(chunks, dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int) -> list:
+def rrf_fuse(chunks, dense: list[tuple[int, float]], lexical: list[tuple[int, float]], k: int, *_rest) -> list:
     """The fusion before 2026-12-04, the baseline: reciprocal ranks summed, ties by best
-    rank, then by position. Same signature as `retriever._fuse`."""
+    rank, then by position. Called as `retriever._fuse` is (what it takes after `k`, the
+    bonuses and weights that came later, it leaves out: `qa_accuracy` failed on them)."""
     from ktcli.retrieval.retriever import Hit
 
     dense_rank = {idx: r for r, (idx, _) in enumerate(dense, start=1)}
