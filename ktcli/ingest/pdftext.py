@@ -251,7 +251,8 @@ def _printed_labels(reader: PdfReader, n_pages: int) -> list[str | None]:
 # match nothing in BM25 or the citations (a page holding the answer ranked 4th, not 1st).
 _LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
                             "\ufb05": "st", "\ufb06": "st"})
-_BROKEN_WORD = re.compile(r"([^\W\d_]{2,})-\n([^\W\d_]+)")
+# (the next line may be indented: a centred title's "Reco-" / " gnition")
+_BROKEN_WORD = re.compile(r"([^\W\d_]{2,})-\n[ \t]*([^\W\d_]+)")
 
 
 def mend_pages(texts: list[str]) -> list[str]:
@@ -291,7 +292,13 @@ def _mend_words(text: str) -> str:
 def _join_broken_words(text: str, words: _DocumentWords) -> str:
     def mend(m: re.Match) -> str:
         left, right = m[1], m[2]
-        if not right[0].islower() or right in _NOT_WORD_ENDS:
+        if not right[0].islower():
+            # a name broken before a capital ("Libri-" / "Speech"): joined where the
+            # document writes it so elsewhere; else kept ("Jean-" / "Pierre")
+            joined = (left + right).lower()
+            return left + right if joined in words.words and f"{left}-{right}".lower() not in words.compounds \
+                else m[0]
+        if right in _NOT_WORD_ENDS:
             return m[0]
         return f"{left}-{right}" if _keeps_hyphen(left, right, words) else left + right
 

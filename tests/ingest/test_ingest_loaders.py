@@ -512,6 +512,9 @@ def test_a_compound_broken_at_a_line_end_keeps_its_hyphen() -> None:
     assert mend_pages(["The data-set is small.", "each data-\nset"]) == ["The data-set is small.", "each data-set"]
     assert mend_pages(["Any sunflower.", "a sun-\nflower"]) == ["Any sunflower.", "a sunflower"]
     assert mend_pages(["a sun-\nflower"]) == ["a sun-flower"]  # two whole words, no evidence: a compound
+    # a centred line's indent, and a name broken before a capital the document writes whole
+    assert mend_pages(["Speech Reco-\n   gnition", "on Libri-\nSpeech and LibriSpeech", "Jean-\nPierre"]) == [
+        "Speech Recognition", "on LibriSpeech and LibriSpeech", "Jean-\nPierre"]
 
 
 def test_pdf_table_rows_stay_on_one_line(write) -> None:
