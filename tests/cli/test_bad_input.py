@@ -333,6 +333,8 @@ def test_a_question_too_long_to_be_a_file_name_is_a_question(cache):
     proc = run_ktcli(["plan", str(REPO / "README.md"), question], cache)
     assert proc.returncode == 0 and b"question" in proc.stderr + proc.stdout, proc.stderr
     proc = run_ktcli(["summarize", str(REPO / "README.md"), question], cache)
+    assert_one_line_error(proc, 2, "summarize takes no question")  # said as the question it is
+    proc = run_ktcli(["summarize", str(REPO / "README.md"), "x" * 300], cache)
     assert_one_line_error(proc, 3, "no such file or folder (File name too long)")
 
 
