@@ -417,21 +417,35 @@ def _machine_width(document) -> int | None:
 # tokens, a tenth of a monorepo, 3 of 8 passages for "what does this change break?"),
 # pypdf's adobe_glyphs.py (232K), Unicode width tables. A line of literals and punctuation
 # only; no hand-written module of 20 KB+ is 90% such lines.
-_LITERAL_LINE = re.compile(
-    r"""\s*(?:[rbuf]?"(?:[^"\\]|\\.)*"|[rbuf]?'(?:[^'\\]|\\.)*'|[-+]?(?:0x[0-9a-fA-F]+|\d[\d_.eE+-]*)|"""
-    r"""true|false|True|False|None|null|nil|[()\[\]{},:;=>\s])+\s*(?:(?:#|//).*)?""")
+# Matched in steps that each take linear time (one pattern of nested repeats over a line of
+# digits took minutes: `0.99998117528260110909f,` backtracked through every split of its
+# digits): its strings out, then its keywords, then its comment; what is left is figures
+# and punctuation only.
+_STRING_LITERAL = re.compile(r"""[rbuf]?"(?:[^"\\]|\\.)*"|[rbuf]?'(?:[^'\\]|\\.)*'""")
+_LITERAL_WORD = re.compile(r"\b(?:true|false|True|False|None|null|nil)\b")
+_LINE_COMMENT = re.compile(r"(?:#|//).*$")
+_FIGURES_AND_PUNCTUATION = re.compile(r"[\d\s.,:;=>()\[\]{}+\-_xXa-fA-F]*")
+# Data formats are literals by nature: a JSON or YAML file of 20 KB+ is what its user asks about.
+_DATA_LANGUAGES = frozenset({"json", "yaml", "toml", "xml", "ini", "csv"})
 _DATA_TABLE_SHARE = 0.9
+
+
+def _literal_line(line: str) -> bool:
+    """Whether a line holds literals and punctuation only (a generated table's entry)."""
+    rest = _LINE_COMMENT.sub("", _LITERAL_WORD.sub(" ", _STRING_LITERAL.sub(" ", line)))
+    return _FIGURES_AND_PUNCTUATION.fullmatch(rest) is not None
 
 
 def _data_table_share(document) -> float | None:
     """The share of a 20 KB+ code file's non-blank lines that are literals only, where it
     is a data table's (`_DATA_TABLE_SHARE`), else None."""
-    if document.kind != "code" or document.language in _PROSE_LANGUAGES or len(document.text) < _MINIFIED_MIN_BYTES:
+    if (document.kind != "code" or document.language in _PROSE_LANGUAGES or document.language in _DATA_LANGUAGES
+            or len(document.text) < _MINIFIED_MIN_BYTES):
         return None
     lines = [line for line in document.text.split("\n") if line.strip()]
     if not lines:
         return None
-    share = sum(1 for line in lines if _LITERAL_LINE.fullmatch(line)) / len(lines)
+    share = sum(1 for line in lines if _literal_line(line)) / len(lines)
     return share if share >= _DATA_TABLE_SHARE else None
 
 

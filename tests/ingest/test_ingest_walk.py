@@ -625,6 +625,22 @@ def test_a_generated_data_table_is_reported_not_read(write, tmp_path: Path) -> N
         "_emoji_codes.py": "a generated data table (100% of its 1,502 lines are literals; name the file to read it)",
         "widths.py": "a generated data table (100% of its 1,202 lines are literals; name the file to read it)"}
     assert load_corpus([str(tmp_path / "r" / "widths.py")]).documents  # named: read
+    # data formats are literals by nature: a 20 KB+ OpenAPI spec is read
+    write("s/openapi.json", "{\n" + "".join(f'  "path_{i}": {{"rate": {i}}},\n' for i in range(1200)) + '  "end": 0\n}\n')
+    assert rels(walk(tmp_path / "s"), tmp_path / "s") == ["openapi.json"]
+
+
+def test_a_line_of_digits_is_judged_in_linear_time() -> None:
+    """A C table's `0.99998117528260110909f,` took 1.5 s a line, one of 24 digits 18 s:
+    a folder walk hung on it."""
+    import time
+
+    from ktcli.ingest.walk import _literal_line
+
+    started = time.perf_counter()
+    assert not _literal_line("    " + "7" * 400 + " ident,")
+    assert _literal_line("    0.99998117528260110909f,") and not _literal_line("    return amount * 0.2")
+    assert time.perf_counter() - started < 0.1
 
 
 def test_exclude_leaves_out_what_its_patterns_match_but_never_a_file_named(write, tmp_path: Path,
