@@ -187,12 +187,14 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
 _RUNS_ON_SHARE = 0.1
 _RUNS_ON_MIN = 2
 _PROSE_LINE_CHARS = 50
+_PROSE_PAGE_LINES = 12  # a page of prose holds this many lines at least (the median page)
+_PROSE_SHARE = 0.5  # ... half of them long
 _ENDS_IN_A_WORD = re.compile(r"[^\W\d_]$")
 
 
 def _runs_on(pages: list[list[str]], furniture: list[list]) -> bool:
-    """Whether the text runs on from page to page: enough of its page breaks, furniture
-    left aside, fall inside a sentence (`_RUNS_ON_SHARE`, `_RUNS_ON_MIN`)."""
+    """Whether the text runs on from page to page: its pages are prose, or enough of its
+    page breaks, furniture left aside, fall inside a sentence (`_RUNS_ON_SHARE`, `_RUNS_ON_MIN`)."""
     bodies = []
     for lines, found in zip(pages, furniture):
         gone = {i for i, *_ in found}
@@ -202,6 +204,14 @@ def _runs_on(pages: list[list[str]], furniture: list[list]) -> bool:
     breaks = list(zip(bodies, bodies[1:]))
     if not breaks:
         return False
+    # pages of prose, whether or not they end mid-sentence: a report whose every page ends
+    # a paragraph kept its head on every page. A record's page (an invoice, a form, a
+    # slide) is a few short lines.
+    lines = [line for body in bodies for line in body]
+    counts = sorted(len(body) for body in bodies)
+    if counts[len(counts) // 2] >= _PROSE_PAGE_LINES and \
+            sum(len(line) >= _PROSE_LINE_CHARS for line in lines) >= _PROSE_SHARE * len(lines):
+        return True
     inside = sum(1 for before, after in breaks
                  if before[-1].endswith(("-", ",")) or after[0][0].islower()
                  or (len(before[-1]) >= _PROSE_LINE_CHARS and _ENDS_IN_A_WORD.search(before[-1])))

@@ -174,3 +174,13 @@ def test_a_batch_of_pages_each_its_own_keeps_what_they_share():
     numbered = [f"{t}\n- {i + 7} -" for i, t in enumerate(invoices)]
     texts, labels = strip_running_lines(numbered)
     assert texts == invoices and labels == [str(i + 7) for i in range(5)]
+
+
+def test_a_reports_head_goes_though_every_page_ends_a_paragraph():
+    """Pages of prose ending in full sentences kept "Acme Harbor Trust - Annual Report 2023"
+    on every page."""
+    prose = "The trust maintained its moorings and lights through the year, as the board reported."
+    pages = [f"Acme Harbor Trust - Annual Report 2023\n" + "\n".join([f"{_WORDS[i].title()}: " + prose] * 14)
+             + f"\nPage {i + 1} of 6" for i in range(6)]
+    texts, _ = strip_running_lines(pages)
+    assert "".join(texts).count("Acme Harbor Trust") == 1 and "Page " not in "".join(texts)
