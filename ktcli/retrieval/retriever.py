@@ -251,10 +251,12 @@ def _fuse(
 
 # A question about several documents at once ("compare the results of the two papers",
 # "which of the reports..."): 7 of 8 passages came from one paper, the other's table 15th.
-_COMPARES = re.compile(r"\b(?:compar(?:e|es|ed|ing|ison|isons)|contrast|differ(?:s|ence|ences)?|versus|vs\.?|both|"
-                       r"each of|which of|across|(?:all|two|three|four|five|six|seven|eight|the|these|those) "
-                       r"(?:papers|documents|files|reports|articles|sources|contracts|agreements|books|chapters))\b",
+_COMPARES = re.compile(r"\b(?:compar(?:e|es|ed|ing|ison|isons)|contrast(?:s|ed|ing)?)\b|"
+                       r"\b(?:both|all|each of the|which of the|none of the|two|three|four|five|six|seven|eight|these|those) "
+                       r"(?:papers|documents|files|reports|articles|sources|contracts|agreements|books|studies)\b",
                        re.IGNORECASE)
+# (not "both", "across", "which of" or "the documents" alone: "does the supplier pay both
+# the fees and the expenses?" asks one document, and gave two of its places to others)
 
 
 def _each_document(ranked: list[Hit], k: int) -> list[Hit]:

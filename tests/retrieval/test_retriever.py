@@ -257,3 +257,5 @@ def test_a_question_about_several_documents_reads_each_of_them():
     assert [h.chunk.doc_path for h in compared].count("b.pdf") == 1 and len(compared) == 4
     scores = [h.score for h in compared]
     assert scores == sorted(scores, reverse=True)  # still in rank order
+    # a question of one document that says "both" asks nothing of the others
+    assert {h.chunk.doc_path for h in index.search("Are both results tables in paper A?", 4)} == {"a.pdf"}
