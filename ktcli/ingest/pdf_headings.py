@@ -42,6 +42,10 @@ _FIGURE = re.compile(r"\d+(?:[.,]\d+)*")
 # A number that opens this many candidate lines or more numbers lines, not sections (a
 # transcript's line numbers, a list's items restarting under every clause).
 _MAX_REPEATS = 3
+# Headings are a few lines among many: a numbered log ("1 Worker started", "2 INFO Request
+# served") made every line a section.
+_MAX_HEADING_SHARE = 0.3
+_DENSE_CHAIN = 12  # (a short outline may be most of a short text)
 _NUMBER_LEAD = re.compile(r"^\s*(?:\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){0,3})\.?\s+")
 _NOT_TITLE_END = tuple(".,;:")
 
@@ -113,8 +117,9 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
     repeats = Counter(c[2] for c in candidates)
     candidates = [c for c in candidates if repeats[c[2]] < _MAX_REPEATS]
     chain = _longest_chain([c[2] for c in candidates])
-    if len(chain) < _MIN_CHAIN:
-        chain = []
+    lines = sum(1 for text in texts for line in text.split("\n") if line.strip())
+    if len(chain) < _MIN_CHAIN or (len(chain) >= _DENSE_CHAIN and len(chain) > _MAX_HEADING_SHARE * lines):
+        chain = []  # (a numbered log or list, where a line in three or more is "numbered")
     if not chain and len(keywords) < _MIN_CHAIN:  # (Abstract and References alone: no outline)
         return [PageSections("") for _ in texts]
     marks = sorted([(candidates[i][0], candidates[i][1], len(candidates[i][2]), candidates[i][3]) for i in chain]

@@ -159,7 +159,9 @@ def changed_names(diff: str) -> list[str]:
     if not _HUNK.search(diff):
         return []
     names: list[str] = []
-    lines = [m.group(1) for m in _HUNK.finditer(diff)] + [m.group(1) for m in _CHANGED.finditer(diff)]
+    # changed lines first: a hunk header names the last function line above the hunk,
+    # not always the one it changes
+    lines = [m.group(1) for m in _CHANGED.finditer(diff)] + [m.group(1) for m in _HUNK.finditer(diff)]
     for line in lines:
         for m in (*_DEFINED.finditer(line), *_CONSTANT.finditer(line)):
             if len(m.group(1)) >= 3 and m.group(1) not in names:

@@ -340,3 +340,11 @@ def test_a_plain_text_contracts_numbered_headings_are_its_trail():
                                                             "4. TERMINATION", "5. NOTICES"]
     # Markdown or reStructuredText headings, where it has them, are its trail as ever
     assert document_trails("n.txt", "text", ["Intro", "=====", "1. One", "2. Two", "3. Three"]).at(4) == "Intro"
+
+
+def test_a_numbered_log_has_no_numbered_headings():
+    from ktcli.ingest.sections import document_trails
+
+    log = [f"{i} INFO Request served in {i % 7} ms" if i % 2 else f"{i} Worker started job" for i in range(1, 40)]
+    trails = document_trails("run.log", "text", log)
+    assert all(trails.at(k) == "" for k in range(len(log)))

@@ -24,7 +24,7 @@ DIFF = """diff --git a/svc/http_client.py b/svc/http_client.py
 
 
 def test_the_names_a_diff_changes():
-    assert changed_names(DIFF) == ["fetch_with_retry", "MAX_RETRIES"]
+    assert changed_names(DIFF) == ["MAX_RETRIES", "fetch_with_retry"]  # changed lines first, then hunk headers
     assert changed_names("MAX_RETRIES = 5\ndef f(): pass\n") == []  # no diff: nothing changed
 
 
