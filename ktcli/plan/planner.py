@@ -302,11 +302,15 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         # together past the window, one by one within it: each summarized whole, in turn
         # (a folder of 4 documents 123 tokens over the window was read in two parts, and
         # the summary was about the first document only)
-        each = full  # (`_per_document_plan`'s, above)
-        why = (f"the input (~{full_tokens:,} tokens with the prompt) exceeds the {facts.context_window:,}-token "
-               f"window, but each of its {req.n_documents} documents fits it alone")
-        return _with(replace(each, est_memory_bytes=_full_memory(req, facts, req.largest_document_tokens
-                                                                 + PROMPT_OVERHEAD_TOKENS)), (why,), retrieval)
+        each = replace(full, est_memory_bytes=_full_memory(req, facts, req.largest_document_tokens
+                                                           + PROMPT_OVERHEAD_TOKENS))  # (`_per_document_plan`'s)
+        within = ((not req.memory_budget or each.est_memory_bytes <= req.memory_budget)
+                  and (not req.max_seconds or each.est_seconds <= req.max_seconds
+                       or (retrieval is not None and each.est_seconds <= retrieval.est_seconds)))
+        if within:  # (else weighed as ever below: parts, or what the budgets allow)
+            why = (f"the input (~{full_tokens:,} tokens with the prompt) exceeds the {facts.context_window:,}-token "
+                   f"window, but each of its {req.n_documents} documents fits it alone")
+            return _with(each, (why,), retrieval)
 
     reasons: list[str] = []
     chosen = retrieval
