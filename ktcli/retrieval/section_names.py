@@ -16,11 +16,22 @@ from typing import Sequence
 
 from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL, Chunk
 
-_KINDS = r"(?:(?:sub)?sections?|sec\.|§§?|clauses?|articles?|art\.|chapters?|ch\.|parts?|appendix|appendices|schedules?|annex(?:es)?|paragraphs?|para\.)"
+_KINDS = r"(?:(?:sub)?sections?|sec\.|§§?|clauses?|articles?|art\.|chapters?|ch\.|parts?|appendix|appendices|schedules?|annex(?:es)?|exhibits?|paragraphs?|para\.)"
 _NUMBER = r"(?:\d{1,3}(?:\.\d{1,3}){0,4}|[A-Z](?:\.\d{1,3}){0,3}|[IVXLC]{1,6})"
 # in a question: a kind of section, then its number ("section 3.2", "clause 4.2(b)", "Art. 12")
 # (the kind in any case; a letter or roman number in capitals: "in this section I show")
-_NAMED = re.compile(rf"(?<![\w.])(?i:{_KINDS})\s*({_NUMBER})(?:\([a-z0-9]{{1,4}}\))?(?![\w])")
+_NAMED = re.compile(rf"(?<![\w.])((?i:{_KINDS}))\s*({_NUMBER})(?:\([a-z0-9]{{1,4}}\))?(?![\w])")
+# Kinds numbered apart from the clauses: "Schedule 2" is not clause 2 (a question about
+# clause 2 was given the chunks of Schedule 2). Their numbers carry their kind ("schedule:2").
+_APART = ("schedule", "annex", "appendi", "exhibit")
+
+
+def _kind(words: str | None) -> str:
+    """The prefix a number of this kind carries: "schedule:" for a schedule's, "" for a
+    clause's, section's or article's."""
+    low = (words or "").strip().lower()
+    family = next((k for k in _APART if low.startswith(k)), "")
+    return f"{family}:" if family else ""
 # in a trail or a line of text: its number first, after a kind of section or not
 _LEADING = re.compile(rf"\s*(?P<kind>(?i:{_KINDS})\s*)?(?P<number>{_NUMBER})(?:[.):]?\s+(?P<rest>\S.*)|[.):]?\s*)$")
 _DOTTED = re.compile(r"\d+(?:\.\d+)+")
@@ -30,15 +41,15 @@ _MAX_HEADING_CHARS = 80
 def named_sections(query: str) -> set[str]:
     """The section numbers the query names ("3.2", "12", "IV", "A"). "I" before a word
     in lower case is the pronoun ("in this section I show")."""
-    return {m.group(1) for m in _NAMED.finditer(query)
-            if not (m.group(1) in ("I", "A") and re.match(r"\s+[a-z]", query[m.end():]))}
+    return {_kind(m.group(1)) + m.group(2) for m in _NAMED.finditer(query)
+            if not (m.group(2) in ("I", "A") and re.match(r"\s+[a-z]", query[m.end():]))}
 
 
 def _number(title: str) -> str | None:
     """A heading's number: "3.2 Data Augmentation", "Article 12 Termination", "Appendix B".
     The trail's titles are headings already (`ingest.sections`, `pdf_headings`)."""
     m = _LEADING.match(title)
-    return m["number"].upper().rstrip(".") if m else None
+    return _kind(m["kind"]) + m["number"].upper().rstrip(".") if m else None
 
 
 def _line_number(line: str) -> str | None:
@@ -49,7 +60,7 @@ def _line_number(line: str) -> str | None:
     m = _LEADING.match(line)
     if m is None or " | " in line:  # (a table's row)
         return None
-    number = m["number"].upper().rstrip(".")
+    number = _kind(m["kind"]) + m["number"].upper().rstrip(".")
     titled = m["rest"] is not None and (m["rest"][0].isupper() or m["rest"][0] in "(:\u2013\u2014-")
     if m["kind"] and (m["rest"] is None or titled):
         return number  # ("Clause 9 Notices", "Appendix B"; a wrapped "section 2.2 shows." is prose)

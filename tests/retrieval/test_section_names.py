@@ -12,7 +12,7 @@ from tests.retrieval.fakes import HashEmbedder, make_doc_chunks
 def test_the_numbers_a_question_names():
     assert named_sections("What does section 3.2 say?") == {"3.2"}
     assert named_sections("Compare clause 4.2(b) with Article IV, § 12 and subsection 7.1.3 of appendix B") == {
-        "4.2", "IV", "12", "7.1.3", "B"}
+        "4.2", "IV", "12", "7.1.3", "appendi:B"}  # (an appendix is numbered apart from the clauses)
     # no kind of section before it: a table, a figure, a year, a version
     assert named_sections("What is in Table 3 for 2023, and in version 3.2?") == set()
     assert named_sections("the section on taxes") == set()
@@ -65,3 +65,12 @@ def test_words_after_a_kind_of_section_are_no_numbers():
 def test_a_wrapped_cross_reference_opens_no_section():
     table = SectionTable(make_doc_chunks("r.pdf", ["The tide rose, as\nsection 2.2 shows. The board met.\nMore."]))
     assert table.naming({"2.2"}) == set()
+
+
+def test_a_clause_is_not_a_schedule_of_the_same_number():
+    """"clause 2" was given the chunks of "SCHEDULE 2 - SERVICE LEVELS"."""
+    texts = ["2. Services\nThe supplier serves.", "SCHEDULE 2 - SERVICE LEVELS\nAvailability 99.9%."]
+    table = SectionTable(make_doc_chunks("msa.txt", texts))
+    assert table.naming(named_sections("What does clause 2 say?")) == {0}
+    assert table.naming(named_sections("What does Schedule 2 set?")) == {1}
+    assert named_sections("Article 12 and Annex A") == {"12", "annex:A"}
