@@ -139,19 +139,19 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     furniture: list[list[tuple[int, list[tuple[str, str]], list[tuple[str, str]], list[str]]]] = []
     for index, lines in enumerate(pages, start=1):
         found = []
-        edges = _edges(lines)
-        for edge in ("top", "bottom"):
-            for where, i in edges:
-                if where != edge:
-                    continue
-                key = (where, _shape(lines[i]) or "")
-                whole = index in running.get(key, ())
-                parts = [key] if whole else [(where, _shape(h) or "") for h in _halves(lines[i])]
-                if not parts or any(index not in running.get(part, ()) for part in parts):
-                    break  # the page's own text: nothing past it is furniture
-                texts_of = [lines[i]] if whole else _halves(lines[i])
-                once = [part for part in parts if not heads[part].counts and _LETTER.search(part[1])]
-                found.append((i, parts, once, texts_of))
+        ended: set[str] = set()  # edges where the page's own text began
+        for where, i in _edges(lines):  # (each edge's lines, outermost first)
+            if where in ended:
+                continue
+            key = (where, _shape(lines[i]) or "")
+            whole = index in running.get(key, ())
+            parts = [key] if whole else [(where, _shape(h) or "") for h in _halves(lines[i])]
+            if not parts or any(index not in running.get(part, ()) for part in parts):
+                ended.add(where)  # the page's own text: nothing past it is furniture
+                continue
+            texts_of = [lines[i]] if whole else _halves(lines[i])
+            once = [part for part in parts if not heads[part].counts and _LETTER.search(part[1])]
+            found.append((i, parts, once, texts_of))
         furniture.append(found)
     # A line that does not count the pages goes only from a text that runs on from page to
     # page (a report, a contract, a paper): in a batch of invoices, forms or slides each
