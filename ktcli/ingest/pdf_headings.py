@@ -105,8 +105,10 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
     empty trails where it has no chain of numbered headings."""
     candidates: list[tuple[int, int, tuple[int, ...], str]] = []  # (page, line, number, title)
     keywords: list[tuple[int, int, str]] = []
+    lines = 0  # with text
     for page, text in enumerate(texts):
         for k, line in enumerate(text.split("\n")):
+            lines += bool(line.strip())
             if len(line) > _MAX_TITLE_CHARS + 12 or " | " in line:
                 continue
             m = _NUMBERED.fullmatch(line)
@@ -117,7 +119,6 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
     repeats = Counter(c[2] for c in candidates)
     candidates = [c for c in candidates if repeats[c[2]] < _MAX_REPEATS]
     chain = _longest_chain([c[2] for c in candidates])
-    lines = sum(1 for text in texts for line in text.split("\n") if line.strip())
     if len(chain) < _MIN_CHAIN or (len(chain) >= _DENSE_CHAIN and len(chain) > _MAX_HEADING_SHARE * lines):
         chain = []  # (a numbered log or list, where a line in three or more is "numbered")
     if not chain and len(keywords) < _MIN_CHAIN:  # (Abstract and References alone: no outline)
@@ -157,8 +158,8 @@ def _title_like(title: str) -> bool:
 def _longest_chain(numbers: list[tuple[int, ...]]) -> list[int]:
     """Indexes of the longest run of `numbers`, in order, each following the one before it:
     its first subsection (3.2 -> 3.2.1), or the next one at its level or above it (3.2.1 ->
-    3.2.2, 3.3 or 4); any number may start a run (an excerpt). Of runs as long, the one through the nearer predecessor: a contract's
-    definitions listed "2.", "3.", "4." under clause 1 came before its clauses "2. Term",
+    3.2.2, 3.3 or 4); any number may start a run (an excerpt). Of runs as long, the one
+    through the nearer predecessor: a contract's definitions listed "2.", "3.", "4." under clause 1 came before its clauses "2. Term",
     "3. Fees", "4. Confidentiality", and the clauses are what "5. Termination" follows.
     Linear in the candidates (times their depth): a 1,000-page transcript's 25,000
     numbered lines took 86 s by comparing every pair."""
