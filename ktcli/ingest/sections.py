@@ -85,7 +85,7 @@ def paged_trails(pages, lines: list[str]) -> SectionIndex:
 # readers write them so; Markdown's own pipe tables too).
 _ROW_KINDS = frozenset({"docx", "odt", "epub", "html", "rtf", "markdown"})
 _MIN_TABLE_ROWS = 6  # a header and 5 rows: a smaller table sits in one chunk with its header as a rule
-_MARKDOWN_RULE = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*")
+MARKDOWN_RULE = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*")
 
 
 def _with_table_headers(trails: SectionIndex, lines: list[str]) -> SectionIndex:
@@ -99,7 +99,7 @@ def _with_table_headers(trails: SectionIndex, lines: list[str]) -> SectionIndex:
         return trails
     starts, marks = trails._starts, list(zip(trails._starts, trails._trails))
     for first, end in runs:
-        body = first + 2 if first + 1 < end and _MARKDOWN_RULE.fullmatch(lines[first + 1]) else first + 1
+        body = first + 2 if first + 1 < end and MARKDOWN_RULE.fullmatch(lines[first + 1]) else first + 1
         if bisect_left(starts, end) > bisect_left(starts, body):
             continue  # a heading inside a table's rows: none in practice
         above = trails.at(first)
@@ -126,7 +126,7 @@ def _table_runs(lines: list[str]) -> list[tuple[int, int]]:
             k += 1
             continue
         end = k + 1
-        while end < len(lines) and (_cells(lines[end]) >= 2 or _MARKDOWN_RULE.fullmatch(lines[end])):
+        while end < len(lines) and (_cells(lines[end]) >= 2 or MARKDOWN_RULE.fullmatch(lines[end])):
             end += 1
         if end - k >= _MIN_TABLE_ROWS:
             runs.append((k, end))
@@ -135,9 +135,14 @@ def _table_runs(lines: list[str]) -> list[tuple[int, int]]:
 
 
 def _cells(line: str) -> int:
-    """Cells of a table row as the readers write it ("a | b | c"; Markdown's "| a | b |")."""
+    return len(row_cells(line))
+
+
+def row_cells(line: str) -> list[str]:
+    """The cells of a table row as the readers write it ("a | b | c"; Markdown's "| a | b |"),
+    [] for a line that is none."""
     stripped = line.strip()
-    return len(stripped.strip("|").split(" | ")) if " | " in stripped else 0
+    return [cell.strip() for cell in stripped.strip("|").split(" | ")] if " | " in stripped else []
 
 
 def _looks_like_a_table(lines: list[str]) -> bool:
