@@ -33,6 +33,9 @@ class Settings:
     chunk_tokens: int = 256
     chunk_overlap: int = -1  # tokens shared by neighbouring chunks; -1: an eighth of chunk_tokens
     top_k: int = 8  # chunks retrieved for a question
+    # sentences or table rows that best match a question, quoted again right before it
+    # (pipeline.key_lines); 0: none
+    key_lines: int = 2
     max_new_tokens: int = 384
     temperature: float = 0.0
     threads: int = 0  # 0: chosen by timing decode steps (engine.threads); N: fixed
@@ -259,7 +262,7 @@ PREFILL_DTYPES = ("auto", "fp32", "bf16")
 # Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens, and
 # a set overlap against it, below in `validate`, and again by ingest.chunking for callers
 # that chunk without settings).
-_AT_LEAST = {"chunk_overlap": -1, "max_new_tokens": 1, "top_k": 1, "max_file_bytes": 1, "threads": 0, "context_window": 0,
+_AT_LEAST = {"chunk_overlap": -1, "max_new_tokens": 1, "top_k": 1, "key_lines": 0, "max_file_bytes": 1, "threads": 0, "context_window": 0,
              "max_seconds": 0.0, "temperature": 0.0}
 
 

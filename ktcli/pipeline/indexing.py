@@ -23,7 +23,7 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
         else:
             reporter.progress(phase, done, total)
 
-    index = HybridIndex.build(list(prep.chunks), embedder=_embedder(settings.embedder, settings.threads == 0), store=store,
+    index = HybridIndex.build(list(prep.chunks), embedder=embedder_for(settings), store=store,
                               on_progress=on_progress)
     if index.stats.get("n_embedded_now"):
         store.prune(INDEX_MAX_BYTES)  # it only ever grew: every edit of a file kept its old vectors too
@@ -48,6 +48,11 @@ def _index_status(reused: int, total: int) -> str:
 def _chunks(n: int, number: bool = True) -> str:
     word = "chunk" if n == 1 else "chunks"
     return f"{n:,} {word}" if number else word
+
+
+def embedder_for(settings: Settings):
+    """The embedder `settings` name, loaded on its first `embed`."""
+    return _embedder(settings.embedder, settings.threads == 0)
 
 
 @functools.lru_cache(maxsize=2)

@@ -47,7 +47,7 @@ def passages(chunks, first_label: int = 1) -> str:
     under its place (`path:12-40`). A CSV's or TSV's rows from past its first line come
     under the table's header row: the model read `300,Tilia specimen 300,Tilia,37,38.9`
     without the column names the user's citation showed."""
-    return evidence_block([(first_label + i, _ref(c.span), _with_header(c)) for i, c in enumerate(chunks)])
+    return evidence_block([(first_label + i, _ref(c.span), with_table_header(c)) for i, c in enumerate(chunks)])
 
 
 def _ref(span) -> str:
@@ -57,7 +57,7 @@ def _ref(span) -> str:
     return f"{span.path} p.{span.page_label}" if span.page_label and span.page is not None else span.cite()
 
 
-def _with_header(chunk) -> str:
+def with_table_header(chunk) -> str:
     """A table's chunk under its header row. The trail says it is a table, not the name: a
     CSV piped in or a TSV named .txt has the same "columns:" trail (`sections.document_trails`)
     and its chunks from the middle reached the model as bare rows."""
@@ -102,7 +102,8 @@ def _without_common_folders(paths: list[str]) -> list[str]:
 # openings end the answer instead. A tag only ends it after a line break or a space: the
 # bundled model sometimes *opens* its answer with a source tag and then answers inside
 # it, and a bare "<source" stop left those answers empty (LeadingSourceTag drops the tag).
-ANSWER_STOPS = ("\n\n[", "\n<source", " <source", "\n</source", "\nQuestion:", "\nSources:", "<|im_end|>")
+ANSWER_STOPS = ("\n\n[", "\n<source", " <source", "\n</source", "\nQuestion:", "\nSources:", "\nKey facts:",
+                "<|im_end|>")
 # A summary (and its running notes) ends at the same source tags: a summary of a mixed
 # folder went on into eleven made-up `<source id="12" ref="...">` blocks, each with
 # another id, so no repeat check stopped it before --max-new-tokens. Paragraphs opening
@@ -192,6 +193,9 @@ class LeadingEcho:
 _ANSWER_MARK = re.compile(r"\banswer:", re.IGNORECASE)
 
 
+# "Most relevant lines:" over the same lines: 34/58 against 40/58 (the bundled model opened
+# a few answers with "<script>document.write(" under it; benchmarks/qa_accuracy)
+KEY_LINES_HEADER = "Key facts:"
 ASK_INSTRUCTION = "Answer the question in a few sentences, citing sources like [1]."
 NOTES_INSTRUCTION = ("Update the notes: copy every fact from these sources that helps answer the question, "
                      "one short line each, ending with its source label like [3]. Keep the useful notes so far. "
@@ -209,7 +213,7 @@ def instructions() -> str:
     bundled model often does) cites nothing (`citations.attribute`, `citations.cited_labels`)."""
     # Not OUTLINE_NOTE: its words (function, docstrings, comments) are what a code summary says.
     return " ".join((SYSTEM, ASK_INSTRUCTION, NOTES_INSTRUCTION, SUMMARY_INSTRUCTION, SUMMARY_NOTES_INSTRUCTION,
-                     SUMMARY_REDUCE_INSTRUCTION, "Notes gathered from earlier sources. Notes so far. "
+                     SUMMARY_REDUCE_INSTRUCTION, "Notes gathered from earlier sources. Key facts. Notes so far. "
                      "Summary notes so far. Notes taken while reading the whole input. Next part. Files. Content."))
 
 
@@ -218,14 +222,17 @@ def chat(user: str) -> list[Message]:
     return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user}]
 
 
-def ask_messages(question: str, evidence: str, notes: str = "") -> list[Message]:
+def ask_messages(question: str, evidence: str, notes: str = "", key_lines: str = "") -> list[Message]:
     # The question comes after the sources only, so that every question about the same
     # input starts with the same tokens and the engine reads their K/V back instead of
     # prefilling them again (engine.prefix_store). Asking it before the sources too made
     # no difference to the bundled model's answers: 26/48 either way (benchmarks/qa_accuracy).
+    # The key lines too come after them (`pipeline.key_lines`).
     parts = [f"Sources:\n{evidence}"] if evidence else []
     if notes:
         parts.append(f"Notes gathered from earlier sources:\n{notes}")
+    if key_lines:
+        parts.append(f"{KEY_LINES_HEADER}\n{key_lines}")
     parts.append(f"Question: {question}\n{ASK_INSTRUCTION}")
     return chat("\n\n".join(parts))
 

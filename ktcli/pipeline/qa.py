@@ -6,10 +6,11 @@ import time
 from dataclasses import replace
 
 from ktcli.config import Settings
+from ktcli.errors import ModelNotInstalledError
 from ktcli.engine.backend import Backend, SamplingParams
-from ktcli.pipeline import citations, prompts
+from ktcli.pipeline import citations, key_lines, prompts
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.indexing import build_index
+from ktcli.pipeline.indexing import build_index, embedder_for
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
@@ -26,9 +27,13 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                             stop=prompts.ANSWER_STOPS)
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
-        messages = prompts.ask_messages(prep.question, prompts.whole_input(prep.corpus.documents))
+        whole = prompts.whole_input(prep.corpus.documents)
+        messages = prompts.ask_messages(prep.question, whole)
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
+            sources = [(i + 1, d.text) for i, d in enumerate(prep.corpus.documents) if d.kind != "code"]
+            messages, needed = _with_key_lines(messages, prompts.ask_messages(prep.question, whole, key_lines=_key_lines(
+                prep.question, sources, settings, reporter)), needed, backend, params)
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
             # The next question about the same input starts with the same tokens up to its own.
             with cited_if_interrupted() as streamed:
@@ -92,10 +97,14 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
                          reporter, memo, f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
+    messages = prompts.ask_messages(prep.question, evidence, notes)
+    kinds = {d.path: d.kind for d in prep.corpus.documents}
+    sources = [(i + 1, prompts.with_table_header(c)) for i, c in enumerate(labelled) if kinds.get(c.doc_path) != "code"]
+    messages, _ = _with_key_lines(messages, prompts.ask_messages(prep.question, evidence, notes, key_lines=_key_lines(
+        prep.question, sources, settings, reporter)), 0, backend, params)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
     with cited_if_interrupted() as streamed:
-        streamed.text = stream_answer(backend, prompts.ask_messages(prep.question, evidence, notes), params, tally,
-                                      reporter)
+        streamed.text = stream_answer(backend, messages, params, tally, reporter)
         _warn_if_echo(streamed.text, reporter)
 
     def retrieval_answer(text: str) -> Answer:
@@ -115,6 +124,30 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
+
+
+def _key_lines(question: str, sources: list[tuple[int, str]], settings: Settings, reporter: Reporter) -> str:
+    """The lines of `sources` ((label, text)) quoted again before the question, as the
+    prompt shows them ("" for none). Code is left out: a line of code out of its function
+    answers little, and no benchmark here measured it."""
+    if settings.key_lines <= 0 or not sources:
+        return ""
+    reporter.status("finding the lines that best match the question")
+    try:
+        picked = key_lines.pick(question, sources, embedder_for(settings), settings.key_lines)
+    except ModelNotInstalledError:  # the whole input read needs no embedder: rank by words alone
+        picked = key_lines.pick(question, sources, None, settings.key_lines)
+    return key_lines.block(picked)
+
+
+def _with_key_lines(plain: list, keyed: list, needed: int, backend: Backend, params: SamplingParams) -> tuple[list, int]:
+    """The prompt with the key lines where it still fits the window, else without; and its
+    tokens plus the answer's (`needed`: the plain prompt's, 0 if not counted)."""
+    if keyed != plain:
+        with_lines = backend.prompt_tokens(keyed) + params.max_new_tokens
+        if with_lines <= backend.context_window:
+            return keyed, with_lines
+    return plain, needed
 
 
 def _piped_beside_files(prep: Prepared) -> list[Chunk]:

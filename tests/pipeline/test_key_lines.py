@@ -1,0 +1,181 @@
+"""Key lines: the sentences or table rows quoted again before the question."""
+
+import numpy as np
+import pytest
+
+from ktcli.config import Settings
+from ktcli.pipeline import key_lines, prompts
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+
+from .fake_backend import FakeBackend
+
+REPORT = """Financial Results by Quarter
+Revenue grew in every quarter but the last. The third quarter was the strongest in the company's
+history: Q3 revenue was $5.87 million, helped by the first full quarter of sales, e.g. the new lantern.
+Fourth-quarter revenue of $5.83 million was slightly below the third quarter.
+Quarter | Revenue ($M) | Gross margin | Units shipped
+Q1 2023 | 4.60 | 40.9% | 61,200
+Q3 2023 | 5.87 | 39.6% | 74,300
+Full year | 21.40 | 39.8% | 275,200
+Products
+The Beacon 7 storm lantern remains our best seller.
+"""
+
+
+def test_prose_reads_as_sentences_across_its_line_breaks():
+    units = key_lines.lines_of(REPORT)
+    assert ("The third quarter was the strongest in the company's history: Q3 revenue was $5.87 million, helped by "
+            "the first full quarter of sales, e.g. the new lantern.") in units
+    assert "Fourth-quarter revenue of $5.83 million was slightly below the third quarter." in units
+
+
+def test_a_table_row_reads_with_its_columns_names():
+    units = key_lines.lines_of(REPORT)
+    assert "Quarter: Q3 2023, Revenue ($M): 5.87, Gross margin: 39.6%, Units shipped: 74,300" in units
+    assert not any(u.startswith("Quarter | Revenue") for u in units)  # the header is no line of its own
+
+
+def test_a_markdown_table_skips_its_rule_and_keeps_its_header():
+    text = "| District | Connections | Mains (km) |\n|---|---:|---|\n| Old Town | 4,310 | 38.4 |\n| Quarry End | 2,145 | 44.2 |\n"
+    assert key_lines.lines_of(text) == ["District: Old Town, Connections: 4,310, Mains (km): 38.4",
+                                        "District: Quarry End, Connections: 2,145, Mains (km): 44.2"]
+
+
+def test_a_table_whose_first_row_holds_figures_has_no_header():
+    text = "Weight | 1.2 kg | 3.4 lb\nBattery life | 14 hours | 30 hours\n"
+    assert key_lines.lines_of(text) == ["Weight | 1.2 kg | 3.4 lb", "Battery life | 14 hours | 30 hours"]
+
+
+def test_years_name_columns():
+    text = "Item | 2023 | 2022\nNet income ($M) | 1.93 | 1.71\n"
+    assert key_lines.lines_of(text) == ["Item: Net income ($M), 2023: 1.93, 2022: 1.71"]
+
+
+def test_headings_and_list_items_end_a_sentence():
+    text = "## Opening hours\nThe centre opens at nine\n- Dogs on leads are allowed on the bus\n- Children under 12 travel free\n"
+    assert key_lines.lines_of(text) == ["The centre opens at nine", "Dogs on leads are allowed on the bus",
+                                        "Children under 12 travel free"]
+
+
+def test_a_line_without_a_full_stop_is_quoted_in_part():
+    unit = key_lines.lines_of("word " * 300)[0]
+    assert len(unit) <= key_lines.MAX_CHARS + 4 and unit.endswith(" ...")
+
+
+def test_words_alone_rank_the_row_the_question_names():
+    picked = key_lines.pick("How many units were shipped in Q3 2023?", [(1, REPORT)], None, k=1)
+    assert picked == [(1, "Quarter: Q3 2023, Revenue ($M): 5.87, Gross margin: 39.6%, Units shipped: 74,300")]
+
+
+def test_no_word_of_the_question_no_lines():
+    assert key_lines.pick("Wer ist zuständig?", [(1, REPORT)], None) == []
+
+
+class _Topical:
+    """An embedder that knows one synonym the words do not: 'electricity' is 'power'."""
+
+    name = "topical"
+
+    def embed(self, texts):
+        return np.array([[1.0, 0.0] if ("power" in t or "electricity" in t) else [0.0, 1.0] for t in texts])
+
+    def embed_query(self, text):
+        return self.embed([text])[0]
+
+
+def test_the_embedder_finds_what_the_words_miss():
+    text = "The board proposes a dividend of $0.42 per share. Solar power made up 61 percent of use."
+    question = "What share of electricity came from renewable sources?"
+    assert key_lines.pick(question, [(1, text)], None, k=1)[0][1].startswith("The board proposes")
+    assert key_lines.pick(question, [(1, text)], _Topical(), k=1)[0][1].startswith("Solar power")
+
+
+def test_each_line_keeps_its_sources_label():
+    picked = key_lines.pick("When does the museum open?", [(1, "The gardens close at dusk."),
+                                                            (2, "The museum opens at nine every day.")], None, k=1)
+    assert key_lines.block(picked) == "The museum opens at nine every day. [2]"
+
+
+@pytest.fixture
+def report(tmp_path):
+    path = tmp_path / "report.txt"
+    path.write_text(REPORT)
+    return path
+
+
+def _whole_read_prompt(path, tmp_path, **kw):
+    settings = Settings(cache_dir=str(tmp_path / "cache"), mode="full", **kw)
+    prep = prepare([str(path)], "What was revenue in the third quarter?", "ask", settings, NullReporter())
+    backend = FakeBackend()
+    answer_question(prep, backend, settings, NullReporter(), Tally())
+    return backend.calls[-1][-1]["content"]
+
+
+def test_a_whole_read_quotes_the_key_lines_between_the_sources_and_the_question(report, tmp_path):
+    prompt = _whole_read_prompt(report, tmp_path)
+    quoted = prompt.split(prompts.KEY_LINES_HEADER + "\n", 1)[1].split("\n\nQuestion:", 1)[0].split("\n")
+    assert len(quoted) == 2 and all(line.endswith(" [1]") for line in quoted)
+    assert prompt.index("</source>") < prompt.index(prompts.KEY_LINES_HEADER) < prompt.index("Question:")
+    assert any("$5.87" in line for line in quoted)
+
+
+def test_no_key_lines_when_set_to_none(report, tmp_path):
+    assert prompts.KEY_LINES_HEADER not in _whole_read_prompt(report, tmp_path, key_lines=0)
+
+
+def test_code_is_not_quoted(tmp_path):
+    path = tmp_path / "revenue.py"
+    path.write_text("def third_quarter_revenue():\n    # the third quarter revenue in millions\n    return 5.87\n")
+    assert prompts.KEY_LINES_HEADER not in _whole_read_prompt(path, tmp_path)
+
+
+def test_key_lines_that_would_not_fit_the_window_are_left_out(report, tmp_path, monkeypatch):
+    settings = Settings(cache_dir=str(tmp_path / "cache"), mode="full", max_new_tokens=64)
+    prep = prepare([str(report)], "What was revenue in the third quarter?", "ask", settings, NullReporter())
+    plain = FakeBackend().prompt_tokens(prompts.ask_messages(prep.question, prompts.whole_input(prep.corpus.documents)))
+    backend = FakeBackend(context_window=plain + 64)  # the plain prompt and answer fill it exactly
+    answer_question(prep, backend, settings, NullReporter(), Tally())
+    assert prompts.KEY_LINES_HEADER not in backend.calls[-1][-1]["content"]
+
+
+def test_a_retrieval_answer_quotes_lines_of_its_passages(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(6):
+        lines = [f"Paragraph {i}-{j}: the museum opens at nine and the gardens close at dusk." for j in range(40)]
+        if i == 4:
+            lines.insert(27, "The vault combination is 31-07-1999 and only the curator knows it.")
+        (folder / f"part{i}.txt").write_text("\n".join(lines) + "\n")
+    settings = Settings(cache_dir=str(tmp_path / "cache"), mode="retrieval")
+    prep = prepare([str(folder)], "What is the vault combination?", "ask", settings, NullReporter())
+    backend = FakeBackend()
+    answer_question(prep, backend, settings, NullReporter(), Tally())
+    prompt = backend.calls[-1][-1]["content"]
+    quoted = prompt.split(prompts.KEY_LINES_HEADER + "\n", 1)[1].split("\n\nQuestion:", 1)[0].split("\n")
+    label = next(n for n, text in __import__("re").findall(r'<source id="(\d+)" ref="[^"]+">\n(.*?)</source>', prompt,
+                                                           __import__("re").S) if "31-07-1999" in text)
+    assert quoted[-1] == f"The vault combination is 31-07-1999 and only the curator knows it. [{label}]"
+
+
+def test_code_blocks_and_doctests_are_no_lines():
+    text = ("The built-in function len() also applies to lists::\n\n   >>> letters = ['a', 'b', 'c', 'd']\n"
+            "   >>> len(letters)\n   4\n\nIt can also be nested.\n```\nprint('not a sentence at all')\n```\n")
+    units = key_lines.lines_of(text)
+    assert units[0] == "The built-in function len() also applies to lists:"
+    assert not any("letters" in u or "print" in u for u in units)
+
+
+def test_a_sentence_opening_with_a_pronoun_comes_with_the_one_before():
+    units = key_lines.lines_of("The pass statement does nothing. It can be used when a statement is required.\n")
+    assert units == ["The pass statement does nothing.",
+                     "The pass statement does nothing. It can be used when a statement is required."]
+
+
+def test_a_directives_body_reads_under_what_it_names():
+    text = (".. method:: list.append(x)\n   :noindex:\n\n   Add an item to the end of the list.\n\n\n"
+            "Titles\n======\n\nThe next paragraph stands alone.\n")
+    assert key_lines.lines_of(text) == ["list.append(x): Add an item to the end of the list.",
+                                        "The next paragraph stands alone."]
