@@ -328,6 +328,8 @@ def prepare(
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
         compiles_kernels=_compiles_kernels(settings),
+        # a question read whole quotes its key lines (`pipeline.key_lines`), never from code
+        key_lines=settings.key_lines if task == "ask" and any(d.kind != "code" for d in corpus.documents) else 0,
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,

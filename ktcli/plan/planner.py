@@ -59,6 +59,12 @@ SUMMARY_DEFAULT_SECONDS = 600.0
 OUTLINE_CHOICES = ("auto", "always", "never")
 
 
+# A question read whole loads the embedder to rank its key lines and embeds up to 256 of
+# them (`pipeline.key_lines`): the README's question took ~0.9 s and ~125 MiB more.
+KEY_LINES_SECONDS = 1.0
+KEY_LINES_BYTES = 128 * 2**20
+
+
 @dataclass(frozen=True)
 class Throughput:
     """Measured (or default) rates on this machine for the chosen engine and model."""
@@ -118,6 +124,9 @@ class PlanRequest:
     # This run compiles the engine's C++ kernels before its model loads (once per install,
     # where scripts/setup.sh did not: `engine.cpp_ext.compile_pending`).
     compiles_kernels: bool = False
+    # The key lines a question read whole quotes before itself (0: none), which load the
+    # embedder (`pipeline.key_lines`).
+    key_lines: int = 0
     # A read in the window runs over the kernels' pages, allocated for the whole window
     # (--rope-scaling; `engine.longctx.wants_kernels`), not the dense cache.
     kernel_pages: bool = False
@@ -376,10 +385,12 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             answer_s = decode_seconds(full_tokens, req.max_new_tokens, decode_tok_s)  # a bounded read: no context cost
             # (sparse rates are kept as measured, their first prefill's setup in them)
             seconds = (rates.load_s + prefill_seconds(full_tokens - cached, rates.sparse_prefill_tok_s * prefill_x,
-                                                      first=False) + answer_s)
+                                                      first=False) + answer_s
+                       + (KEY_LINES_SECONDS if req.key_lines else 0.0))
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
-                est_seconds=seconds, est_memory_bytes=sparse_memory(facts, window, dtype),
+                est_seconds=seconds,
+                est_memory_bytes=sparse_memory(facts, window, dtype) + (KEY_LINES_BYTES if req.key_lines else 0),
                 est_first_token_seconds=_before_answer(seconds, answer_s),
                 cached_tokens=max(cached, 0),
             ))
@@ -442,6 +453,7 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
     answer_s = decode_seconds(full_tokens, req.max_new_tokens, rates.decode_tok_s, cost)
     seconds = rates.load_s + prefill_seconds(full_tokens, rates.prefill_tok_s, cost,
                                              cached=min(req.cached_tokens, full_tokens - 1)) + answer_s
+    seconds += KEY_LINES_SECONDS if req.key_lines else 0.0
     return Plan(
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens,
@@ -498,7 +510,8 @@ def _per_document_plan(full: Plan, req: PlanRequest, facts: ModelFacts, rates: T
 
 
 def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
-    return _read_memory(req, facts, full_tokens, prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens))
+    return _read_memory(req, facts, full_tokens, prefill_tokens=full_tokens - min(req.cached_tokens, full_tokens)) \
+        + (KEY_LINES_BYTES if req.key_lines else 0)
 
 
 def _read_memory(req: PlanRequest, facts: ModelFacts, prompt_tokens: int, prefill_tokens: int | None = None) -> int:
