@@ -110,7 +110,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     def retrieval_answer(text: str) -> Answer:
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         cited = citations.merge(
-            citations.label_citations(citations.cited_labels(text, len(labelled)), labelled)[:3],
+            citations.label_citations(citations.backed_labels(text, labelled), labelled)[:3],
             citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]),
         )
         figures = tally.figures() | {

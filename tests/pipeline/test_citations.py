@@ -1,6 +1,6 @@
 import pytest
 
-from ktcli.pipeline.citations import attribute, cited_labels, has_content, label_citations, merge
+from ktcli.pipeline.citations import attribute, backed_labels, cited_labels, has_content, label_citations, merge
 from ktcli.types import Chunk, Span
 
 
@@ -304,3 +304,14 @@ def test_a_plain_short_answer_keeps_its_label():
         assert cited_labels(answer, 3) == [1] and not only_echoes_instructions(answer)
     echo = "Answer the question in a few sentences, citing sources like [1]."
     assert cited_labels(echo, 3) == [] and only_echoes_instructions(echo)
+
+
+def test_a_label_whose_passage_does_not_back_its_sentence_is_dropped():
+    cover = chunk("report.pdf", 1, ["Harbor Light Lantern Company: Annual Report 2023", "Founded in 1987."], page=1)
+    factory = chunk("report.pdf", 40, ["The Halden factory opened on 14 September 2023."], page=5)
+    # "[1]" copied from the instruction: the factory's passage is [2]; a label alone after
+    # its sentence is judged by that sentence
+    assert backed_labels("The Halden factory opened on 14 September 2023. [1]", [cover, factory]) == []
+    assert backed_labels("The Halden factory opened on 14 September 2023. [2]", [cover, factory]) == [2]
+    assert backed_labels("It was founded in 1987 [1] and the Halden factory opened in 2023 [2].",
+                         [cover, factory]) == [1, 2]
