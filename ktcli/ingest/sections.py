@@ -50,7 +50,7 @@ def document_trails(path: str, kind: str, lines: list[str], language: str | None
     table, its header row ("columns: id, name, city"), without which a chunk from its
     middle is rows of bare values that no question about a column matches."""
     if lines and lines[0].strip() and (path.lower().endswith(TABLE_SUFFIXES)
-                                       or (kind in ("stdin", "text") and _looks_like_a_table(lines))):
+                                       or (kind in ("stdin", "text") and looks_like_a_table(lines))):
         # The row whole, as written: the model reads it above a chunk's rows
         # (`prompts.passages`), where a first column with no name (pandas' index: "\tname")
         # stripped of its tab shifted every name one column; a citation shows its start.
@@ -145,7 +145,7 @@ def row_cells(line: str) -> list[str]:
     return [cell.strip() for cell in stripped.strip("|").split(" | ")] if " | " in stripped else []
 
 
-def _looks_like_a_table(lines: list[str]) -> bool:
+def looks_like_a_table(lines: list[str]) -> bool:
     """A CSV or TSV by its shape, whatever its name (piped in, an export named .txt): its
     first lines hold the same number of tabs (one or more), or of commas (two or more). A
     CSV on stdin lost its header trail, so its chunks were bare rows."""

@@ -10,20 +10,21 @@ A table row is quoted with its header's names ("Quarter: Q3 2023, Revenue ($M): 
 as a bare "Q3 2023 | 5.87 | 39.6%" the model had to find which figure is which in a
 header it read far above.
 
-Lines are ranked as the retriever ranks chunks: a dense score (the bundled embedder)
-plus a lexical one (BM25), each scaled to [0, 1] over the candidates. BM25 alone put
-"per share" first for "what share of electricity came from renewable sources?".
-"""
+Lines are ranked much as the retriever ranks chunks: BM25's best MAX_DENSE_LINES get a
+dense score (the bundled embedder) plus their lexical one, each scaled to [0, 1] over
+them. BM25 alone put "per share" first for "what share of electricity came from
+renewable sources?"."""
 
 from __future__ import annotations
 
+import csv
 import re
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ktcli.ingest.sections import MARKDOWN_RULE, row_cells
+from ktcli.ingest.sections import MARKDOWN_RULE, looks_like_a_table, row_cells
 
 if TYPE_CHECKING:
     from ktcli.retrieval.embedder import TextEmbedder
@@ -37,9 +38,14 @@ MAX_DENSE_LINES = 256
 MIN_CHARS = 12  # "Total | 412" and shorter carry no fact a question finds
 MAX_CHARS = 400  # a quote, not a page: a run-on paragraph with no full stop is cut at a word
 
-# A sentence ends at . ! ? before a space and a capital, digit or quote: "e.g. the" and
-# "$5.87 million" stay whole.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(“‘])")
+# A sentence ends at . ! ? before a space and a capital, digit or quote ("e.g. the" and
+# "$5.87 million" stay whole), but not after a common abbreviation ("vs. Q2", "Fig. 3"),
+# and at a CJK stop, which no space follows.
+_SENTENCE_END = re.compile(
+    r"(?<=[.!?])" + "".join(rf"(?<!\b{re.escape(a)})" for a in (
+        "vs.", "Vs.", "No.", "no.", "Fig.", "fig.", "Figs.", "Dr.", "Mr.", "Mrs.", "Ms.", "St.", "al.", "approx.",
+        "e.g.", "i.e.", "cf.", "Eq.", "eq.", "p.", "pp.", "Inc.", "Ltd.", "Co.", "U.S.", "Sec.", "Art.", "ca."))
+    + r"\s+(?=[A-Z0-9\"'(“‘])|(?<=[。！？])")
 _LIST_ITEM = re.compile(r"\s*(?:[-*•]|\d{1,3}[.)])\s+")
 _BULLET = re.compile(r"^[-*•]\s+")
 _HEADING = re.compile(r"\s*#{1,6}\s")
@@ -55,33 +61,57 @@ _DIRECTIVE = re.compile(r"\.\. [\w:-]+::(.*)")
 _OPTION = re.compile(r":[\w-]+:(?:\s|$)")
 # a sentence that leans on the one before it
 _ANAPHOR = re.compile(r"(?:It|Its|This|These|They|Their|That|Those|Such|He|She|His|Her|Both|Each)\b")
+# A PDF's headings are lines like any other: a short line in title case, with no stop at
+# its end, before a line that starts a sentence ("Financial Results by Quarter"), is one.
+_TITLE_MAX_CHARS = 40
+_TITLE_WORD = re.compile(r"[^\W\d_]{4,}")
+
 
 def lines_of(text: str) -> list[str]:
     """`text` as the units a question's answer sits in: prose as sentences (a PDF's lines
     run on, so lines join up to a blank line, a list item, a heading or a table), table
-    rows as "column: cell" pairs under their header row. Code is no unit: fenced or
-    literal blocks (after a "::" line) and doctest lines are passed over. Out of its
-    context a sentence can mislead, so a sentence that opens with a pronoun ("It can be
-    used when a statement is required syntactically") comes with the one before it, and
-    one in the body of a reStructuredText directive (".. method:: list.append(x)") under
-    what the directive names."""
+    rows as "column: cell" pairs under their header row, a CSV's or TSV's rows so too.
+    Code is no unit: fenced or literal blocks (after a "::" line) and doctest lines are
+    passed over. Out of its context a sentence can mislead, so a sentence that opens with a
+    pronoun ("It can be used when a statement is required syntactically") comes with the
+    one before it, one in the body of a reStructuredText directive (".. method::
+    list.append(x)") under what the directive names, and a text that starts mid-sentence
+    (a retrieved passage) loses that part sentence."""
+    lines = text.splitlines()
+    if looks_like_a_table(lines):
+        return _delimited_rows(lines)
     out: list[str] = []
     prose: list[str] = []
-    header: list[str] | None = None
+    rows: list[list[str]] = []  # the table being read, a row of cells each
+    ruled = False  # its header row is underlined (Markdown)
     literal: int | None = None  # the indentation of the "::" line whose block is being passed over
     fenced = False
     subject, subject_indent = "", 0
+    opened_mid_sentence = bool(text.lstrip()[:1].islower())
 
     def end_paragraph() -> None:
+        nonlocal opened_mid_sentence
         if prose:
-            out.extend(_sentences(" ".join(prose), subject))
+            units = _sentences(" ".join(prose), subject)
+            if opened_mid_sentence:
+                units = units[1:]
+            out.extend(units)
             prose.clear()
+        opened_mid_sentence = False
 
-    for line in text.splitlines():
+    def end_table() -> None:
+        nonlocal ruled
+        if rows:
+            out.extend(_table_rows(rows, ruled))
+            rows.clear()
+        ruled = False
+
+    for k, line in enumerate(lines):
         stripped = line.strip()
         indent = len(line) - len(line.lstrip())
         if _FENCE.match(stripped):
             end_paragraph()
+            end_table()
             fenced = not fenced
             continue
         if fenced:
@@ -95,26 +125,24 @@ def lines_of(text: str) -> list[str]:
             subject = ""
         if (directive := _DIRECTIVE.match(stripped)) is not None:
             end_paragraph()
+            end_table()
             subject, subject_indent = directive.group(1).strip(), indent
             continue
-        if MARKDOWN_RULE.fullmatch(stripped) and header is not None:
+        if rows and stripped[:1] in ("|", "-", ":") and MARKDOWN_RULE.fullmatch(stripped):
+            ruled = ruled or len(rows) == 1
             continue
         cells = row_cells(stripped)
         if len(cells) >= 2:
             end_paragraph()
-            if header is None or (header and len(cells) != len(header)):  # a table starts
-                header = cells if _is_header(cells) else []
-                if header:
-                    continue
-            out.append(_row(header, cells))
+            rows.append(cells)
             continue
-        header = None
+        end_table()
         if _UNDERLINE.fullmatch(stripped):
             if len(prose) == 1:
                 prose.clear()  # a reStructuredText title: a heading, no sentence
             end_paragraph()
             continue
-        if not stripped or _HEADING.match(stripped) or _OPTION.match(stripped):
+        if not stripped or _HEADING.match(stripped) or _OPTION.match(stripped) or _is_title(stripped, lines, k):
             end_paragraph()
             continue
         if stripped.startswith((">>>", "... ")) or stripped == "...":
@@ -124,11 +152,20 @@ def lines_of(text: str) -> list[str]:
             end_paragraph()
         prose.append(_BULLET.sub("", stripped, count=1))  # a numbered step keeps its number
         if stripped.endswith("::"):
-            prose[-1] = prose[-1][:-1]  # "the list methods::" reads "the list methods:"
+            # "the list methods::" reads "the list methods:", "as follows. ::" "as follows."
+            said = prose[-1][:-2].rstrip()
+            prose[-1] = said if said.endswith((".", "!", "?")) else said + ":"
             end_paragraph()
             literal = indent
     end_paragraph()
-    return [_short(u.strip()) for u in out if len(u.strip()) >= MIN_CHARS]
+    end_table()
+    return [_short(u.strip()) for u in out if _width(u.strip()) >= MIN_CHARS]
+
+
+def _width(unit: str) -> int:
+    """Characters, a CJK one counting two (as a line's length is counted elsewhere): "本社は港町にある。"
+    holds as much as a dozen Latin letters."""
+    return len(unit) + sum(ord(c) >= 0x2E80 for c in unit)
 
 
 def _sentences(paragraph: str, subject: str) -> list[str]:
@@ -138,6 +175,47 @@ def _sentences(paragraph: str, subject: str) -> list[str]:
     return [f"{subject}: {unit}" for unit in units] if subject else units
 
 
+def _is_title(line: str, lines: list[str], k: int) -> bool:
+    """A heading written as a plain line: short, in title case, no stop at its end, and
+    the next line starts a sentence."""
+    if len(line) > _TITLE_MAX_CHARS or line[-1] in ".!?:;,)" or not line[0].isupper():
+        return False
+    words = _TITLE_WORD.findall(line)
+    if not words or sum(w[0].isupper() for w in words) * 2 < len(words):
+        return False
+    after = lines[k + 1].strip() if k + 1 < len(lines) else ""
+    return not after or after[0].isupper() or after[0].isdigit()
+
+
+def _table_rows(rows: list[list[str]], ruled: bool) -> list[str]:
+    """A table's rows as units. Its first row names the columns where a rule underlines it,
+    or where it holds no figure and a row below does ("Department | Employees" over
+    "Glass studio | 118"); else ("Capital | Paris" over "Currency | Euro") every row is
+    read as written. A row with fewer cells (a reader leaves empty cells at a row's end
+    out) fills the first columns; one alone is prose with a bar in it."""
+    if len(rows) == 1:
+        return [" | ".join(rows[0])]
+    header = rows[0] if ruled or (_is_header(rows[0]) and any(_has_figure(r) for r in rows[1:])) else None
+    if header is None:
+        return [" | ".join(r) for r in rows]
+    return [_row(header, r) for r in rows[1:]]
+
+
+def _has_figure(cells: list[str]) -> bool:
+    return any(_FIGURE.fullmatch(c) for c in cells)
+
+
+def _delimited_rows(lines: list[str]) -> list[str]:
+    """A CSV's or TSV's rows as "column: value" pairs under its first row."""
+    head = next(line for line in lines if line.strip())
+    try:
+        rows = list(csv.reader((line for line in lines if line.strip()), delimiter="\t" if "\t" in head else ","))
+    except csv.Error:  # a field past the csv module's limit (128 KB): no rows to point at
+        return []
+    header = [name.strip() for name in rows[0]]
+    return [_short(_row(header, [c.strip() for c in r])) for r in rows[1:] if any(c.strip() for c in r)]
+
+
 def _is_header(cells: list[str]) -> bool:
     """A table's first row names its columns unless it holds figures (a headerless table of
     "Weight | 1.2 kg" rows); years name columns ("Item | 2023 | 2022")."""
@@ -145,7 +223,7 @@ def _is_header(cells: list[str]) -> bool:
 
 
 def _row(header: list[str], cells: list[str]) -> str:
-    if len(header) != len(cells):
+    if len(cells) > len(header):
         return " | ".join(cells)
     return ", ".join(f"{name}: {cell}" if name else cell for name, cell in zip(header, cells) if cell)
 
@@ -173,16 +251,24 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
     if not candidates:
         return []
     lexical = BM25Index(u for _, u in candidates).scores(question)
-    if embedder is None:
-        if not lexical.max() > 0:
-            return []  # no word of the question anywhere: nothing to point at
-        best = np.argsort(-lexical, kind="stable")[:k]
-        return [candidates[i] for i in best]
+    if not lexical.max() > 0:
+        # No word of the question anywhere (asked in another language than the text's):
+        # nothing to point at, and the embedder's shortlist would be the first lines.
+        return []
     shortlist = np.argsort(-lexical, kind="stable")[:MAX_DENSE_LINES]
-    dense = embedder.embed([candidates[i][1] for i in shortlist]) @ embedder.embed_query(question)
-    score = _scaled(dense) + LEXICAL_WEIGHT * _scaled(lexical[shortlist])
-    best = np.argsort(-score, kind="stable")[:k]
-    return [candidates[shortlist[i]] for i in best]
+    score = _scaled(lexical[shortlist])
+    if embedder is not None:
+        dense = embedder.embed([candidates[i][1] for i in shortlist]) @ embedder.embed_query(question)
+        score = _scaled(dense) + LEXICAL_WEIGHT * score
+    picked: list[tuple[int, str]] = []
+    for i in np.argsort(-score, kind="stable"):
+        text = candidates[shortlist[i]][1]
+        # a sentence and the same with the one before it (`_sentences`) say one thing
+        if not any(text in other or other in text for _, other in picked):
+            picked.append(candidates[shortlist[i]])
+        if len(picked) == k:
+            break
+    return picked
 
 
 def _scaled(scores: np.ndarray) -> np.ndarray:

@@ -232,7 +232,7 @@ def ask_messages(question: str, evidence: str, notes: str = "", key_lines: str =
     if notes:
         parts.append(f"Notes gathered from earlier sources:\n{notes}")
     if key_lines:
-        parts.append(f"{KEY_LINES_HEADER}\n{key_lines}")
+        parts.append(f"{KEY_LINES_HEADER}\n{_inert(key_lines)}")
     parts.append(f"Question: {question}\n{ASK_INSTRUCTION}")
     return chat("\n\n".join(parts))
 

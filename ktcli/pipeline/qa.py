@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 
 from ktcli.config import Settings
-from ktcli.errors import ModelNotInstalledError
+from ktcli.errors import ModelNotInstalledError, UsageError
 from ktcli.engine.backend import Backend, SamplingParams
 from ktcli.pipeline import citations, key_lines, prompts
 from ktcli.pipeline.events import Reporter
@@ -135,7 +135,8 @@ def _key_lines(question: str, sources: list[tuple[int, str]], settings: Settings
     reporter.status("finding the lines that best match the question")
     try:
         picked = key_lines.pick(question, sources, embedder_for(settings), settings.key_lines)
-    except ModelNotInstalledError:  # the whole input read needs no embedder: rank by words alone
+    except (ModelNotInstalledError, UsageError) as e:  # a whole read needs no embedder: rank by words alone
+        reporter.warn(f"key lines ranked by their words alone: {e}")
         picked = key_lines.pick(question, sources, None, settings.key_lines)
     return key_lines.block(picked)
 

@@ -61,7 +61,7 @@ def test_headings_and_list_items_end_a_sentence():
 
 
 def test_a_line_without_a_full_stop_is_quoted_in_part():
-    unit = key_lines.lines_of("word " * 300)[0]
+    unit = key_lines.lines_of("Word " + "word " * 300)[0]
     assert len(unit) <= key_lines.MAX_CHARS + 4 and unit.endswith(" ...")
 
 
@@ -179,3 +179,62 @@ def test_a_directives_body_reads_under_what_it_names():
             "Titles\n======\n\nThe next paragraph stands alone.\n")
     assert key_lines.lines_of(text) == ["list.append(x): Add an item to the end of the list.",
                                         "The next paragraph stands alone."]
+
+
+def test_a_two_column_table_of_words_reads_as_written():
+    assert key_lines.lines_of("Capital | Paris\nCurrency | Euro\n") == ["Capital | Paris", "Currency | Euro"]
+
+
+def test_a_row_without_its_empty_last_cells_fills_the_first_columns():
+    text = "Name | Role | Office | Phone\nBob | Manager\nCarol King | Designer | Bergen | 5501\n"
+    assert key_lines.lines_of(text) == ["Name: Bob, Role: Manager",
+                                        "Name: Carol King, Role: Designer, Office: Bergen, Phone: 5501"]
+
+
+def test_a_csvs_rows_read_under_its_header():
+    text = "id,value,label\n" + "".join(f"R{i},{i * 1.5},item {i}\n" for i in range(1, 40))
+    units = key_lines.lines_of(text)
+    assert len(units) == 39 and units[-1] == "id: R39, value: 58.5, label: item 39"
+    assert key_lines.pick("What is the value of R17?", [(1, text)], None, k=1) == [(1, "id: R17, value: 25.5, label: item 17")]
+
+
+def test_abbreviations_end_no_sentence():
+    assert key_lines.lines_of("Revenue rose 5% vs. Q2 in the quarter. See Fig. 3 for the detail.") == [
+        "Revenue rose 5% vs. Q2 in the quarter.", "See Fig. 3 for the detail."]
+
+
+def test_a_pdfs_plain_heading_is_no_part_of_a_sentence():
+    text = ("The board proposes a dividend of $0.42 per share.\nFinancial Results by Quarter\n"
+            "Revenue grew in every quarter but the last.\n")
+    assert key_lines.lines_of(text) == ["The board proposes a dividend of $0.42 per share.",
+                                        "Revenue grew in every quarter but the last."]
+
+
+def test_a_passage_that_starts_mid_sentence_loses_that_part():
+    assert key_lines.lines_of("was $3.2 million after investing in Halden. Net income rose to $1.93 million.") == [
+        "Net income rose to $1.93 million."]
+
+
+def test_cjk_sentences_end_at_their_stops():
+    assert key_lines.lines_of("会社は1987年に設立された。本社は港町にある。") == ["会社は1987年に設立された。", "本社は港町にある。"]
+
+
+def test_a_sentence_and_the_same_with_the_one_before_are_one_pick():
+    text = "The Halden factory opened on 14 September 2023. It covers 7,500 square metres of the Halden site."
+    picked = key_lines.pick("When did the Halden factory open and how large is it?", [(1, text)], None, k=2)
+    assert len(picked) == 1 or not any(a in b for (_, a) in picked for (_, b) in picked if a != b)
+
+
+def test_an_embedder_that_will_not_load_ranks_by_words_and_says_so(report, tmp_path):
+    warned = []
+
+    class Said(NullReporter):
+        def warn(self, text):
+            warned.append(text)
+
+    settings = Settings(cache_dir=str(tmp_path / "cache"), mode="full", embedder=str(tmp_path / "no-such-model"))
+    prep = prepare([str(report)], "What was revenue in the third quarter?", "ask", settings, NullReporter())
+    backend = FakeBackend()
+    answer_question(prep, backend, settings, Said(), Tally())
+    assert prompts.KEY_LINES_HEADER in backend.calls[-1][-1]["content"]
+    assert len(warned) == 1 and warned[0].startswith("key lines ranked by their words alone")

@@ -6,7 +6,7 @@ from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.config import parse_bytes
 from ktcli.plan.estimates import kv_bytes_per_token
-from ktcli.plan.planner import KERNEL_COMPILE_S
+from ktcli.plan.planner import KERNEL_COMPILE_S, KEY_LINES_BYTES, KEY_LINES_SECONDS
 from ktcli.types import Mode, ModelFacts
 
 SMOL = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
@@ -26,6 +26,14 @@ def test_small_input_is_read_whole():
     assert plan.n_windows == 1 and plan.n_chunks == 0
     assert "fits" in plan.reasons[0]
     assert plan.alternatives and plan.alternatives[0]["mode"] == "retrieval"
+
+
+def test_a_question_read_whole_counts_its_key_lines_embedder():
+    plain, keyed = make_plan(req(), SMOL, RATES), make_plan(req(key_lines=2), SMOL, RATES)
+    assert keyed.mode is plain.mode is Mode.FULL
+    assert keyed.est_seconds == pytest.approx(plain.est_seconds + KEY_LINES_SECONDS)
+    assert keyed.est_first_token_seconds == pytest.approx(plain.est_first_token_seconds + KEY_LINES_SECONDS)
+    assert keyed.est_memory_bytes == plain.est_memory_bytes + KEY_LINES_BYTES
 
 
 def test_input_just_over_the_window_uses_retrieval():
