@@ -1,5 +1,7 @@
 """Key lines: the sentences or table rows quoted again before the question."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -11,6 +13,7 @@ from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 
 from .fake_backend import FakeBackend
+from .test_qa_pipeline import haystack  # noqa: F401  (a fixture)
 
 REPORT = """Financial Results by Quarter
 Revenue grew in every quarter but the last. The third quarter was the strongest in the company's
@@ -141,22 +144,15 @@ def test_key_lines_that_would_not_fit_the_window_are_left_out(report, tmp_path, 
     assert prompts.KEY_LINES_HEADER not in backend.calls[-1][-1]["content"]
 
 
-def test_a_retrieval_answer_quotes_lines_of_its_passages(tmp_path):
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for i in range(6):
-        lines = [f"Paragraph {i}-{j}: the museum opens at nine and the gardens close at dusk." for j in range(40)]
-        if i == 4:
-            lines.insert(27, "The vault combination is 31-07-1999 and only the curator knows it.")
-        (folder / f"part{i}.txt").write_text("\n".join(lines) + "\n")
+def test_a_retrieval_answer_quotes_lines_of_its_passages(haystack, tmp_path):
     settings = Settings(cache_dir=str(tmp_path / "cache"), mode="retrieval")
-    prep = prepare([str(folder)], "What is the vault combination?", "ask", settings, NullReporter())
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
     backend = FakeBackend()
     answer_question(prep, backend, settings, NullReporter(), Tally())
     prompt = backend.calls[-1][-1]["content"]
     quoted = prompt.split(prompts.KEY_LINES_HEADER + "\n", 1)[1].split("\n\nQuestion:", 1)[0].split("\n")
-    label = next(n for n, text in __import__("re").findall(r'<source id="(\d+)" ref="[^"]+">\n(.*?)</source>', prompt,
-                                                           __import__("re").S) if "31-07-1999" in text)
+    label = next(n for n, text in re.findall(r'<source id="(\d+)" ref="[^"]+">\n(.*?)</source>', prompt, re.S)
+                 if "31-07-1999" in text)
     assert quoted[-1] == f"The vault combination is 31-07-1999 and only the curator knows it. [{label}]"
 
 
