@@ -6,10 +6,15 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
     python -m benchmarks.qa_accuracy --json --baseline layout    # prompt layout before / now
     python -m benchmarks.qa_accuracy --json --baseline merge     # evidence merge before / now
     python -m benchmarks.qa_accuracy --json --baseline refs      # whole-input source refs before / now
+    python -m benchmarks.qa_accuracy --json --baseline key-lines # no key lines before the question / now
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Each case runs twice in
-the same run, the baseline and now; `--baseline` says which change is compared:
+the same run, the baseline and now; `--baseline` says which change is compared. Beside
+the sample PDF and the tutorial, two documents written for this benchmark are read whole
+(`benchmarks/qa_docs/`: a water utility's report and a hiking guide, fictional, with pipe
+tables and facts made to be confused), 20 questions each, never used to tune a prompt
+before 2026-12-06 (the key lines' five layouts were tried on them).
 * retrieval (the default; the retrieval cases only): chunks indexed as plain text and
   ranked by reciprocal rank fusion, as until 2026-12-04, against section trails and score
   fusion (`retrieval.retriever`; recall figures in `benchmarks/retrieval_recall.py`);
@@ -17,6 +22,8 @@ the same run, the baseline and now; `--baseline` says which change is compared:
   2026-12-04, the first one's trailing blank lines stripped (every later line read, and
   cited, one line up per blank line) and a third neighbour kept apart, against joins that
   keep each line at its number (`pipeline.windows.merge_neighbours`);
+* key-lines (every case): no lines quoted again before the question, as until
+  2026-12-06, against the two that best match it under "Key facts:" (`pipeline.key_lines`);
 * layout: the prompt ktcli used until 2026-12-04, the question asked before the sources
   as well as after them. Now it comes after them only, so every question about one input
   starts with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
@@ -39,6 +46,7 @@ import json
 import re
 import time
 from dataclasses import replace
+from pathlib import Path
 
 from benchmarks.common import machine, write_result
 from ktcli.config import Settings
@@ -87,10 +95,26 @@ TUTORIAL_QUESTIONS = [
     ("Which module converts Python data to JSON text?", ["json"], None),
     ("Which statement forces a specified exception to occur?", ["raise"], None),
 ]
+# Two more documents read whole, written for this benchmark (fictional, ~1,400 words
+# each, with pipe tables and facts made to be confused: Q3's figure beside Q4's, two
+# people of one surname) and never used to tune a prompt: held-out questions.
+QA_DOCS = Path(__file__).with_name("qa_docs")
+WATER = str(QA_DOCS / "municipal-water-report-2024.md")
+GUIDE = str(QA_DOCS / "field-guide-kestrel-ridge.md")
+
+
+def _written_questions(name: str) -> list:
+    """(question, accepted answers, None) for one of qa_docs' documents."""
+    rows = json.loads((QA_DOCS / "questions.json").read_text(encoding="utf-8"))[name]
+    return [(question, accepted, None) for question, accepted, _where in rows]
+
+
 CASES = {  # name: (input, forced mode, questions)
     "pdf-full": (PDF, "full", PDF_QUESTIONS),
     "pdf-retrieval": (PDF, "retrieval", PDF_QUESTIONS),
     "tutorial-retrieval": (TUTORIAL, "retrieval", TUTORIAL_QUESTIONS),
+    "water-full": (WATER, "full", _written_questions("municipal-water-report-2024.md")),
+    "guide-full": (GUIDE, "full", _written_questions("field-guide-kestrel-ridge.md")),
 }
 
 
@@ -175,6 +199,19 @@ def _paths_as_given():
         prompts._without_common_folders = current
 
 
+@contextlib.contextmanager
+def _no_key_lines():
+    """No lines quoted again before the question (`pipeline.key_lines`), as until 2026-12-06."""
+    from ktcli.pipeline import qa
+
+    current = qa._key_lines
+    qa._key_lines = lambda *args: ""
+    try:
+        yield
+    finally:
+        qa._key_lines = current
+
+
 # --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
 BASELINES = {
     "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
@@ -183,6 +220,7 @@ BASELINES = {
                   ("pdf-retrieval", "tutorial-retrieval")),
     "layout": (("before: question first too", _question_first), "now: question after", tuple(CASES)),
     "refs": (("before: paths as given", _paths_as_given), "now: shared folders left out", ("pdf-full",)),
+    "key-lines": (("before: no key lines", _no_key_lines), "now: 2 key lines quoted", tuple(CASES)),
 }
 
 
