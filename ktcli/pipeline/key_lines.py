@@ -4,7 +4,7 @@ quoted again between the sources and the question.
 Why: a small model answers from what it read last. Given the sample report whole, the
 bundled 135M model answered "Q3 revenue" with Q4's figure from the sentence after it, and
 20 of 58 questions right on three documents; with the two best-matching lines repeated
-right before the question, 37-40 over the five layouts tried (`python -m
+right before the question, 39 (37-40 over the five layouts tried) (`python -m
 benchmarks.qa_accuracy --baseline key-lines`).
 A table row is quoted with its header's names ("Quarter: Q3 2023, Revenue ($M): 5.87"):
 as a bare "Q3 2023 | 5.87 | 39.6%" the model had to find which figure is which in a
