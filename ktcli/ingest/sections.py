@@ -30,9 +30,9 @@ MAX_DEPTH = 4
 # A title longer than this is a sentence that happens to sit above an underline.
 MAX_TITLE_CHARS = 120
 
-_ATX = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
-_FENCE = re.compile(r"\s*(```|~~~)")
-_ADORNMENT = re.compile(r"""([=\-~^"'`#*+_:.])\1{2,}\s*$""")
+ATX = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
+FENCE = re.compile(r"\s*(```|~~~)")
+ADORNMENT = re.compile(r"""([=\-~^"'`#*+_:.])\1{2,}\s*$""")
 # rST inline markup in a title: :role:`!text` / :role:`text <target>` / ``literal`` / `text`.
 _ROLE = re.compile(r":[\w:.+-]+:`!?([^`<]*?)\s*(?:<[^`]*>)?`")
 _LITERAL = re.compile(r"`{1,2}([^`]*)`{1,2}_{0,2}")
@@ -120,7 +120,7 @@ def _table_runs(lines: list[str]) -> list[tuple[int, int]]:
     fenced = False
     k = 0
     while k < len(lines):
-        if _FENCE.match(lines[k]):
+        if FENCE.match(lines[k]):
             fenced = not fenced
         if fenced or _cells(lines[k]) < 2:
             k += 1
@@ -263,7 +263,7 @@ def _prose_marks(lines: list[str], markdown: bool = False) -> list[tuple[int, st
     k = _front_matter_end(lines) if markdown else 0
     while k < len(lines):
         line = lines[k]
-        if _FENCE.match(line):
+        if FENCE.match(line):
             in_fence = not in_fence
             k += 1
             continue
@@ -290,7 +290,7 @@ def _markdown_heading_at(lines: list[str], k: int):
     (level 1) or `---` (level 2) of any length, as CommonMark reads them (ranked as
     reStructuredText's adornments, below any `#` heading, a wiki page's `Runbook` over
     `## Deploy` was cited "(Deploy)")."""
-    atx = _ATX.match(lines[k])
+    atx = ATX.match(lines[k])
     if atx:
         title = _clean(atx.group(2))
         return (len(atx.group(1)), title, k, k + 1) if title else None
@@ -321,17 +321,17 @@ def _front_matter_end(lines: list[str]) -> int:
 def _heading_at(lines: list[str], k: int, styles: dict[tuple[str, bool], int]):
     """(level, title, first line, line after it) when a heading starts at line k."""
     line = lines[k]
-    atx = _ATX.match(line)
+    atx = ATX.match(line)
     if atx:
         title = _clean(atx.group(2))
         return (int(len(atx.group(1))), title, k, k + 1) if title else None
     if not line.strip():
         return None
-    overline = _ADORNMENT.match(line)
+    overline = ADORNMENT.match(line)
     if overline and k + 2 < len(lines) and lines[k + 2].strip() == line.strip() and lines[k + 1].strip():
         title, char, after = lines[k + 1].strip(), line.strip()[0], k + 3  # over- and underlined
     elif not overline and k + 1 < len(lines):
-        under = _ADORNMENT.match(lines[k + 1])
+        under = ADORNMENT.match(lines[k + 1])
         if not under or len(lines[k + 1].rstrip()) < len(line.rstrip()) or line.startswith((" ", "\t")):
             return None
         title, char, after = line.strip(), lines[k + 1].strip()[0], k + 2

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ktcli.ingest.sections import MARKDOWN_RULE, looks_like_a_table, row_cells
+from ktcli.ingest.sections import ADORNMENT, ATX, FENCE, MARKDOWN_RULE, looks_like_a_table, row_cells
 
 if TYPE_CHECKING:
     from ktcli.retrieval.embedder import TextEmbedder
@@ -48,15 +48,12 @@ _SENTENCE_END = re.compile(
     + r"\s+(?=[A-Z0-9\"'(“‘])|(?<=[。！？])")
 _LIST_ITEM = re.compile(r"\s*(?:[-*•]|\d{1,3}[.)])\s+")
 _BULLET = re.compile(r"^[-*•]\s+")
-_HEADING = re.compile(r"\s*#{1,6}\s")
 # a figure, not a column's name: "5.87", "61,200", "40.9%", "$4.6", "1.2 kg"; a year is a
 # name ("2023")
 _FIGURE = re.compile(r"[-+−]?[$£€¥]?\d[\d,.]*\s*(?:%|[^\W\d_]{1,5}\.?)?")
 _YEAR = re.compile(r"(?:19|20)\d\d")
-_FENCE = re.compile(r"(```|~~~)")
-# reStructuredText: a title's underline ("====="), a directive (".. method:: list.append(x)")
-# and its options (":noindex:"; a role opening a sentence, ":keyword:`pass`", is prose)
-_UNDERLINE = re.compile(r"([=\-~^\"'`#*+_:.])\1{2,}")
+# reStructuredText: a directive (".. method:: list.append(x)") and its options (":noindex:";
+# a role opening a sentence, ":keyword:`pass`", is prose)
 _DIRECTIVE = re.compile(r"\.\. [\w:-]+::(.*)")
 _OPTION = re.compile(r":[\w-]+:(?:\s|$)")
 # a sentence that leans on the one before it
@@ -65,6 +62,12 @@ _ANAPHOR = re.compile(r"(?:It|Its|This|These|They|Their|That|Those|Such|He|She|H
 # its end, before a line that starts a sentence ("Financial Results by Quarter"), is one.
 _TITLE_MAX_CHARS = 40
 _TITLE_WORD = re.compile(r"[^\W\d_]{4,}")
+
+
+def quotes(kind: str) -> bool:
+    """Whether a document of this kind gives key lines: code does not (a line of code out of
+    its function answers little, and no benchmark here measured it)."""
+    return kind != "code"
 
 
 def lines_of(text: str) -> list[str]:
@@ -109,7 +112,7 @@ def lines_of(text: str) -> list[str]:
     for k, line in enumerate(lines):
         stripped = line.strip()
         indent = len(line) - len(line.lstrip())
-        if _FENCE.match(stripped):
+        if FENCE.match(stripped):
             end_paragraph()
             end_table()
             fenced = not fenced
@@ -137,12 +140,12 @@ def lines_of(text: str) -> list[str]:
             rows.append(cells)
             continue
         end_table()
-        if _UNDERLINE.fullmatch(stripped):
+        if ADORNMENT.match(stripped):  # a reStructuredText title's underline
             if len(prose) == 1:
                 prose.clear()  # a reStructuredText title: a heading, no sentence
             end_paragraph()
             continue
-        if not stripped or _HEADING.match(stripped) or _OPTION.match(stripped) or _is_title(stripped, lines, k):
+        if not stripped or ATX.match(stripped) or _OPTION.match(stripped) or _is_title(stripped, lines, k):
             end_paragraph()
             continue
         if stripped.startswith((">>>", "... ")) or stripped == "...":

@@ -19,6 +19,7 @@ from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline import notes_memo
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.key_lines import quotes
 from ktcli.pipeline.skip_report import first_named, report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
@@ -329,7 +330,7 @@ def prepare(
         convert_params=facts.n_params if converts else 0,
         compiles_kernels=_compiles_kernels(settings),
         # a question read whole quotes its key lines (`pipeline.key_lines`), never from code
-        key_lines=settings.key_lines if task == "ask" and any(d.kind != "code" for d in corpus.documents) else 0,
+        key_lines=settings.key_lines if task == "ask" and any(quotes(d.kind) for d in corpus.documents) else 0,
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,

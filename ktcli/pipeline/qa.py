@@ -31,7 +31,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
         messages = prompts.ask_messages(prep.question, whole)
         needed = backend.prompt_tokens(messages) + params.max_new_tokens
         if needed <= backend.context_window:
-            sources = [(i + 1, d.text) for i, d in enumerate(prep.corpus.documents) if d.kind != "code"]
+            sources = [(i + 1, d.text) for i, d in enumerate(prep.corpus.documents) if key_lines.quotes(d.kind)]
             messages, needed = _with_key_lines(messages, prompts.ask_messages(prep.question, whole, key_lines=_key_lines(
                 prep.question, sources, settings, reporter)), needed, backend, params)
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
@@ -99,7 +99,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
     messages = prompts.ask_messages(prep.question, evidence, notes)
     kinds = {d.path: d.kind for d in prep.corpus.documents}
-    sources = [(i + 1, prompts.with_table_header(c)) for i, c in enumerate(labelled) if kinds.get(c.doc_path) != "code"]
+    sources = [(i + 1, prompts.with_table_header(c)) for i, c in enumerate(labelled)
+               if key_lines.quotes(kinds.get(c.doc_path, ""))]
     messages, _ = _with_key_lines(messages, prompts.ask_messages(prep.question, evidence, notes, key_lines=_key_lines(
         prep.question, sources, settings, reporter)), 0, backend, params)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
@@ -128,8 +129,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
 
 def _key_lines(question: str, sources: list[tuple[int, str]], settings: Settings, reporter: Reporter) -> str:
     """The lines of `sources` ((label, text)) quoted again before the question, as the
-    prompt shows them ("" for none). Code is left out: a line of code out of its function
-    answers little, and no benchmark here measured it."""
+    prompt shows them ("" for none)."""
     if settings.key_lines <= 0 or not sources:
         return ""
     reporter.status("finding the lines that best match the question")
