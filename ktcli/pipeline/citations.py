@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -153,15 +153,7 @@ def cited_labels(answer: str, n_labels: int) -> list[int]:
     """The source labels `answer` writes ([3]), in order, each once, but those inside a
     sentence that restates ktcli's instructions: 'Answer the question in a few sentences,
     citing sources like [1].' was a whole answer, and [1] its Sources."""
-    seen: list[int] = []
-    for sentence in _SENTENCE.split(answer):
-        if echoes_instructions(_LABEL.sub(" ", sentence)):  # judged without its labels, as `attribute` does
-            continue
-        for m in _LABEL.finditer(sentence):
-            label = int(m.group(1))
-            if 1 <= label <= n_labels and label not in seen:
-                seen.append(label)
-    return seen
+    return list(dict.fromkeys(label for label, _said in _labels_written(answer, n_labels)))
 
 
 def backed_labels(answer: str, labelled: list[Chunk]) -> list[int]:
@@ -174,21 +166,30 @@ def backed_labels(answer: str, labelled: list[Chunk]) -> list[int]:
     passages = [set(terms(chunk.text)) for chunk in labelled]
     df = Counter(t for words in passages for t in words)
     backed: list[int] = []
+    for label, said in _labels_written(answer, len(labelled)):
+        words = set(terms(said))
+        scores = [sum(math.log(1 + len(passages) / df[t]) for t in words & present) for present in passages]
+        best = max(scores)
+        if label not in backed and best > 0 and scores[label - 1] >= 0.5 * best:
+            backed.append(label)
+    return backed
+
+
+def _labels_written(answer: str, n_labels: int) -> Iterator[tuple[int, str]]:
+    """(label, the sentence it is written in, less its labels) for each label in 1..n_labels
+    that `answer` writes, in order, outside sentences that restate ktcli's instructions
+    (judged without their labels, as `attribute` judges them). A label standing alone
+    ("2023. [1]": a sentence of its own) is given the sentence before it."""
     before = ""
     for sentence in _SENTENCE.split(answer):
         bare = _LABEL.sub(" ", sentence)
         if echoes_instructions(bare):
             continue
-        said = bare if terms(bare) else before  # "[1]" alone: the sentence before it
-        words = set(terms(said))
-        scores = [sum(math.log(1 + len(passages) / df[t]) for t in words & present) for present in passages]
-        best = max(scores, default=0.0)
+        said = bare if terms(bare) else before
         for m in _LABEL.finditer(sentence):
-            label = int(m.group(1))
-            if 1 <= label <= len(labelled) and label not in backed and best > 0 and scores[label - 1] >= 0.5 * best:
-                backed.append(label)
+            if 1 <= (label := int(m.group(1))) <= n_labels:
+                yield label, said
         before = said
-    return backed
 
 
 def document_citations(answer: str, documents, cited: list[Citation]) -> list[Citation]:
