@@ -121,6 +121,8 @@ class Corpus:
 
 
 SECTION_SEPARATOR = " > "  # between the levels of a section trail (Chunk.section, Citation.section)
+# The deepest section trail kept: below that, titles say little the last ones do not.
+SECTION_MAX_DEPTH = 4
 TABLE_TRAIL = "columns: "  # a CSV's or TSV's trail: its header row after this
 
 

@@ -19,10 +19,8 @@ import re
 from collections import Counter
 from typing import NamedTuple
 
-from ktcli.types import SECTION_SEPARATOR
+from ktcli.types import SECTION_MAX_DEPTH, SECTION_SEPARATOR
 
-# The deepest trail kept (as `sections.MAX_DEPTH`).
-_MAX_DEPTH = 4
 _MAX_TITLE_CHARS = 80
 _MAX_TITLE_WORDS = 12
 # Fewer numbered headings than this in a chain is no outline: a list, or chance.
@@ -131,7 +129,7 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
         while stack and stack[-1][0] >= level:
             stack.pop()
         stack.append((level, title))
-        headings.setdefault(page, []).append((k, SECTION_SEPARATOR.join(t for _, t in stack[-_MAX_DEPTH:])))
+        headings.setdefault(page, []).append((k, SECTION_SEPARATOR.join(t for _, t in stack[-SECTION_MAX_DEPTH:])))
     out: list[PageSections] = []
     trail = ""
     for page in range(len(texts)):

@@ -22,11 +22,10 @@ import re
 from bisect import bisect_left, bisect_right
 
 from ktcli.ingest.pdf_headings import numbered_headings
-from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL
+from ktcli.types import SECTION_MAX_DEPTH, SECTION_SEPARATOR, TABLE_TRAIL
 
 SEPARATOR = SECTION_SEPARATOR
-# The deepest trail kept: below that, titles say little the last ones do not.
-MAX_DEPTH = 4
+MAX_DEPTH = SECTION_MAX_DEPTH
 # A title longer than this is a sentence that happens to sit above an underline.
 MAX_TITLE_CHARS = 120
 
