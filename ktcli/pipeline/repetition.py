@@ -67,9 +67,18 @@ class RepetitionGuard:
 
 
 _MARKER = re.compile(r"(?<![\w\]\[])\[\d+\]")  # a citation, not an index: buf[10] is code
+# the same, or the start of one still being written ("... core.py. [2")
+_MARKER_SO_FAR = re.compile(r"(?<![\w\]\[])\[\d+(?:\]|$)")
 # A list item's number at the start of a line ("17. ", "4) "). Not a letter's: a lettered
 # list runs out at z.
 _ITEM_DIGITS = re.compile(r"^([ \t]*)(\d+)(?=[.)]\s)", re.MULTILINE)
+
+
+def _unmarked(text: str) -> str:
+    """`text` with each citation marker's number, written or being written, as 0: a line
+    said again under the next label ("... defined in core.py. [1]", "... core.py. [2]")
+    is the same line."""
+    return _MARKER_SO_FAR.sub(lambda m: "[0]" if m[0].endswith("]") else "[0", text) if "[" in text else text
 
 
 def _shape(text: str) -> str:
@@ -101,6 +110,10 @@ class EchoedText:
     written in Python.' eleven times in a row, 270 characters, all shown before
     `RepetitionGuard` fired. Short lines that recur apart ('Returns:', a heading per
     module) are ordinary.
+
+    Citation markers are compared without their numbers: the bundled model wrote "The tax
+    rate is defined in `src/pkg/core.py`. [1]" five times, "[1]" to "[5]", all shown, and
+    the answer's markers past [1] had no source under it.
 
     A list item is compared without its number or letter ('4. ', 'b) '): asked for chapter
     13's recommendations, the bundled model wrote '3. Investigate and treat the Greyrock adit
@@ -150,7 +163,7 @@ class EchoedText:
             nl = text.find("\n", self.line_start)
             end = self._sentence_end(nl if nl >= 0 else len(text))
             if end is not None:  # a sentence ends before the line does
-                raw = _collapse(text[self.sentence_start : end])
+                raw = _unmarked(_collapse(text[self.sentence_start : end]))
                 key, number = _item(raw), _item_number(raw)
                 if (width(key) >= self.min_line and _repeats(key, number, self.sentences)) \
                         or self._adjacent(key, self.last_sentence):
@@ -163,7 +176,7 @@ class EchoedText:
                 continue
             if nl < 0:
                 return None
-            raw = text[self.line_start : nl].strip()
+            raw = _unmarked(text[self.line_start : nl].strip())
             key, number = _item(raw), _item_number(raw)
             if not self.in_code and ((self._counts(key) and _repeats(key, number, self.lines))
                                      or self._adjacent(key, self.last_line)):
@@ -200,11 +213,11 @@ class EchoedText:
             return hold
         # Stripped both ways, as the lines kept are: a repeat followed by spaces was no
         # longer a prefix of its earlier line and was shown before its line break.
-        line = self.text[self.line_start :].strip()
+        line = _unmarked(self.text[self.line_start :].strip())
         item = _item(line, so_far=not ended)
         if line and (any(s.startswith(item) for s in self.lines) or self._could_repeat(item, self.last_line)):
             hold = self.line_start
-        sentence = _collapse(self.text[self.sentence_start :])
+        sentence = _unmarked(_collapse(self.text[self.sentence_start :]))
         item = _item(sentence, so_far=not ended)
         if sentence and (any(s.startswith(item) for s in self.sentences)
                          or self._could_repeat(item, self.last_sentence)):

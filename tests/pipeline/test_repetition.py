@@ -260,6 +260,14 @@ def test_a_repeated_line_with_trailing_spaces_is_shown_once():
     assert shown == line + "\n" and echo.repeated
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_a_line_said_again_under_the_next_label_is_never_shown_twice(seed):
+    line = "The tax rate is defined in `src/pkg/core.py`. [{}]\n"
+    echo = EchoedText()
+    shown = _stream(echo, "".join(line.format(i) for i in range(1, 6)), seed)
+    assert shown == line.format(1) and echo.repeated
+
+
 def test_a_loop_that_only_counts_its_citation_markers_up_is_stopped():
     """'The deploy script uses the [1] to [2] to [3] to ... [78' ran to the token limit."""
     guard = RepetitionGuard()
