@@ -99,6 +99,12 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
         ) from None
     reporter.progress("map", len(windows), len(windows))
+    if not notes:
+        # Every part's notes were markup or the instructions again: a summary written from
+        # none was made up ("The final summary is a concise and clear summary of the input").
+        reporter.warn(f"the model wrote nothing from the input in the notes of its {len(windows)} parts, so no summary "
+                      "is written from them (a larger model, --model, does better)")
+        return _answer("", prep, replace(plan, n_windows=len(windows)), tally, len(windows))
     reporter.status("writing the summary from the notes")
     messages = prompts.summary_reduce_messages(notes, listing)
     rows = prompts.LISTING_MAX_LINES
@@ -163,21 +169,17 @@ def _cited_by_document(parts: list[tuple[Document, str]], prep: Prepared) -> lis
 
 def _with_notes_if_empty(summary: str, notes: str, n_windows: int, reporter: Reporter) -> str:
     """The summary, or, when it says nothing from the input, the summary followed by the
-    notes it was written from (said, where those hold nothing either)."""
+    notes it was written from."""
     # A short summary is fine; one of markup or echoed instructions around a word or two is not
     junk = citations.markup_or_echo(summary)
     if citations.says_nothing_new(summary, fewer_than=SUMMARY_MIN_TERMS if junk else 1) or \
             citations.only_restates_instructions(summary):
         # The notes hold what the parts said: a summary of transformers' llama folder was
         # "The final summary is:" after 44 s of reading, its notes thrown away.
-        if notes:
-            reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
-            shown = f"\n\nNotes from the {n_windows} parts:\n{notes}"
-            reporter.answer_text(shown)
-            summary = summary.rstrip() + shown
-        else:  # nor did any part's notes: said, not printed as if it were a summary
-            reporter.warn(f"the model wrote nothing from the input, in the summary or in the notes of its "
-                          f"{n_windows} parts (a larger model, --model, does better)")
+        reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
+        shown = f"\n\nNotes from the {n_windows} parts:\n{notes}"
+        reporter.answer_text(shown)
+        summary = summary.rstrip() + shown
     return summary
 
 
