@@ -44,8 +44,11 @@ MAX_CHARS = 400  # a quote, not a page: a run-on paragraph with no full stop is 
 _SENTENCE_END = re.compile(
     r"(?<=[.!?])" + "".join(rf"(?<!\b{re.escape(a)})" for a in (
         "vs.", "Vs.", "No.", "no.", "Fig.", "fig.", "Figs.", "Dr.", "Mr.", "Mrs.", "Ms.", "St.", "al.", "approx.",
-        "e.g.", "i.e.", "cf.", "Eq.", "eq.", "p.", "pp.", "Inc.", "Ltd.", "Co.", "U.S.", "Sec.", "Art.", "ca."))
-    + r"\s+(?=[A-Z0-9\"'(“‘])|(?<=[。！？])")
+        "e.g.", "i.e.", "cf.", "Eq.", "eq.", "p.", "pp.", "Inc.", "Ltd.", "Co.", "U.S.", "Sec.", "Art.", "ca.",
+        "Prof.", "Jr.", "Sr.", "Mt.", "Dept.", "Corp.", "Gen.", "Gov.", "Rev.", "Vol.", "vol.", "Ch.", "ch.", "Jan.",
+        "Feb.", "Mar.", "Apr.", "Jun.", "Jul.", "Aug.", "Sep.", "Sept.", "Oct.", "Nov.", "Dec."))
+    # nor after an initial ("J. R. Smith") or a step's number ("1. Hold the button")
+    + r"(?<!\b[A-Z]\.)(?<!^\d\.)(?<!^\d\d\.)\s+(?=[A-Z0-9\"'(“‘])|(?<=[。！？])")
 _LIST_ITEM = re.compile(r"\s*(?:[-*•]|\d{1,3}[.)])\s+")
 _BULLET = re.compile(r"^[-*•]\s+")
 # a figure, not a column's name: "5.87", "61,200", "40.9%", "$4.6", "1.2 kg"; a year is a
@@ -54,7 +57,11 @@ _FIGURE = re.compile(r"[-+−]?[$£€¥]?\d[\d,.]*\s*(?:%|[^\W\d_]{1,5}\.?)?")
 _YEAR = re.compile(r"(?:19|20)\d\d")
 # reStructuredText: a directive (".. method:: list.append(x)") and its options (":noindex:";
 # a role opening a sentence, ":keyword:`pass`", is prose)
-_DIRECTIVE = re.compile(r"\.\. [\w:-]+::(.*)")
+_DIRECTIVE = re.compile(r"\.\. ([\w:-]+)::(.*)")
+# directives whose body is code or an index, not prose (".. code-block:: bash")
+_NO_PROSE_DIRECTIVES = frozenset({"code-block", "code", "sourcecode", "testcode", "testoutput", "doctest",
+                                  "parsed-literal", "math", "productionlist", "literalinclude", "raw", "index",
+                                  "toctree"})
 _OPTION = re.compile(r":[\w-]+:(?:\s|$)")
 # a sentence that leans on the one before it
 _ANAPHOR = re.compile(r"(?:It|Its|This|These|They|Their|That|Those|Such|He|She|His|Her|Both|Each)\b")
@@ -62,6 +69,16 @@ _ANAPHOR = re.compile(r"(?:It|Its|This|These|They|Their|That|Those|Such|He|She|H
 # its end, before a line that starts a sentence ("Financial Results by Quarter"), is one.
 _TITLE_MAX_CHARS = 40
 _TITLE_WORD = re.compile(r"[^\W\d_]{4,}")
+_SECTION_NUMBER = re.compile(r"(?:\d{1,3}(?:\.\d{1,3})*[.)]?|[A-Z][.)])\s+")  # "2.1 ", "3. ", "B) "
+# A line that is a field and its value ("Owner: Tomas Berg", "Date: Tuesday, 14 May 2024"),
+# as in a memo's or a form's head: a fact of its own, neither a heading nor part of the
+# sentence on the next line.
+_FIELD = re.compile(r"[^\W\d_][\w'’&/().-]*(?: [\w'’&/().-]+){0,3}: \S")
+_FIELD_MAX_CHARS = 120
+# A prose unit of at most this many words, no figure and no stop at its end is a heading or
+# a label ("Vendor selection", "Meals and Per Diem"), not a statement a question's answer is in.
+_LABEL_MAX_WORDS = 4
+_STOPS = (".", "!", "?", "。", "！", "？", '."', ".”", ".)")
 
 
 def quotes(kind: str) -> bool:
@@ -70,16 +87,18 @@ def quotes(kind: str) -> bool:
     return kind != "code"
 
 
-def lines_of(text: str) -> list[str]:
+def lines_of(text: str, *, passage: bool = False) -> list[str]:
     """`text` as the units a question's answer sits in: prose as sentences (a PDF's lines
     run on, so lines join up to a blank line, a list item, a heading or a table), table
-    rows as "column: cell" pairs under their header row, a CSV's or TSV's rows so too.
-    Code is no unit: fenced or literal blocks (after a "::" line) and doctest lines are
-    passed over. Out of its context a sentence can mislead, so a sentence that opens with a
-    pronoun ("It can be used when a statement is required syntactically") comes with the
-    one before it, one in the body of a reStructuredText directive (".. method::
-    list.append(x)") under what the directive names, and a text that starts mid-sentence
-    (a retrieved passage) loses that part sentence."""
+    rows as "column: cell" pairs under their header row, a CSV's or TSV's rows so too, and
+    a memo's "Field: value" lines each as one. Headings and labels are no unit ("Vendor
+    selection"). Code is no unit: fenced or indented blocks, literal blocks (after a "::"
+    line), code directives' bodies and doctest lines are passed over. Out of its context a
+    sentence can mislead, so a sentence that opens with a pronoun ("It can be used when a
+    statement is required syntactically") comes with the one before it, one in the body of
+    a reStructuredText directive (".. method:: list.append(x)") under what the directive
+    names. A `passage` (retrieved from a longer text) that starts mid-sentence loses that
+    part sentence; a whole text that starts in lower case ("iPhone 15 ships ...") keeps it."""
     lines = text.splitlines()
     if looks_like_a_table(lines):
         return _delimited_rows(lines)
@@ -87,10 +106,12 @@ def lines_of(text: str) -> list[str]:
     prose: list[str] = []
     rows: list[list[str]] = []  # the table being read, a row of cells each
     ruled = False  # its header row is underlined (Markdown)
-    literal: int | None = None  # the indentation of the "::" line whose block is being passed over
+    literal: int | None = None  # the indentation of the line whose code block is being passed over
     fenced = False
-    subject, subject_indent = "", 0
-    opened_mid_sentence = bool(text.lstrip()[:1].islower())
+    after_blank = True  # the line before was blank (or there was none)
+    in_list = False  # the paragraph being read is a list item (its indented lines continue it)
+    subject, directive_indent = "", None  # the directive whose body is being read (None: none)
+    opened_mid_sentence = passage and bool(text.lstrip()[:1].islower())
 
     def end_paragraph() -> None:
         nonlocal opened_mid_sentence
@@ -98,7 +119,7 @@ def lines_of(text: str) -> list[str]:
             units = _sentences(" ".join(prose), subject)
             if opened_mid_sentence:
                 units = units[1:]
-            out.extend(units)
+            out.extend(u for u in units if not _is_label(u.removeprefix(f"{subject}: ") if subject else u))
             prose.clear()
         opened_mid_sentence = False
 
@@ -112,6 +133,7 @@ def lines_of(text: str) -> list[str]:
     for k, line in enumerate(lines):
         stripped = line.strip()
         indent = len(line) - len(line.lstrip())
+        was_after_blank, after_blank = after_blank, not stripped
         if FENCE.match(stripped):
             end_paragraph()
             end_table()
@@ -123,13 +145,20 @@ def lines_of(text: str) -> list[str]:
             if not stripped or indent > literal:
                 continue
             literal = None
-        if subject and stripped and indent <= subject_indent:
+        if directive_indent is not None and stripped and indent <= directive_indent:
             end_paragraph()
-            subject = ""
+            subject, directive_indent = "", None
         if (directive := _DIRECTIVE.match(stripped)) is not None:
             end_paragraph()
             end_table()
-            subject, subject_indent = directive.group(1).strip(), indent
+            if directive.group(1) in _NO_PROSE_DIRECTIVES:
+                literal = indent
+            else:
+                subject, directive_indent = directive.group(2).strip(), indent
+            continue
+        if stripped and indent >= 4 and was_after_blank and directive_indent is None and not in_list and not rows:
+            end_paragraph()  # a Markdown code block: indented four spaces after a blank line
+            literal = indent - 1
             continue
         if rows and stripped[:1] in ("|", "-", ":") and MARKDOWN_RULE.fullmatch(stripped):
             ruled = ruled or len(rows) == 1
@@ -145,6 +174,10 @@ def lines_of(text: str) -> list[str]:
                 prose.clear()  # a reStructuredText title: a heading, no sentence
             end_paragraph()
             continue
+        if _is_field(stripped, prose, lines[k + 1].strip() if k + 1 < len(lines) else ""):
+            end_paragraph()
+            out.append(stripped)
+            continue
         if not stripped or ATX.match(stripped) or _OPTION.match(stripped) or _is_title(stripped, lines, k):
             end_paragraph()
             continue
@@ -153,6 +186,9 @@ def lines_of(text: str) -> list[str]:
             continue
         if _LIST_ITEM.match(stripped):
             end_paragraph()
+            in_list = True
+        elif indent == 0 and was_after_blank:
+            in_list = False
         prose.append(_BULLET.sub("", stripped, count=1))  # a numbered step keeps its number
         if stripped.endswith("::"):
             # "the list methods::" reads "the list methods:", "as follows. ::" "as follows."
@@ -163,6 +199,34 @@ def lines_of(text: str) -> list[str]:
     end_paragraph()
     end_table()
     return [_short(u.strip()) for u in out if _width(u.strip()) >= MIN_CHARS]
+
+
+def _is_field(line: str, prose: list[str], after: str) -> bool:
+    """A "Field: value" line of a memo's or form's head: not a sentence's next line, nor one
+    that runs on into the next ("Note the last block: the ``_`` acts as a wildcard and"),
+    nor a heading over its paragraph ("Item 1: Budget review" over "Marco reported that
+    spending ...") or over its underline ("Intermezzo: Coding Style")."""
+    if len(line) > _FIELD_MAX_CHARS or _FIELD.match(line) is None or (prose and not prose[-1].endswith(_STOPS + (":",))):
+        return False
+    if not after or (_FIELD.match(after) is not None and len(after) <= _FIELD_MAX_CHARS) or _LIST_ITEM.match(after):
+        return True
+    if ADORNMENT.match(after):
+        return False
+    if after[:1].islower():
+        return line.endswith(_STOPS)
+    return not (len(after) > _FIELD_MAX_CHARS or (len(after.split()) >= 6 and after.endswith(_STOPS)))
+
+
+def _is_label(unit: str) -> bool:
+    """A heading or a label left among the sentences: a few words with no figure and no
+    stop at their end ("Vendor selection", "2. Meals and Per Diem"), or a short line in
+    capitals ("NORTHWIND LOGISTICS LTD.")."""
+    bare = _SECTION_NUMBER.sub("", unit, count=1) if _SECTION_NUMBER.match(unit) else unit
+    words = bare.split()
+    if len(words) <= 6 and bare.upper() == bare and any(c.isupper() for c in bare):  # CJK has no capitals
+        return True
+    return (len(words) <= _LABEL_MAX_WORDS and _width(bare) <= _TITLE_MAX_CHARS and not bare.endswith(_STOPS)
+            and not any(c.isdigit() for c in bare))
 
 
 def _width(unit: str) -> int:
@@ -179,15 +243,23 @@ def _sentences(paragraph: str, subject: str) -> list[str]:
 
 
 def _is_title(line: str, lines: list[str], k: int) -> bool:
-    """A heading written as a plain line: short, in title case, no stop at its end, and
-    the next line starts a sentence."""
-    if len(line) > _TITLE_MAX_CHARS or line[-1] in ".!?:;,)" or not line[0].isupper():
+    """A heading written as a plain line: short, in title case or under a section number
+    ("3.1 Air travel"), no stop at its end, and the next line starts a sentence."""
+    if len(line) > _TITLE_MAX_CHARS or line[-1] in ".!?:;,)":
+        return False
+    number = _SECTION_NUMBER.match(line)
+    line = line[number.end():] if number else line
+    # a figure ("Version 4.2, effective 1 March 2024") is a fact's; a field over a sentence
+    # ("Item 1: Budget review") is a heading (`_is_field` took those over fields and blanks)
+    if not line[:1].isupper() or re.search(r"\d[.,]\d|, \d", line):
         return False
     words = _TITLE_WORD.findall(line)
-    if not words or sum(w[0].isupper() for w in words) * 2 < len(words):
+    # "2.1 Who is covered" is a heading in any case; "1. Open the settings", a step
+    subsection = number is not None and "." in number.group().strip().rstrip(".)")
+    if not subsection and (not words or sum(w[0].isupper() for w in words) * 2 < len(words)):
         return False
     after = lines[k + 1].strip() if k + 1 < len(lines) else ""
-    return not after or after[0].isupper() or after[0].isdigit()
+    return not after or after[0].isupper() or after[0].isdigit() or _LIST_ITEM.match(after) is not None
 
 
 def _table_rows(rows: list[list[str]], ruled: bool) -> list[str]:
@@ -239,15 +311,16 @@ def _short(unit: str) -> str:
 
 
 def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedder | None,
-         k: int = KEY_LINES) -> list[tuple[int, str]]:
+         k: int = KEY_LINES, *, passages: bool = False) -> list[tuple[int, str]]:
     """The `k` lines of `sources` ((label, text) pairs) that best match `question`, best
-    first, each with its source's label; ranked by BM25 alone where `embedder` is None."""
+    first, each with its source's label; ranked by BM25 alone where `embedder` is None.
+    `passages`: the sources are passages retrieved from longer texts (`lines_of`)."""
     from ktcli.retrieval.lexical import BM25Index
 
     seen: set[str] = set()
     candidates: list[tuple[int, str]] = []
     for label, text in sources:
-        for unit in lines_of(text):
+        for unit in lines_of(text, passage=passages):
             if unit not in seen:
                 seen.add(unit)
                 candidates.append((label, unit))

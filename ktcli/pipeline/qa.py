@@ -102,7 +102,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     sources = [(i + 1, prompts.with_table_header(c)) for i, c in enumerate(labelled)
                if key_lines.quotes(kinds.get(c.doc_path, ""))]
     messages, _ = _with_key_lines(messages, prompts.ask_messages(prep.question, evidence, notes, key_lines=_key_lines(
-        prep.question, sources, settings, reporter)), 0, backend, params)
+        prep.question, sources, settings, reporter, passages=True)), 0, backend, params)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
     with cited_if_interrupted() as streamed:
         streamed.text = stream_answer(backend, messages, params, tally, reporter)
@@ -127,17 +127,18 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     return streamed.finish(retrieval_answer)
 
 
-def _key_lines(question: str, sources: list[tuple[int, str]], settings: Settings, reporter: Reporter) -> str:
-    """The lines of `sources` ((label, text)) quoted again before the question, as the
-    prompt shows them ("" for none)."""
+def _key_lines(question: str, sources: list[tuple[int, str]], settings: Settings, reporter: Reporter,
+               passages: bool = False) -> str:
+    """The lines of `sources` ((label, text); `passages`: retrieved ones) quoted again before
+    the question, as the prompt shows them ("" for none)."""
     if settings.key_lines <= 0 or not sources:
         return ""
     reporter.status("finding the lines that best match the question")
     try:
-        picked = key_lines.pick(question, sources, embedder_for(settings), settings.key_lines)
+        picked = key_lines.pick(question, sources, embedder_for(settings), settings.key_lines, passages=passages)
     except (ModelNotInstalledError, UsageError) as e:  # a whole read needs no embedder: rank by words alone
         reporter.warn(f"key lines ranked by their words alone: {e}")
-        picked = key_lines.pick(question, sources, None, settings.key_lines)
+        picked = key_lines.pick(question, sources, None, settings.key_lines, passages=passages)
     return key_lines.block(picked)
 
 

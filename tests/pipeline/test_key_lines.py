@@ -207,8 +207,46 @@ def test_a_pdfs_plain_heading_is_no_part_of_a_sentence():
 
 
 def test_a_passage_that_starts_mid_sentence_loses_that_part():
-    assert key_lines.lines_of("was $3.2 million after investing in Halden. Net income rose to $1.93 million.") == [
-        "Net income rose to $1.93 million."]
+    text = "was $3.2 million after investing in Halden. Net income rose to $1.93 million."
+    assert key_lines.lines_of(text, passage=True) == ["Net income rose to $1.93 million."]
+
+
+def test_a_whole_text_that_starts_in_lower_case_keeps_its_first_sentence():
+    text = "quillstore is released under the Apache License 2.0.\n\nIt needs Python 3.9 or newer to run.\n"
+    assert key_lines.lines_of(text) == ["quillstore is released under the Apache License 2.0.",
+                                        "It needs Python 3.9 or newer to run."]
+
+
+def test_a_memos_fields_are_lines_of_their_own():
+    text = ("Steering committee\nDate: Tuesday, 14 May 2024\nOwner: Tomas Berg\nBudget: 600,000 NOK\n"
+            "Apologies: Lena Vogel\nVersion 4.2, effective 1 March 2024\n\nThe committee met at nine.\n")
+    assert key_lines.lines_of(text) == ["Date: Tuesday, 14 May 2024", "Owner: Tomas Berg", "Budget: 600,000 NOK",
+                                        "Apologies: Lena Vogel", "Version 4.2, effective 1 March 2024",
+                                        "The committee met at nine."]
+
+
+def test_initials_and_month_abbreviations_end_no_sentence():
+    assert key_lines.lines_of("The report was written by J. R. Smith and reviewed by Prof. Alan Ng on Sept. 12 "
+                              "2023. It was approved.") == [
+        "The report was written by J. R. Smith and reviewed by Prof. Alan Ng on Sept. 12 2023.",
+        "The report was written by J. R. Smith and reviewed by Prof. Alan Ng on Sept. 12 2023. It was approved."]
+
+
+def test_numbered_steps_keep_their_numbers_and_headings_are_no_lines():
+    text = ("NORTHWIND LOGISTICS LTD.\n\n1. Budget review\n\n1. Hold the power button for 10 seconds.\n"
+            "2. Release it and wait.\n\nVendor selection\n- The committee chose KodeVerk as the vendor.\n")
+    assert key_lines.lines_of(text) == ["1. Hold the power button for 10 seconds.", "2. Release it and wait.",
+                                        "The committee chose KodeVerk as the vendor."]
+    assert key_lines.lines_of("3.1 Air travel\nEconomy class must be booked for flights under 6 hours.\n") == [
+        "Economy class must be booked for flights under 6 hours."]
+
+
+def test_code_directives_and_indented_code_are_no_lines():
+    text = (".. code-block:: bash\n\n   python -m pip install requests==2.6.0\n\nOpen the store like this:\n\n"
+            "    import quillstore\n    db = quillstore.open(\"data.qs\")\n\nThe store keeps its data in one file.\n"
+            "- A list item\n\n    whose second paragraph is indented and still prose.\n")
+    assert key_lines.lines_of(text) == ["Open the store like this:", "The store keeps its data in one file.",
+                                        "whose second paragraph is indented and still prose."]
 
 
 def test_cjk_sentences_end_at_their_stops():
