@@ -101,6 +101,11 @@ TUTORIAL_QUESTIONS = [
 QA_DOCS = Path(__file__).with_name("qa_docs")
 WATER = str(QA_DOCS / "municipal-water-report-2024.md")
 GUIDE = str(QA_DOCS / "field-guide-kestrel-ridge.md")
+# Two more, written on 2026-12-06 by a helper probing what key lines quote (a memo's
+# "Date: ..." fields were taken for headings, "A. Okafor" cut at the initial), and the
+# questions after the fix that it led to: not held out.
+MEMO = str(QA_DOCS / "steering-committee-notes.txt")
+POLICY = str(QA_DOCS / "travel-expense-policy.txt")
 
 
 def _written_questions(name: str) -> list:
@@ -115,6 +120,11 @@ CASES = {  # name: (input, forced mode, questions)
     "tutorial-retrieval": (TUTORIAL, "retrieval", TUTORIAL_QUESTIONS),
     "water-full": (WATER, "full", _written_questions("municipal-water-report-2024.md")),
     "guide-full": (GUIDE, "full", _written_questions("field-guide-kestrel-ridge.md")),
+    "memo-full": (MEMO, "full", _written_questions("steering-committee-notes.txt")),
+    "policy-full": (POLICY, "full", _written_questions("travel-expense-policy.txt")),
+    # the water report and the guide through retrieval: the passages and the key lines picked from them
+    "water-retrieval": (WATER, "retrieval", _written_questions("municipal-water-report-2024.md")),
+    "guide-retrieval": (GUIDE, "retrieval", _written_questions("field-guide-kestrel-ridge.md")),
 }
 
 
@@ -205,7 +215,7 @@ def _no_key_lines():
     from ktcli.pipeline import qa
 
     current = qa._key_lines
-    qa._key_lines = lambda *args: ""
+    qa._key_lines = lambda *args, **kwargs: ""
     try:
         yield
     finally:
