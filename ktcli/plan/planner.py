@@ -237,6 +237,11 @@ def _does_not_fit(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> str:
     if full_tokens <= facts.context_window:  # the answer's budget is what tips it over
         return (f"the input (~{full_tokens:,} tokens with the prompt) and the answer budget ({req.max_new_tokens:,}) "
                 f"exceed the {facts.context_window:,}-token window")
+    if req.corpus_tokens + PROMPT_OVERHEAD_TOKENS + req.max_new_tokens <= facts.context_window:
+        # the question is what tips it over: "the input exceeds the window" said of a CSV of
+        # 6,592 tokens asked a question of 2,400
+        return (f"the input (~{req.corpus_tokens:,} tokens) with the question (~{req.question_tokens:,} tokens) "
+                f"exceeds the {facts.context_window:,}-token window")
     return f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window"
 
 

@@ -52,6 +52,9 @@ def test_answer_budget_counts_against_the_window():
                                  "the 8,192-token window")  # not "the input exceeds the window"
     over = make_plan(req(corpus_tokens=9000), SMOL, RATES)
     assert over.reasons[0] == "the input (~9,000 tokens) exceeds the 8,192-token window"
+    asked_long = make_plan(req(corpus_tokens=6592, question_tokens=2400), SMOL, RATES)
+    assert asked_long.reasons[0] == ("the input (~6,592 tokens) with the question (~2,400 tokens) exceeds the "
+                                     "8,192-token window")  # the input alone fits
 
 
 def test_forced_full_mode_that_cannot_fit_is_a_usage_error():
