@@ -186,12 +186,13 @@ def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
 
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
-                  reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer") -> str:
+                  reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer",
+                  longer: str = "") -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning. `budget`: what
     set params.max_new_tokens, and `subject` what is written, as the warning of an answer
-    cut there names them."""
+    cut there names them; `longer`, how to get a longer one (raise --max-new-tokens)."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
@@ -220,9 +221,9 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     elif backend.last_stats.new_tokens >= params.max_new_tokens:
         # No end-of-answer token came within the budget: the answer may stop mid-sentence.
         tally.extra["hit_max_new_tokens"] = params.max_new_tokens
-        raise_it = "it" if budget == "--max-new-tokens" else "--max-new-tokens"
+        longer = longer or ("raise it" if budget == "--max-new-tokens" else "raise --max-new-tokens")
         reporter.warn(f"{subject} reached {budget} ({params.max_new_tokens:,} tokens) and may be cut "
-                      f"short; raise {raise_it} for a longer one")
+                      f"short; {longer} for a longer one")
     if guard.unit:
         reporter.warn(f"stopped {subject}: it kept repeating the same {len(guard.unit)} characters")
         return guard.kept().strip()
@@ -235,6 +236,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         # tag it opened and closed) or stopped at once.
         if not tally.ttft_s:
             tally.ttft_s = time.perf_counter() - tally.started  # no first token: not "ttft 0.0s"
-        reporter.warn(f"the model gave no answer ({backend.last_stats.new_tokens:,} tokens, none of them answer "
-                      "text); try rewording the question, another --mode, or a larger --model")
+        what = subject.removeprefix("the ")  # "answer", "summary", "summary of notes/trip.md"
+        reword = "rewording the question, " if subject == "the answer" else ""
+        reporter.warn(f"the model gave no {what} ({backend.last_stats.new_tokens:,} tokens, none of them text); "
+                      f"try {reword}another --mode, or a larger --model")
     return text

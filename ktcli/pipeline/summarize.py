@@ -51,7 +51,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         if needed <= backend.context_window:
             reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens{_outlined(prep)})")
             with cited_if_interrupted() as streamed:
-                streamed.text = stream_answer(backend, messages, params, tally, reporter)
+                streamed.text = stream_answer(backend, messages, params, tally, reporter, subject="the summary")
                 _warn_if_echo(streamed.text, reporter)
             return streamed.finish(lambda summary: _answer(summary, prep, plan, tally, 1))
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
@@ -112,8 +112,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     with cited_if_interrupted() as streamed:
-        streamed.text = _with_notes_if_empty(stream_answer(backend, messages, params, tally, reporter), notes,
-                                             len(windows), reporter)
+        summary = stream_answer(backend, messages, params, tally, reporter, subject="the summary")
+        streamed.text = _with_notes_if_empty(summary, notes, len(windows), reporter)
     return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
                                                    len(windows)))
 
@@ -126,7 +126,8 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     docs = prep.corpus.documents
     parts: list[tuple[Document, str]] = []
     total = len(docs) * params.max_new_tokens
-    budget = f"its share of --max-new-tokens ({len(docs)} documents; past {total:,} each gets more)"
+    budget = f"its share of --max-new-tokens, one of {len(docs)} documents"
+    longer = f"raise --max-new-tokens past {total:,}"
     with cited_if_interrupted() as streamed:
         for i, (doc, messages) in enumerate(zip(docs, each)):
             heading = ("\n\n" if i else "") + f"## {doc.path}\n"
@@ -135,7 +136,8 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                                 f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
             reporter.answer_text(heading)
             try:
-                text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}")
+                text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}",
+                                     longer)
             except AnswerInterrupted as e:
                 parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
                 raise AnswerInterrupted(_joined(parts)) from None
