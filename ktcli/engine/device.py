@@ -36,9 +36,10 @@ CPU_WEIGHTS = ("fp32", "bf16", "fp16", "int8")
 AUTO_WEIGHTS = {"cpu": "int8", "cuda": "bf16"}
 
 
-def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
+def resolve_device(spec: str | torch.device | None = "auto", named: str = "--device") -> torch.device:
     """'auto' -> cuda when available, else cpu; 'cpu'; 'cuda' or 'cuda:N' (an error when
-    torch sees no GPU)."""
+    torch sees no GPU). `named`: where the value came from, as errors name it
+    (`Settings.named`: "KTCLI_DEVICE" was said as "--device")."""
     import torch  # here, not at the top: the planner asks device_kind without a model
 
     if isinstance(spec, torch.device):
@@ -50,12 +51,17 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
         return torch.device("cpu")
     if spec == "cuda" or spec.startswith("cuda:"):
         if not torch.cuda.is_available():
-            raise UsageError(f"--device {spec}: torch sees no CUDA GPU here (try --device cpu)")
+            raise UsageError(f"{_said(named, spec)}: torch sees no CUDA GPU here ("
+                             + ("try --device cpu)" if named == "--device" else "set it to cpu)"))
         return torch.device(spec)
-    raise UsageError(f"--device {spec!r}: choose auto, cpu or cuda")
+    raise UsageError(f"{_said(named, repr(spec))}: choose auto, cpu or cuda")
 
 
-def device_kind(spec: str | None) -> str:
+def _said(named: str, value: str) -> str:
+    return f"{named} {value}" if named.startswith("--") else f"{named} = {value}"
+
+
+def device_kind(spec: str | None, named: str = "--device") -> str:
     """'cpu' or 'cuda' for a --device value, without importing CUDA state when no NVIDIA
     driver is present (the planner runs before any model loads)."""
     spec = (spec or "auto").strip().lower()
@@ -63,7 +69,7 @@ def device_kind(spec: str | None) -> str:
         return "cpu"
     if spec == "auto" and not os.path.exists("/proc/driver/nvidia/version"):
         return "cpu"
-    return resolve_device(spec).type
+    return resolve_device(spec, named).type
 
 
 def resolve_weights(weights: str | None, device: torch.device, cfg: ModelConfig | None = None) -> str:

@@ -49,7 +49,7 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
 
         global one_time_s
         one_time_s = 0.0
-        if device_kind(settings.device) == "cpu":  # a GPU run uses none of them
+        if device_kind(settings.device, settings.named("device")) == "cpu":  # a GPU run uses none of them
             _build_kernels(on_status)
         load_started = cpu_sample()
         prompts = settings.cache_path / "prompts" if settings.prompt_cache else None

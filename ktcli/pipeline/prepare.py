@@ -95,7 +95,7 @@ def _on_gpu(settings: Settings) -> bool:
         return False
     from ktcli.engine.device import device_kind
 
-    return device_kind(settings.device) == "cuda"
+    return device_kind(settings.device, settings.named("device")) == "cuda"
 
 
 def _rates_key(settings: Settings) -> str:
@@ -385,8 +385,8 @@ def _compiles_kernels(settings: Settings) -> bool:
     from ktcli.engine import cpp_ext
     from ktcli.engine.device import device_kind
 
-    return (settings.backend == "local" and settings.engine == "ktcli" and device_kind(settings.device) == "cpu"
-            and cpp_ext.compile_pending())
+    return (settings.backend == "local" and settings.engine == "ktcli"
+            and device_kind(settings.device, settings.named("device")) == "cpu" and cpp_ext.compile_pending())
 
 
 def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) -> None:

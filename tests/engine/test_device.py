@@ -30,6 +30,9 @@ def test_resolution_and_defaults(tiny_models):
     if not torch.cuda.is_available():
         with pytest.raises(UsageError, match="no CUDA"):
             resolve_device("cuda")
+        # named where it was set: KTCLI_DEVICE=cuda was said as "--device cuda"
+        with pytest.raises(UsageError, match=r"^KTCLI_DEVICE = cuda: .*\(set it to cpu\)"):
+            device_kind("cuda", "KTCLI_DEVICE")
         assert device_kind("auto") == "cpu"
     assert device_kind("cpu") == "cpu"
     # CPU: int8 weights where the kernels run and the widths pack into 32-value blocks, else
