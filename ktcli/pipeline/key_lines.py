@@ -206,7 +206,9 @@ def _is_field(line: str, prose: list[str], after: str) -> bool:
     that runs on into the next ("Note the last block: the ``_`` acts as a wildcard and"),
     nor a heading over its paragraph ("Item 1: Budget review" over "Marco reported that
     spending ...") or over its underline ("Intermezzo: Coding Style")."""
-    if len(line) > _FIELD_MAX_CHARS or _FIELD.match(line) is None or (prose and not prose[-1].endswith(_STOPS + (":",))):
+    if len(line) > _FIELD_MAX_CHARS or _FIELD.match(line) is None:
+        return False
+    if prose and not prose[-1].endswith(_STOPS + (":",)):
         return False
     if not after or (_FIELD.match(after) is not None and len(after) <= _FIELD_MAX_CHARS) or _LIST_ITEM.match(after):
         return True
