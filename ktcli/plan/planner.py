@@ -362,8 +362,9 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         quicker = min(sparse, key=lambda p: p.est_seconds, default=None)
         hint = (f" (sparse {quicker.kv_dtype} {quicker.attention} ~{quicker.est_seconds:.0f}s: --mode sparse)"
                 if quicker is not None and quicker.est_seconds < chosen.est_seconds and req.task == "ask" else "")
+        # rounded up: "within the 20s budget; this one takes ~20s" read as a contradiction
         reasons.append(f"no plan is estimated within the {req.max_seconds:g}s budget; this one takes "
-                       f"~{chosen.est_seconds:.0f}s{hint}")
+                       f"~{math.ceil(chosen.est_seconds)}s{hint}")
     return _with(chosen, tuple(reasons), other, sparse)
 
 

@@ -1,3 +1,4 @@
+import math
 from dataclasses import replace
 
 import pytest
@@ -511,3 +512,11 @@ def test_a_memory_refusal_names_what_the_plan_holds():
     with pytest.raises(OutOfMemoryError, match=r"even retrieval needs .*\(the model and one window\)"):  # a summary indexes nothing
         make_plan(req(task="summarize", question_tokens=0, corpus_tokens=500_000, n_chunks=2000,
                       memory_budget=600 * 2**20), SMOL, RATES)
+
+
+def test_a_plan_over_the_budget_is_said_to_take_more_than_it():
+    """"no plan is estimated within the 20s budget; this one takes ~20s": rounded up."""
+    for tokens in (3000, 5000, 7000, 20_000):
+        over = make_plan(req(corpus_tokens=tokens, n_chunks=30, max_seconds=1), SMOL, RATES)
+        said = next(r for r in over.reasons if r.startswith("no plan is estimated within"))
+        assert int(said.rsplit("~", 1)[1].split("s")[0]) >= over.est_seconds
