@@ -44,6 +44,8 @@ _MAX_REPEATS = 3
 # served") made every line a section.
 _MAX_HEADING_SHARE = 0.3
 _DENSE_CHAIN = 12  # (a short outline may be most of a short text)
+_Candidate = tuple[int, int, tuple[int, ...], str]  # a numbered heading's (page, line, number, title)
+_LIST_RUN = 3  # siblings on consecutive lines: "2 Method" over an empty section's "3 Results" is two
 _NUMBER_LEAD = re.compile(r"^\s*(?:\d{1,2}(?:\.\d{1,2}){0,3}|[A-Z](?:\.\d{1,2}){0,3})\.?\s+")
 _NOT_TITLE_END = tuple(".,;:")
 
@@ -101,7 +103,7 @@ def _words(text: str) -> list[str]:
 def numbered_headings(texts: list[str]) -> list[PageSections]:
     """The pages' sections from headings found in their text (a PDF without bookmarks);
     empty trails where it has no chain of numbered headings."""
-    candidates: list[tuple[int, int, tuple[int, ...], str]] = []  # (page, line, number, title)
+    candidates: list[_Candidate] = []
     keywords: list[tuple[int, int, str]] = []
     lines = 0  # with text
     for page, text in enumerate(texts):
@@ -116,9 +118,14 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
                 keywords.append((page, k, line.strip()))
     repeats = Counter(c[2] for c in candidates)
     candidates = [c for c in candidates if repeats[c[2]] < _MAX_REPEATS]
+    candidates = _without_lists(candidates)
     chain = _longest_chain([c[2] for c in candidates])
-    if len(chain) < _MIN_CHAIN or (len(chain) >= _DENSE_CHAIN and len(chain) > _MAX_HEADING_SHARE * lines):
-        chain = []  # (a numbered log or list, where a line in three or more is "numbered")
+    nested = any(len(candidates[i][2]) > 1 for i in chain)
+    if len(chain) < _MIN_CHAIN or (len(chain) >= _DENSE_CHAIN and len(chain) > _MAX_HEADING_SHARE * lines
+                                   and not nested):
+        # (a numbered log or list, where a line in three or more is "numbered"; a chain
+        # with subsections, "2.1 Who is covered", is a short document's outline)
+        chain = []
     if not chain and len(keywords) < _MIN_CHAIN:  # (Abstract and References alone: no outline)
         return [PageSections("") for _ in texts]
     marks = sorted([(candidates[i][0], candidates[i][1], len(candidates[i][2]), candidates[i][3]) for i in chain]
@@ -142,6 +149,21 @@ def numbered_headings(texts: list[str]) -> list[PageSections]:
 # A clause's verbs: a numbered line holding one is a sentence (a definition "2. Affiliate
 # means a group company", an obligation), not a heading.
 _SENTENCE_WORDS = frozenset({"means", "shall", "must", "is", "are", "was", "were", "will", "may", "has", "have"})
+
+
+def _without_lists(candidates: list[_Candidate]) -> list[_Candidate]:
+    """`candidates` less runs of _LIST_RUN or more siblings on lines one after another: a
+    list's items, not headings. A meeting's agenda ("1. Budget review", "2. Vendor
+    selection", "3. Launch timeline") labelled every line after it "3. Launch timeline"; a
+    table of contents so too."""
+    kept: list[_Candidate] = []
+    run: list[_Candidate] = []
+    for c in candidates + [(-1, -1, (), "")]:  # (the last closes the last run)
+        if run and (c[0], c[1] - 1, len(c[2])) != (run[-1][0], run[-1][1], len(run[-1][2])):
+            kept += run if len(run) < _LIST_RUN else []
+            run = []
+        run.append(c)
+    return kept
 
 
 def _title_like(title: str) -> bool:

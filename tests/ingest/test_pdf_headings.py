@@ -138,3 +138,15 @@ def test_a_heading_near_a_pages_foot_keeps_a_chunk_of_its_own(tmp_path):
     doc = Document(path="p.pdf", text=text, kind="pdf", pages=(page,), sha256="0" * 64)
     chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
     assert chunks[-1].span.line_start == 22 and chunks[-1].section == "3 Boats"
+
+
+def test_an_agenda_is_no_outline_and_a_short_policys_numbered_sections_are():
+    """A meeting's agenda labelled every line after it "3. Launch timeline"; a two-page
+    policy's 15 numbered headings were refused as too many for its lines."""
+    notes = ("Agenda\n1. Budget review\n2. Vendor selection\n3. Launch timeline\n\nItem 1: Budget review\n"
+             "Marco reported that spending is 412,000 NOK.\n")
+    assert numbered_headings([notes])[0].headings == ()
+    policy = "".join(f"{n}. Part {n}\n\n{n}.1 First rule\nA rule.\n{n}.2 Second rule\nAnother rule.\n\n"
+                     for n in range(1, 6))
+    titles = [t for _, t in numbered_headings([policy])[0].headings]
+    assert len(titles) == 15 and titles[1] == "1. Part 1 > 1.1 First rule"
