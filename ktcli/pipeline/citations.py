@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
-from ktcli.ingest.sections import SectionIndex, document_trails, paged_trails
+from ktcli.ingest.sections import MARKDOWN_RULE, SectionIndex, document_trails, paged_trails, row_cells
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
 from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Span
 
@@ -139,13 +139,28 @@ class _Line:
     chunk: Chunk
     number: int | None  # 1-based line number in the document, None when unknown
     text: str
+    header: str = ""  # a table row's header row, matched as if written beside it
 
 
 def _lines(chunk: Chunk) -> list[_Line]:
+    """The chunk's lines, each table row with its header row's words: an answer that quotes
+    a row as its key line does ("Item: Desk, Price: 210 EUR, Stock: 5") was cited to the
+    header, the one line holding "item", "price" and "stock", not to the desk's row."""
     start = chunk.span.line_start
     out = []
+    header = ""  # the header row of the table being read
     for i, text in enumerate(chunk.text.split("\n")):
-        out.append(_Line(chunk, None if start is None else start + i, text))
+        number = None if start is None else start + i
+        if header and MARKDOWN_RULE.fullmatch(text):  # the rule under a Markdown header row
+            out.append(_Line(chunk, number, text))
+        elif len(row_cells(text)) < 2:
+            header = ""
+            out.append(_Line(chunk, number, text))
+        elif not header:
+            header = text  # a table's first row: its header
+            out.append(_Line(chunk, number, text))
+        else:
+            out.append(_Line(chunk, number, text, header))
     return out
 
 
@@ -216,7 +231,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     if not wanted or not evidence:
         return []
     lines = [line for chunk in evidence for line in _lines(chunk)]
-    line_terms = [set(terms(line.text)) for line in lines]
+    line_terms = [set(terms(f"{line.text} {line.header}")) for line in lines]
     running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)

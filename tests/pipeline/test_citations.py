@@ -315,3 +315,13 @@ def test_a_label_whose_passage_does_not_back_its_sentence_is_dropped():
     assert backed_labels("The Halden factory opened on 14 September 2023. [2]", [cover, factory]) == [2]
     assert backed_labels("It was founded in 1987 [1] and the Halden factory opened in 2023 [2].",
                          [cover, factory]) == [1, 2]
+
+
+def test_a_row_quoted_with_its_columns_names_is_cited_to_the_row_not_the_header():
+    """An answer copying its key line "Item: Desk, Price: 210 EUR, Stock: 5" was cited to the
+    header row, the one line that held "item", "price" and "stock"."""
+    table = chunk("prices.md", 1, ["# Prices", "", "| Item | Price | Stock |", "|---|---:|---|",
+                                   "| Lamp | 40 EUR | 3 |", "| Chair | 85 EUR | 0 |", "| Desk | 210 EUR | 5 |",
+                                   "", "", "", "", "The chair is out of stock."])
+    top = attribute("Item: Desk, Price: 210 EUR, Stock: 5", [table])[0]
+    assert top.span.line_start <= 7 <= top.span.line_end and top.span.line_start > 4
