@@ -114,6 +114,12 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
             citations.label_citations(citations.backed_labels(text, labelled), labelled)[:3],
             citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]),
         )
+        # Every label the answer writes has its entry, last where its passage does not back
+        # its sentence: "... arrives on Friday at gate Omega. [1] ... shelf 9. [2]" listed
+        # no [2], so the answer's [2] pointed at nothing.
+        listed = {c.label for c in cited}
+        cited += tuple(citations.label_citations(
+            [k for k in citations.cited_labels(text, len(labelled)) if k not in listed], labelled))
         figures = tally.figures() | {
             "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),
             "index_bytes": index.stats.get("index_bytes", 0),

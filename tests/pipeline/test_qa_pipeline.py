@@ -400,6 +400,21 @@ def test_citations_carry_the_label_the_model_read_them_under(haystack, tmp_path)
     assert block and block.group(1).split(":")[0].endswith("part4.txt") and NEEDLE in sent.split(block.group(0))[1]
 
 
+def test_every_label_the_answer_writes_is_under_sources_the_backed_first(haystack, tmp_path):
+    """"... arrives on Friday at gate Omega. [1] ... shelf 9. [2]" listed no [2]: the
+    answer's [2] pointed at nothing."""
+    class WrongLabels(FakeBackend):
+        def _reply(self, messages):
+            return "The vault combination is 31-07-1999. [2] [3]"
+
+    settings = settings_for(tmp_path, top_k=12)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    answer = answer_question(prep, WrongLabels(), settings, NullReporter(), Tally())
+    labels = [c.label for c in answer.citations]
+    assert {2, 3} <= set(labels)
+    assert answer.citations[0].span.path.endswith("part4.txt")  # where the combination is, whatever was written
+
+
 def test_the_index_cache_is_kept_within_its_bound(haystack, tmp_path, monkeypatch):
     """It only ever grew: each edit of a file kept the old vectors beside the new."""
     from ktcli.pipeline import indexing
