@@ -22,6 +22,14 @@ class SamplingParams:
     # input read before a question; engine.prefix_store). Backends without a store ignore it.
     keep_prompt: bool = False
 
+    def __post_init__(self) -> None:
+        # A temperature this small is greedy: float32 logits divided by 1e-300 (0 in float32)
+        # gave NaN, and the sampler's error failed every request batched beside it.
+        if not self.temperature >= GREEDY_BELOW:  # (NaN too)
+            object.__setattr__(self, "temperature", 0.0)
+
+
+GREEDY_BELOW = 1e-6  # a logit gap of 0.01 is then 10^4: the best token's probability is 1
 
 @dataclass
 class GenStats:

@@ -153,6 +153,10 @@ def test_sampler_modes():
     # a tiny temperature is as good as greedy: the raw logits divided by it overflowed
     p = SamplingParams(temperature=1e-40, seed=1)
     assert sample(logits * 100, p, [make_generator(p), make_generator(p)]) == [1, 0]
+    # one below float32's least (0 there) gave NaN, and its error failed the whole batch
+    for tiny in (1e-300, 5e-324, float("nan")):
+        p = SamplingParams(temperature=tiny, top_k=3)
+        assert p.temperature == 0.0 and sample(logits, p, [make_generator(p), make_generator(p)]) == [1, 0]
 
 
 def test_a_limit_that_cuts_a_character_leaves_no_replacement_char(tokenizer):
