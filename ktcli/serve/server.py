@@ -30,6 +30,7 @@ from ktcli.serve.protocol import (
     Reply,
     check_messages_length,
     check_prompt_length,
+    check_token_count,
     parse_generation,
     parse_json,
     parse_messages,
@@ -140,12 +141,14 @@ class ServeApp:
         if "messages" in body:
             messages = parse_messages(body)
             check_messages_length(messages, max_chars, window, self.runner.message_tokens)
+            check_token_count([m["content"] for m in messages], self.runner.encode_text, window, "messages")
             ids = self.runner.encode_chat(messages, template_kwargs(body))
         else:
             text = body.get("prompt", body.get("content"))
             if not isinstance(text, str):
                 raise ApiError(400, "'prompt' must be a string (or give 'messages')", param="prompt")
             check_prompt_length(text, max_chars, window)
+            check_token_count([text], self.runner.encode_text, window, "prompt")
             ids = self.runner.encode_text(text, special=bool(body.get("add_special_tokens", False)))
         return {"count": len(ids), "tokens": ids, "max_model_len": self.runner.context_window}
 

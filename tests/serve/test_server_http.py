@@ -810,3 +810,20 @@ def test_cors_origin_values():
     for bad in ("localhost:3000", "http://localhost:3000/app", "http://", "http://a b"):
         with pytest.raises(UsageError, match="--cors-origin"):
             check_origins([bad])
+
+
+def test_text_past_the_window_in_tokens_is_refused_after_a_few_slices():
+    """660K characters of CJK text passed the character bound and were tokenised whole (1.8M
+    tokens) before the 400: three such requests froze every other client's stream 4-5 s."""
+    from ktcli.serve.protocol import ApiError, check_token_count
+
+    encoded: list[int] = []
+
+    def three_a_character(text):  # as a byte-level tokenizer reads CJK: up to 3 tokens a character
+        encoded.append(len(text))
+        return [0] * (3 * len(text))
+
+    with pytest.raises(ApiError, match="context window of 8192 tokens"):
+        check_token_count(["漢" * 660_000], three_a_character, 8192, "prompt")
+    assert sum(encoded) < 20_000
+    check_token_count(["word " * 8000], lambda text: [0] * (len(text) // 5), 8192, "prompt")  # fits: no refusal
