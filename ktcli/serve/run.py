@@ -89,7 +89,13 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
         options = replace(options, model_id=resolve_model(settings.model, settings.named("model")).name)
     # From the start, not once serving: a SIGTERM during the model's load ended the process
     # by the signal, with no word said.
-    previous = signal.signal(signal.SIGTERM, _terminated) if threading.current_thread() is threading.main_thread() else None
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _terminated) if main else None
+    # A server started in the background by a script (`ktcli serve &`) inherits SIGINT
+    # ignored, and `kill -INT` left it serving: an interrupt asked for stops it, as Ctrl-C does.
+    ignored_int = main and signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    if ignored_int:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         started = time.perf_counter()
         if runner is None:
@@ -101,6 +107,8 @@ def serve(settings: Settings, options: ServeOptions, on_status: Callable[[str], 
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+        if ignored_int:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _serve_until_stopped(runner: Runner, options: ServeOptions, on_status: Callable[[str], None],

@@ -74,7 +74,8 @@ class Served:
         return self.proc.poll() is None
 
 
-def start_serve(base: Path, *extra: str, engine: str = ENGINE, timeout: float = 240) -> Served:
+def start_serve(base: Path, *extra: str, engine: str = ENGINE, timeout: float = 240,
+                sigint: signal.Handlers = signal.SIG_DFL) -> Served:
     cache = make_cache(base)
     log = base / "serve.log"
     cmd = [sys.executable, "-m", "ktcli.cli.app", "serve", "--port", "0", "--engine", engine, *extra]
@@ -82,7 +83,7 @@ def start_serve(base: Path, *extra: str, engine: str = ENGINE, timeout: float = 
         # SIGINT as a terminal's: a suite started in the background by a shell without job
         # control inherits it ignored, and the server then never saw the Ctrl-C test's.
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=cli_env(cache), cwd=ROOT,
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, sigint))
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = READY.search(log.read_text())

@@ -193,12 +193,15 @@ def test_a_short_request_joins_a_long_running_one(server):
     long_conn.close()
 
 
-@pytest.mark.parametrize("signum, code, said", [(signal.SIGINT, 130, "error: interrupted"),
-                                                (signal.SIGTERM, 143, "error: terminated (SIGTERM)")])
-def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said):
+@pytest.mark.parametrize("signum, code, said, inherited", [
+    (signal.SIGINT, 130, "error: interrupted", signal.SIG_DFL),
+    (signal.SIGTERM, 143, "error: terminated (SIGTERM)", signal.SIG_DFL),
+    # started in the background by a script: SIGINT inherited ignored, and `kill -INT` was
+    (signal.SIGINT, 130, "error: interrupted", signal.SIG_IGN)])
+def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said, inherited):
     # Ctrl-C mid-answer exited 134 ("terminate called without an active exception": the
     # process ended under the engine thread's native step); SIGTERM ended it unsaid.
-    served = start_serve(tmp_path, "--threads", "2")
+    served = start_serve(tmp_path, "--threads", "2", sigint=inherited)
     try:
         conn = socket.create_connection(("127.0.0.1", served.port), timeout=60)
         body = json.dumps({"prompt": "1, 2, 3, 4,", "max_tokens": 300, "stream": True}).encode()
