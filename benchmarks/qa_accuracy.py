@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import re
 import time
@@ -265,9 +266,11 @@ def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
             right = any(_says(answer.text, e) for e in expected)
             pages = [c.span.page for c in answer.citations]
             ours, theirs = attributed[-1]
-            # The baseline's list: the labels the model wrote (the same in both), then its attribution.
-            labelled = [c for c in answer.citations if c not in ours]
-            base_pages = [c.span.page for c in citations.merge(labelled, theirs)]
+            # The baseline's list, as the pipeline's: the labels the model wrote that their
+            # passages back (the same in both), its attribution, then the other labels written.
+            backed = list(itertools.takewhile(lambda c: c not in ours, answer.citations))
+            others = [c for c in answer.citations[len(backed):] if c not in ours]
+            base_pages = [c.span.page for c in citations.merge(backed, theirs, others)]
             rows.append({"question": question, "right": right, "cites_page": page in pages if page else None,
                          "first_cite": bool(pages) and pages[0] == page if page else None,
                          "cites_page_whole_answer": page in base_pages if page else None,
