@@ -10,6 +10,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
+GREEDY_BELOW = 1e-6  # a temperature under it is greedy: a logit gap of 0.01 is then 10^4
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     max_new_tokens: int = 256
@@ -28,8 +31,6 @@ class SamplingParams:
         if not self.temperature >= GREEDY_BELOW:  # (NaN too)
             object.__setattr__(self, "temperature", 0.0)
 
-
-GREEDY_BELOW = 1e-6  # a logit gap of 0.01 is then 10^4: the best token's probability is 1
 
 @dataclass
 class GenStats:

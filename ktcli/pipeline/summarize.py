@@ -112,8 +112,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     with cited_if_interrupted() as streamed:
-        summary = stream_answer(backend, messages, params, tally, reporter, subject="the summary")
-        streamed.text = _with_notes_if_empty(summary, notes, len(windows), reporter)
+        written = stream_answer(backend, messages, params, tally, reporter, subject="the summary")
+        streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
     return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
                                                    len(windows)))
 

@@ -193,9 +193,9 @@ def _check_length(chars: int, max_chars: int, window: int, param: str) -> None:
                        f"{window} tokens can hold", code="context_length_exceeded", param=param)
 
 
-# Text longer than this many characters a token of the window is counted a slice at a time
-# first (`check_token_count`); a prompt that fits is shorter, but for runs of spaces or the
-# like, which the exact count then still sees.
+# Text of more characters than this many for each token of the window is counted a slice at
+# a time before it is tokenised whole (`check_token_count`). A prompt that fits the window is
+# shorter, but for runs of spaces and the like, which the whole count still sees.
 _SLICED_COUNT_FROM = 8
 _SLICE_CHARS = 8192
 _SLICE_SLACK = 4  # tokens a cut between two slices may add (a token split, merges undone)
