@@ -84,7 +84,9 @@ def paged_trails(pages, lines: list[str]) -> SectionIndex:
 # readers write them so; Markdown's own pipe tables too).
 _ROW_KINDS = frozenset({"docx", "odt", "epub", "html", "rtf", "markdown"})
 _MIN_TABLE_ROWS = 6  # a header and 5 rows: a smaller table sits in one chunk with its header as a rule
-MARKDOWN_RULE = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*")
+MARKDOWN_RULE = re.compile(r"\s*\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*"
+                           # between pipes a dash will do ("|--|--|", "|-|:-:|")
+                           r"|\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)+\|?\s*")
 
 
 def _with_table_headers(trails: SectionIndex, lines: list[str]) -> SectionIndex:
@@ -138,10 +140,14 @@ def _cells(line: str) -> int:
 
 
 def row_cells(line: str) -> list[str]:
-    """The cells of a table row as the readers write it ("a | b | c"; Markdown's "| a | b |"),
+    """The cells of a table row as the readers write it ("a | b | c"; Markdown's "| a | b |", "|a|b|"),
     [] for a line that is none."""
     stripped = line.strip()
-    return [cell.strip() for cell in stripped.strip("|").split(" | ")] if " | " in stripped else []
+    if " | " in stripped:
+        return [cell.strip() for cell in stripped.strip("|").split(" | ")]
+    if len(stripped) > 2 and stripped[0] == stripped[-1] == "|" and stripped.count("|") >= 3:
+        return [cell.strip() for cell in stripped[1:-1].split("|")]  # written tight: "|Plan|Price|"
+    return []
 
 
 def looks_like_a_table(lines: list[str]) -> bool:

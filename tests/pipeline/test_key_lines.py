@@ -47,6 +47,11 @@ def test_a_markdown_table_skips_its_rule_and_keeps_its_header():
                                         "District: Quarry End, Connections: 2,145, Mains (km): 44.2"]
 
 
+def test_a_markdown_table_written_tight_reads_as_one():
+    text = "|Plan|Price|\n|--|--|\n|Basic|5 EUR|\n|Pro|12 EUR|\n"
+    assert key_lines.lines_of(text) == ["Plan: Basic, Price: 5 EUR", "Plan: Pro, Price: 12 EUR"]
+
+
 def test_a_table_whose_first_row_holds_figures_has_no_header():
     text = "Weight | 1.2 kg | 3.4 lb\nBattery life | 14 hours | 30 hours\n"
     assert key_lines.lines_of(text) == ["Weight | 1.2 kg | 3.4 lb", "Battery life | 14 hours | 30 hours"]
