@@ -154,6 +154,8 @@ class Options:
 
     def _show_plan(self, reporter) -> Callable:
         def show(prep) -> None:
+            from ktcli.plan.planner import BUDGET_MISS
+
             p = prep.plan
             if p.mode.value != "retrieval":
                 what = "whole input" if p.n_windows < 2 else f"whole input, {p.n_windows} documents one by one"
@@ -167,7 +169,7 @@ class Options:
             mode = f"{p.mode.value} (in parts)" if p.mode.value == "retrieval" and p.task == "summarize" else p.mode.value
             reporter.status(f"plan: {mode} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{p.est_seconds:.0f}s")
             for reason in p.reasons:
-                if reason.startswith("no plan is estimated within"):
+                if reason.startswith(BUDGET_MISS):
                     reporter.warn(reason)
         return show
 

@@ -56,6 +56,9 @@ SPARSE_WINDOW_MARGIN = 2048
 # A summary whose every line would take longer than this to read (without --max-seconds)
 # reads its code files and long prose as outlines (`ingest.outline`), when that is faster.
 SUMMARY_DEFAULT_SECONDS = 600.0
+# How the reason of a plan over its time budget starts (the CLI finds it so, and kept notes
+# drop it: matched by its figure, it stayed once that figure was rounded up)
+BUDGET_MISS = "no plan is estimated within"
 OUTLINE_CHOICES = ("auto", "always", "never")
 
 
@@ -363,7 +366,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         hint = (f" (sparse {quicker.kv_dtype} {quicker.attention} ~{quicker.est_seconds:.0f}s: --mode sparse)"
                 if quicker is not None and quicker.est_seconds < chosen.est_seconds and req.task == "ask" else "")
         # rounded up: "within the 20s budget; this one takes ~20s" read as a contradiction
-        reasons.append(f"no plan is estimated within the {req.max_seconds:g}s budget; this one takes "
+        reasons.append(f"{BUDGET_MISS} the {req.max_seconds:g}s budget; this one takes "
                        f"~{math.ceil(chosen.est_seconds)}s{hint}")
     return _with(chosen, tuple(reasons), other, sparse)
 
@@ -723,11 +726,10 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     total = chosen.est_seconds - saved
     # A reason that weighed the whole time against a budget says it no more (the plan showed
     # "est <=42s" beside "this one takes ~361s"); said again where the new time is over.
-    stale = f"~{chosen.est_seconds:.0f}s"
-    reasons = [r for r in chosen.reasons if not (stale in r and "budget" in r)]
+    reasons = [r for r in chosen.reasons if not r.startswith(BUDGET_MISS)]
     budget_s = req.max_seconds or (SUMMARY_DEFAULT_SECONDS if req.task == "summarize" else 0.0)
     if len(reasons) < len(chosen.reasons) and budget_s and total > budget_s:
-        reasons.append(f"with the notes kept it takes ~{total:.0f}s, over the {budget_s:g}s budget")
+        reasons.append(f"with the notes kept it takes ~{math.ceil(total)}s, over the {budget_s:g}s budget")
     reasons.append(f"the notes of {kept} of its {note_windows} note steps are kept from an earlier run: "
                    "read back, not written")
     return replace(chosen, est_seconds=total, est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
