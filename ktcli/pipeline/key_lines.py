@@ -223,7 +223,7 @@ def _is_label(unit: str) -> bool:
     """A heading or a label left among the sentences: a few words with no figure and no
     stop at their end ("Vendor selection", "2. Meals and Per Diem"), or a short line in
     capitals ("NORTHWIND LOGISTICS LTD.")."""
-    bare = _SECTION_NUMBER.sub("", unit, count=1) if _SECTION_NUMBER.match(unit) else unit
+    bare, _number = _numbered(unit)
     words = bare.split()
     if len(words) <= 6 and bare.upper() == bare and any(c.isupper() for c in bare):  # CJK has no capitals
         return True
@@ -244,20 +244,26 @@ def _sentences(paragraph: str, subject: str) -> list[str]:
     return [f"{subject}: {unit}" for unit in units] if subject else units
 
 
+def _numbered(line: str) -> tuple[str, str]:
+    """`line` less the section or item number it opens with ("2.1 ", "3. ", "B) "), and that
+    number ("" for none)."""
+    number = _SECTION_NUMBER.match(line)
+    return (line[number.end():], number.group()) if number else (line, "")
+
+
 def _is_title(line: str, lines: list[str], k: int) -> bool:
     """A heading written as a plain line: short, in title case or under a section number
     ("3.1 Air travel"), no stop at its end, and the next line starts a sentence."""
     if len(line) > _TITLE_MAX_CHARS or line[-1] in ".!?:;,)":
         return False
-    number = _SECTION_NUMBER.match(line)
-    line = line[number.end():] if number else line
+    line, number = _numbered(line)
     # a figure ("Version 4.2, effective 1 March 2024") is a fact's; a field over a sentence
     # ("Item 1: Budget review") is a heading (`_is_field` took those over fields and blanks)
     if not line[:1].isupper() or re.search(r"\d[.,]\d|, \d", line):
         return False
     words = _TITLE_WORD.findall(line)
     # "2.1 Who is covered" is a heading in any case; "1. Open the settings", a step
-    subsection = number is not None and "." in number.group().strip().rstrip(".)")
+    subsection = "." in number.strip().rstrip(".)")
     if not subsection and (not words or sum(w[0].isupper() for w in words) * 2 < len(words)):
         return False
     after = lines[k + 1].strip() if k + 1 < len(lines) else ""
