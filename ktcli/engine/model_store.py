@@ -302,7 +302,6 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     context = header.fields.get(f"{architecture(header)}.context_length")
     key_length = header.fields.get(f"{architecture(header)}.attention.key_length")
     head_dim = int(key_length.contents()) if key_length is not None else None
-    del header  # its memory map of the whole file
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
@@ -488,9 +487,7 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _facts_from_gguf(source: ModelSource) -> ModelFacts:
-    import gguf
-
-    reader = gguf.GGUFReader(str(source.path))
+    reader = open_gguf(source.path)
     check_architecture(reader, source.path)
     arch = reader.fields["general.architecture"].contents()
 
@@ -527,4 +524,4 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
 def _gguf_vocab(reader) -> int:
     """The token list's length, where the metadata has no vocab_size (most GGUFs)."""
     tokens = reader.fields.get("tokenizer.ggml.tokens")
-    return len(tokens.data) if tokens is not None else 0
+    return (tokens.length or 0) if tokens is not None else 0
