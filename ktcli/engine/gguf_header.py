@@ -1,11 +1,12 @@
 """A GGUF file's metadata and tensor table, read without its tensors.
 
 Why not gguf's `GGUFReader`: it builds numpy views of every element of every metadata
-array, and a tokenizer's vocabulary and merges (~98K strings in SmolLM2's GGUF) took 4.8 s
-to read on the 2-core test machine, paid by every plan made before the model's first
-conversion (and by every test that plans with a fresh cache). This reader walks the same
-layout (GGUF v2 and v3, little-endian) and keeps an array longer than SHORT_ARRAY as its
-length alone: ~0.05 s for the same file.
+array, and a tokenizer's vocabulary and merges (~98K strings in SmolLM2's GGUF) took 2.9 s
+to read on the 2-core AMD test machine (4.8 s the first time in a process), paid by every
+plan made before the model's first conversion (and by every test that plans with a fresh
+cache). This reader walks the same layout (GGUF v2 and v3, little-endian) and keeps an
+array longer than SHORT_ARRAY as its length alone: 14 ms for the same file, 215x less
+(`python -m benchmarks.gguf_header`).
 
 Layout (ggml's gguf.md): magic "GGUF", u32 version, u64 tensor count, u64 metadata count;
 each metadata entry a string key, a u32 type and the value (an array: u32 element type,
