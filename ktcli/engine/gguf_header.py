@@ -1,11 +1,11 @@
 """A GGUF file's metadata and tensor table, read without its tensors.
 
 Why not gguf's `GGUFReader`: it builds numpy views of every element of every metadata
-array, and a tokenizer's vocabulary and merges (~98K strings in SmolLM2's GGUF) took 2.9 s
-to read on the 2-core AMD test machine (4.8 s the first time in a process), paid by every
-plan made before the model's first conversion (and by every test that plans with a fresh
-cache). This reader walks the same layout (GGUF v2 and v3, little-endian) and keeps an
-array longer than SHORT_ARRAY as its length alone: 14 ms for the same file, 215x less
+array, and a tokenizer's vocabulary and merges (~98K strings in SmolLM2's GGUF) took
+2.9-4.5 s to read on the 2-core AMD test machine, paid by every plan made before the
+model's first conversion (and by every test that plans with a fresh cache). This reader
+walks the same layout (GGUF v2 and v3, little-endian) and keeps an array longer than
+SHORT_ARRAY as its length alone: 14-17 ms for the same file, 215-265x less in the same run
 (`python -m benchmarks.gguf_header`).
 
 Layout (ggml's gguf.md): magic "GGUF", u32 version, u64 tensor count, u64 metadata count;
@@ -59,16 +59,22 @@ class Tensor:
         return math.prod(self.shape)
 
     @property
-    def data(self) -> np.ndarray:
-        """The tensor's raw bytes (uint8), read from the file when asked for."""
+    def n_bytes(self) -> int:
         from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
 
-        block, size = GGML_QUANT_SIZES[GGMLQuantizationType(self.tensor_type)]
-        n_bytes = self.n_elements // block * size
+        try:
+            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(self.tensor_type)]
+        except (ValueError, KeyError):
+            raise ValueError(f"tensor {self.name}: ggml type {self.tensor_type}") from None
+        return self.n_elements // block * size
+
+    @property
+    def data(self) -> np.ndarray:
+        """The tensor's raw bytes (uint8), read from the file when asked for."""
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            raw = f.read(n_bytes)
-        if len(raw) != n_bytes:
+            raw = f.read(self.n_bytes)
+        if len(raw) != self.n_bytes:
             raise ValueError(f"tensor {self.name} is cut short")
         return np.frombuffer(raw, dtype=np.uint8)
 
@@ -127,7 +133,13 @@ class _Walk:
         if not isinstance(align, int) or align <= 0:
             raise ValueError(f"general.alignment {align!r}")
         data_start = -(-self.pos // align) * align
-        return GGUFHeader(version, fields, [Tensor(n, s, t, data_start + o, self.path) for n, s, t, o in table])
+        tensors = [Tensor(n, s, t, data_start + o, self.path) for n, s, t, o in table]
+        # A file cut inside its tensors: GGUFReader refused it on opening; so does this,
+        # before a conversion that would fail after tens of seconds.
+        for t in tensors:
+            if t.offset + t.n_bytes > len(self.buf):
+                raise ValueError(f"tensor {t.name} ends past the file's end (cut short)")
+        return GGUFHeader(version, fields, tensors)
 
     def fits(self, count: int, least: int) -> bool:
         if count * least > len(self.buf) - self.pos:

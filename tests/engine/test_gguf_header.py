@@ -55,7 +55,7 @@ def test_planning_facts_from_the_gguf_need_no_tokenizer_walk():
     assert (facts.vocab_size, facts.n_layers, facts.n_params) == (49152, 30, 134515008)
 
 
-@pytest.mark.parametrize("damage", ["magic", "version", "cut", "count"])
+@pytest.mark.parametrize("damage", ["magic", "version", "cut", "tensors cut", "count"])
 def test_a_damaged_gguf_is_a_value_error(tmp_path, damage):
     path = write_gguf(build_tiny("llama", tmp_path / "llama"), tmp_path / "m.gguf")
     data = bytearray(path.read_bytes())
@@ -65,6 +65,8 @@ def test_a_damaged_gguf_is_a_value_error(tmp_path, damage):
         data[4:8] = (7).to_bytes(4, "little")
     elif damage == "cut":
         data = data[:3000]  # inside the token list
+    elif damage == "tensors cut":
+        data = data[:-100]  # the metadata whole, the last tensor short
     else:  # a metadata count of 2^40: refused, not walked
         data[16:24] = (1 << 40).to_bytes(8, "little")
     path.write_bytes(bytes(data))
