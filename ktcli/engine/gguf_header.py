@@ -71,10 +71,11 @@ class Tensor:
     @property
     def data(self) -> np.ndarray:
         """The tensor's raw bytes (uint8), read from the file when asked for."""
+        n_bytes = self.n_bytes
         with open(self.path, "rb") as f:
             f.seek(self.offset)
-            raw = f.read(self.n_bytes)
-        if len(raw) != self.n_bytes:
+            raw = f.read(n_bytes)
+        if len(raw) != n_bytes:
             raise ValueError(f"tensor {self.name} is cut short")
         return np.frombuffer(raw, dtype=np.uint8)
 

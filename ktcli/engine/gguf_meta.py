@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ktcli.engine.gguf_header import GGUFHeader, read_header
 from ktcli.errors import UsageError
 
 # Architectures a GGUF may declare: those transformers' reader converts and the engine
@@ -28,10 +27,6 @@ LLAMA3_STANDARD = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.
 
 # The divisors are float32 from float64 arithmetic: a matching set agrees to ~1e-7.
 _MATCH_RTOL = 1e-4
-
-
-def open_gguf(path: Path) -> GGUFHeader:
-    return read_header(path)
 
 
 def _value(reader, key: str, default=None):

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
-from ktcli.engine.gguf_meta import architecture, check_architecture, open_gguf, rope_scaling
+from ktcli.engine.gguf_header import read_header
+from ktcli.engine.gguf_meta import architecture, check_architecture, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
 from ktcli.filemodes import as_umask_allows
 from ktcli.types import ModelFacts
@@ -370,7 +371,7 @@ def _gguf_reader_bar_off():
 
 def _read_gguf(path: Path):
     try:
-        return open_gguf(path)
+        return read_header(path)
     except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
         # the gguf reader raises these on a file that is not GGUF, or is cut short
         raise UsageError(f"--model {path}: not a readable GGUF file ({e})") from None
@@ -487,7 +488,7 @@ def _weight_files(folder: Path) -> list[Path]:
 
 
 def _facts_from_gguf(source: ModelSource) -> ModelFacts:
-    reader = open_gguf(source.path)
+    reader = read_header(source.path)
     check_architecture(reader, source.path)
     arch = reader.fields["general.architecture"].contents()
 
