@@ -87,9 +87,10 @@ class GGUFHeader:
     tensors: list[Tensor]
 
 
-def read_header(path: Path) -> GGUFHeader:
-    """The metadata and tensor table of the GGUF at `path`. ValueError for a file that is
-    not GGUF (v2/v3, little-endian) or is cut short; OSError where it cannot be read."""
+def read_header(path: Path, whole: tuple[str, ...] = ()) -> GGUFHeader:
+    """The metadata and tensor table of the GGUF at `path`; the arrays named in `whole`
+    (a vocabulary, its merges) with all their values, however long. ValueError for a file
+    that is not GGUF (v2/v3, little-endian) or is cut short; OSError where it cannot be read."""
     path = Path(path)
     with open(path, "rb") as f:
         size = f.seek(0, 2)
@@ -97,7 +98,7 @@ def read_header(path: Path) -> GGUFHeader:
             raise ValueError("too short to be GGUF")
         with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as buf:
             try:
-                return _Walk(buf, path).header()
+                return _Walk(buf, path, frozenset(whole)).header()
             except struct.error:
                 raise ValueError("cut short") from None
 
@@ -106,8 +107,8 @@ class _Walk:
     """A cursor over the mapped file; every count is checked against the bytes left, so a
     damaged count is an error, not a loop over billions of elements."""
 
-    def __init__(self, buf, path: Path):
-        self.buf, self.path, self.pos = buf, path, 0
+    def __init__(self, buf, path: Path, whole: frozenset[str] = frozenset()):
+        self.buf, self.path, self.pos, self.whole = buf, path, 0, whole
 
     def header(self) -> GGUFHeader:
         if self.buf[:4] != b"GGUF":
@@ -122,7 +123,8 @@ class _Walk:
         fields = {}
         for _ in range(n_fields):
             key = self.string()
-            fields[key] = self.value(self.u32())
+            kind = self.u32()
+            fields[key] = self.array(whole=True) if kind == _ARRAY and key in self.whole else self.value(kind)
         table = []
         for _ in range(n_tensors):
             name = self.string()
@@ -176,9 +178,16 @@ class _Walk:
         self.pos += struct.calcsize(fmt)
         return Field(v)
 
-    def array(self) -> Field:
+    def array(self, whole: bool = False) -> Field:
         kind, count = self.u32(), self.u64()
-        if count <= SHORT_ARRAY:
+        if whole and kind in _SCALARS:
+            step = struct.calcsize(_SCALARS[kind])
+            self.fits(count, step)
+            values = np.frombuffer(self.buf, dtype=np.dtype(_SCALARS[kind]), count=count, offset=self.pos).tolist()
+            self.pos += count * step
+            return Field(values, count)
+        if count <= SHORT_ARRAY or whole:
+            self.fits(count, 1)
             return Field([self.value(kind).value for _ in range(count)], count)
         if kind == _STRING:  # each a u64 length and its bytes: stepped over
             self.fits(count, 8)

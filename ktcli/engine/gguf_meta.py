@@ -17,9 +17,10 @@ import numpy as np
 
 from ktcli.errors import UsageError
 
-# Architectures a GGUF may declare: those transformers' reader converts and the engine
-# implements (llama.cpp writes Mistral models as "llama").
-CONVERTIBLE = ("llama", "mistral", "qwen2", "qwen3")
+# Architectures a GGUF may declare: those ktcli converts (`gguf_convert`, else transformers'
+# reader) and the engine implements. llama.cpp writes Mistral models as "llama" and has no
+# "mistral" architecture: a file naming one failed inside transformers' reader.
+CONVERTIBLE = ("llama", "qwen2", "qwen3")
 
 # Llama 3.1's published parameters; preferred whenever they give the same divisors.
 LLAMA3_STANDARD = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,

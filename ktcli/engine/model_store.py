@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
+from ktcli.engine import gguf_convert
 from ktcli.engine.gguf_header import read_header
 from ktcli.engine.gguf_meta import architecture, check_architecture, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
@@ -297,31 +298,19 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     # Read first: an architecture transformers' reader or our engine cannot take is refused
     # in one line, not after the conversion as an internal error; the reader drops the
     # RoPE scaling, written into config.json below.
-    header = _read_gguf(gguf_path)
+    header = _read_gguf(gguf_path, whole=gguf_convert.TOKENIZER_ARRAYS)
     check_architecture(header, gguf_path)
     scaling = rope_scaling(header, gguf_path)
     context = header.fields.get(f"{architecture(header)}.context_length")
-    key_length = header.fields.get(f"{architecture(header)}.attention.key_length")
-    head_dim = int(key_length.contents()) if key_length is not None else None
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    # Its tqdm bars wrote carriage-return frames into logs and ignored --quiet; our status
-    # line ("converting ... once") says what happens.
-    hf_logging.disable_progress_bar()
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
     try:
-        folder, name = str(gguf_path.parent), gguf_path.name
-        tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-        with _gguf_reader_bar_off():
-            model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **_head_width(folder, name, head_dim))
-        # The loaded model is plain dequantized weights; drop the GGUF marker so it saves.
-        model.hf_quantizer = None
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
+        try:
+            gguf_convert.convert(header, tmp)
+        except gguf_convert.Unsupported:
+            for written in tmp.iterdir():
+                written.unlink()
+            _convert_with_transformers(gguf_path, header, tmp)
         _write_rope(tmp / "config.json", scaling, int(context.contents()) if context is not None else None)
         as_umask_allows(tmp)  # mkdtemp's folder and safetensors' file are owner-only
         try:
@@ -332,6 +321,30 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _convert_with_transformers(gguf_path: Path, header, tmp: Path) -> None:
+    """What `gguf_convert` does not write (another tokenizer or tensor type): transformers'
+    GGUF loader reads it and `save_pretrained` writes the folder (~50 s for the bundled
+    135M model, against ~2 s)."""
+    key_length = header.fields.get(f"{architecture(header)}.attention.key_length")
+    head_dim = int(key_length.contents()) if key_length is not None else None
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    # Its tqdm bars wrote carriage-return frames into logs and ignored --quiet; our status
+    # line ("converting ... once") says what happens.
+    hf_logging.disable_progress_bar()
+    folder, name = str(gguf_path.parent), gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    with _gguf_reader_bar_off():
+        model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, **_head_width(folder, name, head_dim))
+    # The loaded model is plain dequantized weights; drop the GGUF marker so it saves.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
 
 
 def _head_width(folder: str, name: str, head_dim: int | None) -> dict:
@@ -369,9 +382,9 @@ def _gguf_reader_bar_off():
         reader.tqdm = bar
 
 
-def _read_gguf(path: Path):
+def _read_gguf(path: Path, whole: tuple[str, ...] = ()):
     try:
-        return read_header(path)
+        return read_header(path, whole)
     except (ValueError, KeyError, TypeError, IndexError, OSError) as e:
         # the gguf reader raises these on a file that is not GGUF, or is cut short
         raise UsageError(f"--model {path}: not a readable GGUF file ({e})") from None

@@ -142,7 +142,7 @@ def test_a_gguf_of_an_architecture_ktcli_cannot_convert_is_refused_first(cache, 
     for command in (["plan"], ["ask"], ["ask", "--engine", "hf"]):
         proc = run_ktcli([*command, str(LONG_TEXT), "q", "--model", str(gguf)], cache)
         assert_one_line_error(proc, 2, "gem.gguf: GGUF architecture 'gemma' is not supported "
-                                       "(ktcli converts llama, mistral, qwen2, qwen3 GGUFs")
+                                       "(ktcli converts llama, qwen2, qwen3 GGUFs")
 
 
 def _tiny(tmp_path, name="tiny", tokenizer=True, **config):

@@ -52,9 +52,10 @@ def llama3_rope_freqs(params: dict, head_dim: int) -> np.ndarray:
 
 
 def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
-               metadata: dict | None = None, arch: str | None = None) -> Path:
+               metadata: dict | None = None, arch: str | None = None, quantize: tuple[str, ...] = ()) -> Path:
     """`folder`'s weights and shape as `out`; `rope_freqs`: the llama3 divisors tensor;
-    `metadata`: extra `<arch>.` keys (rope.scaling.type, ...)."""
+    `metadata`: extra `<arch>.` keys (rope.scaling.type, ...); `quantize`: ggml type names
+    (Q4_1, Q8_0, ...) the matrices are stored as, in turn, as a mixed llama.cpp file has them."""
     import gguf
 
     cfg = json.loads((folder / "config.json").read_text())
@@ -97,6 +98,7 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
              "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
              "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
              "self_attn.q_norm": "attn_q_norm", "self_attn.k_norm": "attn_k_norm"}
+    n_matrices = 0
     for name, t in load_file(str(folder / "model.safetensors")).items():
         t = t.astype(np.float32)
         if name == "model.embed_tokens.weight":
@@ -113,7 +115,12 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
                 t = _permute(t, n_heads)
             elif arch == "llama" and names[module] == "attn_k":
                 t = _permute(t, n_kv)
-        w.add_tensor(gname, t)
+        if quantize and t.ndim == 2:
+            qtype = gguf.GGMLQuantizationType[quantize[n_matrices % len(quantize)]]
+            n_matrices += 1
+            w.add_tensor(gname, np.asarray(gguf.quants.quantize(t, qtype)), raw_dtype=qtype)
+        else:
+            w.add_tensor(gname, t)
     if rope_freqs is not None:
         w.add_tensor("rope_freqs.weight", np.asarray(rope_freqs, dtype=np.float32))
     w.write_header_to_file()
