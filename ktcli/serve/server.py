@@ -406,6 +406,7 @@ class Handler(BaseHTTPRequestHandler):
         )
         job = Job(req.prompt_ids, req.params)
         self._looked = started = time.monotonic()
+        self._input_ended = False  # the client's end of input seen (`_client_gone`)
         self._first_text_at = None
         reply = Reply(kind, app.options.model_id, include_usage=req.include_usage)
         app.scheduler.submit(job)
@@ -450,17 +451,39 @@ class Handler(BaseHTTPRequestHandler):
                     return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
 
     def _client_gone(self) -> bool:
-        """The peer closed its end: the socket polls readable and a peek reads no byte.
-        (poll, not select: select fails past fd 1024; and a recv on this socket, which has
-        a timeout, would first wait for a byte.)"""
+        """The peer closed the connection: it reset it, or it closed both ways. An end of
+        its input alone (a peek reads no byte) is also what a client that half-closed
+        after its request sends (curl's and netcat's way to say the request is complete),
+        and that client still reads: it was taken for gone and answered nothing. The two
+        are told apart by writing to it (`_probe`): a closed socket answers with a reset,
+        seen at the next look. (poll, not select: select fails past fd 1024; and a recv
+        on this socket, which has a timeout, would first wait for a byte.)"""
         try:
             poller = select.poll()
             poller.register(self.connection, select.POLLIN)
-            if not poller.poll(0):
+            events = poller.poll(0)
+            if not events:
                 return False
-            return self.connection.recv(1, socket.MSG_PEEK) == b""
+            if events[0][1] & (select.POLLHUP | select.POLLERR):  # reset, or our probe refused
+                return True
+            if self._input_ended or self.connection.recv(1, socket.MSG_PEEK) != b"":
+                return False  # probed already, or a pipelined request's bytes
+            self._input_ended = True
+            self.close_connection = True  # no next request can come on it
+            self._probe()
+            return False
         except OSError:  # reset by the peer
             return True
+
+    def _probe(self) -> None:
+        """Write what a client reading the answer skips, so that a peer closed both ways
+        answers it with a reset (`_client_gone`): in a stream an SSE comment; before a
+        whole answer an interim response, which RFC 9110 (15.2) has HTTP/1.1 clients
+        parse and skip. An HTTP/1.0 client may be sent none: its answer is run to the end."""
+        if self._sent_headers:
+            self._write(b":\n\n")
+        elif self.request_version >= "HTTP/1.1":
+            self._write(f"{self.protocol_version} 100 Continue\r\n\r\n".encode())
 
     def _complete(self, job: Job, reply: Reply) -> None:
         parts: list[str] = []

@@ -72,7 +72,7 @@ class FakeRunner:
 
 @pytest.fixture
 def served(request):
-    options = getattr(request, "param", {})
+    options = dict(getattr(request, "param", {}))  # a copy: a parametrized case's dict is shared by its runs
     runner = FakeRunner(**options.pop("runner", {}))
     app = ServeApp(runner, ServeOptions(host="127.0.0.1", port=0, model_id="fake", default_max_tokens=5, **options))
     httpd = make_server(app)
@@ -827,3 +827,30 @@ def test_text_past_the_window_in_tokens_is_refused_after_a_few_slices():
         check_token_count(["漢" * 660_000], three_a_character, 8192, "prompt")
     assert sum(encoded) < 20_000
     check_token_count(["word " * 8000], lambda text: [0] * (len(text) // 5), 8192, "prompt")  # fits: no refusal
+
+
+def _half_closed(port: int, version: str, body: dict) -> http.client.HTTPResponse:
+    """A request sent as `version`, then the client's write side shut (curl's and netcat's
+    way to say the request is complete); the response as http.client reads it."""
+    data = json.dumps(body).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"POST /v1/completions %s\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+              % (version.encode(), len(data), data))
+    s.shutdown(socket.SHUT_WR)
+    resp = http.client.HTTPResponse(s, method="POST")  # it skips interim (1xx) responses
+    resp.begin()
+    s.close()  # the response holds its own reader
+    return resp
+
+
+@pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}}], indirect=True)
+@pytest.mark.parametrize("version", ["HTTP/1.0", "HTTP/1.1"])
+def test_a_client_that_half_closes_after_its_request_is_answered(served, version):
+    """A client that shuts its write side after the request still reads: its EOF was taken
+    for a disconnect at the first look (0.25 s), and a 0.5 s answer went to no one."""
+    port, _, _ = served
+    resp = _half_closed(port, version, {"prompt": "hi", "max_tokens": 10})
+    assert resp.status == 200 and json.loads(resp.read())["usage"]["completion_tokens"] == 10
+    resp = _half_closed(port, version, {"prompt": "hi", "max_tokens": 10, "stream": True})
+    events = [line[6:] for line in resp.read().decode().split("\n\n") if line.startswith("data: ")]
+    assert resp.status == 200 and events[-1] == "[DONE]" and len(events) == 13  # first, 10 tokens, finish, [DONE]
