@@ -80,6 +80,7 @@ class Runner(Protocol):
     max_prompt_chars: int  # text longer than this cannot fit the window (`longest_token`)
     message_tokens: int  # the fewest tokens a chat message costs (`message_tokens`)
     max_batch: int
+    bos_id: int | None  # what a prompt of no tokens starts from (`start_token`); None: nothing
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
         """The model's chat template applied, with the generation prompt (and the
@@ -114,6 +115,14 @@ def message_tokens(encode_chat: Callable[[list[Message]], list[int]]) -> int:
     except Exception:  # noqa: BLE001 - a template's own refusal: no estimate, count messages only
         return 1
     return max(1, min(lengths[1] - lengths[0], lengths[2] - lengths[1]))
+
+
+def start_token(tokenizer, config_bos: int | None) -> int | None:
+    """The model's beginning-of-sequence token, which a completion of an empty prompt is
+    written from (as OpenAI's are, from the start of a text): the tokenizer's, else the
+    model config's; None where neither names one."""
+    found = getattr(tokenizer, "bos_token_id", None)
+    return int(found) if found is not None else config_bos
 
 
 class _Stream:
@@ -177,6 +186,7 @@ class NativeRunner:
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         self.message_tokens = message_tokens(self.encode_chat) if self.tokenizer is not None else 1
+        self.bos_id = start_token(self.tokenizer, backend.cfg.bos_token_id)
 
     def encode_chat(self, messages: list[Message], template_kwargs: dict | None = None) -> list[int]:
         return list(self.backend.chat_ids(messages, template_kwargs))
@@ -251,6 +261,7 @@ class HFRunner:
         self.max_batch = max(1, max_batch)
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         self.message_tokens = message_tokens(self.encode_chat)
+        self.bos_id = start_token(self.tokenizer, getattr(self.model.config, "bos_token_id", None))
         eos = self.model.generation_config.eos_token_id
         self.eos_ids = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if self.tokenizer.eos_token_id is not None:

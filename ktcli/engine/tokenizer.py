@@ -93,6 +93,7 @@ class ChatTokenizer:
         self.bos_token = _token_text(self.config.get("bos_token"))
         self.eos_token = _token_text(self.config.get("eos_token"))
         self.eos_token_id = self.tok.token_to_id(self.eos_token) if self.eos_token else None
+        self.bos_token_id = self.tok.token_to_id(self.bos_token) if self.bos_token else None
         self.name_or_path = str(folder)
         self._special = frozenset(i for i, t in self.tok.get_added_tokens_decoder().items() if t.special)
         self._plain = None  # the same tokenizer reading special tokens' strings as text (`_as_text`)

@@ -234,22 +234,32 @@ def check_messages_length(messages: list[dict], max_chars: int, window: int, mes
 
 
 def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int, max_chars: int,
-                 window: int) -> list[int]:
+                 window: int, bos_id: int | None = None) -> list[int]:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
         prompt = prompt[0]  # a batch of one
-    if isinstance(prompt, str) and prompt:
+    if isinstance(prompt, str):
         _check_length(len(prompt), max_chars, window, "prompt")
         prompt = _valid_text(prompt, "'prompt'", "prompt")
         check_token_count([prompt], encode, window, "prompt")
-        return encode(prompt)
+        return encode(prompt) or _start_of_text(bos_id)
     if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         bad = next((t for t in prompt if t >= vocab_size), None)
         if bad is not None:  # it would fail the whole batch it joined in the engine
             raise ApiError(400, f"'prompt' token id {bad} is outside this model's vocabulary (0-{vocab_size - 1})",
                            param="prompt")
         return list(prompt)
-    raise ApiError(400, "'prompt' must be a non-empty string (or one list of token ids)", param="prompt")
+    raise ApiError(400, "'prompt' must be a string (or one non-empty list of token ids)", param="prompt")
+
+
+def _start_of_text(bos_id: int | None) -> list[int]:
+    """What a prompt of no tokens ("") runs on: the model's beginning-of-sequence token
+    alone, from which OpenAI's completions write a text from its start. An engine cannot
+    run no tokens, and a model with no such token has nothing else to start from."""
+    if bos_id is None:
+        raise ApiError(400, "the prompt has no tokens, and this model has no beginning-of-sequence token to "
+                       "start from: send some text", param="prompt")
+    return [bos_id]
 
 
 # Fields that change what a response holds, which this server does not produce: refused,
@@ -339,7 +349,8 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
 
 def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_size: int, max_chars: int,
                      default_max: int, encode_chat: Callable[..., list[int]],
-                     encode_text: Callable[[str], list[int]], message_tokens: int = 1) -> GenRequest:
+                     encode_text: Callable[[str], list[int]], message_tokens: int = 1,
+                     bos_id: int | None = None) -> GenRequest:
     check_model(body, served)
     stream = _flag(body, "stream")
     include_usage = _include_usage(body)
@@ -351,7 +362,7 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
         check_token_count([m["content"] for m in messages], encode_text, window, "messages")
         ids = encode_chat(messages, template_kwargs(body))
     else:
-        ids = parse_prompt(body, encode_text, vocab_size, max_chars, window)
+        ids = parse_prompt(body, encode_text, vocab_size, max_chars, window, bos_id)
     param = "messages" if kind == "chat" else "prompt"
     return GenRequest(kind, ids, sampling(body, len(ids), window, default_max, param), stream, include_usage)
 

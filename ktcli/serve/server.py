@@ -402,7 +402,7 @@ class Handler(BaseHTTPRequestHandler):
             kind, body, served=app.options.model_id, window=app.runner.context_window,
             vocab_size=app.runner.vocab_size, max_chars=app.runner.max_prompt_chars, default_max=app.options.default_max_tokens,
             encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
-            message_tokens=app.runner.message_tokens,
+            message_tokens=app.runner.message_tokens, bos_id=app.runner.bos_id,
         )
         job = Job(req.prompt_ids, req.params)
         self._looked = started = time.monotonic()

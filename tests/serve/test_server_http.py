@@ -42,10 +42,12 @@ class FakeRunner:
     message_tokens = 3  # as FakeTokenizer's template counts a message
     max_batch = 8
 
-    def __init__(self, step_s: float = 0.01) -> None:
+    def __init__(self, step_s: float = 0.01, bos_id: int | None = None) -> None:
         self.tokenizer = FakeTokenizer()
         self.step_s = step_s
+        self.bos_id = bos_id
         self.batches: list[int] = []
+        self.prompts: list[list[int]] = []
 
     def encode_chat(self, messages, template_kwargs=None) -> list[int]:
         self.template_kwargs = template_kwargs
@@ -56,6 +58,7 @@ class FakeRunner:
 
     def run(self, jobs: list[Job], join=None) -> None:  # joins nothing, as HFRunner
         self.batches.append(len(jobs))
+        self.prompts.extend(j.prompt for j in jobs)
         streams = [_Stream(j, self.tokenizer.decode, self.context_window) for j in jobs]
         done = [False] * len(jobs)
         for step in range(max(j.params.max_new_tokens for j in jobs)):
@@ -263,7 +266,8 @@ def test_bad_prompts_and_routes(served):
     port, _, _ = served
     # the absolute form a proxy sends is its path (RFC 9112 3.2.2)
     assert request(port, "GET", f"http://127.0.0.1:{port}/v1/models")[0] == 200
-    assert request(port, "POST", "/v1/completions", {"prompt": ""})[0] == 400
+    got, payload = request(port, "POST", "/v1/completions", {"prompt": ""})  # the fake has no BOS token
+    assert got == 400 and "no beginning-of-sequence token" in payload["error"]["message"]
     assert request(port, "POST", "/v1/completions", {"prompt": [1, -2]})[0] == 400
     assert request(port, "GET", "/v1/nothing")[0] == 404
     assert request(port, "GET", "/v1/chat/completions")[0] == 405
@@ -854,3 +858,15 @@ def test_a_client_that_half_closes_after_its_request_is_answered(served, version
     resp = _half_closed(port, version, {"prompt": "hi", "max_tokens": 10, "stream": True})
     events = [line[6:] for line in resp.read().decode().split("\n\n") if line.startswith("data: ")]
     assert resp.status == 200 and events[-1] == "[DONE]" and len(events) == 13  # first, 10 tokens, finish, [DONE]
+
+
+@pytest.mark.parametrize("served", [{"runner": {"bos_id": 1}}], indirect=True)
+def test_an_empty_prompt_is_written_from_the_start_of_text(served):
+    """OpenAI answers "prompt": "" (a text from its start); it was refused with a 400. It
+    runs on the model's beginning-of-sequence token alone."""
+    port, _, runner = served
+    for prompt in ("", [""]):
+        status, body = request(port, "POST", "/v1/completions", {"prompt": prompt, "max_tokens": 2})
+        assert status == 200 and body["choices"][0]["text"] == "alpha beta ", prompt
+        assert body["usage"]["prompt_tokens"] == 1
+    assert runner.prompts == [[1], [1]]
