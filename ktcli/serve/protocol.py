@@ -16,6 +16,9 @@ from ktcli.engine.backend import SamplingParams
 
 MAX_BODY_BYTES = 32 * 2**20
 MAX_STOP_STRINGS = 16
+# Choices one request may ask for (the completions API's prompts, each a choice): each is
+# a request of its own to the engine, and one request may not queue work without bound.
+MAX_CHOICES = 64
 ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
@@ -32,8 +35,8 @@ class ApiError(Exception):
 @dataclass(frozen=True)
 class GenRequest:
     kind: str  # "chat" | "completion"
-    prompt_ids: list[int]
-    params: SamplingParams
+    prompts: list[list[int]]  # one a choice: a chat's one, a completion's list of prompts
+    params: list[SamplingParams]  # each prompt's (its default max_tokens is what its window leaves)
     stream: bool
     include_usage: bool
 
@@ -233,23 +236,40 @@ def check_messages_length(messages: list[dict], max_chars: int, window: int, mes
     _check_length(sum(len(m["content"]) for m in messages), max_chars, window, "messages")
 
 
-def parse_prompt(body: dict, encode: Callable[[str], list[int]], vocab_size: int, max_chars: int,
-                 window: int, bos_id: int | None = None) -> list[int]:
+def parse_prompts(body: dict, encode: Callable[[str], list[int]], vocab_size: int, max_chars: int,
+                  window: int, bos_id: int | None = None) -> list[list[int]]:
+    """The completions API's `prompt`: a text or a list of token ids, or a list of several
+    of either, each answered with a choice of its own."""
     prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
-        prompt = prompt[0]  # a batch of one
+    if prompt == []:  # no prompt, or a prompt of no tokens: neither is sure to be meant
+        raise ApiError(400, "'prompt' is an empty list: send a string, a list of token ids, or a list of either",
+                       param="prompt")
+    if not (isinstance(prompt, list) and all(isinstance(p, (str, list)) for p in prompt)):
+        return [_prompt_ids(prompt, None, encode, vocab_size, max_chars, window, bos_id)]
+    if len(prompt) > MAX_CHOICES:
+        raise ApiError(400, f"'prompt' holds {len(prompt)} prompts; at most {MAX_CHOICES} are answered in one request",
+                       param="prompt")
+    return [_prompt_ids(p, i if len(prompt) > 1 else None, encode, vocab_size, max_chars, window, bos_id)
+            for i, p in enumerate(prompt)]
+
+
+def _prompt_ids(prompt: object, index: int | None, encode: Callable[[str], list[int]], vocab_size: int,
+                max_chars: int, window: int, bos_id: int | None) -> list[int]:
+    """One prompt's token ids; `index`: its place in a list of several."""
+    where = "'prompt'" if index is None else f"'prompt'[{index}]"
     if isinstance(prompt, str):
         _check_length(len(prompt), max_chars, window, "prompt")
-        prompt = _valid_text(prompt, "'prompt'", "prompt")
+        prompt = _valid_text(prompt, where, "prompt")
         check_token_count([prompt], encode, window, "prompt")
         return encode(prompt) or _start_of_text(bos_id)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
+    if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         bad = next((t for t in prompt if t >= vocab_size), None)
         if bad is not None:  # it would fail the whole batch it joined in the engine
-            raise ApiError(400, f"'prompt' token id {bad} is outside this model's vocabulary (0-{vocab_size - 1})",
+            raise ApiError(400, f"{where} token id {bad} is outside this model's vocabulary (0-{vocab_size - 1})",
                            param="prompt")
-        return list(prompt)
-    raise ApiError(400, "'prompt' must be a string (or one non-empty list of token ids)", param="prompt")
+        return list(prompt) or _start_of_text(bos_id)
+    either = "" if index is not None else ", or a list of either"
+    raise ApiError(400, f"{where} must be a string or a list of token ids{either}", param="prompt")
 
 
 def _start_of_text(bos_id: int | None) -> list[int]:
@@ -318,7 +338,9 @@ UNSUPPORTED = {
 }
 
 
-def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: str = "messages") -> SamplingParams:
+def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: str = "messages",
+             which: str = "the prompt") -> SamplingParams:
+    """The request's sampling for one prompt (`which`, named in the window's errors)."""
     if body.get("n") is not None and (type(body["n"]) is not int or body["n"] != 1):  # not true, not 1.0
         raise ApiError(400, "only n=1 is supported", param="n")
     for name, (off, why) in UNSUPPORTED.items():
@@ -326,13 +348,13 @@ def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: 
         if not any(value is o or (type(value) is type(o) and value == o) for o in off):
             raise ApiError(400, f"'{name}': {why} by this server", param=name)
     if prompt_len >= window:
-        raise ApiError(400, f"the prompt has {prompt_len} tokens; this model's context window is {window}",
+        raise ApiError(400, f"{which} has {prompt_len} tokens; this model's context window is {window}",
                        code="context_length_exceeded", param=param)
     asked, asked_by = _integer(body, "max_completion_tokens", 1), "max_completion_tokens"
     if asked is None:
         asked, asked_by = _integer(body, "max_tokens", 1), "max_tokens"
     if asked is not None and prompt_len + asked > window:
-        raise ApiError(400, f"the prompt has {prompt_len} tokens and {asked} more were asked for; "
+        raise ApiError(400, f"{which} has {prompt_len} tokens and {asked} more were asked for; "
                        f"this model's context window is {window}", code="context_length_exceeded", param=asked_by)
     top_k = _integer(body, "top_k", -1)
     return SamplingParams(
@@ -360,11 +382,13 @@ def parse_generation(kind: str, body: dict, *, served: str, window: int, vocab_s
         messages = parse_messages(body)
         check_messages_length(messages, max_chars, window, message_tokens)
         check_token_count([m["content"] for m in messages], encode_text, window, "messages")
-        ids = encode_chat(messages, template_kwargs(body))
+        prompts = [encode_chat(messages, template_kwargs(body))]
     else:
-        ids = parse_prompt(body, encode_text, vocab_size, max_chars, window, bos_id)
+        prompts = parse_prompts(body, encode_text, vocab_size, max_chars, window, bos_id)
     param = "messages" if kind == "chat" else "prompt"
-    return GenRequest(kind, ids, sampling(body, len(ids), window, default_max, param), stream, include_usage)
+    names = [f"'prompt'[{i}]" for i in range(len(prompts))] if len(prompts) > 1 else ["the prompt"]
+    params = [sampling(body, len(ids), window, default_max, param, name) for ids, name in zip(prompts, names)]
+    return GenRequest(kind, prompts, params, stream, include_usage)
 
 
 # -- responses -----------------------------------------------------------------------
@@ -384,21 +408,24 @@ class Reply:
         return {"id": self.id, "object": obj + (".chunk" if chunk and self.kind == "chat" else ""),
                 "created": self.created, "model": self.model}
 
-    def full(self, text: str, finish: str, usage: dict) -> dict:
-        if self.kind == "chat":
-            # "logprobs": null as OpenAI sends it: strictly typed clients require the key
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                      "finish_reason": finish}
-        else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
-        return {**self._head(False), "choices": [choice], "usage": usage}
+    def full(self, answers: list[tuple[str, str]], usage: dict) -> dict:
+        """The whole answer: each choice's (text, finish reason), in index order."""
+        choices = []
+        for index, (text, finish) in enumerate(answers):
+            if self.kind == "chat":
+                # "logprobs": null as OpenAI sends it: strictly typed clients require the key
+                choices.append({"index": index, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                                "finish_reason": finish})
+            else:
+                choices.append({"index": index, "text": text, "logprobs": None, "finish_reason": finish})
+        return {**self._head(False), "choices": choices, "usage": usage}
 
-    def chunk(self, text: str, finish: str | None = None, first: bool = False) -> dict:
+    def chunk(self, text: str, finish: str | None = None, first: bool = False, index: int = 0) -> dict:
         if self.kind == "chat":
             delta: dict = {"role": "assistant", "content": text} if first else ({"content": text} if text else {})
-            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "delta": delta, "logprobs": None, "finish_reason": finish}
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish}
+            choice = {"index": index, "text": text, "logprobs": None, "finish_reason": finish}
         body = {**self._head(True), "choices": [choice]}
         if self.include_usage:
             body["usage"] = None

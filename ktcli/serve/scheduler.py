@@ -68,9 +68,11 @@ class Scheduler:
             self._thread.join(wait_s)
         return not self._thread.is_alive()
 
-    def submit(self, job: Job) -> None:
+    def submit(self, *jobs: Job) -> None:
+        """Queue `jobs` at once (a request's several choices), so that one batch takes
+        them all where it has room, not the first alone."""
         with self._cv:
-            self._waiting.append(job)
+            self._waiting.extend(jobs)
             self._cv.notify_all()
 
     @property

@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from ktcli.engine.backend import SamplingParams
 from ktcli.engine.batching import Job, Runner
 from ktcli.engine.tokenizer import ChatTemplateError
 from ktcli.errors import UsageError
@@ -151,6 +152,43 @@ class ServeApp:
             check_token_count([text], self.runner.encode_text, window, "prompt")
             ids = self.runner.encode_text(text, special=bool(body.get("add_special_tokens", False)))
         return {"count": len(ids), "tokens": ids, "max_model_len": self.runner.context_window}
+
+
+class Choices:
+    """One request's jobs, one a choice (a completion's prompts: one each), submitted and
+    cancelled together. Their events come to one queue, tagged with the choice's index, so
+    the handler waits on all at once."""
+
+    def __init__(self, prompts: list[list[int]], params: list[SamplingParams]) -> None:
+        self.events: queue.Queue[tuple[int, str, str]] = queue.Queue()
+        self.jobs = [Job(ids, p, events=_Tagged(self.events, i)) for i, (ids, p) in enumerate(zip(prompts, params))]
+
+    def cancel(self) -> None:
+        for job in self.jobs:
+            job.cancel()
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(len(job.prompt) for job in self.jobs)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(job.completion_tokens for job in self.jobs)
+
+    def usage(self) -> dict:
+        """All choices' tokens together, as OpenAI counts a request's."""
+        return usage(self.prompt_tokens, self.completion_tokens)
+
+
+class _Tagged:
+    """A job's event queue as its runner sees it (a runner only puts): each event goes on
+    to the request's one queue with the job's choice index."""
+
+    def __init__(self, into: queue.Queue, index: int) -> None:
+        self.into, self.index = into, index
+
+    def put(self, event: tuple[str, str]) -> None:
+        self.into.put((self.index, *event))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -404,51 +442,55 @@ class Handler(BaseHTTPRequestHandler):
             encode_chat=app.runner.encode_chat, encode_text=app.runner.encode_text,
             message_tokens=app.runner.message_tokens, bos_id=app.runner.bos_id,
         )
-        job = Job(req.prompt_ids, req.params)
+        choices = Choices(req.prompts, req.params)
         self._looked = started = time.monotonic()
         self._input_ended = False  # the client's end of input seen (`_client_gone`)
         self._first_text_at = None
         reply = Reply(kind, app.options.model_id, include_usage=req.include_usage)
-        app.scheduler.submit(job)
+        app.scheduler.submit(*choices.jobs)  # together: they batch
         try:
             if req.stream:
-                self._stream(job, reply, req.include_usage)
+                self._stream(choices, reply, req.include_usage)
             else:
-                self._complete(job, reply)
+                self._complete(choices, reply)
         finally:
-            job.cancel()  # no-op when finished; frees the engine's work when the client left
+            choices.cancel()  # no-op when finished; frees the engine's work when the client left
             if app.options.verbose:
-                self._log_generation(kind, job, started)
+                self._log_generation(kind, choices, started)
 
-    def _log_generation(self, kind: str, job: Job, started: float) -> None:
+    def _log_generation(self, kind: str, choices: Choices, started: float) -> None:
         """--verbose: one line per generation when it ends (http.server's own line comes
         when the headers go, before a stream's first token): its tokens and times."""
         first = f"{self._first_text_at - started:.2f}s" if self._first_text_at is not None else "-"
-        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {kind}: {len(job.prompt)} prompt tokens, "
-                         f"{job.completion_tokens} out, first token {first}, total {time.monotonic() - started:.2f}s, "
-                         f"{job.outcome or ('client gone' if job.cancelled.is_set() else 'unfinished')}\n")
+        several = f"{len(choices.jobs)} prompts, " if len(choices.jobs) > 1 else ""
+        outcomes = dict.fromkeys(job.outcome or ("client gone" if job.cancelled.is_set() else "unfinished")
+                                 for job in choices.jobs)
+        sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {kind}: {several}"
+                         f"{choices.prompt_tokens} prompt tokens, {choices.completion_tokens} out, first token {first}, "
+                         f"total {time.monotonic() - started:.2f}s, {'/'.join(outcomes)}\n")
 
-    def _next_event(self, job: Job) -> tuple[str, str]:
-        """The job's next event; the client's leaving cancels the job meanwhile (a request
-        that streams nothing, or waits through a long prefill, is otherwise only found gone
-        when its answer is written: its tokens, and the retries of a client that timed out,
-        held the engine). Looked at every POLL_S, also while tokens keep coming."""
+    def _next_event(self, choices: Choices) -> tuple[int, str, str]:
+        """The next event of any of the choices, with its index; the client's leaving
+        cancels them meanwhile (a request that streams nothing, or waits through a long
+        prefill, is otherwise only found gone when its answer is written: its tokens, and
+        the retries of a client that timed out, held the engine). Looked at every POLL_S,
+        also while tokens keep coming."""
         deadline = time.monotonic() + EVENT_TIMEOUT_S
         while True:
             now = time.monotonic()
             if now - self._looked >= POLL_S:
                 self._looked = now
                 if self._client_gone():
-                    job.cancel()
+                    choices.cancel()
                     raise ConnectionAbortedError("the client closed the connection")
             try:
-                event = job.events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
-                if event[0] == "text" and self._first_text_at is None:
+                event = choices.events.get(timeout=min(POLL_S, max(0.0, deadline - now)))
+                if event[1] == "text" and self._first_text_at is None:
                     self._first_text_at = time.monotonic()
                 return event
             except queue.Empty:
                 if time.monotonic() >= deadline:
-                    return ("error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
+                    return (0, "error", f"no output from the engine within {EVENT_TIMEOUT_S:.0f}s")
 
     def _client_gone(self) -> bool:
         """The peer closed the connection: it reset it, or it closed both ways. An end of
@@ -485,20 +527,25 @@ class Handler(BaseHTTPRequestHandler):
         elif self.request_version >= "HTTP/1.1":
             self._write(f"{self.protocol_version} 100 Continue\r\n\r\n".encode())
 
-    def _complete(self, job: Job, reply: Reply) -> None:
-        parts: list[str] = []
-        while True:
-            kind, value = self._next_event(job)
+    def _complete(self, choices: Choices, reply: Reply) -> None:
+        """Every choice's whole text; one that fails fails the answer (a 200 holds no error)."""
+        parts: list[list[str]] = [[] for _ in choices.jobs]
+        finishes: list[str | None] = [None] * len(choices.jobs)
+        while None in finishes:
+            index, kind, value = self._next_event(choices)
             if kind == "text":
-                parts.append(value)
-                continue
-            if kind == "error":
+                parts[index].append(value)
+            elif kind == "error":
                 busy = "memory" in value.lower() or value == SHUTTING_DOWN
                 raise ApiError(503 if busy else 500, value, type="server_error")
-            self._json(200, reply.full("".join(parts), value, usage(len(job.prompt), job.completion_tokens)))
-            return
+            else:
+                finishes[index] = value
+        answers = [("".join(p), finish) for p, finish in zip(parts, finishes)]
+        self._json(200, reply.full(answers, choices.usage()))
 
-    def _stream(self, job: Job, reply: Reply, include_usage: bool) -> None:
+    def _stream(self, choices: Choices, reply: Reply, include_usage: bool) -> None:
+        """Each choice's chunks as they come, marked with its index; one [DONE] once every
+        choice has finished."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
@@ -507,11 +554,13 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self._sent_headers = True
         self.close_connection = True
-        self._event(reply.chunk("", first=True))
-        while True:
-            kind, value = self._next_event(job)
+        for index in range(len(choices.jobs)):
+            self._event(reply.chunk("", first=True, index=index))
+        left = len(choices.jobs)
+        while left:
+            index, kind, value = self._next_event(choices)
             if kind == "text":
-                self._event(reply.chunk(value))
+                self._event(reply.chunk(value, index=index))
             elif kind == "error":
                 # Headers are out: report in-band, the way vLLM does, and end the stream.
                 # No [DONE] after it (docs/remote-backends.md): a client that reads until
@@ -519,11 +568,11 @@ class Handler(BaseHTTPRequestHandler):
                 self._event({"error": ApiError(500, value, type="server_error").body()["error"]})
                 return
             else:
-                self._event(reply.chunk("", finish=value))
-                if include_usage:
-                    self._event(reply.usage_chunk(usage(len(job.prompt), job.completion_tokens)))
-                self._write(b"data: [DONE]\n\n")
-                return
+                self._event(reply.chunk("", finish=value, index=index))
+                left -= 1
+        if include_usage:
+            self._event(reply.usage_chunk(choices.usage()))
+        self._write(b"data: [DONE]\n\n")
 
     def _event(self, payload: dict) -> None:
         self._write(b"data: " + json.dumps(payload, ensure_ascii=False).encode() + b"\n\n")

@@ -870,3 +870,43 @@ def test_an_empty_prompt_is_written_from_the_start_of_text(served):
         assert status == 200 and body["choices"][0]["text"] == "alpha beta ", prompt
         assert body["usage"]["prompt_tokens"] == 1
     assert runner.prompts == [[1], [1]]
+
+
+def test_several_prompts_get_a_choice_each_from_one_batch(served):
+    """OpenAI answers a list of prompts with a choice for each, in order, and the usage of
+    all; it was refused with a 400. Each prompt has its own window: the 62-word one leaves
+    room for 2 tokens, the other gets the server's default 5."""
+    port, _, runner = served
+    long = " ".join(["w"] * 62)
+    status, body = request(port, "POST", "/v1/completions", {"prompt": [long, "hi"]})
+    assert status == 200 and runner.batches == [2]  # submitted together, run as one batch
+    assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == [
+        (0, "alpha beta ", "length"), (1, "alpha beta gamma delta epsilon ", "length")]
+    assert body["usage"] == {"prompt_tokens": 63, "completion_tokens": 7, "total_tokens": 70}
+    status, body = request(port, "POST", "/v1/completions", {"prompt": [[3, 4], [5]], "max_tokens": 1})
+    assert status == 200 and len(body["choices"]) == 2 and body["usage"]["prompt_tokens"] == 3
+    # streamed: every chunk names its choice, one [DONE] after the last choice's end
+    events = sse(port, "/v1/completions", {"prompt": [long, "hi"], "stream": True, "stream_options": {"include_usage": True}})
+    chunks = [e for e in events[:-2] if isinstance(e, dict)]
+    assert events.count("[DONE]") == 1 and events[-1] == "[DONE]"
+    assert ["".join(c["choices"][0]["text"] for c in chunks if c["choices"][0]["index"] == i) for i in (0, 1)] == [
+        "alpha beta ", "alpha beta gamma delta epsilon "]
+    assert [c["choices"][0]["index"] for c in chunks if c["choices"][0]["finish_reason"]] == [0, 1]
+    assert events[-2]["usage"]["completion_tokens"] == 7 and events[-2]["choices"] == []
+
+
+def test_several_prompts_are_refused_whole_and_bounded(served):
+    from ktcli.serve.protocol import MAX_CHOICES
+
+    port, _, runner = served
+    for body, fragment in (({"prompt": ["x"] * (MAX_CHOICES + 1)}, f"at most {MAX_CHOICES} are answered"),
+                           ({"prompt": ["hi", " ".join(["w"] * 70)]}, "'prompt'[1] has 70 tokens"),
+                           ({"prompt": ["hi", [3, 100]]}, "'prompt'[1] token id 100 is outside"),
+                           ({"prompt": ["hi", [3, "x"]]}, "'prompt'[1] must be a string or a list of token ids"),
+                           ({"prompt": ["hi", 3]}, "'prompt' must be a string or a list of token ids, or a list of"),
+                           ({"prompt": []}, "'prompt' is an empty list"),
+                           ({"prompt": ["hi", "there"], "n": 2}, "only n=1")):
+        status, payload = request(port, "POST", "/v1/completions", body)
+        assert status == 400 and fragment in payload["error"]["message"], body
+        assert payload["error"]["param"] in ("prompt", "n")
+    assert runner.batches == []  # one bad prompt runs none of the others
