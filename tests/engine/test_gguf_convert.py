@@ -68,12 +68,13 @@ def _same_weights(ours, theirs):
         assert np.array_equal(a[name].view(np.uint32), b[name].view(np.uint32)), name
 
 
-@pytest.mark.parametrize("kind,overrides,quantize", [
-    ("llama", {}, ("Q4_1", "Q8_0", "Q5_0")),  # q and k rows permuted back
-    ("qwen2", {"tie_word_embeddings": True}, ("Q4_0", "Q5_1")),  # q/k/v biases, no output.weight
-    ("qwen3", {}, ()),  # q and k norms, its own head width
+@pytest.mark.parametrize("kind,overrides,quantize,pre", [
+    ("llama", {}, ("Q4_1", "Q8_0", "Q5_0"), "default"),  # q and k rows permuted back
+    ("llama", {}, (), "llama-bpe"),  # Llama 3's text split
+    ("qwen2", {"tie_word_embeddings": True}, ("Q4_0", "Q5_1"), "qwen2"),  # q/k/v biases, no output.weight
+    ("qwen3", {}, (), "smollm"),  # q and k norms, its own head width
 ])
-def test_a_conversion_writes_what_transformers_wrote(kind, overrides, quantize, tmp_path, monkeypatch):
+def test_a_conversion_writes_what_transformers_wrote(kind, overrides, quantize, pre, tmp_path):
     """The same weights bit for bit, the same tokenizer and chat template, a config that
     loads to the same values: the transformers conversion (`_convert_with_transformers`,
     the fallback) of the same file is the reference."""
@@ -83,7 +84,8 @@ def test_a_conversion_writes_what_transformers_wrote(kind, overrides, quantize, 
     from tests.engine.conftest import build_tiny
     from tests.engine.tiny_gguf import write_gguf
 
-    path = write_gguf(build_tiny(kind, tmp_path / "hf", **overrides), tmp_path / f"{kind}.gguf", quantize=quantize)
+    path = write_gguf(build_tiny(kind, tmp_path / "hf", **overrides), tmp_path / f"{kind}.gguf", quantize=quantize,
+                      pre=pre)
     header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
     assert not quantize or {gguf_dequant.NAMES[t.tensor_type] for t in header.tensors} >= set(quantize)
     ours, theirs = tmp_path / "ours", tmp_path / "theirs"

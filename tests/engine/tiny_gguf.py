@@ -52,10 +52,12 @@ def llama3_rope_freqs(params: dict, head_dim: int) -> np.ndarray:
 
 
 def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
-               metadata: dict | None = None, arch: str | None = None, quantize: tuple[str, ...] = ()) -> Path:
+               metadata: dict | None = None, arch: str | None = None, quantize: tuple[str, ...] = (),
+               pre: str = "default") -> Path:
     """`folder`'s weights and shape as `out`; `rope_freqs`: the llama3 divisors tensor;
     `metadata`: extra `<arch>.` keys (rope.scaling.type, ...); `quantize`: ggml type names
-    (Q4_1, Q8_0, ...) the matrices are stored as, in turn, as a mixed llama.cpp file has them."""
+    (Q4_1, Q8_0, ...) the matrices are stored as, in turn, as a mixed llama.cpp file has them;
+    `pre`: the tokenizer's pre-tokenizer name (how llama.cpp says which text split it has)."""
     import gguf
 
     cfg = json.loads((folder / "config.json").read_text())
@@ -86,7 +88,7 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
         else:
             w.add_uint32(full, int(value))
     w.add_tokenizer_model("gpt2")
-    w.add_tokenizer_pre("default")
+    w.add_tokenizer_pre(pre)
     w.add_token_list(_byte_tokens())
     w.add_token_types([1] * 256)
     w.add_token_scores([0.0] * 256)  # no merges: the reader then builds them from scores
