@@ -178,6 +178,10 @@ class ModelFacts:
     # own copy through the cast.
     source_bytes: int = 0
     source_dtype: str = ""
+    # A GGUF ktcli's own converter takes (`engine.gguf_convert`): its largest tensor's
+    # parameters, which bound the conversion's memory (one tensor at a time); 0 for a model
+    # that is no such GGUF (transformers' loader converts a GGUF it does not take, whole).
+    convert_largest_params: int = 0
 
 
 @dataclass(frozen=True)

@@ -69,11 +69,24 @@ class Unsupported(Exception):
     """A GGUF this converter does not write; transformers' loader may."""
 
 
-def convert(header: GGUFHeader, out: Path) -> None:
-    """Write the model folder for `header` (read with `TOKENIZER_ARRAYS` whole) into `out`."""
-    arch = str(header.fields["general.architecture"].value)
+def check(header: GGUFHeader) -> None:
+    """Unsupported unless `convert` writes this file: read from the metadata and the tensor
+    table alone (the planner asks, to time the conversion it will run)."""
+    arch = str(_value(header, "general.architecture"))
     if arch not in _CLASSES:
         raise Unsupported(f"architecture {arch}")
+    if _value(header, "tokenizer.ggml.model") != "gpt2":
+        raise Unsupported(f"tokenizer model {_value(header, 'tokenizer.ggml.model')}")
+    pre = _value(header, "tokenizer.ggml.pre")
+    if pre not in _SPLITS and pre not in _GPT2_SPLIT:
+        raise Unsupported(f"pre-tokenizer {pre}")
+    _weight_names(header, arch)
+
+
+def convert(header: GGUFHeader, out: Path) -> None:
+    """Write the model folder for `header` (read with `TOKENIZER_ARRAYS` whole) into `out`."""
+    check(header)
+    arch = str(_value(header, "general.architecture"))
     tokenizer = _tokenizer(header)  # before the weights: the cheap refusals first
     names = _weight_names(header, arch)
     config = _config(header, arch)
@@ -190,7 +203,7 @@ def _write_safetensors(path: Path, names: list[tuple[Tensor, str]], config: dict
         f.write(struct.pack("<Q", len(head)))
         f.write(head)
         for tensor, _ in names:
-            f.write(_weights(tensor, config, arch).tobytes())
+            _weights(tensor, config, arch).tofile(f)  # no bytes copy of it
 
 
 def _byte_alphabet() -> dict[int, str]:
@@ -211,11 +224,7 @@ def _tokenizer(header: GGUFHeader):
     """The byte-level BPE tokenizer the file's vocabulary, merges and token types describe."""
     from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, processors
 
-    if _value(header, "tokenizer.ggml.model") != "gpt2":
-        raise Unsupported(f"tokenizer model {_value(header, 'tokenizer.ggml.model')}")
     pre = _value(header, "tokenizer.ggml.pre")
-    if pre not in _SPLITS and pre not in _GPT2_SPLIT:
-        raise Unsupported(f"pre-tokenizer {pre}")
     tokens, types = _value(header, "tokenizer.ggml.tokens"), _value(header, "tokenizer.ggml.token_type") or []
     merges = _value(header, "tokenizer.ggml.merges")
     if tokens is None or (merges is None and any(len(t) > 1 for t in tokens)):

@@ -532,7 +532,17 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         intermediate_size=field("feed_forward_length", 0),
         n_heads=n_heads,
         vocab_size=field("vocab_size", 0) or _gguf_vocab(reader),
+        convert_largest_params=_own_conversion_largest(reader),
     )
+
+
+def _own_conversion_largest(reader) -> int:
+    """The largest tensor's parameters where `gguf_convert` takes the file, else 0."""
+    try:
+        gguf_convert.check(reader)
+    except gguf_convert.Unsupported:
+        return 0
+    return max((t.n_elements for t in reader.tensors), default=0)
 
 
 def _gguf_vocab(reader) -> int:

@@ -328,6 +328,7 @@ def prepare(
         window_cap=settings.context_window,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
+        convert_largest=facts.convert_largest_params if converts else 0,
         compiles_kernels=_compiles_kernels(settings),
         # a question read whole quotes its key lines (`pipeline.key_lines`), never from code
         key_lines=settings.key_lines if task == "ask" and any(quotes(d.kind) for d in corpus.documents) else 0,

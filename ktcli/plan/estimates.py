@@ -244,19 +244,31 @@ def rates_without_context(prefill_tok_s: float, prompt_tokens: int, prompt_squar
     return prefill, decode
 
 
-# A GGUF's first run converts it (`engine.model_store`: transformers dequantizes it whole
-# and writes safetensors, once): SmolLM2-135M took ~22 s on the idle 2-core EPYC (a whole
-# first ask 26.9 s, `benchmarks.plan_memory`; 40-43 s beside other jobs) and peaked at
-# 1,250 MiB, against a warm load's ~1.5 s and a full read's ~590 MiB. ~6 s of it is
-# transformers' import and the tokenizer's conversion.
+# A GGUF's first run converts it (`engine.model_store`), once. ktcli's own converter
+# (`engine.gguf_convert`) took 1.9-2.0 s for SmolLM2-135M in a fresh process on the 2-core
+# EPYC (~0.5 s of it imports), holding one tensor at a time: the raw bytes, the float32
+# values and a reordered copy (`benchmarks.gguf_convert`).
+OWN_CONVERT_FIXED_S = 0.5
+OWN_CONVERT_S_PER_PARAM = 0.011e-6
+OWN_CONVERT_BYTES_PER_LARGEST_PARAM = 12
+# transformers' loader, for the GGUFs ours does not take, dequantizes the file whole and
+# writes safetensors: SmolLM2-135M took ~22 s on the idle 2-core EPYC (a whole first ask
+# 26.9 s; 40-43 s beside other jobs) and peaked at 1,250 MiB, against a warm load's ~1.5 s
+# and a full read's ~590 MiB. ~6 s of it is transformers' import and the tokenizer's build.
 CONVERT_FIXED_S = 6.0
 CONVERT_S_PER_PARAM = 0.12e-6
 CONVERT_BYTES_PER_PARAM = 7
 
 
-def conversion_seconds(n_params: int) -> float:
+def conversion_seconds(n_params: int, largest: int = 0) -> float:
+    """`largest`: the largest tensor's parameters where ktcli's own converter takes the
+    file (0: transformers' loader converts it)."""
+    if largest:
+        return OWN_CONVERT_FIXED_S + OWN_CONVERT_S_PER_PARAM * n_params
     return CONVERT_FIXED_S + CONVERT_S_PER_PARAM * n_params
 
 
-def conversion_bytes(n_params: int) -> int:
+def conversion_bytes(n_params: int, largest: int = 0) -> int:
+    if largest:
+        return CPU_RUNTIME_BYTES + OWN_CONVERT_BYTES_PER_LARGEST_PARAM * largest
     return CPU_RUNTIME_BYTES + CONVERT_BYTES_PER_PARAM * n_params

@@ -122,8 +122,10 @@ class PlanRequest:
     outline_tokens: int = 0
     outline_files: int = 0
     outline: str = "auto"
-    # Parameters of a GGUF this run converts first (once per model; 0: nothing to convert).
+    # Parameters of a GGUF this run converts first (once per model; 0: nothing to convert),
+    # and its largest tensor's where ktcli's own converter takes it (0: transformers' does).
     convert_params: int = 0
+    convert_largest: int = 0
     # This run compiles the engine's C++ kernels before its model loads (once per install,
     # where scripts/setup.sh did not: `engine.cpp_ext.compile_pending`).
     compiles_kernels: bool = False
@@ -174,7 +176,8 @@ def _with_conversion(plan: Plan, req: PlanRequest) -> Plan:
     weighed without it, as every one of them pays it, once). The plan said 750 MiB and a
     7 s wait for a first run that took 61 s and peaked at 1.3 GiB. A --max-memory budget
     holds for it too: no mode avoids it, so the run is refused with what to do."""
-    seconds, peak = conversion_seconds(req.convert_params), conversion_bytes(req.convert_params)
+    seconds = conversion_seconds(req.convert_params, req.convert_largest)
+    peak = conversion_bytes(req.convert_params, req.convert_largest)
     if req.memory_budget and peak > req.memory_budget:
         raise OutOfMemoryError(
             f"this first run converts the model (once), which peaks at ~{_gb(peak)}, over the --max-memory "
