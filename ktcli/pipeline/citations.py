@@ -101,7 +101,7 @@ def only_echoes_instructions(answer: str) -> bool:
 
 def markup_or_echo(text: str) -> bool:
     """Whether `text` holds HTML tags or a sentence restating ktcli's instructions."""
-    return bool(_MARKUP_TAG.search(text)) or any(restates_instructions(s) for s in _SENTENCE.split(text))
+    return bool(MARKUP_TAG.search(text)) or any(restates_instructions(s) for s in _SENTENCE.split(text))
 
 
 def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
@@ -112,9 +112,18 @@ def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
     theirs ("Update the summary notes with the main points of this part, one short line
     each, using the following format": 'using' and 'format'), passed on as a summary's
     notes and printed as them after 10 minutes of reading."""
-    plain = _MARKUP_TAG.sub(" ", text)
+    plain = MARKUP_TAG.sub(" ", text)
     new = set(terms(plain)) - _instruction_terms()
     return len(new) < fewer_than or (len(new) < _FEW_NEW_TERMS and len(new) < _NEW_SHARE * len(_ANY_WORD.findall(plain)))
+
+
+def says_nothing_of(text: str, source: str) -> bool:
+    """Whether `text` (a summary) holds no word of `source` beyond ktcli's own prompt words
+    and markup: asked to summarize a one-line `py.typed`, the bundled model wrote "This is a
+    summary of the content. It provides a brief overview of the content, including the main
+    points and key facts." (a few words of its own, none of the file's)."""
+    said = set(terms(MARKUP_TAG.sub(" ", text))) - _instruction_terms()
+    return bool(said) and not said & set(terms(source))
 
 
 _FEW_NEW_TERMS = 3  # words of its own under which a text is an echo, where they are ...
@@ -123,7 +132,7 @@ _ANY_WORD = re.compile(r"\w+")
 
 
 # HTML's own tags only: `Vec<T>` or `<config>` in a summary are words of the input.
-_MARKUP_TAG = re.compile(r"</?(?:a|b|i|p|br|hr|em|strong|span|div|pre|code|ul|ol|li|h[1-6]|table|tr|td|th|img|"
+MARKUP_TAG = re.compile(r"</?(?:a|b|i|p|br|hr|em|strong|span|div|pre|code|ul|ol|li|h[1-6]|table|tr|td|th|img|"
                          r"html|body|head|section|blockquote|sup|sub|small|font|tt|kbd|var)\b[^<>]*>?", re.IGNORECASE)
 
 

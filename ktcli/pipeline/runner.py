@@ -14,6 +14,7 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
 from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
+from ktcli.pipeline.summary_lines import SummaryLines
 from ktcli.types import Answer
 
 
@@ -187,23 +188,27 @@ def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer",
-                  longer: str = "") -> str:
+                  longer: str = "", source: str | None = None) -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning. `budget`: what
     set params.max_new_tokens, and `subject` what is written, as the warning of an answer
-    cut there names them; `longer`, how to get a longer one (raise --max-new-tokens)."""
+    cut there names them; `longer`, how to get a longer one (raise --max-new-tokens).
+    `source`: the text a summary is of, whose lines of tags alone and made-up code blocks
+    are left out (`summary_lines`), a line at a time."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
+    lines = SummaryLines(source) if source is not None else None
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
-            for piece in _without_echoed_format(map(lead.feed, pieces)):
+            for raw in _without_echoed_format(map(lead.feed, pieces)):
+                piece = lines.feed(raw) if lines is not None else raw
                 if not tally.ttft_s and piece:  # the first answer's (a summary's parts stream one by one)
                     tally.ttft_s = time.perf_counter() - tally.started
                 shown = echo.feed(piece)
                 if shown:
                     reporter.answer_text(shown)
-                if guard.feed(piece) or echo.repeated:
+                if guard.feed(raw) or echo.repeated:
                     break
         except KeyboardInterrupt:
             if not echo.shown.strip():
@@ -212,9 +217,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         finally:
             pieces.close()
     if not guard.unit:
-        rest = echo.flush()
+        rest = echo.feed(lines.flush()) + echo.flush() if lines is not None else echo.flush()
         if rest:
             reporter.answer_text(rest)
+    if lines is not None and lines.said(subject):
+        reporter.warn(lines.said(subject))
     tally.add(backend)
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
@@ -226,7 +233,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
                       f"short; {longer} for a longer one")
     if guard.unit:
         reporter.warn(f"stopped {subject}: it kept repeating the same {len(guard.unit)} characters")
-        return guard.kept().strip()
+        kept = guard.kept()
+        if lines is not None:  # the loop's one copy, as shown: less tags alone and made-up code
+            again = SummaryLines(source or "")
+            kept = again.feed(kept) + again.flush()
+        return kept.strip()
     if echo.repeated:
         reporter.warn(f"stopped {subject}: it started repeating an earlier line or sentence word for word "
                       f"({echo.repeated[:40]}...)")

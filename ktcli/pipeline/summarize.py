@@ -27,6 +27,13 @@ from ktcli.types import CHAPTER, Answer, Chunk, Document, Mode
 SUMMARY_MIN_TERMS = 4
 # An outline is split into pieces of about this many tokens, so windows pack evenly.
 OUTLINE_PIECE_TOKENS = 1024
+# A document this short (a `py.typed` marker, a one-line config) is shown whole in a summary
+# of several, not summarized: a summary would be longer than it, and the bundled model's
+# summaries of such files restated the instructions ("This is a summary of the content...").
+QUOTED_MAX_CHARS = 160
+# A document's section where the model wrote nothing of it (markup, made-up code: left out).
+NO_SUMMARY = "(no summary: the model wrote nothing from this file)"
+QUOTED_MAX_LINES = 6
 
 
 def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter, tally: Tally) -> Answer:
@@ -51,7 +58,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         if needed <= backend.context_window:
             reporter.status(f"summarizing the whole input ({needed - params.max_new_tokens:,} tokens{_outlined(prep)})")
             with cited_if_interrupted() as streamed:
-                streamed.text = stream_answer(backend, messages, params, tally, reporter, subject="the summary")
+                streamed.text = stream_answer(backend, messages, params, tally, reporter, subject="the summary",
+                                              source=_sources(prep))
                 _warn_if_echo(streamed.text, reporter)
             return streamed.finish(lambda summary: _answer(summary, prep, plan, tally, 1))
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
@@ -112,7 +120,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
     with cited_if_interrupted() as streamed:
-        written = stream_answer(backend, messages, params, tally, reporter, subject="the summary")
+        written = stream_answer(backend, messages, params, tally, reporter, subject="the summary",
+                                source=_sources(prep))
         streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
     return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
                                                    len(windows)))
@@ -135,9 +144,14 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                 reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
                                 f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
             reporter.answer_text(heading)
+            if _quoted(doc):
+                text = _quote(doc)
+                reporter.answer_text(text)
+                parts.append((doc, text))
+                continue
             try:
                 text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}",
-                                     longer)
+                                     longer, source=_text(prep, doc))
             except AnswerInterrupted as e:
                 parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
                 raise AnswerInterrupted(_joined(parts)) from None
@@ -146,12 +160,36 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                     raise
                 raise AnswerInterrupted(_joined(parts)) from None
             _warn_if_echo(text, reporter)
+            if not text:  # (stream_answer said why on stderr)
+                text = NO_SUMMARY
+                reporter.answer_text(text)
+            elif citations.says_nothing_of(text, _text(prep, doc)):
+                reporter.warn(f"the summary of {doc.path} holds no word of it: the model wrote about nothing in it "
+                              "(a larger model, --model, does better)")
             parts.append((doc, text))
         streamed.text = _joined(parts)
     # each part traced to its own document's lines, an interrupted run's too (it cited a
     # document it never reached)
     return streamed.finish(lambda summary: _answer(summary, prep, prep.plan, tally, len(docs),
                                                    _cited_by_document(parts, prep)))
+
+
+def _quoted(doc: Document) -> bool:
+    """A document shown whole instead of summarized (QUOTED_MAX_CHARS)."""
+    text = doc.text.strip()
+    return bool(text) and len(text) <= QUOTED_MAX_CHARS and len(text.splitlines()) <= QUOTED_MAX_LINES
+
+
+def _quote(doc: Document) -> str:
+    text = doc.text.strip()
+    if "\n" not in text and "`" not in text:
+        return f"The whole file: `{text}`"
+    return f"The whole file:\n```\n{text}\n```"
+
+
+def _sources(prep: Prepared) -> str:
+    """The text a summary of the whole input is of: what it read of each document."""
+    return "\n".join(_text(prep, d) for d in prep.corpus.documents)
 
 
 def _joined(parts: list[tuple[Document, str]]) -> str:

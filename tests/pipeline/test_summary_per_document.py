@@ -38,7 +38,8 @@ def folder(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     for name, fact in TOPICS.items():
-        (docs / name).write_text(f"# {name}\n\n{fact}\nMore words about it follow here.\n")
+        # (longer than a file shown whole instead of summarized: summarize.QUOTED_MAX_CHARS)
+        (docs / name).write_text(f"# {name}\n\n{fact}\n" + "More words about it follow here. " * 5 + "\n")
     return docs
 
 
@@ -163,3 +164,50 @@ def test_documents_past_the_window_together_are_each_summarized_alone_where_each
     backend = FirstLine()
     answer = summarize(prep, backend, settings, NullReporter(), Tally())
     assert len(backend.calls) == 3 and answer.text.count("## ") == 3
+
+
+def test_a_file_shorter_than_a_summary_is_shown_whole_not_summarized(folder, tmp_path):
+    """mdurl's one-line `py.typed` took one of 8 places and was "summarized" as the
+    instructions restated: "This is a summary of the content. It provides a brief overview"."""
+    (folder / "py.typed").write_text("# Marker file for PEP 561\n")
+    (folder / "setup.cfg").write_text("[flake8]\nmax-line-length = 100\n")
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    backend, reporter = FirstLine(), Shown()
+    answer = summarize(prep, backend, settings, reporter, Tally())
+    assert len(backend.calls) == 3  # the three notes only
+    assert f"## {folder / 'py.typed'}\nThe whole file: `# Marker file for PEP 561`" in answer.text
+    assert f"## {folder / 'setup.cfg'}\nThe whole file:\n```\n[flake8]\nmax-line-length = 100\n```" in answer.text
+    assert "The whole file: `# Marker file for PEP 561`" in "".join(reporter.shown)
+
+
+def test_a_summary_of_markup_and_made_up_code_alone_is_said_to_be_none(folder, tmp_path):
+    from .test_qa_pipeline import Warnings
+
+    class MadeUp(FirstLine):
+        def _reply(self, messages) -> str:
+            return "<pre><code>\ndef launch_rockets(count):\n    return count * 3\n</code></pre>\n<p>\n"
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    reporter = Warnings()
+    answer = summarize(prep, MadeUp(), settings, reporter, Tally())
+    first = f"## {folder / sorted(TOPICS)[0]}\n(no summary: the model wrote nothing from this file)"
+    assert answer.text.startswith(first)
+    assert "launch_rockets" not in answer.text and "<p>" not in answer.text
+    assert any("1 code block(s) that are not in the input (made up by the model) and 1 line(s) of HTML tags alone"
+               in w for w in reporter.lines)
+
+
+def test_a_summary_with_no_word_of_its_file_is_said(folder, tmp_path):
+    from .test_qa_pipeline import Warnings
+
+    class Generic(FirstLine):
+        def _reply(self, messages) -> str:
+            return "This is a summary of the content. It provides a brief overview of the content."
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    reporter = Warnings()
+    summarize(prep, Generic(), settings, reporter, Tally())
+    assert sum("holds no word of it" in w for w in reporter.lines) == 3

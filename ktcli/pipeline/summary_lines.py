@@ -1,0 +1,138 @@
+"""A summary's streamed text less what is no summary: lines of HTML markup alone, and code
+blocks that are not in the source the summary is of.
+
+Why: summarizing small repos file by file, the bundled 135M model opened sections with
+`<p>` or `<pre><code>`, filled one with `<span class="language-python">` eight times, and
+wrote "summaries" of code files that were code of its own: a three-line `posix/_core.py`
+became a made-up `def main(): ...` script, `exceptions.py` a reworded copy of its class
+under an invented file name. A line of tags alone says nothing; a code block whose lines
+are not the source's is made up. A code block mostly copied from the source stays (it is
+the source's own text, which a summary may quote).
+
+Prose streams as it comes; a line that opens with a tag or a fence is held until it ends,
+and a code block until it closes (or the text ends), then kept or left out whole.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ktcli.pipeline.citations import MARKUP_TAG
+
+_FENCE = re.compile(r"\s*(```|~~~)")
+# reStructuredText's code directive ("  .. code-block:: python"): its block is the indented
+# lines after it
+_DIRECTIVE = re.compile(r"\s*\.\. (?:code-block|code|sourcecode)::")
+_PRE_OPEN = re.compile(r"<pre\b[^>]*>", re.IGNORECASE)
+_PRE_CLOSE = re.compile(r"</pre\s*>", re.IGNORECASE)
+# A code line this short may be in any source ("}", "return x"): found or not, it says
+# little about where the block came from.
+_MIN_CODE_CHARS = 8
+
+
+class SummaryLines:
+    """Feed streamed pieces, get back the text to show; `flush` at the end."""
+
+    def __init__(self, source: str) -> None:
+        self._lines = {line.strip() for line in source.splitlines() if line.strip()}
+        self._source = source
+        self._held = ""  # the line being written, while it may be markup or a fence
+        self._passing = False  # the line being written is prose, passed on as it comes
+        self._blank = False  # a blank line is due before the next one shown
+        self._shown_any = False
+        self._block: list[str] | None = None  # the code block being held, its lines
+        self._closer: re.Pattern[str] = _FENCE
+        self.dropped_markup = 0
+        self.dropped_blocks = 0
+
+    def feed(self, piece: str) -> str:
+        out = []
+        while piece:
+            end = piece.find("\n")
+            part, piece = (piece, "") if end < 0 else (piece[:end + 1], piece[end + 1:])
+            out.append(self._part(part))
+        return "".join(out)
+
+    def _part(self, part: str) -> str:
+        """A piece of one line (with its line break where it ends the line)."""
+        ends = part.endswith("\n")
+        if self._passing:
+            self._passing = not ends
+            return part
+        self._held += part
+        start = self._held.lstrip(" \t")
+        if self._block is None and start.strip() and start[0] not in "<`~." and not self._held[:1].isspace():
+            # prose: shown as it comes (only a line that opens with a tag, a fence, a
+            # directive or an indent waits for its end)
+            shown, self._held = self._held, ""
+            self._passing = not ends
+            return self._show(shown)
+        if not ends:
+            return ""
+        line, self._held = self._held, ""
+        return self._show(self._line(line))
+
+    def _show(self, text: str) -> str:
+        """`text` with blank lines collapsed: one between what is shown, none at the start
+        (a left-out line of tags leaves its blank lines behind)."""
+        if not text.strip():
+            self._blank = self._blank or (bool(text) and self._shown_any)
+            return ""
+        head = "\n" if self._blank else ""
+        self._blank, self._shown_any = False, True
+        return head + text
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        shown = self._show(self._line(held)) if held else ""
+        if self._block is not None:
+            shown += self._show(self._end_block())
+        return shown
+
+    def _line(self, line: str) -> str:
+        if self._block is not None:
+            if self._closer is _DIRECTIVE and line.strip() and not line[:1].isspace():
+                return self._end_block() + self._line(line)  # the indented block ended before this line
+            self._block.append(line)
+            # (the bundled model opened blocks with <pre><code> and closed some with a fence)
+            closes = self._closer is not _DIRECTIVE and (
+                _FENCE.match(line) or (self._closer is _PRE_CLOSE and _PRE_CLOSE.search(line)))
+            return self._end_block() if closes else ""
+        fence = _FENCE.match(line)
+        pre = _PRE_OPEN.search(line)
+        if fence or _DIRECTIVE.match(line) or (pre and not _PRE_CLOSE.search(line, pre.end())):
+            # an opening: what the line holds after it is the block's first line
+            self._block, self._closer = [line], _FENCE if fence else _DIRECTIVE if _DIRECTIVE.match(line) else _PRE_CLOSE
+            return ""
+        if line.strip() and not MARKUP_TAG.sub("", line).strip():
+            self.dropped_markup += 1
+            return ""
+        return line
+
+    def _end_block(self) -> str:
+        block, self._block = self._block or [], None
+        if self._from_source(block):
+            return "".join(block)
+        self.dropped_blocks += 1
+        return ""
+
+    def _from_source(self, block: list[str]) -> bool:
+        """Whether most of the block's code lines (tags, fences and blank lines aside) are
+        the source's own."""
+        code = [MARKUP_TAG.sub("", line).strip() for line in block]
+        code = [c for c in code if c and not _FENCE.match(c) and not _DIRECTIVE.match(c)]
+        code = [c.removeprefix("```").removeprefix("~~~") for c in code]
+        telling = [c for c in code if len(c) >= _MIN_CODE_CHARS]
+        if not telling:
+            return False  # tags and fences only, or a line or two of nothing much
+        found = sum(c in self._lines or c in self._source for c in telling)
+        return 2 * found >= len(telling)
+
+    def said(self, subject: str) -> str:
+        """What was left out, as one warning ("" for nothing)."""
+        parts = []
+        if self.dropped_blocks:
+            parts.append(f"{self.dropped_blocks} code block(s) that are not in the input (made up by the model)")
+        if self.dropped_markup:
+            parts.append(f"{self.dropped_markup} line(s) of HTML tags alone")
+        return f"left out of {subject}: {' and '.join(parts)}" if parts else ""

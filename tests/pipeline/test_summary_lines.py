@@ -1,0 +1,95 @@
+"""A summary's stream less lines of tags alone and code blocks not in its source
+(`pipeline.summary_lines`), fed in pieces as a model streams them."""
+
+from __future__ import annotations
+
+import pytest
+
+from ktcli.pipeline.summary_lines import SummaryLines
+
+SOURCE = '''import collections
+
+Process = collections.namedtuple("Process", "args pid ppid")
+
+
+def get_shell(pid=None, max_depth=10):
+    """Return the shell the given process runs in."""
+    return _get_shell(pid, max_depth)
+'''
+
+
+def _streamed(text: str, source: str = SOURCE, step: int = 3) -> tuple[str, SummaryLines, list[str]]:
+    """`text` fed `step` characters at a time: what is shown, the filter, and each feed's output."""
+    lines = SummaryLines(source)
+    outs = [lines.feed(text[i:i + step]) for i in range(0, len(text), step)]
+    outs.append(lines.flush())
+    return "".join(outs), lines, outs
+
+
+def test_prose_passes_as_it_streams():
+    text = "This module finds the shell a process runs in.\nIt walks the process tree.\n"
+    shown, lines, outs = _streamed(text)
+    assert shown == text
+    assert outs[0] == text[:3]  # not held to the line's end
+    assert lines.said("the summary") == ""
+
+
+@pytest.mark.parametrize("junk", ["<p>\n", "<pre><code></code></pre>\n", '  <span class="language-python"></span>\n',
+                                  "</p>\n"])
+def test_a_line_of_tags_alone_is_left_out(junk):
+    text = f"{junk}Certifi ships Mozilla's root certificates.\n{junk}"
+    shown, lines, _ = _streamed(text)
+    assert shown == "Certifi ships Mozilla's root certificates.\n"
+    assert "line(s) of HTML tags alone" in lines.said("the summary of x")
+
+
+def test_a_made_up_code_block_is_left_out_and_said():
+    """shellingham's three-line posix/_core.py 'summarized' as a script of the model's own."""
+    made_up = ("<pre><code>\nimport collections\n\ndef main():\n    args = 123\n    pid = 123\n"
+               "    print(f\"Process {args} with pid {pid}\")\n\nmain()\n```\n\nThis script demonstrates things.\n")
+    shown, lines, _ = _streamed(made_up)
+    assert shown == "This script demonstrates things.\n"
+    assert lines.said("the summary of posix/_core.py") == (
+        "left out of the summary of posix/_core.py: 1 code block(s) that are not in the input (made up by the model)")
+
+
+@pytest.mark.parametrize("fence", ["```python", "```", "~~~"])
+def test_a_code_block_quoted_from_the_source_is_kept(fence):
+    close = fence[:3]
+    text = (f"It defines one function:\n{fence}\ndef get_shell(pid=None, max_depth=10):\n"
+            f"    return _get_shell(pid, max_depth)\n{close}\nThat is all.\n")
+    shown, lines, _ = _streamed(text)
+    assert shown == text
+    assert lines.dropped_blocks == 0
+
+
+def test_a_block_the_text_ends_in_is_judged_at_the_end():
+    shown, lines, _ = _streamed("See:\n```\nwhile True:\n    launch_rockets(count=3)\n")
+    assert shown == "See:\n" and lines.dropped_blocks == 1
+
+
+def test_inline_markup_and_code_in_prose_stay():
+    text = "Use `get_shell()` to find it; `<br>` tags are not touched here.\n"
+    shown, _, _ = _streamed(text)
+    assert shown == text
+
+
+def test_a_summary_of_html_keeps_lines_that_say_something():
+    text = "<b>Falcon</b> is an HTTP server.\n"
+    shown, _, _ = _streamed(text, source="<html><b>Falcon</b> is an HTTP server.</html>")
+    assert shown == text
+
+
+def test_a_made_up_restructuredtext_code_block_is_left_out():
+    """shellingham's README 'summarized' as a code-block directive of invented comments."""
+    text = (".. code-block:: python\n\n    # This is a simple shell-based tool that can detect the shell name.\n"
+            "    # It raises a ShellDetectionFailure if the shell name is not available.\n\n"
+            "Shellingham detects the shell.\n")
+    shown, lines, _ = _streamed(text)
+    assert shown == "Shellingham detects the shell.\n" and lines.dropped_blocks == 1
+
+
+def test_blank_lines_left_behind_collapse():
+    text = "<p>\n\nCertifi is portable.\n\n<p>\n\n\nIts main parts are:\n\n"
+    shown, _, _ = _streamed(text)
+    assert shown == "Certifi is portable.\n\nIts main parts are:\n"
