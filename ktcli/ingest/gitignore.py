@@ -190,6 +190,11 @@ def exclude_rules(patterns: tuple[str, ...]) -> IgnoreFile | None:
     would drop it without a word, and a user who typed it would read every file unawares."""
     parsed = []
     for text in patterns:
+        # "./build" is "/build": the folder given's own (git matches nothing with "./",
+        # but a user who typed it on the command line meant the folder's entry)
+        bang = "!" if text.startswith("!") else ""
+        if text[len(bang):].startswith("./"):
+            text = bang + text[len(bang) + 1:]
         pattern = parse_pattern(text)
         if pattern is None or text.startswith("#"):
             raise ValueError(text)

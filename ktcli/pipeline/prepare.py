@@ -16,6 +16,7 @@ from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
+from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.pipeline import notes_memo
 from ktcli.pipeline.events import Reporter
@@ -256,6 +257,20 @@ def _server(settings: Settings) -> str:
     return server_address(settings)
 
 
+def _warn_if_nothing_excluded(paths: list[str], corpus, settings: Settings, reporter: Reporter) -> None:
+    """--exclude patterns that left nothing out of the folders read: said, as a pattern that
+    can match nothing is refused. `--exclude certifi/tests/` given the folder `certifi`
+    itself (patterns with a slash are relative to the folder given) read the tests unawares."""
+    excluding = [p for p in settings.exclude if not p.startswith("!")]
+    if not excluding or any(s.reason.startswith(EXCLUDED_BY) for s in corpus.skipped):
+        return
+    if not any(os.path.isdir(p) for p in paths if p != "-"):
+        return  # files named are read whatever the patterns say
+    shown = ", ".join(repr(p) for p in excluding)
+    reporter.warn(f"{settings.named('exclude')} {shown} left out nothing of the folders read (a pattern with a "
+                  "slash is relative to the folder given: 'src/tests/' for repo/src/tests given repo)")
+
+
 def prepare(
     paths: list[str], question: str, task: str, settings: Settings, reporter: Reporter,
     stdin_text: str | None = None,
@@ -271,6 +286,7 @@ def prepare(
     corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
                          exclude=settings.exclude, exclude_named=settings.named("exclude"))
     report_skipped(corpus.skipped, reporter)
+    _warn_if_nothing_excluded(paths, corpus, settings, reporter)
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )

@@ -679,6 +679,15 @@ def test_exclude_that_leaves_nothing_or_matches_nothing_is_said_in_one_line(writ
         load_corpus([str(tmp_path / "r")], exclude=("a//b",))
 
 
+def test_exclude_of_a_dot_slash_path_means_the_folder_givens_own(write, tmp_path: Path) -> None:
+    """`--exclude ./server.py` left out nothing (git matches nothing with "./")."""
+    for name in ("server.py", "guide.md", "sub/server.py"):
+        write(f"m/{name}", f"text of {name}\n")
+    root = tmp_path / "m"
+    assert rels(load_corpus([str(root)], exclude=("./server.py",)), root) == ["guide.md", "sub/server.py"]
+    assert rels(load_corpus([str(root)], exclude=("*.py", "!./sub/server.py")), root) == ["guide.md", "sub/server.py"]
+
+
 def test_counts_of_entries_are_plural_where_the_noun_is_the_entries_own():
     from ktcli.ingest.corpus import _counted
 

@@ -20,3 +20,24 @@ def test_exclusions_are_said_with_where_their_patterns_came_from():
     named = Settings(exclude=("*.csv",)).named("exclude")
     report_skipped([Skipped(f"ex/{name}", excluded_by(named)) for name in ("a.csv", "b.csv")], flagged)
     assert flagged.lines[0].startswith("excluded 2 files matching --exclude: ")
+
+
+def test_an_exclude_that_left_out_nothing_is_said(tmp_path):
+    """`--exclude certifi/tests/` given the folder certifi itself read the tests unawares."""
+    from dataclasses import replace
+
+    from ktcli.config import Settings
+    from ktcli.pipeline.prepare import prepare
+
+    from .test_qa_pipeline import Warnings
+
+    repo = tmp_path / "certifi"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "core.py").write_text("def where():\n    return 'cacert.pem'\n")
+    (repo / "tests" / "test_core.py").write_text("def test_where():\n    assert where()\n")
+    for exclude, said in ((("certifi/tests/",), True), (("tests/",), False), (("!core.py",), False)):
+        settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), exclude=exclude)
+        reporter = Warnings()
+        prepare([str(repo)], "q", "ask", settings, reporter)
+        assert any("--exclude 'certifi/tests/' left out nothing of the folders read" in w
+                   for w in reporter.lines) is said, exclude
