@@ -236,3 +236,6 @@ class Answer:
     plan: Plan
     stats: dict = field(default_factory=dict)  # tokens in/out, ttft, tok/s, peak rss, ...
     skipped: tuple[Skipped, ...] = ()
+    # A summary written document by document: (path, its summary) each, as `text` joins
+    # them under "## path" headings (which a model's own "## Overview" made ambiguous).
+    parts: tuple[tuple[str, str], ...] = ()

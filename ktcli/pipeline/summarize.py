@@ -170,8 +170,9 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
         streamed.text = _joined(parts)
     # each part traced to its own document's lines, an interrupted run's too (it cited a
     # document it never reached)
-    return streamed.finish(lambda summary: _answer(summary, prep, prep.plan, tally, len(docs),
-                                                   _cited_by_document(parts, prep)))
+    return streamed.finish(lambda summary: replace(
+        _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep)),
+        parts=tuple((doc.path, text) for doc, text in parts)))
 
 
 def _quoted(doc: Document) -> bool:

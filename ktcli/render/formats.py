@@ -112,6 +112,8 @@ def answer_json(answer: Answer) -> str:
         "figures": answer.stats,
         "skipped": skipped_list(answer.skipped),
     }
+    if answer.parts:
+        payload["documents"] = [{"path": path, "summary": text} for path, text in answer.parts]
     return json.dumps(payload, indent=2, default=_default, ensure_ascii=False)
 
 

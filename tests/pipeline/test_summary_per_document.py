@@ -62,6 +62,13 @@ def test_each_document_is_summarized_alone_under_its_path(folder, tmp_path):
     assert {(c.label, c.span.path) for c in answer.citations} == {
         (i + 1, str(folder / name)) for i, name in enumerate(sorted(TOPICS))}
     assert answer.stats["windows"] == 3
+    # --json gives each document's summary apart (the text's "## path" headings were all it had)
+    import json
+
+    from ktcli.render.formats import answer_json
+
+    assert json.loads(answer_json(answer))["documents"] == [
+        {"path": str(folder / name), "summary": TOPICS[name]} for name in sorted(TOPICS)]
 
 
 def test_each_part_writes_its_share_of_the_answer_budget():
