@@ -188,14 +188,16 @@ def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer",
-                  longer: str = "", source: str | None = None) -> str:
+                  longer: str = "", source: str | None = None, cut: list[str] | None = None) -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning. `budget`: what
     set params.max_new_tokens, and `subject` what is written, as the warning of an answer
     cut there names them; `longer`, how to get a longer one (raise --max-new-tokens).
     `source`: the text a summary is of, whose lines of tags alone and made-up code blocks
-    are left out (`summary_lines`), a line at a time."""
+    are left out (`summary_lines`), a line at a time. `cut`: where an answer cut at the
+    budget is noted (its subject added) instead of warned of, for a caller that says
+    several in one line."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     lines = SummaryLines(source) if source is not None else None
     pieces = backend.stream_chat(messages, params)
@@ -229,8 +231,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         # No end-of-answer token came within the budget: the answer may stop mid-sentence.
         tally.extra["hit_max_new_tokens"] = params.max_new_tokens
         longer = longer or ("raise it" if budget == "--max-new-tokens" else "raise --max-new-tokens")
-        reporter.warn(f"{subject} reached {budget} ({params.max_new_tokens:,} tokens) and may be cut "
-                      f"short; {longer} for a longer one")
+        if cut is not None:
+            cut.append(subject)
+        else:
+            reporter.warn(f"{subject} reached {budget} ({params.max_new_tokens:,} tokens) and may be cut "
+                          f"short; {longer} for a longer one")
     if guard.unit:
         reporter.warn(f"stopped {subject}: it kept repeating the same {len(guard.unit)} characters")
         kept = guard.kept()

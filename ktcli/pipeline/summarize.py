@@ -137,6 +137,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     total = len(docs) * params.max_new_tokens
     budget = f"its share of --max-new-tokens, one of {len(docs)} documents"
     longer = f"raise --max-new-tokens past {total:,}"
+    cut: list[str] = []  # the documents whose summaries reached their share: said in one line
     with cited_if_interrupted() as streamed:
         for i, (doc, messages) in enumerate(zip(docs, each)):
             heading = ("\n\n" if i else "") + f"## {doc.path}\n"
@@ -151,7 +152,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                 continue
             try:
                 text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}",
-                                     longer, source=_text(prep, doc))
+                                     longer, source=_text(prep, doc), cut=cut)
             except AnswerInterrupted as e:
                 parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
                 raise AnswerInterrupted(_joined(parts)) from None
@@ -168,6 +169,11 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                               "(a larger model, --model, does better)")
             parts.append((doc, text))
         streamed.text = _joined(parts)
+    if cut:
+        paths = [subject.removeprefix("the summary of ") for subject in cut]
+        reporter.warn(f"{len(cut)} of {len(docs)} summaries reached their share of --max-new-tokens "
+                      f"({params.max_new_tokens:,} tokens each) and may be cut short: {first_named(paths, 5)}; "
+                      f"{longer} for longer ones")
     # each part traced to its own document's lines, an interrupted run's too (it cited a
     # document it never reached)
     return streamed.finish(lambda summary: replace(

@@ -218,3 +218,21 @@ def test_a_summary_with_no_word_of_its_file_is_said(folder, tmp_path):
     reporter = Warnings()
     summarize(prep, Generic(), settings, reporter, Tally())
     assert sum("holds no word of it" in w for w in reporter.lines) == 3
+
+
+def test_summaries_cut_at_their_share_are_said_in_one_line(folder, tmp_path):
+    """A summary of 8 files printed up to 7 lines "... reached its share of --max-new-tokens"."""
+    from .test_qa_pipeline import Warnings
+
+    class Long(FirstLine):
+        def _reply(self, messages) -> str:
+            return " ".join(f"w{i}" for i in range(400))  # no sentence twice: not stopped as a loop
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    reporter = Warnings()
+    summarize(prep, Long(), settings, reporter, Tally())
+    cut = [w for w in reporter.lines if "share of --max-new-tokens" in w]
+    assert cut == [f"3 of 3 summaries reached their share of --max-new-tokens (128 tokens each) and may be cut short: "
+                   f"{', '.join(str(folder / n) for n in sorted(TOPICS))}; raise --max-new-tokens past 384 for "
+                   "longer ones"]
