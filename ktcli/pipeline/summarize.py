@@ -31,9 +31,9 @@ OUTLINE_PIECE_TOKENS = 1024
 # of several, not summarized: a summary would be longer than it, and the bundled model's
 # summaries of such files restated the instructions ("This is a summary of the content...").
 QUOTED_MAX_CHARS = 160
+QUOTED_MAX_LINES = 6
 # A document's section where the model wrote nothing of it (markup, made-up code: left out).
 NO_SUMMARY = "(no summary: the model wrote nothing from this file)"
-QUOTED_MAX_LINES = 6
 
 
 def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter, tally: Tally) -> Answer:
