@@ -8,7 +8,8 @@ text must *end* in at least `min_copies` back-to-back copies of one unit of at l
 merely look alike, a table's separator rows or a code block with a repeated short line
 does not match; twenty identical words in a row does. Citation markers count as one
 another whatever their number: "[1] to [2] to [3] to ..." ran to the token limit; and so
-do the numbers of a list's items ("3. See above." "4. See above." ...).
+do the numbers of a list's items ("3. See above." "4. See above." ...) and those inside HTML
+tags (`<span id="1">`, `<span id="2">` ...).
 """
 
 from __future__ import annotations
@@ -81,12 +82,20 @@ def _unmarked(text: str) -> str:
     return _MARKER_SO_FAR.sub(lambda m: "[0]" if m[0].endswith("]") else "[0", text) if "[" in text else text
 
 
+# An HTML tag (`<span id="12" class="c-12">`): the model counted its attributes up line
+# after line (`id="1"` ... `id="7"`), each line unlike the last, to the token limit.
+_TAG = re.compile(r"<[^<>\n]{0,200}>")
+_DIGIT = re.compile(r"\d")
+
+
 def _shape(text: str) -> str:
-    """The text with the digits of each citation marker and of each list item's number as
-    zeros (same length, so positions hold): a loop that only counts its markers or its
-    items up is still a loop."""
+    """The text with the digits of each citation marker, of each list item's number and of
+    each HTML tag as zeros (same length, so positions hold): a loop that only counts its
+    markers, its items or its tags' ids up is still a loop."""
     if "[" in text:
         text = _MARKER.sub(lambda m: "[" + "0" * (len(m[0]) - 2) + "]", text)
+    if "<" in text:
+        text = _TAG.sub(lambda m: _DIGIT.sub("0", m[0]), text)
     return _ITEM_DIGITS.sub(lambda m: m[1] + "0" * len(m[2]), text)
 
 

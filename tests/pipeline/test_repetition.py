@@ -281,6 +281,18 @@ def test_a_loop_that_only_counts_its_citation_markers_up_is_stopped():
     assert not any(calm.feed(ch) for ch in prose)
 
 
+def test_a_loop_that_counts_up_inside_markup_is_stopped():
+    """'<span id="1" class="c-1"></span>' ... 'id="7"': each line unlike the last, none stopped."""
+    guard = RepetitionGuard()
+    text = "<pre><code>\n" + "".join(f'<span id="{i}" class="c-{i}"></span>\n' for i in range(1, 200))
+    fired = next(i for i, ch in enumerate(text) if guard.feed(ch))
+    assert fired < 500 and guard.kept().count("<span") == 1
+    # text that differs between the tags is no loop
+    calm = RepetitionGuard()
+    prose = "".join(f'<li id="{i}">Step {w} of the install.</li>\n' for i, w in enumerate("abcdefghijklmnop", 1))
+    assert not any(calm.feed(ch) for ch in prose)
+
+
 def test_code_that_counts_its_indices_is_no_citation_loop():
     guard = RepetitionGuard()
     code = "\n".join(f"buf[{i}] = 0;" for i in range(10, 80))
