@@ -159,5 +159,6 @@ def _counted(n: int, kind: str) -> str:
 
 
 def _reason_kind(reason: str) -> str:
-    """"too large (3.1 MB > 2.0 MB limit)" -> "too large": groups reasons for a summary."""
-    return reason.split(" (", 1)[0]
+    """"too large (3.1 MB > 2.0 MB limit)" -> "too large", "binary: an executable (ELF)" ->
+    "binary": groups reasons for a summary ("1 binary, 1 binary: an executable" was said)."""
+    return reason.split(" (", 1)[0].split(": ", 1)[0]

@@ -688,6 +688,14 @@ def test_exclude_of_a_dot_slash_path_means_the_folder_givens_own(write, tmp_path
     assert rels(load_corpus([str(root)], exclude=("*.py", "!./sub/server.py")), root) == ["guide.md", "sub/server.py"]
 
 
+def test_a_folder_of_binaries_is_said_as_such_once(write, tmp_path: Path) -> None:
+    """"(1 binary, 1 binary: an executable)" was said of an executable and a data file."""
+    write("b/tool", b"\x7fELF\x02\x01\x01" + bytes(200))
+    write("b/data.bin", bytes(range(256)) * 4)
+    with pytest.raises(InputError, match=r"all 2 entries were skipped \(2 binary\)$"):
+        load_corpus([str(tmp_path / "b")])
+
+
 def test_counts_of_entries_are_plural_where_the_noun_is_the_entries_own():
     from ktcli.ingest.corpus import _counted
 
