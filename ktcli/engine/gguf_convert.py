@@ -17,7 +17,10 @@ transformers' loader (`model_store._convert_gguf`).
 
 Where it differs on purpose: a GGUF whose vocabulary lacks `<|endoftext|>` got it from
 transformers' GPT-2 tokenizer class as an extra token past the model's vocabulary (an id
-the embedding has no row for); it is not added here.
+the embedding has no row for); it is not added here. Control tokens written outside the
+byte alphabet (DeepSeek's "<｜User｜>") are special tokens at their own ids here; there they
+were not, and the BOS and EOS among them got ids past the embedding. A file whose tensors
+disagree with its metadata, or lack a layer's, is refused (`Inconsistent`), not converted.
 """
 
 from __future__ import annotations
@@ -63,15 +66,29 @@ _SPLITS = {"llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLA
 _GPT2_SPLIT = (None, "default", "gpt2", "smollm")
 
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types
+# A vocabulary with no merges is taken only this small: its tokens single characters (the
+# tests' byte vocabularies); a real one without merges needs them made from its scores.
+_MERGELESS_MAX_TOKENS = 512
 
 
 class Unsupported(Exception):
     """A GGUF this converter does not write; transformers' loader may."""
 
 
+class Inconsistent(ValueError):
+    """A GGUF whose tensors disagree with its own metadata: no converter makes a model of it."""
+
+
+# The tensors every layer has (norms, attention, MLP); biases and q/k norms are some models'.
+_REQUIRED_PER_LAYER = ("input_layernorm.weight", "post_attention_layernorm.weight", "self_attn.q_proj.weight",
+                       "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+                       "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+
+
 def check(header: GGUFHeader) -> None:
-    """Unsupported unless `convert` writes this file: read from the metadata and the tensor
-    table alone (the planner asks, to time the conversion it will run)."""
+    """Unsupported unless `convert` writes this file, Inconsistent for a file whose tensors
+    disagree with its metadata: read from the metadata and the tensor table alone (the
+    planner asks, to time the conversion it will run)."""
     arch = str(_value(header, "general.architecture"))
     if arch not in _CLASSES:
         raise Unsupported(f"architecture {arch}")
@@ -80,7 +97,12 @@ def check(header: GGUFHeader) -> None:
     pre = _value(header, "tokenizer.ggml.pre")
     if pre not in _SPLITS and pre not in _GPT2_SPLIT:
         raise Unsupported(f"pre-tokenizer {pre}")
-    _weight_names(header, arch)
+    tokens = header.fields.get("tokenizer.ggml.tokens")
+    if tokens is None:
+        raise Unsupported("no vocabulary")
+    if "tokenizer.ggml.merges" not in header.fields and tokens.length > _MERGELESS_MAX_TOKENS:
+        raise Unsupported("no merges")  # (a vocabulary of single characters needs none)
+    _check_shapes(_weight_names(header, arch), _config(header, arch))
 
 
 def convert(header: GGUFHeader, out: Path) -> None:
@@ -124,7 +146,8 @@ def _config(header: GGUFHeader, arch: str) -> dict:
         "num_key_value_heads": key("attention.head_count_kv", key("attention.head_count")),
         "max_position_embeddings": key("context_length"),
         "rms_norm_eps": key("attention.layer_norm_rms_epsilon"),
-        "vocab_size": key("vocab_size", n_tokens),
+        # the embedding's rows: a `vocab_size` key past them broke transformers' load
+        "vocab_size": _embedding_rows(header) or key("vocab_size", n_tokens),
         "rope_parameters": {"rope_theta": float(key("rope.freq_base", 10000.0)), "rope_type": "default"},
         # llama.cpp writes the output projection only where it is not the embedding
         "tie_word_embeddings": not any(t.name == "output.weight" for t in header.tensors),
@@ -146,6 +169,45 @@ def _config(header: GGUFHeader, arch: str) -> dict:
     if head_dim is not None:
         config["head_dim"] = int(head_dim)
     return config
+
+
+def _embedding_rows(header: GGUFHeader) -> int | None:
+    embedding = next((t for t in header.tensors if t.name == "token_embd.weight"), None)
+    return int(embedding.shape[-1]) if embedding is not None and len(embedding.shape) == 2 else None
+
+
+def _check_shapes(names: list[tuple[Tensor, str]], config: dict) -> None:
+    """Inconsistent for a tensor whose shape is not the one the metadata gives it, or a
+    layer's tensor missing: converted anyway, such a file failed on every run after with
+    an internal error ("shape '[4, 16, 64]' is invalid"), its conversion cached."""
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    kv, ff, vocab = config["num_key_value_heads"], config["intermediate_size"], config["vocab_size"]
+    head_dim = config.get("head_dim") or hidden // heads
+    want = {"model.embed_tokens.weight": (vocab, hidden), "lm_head.weight": (vocab, hidden),
+            "model.norm.weight": (hidden,)}
+    per_layer = {"input_layernorm.weight": (hidden,), "post_attention_layernorm.weight": (hidden,),
+                 "self_attn.q_proj.weight": (heads * head_dim, hidden), "self_attn.q_proj.bias": (heads * head_dim,),
+                 "self_attn.k_proj.weight": (kv * head_dim, hidden), "self_attn.k_proj.bias": (kv * head_dim,),
+                 "self_attn.v_proj.weight": (kv * head_dim, hidden), "self_attn.v_proj.bias": (kv * head_dim,),
+                 "self_attn.o_proj.weight": (hidden, heads * head_dim), "self_attn.q_norm.weight": (head_dim,),
+                 "self_attn.k_norm.weight": (head_dim,), "mlp.gate_proj.weight": (ff, hidden),
+                 "mlp.up_proj.weight": (ff, hidden), "mlp.down_proj.weight": (hidden, ff)}
+    for layer in range(config["num_hidden_layers"]):
+        want.update({f"model.layers.{layer}.{k}": v for k, v in per_layer.items()})
+    have = {}
+    for tensor, name in names:
+        shape = tuple(reversed(tensor.shape))
+        if name not in want:
+            raise Inconsistent(f"tensor {tensor.name} is past the {config['num_hidden_layers']} layers the metadata "
+                             "gives")
+        if shape != want[name]:
+            raise Inconsistent(f"tensor {tensor.name} has shape {list(shape)}; the metadata makes it {list(want[name])}")
+        have[name] = tensor
+    required = ["model.embed_tokens.weight", "model.norm.weight"] + [
+        f"model.layers.{i}.{k}" for i in range(config["num_hidden_layers"]) for k in _REQUIRED_PER_LAYER]
+    missing = [n for n in required if n not in have]
+    if missing:
+        raise Inconsistent(f"it lacks {len(missing)} of its layers' tensors ({missing[0]} first): a file cut or split")
 
 
 def _generation_config(config: dict) -> dict:
@@ -227,13 +289,17 @@ def _tokenizer(header: GGUFHeader):
     pre = _value(header, "tokenizer.ggml.pre")
     tokens, types = _value(header, "tokenizer.ggml.tokens"), _value(header, "tokenizer.ggml.token_type") or []
     merges = _value(header, "tokenizer.ggml.merges")
-    if tokens is None or (merges is None and any(len(t) > 1 for t in tokens)):
+    kinds = [types[i] if i < len(types) else 1 for i in range(len(tokens))]
+    if merges is None and any(len(t) > 1 for t, kind in zip(tokens, kinds) if kind not in (_CONTROL, _USER_DEFINED)):
         raise Unsupported("no merges for a vocabulary of multi-character tokens")
     alphabet = _byte_alphabet()
     spelled = set(alphabet.values())
-    # A token written in plain text (not the byte alphabet) is spelled in it, as the model
-    # reads it; control tokens ("<|im_start|>") are in the alphabet already.
-    vocab = {(t if set(t) <= spelled else "".join(alphabet[b] for b in t.encode())): i for i, t in enumerate(tokens)}
+    # A token written in plain text (not the byte alphabet) is spelled in it, as BPE makes
+    # it; a control or user-defined token keeps its text, matched whole before BPE runs
+    # (DeepSeek's "<｜User｜>": spelled in the alphabet, the added token got an id past the
+    # embedding, and the model an index error).
+    vocab = {(t if set(t) <= spelled or kinds[i] in (_CONTROL, _USER_DEFINED)
+              else "".join(alphabet[b] for b in t.encode())): i for i, t in enumerate(tokens)}
     pairs = [tuple(m.split(" ", 1)) for m in merges or []]
     tok = Tokenizer(models.BPE(vocab=vocab, merges=pairs, dropout=None, unk_token=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False, ignore_merges=False))
@@ -244,18 +310,35 @@ def _tokenizer(header: GGUFHeader):
     else:
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=True)
     tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
-    tok.post_processor = processors.TemplateProcessing(single="$A:0", pair="$A:0 $B:1", special_tokens=[])
+    tok.post_processor = _template(header, tokens, processors)
     # Special: the control tokens and whatever the file names bos, eos, unk or pad; user-
     # defined tokens (<think>) are matched whole but are text. In id order, as saved.
     named = {_value(header, f"tokenizer.ggml.{k}") for k in ("bos_token_id", "eos_token_id", "unknown_token_id",
                                                              "padding_token_id")} - {None}
-    special = [i for i, t in enumerate(tokens)
-               if (i < len(types) and types[i] == _CONTROL and set(t) <= spelled) or i in named]
+    special = [i for i in range(len(tokens)) if kinds[i] == _CONTROL or i in named]
     tok.add_special_tokens([AddedToken(tokens[i], normalized=False, special=True) for i in special])
-    user = [t for i, t in enumerate(tokens) if i < len(types) and types[i] == _USER_DEFINED]
+    user = [t for i, t in enumerate(tokens) if kinds[i] == _USER_DEFINED and i not in named]
     if user:
         tok.add_tokens([AddedToken(t, normalized=False, special=False) for t in user])
     return tok
+
+
+def _template(header: GGUFHeader, tokens: list[str], processors):
+    """The post-processor: the BOS and EOS the file says an encoding starts and ends with
+    (`tokenizer.ggml.add_bos_token`, `add_eos_token`; Llama 3's files set the first), as
+    transformers' reading of them adds; none by default."""
+    ends = []
+    for flag, key in (("add_bos_token", "bos_token_id"), ("add_eos_token", "eos_token_id")):
+        i = _value(header, f"tokenizer.ggml.{key}")
+        ends.append((tokens[i], i) if _value(header, f"tokenizer.ggml.{flag}") and isinstance(i, int)
+                    and 0 <= i < len(tokens) else None)
+    bos, eos = ends
+    head = [f"{bos[0]}:0"] if bos else []
+    tail = [f"{eos[0]}:0"] if eos else []
+    single = " ".join([*head, "$A:0", *tail])
+    pair = " ".join([*head, "$A:0", *tail, *[t.replace(":0", ":1") for t in head], "$B:1",
+                     *[t.replace(":0", ":1") for t in tail]])
+    return processors.TemplateProcessing(single=single, pair=pair, special_tokens=[e for e in (bos, eos) if e])
 
 
 def _tokenizer_config(header: GGUFHeader, arch: str) -> dict:

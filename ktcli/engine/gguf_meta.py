@@ -39,8 +39,16 @@ def architecture(reader) -> str:
     return str(_value(reader, "general.architecture", ""))
 
 
-def check_architecture(reader, path: Path) -> None:
-    """One line for a GGUF ktcli cannot convert, before the conversion is tried."""
+def check_convertible(reader, path: Path) -> None:
+    """One line for a GGUF ktcli cannot convert, before the conversion is tried: another
+    architecture, or one part of a split file (`model-00001-of-00003.gguf`), whose first
+    part converted into a model without most of its layers and was cached so."""
+    parts = _value(reader, "split.count", 1)
+    if isinstance(parts, int) and parts > 1:
+        number = _value(reader, "split.no", 0)
+        raise UsageError(f"--model {path.name}: part {int(number) + 1 if isinstance(number, int) else '?'} of a GGUF "
+                         f"split into {parts} files; merge them into one first (llama.cpp's "
+                         "`llama-gguf-split --merge FIRST-PART merged.gguf`)")
     arch = architecture(reader)
     if arch not in CONVERTIBLE:
         raise UsageError(f"--model {path.name}: GGUF architecture {arch or '(none)'!r} is not supported "

@@ -27,7 +27,7 @@ from pathlib import Path
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine import gguf_convert
 from ktcli.engine.gguf_header import read_header
-from ktcli.engine.gguf_meta import architecture, check_architecture, rope_scaling
+from ktcli.engine.gguf_meta import architecture, check_convertible, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
 from ktcli.filemodes import as_umask_allows
 from ktcli.types import ModelFacts
@@ -133,12 +133,16 @@ def _from_hf_cache(repo_id: str) -> Path:
 
 # Part of a converted folder's name: raised when a conversion of the same GGUF comes out
 # different, so folders converted before are converted again, not loaded stale (2: the
-# RoPE scaling transformers' reader drops is written into config.json).
-CONVERSION_VERSION = 2
-
-# A GGUF file's fingerprint reads this much of each end: its size and both ends tell
-# models apart (the start holds the metadata and vocabulary, the end weights).
+# RoPE scaling transformers' reader drops is written into config.json; 3: ktcli's own
+# converter, whose tokenizer keeps control tokens spelled outside the byte alphabet at their
+# ids and adds the BOS/EOS a file asks for; and a fingerprint that samples the whole file).
+CONVERSION_VERSION = 3
+# The fingerprint reads this much at the file's start and end (the start holds the metadata
+# and vocabulary) and SAMPLES blocks of SAMPLE_BYTES spread between: a fine-tune that kept
+# the metadata, the size and the last layers' bytes (its first and last MiB alike) took the
+# other model's conversion. ~6 MB read, whatever the file's size.
 _FINGERPRINT_BYTES = 1 << 20
+_SAMPLES, _SAMPLE_BYTES = 64, 64 << 10
 
 
 def _fingerprint(path: Path) -> str:
@@ -150,6 +154,10 @@ def _fingerprint(path: Path) -> str:
         size = os.fstat(f.fileno()).st_size
         digest.update(f"{size}|".encode())
         digest.update(f.read(_FINGERPRINT_BYTES))
+        middle = size - 2 * _FINGERPRINT_BYTES
+        for k in range(_SAMPLES if middle > _SAMPLES * _SAMPLE_BYTES else 0):
+            f.seek(_FINGERPRINT_BYTES + middle * k // _SAMPLES)
+            digest.update(f.read(_SAMPLE_BYTES))
         if size > 2 * _FINGERPRINT_BYTES:
             f.seek(size - _FINGERPRINT_BYTES)
         digest.update(f.read(_FINGERPRINT_BYTES))
@@ -196,7 +204,9 @@ def _usable(target: Path) -> bool:
             return False
         if not isinstance(json.loads((target / "config.json").read_bytes()), dict):
             return False
-        return _json_object_ends(target / "tokenizer.json")
+        # (tokenizer_config.json: a damaged one was blamed on the user's model, "copy or
+        # download the model again", where the fix is converting it again)
+        return all(_json_object_ends(target / name) for name in ("tokenizer.json", "tokenizer_config.json"))
     except (OSError, ValueError):
         return False
 
@@ -237,7 +247,7 @@ def ensure_hf_dir(
             raise
         raise CacheError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
                          f"({str(e).splitlines()[0][:160]}): free space, or choose another with --cache-dir") from None
-    _drop_older_conversions(target, cache_dir)
+    _drop_older_conversions(target, cache_dir, source.path)
     return target
 
 
@@ -266,10 +276,19 @@ def sweep_stale(folder: Path, pattern: str) -> None:
             pass
 
 
-def _drop_older_conversions(target: Path, cache_dir: Path) -> None:
-    """Remove the other conversions of a GGUF file of the same name (an upgraded model, or
-    folders named by the path-and-mtime key used before) and their packed weights: each
-    is ~4x the GGUF. A conversion still being written (.tmp-) is left alone."""
+# Beside a converted folder's files: the GGUF it was converted from, so that only an
+# earlier conversion of the same file is dropped (`_drop_older_conversions`).
+SOURCE_RECORD = "ktcli-source.json"
+
+
+def _drop_older_conversions(target: Path, cache_dir: Path, source: Path) -> None:
+    """Remove the other conversions of the same GGUF file (the file upgraded in place, or a
+    folder named by an older fingerprint) and their packed weights: each is ~4x the GGUF.
+    Only those its record says came from the same path: two models both named `model.gguf`
+    in two folders dropped each other's conversion on every run, and one running beside the
+    other found its folder gone ("no config.json"). A folder with no record (converted before
+    records were kept) goes where its name's stem is this one's, as it did then. A conversion
+    still being written (.tmp-) is left alone."""
     from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
 
     sweep_stale(target.parent, "*.tmp-*")
@@ -278,8 +297,17 @@ def _drop_older_conversions(target: Path, cache_dir: Path) -> None:
         name = other.name
         if other == target or ".tmp-" in name or ".damaged-" in name or name.rsplit("-", 1)[0] != stem:
             continue
+        if _recorded_source(other) not in (None, str(source.resolve())):
+            continue  # another file of the same name
         shutil.rmtree(other, ignore_errors=True)
         drop_packed(cache_dir / PACKED_DIR, name)
+
+
+def _recorded_source(folder: Path) -> str | None:
+    try:
+        return str(json.loads((folder / SOURCE_RECORD).read_text())["gguf"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _discard(target: Path) -> None:
@@ -299,7 +327,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     # in one line, not after the conversion as an internal error; the reader drops the
     # RoPE scaling, written into config.json below.
     header = _read_gguf(gguf_path, whole=gguf_convert.TOKENIZER_ARRAYS)
-    check_architecture(header, gguf_path)
+    check_convertible(header, gguf_path)
     scaling = rope_scaling(header, gguf_path)
     context = header.fields.get(f"{architecture(header)}.context_length")
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -307,11 +335,23 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
     try:
         try:
             gguf_convert.convert(header, tmp)
-        except gguf_convert.Unsupported:
+        except gguf_convert.Inconsistent as e:
+            raise UsageError(f"--model {gguf_path.name}: not a usable GGUF file ({e})") from None
+        except gguf_convert.Unsupported as why:
             for written in tmp.iterdir():
                 written.unlink()
-            _convert_with_transformers(gguf_path, header, tmp)
+            try:
+                _convert_with_transformers(gguf_path, header, tmp)
+            except OSError:
+                raise  # the cache folder's trouble: said by the caller
+            except Exception as e:  # noqa: BLE001 - its reader's own errors on a file it cannot take
+                if "os error" in str(e):
+                    raise  # safetensors' full disk
+                said = str(e).strip().splitlines()[0][:160] if str(e).strip() else type(e).__name__
+                raise UsageError(f"--model {gguf_path.name}: ktcli does not convert it ({why}) and transformers' "
+                                 f"GGUF reader failed on it ({type(e).__name__}: {said})") from None
         _write_rope(tmp / "config.json", scaling, int(context.contents()) if context is not None else None)
+        (tmp / SOURCE_RECORD).write_text(json.dumps({"gguf": str(gguf_path.resolve())}) + "\n")
         as_umask_allows(tmp)  # mkdtemp's folder and safetensors' file are owner-only
         try:
             os.replace(tmp, target)
@@ -502,7 +542,7 @@ def _weight_files(folder: Path) -> list[Path]:
 
 def _facts_from_gguf(source: ModelSource) -> ModelFacts:
     reader = read_header(source.path)
-    check_architecture(reader, source.path)
+    check_convertible(reader, source.path)
     arch = reader.fields["general.architecture"].contents()
 
     def field(key: str, default: int | None = None) -> int:
@@ -532,16 +572,18 @@ def _facts_from_gguf(source: ModelSource) -> ModelFacts:
         intermediate_size=field("feed_forward_length", 0),
         n_heads=n_heads,
         vocab_size=field("vocab_size", 0) or _gguf_vocab(reader),
-        convert_largest_params=_own_conversion_largest(reader),
+        convert_largest_params=_own_conversion_largest(reader, source.path),
     )
 
 
-def _own_conversion_largest(reader) -> int:
+def _own_conversion_largest(reader, path: Path) -> int:
     """The largest tensor's parameters where `gguf_convert` takes the file, else 0."""
     try:
         gguf_convert.check(reader)
     except gguf_convert.Unsupported:
         return 0
+    except gguf_convert.Inconsistent as e:
+        raise UsageError(f"--model {path.name}: not a usable GGUF file ({e})") from None
     return max((t.n_elements for t in reader.tensors), default=0)
 
 

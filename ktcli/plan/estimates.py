@@ -246,16 +246,19 @@ def rates_without_context(prefill_tok_s: float, prompt_tokens: int, prompt_squar
 
 # A GGUF's first run converts it (`engine.model_store`), once. ktcli's own converter
 # (`engine.gguf_convert`) took 1.9-2.0 s for SmolLM2-135M in a fresh process on the 2-core
-# EPYC (~0.5 s of it imports), holding one tensor at a time: the raw bytes, the float32
-# values and a reordered copy (`benchmarks.gguf_convert`).
+# EPYC (~0.5 s of it imports), holding one tensor at a time: its raw bytes and its float32
+# values (a Llama file's q and k reordered in a copy). A whole first ask peaked at 606-620 MiB
+# (a probe's /usr/bin/time), the runtime and ~6 bytes per parameter of the embedding.
 OWN_CONVERT_FIXED_S = 0.5
 OWN_CONVERT_S_PER_PARAM = 0.011e-6
-OWN_CONVERT_BYTES_PER_LARGEST_PARAM = 12
+OWN_CONVERT_BYTES_PER_LARGEST_PARAM = 6
 # transformers' loader, for the GGUFs ours does not take, dequantizes the file whole and
 # writes safetensors: SmolLM2-135M took ~22 s on the idle 2-core EPYC (a whole first ask
 # 26.9 s; 40-43 s beside other jobs) and peaked at 1,250 MiB, against a warm load's ~1.5 s
-# and a full read's ~590 MiB. ~6 s of it is transformers' import and the tokenizer's build.
-CONVERT_FIXED_S = 6.0
+# and a full read's ~590 MiB; 27.8-31.9 s in a fresh process on 2026-12-06
+# (`benchmarks.gguf_convert`), of which ~15 s its metadata reader's walks over the 49K-token
+# vocabulary and the tokenizer's build: fixed costs, whatever the parameters.
+CONVERT_FIXED_S = 15.0
 CONVERT_S_PER_PARAM = 0.12e-6
 CONVERT_BYTES_PER_PARAM = 7
 

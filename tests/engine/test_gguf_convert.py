@@ -160,3 +160,130 @@ def test_the_bundled_model_converts_as_transformers_converted_it(tmp_path):
     model_store._convert_with_transformers(path, header, theirs)
     _same_weights(ours / "model.safetensors", theirs / "model.safetensors")
     assert json.loads((ours / "tokenizer.json").read_text()) == json.loads((theirs / "tokenizer.json").read_text())
+
+
+def _tiny(tmp_path, kind="llama", name="tiny.gguf", **kw):
+    from tests.engine.conftest import build_tiny
+    from tests.engine.tiny_gguf import write_gguf
+
+    folder = tmp_path / f"hf-{kind}"
+    if not folder.exists():
+        build_tiny(kind, folder)
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    return write_gguf(folder, tmp_path / name, **kw)
+
+
+def test_control_tokens_spelled_outside_the_byte_alphabet_keep_their_ids(tmp_path):
+    """DeepSeek-R1-Distill's "<｜User｜>": spelled in the byte alphabet in the vocabulary, the
+    special token got an id past the embedding, and the model an index error."""
+    from tokenizers import Tokenizer
+
+    path = _tiny(tmp_path, tokens={3: ("<｜User｜>", 3), 4: ("<think>", 4), 5: ("<｜end▁of▁sentence｜>", 3)},
+                 pre="deepseek-r1-qwen")
+    out = tmp_path / "out"
+    out.mkdir()
+    gguf_convert.convert(read_header(path, gguf_convert.TOKENIZER_ARRAYS), out)
+    tok = Tokenizer.from_file(str(out / "tokenizer.json"))
+    ids = tok.encode("<｜User｜>hi<think>x<｜end▁of▁sentence｜>").ids
+    assert ids[0] == 3 and 4 in ids and ids[-1] == 5 and max(ids) < 256
+    assert tok.get_vocab_size(with_added_tokens=True) == 256  # no id past the embedding
+    assert tok.decode(ids, skip_special_tokens=True) == "hi<think>x"  # user-defined tokens are text
+
+
+def test_a_file_that_asks_for_bos_gets_it_as_transformers_gives_it(tmp_path):
+    from tokenizers import Tokenizer
+
+    from ktcli.engine import model_store
+
+    path = _tiny(tmp_path, add_bos=True)
+    header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    gguf_convert.convert(header, ours)
+    model_store._convert_with_transformers(path, header, theirs)
+    for text in TEXTS:
+        want = Tokenizer.from_file(str(theirs / "tokenizer.json")).encode(text).ids
+        assert Tokenizer.from_file(str(ours / "tokenizer.json")).encode(text).ids == want and want[0] == 1
+
+
+def test_tensors_that_disagree_with_the_metadata_are_one_line(tmp_path, monkeypatch):
+    """Converted anyway, they failed on every run after with an internal error."""
+    from ktcli.engine.gguf_header import Field
+    from ktcli.engine.model_store import ensure_hf_dir, model_facts, resolve_model
+    from ktcli.errors import UsageError
+
+    header = read_header(_tiny(tmp_path), gguf_convert.TOKENIZER_ARRAYS)
+    fields = {**header.fields, "llama.feed_forward_length": Field(100)}
+    with pytest.raises(gguf_convert.Inconsistent, match=r"tensor blk.0.ffn_down.weight has shape \[64, 96\]; the "
+                                                        r"metadata makes it \[64, 100\]"):
+        gguf_convert.check(type(header)(header.version, fields, header.tensors))
+    cut = _tiny(tmp_path, name="cut.gguf", skip=("blk.1.attn_q.weight",))
+    for step in (lambda: model_facts(resolve_model(str(cut)), tmp_path / "c"),
+                 lambda: ensure_hf_dir(resolve_model(str(cut)), tmp_path / "c")):
+        with pytest.raises(UsageError, match=r"--model cut.gguf: not a usable GGUF file \(it lacks 1 of its layers' "
+                                             r"tensors \(model.layers.1.self_attn.q_proj.weight first\)"):
+            step()
+    assert not list((tmp_path / "c" / "models").glob("cut-*"))  # nothing cached
+
+
+def test_a_split_gguf_is_refused_in_one_line(tmp_path):
+    from ktcli.engine.model_store import ensure_hf_dir, model_facts, resolve_model
+    from ktcli.errors import UsageError
+
+    path = _tiny(tmp_path, name="m-00001-of-00002.gguf", raw_metadata={"split.count": 2, "split.no": 0},
+                 skip=("blk.1.attn_q.weight",))
+    for step in (model_facts, ensure_hf_dir):
+        with pytest.raises(UsageError, match=r"part 1 of a GGUF split into 2 files; merge them into one first"):
+            step(resolve_model(str(path)), tmp_path / "c")
+
+
+def test_files_of_one_name_in_two_folders_keep_their_own_conversions(tmp_path):
+    """Two `model.gguf` dropped each other's conversion on every run, and a run beside the
+    other found its folder gone."""
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+
+    a, b = _tiny(tmp_path, "llama", "a/model.gguf"), _tiny(tmp_path, "qwen2", "b/model.gguf")
+    cache, said = tmp_path / "c", []
+    first = ensure_hf_dir(resolve_model(str(a)), cache, said.append)
+    second = ensure_hf_dir(resolve_model(str(b)), cache, said.append)
+    assert first != second and first.is_dir() and second.is_dir()
+    assert ensure_hf_dir(resolve_model(str(a)), cache, said.append) == first
+    assert len(said) == 2  # converted once each
+    # the same file changed in place: its older conversion goes
+    _tiny(tmp_path, "qwen3", "a/model.gguf")
+    third = ensure_hf_dir(resolve_model(str(a)), cache, said.append)
+    assert not first.exists() and second.is_dir() and third.is_dir()
+
+
+def test_the_fingerprint_reads_the_middle_of_the_file_too(tmp_path):
+    """A fine-tune that kept the metadata, the size and its first and last MiB took the
+    other model's conversion."""
+    from ktcli.engine.model_store import _fingerprint
+
+    data = bytearray(np.random.default_rng(0).integers(0, 256, 12 << 20, dtype=np.uint8).tobytes())
+    one, two = tmp_path / "one.gguf", tmp_path / "two.gguf"
+    one.write_bytes(data)
+    data[6 << 20: (6 << 20) + (1 << 20)] = bytes(1 << 20)  # a layer's worth, in the middle
+    two.write_bytes(data)
+    assert _fingerprint(one) != _fingerprint(two)
+
+
+def test_a_file_neither_converter_takes_is_one_line(tmp_path, monkeypatch):
+    """transformers' reader failed with an internal ValueError or KeyError ('scores')."""
+    from ktcli.engine import model_store
+    from ktcli.errors import UsageError
+
+    def refuse(header, out):
+        raise gguf_convert.Unsupported("tensor blk.0.attn_q.weight of ggml type 10")
+
+    def fail(path, header, out):
+        raise KeyError("scores")
+
+    monkeypatch.setattr(gguf_convert, "convert", refuse)
+    monkeypatch.setattr(model_store, "_convert_with_transformers", fail)
+    path = _tiny(tmp_path)
+    with pytest.raises(UsageError, match=r"--model tiny.gguf: ktcli does not convert it \(tensor blk.0.attn_q.weight "
+                                         r"of ggml type 10\) and transformers' GGUF reader failed on it \(KeyError: "
+                                         r"'scores'\)"):
+        model_store.ensure_hf_dir(model_store.resolve_model(str(path)), tmp_path / "c")

@@ -23,6 +23,7 @@ def _fake_convert(calls: list[Path]):
         save_file({"w": torch.arange(4096, dtype=torch.float32)}, str(target / "model.safetensors"))
         (target / "config.json").write_text('{"model_type": "llama"}')
         (target / "tokenizer.json").write_text('{"model": {}}\n')
+        (target / "tokenizer_config.json").write_text('{"bos_token": null}\n')
     return convert
 
 
@@ -60,7 +61,7 @@ def test_a_conversion_cut_short_is_converted_again(source, tmp_path, monkeypatch
 
 @pytest.mark.parametrize(("name", "damage"), [
     ("config.json", b"garbage"), ("config.json", b""), ("tokenizer.json", b'{"model": {"vocab"'),
-    ("tokenizer.json", None),
+    ("tokenizer.json", None), ("tokenizer_config.json", b'{"bos_token": "<'),
 ])
 def test_a_conversion_with_a_damaged_config_or_tokenizer_is_converted_again(source, tmp_path, monkeypatch,
                                                                            name, damage):

@@ -53,11 +53,15 @@ def llama3_rope_freqs(params: dict, head_dim: int) -> np.ndarray:
 
 def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
                metadata: dict | None = None, arch: str | None = None, quantize: tuple[str, ...] = (),
-               pre: str = "default") -> Path:
+               pre: str = "default", tokens: dict[int, tuple[str, int]] | None = None, add_bos: bool = False,
+               raw_metadata: dict | None = None, skip: tuple[str, ...] = ()) -> Path:
     """`folder`'s weights and shape as `out`; `rope_freqs`: the llama3 divisors tensor;
     `metadata`: extra `<arch>.` keys (rope.scaling.type, ...); `quantize`: ggml type names
     (Q4_1, Q8_0, ...) the matrices are stored as, in turn, as a mixed llama.cpp file has them;
-    `pre`: the tokenizer's pre-tokenizer name (how llama.cpp says which text split it has)."""
+    `pre`: the tokenizer's pre-tokenizer name (how llama.cpp says which text split it has);
+    `tokens`: id -> (text, llama.cpp token type) in place of byte tokens; `add_bos`: the
+    file says encodings start with BOS; `raw_metadata`: keys written as given ("split.count");
+    `skip`: GGUF tensor names left out."""
     import gguf
 
     cfg = json.loads((folder / "config.json").read_text())
@@ -89,8 +93,18 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
             w.add_uint32(full, int(value))
     w.add_tokenizer_model("gpt2")
     w.add_tokenizer_pre(pre)
-    w.add_token_list(_byte_tokens())
-    w.add_token_types([1] * 256)
+    vocab, types = _byte_tokens(), [1] * 256
+    for i, (text, kind) in (tokens or {}).items():
+        vocab[i], types[i] = text, kind
+    w.add_token_list(vocab)
+    w.add_token_types(types)
+    if add_bos:
+        w.add_add_bos_token(True)
+    for key, value in (raw_metadata or {}).items():
+        if isinstance(value, str):
+            w.add_string(key, value)
+        else:
+            w.add_uint32(key, int(value))
     w.add_token_scores([0.0] * 256)  # no merges: the reader then builds them from scores
     w.add_bos_token_id(1)
     w.add_eos_token_id(2)
@@ -117,6 +131,8 @@ def write_gguf(folder: Path, out: Path, *, rope_freqs: np.ndarray | None = None,
                 t = _permute(t, n_heads)
             elif arch == "llama" and names[module] == "attn_k":
                 t = _permute(t, n_kv)
+        if gname in skip:
+            continue
         if quantize and t.ndim == 2:
             qtype = gguf.GGMLQuantizationType[quantize[n_matrices % len(quantize)]]
             n_matrices += 1

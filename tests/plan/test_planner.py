@@ -358,15 +358,21 @@ def test_first_token_is_planned_without_the_answer_and_with_the_load():
 
 
 def test_a_first_run_that_converts_the_model_plans_its_time_and_peak():
-    """The plan said 750 MiB and a 7 s wait for a first run that converted the GGUF: 61 s
-    and 1.3 GiB."""
+    """The plan said 750 MiB and a 7 s wait for a first run that converted the GGUF through
+    transformers' loader: 61 s and 1.3 GiB (28-32 s in a fresh process, `benchmarks.gguf_convert`).
+    ktcli's own converter took ~2 s and 319 MiB for the same file."""
     warm = make_plan(req(corpus_tokens=2000), SMOL, RATES)
     first = make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params), SMOL, RATES)
     assert first.mode is warm.mode
     assert first.est_seconds - warm.est_seconds == pytest.approx(first.est_first_token_seconds - warm.est_first_token_seconds)
-    assert 18 < first.est_seconds - warm.est_seconds < 30
+    assert 25 < first.est_seconds - warm.est_seconds < 40
     assert 1.15 * 2**30 < first.est_memory_bytes < 1.35 * 2**30 and warm.est_memory_bytes < 2**30
     assert "converts the model" in first.reasons[-1]
+    largest = 49152 * 576  # SmolLM2's embedding
+    own = make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params, convert_largest=largest), SMOL, RATES)
+    assert 1 < own.est_seconds - warm.est_seconds < 4
+    assert own.est_memory_bytes < 1.1 * warm.est_memory_bytes  # one tensor at a time: about the run's own peak
+    assert "converts the model (once: ~2 s" in own.reasons[-1]
 
 
 def test_a_first_run_that_compiles_the_kernels_plans_its_time():
