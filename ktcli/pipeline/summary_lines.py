@@ -111,10 +111,10 @@ class SummaryLines:
 
     def _end_block(self) -> str:
         block, self._block = self._block or [], None
-        if self._from_source(block):
-            return "".join(block)
-        self.dropped_blocks += 1
-        return ""
+        if not self._from_source(block):
+            self.dropped_blocks += 1
+            return ""
+        return "".join(block) if self._closer is not _PRE_CLOSE else _fenced(block)
 
     def _from_source(self, block: list[str]) -> bool:
         """Whether most of the block's code lines (tags, fences and blank lines aside) are
@@ -136,3 +136,22 @@ class SummaryLines:
         if self.dropped_markup:
             parts.append(f"{self.dropped_markup} line(s) of HTML tags alone")
         return f"left out of {subject}: {' and '.join(parts)}" if parts else ""
+
+
+def _fenced(block: list[str]) -> str:
+    """A <pre><code> block as a fenced one, its tags gone (a terminal shows them as text):
+    its lines of tags alone (the opening and closing ones) dropped, tags inside lines taken
+    out, a fence put at each end."""
+    out = []
+    for raw in block:
+        bare = MARKUP_TAG.sub("", raw)
+        if raw.strip() and not bare.strip():
+            continue
+        out.append(bare if bare.endswith("\n") else bare + "\n")
+    if not (out and _FENCE.match(out[0])):
+        out.insert(0, "```\n")
+    if len(out) > 1 and _FENCE.match(out[-1]):
+        out[-1] = "```\n"  # the model's own closing fence
+    else:
+        out.append("```\n")
+    return "".join(out)

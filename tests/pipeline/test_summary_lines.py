@@ -93,3 +93,14 @@ def test_blank_lines_left_behind_collapse():
     text = "<p>\n\nCertifi is portable.\n\n<p>\n\n\nIts main parts are:\n\n"
     shown, _, _ = _streamed(text)
     assert shown == "Certifi is portable.\n\nIts main parts are:\n"
+
+
+def test_a_kept_html_code_block_is_shown_fenced_without_its_tags():
+    text = ("It defines:\n<pre><code>\n<span>def get_shell(pid=None, max_depth=10):</span>\n"
+            "    return _get_shell(pid, max_depth)\n</code></pre>\nDone.\n")
+    shown, lines, _ = _streamed(text)
+    assert shown == ("It defines:\n```\ndef get_shell(pid=None, max_depth=10):\n    return _get_shell(pid, max_depth)\n"
+                     "```\nDone.\n")
+    # closed with a fence, as the model did
+    shown, _, _ = _streamed("<pre><code>\ndef get_shell(pid=None, max_depth=10):\n```\n")
+    assert shown == "```\ndef get_shell(pid=None, max_depth=10):\n```\n"
