@@ -257,6 +257,21 @@ def _server(settings: Settings) -> str:
     return server_address(settings)
 
 
+def _tokens_masked(corpus, server: str, reporter: Reporter):
+    """The corpus with access tokens written in its files masked (`ingest.credentials`),
+    said: its text goes to `server`."""
+    from dataclasses import replace as replaced
+
+    from ktcli.ingest.credentials import masked_documents
+    from ktcli.pipeline.skip_report import first_named
+
+    documents, notes = masked_documents(corpus.documents)
+    if notes:
+        reporter.warn(f"masked what look like access tokens before sending the input to {server}: "
+                      f"{first_named(notes, 3)}")
+    return replaced(corpus, documents=documents)
+
+
 def _warn_if_nothing_excluded(paths: list[str], corpus, settings: Settings, reporter: Reporter) -> None:
     """--exclude patterns that left nothing out of the folders read: said, as a pattern that
     can match nothing is refused. `--exclude certifi/tests/` given the folder `certifi`
@@ -287,6 +302,8 @@ def prepare(
                          exclude=settings.exclude, exclude_named=settings.named("exclude"))
     report_skipped(corpus.skipped, reporter)
     _warn_if_nothing_excluded(paths, corpus, settings, reporter)
+    if server:
+        corpus = _tokens_masked(corpus, server, reporter)
     chunks = tuple(
         chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
     )
