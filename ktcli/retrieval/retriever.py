@@ -163,7 +163,7 @@ class HybridIndex:
         # A heading alone (left over where the paragraph under it was too long to share its
         # chunk) gives the model nothing to read; its words are in that paragraph's trail.
         # It comes last, not out: an outline's chunks may all be headings.
-        hits = sorted(hits, key=lambda hit: hit.chunk.heading_only)
+        hits = _distinct(sorted(hits, key=lambda hit: hit.chunk.heading_only))
         hits = _each_document(hits, k) if _COMPARES.search(query) else hits[:k]
         # Neither ranking could tell: no passage holds a word of the question, and the
         # embedder reads the question or the passages as letters (an English question about
@@ -181,6 +181,20 @@ class HybridIndex:
             shares = sorted(self.embedder.vocabulary_share(text) for text in texts)
             weight = min(weight, shares[len(shares) // 2] / PASSAGES_FULL_SHARE)
         return min(1.0, weight)
+
+
+def _distinct(hits: list[Hit]) -> list[Hit]:
+    """The hits less those whose text (whitespace aside) a better one has: a passage a
+    document repeats (a disclaimer on every page, a clause, a page printed twice) took 6 of
+    a question's 8 places in a probe's 318-page PDF, the same words six times."""
+    seen: set[str] = set()
+    out = []
+    for hit in hits:
+        text = " ".join(hit.chunk.text.split())
+        if text not in seen:
+            seen.add(text)
+            out.append(hit)
+    return out
 
 
 def cached_chunks(chunks: Sequence[Chunk], embedder_name: str, store: IndexStore) -> list[bool]:

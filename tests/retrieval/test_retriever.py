@@ -259,3 +259,20 @@ def test_a_question_about_several_documents_reads_each_of_them():
     assert scores == sorted(scores, reverse=True)  # still in rank order
     # a question of one document that says "both" asks nothing of the others
     assert {h.chunk.doc_path for h in index.search("Are both results tables in paper A?", 4)} == {"a.pdf"}
+
+
+def test_a_passage_repeated_through_a_document_is_retrieved_once():
+    """A clause printed on six pages of a 318-page PDF took 6 of a question's 8 places."""
+    from ktcli.ingest.chunking import chunk_document
+    from ktcli.ingest.loaders import document_from_bytes
+
+    clause = "The tide gauge drifted 4 mm a year according to Ingrid Solvang's survey."
+    paragraphs = []
+    for i in range(12):
+        paragraphs.append(clause if i % 2 == 0 else " ".join(FILLER[i % len(FILLER):] + FILLER[: i % len(FILLER)]))
+    text = "\n\n".join(paragraphs) + "\n"
+    chunks = chunk_document(document_from_bytes(text.encode(), "t.md", "t.md"), chunk_tokens=24, overlap_tokens=0)
+    assert sum(c.text.strip() == clause for c in chunks) == 6
+    hits = HybridIndex.build(chunks, embedder=HashEmbedder(), store=None).search("How fast did the tide gauge drift?", 8)
+    texts = [" ".join(h.chunk.text.split()) for h in hits]
+    assert texts.count(clause) == 1 and texts[0] == clause and len(set(texts)) == len(texts)
