@@ -12,6 +12,7 @@ from typing import Iterable, Iterator, NamedTuple
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
+from ktcli.ingest import pdf_columns
 from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.normalize import normalize_text
 from ktcli.ingest.pdf_headings import PageSections, numbered_headings, place_bookmarks
@@ -116,8 +117,14 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
                     unread.append((number, f"{READ_BUT} {len(raw.strip())} characters of text on a page-sized image "
                                            "(a scanned page with a stamp?)"))
                     stamped += 1
+            layout, rows = None, raw
             if _may_hold_table(raw):
-                raw = _rejoin_rows(raw, _layout_text(page))
+                layout = _layout_text(page)
+                rows = _rejoin_rows(raw, layout)
+            if rows == raw and pdf_columns.may_be_out_of_order(raw):  # two columns read across, or a word a line
+                raw = pdf_columns.reread(raw, _layout_text(page) if layout is None else layout) or raw
+            else:
+                raw = rows
             notes = _annotation_lines(page, raw)
             if notes:
                 raw = raw.rstrip("\n") + "\n" + "\n".join(notes)

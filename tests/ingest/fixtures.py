@@ -87,6 +87,41 @@ def make_two_column_pdf(left: list[str], right: list[str]) -> bytes:
     return buffer.getvalue()
 
 
+def make_two_column_pdf_drawn_across(left: list[str], right: list[str]) -> bytes:
+    """`make_two_column_pdf`, each row's left line drawn, then its right one: pypdf's plain
+    text then reads the columns across, a line of each in turn."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    for i, (a, b) in enumerate(zip(left, right)):
+        pdf.drawString(72, 800 - 16 * i, a)
+        pdf.drawString(320, 800 - 16 * i, b)
+    pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
+def make_word_by_word_pdf(lines: list[str]) -> bytes:
+    """One page whose every word is a text object of its own, placed by its own position:
+    pypdf's plain text put each on a line of its own."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfbase.pdfmetrics import stringWidth
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    for i, line in enumerate(lines):
+        x = 72.0
+        for word in line.split():
+            pdf.drawString(x, 800 - 16 * i, word)
+            x += stringWidth(word + " ", "Helvetica", 12)
+    pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()
+
+
 def make_image_only_pdf(n_pages: int = 2) -> bytes:
     """Pages with drawings but no text, as a scanner would produce (minus the bitmap)."""
     from reportlab.lib.pagesizes import A4

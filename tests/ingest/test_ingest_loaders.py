@@ -20,6 +20,8 @@ from tests.ingest.fixtures import (
     make_table_pdf,
     make_text_pdf,
     make_two_column_pdf,
+    make_two_column_pdf_drawn_across,
+    make_word_by_word_pdf,
     make_wrapped_table_pdf,
 )
 from ktcli.errors import InputError, UsageError
@@ -540,6 +542,33 @@ def test_pdf_columns_are_not_interleaved(write) -> None:
     right = ["Right one", "Right two", "Right three", "Right four"]
     text = load_one(write("cols.pdf", make_two_column_pdf(left, right))).text
     assert text.split("\n") == left + right
+
+
+COLUMN_PROSE = (["The harbour master Ingrid Solvang recorded", "that the north breakwater at Port Alder was",
+                 "extended by exactly 340 metres in the spring", "of 1987, after the great storm had destroyed",
+                 "the old wooden pier and two fishing boats.", "The work was paid for by the county."],
+                ["Meanwhile the lighthouse on Skarv Island was", "automated in 1992, when the last keeper, Olav",
+                 "Brekke, retired to the mainland. The lamp was", "converted from kerosene to electricity and",
+                 "its range grew from 14 to 19 nautical miles,", "according to the coastal administration."])
+
+
+def test_two_columns_drawn_a_line_of_each_in_turn_are_read_one_after_the_other(write) -> None:
+    """A probe's PDF: the plain text read the columns across, and the answer mixed them
+    ("the north breakwater was extended to 1992, when the last keeper...")."""
+    left, right = COLUMN_PROSE
+    assert load_one(write("across.pdf", make_two_column_pdf_drawn_across(left, right))).text.split("\n") == left + right
+
+
+def test_words_drawn_one_by_one_are_read_as_lines(write) -> None:
+    """A word a line: four short lines cost 373 tokens, and citations worked on fragments."""
+    lines = [f"Line {n}: the harbour master Ingrid Solvang recorded the breakwater works." for n in
+             ("one", "two", "three", "four")]
+    assert load_one(write("words.pdf", make_word_by_word_pdf(lines))).text.split("\n") == lines
+
+
+def test_a_list_of_single_words_stays_a_list(write) -> None:
+    words = ["apples", "pears", "plums", "cherries", "quinces", "medlars", "figs", "dates"]
+    assert load_one(write("list.pdf", make_text_pdf([words]))).text.split("\n") == words
 
 
 WRAPPED_ROWS = [["Quarter", "Channel", "Revenue ($M)"],
