@@ -15,6 +15,7 @@ recorded too (the baseline holds the whole model as float32 while saving it).
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -47,7 +48,7 @@ def _convert(which: str, path: Path, out: Path) -> tuple[float, int]:
     out.mkdir()
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", _SCRIPT, str(path), str(out), which], cwd=ROOT,
-                          capture_output=True, text=True, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1",
+                          capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1",
                                                                "TQDM_DISABLE": "1"}, check=False)
     seconds = time.perf_counter() - start
     if proc.returncode:

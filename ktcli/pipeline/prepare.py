@@ -16,8 +16,8 @@ from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
-from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.ingest.outline import outline_lines, outline_text
+from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.pipeline import notes_memo
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.key_lines import quotes
@@ -260,16 +260,13 @@ def _server(settings: Settings) -> str:
 def _tokens_masked(corpus, server: str, reporter: Reporter):
     """The corpus with access tokens written in its files masked (`ingest.credentials`),
     said: its text goes to `server`."""
-    from dataclasses import replace as replaced
-
     from ktcli.ingest.credentials import masked_documents
-    from ktcli.pipeline.skip_report import first_named
 
     documents, notes = masked_documents(corpus.documents)
     if notes:
         reporter.warn(f"masked what look like access tokens before sending the input to {server}: "
                       f"{first_named(notes, 3)}")
-    return replaced(corpus, documents=documents)
+    return replace(corpus, documents=documents)
 
 
 def _warn_if_nothing_excluded(paths: list[str], corpus, settings: Settings, reporter: Reporter) -> None:

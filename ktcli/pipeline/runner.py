@@ -222,8 +222,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         rest = echo.feed(lines.flush()) + echo.flush() if lines is not None else echo.flush()
         if rest:
             reporter.answer_text(rest)
-    if lines is not None and lines.said(subject):
-        reporter.warn(lines.said(subject))
+    if lines is not None and (left_out := lines.said(subject)):
+        reporter.warn(left_out)
     tally.add(backend)
     if guard.unit or echo.repeated:
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
