@@ -21,7 +21,6 @@ import torch
 from ktcli.engine import cpp_ext
 
 SOURCE = r"""
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <cstring>

@@ -1,13 +1,14 @@
 """Build (once) and load the engine's AVX2 C++ kernels with torch's extension loader.
 
 All kernels (`bf16_gemv`, `int8_gemv`, `cpu_attention`, `cpu_decode`, `cpu_kivi_attention`, the prefill
-softmax of `prefill_attention`, the SwiGLU step of `cpu_mlp`, the AMX GEMM of `amx_gemm`, the AMX prefill attention of `amx_attention`) are compiled as *one* library:
-each translation unit pulls in torch's headers, which is most of the compile time, so one
-library compiles about three times faster than three (the fused decode loop needs the
-other two's code anyway). The library is cached (ktcli's cache folder, or
-TORCH_EXTENSIONS_DIR, one subfolder per virtualenv), so only the first start after a change
-of source compiles; `scripts/setup.sh` does that first build (`python -m
-ktcli.engine.cpp_ext`) so a user's first question does not wait for it.
+softmax of `prefill_attention`, the SwiGLU step of `cpu_mlp`, the AMX GEMM of `amx_gemm`, the AMX
+prefill attention of `amx_attention`) are one library, built from three units that torch's
+loader compiles side by side (`UNITS`, and the bindings). Each unit includes only the torch
+headers it needs (`PRELUDE`): torch/extension.h alone took ~27 s of a unit's compile. The
+library is cached (ktcli's cache folder, or TORCH_EXTENSIONS_DIR, one subfolder per
+virtualenv), so only the first start after a change of source compiles; `scripts/setup.sh`
+does that first build (`python -m ktcli.engine.cpp_ext`) so a user's first question does
+not wait for it.
 
 Where that cannot work (no compiler or headers, a CPU without AVX2) `load` returns None and
 callers keep their torch path; KTCLI_NO_CPP_KERNELS, or a kernel's own switch, does the
@@ -20,6 +21,7 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import re
 import sys
 import threading
 import time
@@ -53,27 +55,19 @@ def _build():
             return _built[0]
         module = None
         if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):
-            # Imported here: those modules import this one for `load`.
-            from ktcli.engine import (amx_attention, amx_gemm, bf16_gemv, cpu_attention, cpu_decode,
-                                      cpu_kivi_attention, cpu_mlp, int8_gemv, prefill_attention)
-
-            source = (bf16_gemv.SOURCE + int8_gemv.SOURCE + cpu_attention.SOURCE + cpu_mlp.SOURCE
-                      + cpu_decode.SOURCE + cpu_kivi_attention.SOURCE + prefill_attention.SOURCE + amx_gemm.SOURCE
-                      + amx_attention.SOURCE)
-            functions = (bf16_gemv.FUNCTIONS + int8_gemv.FUNCTIONS + cpu_attention.FUNCTIONS + cpu_mlp.FUNCTIONS
-                         + cpu_decode.FUNCTIONS + cpu_kivi_attention.FUNCTIONS + prefill_attention.FUNCTIONS
-                         + amx_gemm.FUNCTIONS + amx_attention.FUNCTIONS)
             started = time.perf_counter()
             try:
-                from torch.utils.cpp_extension import load_inline
+                from torch.utils.cpp_extension import load as load_sources
 
                 folder = _build_dir()
-                stamp = _source_stamp(source, functions)
+                files = _library_files()
+                stamp = _source_stamp(files)
                 module = _built_for(folder, stamp) if not os.access(folder, os.W_OK) else None
                 if module is None:
                     with _folder_lock(folder):
-                        module = load_inline(
-                            NAME, cpp_sources=source, functions=functions,
+                        paths = [_write_if_changed(folder / name, text) for name, text in files.items()]
+                        module = load_sources(
+                            NAME, sources=[str(p) for p in paths if p.suffix == ".cpp"],
                             extra_cflags=CFLAGS, extra_ldflags=["-fopenmp"], verbose=False,
                             build_directory=str(folder),
                         )
@@ -88,6 +82,90 @@ def _build():
             unavailable.append(f"this CPU has no AVX2 ({torch.backends.cpu.get_cpu_capability()})")
         _built.append(module)
         return module
+
+
+# The library's translation units. The modules of a unit call one another's helpers (the
+# fused decode loop calls the GEMVs and the attention, the KIVI kernels cpu_attention's
+# online softmax), so each unit is concatenated in this order; the AMX kernels stand alone.
+# The bindings are a unit of their own: pybind's templates cost as much to compile as the
+# first unit, and torch's loader builds the three side by side (ninja).
+UNITS = (
+    ("bf16_gemv", "int8_gemv", "cpu_attention", "cpu_mlp", "cpu_decode", "cpu_kivi_attention", "prefill_attention"),
+    ("amx_gemm", "amx_attention"),
+)
+# What the kernels use of torch, in place of torch/extension.h: that header parses in ~27 s
+# of CPU (all of torch's C++ API, autograd and pybind), these in ~6 s. The kernels are
+# written against torch's names (torch::Tensor, torch::kFloat32): `torch` here is ATen
+# under torch's aliases, as torch/types.h makes it.
+PRELUDE_NAME = "ktcli_torch.h"
+PRELUDE = """#pragma once
+#include <ATen/core/Tensor.h>
+#include <ATen/Parallel.h>
+#include <ATen/ops/constant_pad_nd.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/full.h>
+namespace torch {
+using namespace at;
+constexpr auto kFloat32 = at::kFloat;
+constexpr auto kFloat16 = at::kHalf;
+constexpr auto kBFloat16 = at::kBFloat16;
+constexpr auto kInt16 = at::kShort;
+constexpr auto kInt32 = at::kInt;
+constexpr auto kInt64 = at::kLong;
+constexpr auto kUInt8 = at::kByte;
+}  // namespace torch
+"""
+# The bindings: pybind with torch's tensor casters, and torch's error translation
+# (`wrap_pybind_function`: a failed TORCH_CHECK raises the same Python error it did when
+# load_inline wrote the bindings).
+BINDINGS_HEADERS = ("torch/csrc/Exceptions.h", "torch/csrc/utils/pybind.h")
+
+
+def _library_files() -> dict[str, str]:
+    """File name -> text, for every file the library is built from: the prelude, a
+    `kernels_<i>.cpp` per unit and `bindings.cpp`."""
+    import importlib
+
+    files = {PRELUDE_NAME: PRELUDE}
+    declarations, names = [], []
+    for i, unit in enumerate(UNITS):
+        modules = [importlib.import_module(f"ktcli.engine.{name}") for name in unit]
+        files[f"kernels_{i}.cpp"] = f'#include "{PRELUDE_NAME}"\n' + "".join(m.SOURCE for m in modules)
+        for module in modules:
+            declarations += [_declaration(module.SOURCE, name) for name in module.FUNCTIONS]
+            names += module.FUNCTIONS
+    includes = "".join(f"#include <{h}>\n" for h in BINDINGS_HEADERS) + f'#include "{PRELUDE_NAME}"\n'
+    defs = "".join(f'    m.def("{n}", torch::wrap_pybind_function({n}), "{n}");\n' for n in names)
+    files["bindings.cpp"] = (includes + "\n" + "\n".join(declarations)
+                             + f"\n\nPYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {{\n{defs}}}\n")
+    return files
+
+
+def _declaration(source: str, name: str) -> str:
+    """The declaration of the function `name` defined at the start of a line in `source`:
+    its return type, name and parameters up to the closing parenthesis."""
+    hits = list(re.finditer(rf"^[A-Za-z_][\w:<>, ]*[\s*&]{name}\(", source, re.M))
+    if len(hits) != 1:
+        raise ValueError(f"{name}: {len(hits)} definitions at the start of a line, not 1")
+    depth = 0
+    for end in range(hits[0].end() - 1, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[end], 0)
+        if depth == 0:
+            return source[hits[0].start():end + 1] + ";"
+    raise ValueError(f"{name}: its parameters are not closed")
+
+
+def _write_if_changed(path: Path, text: str) -> Path:
+    """Write `text` to `path` unless it holds it already: ninja rebuilds a unit whose file
+    is newer than its object, so an unchanged unit keeps its object."""
+    try:
+        if path.read_text() == text:
+            return path
+    except OSError:
+        pass
+    path.write_text(text)
+    return path
 
 
 @contextlib.contextmanager
@@ -114,8 +192,9 @@ def _folder_lock(folder: Path):
 STAMP = "ktcli.source-sha256"
 
 
-def _source_stamp(source: str, functions: list[str]) -> str:
-    return hashlib.sha256("\n".join([source, *functions, *CFLAGS, _torch_version()]).encode()).hexdigest()
+def _source_stamp(files: dict[str, str]) -> str:
+    parts = [f"{name}\n{text}" for name, text in files.items()]
+    return hashlib.sha256("\n".join([*parts, *CFLAGS, _torch_version()]).encode()).hexdigest()
 
 
 def _write_stamp(folder: Path, stamp: str) -> None:

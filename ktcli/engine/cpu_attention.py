@@ -26,7 +26,6 @@ import torch
 from ktcli.engine import cpp_ext
 
 SOURCE = r"""
-#include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 #include <algorithm>

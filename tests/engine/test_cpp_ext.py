@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import fcntl
+import importlib
+import os
 import threading
 import time
 
+import pytest
 import torch
 
 from ktcli.engine import cpp_ext
@@ -127,11 +130,11 @@ def test_a_build_that_fails_at_once_leaves_the_mark_and_a_success_clears_it(monk
     def no_compiler(*args, **kwargs):
         raise RuntimeError("Error checking compiler version for c++")
 
-    monkeypatch.setattr(extension, "load_inline", no_compiler)
+    monkeypatch.setattr(extension, "load", no_compiler)
     monkeypatch.setattr(cpp_ext, "_built", [])
     assert cpp_ext._build() is None and (cpp_ext._build_dir() / cpp_ext.FAILED_MARK).exists()
     assert not cpp_ext.compile_pending()
-    monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: "module")
+    monkeypatch.setattr(extension, "load", lambda *args, **kwargs: "module")
     monkeypatch.setattr(cpp_ext, "_built", [])
     assert cpp_ext._build() == "module" and not (cpp_ext._build_dir() / cpp_ext.FAILED_MARK).exists()
 
@@ -145,7 +148,7 @@ def test_a_build_folder_that_cannot_be_written_still_loads_its_library(monkeypat
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     monkeypatch.delenv("KTCLI_NO_CPP_KERNELS", raising=False)
     monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")
-    monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: "built")
+    monkeypatch.setattr(extension, "load", lambda *args, **kwargs: "built")
     monkeypatch.setattr(cpp_ext, "_built", [])
     assert cpp_ext._build() == "built"
     folder = cpp_ext._build_dir()
@@ -153,10 +156,37 @@ def test_a_build_folder_that_cannot_be_written_still_loads_its_library(monkeypat
     stamp = (folder / cpp_ext.STAMP).read_text().strip()
     loaded = []
     monkeypatch.setattr(extension, "_import_module_from_library", lambda *a: loaded.append(a) or "imported")
-    monkeypatch.setattr(extension, "load_inline", lambda *args, **kwargs: (_ for _ in ()).throw(PermissionError("lock")))
+    monkeypatch.setattr(extension, "load", lambda *args, **kwargs: (_ for _ in ()).throw(PermissionError("lock")))
     monkeypatch.setattr(cpp_ext.os, "access", lambda path, mode: False)  # (root writes anywhere)
     monkeypatch.setattr(cpp_ext, "_built", [])
     assert cpp_ext._build() == "imported" and loaded[0][:2] == (cpp_ext.NAME, str(folder))
     (folder / cpp_ext.STAMP).write_text("another source\n")  # a library of other sources: not loaded
     monkeypatch.setattr(cpp_ext, "_built", [])
     assert cpp_ext._build() is None and len(loaded) == 1 and stamp
+
+
+def test_the_bindings_declare_every_kernel_function_as_its_source_defines_it():
+    """The library is built from units that compile side by side; the bindings' unit sees
+    the kernels only through declarations taken from their sources."""
+    files = cpp_ext._library_files()
+    bindings = files["bindings.cpp"]
+    assert "torch/extension.h" not in "".join(files.values())  # ~27 s of parsing per unit
+    for name in [n for unit in cpp_ext.UNITS for m in unit for n in importlib.import_module(f"ktcli.engine.{m}").FUNCTIONS]:
+        assert f'm.def("{name}", torch::wrap_pybind_function({name})' in bindings
+    source = "static int helper(int a) { return a; }\ntorch::Tensor f(torch::Tensor x,\n    std::vector<int64_t> s) {\n  return x;\n}\n"
+    assert cpp_ext._declaration(source, "f") == "torch::Tensor f(torch::Tensor x,\n    std::vector<int64_t> s);"
+    with pytest.raises(ValueError, match="0 definitions"):
+        cpp_ext._declaration(source, "g")
+    with pytest.raises(ValueError, match="2 definitions"):
+        cpp_ext._declaration(source + source, "f")
+
+
+def test_a_unit_whose_text_is_unchanged_is_not_rewritten(tmp_path):
+    """ninja rebuilds a unit whose file is newer than its object: a rewrite of the same text
+    would recompile it on every load."""
+    path = cpp_ext._write_if_changed(tmp_path / "kernels_0.cpp", "int a;\n")
+    os.utime(path, (1, 1))
+    cpp_ext._write_if_changed(path, "int a;\n")
+    assert path.stat().st_mtime == 1
+    cpp_ext._write_if_changed(path, "int b;\n")
+    assert path.read_text() == "int b;\n" and path.stat().st_mtime > 1
