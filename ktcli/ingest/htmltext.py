@@ -62,6 +62,7 @@ class _Lines:
         self._any = False  # the line holds a visible character (a separator counts)
         self._content = False  # ... of the page's text (a cell separator does not)
         self._heading = False  # the line is a heading's, its "## " marker written
+        self.row_groups: dict[int, _RowGroup] = {}  # by id() of each table's row group: its rowspans
 
     def text(self, piece: str, source: int, separator: bool = False) -> None:
         piece = piece.replace("\u00ad", "")  # a soft hyphen (&shy;) shows only at a line end
@@ -230,11 +231,61 @@ _SIBLINGS_OF = {"tr": {"td", "th", "tr"}, "td": {"td", "th"}, "th": {"td", "th"}
 
 
 _MAX_COLSPAN = 100  # a browser's limit is 1000; a wider span is a page's mistake, not columns
+_MAX_ROWSPAN = 1000  # rowspan=0 is "to the end of the row group"
 
 
 def _colspan(cell: Tag) -> int:
     value = str(cell.get("colspan") or "1").strip()
     return min(int(value), _MAX_COLSPAN) if value.isdecimal() and int(value) > 0 else 1
+
+
+def _rowspan(cell: Tag) -> int:
+    value = str(cell.get("rowspan") or "1").strip()
+    if not value.isdecimal():
+        return 1
+    return _MAX_ROWSPAN if int(value) == 0 else min(int(value), _MAX_ROWSPAN)
+
+
+class _RowGroup:
+    """A table's rows (its tbody, thead or tfoot) as the walk meets them: the row it is on,
+    the column its next cell stands in, and the columns that cells with rowspan above hold,
+    with the rows they still hold (this one included)."""
+
+    def __init__(self) -> None:
+        self.row: Tag | None = None
+        self.column = 0
+        self.held: dict[int, int] = {}
+
+    def covered_before(self, cell: Tag) -> int:
+        """The columns held from above where `cell` would stand (it stands after them),
+        the cell then counted, its own rowspan held below it."""
+        row = cell.find_parent("tr")
+        if row is not self.row:  # a new row: the spans from above reach one row further
+            if self.row is not None:
+                self.held = {column: rows - 1 for column, rows in self.held.items() if rows > 1}
+            self.row, self.column = row, 0
+        covered = 0
+        while self.held.get(self.column + covered, 0) > 0:
+            covered += 1
+        self.column += covered
+        span, rows = _colspan(cell), _rowspan(cell)
+        if rows > 1:
+            for column in range(self.column, self.column + span):
+                self.held[column] = max(self.held.get(column, 0), rows)
+        self.column += span
+        return covered
+
+
+def _covered_columns(cell: Tag, out: _Lines) -> int:
+    """Columns of `cell`'s row, before it, that a cell above it spans into (rowspan): read
+    as empty cells, so that those after stay under their headers (a browser shows them
+    shifted right; read without them, "Varnholm Annex | 3 | 420" put a city under Depot
+    and a forklift count under City)."""
+    row = cell.find_parent("tr")
+    group = row.find_parent(["tbody", "thead", "tfoot", "table"]) if row is not None else None
+    if group is None:
+        return 0
+    return out.row_groups.setdefault(id(group), _RowGroup()).covered_before(cell)
 
 
 def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_before: int = 0) -> None:
@@ -275,7 +326,9 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
         elif name in _CELL:
             # Every cell after a row's first adds its separator, also after an empty one
             # (an empty corner cell put "Autumn" over the summer's figure).
-            out.text(" | " * (1 + spanned) if cells or (nested and out.has_text()) else "", cursor.line, separator=True)
+            covered = _covered_columns(child, out)
+            first = not (cells or (nested and out.has_text()))
+            out.text(" | " * ((0 if first else 1 + spanned) + covered), cursor.line, separator=True)
             cells += 1
             _walk(child, out, cursor, one_line="cell")
             # A merged cell's columns are empty ones after it, so the cells that follow stay

@@ -182,6 +182,25 @@ def test_html_table_rows_keep_their_columns(write) -> None:
     assert load_one(write("o.html", odd)).text.split("\n")[-1] == "a | b"
 
 
+def test_html_rowspan_keeps_the_columns_of_the_rows_below(write) -> None:
+    # A cell with rowspan holds its column in the rows below, which have no cell there: read
+    # without one, "Varnholm Annex | 3 | 420" put the city under Depot (asked its city, the
+    # answer was "3").
+    page = ("<table><thead><tr><th>Depot</th><th>City</th><th>Forklifts</th></tr></thead><tbody>"
+            "<tr><td rowspan='2'>East Hub</td><td>Varnholm</td><td>9</td></tr>"
+            "<tr><td>Varnholm Annex</td><td>3</td></tr>"
+            "<tr><td>South Pier</td><td>Kelbrook</td><td rowspan=2>4</td></tr>"
+            "<tr><td>West Gate</td><td>Ostmere</td></tr></tbody></table>")
+    assert load_one(write("r.html", page)).text.split("\n") == [
+        "Depot | City | Forklifts", "East Hub | Varnholm | 9", "| Varnholm Annex | 3",
+        "South Pier | Kelbrook | 4", "West Gate | Ostmere"]
+    # two header rows: the spanned headers' columns, a span past its row group's end stops there
+    headers = ("<table><thead><tr><th rowspan=2>Region</th><th colspan=2>Sales</th><th rowspan=5>Note</th></tr>"
+               "<tr><th>Q1</th><th>Q2</th></tr></thead><tbody><tr><td>N</td><td>1</td><td>2</td><td>x</td></tr>"
+               "</tbody></table>")
+    assert load_one(write("h.html", headers)).text.split("\n") == ["Region | Sales | | Note", "| Q1 | Q2", "N | 1 | 2 | x"]
+
+
 def test_html_ruby_readings_are_left_out(write) -> None:
     page = "<p><ruby>清水寺<rp>(</rp><rt>きよみずでら</rt><rp>)</rp></ruby>を訪れ、<ruby>太<rt>た</rt>郎<rt>ろう</rt></ruby>に会った。</p>"
     assert load_one(write("r.html", page)).text.strip() == "清水寺を訪れ、太郎に会った。"
