@@ -140,6 +140,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         return _rtf_document(data, display)
     if _looks_like_mhtml(data, name, kind):
         return _mhtml_document(data, display)
+    if _is_mbox(data, name, kind):
+        return _mbox_document(data, display)
     if (PurePath(name).suffix.lower() == ".eml" and not _several_mails(data)) or (kind is None and _mail_by_content(data)):
         return _mail_document(data, display)
     if data.startswith(_OLE):
@@ -628,6 +630,48 @@ def _mail_document(data: bytes, display: str) -> Document:
     doc = _text_document(normalize_text(text), display, "markdown", None)
     notes = tuple(Skipped(display, why, part=True) for why in left_out)
     return replace(doc, source_lines=paragraph_numbers(doc.text), unit=PARAGRAPH, left_out=doc.left_out + notes)
+
+
+def _is_mbox(data: bytes, name: str, kind: str | None) -> bool:
+    """A mailbox (Thunderbird's folders, a mail export, an mbox named .eml): by its name, or,
+    where the name says nothing, a "From " line over a message's headers. Not `git
+    format-patch` output (its "From <commit> Mon Sep 17 00:00:00 2001" lines): a diff."""
+    from ktcli.ingest.mail import looks_like_mail
+
+    suffix = PurePath(name).suffix.lower()
+    if not data.startswith(b"From ") or _FORMAT_PATCH.match(data):
+        return False
+    if suffix in (".mbox", ".mbx") or (suffix == ".eml" and _several_mails(data)):
+        return True
+    return kind is None and looks_like_mail(data.split(b"\n", 1)[-1])
+
+
+_FORMAT_PATCH = re.compile(rb"From [0-9a-f]{7,64} Mon Sep 17 00:00:00 2001\r?\n")
+
+
+def _mbox_document(data: bytes, display: str) -> Document:
+    """Each message of a mailbox as an e-mail is read (`ingest.mail`), one after the other,
+    cited by paragraph. Read as text, its base64 bodies and attachments were most of its
+    tokens (and a message in HTML alone was nothing but base64), a subject in another
+    script was "=?utf-8?b?w4Vyc23DtnRlIOKAkw==?=" and a quoted-printable body "K=C3=A4llarsalen"."""
+    from ktcli.ingest.htmltext import html_to_text
+    from ktcli.ingest.mail import MailError, mail_text, mbox_messages
+
+    texts, notes = [], []
+    messages = mbox_messages(data)
+    for number, message in enumerate(messages, start=1):
+        try:
+            text, left_out = mail_text(message, lambda markup: html_to_text(markup, title=False)[0])
+        except MailError as e:
+            notes.append(f"message {number}: {e}")
+            continue
+        texts.append(text.strip("\n"))
+        notes += [f"message {number}: {why}" if len(messages) > 1 else why for why in left_out]
+    if not texts:
+        raise RejectedInput(display, "a mailbox without a message that can be read")
+    doc = _text_document(normalize_text("\n\n".join(texts) + "\n"), display, "markdown", None)
+    left = tuple(Skipped(display, why, part=True) for why in notes)
+    return replace(doc, source_lines=paragraph_numbers(doc.text), unit=PARAGRAPH, left_out=doc.left_out + left)
 
 
 def paragraph_numbers(text: str) -> tuple[int, ...]:

@@ -50,6 +50,14 @@ def holds_several(data: bytes) -> bool:
 
 
 _MBOX_SEPARATOR = re.compile(rb"\n\r?\nFrom \S+ +\S")
+_FROM_LINE = re.compile(rb"(?:\A|\n\r?\n)From \S+ +\S[^\n]*\n")
+_ESCAPED_FROM = re.compile(rb"^>(>*From )", re.MULTILINE)
+
+
+def mbox_messages(data: bytes) -> list[bytes]:
+    """The messages of an mbox, each without its "From " line, a body's escaped ">From "
+    lines as the sender wrote them (mboxrd: one ">" less)."""
+    return [_ESCAPED_FROM.sub(rb"\1", part) for part in _FROM_LINE.split(data) if part.strip()]
 
 
 def mail_text(data: bytes, html_to_text) -> tuple[str, list[str]]:

@@ -169,3 +169,33 @@ def test_what_is_no_single_message_is_not_read_as_one(tmp_path: Path) -> None:
         document_from_bytes(deep, "deep.eml", "deep.eml")
     except InputError as e:
         assert "e-mail" in str(e)
+
+
+def test_an_mbox_is_read_message_by_message(tmp_path: Path) -> None:
+    """Found by a probe: an .mbox was read as raw text: a body in HTML alone was only base64,
+    a subject "=?utf-8?b?...?=", a quoted-printable body "K=C3=A4llarsalen", an attached
+    PDF hundreds of lines of base64."""
+    from email.message import EmailMessage
+    from email import policy
+
+    from ktcli.ingest.loaders import document_from_bytes
+
+    one = EmailMessage()
+    one["From"], one["Date"], one["Subject"] = "Zoë <zoe@example.se>", "Wed, 10 Jan 2024 09:00:00 +0100", "Årsmöte – lokal"
+    one.set_content("The meeting is in the Källarsalen room.\nFrom the desk of the board.\n", cte="quoted-printable")
+    two = EmailMessage()
+    two["From"], two["Subject"] = "Lars <lars@example.se>", "Re: Årsmöte"
+    two.set_content("<p>The auditor is Britt-Marie Sjöholm.</p>", subtype="html", cte="base64")
+    two.add_attachment(b"%PDF-1.4" + bytes(range(256)) * 8, maintype="application", subtype="pdf", filename="scan.pdf")
+    data = b"".join(b"From MAILER-DAEMON Fri Jan 12 08:05:00 2024\n"
+                    + m.as_bytes(policy=policy.default.clone(linesep="\n")).replace(b"\nFrom ", b"\n>From ") + b"\n"
+                    for m in (one, two))
+    for name in ("board.mbox", "board.eml", ""):
+        doc = document_from_bytes(data, name or "<stdin>", name, is_stdin=not name)
+        assert doc.unit == PARAGRAPH, name
+        assert doc.text.startswith("# Årsmöte – lokal\nFrom: Zoë <zoe@example.se>\n"), name
+        assert "Källarsalen room.\nFrom the desk of the board." in doc.text  # mboxrd's ">From " as written
+        assert "# Re: Årsmöte\n" in doc.text and "The auditor is Britt-Marie Sjöholm." in doc.text
+        assert "=?utf-8" not in doc.text and "base64" not in doc.text.lower()
+        assert [s.reason for s in doc.left_out] == [
+            "message 2: attachment scan.pdf (application/pdf) not read: save it and name it to read it"]
