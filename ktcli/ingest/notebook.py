@@ -3,7 +3,8 @@ written, code in fenced blocks, and the text its code printed.
 
 Read as raw JSON, a notebook is mostly escaping, metadata and base64: an 80 KB notebook
 with one plot counted ~72K tokens and pushed a question about it to retrieval over
-chunks of PNG bytes. Images, HTML and other rich outputs are left out and reported; each
+chunks of PNG bytes. Images, HTML and other rich outputs are left out and reported (HTML
+is read where it is all an output shows: a styled table's text is an object's name); each
 text line keeps the line of the .ipynb file it came from (`Document.source_lines`), so
 citations name lines the user can open. nbformat writes one JSON string per source line,
 each on a line of its own; a notebook saved on one line maps every text line to line 1.
@@ -66,6 +67,16 @@ def notebook_text(raw: str) -> tuple[str, tuple[int, ...], int]:
                     # "Name: value" is not a string of the file: cite the line of its value
                     line = finder.line_of(str(output.get("evalue") or output.get("ename") or "Error"))
                     add(["Output:", str(text)], [line, line])
+                elif _shown_html(output) is not None:
+                    # A table shown only in HTML (a pandas Styler, display(HTML(...))): its
+                    # text lines, each at the .ipynb line of the markup line it starts on.
+                    markup = _shown_html(output)
+                    _, markup_at = _source_lines(markup, finder)
+                    shown, starts = _html_text(_joined(markup))
+                    if shown.strip():
+                        out_lines = shown.split("\n")
+                        out_at = [markup_at[min(k, len(markup_at)) - 1] if markup_at else finder.last for k in starts]
+                        add(["Output:", *out_lines], [out_at[0], *out_at])
                 elif _joined(text).strip():
                     # Each printed line keeps the .ipynb line of its own JSON string (a
                     # citation of a printed value opened on the cell's last code line).
@@ -111,8 +122,35 @@ def _output_text(output) -> tuple[list[str] | str, int]:
         return f"{output.get('ename', 'Error')}: {output.get('evalue', '')}", 0
     data = output.get("data") if isinstance(output.get("data"), dict) else {}
     text = next((data[k] for k in TEXT_OUTPUTS if k in data), "")
-    rich = any(k not in TEXT_OUTPUTS for k in data)
+    html = _shown_html(output) is not None
+    rich = any(k not in TEXT_OUTPUTS and not (html and k == "text/html") for k in data)
     return text, int(rich)
+
+
+# What a notebook's front end shows where an object has no text of its own: a pandas
+# Styler's "<pandas.io.formats.style.Styler at 0x7f3a...>", display(HTML(...))'s
+# "<IPython.core.display.HTML object>". Its table is in the output's HTML alone.
+_OBJECT_REPR = re.compile(r"<[\w.]+(?: object)?(?: at 0x[0-9a-fA-F]+)?>")
+
+
+def _shown_html(output):
+    """An output's HTML where it is what the notebook shows and its text/plain says nothing
+    (missing, or an object's repr); else None."""
+    data = output.get("data") if isinstance(output, dict) and isinstance(output.get("data"), dict) else {}
+    html = data.get("text/html")
+    if not _joined(html).strip():
+        return None
+    plain = _joined(data.get("text/plain")).strip()
+    return html if not plain or _OBJECT_REPR.fullmatch(plain) else None
+
+
+def _html_text(markup: str) -> tuple[str, tuple[int, ...]]:
+    from ktcli.ingest.htmltext import html_to_text
+
+    try:
+        return html_to_text(markup, title=False)
+    except ValueError:  # nested past the walk's limit
+        return "", ()
 
 
 _KEYED = re.compile(r'^"[A-Za-z_]+":\s*')

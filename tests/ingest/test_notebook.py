@@ -125,3 +125,34 @@ def test_a_notebook_piped_in_is_read_as_its_cells(tmp_path):
     assert piped.text == named.text and "iVBOR" not in piped.text
     other = document_from_bytes(b'{"cells": "a spreadsheet export", "rows": 3}', "<stdin>", "", is_stdin=True)
     assert other.kind == "stdin" and '"cells"' in other.text  # other JSON stays JSON
+
+
+def test_an_output_shown_only_in_html_is_read() -> None:
+    """Found by a probe: a pandas Styler's table, and display(HTML(...)), were read as their
+    text/plain, "<pandas.io.formats.style.Styler at 0x7f3a2c1b9d50>": the table was lost
+    (said as a rich output left out). Where text/plain has the table, the HTML stays out."""
+    import json
+
+    from ktcli.ingest.notebook import notebook_text
+
+    def output(html, plain):
+        return {"output_type": "execute_result", "metadata": {}, "data": {"text/html": html, "text/plain": plain}}
+
+    nb = {"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {}, "source": ["df.style"], "outputs": [output(
+            ["<style>#T_1 { color: red; }</style>\n", "<table id=\"T_1\">\n",
+             "<tr><th>region</th><th>revenue</th></tr>\n", "<tr><td>Alpine</td><td>4,210</td></tr>\n", "</table>\n"],
+            ["<pandas.io.formats.style.Styler at 0x7f3a2c1b9d50>"])]},
+        {"cell_type": "code", "metadata": {}, "source": ["display(HTML(x))"],
+         "outputs": [output(["<b>Owner:</b> Dana"], ["<IPython.core.display.HTML object>"])]},
+        {"cell_type": "code", "metadata": {}, "source": ["df"],
+         "outputs": [output(["<table><tr><td>x</td></tr></table>"], ["  region\n", "0 Alpine"])]},
+    ]}
+    raw = json.dumps(nb, indent=1)
+    text, lines, rich = notebook_text(raw)
+    assert "Output:\nregion | revenue\nAlpine | 4,210\n" in text and "Output:\nOwner: Dana\n" in text
+    assert "Styler at" not in text and "color: red" not in text and "0 Alpine" in text
+    assert rich == 1  # the third output's HTML, its text read instead
+    file_lines = raw.split("\n")
+    row = text.split("\n").index("Alpine | 4,210")
+    assert "Alpine" in file_lines[lines[row] - 1]
