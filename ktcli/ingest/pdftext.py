@@ -445,7 +445,7 @@ def _rejoin_rows(plain: str, layout: str) -> str:
             out += lines[i : i + len(match.fragments)]
             i += len(match.fragments)
         else:
-            out.append(_CELL_SEPARATOR.join(_join_fragments(cell) for cell in match.cells))
+            out.append(_EMPTY_CELLS.sub("| ", _CELL_SEPARATOR.join(_join_fragments(cell) for cell in match.cells)).strip())
             i += len(match.fragments)
     return "\n".join(out)
 
@@ -454,6 +454,8 @@ def _join_fragments(fragments: list[str]) -> str:
     """A wrapped cell on one line. After a hyphen that ends a fragment within a word
     ("north-" / "east") the text goes on without a space: one word broken at the cell's
     edge, not two."""
+    if not fragments:  # an empty cell (`_with_empty_cells`)
+        return ""
     text = fragments[0]
     for fragment in fragments[1:]:
         broken = len(text) >= 2 and text[-1] == "-" and text[-2].isalpha() and fragment[:1].isalpha()
@@ -483,7 +485,8 @@ def _layout_rows(lines: list[list[_Piece]]) -> dict[tuple[str, ...], list[_Readi
             for n_below in range(len(below) + 1):
                 cells = _row_cells(row, above[:n_above][::-1], below[:n_below])
                 table = not (n_above or n_below) or _table_row(lines, at - n_above, at + n_below, row, cells)
-                reading = _Reading(cells, table, tuple(fragment for cell in cells for fragment in cell))
+                reading = _Reading(_with_empty_cells(lines, at, row, cells), table,
+                                   tuple(fragment for cell in cells for fragment in cell))
                 identity = (tuple(map(tuple, cells)), table)
                 if identity not in seen:
                     seen.add(identity)
@@ -491,6 +494,35 @@ def _layout_rows(lines: list[list[_Piece]]) -> dict[tuple[str, ...], list[_Readi
     for readings in rows.values():
         readings.sort(key=lambda reading: len(reading.fragments), reverse=True)
     return rows
+
+
+# Lines either side of a row looked at for the table's columns (`_with_empty_cells`).
+_COLUMNS_REACH = 3
+_EMPTY_CELLS = re.compile(r"\| {2}(?=\|)")
+
+
+def _with_empty_cells(lines: list[list[_Piece]], at: int, row: list[_Piece], cells: _Cells) -> _Cells:
+    """`row`'s cells with an empty one for each column it leaves blank, where a nearby line
+    (`_COLUMNS_REACH`) has more pieces and each of the row's stands under one of them, in
+    order: a row with an empty cell is a piece short in the layout, and its cells after the
+    gap were read under the headers before it ("Depots | 9.3", its 2022 cell blank, put the
+    2023 figure under 2022). Else `cells` as they are."""
+    for step in (-1, 1):
+        for other in (lines[j] for j in range(at + step, at + step * (_COLUMNS_REACH + 1), step) if 0 <= j < len(lines)):
+            if len(other) <= len(row):
+                continue
+            columns: list[int] = []
+            for piece in row:
+                under = [k for k, column in enumerate(other) if piece.start < column.end and column.start < piece.end]
+                if len(under) != 1 or (columns and under[0] <= columns[-1]):
+                    break
+                columns.append(under[0])
+            else:
+                aligned: _Cells = [[] for _ in range(columns[-1] + 1)]
+                for column, cell in zip(columns, cells):
+                    aligned[column] = cell
+                return aligned
+    return cells
 
 
 def _continuations(row: list[_Piece], lines: Iterable[list[_Piece]], key_may_wrap: bool) -> list[list[tuple[int, str]]]:

@@ -554,6 +554,17 @@ def test_pdf_table_rows_stay_on_one_line(write) -> None:
     ]
 
 
+def test_pdf_table_row_with_an_empty_cell_keeps_its_columns(write) -> None:
+    """A probe's budget table: a row whose 2022 cell is empty read "Depots | 9.3", the 2023
+    figure under 2022. The empty cell is a column of its own, as in the HTML and Word readers."""
+    rows = [["Item", "2022 (EUR m)", "2023 (EUR m)", "Note"], ["Track renewal", "41.2", "47.9", "on plan"],
+            ["Depots", "", "9.3", ""], ["New line", "", "", "from 2024"], ["Total", "41.2", "57.2", ""]]
+    text = load_one(write("t.pdf", make_table_pdf(["Budget by item."], rows, ["Figures are rounded."]))).text
+    assert text.split("\n") == ["Budget by item.", "Item | 2022 (EUR m) | 2023 (EUR m) | Note",
+                                "Track renewal | 41.2 | 47.9 | on plan", "Depots | | 9.3", "New line | | | from 2024",
+                                "Total | 41.2 | 57.2", "Figures are rounded."]
+
+
 def test_pdf_columns_are_not_interleaved(write) -> None:
     """Two columns of short lines (what a table check looks at): each column still reads
     top to bottom, as the plain extraction gives it; no line pairs left with right."""
