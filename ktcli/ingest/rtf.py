@@ -7,7 +7,9 @@ RTF is 7-bit text: groups in braces, control words (`\\par`, `\\b0`), `\\'e9` fo
 of the document's code page (`\\ansicpg1252`), `\\u1046?` for a Unicode character
 followed by `\\uc` fallback characters to skip. Destinations that hold no text of the
 document (font and colour tables, style sheets, document info, pictures, field
-instructions, anything marked `\\*`) are skipped; a field's shown result is read.
+instructions, anything marked `\\*`) are skipped; a field's shown result is read. A
+footnote is read as Word's are: "[^1]" where it is referenced, "[footnote 1: its text]"
+on the line after its paragraph (an endnote, `\\ftnalt`, "[^i]", at the end).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import codecs
 import re
 
 from ktcli.ingest.layout import PARA, Layout, count_of, left_out_notes
+from ktcli.ingest.wordnumbers import roman
 from ktcli.ingest.zipdoc import ZippedText
 
 RTF_MAGIC = b"{\\rtf"
@@ -24,7 +27,7 @@ _SKIPPED = frozenset({
     "fonttbl", "colortbl", "stylesheet", "info", "pict", "fldinst", "themedata", "colorschememapping",
     "datastore", "latentstyles", "listtable", "listoverridetable", "rsidtbl", "generator", "xmlnstbl", "filetbl",
     "revtbl", "pgdsctbl", "objdata", "objclass", "mmathPr", "header", "footer", "headerl", "headerr", "headerf",
-    "footerl", "footerr", "footerf", "footnote", "annotation", "atnid", "atnauthor", "bkmkstart", "bkmkend",
+    "footerl", "footerr", "footerf", "annotation", "atnid", "atnauthor", "bkmkstart", "bkmkend",
     "nonshppict", "sp", "sn", "sv", "template", "wgrffmtfilter", "defchp", "defpap",
 })  # (a shape's text box, \shptxt inside \shpinst, is read; its properties are not)
 # Destinations marked ignorable (\\*) whose text is the document's: a shape's, holding its
@@ -69,6 +72,13 @@ class _Reader:
         self.pictures = 0
         self.skipped_notes = 0
         self.in_table = False  # in a table's paragraph (\intbl up to \pard or \row)
+        # A footnote being read: the stack's depth its group opened at, and the body's line,
+        # cells and table state, put aside while its text is read into `line`.
+        self.note_depth = 0
+        self.body: tuple[list[str], list[str], bool] | None = None
+        self.endnote = False  # the note read is an endnote (\ftnalt)
+        self.n_footnotes = self.n_endnotes = 0
+        self.notes: list[str] = []  # footnotes of the paragraph being read
 
     def read(self, data: bytes) -> None:
         at = 0
@@ -106,11 +116,16 @@ class _Reader:
             self.stack.append(_Group(top.skip, top.uc))
         elif len(self.stack) > 1:
             self.stack.pop()
+            if self.note_depth and len(self.stack) < self.note_depth:
+                self._end_note()
 
     def _word(self, word: str, arg: int | None) -> None:
         group = self.stack[-1]
         if self.destination_next and word in _READ_STARRED:
             self.destination_next = False
+            return
+        if word == "footnote" and not self.destination_next and not group.skip and not self.note_depth:
+            self._start_note()
             return
         if self.destination_next or word in _SKIPPED:
             self.destination_next = False
@@ -133,6 +148,10 @@ class _Reader:
         elif word == "u" and arg is not None:
             self.line.append(chr(arg % 65536))  # signed 16-bit; a pair of surrogates joined in _paragraph
             self.fallback = group.uc
+        elif self.note_depth and word in ("par", "sect", "page", "cell", "nestcell", "row", "line"):
+            self.line.append(" ")  # a note is one line
+        elif word == "ftnalt" and self.note_depth:
+            self.endnote = True
         elif word == "intbl":
             self.in_table = True
         elif word == "pard":
@@ -183,6 +202,8 @@ class _Reader:
             self.pending = bytearray()
 
     def _paragraph(self) -> None:
+        if self.note_depth:  # a note left open at the file's end
+            self._end_note()
         text = _joined(self.line)
         self.line = []
         if self.cells:  # a row's last cell without its \row
@@ -190,6 +211,34 @@ class _Reader:
             self._row()
             return
         self.layout.block(text, PARA)
+        self._flush_notes()
+
+    def _start_note(self) -> None:
+        """`{\\footnote ...}`: its mark where it is referenced, its text read apart."""
+        self.note_depth = len(self.stack)
+        self.body = (self.line, self.cells, self.in_table)
+        self.line, self.cells, self.endnote = [], [], False
+
+    def _end_note(self) -> None:
+        text = " ".join(_joined(self.line).split())
+        self.line, self.cells, self.in_table = self.body or ([], [], False)
+        self.note_depth, self.body = 0, None
+        if self.endnote:
+            self.n_endnotes += 1
+            mark = roman(self.n_endnotes)  # as Word numbers them
+            if text:
+                self.layout.end_note(f"[endnote {mark}: {text}]", self.layout.paragraphs + 1)
+        else:
+            self.n_footnotes += 1
+            mark = str(self.n_footnotes)
+            if text:
+                self.notes.append(f"[footnote {mark}: {text}]")
+        self.line.append(f"[^{mark}]")
+
+    def _flush_notes(self) -> None:
+        for note in self.notes:
+            self.layout.note(note)
+        self.notes = []
 
     def _row(self) -> None:
         if self.line and _joined(self.line).strip():
@@ -198,6 +247,7 @@ class _Reader:
         if any(self.cells):
             self.layout.table_row(self.cells)
         self.cells = []
+        self._flush_notes()
 
 
 def _joined(parts: list[str]) -> str:

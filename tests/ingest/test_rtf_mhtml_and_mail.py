@@ -199,3 +199,18 @@ def test_an_mbox_is_read_message_by_message(tmp_path: Path) -> None:
         assert "=?utf-8" not in doc.text and "base64" not in doc.text.lower()
         assert [s.reason for s in doc.left_out] == [
             "message 2: attachment scan.pdf (application/pdf) not read: save it and name it to read it"]
+
+
+def test_rtf_footnotes_are_read_as_words_are() -> None:
+    """Found by a probe: an RTF footnote was left out ("1 header, footer or note not read")
+    where the Word reader reads them: the venue's caveat was in it."""
+    from ktcli.ingest.rtf import rtf_text
+
+    found = rtf_text(rb"""{\rtf1\ansi{\*\ftnsep \pard\plain {\chftnsep \par}}{\header \pard Board \par}
+\pard The fee is EUR 40{\cs15\super \chftn {\footnote \pard\plain \s16 {\cs15\super \chftn } Paid \b yearly\b0 .\par Second.}} a year.\par
+\trowd\cellx3000\cellx6000\intbl Item{\super\chftn{\footnote\pard{\super\chftn} Cell note.}}\cell 5\cell\row
+\pard Closing{\footnote\ftnalt\pard An endnote.} words.\par
+\pard Last.\par}""")
+    assert found.texts == ["The fee is EUR 40[^1] a year.\n[footnote 1: Paid yearly. Second.]\n\n"
+                           "Item[^2] | 5\n[footnote 2: Cell note.]\n\nClosing[^i] words.\n\nLast.\n\n[endnote i: An endnote.]"]
+    assert found.left_out == ["1 header, footer or note not read"]  # the header
