@@ -16,7 +16,7 @@ import numpy as np
 from ktcli.errors import UsageError
 from ktcli.ingest.sections import document_trails, paged_trails
 from ktcli.ingest.tokens import encoding
-from ktcli.types import Chunk, Corpus, Document, Page, Span
+from ktcli.types import TABLE_TRAIL, Chunk, Corpus, Document, Page, Span
 
 # A chunk may end early at a nicer boundary, but must then hold at least this share of
 # the budget: otherwise a heading every few lines would shred the text into crumbs.
@@ -74,12 +74,16 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
         lines = _split_lines(segment.text)
         code = doc.kind == "code"
         breaks = _break_scores(lines, code=code)
+        records = _record_starts(lines) if segment.number is None and trails.at(1).startswith(TABLE_TRAIL) else None
+        if records is not None:  # a CSV row is a paragraph, its quoted cells' line breaks inside it
+            breaks = [2 if record else 0 for record in records]
         for k, _ in segment.headings:  # a PDF's headings (`pdf_headings`): where its sections start
             if k < len(breaks):
                 breaks[k] = 3
         # (a page's last chunk filled out: one per page, a PDF has a short tail on most of them)
         fill_last = segment.number is not None and doc.kind == "pdf"
-        for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens, fill_last):
+        for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens, fill_last,
+                                  records):
             # a piece of a split long line: cited with its characters (`Span.chars`)
             piece_of_line = piece.char_start > 0 or (piece.end - piece.start == 1
                                                      and len(piece.text) < len(lines[piece.start]))
@@ -159,9 +163,23 @@ def _break_scores(lines: list[str], *, code: bool) -> list[int]:
     return scores
 
 
+def _record_starts(lines: list[str]) -> list[bool] | None:
+    """For a CSV or TSV table, whether each line starts a row: not inside a quoted cell
+    that holds line breaks ("Line A\nLine B"). Chunked by lines, 85 of a probe's 86 chunks
+    of tickets began inside a row, its ticket number in the chunk before. None where no
+    cell holds a line break (every line a row)."""
+    starts, inside = [], False
+    for line in lines:
+        starts.append(not inside)
+        inside ^= line.count('"') % 2 == 1
+    return None if all(starts) or inside else starts  # (a quote left open: not CSV quoting)
+
+
 def _chunk_lines(
-    lines: list[str], tokens: list[int], breaks: list[int], budget: int, overlap: int, fill_last: bool = False
+    lines: list[str], tokens: list[int], breaks: list[int], budget: int, overlap: int, fill_last: bool = False,
+    records: list[bool] | None = None,
 ) -> list[_Piece]:
+    """`records`: where a chunk may start (a table's rows), else anywhere."""
     n = len(lines)
     cum = [0, *accumulate(tokens)]  # cum[k] = tokens of lines [0, k)
     pieces: list[_Piece] = []
@@ -177,6 +195,8 @@ def _chunk_lines(
         pieces.append(_Piece(start, end, "\n".join(lines[start:end]), cum[end] - cum[start]))
         prev_end = end
         start = _overlap_start(cum, tokens, start, end, budget, overlap) if end < n else n
+        while records is not None and start < end and not records[start]:
+            start += 1  # its overlap from the start of a row
         if fill_last and start < n:
             start = _last_start(cum, tokens, breaks, pieces[-1].start, start, budget)
     return pieces

@@ -326,3 +326,18 @@ def test_a_last_chunk_holds_more_than_a_tail_of_a_few_lines():
     # a file's one tail is left as it was (filled out, a code file's repeated the chunk before it)
     plain = chunk_document(doc_of(text + "\n"), chunk_tokens=64, overlap_tokens=8)
     assert plain[-1].n_tokens < 32
+
+
+def test_csv_rows_with_line_breaks_in_quoted_cells_are_not_cut() -> None:
+    """A probe's tickets, each description three lines in a quoted cell: 85 of 86 chunks
+    began inside a row ("Line B: ... error E006"), its ticket number in the chunk before."""
+    rows = ["ticket,customer,description"] + [
+        f'T{i:04d},Customer {i},"Line A of ticket {i}.\nLine B: error E{i:03d}.\nLine C: closed by ""Ava""."'
+        for i in range(300)]
+    doc = doc_of("\n".join(rows) + "\n", path="tickets.csv")
+    chunks = chunk_document(doc, chunk_tokens=128, overlap_tokens=16)
+    check_invariants(doc, chunks, 128, 16)
+    assert len(chunks) > 10
+    for chunk in chunks:
+        assert chunk.text.startswith(("T0", "ticket,")), chunk.text[:40]
+        assert chunk.text.endswith('""Ava""."'), chunk.text[-40:]
