@@ -26,6 +26,8 @@ from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Spa
 _WORD = (r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|(?<![\d,])\d+,\d{{1,2}}(?![\d,.])"
          r"|\d+(?:\.\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
+_CAMEL = re.compile(r"[a-z][A-Z]")
+_IDENTIFIER_PIECE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # as `retrieval.lexical` splits them
 # Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
 # full stop and Arabic's question mark (a two-fact Hindi answer was one sentence: one cited)
 _SENTENCE = re.compile(r"(?<=[.!?\u0964\u06d4\u061f])\s+|(?<=[。！？])|\n+")
@@ -47,12 +49,16 @@ def _word_pattern() -> re.Pattern[str]:
     return re.compile(_WORD.format(marks=combining_marks()))
 
 
-def terms(text: str) -> list[str]:
+def terms(text: str, pieces: bool = False) -> list[str]:
+    """`pieces`: an identifier's words too (`pool_size`, `poolSize`: pool, size), as the
+    index has them."""
     out: list[str] = []
     for m in _word_pattern().finditer(fold(text)):  # matched as the index matches: "ﬁnancial" is "financial"
         word = m.group(0)
         cjk = cjk_terms(word)  # Chinese, Japanese, Korean: character pairs, as the index has them
         out.extend(cjk if cjk is not None else [word.lower()])
+        if pieces and cjk is None and word.isascii() and ("_" in word or _CAMEL.search(word)):
+            out.extend(piece.lower() for piece in _IDENTIFIER_PIECE.findall(word) if piece.lower() != word.lower())
     return [w for w in out if w not in _STOP and len(w) > 1]
 
 
@@ -236,11 +242,13 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     that restates ktcli's own instructions (`restates_instructions`) is no claim to cite."""
     # joined by line breaks: a sentence split keeps list items apart (`by_sentence`)
     text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if not restates_instructions(s))
-    wanted = set(terms(text))
+    # (an identifier's words too: a config's `"pool_size": 25` is the answer "The pool size
+    # is 25.", cited nowhere with "25" its one shared word)
+    wanted = set(terms(text, pieces=True))
     if not wanted or not evidence:
         return []
     lines = [line for chunk in evidence for line in _lines(chunk)]
-    line_terms = [set(terms(f"{line.text} {line.header}")) for line in lines]
+    line_terms = [set(terms(f"{line.text} {line.header}", pieces=True)) for line in lines]
     running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)
@@ -263,7 +271,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     picks: list[tuple[float, int]] = []
     if by_sentence:
         for sentence in _SENTENCE.split(text):
-            words = set(terms(sentence))
+            words = set(terms(sentence, pieces=True))
             s, i, hits = min(scored(words), key=best_first) if len(words) >= 2 else (0.0, 0, 0)
             if hits >= 2:  # one shared word is coincidence
                 picks.append((s, i))

@@ -325,3 +325,12 @@ def test_a_row_quoted_with_its_columns_names_is_cited_to_the_row_not_the_header(
                                    "", "", "", "", "The chair is out of stock."])
     top = attribute("Item: Desk, Price: 210 EUR, Stock: 5", [table])[0]
     assert top.span.line_start <= 7 <= top.span.line_end and top.span.line_start > 4
+
+
+def test_a_config_key_is_cited_for_the_words_it_joins():
+    # A probe: "The database pool size is 25." about a JSON config was cited nowhere: its
+    # line `"pool_size": 25,` shared only "25" with it (the index splits identifiers; this did not).
+    config = chunk("billing.json", 1, ['{', '  "database": {', '    "host": "db-prod-7.internal",', '    "pool_size": 25,',
+                                       '    "timeoutMs": 1500', '  }', '}'])
+    assert [c.ref for c in attribute("The database pool size is 25.", [config], context=0)] == ["billing.json:4"]
+    assert [c.ref for c in attribute("The timeout is 1500 ms.", [config], context=0)] == ["billing.json:5"]
