@@ -79,8 +79,10 @@ def _message(message: EmailMessage, lines: list[str], left_out: list[str], html_
     if depth > MAX_DEPTH:
         left_out.append("messages forwarded more than 8 deep")
         return
+    # The subject heads the message, named as the other headers are: as a bare heading, a
+    # question about "the subject" of a mail found no line that said so.
     subject = _header(message, "Subject")
-    lines.append(f"{'#' * level} {subject or '(no subject)'}")
+    lines.append(f"{'#' * level} Subject: {subject or '(none)'}")
     for name in _SHOWN_HEADERS:
         value = _header(message, name)
         if value:

@@ -104,7 +104,10 @@ def _with_table_headers(trails: SectionIndex, lines: list[str]) -> SectionIndex:
         if bisect_left(starts, end) > bisect_left(starts, body):
             continue  # a heading inside a table's rows: none in practice
         above = trails.at(first)
-        marks.append((body, f"{above}{SECTION_SEPARATOR if above else ''}{TABLE_TRAIL}{lines[first].strip()}"))
+        # the header's cells as the readers join them: a Markdown header padded to its column
+        # widths named the section "| Status     | Notes                 |"
+        header = " | ".join(row_cells(lines[first]))
+        marks.append((body, f"{above}{SECTION_SEPARATOR if above else ''}{TABLE_TRAIL}{header}"))
         after = bisect_left(starts, end)
         if end < len(lines) and (after == len(starts) or starts[after] != end):  # the section goes on after it
             marks.append((end, trails.at(end)))

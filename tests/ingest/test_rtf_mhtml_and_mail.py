@@ -98,7 +98,7 @@ def test_only_a_saved_page_is_read_as_mhtml(tmp_path: Path) -> None:
     (tmp_path / "approval.eml").write_text(mail)
     docs = {Path(d.path).name: d for d in load_corpus([str(tmp_path)]).documents}
     assert docs["snap.py"].kind == "code" and docs["notes.md"].kind == "markdown"
-    assert docs["approval.eml"].text.startswith("# Budget\nFrom: ann@example.com")  # an e-mail, headers kept
+    assert docs["approval.eml"].text.startswith("# Subject: Budget\nFrom: ann@example.com")  # an e-mail, headers kept
 
 
 def _message() -> bytes:
@@ -128,11 +128,11 @@ def test_an_email_reads_as_a_mail_program_shows_it(tmp_path: Path) -> None:
     corpus = load_corpus([str(tmp_path / "thread.eml")])
     doc = corpus.documents[0]
     lines = doc.text.split("\n")
-    assert lines[:4] == ["# Revised price for the harbour lamps", "From: Ana Ruiz <ana@example.com>",
+    assert lines[:4] == ["# Subject: Revised price for the harbour lamps", "From: Ana Ruiz <ana@example.com>",
                          "To: Bo Lund <bo@example.com>", "Date: Tue, 05 Mar 2024 10:00:00 +0100"]
     assert "the revised price is EUR 410,000 for all three lamps." in doc.text and "<b>" not in doc.text  # the plain body
     assert "## Attachment: breakdown.txt\n\nLamp 1: 140,000" in doc.text
-    assert "## Old quote\nFrom: Cy <cy@example.com>\n\nThe old price was EUR 450,000." in doc.text
+    assert "## Subject: Old quote\nFrom: Cy <cy@example.com>\n\nThe old price was EUR 450,000." in doc.text
     assert "base64" not in doc.text.lower() and "=\n" not in doc.text
     assert doc.unit == PARAGRAPH
     assert [s.reason for s in corpus.skipped] == [
@@ -193,9 +193,9 @@ def test_an_mbox_is_read_message_by_message(tmp_path: Path) -> None:
     for name in ("board.mbox", "board.eml", ""):
         doc = document_from_bytes(data, name or "<stdin>", name, is_stdin=not name)
         assert doc.unit == PARAGRAPH, name
-        assert doc.text.startswith("# Årsmöte – lokal\nFrom: Zoë <zoe@example.se>\n"), name
+        assert doc.text.startswith("# Subject: Årsmöte – lokal\nFrom: Zoë <zoe@example.se>\n"), name
         assert "Källarsalen room.\nFrom the desk of the board." in doc.text  # mboxrd's ">From " as written
-        assert "# Re: Årsmöte\n" in doc.text and "The auditor is Britt-Marie Sjöholm." in doc.text
+        assert "# Subject: Re: Årsmöte\n" in doc.text and "The auditor is Britt-Marie Sjöholm." in doc.text
         assert "=?utf-8" not in doc.text and "base64" not in doc.text.lower()
         assert [s.reason for s in doc.left_out] == [
             "message 2: attachment scan.pdf (application/pdf) not read: save it and name it to read it"]

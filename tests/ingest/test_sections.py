@@ -302,7 +302,9 @@ def test_a_word_tables_rows_carry_its_header_row_under_their_section():
     # Markdown's pipe tables, past their rule row; a text file's pipes are not read as tables
     md = "\n".join(["| Lane | Rate |", "|---|---|", *[f"| City {i} | {i} |" for i in range(6)]]) + "\n"
     trails = document_trails("t.md", "markdown", md.split("\n"))
-    assert trails.at(1) == "" and trails.at(2) == "columns: | Lane | Rate |"
+    assert trails.at(1) == "" and trails.at(2) == "columns: Lane | Rate"
+    padded = md.replace("| Lane | Rate |", "| Lane       | Rate     |")  # padded to its columns' width
+    assert document_trails("t.md", "markdown", padded.split("\n")).at(2) == "columns: Lane | Rate"
     assert document_trails("t.txt", "text", md.split("\n")).at(3) == ""
     small = "\n".join(["Duty | When", "Wind the clock | noon", "Polish the brass | Fridays"])  # in one chunk with its header
     assert document_trails("m.docx", "docx", small.split("\n")).at(2) == ""
