@@ -14,7 +14,8 @@ from ktcli.pipeline.indexing import build_index, embedder_for
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
-from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
+from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbours, pack, refit, refuse_named_full,
+                                    source_order)
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.retrieval.symbols import changed_names
@@ -72,7 +73,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         reporter.warn("no passage holds a word of the question, and the embedder reads the question or the documents "
                       "as letters, not words: the passages read are a guess (ask in the documents' language)")
     doc_rank = {d.path: i for i, d in enumerate(prep.corpus.documents)}
-    ordered = source_order([h.chunk for h in hits], doc_rank)
+    ordered = across_page_breaks(source_order([h.chunk for h in hits], doc_rank), prep.chunks, backend.count_tokens)
     budget = prep.plan.evidence_budget
     passages = merge_neighbours(ordered, budget, backend.count_tokens)
     written = max(params.max_new_tokens, MEMORY_TOKENS)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from ktcli.errors import UsageError
@@ -23,6 +24,69 @@ def refuse_named_full(mode: str, prompt_tokens: int, window: int, answer_tokens:
 def source_order(chunks: list[Chunk], doc_rank: dict[str, int]) -> list[Chunk]:
     """Sort by document (in corpus order) then position inside it."""
     return sorted(chunks, key=lambda c: (doc_rank.get(c.doc_path, 1 << 30), c.ordinal))
+
+
+# A line that holds a sentence's end: a stop, maybe closed by quotes or brackets, before a
+# space or the line's end.
+_SENTENCE_END = re.compile(r"[.!?。！？][\"'”’)\]]*(?:\s|$)")
+_ENDS_SENTENCE = tuple(".!?:;\"'”’»)。！？")
+_MAX_CARRIED_LINES = 3  # of a sentence's other half carried over a page break
+
+
+def across_page_breaks(passages: list[Chunk], chunks: Sequence[Chunk], count: Callable[[str], int]) -> list[Chunk]:
+    """`passages` (in source order), each PDF page's last chunk that stops mid-sentence
+    with the next page's lines up to that sentence's end, and each page's first chunk that
+    starts mid-sentence with the previous page's lines from its start (up to
+    _MAX_CARRIED_LINES; none where the other half is not found so near). A PDF's chunks
+    stay within a page, so a sentence over a page break was cut in two, and the model read
+    "... the lease was signed by the" without "board on 3 March." Where the neighbouring
+    chunk is retrieved too, both are read in a row and nothing is carried. The passage
+    keeps its page (a citation names the page most of it is on)."""
+    retrieved = {(c.doc_path, c.ordinal) for c in passages}
+    by_key: dict[tuple[str, int], Chunk] | None = None
+    out = []
+    for chunk in passages:
+        if chunk.span.page is None or chunk.span.unit or not _whole_lines(chunk):
+            out.append(chunk)  # not a PDF's page (an EPUB's chapter, a Word file's ¶s)
+            continue
+        if by_key is None:
+            by_key = {(c.doc_path, c.ordinal): c for c in chunks if c.span.page is not None}
+        after = by_key.get((chunk.doc_path, chunk.ordinal + 1))
+        before = by_key.get((chunk.doc_path, chunk.ordinal - 1))
+        if after is not None and (chunk.doc_path, after.ordinal) not in retrieved and _continues(chunk, after):
+            lines = after.text.split("\n")
+            carried = next((k + 1 for k, line in enumerate(lines[:_MAX_CARRIED_LINES]) if _SENTENCE_END.search(line)), 0)
+            if carried:
+                text = chunk.text + "\n" + "\n".join(lines[:carried])
+                chunk = replace(chunk, text=text, n_tokens=count(text),
+                                span=replace(chunk.span, line_end=chunk.span.line_end + carried))  # type: ignore[operator]
+        if before is not None and (chunk.doc_path, before.ordinal) not in retrieved and _continues(before, chunk):
+            lines = before.text.split("\n")
+            tail = lines[-_MAX_CARRIED_LINES:]
+            # from the line after the last one that ends a sentence (that line itself where a
+            # sentence starts within it)
+            ends = [k for k, line in enumerate(tail) if _SENTENCE_END.search(line)]
+            if ends:
+                k = ends[-1] if not tail[ends[-1]].rstrip().endswith(_ENDS_SENTENCE) else ends[-1] + 1
+                carried = tail[k:]
+                if carried:
+                    text = "\n".join(carried) + "\n" + chunk.text
+                    chunk = replace(chunk, text=text, n_tokens=count(text),
+                                    span=replace(chunk.span, line_start=chunk.span.line_start - len(carried)))  # type: ignore[operator]
+        out.append(chunk)
+    return out
+
+
+def _continues(a: Chunk, b: Chunk) -> bool:
+    """Whether `b`, the first chunk of the page after `a`'s, goes on with a sentence that
+    `a`, the last of its page, leaves open: `a`'s last line ends without a stop (and is no
+    table row), `b`'s first starts in lower case, and their lines follow each other."""
+    if b.span.page != (a.span.page or 0) + 1 or not (_whole_lines(a) and _whole_lines(b)):
+        return False
+    if b.span.line_start != a.span.line_end + 1:  # type: ignore[operator]
+        return False
+    last, first = a.text.rstrip().rpartition("\n")[2].rstrip(), b.text.lstrip().partition("\n")[0]
+    return bool(last) and not last.endswith(_ENDS_SENTENCE) and " | " not in last and first[:1].islower()
 
 
 def merge_neighbours(chunks: list[Chunk], max_tokens: int, count: Callable[[str], int]) -> list[Chunk]:

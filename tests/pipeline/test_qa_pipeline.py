@@ -772,3 +772,22 @@ def test_ctrl_c_while_the_summary_streams_keeps_the_part_shown(haystack, tmp_pat
     # (read whole, its 6 documents are summarized one by one, each under its path)
     assert caught.answer.text == (f"## {haystack / 'part0.txt'}\n" if mode == "full" else "") + "The museum opens at nine"
     assert caught.answer.citations  # its Sources, as a finished summary has
+
+
+def test_a_passage_that_ends_its_pdf_page_mid_sentence_is_read_with_the_sentences_end(tmp_path):
+    """A real PDF whose answer runs over a page break: the retrieved chunk of page 2 ends
+    "... was set by the", and the model reads "curator on Monday." from page 3 with it."""
+    from tests.ingest.fixtures import make_text_pdf
+
+    filler = [[f"Hall {p}-{i} shows maps, clocks and lamps of the old harbour town." for i in range(40)] for p in range(4)]
+    filler[1] += ["Late that week the vault combination was changed and set by the"]
+    filler[2] = ["curator to 31-07-1999 on Monday evening.", *filler[2]]
+    pdf = tmp_path / "report.pdf"
+    pdf.write_bytes(make_text_pdf(filler))
+    settings = settings_for(tmp_path, top_k=1)
+    prep = prepare([str(pdf)], "Who changed and set the vault combination?", "ask", settings, NullReporter())
+    backend = FakeBackend()
+    answer_question(prep, backend, settings, NullReporter(), Tally())
+    prompt = backend.calls[-1][-1]["content"]
+    assert "set by the\ncurator to 31-07-1999 on Monday evening." in prompt
+    assert 'ref="' + str(pdf) + ' p.2"' in prompt  # read as page 2's passage, where the sentence starts

@@ -118,3 +118,38 @@ def test_pieces_of_a_line_that_repeats_lose_nothing_when_joined():
         doc = document_from_bytes((line + "\n").encode(), "r.txt", "r.txt")
         merged = merge_neighbours(chunk_document(doc), 10**9, count)
         assert [m.text for m in merged] == [line]  # neither lost nor read twice
+
+
+def paged(ordinal, page, start, lines, unit=""):
+    return Chunk("r.pdf", ordinal, "\n".join(lines), Span("r.pdf", start, start + len(lines) - 1, page, unit), len(lines))
+
+
+def test_a_sentence_over_a_page_break_is_read_whole_from_either_half():
+    """A PDF's chunks stay within a page: a sentence running on to the next was cut in two,
+    and a passage read "... signed by the" without "board on 3 March."."""
+    from ktcli.pipeline.windows import across_page_breaks
+
+    p5 = paged(0, 5, 1, ["Rent is due monthly.", "The lease was signed by the"])
+    p6 = paged(1, 6, 3, ["board on 3 March. It runs", "for ten years.", "Tenants may sublet."])
+    p7 = paged(2, 7, 6, ["Parking is free."])
+    chunks = [p5, p6, p7]
+    (end,) = across_page_breaks([p5], chunks, count)
+    assert end.text == "Rent is due monthly.\nThe lease was signed by the\nboard on 3 March. It runs"
+    assert (end.span.page, end.span.line_start, end.span.line_end) == (5, 1, 3)  # its lines, on its page
+    assert end.n_tokens == count(end.text)
+    (start,) = across_page_breaks([p6], chunks, count)
+    assert start.text == "The lease was signed by the\nboard on 3 March. It runs\nfor ten years.\nTenants may sublet."
+    assert (start.span.page, start.span.line_start, start.span.line_end) == (6, 2, 5)
+    assert across_page_breaks([p5, p6], chunks, count) == [p5, p6]  # both read, in a row: nothing carried
+    assert across_page_breaks([p7], chunks, count) == [p7]  # "Tenants may sublet." ended its sentence
+    # A next page in capitals (a heading, a new paragraph), a table row, a gap of pages,
+    # a sentence not ended within three lines, an EPUB's chapters: left as they are.
+    capital = paged(1, 6, 3, ["Board minutes follow."])
+    assert across_page_breaks([p5], [p5, capital], count) == [p5]
+    row = paged(0, 5, 1, ["Lamp | 40 EUR | in stock"])
+    assert across_page_breaks([row], [row, p6], count) == [row]
+    assert across_page_breaks([p5], [p5, paged(1, 7, 3, ["board on 3 March."])], count) == [p5]
+    endless = paged(1, 6, 3, ["board", "on", "3", "March."])
+    assert across_page_breaks([p5], [p5, endless], count) == [p5]
+    chapters = [paged(0, 5, 1, ["signed by the"], "chapter"), paged(1, 6, 2, ["board on 3 March."], "chapter")]
+    assert across_page_breaks(chapters[:1], chapters, count) == chapters[:1]
