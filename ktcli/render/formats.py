@@ -202,8 +202,12 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     if plan.mode.value == "retrieval":
         lines.append(f"chunks      {plan.n_chunks:,}" + (f", top {plan.top_k} retrieved" if plan.top_k else ""))
         lines.append(f"windows     {plan.n_windows} of up to {plan.evidence_budget:,} evidence tokens")
-    if plan.mode.value == "sparse" or plan.kv_dtype not in ("model", "auto"):
-        lines.append(f"kv cache    {plan.kv_dtype} pages, {plan.attention} attention")
+    # --attention topk alone (full or retrieval) reads the model's own pages under a sparse
+    # policy: said too, not left for the user to guess from the estimate
+    if plan.mode.value == "sparse" or plan.kv_dtype not in ("model", "auto") \
+            or plan.attention not in ("dense", "auto", ""):
+        pages = plan.kv_dtype if plan.kv_dtype not in ("model", "auto") else "the model's default"
+        lines.append(f"kv cache    {pages} pages, {plan.attention} attention")
     if plan.outline_files:
         lines.append(f"reads       ~{plan.read_tokens:,} tokens: {plan.outline_files} file(s) as outlines")
     if plan.cached_tokens:

@@ -173,3 +173,10 @@ def test_a_summary_in_parts_is_said_to_read_every_chunk():
     assert plan_lines(plan)[0] == ("mode        retrieval (a summary in parts: every chunk read, window by window, "
                                    "notes passed on, then the summary)")
     assert plan_lines(replace(plan, task="ask"))[0] == "mode        retrieval"
+
+
+def test_a_sparse_policy_in_the_window_is_shown_in_the_plan():
+    plan = _answer().plan
+    assert not any(line.startswith("kv cache") for line in plan_lines(plan))  # dense, the model's pages
+    assert "kv cache    the model's default pages, topk:8 attention" in plan_lines(replace(plan, attention="topk:8"))
+    assert "kv cache    int4 pages, dense attention" in plan_lines(replace(plan, kv_dtype="int4"))
