@@ -417,9 +417,13 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
         raise UsageError(_DENSE_PAST_WINDOW)
     ok = [p for p in sparse if not req.memory_budget or p.est_memory_bytes <= req.memory_budget]
     if not ok:
+        least = min(sparse, key=lambda p: p.est_memory_bytes)
+        # "even at fp32" said of the one dtype asked for read as if fp32 were the smallest
+        asked = req.kv_dtype not in ("auto", "", "model")
+        how = (f"with the {least.kv_dtype} pages asked for (--kv-dtype int4 pages take the least)" if asked
+               else f"even at {least.kv_dtype}")
         raise OutOfMemoryError(
-            f"--mode sparse needs ~{_gb(min(p.est_memory_bytes for p in sparse))} even at "
-            f"{min(sparse, key=lambda p: p.est_memory_bytes).kv_dtype}, over the --max-memory budget of {_gb(req.memory_budget)}"
+            f"--mode sparse needs ~{_gb(least.est_memory_bytes)} {how}, over the --max-memory budget of {_gb(req.memory_budget)}"
         )
     # Most preferred first, unless the prompt cache holds most of this input's pages of
     # another kind: read back, a minutes-long prefill takes seconds (a shared start of a

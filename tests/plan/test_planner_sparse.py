@@ -36,8 +36,11 @@ def test_memory_budget_pushes_sparse_to_int4():
     int4 = make_plan(req(mode="sparse", kv_dtype="int4"), SMOL, RATES).est_memory_bytes
     plan = make_plan(req(mode="sparse", memory_budget=(int8 + int4) // 2), SMOL, RATES)
     assert plan.kv_dtype == "int4"
-    with pytest.raises(OutOfMemoryError):
+    with pytest.raises(OutOfMemoryError, match="even at int4"):
         make_plan(req(mode="sparse", memory_budget=int4 // 2), SMOL, RATES)
+    # the one dtype asked for is not "even at" it: the smaller pages are named instead
+    with pytest.raises(OutOfMemoryError, match=r"with the fp32 pages asked for \(--kv-dtype int4"):
+        make_plan(req(mode="sparse", kv_dtype="fp32", memory_budget=int8), SMOL, RATES)
 
 
 def test_auto_reads_long_input_whole_within_latency_budget():
