@@ -91,7 +91,7 @@ Threads = Annotated[Optional[int], typer.Option("--threads", metavar="N", help="
 Weights = Annotated[Optional[str], typer.Option("--weights", metavar="DTYPE", help="Weight dtype: auto (int8 on CPU, bf16 on GPU), fp32, bf16, fp16 or int8 (CPU only).")]
 Device = Annotated[Optional[str], typer.Option("--device", metavar="DEVICE", help="auto (cuda when a GPU is visible, else cpu), cpu or cuda (ktcli engine).")]
 MaxMemory = Annotated[Optional[str], typer.Option("--max-memory", metavar="SIZE", help="Memory budget, e.g. 4GB (default: 80% of the memory free).")]
-MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", metavar="SECONDS", help="Latency budget the planner aims for; a target, not a deadline (default 600 s for reading a whole input sparse or every line of a summary, none otherwise).")]
+MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", metavar="SECONDS", help="Latency budget the planner aims for; a target, not a deadline (default 600 s for reading a whole input, full or sparse, or every line of a summary; none otherwise).")]
 Temperature = Annotated[Optional[float], typer.Option("--temperature", metavar="T", help=f"Sampling temperature; 0 is greedy (default {_D.temperature:g}).")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", metavar="BACKEND", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]

@@ -53,6 +53,10 @@ HELD_SHARE = 0.5
 # A sparse read's window (its KV pages, all allocated up front) leaves this much room past
 # the estimated prompt and answer: the token estimate errs long, but not always.
 SPARSE_WINDOW_MARGIN = 2048
+# Without --max-seconds, auto reads an input whole in the window (full) when that takes at
+# most this long, or retrieval is no quicker: a window widened by --rope-scaling yarn:8 took
+# a 60K-token input whole, planned at ~83 minutes, where retrieval took ~45 s.
+FULL_DEFAULT_SECONDS = 600.0
 # A summary whose every line would take longer than this to read (without --max-seconds)
 # reads its code files and long prose as outlines (`ingest.outline`), when that is faster.
 SUMMARY_DEFAULT_SECONDS = 600.0
@@ -347,6 +351,10 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         elif req.max_seconds and full.est_seconds > req.max_seconds and retrieval.est_seconds < full.est_seconds:
             chosen = retrieval
             reasons.append(f"but full needs ~{full.est_seconds:.0f}s > budget {req.max_seconds:.0f}s")
+        elif not req.max_seconds and full.est_seconds > FULL_DEFAULT_SECONDS and retrieval.est_seconds < full.est_seconds:
+            chosen = retrieval
+            reasons.append(f"but full needs ~{full.est_seconds:.0f}s > the {FULL_DEFAULT_SECONDS:.0f}s default budget "
+                           "(--mode full reads it whole all the same)")
     else:
         reasons.append(_does_not_fit(req, facts, full_tokens))
         if retrieval is None:

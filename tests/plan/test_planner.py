@@ -75,6 +75,24 @@ def test_latency_budget_prefers_retrieval_when_faster():
     assert any("budget" in r for r in plan.reasons)
 
 
+def test_a_whole_read_over_the_default_budget_gives_way_to_a_quicker_retrieval():
+    """A window widened by --rope-scaling yarn:8 held a 60K-token input, and auto read it
+    whole, planned at ~83 minutes, where retrieval took ~45 s. Without --max-seconds a full
+    read is held to the default budget too; --mode full still reads it whole."""
+    from ktcli.plan.planner import FULL_DEFAULT_SECONDS
+
+    wide = replace(SMOL, context_window=65536)
+    slow = replace(RATES, prefill_tok_s=15)  # 60K tokens: ~67 minutes of prefill
+    plan = make_plan(req(corpus_tokens=60_000, n_chunks=250), wide, slow)
+    assert plan.mode is Mode.RETRIEVAL
+    assert any(f"> the {FULL_DEFAULT_SECONDS:.0f}s default budget" in r for r in plan.reasons)
+    assert plan.alternatives[0]["mode"] == "full"  # still offered
+    assert make_plan(req(corpus_tokens=60_000, n_chunks=250, mode="full"), wide, slow).mode is Mode.FULL
+    # within the default budget (4K tokens: under 5 minutes), or asked for with a budget it meets: read whole
+    assert make_plan(req(corpus_tokens=4_000, n_chunks=16), wide, slow).mode is Mode.FULL
+    assert make_plan(req(corpus_tokens=60_000, n_chunks=250, max_seconds=9000), wide, slow).mode is Mode.FULL
+
+
 def test_a_prompt_in_the_prompt_cache_is_not_counted_as_prefill():
     """7K tokens at 150 tok/s is ~47 s of prefill: over a 20 s budget, unless the engine
     will read 6.9K of them back from the prompt cache, which makes the whole read fit it."""
