@@ -305,6 +305,7 @@ class Engine:
         match = self.prefix.longest(s.token_ids[: s.prompt_len])
         if match is None:
             return
+        s.held = match.n_tokens
         n = kv.reusable_prefix(match.n_tokens, s.prompt_len, self.prefill_chunk, getattr(kv, "min_last_chunk", 0))
         if n < self.prefix.min_reuse:
             return
@@ -318,7 +319,8 @@ class Engine:
             if layers != kv.n_layers:
                 raise ValueError("too few layers")
         except (OSError, ValueError):
-            return  # a damaged entry: the prompt is prefilled whole (rows written are overwritten)
+            s.held = 0  # a damaged entry holds nothing: kept afresh
+            return  # the prompt is prefilled whole (rows written are overwritten)
         s.num_cached = s.reused = s.aligned = n
         elapsed = time.perf_counter() - t0
         self.stats.reused_tokens += n
@@ -499,9 +501,12 @@ class Engine:
             if s.num_cached == s.num_tokens:
                 done.append(s)
                 rows.append(i)
-                # A prompt just cached whole, most of what an entry keeps computed now: worth one.
+                # A prompt just cached whole, most of what an entry keeps new to the store: worth
+                # one. New to the store, not to this run: a sparse read keeps whole chunks, so
+                # every question wrote its own copy of the document's pages (158 MB each for a
+                # 12K-token one) for the one chunk that held its first words.
                 if (self._keep_prompts and self.prefix is not None and s.num_generated == 0
-                        and self._keepable(s) - s.reused >= self.prefix.min_tokens):
+                        and self._keepable(s) - max(s.reused, s.held) >= self.prefix.min_tokens):
                     s.keep_prompt = True
             if s.num_generated == 0 or n > 1:
                 self.stats.prefill_tokens += n

@@ -25,6 +25,9 @@ class Sequence:
     block_table: list[int] = field(default_factory=list)
     num_cached: int = 0  # tokens whose K/V are in the cache
     reused: int = 0  # of them, prompt tokens whose K/V were read from the prefix store
+    # Leading prompt tokens the prefix store's best entry holds already, whether or not they
+    # could be read back (a sparse read takes whole chunks, short of the question's)
+    held: int = 0
     keep_prompt: bool = False  # write the prompt's K/V to the prefix store when it leaves
     # Leading prompt tokens prefilled in whole chunks from position 0, none of them the
     # prompt's last chunk: where rows depend on the chunks (quantized pages), the rows a

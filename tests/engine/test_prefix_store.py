@@ -406,6 +406,30 @@ def test_reused_pages_give_the_tokens_of_a_fresh_prefill(tiny_models, tmp_path, 
     assert st.reused_tokens == kept and again == first
 
 
+def test_a_new_question_about_a_held_document_writes_no_copy_of_its_pages(tiny_models, tmp_path):
+    """A sparse read keeps whole chunks, the last of them holding the question's first
+    words: measured against what it could read back (the chunks before), every question
+    was worth an entry of its own, a copy of the document's pages (5 questions about a
+    12K-token document: five 158 MB entries). Measured against what the store holds, it
+    adds a chunk's part of a question: no entry; the document's pages are read back all
+    the same."""
+    folder = tiny_models["llama"]
+    g = torch.Generator().manual_seed(12)
+    document = torch.randint(0, 256, (300,), generator=g).tolist()
+    questions = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (40, 52)]
+    cached = NativeBackend.load(folder, weights="fp32", kv_dtype="int8", attention="window", block_size=16,
+                                prefill_chunk=64, kv_budget_bytes=16 << 20, prefix_cache=tmp_path)
+    cached.engine.prefix.min_reuse, cached.engine.prefix.min_tokens = 64, 64  # an entry's worth: one chunk
+    _, st = generate(cached, document + questions[0], KEEP)
+    assert st.kept_tokens == 320
+    _, st = generate(cached, document + questions[1], KEEP)
+    assert st.reused_tokens == 256 and st.kept_tokens == 0  # 64 new to this run, 20 to the store
+    assert len(list(cached.engine.prefix.folder.glob("*.kv"))) == 1
+    longer = document + torch.randint(0, 256, (100,), generator=g).tolist()  # the document grew: new pages
+    _, st = generate(cached, longer + questions[0], KEEP)
+    assert st.kept_tokens > 320
+
+
 def test_pages_of_other_settings_are_not_read(tiny_models, tmp_path):
     folder = tiny_models["llama"]
     prompt = torch.randint(0, 256, (299,), generator=torch.Generator().manual_seed(3)).tolist()
