@@ -274,13 +274,35 @@ def _warn_if_nothing_excluded(paths: list[str], corpus, settings: Settings, repo
     can match nothing is refused. `--exclude certifi/tests/` given the folder `certifi`
     itself (patterns with a slash are relative to the folder given) read the tests unawares."""
     excluding = [p for p in settings.exclude if not p.startswith("!")]
-    if not excluding or any(s.reason.startswith(EXCLUDED_BY) for s in corpus.skipped):
+    if not excluding:
         return
     if not any(os.path.isdir(p) for p in paths if p != "-"):
         return  # files named are read whatever the patterns say
-    shown = ", ".join(repr(p) for p in excluding)
+    excluded = [s.path for s in corpus.skipped if s.reason.startswith(EXCLUDED_BY)]
+    # Each pattern on its own: `--exclude console.py --exclude tset/` said nothing of the
+    # second while the first left a file out.
+    unused = [p for p in excluding if not _pattern_left_out(p, excluded)]
+    if not unused:
+        return
+    shown = ", ".join(repr(p) for p in unused)
     reporter.warn(f"{settings.named('exclude')} {shown} left out nothing of the folders read (a pattern with a "
                   "slash is relative to the folder given: 'src/tests/' for repo/src/tests given repo)")
+
+
+def _pattern_left_out(text: str, excluded: list[str]) -> bool:
+    """Whether the pattern matches a path --exclude left out (as shown, or relative to any
+    folder above it: the walk matched it relative to the folder given or as shown)."""
+    from ktcli.ingest.gitignore import parse_pattern
+
+    pattern = parse_pattern(text[1:] if text.startswith("./") else text)
+    if pattern is None:
+        return True  # refused before the walk; nothing to say here
+    for path in excluded:
+        is_dir = path.endswith("/")
+        parts = path.rstrip("/").split("/")
+        if any(pattern.matches("/".join(parts[k:]), is_dir) for k in range(len(parts))):
+            return True
+    return False
 
 
 def prepare(

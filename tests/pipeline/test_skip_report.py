@@ -41,3 +41,28 @@ def test_an_exclude_that_left_out_nothing_is_said(tmp_path):
         prepare([str(repo)], "q", "ask", settings, reporter)
         assert any("--exclude 'certifi/tests/' left out nothing of the folders read" in w
                    for w in reporter.lines) is said, exclude
+
+
+def test_each_exclude_that_left_out_nothing_is_said(tmp_path):
+    """`--exclude core.py --exclude tset/` said nothing of the mistyped second pattern: the
+    first had left a file out."""
+    from dataclasses import replace
+
+    from ktcli.config import Settings
+    from ktcli.pipeline.prepare import prepare
+
+    from .test_qa_pipeline import Warnings
+
+    repo = tmp_path / "pkg"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "core.py").write_text("def where():\n    return 'cacert.pem'\n")
+    (repo / "util.py").write_text("def helper():\n    return 1\n")
+    (repo / "tests" / "test_core.py").write_text("def test_where():\n    assert where()\n")
+    cases = ((("core.py", "tset/"), ["'tset/'"]), (("core.py", "tests/"), []), (("./core.py", "tests/**"), []),
+             (("core.py", "pkg/zz.py", "*.md"), ["'pkg/zz.py', '*.md'"]))
+    for exclude, unused in cases:
+        settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), exclude=exclude)
+        reporter = Warnings()
+        prepare([str(repo)], "q", "ask", settings, reporter)
+        said = [w for w in reporter.lines if "left out nothing" in w]
+        assert [w.split(" left out nothing")[0].removeprefix("--exclude ") for w in said] == unused, (exclude, said)
