@@ -180,14 +180,21 @@ class LeadingEcho:
         if folded.startswith("answer:"):
             self.marked = True
             return self.feed(start[len("answer:") :])
-        return self.head
+        return _without_blank_lines(self.head)
 
     def flush(self) -> str:
         """What is still held when the stream ends: a start that could have been a mark
         ("A", the whole answer), not an echoed question."""
         if self.done or self.head.lstrip().lower().startswith("question:"):
             return ""
-        return self.head
+        return _without_blank_lines(self.head)
+
+
+def _without_blank_lines(text: str) -> str:
+    """`text` less the blank lines it opens with (a line's own indent kept): an answer the
+    model opened with a line break began the user's stdout with an empty line."""
+    blank = len(text) - len(text.lstrip())
+    return text[text.rfind("\n", 0, blank) + 1 :]
 
 
 _ANSWER_MARK = re.compile(r"\banswer:", re.IGNORECASE)

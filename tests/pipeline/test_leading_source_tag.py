@@ -110,3 +110,19 @@ def test_a_start_held_as_a_possible_mark_is_kept_when_the_stream_ends(said):
     reporter = Recorder()
     assert stream_answer(Says(), [], SamplingParams(max_new_tokens=5), Tally(), reporter) == said.strip()
     assert "".join(reporter.shown).strip() == said.strip() and not reporter.warnings
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_answer_opened_with_a_line_break_is_shown_without_it(seed):
+    """`ktcli ask click "In HelpFormatter.__init__, ...?"` printed an empty line before the
+    answer; a first line's indent (code) stays."""
+    from ktcli.pipeline.prompts import LeadingEcho
+
+    def run(text: str) -> str:
+        strip = LeadingEcho()
+        return "".join(strip.feed(p) for p in _pieces(text, seed)) + strip.flush()
+
+    assert run("\nThe helpFormatter class is designed [1].") == "The helpFormatter class is designed [1]."
+    assert run(" \n\n    return 80\nis the line [2].") == "    return 80\nis the line [2]."
+    assert run("\nAnswer: 80 [1].") == "80 [1]."
+    assert run("\n  A") == "  A"
