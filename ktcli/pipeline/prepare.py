@@ -285,8 +285,10 @@ def _warn_if_nothing_excluded(paths: list[str], corpus, settings: Settings, repo
     if not unused:
         return
     shown = ", ".join(repr(p) for p in unused)
-    reporter.warn(f"{settings.named('exclude')} {shown} left out nothing of the folders read (a pattern with a "
-                  "slash is relative to the folder given: 'src/tests/' for repo/src/tests given repo)")
+    # the hint where it can be the cause: a pattern with a slash before its end
+    hint = (" (a pattern with a slash is relative to the folder given: 'src/tests/' for repo/src/tests given repo)"
+            if any("/" in p.rstrip("/") for p in unused) else "")
+    reporter.warn(f"{settings.named('exclude')} {shown} left out nothing of the folders read{hint}")
 
 
 def _pattern_left_out(text: str, excluded: list[str]) -> bool:
