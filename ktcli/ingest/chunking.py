@@ -82,6 +82,7 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
                 breaks[k] = 3
         # (a page's last chunk filled out: one per page, a PDF has a short tail on most of them)
         fill_last = segment.number is not None and doc.kind == "pdf"
+        new_from = 0  # the first line no chunk before held: where a chunk's own text starts
         for piece in _chunk_lines(lines, counter.counts(lines), breaks, chunk_tokens, overlap_tokens, fill_last,
                                   records):
             # a piece of a split long line: cited with its characters (`Span.chars`)
@@ -91,7 +92,15 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
             # (its printed page number too: the model reads the passage under "p.217", as the user's citation says)
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit,
                         page_label=segment.label, chars=chars)
-            section = trails.at(line_offset + piece.start)
+            # Code: the declaration of the chunk's own text, after the lines it shares with
+            # the one before. A chunk that ended where a class began left the next one to
+            # start 32 tokens back in the function before, whose trail it took (111 of
+            # click's 521 chunks: HelpFormatter's __init__ indexed and shown as "def
+            # wrap_text"). Prose keeps its first line's: a table's header row in a chunk's
+            # overlap is read there, not again as its "columns:" trail.
+            own = code and piece.start < new_from < piece.end
+            section = trails.at(line_offset + (new_from if own else piece.start))
+            new_from = max(new_from, piece.end)
             heading_only = headed and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,
                                 piece.char_start, heading_only))
