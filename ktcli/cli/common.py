@@ -112,7 +112,8 @@ class Options:
         if self.json:
             # every file the run would read, not only a count: which of a repo's files count
             print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question, "largest": largest,
-                                                                    "documents": documents}))
+                                                                    "documents": documents,
+                                                                    "warnings": list(reporter.warnings)}))
         else:
             lines = plan_lines(prep.plan)
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
@@ -186,7 +187,7 @@ class Options:
         from ktcli.render.formats import answer_json, citations_text, figures_line
 
         if self.json:
-            print(answer_json(answer))
+            print(answer_json(answer, getattr(reporter, "warnings", ())))
         else:
             sys.stdout.write(citations_text(answer) + "\n")
             sys.stdout.flush()

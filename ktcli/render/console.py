@@ -36,6 +36,7 @@ class ConsoleReporter:
         self.err = stderr_console()
         self.quiet = quiet
         self.stream_answer = stream_answer
+        self.warnings: list[str] = []  # every warning said, in order (--json's "warnings")
         self._progress: Progress | None = None
         self._tasks: dict[str, int] = {}
         # phase -> (time, done, total) at its first report and the last done; kept while bars stop and start
@@ -108,7 +109,8 @@ class ConsoleReporter:
 
     def warn(self, message: str) -> None:
         # Also under --quiet: a skipped file or a cut answer is something the user must
-        # not miss (quiet drops progress, the plan and the figures).
+        # not miss (quiet drops progress, the plan and the figures). Kept for --json too.
+        self.warnings.append(message)
         if self._answer_started:
             # Mid-answer, stdout's line is still open: on a terminal the warning would land
             # inside the answer's text. It comes after the sources, with the figures.

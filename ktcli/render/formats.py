@@ -103,7 +103,9 @@ def _once_each(citations) -> list:
     return out
 
 
-def answer_json(answer: Answer) -> str:
+def answer_json(answer: Answer, warnings: list[str] | tuple[str, ...] = ()) -> str:
+    """The --json object of an answer; `warnings`: what stderr said (a summary with no
+    text said why only there, and --json's answer was "" with no reason)."""
     payload = {
         "answer": answer.text,
         "citations": [{"ref": c.ref, **_span(c.span), "score": c.score, "section": c.section,
@@ -111,6 +113,7 @@ def answer_json(answer: Answer) -> str:
         "plan": plan_dict(answer.plan),
         "figures": answer.stats,
         "skipped": skipped_list(answer.skipped),
+        "warnings": list(warnings),
     }
     if answer.parts:
         payload["documents"] = [{"path": path, "summary": text} for path, text in answer.parts]

@@ -266,6 +266,9 @@ def test_plan_takes_exclude_and_reports_it_in_one_line(cache, tmp_path):
     assert "input       ~" in proc.stdout.decode() and "1 document(s)" in proc.stdout.decode()
     data = payload(run_ktcli([*args, "--json"], cache))
     assert [s["reason"] for s in data["skipped"]] == ["excluded by --exclude"] * 5
+    assert data["warnings"] == [f"excluded 5 files matching --exclude: {tmp_path}/poly/tests/fixtures/orders0.csv, "
+                                f"{tmp_path}/poly/tests/fixtures/orders1.csv, {tmp_path}/poly/tests/fixtures/orders2.csv "
+                                "and 2 more"]  # what stderr said, for a script that reads stdout only
     # Patterns from a config file: its --json reasons said "--exclude", a flag never given.
     config = tmp_path / "ktcli.toml"
     config.write_text('exclude = ["*.csv"]\n')

@@ -62,6 +62,8 @@ def test_sources_name_the_last_two_levels_of_a_section_and_json_the_whole_trail(
     assert citations_text(answer).splitlines()[-2:] == [
         "  [1] t.rst:9-12  (Classes > Class Objects)", "  [2] r.pdf p.2"]
     assert json.loads(answer_json(answer))["citations"][0]["section"] == "Tutorial > Classes > Class Objects"
+    said = ["the model wrote nothing from the input in the notes of its 6 parts, so no summary is written from them"]
+    assert json.loads(answer_json(answer))["warnings"] == [] and json.loads(answer_json(answer, said))["warnings"] == said
     # a TSV's header row is kept with its tabs for the model; a terminal shows its columns
     tsv = replace(answer, citations=(Citation("t.tsv:3-4", Span("t.tsv", 3, 4), section="columns: id\tname\tcity"),))
     assert citations_text(tsv).splitlines()[-1] == "  [1] t.tsv:3-4  (columns: id, name, city)"
