@@ -396,9 +396,12 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
         raise UsageError(f"{named('device')} {settings.device!r}: choose auto, cpu, cuda or cuda:N")
     if settings.max_memory:
         try:
-            parse_bytes(settings.max_memory)
+            size = parse_bytes(settings.max_memory)
         except ValueError:
             raise UsageError(f"{named('max_memory')} {settings.max_memory!r}: give a size like 4GB or 512MiB") from None
+        if size < 1 << 20:  # "--max-memory 1" was planned as 1 byte: a unit left out, not a budget
+            raise UsageError(f"{named('max_memory')} {settings.max_memory!r} is {size:,} byte{'s' if size != 1 else ''}, under 1 MiB: "
+                             "give a size like 4GB or 512MiB")
     if settings.engine == "hf" and settings.backend == "local":
         # transformers runs its own dense cache in fp32 or bf16: nothing of ours to shape
         if settings.weights not in ("auto", "fp32", "bf16"):

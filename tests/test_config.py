@@ -168,6 +168,8 @@ def test_errors_name_where_the_value_came_from(tmp_path, monkeypatch):
     monkeypatch.delenv("KTCLI_CHUNK_OVERLAP")
     with pytest.raises(UsageError, match="^--max-memory 'lots': give a size"):
         load_settings({"max_memory": "lots"})
+    with pytest.raises(UsageError, match="^--max-memory '1' is 1 byte, under 1 MiB: give a size like 4GB"):
+        load_settings({"max_memory": "1"})  # planned as a budget of 1 byte
     cfg.write_text('top_k = "x"\n')
     with pytest.raises(UsageError, match=rf"^top_k in {re.escape(str(cfg))} 'x': not a whole number"):
         load_settings()

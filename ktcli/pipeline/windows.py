@@ -17,7 +17,7 @@ def refuse_named_full(mode: str, prompt_tokens: int, window: int, answer_tokens:
     if mode == "full":
         raise UsageError(
             f"--mode full: the input is {prompt_tokens:,} tokens but the model's window is {window:,} (with "
-            f"{answer_tokens} kept for the answer); use --mode auto or retrieval"
+            f"{answer_tokens} kept for the answer); use --mode auto, retrieval or sparse"
         )
 
 

@@ -311,7 +311,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         if not fits:
             raise UsageError(
                 f"--mode full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
-                f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto or retrieval"
+                f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto, retrieval or sparse"
             )
         if req.memory_budget and full.est_memory_bytes > req.memory_budget:
             raise OutOfMemoryError(
@@ -457,8 +457,9 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     held = (f" ({quickest.cached_tokens:,} tokens of its {quickest.kv_dtype} {quickest.attention} pages are in the "
             "prompt cache)" if quickest.cached_tokens else "")
     # Within budget: auto did not weigh it because nothing asked for it (see make_plan).
-    return (f"sparse mode could read it whole in ~{quickest.est_seconds:.0f}s{held}: run with --mode sparse, "
-            "--kv-dtype, --attention or --max-seconds")
+    # (its pages named: --mode sparse alone takes the preferred kind, which may be slower)
+    return (f"sparse mode could read it whole in ~{quickest.est_seconds:.0f}s ({quickest.kv_dtype} pages, "
+            f"{quickest.attention} attention){held}: run with --mode sparse, --kv-dtype, --attention or --max-seconds")
 
 
 def _dense_kv(req: PlanRequest, facts: ModelFacts) -> str:
