@@ -437,10 +437,16 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
     # Most preferred first, unless the prompt cache holds most of this input's pages of
     # another kind: read back, a minutes-long prefill takes seconds (a shared start of a
     # few chunks is not worth another policy's answers).
+    # With --max-seconds, the kinds within it first (`--mode sparse --max-seconds 60` was
+    # planned at ~379 s with int8 topk where window took less, and said nothing of the budget).
+    if req.max_seconds and any(p.est_seconds <= req.max_seconds for p in ok):
+        ok = [p for p in ok if p.est_seconds <= req.max_seconds]
     held = [p for p in ok if p.cached_tokens >= HELD_SHARE * p.input_tokens]
     chosen = max(held, key=lambda p: p.cached_tokens) if held else ok[0]
     reasons = ("--mode sparse asked for",
                f"{chosen.kv_dtype} pages with {chosen.attention} attention: ~{_gb(chosen.est_memory_bytes)}, ~{chosen.est_seconds:.0f}s")
+    if req.max_seconds and chosen.est_seconds > req.max_seconds:
+        reasons += (f"{BUDGET_MISS} the {req.max_seconds:g}s budget; this one takes ~{math.ceil(chosen.est_seconds)}s",)
     return _with(chosen, reasons, retrieval, sparse)
 
 

@@ -144,3 +144,18 @@ def test_a_sparse_runs_rates_are_stored_as_the_reference_kinds(tmp_path):
     rates = load_rates(settings)
     assert abs(rates.sparse_prefill_tok_s - 1_600 / prefill_x) < 0.5
     assert abs(rates.sparse_decode_tok_s - 64 / decode_x) < 0.05
+
+
+def test_mode_sparse_with_a_time_budget_takes_a_kind_within_it_or_says_it_misses():
+    """--mode sparse --max-seconds 60 was planned at int8 topk's ~379 s where window took
+    less, with no word of the budget."""
+    from ktcli.plan.planner import BUDGET_MISS
+
+    plain = make_plan(req(mode="sparse"), SMOL, RATES)
+    assert (plain.kv_dtype, plain.attention) == ("int8", "topk") and plain.est_seconds > 200
+    within = make_plan(req(mode="sparse", max_seconds=200), SMOL, RATES)
+    assert within.attention == "window" and within.est_seconds <= 200
+    assert not any(r.startswith(BUDGET_MISS) for r in within.reasons)
+    missed = make_plan(req(mode="sparse", max_seconds=60), SMOL, RATES)
+    assert (missed.kv_dtype, missed.attention) == ("int8", "topk")  # none within: the preferred, said
+    assert any(r.startswith(f"{BUDGET_MISS} the 60s budget; this one takes ~") for r in missed.reasons)
