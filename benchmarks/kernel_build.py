@@ -28,6 +28,17 @@ from benchmarks.common import ROOT, arg_parser, machine, report
 
 REPEATS = 2
 
+# Run after each build: one kernel against torch, and a failed check's error.
+_CHECK = """
+x = torch.randn(64)
+assert torch.allclose(lib.silu_mul(torch.cat([x, x]).view(1, -1), False), torch.nn.functional.silu(x) * x, atol=1e-5)
+try:
+    lib.silu_mul(x, False)  # a failed TORCH_CHECK: a RuntimeError saying which
+    raise SystemExit("no error for a 1-d input")
+except RuntimeError as e:
+    assert "gu [T, 2 * inter]" in str(e), e
+"""
+
 _BASELINE = """
 import sys, torch
 from torch.utils.cpp_extension import load_inline
@@ -36,13 +47,6 @@ modules = [__import__(f"ktcli.engine.{m}", fromlist=["SOURCE"]) for unit in cpp_
 lib = load_inline(cpp_ext.NAME, cpp_sources="".join(m.SOURCE for m in modules),
                   functions=[f for m in modules for f in m.FUNCTIONS], extra_cflags=cpp_ext.CFLAGS,
                   extra_ldflags=["-fopenmp"], build_directory=sys.argv[1])
-x = torch.randn(64)
-assert torch.allclose(lib.silu_mul(torch.cat([x, x]).view(1, -1), False), torch.nn.functional.silu(x) * x, atol=1e-5)
-try:
-    lib.silu_mul(x, False)  # a failed TORCH_CHECK: a RuntimeError saying which
-    raise SystemExit("no error for a 1-d input")
-except RuntimeError as e:
-    assert "gu [T, 2 * inter]" in str(e), e
 """
 
 _OURS = """
@@ -51,13 +55,6 @@ os.environ["TORCH_EXTENSIONS_DIR"] = sys.argv[1]
 from ktcli.engine import cpp_ext
 lib = cpp_ext.load()
 assert lib is not None, cpp_ext.unavailable
-x = torch.randn(64)
-assert torch.allclose(lib.silu_mul(torch.cat([x, x]).view(1, -1), False), torch.nn.functional.silu(x) * x, atol=1e-5)
-try:
-    lib.silu_mul(x, False)  # a failed TORCH_CHECK: a RuntimeError saying which
-    raise SystemExit("no error for a 1-d input")
-except RuntimeError as e:
-    assert "gu [T, 2 * inter]" in str(e), e
 """
 
 
@@ -66,7 +63,8 @@ def _build(which: str, folder: Path) -> tuple[float, float]:
     folder.mkdir()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", _OURS if which == "ours" else _BASELINE, str(folder)], cwd=ROOT,
+    script = (_OURS if which == "ours" else _BASELINE) + _CHECK
+    proc = subprocess.run([sys.executable, "-c", script, str(folder)], cwd=ROOT,
                           capture_output=True, text=True, check=False,
                           env={**os.environ, "KTCLI_NO_CPP_KERNELS": ""})
     wall = time.perf_counter() - start
