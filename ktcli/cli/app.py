@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -218,6 +219,13 @@ def _names_a_path(text: str) -> bool:
 
 def split_plan_args(args: list[str]) -> tuple[list[str], str]:
     """The last argument is the question when it is not an input (an existing path or -)."""
+    if args and args[0] in ("ask", "summarize") and not _names_a_path(args[0]):
+        # `ktcli plan summarize repo/` said "summarize: no such file or directory"
+        from ktcli.errors import UsageError
+
+        rest = shlex.join(args[1:]) or "PATHS..."
+        raise UsageError(f"plan takes the paths and question without the command: `ktcli plan {rest}` "
+                         f"({'plans that question' if args[0] == 'ask' else 'with no question, plans a summary'})")
     if len(args) > 1 and args[-1] != "-" and not _names_a_path(args[-1]):
         if not args[-1].strip():
             from ktcli.errors import UsageError

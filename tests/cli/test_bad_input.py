@@ -343,6 +343,15 @@ def test_a_blank_question_to_plan_is_said_so(cache):
         assert_one_line_error(run_ktcli(["plan", str(REPO / "README.md"), blank], cache), 2, "the question is empty")
 
 
+def test_plan_given_the_command_it_plans_says_how_to_write_it(cache):
+    """`ktcli plan summarize repo/` said "summarize: no such file or directory"."""
+    assert_one_line_error(run_ktcli(["plan", "summarize", str(REPO / "sample_docs")], cache), 2,
+                          f"plan takes the paths and question without the command: `ktcli plan {REPO / 'sample_docs'}` "
+                          "(with no question, plans a summary)")
+    assert_one_line_error(run_ktcli(["plan", "ask", "r.pdf", "What is it?"], cache), 2,
+                          "`ktcli plan r.pdf 'What is it?'` (plans that question)")
+
+
 def test_an_empty_path_is_not_the_current_folder(cache):
     # `ktcli ask "$DIR" q` with DIR unset: Path("") is ".", which must not be walked
     assert_one_line_error(run_ktcli(["ask", "", "why?"], cache), 3, "an input path is empty")
