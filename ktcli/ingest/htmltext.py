@@ -62,6 +62,7 @@ class _Lines:
         self._any = False  # the line holds a visible character (a separator counts)
         self._content = False  # ... of the page's text (a cell separator does not)
         self._heading = False  # the line is a heading's, its "## " marker written
+        self._indent = 0  # spaces before the line: a nested list's item
         self.row_groups: dict[int, _RowGroup] = {}  # by id() of each table's row group: its rowspans
 
     def text(self, piece: str, source: int, separator: bool = False) -> None:
@@ -72,7 +73,8 @@ class _Lines:
             self._content = True
             self.current_source = source  # where its words start, not an empty first cell
             if self.marker:
-                self.current.insert(0, self.marker)
+                self.current.insert(0, self.marker.lstrip(" "))
+                self._indent = len(self.marker) - len(self.marker.lstrip(" "))  # a nested list's item
                 self._heading = self.marker.startswith("#")
                 self.marker = ""
         self._any = self._any or bool(piece.strip())
@@ -86,8 +88,11 @@ class _Lines:
         line = _SPACES.sub(" ", "".join(self.current)).strip() if self._content else ""
         if not self._heading:  # a "#" column's header row is no heading (`layout.escaped_hash`)
             line = escaped_hash(line)
+        if line and self._indent:
+            line = " " * self._indent + line
         self.current = []
         self._any = self._content = self._heading = False
+        self._indent = 0
         if not line:  # nothing, or a table row of empty cells
             return
         self._blank_if_pending(self.current_source)
@@ -379,13 +384,17 @@ def _marker(name: str, parent: Tag, item: int) -> str:
         return ""
     while parent is not None and (parent.name or "").lower() == "li":  # `<li>x<li>y`: its list is further up
         parent = parent.parent
+    # A list inside another's item is indented under it, as Markdown writes it: flattened,
+    # "- Supervisor: Bo" read as an item of the shift list, not of the night shift's.
+    depth = sum(1 for a in (parent.parents if parent is not None else ()) if (a.name or "").lower() in ("ul", "ol"))
+    indent = "  " * min(depth, 8)
     if parent is not None and (parent.name or "").lower() == "ol":
         try:
             first = int(str(parent.get("start") or 1))
         except ValueError:
             first = 1
-        return f"{first + item - 1}. "
-    return "- "
+        return f"{indent}{first + item - 1}. "
+    return f"{indent}- "
 
 
 def _control_text(tag: Tag, name: str) -> str:

@@ -219,6 +219,12 @@ def test_html_lists_formulas_drawings_and_fields(write) -> None:
     assert "Bench 7 is north" in lines and "Open menu" not in "\n".join(lines)
     assert "Notes" in lines and "Water on Mondays" in lines and "Prefilled 42" in lines
     assert "secret" not in "\n".join(lines)
+    # A list in another's item is indented under it: flattened, a night shift's supervisor
+    # read as an item of the list of shifts.
+    nested = ("<ul><li>Day shift<ul><li>Supervisor: Ann</li></ul></li>"
+              "<li>Night shift<ol><li>Supervisor: Bo<ul><li>Cover: Cy</li></ul></li></ol></li></ul>")
+    assert [t for t in load_one(write("n.html", nested)).text.split("\n") if t] == [
+        "- Day shift", "  - Supervisor: Ann", "- Night shift", "  1. Supervisor: Bo", "    - Cover: Cy"]
     # An icon's SVG <title> is not the page's title.
     assert not load_one(write("icon.html", "<svg><title>Open menu</title></svg><p>Rain</p>")).text.startswith("Title")
 
