@@ -148,8 +148,9 @@ def human_bytes(n: float) -> str:
 
 def figures_line(answer: Answer) -> str:
     f = answer.stats
+    in_parts = answer.plan.mode.value == "retrieval" and answer.plan.task == "summarize"
     parts = [
-        f"mode {answer.plan.mode.value}",
+        "summary in parts" if in_parts else f"mode {answer.plan.mode.value}",  # (it retrieved nothing: `_PARTS`)
         f"tokens in {f.get('tokens_in', 0):,}"
         + (f" ({f['reused_tokens']:,} read from the prompt cache)" if f.get("reused_tokens") else "")
         + f" / out {f.get('tokens_out', 0):,}",

@@ -175,6 +175,9 @@ def test_a_summary_in_parts_is_said_to_read_every_chunk():
     assert plan_lines(plan)[0] == ("mode        retrieval (a summary in parts: every chunk read, window by window, "
                                    "notes passed on, then the summary)")
     assert plan_lines(replace(plan, task="ask"))[0] == "mode        retrieval"
+    answer = _answer()
+    assert figures_line(replace(answer, plan=plan)).startswith("summary in parts · tokens in")  # the figures too
+    assert figures_line(replace(answer, plan=replace(plan, task="ask"))).startswith("mode retrieval · ")
 
 
 def test_a_sparse_policy_in_the_window_is_shown_in_the_plan():
