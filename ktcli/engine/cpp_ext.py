@@ -198,19 +198,47 @@ def _source_stamp(files: dict[str, str]) -> str:
 
 
 def _write_stamp(folder: Path, stamp: str) -> None:
+    """The sources' stamp, then the files' (`_files_stamp`, for a plan that imports no torch)."""
     tmp = folder / f"{STAMP}.{os.getpid()}.tmp"
     try:
-        tmp.write_text(stamp + "\n")
+        tmp.write_text(f"{stamp}\n{_files_stamp(folder)}\n")
         os.replace(tmp, folder / STAMP)  # a reader sees the whole stamp or the one before
     except OSError:
         with contextlib.suppress(OSError):
             tmp.unlink(missing_ok=True)
 
 
+def _files_stamp(folder: Path) -> str:
+    """What a build came from, told without importing torch (the planner does not): the
+    kernel modules' files and this one's, the flags, torch's version and the build folder.
+    A copied build folder rebuilds (torch's build file names the old one's paths), and so
+    does one of other sources (an upgrade): a first run compiled for 260 s after a plan
+    that said 42."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in ("cpp_ext", *(m for unit in UNITS for m in unit)):
+        try:
+            h.update((here / f"{name}.py").read_bytes())
+        except OSError:
+            h.update(name.encode())
+    h.update("\n".join([*CFLAGS, _torch_version(), str(folder)]).encode())
+    return h.hexdigest()
+
+
+def _stale(folder: Path) -> bool:
+    """Whether the library in `folder` was built from other sources, flags, torch or
+    folder than these (or its stamp is missing): the next load compiles."""
+    try:
+        lines = (folder / STAMP).read_text().split("\n")
+    except OSError:
+        return True
+    return len(lines) < 2 or lines[1] != _files_stamp(folder)
+
+
 def _built_for(folder: Path, stamp: str):
     """The library in a folder we cannot write, if it was built from these sources; else None."""
     try:
-        if (folder / STAMP).read_text().strip() != stamp or not (folder / f"{NAME}.so").exists():
+        if (folder / STAMP).read_text().partition("\n")[0] != stamp or not (folder / f"{NAME}.so").exists():
             return None
     except OSError:
         return None
@@ -221,12 +249,13 @@ def _built_for(folder: Path, stamp: str):
 
 def needs_build() -> bool:
     """Whether loading the kernels compiles them first (no library in the build folder
-    yet): ~40 s on 2 cores, which the caller says before it starts."""
+    yet, or one of other sources: `_stale`): ~40 s on 2 cores, which the caller says
+    before it starts."""
     import torch
 
     if _built or torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         return False  # loaded already, or nothing to build here (the torch path)
-    return _no_library(_build_dir())
+    return _no_library(_build_dir()) or _rebuilds(_build_dir())
 
 
 def compile_pending() -> bool:
@@ -241,7 +270,18 @@ def compile_pending() -> bool:
             avx2 = any(line.startswith("flags") and " avx2" in line for line in f)
     except OSError:
         return False  # not Linux: not said rather than guessed
-    return avx2 and _no_library(_build_dir(make=False))
+    folder = _build_dir(make=False)
+    return avx2 and (_no_library(folder) or _rebuilds(folder))
+
+
+def _rebuilds(folder: Path) -> bool:
+    """A library is there, but the next load compiles it afresh (`_stale`); not where the
+    last build failed (its mark: no compiler)."""
+    try:
+        failed = (folder / FAILED_MARK).exists()
+    except OSError:
+        return False
+    return not failed and _stale(folder)
 
 
 def _no_library(folder: Path) -> bool:

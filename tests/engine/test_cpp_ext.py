@@ -60,7 +60,14 @@ def test_the_plan_knows_a_first_runs_compile_without_importing_torch(monkeypatch
     assert cpp_ext.compile_pending() == avx2 == cpp_ext.needs_build()
     assert cpp_ext._build_dir(make=False) == cpp_ext._build_dir()  # the loader's folder, by either version
     (cpp_ext._build_dir() / f"{cpp_ext.NAME}.so").write_bytes(b"")
+    assert cpp_ext.compile_pending() == avx2  # a library of unknown sources (no stamp): rebuilt
+    cpp_ext._write_stamp(cpp_ext._build_dir(), "sources")  # built here, from these files
     assert not cpp_ext.compile_pending() and not cpp_ext.needs_build()
+    # A build folder copied to another path (torch's build file names the old paths), or
+    # kernel sources changed since (an upgrade): the next load compiles, and the plan says
+    # so (a first run compiled for 260 s after a plan of 42).
+    (cpp_ext._build_dir() / cpp_ext.STAMP).write_text("sources\nanother build\n")
+    assert cpp_ext.compile_pending() == avx2 == cpp_ext.needs_build()
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "failed"))
     cpp_ext._mark_failed()  # no compiler here: a build that failed is not planned again and again
     assert not cpp_ext.compile_pending() and not cpp_ext.needs_build()
