@@ -255,7 +255,8 @@ def needs_build() -> bool:
 
     if _built or torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
         return False  # loaded already, or nothing to build here (the torch path)
-    return _no_library(_build_dir()) or _rebuilds(_build_dir())
+    folder = _build_dir()
+    return _no_library(folder) or _rebuilds(folder)
 
 
 def compile_pending() -> bool:

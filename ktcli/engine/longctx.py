@@ -119,9 +119,6 @@ def make_policy(kind: str | AttentionPolicy, *, n_sink_pages: int = 1, n_local_p
     return AttentionPolicy(kind, n_sink_pages=n_sink_pages, n_local_pages=n_local_pages, top_k_pages=top_k_pages)
 
 
-_FLOAT_PAGES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
 def float_pages_decode(q: torch.Tensor, layer, table: torch.Tensor, ctx: int, scale: float) -> torch.Tensor:
     """q [1, HQ, D] (one decode token, RoPE applied) over a sequence's first `ctx` tokens in
     `layer`'s fp32/fp16/bf16 pages (a kernels.PagedKVLayer; its rows are stored) -> [1, HQ,
@@ -129,12 +126,12 @@ def float_pages_decode(q: torch.Tensor, layer, table: torch.Tensor, ctx: int, sc
     D] rows, `table` its block table. The same attention as `decode_grouped` over
     `context_kv`, without the widened copy of the context."""
     spec = layer.spec
-    rows = lambda pages: pages.view(-1, spec.n_kv_heads, spec.head_dim)  # noqa: E731
-    none = torch.empty(0)
-    return cpu_attention._load().decode(
-        q.reshape(1, q.shape[-2], q.shape[-1]).float().contiguous(), none, none, torch.zeros(1, dtype=torch.int64),
-        rows(layer.k_pages), rows(layer.v_pages), table.to(torch.int32).reshape(1, -1).contiguous(), spec.block_size,
-        torch.tensor([ctx], dtype=torch.int64), torch.zeros(1, dtype=torch.int64), scale)
+    shape = (-1, spec.n_kv_heads, spec.head_dim)
+    first_key = torch.zeros(1, dtype=torch.int64)  # every key attended to
+    batch = cpu_attention.DecodeBatch(table.to(torch.int32).reshape(1, -1).contiguous(), spec.block_size,
+                                      torch.tensor([ctx], dtype=torch.int64), {None: first_key}, first_key)
+    return batch.attend(q.reshape(1, q.shape[-2], q.shape[-1]).float().contiguous(), None, None,
+                        layer.k_pages.view(shape), layer.v_pages.view(shape), None, scale)
 
 
 def wants_kernels(kv_dtype: str, attention, rope_scaling) -> bool:
@@ -214,7 +211,7 @@ class KernelKVCache:
         # ... and over fp32/fp16/bf16 pages: the paged decode kernel reads them in place
         # (engine.cpu_attention). Each step gathered and widened the whole context first:
         # a 12K-token read under --rope-scaling (dense, fp16 pages) decoded at 1.4 tok/s.
-        page_dtype = _FLOAT_PAGES.get(self.spec.kv_dtype)
+        page_dtype = kernels.layout.TORCH_DTYPES.get(self.spec.kv_dtype)
         self._paged_decode = (self.device.type == "cpu" and page_dtype is not None
                               and cpu_attention.supports(self.spec.head_dim, cfg.n_heads, self.spec.n_kv_heads, page_dtype))
         # [L, H, D] while `key_calibration.measure` runs: each layer's queries' q^2 added up
