@@ -187,7 +187,7 @@ class Options:
         from ktcli.render.formats import answer_json, citations_text, figures_line
 
         if self.json:
-            print(answer_json(answer, getattr(reporter, "warnings", ())))
+            print(answer_json(answer, reporter.warnings))
         else:
             sys.stdout.write(citations_text(answer) + "\n")
             sys.stdout.flush()

@@ -54,27 +54,39 @@ def across_page_breaks(passages: list[Chunk], chunks: Sequence[Chunk], count: Ca
         after = by_key.get((chunk.doc_path, chunk.ordinal + 1))
         before = by_key.get((chunk.doc_path, chunk.ordinal - 1))
         if after is not None and (chunk.doc_path, after.ordinal) not in retrieved and _continues(chunk, after):
-            lines = after.text.split("\n")
-            carried = next((k + 1 for k, line in enumerate(lines[:_MAX_CARRIED_LINES]) if _SENTENCE_END.search(line)), 0)
-            if carried:
-                text = chunk.text + "\n" + "\n".join(lines[:carried])
-                chunk = replace(chunk, text=text, n_tokens=count(text),
-                                span=replace(chunk.span, line_end=chunk.span.line_end + carried))  # type: ignore[operator]
+            chunk = _with_lines_after(chunk, after, count)
         if before is not None and (chunk.doc_path, before.ordinal) not in retrieved and _continues(before, chunk):
-            lines = before.text.split("\n")
-            tail = lines[-_MAX_CARRIED_LINES:]
-            # from the line after the last one that ends a sentence (that line itself where a
-            # sentence starts within it)
-            ends = [k for k, line in enumerate(tail) if _SENTENCE_END.search(line)]
-            if ends:
-                k = ends[-1] if not tail[ends[-1]].rstrip().endswith(_ENDS_SENTENCE) else ends[-1] + 1
-                carried = tail[k:]
-                if carried:
-                    text = "\n".join(carried) + "\n" + chunk.text
-                    chunk = replace(chunk, text=text, n_tokens=count(text),
-                                    span=replace(chunk.span, line_start=chunk.span.line_start - len(carried)))  # type: ignore[operator]
+            chunk = _with_lines_before(chunk, before, count)
         out.append(chunk)
     return out
+
+
+def _with_lines_after(chunk: Chunk, after: Chunk, count: Callable[[str], int]) -> Chunk:
+    """`chunk` with `after`'s first lines up to the one that ends a sentence (none where
+    no line of the first _MAX_CARRIED_LINES does)."""
+    lines = after.text.split("\n")
+    carried = next((k + 1 for k, line in enumerate(lines[:_MAX_CARRIED_LINES]) if _SENTENCE_END.search(line)), 0)
+    if not carried:
+        return chunk
+    text = chunk.text + "\n" + "\n".join(lines[:carried])
+    return replace(chunk, text=text, n_tokens=count(text),
+                   span=replace(chunk.span, line_end=chunk.span.line_end + carried))  # type: ignore[operator]
+
+
+def _with_lines_before(chunk: Chunk, before: Chunk, count: Callable[[str], int]) -> Chunk:
+    """`chunk` with `before`'s last lines from the sentence start they hold: after the last
+    line that ends a sentence, or that line itself where a sentence starts within it
+    (none where no line of the last _MAX_CARRIED_LINES ends one)."""
+    tail = before.text.split("\n")[-_MAX_CARRIED_LINES:]
+    ends = [k for k, line in enumerate(tail) if _SENTENCE_END.search(line)]
+    if not ends:
+        return chunk
+    carried = tail[ends[-1] + 1 if tail[ends[-1]].rstrip().endswith(_ENDS_SENTENCE) else ends[-1]:]
+    if not carried:
+        return chunk
+    text = "\n".join(carried) + "\n" + chunk.text
+    return replace(chunk, text=text, n_tokens=count(text),
+                   span=replace(chunk.span, line_start=chunk.span.line_start - len(carried)))  # type: ignore[operator]
 
 
 def _continues(a: Chunk, b: Chunk) -> bool:

@@ -148,9 +148,8 @@ def human_bytes(n: float) -> str:
 
 def figures_line(answer: Answer) -> str:
     f = answer.stats
-    in_parts = answer.plan.mode.value == "retrieval" and answer.plan.task == "summarize"
     parts = [
-        "summary in parts" if in_parts else f"mode {answer.plan.mode.value}",  # (it retrieved nothing: `_PARTS`)
+        "summary in parts" if _in_parts(answer.plan) else f"mode {answer.plan.mode.value}",
         f"tokens in {f.get('tokens_in', 0):,}"
         + (f" ({f['reused_tokens']:,} read from the prompt cache)" if f.get("reused_tokens") else "")
         + f" / out {f.get('tokens_out', 0):,}",
@@ -196,9 +195,13 @@ def _short(seconds: float) -> str:
 _PARTS = " (a summary in parts: every chunk read, window by window, notes passed on, then the summary)"
 
 
+def _in_parts(plan: Plan) -> bool:
+    return plan.mode.value == "retrieval" and plan.task == "summarize"
+
+
 def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     lines = [
-        f"mode        {plan.mode.value}{_PARTS if plan.mode.value == 'retrieval' and plan.task == 'summarize' else ''}",
+        f"mode        {plan.mode.value}{_PARTS if _in_parts(plan) else ''}",
         f"task        {plan.task}",
         f"input       ~{plan.input_tokens:,} tokens in {plan.n_documents} document(s){est_tokens_note}",
         f"window      {plan.context_window:,} tokens (answer budget {plan.answer_budget:,})",
