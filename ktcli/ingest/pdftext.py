@@ -12,7 +12,7 @@ from typing import Iterable, Iterator, NamedTuple
 from pypdf import PdfReader
 from pypdf.errors import DependencyError, FileNotDecryptedError, PyPdfError
 
-from ktcli.ingest import pdf_columns
+from ktcli.ingest import pdf_columns, pdf_marks
 from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.normalize import normalize_text
 from ktcli.ingest.pdf_headings import PageSections, numbered_headings, place_bookmarks
@@ -91,7 +91,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
             try:
-                raw = page.extract_text() or ""
+                raw = pdf_marks.page_text(page)
             except DependencyError as e:
                 raise RejectedInput(display, f"cannot read this PDF: {_short(e)}") from None
             except Exception as e:  # noqa: BLE001 - pypdf raises anything on broken content streams
@@ -430,7 +430,7 @@ def _rejoin_rows(plain: str, layout: str) -> str:
     if not rows:
         return plain
     lines = plain.split("\n")
-    squeezed = [_squeeze(line) for line in lines]
+    squeezed = [_squeeze(pdf_marks.unmarked(line)) for line in lines]  # the layout reads a mark as part of its word
     out: list[str] = []
     i = 0
     while i < len(lines):
