@@ -50,6 +50,9 @@ _COUNTER_FIELDS = frozenset({"PAGE", "NUMPAGES", "SECTIONPAGES"})
 _WORD_STYLE_HEADING = re.compile(r"heading\s*([1-9])$")
 # A table of contents' styles, by their built-in names (Word's "toc 1", LibreOffice's
 # "Contents 1" in a .docx it wrote) and its title's.
+# Word's built-in list styles past the first ("List Bullet 2", "List Number 3"): each is
+# numbered by a one-level list of its own (level 0), nested only by its indentation.
+_NESTED_LIST_STYLE = re.compile(r"list(?:\s+(?:bullet|number))?\s+([2-9])$")
 _CONTENTS_STYLE = re.compile(r"(toc|contents)\s*([1-9]|heading)$")
 _ON = frozenset({None, "1", "true", "on"})  # a toggle's w:val; absent means on
 _MAX_STYLE_CHAIN = 32
@@ -109,8 +112,18 @@ class _Styles:
         for style in self._chain(sid):
             num = style.find(f"{W}pPr/{W}numPr")
             if num is not None:
-                return None if _val(num.find(f"{W}numId")) == "0" else _level(num)
+                if _val(num.find(f"{W}numId")) == "0":
+                    return None
+                return _level(num) if num.find(f"{W}ilvl") is not None else self.nesting(sid)
         return None
+
+    def nesting(self, sid: str | None) -> int:
+        """How deep a paragraph of a built-in nested list style sits ("List Bullet 2": 1),
+        its level in its own list being 0; 0 for any other style."""
+        for style in self._chain(sid):
+            if m := _NESTED_LIST_STYLE.match((_val(style.find(f"{W}name")) or "").strip().lower()):
+                return int(m.group(1)) - 1
+        return 0
 
     def numbering(self, sid: str | None) -> tuple[str | None, int | None]:
         """(numId, level) of the first style in the chain that numbers its paragraphs; a
@@ -357,7 +370,7 @@ class _Reader:
         if num is not None:
             if _val(num.find(f"{W}numId")) == "0":  # numbering switched off for this paragraph
                 return None
-            return _level(num)
+            return _level(num) if num.find(f"{W}ilvl") is not None else self.styles.nesting(style)
         return self.styles.list_level(style)
 
     def _number(self, ppr: ET.Element | None, style: str | None) -> str | None:

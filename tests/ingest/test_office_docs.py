@@ -574,6 +574,26 @@ def test_word_numbering_by_a_list_style_and_in_table_cells(write) -> None:
     assert doc.text.split("\n") == ["Clause 1 Scope", "", "Clause | Fee", "Clause 2 Lamps | 40 EUR"]
 
 
+def test_word_builtin_nested_list_styles_are_indented_by_their_depth(write) -> None:
+    # python-docx's template and Word's: "List Bullet 2" numbers by a one-level list of its
+    # own (level 0), set deeper only by its indentation; its paragraphs name the style alone
+    def builtin(sid: str, name: str, num: int) -> str:
+        return (f'<w:style w:type="paragraph" w:styleId="{sid}"><w:name w:val="{name}"/><w:basedOn w:val="Normal"/>'
+                f'<w:pPr><w:numPr><w:numId w:val="{num}"/></w:numPr></w:pPr></w:style>')
+
+    styles = STYLES.replace("</w:styles>", builtin("ListBullet2", "List Bullet 2", 2) + builtin("ListBullet3", "List Bullet 3", 3)
+                            + builtin("ListNumber2", "List Number 2", 4) + "</w:styles>")
+    bullet = {n: level(0, "\uf0b7", "bullet") for n in (20, 21, 22)}
+    body = (p(r("Duties:")) + p(r("Lamps"), style="ListBullet") + p(r("Wicks"), style="ListBullet2")
+            + p(r("Trimmed nightly"), style="ListBullet3") + p(r("Lenses"), style="ListBullet")
+            + p(r("Polish"), style="ListNumber2") + p(r("Inspect"), style="ListNumber2"))
+    doc = load_one(write("builtin.docx", numbered_docx(body, {**bullet, 23: level(0, "%1.")},
+                                                       {1: (20, ""), 2: (21, ""), 3: (22, ""), 4: (23, "")},
+                                                       parts={"word/styles.xml": styles})))
+    assert doc.text.split("\n") == ["Duties:", "", "- Lamps", "  - Wicks", "    - Trimmed nightly", "- Lenses",
+                                     "  1. Polish", "  2. Inspect"]
+
+
 def test_a_word_document_without_numbering_reads_its_items_as_before(write) -> None:
     plain = load_one(write("plain.docx", make_docx(SERVICES)))
     numbered = load_one(write("numbered.docx", numbered_docx(SERVICES, CLAUSES, {1: (10, "")})))
