@@ -77,6 +77,14 @@ def test_similar_meaning_is_closer(real_embedder):
     assert float(q @ near) > float(q @ far) + 0.2
 
 
+def test_a_question_is_embedded_once_per_run(real_embedder, monkeypatch):
+    question = "Which quarter had the highest revenue?"
+    first = real_embedder.embed_query(question)
+    monkeypatch.setattr(real_embedder, "embed", lambda texts, **_: pytest.fail(f"embedded again: {texts}"))
+    again = real_embedder.embed_query(question)
+    assert again is first and not again.flags.writeable
+
+
 def test_local_folder_spec_gets_a_distinct_stable_name(tmp_path):
     import shutil
 
