@@ -230,6 +230,15 @@ class Citation:
 
 
 @dataclass(frozen=True)
+class FileMap:
+    """What each file of a summary's input says it is, quoted from it (`pipeline.file_map`)."""
+
+    entries: tuple[tuple[str, int, str], ...]  # (path, line, text), in input order
+    folder: str = ""  # the folders every path starts with: the text's refs leave them out
+    unlisted: int = 0  # files past the listed ones that say something too
+
+
+@dataclass(frozen=True)
 class Answer:
     text: str
     citations: tuple[Citation, ...]
@@ -239,3 +248,4 @@ class Answer:
     # A summary written document by document: (path, its summary) each, as `text` joins
     # them under "## path" headings (which a model's own "## Overview" made ambiguous).
     parts: tuple[tuple[str, str], ...] = ()
+    files: FileMap | None = None  # a summary of several files: what each says it is

@@ -14,6 +14,7 @@ from ktcli.errors import InterruptedWithNotes, interruption
 from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
+from ktcli.pipeline.file_map import file_map
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import AnswerInterrupted, Tally, cited_if_interrupted, stream_answer, take_notes
@@ -178,7 +179,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     # document it never reached)
     return streamed.finish(lambda summary: replace(
         _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep)),
-        parts=tuple((doc.path, text) for doc, text in parts)))
+        parts=tuple((doc.path, text) for doc, text in parts), files=None))  # (each has its summary)
 
 
 def _quoted(doc: Document) -> bool:
@@ -283,7 +284,7 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int, ci
     figures = tally.figures() | {"windows": n_windows, "outlined_files": len(prep.outlines),
                                  "outlined": _outlined_paths(prep),
                                  "evidence": citations.documents_read(prep.corpus.documents, prep.outlines.keys())}
-    return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped)
+    return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped, files=file_map(prep.corpus.documents))
 
 
 def _where(window: list[Chunk]) -> str:

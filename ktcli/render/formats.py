@@ -16,7 +16,7 @@ def citations_text(answer: Answer) -> str:
     source are listed under its number, best first."""
     # An answer cut off inside a code block (--max-new-tokens, a stopped loop) left it open:
     # the Sources were shown as code in a Markdown viewer.
-    fence = "\n```" if _open_fence(answer.text) else ""
+    fence = ("\n```" if _open_fence(answer.text) else "") + _files_text(answer)
     if not answer.citations:
         return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
@@ -37,6 +37,24 @@ def citations_text(answer: Answer) -> str:
             mark = f"[{label}]" if j == 0 else ""
             rows.append(f"  {mark:<{width}} {c.ref}{_section_note(c.section)}")
     return fence + "\n\nSources:\n" + "\n".join(rows)
+
+
+def _files_text(answer: Answer) -> str:
+    """A summary's map of its files (`pipeline.file_map`), each line the place it quotes."""
+    files = answer.files
+    if files is None:
+        return ""
+    cut = len(files.folder) + 1 if files.folder else 0
+    refs = [f"{path[cut:]}:{line}" for path, line, _ in files.entries]
+    width = min(max(map(len, refs)), _FILES_REF_WIDTH)
+    rows = [f"  {ref:<{width}}  {text}" for ref, (_, _, text) in zip(refs, files.entries)]
+    if files.unlisted:
+        rows.append(f"  ... and {files.unlisted} more")
+    where = f" in {files.folder}/" if files.folder else ""
+    return f"\n\nFiles{where} (each in its own words, or what it defines):\n" + "\n".join(rows)
+
+
+_FILES_REF_WIDTH = 40
 
 
 def _evidence_read(answer: Answer) -> str:
@@ -117,6 +135,9 @@ def answer_json(answer: Answer, warnings: list[str] | tuple[str, ...] = ()) -> s
     }
     if answer.parts:
         payload["documents"] = [{"path": path, "summary": text} for path, text in answer.parts]
+    if answer.files is not None:
+        payload["files"] = [{"path": path, "line": line, "says": text} for path, line, text in answer.files.entries]
+        payload["files_unlisted"] = answer.files.unlisted
     return json.dumps(payload, indent=2, default=_default, ensure_ascii=False)
 
 

@@ -159,6 +159,10 @@ def test_summarize_repo_reports_skipped_files(cache, tmp_path):
     reasons = {s["path"].split("/")[-1]: s["reason"] for s in data["skipped"]}
     assert "gitignored" in reasons.get("build.log", "")
     assert "binary" in reasons.get("logo.png", "")
+    # each file in its own words, quoted from the line that says it (not the model's)
+    said = {f["path"].split("minirepo/")[-1]: (f["line"], f["says"]) for f in data["files"]}
+    assert said["src/shelf/storage.py"] == (1, "Loading and saving the catalogue: one JSON file, replaced atomically.")
+    assert said["README.md"][1].startswith("shelf: ") and "build.log" not in said
 
 
 def test_summarize_repo_as_outlines(cache):

@@ -1,9 +1,10 @@
 """The stderr figures line: what a user reads after every answer."""
 
+import json
 from dataclasses import replace
 
-from ktcli.render.formats import figures_line, plan_lines
-from ktcli.types import Answer, Mode, Plan
+from ktcli.render.formats import answer_json, citations_text, figures_line, plan_lines
+from ktcli.types import Answer, FileMap, Mode, Plan
 
 
 def _answer(**stats) -> Answer:
@@ -185,3 +186,18 @@ def test_a_sparse_policy_in_the_window_is_shown_in_the_plan():
     assert not any(line.startswith("kv cache") for line in plan_lines(plan))  # dense, the model's pages
     assert "kv cache    the model's default pages, topk:8 attention" in plan_lines(replace(plan, attention="topk:8"))
     assert "kv cache    int4 pages, dense attention" in plan_lines(replace(plan, kv_dtype="int4"))
+
+
+def test_a_summary_of_files_lists_what_each_says_before_its_sources():
+    files = FileMap((("repo/README.md", 1, "shelf: A tiny catalogue."), ("repo/src/shelf/storage.py", 1, "Loading and saving.")),
+                    folder="repo", unlisted=2)
+    answer = replace(_answer(), files=files)
+    text = citations_text(answer)
+    assert text.split("\n")[2:6] == ["Files in repo/ (each in its own words, or what it defines):",
+                                     "  README.md:1             shelf: A tiny catalogue.",
+                                     "  src/shelf/storage.py:1  Loading and saving.",
+                                     "  ... and 2 more"]
+    data = json.loads(answer_json(answer))
+    assert data["files"][1] == {"path": "repo/src/shelf/storage.py", "line": 1, "says": "Loading and saving."}
+    assert data["files_unlisted"] == 2
+    assert "files" not in json.loads(answer_json(_answer())) and "Files" not in citations_text(_answer())

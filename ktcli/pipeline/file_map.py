@@ -1,0 +1,203 @@
+"""What each file of a summarized folder says it is, in its own words: a module's docstring,
+a README's title and first sentence, a package's `description`, a document's first line.
+
+Why: the bundled 135M model sums a repository up in a sentence or two, and often in no
+words of it: click's 17 modules came back as "The code is well-structured and
+well-documented", the sample repo as one line of its design notes twice. A summary of
+several files now ends with this map, quoted from the files, not written by the model,
+each line with the place it quotes (path:line), so that it cites itself.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from ktcli.pipeline.prompts import shared_folder
+from ktcli.types import Document, FileMap
+
+MAX_FILES = 40  # listed at most; the rest are counted
+MAX_CHARS = 110  # a line of the map, cut at a word
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|(?<=[。！？])")
+_COMMENT_MARK = re.compile(r"^\s*(?:#!.*|#+|//+|/\*+|\*+/?|--+|;+|%+|<!--|-->)\s?")
+_NOT_A_DESCRIPTION = re.compile(
+    r"(?i)^(?:copyright|\(c\)|©|spdx-license|licensed under|all rights reserved|-\*-|coding[:=]|vim?:|"
+    r"eslint|prettier|pylint|noqa|type: ?ignore|@ts-|@flow|@jsx|#include)")
+_DESCRIPTION_FIELD = re.compile(r'^\s*"?description"?\s*[=:]\s*"((?:[^"\\]|\\.){3,})"')
+_MARKDOWN_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
+_RST_UNDERLINE = re.compile(r"""^([=\-~^"'`#*+_])\1{2,}\s*$""")
+_PROSE_KINDS = ("markdown", "text", "stdin")
+# Files whose first words say nothing of a project: licences, logs, tables of data.
+_NOT_DESCRIBED = re.compile(r"(?i)(?:licen[cs]e|copying|^notice|^authors|^contributors|\.(?:log|csv|tsv|lock)$)")
+_TIMESTAMP = re.compile(r"\s*\[?\d{2,4}[-/.:]\d{2}")
+_MAX_NAMES = 6
+_DOCUMENT_KINDS = ("pdf", "docx", "odt", "epub", "html", "rtf")
+
+
+def file_map(documents: tuple[Document, ...] | list[Document]) -> FileMap | None:
+    """What up to `MAX_FILES` documents say they are, in input order; None for a single
+    document or where none says anything."""
+    if len(documents) < 2:
+        return None
+    found = [(doc.path, *said) for doc in documents if (said := describe(doc)) is not None]
+    if not found:
+        return None
+    return FileMap(tuple(found[:MAX_FILES]), shared_folder([path for path, _, _ in found]),
+                   max(0, len(found) - MAX_FILES))
+
+
+def describe(doc: Document) -> tuple[int, str] | None:
+    """(line, text): the line (1-based, as citations count) where `doc` says what it is,
+    and that much of it; for Python that says nothing, the classes and functions it
+    defines; None for the rest (a log, data, a licence, a dotfile)."""
+    name = doc.path.replace("\\", "/").rsplit("/", 1)[-1]
+    if name.startswith(".") or _NOT_DESCRIBED.search(name):
+        return None
+    lines = doc.text.split("\n")
+    if doc.kind == "code":
+        said = _python_docstring(doc.text) if doc.language == "python" else None
+        said = said or _description_field(lines) or _leading_comment(lines)
+        said = said or (_python_definitions(doc.text) if doc.language == "python" else None)
+    elif doc.kind in _PROSE_KINDS and lines and _TIMESTAMP.match(lines[0]):
+        said = None  # a log
+    elif doc.kind == "markdown" or (doc.kind in _PROSE_KINDS and _rst_title(lines)):
+        said = _titled(lines)
+    elif doc.kind in _PROSE_KINDS:
+        said = _first_paragraph(lines, 0)
+    elif doc.kind in _DOCUMENT_KINDS:
+        said = _first_line(lines)
+    else:
+        said = None
+    if said is None:
+        return None
+    index, text = said
+    text = _short(" ".join(text.split()))
+    if len(text) < 3:
+        return None
+    line = doc.source_lines[index] if index < len(doc.source_lines) else index + 1
+    return line, text
+
+
+def _python_docstring(text: str) -> tuple[int, str] | None:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    docstring = ast.get_docstring(tree, clean=True)
+    if not docstring or not tree.body:
+        return None
+    return tree.body[0].lineno - 1, _first_sentence(docstring.split("\n\n")[0])
+
+
+def _python_definitions(text: str) -> tuple[int, str] | None:
+    """"defines A, B, ..." for a module that says nothing of itself: its public classes and
+    functions, classes first (click's `core.py`: Context, Command, Group, ...)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None
+    kinds = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+    defined = [node for node in tree.body if isinstance(node, kinds) and not node.name.startswith("_")]
+    if not defined:
+        return None
+    defined.sort(key=lambda node: not isinstance(node, ast.ClassDef))  # (stable: in file order)
+    names = list(dict.fromkeys(node.name for node in defined))  # a typing.overload's name once
+    more = f" and {len(names) - _MAX_NAMES} more" if len(names) > _MAX_NAMES else ""
+    return defined[0].lineno - 1, f"defines {', '.join(names[:_MAX_NAMES])}{more}"
+
+
+def _description_field(lines: list[str]) -> tuple[int, str] | None:
+    """A package manifest's own description (pyproject.toml, package.json, Cargo.toml)."""
+    for i, line in enumerate(lines[:200]):
+        if m := _DESCRIPTION_FIELD.match(line):
+            return i, m.group(1).replace('\\"', '"')
+    return None
+
+
+def _leading_comment(lines: list[str]) -> tuple[int, str] | None:
+    """The first sentence of the comment a file opens with, licence and tool lines left aside."""
+    start, words = None, []
+    for i, line in enumerate(lines[:60]):
+        if not line.strip():
+            if words:
+                break
+            continue
+        if not _COMMENT_MARK.match(line):
+            break
+        text = _COMMENT_MARK.sub("", line, count=1).strip().rstrip("*/").strip()
+        if not text or _NOT_A_DESCRIPTION.match(text) or not re.search(r"[^\W\d_]{2}", text):
+            if words:
+                break
+            continue
+        if start is None:
+            start = i
+        words.append(text)
+        if _SENTENCE_END.search(" ".join(words) + " X") or text.endswith((".", "!", "?")):
+            break
+    return (start, _first_sentence(" ".join(words))) if start is not None else None
+
+
+def _titled(lines: list[str]) -> tuple[int, str] | None:
+    """A Markdown or reStructuredText title, with the first sentence under it."""
+    for i, line in enumerate(lines[:80]):
+        if m := _MARKDOWN_HEADING.match(line):
+            title, below = m.group(1).strip(), i + 1
+        elif i + 1 < len(lines) and line.strip() and _RST_UNDERLINE.match(lines[i + 1]) \
+                and len(lines[i + 1].strip()) >= len(line.strip()):
+            title, below = line.strip(), i + 2
+        else:
+            continue
+        after = _first_paragraph(lines, below, stop_at_heading=True)
+        return i, f"{title}: {after[1]}" if after else title
+    return _first_paragraph(lines, 0)
+
+
+def _rst_title(lines: list[str]) -> bool:
+    return any(_RST_UNDERLINE.match(line) and lines[i - 1].strip() for i, line in enumerate(lines[1:40], start=1))
+
+
+def _first_paragraph(lines: list[str], start: int, stop_at_heading: bool = False) -> tuple[int, str] | None:
+    """The first sentence of the first paragraph of prose from `start`: not a badge, a
+    list, a table, a code block or markup."""
+    at, words, fenced = None, [], False
+    for i in range(start, min(len(lines), start + 80)):
+        line = lines[i].strip()
+        if line.startswith(("```", "~~~")):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if stop_at_heading and (_MARKDOWN_HEADING.match(line) or _RST_UNDERLINE.match(line)) and words == []:
+            return None
+        if not line:
+            if words:
+                break
+            continue
+        if line.startswith(("![", "[![", "<", "|", "..", ":", ">", "-", "*", "+", "=")) or not re.search(r"[^\W\d_]{2}", line):
+            if words:
+                break
+            continue
+        at = i if at is None else at
+        words.append(line)
+        if _SENTENCE_END.search(" ".join(words)) or len(" ".join(words)) > MAX_CHARS:
+            break
+    return (at, _first_sentence(" ".join(words))) if at is not None else None
+
+
+def _first_line(lines: list[str]) -> tuple[int, str] | None:
+    """A document's title as it reads first: its first line with words."""
+    for i, line in enumerate(lines[:40]):
+        if re.search(r"[^\W\d_]{2}", line):
+            return i, line.strip()
+    return None
+
+
+def _first_sentence(text: str) -> str:
+    return _SENTENCE_END.split(" ".join(text.split()), maxsplit=1)[0]
+
+
+def _short(text: str) -> str:
+    if len(text) <= MAX_CHARS:
+        return text
+    cut = text.rfind(" ", 0, MAX_CHARS - 3)
+    return text[: cut if cut > MAX_CHARS // 2 else MAX_CHARS - 3].rstrip(" ,;:") + "..."

@@ -1,0 +1,83 @@
+"""A summary's map of its files (`pipeline.file_map`): each file in its own words, quoted
+from the line that says it, never made up; nothing for files that say nothing."""
+
+from __future__ import annotations
+
+import pytest
+
+from ktcli.pipeline.file_map import MAX_FILES, describe, file_map
+from ktcli.types import Document
+
+
+def _doc(path: str, text: str, kind: str = "code", language: str | None = None, **kw) -> Document:
+    return Document(path=path, text=text, kind=kind, language=language, **kw)
+
+
+def test_a_python_module_is_described_by_its_docstring_first_sentence():
+    text = '#!/usr/bin/env python\n"""Loading and saving the catalogue. It is one JSON file.\n\nMore here."""\nimport json\n'
+    assert describe(_doc("storage.py", text, language="python")) == (2, "Loading and saving the catalogue.")
+
+
+def test_a_python_module_without_a_docstring_says_what_it_defines():
+    text = ("import typing\n\n@typing.overload\ndef echo(x: int) -> None: ...\n@typing.overload\n"
+            "def echo(x: str) -> None: ...\ndef echo(x): pass\ndef _private(): pass\n"
+            "class Context:\n    pass\n")
+    assert describe(_doc("core.py", text, language="python")) == (9, "defines Context, echo")
+    many = "".join(f"def f{i}(): pass\n" for i in range(9))
+    assert describe(_doc("m.py", many, language="python"))[1] == "defines f0, f1, f2, f3, f4, f5 and 3 more"
+
+
+def test_other_code_by_its_opening_comment_past_licence_lines():
+    text = ("// Copyright 2024 Example Corp.\n// SPDX-License-Identifier: MIT\n\n"
+            "// Package router matches request paths to handlers,\n// longest prefix first. Routes are immutable.\n"
+            "package router\n")
+    assert describe(_doc("router.go", text, language="go")) == (
+        4, "Package router matches request paths to handlers, longest prefix first.")
+    assert describe(_doc("main.rs", "fn main() {}\n", language="rust")) is None
+
+
+def test_a_manifest_by_its_description():
+    toml = '[project]\nname = "shelf"\nversion = "0.3.1"\ndescription = "A tiny catalogue"\n'
+    assert describe(_doc("pyproject.toml", toml, language="toml")) == (4, "A tiny catalogue")
+    package = '{\n  "name": "x",\n  "description": "Parses \\"quoted\\" flags"\n}\n'
+    assert describe(_doc("package.json", package, language="json")) == (3, 'Parses "quoted" flags')
+
+
+def test_prose_by_its_title_and_first_sentence():
+    md = ("[![build](https://ci/badge.svg)](https://ci)\n\n# shelf\n\n![logo](logo.png)\n\n"
+          "A tiny command-line catalogue for a home library. It keeps one file.\n\n## Install\n")
+    assert describe(_doc("README.md", md, kind="markdown")) == (3, "shelf: A tiny command-line catalogue for a home library.")
+    assert describe(_doc("empty.md", "# Notes\n\n## Later\n", kind="markdown")) == (1, "Notes")
+    rst = ".. _tut:\n\n*****************\nThe Tutorial\n*****************\n\nPython is easy to learn. It is.\n"
+    assert describe(_doc("tutorial.rst", rst, kind="text")) == (4, "The Tutorial: Python is easy to learn.")
+    assert describe(_doc("notes.txt", "\nKeep the lamps lit. Always.\n", kind="text")) == (2, "Keep the lamps lit.")
+
+
+def test_a_document_by_its_first_line_cited_where_the_file_has_it():
+    html = _doc("guide.html", "Kestrel Router Guide\nSet up.", kind="html", source_lines=(14, 20))
+    assert describe(html) == (14, "Kestrel Router Guide")
+    assert describe(_doc("r.pdf", "12\nHarbor Light Annual Report", kind="pdf")) == (2, "Harbor Light Annual Report")
+
+
+@pytest.mark.parametrize("path, text, kind", [
+    ("build.log", "2024-03-02 12:00:01 INFO build started\n", "text"),
+    ("server.txt", "[2024-03-02 12:00:01] GET /\n", "text"),
+    ("LICENSE", "MIT License\n\nPermission is hereby granted.\n", "text"),
+    ("python-tutorial.LICENSE.txt", "Copyright: Python\n", "text"),
+    (".gitignore", "# build outputs are never part of the source\n*.log\n", "code"),
+    ("data.csv", "name,age\nAda,36\n", "text"),
+    ("broken.py", "def (:\n", "code"),
+])
+def test_files_that_say_nothing_of_themselves_are_left_out(path, text, kind):
+    assert describe(_doc(path, text, kind=kind, language="python" if path.endswith(".py") else None)) is None
+
+
+def test_the_map_lists_in_input_order_counts_the_rest_and_names_the_shared_folder():
+    docs = [_doc(f"repo/src/m{i:02}.py", f'"""Module {i}."""\n', language="python") for i in range(MAX_FILES + 3)]
+    docs.insert(1, _doc("repo/build.log", "2024-01-01 00:00 start\n", kind="text"))
+    files = file_map(docs)
+    assert files is not None and files.folder == "repo/src" and files.unlisted == 3
+    assert files.entries[:2] == (("repo/src/m00.py", 1, "Module 0."), ("repo/src/m01.py", 1, "Module 1."))
+    assert len(files.entries) == MAX_FILES
+    assert file_map(docs[:1]) is None  # one document: its summary is about it alone
+    assert file_map([_doc("a.log", "2024-01-01 x\n", kind="text"), _doc("b.log", "2024-01-02 y\n", kind="text")]) is None
