@@ -70,6 +70,7 @@ class RepetitionGuard:
 _MARKER = re.compile(r"(?<![\w\]\[])\[\d+\]")  # a citation, not an index: buf[10] is code
 # the same, or the start of one still being written ("... core.py. [2")
 _MARKER_SO_FAR = re.compile(r"(?<![\w\]\[])\[\d+(?:\]|$)")
+_MARKERS_ONLY = re.compile(r"(?:\s*\[\d+\])+\s*")
 # A list item's number at the start of a line ("17. ", "4) "). Not a letter's: a lettered
 # list runs out at z.
 _ITEM_DIGITS = re.compile(r"^([ \t]*)(\d+)(?=[.)]\s)", re.MULTILINE)
@@ -218,7 +219,9 @@ class EchoedText:
         or sentence that is so far only what may be an item's number ('4', '4.') is held
         too: shown, it stayed on screen above the repeat it began."""
         hold = len(self.text)
-        if self.in_code:
+        if self.in_code or (ended and _MARKERS_ONLY.fullmatch(self.text[len(self.shown):])):
+            # a label the answer ends with ("... 1.93 million. [2]") repeats nothing, though
+            # every sentence after "... Q3. [1]" starts alike ("[0] Net income ...")
             return hold
         # Stripped both ways, as the lines kept are: a repeat followed by spaces was no
         # longer a prefix of its earlier line and was shown before its line break.

@@ -268,6 +268,15 @@ def test_a_line_said_again_under_the_next_label_is_never_shown_twice(seed):
     assert shown == line.format(1) and echo.repeated
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_the_label_an_answer_ends_with_is_shown(seed):
+    """"... in Q3. [1] Net income was 1.93 million. [2]" lost its [2]: held as the start of
+    a sentence like the one before ("[0] Net income ..."), and dropped when the stream ended."""
+    answer = "Revenue was 5.87 million in Q3. [1] Net income was 1.93 million. [2]"
+    echo = EchoedText()
+    assert _stream(echo, answer, seed) == answer and not echo.repeated
+
+
 def test_a_loop_that_only_counts_its_citation_markers_up_is_stopped():
     """'The deploy script uses the [1] to [2] to [3] to ... [78' ran to the token limit."""
     guard = RepetitionGuard()
