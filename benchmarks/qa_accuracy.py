@@ -7,6 +7,7 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
     python -m benchmarks.qa_accuracy --json --baseline merge     # evidence merge before / now
     python -m benchmarks.qa_accuracy --json --baseline refs      # whole-input source refs before / now
     python -m benchmarks.qa_accuracy --json --baseline key-lines # no key lines before the question / now
+    python -m benchmarks.qa_accuracy --json --baseline labels    # labels as the model wrote them / moved
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Each case runs twice in
@@ -24,6 +25,11 @@ before 2026-12-06 (the key lines' five layouts were tried on them).
   keep each line at its number (`pipeline.windows.merge_neighbours`);
 * key-lines (every case): no lines quoted again before the question, as until
   2026-12-06, against the two that best match it under "Key facts:" (`pipeline.key_lines`);
+* labels (the retrieval cases only): the answer's source labels as the model wrote them,
+  as until 2026-12-06, against each moved to the passage that backs its sentence
+  (`citations.Relabel`). Greedy decoding writes the same tokens both ways; "label right"
+  counts answers whose first label names a passage holding the fact (its page, for the
+  PDF).
 * layout: the prompt ktcli used until 2026-12-04, the question asked before the sources
   as well as after them. Now it comes after them only, so every question about one input
   starts with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
@@ -223,6 +229,23 @@ def _no_key_lines():
         qa._key_lines = current
 
 
+@contextlib.contextmanager
+def _labels_as_written():
+    """The answer's labels as the model wrote them (until 2026-12-06): nothing moved."""
+    from ktcli.pipeline import qa
+
+    class AsWritten(citations.Relabel):
+        def _label(self, before: str, written: int) -> int:
+            return written
+
+    current = qa.citations.Relabel
+    qa.citations.Relabel = AsWritten
+    try:
+        yield
+    finally:
+        qa.citations.Relabel = current
+
+
 # --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
 BASELINES = {
     "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
@@ -232,12 +255,29 @@ BASELINES = {
     "layout": (("before: question first too", _question_first), "now: question after", tuple(CASES)),
     "refs": (("before: paths as given", _paths_as_given), "now: shared folders left out", ("pdf-full",)),
     "key-lines": (("before: no key lines", _no_key_lines), "now: 2 key lines quoted", tuple(CASES)),
+    "labels": (("before: labels as written", _labels_as_written), "now: moved to their backing",
+               ("pdf-retrieval", "tutorial-retrieval")),
 }
 
 
 def _says(text: str, expected: str) -> bool:
     """`expected` as a whole word or figure: 'sys' is not found in 'system', '5.8' not in '5.87'."""
     return re.search(rf"(?<![\w.]){re.escape(expected)}(?![\w]|\.\d)", text, re.IGNORECASE) is not None
+
+
+def _first_label_right(answer, prep, expected: list[str], page: int | None) -> bool | None:
+    """Whether the first source label the answer writes names a passage holding the fact:
+    its page, where the fact's page is known, else one of the expected strings in its
+    lines. None for an answer that writes no label."""
+    written = citations.cited_labels(answer.text, 999)
+    cited = next((c for c in answer.citations if written and c.label == written[0]), None)
+    if cited is None:
+        return None if not written else False
+    if page is not None:
+        return cited.span.page == page
+    doc = next(d for d in prep.corpus.documents if d.path == cited.span.path)
+    lines = doc.text.split("\n")[(cited.span.line_start or 1) - 1 : cited.span.line_end or None]
+    return any(_says("\n".join(lines), e) for e in expected)
 
 
 def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
@@ -271,7 +311,8 @@ def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
             backed = list(itertools.takewhile(lambda c: c not in ours, answer.citations))
             others = [c for c in answer.citations[len(backed):] if c not in ours]
             base_pages = [c.span.page for c in citations.merge(backed, theirs, others)]
-            rows.append({"question": question, "right": right, "cites_page": page in pages if page else None,
+            rows.append({"question": question, "right": right, "label_right": _first_label_right(answer, prep, expected, page),
+                         "cites_page": page in pages if page else None,
                          "first_cite": bool(pages) and pages[0] == page if page else None,
                          "cites_page_whole_answer": page in base_pages if page else None,
                          "first_cite_whole_answer": bool(base_pages) and base_pages[0] == page if page else None,
@@ -287,6 +328,7 @@ def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
         return sum(marks) if marks else None
 
     return {"case": case, "variant": variant, "right": n_right, "questions": len(rows),
+            "labels_written": sum(r["label_right"] is not None for r in rows), "label_right": count("label_right"),
             "cites_right_page": count("cites_page"), "first_cite_right": count("first_cite"),
             "cites_right_page_whole_answer": count("cites_page_whole_answer"),
             "first_cite_right_whole_answer": count("first_cite_whole_answer"), "rows": rows}
@@ -306,8 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     prep = prepare([PDF], "warm up", "ask", replace(base, mode="full"), NullReporter())
     backend = load_backend(base, None, prep.plan)
     results = []
-    print(f"{'case':<20} {'variant':<27} {'right':>7} {'cites page':>11} {'first cite':>11}   "
-          "(baseline: whole-answer attribution)")
+    print(f"{'case':<20} {'variant':<27} {'right':>7} {'label right':>11} {'cites page':>11} {'first cite':>11}   "
+          "(cites: whole-answer attribution -> by sentence)")
     for case in (args.cases.split(",") if args.cases else default_cases):
         for variant, variant_patch in ((before, patch), (now, None)):
             r = run_case(case, variant, variant_patch, backend, base)
@@ -316,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
                 return f"{r[theirs]}->{r[ours]}/{r['questions']}" if r[ours] is not None else "-"
 
             print(f"{case:<20} {variant:<27} {r['right']:>3}/{r['questions']:<3} "
+                  f"{r['label_right'] if r['label_right'] is not None else '-':>6}/{r['labels_written']:<4} "
                   f"{pair('cites_right_page', 'cites_right_page_whole_answer'):>11} "
                   f"{pair('first_cite_right', 'first_cite_right_whole_answer'):>11}", flush=True)
     payload = {"benchmark": "qa_accuracy", "baseline": args.baseline, "machine": machine(), "model": base.model,

@@ -7,16 +7,17 @@ evidence line is scored by the rare answer words it contains, and the best lines
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
 from ktcli.ingest.sections import MARKDOWN_RULE, SectionIndex, document_trails, paged_trails, row_cells
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
-from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Span
+from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Document, Span
 
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
 # dropped the second, so notes in Russian counted as empty), and numbers.
@@ -193,23 +194,100 @@ def backed_labels(answer: str, labelled: list[Chunk]) -> list[int]:
     bundled model ends sentences with "[1]" whatever it read, copying "citing sources like
     [1]": "The Halden factory opened on 14 September 2023. [1]" put page 1 first under
     Sources, not the factory's page 5; attribution finds the line instead."""
-    passages = [set(terms(chunk.text)) for chunk in labelled]
-    df = Counter(t for words in passages for t in words)
+    backing = _Backing([chunk.text for chunk in labelled])
     backed: list[int] = []
     for label, said in _labels_written(answer, len(labelled)):
-        words = set(terms(said))
-        scores = [sum(math.log(1 + len(passages) / df[t]) for t in words & present) for present in passages]
-        best = max(scores)
-        if label not in backed and best > 0 and scores[label - 1] >= 0.5 * best:
+        if label not in backed and backing.best_for(said, label) == label:
             backed.append(label)
     return backed
+
+
+class _Backing:
+    """How well each labelled passage backs a sentence: the words they share, each weighted
+    by its rarity among the passages."""
+
+    def __init__(self, passages: list[str]) -> None:
+        self.passages = [set(terms(text)) for text in passages]
+        self.df = Counter(t for words in self.passages for t in words)
+
+    def best_for(self, sentence: str, label: int) -> int | None:
+        """`label` where its passage backs `sentence` at least half as well as the best one
+        does; else the best one's label; None where no passage shares a word with it."""
+        words = set(terms(sentence))
+        n = len(self.passages)
+        scores = [sum(math.log(1 + n / self.df[t]) for t in words & present) for present in self.passages]
+        best = max(scores, default=0.0)
+        if best <= 0:
+            return None
+        return label if scores[label - 1] >= 0.5 * best else scores.index(best) + 1
+
+
+# "[" and up to 3 digits at the end of streamed text: a label ("[12]") may be arriving
+_LABEL_STARTED = re.compile(r"\[\d{0,3}$")
+
+
+class Relabel:
+    """Streamed answer text with each source label ("[1]") moved to the passage that backs
+    the sentence it ends, where the one written backs it less than half as well
+    (`backed_labels`' measure). The bundled model ends sentences with "[1]" whatever it
+    read, copying "citing sources like [1]": 6 of a probe's 30 answers cited [1] for a
+    sentence whose words stood in another passage, so a reader who looked [1] up under
+    Sources found nothing of it there. A label inside a sentence is judged by the words
+    before it; one that comes out the same as the label just before it ("[8] [8]") is left
+    out. `feed` holds back a "[" until it is known to be a label or not."""
+
+    def __init__(self, passages: list[str]) -> None:
+        self.backing = _Backing(passages)
+        self.n = len(passages)
+        self.shown = ""  # the text given out, labels as rewritten
+        self.held = ""
+        self.moved = 0  # labels rewritten
+
+    def feed(self, piece: str) -> str:
+        text = self.held + piece
+        m = _LABEL_STARTED.search(text)
+        cut = m.start() if m else len(text)
+        self.held = text[cut:]
+        return self._release(text[:cut])
+
+    def flush(self) -> str:
+        text, self.held = self.held, ""
+        return self._release(text)
+
+    def _release(self, text: str) -> str:
+        out, at = [], 0
+        for m in _LABEL.finditer(text):
+            out.append(text[at : m.start()])
+            written = int(m.group(1))
+            label = self._label(self.shown + "".join(out), written)
+            if label != written and re.search(rf"\[{label}\]\s*$", self.shown + "".join(out)):
+                label = 0  # the label just before it says the same
+            if label != written:
+                self.moved += 1
+            out.append(f"[{label}]" if label else "")
+            at = m.end()
+        out.append(text[at:])
+        released = "".join(out)
+        self.shown += released
+        return released
+
+    def _label(self, before: str, written: int) -> int:
+        if not 1 <= written <= self.n or self.n < 2:
+            return written
+        sentences = [_LABEL.sub(" ", s) for s in _SENTENCE.split(before)]
+        said = next((s for s in reversed(sentences) if terms(s)), "")  # "... 2023. [1]": the sentence before
+        if not said or echoes_instructions(said):
+            return written
+        best = self.backing.best_for(said, written)
+        return written if best is None else best
 
 
 def _labels_written(answer: str, n_labels: int) -> Iterator[tuple[int, str]]:
     """(label, the sentence it is written in, less its labels) for each label in 1..n_labels
     that `answer` writes, in order, outside sentences that restate ktcli's instructions
     (judged without their labels, as `attribute` judges them). A label standing alone
-    ("2023. [1]": a sentence of its own) is given the sentence before it."""
+    ("2023. [1]": a sentence of its own), or opening the next one ("2023. [1] The board
+    ..."), is given the sentence before it."""
     before = ""
     for sentence in _SENTENCE.split(answer):
         bare = _LABEL.sub(" ", sentence)
@@ -218,7 +296,7 @@ def _labels_written(answer: str, n_labels: int) -> Iterator[tuple[int, str]]:
         said = bare if terms(bare) else before
         for m in _LABEL.finditer(sentence):
             if 1 <= (label := int(m.group(1))) <= n_labels:
-                yield label, said
+                yield label, said if terms(_LABEL.sub(" ", sentence[: m.start()])) else before or said
         before = said
 
 
@@ -381,6 +459,43 @@ def _overlaps(a: Span, b: Span) -> bool:
 
 def label_citations(labels: list[int], labelled: list[Chunk]) -> list[Citation]:
     return [Citation(ref=labelled[k - 1].span.cite(), span=labelled[k - 1].span, label=k) for k in labels]
+
+
+def narrowed(labelled: list[Citation], attributed: list[Citation]) -> list[Citation]:
+    """Each label's citation of its whole passage replaced by the lines attribution found
+    in it under that label, where it found any. Neighbouring chunks are read as one passage
+    (`windows.merge_neighbours`), and a probe's answer from line 13 of an HTML guide was
+    cited `guide.html:1-36`, the whole file, `<script>` and all, the line itself dropped
+    as inside it (`merge`). A page stays a page: a PDF is cited by its pages."""
+    out: list[Citation] = []
+    for c in labelled:
+        inside = [a for a in attributed if a.label == c.label and c.span.page is None and a.span.page is None
+                  and a.span.line_start is not None and _contains(c.span, a.span)]
+        out += inside or [c]
+    return out
+
+
+def on_their_pages(cited: list[Citation], documents: Sequence[Document]) -> list[Citation]:
+    """Each PDF citation named by the page most of its lines are on. A passage that ends a
+    page mid-sentence is read with the next page's first lines (`windows.across_page_breaks`)
+    and keeps its page, so a name on page 5's first line was cited "p.4"."""
+    pages_of = {d.path: d.pages for d in documents if d.kind == "pdf" and d.pages}
+    out = []
+    for c in cited:
+        pages, span = pages_of.get(c.span.path), c.span
+        if pages is None or span.page is None or span.line_start is None or span.unit:
+            out.append(c)
+            continue
+        offsets = [p.line_offset for p in pages]
+        lines = range(span.line_start, (span.line_end or span.line_start) + 1)
+        held = Counter(max(0, bisect.bisect_left(offsets, line) - 1) for line in lines)
+        page = pages[max(held, key=lambda i: held[i])]  # (ties: the first, as Counter keeps its order)
+        if page.number is None or page.number == span.page:
+            out.append(c)
+            continue
+        span = replace(span, page=page.number, page_label=page.label)
+        out.append(replace(c, span=span, ref=span.cite()))
+    return out
 
 
 def merge(*groups: list[Citation]) -> tuple[Citation, ...]:

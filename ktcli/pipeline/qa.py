@@ -37,9 +37,12 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                 prep.question, sources, settings, reporter)), needed, backend, params)
             reporter.status(f"reading the whole input ({needed - params.max_new_tokens:,} tokens)")
             # The next question about the same input starts with the same tokens up to its own.
+            labels = citations.Relabel([d.text for d in prep.corpus.documents])  # as whole_input labels them
             with cited_if_interrupted() as streamed:
-                streamed.text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter)
+                streamed.text = stream_answer(backend, messages, replace(params, keep_prompt=True), tally, reporter,
+                                              labels=labels)
                 _warn_if_echo(streamed.text, reporter)
+            _count_moved(labels, tally)
 
             def whole_read_answer(text: str) -> Answer:
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
@@ -105,22 +108,25 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     messages, _ = _with_key_lines(messages, prompts.ask_messages(prep.question, evidence, notes, key_lines=_key_lines(
         prep.question, sources, settings, reporter, passages=True)), 0, backend, params)
     reporter.status("answering" + (f" from window {len(windows)}/{len(windows)} and notes" if len(windows) > 1 else ""))
+    labels = citations.Relabel([c.text for c in labelled])
     with cited_if_interrupted() as streamed:
-        streamed.text = stream_answer(backend, messages, params, tally, reporter)
+        streamed.text = stream_answer(backend, messages, params, tally, reporter, labels=labels)
         _warn_if_echo(streamed.text, reporter)
+    _count_moved(labels, tally)
 
     def retrieval_answer(text: str) -> Answer:
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
-        cited = citations.merge(
-            citations.label_citations(citations.backed_labels(text, labelled), labelled)[:3],
-            citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]),
-        )
+        documents = prep.corpus.documents
+        attributed = citations.on_their_pages(
+            citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]), documents)
+        backed = citations.label_citations(citations.backed_labels(text, labelled), labelled)[:3]
+        cited = citations.merge(citations.narrowed(citations.on_their_pages(backed, documents), attributed), attributed)
         # Every label the answer writes has its entry, last where its passage does not back
         # its sentence: "... arrives on Friday at gate Omega. [1] ... shelf 9. [2]" listed
         # no [2], so the answer's [2] pointed at nothing.
         listed = {c.label for c in cited}
-        cited += tuple(citations.label_citations(
-            [k for k in citations.cited_labels(text, len(labelled)) if k not in listed], labelled))
+        cited += tuple(citations.on_their_pages(citations.label_citations(
+            [k for k in citations.cited_labels(text, len(labelled)) if k not in listed], labelled), documents))
         figures = tally.figures() | {
             "retrieved": len(hits), "windows": len(windows), "index_s": round(index_s, 3),
             "index_bytes": index.stats.get("index_bytes", 0),
@@ -132,6 +138,11 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
+
+
+def _count_moved(labels: citations.Relabel, tally: Tally) -> None:
+    if labels.moved:  # (--json's figures: how many of the answer's labels were not the model's)
+        tally.extra["labels_moved"] = labels.moved
 
 
 def _key_lines(question: str, sources: list[tuple[int, str]], settings: Settings, reporter: Reporter,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ktcli.engine.backend import Backend, Message, SamplingParams
 from ktcli.errors import InterruptedAnswer, interruption
+from ktcli.pipeline.citations import Relabel
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
@@ -188,7 +189,8 @@ def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer",
-                  longer: str = "", source: str | None = None, cut: list[str] | None = None) -> str:
+                  longer: str = "", source: str | None = None, cut: list[str] | None = None,
+                  labels: Relabel | None = None) -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning. `budget`: what
@@ -197,7 +199,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     `source`: the text a summary is of, whose lines of tags alone and made-up code blocks
     are left out (`summary_lines`), a line at a time. `cut`: where an answer cut at the
     budget is noted (its subject added) instead of warned of, for a caller that says
-    several in one line."""
+    several in one line. `labels`: moves each source label the answer writes to the
+    passage that backs its sentence (`citations.Relabel`)."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     lines = SummaryLines(source) if source is not None else None
     pieces = backend.stream_chat(messages, params)
@@ -205,6 +208,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         try:
             for raw in _without_echoed_format(map(lead.feed, pieces)):
                 piece = lines.feed(raw) if lines is not None else raw
+                piece = labels.feed(piece) if labels is not None else piece
                 if not tally.ttft_s and piece:  # the first answer's (a summary's parts stream one by one)
                     tally.ttft_s = time.perf_counter() - tally.started
                 shown = echo.feed(piece)
@@ -219,7 +223,9 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         finally:
             pieces.close()
     if not guard.unit:
-        rest = echo.feed(lines.flush()) + echo.flush() if lines is not None else echo.flush()
+        last = lines.flush() if lines is not None else ""
+        last = labels.feed(last) + labels.flush() if labels is not None else last
+        rest = echo.feed(last) + echo.flush()
         if rest:
             reporter.answer_text(rest)
     if lines is not None and (left_out := lines.said(subject)):

@@ -317,6 +317,52 @@ def test_a_label_whose_passage_does_not_back_its_sentence_is_dropped():
                          [cover, factory]) == [1, 2]
 
 
+PASSAGES = ["Harbor Light Lantern Company: Annual Report 2023. Founded in 1987.",
+            "The Halden factory opened on 14 September 2023.",
+            "The board voted 9 to 2 to postpone the Solvang intake project."]
+
+
+def _streamed(relabel, pieces):
+    return "".join(relabel.feed(p) for p in pieces) + relabel.flush()
+
+
+def test_a_streamed_label_moves_to_the_passage_that_backs_its_sentence():
+    from ktcli.pipeline.citations import Relabel
+
+    relabel = Relabel(PASSAGES)
+    # the label arrives in pieces: "[" is held until it is known to be one
+    out = _streamed(relabel, ["The Halden factory opened", " on 14 September 2023. [", "1", "]", " The board voted",
+                              " 9 to 2 [3]. It was founded in 1987 [1]."])
+    assert out == ("The Halden factory opened on 14 September 2023. [2] The board voted 9 to 2 [3]. "
+                   "It was founded in 1987 [1].")
+    assert relabel.moved == 1
+    assert backed_labels(out, [chunk("r.txt", 1, [p]) for p in PASSAGES]) == [2, 3, 1]
+
+
+def test_labels_left_as_written():
+    from ktcli.pipeline.citations import Relabel
+
+    cases = {
+        "Nothing here is in any passage. [1]": "Nothing here is in any passage. [1]",  # no passage backs it better
+        "The Halden factory opened in 2023. [7]": "The Halden factory opened in 2023. [7]",  # no such passage
+        "Answer the question in a few sentences, citing sources like [1].":
+            "Answer the question in a few sentences, citing sources like [1].",
+        "See [a], [1234] and x[": "See [a], [1234] and x[",  # no labels; a "[" at the end is given back
+    }
+    for written, shown in cases.items():
+        assert _streamed(Relabel(PASSAGES), [written]) == shown
+    # one passage: nothing to move to
+    assert _streamed(Relabel(PASSAGES[:1]), ["The Halden factory opened. [1]"]) == "The Halden factory opened. [1]"
+
+
+def test_a_moved_label_that_repeats_the_one_before_it_is_left_out():
+    from ktcli.pipeline.citations import Relabel
+
+    relabel = Relabel(PASSAGES)
+    assert _streamed(relabel, ["The Halden factory opened on 14 September 2023. [2][1]"]) == (
+        "The Halden factory opened on 14 September 2023. [2]")
+
+
 def test_a_row_quoted_with_its_columns_names_is_cited_to_the_row_not_the_header():
     """An answer copying its key line "Item: Desk, Price: 210 EUR, Stock: 5" was cited to the
     header row, the one line that held "item", "price" and "stock"."""
@@ -334,3 +380,34 @@ def test_a_config_key_is_cited_for_the_words_it_joins():
                                        '    "timeoutMs": 1500', '  }', '}'])
     assert [c.ref for c in attribute("The database pool size is 25.", [config], context=0)] == ["billing.json:4"]
     assert [c.ref for c in attribute("The timeout is 1500 ms.", [config], context=0)] == ["billing.json:5"]
+
+
+def test_a_labels_whole_passage_gives_way_to_the_lines_attributed_in_it():
+    """A probe's answer from line 13 of an HTML guide was cited `guide.html:1-36`: the
+    retrieved chunks of the file read as one passage, the line itself dropped inside it."""
+    from ktcli.pipeline.citations import narrowed
+    from ktcli.types import Citation
+
+    passage = Citation(ref="guide.html:1-36", span=Span("guide.html", 1, 36), label=1)
+    line = Citation(ref="guide.html:12-14", span=Span("guide.html", 12, 14), label=1)
+    elsewhere = Citation(ref="notes.txt:3", span=Span("notes.txt", 3, 3), label=2)
+    assert narrowed([passage], [line, elsewhere]) == [line]
+    assert narrowed([passage], [elsewhere]) == [passage]  # nothing found in it: the passage
+    page = Citation(ref="r.pdf p.3", span=Span("r.pdf", 1, 30, page=3), label=1)
+    assert narrowed([page], [Citation(ref="r.pdf p.3", span=Span("r.pdf", 5, 6, page=3), label=1)]) == [page]
+
+
+def test_a_pdf_citation_names_the_page_most_of_its_lines_are_on():
+    """A passage read with the next page's first lines (`windows.across_page_breaks`) kept its
+    page: the name on page 5's first line was cited "p.4"."""
+    from ktcli.pipeline.citations import on_their_pages
+    from ktcli.types import Citation, Document, Page
+
+    doc = Document(path="lease.pdf", text="\n".join(f"line {i}" for i in range(1, 21)), kind="pdf",
+                   pages=(Page(4, "", 0), Page(5, "", 10, label="v")))
+    carried = Citation(ref="lease.pdf p.4", span=Span("lease.pdf", 10, 12, page=4), label=2)
+    passage = Citation(ref="lease.pdf p.4", span=Span("lease.pdf", 1, 12, page=4), label=2)
+    other = Citation(ref="notes.txt:3", span=Span("notes.txt", 3, 3), label=1)
+    moved, kept, same = on_their_pages([carried, passage, other], [doc])
+    assert moved.span.page == 5 and moved.span.page_label == "v" and moved.ref == "lease.pdf p.5" and moved.label == 2
+    assert kept == passage and same == other

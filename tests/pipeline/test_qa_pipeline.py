@@ -402,17 +402,19 @@ def test_citations_carry_the_label_the_model_read_them_under(haystack, tmp_path)
 
 def test_every_label_the_answer_writes_is_under_sources_the_backed_first(haystack, tmp_path):
     """"... arrives on Friday at gate Omega. [1] ... shelf 9. [2]" listed no [2]: the
-    answer's [2] pointed at nothing."""
+    answer's [2] pointed at nothing. A label no passage can be moved to (`Relabel`: its
+    sentence shares no word with any) is still listed."""
     class WrongLabels(FakeBackend):
         def _reply(self, messages):
-            return "The vault combination is 31-07-1999. [2] [3]"
+            return "The vault combination is 31-07-1999. [2] Zebras yodel loudly. [3]"
 
     settings = settings_for(tmp_path, top_k=12)
     prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
     answer = answer_question(prep, WrongLabels(), settings, NullReporter(), Tally())
     labels = [c.label for c in answer.citations]
-    assert {2, 3} <= set(labels)
+    assert answer.text.endswith("Zebras yodel loudly. [3]") and 3 in labels
     assert answer.citations[0].span.path.endswith("part4.txt")  # where the combination is, whatever was written
+    assert f"[{answer.citations[0].label}]" in answer.text  # ... under the label the answer now writes
 
 
 def test_the_index_cache_is_kept_within_its_bound(haystack, tmp_path, monkeypatch):
@@ -791,3 +793,26 @@ def test_a_passage_that_ends_its_pdf_page_mid_sentence_is_read_with_the_sentence
     prompt = backend.calls[-1][-1]["content"]
     assert "set by the\ncurator to 31-07-1999 on Monday evening." in prompt
     assert 'ref="' + str(pdf) + ' p.2"' in prompt  # read as page 2's passage, where the sentence starts
+
+
+class _CopiesTheInstructionsLabel(FakeBackend):
+    """Ends its answer with "[1]" whatever it read, as the bundled model copies "citing
+    sources like [1]"; the label arrives split over two pieces."""
+
+    def stream_chat(self, messages, params):
+        for piece in super().stream_chat(messages, params):
+            pass
+        yield from ["The vault combination is 31-07-1999. [", "1]"]
+
+
+def test_the_answers_label_names_the_passage_that_backs_it(haystack, tmp_path):
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    tally = Tally()
+    answer = answer_question(prep, _CopiesTheInstructionsLabel(), settings, NullReporter(), tally)
+    label = int(re.search(r"\[(\d+)\]$", answer.text).group(1))
+    assert label != 1 and answer.stats["labels_moved"] == 1
+    listed = [c for c in answer.citations if c.label == label]
+    needle_path = str(haystack / "part4.txt")
+    assert listed and listed[0].span.path == needle_path and listed[0].span.line_start <= 28 <= listed[0].span.line_end
+    assert not any(c.label == 1 for c in answer.citations)  # [1] is no longer written
