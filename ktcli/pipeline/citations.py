@@ -11,7 +11,7 @@ import bisect
 import math
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from functools import lru_cache
 
@@ -318,8 +318,11 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     recordable incident ...') was cited to the incident's page alone, not the revenue's.
     `label_of`: the source label the model read a chunk under (Citation.label). A sentence
     that restates ktcli's own instructions (`restates_instructions`) is no claim to cite."""
-    # joined by line breaks: a sentence split keeps list items apart (`by_sentence`)
-    text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer)) if not restates_instructions(s))
+    # joined by line breaks: a sentence split keeps list items apart (`by_sentence`); a
+    # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
+    known = _known_figures(chunk.text for chunk in evidence)
+    text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer))
+                     if not restates_instructions(s) and not _figures(s) - known)
     # (an identifier's words too: a config's `"pool_size": 25` is the answer "The pool size
     # is 25.", cited nowhere with "25" its one shared word)
     wanted = set(terms(text, pieces=True))
@@ -374,6 +377,40 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         label = label_of(lines[i].chunk) if label_of is not None else 0
         citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3), label=label))
     return citations
+
+
+# A figure as written: "2.1", "38,000", "5,87"; a list item's number ("10. ") is none.
+_FIGURE = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
+_ITEM_NUMBER = re.compile(r"^\s*\d{1,3}[.)]\s", re.MULTILINE)
+_THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")
+
+
+def _figures_in_order(text: str) -> list[str]:
+    """The figures of `text` of two characters or more (a single digit is as often written
+    out: "3 pumps", "three pumps"), thousands separators dropped: "38,000" is "38000"."""
+    text = _ITEM_NUMBER.sub(" ", _LABEL.sub(" ", text))
+    figures = (_THOUSANDS.sub("", m.group(0).rstrip(".,")) for m in _FIGURE.finditer(text))
+    return [f for f in figures if len(f) >= 2]
+
+
+def _figures(text: str) -> set[str]:
+    return set(_figures_in_order(text))
+
+
+def _known_figures(texts: Iterable[str]) -> set[str]:
+    known: set[str] = set()
+    for text in texts:
+        known |= _figures(text)
+    return known
+
+
+def invented_figures(answer: str, sources: Iterable[str], question: str = "") -> list[str]:
+    """The figures `answer` writes that stand in none of `sources`, nor in the question, in
+    answer order: made up. Asked a salary no document gave, the bundled model answered
+    "2.1 million kroners", cited to a line that shared "chief" and "2023"; `attribute`
+    now cites no sentence with such a figure, and the caller says which they are."""
+    known = _known_figures([*sources, question])
+    return list(dict.fromkeys(f for f in _figures_in_order(answer) if f not in known))
 
 
 def _names_and_figures(text: str) -> set[str]:

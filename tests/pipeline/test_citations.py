@@ -411,3 +411,20 @@ def test_a_pdf_citation_names_the_page_most_of_its_lines_are_on():
     moved, kept, same = on_their_pages([carried, passage, other], [doc])
     assert moved.span.page == 5 and moved.span.page_label == "v" and moved.ref == "lease.pdf p.5" and moved.label == 2
     assert kept == passage and same == other
+
+
+def test_a_sentence_with_a_figure_no_passage_holds_is_not_cited():
+    """Asked a salary no document gave, the bundled model answered "2.1 million kroners",
+    cited to a line that shared "chief" and "2023"."""
+    from ktcli.pipeline.citations import invented_figures
+
+    pump = chunk("report.pdf", 70, ["In 2023 the chief engineer, Quintero, approved pump P-17's replacement."], page=7)
+    revenue = chunk("report.pdf", 30, ["Revenue in Q3 2023 was $5.87 million; 38000 lanterns were sold."], page=3)
+    made_up = "The chief executive officer's salary in 2023 was 2.1 million kroners."
+    assert attribute(made_up, [pump, revenue]) == []
+    assert invented_figures(made_up, [pump.text, revenue.text], "What was the salary in 2023?") == ["2.1"]
+    # figures the passages hold, however written; single digits and list numbers are no figures
+    fine = "1. Revenue in Q3 was 5.87 million [2] and 38,000 lanterns sold, 3 more than planned."
+    assert invented_figures(fine, [pump.text, revenue.text]) == []
+    assert [c.span.page for c in attribute(fine, [pump, revenue])] == [3]
+    assert invented_figures("It rose 12.5% to 61,200 units in 1987.", [revenue.text], "units in 1987?") == ["12.5", "61200"]
