@@ -444,9 +444,11 @@ def _notebook_document(raw: str, display: str) -> Document:
 
 
 def _pdf_document(data: bytes, display: str, text_limit: int | None = None) -> Document:
+    from ktcli.ingest.extract_cache import pdf_pages
     from ktcli.ingest.pdftext import READ_BUT, extract_pages
 
-    page_texts, unread, labels, sections = extract_pages(data, display, text_limit)  # unread page 0: the whole file
+    # unread page 0: the whole file
+    page_texts, unread, labels, sections = pdf_pages(data, text_limit, lambda: extract_pages(data, display, text_limit))
     text, pages = _paged(page_texts, labels, sections)
     left_out = tuple(Skipped(f"{display} p.{n}" if n else display, why, part=not n or why.startswith(READ_BUT))
                      for n, why in unread)

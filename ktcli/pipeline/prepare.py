@@ -16,6 +16,7 @@ from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
+from ktcli.ingest.extract_cache import kept_under
 from ktcli.ingest.outline import outline_lines, outline_text
 from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.pipeline import notes_memo
@@ -319,8 +320,9 @@ def prepare(
         resolve_model(settings.model, settings.named("model"))
     reporter.status("reading input")
     started = time.perf_counter()
-    corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
-                         exclude=settings.exclude, exclude_named=settings.named("exclude"))
+    with kept_under(settings.cache_path):  # a PDF's pages, for the next question about it
+        corpus = load_corpus(paths, max_file_bytes=settings.max_file_bytes, stdin_text=stdin_text,
+                             exclude=settings.exclude, exclude_named=settings.named("exclude"))
     report_skipped(corpus.skipped, reporter)
     _warn_if_nothing_excluded(paths, corpus, settings, reporter)
     if server:

@@ -1,0 +1,150 @@
+"""What a PDF's pages read as, kept on disk by the file's bytes: the next question about the
+same PDF starts from its text, not from its content streams.
+
+Reading a PDF is most of what `ktcli ask` does before the model: a 36-page manual took
+2.5 s of a question's 19 s to its first token, every time it was asked about, and a book's
+hundreds of pages take tens of seconds. An entry holds the pages' texts, what could not be
+read, the printed page labels and the section trails (`pdftext.extract_pages`' result),
+under the sha256 of the file's bytes and a fingerprint of the reader: ktcli's ingest
+sources and pypdf's version, so an upgrade or an edit of the reader reads the file again.
+
+Where the cache lives is set for a run (`kept_under`): the pipeline sets it around reading
+its input; elsewhere (tests, a library call) nothing is kept. Entries are written whole
+(a temporary file renamed into place) and a damaged one is read again, never an error; past
+MAX_ENTRIES the least recently used go.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import lru_cache
+from pathlib import Path
+
+from ktcli.ingest.errors import TextOverLimit
+from ktcli.ingest.pdf_headings import PageSections
+
+FOLDER = "extracted"
+MAX_ENTRIES = 256
+_STALE_TEMP_S = 3600.0
+_ROOT: ContextVar[Path | None] = ContextVar("ktcli_extract_cache", default=None)
+
+# pdftext.extract_pages' result: page texts, unread pages (number, why), labels, sections
+Pages = tuple[list[str], list[tuple[int, str]], list[str | None], list[PageSections]]
+
+
+@contextmanager
+def kept_under(cache_dir: Path | None) -> Iterator[None]:
+    """PDFs read inside keep their pages under `cache_dir` (None: nowhere)."""
+    token = _ROOT.set(cache_dir / FOLDER if cache_dir is not None else None)
+    try:
+        yield
+    finally:
+        _ROOT.reset(token)
+
+
+def pdf_pages(data: bytes, text_limit: int | None, read: Callable[[], Pages]) -> Pages:
+    """`read()`'s result for the PDF `data`, from the cache where it holds it. A kept entry
+    is held to `text_limit` as `read` holds the file (TextOverLimit past it); a read that
+    raises keeps nothing."""
+    folder = _ROOT.get()
+    if folder is None:
+        return read()
+    path = folder / f"{_key(data)}.json"
+    pages = _load(path)
+    if pages is None:
+        pages = read()
+        _save(path, folder, pages)
+    elif text_limit is not None:
+        _check_limit(pages[0], text_limit)
+    return pages
+
+
+def _key(data: bytes) -> str:
+    return hashlib.sha256(f"{_reader()}\0".encode() + hashlib.sha256(data).digest()).hexdigest()[:40]
+
+
+@lru_cache(maxsize=1)
+def _reader() -> str:
+    """The reader's fingerprint: the ingest package's sources and pypdf's version."""
+    import pypdf
+
+    digest = hashlib.sha256(pypdf.__version__.encode())
+    for source in sorted(Path(__file__).parent.glob("*.py")):
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
+
+
+def _check_limit(texts: list[str], limit: int) -> None:
+    """TextOverLimit as `extract_pages` raises it: at the page where the text passes `limit`
+    (counted without the running heads and feet `extract_pages` counts: a few characters a
+    page, at the edge of a folder walk's limit)."""
+    read = 0
+    for number, text in enumerate(texts, start=1):
+        read += len(text) + 1
+        if read > limit:
+            raise TextOverLimit(number, len(texts), read)
+
+
+def _load(path: Path) -> Pages | None:
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        texts = [str(t) for t in entry["texts"]]
+        unread = [(int(n), str(why)) for n, why in entry["unread"]]
+        labels = [None if label is None else str(label) for label in entry["labels"]]
+        sections = [PageSections(str(start), tuple((int(line), str(trail)) for line, trail in headings))
+                    for start, headings in entry["sections"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # none kept, or a damaged entry: read the file again
+    if not len(texts) == len(labels) == len(sections):
+        return None
+    try:
+        os.utime(path)  # used: the last to go
+    except OSError:
+        pass
+    return texts, unread, labels, sections
+
+
+def _save(path: Path, folder: Path, pages: Pages) -> None:
+    """Keep `pages`; a disk that refuses keeps nothing, quietly (this run has them)."""
+    texts, unread, labels, sections = pages
+    entry = {"texts": texts, "unread": unread, "labels": labels,
+             "sections": [[s.start, [list(h) for h in s.headings]] for s in sections]}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(entry, ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)  # a reader sees the whole entry or none
+    except (OSError, UnicodeEncodeError):  # (a lone surrogate the text kept: not worth keeping)
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        return
+    _trim(folder)
+
+
+def _trim(folder: Path) -> None:
+    """The least recently used entries past MAX_ENTRIES, and temp files a killed run left
+    (an hour old: a live run's exists for milliseconds)."""
+    now = time.time()
+    entries = []
+    for p in folder.glob("*"):
+        try:
+            modified = p.stat().st_mtime
+            if p.name.endswith(".tmp") and now - modified > _STALE_TEMP_S:
+                p.unlink()
+            elif p.suffix == ".json":
+                entries.append((modified, p))
+        except OSError:
+            continue
+    for _, p in sorted(entries)[: max(0, len(entries) - MAX_ENTRIES)]:
+        try:
+            p.unlink()
+        except OSError:
+            pass

@@ -1,0 +1,86 @@
+"""A PDF's pages kept by its bytes (`ingest.extract_cache`): the next read is the same
+document without reading the PDF again, and nothing stale or damaged is ever used."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ktcli.ingest import extract_cache, load_corpus, pdftext
+from ktcli.ingest.errors import TextOverLimit
+from ktcli.ingest.extract_cache import kept_under
+from tests.ingest.fixtures import damage_page, make_text_pdf
+
+pytest.importorskip("reportlab")
+
+
+@pytest.fixture
+def pdf(tmp_path):
+    pages = [["Harbor Light Annual Report", "1. Overview", "Revenue grew."], ["2. Results", "Q3 revenue was 5.87."],
+             ["3. Outlook", "More lamps."]]
+    path = tmp_path / "report.pdf"
+    path.write_bytes(damage_page(make_text_pdf(pages), 2))  # page 2 unreadable: kept as such
+    return path
+
+
+def _no_reading(monkeypatch):
+    monkeypatch.setattr(pdftext, "extract_pages", lambda *a, **k: pytest.fail("read the PDF again"))
+
+
+def test_a_pdf_read_again_is_the_same_document_without_reading_it(pdf, tmp_path, monkeypatch):
+    with kept_under(tmp_path / "cache"):
+        first = load_corpus([str(pdf)])
+    assert first.documents[0].left_out  # the damaged page is said, and kept so
+    _no_reading(monkeypatch)
+    with kept_under(tmp_path / "cache"):
+        again = load_corpus([str(pdf)])
+        walked = load_corpus([str(tmp_path)])  # a folder walk reads it from the cache too
+    assert again == first
+    assert [d.text for d in walked.documents if d.kind == "pdf"] == [first.documents[0].text]
+
+
+def test_nothing_is_kept_outside_a_run_and_a_new_reader_reads_again(pdf, tmp_path, monkeypatch):
+    load_corpus([str(pdf)])
+    assert not (tmp_path / "cache").exists()
+    with kept_under(tmp_path / "cache"):
+        load_corpus([str(pdf)])
+    assert len(list((tmp_path / "cache" / extract_cache.FOLDER).glob("*.json"))) == 1
+    monkeypatch.setattr(extract_cache, "_reader", lambda: "an upgraded reader")
+    calls = []
+    real = pdftext.extract_pages
+    monkeypatch.setattr(pdftext, "extract_pages", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with kept_under(tmp_path / "cache"):
+        load_corpus([str(pdf)])
+    assert calls == [1]
+
+
+def test_a_damaged_entry_is_read_again(pdf, tmp_path):
+    with kept_under(tmp_path / "cache"):
+        first = load_corpus([str(pdf)])
+    for entry in (tmp_path / "cache" / extract_cache.FOLDER).glob("*.json"):
+        entry.write_text(json.dumps({"texts": ["x"], "unread": []}))  # keys missing
+    with kept_under(tmp_path / "cache"):
+        assert load_corpus([str(pdf)]) == first
+        assert load_corpus([str(pdf)]) == first  # (and kept whole again)
+
+
+def test_a_kept_pdf_is_held_to_a_walks_text_limit(pdf, tmp_path):
+    data = pdf.read_bytes()
+    with kept_under(tmp_path / "cache"):
+        pages = extract_cache.pdf_pages(data, None, lambda: pdftext.extract_pages(data, "report.pdf"))
+        with pytest.raises(TextOverLimit) as cached:
+            extract_cache.pdf_pages(data, 60, lambda: pytest.fail("read the PDF again"))
+    with pytest.raises(TextOverLimit) as read:
+        pdftext.extract_pages(data, "report.pdf", 60)
+    assert (cached.value.page, cached.value.pages) == (read.value.page, read.value.pages) == (3, len(pages[0]))
+
+
+def test_the_least_recently_used_entries_go_past_the_bound(tmp_path, monkeypatch):
+    monkeypatch.setattr(extract_cache, "MAX_ENTRIES", 2)
+    with kept_under(tmp_path / "cache"):
+        for i in range(4):
+            path = tmp_path / f"d{i}.pdf"
+            path.write_bytes(make_text_pdf([[f"Document {i}"]]))
+            load_corpus([str(path)])
+    assert len(list((tmp_path / "cache" / extract_cache.FOLDER).glob("*.json"))) == 2
