@@ -428,3 +428,6 @@ def test_a_sentence_with_a_figure_no_passage_holds_is_not_cited():
     assert invented_figures(fine, [pump.text, revenue.text]) == []
     assert [c.span.page for c in attribute(fine, [pump, revenue])] == [3]
     assert invented_figures("It rose 12.5% to 61,200 units in 1987.", [revenue.text], "units in 1987?") == ["12.5", "61200"]
+    # a figure the passages hold still has its sentence cited, a year's aside
+    assert [c.span.page for c in attribute("Q3 revenue was 5.87 million, up 7.4 percent.", [pump, revenue])] == [3]
+    assert attribute("In 2023 the chief engineer earned 2.1 million.", [pump, revenue]) == []
