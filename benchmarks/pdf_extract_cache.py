@@ -3,9 +3,11 @@ from its content streams: what every question after the first about a PDF saves 
 the model starts.
 
     python -m benchmarks.pdf_extract_cache --json
+    python -m benchmarks.pdf_extract_cache --json --pdf /usr/share/doc/libtasn1-doc/libtasn1.pdf
 
-Inputs: the sample annual report (9 pages) and a report generated here (`--pages`, 150 by
-default: prose, a table and a footnote mark on every page, running feet). Each round reads
+Inputs: the sample annual report (9 pages), a report generated here (`--pages`, 150 by
+default: prose, a table and a footnote mark on every page, running feet), and any PDF
+named with `--pdf` (real ones, from other writers than reportlab, read slower). Each round reads
 each PDF through `load_corpus` twice in a fresh cache folder, the first read filling the
 cache (the baseline: what a first question costs, writing included), the second from it;
 the best of `--rounds` each. The documents read both ways are compared whole.
@@ -63,12 +65,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = arg_parser("pdf_extract_cache", __doc__, "pdf_extract_cache")
     parser.add_argument("--pages", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pdf", action="append", default=[], help="another PDF to read (repeatable)")
     args = parser.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="ktcli-extract-bench-"))
     generated = work / f"report-{args.pages}-pages.pdf"
     generated.write_bytes(generated_report(args.pages))
     rows = []
-    for path in (SAMPLE, generated):
+    for path in (SAMPLE, generated, *map(Path, args.pdf)):
         first, again, same = [], [], True
         for round_ in range(args.rounds):
             cache = work / f"cache-{path.stem}-{round_}"
