@@ -21,8 +21,11 @@ MAX_CHARS = 110  # a line of the map, cut at a word
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|(?<=[。！？])")
 _COMMENT_MARK = re.compile(r"^\s*(?:#!.*|#+|//+|/\*+|\*+/?|--+|;+|%+|<!--|-->)\s?")
 _NOT_A_DESCRIPTION = re.compile(
-    r"(?i)^(?:copyright|\(c\)|©|spdx-license|licensed under|all rights reserved|-\*-|coding[:=]|vim?:|"
+    r"(?i)^(?:copyright|\(c\)|©|spdx-license|licensed under|use of this source code is governed|"
+    r"all rights reserved|-\*-|(?:en)?coding[:=]|vim?:|"
     r"eslint|prettier|pylint|noqa|type: ?ignore|@ts-|@flow|@jsx|#include)")
+# A C preprocessor line is code, not a "#" comment: "#include <Python.h>" read as "include <Python.h>"
+_PREPROCESSOR = re.compile(r"^\s*#\s*(?:include|define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error|import)\b")
 _DESCRIPTION_FIELD = re.compile(r'^\s*"?description"?\s*[=:]\s*"((?:[^"\\]|\\.){3,})"')
 _MARKDOWN_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
 _RST_UNDERLINE = re.compile(r"""^([=\-~^"'`#*+_])\1{2,}\s*$""")
@@ -122,7 +125,7 @@ def _leading_comment(lines: list[str]) -> tuple[int, str] | None:
             if words:
                 break
             continue
-        if not _COMMENT_MARK.match(line):
+        if not _COMMENT_MARK.match(line) or _PREPROCESSOR.match(line):
             break
         text = _COMMENT_MARK.sub("", line, count=1).strip().rstrip("*/").strip()
         if not text or _NOT_A_DESCRIPTION.match(text) or not re.search(r"[^\W\d_]{2}", text):

@@ -81,3 +81,13 @@ def test_the_map_lists_in_input_order_counts_the_rest_and_names_the_shared_folde
     assert len(files.entries) == MAX_FILES
     assert file_map(docs[:1]) is None  # one document: its summary is about it alone
     assert file_map([_doc("a.log", "2024-01-01 x\n", kind="text"), _doc("b.log", "2024-01-02 y\n", kind="text")]) is None
+
+
+def test_c_preprocessor_lines_tool_lines_and_licence_notices_are_not_descriptions():
+    # markupsafe's _speedups.c read as "include <Python.h>", cffi's headers as "define _CFFI_"
+    assert describe(_doc("_speedups.c", "#include <Python.h>\n\nstatic int x;\n", language="c")) is None
+    header = "#ifndef WIDGET_H\n#define WIDGET_H\n/* Widget drawing. */\n#endif\n"
+    assert describe(_doc("widget.h", header, language="c")) is None
+    # bs4's builder/_lxml.py opens "# encoding: utf-8"; _html5lib.py with a licence notice
+    text = "# encoding: utf-8\n# Use of this source code is governed by the MIT license.\n# Parses with lxml.\nx = 1\n"
+    assert describe(_doc("_lxml.py", text, language="python")) == (3, "Parses with lxml.")
