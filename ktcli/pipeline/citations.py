@@ -259,6 +259,10 @@ class Relabel:
         for m in _LABEL.finditer(text):
             out.append(text[at : m.start()])
             written = int(m.group(1))
+            if _in_code(self.shown + "".join(out)):  # `prices[1]`: an index, not a label
+                out.append(m.group(0))
+                at = m.end()
+                continue
             label = self._label(self.shown + "".join(out), written)
             if label != written and re.search(rf"\[{label}\]\s*$", self.shown + "".join(out)):
                 label = 0  # the label just before it says the same
@@ -280,6 +284,13 @@ class Relabel:
             return written
         best = self.backing.best_for(said, written)
         return written if best is None else best
+
+
+def _in_code(before: str) -> bool:
+    """Whether text after `before` is inside a fenced code block or an inline `code` span."""
+    if before.count("```") % 2:
+        return True
+    return before[before.rfind("\n") + 1:].count("`") % 2 == 1
 
 
 def _labels_written(answer: str, n_labels: int) -> Iterator[tuple[int, str]]:

@@ -431,3 +431,13 @@ def test_a_sentence_with_a_figure_no_passage_holds_is_not_cited():
     # a figure the passages hold still has its sentence cited, a year's aside
     assert [c.span.page for c in attribute("Q3 revenue was 5.87 million, up 7.4 percent.", [pump, revenue])] == [3]
     assert attribute("In 2023 the chief engineer earned 2.1 million.", [pump, revenue]) == []
+
+
+def test_relabel_leaves_indexes_in_code_alone():
+    from ktcli.pipeline.citations import Relabel
+    passages = ["def first(items):\n    return items[0]", "The widget config lists items and their prices.",
+                "Prices are in euros."]
+    for answer in ("Use:\n```python\nfirst_price = prices[1]\n```\nDone.", "In Python, `prices[1]` is the second price."):
+        relabel = Relabel(passages)
+        out = "".join(relabel.feed(answer[i:i + 3]) for i in range(0, len(answer), 3)) + relabel.flush()
+        assert out == answer and relabel.moved == 0
