@@ -190,7 +190,7 @@ def _shift(mark: _Run, word: _Run) -> int:
 
 def _on_line_of(run: _Run, word: _Run | None) -> bool:
     """Whether `run` is drawn within the height of `word`'s line (raised or lowered on it)."""
-    return word is not None and run.upright and abs(run.y - word.y) <= _RAISED[1] * word.size
+    return word is not None and run.upright and -_LOWERED[1] * word.size <= run.y - word.y <= _RAISED[1] * word.size
 
 
 def _same_baseline(run: _Run, word: _Run) -> bool:

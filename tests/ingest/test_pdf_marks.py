@@ -118,3 +118,22 @@ def test_extracted_pages_keep_their_marks_and_tables_still_join() -> None:
                                              ("a[^1,3] b", "a1,3 b"), ("no marks [1]", "no marks [1]")])
 def test_unmarked_reads_a_line_as_the_layout_mode_does(written: str, layout: str) -> None:
     assert unmarked(written) == layout
+
+
+def test_a_footnote_line_under_a_close_line_above_still_opens_with_its_mark():
+    # reportlab's <super> at 10/12 pt leading: the mark sits 0.7 em below the line above it,
+    # which read as that line's subscript and lost the "[^1]: "
+    import io
+
+    from pypdf import PdfReader
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import Paragraph, SimpleDocTemplate
+
+    from ktcli.ingest.pdf_marks import page_text
+
+    buf = io.BytesIO()
+    style = getSampleStyleSheet()["Normal"]
+    SimpleDocTemplate(buf).build([Paragraph("Net zero by 2025<super>1</super> it says.", style),
+                                  Paragraph("<super>1</super> Source: annual report 2024.", style)])
+    text = page_text(PdfReader(io.BytesIO(buf.getvalue())).pages[0])
+    assert "2025[^1] it says." in text and "[^1]: Source: annual report 2024." in text
