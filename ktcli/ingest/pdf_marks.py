@@ -7,7 +7,8 @@ comes out "by 20252", a year the document never names, and "$5.87 million¹,³" 
 breaks the line around it ("grew to 412" / "4" / "employees."). Here the page is read
 with pypdf's visitors, which give every run of text its font size and baseline, and the
 text rise (`Ts`) is followed alongside. A run of digits (or a dagger, an asterisk) set
-smaller and raised right after a word becomes "[^2]", as Word's footnote references are
+smaller and raised, starting where a word ends (`_Pen` places the runs: a table's values
+centred beside a bigger label, a chart's numbers, a sidebar's are further off), becomes "[^2]", as Word's footnote references are
 read (`docx`), or "^2" after a unit or a 10 ("m^2", "10^6"). A lowered run (the 2 of
 "CO₂") is glued back to its word with no mark. Anything else is left as pypdf read it.
 """
@@ -29,18 +30,23 @@ _RAISED = (0.15, 0.8)  # a mark's baseline sits this far above its word's, in it
 _LOWERED = (0.08, 0.6)
 _SAME_BASELINE = 0.1  # baselines this close (in font sizes) are one line
 _WORD_GAP = 0.12  # text this close after a mark (in font sizes) goes on with its word: no space between
+_NEXT_TO = 0.5  # a mark starts at most this far after its word ends (in the word's font sizes) ...
+_OVERLAP = 0.3  # ... or this far before (kerning, an italic's overhang, widths taken from metrics)
 _TEXT_OPERATORS = (b"Tj", b"TJ", b"'", b'"')
 
 
 class _Run(NamedTuple):
     """One stretch of text as pypdf hands it to its visitor: what it added to the page's
-    text, its font size on the page and its baseline's height (its text rise included)."""
+    text, its font size on the page, where it starts and ends across the page and its
+    baseline's height (its text rise included)."""
 
     text: str
     size: float
-    x: float  # where it starts
+    x: float
+    end: float | None  # None where its font's widths are unknown, or it holds a line break
     y: float
     upright: bool  # neither rotated nor skewed: heights compare
+    drawn_on: bool = False  # set with the run before it, starting where that one ends (`_Pen`)
 
 
 class _RiseTracker:
@@ -79,9 +85,10 @@ def page_text(page: Any) -> str:
     reports them otherwise), its text as pypdf read it."""
     runs: list[_Run] = []
     rises = _RiseTracker()
+    pen = _Pen()
 
-    def on_text(text: str, cm: list[float], tm: list[float], _font: Any, font_size: float) -> None:
-        runs.append(_run(text, cm, tm, font_size, rises.of_run_ending_now()))
+    def on_text(text: str, cm: list[float], tm: list[float], font: Any, font_size: float) -> None:
+        runs.append(pen.place(text, cm, tm, font, font_size, rises.of_run_ending_now()))
 
     raw = page.extract_text(visitor_operand_before=rises.before, visitor_operand_after=rises.after,
                             visitor_text=on_text) or ""
@@ -90,14 +97,52 @@ def page_text(page: Any) -> str:
     return read_marks(runs) if any(_may_be_mark(run) for run in runs) else raw
 
 
-def _run(text: str, cm: list[float], tm: list[float], font_size: float, rise: float) -> _Run:
-    try:
-        a, b, c, d, e, f = (float(v) for v in _multiply(tm, cm))
-        scale = math.sqrt(abs(a * d - b * c))
+class _Pen:
+    """Where each run starts and ends across the page. pypdf hands each run the text matrix
+    its line was set with, so runs drawn one after another on a line ("... by 2025", then
+    the smaller "2") all start at the line's left edge: a run with the same matrix as the
+    one before starts where that one ended. Its width is its characters' widths in its font
+    (pypdf's font metrics; spacing operators and kerning aside: a mark is judged within
+    half an em)."""
+
+    def __init__(self) -> None:
+        self.fonts: dict[int, Any] = {}  # id of a font resource -> pypdf's Font, or None
+        self.matrix: tuple | None = None  # the latest run's
+        self.end: float | None = None
+
+    def place(self, text: str, cm: list[float], tm: list[float], font: Any, font_size: float, rise: float) -> _Run:
+        try:
+            a, b, c, d, e, f = (float(v) for v in _multiply(tm, cm))
+            matrix = (*map(float, tm), *map(float, cm))
+        except (TypeError, ValueError):
+            return _Run(text, 0.0, 0.0, None, 0.0, False)
+        size = abs(float(font_size)) * math.sqrt(abs(a * d - b * c))
         upright = abs(b) < 1e-6 and abs(c) < 1e-6 and a > 0 and d > 0
-        return _Run(text, abs(float(font_size)) * scale, e, f + rise * d, upright)
-    except (TypeError, ValueError):
-        return _Run(text, 0.0, 0.0, 0.0, False)
+        if not text.strip():
+            return _Run(text, size, e, None, f + rise * d, upright)
+        drawn_on = matrix == self.matrix and self.end is not None
+        start = self.end if drawn_on else e
+        width = self._width(text.rstrip("\n"), font)
+        end = None if width is None or "\n" in text.rstrip("\n") else start + width * abs(float(font_size)) * a
+        self.matrix, self.end = matrix, end
+        return _Run(text, size, start, end, f + rise * d, upright, drawn_on)
+
+    def _width(self, text: str, font_resource: Any) -> float | None:
+        """`text`'s width in ems of its font; None where pypdf cannot say."""
+        key = id(font_resource)
+        if key not in self.fonts:
+            try:
+                from pypdf.generic._font import Font  # (metrics pypdf reads for its own spacing)
+
+                self.fonts[key] = Font.from_font_resource(font_resource) if font_resource is not None else None
+            except Exception:  # noqa: BLE001 - no widths: no marks read on this font's runs
+                self.fonts[key] = None
+        font = self.fonts[key]
+        if font is None:
+            return None
+        widths = font.character_widths
+        default = widths.get("default", 500)
+        return sum(widths.get(ch, default) for ch in text) / 1000
 
 
 def _multiply(m: list[float], n: list[float]) -> tuple[float, ...]:
@@ -133,12 +178,12 @@ def read_marks(runs: list[_Run]) -> str:
             else:
                 out += "\n"
             resumes, starts_note = None, False
-        shift = _shift(run, word) if word is not None and _may_be_mark(run) else 0
+        shift = _shift(run, word) if word is not None and _may_be_mark(run) and _adjacent(word, run, word.size) else 0
         if shift > 0 and _word_goes_on(runs, i, word):  # a raised mark ends a word, never starts one
             shift = 0
         if not shift and _may_be_mark(run) and out[-1:] in ("", "\n") and not _on_line_of(run, word):
             note = _following(runs, i)
-            if note is not None and _shift(run, note) > 0:  # a footnote's own text, its mark first
+            if note is not None and _shift(run, note) > 0 and _adjacent(run, note, note.size):  # a footnote's text
                 out += f"[^{text.strip()}]: "
                 resumes, starts_note = note, True
                 continue
@@ -166,16 +211,21 @@ def _word_goes_on(runs: list[_Run], i: int, word: _Run) -> bool:
     mark, following = runs[i], _following(runs, i)
     if following is None or not _same_baseline(following, word):
         return False
-    if not mark.text.endswith("\n"):  # pypdf read the line on: its spaces are the page's
-        return following.text[:1].isalnum()
-    # pypdf broke the line at the mark and starts the rest with a space of its own, so a
-    # second space is the page's; else measure the gap, the mark's width taken a little
-    # short (digits are 0.5-0.56 em wide in most fonts)
-    rest = following.text.lstrip(" ")
-    if len(following.text) - len(rest) > 1 or not rest[:1].isalnum():
+    if not following.text.lstrip(" ")[:1].isalnum():
         return False
-    width = sum(0.5 if ch.isdigit() else 0.25 for ch in mark.text.strip()) * mark.size
-    return following.x - (mark.x + width) < _WORD_GAP * word.size
+    if following.drawn_on:  # set with the mark (`_Pen`): its spaces are the page's
+        return following.text[:1].isalnum()
+    # set apart: pypdf broke the line at the mark and starts the rest with a space of its
+    # own, so a second one is drawn on the page; else the gap on the page says
+    if len(following.text) - len(following.text.lstrip(" ")) > 1:
+        return False
+    return mark.end is None or following.x - mark.end < _WORD_GAP * word.size
+
+
+def _adjacent(left: _Run, right: _Run, size: float) -> bool:
+    """Whether `right` starts where `left` ends, within a kern or a space (a table's next
+    cell, a chart's label beside its bar, a sidebar's number are further off)."""
+    return left.end is not None and -_OVERLAP * size <= right.x - left.end <= _NEXT_TO * size
 
 
 def _shift(mark: _Run, word: _Run) -> int:

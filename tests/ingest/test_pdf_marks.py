@@ -99,6 +99,25 @@ def test_what_does_not_look_like_a_mark_is_read_as_before() -> None:
     assert _text(data) == plain
 
 
+def test_numbers_set_apart_from_a_word_are_no_marks() -> None:
+    """A table's small values centred beside a big label ("Employees" / "412") and a chart's
+    labels sit raised and smaller beside a word too; they were read "Employees[^412]"."""
+    from reportlab.lib.styles import ParagraphStyle
+    from reportlab.platypus import Paragraph, SimpleDocTemplate, Table, TableStyle
+
+    big, small = ParagraphStyle("b", fontSize=16, leading=18), ParagraphStyle("s", fontSize=8, leading=9)
+    table = Table([[Paragraph("Employees", big), Paragraph("412", small), Paragraph("7", small)]])
+    table.setStyle(TableStyle([("VALIGN", (0, 0), (-1, -1), "MIDDLE")]))
+    buffer = io.BytesIO()
+    SimpleDocTemplate(buffer, invariant=1).build([table])
+    page = _Canvas()
+    page.line(("Bar A", 12, 0), ("\t45", 8, 5))  # a bar's value far to its right
+    page.line(("Left column line ends with word", 11, 0), ("\t10", 8, 3))  # a sidebar's number
+    for data in (buffer.getvalue(), page.data()):
+        assert _text(data) == pypdf.PdfReader(io.BytesIO(data)).pages[0].extract_text()
+        assert "[^" not in _text(data)
+
+
 def test_a_raised_number_before_a_word_is_no_footnote() -> None:
     text = _one_line(_text(_paragraph_pdf("The <super>14</super>C dating and the 2<super>nd</super> test.")))
     assert "[^" not in text and "The 14C dating" in text
