@@ -390,17 +390,30 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     return citations
 
 
-# A figure as written: "2.1", "38,000", "5,87"; a list item's number ("10. ") is none.
-_FIGURE = re.compile(r"(?<![\w.,])\d+(?:[.,]\d+)*")
+# A figure as written: "2.1", "38,000", "1 000", ".5"; a list item's number ("10. ") is
+# none, nor is a part of a date, a time or a range ("2024-03-01", "10:00", "3/4", "5-7"),
+# which a source may write otherwise ("1 March 2024", "10 am").
+_FIGURE = re.compile(r"(?<![\w.,:/\-])(?:\d{1,3}(?:[ \u00a0\u202f]\d{3})+(?!\d)|\d+(?:[.,]\d+)*|\.\d+)(?![:/\-]?\d)")
 _ITEM_NUMBER = re.compile(r"^\s*\d{1,3}[.)]\s", re.MULTILINE)
-_THOUSANDS = re.compile(r",(?=\d{3}(?!\d))")
+_THOUSANDS = re.compile(r"[, \u00a0\u202f](?=\d{3}(?!\d))")
+
+
+def _canonical(written: str) -> str:
+    """A figure as one string however it is written: "38,000" and "38 000" are "38000",
+    "5.0" is "5", "12.50" is "12.5", ".5" is "0.5"."""
+    figure = _THOUSANDS.sub("", written.rstrip(".,"))
+    if figure.startswith("."):
+        figure = "0" + figure
+    if "." in figure and figure.count(".") == 1:
+        figure = figure.rstrip("0").rstrip(".")
+    return figure
 
 
 def _figures_in_order(text: str) -> list[str]:
     """The figures of `text` of two characters or more (a single digit is as often written
-    out: "3 pumps", "three pumps"), thousands separators dropped: "38,000" is "38000"."""
+    out: "3 pumps", "three pumps"), each `_canonical`."""
     text = _ITEM_NUMBER.sub(" ", _LABEL.sub(" ", text))
-    figures = (_THOUSANDS.sub("", m.group(0).rstrip(".,")) for m in _FIGURE.finditer(text))
+    figures = (_canonical(m.group(0)) for m in _FIGURE.finditer(text))
     return [f for f in figures if len(f) >= 2]
 
 
@@ -420,9 +433,16 @@ _YEAR = re.compile(r"(?:19|20)\d\d")
 
 
 def _known_figures(texts: Iterable[str]) -> set[str]:
+    """The figures of `texts`, and each whole one of 1,000 or more in thousands, millions
+    and billions as an answer rounds it ("$1,200,000" is "1.2 million")."""
     known: set[str] = set()
     for text in texts:
         known |= _figures(text)
+    for figure in [f for f in known if f.isdigit() and len(f) >= 4]:
+        for scale in (1_000, 1_000_000, 1_000_000_000):
+            scaled = int(figure) / scale
+            if scaled >= 1 and round(scaled, 2) == scaled:
+                known.add(_canonical(f"{scaled:.2f}"))
     return known
 
 

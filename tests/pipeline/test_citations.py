@@ -428,6 +428,11 @@ def test_a_sentence_with_a_figure_no_passage_holds_is_not_cited():
     assert invented_figures(fine, [pump.text, revenue.text]) == []
     assert [c.span.page for c in attribute(fine, [pump, revenue])] == [3]
     assert invented_figures("It rose 12.5% to 61,200 units in 1987.", [revenue.text], "units in 1987?") == ["12.5", "61200"]
+    # written otherwise than in the source: the same figure; a date's or a time's parts are none
+    same = [("1000", "1 000"), ("1 000", "1,000"), ("5.0", "5"), ("12.50", "12.5"), ("0.5", ".5"),
+            ("$1.2 million", "$1,200,000"), ("2024-03-01", "1 March 2024"), ("14:30", "2:30 pm")]
+    for answer, source in same:
+        assert invented_figures(f"It was {answer} then.", [f"Then: {source}."]) == [], answer
     # a figure the passages hold still has its sentence cited, a year's aside
     assert [c.span.page for c in attribute("Q3 revenue was 5.87 million, up 7.4 percent.", [pump, revenue])] == [3]
     assert attribute("In 2023 the chief engineer earned 2.1 million.", [pump, revenue]) == []

@@ -821,12 +821,12 @@ def test_the_answers_label_names_the_passage_that_backs_it(haystack, tmp_path):
 def test_a_figure_no_passage_holds_is_said_and_not_cited(haystack, tmp_path):
     class MadeUp(FakeBackend):
         def _reply(self, messages):
-            return "The vault combination is 42-17-3000, says the curator. [1]"
+            return "The vault combination is 4217 or 3000, says the curator. [1]"
 
     for mode in ("retrieval", "full"):
         settings = settings_for(tmp_path, mode=mode)
         prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
         said = Warnings()
         answer = answer_question(prep, MadeUp(), settings, said, Tally())
-        assert any("figures 42, 3000 stand in none of the passages it read" in line for line in said.lines), (mode, said.lines)
+        assert any("figures 4217, 3000 stand in none of the passages it read" in line for line in said.lines), (mode, said.lines)
         assert not any(c.span.line_start is not None and c.score for c in answer.citations), mode  # no line attributed
