@@ -89,7 +89,15 @@ def _python_docstring(text: str) -> tuple[int, str] | None:
     docstring = ast.get_docstring(tree, clean=True)
     if not docstring or not tree.body:
         return None
-    return tree.body[0].lineno - 1, _first_sentence(docstring.split("\n\n")[0])
+    paragraphs = [p for p in docstring.split("\n\n") if p.strip()]
+    first = paragraphs[0].split("\n")
+    if len(paragraphs) > 1 and len(first) == 2 and _RST_UNDERLINE.match(first[1]):
+        paragraphs = paragraphs[1:]  # a title, underlined ("flask.app" / "~~~~~~~~~"), names the module only
+    # cited at its text's line: a docstring whose quotes stand on a line of their own starts below them
+    raw = tree.body[0].value.value  # type: ignore[attr-defined]
+    opening = raw[: len(raw) - len(raw.lstrip())].count("\n")
+    line = tree.body[0].lineno - 1 + opening + docstring[: docstring.find(paragraphs[0])].count("\n")
+    return line, _first_sentence(paragraphs[0])
 
 
 def _python_definitions(text: str) -> tuple[int, str] | None:
@@ -141,8 +149,10 @@ def _leading_comment(lines: list[str]) -> tuple[int, str] | None:
 
 
 def _titled(lines: list[str]) -> tuple[int, str] | None:
-    """A Markdown or reStructuredText title, with the first sentence under it."""
-    for i, line in enumerate(lines[:80]):
+    """A Markdown or reStructuredText title, with the first sentence under it; after the
+    front matter of a static site's page (a `---` block: its title: and layout: fields)."""
+    start = _after_front_matter(lines)
+    for i, line in enumerate(lines[start : start + 80], start=start):
         if m := _MARKDOWN_HEADING.match(line):
             title, below = m.group(1).strip(), i + 1
         elif i + 1 < len(lines) and line.strip() and _RST_UNDERLINE.match(lines[i + 1]) \
@@ -152,7 +162,16 @@ def _titled(lines: list[str]) -> tuple[int, str] | None:
             continue
         after = _first_paragraph(lines, below, stop_at_heading=True)
         return i, f"{title}: {after[1]}" if after else title
-    return _first_paragraph(lines, 0)
+    return _first_paragraph(lines, start)
+
+
+def _after_front_matter(lines: list[str]) -> int:
+    """The line after a leading `---` ... `---` (YAML) or `+++` ... `+++` (TOML) block, else 0."""
+    if not lines or lines[0].strip() not in ("---", "+++"):
+        return 0
+    fence = lines[0].strip()
+    end = next((i for i in range(1, min(len(lines), 200)) if lines[i].strip() in (fence, "...")), None)
+    return end + 1 if end is not None else 0
 
 
 def _rst_title(lines: list[str]) -> bool:

@@ -91,3 +91,16 @@ def test_c_preprocessor_lines_tool_lines_and_licence_notices_are_not_description
     # bs4's builder/_lxml.py opens "# encoding: utf-8"; _html5lib.py with a licence notice
     text = "# encoding: utf-8\n# Use of this source code is governed by the MIT license.\n# Parses with lxml.\nx = 1\n"
     assert describe(_doc("_lxml.py", text, language="python")) == (3, "Parses with lxml.")
+
+
+def test_a_docstring_is_quoted_from_its_sentence_not_its_title_or_quotes():
+    pallets = '"""\n    flask.app\n    ~~~~~~~~~\n\n    This module implements the central WSGI application object.\n"""\n'
+    assert describe(_doc("app.py", pallets, language="python")) == (
+        5, "This module implements the central WSGI application object.")
+    below = '"""\nRanges of integers, kept as pairs.\n"""\n'
+    assert describe(_doc("intranges.py", below, language="python")) == (2, "Ranges of integers, kept as pairs.")
+
+
+def test_a_pages_front_matter_is_not_its_description():
+    page = '---\ntitle: "Guide"\nlayout: page\n---\n\n# Guide\n\nHow to set the lamp up. Then more.\n'
+    assert describe(_doc("guide.md", page, kind="markdown")) == (6, "Guide: How to set the lamp up.")
