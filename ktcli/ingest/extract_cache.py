@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -94,15 +95,17 @@ def _check_limit(texts: list[str], limit: int) -> None:
 def _load(path: Path) -> Pages | None:
     try:
         entry = json.loads(path.read_text(encoding="utf-8"))
-        texts = [str(t) for t in entry["texts"]]
+        if not all(isinstance(entry[key], list) for key in ("texts", "unread", "labels", "sections")):
+            return None  # ("abc" read as three pages "a", "b", "c")
+        texts = [t for t in entry["texts"] if isinstance(t, str)]
         unread = [(int(n), str(why)) for n, why in entry["unread"]]
         labels = [None if label is None else str(label) for label in entry["labels"]]
         sections = [PageSections(str(start), tuple((int(line), str(trail)) for line, trail in headings))
                     for start, headings in entry["sections"]]
     except (OSError, ValueError, KeyError, TypeError):
         return None  # none kept, or a damaged entry: read the file again
-    if not len(texts) == len(labels) == len(sections):
-        return None
+    if not texts or not len(texts) == len(entry["texts"]) == len(labels) == len(sections):
+        return None  # (a PDF has a page at least)
     try:
         os.utime(path)  # used: the last to go
     except OSError:
@@ -115,7 +118,7 @@ def _save(path: Path, folder: Path, pages: Pages) -> None:
     texts, unread, labels, sections = pages
     entry = {"texts": texts, "unread": unread, "labels": labels,
              "sections": [[s.start, [list(h) for h in s.headings]] for s in sections]}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # (a server reads on threads)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(entry, ensure_ascii=False), encoding="utf-8")

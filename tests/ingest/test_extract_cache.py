@@ -58,11 +58,15 @@ def test_nothing_is_kept_outside_a_run_and_a_new_reader_reads_again(pdf, tmp_pat
 def test_a_damaged_entry_is_read_again(pdf, tmp_path):
     with kept_under(tmp_path / "cache"):
         first = load_corpus([str(pdf)])
-    for entry in (tmp_path / "cache" / extract_cache.FOLDER).glob("*.json"):
-        entry.write_text(json.dumps({"texts": ["x"], "unread": []}))  # keys missing
-    with kept_under(tmp_path / "cache"):
-        assert load_corpus([str(pdf)]) == first
-        assert load_corpus([str(pdf)]) == first  # (and kept whole again)
+    damaged = [{"texts": ["x"], "unread": []},  # keys missing
+               {"texts": "abc", "unread": [], "labels": "abc", "sections": "abc"},  # not lists
+               {"texts": [], "unread": [], "labels": [], "sections": []}]  # no pages
+    for bad in damaged:
+        for entry in (tmp_path / "cache" / extract_cache.FOLDER).glob("*.json"):
+            entry.write_text(json.dumps(bad))
+        with kept_under(tmp_path / "cache"):
+            assert load_corpus([str(pdf)]) == first, bad
+            assert load_corpus([str(pdf)]) == first  # (and kept whole again)
 
 
 def test_a_kept_pdf_is_held_to_a_walks_text_limit(pdf, tmp_path):
