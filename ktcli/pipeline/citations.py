@@ -456,6 +456,17 @@ def invented_figures(answer: str, sources: Iterable[str], question: str = "") ->
     return list(dict.fromkeys(f for f in _figures_in_order(answer) if f not in known))
 
 
+def warn_of_invented(text: str, sources: list[str], question: str, reporter, subject: str = "answer") -> None:
+    """Says on `reporter` which figures of `text` stand in nothing it was written from
+    (`invented_figures`)."""
+    made_up = invented_figures(text, sources, question)
+    if made_up:
+        some = f"figures {', '.join(made_up[:5])} stand" if len(made_up) > 1 else f"figure {made_up[0]} stands"
+        where = "the passages it read" if subject == "answer" else "the input"
+        reporter.warn(f"the {subject}'s {some} in none of {where} (not cited): check "
+                      f"{'them' if len(made_up) > 1 else 'it'} in the sources")
+
+
 def _names_and_figures(text: str) -> set[str]:
     """Terms of `text` that name something, not everyday words: a word capitalised inside a
     sentence ("Whitfield"), one with a digit, an underscore or a capital inside ("B2",

@@ -45,7 +45,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             _count_moved(labels, tally)
 
             def whole_read_answer(text: str) -> Answer:
-                _warn_of_invented(text, [d.text for d in prep.corpus.documents], prep.question, reporter)
+                citations.warn_of_invented(text, [d.text for d in prep.corpus.documents], prep.question, reporter)
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
                 cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
                 cites += citations.document_citations(text, prep.corpus.documents, cites)
@@ -116,7 +116,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     _count_moved(labels, tally)
 
     def retrieval_answer(text: str) -> Answer:
-        _warn_of_invented(text, [c.text for c in labelled] + ([notes] if notes else []), prep.question, reporter)
+        citations.warn_of_invented(text, [c.text for c in labelled] + ([notes] if notes else []), prep.question,
+                                   reporter)
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(
@@ -140,15 +141,6 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
-
-
-def _warn_of_invented(text: str, sources: list[str], question: str, reporter: Reporter) -> None:
-    """Says which figures of the answer stand in nothing it read (`citations.invented_figures`)."""
-    made_up = citations.invented_figures(text, sources, question)
-    if made_up:
-        some = f"figures {', '.join(made_up[:5])} stand" if len(made_up) > 1 else f"figure {made_up[0]} stands"
-        reporter.warn(f"the answer's {some} in none of the passages it read (not cited): check "
-                      f"{'them' if len(made_up) > 1 else 'it'} in the sources")
 
 
 def _count_moved(labels: citations.Relabel, tally: Tally) -> None:

@@ -62,7 +62,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 streamed.text = stream_answer(backend, messages, params, tally, reporter, subject="the summary",
                                               source=_sources(prep))
                 _warn_if_echo(streamed.text, reporter)
-            return streamed.finish(lambda summary: _answer(summary, prep, plan, tally, 1))
+            return streamed.finish(lambda summary: _answer(summary, prep, plan, tally, 1, reporter=reporter))
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
         switched = f"exact count {needed:,} tokens exceeds the {backend.context_window:,} window; summarizing in parts"
         reporter.warn(switched)  # and the plan's reason, for --json: the estimate's no longer holds
@@ -125,7 +125,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                                 source=_sources(prep))
         streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
     return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
-                                                   len(windows)))
+                                                   len(windows), reporter=reporter))
 
 
 def _each_document(prep: Prepared, each: list[list], backend: Backend, params: SamplingParams, reporter: Reporter,
@@ -178,7 +178,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     # each part traced to its own document's lines, an interrupted run's too (it cited a
     # document it never reached)
     return streamed.finish(lambda summary: replace(
-        _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep)),
+        _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep), reporter),
         parts=tuple((doc.path, text) for doc, text in parts), files=None))  # (each has its summary)
 
 
@@ -271,11 +271,14 @@ def _read_chunks(prep: Prepared, budget: int) -> list[Chunk]:
     return out
 
 
-def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int, cites: list | None = None) -> Answer:
+def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int, cites: list | None = None,
+            reporter: Reporter | None = None) -> Answer:
     # Numbered by document, in input order, as a question read whole numbers them: a
     # summary asks for no labels, and numbered one by one a single PDF's pages read
     # "[1] p.1, [2] p.2", as if they were two sources.
     doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}
+    if reporter is not None and summary:
+        citations.warn_of_invented(summary, [d.text for d in prep.corpus.documents], "", reporter, "summary")
     if cites is None:
         cites = citations.attribute(summary, list(prep.chunks), max_citations=5,
                                     label_of=lambda c: doc_label.get(c.doc_path, 0))

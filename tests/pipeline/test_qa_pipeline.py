@@ -830,3 +830,15 @@ def test_a_figure_no_passage_holds_is_said_and_not_cited(haystack, tmp_path):
         answer = answer_question(prep, MadeUp(), settings, said, Tally())
         assert any("figures 4217, 3000 stand in none of the passages it read" in line for line in said.lines), (mode, said.lines)
         assert not any(c.span.line_start is not None and c.score for c in answer.citations), mode  # no line attributed
+
+
+def test_a_summarys_made_up_figure_is_said(haystack, tmp_path):
+    class MadeUp(FakeBackend):
+        def _reply(self, messages):
+            return "The museum holds 9120 paintings and opens at nine."
+
+    settings = settings_for(tmp_path, mode="full")
+    prep = prepare([str(haystack / "part4.txt")], "", "summarize", settings, NullReporter())
+    said = Warnings()
+    summarize(prep, MadeUp(), settings, said, Tally())
+    assert any("the summary's figure 9120 stands in none of the input" in line for line in said.lines), said.lines
