@@ -293,6 +293,10 @@ def _in_code(before: str) -> bool:
     return before[before.rfind("\n") + 1:].count("`") % 2 == 1
 
 
+# A fenced code block (to the end of the text while it is still open) or an inline code span.
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)
+
+
 def _labels_written(answer: str, n_labels: int) -> Iterator[tuple[int, str]]:
     """(label, the sentence it is written in, less its labels) for each label in 1..n_labels
     that `answer` writes, in order, outside sentences that restate ktcli's instructions
@@ -300,7 +304,7 @@ def _labels_written(answer: str, n_labels: int) -> Iterator[tuple[int, str]]:
     ("2023. [1]": a sentence of its own), or opening the next one ("2023. [1] The board
     ..."), is given the sentence before it."""
     before = ""
-    for sentence in _SENTENCE.split(answer):
+    for sentence in _SENTENCE.split(_CODE.sub(lambda m: " " * len(m[0]), answer)):  # `prices[1]` is no label
         bare = _LABEL.sub(" ", sentence)
         if echoes_instructions(bare):
             continue

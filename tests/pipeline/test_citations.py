@@ -446,3 +446,8 @@ def test_relabel_leaves_indexes_in_code_alone():
         relabel = Relabel(passages)
         out = "".join(relabel.feed(answer[i:i + 3]) for i in range(0, len(answer), 3)) + relabel.flush()
         assert out == answer and relabel.moved == 0
+
+
+def test_an_index_in_code_is_no_label_the_answer_writes():
+    answer = "Use `prices[1]` for the first price [2].\n```python\nfirst = prices[3]\n```\nThat is all [1]."
+    assert cited_labels(answer, 5) == [2, 1]
