@@ -45,8 +45,20 @@ def file_map(documents: tuple[Document, ...] | list[Document]) -> FileMap | None
     found = [(doc.path, *said) for doc in documents if (said := describe(doc)) is not None]
     if not found:
         return None
-    return FileMap(tuple(found[:MAX_FILES]), shared_folder([path for path, _, _ in found]),
-                   max(0, len(found) - MAX_FILES))
+    # Past MAX_FILES, the ones nearest the top and outside tests, benchmarks and examples,
+    # listed in input order: ktcli's own first 40 in tree order were its benchmarks.
+    folder = shared_folder([path for path, _, _ in found])
+    ranked = sorted(range(len(found)), key=lambda i: _rank(found[i][0][len(folder):]))[:MAX_FILES]
+    listed = tuple(found[i] for i in sorted(ranked))
+    return FileMap(listed, folder, len(found) - len(listed))
+
+
+_ASIDE = re.compile(r"(?i)(?:^|/)(?:tests?|testing|benchmarks?|examples?|samples?|fixtures|docs?|scripts|tools|vendor)/")
+
+
+def _rank(path: str) -> tuple[bool, int]:
+    path = path.lstrip("/")
+    return bool(_ASIDE.search(path)), path.count("/")
 
 
 def describe(doc: Document) -> tuple[int, str] | None:

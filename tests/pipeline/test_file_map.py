@@ -104,3 +104,14 @@ def test_a_docstring_is_quoted_from_its_sentence_not_its_title_or_quotes():
 def test_a_pages_front_matter_is_not_its_description():
     page = '---\ntitle: "Guide"\nlayout: page\n---\n\n# Guide\n\nHow to set the lamp up. Then more.\n'
     assert describe(_doc("guide.md", page, kind="markdown")) == (6, "Guide: How to set the lamp up.")
+
+
+def test_past_the_bound_the_files_nearest_the_top_and_outside_tests_are_listed():
+    docs = [_doc(f"repo/benchmarks/b{i:02}.py", f'"""Benchmark {i}."""\n', language="python") for i in range(MAX_FILES)]
+    docs += [_doc("repo/README.md", "# Repo\n\nA tool. It works.\n", kind="markdown"),
+             _doc("repo/pkg/core.py", '"""The core."""\n', language="python"),
+             _doc("repo/pkg/deep/inner.py", '"""Inner."""\n', language="python")]
+    files = file_map(docs)
+    listed = [path for path, _, _ in files.entries]
+    assert listed[-3:] == ["repo/README.md", "repo/pkg/core.py", "repo/pkg/deep/inner.py"]  # in input order
+    assert len(listed) == MAX_FILES and files.unlisted == 3  # three benchmarks left out
