@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import resource
 import time
 from collections.abc import Callable, Iterator
@@ -179,6 +180,9 @@ def cited_if_interrupted():
         streamed.text, streamed.interrupted = e.shown.strip(), True
 
 
+_LABELS_ONLY = re.compile(r"(?:\s*\[\d{1,3}\][\s.,;:]*)+")
+
+
 def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
     """`pieces` less a "Question: ..." / "Answer:" start (`prompts.LeadingEcho`), with what
     it still holds when they end (a one-letter answer)."""
@@ -253,6 +257,11 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         reporter.warn(f"stopped {subject}: it started repeating an earlier line or sentence word for word "
                       f"({echo.repeated[:40]}...)")
     text = echo.shown.strip()
+    if text and _LABELS_ONLY.fullmatch(text):
+        # "[1]" and nothing else (a question about two documents at once): no answer, though
+        # its Sources are listed
+        reporter.warn(f"the model wrote only a source label, no {subject.removeprefix('the ')}: "
+                      "the place it points at is listed; try asking one thing at a time, or a larger --model")
     if not text:
         # Said, not left as a blank line and exit 0: the model wrote only markup (a source
         # tag it opened and closed) or stopped at once.

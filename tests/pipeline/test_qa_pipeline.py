@@ -842,3 +842,16 @@ def test_a_summarys_made_up_figure_is_said(haystack, tmp_path):
     said = Warnings()
     summarize(prep, MadeUp(), settings, said, Tally())
     assert any("the summary's figure 9120 stands in none of the input" in line for line in said.lines), said.lines
+
+
+def test_an_answer_of_a_label_alone_is_said(haystack, tmp_path):
+    class LabelOnly(FakeBackend):
+        def _reply(self, messages):
+            return "[1]"
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    said = Warnings()
+    answer = answer_question(prep, LabelOnly(), settings, said, Tally())
+    assert answer.text == "[1]"
+    assert any(line.startswith("the model wrote only a source label, no answer") for line in said.lines), said.lines
