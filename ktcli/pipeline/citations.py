@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from ktcli.ingest.sections import MARKDOWN_RULE, SectionIndex, document_trails, paged_trails, row_cells
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
+from ktcli.pipeline.events import Reporter
 from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Document, Span
 
 # Words in any script ("Größe", "Кошка"; an ASCII-only pattern shredded the first and
@@ -460,7 +461,8 @@ def invented_figures(answer: str, sources: Iterable[str], question: str = "") ->
     return list(dict.fromkeys(f for f in _figures_in_order(answer) if f not in known))
 
 
-def warn_of_invented(text: str, sources: list[str], question: str, reporter, subject: str = "answer") -> None:
+def warn_of_invented(text: str, sources: list[str], question: str, reporter: Reporter,
+                     subject: str = "answer") -> None:
     """Says on `reporter` which figures of `text` stand in nothing it was written from
     (`invented_figures`)."""
     made_up = invented_figures(text, sources, question)
