@@ -235,7 +235,8 @@ class Relabel:
     sentence whose words stood in another passage, so a reader who looked [1] up under
     Sources found nothing of it there. A label inside a sentence is judged by the words
     before it; one that comes out the same as the label just before it ("[8] [8]") is left
-    out. `feed` holds back a "[" until it is known to be a label or not."""
+    out, and so is one whose sentence shares no word with any passage. `feed` holds back a
+    "[" until it is known to be a label or not."""
 
     def __init__(self, passages: list[str]) -> None:
         self.backing = _Backing(passages)
@@ -265,7 +266,7 @@ class Relabel:
                 at = m.end()
                 continue
             label = self._label(self.shown + "".join(out), written)
-            if label != written and re.search(rf"\[{label}\]\s*$", self.shown + "".join(out)):
+            if label and label != written and re.search(rf"\[{label}\]\s*$", self.shown + "".join(out)):
                 label = 0  # the label just before it says the same
             if label != written:
                 self.moved += 1
@@ -284,7 +285,9 @@ class Relabel:
         if not said or echoes_instructions(said):
             return written
         best = self.backing.best_for(said, written)
-        return written if best is None else best
+        # a sentence that shares no word with any passage ("The source of the information
+        # is: [1]") has no source: its label pointed at a page with nothing of it
+        return 0 if best is None else best
 
 
 def _in_code(before: str) -> bool:

@@ -343,7 +343,7 @@ def test_labels_left_as_written():
     from ktcli.pipeline.citations import Relabel
 
     cases = {
-        "Nothing here is in any passage. [1]": "Nothing here is in any passage. [1]",  # no passage backs it better
+        "Nothing here is in any passage. [1]": "Nothing here is in any passage. ",  # no passage holds a word of it
         "The Halden factory opened in 2023. [7]": "The Halden factory opened in 2023. [7]",  # no such passage
         "Answer the question in a few sentences, citing sources like [1].":
             "Answer the question in a few sentences, citing sources like [1].",
