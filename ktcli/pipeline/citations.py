@@ -417,12 +417,33 @@ def _canonical(written: str) -> str:
     return figure
 
 
-def _figures_in_order(text: str) -> list[str]:
+def _figures_in_order(text: str, written_out: bool = False) -> list[str]:
     """The figures of `text` of two characters or more (a single digit is as often written
-    out: "3 pumps", "three pumps"), each `_canonical`."""
+    out: "3 pumps", "three pumps"), each `_canonical`, with its ISO dates and clock times
+    whole ("2024-03-01", "05:56:12"); `written_out`: dates and times as a source may write
+    them too ("1 March 2024", "2:30 pm"), in those forms."""
     text = _ITEM_NUMBER.sub(" ", _LABEL.sub(" ", text))
-    figures = (_canonical(m.group(0)) for m in _FIGURE.finditer(text))
-    return [f for f in figures if len(f) >= 2]
+    found = [(m.start(), _canonical(m.group(0))) for m in _FIGURE.finditer(text)]
+    found += [(m.start(), f"{m[1]}-{m[2]}-{m[3]}") for m in _ISO_DATE.finditer(text)]
+    found += [(m.start(), f"{int(m[1]):02d}:{m[2]}" + (f":{m[3]}" if m[3] else "")) for m in _CLOCK.finditer(text)]
+    if written_out:
+        found += [(m.start(), m[1]) for m in _ISO_DATE.finditer(text)]  # its year, as "March 1, 2024" writes it
+        for m in _DAY_MONTH_YEAR.finditer(text):
+            day, month, year = (m[1], m[2], m[3]) if m[1] else (m[5], m[4], m[6])
+            found.append((m.start(), f"{year}-{_MONTHS[month.lower()[:3]]:02d}-{int(day):02d}"))
+        for m in _TWELVE_HOUR.finditer(text):
+            hour = int(m[1]) % 12 + (12 if m[3].lower() == "p" else 0)
+            found.append((m.start(), f"{hour:02d}:{m[2] or '00'}"))
+    return [f for _, f in sorted(found) if len(f) >= 2]
+
+
+_ISO_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+_CLOCK = re.compile(r"(?<![\d:.])(\d{1,2}):(\d{2})(?::(\d{2}))?(?![\d:])")
+_MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov",
+                                       "dec"), start=1)}
+_MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+_DAY_MONTH_YEAR = re.compile(rf"(?i)\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+{_MONTH},?\s+(\d{{4}})|{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}}))\b")
+_TWELVE_HOUR = re.compile(r"(?i)(?<![\d:])(\d{1,2})(?::(\d{2}))?\s*([ap])\.?m\b\.?")
 
 
 def _figures(text: str) -> set[str]:
@@ -445,7 +466,7 @@ def _known_figures(texts: Iterable[str]) -> set[str]:
     and billions as an answer rounds it ("$1,200,000" is "1.2 million")."""
     known: set[str] = set()
     for text in texts:
-        known |= _figures(text)
+        known |= set(_figures_in_order(text, written_out=True))
     for figure in [f for f in known if f.isdigit() and len(f) >= 4]:
         for scale in (1_000, 1_000_000, 1_000_000_000):
             scaled = int(figure) / scale

@@ -433,6 +433,11 @@ def test_a_sentence_with_a_figure_no_passage_holds_is_not_cited():
             ("$1.2 million", "$1,200,000"), ("2024-03-01", "1 March 2024"), ("14:30", "2:30 pm")]
     for answer, source in same:
         assert invented_figures(f"It was {answer} then.", [f"Then: {source}."]) == [], answer
+    # a date or a time the source does not give is said, whole
+    assert invented_figures("It opened on 1987-01-01.", ["Founded in 1987."]) == ["1987-01-01"]
+    assert invented_figures("Disk full at 2024-03-01T05:56:12Z on kestrel-17.",
+                            ["2024-03-01T06:24:21Z FATAL disk full on kestrel-17"]) == ["05:56:12"]
+    assert invented_figures("The meeting is on March 1, 2024 at 10:00.", ["Meeting: 2024-03-01, 10 am"]) == []
     # a figure the passages hold still has its sentence cited, a year's aside
     assert [c.span.page for c in attribute("Q3 revenue was 5.87 million, up 7.4 percent.", [pump, revenue])] == [3]
     assert attribute("In 2023 the chief engineer earned 2.1 million.", [pump, revenue]) == []
