@@ -14,7 +14,7 @@ from itertools import accumulate
 import numpy as np
 
 from ktcli.errors import UsageError
-from ktcli.ingest.sections import document_trails, paged_trails
+from ktcli.ingest.sections import RST_UNDERLINE, document_trails, paged_trails
 from ktcli.ingest.tokens import encoding
 from ktcli.types import TABLE_TRAIL, Chunk, Corpus, Document, Page, Span
 
@@ -26,7 +26,6 @@ _MARKDOWN_HEADING = re.compile(r"#{1,6}\s")
 # Kinds whose "# " lines are headings for sure (Markdown's, and what the HTML, Word, ODT and
 # EPUB readers write): in a text file or piped text they are a script's comments as often.
 _HEADED_KINDS = frozenset({"markdown", "html", "docx", "odt", "epub"})
-_RST_UNDERLINE = re.compile(r"""([=\-~^"'`#*+_])\1{2,}\s*$""")
 _TOP_LEVEL_DEF = re.compile(
     r"(@|(async\s+)?def\s|class\s|(pub(\(\w+\))?\s+)?(fn|struct|enum|trait|impl|mod)\b|impl\b|func\s|"
     r"function\s|(export\s+)?(default\s+)?(async\s+)?(function|class|interface|type|const)\s|"
@@ -163,7 +162,7 @@ def _break_scores(lines: list[str], *, code: bool) -> list[int]:
             if previous_blank:
                 scores[k] = 3 if _TOP_LEVEL_DEF.match(line) else 2
         elif _MARKDOWN_HEADING.match(line) or (
-            k + 1 < len(lines) and _RST_UNDERLINE.match(lines[k + 1]) and len(lines[k + 1].strip()) >= len(line.strip())
+            k + 1 < len(lines) and RST_UNDERLINE.match(lines[k + 1]) and len(lines[k + 1].strip()) >= len(line.strip())
         ):
             scores[k] = 3
         elif previous_blank:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import re
 
+from ktcli.ingest.sections import RST_UNDERLINE
 from ktcli.ingest.tokens import encoding
 from ktcli.types import Chunk, Document, Span
 
@@ -209,7 +210,6 @@ def _is_main_guard(node: ast.If) -> bool:
 # ---- prose: headings and the first paragraph under each ----------------------------
 
 _MARKDOWN_HEADING = re.compile(r"#{1,6}\s+\S")
-_RST_UNDERLINE = re.compile(r"""([=\-~^"'`#*+_])\1{2,}\s*$""")
 _RST_MARKUP = re.compile(r"\.\.\s")  # directives, labels, comments: not prose
 
 
@@ -223,12 +223,12 @@ def _sections(lines: list[str]) -> set[int] | None:
     i = 0
     while i < len(lines):
         line = lines[i]
-        underlined = (i + 1 < len(lines) and line.strip() and not _RST_UNDERLINE.match(line)
-                      and _RST_UNDERLINE.match(lines[i + 1]) and len(lines[i + 1].strip()) >= len(line.strip()))
+        underlined = (i + 1 < len(lines) and line.strip() and not RST_UNDERLINE.match(line)
+                      and RST_UNDERLINE.match(lines[i + 1]) and len(lines[i + 1].strip()) >= len(line.strip()))
         if underlined or _MARKDOWN_HEADING.match(line):
             headings += 1
             end = i + 2 if underlined else i + 1
-            if underlined and i > 0 and _RST_UNDERLINE.match(lines[i - 1]):
+            if underlined and i > 0 and RST_UNDERLINE.match(lines[i - 1]):
                 keep.add(i - 1)  # an overline
             keep.update(range(i, end))
             i = _lead(lines, end, keep)
@@ -245,7 +245,7 @@ def _lead(lines: list[str], start: int, keep: set[int]) -> int:
         i += 1
     taken = 0
     while i < len(lines) and lines[i].strip() and taken < LEAD_LINES and not _MARKDOWN_HEADING.match(lines[i]) \
-            and not (i + 1 < len(lines) and _RST_UNDERLINE.match(lines[i + 1]) and not _RST_UNDERLINE.match(lines[i])):
+            and not (i + 1 < len(lines) and RST_UNDERLINE.match(lines[i + 1]) and not RST_UNDERLINE.match(lines[i])):
         keep.add(i)
         i += 1
         taken += 1

@@ -32,6 +32,9 @@ MAX_TITLE_CHARS = 120
 ATX = re.compile(r"(#{1,6})\s+(.*?)\s*#*\s*$")
 FENCE = re.compile(r"\s*(```|~~~)")
 ADORNMENT = re.compile(r"""([=\-~^"'`#*+_:.])\1{2,}\s*$""")
+# A title's underline (or overline) as outlines, chunk breaks and file maps take it: ADORNMENT
+# less ":" and "."
+RST_UNDERLINE = re.compile(r"""([=\-~^"'`#*+_])\1{2,}\s*$""")
 # rST inline markup in a title: :role:`!text` / :role:`text <target>` / ``literal`` / `text`.
 _ROLE = re.compile(r":[\w:.+-]+:`!?([^`<]*?)\s*(?:<[^`]*>)?`")
 _LITERAL = re.compile(r"`{1,2}([^`]*)`{1,2}_{0,2}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import re
 
+from ktcli.ingest.sections import ATX, RST_UNDERLINE
 from ktcli.pipeline.prompts import shared_folder
 from ktcli.types import Document, FileMap
 
@@ -27,8 +28,6 @@ _NOT_A_DESCRIPTION = re.compile(
 # A C preprocessor line is code, not a "#" comment: "#include <Python.h>" read as "include <Python.h>"
 _PREPROCESSOR = re.compile(r"^\s*#\s*(?:include|define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error|import)\b")
 _DESCRIPTION_FIELD = re.compile(r'^\s*"?description"?\s*[=:]\s*"((?:[^"\\]|\\.){3,})"')
-_MARKDOWN_HEADING = re.compile(r"^#{1,6}\s+(.+?)\s*#*\s*$")
-_RST_UNDERLINE = re.compile(r"""^([=\-~^"'`#*+_])\1{2,}\s*$""")
 _PROSE_KINDS = ("markdown", "text", "stdin")
 # Files whose first words say nothing of a project: licences, logs, tables of data.
 _NOT_DESCRIBED = re.compile(r"(?i)(?:licen[cs]e|copying|^notice|^authors|^contributors|\.(?:log|csv|tsv|lock)$)")
@@ -103,7 +102,7 @@ def _python_docstring(text: str) -> tuple[int, str] | None:
         return None
     paragraphs = [p for p in docstring.split("\n\n") if p.strip()]
     first = paragraphs[0].split("\n")
-    if len(paragraphs) > 1 and len(first) == 2 and _RST_UNDERLINE.match(first[1]):
+    if len(paragraphs) > 1 and len(first) == 2 and RST_UNDERLINE.match(first[1]):
         paragraphs = paragraphs[1:]  # a title, underlined ("flask.app" / "~~~~~~~~~"), names the module only
     # cited at its text's line: a docstring whose quotes stand on a line of their own starts below them
     raw = tree.body[0].value.value  # type: ignore[attr-defined]
@@ -165,9 +164,9 @@ def _titled(lines: list[str]) -> tuple[int, str] | None:
     front matter of a static site's page (a `---` block: its title: and layout: fields)."""
     start = _after_front_matter(lines)
     for i, line in enumerate(lines[start : start + 80], start=start):
-        if m := _MARKDOWN_HEADING.match(line):
-            title, below = m.group(1).strip(), i + 1
-        elif i + 1 < len(lines) and line.strip() and _RST_UNDERLINE.match(lines[i + 1]) \
+        if (m := ATX.match(line)) and m.group(2):
+            title, below = m.group(2).strip(), i + 1
+        elif i + 1 < len(lines) and line.strip() and RST_UNDERLINE.match(lines[i + 1]) \
                 and len(lines[i + 1].strip()) >= len(line.strip()):
             title, below = line.strip(), i + 2
         else:
@@ -187,7 +186,7 @@ def _after_front_matter(lines: list[str]) -> int:
 
 
 def _rst_title(lines: list[str]) -> bool:
-    return any(_RST_UNDERLINE.match(line) and lines[i - 1].strip() for i, line in enumerate(lines[1:40], start=1))
+    return any(RST_UNDERLINE.match(line) and lines[i - 1].strip() for i, line in enumerate(lines[1:40], start=1))
 
 
 def _first_paragraph(lines: list[str], start: int, stop_at_heading: bool = False) -> tuple[int, str] | None:
@@ -201,7 +200,7 @@ def _first_paragraph(lines: list[str], start: int, stop_at_heading: bool = False
             continue
         if fenced:
             continue
-        if stop_at_heading and (_MARKDOWN_HEADING.match(line) or _RST_UNDERLINE.match(line)) and words == []:
+        if stop_at_heading and (ATX.match(line) or RST_UNDERLINE.match(line)) and words == []:
             return None
         if not line:
             if words:
