@@ -261,12 +261,13 @@ class Relabel:
         for m in _LABEL.finditer(text):
             out.append(text[at : m.start()])
             written = int(m.group(1))
-            if _in_code(self.shown + "".join(out)):  # `prices[1]`: an index, not a label
+            before = self.shown + "".join(out)
+            if _in_code(before):  # `prices[1]`: an index, not a label
                 out.append(m.group(0))
                 at = m.end()
                 continue
-            label = self._label(self.shown + "".join(out), written)
-            if label and label != written and re.search(rf"\[{label}\]\s*$", self.shown + "".join(out)):
+            label = self._label(before, written)
+            if label and label != written and re.search(rf"\[{label}\]\s*$", before):
                 label = 0  # the label just before it says the same
             if label != written:
                 self.moved += 1
