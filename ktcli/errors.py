@@ -85,3 +85,11 @@ class InterruptedWithNotes(KtcliError):
         self.partial = partial
         self.unseen = True  # never shown as an answer: printed when kept
         self.exit_code = interruption()[1]
+
+
+class Interrupted(KtcliError):
+    """Ctrl-C (or SIGTERM) where the work done so far is kept, which its message says."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.exit_code = interruption()[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 
 from ktcli.config import Settings
+from ktcli.errors import Interrupted, interruption
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 
@@ -16,15 +17,26 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
     from ktcli.retrieval.store import IndexStore
 
     store = IndexStore(settings.cache_path)
+    kept = [0, 0]  # chunks embedded and written to the store this run, of those to embed
 
     def on_progress(phase: str, done: int, total: int) -> None:
         if phase == "cached":  # said once the store was read: "indexing" alone misled when nothing was
             reporter.status(_index_status(done, total))
+        elif phase == "kept":
+            kept[:] = [done, total]
         else:
             reporter.progress(phase, done, total)
 
-    index = HybridIndex.build(list(prep.chunks), embedder=embedder_for(settings), store=store,
-                              on_progress=on_progress)
+    try:
+        index = HybridIndex.build(list(prep.chunks), embedder=embedder_for(settings), store=store,
+                                  on_progress=on_progress)
+    except KeyboardInterrupt:
+        if not kept[0] or store.write_errors:
+            raise
+        # Said, as a summary's kept notes are: a user who stopped a 10-minute indexing
+        # learns the next question does not start it over.
+        raise Interrupted(f"{interruption()[0]} while indexing: the embeddings of {kept[0]:,} of {kept[1]:,} chunks "
+                          "are kept, and the next question about this input starts from them") from None
     if index.stats.get("n_embedded_now"):
         store.prune(INDEX_MAX_BYTES)  # it only ever grew: every edit of a file kept its old vectors too
     if index.stats.get("store_write_errors"):  # said: the next question would embed it all again, unexplained

@@ -114,7 +114,8 @@ class HybridIndex:
         """Index chunks, reusing the store's vectors for every unchanged document.
 
         Progress stages: ("cached", chunks reused, chunks) once the store was read, then
-        ("embed", chunks embedded, chunks to embed) after each batch, then ("lexical", 0, 1)
+        ("embed", chunks embedded, chunks to embed) after each batch, ("kept", chunks written
+        to the store, chunks to embed) after each group is written, then ("lexical", 0, 1)
         and ("lexical", 1, 1) around the BM25 build."""
         chunks = list(chunks)
         parts = _plan_parts(chunks, embedder.name)
@@ -385,6 +386,8 @@ def _embed_missing(
                 same.vectors = usable[rows]
             if store is not None:
                 store.save(part.key, part.hashes, embedded[rows], _meta(part, chunks))
+        if store is not None and on_progress is not None:
+            on_progress("kept", done, total)
     return embed_s, total, tokens
 
 

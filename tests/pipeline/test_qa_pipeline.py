@@ -578,6 +578,41 @@ def test_ctrl_c_before_any_note_is_a_plain_interrupt(haystack, tmp_path):
         summarize(small, InterruptedAtOnce(), settings, NullReporter(), Tally())
 
 
+def test_ctrl_c_while_indexing_says_the_embeddings_kept(haystack, tmp_path, monkeypatch):
+    """Interrupting a long indexing said only "interrupted", though every group embedded
+    was written: the next question starts from them."""
+    from ktcli.errors import Interrupted
+    from ktcli.pipeline.indexing import build_index
+    from ktcli.retrieval import retriever
+    from tests.retrieval.fakes import HashEmbedder
+
+    class StoppedAtThird(HashEmbedder):
+        calls = 0
+
+        def embed(self, texts, *, on_progress=None):
+            StoppedAtThird.calls += 1
+            if StoppedAtThird.calls == 3:
+                raise KeyboardInterrupt
+            return super().embed(texts, on_progress=on_progress)
+
+    monkeypatch.setattr(retriever, "_groups", lambda parts, _n: [[part] for part in parts])  # a write per file
+    monkeypatch.setattr("ktcli.pipeline.indexing.embedder_for", lambda settings: StoppedAtThird())
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    per_file = len(prep.chunks) // 6
+    with pytest.raises(Interrupted) as caught:
+        build_index(prep, settings, NullReporter())
+    assert caught.value.exit_code == 130
+    assert str(caught.value) == (f"interrupted while indexing: the embeddings of {2 * per_file} of {len(prep.chunks)} "
+                                 "chunks are kept, and the next question about this input starts from them")
+    monkeypatch.setattr("ktcli.pipeline.indexing.embedder_for", lambda settings: HashEmbedder())
+    assert build_index(prep, settings, NullReporter()).stats["n_reused"] == 2 * per_file
+    StoppedAtThird.calls = 2  # stopped before anything was written: a plain interrupt
+    monkeypatch.setattr("ktcli.pipeline.indexing.embedder_for", lambda settings: StoppedAtThird())
+    with pytest.raises(KeyboardInterrupt):
+        build_index(prep, replace(settings, cache_dir=str(tmp_path / "other")), NullReporter())
+
+
 def _deep_folder(tmp_path, n=55):
     folder = tmp_path / "home" / "alice" / "work" / "acme-billing-service" / "src" / "billing"
     folder.mkdir(parents=True)

@@ -166,6 +166,9 @@ def test_progress_reports_cache_then_embedding_then_lexical(tmp_path):
     embed = [e for e in events if e[0] == "embed"]
     assert embed[-1] == ("embed", 9, 9)
     assert [d for _, d, _ in embed] == sorted(d for _, d, _ in embed)
+    # each group of about 4 chunks said once written: a Ctrl-C then says what is kept
+    assert [e for e in events if e[0] == "kept"] == [("kept", 6, 9), ("kept", 9, 9)]
+    assert events.index(("kept", 6, 9)) > events.index(("embed", 6, 9))
     assert events[-2:] == [("lexical", 0, 1), ("lexical", 1, 1)]
     # a second build finds every chunk stored and embeds nothing
     events.clear()
