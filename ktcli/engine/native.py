@@ -293,6 +293,7 @@ class NativeBackend:
                 "preemptions": st.preemptions,
                 **({"reused_tokens": st.reused_tokens, "reuse_s": round(st.reuse_s, 3)} if st.reused_tokens else {}),
                 **({"kept_tokens": st.kept_tokens} if st.kept_tokens else {}),
+                **({"shared_tokens": st.shared_tokens} if st.shared_tokens else {}),
                 "device": self.device.type,
                 **({"threads": self.engine.threads.current, "thread_switches": self.engine.threads.switches}
                    if self.engine.threads is not None else {"threads": torch.get_num_threads()}),  # --threads N
