@@ -670,6 +670,16 @@ def evidence_entry(span: Span, score: float | None, section: str = "") -> dict:
             "section": section, "score": score}
 
 
+def passage_label(span: Span, passages: Sequence) -> int | None:
+    """The number (1-based) of the passage, among those the model read (chunks, in label
+    order), that holds `span`: a retrieved chunk merged with its neighbours is read inside
+    a longer one. None for a chunk left out of every window."""
+    for i, p in enumerate(passages, start=1):
+        if p.span.path == span.path and _contains(p.span, span):
+            return i
+    return None
+
+
 def _chars(span: Span) -> list[int] | None:
     """A piece of a long line: its characters, [start, end) 0-based, for --json."""
     return list(span.chars) if span.chars else None

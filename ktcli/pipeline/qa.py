@@ -137,7 +137,10 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
             "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
             "reused": index.stats.get("n_reused", 0),
         }
-        figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4), h.chunk.section) for h in hits]
+        # in retrieval order, each with the label the model read it under (a --json reader
+        # could not tell which passage an answer's "[3]" was)
+        figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4), h.chunk.section)
+                               | {"label": citations.passage_label(h.chunk.span, labelled)} for h in hits]
         return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)

@@ -57,6 +57,13 @@ def test_retrieval_answer_cites_the_needle_line(haystack, tmp_path):
     assert [int(n) for n, _ in labels] == list(range(1, len(labels) + 1))
     assert prompt.count("</source>") == len(labels) > 0
     assert any(ref.startswith(needle_path + ":") for _, ref in labels)
+    # each passage retrieved names the source the model read it in (merged ones share one)
+    refs = dict(labels)
+    for e in answer.stats["evidence"]:
+        source = refs[str(e["label"])]
+        path, lines = source.rsplit(":", 1)
+        first, _, last = lines.partition("-")
+        assert path == e["path"] and int(first) <= e["line_start"] <= e["line_end"] <= int(last or first)
 
 
 def test_memory_passing_carries_a_fact_across_windows(haystack, tmp_path):
