@@ -322,6 +322,13 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.mode == "retrieval":
         if retrieval is None:
             raise no_retrieval
+        if req.memory_budget and retrieval.est_memory_bytes > req.memory_budget:
+            # as --mode full and --mode sparse are: `--mode retrieval --max-memory 300MB` was
+            # planned at ~1012 MiB and run (820 MiB peak) with no word of the budget
+            raise OutOfMemoryError(
+                f"--mode retrieval needs ~{_gb(retrieval.est_memory_bytes)} ({_what_takes_memory(retrieval)}), over "
+                f"the --max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+            )
         return _with(retrieval, ("--mode retrieval asked for",), full if fits else None)
     if not fits and req.mode == "auto" and _each_document_fits(req, facts):
         # together past the window, one by one within it: each summarized whole, in turn

@@ -290,6 +290,14 @@ def test_memory_errors_point_to_a_sparse_read_that_fits():
         make_plan(replace(base, memory_budget=1000), SMOL, RATES)
 
 
+def test_mode_retrieval_respects_the_memory_budget():
+    base = req(corpus_tokens=30_000, n_chunks=157, mode="retrieval")
+    need = make_plan(base, SMOL, RATES).est_memory_bytes
+    assert make_plan(replace(base, memory_budget=need), SMOL, RATES).mode is Mode.RETRIEVAL
+    with pytest.raises(OutOfMemoryError, match="--mode retrieval needs .* over the --max-memory budget"):
+        make_plan(replace(base, memory_budget=need - 1), SMOL, RATES)
+
+
 def test_a_chunk_larger_than_a_window_is_refused_for_retrieval():
     with pytest.raises(UsageError, match="--chunk-tokens 100000: a chunk must fit"):
         make_plan(req(corpus_tokens=100_000, chunk_tokens=100_000, chunk_overlap=0), SMOL, RATES)
