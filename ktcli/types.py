@@ -216,6 +216,9 @@ class Plan:
     # Of the estimates, the seconds already spent reading the input before the plan
     # (measured, not estimated: `PlanRequest.read_s`).
     read_s: float = 0.0
+    # Tokens a read in parts puts in the window at most, where its kernels' pages (allocated
+    # whole) are sized to that, not to the window; 0: to context_window.
+    kv_window: int = 0
 
 
 @dataclass(frozen=True)

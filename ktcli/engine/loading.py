@@ -143,6 +143,9 @@ def _long_context(settings: Settings, plan) -> dict:
         # cache is sized for 32K tokens (a full read of the README's PDF with int4 pages and
         # topk held 272 MB of pages for 2.6K tokens).
         out["context_window"] = plan.context_window
+    if plan is not None and getattr(plan, "kv_window", 0):
+        # A read in parts: pages for what one of its reads puts in the window (`Plan.kv_window`)
+        out["context_window"] = plan.kv_window
     return out
 
 

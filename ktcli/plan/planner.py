@@ -553,18 +553,19 @@ def _full_memory(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> int:
         + (KEY_LINES_BYTES if req.key_lines else 0)
 
 
-def _read_memory(req: PlanRequest, facts: ModelFacts, prompt_tokens: int, prefill_tokens: int | None = None) -> int:
+def _read_memory(req: PlanRequest, facts: ModelFacts, prompt_tokens: int, prefill_tokens: int | None = None,
+                 kv_window: int = 0) -> int:
     """One read's peak in the model's window (a whole read, or a retrieval window). With a
     window or topk policy it runs over the kernels' pages like a sparse read (sinks, page
-    bounds), with pages for the whole window; so does a dense one under --rope-scaling,
-    with each chunk's scores. (Retrieval under --rope-scaling yarn:4 was planned at
-    973 MiB with 744 MiB of pages alone.)"""
+    bounds), with pages for the whole window (or `kv_window`, a read in parts'); so does a
+    dense one under --rope-scaling, with each chunk's scores. (Retrieval under
+    --rope-scaling yarn:4 was planned at 973 MiB with 744 MiB of pages alone.)"""
     kv = _dense_kv(req, facts)
+    window = kv_window or facts.context_window
     if req.attention.partition(":")[0] in ("window", "topk"):
-        return sparse_memory(facts, facts.context_window, kv)
+        return sparse_memory(facts, window, kv)
     if req.kernel_pages:
-        return sparse_memory(facts, facts.context_window, kv) \
-            + paged_dense_scores_bytes(facts, prompt_tokens + req.max_new_tokens)
+        return sparse_memory(facts, window, kv) + paged_dense_scores_bytes(facts, prompt_tokens + req.max_new_tokens)
     return generation_memory(facts, prompt_tokens + req.max_new_tokens, kv, prefill_tokens=prefill_tokens)
 
 
@@ -699,17 +700,35 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     if req.task == "ask":  # a summary embeds nothing: it reads every chunk in order
         to_embed = req.corpus_tokens if req.uncached_tokens is None else req.uncached_tokens
         seconds += to_embed / max(rates.embed_tok_s, 1e-9) + n_chunks * INDEX_LOAD_S_PER_CHUNK
+    kv_window = _parts_kv_window(req, facts, budget)
     return Plan(
         mode=Mode.RETRIEVAL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens, evidence_budget=budget,
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
-        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, answer_s),
-        est_memory_bytes=_read_memory(req, facts, per_window_prompt)
+        est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, answer_s), kv_window=kv_window,
+        est_memory_bytes=_read_memory(req, facts, per_window_prompt, kv_window=kv_window)
         + (EMBEDDER_BYTES + _index_memory(n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is
         # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).
         **_asked_cache(req),
     )
+
+
+# Room a read in parts' pages keep past the planned prompt: the key lines quoted before
+# the question (two lines) and the prompt's own text where it runs past its estimate.
+PARTS_MARGIN_TOKENS = 512
+
+
+def _parts_kv_window(req: PlanRequest, facts: ModelFacts, evidence_budget: int) -> int:
+    """The tokens a read in parts puts in the window at most, where the kernels' pages
+    (allocated whole) would otherwise hold the whole window; 0 elsewhere. Under
+    --rope-scaling yarn:8 a retrieval read of 2,200 tokens held pages for 65K (1,486 MiB
+    of 2,263 peak, against 794 MiB without the flag), and `--max-memory 2GB` refused it."""
+    if not (req.kernel_pages or req.attention.partition(":")[0] in ("window", "topk")):
+        return 0
+    most = (evidence_budget + PROMPT_OVERHEAD_TOKENS + MEMORY_TOKENS + req.question_tokens
+            + max(req.max_new_tokens, MEMORY_TOKENS) + PARTS_MARGIN_TOKENS)
+    return most if most < facts.context_window else 0
 
 
 def _embedding_memory(req: PlanRequest, n_chunks: int) -> int:

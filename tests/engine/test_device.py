@@ -129,3 +129,15 @@ def test_the_engine_pages_are_sized_to_the_plan_window():
     plan = Plan(Mode.FULL, "ask", 2500, 10, 8192, 384, 2500, 1, 0, 1, 0, 10.0, 1, kv_dtype="int4", attention="topk:4")
     out = _long_context(Settings(), plan)
     assert out["context_window"] == 8192 and out["kv_dtype"] == "int4" and out["attention"] == "topk:4"
+
+
+def test_a_read_in_parts_sizes_its_kernel_pages_to_what_one_read_holds():
+    # Retrieval under --rope-scaling yarn:8 held pages for the 65K-token window (1,486 MiB)
+    # for reads of 2,200 tokens.
+    from ktcli.config import Settings
+    from ktcli.engine.loading import _long_context
+    from ktcli.types import Mode, Plan
+
+    plan = Plan(Mode.RETRIEVAL, "ask", 52000, 10, 65536, 384, 3072, 1, 270, 1, 8, 10.0, 1, kv_window=4522)
+    out = _long_context(Settings(rope_scaling="yarn:8"), plan)
+    assert out["context_window"] == 4522 and out["rope_scaling"] == "yarn:8"

@@ -479,15 +479,31 @@ def test_a_conversion_over_the_memory_budget_is_refused_with_what_to_do():
     assert "over the 30s budget" in late.reasons[-1]
 
 
-def test_retrieval_over_the_kernels_pages_plans_their_window():
+def test_retrieval_over_the_kernels_pages_plans_pages_for_what_a_read_holds():
     """Retrieval under --rope-scaling yarn:4 was planned at 973 MiB, with the engine's
-    pages for the scaled window alone at 744 MiB."""
+    pages for the scaled window alone at 744 MiB; under yarn:8 a 2,200-token read held
+    pages for 65K tokens (1,486 MiB). Its pages are now sized to the most one read puts in
+    the window, and planned so."""
+    from ktcli.plan.planner import MEMORY_TOKENS, PARTS_MARGIN_TOKENS, PROMPT_OVERHEAD_TOKENS
+
     wide = replace(SMOL, context_window=32768, hidden_size=576, intermediate_size=1536, host_bytes=380 << 20,
                    weight_bytes=151_430_400, kv_dtype="fp16")
     plain = make_plan(req(corpus_tokens=200_000, n_chunks=800, mode="retrieval"), wide, RATES)
     paged = make_plan(req(corpus_tokens=200_000, n_chunks=800, mode="retrieval", kernel_pages=True), wide, RATES)
-    pages = 2 * 30 * 3 * 64 * 2 * 32768  # fp16 K and V for the whole window
-    assert paged.est_memory_bytes - plain.est_memory_bytes > 0.8 * pages
+    assert plain.kv_window == 0  # the dense pages on the host are resident only once written
+    assert paged.kv_window == (paged.evidence_budget + PROMPT_OVERHEAD_TOKENS + MEMORY_TOKENS + 10
+                               + max(paged.answer_budget, MEMORY_TOKENS) + PARTS_MARGIN_TOKENS)
+    from ktcli.plan.estimates import sparse_memory
+
+    pages = 2 * 30 * 3 * 64 * 2 * paged.kv_window  # fp16 K and V
+    assert sparse_memory(wide, paged.kv_window, "fp16") - sparse_memory(wide, 0, "fp16") > 0.8 * pages
+    assert paged.est_memory_bytes < plain.est_memory_bytes + pages  # (the whole window's: +1.3 GB)
+    # a summary's windows hold more; a window the read would fill keeps its own size
+    summary = make_plan(req(task="summarize", corpus_tokens=200_000, n_chunks=800, mode="retrieval",
+                            kernel_pages=True), wide, RATES)
+    assert summary.kv_window > paged.kv_window
+    narrow = make_plan(req(corpus_tokens=200_000, n_chunks=800, mode="retrieval", kernel_pages=True), SMOL, RATES)
+    assert narrow.kv_window in (0, *range(1, 8192))
 
 
 @pytest.mark.parametrize("n,size,budget", [(30, 265, 3072), (30, 400, 3072), (8, 700, 3072), (12, 250, 1200),
