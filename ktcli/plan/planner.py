@@ -67,9 +67,21 @@ OUTLINE_CHOICES = ("auto", "always", "never")
 
 
 # A question read whole loads the embedder to rank its key lines and embeds up to 256 of
-# them (`pipeline.key_lines`): the README's question took ~0.9 s and ~125 MiB more.
-KEY_LINES_SECONDS = 1.0
+# them (`pipeline.key_lines`), ~125 MiB more. Timed on the 2-core EPYC beside one busy
+# process: loading sentence-transformers and MiniLM 1.6-2.0 s; the sample PDF's 90 lines
+# 1.2-1.9 s, 256 lines of a licence text 2.7-3.7 s. A flat 1.0 s planned a second
+# question about a cached 60K-token text at 6.5 s to its first token; it took 20 s, 7.4 s
+# of them here (a session probe).
+KEY_LINES_LOAD_S = 2.0
+KEY_LINES_MAX_TOKENS = 256 * 20  # the lines embedded at most (`key_lines.MAX_DENSE_LINES`), ~20 tokens each
 KEY_LINES_BYTES = 128 * 2**20
+
+
+def key_lines_seconds(req: "PlanRequest", rates: "Throughput") -> float:
+    """What ranking a whole read's key lines adds: the embedder's load and its lines."""
+    if not req.key_lines:
+        return 0.0
+    return KEY_LINES_LOAD_S + min(req.corpus_tokens, KEY_LINES_MAX_TOKENS) / max(rates.embed_tok_s, 1e-9)
 
 
 @dataclass(frozen=True)
@@ -414,7 +426,7 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
             # (sparse rates are kept as measured, their first prefill's setup in them)
             seconds = (rates.load_s + prefill_seconds(full_tokens - cached, rates.sparse_prefill_tok_s * prefill_x,
                                                       first=False) + answer_s
-                       + (KEY_LINES_SECONDS if req.key_lines else 0.0))
+                       + key_lines_seconds(req, rates))
             out.append(replace(
                 base, mode=Mode.SPARSE, kv_dtype=dtype, attention=policy, context_window=window,
                 est_seconds=seconds,
@@ -492,7 +504,7 @@ def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_toke
     answer_s = decode_seconds(full_tokens, req.max_new_tokens, rates.decode_tok_s, cost)
     seconds = rates.load_s + prefill_seconds(full_tokens, rates.prefill_tok_s, cost,
                                              cached=min(req.cached_tokens, full_tokens - 1)) + answer_s
-    seconds += KEY_LINES_SECONDS if req.key_lines else 0.0
+    seconds += key_lines_seconds(req, rates)
     return Plan(
         mode=Mode.FULL, task=req.task, input_tokens=req.corpus_tokens, question_tokens=req.question_tokens,
         context_window=facts.context_window, answer_budget=req.max_new_tokens,

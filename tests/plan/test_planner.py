@@ -7,7 +7,7 @@ from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.config import parse_bytes
 from ktcli.plan.estimates import kv_bytes_per_token
-from ktcli.plan.planner import KERNEL_COMPILE_S, KEY_LINES_BYTES, KEY_LINES_SECONDS
+from ktcli.plan.planner import KERNEL_COMPILE_S, KEY_LINES_BYTES, KEY_LINES_LOAD_S
 from ktcli.types import Mode, ModelFacts
 
 SMOL = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
@@ -32,9 +32,13 @@ def test_small_input_is_read_whole():
 def test_a_question_read_whole_counts_its_key_lines_embedder():
     plain, keyed = make_plan(req(), SMOL, RATES), make_plan(req(key_lines=2), SMOL, RATES)
     assert keyed.mode is plain.mode is Mode.FULL
-    assert keyed.est_seconds == pytest.approx(plain.est_seconds + KEY_LINES_SECONDS)
-    assert keyed.est_first_token_seconds == pytest.approx(plain.est_first_token_seconds + KEY_LINES_SECONDS)
+    ranking = KEY_LINES_LOAD_S + 1000 / RATES.embed_tok_s  # the embedder's load and the input's 1,000 tokens
+    assert keyed.est_seconds == pytest.approx(plain.est_seconds + ranking)
+    assert keyed.est_first_token_seconds == pytest.approx(plain.est_first_token_seconds + ranking)
     assert keyed.est_memory_bytes == plain.est_memory_bytes + KEY_LINES_BYTES
+    # a long input: its 256 lines most
+    long_plain, long_keyed = (make_plan(req(corpus_tokens=6000, key_lines=k), SMOL, RATES) for k in (0, 2))
+    assert long_keyed.est_seconds - long_plain.est_seconds == pytest.approx(KEY_LINES_LOAD_S + 5120 / RATES.embed_tok_s)
 
 
 def test_input_just_over_the_window_uses_retrieval():
