@@ -107,6 +107,37 @@ def only_echoes_instructions(answer: str) -> bool:
     return bool(said) and all(echoes_instructions(s) for s in said)
 
 
+# Of the terms of the system prompt's sentence on who ktcli is or on quoting exactly, this
+# share in one sentence of an answer writes it back. (Not its third, "If the sources do not
+# contain the answer, say so plainly": an answer that does so is right.)
+_SYSTEM_ECHO_SHARE = 0.7
+
+
+def system_prompt_echoes(answer: str) -> list[str]:
+    """The sentences of `answer` that write back the system prompt's first two sentences,
+    in the model's own slight rewording: an answer whose first sentence was right went on
+    "The source is a ktcli, a careful assistant that answers from the given sources only.
+    Quotes names, numbers and code identifiers exactly as the sources write them." """
+    out = []
+    for sentence in _SENTENCE.split(_LABEL.sub(" ", answer)):
+        said = {_stem(w) for w in terms(sentence)}
+        if len(said) >= 4 and any(len(said & own) >= _SYSTEM_ECHO_SHARE * len(own) for own in _system_terms()):
+            out.append(sentence.strip())
+    return out
+
+
+@lru_cache(maxsize=1)
+def _system_terms() -> tuple[frozenset[str], ...]:
+    from ktcli.pipeline.prompts import SYSTEM
+
+    return tuple(frozenset(_stem(w) for w in terms(sentence)) for sentence in _SENTENCE.split(SYSTEM)[:2])
+
+
+def _stem(word: str) -> str:
+    """A word less a plural's or a verb's -s ("Quotes" for "Quote")."""
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
 def markup_or_echo(text: str) -> bool:
     """Whether `text` holds HTML tags or a sentence restating ktcli's instructions."""
     return bool(MARKUP_TAG.search(text)) or any(restates_instructions(s) for s in _SENTENCE.split(text))

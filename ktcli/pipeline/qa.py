@@ -212,6 +212,11 @@ def _warn_if_echo(text: str, reporter: Reporter) -> None:
     if citations.only_echoes_instructions(text):
         reporter.warn("the answer only restates ktcli's instructions, so it cites nothing: try rewording the "
                       "question, or a larger --model")
+    elif echoed := citations.system_prompt_echoes(text):
+        first = echoed[0] if len(echoed[0]) <= 120 else echoed[0][:117].rstrip() + "..."
+        reporter.warn(f"{len(echoed)} sentence{'s' if len(echoed) > 1 else ''} of the answer "
+                      f"{'are' if len(echoed) > 1 else 'is'} ktcli's own instructions written back, not the sources "
+                      f"(\"{first}\")")
 
 
 def _whole_read_figures(prep: Prepared) -> dict:

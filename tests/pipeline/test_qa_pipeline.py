@@ -548,6 +548,32 @@ def test_an_answer_that_restates_the_instructions_cites_nothing_and_says_so(hays
                               "question, or a larger --model"]
 
 
+@pytest.mark.parametrize("mode", ["retrieval", "full"])
+def test_an_answer_that_goes_on_with_the_system_prompt_says_so(haystack, tmp_path, mode):
+    """A right first sentence, then "The source is a ktcli, a careful assistant that answers
+    from the given sources only. Quotes names, ..." with no word on stderr (probe 95)."""
+    class GoesOn(FakeBackend):
+        def _reply(self, messages):
+            return ("The vault combination is 31-07-1999 [1]. The source is a ktcli, a careful assistant that "
+                    "answers from the given sources only. Quotes names, numbers and code identifiers exactly as "
+                    "the sources write them.")
+
+    settings = settings_for(tmp_path, mode=mode)
+    prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+    reporter = Warnings()
+    answer_question(prep, GoesOn(), settings, reporter, Tally())
+    assert ("2 sentences of the answer are ktcli's own instructions written back, not the sources (\"The source is "
+            "a ktcli, a careful assistant that answers from the given sources only.\")") in reporter.lines
+
+    class SaysNotFound(FakeBackend):
+        def _reply(self, messages):
+            return "The sources do not contain the answer. They only say the museum opens at nine."
+
+    reporter = Warnings()
+    answer_question(prep, SaysNotFound(), settings, reporter, Tally())
+    assert not any("instructions" in m for m in reporter.lines)
+
+
 def test_ctrl_c_while_a_summary_reads_keeps_the_notes_so_far(haystack, tmp_path):
     """200 s of reading parts ended in an empty stdout: the notes were progress only."""
     from ktcli.errors import InterruptedWithNotes
