@@ -334,10 +334,14 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
                 candidates.append((label, unit))
     if not candidates:
         return []
-    lexical = BM25Index(u for _, u in candidates).scores(question)
-    if not lexical.max() > 0:
-        # No word of the question anywhere (asked in another language than the text's):
-        # nothing to point at, and the embedder's shortlist would be the first lines.
+    index = BM25Index(u for _, u in candidates)
+    lexical = index.scores(question)
+    if not lexical.max() > 0 or not index.scores(" ".join(_content_terms(question))).max() > 0:
+        # No word of the question anywhere (asked in another language than the text's), or
+        # only its function words ("is", "the", "what"): nothing to point at. A repo's one
+        # prose line (its README's first sentence) shares "is" with any question about its
+        # code, and was quoted before "What is the maximum late fee?", "Where is late_fee
+        # defined?": the bundled model answered with that sentence each time.
         return []
     shortlist = np.argsort(-lexical, kind="stable")[:MAX_DENSE_LINES]
     score = _scaled(lexical[shortlist])
@@ -353,6 +357,22 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         if len(picked) == k:
             break
     return picked
+
+
+# English words that carry no topic of their own: a line sharing only these with the
+# question matches it in nothing.
+_FUNCTION_WORDS = frozenset("""
+a an the is are was were be been being am do does did done has have had having of in on at to for from by
+with without about as into onto over under than then and or but nor not no so if it its this that these those
+there here what which who whom whose when where why how i you he she we they me him her us them my your our their
+can could will would shall should may might must any some all each every also just only very more most
+""".split())
+
+
+def _content_terms(question: str) -> list[str]:
+    from ktcli.retrieval.lexical import tokenize
+
+    return [t for t in tokenize(question) if t not in _FUNCTION_WORDS]
 
 
 def _scaled(scores: np.ndarray) -> np.ndarray:

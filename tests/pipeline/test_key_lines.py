@@ -277,3 +277,10 @@ def test_an_embedder_that_will_not_load_ranks_by_words_and_says_so(report, tmp_p
     answer_question(prep, backend, settings, Said(), Tally())
     assert prompts.KEY_LINES_HEADER in backend.calls[-1][-1]["content"]
     assert len(warned) == 1 and warned[0].startswith("key lines ranked by their words alone")
+
+
+def test_a_line_sharing_only_function_words_with_the_question_is_no_key_line():
+    readme = "Shelf is a tiny library catalogue manager that stores books in a JSON file."
+    assert key_lines.pick("What is the maximum late fee?", [(1, readme)], None) == []
+    assert key_lines.pick("Where is late_fee defined?", [(1, readme)], None) == []
+    assert key_lines.pick("Where are the books stored?", [(1, readme)], None) == [(1, readme)]
