@@ -55,9 +55,14 @@ def file_map(documents: tuple[Document, ...] | list[Document]) -> FileMap | None
 _ASIDE = re.compile(r"(?i)(?:^|/)(?:tests?|testing|benchmarks?|examples?|samples?|fixtures|docs?|scripts|tools|vendor)/")
 
 
-def _rank(path: str) -> tuple[bool, int]:
+def _rank(path: str) -> tuple[bool, bool, int]:
+    """Outside tests and examples first, then public before private (`_loop.py`, `_impl/`:
+    rich's 40 listed were its `_fileno.py` and `_pick.py` while `table.py`, `text.py` and
+    `progress.py` were counted among the 53 more), then nearest the top."""
     path = path.lstrip("/")
-    return bool(_ASIDE.search(path)), path.count("/")
+    private = any(part.startswith("_") and not (part.startswith("__") and part.endswith(("__", "__.py")))
+                  for part in path.split("/"))
+    return bool(_ASIDE.search(path)), private, path.count("/")
 
 
 def describe(doc: Document) -> tuple[int, str] | None:

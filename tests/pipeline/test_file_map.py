@@ -115,3 +115,14 @@ def test_past_the_bound_the_files_nearest_the_top_and_outside_tests_are_listed()
     listed = [path for path, _, _ in files.entries]
     assert listed[-3:] == ["repo/README.md", "repo/pkg/core.py", "repo/pkg/deep/inner.py"]  # in input order
     assert len(listed) == MAX_FILES and files.unlisted == 3  # three benchmarks left out
+
+
+def test_past_the_bound_public_modules_come_before_private_ones():
+    docs = [_doc(f"rich/_p{i:02}.py", f'"""Private {i}."""\n', language="python") for i in range(MAX_FILES)]
+    docs += [_doc("rich/__init__.py", '"""Rich text."""\n', language="python"),
+             _doc("rich/table.py", '"""Tables."""\n', language="python"),
+             _doc("rich/_impl/x.py", '"""Impl."""\n', language="python")]
+    files = file_map(docs)
+    listed = [path for path, _, _ in files.entries]
+    assert "rich/__init__.py" in listed and "rich/table.py" in listed and "rich/_impl/x.py" not in listed
+    assert files.unlisted == 3
