@@ -28,6 +28,10 @@ from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Doc
 _WORD = (r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|(?<![\d,])\d+,\d{{1,2}}(?![\d,.])"
          r"|\d+(?:\.\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
+# What an answer says of a name's definition, and a line of code that is one
+_DEFINITION_WORDS = frozenset({"defined", "defines", "define", "definition", "declared"})
+_DEFINES = re.compile(r"\s*(?:(?:export|default|pub|public|private|protected|static|abstract|async|final)\s+)*"
+                      r"(?:class|def|function|fn|func|struct|enum|interface|trait)\s+[^\W\d]\w*")
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _IDENTIFIER_PIECE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # as `retrieval.lexical` splits them
 # Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
@@ -381,6 +385,14 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         return []
     lines = [line for chunk in evidence for line in _lines(chunk)]
     line_terms = [set(terms(f"{line.text} {line.header}", pieces=True)) for line in lines]
+    if wanted & _DEFINITION_WORDS:
+        # A line of code that defines a name ("def format_filename(") holds "defined" as
+        # well as the name: "format_filename is defined in utils.py" was cited to a call,
+        # `self.ui_filename = format_filename(filename)`, which holds the name's words as
+        # often and came first.
+        for present, line in zip(line_terms, lines):
+            if line.number is not None and _DEFINES.match(line.text):
+                present |= _DEFINITION_WORDS
     running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)

@@ -456,3 +456,17 @@ def test_relabel_leaves_indexes_in_code_alone():
 def test_an_index_in_code_is_no_label_the_answer_writes():
     answer = "Use `prices[1]` for the first price [2].\n```python\nfirst = prices[3]\n```\nThat is all [1]."
     assert cited_labels(answer, 5) == [2, 1]
+
+
+def test_a_sentence_of_where_a_name_is_defined_is_cited_to_its_definition():
+    # click: the call in exceptions.py held format_filename's words as often as its def
+    # and came first in source order
+    use = chunk("click/exceptions.py", 352, ["        super().__init__(hint)",
+                                             "        self.ui_filename = format_filename(filename)"])
+    definition = chunk("click/utils.py", 430, ["def format_filename(",
+                                               "    filename: str,", "    shorten: bool = False,", ") -> str:"], 1)
+    cited = attribute("The function format_filename is defined in click.utils.", [use, definition], context=0)
+    assert cited[0].span.path == "click/utils.py" and cited[0].span.line_start == 430
+    # without "defined", nothing changes
+    cited = attribute("format_filename turns a filename into text.", [use, definition], context=0)
+    assert cited[0].span.path == "click/exceptions.py"
