@@ -31,7 +31,7 @@ _LABEL = re.compile(r"\[(\d{1,3})\]")
 # What an answer says of a name's definition, and a line of code that is one
 _DEFINITION_WORDS = frozenset({"defined", "defines", "define", "definition", "declared"})
 _DEFINES = re.compile(r"\s*(?:(?:export|default|pub|public|private|protected|static|abstract|async|final)\s+)*"
-                      r"(?:class|def|function|fn|func|struct|enum|interface|trait)\s+[^\W\d]\w*")
+                      r"(?:class|def|function|fn|func|struct|enum|interface|trait)\s+([^\W\d]\w*)")
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _IDENTIFIER_PIECE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # as `retrieval.lexical` splits them
 # Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
@@ -390,8 +390,10 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         # well as the name: "format_filename is defined in utils.py" was cited to a call,
         # `self.ui_filename = format_filename(filename)`, which holds the name's words as
         # often and came first.
+        # (only a name the answer writes: "class PacifyFlushWrapper:" is no place where
+        # "the `typer.main` class is defined")
         for present, line in zip(line_terms, lines):
-            if line.number is not None and _DEFINES.match(line.text):
+            if line.number is not None and (m := _DEFINES.match(line.text)) and m.group(1).lower() in wanted:
                 present |= _DEFINITION_WORDS
     running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)

@@ -470,3 +470,10 @@ def test_a_sentence_of_where_a_name_is_defined_is_cited_to_its_definition():
     # without "defined", nothing changes
     cited = attribute("format_filename turns a filename into text.", [use, definition], context=0)
     assert cited[0].span.path == "click/exceptions.py"
+
+
+def test_a_definition_of_another_name_gains_nothing_from_defined():
+    other = chunk("typer/_click/utils.py", 378, ["class PacifyFlushWrapper:"])
+    use = chunk("typer/main.py", 1756, ['        typer.launch("https://typer.tiangolo.com/")'], 1)
+    cited = attribute("The typer class is defined in the launch function.", [other, use], context=0)
+    assert [c.span.path for c in cited] == ["typer/main.py"]
