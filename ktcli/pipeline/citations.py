@@ -302,6 +302,10 @@ class Relabel:
                 at = m.end()
                 continue
             label = self._label(before, written)
+            if not label and _NAMES_A_SOURCE.search(before):
+                # "... breaks the tests for [1]." names the source as a word of its sentence:
+                # left out, the answer read "the tests for ."
+                label = written
             if label and label != written and re.search(rf"\[{label}\]\s*$", before):
                 label = 0  # the label just before it says the same
             if label != written:
@@ -324,6 +328,11 @@ class Relabel:
         # a sentence that shares no word with any passage ("The source of the information
         # is: [1]") has no source: its label pointed at a page with nothing of it
         return 0 if best is None else best
+
+
+# A label standing where its sentence needs a word: the object of a preposition or a verb
+# of reading ("see [2]", "as shown in [1]"), not a citation after a claim.
+_NAMES_A_SOURCE = re.compile(r"(?i)\b(?:for|in|of|from|see|at|by|to|per|on|with|under|and|or)\s*$")
 
 
 def _in_code(before: str) -> bool:

@@ -477,3 +477,12 @@ def test_a_definition_of_another_name_gains_nothing_from_defined():
     use = chunk("typer/main.py", 1756, ['        typer.launch("https://typer.tiangolo.com/")'], 1)
     cited = attribute("The typer class is defined in the launch function.", [other, use], context=0)
     assert [c.span.path for c in cited] == ["typer/main.py"]
+
+
+def test_a_label_that_is_a_word_of_its_sentence_is_not_cut_out_of_it():
+    from ktcli.pipeline.citations import Relabel
+
+    # a diff piped beside a repo: "the tests for [1]" (the diff) came out "the tests for ."
+    assert _streamed(Relabel(PASSAGES), ["This change breaks the tests for [1]."]) == \
+        "This change breaks the tests for [1]."
+    assert _streamed(Relabel(PASSAGES), ["Nothing here is in any passage. [1]"]) == "Nothing here is in any passage. "
