@@ -135,7 +135,9 @@ def _nothing_left(arg: str, skipped: list[Skipped]) -> str:
     if len(reasons) > 4:
         summary += ", ..."
     entries = "entry was" if len(skipped) == 1 else f"{len(skipped)} entries were"
-    return f"{arg}: nothing left to read; {'the' if len(skipped) == 1 else 'all'} {entries} skipped ({summary})"
+    # the way past the limit, as each "too large" skip says it (the error alone left it out)
+    hint = "; --max-file-bytes raises the limit, or name the file" if "too large" in reasons else ""
+    return f"{arg}: nothing left to read; {'the' if len(skipped) == 1 else 'all'} {entries} skipped ({summary}){hint}"
 
 
 # The nouns reasons name their entries by, made plural by a count ("2 symlink inside the

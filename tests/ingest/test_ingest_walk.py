@@ -787,3 +787,12 @@ def test_a_document_saved_twice_is_read_once_and_said(tmp_path: Path) -> None:
     assert rels(corpus, tmp_path) == ["inbox/annual-report.txt", "inbox/version.txt", "reports/2023/version.txt"]
     assert reasons(corpus, tmp_path)["reports/2023/annual-report.txt"] == \
         f"the same text as {tmp_path}/inbox/annual-report.txt: read once"
+
+
+def test_a_folder_left_empty_by_the_size_limit_says_how_to_read_it(tmp_path):
+    from ktcli.ingest.corpus import load_corpus
+
+    (tmp_path / "big").mkdir()
+    (tmp_path / "big" / "huge.py").write_text("x = 1\n" * 1000)
+    with pytest.raises(InputError, match=r"\(1 too large\); --max-file-bytes raises the limit, or name the file"):
+        load_corpus([str(tmp_path / "big")], max_file_bytes=100)
