@@ -17,6 +17,7 @@ from functools import lru_cache
 
 from ktcli.ingest.sections import MARKDOWN_RULE, SectionIndex, document_trails, paged_trails, row_cells
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
+from ktcli.retrieval.symbols import defined_name
 from ktcli.pipeline.events import Reporter
 from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Document, Span
 
@@ -28,10 +29,8 @@ from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Doc
 _WORD = (r"(?:[^\W\d]|_)(?:\w|[{marks}])*|\d{{1,3}}(?:,\d{{3}})+(?:\.\d+)?(?!\d)|(?<![\d,])\d+,\d{{1,2}}(?![\d,.])"
          r"|\d+(?:\.\d+)*")
 _LABEL = re.compile(r"\[(\d{1,3})\]")
-# What an answer says of a name's definition, and a line of code that is one
+# What an answer says of a name's definition
 _DEFINITION_WORDS = frozenset({"defined", "defines", "define", "definition", "declared"})
-_DEFINES = re.compile(r"\s*(?:(?:export|default|pub|public|private|protected|static|abstract|async|final)\s+)*"
-                      r"(?:class|def|function|fn|func|struct|enum|interface|trait)\s+([^\W\d]\w*)")
 _CAMEL = re.compile(r"[a-z][A-Z]")
 _IDENTIFIER_PIECE = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|\d+")  # as `retrieval.lexical` splits them
 # Sentences end at . ! ? before a space, at CJK's stops, and at Devanagari's danda, Urdu's
@@ -402,7 +401,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         # (only a name the answer writes: "class PacifyFlushWrapper:" is no place where
         # "the `typer.main` class is defined")
         for present, line in zip(line_terms, lines):
-            if line.number is not None and (m := _DEFINES.match(line.text)) and m.group(1).lower() in wanted:
+            if line.number is not None and (name := defined_name(line.text)) and name.lower() in wanted:
                 present |= _DEFINITION_WORDS
     running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)

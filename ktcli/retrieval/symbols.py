@@ -111,6 +111,12 @@ _CODE_SPAN = re.compile(r"`[^`]*`")
 MAX_DEFINITION_SITES = 6
 
 
+def defined_name(line: str) -> str | None:
+    """The name a line of code defines (`def format_filename(`, `pub struct Pool`), else None."""
+    m = _DEFINED.match(line)
+    return m.group(1) if m else None
+
+
 def code_names(question: str) -> set[str]:
     """The names in a question written as code identifiers: CamelCase, snake_case,
     ALL_CAPS, `name()`, any name in backticks (each part of a dotted one), or a name
