@@ -45,9 +45,12 @@ class RepetitionGuard:
                 continue  # not periodic with this size: skip building the copies
             unit = text[n - size :]
             wide = width(unit)
-            if wide < self.min_unit or not unit.strip():
+            line = wide >= MIN_LINE_UNIT and _one_line_of_words(unit) and self.text.count("```") % 2 == 0
+            if (wide < self.min_unit and not line) or not unit.strip():
                 continue  # too short to tell, or runs of blank lines or spaces: not worth a stop
             copies = max(self.min_copies, -(-self.min_span // wide))  # ceil(min_span / width)
+            if line:
+                copies = min(copies, LINE_COPIES)
             if copies * size <= n and text.endswith(unit * copies):
                 return unit
         return ""
@@ -65,6 +68,20 @@ class RepetitionGuard:
         mark = "\n" if "\n" in self.unit else " "
         breaks = [i + 1 for i in range(end - size // 2, min(end + size // 2, len(text))) if text[i] == mark]
         return self.text[: min(breaks, key=lambda c: abs(c - end))] if breaks else self.text[:end]
+
+
+# A whole line of words, outside a code block, said this many times back to back is a loop
+# however short: a summary listed "build/" on 29 lines (7 characters a copy, so the
+# span rule wanted 35) before the guard stopped it. (`EchoedText` stops lines from 16
+# characters at their second copy.)
+LINE_COPIES = 5
+MIN_LINE_UNIT = 4
+_LETTERS = re.compile(r"[^\W\d_]{2}")
+
+
+def _one_line_of_words(unit: str) -> bool:
+    """A period of one line with words (where the stream ends mid-line, a rotation of it)."""
+    return unit.count("\n") == 1 and bool(_LETTERS.search(unit))
 
 
 _MARKER = re.compile(r"(?<![\w\]\[])\[\d+\]")  # a citation, not an index: buf[10] is code

@@ -46,6 +46,18 @@ def test_short_units_need_a_long_run():
     assert fired is not None and fired <= len("Answer: ") + 250
 
 
+def test_a_short_line_said_five_times_is_a_loop_outside_code_only():
+    """A summary listed "build/" on 29 lines before the guard stopped it (probe 94)."""
+    guard = RepetitionGuard()
+    text = "The repo holds:\n" + "build/\n" * 29
+    fired = _feed_in_pieces(guard, text)
+    assert fired is not None and fired <= len("The repo holds:\n") + 5 * len("build/\n") + 6  # (a piece past it)
+    assert guard.kept() == "The repo holds:\nbuild/\n"
+    assert _feed_in_pieces(RepetitionGuard(), "```\n" + "build/\n" * 29 + "```\n") is None  # code is code
+    assert _feed_in_pieces(RepetitionGuard(), "Steps:\nbuild/\n" * 4) is None  # not back to back
+    assert _feed_in_pieces(RepetitionGuard(), "ok\n" * 10) is None  # a word of 2 letters: too short to tell
+
+
 @pytest.mark.parametrize(
     "text",
     [
