@@ -391,8 +391,10 @@ def prepare(
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,
-        kept_notes=notes_memo.kept_for(settings.cache_path, notes_request) if notes_request else 0,
     )
+    if notes_request:
+        kept, whole = notes_memo.kept_for(settings.cache_path, notes_request)
+        request = replace(request, kept_notes=kept, notes_all_kept=whole)
     plan = make_plan(request, facts, load_rates(settings, facts))
     _warn_if_chunks_too_small(settings, plan, reporter)
     if task == "summarize" and settings.outline == "always":

@@ -101,6 +101,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         new = take_notes(backend, prompts.notes_messages(prep.question, evidence, notes), note_params, tally,
                          reporter, memo, f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
+    if memo is not None:
+        memo.finish()
     evidence, _ = _labelled(windows[-1], label) if windows else ("", label)
     messages = prompts.ask_messages(prep.question, evidence, notes)
     kinds = {d.path: d.kind for d in prep.corpus.documents}

@@ -107,6 +107,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             f"{resume}",
             f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
         ) from None
+    if memo is not None:
+        memo.finish()
     reporter.progress("map", len(windows), len(windows))
     if not notes:
         # Every part's notes were markup or the instructions again: a summary written from

@@ -161,6 +161,9 @@ class PlanRequest:
     # Note steps of this request an earlier run left in the notes memo (`notes_memo.kept_for`):
     # read back, not generated (a summary's rerun was planned at ~54 s and took 3).
     kept_notes: int = 0
+    # ... and they are all its note steps: every one this plan has is then read back, however
+    # many windows it estimates.
+    notes_all_kept: bool = False
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -777,7 +780,8 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     could tip a summary from outlines to every line, whose notes none are."""
     chosen = _make_plan(replace(req, kept_notes=0), facts, rates)
     note_windows = chosen.n_windows - 1 if chosen.task == "ask" else chosen.n_windows if chosen.n_windows > 1 else 0
-    kept = min(req.kept_notes, note_windows) if chosen.mode is Mode.RETRIEVAL else 0
+    kept = (note_windows if req.notes_all_kept else min(req.kept_notes, note_windows)) \
+        if chosen.mode is Mode.RETRIEVAL else 0
     if not kept:
         return chosen
     # The chosen read's time less its kept steps': the same read planned with and without them.
