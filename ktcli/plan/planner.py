@@ -326,7 +326,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         if not fits:
             raise UsageError(
                 f"--mode full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
-                f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto, retrieval or sparse"
+                f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto, retrieval"
+                + ("" if req.window_cap or not req.sparse_ok else " or sparse")  # a sparse read may not pass the cap
             )
         if req.memory_budget and full.est_memory_bytes > req.memory_budget:
             raise OutOfMemoryError(

@@ -572,3 +572,15 @@ def test_a_plan_over_the_budget_is_said_to_take_more_than_it():
         over = make_plan(req(corpus_tokens=tokens, n_chunks=30, max_seconds=1), SMOL, RATES)
         said = next(r for r in over.reasons if r.startswith("no plan is estimated within"))
         assert int(said.rsplit("~", 1)[1].split("s")[0]) >= over.est_seconds
+
+
+def test_mode_full_past_the_window_suggests_only_the_modes_that_can_run():
+    """Under --context-window the error said "use --mode auto, retrieval or sparse", and
+    sparse was then refused for passing the cap (probe 95)."""
+    base = req(corpus_tokens=30_000, n_chunks=157, mode="full", sparse_ok=True)
+    with pytest.raises(UsageError, match=r"use --mode auto, retrieval or sparse$"):
+        make_plan(base, SMOL, RATES)
+    with pytest.raises(UsageError, match=r"use --mode auto, retrieval$"):
+        make_plan(replace(base, window_cap=2048), replace(SMOL, context_window=2048), RATES)
+    with pytest.raises(UsageError, match=r"use --mode auto, retrieval$"):
+        make_plan(replace(base, sparse_ok=False), SMOL, RATES)  # another engine: no sparse mode
