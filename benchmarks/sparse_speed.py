@@ -39,6 +39,13 @@ CONFIGS = {
     "topk-fp32": dict(kv_dtype="fp32", attention="topk"),
     "window-int8": dict(kv_dtype="int8", attention="window"),
     "window-fp32": dict(kv_dtype="fp32", attention="window"),
+    # Asked for by name (--kv-dtype): float pages of 8 and 16 bits.
+    "topk-fp8": dict(kv_dtype="fp8", attention="topk"),
+    "topk-bf16": dict(kv_dtype="bf16", attention="topk"),
+    "topk-fp16": dict(kv_dtype="fp16", attention="topk"),
+    "window-fp8": dict(kv_dtype="fp8", attention="window"),
+    "window-bf16": dict(kv_dtype="bf16", attention="window"),
+    "window-fp16": dict(kv_dtype="fp16", attention="window"),
 }
 BASELINE = "full-fp16"
 

@@ -129,15 +129,25 @@ def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "f
 # tok/s. window scores no pages and reads fewer a step than topk; fp32 pages have no fused
 # C++ decode. Measured by `python -m benchmarks.sparse_speed --configs ... --lengths 8192`
 # (Xeon, 2 cores, 2026-12-05, SmolLM2 int8 weights; topk-int8 873 tok/s prefill, 49.0
-# decode; BENCHMARKS.md); a kind not measured counts as the reference.
+# decode; BENCHMARKS.md); a kind not measured counts as the reference. fp8, bf16 and fp16
+# pages (asked for by --kv-dtype) have no fused C++ decode either: their ratios from
+# `--configs ...,topk-fp8,topk-bf16,topk-fp16,window-fp8,window-bf16,window-fp16 --name
+# sparse_speed_float_pages` (EPYC Zen 3, 2 cores, beside other jobs, 2026-12-06; topk-int8
+# 309 / 34.7 tok/s): fp8 decode was planned at int8's speed and ran at a quarter of it.
 SPARSE_REFERENCE = ("topk", "int8")
 SPARSE_SPEED: dict[tuple[str, str], tuple[float, float]] = {
     ("topk", "int8"): (1.0, 1.0),
     ("topk", "int4"): (0.93, 0.97),
     ("topk", "fp32"): (0.91, 0.38),
+    ("topk", "fp8"): (0.49, 0.22),
+    ("topk", "bf16"): (0.82, 0.33),
+    ("topk", "fp16"): (0.60, 0.36),
     ("window", "int8"): (1.66, 1.31),
     ("window", "int4"): (1.49, 1.27),
     ("window", "fp32"): (1.57, 0.65),
+    ("window", "fp8"): (1.02, 0.50),
+    ("window", "bf16"): (0.79, 0.67),
+    ("window", "fp16"): (0.47, 0.68),
 }
 
 
