@@ -324,6 +324,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
     first, each with its source's label; ranked by BM25 alone where `embedder` is None.
     `passages`: the sources are passages retrieved from longer texts (`lines_of`)."""
     from ktcli.retrieval.lexical import BM25Index
+    from ktcli.retrieval.symbols import code_names
 
     seen: set[str] = set()
     candidates: list[tuple[int, str]] = []
@@ -332,6 +333,12 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
             if unit not in seen:
                 seen.add(unit)
                 candidates.append((label, unit))
+    names = {name.lower() for name in code_names(question)}
+    if names:
+        # A question about named code (`save_catalogue`, "the render function") is answered
+        # where that name stands: a repo's README line sharing an everyday word of it
+        # ("catalogue") was quoted before "What does save_catalogue do?" (probe 94).
+        candidates = [c for c in candidates if any(name in c[1].lower() for name in names)]
     if not candidates:
         return []
     index = BM25Index(u for _, u in candidates)

@@ -284,3 +284,13 @@ def test_a_line_sharing_only_function_words_with_the_question_is_no_key_line():
     assert key_lines.pick("What is the maximum late fee?", [(1, readme)], None) == []
     assert key_lines.pick("Where is late_fee defined?", [(1, readme)], None) == []
     assert key_lines.pick("Where are the books stored?", [(1, readme)], None) == [(1, readme)]
+
+
+def test_a_question_about_named_code_quotes_only_lines_that_name_it():
+    """"What does save_catalogue do?" quoted the README's "... library catalogue manager ...",
+    which shares "catalogue" (probe 94); the model answered with it."""
+    readme = "Shelf is a tiny library catalogue manager that stores books in a JSON file."
+    usage = "Call save_catalogue(path) to write the catalogue back to its JSON file."
+    assert key_lines.pick("What does save_catalogue do?", [(1, readme)], None) == []
+    assert key_lines.pick("What does save_catalogue do?", [(1, readme + "\n\n" + usage)], None)[0] == (1, usage)
+    assert key_lines.pick("What does the `Shelf` class store?", [(1, readme)], None) == [(1, readme)]
