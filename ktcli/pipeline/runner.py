@@ -194,7 +194,7 @@ def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
                   reporter: Reporter, budget: str = "--max-new-tokens", subject: str = "the answer",
                   longer: str = "", source: str | None = None, cut: list[str] | None = None,
-                  labels: Relabel | None = None) -> str:
+                  labels: Relabel | None = None, under_heading: bool = False) -> str:
     """The final step: every piece goes to the user as soon as it exists, except a line
     that is repeating an earlier one (held until it differs). An answer that falls into a
     verbatim loop (`pipeline.repetition`) is stopped there, with a warning. `budget`: what
@@ -204,9 +204,10 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     are left out (`summary_lines`), a line at a time. `cut`: where an answer cut at the
     budget is noted (its subject added) instead of warned of, for a caller that says
     several in one line. `labels`: moves each source label the answer writes to the
-    passage that backs its sentence (`citations.Relabel`)."""
+    passage that backs its sentence (`citations.Relabel`). `under_heading`: a summary's
+    section under ktcli's `## path` heading, whose own headings go a level down."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
-    lines = SummaryLines(source) if source is not None else None
+    lines = SummaryLines(source, under_heading) if source is not None else None
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
@@ -250,7 +251,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         reporter.warn(f"stopped {subject}: it kept repeating the same {len(guard.unit)} characters")
         kept = guard.kept()
         if lines is not None:  # the loop's one copy, as shown: less tags alone and made-up code
-            again = SummaryLines(source or "")
+            again = SummaryLines(source or "", under_heading)
             kept = again.feed(kept) + again.flush()
         return kept.strip()
     if echo.repeated:

@@ -155,7 +155,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                 continue
             try:
                 text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}",
-                                     longer, source=_text(prep, doc), cut=cut)
+                                     longer, source=_text(prep, doc), cut=cut, under_heading=True)
             except AnswerInterrupted as e:
                 parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
                 raise AnswerInterrupted(_joined(parts)) from None

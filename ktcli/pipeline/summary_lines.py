@@ -33,7 +33,10 @@ _MIN_CODE_CHARS = 8
 class SummaryLines:
     """Feed streamed pieces, get back the text to show; `flush` at the end."""
 
-    def __init__(self, source: str) -> None:
+    def __init__(self, source: str, under_heading: bool = False) -> None:
+        """`under_heading`: the text is a section under a `## path` heading of ktcli's, so
+        the model's own headings go one level down (its "## Usage" read as a file of its own)."""
+        self._under_heading = under_heading
         self._lines = {line.strip() for line in source.splitlines() if line.strip()}
         self._source = source
         self._held = ""  # the line being written, while it may be markup or a fence
@@ -66,6 +69,8 @@ class SummaryLines:
             # directive or an indent waits for its end)
             shown, self._held = self._held, ""
             self._passing = not ends
+            if self._under_heading and shown.startswith("#"):
+                shown = "#" + shown
             return self._show(shown)
         if not ends:
             return ""

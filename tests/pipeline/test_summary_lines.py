@@ -104,3 +104,14 @@ def test_a_kept_html_code_block_is_shown_fenced_without_its_tags():
     # closed with a fence, as the model did
     shown, _, _ = _streamed("<pre><code>\ndef get_shell(pid=None, max_depth=10):\n```\n")
     assert shown == "```\ndef get_shell(pid=None, max_depth=10):\n```\n"
+
+
+def test_a_sections_own_headings_go_a_level_below_its_path_heading():
+    """A file-by-file summary's "## Usage" stood level with the "## shelf/storage.py" above it
+    (probe 94)."""
+    text = "## Usage\nCall get_shell().\n\n### Notes\nIt walks the tree. # not a heading\n"
+    for step in (1, 3, 50):
+        lines = SummaryLines(SOURCE, under_heading=True)
+        shown = "".join(lines.feed(text[i:i + step]) for i in range(0, len(text), step)) + lines.flush()
+        assert shown == "### Usage\nCall get_shell().\n\n#### Notes\nIt walks the tree. # not a heading\n"
+    assert _streamed(text)[0] == text  # a summary of its own keeps them
