@@ -113,6 +113,12 @@ def _python_docstring(text: str) -> tuple[int, str] | None:
     raw = tree.body[0].value.value  # type: ignore[attr-defined]
     opening = raw[: len(raw) - len(raw.lstrip())].count("\n")
     line = tree.body[0].lineno - 1 + opening + docstring[: docstring.find(paragraphs[0])].count("\n")
+    # where the source writes it: a docstring opened `"""\` continues its first line below
+    # the quotes, and the count above is one short (`fm/b.py:1` for its line 2)
+    words = paragraphs[0].split("\n")[0].strip()[:40]
+    source = text.split("\n")
+    end = getattr(tree.body[0], "end_lineno", None) or len(source)
+    line = next((i for i in range(line, min(end, len(source))) if words and words in source[i]), line)
     return line, _first_sentence(paragraphs[0])
 
 

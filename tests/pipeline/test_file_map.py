@@ -18,6 +18,12 @@ def test_a_python_module_is_described_by_its_docstring_first_sentence():
     assert describe(_doc("storage.py", text, language="python")) == (2, "Loading and saving the catalogue.")
 
 
+def test_a_docstring_continued_past_its_opening_quotes_is_cited_at_its_text():
+    # Three quotes and a backslash, the text on the next line: cited at the quotes' line (probe 94).
+    text = '"""\\\nLoading and saving the catalogue.\n"""\nimport json\n'
+    assert describe(_doc("storage.py", text, language="python")) == (2, "Loading and saving the catalogue.")
+
+
 def test_a_python_module_without_a_docstring_says_what_it_defines():
     text = ("import typing\n\n@typing.overload\ndef echo(x: int) -> None: ...\n@typing.overload\n"
             "def echo(x: str) -> None: ...\ndef echo(x): pass\ndef _private(): pass\n"
