@@ -147,6 +147,21 @@ def _description_field(lines: list[str]) -> tuple[int, str] | None:
     return None
 
 
+# A JSDoc (or Doxygen) tag: its description after it; a file's or module's name alone, or
+# any other tag (@author, @license), says nothing ("@file renderer.js" was quoted).
+_DOC_TAG = re.compile(r"[@\\](file(?:overview)?|overview|module|brief|desc(?:ription)?|summary)\b\s*|[@\\]\w+")
+
+
+def _untagged(text: str) -> str:
+    m = _DOC_TAG.match(text)
+    if m is None:
+        return text
+    rest = text[m.end():].strip()
+    if m.group(1) is None or (m.group(1) in ("file", "module") and " " not in rest):
+        return ""
+    return rest
+
+
 def _leading_comment(lines: list[str]) -> tuple[int, str] | None:
     """The first sentence of the comment a file opens with, licence and tool lines left aside."""
     start, words = None, []
@@ -157,7 +172,7 @@ def _leading_comment(lines: list[str]) -> tuple[int, str] | None:
             continue
         if not _COMMENT_MARK.match(line) or _PREPROCESSOR.match(line):
             break
-        text = _COMMENT_MARK.sub("", line, count=1).strip().rstrip("*/").strip()
+        text = _untagged(_COMMENT_MARK.sub("", line, count=1).strip().rstrip("*/").strip())
         if not text or _NOT_A_DESCRIPTION.match(text) or not re.search(r"[^\W\d_]{2}", text):
             if words:
                 break

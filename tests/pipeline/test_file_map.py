@@ -42,6 +42,14 @@ def test_other_code_by_its_opening_comment_past_licence_lines():
     assert describe(_doc("main.rs", "fn main() {}\n", language="rust")) is None
 
 
+def test_a_jsdoc_comment_by_its_description_not_its_tags():
+    """"@file renderer.js" was quoted as what the file says it is (probe 94)."""
+    text = "/**\n * @file renderer.js\n * @author Ann\n * Renders the page to HTML.\n */\nexport function render() {}\n"
+    assert describe(_doc("renderer.js", text, language="javascript")) == (4, "Renders the page to HTML.")
+    tagged = "/** @fileoverview Renders the page to HTML. */\n"
+    assert describe(_doc("renderer.js", tagged, language="javascript")) == (1, "Renders the page to HTML.")
+
+
 def test_a_manifest_by_its_description():
     toml = '[project]\nname = "shelf"\nversion = "0.3.1"\ndescription = "A tiny catalogue"\n'
     assert describe(_doc("pyproject.toml", toml, language="toml")) == (4, "A tiny catalogue")
