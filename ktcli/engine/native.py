@@ -161,6 +161,13 @@ class NativeBackend:
         backend.model_dir = model_dir
         return backend
 
+    def _kv_dtype_name(self) -> str:
+        """The dtype the KV pages hold, by the name --kv-dtype takes."""
+        options = getattr(self, "long_context", None)
+        if options is not None:
+            return options.kv_dtype
+        return next((name for name, dtype in TORCH_DTYPES.items() if dtype == self.kv.dtype), str(self.kv.dtype))
+
     @staticmethod
     def _eos_ids(tokenizer, cfg: ModelConfig) -> frozenset[int]:
         ids = set(cfg.eos_token_ids)
@@ -288,6 +295,7 @@ class NativeBackend:
                 "kv_pages_in_use": self.engine.blocks.num_used,
                 "kv_pages_total": self.kv.num_blocks,
                 "kv_page_bytes": page_bytes,
+                "kv_dtype": self._kv_dtype_name(),  # the pages' own (a plan's "model": the engine's default)
                 "kv_bytes_peak": st.peak_pages * page_bytes,
                 "kv_bytes_allocated": self.kv.allocated_bytes,
                 "preemptions": st.preemptions,

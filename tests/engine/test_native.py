@@ -22,6 +22,8 @@ def test_backend_surface(smollm2):
     for key in ("prefill_tok_s", "decode_tok_s", "kv_pages_peak", "kv_page_bytes", "kv_bytes_peak", "peak_rss_mb"):
         assert key in st.extra
     assert st.extra["kv_pages_in_use"] == 0
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+    assert st.extra["kv_dtype"] == names[smollm2.kv.dtype]  # the pages' dtype by name (a plan says "model")
     batch = smollm2.generate_chat_batch([CHAT, [{"role": "user", "content": "Name a fruit."}]], params)
     assert batch[0] == streamed and len(batch) == 2
 
@@ -160,3 +162,12 @@ def test_a_head_the_config_says_is_its_own_must_be_in_the_weights(tmp_path):
     (folder / "config.json").write_text(json.dumps(config))
     backend = NativeBackend.load(folder, weights="fp32", block_size=4)
     assert backend.engine.model.w.lm_head is backend.engine.model.w.embed
+
+
+@pytest.mark.parametrize("kv_dtype,attention", [("fp32", None), ("int8", "window"), ("fp8", "topk")])
+def test_the_stats_name_the_pages_dtype(tiny_models, kv_dtype, attention):
+    policy = {"attention": attention} if attention else {}
+    b = NativeBackend.load(tiny_models["llama"], weights="fp32", kv_dtype=kv_dtype, kv_budget_bytes=4 << 20, **policy)
+    list(b.engine.generate([list(range(1, 40))], SamplingParams(max_new_tokens=2)))  # (no tokenizer: ids only)
+    b._record()
+    assert b.last_stats.extra["kv_dtype"] == kv_dtype
