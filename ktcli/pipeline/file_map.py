@@ -144,7 +144,22 @@ def _description_field(lines: list[str]) -> tuple[int, str] | None:
     for i, line in enumerate(lines[:200]):
         if m := _DESCRIPTION_FIELD.match(line):
             return i, m.group(1).replace('\\"', '"')
+        if m := _DESCRIPTION_BLOCK.match(line):  # TOML's multi-line string: its first sentence
+            text, at = m.group(1), i
+            for j in range(i + 1, min(len(lines), i + 40)):
+                if '"""' in text:
+                    break
+                text += " " + lines[j].strip()
+            text = text.split('"""', 1)[0].strip().rstrip("\\").strip()
+            if not text:
+                return None
+            if not m.group(1).strip():  # the text starts on a line of its own below
+                at = next((j for j in range(i + 1, min(len(lines), i + 40)) if lines[j].strip()), i)
+            return at, _first_sentence(text)
     return None
+
+
+_DESCRIPTION_BLOCK = re.compile(r'^\s*description\s*=\s*"""\\?\s*(.*)$')
 
 
 # A JSDoc (or Doxygen) tag: its description after it; a file's or module's name alone, or

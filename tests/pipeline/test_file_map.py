@@ -57,6 +57,12 @@ def test_a_manifest_by_its_description():
     assert describe(_doc("package.json", package, language="json")) == (3, 'Parses "quoted" flags')
 
 
+def test_a_manifest_by_its_multi_line_description():
+    """Cargo.toml's `description = \"\"\"` block was not found (probe 94)."""
+    text = '[package]\nname = "shelf"\ndescription = """\nA tiny library catalogue. It keeps books.\n"""\n'
+    assert describe(_doc("Cargo.toml", text, language="toml")) == (4, "A tiny library catalogue.")
+
+
 def test_prose_by_its_title_and_first_sentence():
     md = ("[![build](https://ci/badge.svg)](https://ci)\n\n# shelf\n\n![logo](logo.png)\n\n"
           "A tiny command-line catalogue for a home library. It keeps one file.\n\n## Install\n")
