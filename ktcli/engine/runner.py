@@ -26,7 +26,7 @@ from ktcli.engine.backend import SamplingParams
 from ktcli.engine.block_manager import BlockManager
 from ktcli.engine.host_alloc import release_idle_heap
 from ktcli.engine.model import Model, Step
-from ktcli.engine.prefix_store import MIN_REUSE, PrefixStore
+from ktcli.engine.prefix_store import MIN_REUSE, PrefixStore, whole_chunks
 from ktcli.engine.sampler import make_generator, sample
 from ktcli.engine.sequence import Sequence, Status
 from ktcli.threads import ThreadGovernor
@@ -341,18 +341,28 @@ class Engine:
         document each prefilled it (24.8 s, against 8.7 s one after another, when the
         later ones read it from the prefix store).
 
-        Rows are copied, not shared page by page, so pages keep one owner each (the store,
-        preemption and the sparse caches' per-page state stay as they are); a copy of a
-        layer's rows costs far less than computing them. As much is copied as the cache's
-        kind lets a prefix be read back (`reusable_prefix`), and the source must hold it
-        as a fresh prefill cuts it (`keepable_prefix` of what it has computed): the copy
-        gives the tokens of a prefill of its own, as the prefix store does. A prompt only
-        ever waits for one admitted before it, so waits cannot form a cycle."""
+        Only whole prefill chunks are copied, as a fresh prefill of the prompt would cut
+        them (`whole_chunks`), from a source that computed them so (`Sequence.aligned`):
+        the prompt then computes the rest in the chunks it would alone, and gets its own
+        answer bit for bit. Rows are equal in exact arithmetic whatever the chunks, not in
+        floating point: copied up to its last token, a prompt computed its ten question
+        tokens as a step of ten rows, not inside its 670-token last chunk, and one of four
+        identical greedy requests answered otherwise (probe 96). Rows are copied, not
+        shared page by page, so pages keep one owner each (the store, preemption and the
+        sparse caches' per-page state stay as they are). A prompt only waits for one
+        admitted before it that is still cutting whole chunks (one cut short by a mixed
+        step never gets further: the waits lined requests up one behind another), so waits
+        cannot form a cycle or last in vain."""
         held: set[Sequence] = set()
         if self.min_share <= 0 or len(running) < 2:
             return held
         kv = self.model.kv
         min_last = getattr(kv, "min_last_chunk", 0)
+
+        def shareable(shared: int, prompt_len: int) -> int:
+            return min(kv.reusable_prefix(shared, prompt_len, self.prefill_chunk, min_last),
+                       whole_chunks(shared, prompt_len, self.prefill_chunk, min_last))
+
         for s in running:
             if s.num_cached or s.num_generated or s.prompt_len <= self.min_share:
                 continue
@@ -362,13 +372,12 @@ class Engine:
                 if r is s:
                     continue
                 common = _common_start(prompt, r.token_ids)
-                whole = kv.reusable_prefix(common, s.prompt_len, self.prefill_chunk, min_last)
+                whole = shareable(common, s.prompt_len)
                 if whole < self.min_share:
                     continue
-                ready = min(common, r.num_cached, kv.keepable_prefix(r.num_cached, r.aligned))
-                n = kv.reusable_prefix(ready, s.prompt_len, self.prefill_chunk, min_last)
-                if n < whole and r.seq_id < s.seq_id and r.in_prefill:
-                    coming = max(coming, whole)  # it is computing them now
+                n = shareable(min(common, kv.keepable_prefix(r.aligned, r.aligned)), s.prompt_len)
+                if n < whole and r.seq_id < s.seq_id and r.in_prefill and r.aligned == r.num_cached:
+                    coming = max(coming, whole)  # it is computing them now, in whole chunks
                 if n >= self.min_share and n > best_n:
                     best, best_n = r, n
             if best is not None and best_n >= coming and self._copy_prefix(best, s, best_n):

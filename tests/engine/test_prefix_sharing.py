@@ -1,7 +1,7 @@
 """Prompts of one run that start the same way (questions about one document sent at once)
-compute the shared rows once: a later prompt copies them from the sequence that has them,
-or waits a step while an earlier one computes them, and still gets the tokens it gets
-alone."""
+compute the shared rows once: a later prompt copies the whole prefill chunks they fill from
+the sequence that has them, or waits while an earlier one computes them, and still gets the
+tokens it gets alone."""
 
 import pytest
 import torch
@@ -48,8 +48,8 @@ def test_questions_sent_together_about_one_document_prefill_it_once(tiny_models,
     backend.engine.min_share = 32
     scattered(backend, tokens=8)
     together, st = run(backend, prompts)
-    assert st.shared_tokens == 2 * 200
-    assert st.prefill_tokens == sum(len(p) for p in prompts) - 2 * 200
+    assert st.shared_tokens == 2 * 192  # the document's whole 64-token chunks; the rest as alone
+    assert st.prefill_tokens == sum(len(p) for p in prompts) - 2 * 192
     assert together == [alone(backend, p) for p in prompts]
 
 
@@ -60,7 +60,7 @@ def test_sharing_off_prefills_every_prompt_and_gives_the_same_tokens(tiny_models
     backend = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, prefill_chunk=64)
     backend.engine.min_share = 32
     shared, st = run(backend, prompts)
-    assert st.shared_tokens == 120
+    assert st.shared_tokens == 64
     backend.engine.min_share = 0
     plain, st = run(backend, prompts)
     assert st.shared_tokens == 0 and st.prefill_tokens == sum(len(p) for p in prompts)
@@ -91,8 +91,8 @@ def test_a_request_that_joins_mid_prefill_waits_for_the_document_then_copies_it(
         return [(later, None)] if len(steps) == 2 else []  # after the first 64-token chunk
 
     out, st = run(backend, [first], joining)
-    assert st.shared_tokens == 300
-    assert st.prefill_tokens == len(first) + len(later) - 300
+    assert st.shared_tokens == 256
+    assert st.prefill_tokens == len(first) + len(later) - 256
     assert out == [alone(backend, first), alone(backend, later)]
 
 
@@ -112,7 +112,7 @@ def test_a_prompt_that_continues_a_finished_answer_copies_its_rows(tiny_models):
         return [(follow, None)] if len(steps) == 8 else []  # after 3 prefill and 4 decode steps
 
     out, st = run(backend, [prompt], joining)
-    assert st.shared_tokens == 154  # the prompt and the 4 answer tokens fed back so far
+    assert st.shared_tokens == 128  # the prompt's whole chunks (its answer's rows are no whole chunk)
     assert out == [answer, alone(backend, follow)]
 
 
@@ -131,3 +131,23 @@ def test_quantized_pages_are_copied_by_whole_chunks_with_the_same_tokens(tiny_mo
     together, st = run(backend, prompts)
     assert st.shared_tokens == 256  # the document's whole chunks
     assert together == [alone(backend, p) for p in prompts]
+
+
+def test_a_source_cut_short_by_a_mixed_step_is_not_waited_for(tiny_models):
+    """Beside a streaming answer a prompt is prefilled in mixed steps, never in whole
+    chunks again: requests waited for it, then read the document themselves, one behind
+    another (probe 96)."""
+    from ktcli.engine.sequence import Sequence
+
+    g = torch.Generator().manual_seed(8)
+    document = random_ids(300, g)
+    backend = NativeBackend.load(tiny_models["llama"], weights="fp32", block_size=4, prefill_chunk=64)
+    engine = backend.engine
+    engine.min_share = 32
+    source, later = (Sequence(i, document + random_ids(7, g), 307, 4) for i in (0, 1))
+    for seq in (source, later):
+        engine.blocks.grow(seq.block_table, seq.num_tokens)
+    source.num_cached = source.aligned = 64  # one whole chunk so far: worth waiting for
+    assert engine._share_prefixes([source, later]) == {later}
+    source.num_cached = 64 + 16  # then a 16-token mixed step: no whole chunk will follow
+    assert engine._share_prefixes([source, later]) == set() and later.num_cached == 64  # its one chunk, copied
