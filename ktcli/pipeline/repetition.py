@@ -34,6 +34,7 @@ class RepetitionGuard:
     def _loop_unit(self) -> str:
         text = _shape(self.text)
         n = len(text)
+        outside_code = self.text.count("```") % 2 == 0  # (once a feed, not once a candidate unit)
         # Only units ending where the text ends: a loop is caught on the piece that completes
         # its last copy. Units run from min_unit up to what fits min_copies times.
         # Sizes and spans are widths (`width`): a CJK character counts two, so a loop of
@@ -45,7 +46,7 @@ class RepetitionGuard:
                 continue  # not periodic with this size: skip building the copies
             unit = text[n - size :]
             wide = width(unit)
-            line = wide >= MIN_LINE_UNIT and _one_line_of_words(unit) and self.text.count("```") % 2 == 0
+            line = wide >= MIN_LINE_UNIT and _one_line_of_words(unit) and outside_code
             if (wide < self.min_unit and not line) or not unit.strip():
                 continue  # too short to tell, or runs of blank lines or spaces: not worth a stop
             copies = max(self.min_copies, -(-self.min_span // wide))  # ceil(min_span / width)
