@@ -91,14 +91,21 @@ def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: in
             # (its printed page number too: the model reads the passage under "p.217", as the user's citation says)
             span = Span(doc.path, line_offset + piece.start + 1, line_offset + piece.end, page, doc.unit,
                         page_label=segment.label, chars=chars)
-            # Code: the declaration of the chunk's own text, after the lines it shares with
-            # the one before. A chunk that ended where a class began left the next one to
-            # start 32 tokens back in the function before, whose trail it took (111 of
-            # click's 521 chunks: HelpFormatter's __init__ indexed and shown as "def
-            # wrap_text"). Prose keeps its first line's: a table's header row in a chunk's
-            # overlap is read there, not again as its "columns:" trail.
-            own = code and piece.start < new_from < piece.end
-            section = trails.at(line_offset + (new_from if own else piece.start))
+            # Code: the declaration holding most of the chunk's own text (its non-blank
+            # lines after those it shares with the one before). A chunk that ended where a
+            # class began left the next one to start 32 tokens back in the function before,
+            # whose trail it took (111 of click's 521 chunks: HelpFormatter's __init__
+            # indexed and shown as "def wrap_text"); one whose own text began with a
+            # function's last 4 lines and went on with the next function's 14 was named
+            # after the first ("def open_file" for click's format_filename). Prose keeps
+            # its first line's: a table's header row in a chunk's overlap is read there,
+            # not again as its "columns:" trail.
+            if code:
+                own_from = new_from if piece.start < new_from < piece.end else piece.start
+                section = trails.most_of(line_offset + own_from, line_offset + piece.end,
+                                         lambda k: 1 if lines[k - line_offset].strip() else 0)
+            else:
+                section = trails.at(line_offset + piece.start)
             new_from = max(new_from, piece.end)
             heading_only = headed and all(breaks[k] in (1, 3) for k in range(piece.start, piece.end))
             chunks.append(Chunk(doc.path, len(chunks), piece.text, span, piece.n_tokens, doc.sha256, section,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 
 from ktcli.ingest.pdf_headings import numbered_headings
 from ktcli.types import SECTION_MAX_DEPTH, SECTION_SEPARATOR, TABLE_TRAIL
@@ -260,6 +261,19 @@ class SectionIndex:
     def at(self, line: int) -> str:
         i = bisect_right(self._starts, line) - 1
         return self._trails[i] if i >= 0 else ""
+
+    def most_of(self, start: int, end: int, counts: Callable[[int], int]) -> str:
+        """The trail in force over most of lines start..end-1 (0-based), line k weighing
+        `counts(k)`; of equals, the first."""
+        weights: dict[str, int] = {}
+        i = bisect_right(self._starts, start) - 1
+        at = start
+        while at < end:
+            until = min(self._starts[i + 1], end) if i + 1 < len(self._starts) else end
+            trail = self._trails[i] if i >= 0 else ""
+            weights[trail] = weights.get(trail, 0) + sum(counts(k) for k in range(at, until))
+            at, i = until, i + 1
+        return max(weights, key=weights.__getitem__, default="")  # (max keeps the first of equals)
 
     def __len__(self) -> int:
         return len(self._starts)

@@ -156,6 +156,20 @@ def test_a_chunk_is_named_by_the_section_of_its_own_text_not_its_overlap() -> No
         assert c.section == first_def.removesuffix(":").removesuffix("(x)"), (c.section, first_def)
 
 
+def test_a_chunk_is_named_by_the_declaration_holding_most_of_its_own_text() -> None:
+    """A chunk whose own text began with a function's last lines and went on with the next
+    function's body was named after the first: click's format_filename indexed and cited
+    as "def open_file"."""
+    tail = "def opener(x):\n" + "".join(f"    x = x + {j}\n" for j in range(30)) + "    return x\n"
+    body = "def formatter(name):\n" + "".join(f"    name = name.replace('{j}', '-')\n" for j in range(14)) + "    return name\n"
+    doc = doc_of(tail + "\n\n" + body, kind="code", path="m.py")
+    chunks = chunk_document(doc, chunk_tokens=220, overlap_tokens=0)
+    holding = [c for c in chunks if "def formatter" in c.text]
+    assert len(holding) == 1 and holding[0].text.count("\n    x = x +") >= 1  # it starts in opener's body
+    assert holding[0].section == "def formatter"
+    assert chunks[0].section == "def opener"
+
+
 def test_token_budget_beats_nice_breaks() -> None:
     doc = doc_of("\n".join(f"sentence {i} without any blank line" for i in range(500)))
     chunks = chunk_document(doc, chunk_tokens=80, overlap_tokens=8)
