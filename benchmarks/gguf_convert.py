@@ -7,9 +7,14 @@ until 2026-12-06, now its fallback), on the bundled SmolLM2 GGUF.
 
 Each conversion runs in a fresh Python process, as a user's first `ktcli ask` pays it
 (imports included), into an empty folder; REPEATS rounds, the two alternating; medians and
-their ratio are reported. The two folders are then compared: every tensor bit for bit, the
-tokenizer.json as parsed JSON, the chat template as text. Peak RSS of each process is
-recorded too (the baseline holds the whole model as float32 while saving it).
+their ratio are reported. Since 2026-12-06 (evening) ours writes no weights: they are read
+from the GGUF, dequantized, as the engine loads them (`engine.gguf_weights`), so its time is
+the config's and the tokenizer's (`python -m benchmarks.gguf_weights` times the first load
+that reads them against the float32 copy written before). The two folders are then
+compared: every tensor bit for bit (ours as read), the tokenizer.json as parsed JSON, the
+chat template as text, and their sizes on disk.
+Peak RSS of each process is recorded too (the baseline holds the whole model as float32
+while saving it).
 """
 
 from __future__ import annotations
@@ -32,12 +37,13 @@ REPEATS = 3
 _SCRIPT = """
 import resource, sys
 from pathlib import Path
-from ktcli.engine import gguf_convert, model_store
+from ktcli.engine import gguf_convert, gguf_weights, model_store
 from ktcli.engine.gguf_header import read_header
 path, out, which = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
 if which == "ours":
     gguf_convert.convert(header, out)
+    gguf_weights.record_source(out, path)
 else:
     model_store._convert_with_transformers(path, header, out)
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
@@ -59,7 +65,11 @@ def _convert(which: str, path: Path, out: Path) -> tuple[float, int]:
 def _same(ours: Path, theirs: Path) -> dict:
     from safetensors.numpy import load_file
 
-    a, b = load_file(str(ours / "model.safetensors")), load_file(str(theirs / "model.safetensors"))
+    from ktcli.engine.weights import TensorReader
+
+    with TensorReader.of_folder(ours) as reader:
+        a = {name: reader.get(name).numpy() for name in reader.names()}
+    b = load_file(str(theirs / "model.safetensors"))
     equal = sorted(a) == sorted(b) and all(
         a[k].shape == b[k].shape and np.array_equal(a[k].view(np.uint32), b[k].view(np.uint32)) for k in b)
     return {
@@ -67,7 +77,12 @@ def _same(ours: Path, theirs: Path) -> dict:
         "tokenizer_json_equal": json.loads((ours / "tokenizer.json").read_text())
         == json.loads((theirs / "tokenizer.json").read_text()),
         "chat_template_equal": (ours / "chat_template.jinja").read_text() == (theirs / "chat_template.jinja").read_text(),
+        "folder_mb": {"ours": _folder_mb(ours), "transformers": _folder_mb(theirs)},
     }
+
+
+def _folder_mb(folder: Path) -> float:
+    return round(sum(f.stat().st_size for f in folder.iterdir()) / 2**20, 1)
 
 
 def main(argv=None) -> dict:

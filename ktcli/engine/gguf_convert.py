@@ -1,13 +1,15 @@
 """A GGUF file as a Hugging Face model folder, written by ktcli itself: config.json,
-generation_config.json, model.safetensors (float32), tokenizer.json, tokenizer_config.json
-and chat_template.jinja, the files transformers' GGUF loader and `save_pretrained` wrote.
+generation_config.json, tokenizer.json, tokenizer_config.json and chat_template.jinja, the
+files transformers' GGUF loader and `save_pretrained` wrote. The weights stay in the GGUF,
+dequantized as they are read (`gguf_weights`); `write_safetensors` writes them as the
+float32 model.safetensors that loader wrote, for readers that need the file.
 
 Why: that loader took ~50 s of a first run here for the bundled 135M model (its metadata
 reader walked the 98K tokenizer strings three times, a tensor-name table was rebuilt for
 each of 397 names, and the tokenizer was built through transformers' classes), and held the
 whole model in memory as float32 while saving it. This reads the header once, dequantizes
-one tensor at a time (`gguf_dequant`) straight into the safetensors file, and builds the
-tokenizer with the `tokenizers` library: a few seconds (`python -m benchmarks.gguf_convert`).
+one tensor at a time (`gguf_dequant`) as it is read, and builds the tokenizer with the
+`tokenizers` library: a few seconds (`python -m benchmarks.gguf_convert`).
 
 What it writes is what transformers wrote for the same file: the same weights bit for bit,
 the same tokenizer.json, a config that loads to the same values. It takes llama, qwen2 and
@@ -102,17 +104,16 @@ def check(header: GGUFHeader) -> None:
         raise Unsupported("no vocabulary")
     if "tokenizer.ggml.merges" not in header.fields and tokens.length > _MERGELESS_MAX_TOKENS:
         raise Unsupported("no merges")  # (a vocabulary of single characters needs none)
-    _check_shapes(_weight_names(header, arch), _config(header, arch))
+    _check_shapes(weight_names(header), weight_config(header))
 
 
 def convert(header: GGUFHeader, out: Path) -> None:
-    """Write the model folder for `header` (read with `TOKENIZER_ARRAYS` whole) into `out`."""
+    """Write the model folder for `header` (read with `TOKENIZER_ARRAYS` whole) into `out`,
+    all but its weights (`gguf_weights` reads them from the GGUF)."""
     check(header)
     arch = str(_value(header, "general.architecture"))
-    tokenizer = _tokenizer(header)  # before the weights: the cheap refusals first
-    names = _weight_names(header, arch)
-    config = _config(header, arch)
-    _write_safetensors(out / "model.safetensors", names, config)
+    tokenizer = _tokenizer(header)
+    config = weight_config(header)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     (out / "generation_config.json").write_text(json.dumps(_generation_config(config), indent=2) + "\n")
     tokenizer.save(str(out / "tokenizer.json"))
@@ -127,10 +128,12 @@ def _value(header: GGUFHeader, key: str, default=None):
     return default if field is None else field.value
 
 
-def _config(header: GGUFHeader, arch: str) -> dict:
+def weight_config(header: GGUFHeader) -> dict:
     """config.json: what the file states of the model's shape; the rest is each config
     class's default, as transformers left it. RoPE scaling and the window are written
     after (`model_store._write_rope`), whichever converter ran."""
+    arch = str(_value(header, "general.architecture"))
+
     def key(name: str, default=None):
         return _value(header, f"{arch}.{name}", default)
 
@@ -216,7 +219,7 @@ def _generation_config(config: dict) -> dict:
     return out
 
 
-def _weight_names(header: GGUFHeader, arch: str) -> list[tuple[Tensor, str]]:
+def weight_names(header: GGUFHeader) -> list[tuple[Tensor, str]]:
     """(tensor, Hugging Face name) for every weight; Unsupported for a tensor or type this
     converter does not map."""
     out = []
@@ -235,10 +238,12 @@ def _weight_names(header: GGUFHeader, arch: str) -> list[tuple[Tensor, str]]:
     return out
 
 
-def _weights(tensor: Tensor, config: dict, arch: str) -> np.ndarray:
-    """One tensor in Hugging Face's layout, float32. GGUF lists dimensions fastest first;
-    llama.cpp's converter interleaves a Llama file's q and k rows within each head (pairs
-    2i, 2i+1, for its rotary kernel), which transformers' rotate-half layout undoes."""
+def hf_weights(tensor: Tensor, config: dict) -> np.ndarray:
+    """One tensor in Hugging Face's layout, float32 (`config`: `weight_config`'s). GGUF lists
+    dimensions fastest first; llama.cpp's converter interleaves a Llama file's q and k rows
+    within each head (pairs 2i, 2i+1, for its rotary kernel), which transformers'
+    rotate-half layout undoes."""
+    arch = config["model_type"]
     values = gguf_dequant.dequantize(tensor.data, tensor.tensor_type, tensor.n_elements)
     values = values.reshape(tuple(reversed(tensor.shape)))
     kind = tensor.name.split(".")[2] if tensor.name.startswith("blk.") else ""
@@ -249,11 +254,12 @@ def _weights(tensor: Tensor, config: dict, arch: str) -> np.ndarray:
     return np.ascontiguousarray(values, dtype=np.float32)
 
 
-def _write_safetensors(path: Path, names: list[tuple[Tensor, str]], config: dict) -> None:
-    """The safetensors file written tensor by tensor (an 8-byte header length, a JSON header
-    of names, dtypes, shapes and byte ranges, then the data): only one tensor is in memory
-    at a time, where saving a loaded model held all of it (28 GB for a 7B model)."""
-    arch = config["model_type"]
+def write_safetensors(header: GGUFHeader, path: Path) -> None:
+    """The weights as a float32 safetensors file, written tensor by tensor (an 8-byte header
+    length, a JSON header of names, dtypes, shapes and byte ranges, then the data): only one
+    tensor is in memory at a time, where saving a loaded model held all of it (28 GB for a
+    7B model)."""
+    names, config = weight_names(header), weight_config(header)
     entries, at = {}, 0
     for tensor, name in names:
         size = tensor.n_elements * 4
@@ -265,7 +271,7 @@ def _write_safetensors(path: Path, names: list[tuple[Tensor, str]], config: dict
         f.write(struct.pack("<Q", len(head)))
         f.write(head)
         for tensor, _ in names:
-            _weights(tensor, config, arch).tofile(f)  # no bytes copy of it
+            hf_weights(tensor, config).tofile(f)  # no bytes copy of it
 
 
 def _byte_alphabet() -> dict[int, str]:

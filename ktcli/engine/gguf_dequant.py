@@ -75,32 +75,41 @@ def _high_bits(qh: np.ndarray) -> np.ndarray:
     return np.unpackbits(qh, axis=1, bitorder="little")
 
 
+# The float32 values are scaled and offset in place (the same products and sums, so the same
+# bits): the engine reads a converted GGUF's tensors as it loads (`gguf_weights`), beside the
+# weights it has packed so far, and each float32 temporary of the embedding is ~110 MB there.
+
+
 def _q4_0(blocks: np.ndarray) -> np.ndarray:
-    d = _fp16(blocks, 0)
-    q = _nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8)
-    return d * q.astype(np.float32)
+    q = (_nibbles(blocks[:, 2:]).astype(np.int8) - np.int8(8)).astype(np.float32)
+    q *= _fp16(blocks, 0)
+    return q
 
 
 def _q4_1(blocks: np.ndarray) -> np.ndarray:
-    d, m = _fp16(blocks, 0), _fp16(blocks, 2)
-    return d * _nibbles(blocks[:, 4:]).astype(np.float32) + m
+    q = _nibbles(blocks[:, 4:]).astype(np.float32)
+    q *= _fp16(blocks, 0)
+    q += _fp16(blocks, 2)
+    return q
 
 
 def _q5_0(blocks: np.ndarray) -> np.ndarray:
-    d = _fp16(blocks, 0)
-    q = (_nibbles(blocks[:, 6:]) | (_high_bits(blocks[:, 2:6]) << 4)).astype(np.int8) - np.int8(16)
-    return d * q.astype(np.float32)
+    q = ((_nibbles(blocks[:, 6:]) | (_high_bits(blocks[:, 2:6]) << 4)).astype(np.int8) - np.int8(16)).astype(np.float32)
+    q *= _fp16(blocks, 0)
+    return q
 
 
 def _q5_1(blocks: np.ndarray) -> np.ndarray:
-    d, m = _fp16(blocks, 0), _fp16(blocks, 2)
-    q = _nibbles(blocks[:, 8:]) | (_high_bits(blocks[:, 4:8]) << 4)
-    return d * q.astype(np.float32) + m
+    q = (_nibbles(blocks[:, 8:]) | (_high_bits(blocks[:, 4:8]) << 4)).astype(np.float32)
+    q *= _fp16(blocks, 0)
+    q += _fp16(blocks, 2)
+    return q
 
 
 def _q8_0(blocks: np.ndarray) -> np.ndarray:
-    d = _fp16(blocks, 0)
-    return np.ascontiguousarray(blocks[:, 2:]).view(np.int8).astype(np.float32) * d
+    q = np.ascontiguousarray(blocks[:, 2:]).view(np.int8).astype(np.float32)
+    q *= _fp16(blocks, 0)
+    return q
 
 
 def _k_scales_mins(packed: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,7 +134,9 @@ def _q4_k(blocks: np.ndarray) -> np.ndarray:
     d, dmin = _fp16(blocks, 0), _fp16(blocks, 2)
     scales, mins = _k_scales_mins(blocks[:, 4:16])
     q = _k_codes_4bit(blocks[:, 16:144]).astype(np.float32)
-    return (d * scales)[..., None] * q - (dmin * mins)[..., None]
+    q *= (d * scales)[..., None]
+    q -= (dmin * mins)[..., None]
+    return q
 
 
 def _q5_k(blocks: np.ndarray) -> np.ndarray:
@@ -133,7 +144,9 @@ def _q5_k(blocks: np.ndarray) -> np.ndarray:
     scales, mins = _k_scales_mins(blocks[:, 4:16])
     fifth = np.unpackbits(blocks[:, 16:48, None], axis=2, bitorder="little")  # [n, 32 elements, 8 sub-blocks]
     q = (_k_codes_4bit(blocks[:, 48:176]) | (fifth.transpose(0, 2, 1) << 4)).astype(np.float32)
-    return (d * scales)[..., None] * q - (dmin * mins)[..., None]
+    q *= (d * scales)[..., None]
+    q -= (dmin * mins)[..., None]
+    return q
 
 
 def _q6_k(blocks: np.ndarray) -> np.ndarray:
@@ -146,7 +159,8 @@ def _q6_k(blocks: np.ndarray) -> np.ndarray:
     # quarter order within a half: ql[0:32] low, ql[32:64] low, ql[0:32] high, ql[32:64] high
     q = (low | (high << 4)).astype(np.int8) - np.int8(32)
     q = q.reshape(-1, 16, 16).astype(np.float32)
-    return (d * scales)[..., None] * q
+    q *= (d * scales)[..., None]
+    return q
 
 
 _BLOCK_READERS = {Q4_0: _q4_0, Q4_1: _q4_1, Q5_0: _q5_0, Q5_1: _q5_1, Q8_0: _q8_0,

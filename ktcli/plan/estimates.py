@@ -257,7 +257,10 @@ def rates_without_context(prefill_tok_s: float, prompt_tokens: int, prompt_squar
 # A GGUF's first run converts it (`engine.model_store`), once. ktcli's own converter
 # (`engine.gguf_convert`) took 1.9-2.0 s for SmolLM2-135M in a fresh process on the 2-core
 # EPYC (~0.5 s of it imports), holding one tensor at a time: its raw bytes and its float32
-# values (a Llama file's q and k reordered in a copy). A whole first ask peaked at 606-620 MiB
+# values (a Llama file's q and k reordered in a copy). Since it writes no float32 copy
+# (`engine.gguf_weights`), the conversion is its config and tokenizer (0.6-1.1 s) and the
+# first load dequantizes the GGUF instead (+1.4-2.4 s): together about the same (4.7 vs 5.2 s
+# with the first int8 pack, beside other jobs, `benchmarks.gguf_weights`), so the figures stand. A whole first ask peaked at 606-620 MiB
 # (a probe's /usr/bin/time), the runtime and ~6 bytes per parameter of the embedding.
 OWN_CONVERT_FIXED_S = 0.5
 OWN_CONVERT_S_PER_PARAM = 0.011e-6

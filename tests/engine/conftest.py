@@ -78,11 +78,34 @@ def smollm2_dir() -> Path:
     return ensure_hf_dir(resolve_model("smollm2"), cache)
 
 
+def hf_loadable(folder: Path, out: Path) -> Path:
+    """A converted GGUF's folder as transformers' loader reads it, in `out`: its files, and
+    its weights (read from the GGUF by ktcli) written as model.safetensors."""
+    import shutil
+
+    from ktcli.engine.gguf_weights import linked_gguf, write_safetensors
+
+    if linked_gguf(folder) is None:
+        return folder  # weights of its own
+    out.mkdir(parents=True, exist_ok=True)
+    for f in folder.iterdir():
+        shutil.copy(f, out / f.name)
+    write_safetensors(folder, out / "model.safetensors")
+    return out
+
+
 @pytest.fixture(scope="session")
-def smollm2_hf(smollm2_dir):
+def smollm2_hf_dir(smollm2_dir, tmp_path_factory) -> Path:
+    """The bundled model's folder with its weights as a safetensors file, apart from the
+    cache's (whose weights the engine's tests read from the GGUF)."""
+    return hf_loadable(smollm2_dir, tmp_path_factory.mktemp("smollm2-hf") / smollm2_dir.name)
+
+
+@pytest.fixture(scope="session")
+def smollm2_hf(smollm2_hf_dir):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(str(smollm2_dir), dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(str(smollm2_hf_dir), dtype=torch.float32).eval()
 
 
 @pytest.fixture(scope="session")

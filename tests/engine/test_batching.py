@@ -89,13 +89,13 @@ def test_a_request_that_arrives_mid_run_joins_it_and_answers_as_alone(runner, mo
     assert long_job.completion_tokens == 40 and runner.engine.blocks.num_used == 0
 
 
-def test_hf_seeded_requests_get_their_seeds_tokens_in_a_batch(smollm2_dir):
+def test_hf_seeded_requests_get_their_seeds_tokens_in_a_batch(smollm2_hf_dir):
     # transformers samples a batch from one generator: two identical seeded requests sent
     # together gave two answers, neither the one each gets alone.
     from ktcli.engine.batching import HFRunner
     from ktcli.engine.hf_backend import HFBackend
 
-    runner = HFRunner(HFBackend(smollm2_dir, threads=2))
+    runner = HFRunner(HFBackend(smollm2_hf_dir, threads=2))
     params = SamplingParams(max_new_tokens=6, temperature=1.0, seed=7)
     prompt = runner.encode_chat([{"role": "user", "content": "Name a colour."}])
 

