@@ -41,10 +41,10 @@ _TOKEN = re.compile(rb"\\([a-zA-Z]+)(-?\d+)? ?|\\'([0-9a-fA-F]{2})|\\(.)|([{}])|
 
 
 class _Group:
-    __slots__ = ("skip", "uc")
+    __slots__ = ("skip", "uc", "hidden")
 
-    def __init__(self, skip: bool = False, uc: int = 1) -> None:
-        self.skip, self.uc = skip, uc
+    def __init__(self, skip: bool = False, uc: int = 1, hidden: bool = False) -> None:
+        self.skip, self.uc, self.hidden = skip, uc, hidden  # hidden: \v text, not shown (as Word's w:vanish)
 
 
 def rtf_text(data: bytes) -> ZippedText:
@@ -56,6 +56,8 @@ def rtf_text(data: bytes) -> ZippedText:
     notes = left_out_notes([count_of(reader.pictures, "image")], 0, 0, 0)
     if reader.skipped_notes:
         notes.append(f"{count_of(reader.skipped_notes, 'header, footer or note', 'headers, footers or notes')} not read")
+    if reader.hidden_text:
+        notes.append("hidden text left out")
     return ZippedText(texts, source_lines=paragraphs, left_out=notes, images=reader.pictures)
 
 
@@ -71,6 +73,7 @@ class _Reader:
         self.destination_next = False  # after \*: the next control word names an ignorable destination
         self.pictures = 0
         self.skipped_notes = 0
+        self.hidden_text = False  # a \v run was met (and left out)
         self.in_table = False  # in a table's paragraph (\intbl up to \pard or \row)
         # A footnote being read: the stack's depth its group opened at, and the body's line,
         # cells and table state, put aside while its text is read into `line`.
@@ -91,7 +94,7 @@ class _Reader:
             if hexbyte is not None:
                 if self.fallback:
                     self.fallback -= 1
-                elif not self.stack[-1].skip:
+                elif not self.stack[-1].skip and not self.stack[-1].hidden:
                     self.pending.append(int(hexbyte, 16))
                 continue
             if text is not None:
@@ -113,7 +116,7 @@ class _Reader:
         self.fallback = 0
         if brace == b"{":
             top = self.stack[-1]
-            self.stack.append(_Group(top.skip, top.uc))
+            self.stack.append(_Group(top.skip, top.uc, top.hidden))
         elif len(self.stack) > 1:
             self.stack.pop()
             if self.note_depth and len(self.stack) < self.note_depth:
@@ -145,8 +148,14 @@ class _Reader:
             self.codepage = _codepage(arg)
         elif word == "uc" and arg is not None:
             group.uc = max(0, arg)
+        elif word == "v":  # hidden text (\v0 ends it): not what a reader sees
+            group.hidden = arg != 0
+            self.hidden_text = self.hidden_text or group.hidden
+        elif word == "plain":  # character formatting reset, hidden text's among it
+            group.hidden = False
         elif word == "u" and arg is not None:
-            self.line.append(chr(arg % 65536))  # signed 16-bit; a pair of surrogates joined in _paragraph
+            if not group.hidden:
+                self.line.append(chr(arg % 65536))  # signed 16-bit; a pair of surrogates joined in _paragraph
             self.fallback = group.uc
         elif self.note_depth and word in ("par", "sect", "page", "cell", "nestcell", "row", "line"):
             self.line.append(" ")  # a note is one line
@@ -166,7 +175,7 @@ class _Reader:
         elif word == "row":
             self._row()
             self.in_table = False
-        elif word in _CHARACTERS:
+        elif word in _CHARACTERS and not group.hidden:
             self.line.append(_CHARACTERS[word])
 
     def _symbol(self, symbol: str) -> None:
@@ -176,7 +185,7 @@ class _Reader:
         if self.fallback:
             self.fallback -= 1
             return
-        if self.stack[-1].skip:
+        if self.stack[-1].skip or (self.stack[-1].hidden and symbol not in "\r\n"):
             return
         if symbol in "\\{}":
             self.line.append(symbol)
@@ -193,7 +202,7 @@ class _Reader:
         if self.fallback:
             skip = min(self.fallback, len(text))
             text, self.fallback = text[skip:], self.fallback - skip
-        if text and not self.stack[-1].skip:
+        if text and not self.stack[-1].skip and not self.stack[-1].hidden:
             self.pending.extend(text)
 
     def _flush_bytes(self) -> None:

@@ -214,3 +214,18 @@ def test_rtf_footnotes_are_read_as_words_are() -> None:
     assert found.texts == ["The fee is EUR 40[^1] a year.\n[footnote 1: Paid yearly. Second.]\n\n"
                            "Item[^2] | 5\n[footnote 2: Cell note.]\n\nClosing[^i] words.\n\nLast.\n\n[endnote i: An endnote.]"]
     assert found.left_out == ["1 header, footer or note not read"]  # the header
+
+
+def test_rtf_hidden_text_is_left_out_as_words_is() -> None:
+    """Found by a probe: RTF hidden text (\\v ... \\v0, or a {\\v ...} group) was read as
+    the document's words, where the Word reader leaves w:vanish runs out: a hidden
+    "opened in 1850" stood beside the shown "opened in 1921"."""
+    from ktcli.ingest.rtf import rtf_text
+
+    found = rtf_text(rb"""{\rtf1\ansi\ansicpg1252
+\pard The caf\'e9 opened in 1921.{\v  Hidden: 1850 \u8364? \'e9\emdash .} Shown.\par
+\pard A \v secret\v0  B \v more\plain  C.\par
+\pard Plain.\par}""")
+    assert found.texts == ["The caf\u00e9 opened in 1921. Shown.\n\nA B C.\n\nPlain."]
+    assert found.left_out == ["hidden text left out"]
+    assert rtf_text(rb"{\rtf1\ansi \pard Nothing hidden.\par}").left_out == []
