@@ -67,6 +67,16 @@ def reread(plain: str, layout: str) -> str | None:
     return "\n".join([line for line in left if line] + [line for line in right if line])
 
 
+def column_by_column(layout: str) -> str | None:
+    """`layout`'s left column's lines (as laid out, blank ones kept) and then its right
+    column's, where a gap runs down the page between two columns of prose; else None."""
+    lines = layout.split("\n")
+    gap = _column_gap([line.rstrip() for line in lines if line.strip()])
+    if gap is None:
+        return None
+    return "\n".join([line[:gap].rstrip() for line in lines] + [line[gap:].rstrip() for line in lines])
+
+
 def _squeezed(text: str) -> str:
     return _SPACES.sub(" ", text.strip())
 

@@ -425,7 +425,19 @@ def _pieces(line: str) -> list[_Piece]:
 def _rejoin_rows(plain: str, layout: str) -> str:
     """`plain` with each run of its lines that are the cells of one `layout` row (at least
     two cells, each on one line or wrapped over several) joined into one line by ' | ', a
-    wrapped cell's fragments by spaces."""
+    wrapped cell's fragments by spaces. A table in one column of a two-column page is
+    looked for in each column's layout alone: read across the page, each of its rows had
+    the other column's line for a first cell, and no row matched (a probe's mill table came
+    out a cell a line, and the answer took a footnote's "1" for the mill's output)."""
+    joined = _rejoin_layout_rows(plain, layout)
+    if joined == plain:
+        columns = pdf_columns.column_by_column(layout)
+        if columns is not None:
+            joined = _rejoin_layout_rows(plain, columns)
+    return joined
+
+
+def _rejoin_layout_rows(plain: str, layout: str) -> str:
     rows = _layout_rows([_pieces(line) for line in layout.split("\n")])
     if not rows:
         return plain

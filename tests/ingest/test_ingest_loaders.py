@@ -1267,3 +1267,27 @@ def test_a_word_hyphenated_across_a_page_break_is_joined(write) -> None:
     (doc,) = load_corpus([str(write("dose.pdf", pdf))]).documents
     assert [page.text for page in doc.pages] == ["The dose was changed after the contamination",
                                                  "incident in March.\nSet at 250 mg."]
+
+
+def test_a_table_in_one_column_of_a_two_column_page_is_rejoined() -> None:
+    """Found by a probe: a table in the right column of a two-column page came out a cell
+    a line (the layout's rows had the left column's prose for a first cell, so none
+    matched), and the answer took a footnote's "1" for the mill's output."""
+    from ktcli.ingest.pdftext import _rejoin_rows
+
+    left = ["The northern district discussed the", "library hours for the second time.",
+            "The annual fair reviewed the library", "hours at the usual meeting. The",
+            "committee mapped the school timetable", "with mixed feelings and no debate."]
+    right = ["Mill output table", "Mill            Output (tons)   Year", "Zantaro Mills   48,210          2019",
+             "Pellico Works   12,004          2020", "Ushan Forge     7,733           2021",
+             "The survey of the piers found rust."]
+    layout = "\n".join(f" {a:<44}{' ' * 10}{b}" for a, b in zip(left, right))
+    cells = ["Mill output table", "Mill", "Output (tons)", "Year", "Zantaro Mills", "48,210", "2019",
+             "Pellico Works", "12,004", "2020", "Ushan Forge", "7,733", "2021", "The survey of the piers found rust."]
+    plain = "\n".join(left + cells)
+    assert _rejoin_rows(plain, layout).split("\n") == left + [
+        "Mill output table", "Mill | Output (tons) | Year", "Zantaro Mills | 48,210 | 2019",
+        "Pellico Works | 12,004 | 2020", "Ushan Forge | 7,733 | 2021", "The survey of the piers found rust."]
+    # prose in two columns with no table is left as it was
+    prose = "\n".join(left + left)
+    assert _rejoin_rows(prose, "\n".join(f" {a:<44}{' ' * 10}{a}" for a in left)) == prose
