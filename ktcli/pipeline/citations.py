@@ -254,7 +254,7 @@ class _Backing:
         best = max(scores, default=0.0)
         if best <= 0:
             return None
-        return label if scores[label - 1] >= 0.5 * best else scores.index(best) + 1
+        return label if 1 <= label <= n and scores[label - 1] >= 0.5 * best else scores.index(best) + 1
 
 
 # "[" and up to 3 digits at the end of streamed text: a label ("[12]") may be arriving
@@ -301,7 +301,7 @@ class Relabel:
                 at = m.end()
                 continue
             label = self._label(before, written)
-            if not label and _NAMES_A_SOURCE.search(before):
+            if not label and _NAMES_A_SOURCE.search(before) and 1 <= written <= self.n:
                 # "... breaks the tests for [1]." names the source as a word of its sentence:
                 # left out, the answer read "the tests for ."
                 label = written
@@ -317,12 +317,16 @@ class Relabel:
         return released
 
     def _label(self, before: str, written: int) -> int:
-        if not 1 <= written <= self.n or self.n < 2:
+        # A label past the passages read ("[3]" with two documents read whole, "in [2] is
+        # in [3]" with one) names no source: Sources listed nothing under it. It goes to the
+        # passage that backs its sentence, as a misplaced one does, else it is left out.
+        known = 1 <= written <= self.n
+        if known and self.n < 2:
             return written
         sentences = [_LABEL.sub(" ", s) for s in _SENTENCE.split(before)]
         said = next((s for s in reversed(sentences) if terms(s)), "")  # "... 2023. [1]": the sentence before
         if not said or echoes_instructions(said):
-            return written
+            return written if known else 0
         best = self.backing.best_for(said, written)
         # a sentence that shares no word with any passage ("The source of the information
         # is: [1]") has no source: its label pointed at a page with nothing of it
