@@ -60,8 +60,9 @@ def reread(plain: str, layout: str) -> str | None:
     gap = _column_gap(layout_lines)
     if gap is None:
         return None
-    left = [_squeezed(line[:gap]) for line in layout_lines]
-    right = [_squeezed(line[gap:]) for line in layout_lines]
+    halves = [_halves(line, gap) for line in layout_lines]
+    left = [_squeezed(a) for a, _ in halves]
+    right = [_squeezed(b) for _, b in halves]
     if not _interleaved(plain_lines, left, right):
         return None
     return "\n".join([line for line in left if line] + [line for line in right if line])
@@ -74,7 +75,18 @@ def column_by_column(layout: str) -> str | None:
     gap = _column_gap([line.rstrip() for line in lines if line.strip()])
     if gap is None:
         return None
-    return "\n".join([line[:gap].rstrip() for line in lines] + [line[gap:].rstrip() for line in lines])
+    halves = [_halves(line, gap) for line in lines]
+    return "\n".join([a.rstrip() for a, _ in halves] + [b.rstrip() for _, b in halves])
+
+
+def _halves(line: str, gap: int) -> tuple[str, str]:
+    """`line` cut at the column gap, or whole on the left where a word runs across it: a
+    line under both columns that ends just past the gap (a page-wide note, too short to be
+    held to the gap) was cut in its last word, "volume 12." read "volume 1" and "2." went
+    with the page numbers."""
+    if 0 < gap < len(line) and not line[gap - 1].isspace() and not line[gap].isspace():
+        return line, ""
+    return line[:gap], line[gap:]
 
 
 def _squeezed(text: str) -> str:

@@ -1291,3 +1291,18 @@ def test_a_table_in_one_column_of_a_two_column_page_is_rejoined() -> None:
     # prose in two columns with no table is left as it was
     prose = "\n".join(left + left)
     assert _rejoin_rows(prose, "\n".join(f" {a:<44}{' ' * 10}{a}" for a in left)) == prose
+
+
+def test_a_page_wide_note_under_two_columns_is_not_cut_at_the_gap() -> None:
+    """Found by a probe: a note under both columns that ends just past the gap was cut in
+    its last word, "volume 12." read "volume 1" (and "2." went with the page numbers)."""
+    from ktcli.ingest.pdf_columns import reread
+
+    left, right = COLUMN_PROSE
+    width = max(map(len, left)) + 6
+    note = "* Figures: canal archive, volume 12."
+    note = note[:2] + "x" * (width - 2 - len(note)) + note[2:]  # it ends 2 past the left column's widest line
+    assert len(note) == width - 2
+    layout = [f"{a:<{width}}{b}" for a, b in zip(left, right)] + [note]
+    plain = [p for pair in zip(left, right) for p in pair] + [note]  # drawn across
+    assert reread("\n".join(plain), "\n".join(layout)).split("\n") == left + [note] + right
