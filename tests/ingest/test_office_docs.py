@@ -803,3 +803,22 @@ def test_a_damaged_zip_named_as_a_document_is_said_to_be_damaged(write) -> None:
         write("damaged.docx", b"PK\x03\x04" + bytes(range(256)) * 20))
     assert "damaged.epub: damaged EPUB book (.epub): not a readable zip" in refusal(
         write("damaged.epub", b"PK\x03\x04" + bytes(range(256)) * 20))
+
+
+def test_html_superscript_marks_are_read_apart_from_their_word() -> None:
+    """Found by a probe: "340<sup>1</sup> marks in 1998<sup>2</sup>" read "3401 marks in
+    19982" (figures the page never gives), as did an EPUB's note reference. Read as the PDF
+    reader reads raised marks: "[^1]", or "^2" for an exponent after a unit or a 10."""
+    from ktcli.ingest.htmltext import html_to_text
+
+    text, _ = html_to_text(
+        '<p>The toll was 340<sup><a href="#fn1">1</a></sup> marks in 1998<sup>2</sup>.</p>'
+        '<p>Area 5 m<sup>2</sup>, 10<sup>6</sup> units, H<sub>2</sub>O, the 2<sup>nd</sup> test, x<sup>n</sup>.</p>'
+        '<p>Pandoc 12<a href="#fn2" class="footnote-ref" role="doc-noteref"><sup>2</sup></a>, '
+        'Wiki<sup class="reference"><a href="#cite_note-3">[3]</a></sup>, linked m<sup><a href="#n">4</a></sup>.</p>'
+        '<p><sup>5</sup> A note that starts its line.</p>')
+    assert text.split("\n\n") == [
+        "The toll was 340[^1] marks in 1998[^2].",
+        "Area 5 m^2, 10^6 units, H2O, the 2nd test, xn.",
+        "Pandoc 12[^2], Wiki[^3], linked m[^4].",
+        "5 A note that starts its line."]
