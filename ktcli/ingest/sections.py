@@ -18,6 +18,7 @@ header row. PDFs: their bookmarks' or numbered headings' trails (`paged_trails`)
 
 from __future__ import annotations
 
+import csv
 import re
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -165,13 +166,25 @@ def looks_like_a_table(lines: list[str]) -> bool:
     if len(head) < 3 or head[0].lstrip().startswith(("{", "[")):  # JSON lines: no header row
         return False
     for sep, least in (("\t", 1), (",", 2)):
-        counts = {line.count(sep) for line in head}
-        names = head[0].split(sep)
+        # separators outside quotes: a quoted "91,450" or "Brume, Ignatius" is one field
+        # (counted raw, one such row among the first made a CSV prose, and its key line
+        # the first 400 characters of the file)
+        rows = _fields(head, sep)
+        counts = {len(row) - 1 for row in rows}
+        names = rows[0] if rows else []
         # a header row: the same count of separators, and short names, not all figures
         if len(counts) == 1 and counts.pop() >= least and all(len(n.strip()) <= 40 for n in names) \
                 and not all(n.strip().replace(".", "").isdigit() for n in names):
             return True
     return False
+
+
+def _fields(lines: list[str], sep: str) -> list[list[str]]:
+    """`lines` as a CSV's rows (a quoted field may hold the separator, or a line break)."""
+    try:
+        return list(csv.reader(lines, delimiter=sep))
+    except csv.Error:
+        return [line.split(sep) for line in lines]
 
 
 def _piped_code(language: str | None, lines: list[str]) -> bool:

@@ -294,3 +294,18 @@ def test_a_question_about_named_code_quotes_only_lines_that_name_it():
     assert key_lines.pick("What does save_catalogue do?", [(1, readme)], None) == []
     assert key_lines.pick("What does save_catalogue do?", [(1, readme + "\n\n" + usage)], None)[0] == (1, usage)
     assert key_lines.pick("What does the `Shelf` class store?", [(1, readme)], None) == [(1, readme)]
+
+
+def test_a_csv_with_quoted_commas_is_read_row_by_row() -> None:
+    """Found by a probe: one quoted "91,450" among a CSV's first rows gave that row one comma
+    more, so the file was not taken for a table: it read as one paragraph of prose, and its
+    only key line was the first 400 characters of the file."""
+    from ktcli.ingest.sections import looks_like_a_table
+    from ktcli.pipeline.key_lines import lines_of
+
+    text = ('id,name,department,salary\n1,Ada Kowal,Finance,"40000"\n2,"Ruhr, Benedikt",Logistics,"40137"\n'
+            '3,Ignatius Brume,Finance,"91,450"\n4,Cora Lind,Logistics,"40411"\n')
+    assert looks_like_a_table(text.splitlines())
+    assert "id: 3, name: Ignatius Brume, department: Finance, salary: 91,450" in lines_of(text)
+    assert not looks_like_a_table(["It rained, then, at last, it cleared.", "We left, ate, slept, and woke.",
+                                   "Then, sadly, it rained."])
