@@ -82,6 +82,10 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
 
     windows = refit(pack(passages, budget, backend.count_tokens), fits)
     notes = ""
+    # Each part's notes, kept for the summary: asked to keep the earlier notes, the bundled
+    # model wrote of its own part only, and a summary of a 24-page report written from the
+    # last part's notes was of its last chapter alone.
+    taken: list[str] = []
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
     memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params, prep.notes_request)
     read = 0
@@ -97,7 +101,9 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 reporter.progress("map", read, len(windows))
             new = take_notes(backend, messages, note_params, tally, reporter, memo,
                              f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
-            notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
+            if citations.has_content(new):  # an echo of the instructions carries nothing
+                notes = new
+                taken.append(new)
     except KeyboardInterrupt:
         if not notes:
             raise
@@ -117,6 +123,12 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                       "is written from them (a larger model, --model, does better)")
         return _answer("", prep, replace(plan, n_windows=len(windows)), tally, len(windows))
     reporter.status("writing the summary from the notes")
+
+    def room(text: str) -> bool:
+        return backend.prompt_tokens(prompts.summary_reduce_messages(text, listing)) + params.max_new_tokens \
+            <= backend.context_window
+
+    notes = every_parts_notes(taken, room) or notes
     messages = prompts.summary_reduce_messages(notes, listing)
     rows = prompts.LISTING_MAX_LINES
     while backend.prompt_tokens(messages) + params.max_new_tokens > backend.context_window and rows > 1:
@@ -128,6 +140,33 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
     return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
                                                    len(windows), reporter=reporter))
+
+
+def every_parts_notes(taken: list[str], fits) -> str:
+    """The notes of every part, in reading order, a line said before left out; where they
+    do not all `fit`, each part's first lines (as many of each as fit), down to the last
+    part's notes alone (which the model was asked to write with the earlier ones kept)."""
+    seen: set[str] = set()
+    parts: list[list[str]] = []
+    for text in taken:
+        lines = []
+        for line in text.splitlines():
+            key = " ".join(line.split()).lower()
+            if key and key in seen:
+                continue
+            seen.add(key)
+            lines.append(line)
+        if any(line.strip() for line in lines):
+            parts.append(lines)
+    if not parts:
+        return ""
+    most = max(len(lines) for lines in parts)
+    while most >= 1:
+        joined = "\n".join("\n".join(lines[:most]).strip() for lines in parts)
+        if fits(joined):
+            return joined
+        most //= 2
+    return taken[-1]
 
 
 def _each_document(prep: Prepared, each: list[list], backend: Backend, params: SamplingParams, reporter: Reporter,

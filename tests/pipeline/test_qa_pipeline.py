@@ -925,3 +925,33 @@ def test_an_answer_of_a_label_alone_is_said(haystack, tmp_path):
     answer = answer_question(prep, LabelOnly(), settings, said, Tally())
     assert answer.text == "[1]"
     assert any(line.startswith("the model wrote only a source label, no answer") for line in said.lines), said.lines
+
+
+def test_a_summary_in_parts_is_written_from_every_parts_notes(haystack, tmp_path):
+    """Asked to keep the earlier notes, the bundled model wrote of its own part only: the
+    summary of a 24-page report, written from the last part's notes, was of its last
+    chapter alone. The summary reads the notes of every part."""
+    from ktcli.pipeline.summarize import every_parts_notes
+
+    class OwnPartOnly(FakeBackend):
+        def _reply(self, messages):
+            content = messages[-1]["content"]
+            if "Next part (" in content:  # notes: the first line of this part, nothing before
+                part = content.split("Next part (", 1)[1]
+                return next(line for line in part.splitlines() if line.startswith("Paragraph"))[:40]
+            return "A summary."
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    backend = OwnPartOnly()
+    summarize(small, backend, settings, NullReporter(), Tally())
+    notes = [backend._reply(m) for m in backend.calls[:-1]]
+    assert len(notes) > 2 and len(set(notes)) == len(notes)
+    reduce = backend.calls[-1][-1]["content"]
+    assert all(n.strip() in reduce for n in notes)  # the first part's too, not only the last's
+    # where they do not all fit: each part's first lines, else the last part's notes
+    taken = ["a1\na2\na3", "b1\nb2\na1", "c1\nc2"]
+    assert every_parts_notes(taken, lambda t: True) == "a1\na2\na3\nb1\nb2\nc1\nc2"
+    assert every_parts_notes(taken, lambda t: len(t.split()) <= 3) == "a1\nb1\nc1"
+    assert every_parts_notes(taken, lambda t: False) == "c1\nc2"
