@@ -42,7 +42,13 @@ def request_key(task: str, question: str, documents, settings) -> str:
     its name keeps the key): the plan's estimate only; a step is read back by its own key."""
     from dataclasses import asdict
 
+    from ktcli.plan.planner import MEMORY_TOKENS
+
     shaping = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_REQUEST}
+    # The answer budget shapes the note steps' windows as what a step writes: never less
+    # than the notes' MEMORY_TOKENS (`planner.evidence_room`). A rerun with --max-new-tokens
+    # 200 read all 5 parts' notes back in 5 s and was planned at ~349 s (a probe's).
+    shaping["max_new_tokens"] = max(settings.max_new_tokens, MEMORY_TOKENS)
     blob = json.dumps({"format": FORMAT, "task": task, "question": question, "settings": shaping,
                        "documents": [(d.path, d.sha256 or hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest())
                                      for d in documents], "versions": _versions()},

@@ -190,8 +190,12 @@ def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
     assert prep.notes_request and notes_memo.kept_for(settings.cache_path, prep.notes_request) == (parts, True)
     assert prep.plan.est_first_token_seconds < 5  # every note step read back, however many the plan counts
     # another request (other settings, a question) has none; an entry trimmed is not counted
-    other = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=100), NullReporter())
+    other = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=1000), NullReporter())
     assert notes_memo.kept_for(settings.cache_path, other.notes_request) == (0, False)
+    # an answer budget under the notes' own writes the same note steps (a probe's rerun with
+    # --max-new-tokens 200 was planned at ~349 s and read its 5 parts' notes back in 5 s)
+    shorter = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=100), NullReporter())
+    assert shorter.notes_request == prep.notes_request
     assert prepare([str(haystack)], "", "summarize", replace(settings, temperature=0.5), NullReporter()).notes_request == ""
     entry = next((settings.cache_path / notes_memo.FOLDER).glob("*.json"))
     entry.unlink()
