@@ -46,7 +46,7 @@ class RepetitionGuard:
                 continue  # not periodic with this size: skip building the copies
             unit = text[n - size :]
             wide = width(unit)
-            line = wide >= MIN_LINE_UNIT and _one_line_of_words(unit) and outside_code
+            line = (wide >= MIN_LINE_UNIT and _one_line_of_words(unit) and outside_code) or _fences_only(unit)
             if (wide < self.min_unit and not line) or not unit.strip():
                 continue  # too short to tell, or runs of blank lines or spaces: not worth a stop
             copies = max(self.min_copies, -(-self.min_span // wide))  # ceil(min_span / width)
@@ -78,6 +78,16 @@ class RepetitionGuard:
 LINE_COPIES = 5
 MIN_LINE_UNIT = 4
 _LETTERS = re.compile(r"[^\W\d_]{2}")
+
+
+_FENCE_LINE = re.compile(r"[ \t]*```[\w+-]*[ \t]*")
+
+
+def _fences_only(unit: str) -> bool:
+    """A period of code fence lines alone (empty code blocks, opened and closed): a
+    notebook's answer streamed ~60 lines of ``` before the span rule stopped it."""
+    lines = unit.split("\n")
+    return unit.count("\n") >= 1 and any(lines) and all(_FENCE_LINE.fullmatch(x) for x in lines if x)
 
 
 def _one_line_of_words(unit: str) -> bool:

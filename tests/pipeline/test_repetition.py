@@ -58,6 +58,16 @@ def test_a_short_line_said_five_times_is_a_loop_outside_code_only():
     assert _feed_in_pieces(RepetitionGuard(), "ok\n" * 10) is None  # a word of 2 letters: too short to tell
 
 
+def test_code_fences_alone_said_over_and_over_are_a_loop():
+    """A notebook's answer streamed ~60 lines of ``` (empty code blocks, opened and
+    closed) before the span rule stopped it (probe 98)."""
+    for fence in ("```\n", "```python\n```\n"):
+        guard = RepetitionGuard()
+        fired = _feed_in_pieces(guard, "The cell failed:\n" + fence * 40)
+        assert fired is not None and fired <= len("The cell failed:\n") + 6 * len(fence) + 6, fence  # (5 of a rotation)
+    assert _feed_in_pieces(RepetitionGuard(), "Run:\n```\npip install x\n```\nthen:\n```\nx --help\n```\n") is None
+
+
 @pytest.mark.parametrize(
     "text",
     [
