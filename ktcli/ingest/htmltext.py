@@ -13,7 +13,7 @@ from bs4 import BeautifulSoup, NavigableString, Tag, XMLParsedAsHTMLWarning
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
 from ktcli.ingest.layout import escaped_hash
-from ktcli.ingest.pdf_marks import _EXPONENT_BASE, _MARK
+from ktcli.ingest.pdf_marks import EXPONENT_BASE, RAISED_MARK
 
 # Never visible (or not page content). <head> itself is walked, not dropped: a page may
 # leave out its `</head>` (HTML allows it), and html.parser then nests the whole body
@@ -387,10 +387,10 @@ def _raised_mark(sup: Tag, out: _Lines) -> str:
     text = _SPACES.sub("", sup.get_text())
     mark = text[1:-1] if text.startswith("[") and text.endswith("]") else text  # Wikipedia's "[1]"
     before = "".join(out.current)
-    if not _MARK.fullmatch(mark) or not before or before[-1].isspace():
+    if not RAISED_MARK.fullmatch(mark) or not before or before[-1].isspace():
         return ""
     linked = any(str(a.get("href") or "").startswith("#") for a in [*sup.find_all("a"), *sup.find_parents("a", limit=1)])
-    return f"^{mark}" if not linked and mark.isdecimal() and _EXPONENT_BASE.search(before) else f"[^{mark}]"
+    return f"^{mark}" if not linked and mark.isdecimal() and EXPONENT_BASE.search(before) else f"[^{mark}]"
 
 
 def _marker(name: str, parent: Tag, item: int) -> str:

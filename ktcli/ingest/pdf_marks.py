@@ -21,10 +21,10 @@ from typing import Any, NamedTuple
 
 # What a footnote or exponent mark may hold: "2", "1,3", "12-14", "*", "†". Not letters: a
 # font that builds "ä" from a raised small "a" would read "l[^a]ers".
-_MARK = re.compile(r"(?:\d{1,3}(?:[,\u2013-]\d{1,3})*|[*\u2020\u2021\u00a7\u00b6]{1,3})")
+RAISED_MARK = re.compile(r"(?:\d{1,3}(?:[,\u2013-]\d{1,3})*|[*\u2020\u2021\u00a7\u00b6]{1,3})")
 _SYMBOLS = "*\u2020\u2021\u00a7\u00b6"
 # An exponent's base: a 10 ("10^6"), a unit or a one- or two-letter symbol ("m^2", "cm^3", "x^2").
-_EXPONENT_BASE = re.compile(r"(?:^|\W)(?:10|[A-Za-z]{1,2})$")
+EXPONENT_BASE = re.compile(r"(?:^|\W)(?:10|[A-Za-z]{1,2})$")
 _SMALLER = 0.85  # a mark's font is at most this fraction of its word's
 _RAISED = (0.15, 0.8)  # a mark's baseline sits this far above its word's, in its word's font sizes
 _LOWERED = (0.08, 0.6)
@@ -161,7 +161,7 @@ def _number(value: Any, default: float) -> float:
 
 
 def _may_be_mark(run: _Run) -> bool:
-    return run.upright and _MARK.fullmatch(run.text.strip()) is not None
+    return run.upright and RAISED_MARK.fullmatch(run.text.strip()) is not None
 
 
 def read_marks(runs: list[_Run]) -> str:
@@ -250,7 +250,7 @@ def _same_baseline(run: _Run, word: _Run) -> bool:
 def _written(mark: str, before: str, shift: int) -> str:
     if shift < 0 or mark[0] in _SYMBOLS:  # a subscript, a dagger: unambiguous once glued back
         return mark
-    if _EXPONENT_BASE.search(before[-4:]) and re.fullmatch(r"\d{1,3}", mark):  # the tail: `before` is the page so far
+    if EXPONENT_BASE.search(before[-4:]) and re.fullmatch(r"\d{1,3}", mark):  # the tail: `before` is the page so far
         return f"^{mark}"
     return f"[^{mark}]"
 
