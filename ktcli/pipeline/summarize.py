@@ -6,6 +6,7 @@ headings are read as their outlines (`ingest.outline`) and everything else whole
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from ktcli.config import Settings
@@ -99,8 +100,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             # part 11 of 50 the bar said "~1:32 left" for six minutes' work.
             if memo is None or not memo.holds(messages):
                 reporter.progress("map", read, len(windows))
-            new = take_notes(backend, messages, note_params, tally, reporter, memo,
-                             f"reading part {read + 1}/{len(windows)}{_outlined(prep)}")
+            new = _without_position_echo(take_notes(backend, messages, note_params, tally, reporter, memo,
+                                                    f"reading part {read + 1}/{len(windows)}{_outlined(prep)}"))
             if citations.has_content(new):  # an echo of the instructions carries nothing
                 notes = new
                 taken.append(new)
@@ -329,6 +330,21 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int, ci
                                  "outlined": _outlined_paths(prep),
                                  "evidence": citations.documents_read(prep.corpus.documents, prep.outlines.keys())}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped, files=file_map(prep.corpus.documents))
+
+
+# The prompt's own header of a part ("part 4 of 4: millers.md lines 446-478"), said back in
+# a part's notes: the summary then printed "The summary notes for the part of the part 4 of
+# 4: millers.md lines 446-478:" (a probe's). A line of a document naming "Part 2 of 3" with no
+# place after it is kept.
+_POSITION_ECHO = re.compile(r"\bpart \d+ of \d+: \S.*?(?:\blines \d+-\d+|\b(?:pages|chapters) \S+-\S+|\.\w{1,5}\b)",
+                            re.IGNORECASE)
+
+
+def _without_position_echo(notes: str) -> str:
+    """`notes` less the lines that say the prompt's part header back."""
+    if not _POSITION_ECHO.search(notes):
+        return notes
+    return "\n".join(line for line in notes.split("\n") if not _POSITION_ECHO.search(line))
 
 
 def _where(window: list[Chunk]) -> str:

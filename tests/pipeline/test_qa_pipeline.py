@@ -955,3 +955,15 @@ def test_a_summary_in_parts_is_written_from_every_parts_notes(haystack, tmp_path
     assert every_parts_notes(taken, lambda t: True) == "a1\na2\na3\nb1\nb2\nc1\nc2"
     assert every_parts_notes(taken, lambda t: len(t.split()) <= 3) == "a1\nb1\nc1"
     assert every_parts_notes(taken, lambda t: False) == "c1\nc2"
+
+
+def test_a_parts_notes_saying_the_prompts_part_header_back_lose_that_line():
+    """The summary printed "The summary notes for the part of the part 4 of 4: millers.md
+    lines 446-478:" (probe 97): a part's notes had said the prompt's header back."""
+    from ktcli.pipeline.summarize import _without_position_echo
+
+    notes = "The summary notes for the part of the part 4 of 4: millers.md lines 446-478:\nEliza lives in Ashcombe."
+    assert _without_position_echo(notes) == "Eliza lives in Ashcombe."
+    assert _without_position_echo("- part 2 of 6: report.pdf pages 3-9\n- roads") == "- roads"
+    book = "Part 2 of 3: The Voyage\nThe ship sailed in part 1 of 2 of the race."
+    assert _without_position_echo(book) == book  # a document's own parts, no place after them
