@@ -265,7 +265,15 @@ def _with_notes_if_empty(summary: str, notes: str, n_windows: int, reporter: Rep
     if citations.says_nothing_new(summary, fewer_than=SUMMARY_MIN_TERMS if junk else 1) or \
             citations.only_restates_instructions(summary):
         # The notes hold what the parts said: a summary of transformers' llama folder was
-        # "The final summary is:" after 44 s of reading, its notes thrown away.
+        # "The final summary is:" after 44 s of reading, its notes thrown away. Notes that
+        # say as little are not shown as if they did: a repo's summary printed "Notes from
+        # the 6 parts: 1. The main point is to provide a summary of the main points of this
+        # part." (probe 97).
+        if citations.says_nothing_new(notes, fewer_than=SUMMARY_MIN_TERMS) or \
+                citations.only_restates_instructions(notes):
+            reporter.warn("the final summary says nothing from the input, nor do the notes taken from its parts "
+                          "(a larger model, --model, does better)")
+            return summary
         reporter.warn("the final summary says nothing from the input: the notes taken from its parts follow")
         shown = f"\n\nNotes from the {n_windows} parts:\n{notes}"
         reporter.answer_text(shown)

@@ -720,6 +720,21 @@ def test_a_final_summary_that_says_nothing_is_followed_by_the_notes(haystack, tm
     assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
 
 
+def test_notes_that_say_as_little_as_the_summary_are_not_shown_as_its_substance(haystack, tmp_path):
+    """A repo's summary printed "Notes from the 6 parts: ... 1. The main point is to provide
+    a summary of the main points of this part." (probe 97)."""
+    class Hollow(FakeBackend):
+        def _reply(self, messages):
+            if "Notes taken while reading the whole input" in messages[-1]["content"]:
+                return "The final summary is:"
+            return ("The main points of this part are:\n\n1. The main point is to provide a summary of the main "
+                    "points of this part.\n2. The summary is in the format of a short line.")
+
+    answer, reporter = _summary_in_parts(haystack, tmp_path, Hollow())
+    assert "Notes from the" not in answer.text and "Notes from the" not in "".join(reporter.shown)
+    assert any("nor do the notes taken from its parts" in m for m in reporter.lines)
+
+
 def test_notes_of_markup_alone_are_not_passed_on_nor_shown_as_a_summary(haystack, tmp_path):
     """A CSV's summary was "The final summary is: ... Notes from the 3 parts: <pre><code>",
     exit 0: each part's notes were `<pre><code>`, counted as two words of content. And from
