@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 
 # Beside a converted folder's files: the GGUF it came from (path, size, mtime).
 SOURCE_RECORD = "ktcli-source.json"
+# Folders whose GGUF this process found where their record could not be rewritten (a cache
+# another user warmed, read-only to this one): folder -> the file, named by the same content.
+_FOUND: dict[str, Path] = {}
 
 
 def recorded_source(folder: Path) -> dict | None:
@@ -51,6 +54,12 @@ def record_source(folder: Path, gguf: Path) -> None:
     os.replace(tmp, path)  # a reader beside sees the old record or the new one
 
 
+def found_at(folder: Path, gguf: Path) -> None:
+    """Read the folder's weights from `gguf` in this process, its record left as it is
+    (`model_store.ensure_hf_dir`, where the record cannot be written)."""
+    _FOUND[str(Path(folder).resolve())] = gguf.resolve()
+
+
 def records(folder: Path, gguf: Path) -> bool:
     """Whether the folder's record names `gguf` as it is now."""
     record = recorded_source(folder)
@@ -65,8 +74,11 @@ def records(folder: Path, gguf: Path) -> bool:
 def linked_gguf(folder: Path) -> Path | None:
     """The GGUF a converted folder without weight files reads its weights from; None for a
     folder that records none (a model folder of its own)."""
+    if any(Path(folder).glob("*.safetensors")):
+        return None
+    found = _FOUND.get(str(Path(folder).resolve()))
     record = recorded_source(folder)
-    return Path(record["gguf"]) if record is not None and not any(Path(folder).glob("*.safetensors")) else None
+    return found or (Path(record["gguf"]) if record is not None else None)
 
 
 class GGUFTensors:
@@ -75,7 +87,7 @@ class GGUFTensors:
 
     def __init__(self, folder: Path):
         path = linked_gguf(folder)
-        if path is None or not records(folder, path):
+        if path is None or (path != _FOUND.get(str(Path(folder).resolve())) and not records(folder, path)):
             raise UsageError(f"{folder}: its GGUF ({path or 'none recorded'}) has changed or gone since it was "
                              "converted; run again to convert it afresh")
         header = read_header(path)
@@ -119,8 +131,7 @@ def write_safetensors(folder: Path, target: Path | None = None) -> None:
     path = linked_gguf(folder)
     if path is None:
         return  # a folder with weight files of its own
-    if not records(folder, path):
-        GGUFTensors(folder)  # says why
+    GGUFTensors(folder)  # says why where the GGUF has changed or gone
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
         gguf_convert.write_safetensors(read_header(path), tmp)

@@ -242,9 +242,8 @@ def ensure_hf_dir(
             # by its content), or touched: the weights are read from where it is now.
             try:
                 gguf_weights.record_source(target, source.path)
-            except OSError as e:
-                raise CacheError(f"cannot write into the cache folder {target} ({e.strerror or e}): make it "
-                                 "writable, or choose another with --cache-dir") from None
+            except OSError:  # a cache another user warmed, read-only here: this run reads it from there
+                gguf_weights.found_at(target, source.path)
         return target
     if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
         if on_status:

@@ -133,3 +133,24 @@ def test_a_gguf_loaded_in_another_dtype_is_kept_in_it_and_read_back_the_same(tmp
     hf = tiny_models["llama"]
     pack_cache.load_engine_weights(hf, load_config(hf), "bf16", "cpu", root)
     assert not pack_cache.cache_file(root, hf, "bf16").exists()
+
+
+def test_a_cache_whose_record_cannot_be_rewritten_reads_the_gguf_found_now(tmp_path, monkeypatch):
+    """A cache another user warmed, read-only here, whose record names their virtualenv's
+    copy: the run reads this user's copy (the same content), not a one-line error."""
+    first = _gguf(tmp_path / "a")
+    cache = tmp_path / "cache"
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", first), cache)
+    want = _tensors(folder)
+    second = tmp_path / "b" / "tiny.gguf"
+    second.parent.mkdir()
+    shutil.copy(first, second)
+    shutil.rmtree(tmp_path / "a")
+
+    def read_only(folder, gguf):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(gguf_weights, "record_source", read_only)
+    assert ensure_hf_dir(ModelSource("tiny", "gguf", second), cache) == folder
+    assert gguf_weights.linked_gguf(folder) == second.resolve()
+    assert all(torch.equal(want[k], v) for k, v in _tensors(folder).items())
