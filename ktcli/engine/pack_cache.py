@@ -98,7 +98,7 @@ def _drop_stale(path: Path) -> None:
     runs. Another folder of the same name loses its file too, and is packed again on its
     next load: a cost, never an error."""
     sweep_stale(path.parent, "*.tmp")
-    kind = path.name.split(".", 1)[1]  # the same dtype's: a model run both in int8 and bf16 keeps both
+    kind = ".".join(path.name.rsplit(".", 2)[-2:])  # "bf16.safetensors": a model run in int8 and bf16 keeps both
     for old in path.parent.glob(f"*.{kind}"):
         if old != path and old.name.rsplit("-", 1)[0] == path.name.rsplit("-", 1)[0]:
             try:

@@ -50,12 +50,14 @@ def test_cached_pack_equals_a_fresh_one_and_is_read_back(tiny_models, tmp_path, 
 
 def test_changed_weights_damaged_file_and_readonly_cache_are_packed_afresh(tiny_models, tmp_path, monkeypatch):
     monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
-    folder = tmp_path / "model"
+    folder = tmp_path / "model.Q4_1"  # (a dot in the name, as a converted GGUF's stem has)
     shutil.copytree(tiny_models["llama"], folder)
     cfg = load_config(folder)
     root = tmp_path / "cache"
     pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", root)
     old = pack_cache.cache_file(root, folder)
+    other_kind = old.with_name(old.name.replace(".int8.", ".bf16."))  # another dtype's: kept
+    other_kind.write_bytes(b"x")
     # New weights in the same folder: another cache file, packed from the new weights.
     st = next(folder.glob("*.safetensors"))
     os.utime(st, ns=(st.stat().st_atime_ns, st.stat().st_mtime_ns + 10**9))
@@ -67,6 +69,7 @@ def test_changed_weights_damaged_file_and_readonly_cache_are_packed_afresh(tiny_
     fresh = load_weights(folder, cfg, "int8")
     assert _same(fresh, pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", root))
     assert path.is_file() and not old.exists()  # the old weights' file is dropped once the new one is written
+    assert other_kind.exists()
     # A cache root that is a file (cannot be written): still the right weights.
     blocked = tmp_path / "blocked"
     blocked.write_text("")
