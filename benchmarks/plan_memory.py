@@ -13,7 +13,8 @@ the planner promised less memory than the run took, which `--max-memory` users r
 
 Inputs: the sample PDF (the README's command), and prefixes of the Python tutorial
 (sample_docs/python-tutorial-3.11.rst) cut at whole lines to about the token counts
-named (ktcli's token estimate). Every case but `first-run-pdf` (an empty cache folder of
+named (ktcli's token estimate); `summary-parts-16k` summarizes a prefix in parts, with the
+prompt cache and notes memo off so every part is read. Every case but `first-run-pdf` (an empty cache folder of
 its own: the GGUF converted and its weights packed first) uses ktcli's cache folder as
 set (the converted model, packed weights); the retrieval case reads the whole tutorial under a
 first line of its own, so its index is built afresh (every chunk embedded) in each run.
@@ -47,7 +48,11 @@ CASES = {
     "sparse-int4-32k": (32000, ["--mode", "sparse", "--kv-dtype", "int4", "--attention", "topk"]),
     # A cache folder of its own, empty: the run converts the GGUF and packs its weights first.
     "first-run-pdf": ("pdf", ["--cache-dir", "{fresh_cache}"]),
+    # `ktcli summarize` read in parts (3 windows), every part's notes written (no notes memo)
+    "summary-parts-16k": (16000, ["summarize"]),
 }
+# Runs with the prompt cache and notes memo off: each part is read, not read back.
+_UNCACHED = {"summary-parts-16k"}
 
 
 def tutorial_prefix(folder: Path, tokens: int) -> Path:
@@ -78,8 +83,11 @@ def run_case(name: str, folder: Path, new_tokens: int) -> dict:
     else:
         path, question = tutorial_prefix(folder, int(source)), QUESTION_TUTORIAL
     options = [o.replace("{fresh_cache}", str(folder / f"cache-{time.time_ns()}")) for o in options]
-    args = ["ask", str(path), question, "--json", "--max-new-tokens", str(new_tokens), *options]
-    payload, wall, _first, err = run_cli(args, {})
+    if options[:1] == ["summarize"]:
+        args = ["summarize", str(path), "--json", "--max-new-tokens", str(new_tokens), *options[1:]]
+    else:
+        args = ["ask", str(path), question, "--json", "--max-new-tokens", str(new_tokens), *options]
+    payload, wall, _first, err = run_cli(args, {"KTCLI_PROMPT_CACHE": "0"} if name in _UNCACHED else {})
     if payload is None:
         tail = err.strip().splitlines()[-1:] or ["no output"]
         return {"case": name, "error": tail[0][:300]}

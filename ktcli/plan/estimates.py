@@ -104,6 +104,17 @@ def paged_dense_scores_bytes(facts: ModelFacts, context_tokens: int) -> int:
     return 4 * q_heads * PAGED_PREFILL_CHUNK * context_tokens
 
 
+# A process's later reads may leave it this much above its first: the engine keeps a
+# prefill's freed temporaries for the next one and hands the free heap back only once the
+# process has grown past `engine.host_alloc.RELEASE_OVER` (64 MiB) after a read, and a
+# later read's own temporaries land beside what is kept. Counted for plans of several
+# reads (parts, documents one by one), at twice RELEASE_OVER (a test holds them so): summaries
+# in parts peaked 56-103 MB above one read's estimate through the CLI (895 planned, 951 peak
+# at 16.8K tokens; 887 and 990 at 17.9K, `benchmarks.plan_memory --cases summary-parts-16k`;
+# a probe saw up to 983), and in process at 900 MiB in part 1, 934 in part 2 (2026-12-06).
+LATER_READS_GROWTH_BYTES = 128 << 20
+
+
 def generation_memory(facts: ModelFacts, context_tokens: int, kv_dtype: str = "fp32",
                       prefill_tokens: int | None = None) -> int:
     """Peak memory of one read of `context_tokens` in the model's window: the runtime, the

@@ -15,6 +15,7 @@ from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
     EMBED_GROWTH_CHUNKS,
     EMBEDDER_BYTES,
+    LATER_READS_GROWTH_BYTES,
     ContextCost,
     conversion_bytes,
     conversion_seconds,
@@ -351,7 +352,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         # (a folder of 4 documents 123 tokens over the window was read in two parts, and
         # the summary was about the first document only)
         each = replace(full, est_memory_bytes=_full_memory(req, facts, req.largest_document_tokens
-                                                           + PROMPT_OVERHEAD_TOKENS))  # (`_per_document_plan`'s)
+                                                           + PROMPT_OVERHEAD_TOKENS)  # (`_per_document_plan`'s)
+                       + LATER_READS_GROWTH_BYTES)  # (read one after another)
         within = ((not req.memory_budget or each.est_memory_bytes <= req.memory_budget)
                   and (not req.max_seconds or each.est_seconds <= req.max_seconds
                        or (retrieval is not None and each.est_seconds <= retrieval.est_seconds)))
@@ -723,6 +725,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         n_documents=req.n_documents, n_chunks=n_chunks, n_windows=n_windows, top_k=top_k,
         est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, answer_s), kv_window=kv_window,
         est_memory_bytes=_read_memory(req, facts, per_window_prompt, kv_window=kv_window)
+        + (LATER_READS_GROWTH_BYTES if n_windows > 1 else 0)
         + (EMBEDDER_BYTES + _index_memory(n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is
         # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).
