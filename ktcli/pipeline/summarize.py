@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
-from ktcli.errors import InterruptedWithNotes, interruption
+from ktcli.errors import Interrupted, InterruptedWithNotes, interruption
 from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
@@ -106,9 +106,14 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 notes = new
                 taken.append(new)
     except KeyboardInterrupt:
-        if not notes:
-            raise
         resume = f"; the same command again starts at part {read + 1}" if memo is not None and not memo.failed else ""
+        if not notes:
+            if read and resume:
+                # Parts read whose notes said nothing are kept all the same: said, not a bare
+                # "interrupted" the rerun then contradicted by starting at the next part.
+                raise Interrupted(f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of "
+                                  f"parts 1-{read} said nothing from the input; they are kept{resume}") from None
+            raise
         raise InterruptedWithNotes(
             f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept"
             f"{resume}",

@@ -159,6 +159,21 @@ def test_an_interrupted_summary_starts_again_at_the_part_it_was_reading(haystack
     assert "part 3 of" in resumed.calls[0][-1]["content"]  # parts 1 and 2 not read again
 
 
+def test_an_interrupted_summary_whose_notes_said_nothing_says_where_it_starts_again(haystack, tmp_path):
+    """Ctrl-C in part 3, parts 1-2's notes junk: a bare "interrupted", and the rerun started
+    at part 3 all the same (probe 97)."""
+    from ktcli.errors import Interrupted
+
+    class HollowThenInterrupted(InterruptedAtThird):
+        def _reply(self, messages):
+            return "#\n#\n#"
+
+    with pytest.raises(Interrupted) as caught:
+        _summary(haystack, tmp_path, HollowThenInterrupted())
+    assert "the notes of parts 1-2 said nothing from the input" in str(caught.value)
+    assert "the same command again starts at part 3" in str(caught.value) and caught.value.exit_code == 130
+
+
 def test_an_answer_read_over_several_windows_keeps_its_notes_too(haystack, tmp_path):
     settings = settings_for(tmp_path, top_k=12)
     prep = prepare([str(haystack)], "When does the museum open?", "ask", settings, NullReporter())
