@@ -208,6 +208,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     section under ktcli's `## path` heading, whose own headings go a level down."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
     lines = SummaryLines(source, under_heading) if source is not None else None
+    before = backend.last_stats
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
@@ -224,6 +225,10 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         except KeyboardInterrupt:
             if not echo.shown.strip():
                 raise  # still reading the prompt: nothing of an answer to keep
+            pieces.close()  # (a backend records the call's figures as its stream closes)
+            if backend.last_stats is not before:
+                # the part streamed is counted: --json after Ctrl-C said tokens_in 0, model_calls 0
+                tally.add(backend)
             raise AnswerInterrupted(echo.shown) from None
         finally:
             pieces.close()

@@ -768,6 +768,8 @@ def test_ctrl_c_while_the_answer_streams_keeps_its_sources(haystack, tmp_path, m
         answer_question(prep, CutAfterThreeWords(), settings, NullReporter(), Tally())
     answer = caught.value.answer
     assert caught.value.exit_code == 130 and answer.text == "The vault combination is 31-07-1999"
+    # the call streamed is counted (--json said tokens_in 0, model_calls 0: probe 97)
+    assert answer.stats["tokens_in"] > 0 and answer.stats["model_calls"] >= 1
     assert any(c.span.path.endswith("part4.txt") for c in answer.citations)
 
 
