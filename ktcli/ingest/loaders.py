@@ -15,6 +15,7 @@ from pathlib import Path, PurePath
 from typing import BinaryIO
 
 from ktcli.ingest.errors import RejectedInput
+from ktcli.ingest.layout import count_of
 from ktcli.ingest.pdf_headings import PageSections
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, is_utf8, normalize_text, text_sha256
 from ktcli.ingest.rtf import RTF_MAGIC
@@ -177,7 +178,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if controls:  # binary bytes after a text head were read into the text, unsaid
         notes.append(f"{controls:,} control character{'s' if controls > 1 else ''} left out")
     if notes:
-        doc = replace(doc, left_out=(Skipped(display, "; ".join(notes), replaced=True),))
+        doc = replace(doc, left_out=(*doc.left_out, Skipped(display, "; ".join(notes), replaced=True)))
     return doc
 
 
@@ -220,7 +221,12 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
         return _text_document(text, display, "stdin", language_from_content(text))
     if kind == "code":
         return _text_document(text, display, "code", language_for_name(name))
-    if kind in ("text", "markdown"):
+    if kind == "markdown":
+        shown, comments = without_markdown_comments(text)
+        doc = _text_document(shown, display, kind, None)
+        note = Skipped(display, f"{count_of(comments, 'HTML comment')} left out (a rendered page shows none)", part=True)
+        return replace(doc, left_out=(note,)) if comments else doc
+    if kind == "text":
         return _text_document(text, display, kind, None)
     language = language_from_content(text)
     return _text_document(text, display, "code" if language else "text", language)
@@ -360,6 +366,44 @@ def _what_it_holds(data: bytes) -> str:
         known = _format_of(data)
         return known[0] if known is not None else "binary data"
     return "an HTML page (an error page saved under that name?)" if _bytes_look_like_html(data) else "text"
+
+
+_MARKDOWN_COMMENT = re.compile(r"<!--.*?-->", re.S)
+_FENCE_LINE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+
+
+def without_markdown_comments(text: str) -> tuple[str, int]:
+    """Markdown's `<!-- ... -->` comments blanked out where code fences do not hold them
+    (their line breaks kept, so lines are cited where they are), and how many there were.
+    A rendered page shows none of them: a README's "<!-- TODO: prices from $9 -->" was read
+    as its text (a probe's)."""
+    if "<!--" not in text:
+        return text, 0
+    out, count, fence = [], 0, ""
+    prose: list[str] = []
+
+    def flush() -> None:
+        nonlocal count
+        if prose:
+            block = "".join(prose)
+            count += len(_MARKDOWN_COMMENT.findall(block))
+            out.append(_MARKDOWN_COMMENT.sub(lambda m: "\n" * m[0].count("\n"), block))
+            prose.clear()
+
+    for line in text.splitlines(keepends=True):
+        opened = _FENCE_LINE.match(line)
+        if fence:
+            out.append(line)
+            if opened and opened[1] == fence:
+                fence = ""
+        elif opened:
+            flush()
+            out.append(line)
+            fence = opened[1]
+        else:
+            prose.append(line)
+    flush()
+    return "".join(out), count
 
 
 def _text_document(text: str, display: str, kind: str, language: str | None) -> Document:

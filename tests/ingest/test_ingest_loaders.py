@@ -1306,3 +1306,17 @@ def test_a_page_wide_note_under_two_columns_is_not_cut_at_the_gap() -> None:
     layout = [f"{a:<{width}}{b}" for a, b in zip(left, right)] + [note]
     plain = [p for pair in zip(left, right) for p in pair] + [note]  # drawn across
     assert reread("\n".join(plain), "\n".join(layout)).split("\n") == left + [note] + right
+
+
+def test_markdown_comments_are_left_out_where_code_fences_do_not_hold_them(tmp_path):
+    """A rendered page shows no `<!-- ... -->`: a README's "<!-- TODO: prices from $9 -->"
+    was read as its text (probe 98). Lines keep their numbers; a comment inside a code
+    block is code, and kept."""
+    path = tmp_path / "prices.md"
+    path.write_text("# Prices\n<!-- TODO: prices\nfrom $9 -->\nThe basic plan costs $25. <!-- x -->\n"
+                    "```html\n<!-- an example -->\n```\n")
+    corpus = load_corpus([str(path)])
+    doc = corpus.documents[0]
+    assert "$9" not in doc.text and "TODO" not in doc.text and "<!-- an example -->" in doc.text
+    assert doc.text.split("\n")[3] == "The basic plan costs $25. "  # line 4 where it was
+    assert any("2 HTML comments left out" in s.reason for s in doc.left_out)
