@@ -29,6 +29,20 @@ def _tensors(folder):
         return {name: reader.get(name) for name in reader.names()}
 
 
+def _converted_then_moved(tmp_path):
+    """A GGUF converted from virtualenv a's copy, then a deleted and the same file in b:
+    (the folder, its tensors as read from a, b's copy, the cache)."""
+    first = _gguf(tmp_path / "a")
+    cache = tmp_path / "cache"
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", first), cache)
+    want = _tensors(folder)
+    second = tmp_path / "b" / "tiny.gguf"
+    second.parent.mkdir()
+    shutil.copy(first, second)
+    shutil.rmtree(tmp_path / "a")
+    return folder, want, second, cache
+
+
 def test_a_converted_gguf_keeps_no_weights_of_its_own_and_reads_the_files(tmp_path):
     gguf = _gguf(tmp_path)
     folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
@@ -49,14 +63,7 @@ def test_a_converted_gguf_keeps_no_weights_of_its_own_and_reads_the_files(tmp_pa
 def test_the_same_gguf_found_elsewhere_is_read_from_there(tmp_path):
     """The bundled model in a second virtualenv, the first one deleted: the folder (named
     by the file's content) reads its weights from where the file is now."""
-    first = _gguf(tmp_path / "a")
-    cache = tmp_path / "cache"
-    folder = ensure_hf_dir(ModelSource("tiny", "gguf", first), cache)
-    want = _tensors(folder)
-    second = tmp_path / "b" / "tiny.gguf"
-    second.parent.mkdir()
-    shutil.copy(first, second)
-    shutil.rmtree(tmp_path / "a")
+    folder, want, second, cache = _converted_then_moved(tmp_path)
     with pytest.raises(UsageError, match="has changed or gone since it was converted"):
         TensorReader.of_folder(folder)  # (a load that skipped ensure_hf_dir)
     assert ensure_hf_dir(ModelSource("tiny", "gguf", second), cache) == folder
@@ -138,14 +145,7 @@ def test_a_gguf_loaded_in_another_dtype_is_kept_in_it_and_read_back_the_same(tmp
 def test_a_cache_whose_record_cannot_be_rewritten_reads_the_gguf_found_now(tmp_path, monkeypatch):
     """A cache another user warmed, read-only here, whose record names their virtualenv's
     copy: the run reads this user's copy (the same content), not a one-line error."""
-    first = _gguf(tmp_path / "a")
-    cache = tmp_path / "cache"
-    folder = ensure_hf_dir(ModelSource("tiny", "gguf", first), cache)
-    want = _tensors(folder)
-    second = tmp_path / "b" / "tiny.gguf"
-    second.parent.mkdir()
-    shutil.copy(first, second)
-    shutil.rmtree(tmp_path / "a")
+    folder, want, second, cache = _converted_then_moved(tmp_path)
 
     def read_only(folder, gguf):
         raise PermissionError(13, "Permission denied")
