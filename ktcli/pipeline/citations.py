@@ -543,16 +543,55 @@ def invented_figures(answer: str, sources: Iterable[str], question: str = "") ->
     return list(dict.fromkeys(f for f in _figures_in_order(answer) if f not in known))
 
 
+# Capitalised words that are no name a source must hold: months, days, languages an answer
+# names its sources' by.
+_NOT_NAMES = frozenset(
+    "january february march april may june july august september october november december monday tuesday "
+    "wednesday thursday friday saturday sunday english german french spanish italian russian chinese japanese".split())
+
+
+def invented_names(answer: str, sources: Iterable[str], question: str = "", elsewhere: Iterable[str] = ()) -> list[str]:
+    """The names `answer` writes (a word of letters capitalised inside a sentence, three or
+    more of them) that stand in none of `sources`, the question or `elsewhere` (the rest of
+    the input), in any case: made up. Asked a mascot no document named, the bundled model
+    answered "Marisol Venkataraman, a local artist", cited, unflagged: the figures check
+    (`invented_figures`) has no figure to find in it."""
+    said = []
+    for sentence in _SENTENCE.split(_LABEL.sub(" ", answer)):
+        for k, m in enumerate(_word_pattern().finditer(sentence)):
+            word = m.group(0)
+            # (an acronym of four letters or fewer is as often a common word's: "CEO", "API")
+            if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper() and word.lower() not in _NOT_NAMES \
+                    and not (word.isupper() and len(word) <= 4):
+                said.append(word)
+    if not said:
+        return []
+    # (found as a piece of text, in any case: a name inside a longer word counts as said)
+    missing = list(dict.fromkeys(said))
+    for texts in ((*sources, question), elsewhere):
+        if missing:
+            held = "\n".join(fold(t) for t in texts).lower()
+            missing = [w for w in missing if fold(w).lower() not in held]
+    return missing
+
+
 def warn_of_invented(text: str, sources: list[str], question: str, reporter: Reporter,
-                     subject: str = "answer") -> None:
-    """Says on `reporter` which figures of `text` stand in nothing it was written from
-    (`invented_figures`)."""
+                     subject: str = "answer", elsewhere: Iterable[str] = ()) -> None:
+    """Says on `reporter` which figures and names of `text` stand in nothing it was written
+    from (`invented_figures`, `invented_names`; a name found `elsewhere` in the input is not
+    made up)."""
+    where = "the passages it read" if subject == "answer" else "the input"
     made_up = invented_figures(text, sources, question)
     if made_up:
         some = f"figures {', '.join(made_up[:5])} stand" if len(made_up) > 1 else f"figure {made_up[0]} stands"
-        where = "the passages it read" if subject == "answer" else "the input"
         reporter.warn(f"the {subject}'s {some} in none of {where} (not cited): check "
                       f"{'them' if len(made_up) > 1 else 'it'} in the sources")
+    names = invented_names(text, sources, question, elsewhere)
+    if names:
+        some = f"names {', '.join(names[:5])} stand" if len(names) > 1 else f"name {names[0]} stands"
+        where = "the input" if subject != "answer" or elsewhere else where
+        reporter.warn(f"the {subject}'s {some} in none of {where}: check "
+                      f"{'them' if len(names) > 1 else 'it'} in the sources")
 
 
 def _names_and_figures(text: str) -> set[str]:

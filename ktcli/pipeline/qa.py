@@ -119,7 +119,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
 
     def retrieval_answer(text: str) -> Answer:
         citations.warn_of_invented(text, [c.text for c in labelled] + ([notes] if notes else []), prep.question,
-                                   reporter)
+                                   reporter, elsewhere=[d.text for d in prep.corpus.documents])
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(

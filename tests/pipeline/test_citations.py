@@ -509,3 +509,29 @@ def test_a_label_past_the_passages_read_names_the_one_that_backs_it_or_none() ->
     assert _streamed(Relabel(one), ["This is a reference to the [2] and [3] sources."]) == \
         "This is a reference to the  and  sources."
     assert _streamed(Relabel(one), ["The Halden factory opened. [1]"]) == "The Halden factory opened. [1]"
+
+
+def test_names_no_source_holds_are_said_and_names_it_does_are_not():
+    """Asked the colour of an item in a JSON file, the bundled model answered "a rare
+    mineral found in the Amazon rainforest ... named after the Greek goddess" (probe 98):
+    no figure, so nothing was flagged."""
+    from ktcli.pipeline.citations import invented_names, warn_of_invented
+
+    passages = ['{"name": "Zephyrine", "colour": "teal"}']
+    answer = "Zephyrine is a mineral found in the Amazon rainforest, named by the Greek goddess Zephyros [1]."
+    assert invented_names(answer, passages, "What colour is Zephyrine?") == ["Amazon", "Greek", "Zephyros"]
+    # a name the input holds elsewhere (not in the passages read) is not made up; nor one the question says
+    assert invented_names(answer, passages, "Is it from the Amazon?", elsewhere=["The Greek shop. Zephyros"]) == []
+    # sentence starts, months and languages, names in another case, short acronyms, short words: none
+    assert invented_names("Tidewater sales rose in March. It is in English. The CEO said so. Ok.",
+                          ["TIDEWATER sales"], "") == []
+
+    class Said:
+        lines: list[str] = []
+
+        def warn(self, text):
+            self.lines.append(text)
+
+    said = Said()
+    warn_of_invented(answer, passages, "", said, elsewhere=["Zephyros"])
+    assert said.lines == ["the answer's names Amazon, Greek stand in none of the input: check them in the sources"]
