@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from ktcli.engine import gguf_convert
 from ktcli.engine.gguf_header import read_header
-from ktcli.errors import UsageError
+from ktcli.errors import CacheError, UsageError
 
 if TYPE_CHECKING:
     import torch
@@ -132,9 +132,18 @@ def write_safetensors(folder: Path, target: Path | None = None) -> None:
     if path is None:
         return  # a folder with weight files of its own
     GGUFTensors(folder)  # says why where the GGUF has changed or gone
+    header = read_header(path)
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        gguf_convert.write_safetensors(read_header(path), tmp)
+        gguf_convert.write_safetensors(header, tmp)
         os.replace(tmp, target)
+    except OSError as e:  # a cache folder another user warmed, read-only here; a full disk
+        raise CacheError(f"cannot write the float32 weights --engine hf reads into {target.parent} "
+                         f"({e.strerror or e}): make it writable, or choose another with --cache-dir") from None
+    except ValueError as e:  # `Tensor.data`: the GGUF cut short since it was converted
+        raise UsageError(f"{path}: {e}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass

