@@ -127,6 +127,7 @@ class GGUFTensors:
 def write_safetensors(folder: Path, target: Path | None = None) -> None:
     """Write the float32 model.safetensors of a converted folder that reads its GGUF, for
     readers that need the file (transformers' loader), into the folder or to `target`."""
+    own = target is None
     target = target or Path(folder) / "model.safetensors"
     path = linked_gguf(folder)
     if path is None:
@@ -137,6 +138,13 @@ def write_safetensors(folder: Path, target: Path | None = None) -> None:
     try:
         gguf_convert.write_safetensors(header, tmp)
         os.replace(tmp, target)
+        if own:
+            # The folder's weights are this file now, its packed ones keyed anew: those kept
+            # under the old key (bf16, fp32: 807 MB for the bundled model) were never read
+            # again, nor dropped (only int8 is packed again, and drops its older file).
+            from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
+
+            drop_packed(Path(folder).resolve().parent.parent / PACKED_DIR, Path(folder).resolve().name)
     except OSError as e:  # a cache folder another user warmed, read-only here; a full disk
         raise CacheError(f"cannot write the float32 weights --engine hf reads into {target.parent} "
                          f"({e.strerror or e}): make it writable, or choose another with --cache-dir") from None

@@ -184,3 +184,18 @@ def test_the_float32_file_for_engine_hf_that_cannot_be_written_is_one_cache_erro
     folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), tmp_path / "cache")
     with pytest.raises(CacheError, match="cannot write the float32 weights .*--cache-dir"):
         gguf_weights.write_safetensors(folder, tmp_path / "no such folder" / "model.safetensors")
+
+
+def test_the_float32_file_written_for_engine_hf_drops_what_was_packed_under_the_old_key(tmp_path):
+    # The file changes the folder's key: the bf16/fp32 weights kept under the old one (807 MB
+    # for the bundled model) were neither read again nor ever dropped.
+    cache = tmp_path / "cache"
+    folder = ensure_hf_dir(ModelSource("tiny", "gguf", _gguf(tmp_path)), cache)
+    (cache / "packed").mkdir()
+    kept = [cache / "packed" / f"{folder.name}-0123456789abcdef.{kind}.safetensors" for kind in ("bf16", "fp32")]
+    other = cache / "packed" / "another-0123456789abcdef-0123456789abcdef.bf16.safetensors"
+    for f in (*kept, other):
+        f.write_bytes(b"x")
+    gguf_weights.write_safetensors(folder)
+    assert (folder / "model.safetensors").is_file() and gguf_weights.linked_gguf(folder) is None
+    assert not any(f.exists() for f in kept) and other.exists()
