@@ -1,7 +1,7 @@
 """int8 weights packed once per model and kept in ktcli's cache folder, so a warm start
 reads the packed matrices instead of reading every fp32 weight and packing it again; and a
-converted GGUF's weights in another dtype (bf16 on a GPU), which would otherwise be
-dequantized from the GGUF on every load (`gguf_weights`).
+converted GGUF's weights in bf16 or fp16 (a GPU's), which would otherwise be dequantized
+from the GGUF on every load (`gguf_weights`); fp32 is not kept (4x the GGUF).
 
 Why: packing SmolLM2-135M for `--weights int8` (the CPU default) reads its 540 MB of fp32
 weights and computes every 32-value block's scale, minimum and codes: ~0.4 s of each `ktcli
@@ -171,7 +171,9 @@ def load_engine_weights(folder: Path, cfg: ModelConfig, weights: str, device, ro
     converted GGUF's in any dtype."""
     if weights == "int8":
         return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, device))
-    if linked_gguf(folder) is None:
+    if linked_gguf(folder) is None or weights == "fp32":
+        # (fp32, an exactness mode, is dequantized each load: kept, it would be the 4x copy
+        # of the GGUF that `gguf_weights` does away with, 538 MB for the bundled model)
         return load_weights(folder, cfg, weights, device)
     return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, "cpu"), weights, device)
 

@@ -137,6 +137,8 @@ def test_a_gguf_loaded_in_another_dtype_is_kept_in_it_and_read_back_the_same(tmp
         for mine, want in zip(w.layers, fresh.layers):
             assert torch.equal(mine.qkv, want.qkv) and torch.equal(mine.down, want.down)
             assert torch.equal(mine.in_norm, want.in_norm)
+    pack_cache.load_engine_weights(folder, cfg, "fp32", "cpu", root)
+    assert not pack_cache.cache_file(root, folder, "fp32").exists()  # 4x the GGUF: dequantized each load
     hf = tiny_models["llama"]
     pack_cache.load_engine_weights(hf, load_config(hf), "bf16", "cpu", root)
     assert not pack_cache.cache_file(root, hf, "bf16").exists()
