@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 
 # Beside a converted folder's files: the GGUF it came from (path, size, mtime).
 SOURCE_RECORD = "ktcli-source.json"
-# Folders whose GGUF this process found where their record could not be rewritten (a cache
-# another user warmed, read-only to this one): folder -> the file, named by the same content.
-_FOUND: dict[str, Path] = {}
+# Folders whose GGUF this process found (`model_store.ensure_hf_dir`): folder -> the file, its
+# size and mtime then. Read from there whatever the record says by load time: another
+# virtualenv's run may rewrite the record meanwhile and delete its copy, and a cache another
+# user warmed may be read-only here.
+_FOUND: dict[str, tuple[Path, int, int]] = {}
 
 
 def recorded_source(folder: Path) -> dict | None:
@@ -55,9 +57,22 @@ def record_source(folder: Path, gguf: Path) -> None:
 
 
 def found_at(folder: Path, gguf: Path) -> None:
-    """Read the folder's weights from `gguf` in this process, its record left as it is
-    (`model_store.ensure_hf_dir`, where the record cannot be written)."""
-    _FOUND[str(Path(folder).resolve())] = gguf.resolve()
+    """Read the folder's weights from `gguf` in this process while it stays as it is now."""
+    st = gguf.stat()
+    _FOUND[str(Path(folder).resolve())] = (gguf.resolve(), st.st_size, st.st_mtime_ns)
+
+
+def _found(folder: Path) -> Path | None:
+    """The GGUF this process found for `folder`, where it is still as it was then."""
+    entry = _FOUND.get(str(Path(folder).resolve()))
+    if entry is None:
+        return None
+    path, size, mtime = entry
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return path if (st.st_size, st.st_mtime_ns) == (size, mtime) else None
 
 
 def records(folder: Path, gguf: Path) -> bool:
@@ -76,7 +91,7 @@ def linked_gguf(folder: Path) -> Path | None:
     folder that records none (a model folder of its own)."""
     if any(Path(folder).glob("*.safetensors")):
         return None
-    found = _FOUND.get(str(Path(folder).resolve()))
+    found = _found(folder)
     record = recorded_source(folder)
     return found or (Path(record["gguf"]) if record is not None else None)
 
@@ -87,7 +102,7 @@ class GGUFTensors:
 
     def __init__(self, folder: Path):
         path = linked_gguf(folder)
-        if path is None or (path != _FOUND.get(str(Path(folder).resolve())) and not records(folder, path)):
+        if path is None or (path != _found(folder) and not records(folder, path)):
             raise UsageError(f"{folder}: its GGUF ({path or 'none recorded'}) has changed or gone since it was "
                              "converted; run again to convert it afresh")
         header = read_header(path)

@@ -249,8 +249,9 @@ def ensure_hf_dir(
                 drop_packed(cache_dir / PACKED_DIR, target.name)
             try:
                 gguf_weights.record_source(target, source.path)
-            except OSError:  # a cache another user warmed, read-only here: this run reads it from there
-                gguf_weights.found_at(target, source.path)
+            except OSError:  # a cache another user warmed, read-only here: the record stays as it is
+                pass
+        gguf_weights.found_at(target, source.path)  # read from there, whatever the record says by then
         return target
     if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
         if on_status:
@@ -269,6 +270,7 @@ def ensure_hf_dir(
         raise CacheError(f"cannot convert {source.path.name} into the cache folder {target.parent} "
                          f"({str(e).splitlines()[0][:160]}): free space, or choose another with --cache-dir") from None
     _drop_older_conversions(target, cache_dir, source.path)
+    gguf_weights.found_at(target, source.path)
     return target
 
 

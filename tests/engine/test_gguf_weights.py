@@ -201,3 +201,17 @@ def test_the_float32_file_written_for_engine_hf_drops_what_was_packed_under_the_
     gguf_weights.write_safetensors(folder)
     assert (folder / "model.safetensors").is_file() and gguf_weights.linked_gguf(folder) is None
     assert not any(f.exists() for f in kept) and other.exists()
+
+
+def test_a_run_reads_the_gguf_it_found_whatever_another_run_records_meanwhile(tmp_path):
+    """Two virtualenvs' copies at once: the other run rewrites the record between this one's
+    `ensure_hf_dir` and its load, then its copy is deleted (probe 99): this run's load read
+    the record and said the GGUF was gone."""
+    folder, want, second, cache = _converted_then_moved(tmp_path)
+    assert ensure_hf_dir(ModelSource("tiny", "gguf", second), cache) == folder
+    other = tmp_path / "c" / "tiny.gguf"
+    other.parent.mkdir()
+    shutil.copy(second, other)
+    gguf_weights.record_source(folder, other)  # the other run, meanwhile
+    shutil.rmtree(tmp_path / "c")
+    assert all(torch.equal(want[k], v) for k, v in _tensors(folder).items())
