@@ -557,13 +557,11 @@ def invented_names(answer: str, sources: Iterable[str], question: str = "", else
     answered "Marisol Venkataraman, a local artist", cited, unflagged: the figures check
     (`invented_figures`) has no figure to find in it."""
     said = []
-    for sentence in _SENTENCE.split(_LABEL.sub(" ", answer)):
-        for k, m in enumerate(_word_pattern().finditer(sentence)):
-            word = m.group(0)
-            # (an acronym of four letters or fewer is as often a common word's: "CEO", "API")
-            if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper() and word.lower() not in _NOT_NAMES \
-                    and not (word.isupper() and len(word) <= 4):
-                said.append(word)
+    for k, word in _words_by_sentence(_LABEL.sub(" ", answer)):
+        # (an acronym of four letters or fewer is as often a common word's: "CEO", "API")
+        if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper() and word.lower() not in _NOT_NAMES \
+                and not (word.isupper() and len(word) <= 4):
+            said.append(word)
     if not said:
         return []
     # (found as a piece of text, in any case: a name inside a longer word counts as said)
@@ -599,17 +597,23 @@ def _names_and_figures(text: str) -> set[str]:
     sentence ("Whitfield"), one with a digit, an underscore or a capital inside ("B2",
     `max_len`, "iPhone"), a number of three characters or more ("412", "5.87")."""
     out: set[str] = set()
+    for k, word in _words_by_sentence(text):
+        if word[0].isdigit():
+            named = len(word) >= 3
+        else:
+            named = (k > 0 and word[0].isupper()) or any(c.isdigit() or c == "_" for c in word) \
+                or any(c.isupper() for c in word[1:])
+        if named:
+            out.add(word.lower())
+    return out
+
+
+def _words_by_sentence(text: str) -> Iterator[tuple[int, str]]:
+    """Each word of `text` with its place in its sentence (0: the sentence's first, whose
+    capital says nothing of a name)."""
     for sentence in _SENTENCE.split(text):
         for k, m in enumerate(_word_pattern().finditer(sentence)):
-            word = m.group(0)
-            if word[0].isdigit():
-                named = len(word) >= 3
-            else:
-                named = (k > 0 and word[0].isupper()) or any(c.isdigit() or c == "_" for c in word) \
-                    or any(c.isupper() for c in word[1:])
-            if named:
-                out.add(word.lower())
-    return out
+            yield k, m.group(0)
 
 
 _DIGITS = re.compile(r"\d+")
