@@ -105,7 +105,8 @@ class GGUFTensors:
         if path is None or (path != _found(folder) and not records(folder, path)):
             raise UsageError(f"{folder}: its GGUF ({path or 'none recorded'}) has changed or gone since it was "
                              "converted; run again to convert it afresh")
-        header = read_header(path)
+        self.path = path
+        self.header = header = read_header(path)
         self._config = gguf_convert.weight_config(header)
         self._tensors = {name: tensor for tensor, name in gguf_convert.weight_names(header)}
         self.metadata: dict[str, str] = {}
@@ -144,14 +145,13 @@ def write_safetensors(folder: Path, target: Path | None = None) -> None:
     readers that need the file (transformers' loader), into the folder or to `target`."""
     own = target is None
     target = target or Path(folder) / "model.safetensors"
-    path = linked_gguf(folder)
-    if path is None:
+    if linked_gguf(folder) is None:
         return  # a folder with weight files of its own
-    GGUFTensors(folder)  # says why where the GGUF has changed or gone
-    header = read_header(path)
+    reader = GGUFTensors(folder)  # (says why where the GGUF has changed or gone)
+    path = reader.path
     tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
     try:
-        gguf_convert.write_safetensors(header, tmp)
+        gguf_convert.write_safetensors(reader.header, tmp)
         os.replace(tmp, target)
         if own:
             # The folder's weights are this file now, its packed ones keyed anew: those kept
