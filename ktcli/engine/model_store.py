@@ -138,33 +138,56 @@ def _from_hf_cache(repo_id: str) -> Path:
 # converter, whose tokenizer keeps control tokens spelled outside the byte alphabet at their
 # ids and adds the BOS/EOS a file asks for; and a fingerprint that samples the whole file;
 # 4: no float32 copy of the weights, read from the GGUF instead: the folders of 3 were each
-# ~4x their GGUF, and are dropped by the first run of 4).
-CONVERSION_VERSION = 4
-# The fingerprint reads this much at the file's start and end (the start holds the metadata
-# and vocabulary) and SAMPLES blocks of SAMPLE_BYTES spread between: a fine-tune that kept
-# the metadata, the size and the last layers' bytes (its first and last MiB alike) took the
-# other model's conversion. ~6 MB read, whatever the file's size.
+# ~4x their GGUF, and are dropped by the first run of 4; 5: the fingerprint reads all the
+# metadata, not its first MiB).
+CONVERSION_VERSION = 5
+# The fingerprint reads the whole metadata and tensor table (which may run past its first
+# MiB: the bundled model's does, to 1.7 MB, and a chat template or vocabulary that differed
+# only there took the other file's config and tokenizer), the file's last MiB, and SAMPLES
+# blocks of SAMPLE_BYTES spread between: a fine-tune that kept the metadata, the size and
+# the last layers' bytes (its first and last MiB alike) took the other model's conversion.
+# ~6 MB read beside the metadata, whatever the file's size.
 _FINGERPRINT_BYTES = 1 << 20
 _SAMPLES, _SAMPLE_BYTES = 64, 64 << 10
+# path -> ((size, mtime_ns, inode, version), fingerprint): a run names the folder three
+# times or more
+_FINGERPRINTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 
 
 def _fingerprint(path: Path) -> str:
     """What the converted folder is named by: the file's content, not its path or mtime.
     Keyed by path, every virtualenv and every reinstall of the same wheel converted the
     model again (40 s) and left another 517 MB folder behind: ten of them on one machine."""
+    st = os.stat(path)
+    stamp = (st.st_size, st.st_mtime_ns, st.st_ino, CONVERSION_VERSION)
+    known = _FINGERPRINTS.get(str(path))
+    if known is not None and known[0] == stamp:
+        return known[1]
     digest = hashlib.sha256(f"conversion {CONVERSION_VERSION}|".encode())
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
         digest.update(f"{size}|".encode())
-        digest.update(f.read(_FINGERPRINT_BYTES))
-        middle = size - 2 * _FINGERPRINT_BYTES
+        head = max(_metadata_end(path, size), min(size, _FINGERPRINT_BYTES))
+        digest.update(f.read(head))
+        middle = size - head - _FINGERPRINT_BYTES
         for k in range(_SAMPLES if middle > _SAMPLES * _SAMPLE_BYTES else 0):
-            f.seek(_FINGERPRINT_BYTES + middle * k // _SAMPLES)
+            f.seek(head + middle * k // _SAMPLES)
             digest.update(f.read(_SAMPLE_BYTES))
-        if size > 2 * _FINGERPRINT_BYTES:
-            f.seek(size - _FINGERPRINT_BYTES)
+        f.seek(max(head, size - _FINGERPRINT_BYTES))
         digest.update(f.read(_FINGERPRINT_BYTES))
-    return digest.hexdigest()[:16]
+    fingerprint = digest.hexdigest()[:16]
+    _FINGERPRINTS[str(path)] = (stamp, fingerprint)
+    return fingerprint
+
+
+def _metadata_end(path: Path, size: int) -> int:
+    """Where the GGUF's tensor data starts (its end where it holds none); 0 for a file that
+    is not GGUF (refused later, with its reason)."""
+    try:
+        tensors = read_header(path).tensors
+    except ValueError:
+        return 0
+    return min((t.offset for t in tensors), default=size)
 
 
 def model_key(folder: Path, fmt: str) -> str:

@@ -274,6 +274,28 @@ def test_the_fingerprint_reads_the_middle_of_the_file_too(tmp_path):
     assert _fingerprint(one) != _fingerprint(two)
 
 
+def test_the_fingerprint_reads_all_the_metadata(tmp_path):
+    """The bundled model's metadata runs to 1.7 MB: a chat template or vocabulary that
+    differed only past the first MiB, in a file of the same size, took the other file's
+    config and tokenizer."""
+    import gguf
+
+    from ktcli.engine.model_store import _fingerprint
+
+    paths = []
+    for n, letter in enumerate("ab"):
+        writer = gguf.GGUFWriter(tmp_path / f"{n}.gguf", "llama")
+        writer.add_string("tokenizer.chat_template", "x" * (3 << 19) + letter)  # 1.5 MiB
+        writer.add_tensor("blk.0.w", np.zeros(1 << 20, dtype=np.float32))  # 4 MiB after
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        paths.append(tmp_path / f"{n}.gguf")
+    assert paths[0].stat().st_size == paths[1].stat().st_size
+    assert _fingerprint(paths[0]) != _fingerprint(paths[1])
+
+
 def test_a_file_neither_converter_takes_is_one_line(tmp_path, monkeypatch):
     """transformers' reader failed with an internal ValueError or KeyError ('scores')."""
     from ktcli.engine import model_store
