@@ -386,6 +386,7 @@ def prepare(
         convert_params=facts.n_params if converts else 0,
         convert_largest=facts.convert_largest_params if converts else 0,
         compiles_kernels=_compiles_kernels(settings),
+        float32_params=_float32_file_params(settings, facts, converts),
         # a question read whole quotes its key lines (`pipeline.key_lines`), never from code
         key_lines=settings.key_lines if task == "ask" and any(quotes(d.kind) for d in corpus.documents) else 0,
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
@@ -436,6 +437,22 @@ def _converts_first(settings: Settings) -> bool:
         return False
     source = resolve_model(settings.model, settings.named("model"))
     return source.kind == "gguf" and not is_converted(source, settings.cache_path)
+
+
+def _float32_file_params(settings: Settings, facts: ModelFacts, converts: bool) -> int:
+    """Parameters whose float32 copy this run writes before its model loads: --engine hf
+    on a GGUF that ktcli's converter takes (transformers' own writes the file as it
+    converts) and whose folder reads its weights from the GGUF still (`engine.gguf_weights`)."""
+    from ktcli.engine.gguf_weights import linked_gguf
+
+    if settings.backend != "local" or settings.engine != "hf":
+        return 0
+    source = resolve_model(settings.model, settings.named("model"))
+    if source.kind != "gguf":
+        return 0
+    if converts:
+        return facts.n_params if facts.convert_largest_params else 0
+    return facts.n_params if linked_gguf(model_folder(source, settings.cache_path)) is not None else 0
 
 
 def _compiles_kernels(settings: Settings) -> bool:

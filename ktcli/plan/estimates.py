@@ -287,6 +287,13 @@ CONVERT_S_PER_PARAM = 0.12e-6
 CONVERT_BYTES_PER_PARAM = 7
 
 
+# --engine hf on a GGUF writes the float32 model.safetensors transformers reads, once
+# (`engine.gguf_weights.write_safetensors`): 538 MB for SmolLM2-135M in 1.07 s beside a
+# test run on the 2-core EPYC (2026-12-06), one tensor at a time.
+FLOAT32_WRITE_S_PER_PARAM = 8e-9
+FLOAT32_BYTES_PER_PARAM = 4
+
+
 def conversion_seconds(n_params: int, largest: int = 0) -> float:
     """`largest`: the largest tensor's parameters where ktcli's own converter takes the
     file (0: transformers' loader converts it)."""

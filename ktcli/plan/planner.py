@@ -15,6 +15,8 @@ from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
     EMBED_GROWTH_CHUNKS,
     EMBEDDER_BYTES,
+    FLOAT32_BYTES_PER_PARAM,
+    FLOAT32_WRITE_S_PER_PARAM,
     LATER_READS_GROWTH_BYTES,
     ContextCost,
     conversion_bytes,
@@ -146,6 +148,9 @@ class PlanRequest:
     # This run compiles the engine's C++ kernels before its model loads (once per install,
     # where scripts/setup.sh did not: `engine.cpp_ext.compile_pending`).
     compiles_kernels: bool = False
+    # Parameters whose float32 copy this run writes before transformers loads them (--engine
+    # hf on a GGUF, once per model: `engine.gguf_weights.write_safetensors`; 0: none).
+    float32_params: int = 0
     # The key lines a question read whole quotes before itself (0: none), which load the
     # embedder (`pipeline.key_lines`).
     key_lines: int = 0
@@ -189,7 +194,14 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.compiles_kernels:  # weighed as the conversion is: every mode pays it, once
         plan = _plus_once(plan, req, KERNEL_COMPILE_S,
                           f"this first run compiles the engine's C++ kernels (once: ~{KERNEL_COMPILE_S:.0f} s)")
-    return _with_conversion(plan, req) if req.convert_params else plan
+    if req.convert_params:
+        plan = _with_conversion(plan, req)
+    if req.float32_params:  # (said after the conversion, as the run does it)
+        seconds = FLOAT32_WRITE_S_PER_PARAM * req.float32_params
+        plan = _plus_once(plan, req, seconds, "this first run on --engine hf writes the model's weights in float32 "
+                          f"for transformers to read (once: ~{_gb(FLOAT32_BYTES_PER_PARAM * req.float32_params)} "
+                          f"on disk, ~{seconds:.0f} s)")
+    return plan
 
 
 def _with_conversion(plan: Plan, req: PlanRequest) -> Plan:

@@ -215,3 +215,23 @@ def test_a_run_reads_the_gguf_it_found_whatever_another_run_records_meanwhile(tm
     gguf_weights.record_source(folder, other)  # the other run, meanwhile
     shutil.rmtree(tmp_path / "c")
     assert all(torch.equal(want[k], v) for k, v in _tensors(folder).items())
+
+
+def test_the_plan_says_the_float32_file_engine_hf_writes_once(tmp_path):
+    """`ktcli plan --engine hf` did not say its first run writes 538 MB (the bundled
+    model's float32 weights); nor does it once they are written."""
+    from ktcli.config import Settings
+    from ktcli.engine.model_store import model_facts
+    from ktcli.pipeline.prepare import _float32_file_params
+
+    gguf = _gguf(tmp_path)
+    cache = tmp_path / "cache"
+    source = ModelSource("tiny", "gguf", gguf)
+    settings = Settings(model=str(gguf), engine="hf", cache_dir=str(cache))
+    facts = model_facts(source, cache)
+    assert _float32_file_params(settings, facts, converts=True) == facts.n_params > 0
+    folder = ensure_hf_dir(source, cache)
+    assert _float32_file_params(settings, facts, converts=False) == facts.n_params
+    assert _float32_file_params(Settings(model=str(gguf), cache_dir=str(cache)), facts, converts=False) == 0
+    gguf_weights.write_safetensors(folder)
+    assert _float32_file_params(settings, facts, converts=False) == 0

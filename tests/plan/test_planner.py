@@ -601,3 +601,15 @@ def test_mode_full_past_the_window_suggests_only_the_modes_that_can_run():
         make_plan(replace(base, window_cap=2048), replace(SMOL, context_window=2048), RATES)
     with pytest.raises(UsageError, match=r"use --mode auto, retrieval$"):
         make_plan(replace(base, sparse_ok=False), SMOL, RATES)  # another engine: no sparse mode
+
+
+def test_a_first_run_on_engine_hf_plans_the_float32_file_it_writes():
+    """--engine hf on a GGUF writes its weights in float32 once (538 MB, ~1 s for the
+    bundled model); the plan said nothing of it."""
+    warm = make_plan(req(corpus_tokens=2000), SMOL, RATES)
+    first = make_plan(req(corpus_tokens=2000, float32_params=SMOL.n_params), SMOL, RATES)
+    assert first.mode is warm.mode and 0.5 < first.est_seconds - warm.est_seconds < 3
+    assert "writes the model's weights in float32" in first.reasons[-1] and "0.50 GiB on disk" in first.reasons[-1]
+    both = make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params, convert_largest=49152 * 576,
+                         float32_params=SMOL.n_params), SMOL, RATES)
+    assert "converts the model" in both.reasons[-2] and "float32" in both.reasons[-1]  # in the run's order
