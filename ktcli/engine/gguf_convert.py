@@ -28,13 +28,13 @@ disagree with its metadata, or lack a layer's, is refused (`Inconsistent`), not 
 from __future__ import annotations
 
 import json
-import struct
 from pathlib import Path
 
 import numpy as np
 
 from ktcli.engine import gguf_dequant
 from ktcli.engine.gguf_header import GGUFHeader, Tensor
+from ktcli.engine.safetensors_header import write_file
 
 # The arrays the tokenizer needs whole (`gguf_header.read_header(path, whole=...)`).
 TOKENIZER_ARRAYS = ("tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.token_type")
@@ -255,23 +255,13 @@ def hf_weights(tensor: Tensor, config: dict) -> np.ndarray:
 
 
 def write_safetensors(header: GGUFHeader, path: Path) -> None:
-    """The weights as a float32 safetensors file, written tensor by tensor (an 8-byte header
-    length, a JSON header of names, dtypes, shapes and byte ranges, then the data): only one
-    tensor is in memory at a time, where saving a loaded model held all of it (28 GB for a
-    7B model)."""
+    """The weights as a float32 safetensors file, written tensor by tensor: only one tensor
+    is in memory at a time, where saving a loaded model held all of it (28 GB for a 7B
+    model)."""
     names, config = weight_names(header), weight_config(header)
-    entries, at = {}, 0
-    for tensor, name in names:
-        size = tensor.n_elements * 4
-        entries[name] = {"dtype": "F32", "shape": list(reversed(tensor.shape)), "data_offsets": [at, at + size]}
-        at += size
-    head = json.dumps({"__metadata__": {"format": "pt"}, **entries}, separators=(",", ":")).encode()
-    head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
+    entries = [(name, "F32", tuple(reversed(tensor.shape)), tensor.n_elements * 4) for tensor, name in names]
     with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(head)))
-        f.write(head)
-        for tensor, _ in names:
-            hf_weights(tensor, config).tofile(f)  # no bytes copy of it
+        write_file(f, entries, (hf_weights(tensor, config) for tensor, _ in names), {"format": "pt"})
 
 
 def _byte_alphabet() -> dict[int, str]:

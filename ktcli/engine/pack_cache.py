@@ -34,8 +34,8 @@ import torch
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.gguf_weights import linked_gguf
 from ktcli.engine.model_store import model_key, sweep_stale
+from ktcli.engine.safetensors_header import write_file
 from ktcli.engine.weights import DTYPES, LayerWeights, ModelWeights, load_weights
-from ktcli.filemodes import as_umask_allows
 
 FORMAT = 1
 PACKED_DIR = "packed"  # under the cache folder
@@ -47,11 +47,13 @@ def cache_file(root: Path, folder: Path, weights: str = "int8") -> Path:
     return Path(root) / f"{model_key(folder, str(FORMAT))}.{weights}.safetensors"
 
 
-def save(path: Path, w: ModelWeights) -> bool:
-    """Write `w` (packed int8 or float matrices, fp32 vectors; on the CPU) to `path`; False
-    where it cannot."""
-    from safetensors.torch import save_file
+# safetensors' names of the dtypes packed files hold
+_SAFETENSORS_DTYPES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.uint8: "U8"}
 
+
+def save(path: Path, w: ModelWeights) -> bool:
+    """Write `w` (packed int8 or float matrices, fp32 vectors; on any device) to `path`,
+    copying one tensor at a time to the host; False where it cannot."""
     tensors = {"embed": w.embed, "norm": w.norm}
     tied = w.lm_head.data_ptr() == w.embed.data_ptr()
     if not tied:
@@ -62,15 +64,17 @@ def save(path: Path, w: ModelWeights) -> bool:
             if t is not None:
                 tensors[f"layers.{i}.{name}"] = t
     meta = {"format": str(FORMAT), "layers": str(len(w.layers)), "tied": "1" if tied else "0"}
+    entries = [(name, _SAFETENSORS_DTYPES[t.dtype], tuple(t.shape), t.numel() * t.element_size())
+               for name, t in tensors.items()]
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=meta)
-        with open(tmp, "rb") as f:
+        with open(tmp, "wb") as f:
+            write_file(f, entries, (_host_array(t) for t in tensors.values()), meta)
+            f.flush()
             os.fsync(f.fileno())  # on disk before it has its name: a crash left zeros, read as weights
-        as_umask_allows(tmp)  # safetensors writes it owner-only
         os.replace(tmp, path)  # readers see the whole file or none
-    except Exception:  # noqa: BLE001 - OSError, or safetensors' own SafetensorError on a write failure
+    except OSError:
         try:
             tmp.unlink(missing_ok=True)
         except OSError:  # the folder itself could not be made
@@ -78,6 +82,12 @@ def save(path: Path, w: ModelWeights) -> bool:
         return False
     _drop_stale(path)
     return True
+
+
+def _host_array(t: torch.Tensor):
+    """`t`'s bytes as a numpy array on the host (bf16, which numpy lacks, as int16)."""
+    t = t.detach().to("cpu").contiguous()
+    return (t.view(torch.int16) if t.dtype == torch.bfloat16 else t).numpy()
 
 
 def drop_packed(root: Path, folder_name: str) -> None:
@@ -153,8 +163,8 @@ def _fits(w: ModelWeights, cfg: ModelConfig, weights: str = "int8") -> bool:
 
 def load_or_pack(folder: Path, cfg: ModelConfig, root: Path | None, pack: Callable[[], ModelWeights],
                  weights: str = "int8", device: torch.device | str = "cpu") -> ModelWeights:
-    """The cached `weights` of `folder` under `root` on `device`, else `pack()` (on the CPU;
-    then cached, and moved). KTCLI_NO_PACK_CACHE=1 packs every time and writes nothing."""
+    """The cached `weights` of `folder` under `root` on `device`, else `pack()` (on the CPU
+    or `device`; then cached, and moved). KTCLI_NO_PACK_CACHE=1 packs every time and writes nothing."""
     if root is None or os.environ.get("KTCLI_NO_PACK_CACHE"):
         return _moved(pack(), device)
     path = cache_file(root, folder, weights)
@@ -175,7 +185,9 @@ def load_engine_weights(folder: Path, cfg: ModelConfig, weights: str, device, ro
         # (fp32, an exactness mode, is dequantized each load: kept, it would be the 4x copy
         # of the GGUF that `gguf_weights` does away with, 538 MB for the bundled model)
         return load_weights(folder, cfg, weights, device)
-    return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, "cpu"), weights, device)
+    # Dequantized straight onto the device, then kept from there a tensor at a time: made on
+    # the host, a GPU's first bf16 load held the whole model there (~14 GB for a 7B).
+    return load_or_pack(folder, cfg, root, lambda: load_weights(folder, cfg, weights, device), weights, device)
 
 
 def _moved(w: ModelWeights, device: torch.device | str) -> ModelWeights:

@@ -1,0 +1,38 @@
+"""Safetensors files written one tensor at a time (`safetensors_header.write_file`) read
+back the same through the safetensors library, bf16 included; a tensor of the wrong size
+or a missing one is an error, not a file whose offsets lie."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors import safe_open
+
+from ktcli.engine.pack_cache import _host_array
+from ktcli.engine.safetensors_header import read_header, write_file
+
+
+def test_a_streamed_file_reads_back_through_safetensors(tmp_path):
+    g = torch.Generator().manual_seed(0)
+    tensors = {"a": torch.randn(3, 5, generator=g), "b": torch.randn(7, generator=g).to(torch.bfloat16),
+               "c": torch.randint(0, 255, (2, 9), dtype=torch.uint8, generator=g),
+               "d": torch.randn(4, 4, generator=g).half()[:, ::2]}  # not contiguous
+    dtypes = {torch.float32: "F32", torch.bfloat16: "BF16", torch.uint8: "U8", torch.float16: "F16"}
+    entries = [(k, dtypes[t.dtype], tuple(t.shape), t.numel() * t.element_size()) for k, t in tensors.items()]
+    path = tmp_path / "x.safetensors"
+    with open(path, "wb") as f:
+        write_file(f, entries, (_host_array(t) for t in tensors.values()), {"format": "1"})
+    header, start = read_header(path)
+    assert start % 8 == 0 and header["__metadata__"] == {"format": "1"}
+    with safe_open(str(path), "pt") as f:
+        assert f.metadata() == {"format": "1"}
+        for k, t in tensors.items():
+            assert torch.equal(f.get_tensor(k), t)
+
+
+@pytest.mark.parametrize("arrays", [[np.zeros(3, np.float32), np.zeros(1, np.float32)], [np.zeros(4, np.float32)]],
+                         ids=["wrong size", "one missing"])
+def test_a_wrong_size_or_a_missing_tensor_is_refused(tmp_path, arrays):
+    with open(tmp_path / "x.safetensors", "wb") as f, pytest.raises(ValueError):
+        write_file(f, [("a", "F32", (4,), 16), ("b", "F32", (1,), 4)], iter(arrays))
