@@ -10,9 +10,10 @@ and says so, see `plan.planner`).
 
 Python is outlined from its syntax tree; other languages by line patterns (declarations
 near the left margin and the comment block above each); data and config files by their
-first lines. Long prose with headings (Markdown, reStructuredText, HTML) keeps its
-headings and each section's first paragraph (the Python tutorial: 13% of its tokens);
-shorter prose, prose without headings and PDFs are read whole. Every kept line keeps
+first lines. Long prose with headings (Markdown, reStructuredText, HTML, and PDFs by the sections
+their bookmarks or numbered headings start: `ingest.pdf_headings`) keeps its headings and
+each section's first paragraph (the Python tutorial: 13% of its tokens); shorter prose and
+prose without headings are read whole. Every kept line keeps
 its line number, so an outline still cites its source.
 """
 
@@ -63,7 +64,7 @@ _CODE_LANGUAGES = {
 
 def outline_lines(doc: Document) -> list[tuple[int, str]] | None:
     """The outline of a document as (1-based line, text) in file order, or None for one
-    that is read whole (a PDF, prose without headings, or no shorter as an outline)."""
+    that is read whole (short prose, prose without headings, or no shorter as an outline)."""
     if not doc.text.strip():
         return None
     lines = doc.text.split("\n")
@@ -72,6 +73,12 @@ def outline_lines(doc: Document) -> list[tuple[int, str]] | None:
             return None  # a README or a short page is worth reading whole
         keep = _sections(lines)
         if keep is None:
+            return None
+    elif doc.kind == "pdf":
+        if len(doc.text) < PROSE_OUTLINE_CHARS:
+            return None
+        keep = _pdf_sections(doc, lines)
+        if keep is None:  # `--outline always` read a 60-page report whole though its headings were found
             return None
     elif doc.kind != "code":
         return None
@@ -237,14 +244,33 @@ def _sections(lines: list[str]) -> set[int] | None:
     return keep if headings >= MIN_HEADINGS else None
 
 
-def _lead(lines: list[str], start: int, keep: set[int]) -> int:
+def _pdf_sections(doc: Document, lines: list[str]) -> set[int] | None:
+    """A PDF's section headings (found by `pdf_headings` from its bookmarks or numbered
+    headings: a PDF's text has no `#` lines to tell them by), each with the first paragraph
+    under it, and the text's opening paragraph; None for fewer than MIN_HEADINGS."""
+    starts = sorted({page.line_offset + k for page in doc.pages for k, _ in page.headings})
+    if len(starts) < MIN_HEADINGS:
+        return None
+    keep: set[int] = set()
+    stops = set(starts)
+    _lead(lines, 0, keep, stops)
+    for i in starts:
+        if i < len(lines):
+            keep.add(i)
+            _lead(lines, i + 1, keep, stops)
+    return keep
+
+
+def _lead(lines: list[str], start: int, keep: set[int], stops: set[int] = frozenset()) -> int:
     """Keep the first paragraph at or after `start` (blank lines and markup skipped, at
-    most LEAD_LINES lines, stopping at a heading); returns the line after it."""
+    most LEAD_LINES lines, stopping at a heading or a line of `stops`); returns the line
+    after it."""
     i = start
     while i < len(lines) and (not lines[i].strip() or _RST_MARKUP.match(lines[i])):
         i += 1
     taken = 0
-    while i < len(lines) and lines[i].strip() and taken < LEAD_LINES and not _MARKDOWN_HEADING.match(lines[i]) \
+    while i < len(lines) and lines[i].strip() and taken < LEAD_LINES and i not in stops \
+            and not _MARKDOWN_HEADING.match(lines[i]) \
             and not (i + 1 < len(lines) and RST_UNDERLINE.match(lines[i + 1]) and not RST_UNDERLINE.match(lines[i])):
         keep.add(i)
         i += 1

@@ -186,3 +186,46 @@ def test_short_prose_and_prose_without_headings_are_read_whole():
     assert outline_lines(doc("# A\n\nx\n\n## B\n\ny\n\n## C\n\nz\n", language=None, kind="markdown", path="r.md")) is None
     assert outline_lines(doc("Just words. " * 5000, language=None, kind="text", path="plain.txt")) is None
     assert outline_lines(doc("Page text " * 5000, language=None, kind="pdf", path="a.pdf")) is None
+
+
+def test_a_long_pdf_is_outlined_by_the_sections_its_bookmarks_start(tmp_path, monkeypatch):
+    """`--outline always` read a PDF whole though its headings were found: a PDF's text has
+    no `#` lines, so its sections are those `pdf_headings` placed."""
+    import io
+
+    from pypdf import PdfWriter
+
+    from ktcli.ingest.loaders import load_file
+    from tests.ingest.fixtures import make_text_pdf
+
+    def filler(topic):
+        return [f"Sentence {i} of the part on {topic}, about the harbour, its lamps and keepers." for i in range(40)]
+
+    titles = ["1 Tides", "2 Boats", "3 Lamps", "4 Keepers", "5 Storms"]
+    pages = [["The Harbour Report", "An opening paragraph that says what the report is."]]
+    pages += [[title, f"The lead of {title}.", *filler(title)] for title in titles]
+    writer = PdfWriter(clone_from=io.BytesIO(make_text_pdf(pages)))
+    for n, title in enumerate(titles, start=1):
+        writer.add_outline_item(title=title, page_number=n)
+    out = io.BytesIO()
+    writer.write(out)
+    path = tmp_path / "report.pdf"
+    path.write_bytes(out.getvalue())
+    doc = load_file(path, "report.pdf")
+    assert len(doc.text) >= 10_000
+    import ktcli.ingest.outline as outline
+
+    assert outline_lines(doc) is None  # under PROSE_OUTLINE_CHARS: read whole
+    monkeypatch.setattr(outline, "PROSE_OUTLINE_CHARS", 5_000)
+    got = outline_lines(doc)
+    lines = doc.text.split("\n")
+    assert got is not None and all(lines[n - 1] == text for n, text in got)  # each at its line
+    kept = {n - 1 for n, _ in got}
+    texts = [text for _, text in got]
+    for title in titles:
+        assert title in texts and f"The lead of {title}." in texts
+    assert texts[0] == "The Harbour Report"
+    assert sum("Sentence" in t for t in texts) <= len(titles) * (outline.LEAD_LINES - 1)
+    assert len(kept) < len(lines) / 3
+    chunks = outline_chunks(doc, [(i + 1, lines[i]) for i in sorted(kept)], 200)
+    assert chunks[0].span.page == 1 and chunks[-1].span.page == 6  # named by page, as a PDF's chunks are
