@@ -7,7 +7,8 @@ navigates by, so each chapter is a page-like unit (`Page`, cited `book.epub ch.3
 third chapter in reading order) and its title in the table of contents heads its section
 trail (`(Part One > Loomings)`), as a PDF's bookmarks head its pages'. A file of the spine
 the table of contents does not list (a chapter split in two files by a converter) reads
-as part of the chapter before it; a book without one has a chapter per file.
+as part of the chapter before it (one before any it lists, a title page, as part of the
+first it lists); a book without one has a chapter per file.
 
 The navigation document and the NCX are the table of contents, not content: not read as
 chapters.
@@ -58,6 +59,7 @@ def epub_text(z: ZipDocument) -> ZippedText:
     _refuse_drm(z, {manifest[r.get("idref", "")][0] for r in spine.iter(f"{OPF}itemref") if r.get("idref") in manifest})
 
     chapters: list[list[str]] = []
+    front: list[str] = []  # lines before the first chapter the table of contents lists
     shift = 0  # levels the headings of the chapter before were moved by
     images = unread = 0
     for ref in spine.iter(f"{OPF}itemref"):
@@ -77,10 +79,19 @@ def epub_text(z: ZipDocument) -> ZippedText:
             lines = [_shifted(line, shift) for line in lines]
         if not any(line.strip() for line in lines):
             continue  # a cover or a page of pictures: counted in `images`
-        if entry is None and toc and chapters:
-            chapters[-1].extend(["", *lines])  # the rest of the chapter before, in a file of its own
-        else:
-            chapters.append(lines)
+        if entry is None and toc:
+            if chapters:
+                chapters[-1].extend(["", *lines])  # the rest of the chapter before, in a file of its own
+            else:
+                # A title page or cover with words, which the table of contents does not
+                # list: read with the first chapter it does list. As a chapter of its own
+                # it put every chapter one number later ("ch.3" for "Chapter 2").
+                front.extend([*lines, ""])
+            continue
+        chapters.append(front + lines)
+        front = []
+    if front:  # a table of contents that lists none of the files
+        chapters.append(front[:-1])
     if chapters:
         chapters[0][:0] = _metadata_lines(opf)
     left_out = []

@@ -704,6 +704,20 @@ def test_an_epub_is_read_chapter_by_chapter_and_cited_by_chapter(write, ncx) -> 
     assert doc.left_out[0].reason == "2 images not read (alt text kept where given)"
 
 
+def test_an_epub_title_page_the_contents_do_not_list_is_read_with_the_first_chapter(write) -> None:
+    """A cover with words counted as chapter 1, so "Chapter 2" was cited "ch.3"."""
+    titled = [("title.xhtml", xhtml("Book", "<h1>The Lighthouse Keeper</h1><p>A novel by Ada Quill.</p>")), *PARTED]
+    toc = [(1, "ch1.xhtml", "Chapter 1"), (1, "ch2.xhtml", "Chapter 2"), (1, "ch3.xhtml", "Chapter 3")]
+    doc = load_one(write("titled.epub", make_epub(titled, toc=toc)))
+    assert [p.number for p in doc.pages] == [1, 2, 3]
+    assert "A novel by Ada Quill." in doc.pages[0].text and "Call me Ishmael." in doc.pages[0].text
+    assert cited(doc, "I stuffed a shirt into my bag.")[0][0] == "titled.epub ch.2"
+    assert cited(doc, "A novel by Ada Quill.")[0][0] == "titled.epub ch.1"
+    # contents that list none of the files: one chapter, nothing lost
+    lost = load_one(write("lost.epub", make_epub(titled, toc=[(1, "elsewhere.xhtml", "Nowhere")])))
+    assert len(lost.pages) == 1 and "A novel by Ada Quill." in lost.text and "The inn was dark." in lost.text
+
+
 def test_an_epub_is_known_by_its_content_and_a_drm_one_refused(write) -> None:
     data = make_epub([("a.xhtml", xhtml("A", "<p>Piped chapter.</p>"))], nav_in_spine=False)
     piped = load_stdin(None, io.BytesIO(data))
