@@ -12,7 +12,7 @@ import warnings
 from bs4 import BeautifulSoup, NavigableString, Tag, XMLParsedAsHTMLWarning
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
 
-from ktcli.ingest.layout import escaped_hash
+from ktcli.ingest.layout import count_of, escaped_hash
 from ktcli.ingest.pdf_marks import EXPONENT_BASE, RAISED_MARK
 
 # Never visible (or not page content). <head> itself is walked, not dropped: a page may
@@ -60,6 +60,7 @@ class _Lines:
         # after them, wherever those are (`<li><p>text</p></li>` was a lone "-" line, then
         # the text), and from those words' line.
         self.marker = ""
+        self.skipped: set[int] = set()  # ids of elements left out whole (`_site_menus`)
         self._any = False  # the line holds a visible character (a separator counts)
         self._content = False  # ... of the page's text (a cell separator does not)
         self._heading = False  # the line is a heading's, its "## " marker written
@@ -124,17 +125,24 @@ class _Lines:
 _MAX_NESTING = 50_000
 
 
-def html_to_text(markup: str, *, title: bool = True) -> tuple[str, tuple[int, ...]]:
+def html_to_text(markup: str, *, title: bool = True,
+                 left_out: list[str] | None = None) -> tuple[str, tuple[int, ...]]:
     """The page's visible text, and for each of its lines the markup's line (1-based) it
     starts on, so that citations name lines of the file the user has. `title`: whether
     the page's <title> heads the text (not an EPUB chapter's, most often the book's name
-    on every chapter)."""
+    on every chapter). `left_out`: where given, a saved web page's navigation menus are
+    left out and said there (`_site_menus`)."""
     with warnings.catch_warnings():
         # XHTML (an XML prolog) is read as HTML on purpose: its visible text is the same,
         # and bs4's multi-line advice reached the user's terminal.
         warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
         soup = BeautifulSoup(markup, "html.parser")
     out = _Lines()
+    if left_out is not None:
+        menus, words = _site_menus(soup)
+        if menus:
+            out.skipped = {id(menu) for menu in menus}
+            left_out.append(f"{count_of(len(menus), 'navigation menu')} ({words:,} words of site links) left out")
     # The walk recurses once per level of nesting: old markup that never closes its
     # <font> tags nests one level per line (1,500 lines passed Python's limit of 1,000).
     # Python frames cost no C stack here (3.11+), so the limit is lifted for the walk.
@@ -321,7 +329,7 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
         cursor.at_tag(child)
         name = (child.name or "").lower()
         nested = (node.name or "").lower() in _SIBLINGS_OF.get(name, ())  # an implied end before it
-        if name in _DROP or _hidden(child):
+        if name in _DROP or _hidden(child) or id(child) in out.skipped:
             cursor.past_element(child)  # its line breaks still count
             continue
         if name in ("math", "svg", "input"):
@@ -428,6 +436,34 @@ def _control_text(tag: Tag, name: str) -> str:
         kind = str(tag.get("type") or "text").lower()
         shown = "" if kind in _UNSHOWN_INPUTS else str(tag.get("value") or "")
     return _SPACES.sub(" ", shown).strip()
+
+
+# A page keeps its menus where the rest of it holds fewer words than this (a site map, a
+# table of contents page): they are its content.
+_MIN_WORDS_BESIDE_MENUS = 50
+
+
+def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
+    """A saved page's navigation menus (<nav>, role="navigation"; not one inside another)
+    and their words. A documentation page's sidebar lists the whole site: read, it took
+    the window's tokens and retrieval's top places (its link titles hold every keyword).
+    None where the rest of the page holds under _MIN_WORDS_BESIDE_MENUS words."""
+    found = [tag for tag in soup.find_all(True)
+             if (tag.name or "").lower() == "nav" or str(tag.get("role") or "").lower() == "navigation"]
+    found_ids = {id(tag) for tag in found}
+    menus = [tag for tag in found if not any(id(parent) in found_ids for parent in tag.parents)]
+    if not menus:
+        return [], 0
+    words = sum(_words(menu) for menu in menus)
+    if _words(soup.body or soup) - words < _MIN_WORDS_BESIDE_MENUS:
+        return [], 0
+    return menus, words
+
+
+def _words(tag: Tag) -> int:
+    """Words of `tag`'s text, not counting scripts, styles or comments."""
+    return sum(len(text.split()) for text in tag.find_all(string=True)
+               if not isinstance(text, _SKIP_STRINGS) and (text.parent.name or "").lower() not in _DROP)
 
 
 def _hidden(tag: Tag) -> bool:

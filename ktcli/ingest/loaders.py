@@ -460,13 +460,15 @@ def _html_document(markup: str, display: str) -> Document:
     # Imported here: BeautifulSoup and pypdf cost ~0.15 s of every start, used or not.
     from ktcli.ingest.htmltext import html_to_text
 
+    notes: list[str] = []
     try:
-        text, source_lines = html_to_text(markup)
+        text, source_lines = html_to_text(markup, left_out=notes)
     except ValueError as e:
         raise RejectedInput(display, f"unreadable HTML ({e})") from None
     if not text.strip():
         raise RejectedInput(display, "HTML page without visible text")
-    return replace(_text_document(text, display, "html", None), source_lines=source_lines)
+    left_out = tuple(Skipped(display, note, part=True) for note in notes)
+    return replace(_text_document(text, display, "html", None), source_lines=source_lines, left_out=left_out)
 
 
 def _notebook_document(raw: str, display: str) -> Document:

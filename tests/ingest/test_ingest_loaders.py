@@ -101,6 +101,24 @@ def test_html_keeps_visible_text_as_lines(write) -> None:
     assert same.text.split("\n")[0] == "# Release notes"  # a title the first heading repeats is not said twice
 
 
+def test_a_saved_pages_navigation_menus_are_left_out_and_said(write) -> None:
+    """A documentation page's sidebar listed the whole site: read, it took the window and
+    retrieval's top places. Left out where the page has words of its own, and said."""
+    prose = " ".join(f"The harbour logs tide {i} in the ledger at the north pier." for i in range(8))
+    menu = "".join(f'<li><a href="/p{i}">Tide tables part {i}</a></li>' for i in range(30))
+    html = (f"<html><body>\n<nav><ul>{menu}</ul>\n</nav>\n<div role=\"navigation\"><nav>Previous | Next</nav></div>\n"
+            f"<main><h1>Tides</h1>\n<p>{prose}</p></main>\n<footer>Kept: the page's own footer.</footer></body></html>")
+    doc = load_one(write("tides.html", html))
+    assert "Tide tables" not in doc.text and "Previous" not in doc.text
+    assert "# Tides" in doc.text and "tide 7 in the ledger" in doc.text and "Kept: the page's own footer." in doc.text
+    assert [n.reason for n in doc.left_out] == ["2 navigation menus (123 words of site links) left out"]
+    lines = doc.text.split("\n")
+    assert doc.source_lines[lines.index("# Tides")] == 5  # lines still those of the file
+    # a page that is all menu (a site map) keeps it, and says nothing
+    sitemap = load_one(write("map.html", f"<html><body><h1>Site map</h1><nav><ul>{menu}</ul></nav></body></html>"))
+    assert "Tide tables part 29" in sitemap.text and sitemap.left_out == ()
+
+
 def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
     # Citations must name lines of the file the user has, not of the extracted text.
     html = "\n".join([
