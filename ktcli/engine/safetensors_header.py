@@ -54,8 +54,9 @@ def write_file(out: BinaryIO, entries: list[tuple[str, str, tuple[int, ...], int
     and byte ranges, then the data) written to `out` one tensor at a time: `entries` are
     (name, safetensors dtype such as "BF16", shape, bytes), and `arrays` yields their data
     in that order, each a contiguous numpy array of that many bytes, made when it is asked
-    for. safetensors' own save_file serialises every tensor to bytes first: a second copy
-    of the whole model in host memory (7 GB more for a 7B model's int8 weights)."""
+    for. safetensors' own save_file (0.8) copies every GPU tensor to the host and keeps all
+    of them until the file is written: the whole model in host memory (`benchmarks.pack_save`:
+    on the CPU the two cost the same)."""
     head: dict = {"__metadata__": metadata} if metadata else {}
     at = 0
     for name, dtype, shape, size in entries:

@@ -445,9 +445,10 @@ _MIN_WORDS_BESIDE_MENUS = 50
 
 def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
     """A saved page's navigation menus (<nav>, role="navigation"; not one inside another)
-    and their words. A documentation page's sidebar lists the whole site: read, it took
-    the window's tokens and retrieval's top places (its link titles hold every keyword).
-    None where the rest of the page holds under _MIN_WORDS_BESIDE_MENUS words."""
+    and their words. A documentation page's sidebar lists the whole site: read, it takes
+    the window's tokens, and its chunks of link titles, which hold many of the site's
+    keywords, compete with the page's text in retrieval. None where the rest of the page
+    holds under _MIN_WORDS_BESIDE_MENUS words."""
     found = [tag for tag in soup.find_all(True)
              if (tag.name or "").lower() == "nav" or str(tag.get("role") or "").lower() == "navigation"]
     found_ids = {id(tag) for tag in found}
