@@ -22,6 +22,18 @@ def make_text_pdf(pages: list[list[str]]) -> bytes:
     return buffer.getvalue()
 
 
+def make_bookmarked_pdf(pages: list[list[str]], bookmarks: list[tuple[str, int]]) -> bytes:
+    """`make_text_pdf(pages)` with bookmarks (title, 0-based page) in its outline."""
+    from pypdf import PdfWriter
+
+    writer = PdfWriter(clone_from=io.BytesIO(make_text_pdf(pages)))
+    for title, page in bookmarks:
+        writer.add_outline_item(title=title, page_number=page)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
 def damage_page(data: bytes, page: int) -> bytes:
     """`data` with page `page`'s (1-based) content stream replaced by bytes that claim to be
     deflated and are not: pypdf logs a warning and gives the page no text."""

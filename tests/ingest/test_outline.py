@@ -191,12 +191,8 @@ def test_short_prose_and_prose_without_headings_are_read_whole():
 def test_a_long_pdf_is_outlined_by_the_sections_its_bookmarks_start(tmp_path, monkeypatch):
     """`--outline always` read a PDF whole though its headings were found: a PDF's text has
     no `#` lines, so its sections are those `pdf_headings` placed."""
-    import io
-
-    from pypdf import PdfWriter
-
     from ktcli.ingest.loaders import load_file
-    from tests.ingest.fixtures import make_text_pdf
+    from tests.ingest.fixtures import make_bookmarked_pdf
 
     def filler(topic):
         return [f"Sentence {i} of the part on {topic}, about the harbour, its lamps and keepers." for i in range(40)]
@@ -204,13 +200,8 @@ def test_a_long_pdf_is_outlined_by_the_sections_its_bookmarks_start(tmp_path, mo
     titles = ["1 Tides", "2 Boats", "3 Lamps", "4 Keepers", "5 Storms"]
     pages = [["The Harbour Report", "An opening paragraph that says what the report is."]]
     pages += [[title, f"The lead of {title}.", *filler(title)] for title in titles]
-    writer = PdfWriter(clone_from=io.BytesIO(make_text_pdf(pages)))
-    for n, title in enumerate(titles, start=1):
-        writer.add_outline_item(title=title, page_number=n)
-    out = io.BytesIO()
-    writer.write(out)
     path = tmp_path / "report.pdf"
-    path.write_bytes(out.getvalue())
+    path.write_bytes(make_bookmarked_pdf(pages, [(title, n) for n, title in enumerate(titles, start=1)]))
     doc = load_file(path, "report.pdf")
     assert len(doc.text) >= 10_000
     import ktcli.ingest.outline as outline

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 
 from ktcli.ingest.pdf_headings import PageSections, numbered_headings, place_bookmarks
 
@@ -53,24 +52,17 @@ def test_bookmarks_start_at_the_lines_that_carry_their_titles():
 
 
 def test_a_pdfs_chunks_and_citations_are_under_the_section_at_their_lines(tmp_path):
-    from pypdf import PdfWriter
-
     from ktcli.ingest.chunking import chunk_document
     from ktcli.ingest.loaders import load_file
     from ktcli.pipeline.citations import with_sections
     from ktcli.types import Answer, Citation, Corpus, Span
-    from tests.ingest.fixtures import make_text_pdf
+    from tests.ingest.fixtures import make_bookmarked_pdf
 
     filler = [f"Filler sentence number {i} about the harbor and its many boats." for i in range(30)]
     pages = [["A Paper on Harbors", "1 Introduction", *filler],
              ["2 Tides", *filler, "3 Boats", "The keeper owns a rowing boat named Gull.", *filler[:8]]]
-    writer = PdfWriter(clone_from=io.BytesIO(make_text_pdf(pages)))
-    for title, page in (("1 Introduction", 0), ("2 Tides", 1), ("3 Boats", 1)):
-        writer.add_outline_item(title=title, page_number=page)
-    out = io.BytesIO()
-    writer.write(out)
     path = tmp_path / "paper.pdf"
-    path.write_bytes(out.getvalue())
+    path.write_bytes(make_bookmarked_pdf(pages, [("1 Introduction", 0), ("2 Tides", 1), ("3 Boats", 1)]))
     doc = load_file(path, "paper.pdf")
     chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
     heading = doc.text.split("\n").index("3 Boats") + 1
