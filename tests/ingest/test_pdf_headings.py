@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 from ktcli.ingest.pdf_headings import PageSections, numbered_headings, place_bookmarks
 
 PAPER = [
