@@ -209,12 +209,14 @@ def _refuse_a_question(paths: list[str]) -> None:
 
 def _document_sizes(prep) -> list[dict]:
     """The input's documents in input order, with their share of the plan's input tokens
-    (by their chunks' sizes)."""
+    (by their chunks' sizes, each kind at its own model-token ratio where the input mixes
+    kinds: `Prepared.kind_ratios`)."""
     sizes: dict[str, int] = {}
     for chunk in prep.chunks:
         sizes[chunk.doc_path] = sizes.get(chunk.doc_path, 0) + chunk.n_tokens
     scale = prep.plan.input_tokens / max(1, sum(sizes.values()))
-    return [{"path": d.path, "kind": d.kind, "tokens": round(sizes.get(d.path, 0) * scale),
+    return [{"path": d.path, "kind": d.kind,
+             "tokens": round(sizes.get(d.path, 0) * scale * prep.kind_ratios.get(d.kind, 1.0)),
              "outlined": d.path in prep.outlines} for d in prep.corpus.documents]
 
 

@@ -23,3 +23,32 @@ def test_a_long_inputs_count_is_sampled_with_the_models_tokenizer(tmp_path):
     planned = prepare([str(log)], "Which host failed?", "ask", settings, NullReporter()).plan.input_tokens
     true = len(load_chat_tokenizer(ensure_hf_dir(resolve_model("smollm2"), settings.cache_path)).encode(log.read_text()))
     assert abs(planned - true) < 0.05 * true
+
+
+def test_each_kind_of_document_is_counted_at_its_own_ratio(tmp_path):
+    """A PDF in a folder with a long CSV was counted at the CSV's ratio (2,626 tokens
+    against ~1,850 alone): each kind of document now at its own, for the largest document
+    (whether a summary reads it whole) and the plan's list of documents."""
+    import random
+    import shutil
+
+    from ktcli.cli.common import _document_sizes
+    from ktcli.config import Settings
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.prepare import prepare
+    from tests.cli.conftest import fresh_cache
+
+    rng = random.Random(1)
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    (folder / "data.csv").write_text("id,value,code,ratio\n" + "".join(
+        f"{i},{rng.randrange(10**5)},{rng.randrange(1000, 9999)}-{rng.randrange(10, 99)},{rng.random():.4f}\n"
+        for i in range(3000)))
+    pdf = "sample_docs/harbor-light-annual-report-2023.pdf"
+    shutil.copy(pdf, folder)
+    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
+    alone = _document_sizes(prepare([pdf], "", "summarize", settings, NullReporter()))[0]["tokens"]
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    sizes = {d["kind"]: d["tokens"] for d in _document_sizes(prep)}
+    assert set(prep.kind_ratios) == {"pdf", "text"} and prep.kind_ratios["pdf"] < 0.85 * prep.kind_ratios["text"]
+    assert abs(sizes["pdf"] - alone) < 0.15 * alone
