@@ -63,7 +63,10 @@ def terms(text: str, pieces: bool = False) -> list[str]:
         cjk = cjk_terms(word)  # Chinese, Japanese, Korean: character pairs, as the index has them
         out.extend(cjk if cjk is not None else [word.lower()])
         if pieces and cjk is None and word.isascii() and ("_" in word or _CAMEL.search(word)):
-            out.extend(piece.lower() for piece in _IDENTIFIER_PIECE.findall(word) if piece.lower() != word.lower())
+            # (not the one piece of a dunder: `__init__` and "init" counted it twice, and a
+            # line `def __init__(` outranked the `class Context:` the answer named)
+            out.extend(piece.lower() for piece in _IDENTIFIER_PIECE.findall(word)
+                       if piece.lower() != word.lower().strip("_"))
     return [w for w in out if w not in _STOP and len(w) > 1]
 
 
@@ -377,14 +380,16 @@ def document_citations(answer: str, documents, cited: list[Citation]) -> list[Ci
 
 
 def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
-              by_sentence: bool = True, label_of: Callable[[Chunk], int] | None = None) -> list[Citation]:
+              by_sentence: bool = True, label_of: Callable[[Chunk], int] | None = None,
+              asked: Iterable[str] = ()) -> list[Citation]:
     """The evidence lines that best support `answer`, as merged, de-duplicated citations:
     first each sentence's best line, in answer order (`by_sentence`), then the lines that
     best match the answer as a whole. Scoring only the whole answer let its longest
     sentence decide: the README's question ('Q3 revenue was ... The report also mentions a
     recordable incident ...') was cited to the incident's page alone, not the revenue's.
     `label_of`: the source label the model read a chunk under (Citation.label). A sentence
-    that restates ktcli's own instructions (`restates_instructions`) is no claim to cite."""
+    that restates ktcli's own instructions (`restates_instructions`) is no claim to cite.
+    `asked`: the code names the question asks about (`symbols.code_names`)."""
     # joined by line breaks: a sentence split keeps list items apart (`by_sentence`); a
     # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
     known = _known_figures(chunk.text for chunk in evidence)
@@ -404,8 +409,15 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         # often and came first.
         # (only a name the answer writes: "class PacifyFlushWrapper:" is no place where
         # "the `typer.main` class is defined")
-        for present, line in zip(line_terms, lines):
-            if line.number is not None and (name := defined_name(line.text)) and name.lower() in wanted:
+        # Where the question asks about a name the evidence defines, only that name's
+        # definition is "defined": "where is `class Context` defined?" answered "... defined in
+        # the `__init__` method of the `Context` class" was cited to another class's
+        # `def __init__(`, not to `class Context:` in the same evidence.
+        defining = [(present, name.lower()) for present, line in zip(line_terms, lines)
+                    if line.number is not None and (name := defined_name(line.text)) and name.lower() in wanted]
+        asked_names = {name.lower() for name in asked} & {name for _present, name in defining}
+        for present, name in defining:
+            if not asked_names or name in asked_names:
                 present |= _DEFINITION_WORDS
     running = _running_lines(lines)
     df = Counter(t for present in line_terms for t in present)

@@ -18,7 +18,7 @@ from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbour
                                     source_order)
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.ingest.loaders import STDIN_PATH
-from ktcli.retrieval.symbols import changed_names
+from ktcli.retrieval.symbols import changed_names, code_names
 from ktcli.types import Answer, Chunk, Mode
 
 
@@ -47,7 +47,8 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             def whole_read_answer(text: str) -> Answer:
                 citations.warn_of_invented(text, [d.text for d in prep.corpus.documents], prep.question, reporter)
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
-                cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0))
+                cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0),
+                                            asked=code_names(prep.question))
                 cites += citations.document_citations(text, prep.corpus.documents, cites)
                 return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
 
@@ -123,7 +124,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(
-            citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)]), documents)
+            citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)],
+                                asked=code_names(prep.question)), documents)
         backed = citations.label_citations(citations.backed_labels(text, labelled), labelled)[:3]
         cited = citations.merge(citations.narrowed(citations.on_their_pages(backed, documents), attributed), attributed)
         # Every label the answer writes has its entry, last where its passage does not back

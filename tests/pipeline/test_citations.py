@@ -478,6 +478,20 @@ def test_a_definition_of_another_name_gains_nothing_from_defined():
     assert [c.span.path for c in cited] == ["typer/main.py"]
 
 
+def test_the_definition_of_the_name_asked_about_outranks_another_defined_name():
+    # click: "where is `class Context` defined?" answered "... defined in the `__init__`
+    # method of the `Context` class", cited to UsageError's `def __init__(` (its
+    # `__init__` counted twice, as itself and as "init"), not to `class Context:` beside it
+    context_class = chunk("click/core.py", 211, ["", "", "class Context:",
+                                                 '    """The context is a special internal object."""'])
+    usage_error = chunk("click/exceptions.py", 82, [
+        "    def __init__(self, message: str, ctx: Context | None = None) -> None:",
+        "        super().__init__(message)"], 1)
+    answer = "The `class Context` is defined in the `__init__` method of the `Context` class."
+    cited = attribute(answer, [context_class, usage_error], context=0, asked={"Context"})
+    assert (cited[0].span.path, cited[0].span.line_start) == ("click/core.py", 213)
+
+
 def test_a_label_that_is_a_word_of_its_sentence_is_not_cut_out_of_it():
     from ktcli.pipeline.citations import Relabel
 
