@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 
 from ktcli.pipeline.citations import MARKUP_TAG
+from ktcli.retrieval.symbols import defined_name
 
 _FENCE = re.compile(r"\s*(```|~~~)")
 # reStructuredText's code directive ("  .. code-block:: python"): its block is the indented
@@ -39,6 +40,7 @@ class SummaryLines:
         self._under_heading = under_heading
         self._lines = {line.strip() for line in source.splitlines() if line.strip()}
         self._source = source
+        self._defined: set[str] | None = None  # the names the source defines, found when a block needs them
         self._held = ""  # the line being written, while it may be markup or a fence
         self._passing = False  # the line being written is prose, passed on as it comes
         self._blank = False  # a blank line is due before the next one shown
@@ -130,8 +132,19 @@ class SummaryLines:
         telling = [c for c in code if len(c) >= _MIN_CODE_CHARS]
         if not telling:
             return False  # tags and fences only, or a line or two of nothing much
+        # A block that defines a name the source never defines is made up however much of it
+        # is copied: idna's compat.py came back as `def to_ascii(`, `def to_unicode(` (it
+        # defines ToASCII and ToUnicode) around its own docstrings, ToUnicode's body turned
+        # into `return encode(label)`, and half its lines being the source's kept it.
+        if any(name not in self._names_defined() for c in code if (name := defined_name(c))):
+            return False
         found = sum(c in self._lines or c in self._source for c in telling)
         return 2 * found >= len(telling)
+
+    def _names_defined(self) -> set[str]:
+        if self._defined is None:
+            self._defined = {name for line in self._lines if (name := defined_name(line))}
+        return self._defined
 
     def said(self, subject: str) -> str:
         """What was left out, as one warning ("" for nothing)."""

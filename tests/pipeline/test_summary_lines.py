@@ -63,6 +63,20 @@ def test_a_code_block_quoted_from_the_source_is_kept(fence):
     assert lines.dropped_blocks == 0
 
 
+def test_a_block_that_defines_a_name_the_source_does_not_is_left_out():
+    """idna's compat.py summarized as its own functions renamed (`to_ascii` for ToASCII),
+    half the block's lines copied from the source."""
+    source = ('def ToASCII(label: str) -> bytes:\n    """Compatibility shim for ToASCII.\n\n'
+              '    :param label: The label or domain to encode.\n    """\n    return encode(label)\n')
+    text = ('```python\ndef to_ascii(label: str) -> bytes:\n    """Compatibility shim for ToASCII.\n\n'
+            '    :param label: The label or domain to encode.\n    """\n    return encode(label)\n```\nDone.\n')
+    shown, lines, _ = _streamed(text, source)
+    assert shown == "Done.\n" and lines.dropped_blocks == 1
+    # the same block with the source's own name is the source's text, and stays
+    shown, lines, _ = _streamed(text.replace("to_ascii", "ToASCII"), source)
+    assert "def ToASCII(" in shown and lines.dropped_blocks == 0
+
+
 def test_a_block_the_text_ends_in_is_judged_at_the_end():
     shown, lines, _ = _streamed("See:\n```\nwhile True:\n    launch_rockets(count=3)\n")
     assert shown == "See:\n" and lines.dropped_blocks == 1
