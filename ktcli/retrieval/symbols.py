@@ -62,6 +62,14 @@ _OTHER_DEFINITIONS = (
 )
 # Backticks: how developers write any name in a question (`echo`, `main`, `Text.from_markup`).
 _BACKTICKED = re.compile(r"`((?:[^\W\d]|\$)[\w$]*(?:(?:\.|::)(?:[^\W\d]|\$)[\w$]*)*)(?:\(\))?`")
+# A dotted name outside backticks, as developers write a method (`CliRunner.invoke`,
+# `Context.invoke`): neither part is code by its shape, and "where is CliRunner.invoke
+# defined?" found CliRunner's class but not `def invoke(`. A file name ("core.py",
+# "README.md") is none.
+_DOTTED = re.compile(r"(?<![\w.$`])((?:[^\W\d]|\$)[\w$]*(?:\.(?:[^\W\d]|\$)[\w$]*)+)(?![\w$`(])")
+_FILE_SUFFIXES = frozenset({"py", "pyi", "js", "ts", "tsx", "jsx", "md", "rst", "txt", "json", "toml", "yaml", "yml",
+                            "cfg", "ini", "html", "htm", "css", "pdf", "csv", "lock", "sh", "rs", "go", "java", "cpp",
+                            "hpp", "c", "h", "rb", "php", "xml", "log", "ipynb", "docx", "com", "org", "net", "io"})
 # A name after the keyword that defines it, in backticks or not (`class Segment`, "def
 # render", "struct Config"), or before a kind's name ("the Console class", "the render
 # function"): a plain word such as Segment or render is no code name by its shape, and
@@ -124,6 +132,8 @@ def code_names(question: str) -> set[str]:
     names = {m.group(1) for m in _CODE_NAME.finditer(question) if len(m.group(1)) >= 4}
     for m in _BACKTICKED.finditer(question):
         names.update(part for part in re.split(r"\.|::", m.group(1)) if len(part) >= 3)
+    for m in _dotted(question):
+        names.update(part for part in m.group(1).split(".") if len(part) >= 3)
     found = [m.group(1) for m in _BACKTICKED_DEFINITION.finditer(question)]
     # "the render function": a lowercase name only before a callable's kind
     found += [m.group(1) for m in _NAME_KIND.finditer(question)
@@ -146,7 +156,17 @@ def used_names(question: str) -> set[str]:
     # ("the function called `make_str`" names one)
     if not _USE_CUES.search(_CODE_SPAN.sub(" name ", question)):
         return set()
-    return code_names(_BACKTICKED.sub(lambda m: "`" + re.split(r"\.|::", m.group(1))[-1] + "`", question))
+    question = _BACKTICKED.sub(lambda m: "`" + re.split(r"\.|::", m.group(1))[-1] + "`", question)
+    for m in reversed(list(_dotted(question))):
+        question = question[:m.start(1)] + "`" + m.group(1).split(".")[-1] + "`" + question[m.end(1):]
+    return code_names(question)
+
+
+def _dotted(question: str) -> list[re.Match[str]]:
+    """The dotted names a question writes outside backticks, file names and a sentence's
+    end aside."""
+    return [m for m in _DOTTED.finditer(_CODE_SPAN.sub(lambda c: " " * len(c.group(0)), question))
+            if m.group(1).rsplit(".", 1)[-1].lower() not in _FILE_SUFFIXES]
 
 
 # A unified diff's hunk header, its context after the second @@ (git names the enclosing

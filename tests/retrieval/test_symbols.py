@@ -19,6 +19,18 @@ def test_names_written_as_code_are_picked_from_a_question():
     assert code_names("How do exceptions work in Python?") == set()
 
 
+def test_a_dotted_name_outside_backticks_is_code():
+    """"where is CliRunner.invoke defined?" named CliRunner alone, and click's
+    `def invoke(` in testing.py was in none of the 8 chunks read (in backticks it was)."""
+    assert code_names("where is CliRunner.invoke defined?") == {"CliRunner", "invoke"}
+    assert code_names("what calls Context.invoke?") == {"Context", "invoke"}
+    assert used_names("what calls Context.invoke?") == {"invoke"}
+    # file names, abbreviations and version numbers are no code names
+    for question in ("what does core.py do?", "see README.md, e.g. the docs", "what changed in 1.2.3?",
+                     "is pyproject.toml read?"):
+        assert code_names(question) == set(), question
+
+
 def test_a_plain_word_beside_its_keyword_or_kind_is_a_name():
     """`class Segment` in backticks named nothing (a space inside), nor did "def render" or
     "the Console class": one plain word has no code shape, and rich's
