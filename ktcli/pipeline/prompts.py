@@ -140,6 +140,53 @@ class LeadingSourceTag:
         return start if self.dropped else self.head
 
 
+# A source tag the model writes inside its answer, in backticks or not, and a closing one.
+_INLINE_TAG = re.compile(r'`?<source id="(\d{1,4})"[^>\n]{0,400}>`?|`?</source>`?')
+_TAG_FORMS = ("<source", "</source")
+
+
+class InlineSourceTags:
+    """Streamed answer text with the source tags it writes inside its sentences as the
+    labels they stand for: "defined in `<source id="4" ref="click/exceptions.py:107-183">`"
+    reads "defined in [4]", and a closing tag goes (probe 101: four such tags printed in
+    one answer). The stops end an answer at a tag after a space or a line break only (the
+    model may open its answer with one: `LeadingSourceTag`), so one after a backtick, a
+    bracket or a word came through. Text that may still become a tag is held; `flush`
+    gives back what is held when the stream ends."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def feed(self, piece: str) -> str:
+        text, out, at = self.held + piece, [], 0
+        for m in _INLINE_TAG.finditer(text):
+            if m.end() == len(text) and m.group(0).startswith("`") and not m.group(0).endswith("`"):
+                self.held = text[m.start():]  # its closing backtick may be in the next piece
+                return "".join(out) + text[at:m.start()]
+            out += [text[at:m.start()], f"[{m.group(1)}]" if m.group(1) else ""]
+            at = m.end()
+        rest = text[at:]
+        cut = _open_tag_start(rest)
+        self.held = rest[cut:]
+        return "".join(out) + rest[:cut]
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return _INLINE_TAG.sub(lambda m: f"[{m.group(1)}]" if m.group(1) else "", held)
+
+
+def _open_tag_start(text: str) -> int:
+    """Where a tag `text` ends in the middle of starts (a backtick before it included), or
+    len(text); a last backtick alone is held too, as a tag may follow it."""
+    at = text.rfind("<")
+    if at >= 0:
+        tail = text[at:]
+        if ">" not in tail and "\n" not in tail and len(tail) <= 420 \
+                and any(form.startswith(tail[:len(form)]) for form in _TAG_FORMS):
+            return at - 1 if at and text[at - 1] == "`" else at
+    return len(text) - 1 if text.endswith("`") else len(text)
+
+
 class LeadingEcho:
     """Streamed answer text less the prompt's format echoed at its start: a small model
     opens one answer in four with "Question: <the question>" and "Answer:" (seen on code

@@ -14,7 +14,7 @@ from ktcli.errors import InterruptedAnswer, interruption
 from ktcli.pipeline.citations import Relabel
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.notes_memo import NotesMemo
-from ktcli.pipeline.prompts import LeadingEcho, LeadingSourceTag
+from ktcli.pipeline.prompts import InlineSourceTags, LeadingEcho, LeadingSourceTag
 from ktcli.pipeline.repetition import EchoedText, RepetitionGuard
 from ktcli.pipeline.summary_lines import SummaryLines
 from ktcli.types import Answer
@@ -183,12 +183,14 @@ def cited_if_interrupted():
 _LABELS_ONLY = re.compile(r"(?:\s*\[\d{1,3}\][\s.,;:]*)+")
 
 
-def _without_echoed_format(pieces: Iterator[str]) -> Iterator[str]:
-    """`pieces` less a "Question: ..." / "Answer:" start (`prompts.LeadingEcho`), with what
-    it still holds when they end (a one-letter answer)."""
-    strip = LeadingEcho()
-    yield from map(strip.feed, pieces)
-    yield strip.flush()
+def _answer_pieces(pieces: Iterator[str]) -> Iterator[str]:
+    """`pieces` less a "Question: ..." / "Answer:" start (`prompts.LeadingEcho`), with the
+    source tags written inside its text as their labels (`prompts.InlineSourceTags`), and
+    what either still holds when they end (a one-letter answer)."""
+    strip, tags = LeadingEcho(), InlineSourceTags()
+    for piece in pieces:
+        yield tags.feed(strip.feed(piece))
+    yield tags.feed(strip.flush()) + tags.flush()
 
 
 def stream_answer(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
@@ -212,7 +214,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
-            for raw in _without_echoed_format(map(lead.feed, pieces)):
+            for raw in _answer_pieces(map(lead.feed, pieces)):
                 piece = lines.feed(raw) if lines is not None else raw
                 piece = labels.feed(piece) if labels is not None else piece
                 if not tally.ttft_s and piece:  # the first answer's (a summary's parts stream one by one)

@@ -126,3 +126,21 @@ def test_an_answer_opened_with_a_line_break_is_shown_without_it(seed):
     assert run(" \n\n    return 80\nis the line [2].") == "    return 80\nis the line [2]."
     assert run("\nAnswer: 80 [1].") == "80 [1]."
     assert run("\n  A") == "  A"
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_source_tags_inside_an_answer_read_as_their_labels(seed):
+    """Probe 101: "defined in `<source id="4" ref="clickrepo/src/click/exceptions.py:107-183">`"
+    was printed as it was, four tags in one answer; the stops end an answer only at a tag
+    after a space or a line break."""
+    from ktcli.pipeline.prompts import InlineSourceTags
+
+    def run(text: str) -> str:
+        tags = InlineSourceTags()
+        return "".join(tags.feed(p) for p in _pieces(text, seed)) + tags.flush()
+
+    assert run('BadParameter is defined in `<source id="4" ref="click/exceptions.py:107-183">` and'
+               '(<source id="12" ref="a b.py:1-9">) too.</source>') == "BadParameter is defined in [4] and([12]) too."
+    for kept in ("if a < b and b <= c: `x` ```py", "a <sourcery> tag, <s>struck</s>", "ends on a backtick `",
+                 "an open <source id=\"3\" ref=\"x"):
+        assert run(kept) == kept  # (what never became a tag is given back whole)
