@@ -238,13 +238,14 @@ def _has_git(folder: Path) -> bool:
         return False
 
 
-def enclosing_rules(real_root: Path) -> IgnoreChain:
+def enclosing_rules(real_root: Path) -> tuple[IgnoreChain, bool]:
     """When the folder given lies inside a git work tree, the .gitignore files of its
-    ancestors (up to the repository root) and .git/info/exclude apply too, as in git.
-    They are dropped when they ignore the folder itself: the user asked for it."""
+    ancestors (up to the repository root) and .git/info/exclude apply too, as in git; and
+    whether they ignore the folder itself. Then they are dropped (the user asked for it),
+    and the caller says so: a repository's `build/` named was read with nothing said."""
     repo_root = next((p for p in (real_root, *real_root.parents) if _has_git(p)), None)
     if repo_root is None:
-        return ()
+        return (), False
     chain: list[IgnoreFile] = []
     # The user's own excludes file first (git weighs it below the repository's files),
     # then .git/info/exclude: a `*.glob` in core.excludesFile, which `git status` honoured,
@@ -264,8 +265,8 @@ def enclosing_rules(real_root: Path) -> IgnoreChain:
                 chain.append(rules)
     outer = tuple(chain)
     if real_root != repo_root and _root_is_ignored(outer):
-        return ()
-    return outer
+        return (), True
+    return outer, False
 
 
 def _global_excludes(repo_root: Path) -> Path | None:

@@ -107,7 +107,12 @@ def walk_folder(root_arg: str, *, max_file_bytes: int, seen: set[str] | None = N
     walker = _Walker(root_arg, real_root, max_file_bytes, seen, earlier=frozenset(seen),
                      tracked=tracked_paths(real_root), exclude=exclude,
                      excluded_reason=excluded_by(exclude_named))
-    walker.walk(real_root, enclosing_rules(real_root))
+    rules, ignored = enclosing_rules(real_root)
+    if ignored:
+        walker.result.skipped.append(Skipped(printable(root_arg.rstrip("/") or root_arg) + "/",
+                                             "its repository's git ignore rules leave it out (read, as it was named)",
+                                             replaced=True))
+    walker.walk(real_root, rules)
     return walker.result
 
 

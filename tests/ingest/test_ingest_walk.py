@@ -296,7 +296,11 @@ def test_folder_ignored_by_its_ancestors_is_still_read_when_named(write, tmp_pat
     (tmp_path / "repo" / ".git").mkdir(parents=True)
     write("repo/.gitignore", "build/\n")
     write("repo/build/out.txt", "asked for explicitly\n")
-    assert rels(walk(tmp_path / "repo" / "build"), tmp_path / "repo" / "build") == ["out.txt"]
+    result = walk(tmp_path / "repo" / "build")
+    assert rels(result, tmp_path / "repo" / "build") == ["out.txt"]
+    # and said: a repository's build/ named was read with nothing on stderr (probe 101)
+    assert [(s.path, s.replaced) for s in result.skipped] == [(f"{tmp_path}/repo/build/", True)]
+    assert "git ignore rules" in result.skipped[0].reason
 
 
 def test_several_paths_and_duplicates(write, tmp_path: Path) -> None:
