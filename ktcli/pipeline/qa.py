@@ -18,6 +18,7 @@ from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbour
                                     source_order)
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.ingest.loaders import STDIN_PATH
+from ktcli.pipeline.summary_lines import made_up_blocks
 from ktcli.retrieval.symbols import changed_names, code_names
 from ktcli.types import Answer, Chunk, Mode
 
@@ -46,6 +47,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
 
             def whole_read_answer(text: str) -> Answer:
                 citations.warn_of_invented(text, [d.text for d in prep.corpus.documents], prep.question, reporter)
+                _warn_of_made_up_code(text, [d.text for d in prep.corpus.documents], reporter)
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
                 cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0),
                                             asked=code_names(prep.question))
@@ -121,6 +123,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     def retrieval_answer(text: str) -> Answer:
         citations.warn_of_invented(text, [c.text for c in labelled] + ([notes] if notes else []), prep.question,
                                    reporter, elsewhere=[d.text for d in prep.corpus.documents])
+        _warn_of_made_up_code(text, [d.text for d in prep.corpus.documents], reporter)
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(
@@ -208,6 +211,17 @@ def _with_piped_input(hits: list, piped: list[Chunk], budget: int, reporter: Rep
     reporter.status(f"reading all of {STDIN_PATH} ({tokens:,} tokens) beside the passages retrieved from the files")
     pinned = [Hit(chunk=c, score=0.0, dense_rank=None, lexical_rank=None) for c in piped]
     return pinned + [h for h in hits if h.chunk.doc_path != STDIN_PATH]
+
+
+def _warn_of_made_up_code(text: str, sources: list[str], reporter: Reporter) -> None:
+    """Said where a code block of the answer is not the input's (mostly other lines, or a
+    definition the input has not): asked what calls `_parse_letter_version`, the bundled
+    model wrote a body of its own for it, cited to the real definition's lines (probe 101)."""
+    made_up = made_up_blocks(text, sources)
+    if made_up:
+        reporter.warn(f"{made_up} code block{'s' if made_up > 1 else ''} of the answer "
+                      f"{'are' if made_up > 1 else 'is'} not in the input (written by the model): check "
+                      f"{'them' if made_up > 1 else 'it'} in the sources")
 
 
 def _warn_if_echo(text: str, reporter: Reporter) -> None:

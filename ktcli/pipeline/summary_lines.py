@@ -156,6 +156,18 @@ class SummaryLines:
         return f"left out of {subject}: {' and '.join(parts)}" if parts else ""
 
 
+def made_up_blocks(text: str, sources: list[str]) -> int:
+    """How many fenced code blocks of an answer are not in `sources` (as a summary's are
+    left out: `SummaryLines`). An answer's are shown as they stream, and a user may ask for
+    code, so they are counted to be said, not dropped."""
+    if "```" not in text and "~~~" not in text:
+        return 0
+    lines = SummaryLines("\n".join(sources))
+    lines.feed(text)
+    lines.flush()
+    return lines.dropped_blocks
+
+
 def _fenced(block: list[str]) -> str:
     """A <pre><code> block as a fenced one, its tags gone (a terminal shows them as text):
     its lines of tags alone (the opening and closing ones) dropped, tags inside lines taken

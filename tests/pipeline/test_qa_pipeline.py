@@ -919,6 +919,35 @@ def test_a_figure_no_passage_holds_is_said_and_not_cited(haystack, tmp_path):
         assert not any(c.span.line_start is not None and c.score for c in answer.citations), mode  # no line attributed
 
 
+def test_a_code_block_of_an_answer_that_is_not_the_inputs_is_said(tmp_path):
+    """Probe 101: asked what calls `_parse_letter_version`, the model wrote a body of its own
+    for it, cited to the real definition; a block copied from the input is not said."""
+    source = tmp_path / "version.py"
+    source.write_text("def _parse_letter_version(letter, number):\n    if letter:\n        return letter.lower(), int(number)\n"
+                      "    return None\n\n\ndef parse(text):\n    return _parse_letter_version(text[0], text[1:])\n")
+
+    class Answering(FakeBackend):
+        def __init__(self, reply):
+            super().__init__()
+            self.reply = reply
+
+        def _reply(self, messages):
+            return self.reply
+
+    made_up = ("It is called here:\n```python\ndef _parse_letter_version(letter):\n    \"\"\"Normalizes a string to its lower case form.\"\"\"\n"
+               "    raise InvalidVersion(letter.upper())\n```\n")
+    copied = "It is called by parse:\n```python\ndef parse(text):\n    return _parse_letter_version(text[0], text[1:])\n```\n"
+    for mode in ("retrieval", "full"):
+        settings = settings_for(tmp_path, mode=mode)
+        prep = prepare([str(source)], "What calls _parse_letter_version?", "ask", settings, NullReporter())
+        said = Warnings()
+        answer_question(prep, Answering(made_up), settings, said, Tally())
+        assert any("1 code block of the answer is not in the input" in line for line in said.lines), (mode, said.lines)
+        said = Warnings()
+        answer_question(prep, Answering(copied), settings, said, Tally())
+        assert not any("code block" in line for line in said.lines), (mode, said.lines)
+
+
 def test_a_summarys_made_up_figure_is_said(haystack, tmp_path):
     class MadeUp(FakeBackend):
         def _reply(self, messages):
