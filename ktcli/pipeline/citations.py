@@ -419,7 +419,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         for present, name in defining:
             if not asked_names or name in asked_names:
                 present |= _DEFINITION_WORDS
-    running = _running_lines(lines)
+    running = _running_lines(lines) | {i for i, line in enumerate(lines) if _DIFF_HEADER.match(line.text)}
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)
 
@@ -631,6 +631,12 @@ def _words_by_sentence(text: str) -> Iterator[tuple[int, str]]:
 _DIGITS = re.compile(r"\d+")
 RUNNING_PAGES = 3
 _LETTER_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+# A unified diff's file header lines: they name the file a hunk changes, so a piped diff's
+# answer was cited to them ("diff --git", "index", "---", "+++": probe 101), not to the
+# changed lines; no claim stands on them.
+_DIFF_HEADER = re.compile(r"(?:diff --git a/|index [0-9a-f]{7,}\.\.[0-9a-f]{7,}|--- (?:a/|/dev/null)|\+\+\+ (?:b/|/dev/null))")
 
 
 def _running_lines(lines: list[_Line]) -> set[int]:

@@ -549,3 +549,15 @@ def test_names_no_source_holds_are_said_and_names_it_does_are_not():
     said = Said()
     warn_of_invented(answer, passages, "", said, elsewhere=["Zephyros"])
     assert said.lines == ["the answer's names Amazon, Greek stand in none of the input: check them in the sources"]
+
+
+def test_a_diffs_file_header_lines_are_never_cited():
+    """Probe 101: `git diff | ktcli ask - "what changed?"` was cited to the diff's
+    `diff --git`, `index`, `---` and `+++` lines, which name the file and say nothing."""
+    diff = ("diff --git a/packaging/version.py b/packaging/version.py\nindex 1a2b3c4d..5e6f7a8b 100644\n"
+            "--- a/packaging/version.py\n+++ b/packaging/version.py\n@@ -470,6 +470,7 @@ class Version:\n"
+            "-        self._version = parse_letter(letter)\n+        self._version = parse_letter(letter.lower())\n")
+    chunk = Chunk("<stdin>", 0, diff, Span("<stdin>", 1, 7), len(diff.split()), "x")
+    cited = attribute("The change in packaging/version.py lowers the letter passed to parse_letter in Version.",
+                      [chunk])
+    assert cited and all(c.span.line_start >= 5 for c in cited), cited
