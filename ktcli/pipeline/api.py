@@ -124,7 +124,12 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
             prefill, decode = rates_without_context(prefill, tally.prompt_tokens, tally.prompt_square, decode,
                                                     tally.new_tokens, tally.decode_context,
                                                     read_cost(facts, attention, kv_dtype))
-    if settings.rope_scaling or (sparse and canonical_attention(attention) not in _DEFAULT_POLICIES):
+    # A read in the window over pages other than the model's own (--kv-dtype fp8 decoded
+    # 2-4 tok/s where the default decodes 15-40) or with a sparse policy (--attention
+    # window:2) is not the dense read whose rates `rates.json` keeps: stored, a few such
+    # runs moved the median, and a plain ask was planned at ~121 s where it took ~45.
+    other_read = not sparse and (kv_dtype not in _MODEL_PAGES or canonical_attention(attention) != "dense")
+    if settings.rope_scaling or other_read or (sparse and canonical_attention(attention) not in _DEFAULT_POLICIES):
         # Not the rates a plan weighs: a read past the trained window (--rope-scaling)
         # decoded 4.3 tok/s over 19K tokens of context, and short reads were then planned
         # at that (a 16 s answer at 99 s); a sparse policy reading more pages than the
@@ -140,6 +145,7 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
 
 
 _DEFAULT_POLICIES = (canonical_attention("topk"), canonical_attention("window"), "dense")
+_MODEL_PAGES = ("", "auto", "model")  # a plan's kv_dtype where no --kv-dtype was asked for
 # Embedding fewer tokens than this times mostly the first batches' warm-up: not a rate.
 MIN_EMBED_TOKENS_TIMED = 20_000
 

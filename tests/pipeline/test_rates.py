@@ -319,3 +319,19 @@ def test_rates_kept_before_they_were_kept_without_context_are_left_out(tmp_path)
     assert (load_rates(settings).prefill_tok_s, load_rates(settings).decode_tok_s) == (3000.0, 120.0)  # not a median with 841
     save_rates(settings, 3200.0, 110.0)
     assert load_rates(settings).prefill_tok_s == 3100.0
+
+
+def test_reads_over_other_pages_or_policies_in_the_window_teach_no_dense_rates(tmp_path):
+    """`ask --kv-dtype fp8` (full mode) decoded 2-4 tok/s where the model's own pages decode
+    15-40: stored as the dense rates, three such runs planned a plain ask at ~121 s (~45 s)."""
+    from ktcli.pipeline.api import _remember_rates
+    from ktcli.pipeline.runner import Tally
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    slow = Tally(prompt_tokens=2_000, new_tokens=30, prefill_s=10.0, decode_s=10.0)
+    for kv_dtype, attention in (("fp8", "dense"), ("int4", "dense"), ("model", "window:2"), ("model", "topk:4")):
+        _remember_rates(settings, slow, sparse=False, load_s=1.2, embed_tok_s=0.0, attention=attention,
+                        kv_dtype=kv_dtype)
+    assert load_rates(settings).decode_tok_s == Throughput().decode_tok_s and load_rates(settings).load_s == 1.2
+    _remember_rates(settings, slow, sparse=False, load_s=1.2, embed_tok_s=0.0, attention="dense", kv_dtype="model")
+    assert load_rates(settings).decode_tok_s == 3.0
