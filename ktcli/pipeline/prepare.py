@@ -108,9 +108,14 @@ def _rates_key(settings: Settings) -> str:
     # GPU's about the CPU's.
     if settings.backend == "openai":
         return f"openai:{settings.base_url}:{settings.model}"
+    # --weights naming what auto loads anyway (int8 on a CPU) is the same run: keyed apart,
+    # `--weights int8` was planned from untrained defaults (~14 s where auto's said ~30).
+    weights = settings.weights or "auto"
+    if weights != "auto" and planned_weights(settings) == planned_weights(replace(settings, weights="auto")):
+        weights = "auto"
     if _on_gpu(settings):
-        return f"{settings.engine}:{settings.model}:{settings.weights}:cuda"
-    return f"{settings.engine}:{settings.model}:{settings.weights or 'auto'}"
+        return f"{settings.engine}:{settings.model}:{weights}:cuda"
+    return f"{settings.engine}:{settings.model}:{weights}"
 
 
 def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughput:

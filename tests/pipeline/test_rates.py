@@ -335,3 +335,12 @@ def test_reads_over_other_pages_or_policies_in_the_window_teach_no_dense_rates(t
     assert load_rates(settings).decode_tok_s == Throughput().decode_tok_s and load_rates(settings).load_s == 1.2
     _remember_rates(settings, slow, sparse=False, load_s=1.2, embed_tok_s=0.0, attention="dense", kv_dtype="model")
     assert load_rates(settings).decode_tok_s == 3.0
+
+
+def test_naming_the_weights_auto_loads_keeps_autos_rates(tmp_path):
+    """`--weights int8` on a CPU loads what auto does: it was planned from untrained
+    defaults (~14 s) beside auto's measured ~30 s."""
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    save_rates(settings, 123.0, 12.0)
+    assert load_rates(replace(settings, weights="int8")).prefill_tok_s == 123.0
+    assert load_rates(replace(settings, weights="fp32")).prefill_tok_s != 123.0
