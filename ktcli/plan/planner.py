@@ -383,7 +383,10 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         )
         if retrieval is None:
             pass  # nothing to weigh it against
-        elif req.memory_budget and full.est_memory_bytes > req.memory_budget:
+        elif req.memory_budget and full.est_memory_bytes > req.memory_budget > 0 \
+                and retrieval.est_memory_bytes < full.est_memory_bytes:
+            # only to a smaller read: retrieval holds the embedder too (a 2K-token PDF under
+            # --max-memory 800MB, full ~764 MiB, was refused as "even retrieval needs ~0.97 GiB")
             chosen = retrieval
             reasons.append(f"but full needs ~{_gb(full.est_memory_bytes)} > budget {_gb(req.memory_budget)}")
         elif req.max_seconds and full.est_seconds > req.max_seconds and retrieval.est_seconds < full.est_seconds:

@@ -613,3 +613,15 @@ def test_a_first_run_on_engine_hf_plans_the_float32_file_it_writes():
     both = make_plan(req(corpus_tokens=2000, convert_params=SMOL.n_params, convert_largest=49152 * 576,
                          float32_params=SMOL.n_params), SMOL, RATES)
     assert "converts the model" in both.reasons[-2] and "float32" in both.reasons[-1]  # in the run's order
+
+
+def test_a_budget_just_under_a_full_read_is_not_refused_as_retrievals():
+    """A 2K-token PDF under --max-memory 800MB (full ~764 MiB, retrieval ~0.97 GiB with its
+    embedder) was refused with "even retrieval needs ~0.97 GiB": full is the smallest read."""
+    base = req(corpus_tokens=2_000, n_chunks=10)
+    full = make_plan(base, SMOL, RATES).est_memory_bytes
+    retrieval = make_plan(replace(base, mode="retrieval"), SMOL, RATES).est_memory_bytes
+    assert full < retrieval
+    with pytest.raises(OutOfMemoryError, match="even full needs"):
+        make_plan(replace(base, memory_budget=full - 1), SMOL, RATES)
+    assert make_plan(replace(base, memory_budget=full), SMOL, RATES).mode is Mode.FULL
