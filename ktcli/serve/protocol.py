@@ -204,7 +204,8 @@ _SLICE_CHARS = 8192
 _SLICE_SLACK = 4  # tokens a cut between two slices may add (a token split, merges undone)
 
 
-def check_token_count(texts: list[str], encode: Callable[[str], list[int]], window: int, param: str) -> None:
+def check_token_count(texts: list[str], encode: Callable[[str], list[int]], window: int, param: str,
+                      subject: str = "") -> None:
     """Refuse text over the window by its tokens, counted a slice at a time and stopped as
     soon as they pass it. The character bound lets through 660K characters of CJK text
     (~2.7 tokens a character): tokenised whole, 1.8M tokens before the 400, three such
@@ -217,7 +218,9 @@ def check_token_count(texts: list[str], encode: Callable[[str], list[int]], wind
             counted += len(encode(text[at : at + _SLICE_CHARS]))
             slices += 1
             if counted > window + _SLICE_SLACK * slices:
-                raise ApiError(400, f"the {param} holds more than this model's context window of {window} tokens",
+                # "the messages holds" read wrong; a list of prompts names the one too long
+                subject = subject or ("the messages hold" if param == "messages" else f"the {param} holds")
+                raise ApiError(400, f"{subject} more than this model's context window of {window} tokens",
                                code="context_length_exceeded", param=param)
 
 
@@ -260,7 +263,7 @@ def _prompt_ids(prompt: object, index: int | None, encode: Callable[[str], list[
     if isinstance(prompt, str):
         _check_length(len(prompt), max_chars, window, "prompt")
         prompt = _valid_text(prompt, where, "prompt")
-        check_token_count([prompt], encode, window, "prompt")
+        check_token_count([prompt], encode, window, "prompt", "the prompt holds" if index is None else f"{where} holds")
         return encode(prompt) or _start_of_text(bos_id)
     if isinstance(prompt, list) and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in prompt):
         bad = next((t for t in prompt if t >= vocab_size), None)

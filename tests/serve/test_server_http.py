@@ -833,6 +833,21 @@ def test_text_past_the_window_in_tokens_is_refused_after_a_few_slices():
     check_token_count(["word " * 8000], lambda text: [0] * (len(text) // 5), 8192, "prompt")  # fits: no refusal
 
 
+def test_a_refusal_by_tokens_names_what_is_too_long_in_words_that_read():
+    """"the messages holds more than..." read wrong, and a list of prompts did not say which."""
+    from ktcli.serve.protocol import ApiError, check_token_count, parse_prompts
+
+    def encode(text):
+        return [0] * len(text)
+
+    with pytest.raises(ApiError, match="^the messages hold more than"):
+        check_token_count(["x" * 90_000], encode, 8192, "messages")
+    with pytest.raises(ApiError, match=r"^'prompt'\[1\] holds more than"):
+        parse_prompts({"prompt": ["short", "x" * 90_000]}, encode, 49152, 10**6, 8192)
+    with pytest.raises(ApiError, match="^the prompt holds more than"):
+        parse_prompts({"prompt": "x" * 90_000}, encode, 49152, 10**6, 8192)
+
+
 def _half_closed(port: int, version: str, body: dict) -> http.client.HTTPResponse:
     """A request sent as `version`, then the client's write side shut (curl's and netcat's
     way to say the request is complete); the response as http.client reads it."""
