@@ -336,6 +336,15 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             return _with(ok[0], reasons, retrieval, sparse)
 
     if req.mode == "full":
+        room = facts.context_window - full_tokens
+        if not fits and room >= 1 and not req.window_cap:
+            # the input fits; the answer budget does not: --mode auto then refused the same
+            # budget ("leaves no room for evidence"), so the way out is the budget
+            raise UsageError(
+                f"--mode full: the input (~{full_tokens:,} tokens with the prompt) fits the model's "
+                f"{facts.context_window:,}-token window, but not with the {req.max_new_tokens:,} tokens kept for the "
+                f"answer; lower --max-new-tokens to {room:,} or less"
+            )
         if not fits:
             raise UsageError(
                 f"--mode full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "

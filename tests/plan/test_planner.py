@@ -625,3 +625,12 @@ def test_a_budget_just_under_a_full_read_is_not_refused_as_retrievals():
     with pytest.raises(OutOfMemoryError, match="even full needs"):
         make_plan(replace(base, memory_budget=full - 1), SMOL, RATES)
     assert make_plan(replace(base, memory_budget=full), SMOL, RATES).mode is Mode.FULL
+
+
+def test_mode_full_whose_answer_budget_overflows_says_to_lower_it():
+    """`--mode full --max-new-tokens 8000` on a 2K-token input said "use --mode auto", which
+    then refused the same budget: the budget is what to change."""
+    with pytest.raises(UsageError, match="lower --max-new-tokens to [0-9,]+ or less"):
+        make_plan(req(corpus_tokens=2_000, mode="full", max_new_tokens=8_000), SMOL, RATES)
+    with pytest.raises(UsageError, match="use --mode auto, retrieval"):
+        make_plan(req(corpus_tokens=20_000, n_chunks=90, mode="full"), SMOL, RATES)
