@@ -338,7 +338,8 @@ class Relabel:
 
 # A label standing where its sentence needs a word: the object of a preposition or a verb
 # of reading ("see [2]", "as shown in [1]"), not a citation after a claim.
-_NAMES_A_SOURCE = re.compile(r"(?i)\b(?:for|in|of|from|see|at|by|to|per|on|with|under|and|or)\s*$")
+# ... and after an article: "parsed in the [1] section is the [2] config" came out "in the  section".
+_NAMES_A_SOURCE = re.compile(r"(?i)\b(?:for|in|of|from|see|at|by|to|per|on|with|under|and|or|the|a|an|this|that)\s*$")
 
 
 def _in_code(before: str) -> bool:

@@ -499,6 +499,10 @@ def test_a_label_that_is_a_word_of_its_sentence_is_not_cut_out_of_it():
     assert _streamed(Relabel(PASSAGES), ["This change breaks the tests for [1]."]) == \
         "This change breaks the tests for [1]."
     assert _streamed(Relabel(PASSAGES), ["Nothing here is in any passage. [1]"]) == "Nothing here is in any passage. "
+    # after an article (minirepo: "The config parsed in the [1] section is the [2] config." read
+    # "in the  section is the  config.")
+    assert _streamed(Relabel(PASSAGES), ["Nothing is parsed in the [1] section of the [2] file."]) == \
+        "Nothing is parsed in the [1] section of the [2] file."
 
 
 def test_a_label_past_the_passages_read_names_the_one_that_backs_it_or_none() -> None:
