@@ -46,6 +46,14 @@ CONFIGS = {
     "window-fp8": dict(kv_dtype="fp8", attention="window"),
     "window-bf16": dict(kv_dtype="bf16", attention="window"),
     "window-fp16": dict(kv_dtype="fp16", attention="window"),
+    # The full mode over pages other than the model's own (--kv-dtype without --attention):
+    # dense attention over every page, in the window; their speeds against full-fp16's are
+    # the planner's factors for such reads (plan.estimates.DENSE_SPEED).
+    "full-fp8": dict(kv_dtype="fp8"),
+    "full-int8": dict(kv_dtype="int8"),
+    "full-int4": dict(kv_dtype="int4"),
+    "full-bf16": dict(kv_dtype="bf16"),
+    "full-fp32": dict(kv_dtype="fp32"),
 }
 BASELINE = "full-fp16"
 

@@ -136,9 +136,18 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
         # Over the defaults, rate by rate: a first run in sparse mode stores only sparse
         # rates, and the full mode's fell back to the class's 150 / 10 tok/s, not the
         # model's size (446 / 73 for SmolLM2), turning a summary's plan to outlines.
-        return replace(defaults, **{k: float(v) for k, v in stored.items() if k in known and _rate(v)})
+        measured = {k: float(v) for k, v in stored.items() if k in known and _rate(v)}
     except (OSError, KeyError, ValueError, TypeError, AttributeError):
         return defaults
+    rates = replace(defaults, **measured)
+    # A sparse read not measured yet on a machine whose dense reads are: its defaults as
+    # much slower or faster as the dense ones came out (a first sparse read was planned at
+    # 300 tok/s of prefill on a machine that ran 121, where its dense reads ran 0.6x theirs).
+    for sparse_rate, dense_rate in (("sparse_prefill_tok_s", "prefill_tok_s"), ("sparse_decode_tok_s", "decode_tok_s")):
+        if sparse_rate not in measured and dense_rate in measured:
+            scale = getattr(rates, dense_rate) / getattr(defaults, dense_rate)
+            rates = replace(rates, **{sparse_rate: round(getattr(defaults, sparse_rate) * scale, 2)})
+    return rates
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False,

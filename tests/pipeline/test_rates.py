@@ -344,3 +344,20 @@ def test_naming_the_weights_auto_loads_keeps_autos_rates(tmp_path):
     save_rates(settings, 123.0, 12.0)
     assert load_rates(replace(settings, weights="int8")).prefill_tok_s == 123.0
     assert load_rates(replace(settings, weights="fp32")).prefill_tok_s != 123.0
+
+
+def test_a_sparse_read_not_measured_yet_scales_with_the_dense_ones(tmp_path):
+    """Probe 100: a first sparse read was planned at the default 300 tok/s of prefill (71 s
+    to its first token) on a machine whose dense reads ran 0.6x their defaults; it ran 121
+    tok/s (148 s). Until a sparse read is measured, its rates move as the dense ones did."""
+    from ktcli.types import ModelFacts
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    small = ModelFacts("m", 8192, 30, 3, 64, n_params=135_000_000, weight_bytes=152_000_000)
+    before = load_rates(settings, small)
+    save_rates(settings, before.prefill_tok_s * 0.5, before.decode_tok_s * 0.25)
+    slow = load_rates(settings, small)
+    assert slow.sparse_prefill_tok_s == pytest.approx(before.sparse_prefill_tok_s * 0.5, rel=0.01)
+    assert slow.sparse_decode_tok_s == pytest.approx(before.sparse_decode_tok_s * 0.25, rel=0.01)
+    save_rates(settings, 100.0, 9.0, sparse=True)  # measured: its own
+    assert (load_rates(settings, small).sparse_prefill_tok_s, load_rates(settings, small).sparse_decode_tok_s) == (100.0, 9.0)
