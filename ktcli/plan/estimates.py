@@ -210,6 +210,37 @@ def context_cost(facts: ModelFacts, kv_dtype: str) -> ContextCost:
                        decode=DECODE_CACHE_READ_COST * kv_bytes_per_token(facts, kv_dtype) / facts.weight_bytes)
 
 
+# A read in the window with dense attention over pages other than the model's own
+# (--kv-dtype without a sparse policy): its prefill and decode speed against the model's
+# fp16 pages at 2,048 and 6,144 tokens of context, on the 2-core EPYC (Zen 3, AVX2):
+# `python -m benchmarks.sparse_speed --configs full-fp16,full-fp8,full-int8,full-int4,
+# full-bf16,full-fp32 --lengths 2048,6144 --rounds 2 --name dense_kv_speed`, 2026-12-06.
+# The bytes-read model (`context_cost`) made int8 and int4 pages cheaper to decode over
+# than fp16; on the CPU they are dearer, dequantised as they are read, and fp8 10-16x (the
+# torch reference reads them): three fp8 runs of a probe decoded 2-3 tok/s where their plan
+# said ~28. Such a read is timed as one over the model's pages at these speeds.
+DENSE_PAGE_SPEED: dict[str, tuple[tuple[float, float], tuple[float, float]]] = {
+    # kv dtype -> ((prefill at 2K, at 6K), (decode at 2K, at 6K))
+    "fp8": ((0.86, 0.80), (0.10, 0.06)),
+    "int8": ((0.88, 0.86), (0.69, 0.60)),
+    "int4": ((0.88, 0.80), (0.57, 0.41)),
+    "bf16": ((0.96, 0.97), (0.97, 0.74)),
+    "fp32": ((1.03, 0.98), (0.94, 0.79)),
+}
+_DENSE_SPEED_AT = (2048, 6144)
+
+
+def dense_page_speed(kv_dtype: str, context: int) -> tuple[float, float]:
+    """(prefill, decode) speed of a dense read over `kv_dtype` pages against the model's
+    own, at `context` tokens (between the two measured lengths, and held beyond them)."""
+    measured = DENSE_PAGE_SPEED.get(kv_dtype)
+    if measured is None:
+        return 1.0, 1.0
+    lo, hi = _DENSE_SPEED_AT
+    at = min(max((context - lo) / (hi - lo), 0.0), 1.0)
+    return tuple(a + (b - a) * at for a, b in measured)  # type: ignore[return-value]
+
+
 def read_cost(facts: ModelFacts, attention: str, kv_dtype: str) -> ContextCost:
     """The ContextCost of a read in the model's window with policy `attention` over pages
     of `kv_dtype` ("auto", "model" or "": the model's own, `facts.kv_dtype`): none for a

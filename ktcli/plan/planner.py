@@ -14,6 +14,7 @@ from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
     EMBED_GROWTH_CHUNKS,
+    DENSE_PAGE_SPEED,
     EMBEDDER_BYTES,
     FLOAT32_BYTES_PER_PARAM,
     FLOAT32_WRITE_S_PER_PARAM,
@@ -23,6 +24,7 @@ from ktcli.plan.estimates import (
     conversion_seconds,
     generation_memory,
     decode_seconds,
+    dense_page_speed,
     generation_seconds,
     paged_dense_scores_bytes,
     prefill_seconds,
@@ -531,6 +533,7 @@ def _asked_cache(req: PlanRequest) -> dict[str, str]:
 
 def _full_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput, full_tokens: int) -> Plan:
     cost = _read_cost(req, facts)
+    rates = _read_rates(req, facts, rates, full_tokens)
     answer_s = decode_seconds(full_tokens, req.max_new_tokens, rates.decode_tok_s, cost)
     seconds = rates.load_s + prefill_seconds(full_tokens, rates.prefill_tok_s, cost,
                                              cached=min(req.cached_tokens, full_tokens - 1)) + answer_s
@@ -583,6 +586,7 @@ def _per_document_plan(full: Plan, req: PlanRequest, facts: ModelFacts, rates: T
     each = per_document_tokens(n, req.max_new_tokens)
     cost = _read_cost(req, facts)
     prompt = req.corpus_tokens / n + PROMPT_OVERHEAD_TOKENS  # the documents' mean: times are near linear
+    rates = _read_rates(req, facts, rates, prompt)
     first = rates.load_s + prefill_seconds(int(prompt), rates.prefill_tok_s, cost)
     each_s = decode_seconds(int(prompt), each, rates.decode_tok_s, cost)
     later = generation_seconds(int(prompt), each, rates.prefill_tok_s, rates.decode_tok_s, cost, first=False)
@@ -620,8 +624,26 @@ def _before_answer(seconds: float, answer_seconds: float) -> float:
 
 
 def _read_cost(req: PlanRequest, facts: ModelFacts) -> ContextCost:
-    """What context adds to a read in the model's window (`estimates.read_cost`)."""
+    """What context adds to a read in the model's window (`estimates.read_cost`); a dense
+    read over other pages than the model's is timed as one over its own (`_read_rates`)."""
+    if _other_dense_pages(req, facts):
+        return read_cost(facts, "dense", facts.kv_dtype)
     return read_cost(facts, req.attention, req.kv_dtype)
+
+
+def _other_dense_pages(req: PlanRequest, facts: ModelFacts) -> bool:
+    return req.attention.partition(":")[0] not in ("window", "topk") \
+        and req.kv_dtype not in ("auto", "", "model", facts.kv_dtype) and req.kv_dtype in DENSE_PAGE_SPEED
+
+
+def _read_rates(req: PlanRequest, facts: ModelFacts, rates: Throughput, context: float) -> Throughput:
+    """`rates` for a read in the model's window of `context` tokens: slower over pages it
+    dequantises as it reads (`estimates.DENSE_PAGE_SPEED`; --kv-dtype fp8 decoded at 0.06-
+    0.10x the model's own pages), as they are for the model's own."""
+    if not _other_dense_pages(req, facts):
+        return rates
+    prefill, decode = dense_page_speed(req.kv_dtype, int(context))
+    return replace(rates, prefill_tok_s=rates.prefill_tok_s * prefill, decode_tok_s=rates.decode_tok_s * decode)
 
 
 def _estimated_chunks(req: PlanRequest) -> int:
@@ -729,6 +751,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     held = evidence / n_windows if n_windows > 1 else min(evidence, budget)
     timed_prompt = held + notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     cost = _read_cost(req, facts)
+    rates = _read_rates(req, facts, rates, timed_prompt)
     # A question reads its last window with the notes and answers there (`pipeline.qa`); a
     # summary takes notes in every window, then writes from the notes (`summarize`).
     note_windows = n_windows - 1 if req.task == "ask" else n_windows if n_windows > 1 else 0

@@ -634,3 +634,16 @@ def test_mode_full_whose_answer_budget_overflows_says_to_lower_it():
         make_plan(req(corpus_tokens=2_000, mode="full", max_new_tokens=8_000), SMOL, RATES)
     with pytest.raises(UsageError, match="use --mode auto, retrieval"):
         make_plan(req(corpus_tokens=20_000, n_chunks=90, mode="full"), SMOL, RATES)
+
+
+def test_a_dense_read_over_other_pages_is_timed_at_their_measured_speed():
+    """Probe 100: --kv-dtype fp8 decoded 2.1 tok/s where its plan said ~28 (the model's own
+    pages' rate); int8 and int4 pages, which the bytes-read model made cheaper, are dearer
+    on the CPU too (`estimates.DENSE_PAGE_SPEED`)."""
+    plain = make_plan(req(corpus_tokens=2000), SMOL, RATES)
+    plans = {k: make_plan(req(corpus_tokens=2000, kv_dtype=k), SMOL, RATES) for k in ("fp8", "int8", "int4")}
+    assert plans["fp8"].est_seconds > 5 * plain.est_seconds
+    assert plain.est_seconds < plans["int8"].est_seconds < plans["int4"].est_seconds < plans["fp8"].est_seconds
+    # a sparse policy's pages are timed by the sparse mode's own factors, not these
+    windowed = make_plan(req(corpus_tokens=2000, kv_dtype="fp8", attention="window:4"), SMOL, RATES)
+    assert windowed.est_seconds < plans["fp8"].est_seconds
