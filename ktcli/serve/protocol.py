@@ -344,7 +344,9 @@ UNSUPPORTED = {
 def sampling(body: dict, prompt_len: int, window: int, default_max: int, param: str = "messages",
              which: str = "the prompt") -> SamplingParams:
     """The request's sampling for one prompt (`which`, named in the window's errors)."""
-    if body.get("n") is not None and (type(body["n"]) is not int or body["n"] != 1):  # not true, not 1.0
+    n = body.get("n")
+    # (1.0 too, as max_tokens takes an integral float: probe 100 saw it refused; true is no 1)
+    if n is not None and (isinstance(n, bool) or not isinstance(n, (int, float)) or n != 1):
         raise ApiError(400, "only n=1 is supported", param="n")
     for name, (off, why) in UNSUPPORTED.items():
         value = body.get(name)

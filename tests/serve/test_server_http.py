@@ -231,7 +231,7 @@ def test_fields_that_ask_for_nothing_are_accepted_and_completions_refuse_echo(se
     assert request(port, "POST", "/v1/chat/completions", quiet)[0] == 200
     # what vLLM takes too: an integral float, a negative seed, the completions API's
     # logprobs 0 ("none"), and an assistant turn's refusal part (the openai SDK sends it back)
-    lax = chat(max_tokens=3.0, seed=-1, temperature=0.5)
+    lax = chat(max_tokens=3.0, seed=-1, temperature=0.5, n=1.0)
     lax["messages"][:0] = [{"role": "user", "content": "hi"},
                            {"role": "assistant", "content": [{"type": "refusal", "refusal": "I cannot."}]}]
     assert request(port, "POST", "/v1/chat/completions", lax)[0] == 200
