@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ktcli.config import Settings, canonical_rope_scaling, parse_bytes
+from ktcli.config import Settings, canonical_attention, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
@@ -419,6 +419,7 @@ def prepare(
         request = replace(request, kept_notes=kept, notes_all_kept=whole)
     plan = make_plan(request, facts, load_rates(settings, facts))
     _warn_if_chunks_too_small(settings, plan, reporter)
+    _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":
         _warn_if_not_outlined(corpus, outlines, reporter)
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
@@ -441,6 +442,25 @@ def _notes_request(task: str, question: str, corpus: Corpus, settings: Settings)
 # 78,766). Warned, not refused: the run works, and a small chunk is a choice an experiment
 # or a corpus of one-line records may make on purpose.
 MIN_USEFUL_CHUNK_TOKENS = 32
+
+
+# Tokens of a KV page (`kernels.page_format.KVCacheSpec.block_size`, whose import is kept
+# out of the plan's path here; a test holds them equal).
+PAGE_TOKENS = 64
+
+
+def _warn_if_window_reads_little(plan: Plan, reporter: Reporter) -> None:
+    """A window policy reads the first page and the last N pages at each step: asked for an
+    input several times that, the answer sees little of it before its question (probe 100:
+    `--attention window:1` over a 2K-token PDF answered "The answer.html\">", unwarned)."""
+    kind, _, pages = canonical_attention(plan.attention).partition(":")
+    if kind != "window" or not pages.isdigit():
+        return
+    seen = (int(pages) + 1) * PAGE_TOKENS
+    if plan.input_tokens > 2 * seen:
+        reporter.warn(f"--attention {kind}:{pages} reads the first and the last {pages} page(s) of the input at "
+                      f"each step (~{seen:,} of its ~{plan.input_tokens:,} tokens): the answer sees little of it; "
+                      "topk reads the pages that match the question")
 
 
 def _warn_if_chunks_too_small(settings: Settings, plan: Plan, reporter: Reporter) -> None:

@@ -52,3 +52,21 @@ def test_each_kind_of_document_is_counted_at_its_own_ratio(tmp_path):
     sizes = {d["kind"]: d["tokens"] for d in _document_sizes(prep)}
     assert set(prep.kind_ratios) == {"pdf", "text"} and prep.kind_ratios["pdf"] < 0.85 * prep.kind_ratios["text"]
     assert abs(sizes["pdf"] - alone) < 0.15 * alone
+
+
+def test_a_window_policy_over_an_input_far_past_its_pages_is_warned(tmp_path):
+    """Probe 100: `--attention window:1` over the sample PDF (~1.8K tokens) answered 'The
+    answer.html">', with no word that each step read ~128 of its tokens."""
+    from kernels.page_format import KVCacheSpec
+    from ktcli.config import Settings
+    from ktcli.pipeline.prepare import PAGE_TOKENS, prepare
+    from tests.cli.conftest import fresh_cache
+    from tests.pipeline.test_qa_pipeline import Warnings
+
+    assert PAGE_TOKENS == KVCacheSpec(1, 2).block_size
+    pdf = "sample_docs/harbor-light-annual-report-2023.pdf"
+    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
+    for attention, warned in (("window:1", True), ("window:16", False), ("topk:2", False), ("auto", False)):
+        said = Warnings()
+        prepare([pdf], "How many employees?", "ask", replace(settings, attention=attention), said)
+        assert any("reads the first and the last" in line for line in said.lines) is warned, (attention, said.lines)
