@@ -1,6 +1,10 @@
 """The plan's count of an input's model tokens (`pipeline.prepare`)."""
 
 from dataclasses import replace
+from pathlib import Path
+
+# (by its full path: a test before may have moved the working directory)
+SAMPLE_PDF = Path(__file__).resolve().parents[2] / "sample_docs" / "harbor-light-annual-report-2023.pdf"
 
 
 def test_a_long_inputs_count_is_sampled_with_the_models_tokenizer(tmp_path):
@@ -44,7 +48,7 @@ def test_each_kind_of_document_is_counted_at_its_own_ratio(tmp_path):
     (folder / "data.csv").write_text("id,value,code,ratio\n" + "".join(
         f"{i},{rng.randrange(10**5)},{rng.randrange(1000, 9999)}-{rng.randrange(10, 99)},{rng.random():.4f}\n"
         for i in range(3000)))
-    pdf = "sample_docs/harbor-light-annual-report-2023.pdf"
+    pdf = str(SAMPLE_PDF)
     shutil.copy(pdf, folder)
     settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
     alone = _document_sizes(prepare([pdf], "", "summarize", settings, NullReporter()))[0]["tokens"]
@@ -64,7 +68,7 @@ def test_a_window_policy_over_an_input_far_past_its_pages_is_warned(tmp_path):
     from tests.pipeline.test_qa_pipeline import Warnings
 
     assert PAGE_TOKENS == KVCacheSpec(1, 2).block_size
-    pdf = "sample_docs/harbor-light-annual-report-2023.pdf"
+    pdf = str(SAMPLE_PDF)
     settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
     for attention, warned in (("window:1", True), ("window:16", False), ("topk:2", False), ("auto", False)):
         said = Warnings()
