@@ -178,7 +178,6 @@ def test_tokenize(served):
     (chat(temperature=5), 400, "temperature"),
     (chat(top_p=-0.1), 400, "top_p"),
     (chat(n=True), 400, "n=1"),
-    (chat(n=1.0), 400, "n=1"),
     (chat(stream=True, stream_options={"include_usage": "no"}), 400, "true or false"),
     (chat(stop=[1]), 400, "stop"),
     (chat(n=2), 400, "n=1"),
