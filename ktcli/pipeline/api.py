@@ -16,7 +16,7 @@ from ktcli.pipeline.prepare import Prepared, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
-from ktcli.plan.estimates import rates_without_context, read_cost, sparse_speed
+from ktcli.plan.estimates import MODEL_PAGES, rates_without_context, read_cost, sparse_speed
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
 from ktcli.types import Answer, Mode, ModelFacts
 
@@ -128,7 +128,7 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
     # 2-4 tok/s where the default decodes 15-40) or with a sparse policy (--attention
     # window:2) is not the dense read whose rates `rates.json` keeps: stored, a few such
     # runs moved the median, and a plain ask was planned at ~121 s where it took ~45.
-    other_read = not sparse and (kv_dtype not in _MODEL_PAGES or canonical_attention(attention) != "dense")
+    other_read = not sparse and (kv_dtype not in MODEL_PAGES or canonical_attention(attention) != "dense")
     if settings.rope_scaling or other_read or (sparse and canonical_attention(attention) not in _DEFAULT_POLICIES):
         # Not the rates a plan weighs: a read past the trained window (--rope-scaling)
         # decoded 4.3 tok/s over 19K tokens of context, and short reads were then planned
@@ -145,7 +145,6 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
 
 
 _DEFAULT_POLICIES = (canonical_attention("topk"), canonical_attention("window"), "dense")
-_MODEL_PAGES = ("", "auto", "model")  # a plan's kv_dtype where no --kv-dtype was asked for
 # Embedding fewer tokens than this times mostly the first batches' warm-up: not a rate.
 MIN_EMBED_TOKENS_TIMED = 20_000
 

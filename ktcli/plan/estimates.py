@@ -241,6 +241,10 @@ def dense_page_speed(kv_dtype: str, context: int) -> tuple[float, float]:
     return tuple(a + (b - a) * at for a, b in measured)  # type: ignore[return-value]
 
 
+# A request's kv_dtype where no --kv-dtype was asked for: the model's own pages.
+MODEL_PAGES = ("auto", "", "model")
+
+
 def read_cost(facts: ModelFacts, attention: str, kv_dtype: str) -> ContextCost:
     """The ContextCost of a read in the model's window with policy `attention` over pages
     of `kv_dtype` ("auto", "model" or "": the model's own, `facts.kv_dtype`): none for a
@@ -248,7 +252,7 @@ def read_cost(facts: ModelFacts, attention: str, kv_dtype: str) -> ContextCost:
     it and `pipeline.api` keeps a run's rates without it."""
     if attention.partition(":")[0] in ("window", "topk"):
         return NO_CONTEXT_COST
-    return context_cost(facts, kv_dtype if kv_dtype not in ("auto", "", "model") else facts.kv_dtype)
+    return context_cost(facts, kv_dtype if kv_dtype not in MODEL_PAGES else facts.kv_dtype)
 
 
 # What a process's first prefill costs beyond its tokens, in token-times of a step without

@@ -19,6 +19,7 @@ from ktcli.plan.estimates import (
     FLOAT32_BYTES_PER_PARAM,
     FLOAT32_WRITE_S_PER_PARAM,
     LATER_READS_GROWTH_BYTES,
+    MODEL_PAGES,
     ContextCost,
     conversion_bytes,
     conversion_seconds,
@@ -321,9 +322,9 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     # 120 was about the last file's last function, nothing else of 36 files.
     policy_kind = req.attention.partition(":")[0]  # "topk:16": topk with 16 pages per step
     wants_sparse = ((bool(req.max_seconds) and req.task == "ask") or policy_kind in ("window", "topk")
-                    or req.kv_dtype not in ("auto", "", "model"))
+                    or req.kv_dtype not in MODEL_PAGES)
     if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
-        if policy_kind == "dense" and req.kv_dtype not in ("auto", "", "model"):
+        if policy_kind == "dense" and req.kv_dtype not in MODEL_PAGES:
             # asked for by name beside --kv-dtype: its answers past the window are noise
             raise UsageError(_DENSE_PAST_WINDOW.replace("--mode sparse", f"--kv-dtype {req.kv_dtype}"))
         budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
@@ -442,7 +443,7 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
     if req.window_cap and full_tokens + req.max_new_tokens + SPARSE_WINDOW_MARGIN > req.window_cap:
         return []  # reading it whole needs a window past the --context-window cap
 
-    dtypes = SPARSE_DTYPES if req.kv_dtype in ("auto", "", "model") else (req.kv_dtype,)
+    dtypes = SPARSE_DTYPES if req.kv_dtype in MODEL_PAGES else (req.kv_dtype,)
     policies = SPARSE_POLICIES if req.attention in ("auto", "") else (req.attention,)
     base = _full_plan(req, facts, rates, full_tokens)
     # The engine's window for this read (`engine.loading`): its KV pages are sized to it.
@@ -479,7 +480,7 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
     if not ok:
         least = min(sparse, key=lambda p: p.est_memory_bytes)
         # "even at fp32" said of the one dtype asked for read as if fp32 were the smallest
-        asked = req.kv_dtype not in ("auto", "", "model")
+        asked = req.kv_dtype not in MODEL_PAGES
         how = (f"with the {least.kv_dtype} pages asked for (--kv-dtype int4 pages take the least)" if asked
                else f"even at {least.kv_dtype}")
         raise OutOfMemoryError(
@@ -521,7 +522,7 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
 
 def _dense_kv(req: PlanRequest, facts: ModelFacts) -> str:
     """The KV dtype a full read holds its context in: --kv-dtype, else the model's default."""
-    return req.kv_dtype if req.kv_dtype not in ("auto", "", "model") else facts.kv_dtype
+    return req.kv_dtype if req.kv_dtype not in MODEL_PAGES else facts.kv_dtype
 
 
 def _asked_cache(req: PlanRequest) -> dict[str, str]:
@@ -633,7 +634,7 @@ def _read_cost(req: PlanRequest, facts: ModelFacts) -> ContextCost:
 
 def _other_dense_pages(req: PlanRequest, facts: ModelFacts) -> bool:
     return req.attention.partition(":")[0] not in ("window", "topk") \
-        and req.kv_dtype not in ("auto", "", "model", facts.kv_dtype) and req.kv_dtype in DENSE_PAGE_SPEED
+        and req.kv_dtype not in (*MODEL_PAGES, facts.kv_dtype) and req.kv_dtype in DENSE_PAGE_SPEED
 
 
 def _read_rates(req: PlanRequest, facts: ModelFacts, rates: Throughput, context: float) -> Throughput:
