@@ -103,6 +103,17 @@ def test_code_trails_nest_by_indentation_and_close_on_dedent():
     assert t[13] == "fn rank"
 
 
+def test_a_minified_line_names_no_scope_for_its_chunks():
+    bundle = ";".join(f"function f{i}(a,b){{return a*{i}+b}}" for i in range(60))
+    assert len(bundle) > 1_000
+    doc = document_from_bytes(f"{bundle}\nfunction tail() {{\n  return 1\n}}\n".encode(), "app.min.js", "app.min.js")
+    chunks = chunk_document(doc, chunk_tokens=64, overlap_tokens=8)
+    on_the_line = [c for c in chunks if c.span.line_start == 1]
+    assert len(on_the_line) > 3
+    assert all(c.section == "" for c in on_the_line)  # not "function f0", every one
+    assert _trails(f"{bundle}\nfunction tail() {{\n  return 1\n}}", code=True)[2] == "function tail"
+
+
 def test_chunks_carry_the_trail_at_their_first_line():
     body = "\n".join(f"Sentence number {k} about namespaces and scopes." for k in range(60))
     text = f"Classes\n=======\n\nScopes\n------\n{body}\n"
