@@ -380,6 +380,25 @@ def document_citations(answer: str, documents, cited: list[Citation]) -> list[Ci
             for k in cited_labels(answer, len(documents)) if documents[k - 1].path not in have]
 
 
+# A reader's verdict on the input, which no line of it can back: "The code is well
+# organized and easy to read." was cited to a comment that held "code" and "well".
+_VERDICT_WORDS = frozenset(
+    "well good better best nice great easy easier easily clearly simple simply overall readable "
+    "readability maintainable straightforward concise robust elegant neat understandable".split()
+)
+_AS_WELL = re.compile(r"(?i)\bas well\b")  # "Sales rose as well." judges nothing
+
+
+def _only_a_verdict(sentence: str) -> bool:
+    """A judgement with few words of its own besides, none a name or a figure ("The code is
+    well written.", "Overall, the tests are clear.", "The code is well organized and easy to
+    read."): no claim to cite."""
+    words = set(terms(_AS_WELL.sub(" ", sentence)))
+    rest = words - _VERDICT_WORDS
+    judged = len(words) - len(rest)
+    return judged > 0 and len(rest) <= (2 if judged == 1 else 3) and not rest & _names_and_figures(sentence)
+
+
 def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
               by_sentence: bool = True, label_of: Callable[[Chunk], int] | None = None,
               asked: Iterable[str] = ()) -> list[Citation]:
@@ -395,7 +414,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
     known = _known_figures(chunk.text for chunk in evidence)
     text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer))
-                     if not restates_instructions(s) and not _only_invented(s, known))
+                     if not restates_instructions(s) and not _only_invented(s, known) and not _only_a_verdict(s))
     # (an identifier's words too: a config's `"pool_size": 25` is the answer "The pool size
     # is 25.", cited nowhere with "25" its one shared word)
     wanted = set(terms(text, pieces=True))

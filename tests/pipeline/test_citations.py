@@ -35,6 +35,17 @@ def test_no_overlap_no_citation():
     assert attribute("I don't know.", [c]) == []
 
 
+def test_a_verdict_on_the_input_is_not_cited_but_a_fact_beside_it_is():
+    c = chunk("src/storage.py", 1, ["def load(path):", "    # read the code of the shelf file as well as its notes",
+                                    "    with open(path) as f:", "        return json.load(f)", "",
+                                    "def save(path, books):", "    os.replace(path + '.tmp', path)"])
+    for verdict in ("The code is well organized and easy to read.", "Overall the code is well structured."):
+        assert attribute(verdict, [c]) == []
+    cites = attribute("load(path) opens the path and returns json.load of it. The code is well written.", [c])
+    assert cites and all(x.span.line_end <= 5 for x in cites)
+    assert attribute("The shelf notes are read as well.", [c])  # "as well" judges nothing
+
+
 def test_an_echo_of_the_prompt_is_not_cited():
     c = chunk("tutorial.rst", 1850, ["A docstring should give a short, concise summary of the object's purpose.",
                                      "Enriching Exceptions with Notes", "The main points of the loop statement."])
