@@ -7,6 +7,18 @@ from pathlib import Path
 SAMPLE_PDF = Path(__file__).resolve().parents[2] / "sample_docs" / "harbor-light-annual-report-2023.pdf"
 
 
+def converted_cache(tmp_path: Path) -> Path:
+    """A cache whose bundled model is converted: the plan counts with the model's own
+    tokenizer only then (run alone on a fresh machine, no test before had converted it,
+    and the count fell back to the fixed ratio)."""
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+    from tests.cli.conftest import fresh_cache
+
+    cache = fresh_cache(tmp_path)
+    ensure_hf_dir(resolve_model("smollm2"), cache)
+    return cache
+
+
 def test_a_long_inputs_count_is_sampled_with_the_models_tokenizer(tmp_path):
     """Logs run 1.46 model tokens per tiktoken token, not the fixed 1.25: a 3.3M-token log
     was planned at 2.9M."""
@@ -17,13 +29,12 @@ def test_a_long_inputs_count_is_sampled_with_the_models_tokenizer(tmp_path):
     from ktcli.engine.tokenizer import load_chat_tokenizer
     from ktcli.pipeline.events import NullReporter
     from ktcli.pipeline.prepare import prepare
-    from tests.cli.conftest import fresh_cache
 
     rng = random.Random(1)
     log = tmp_path / "app.log"
     log.write_text("\n".join(f"2024-05-01 12:{i % 60:02d}:07 host{i % 7} svc[{1000 + i}]: id={rng.randrange(10**9)} "
                              f"status=200 took {rng.random():.3f}s" for i in range(6000)))
-    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
+    settings = replace(Settings(), cache_dir=str(converted_cache(tmp_path)), device="cpu")
     planned = prepare([str(log)], "Which host failed?", "ask", settings, NullReporter()).plan.input_tokens
     true = len(load_chat_tokenizer(ensure_hf_dir(resolve_model("smollm2"), settings.cache_path)).encode(log.read_text()))
     assert abs(planned - true) < 0.05 * true
@@ -40,7 +51,6 @@ def test_each_kind_of_document_is_counted_at_its_own_ratio(tmp_path):
     from ktcli.config import Settings
     from ktcli.pipeline.events import NullReporter
     from ktcli.pipeline.prepare import prepare
-    from tests.cli.conftest import fresh_cache
 
     rng = random.Random(1)
     folder = tmp_path / "mixed"
@@ -50,7 +60,7 @@ def test_each_kind_of_document_is_counted_at_its_own_ratio(tmp_path):
         for i in range(3000)))
     pdf = str(SAMPLE_PDF)
     shutil.copy(pdf, folder)
-    settings = replace(Settings(), cache_dir=str(fresh_cache(tmp_path)), device="cpu")
+    settings = replace(Settings(), cache_dir=str(converted_cache(tmp_path)), device="cpu")
     alone = _document_sizes(prepare([pdf], "", "summarize", settings, NullReporter()))[0]["tokens"]
     prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
     sizes = {d["kind"]: d["tokens"] for d in _document_sizes(prep)}
