@@ -165,6 +165,7 @@ def serve(
     port: Annotated[int, typer.Option("--port", metavar="PORT", min=0, max=65535, help="TCP port (0: any free port, printed on start).")] = 8000,
     model: Model = None, engine: Engine = None, cache_dir: CacheDir = None, threads: Threads = None,
     weights: Weights = None, device: Device = None, api_key: ServeKey = None, max_new_tokens: ServeMaxNew = None,
+    max_memory: Annotated[Optional[str], typer.Option("--max-memory", metavar="SIZE", help="Memory the server may hold, e.g. 2GB: the model, and KV pages in what is left (ktcli engine; default: pages for 4 windows, within 30% of the memory free).")] = None,
     kv_dtype: Annotated[Optional[str], typer.Option("--kv-dtype", metavar="DTYPE", help="KV cache page dtype (ktcli engine).")] = None,
     attention: Annotated[Optional[str], typer.Option("--attention", metavar="POLICY", help="Attention policy (ktcli engine).")] = None,
     max_batch: Annotated[int, typer.Option("--max-batch", metavar="N", min=1, help="Most requests run together in one batch.")] = 16,

@@ -184,6 +184,8 @@ class NativeRunner:
         vocab = self.tokenizer.get_vocab() if self.tokenizer is not None else {}
         self.max_prompt_chars = self.context_window * longest_token(vocab)
         self.max_batch = max(1, min(max_batch, getattr(self.engine, "max_batch", max_batch)))
+        # the tokens its KV pages hold, all requests together (what `ktcli serve` says on start)
+        self.kv_tokens = int(backend.kv.num_blocks * backend.kv.block_size)
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         self.message_tokens = message_tokens(self.encode_chat) if self.tokenizer is not None else 1
         self.bos_id = start_token(self.tokenizer, backend.cfg.bos_token_id)

@@ -51,7 +51,7 @@ class NativeBackend:
     def __init__(self, cfg: ModelConfig, engine: Engine, tokenizer, kv: PagedKVCache, weights_name: str, weight_bytes: int):
         self.cfg, self.engine, self.tokenizer, self.kv = cfg, engine, tokenizer, kv
         self.device = engine.device
-        self.context_window = cfg.window
+        self.context_window = engine.context_window  # the model's window, or what its pages hold
         self.weights_name, self.weight_bytes = weights_name, weight_bytes
         self._stats = GenStats()
         self.eos_ids = self._eos_ids(tokenizer, cfg)
@@ -150,6 +150,9 @@ class NativeBackend:
         kv.allocate(kv.blocks_for_budget(kv_budget_bytes))
         model = Model(cfg, w, kv)
         engine = Engine(model, BlockManager(kv.num_blocks, block_size), prefill_chunk=prefill_chunk or DEFAULT_PREFILL_CHUNK)
+        # A request longer than the pool can never run (as `longctx.load_backend` says): a
+        # server's pages sized by --max-memory may hold less than the model's window.
+        engine.context_window = min(cfg.window, kv.num_blocks * block_size)
         if prefix_cache is not None:
             # Rows computed any other way (model, weights, pages, prefill dtype, device) are never read.
             key = store_key(model_key(model_dir, "prefix"), weights, kv_dtype, model.prefill_dtype, device.type, cfg)

@@ -24,6 +24,10 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     if settings.engine == "hf":
         if settings.kv_dtype != "auto" or settings.attention != "auto":
             raise UsageError("--kv-dtype and --attention need --engine ktcli")
+        # transformers grows a cache per request: nothing to size (a config file's budget is
+        # for `ktcli ask`'s plans, and left be)
+        if settings.max_memory and "max_memory" not in dict(settings.origins):
+            raise UsageError("--max-memory sizes the ktcli engine's KV pages: it needs --engine ktcli")
         from ktcli.engine.loading import load_backend
 
         return load_backend(replace(settings, backend="local"), on_status)
@@ -43,11 +47,47 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     # Clients asking several questions about one document send prompts that start alike:
     # the engine reads their K/V back from the prompt cache (engine.prefix_store).
     prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
+    budget = kv_budget(settings, model_dir)
     backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
                                  pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
-                                 **_engine_options(NativeBackend.load, settings))
+                                 kv_budget_bytes=budget, **_engine_options(NativeBackend.load, settings))
+    if budget is not None and backend.context_window < MIN_SERVED_TOKENS:
+        raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: leaves KV pages for {backend.context_window:,} tokens "
+                         f"(~{budget / 2**20:,.0f} MiB beside the model), under {MIN_SERVED_TOKENS:,}: give more")
     govern(backend.engine, settings.threads, load_started)
     return backend
+
+
+# The fewest tokens a --max-memory budget must leave pages for: a chat's system prompt,
+# a question and its answer.
+MIN_SERVED_TOKENS = 1024
+
+
+def kv_budget(settings: Settings, model_dir) -> int | None:
+    """Bytes of KV pages under --max-memory: what is left of it after the runtime (on the
+    CPU), the weights in the dtype loaded and a prefill chunk's activations; None without
+    a budget (the engine's default: pages for a few windows, within a share of free
+    memory). A server over quantized or sparse pages writes them all when it starts:
+    `--attention topk:4` held 3.4 GiB before its first request, with nothing to bound it."""
+    if not settings.max_memory:
+        return None
+    from ktcli.config import parse_bytes
+    from ktcli.engine.config import load_config
+    from ktcli.engine.device import resolve_device, resolve_weights
+    from ktcli.engine.model_store import model_facts
+    from ktcli.plan.estimates import CPU_RUNTIME_BYTES, FULL_PREFILL_CHUNK, WEIGHT_BYTES, workspace_bytes
+
+    device = resolve_device(settings.device, settings.named("device"))
+    facts = model_facts(resolve_model(settings.model, settings.named("model")), settings.cache_path)
+    weights = resolve_weights(settings.weights, device, load_config(model_dir))
+    held = int(facts.n_params * WEIGHT_BYTES.get(weights, 4.0)) + workspace_bytes(facts, FULL_PREFILL_CHUNK)
+    if device.type == "cpu":
+        held += CPU_RUNTIME_BYTES
+    budget = parse_bytes(settings.max_memory)
+    if budget <= held:
+        raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: the model ({weights} weights) and the runtime take "
+                         f"~{held / 2**20:,.0f} MiB, leaving nothing for KV pages: give more")
+    return budget - held
 
 
 def _check_text_side(backend, warn: Callable[[str], None]) -> None:
@@ -126,7 +166,7 @@ def _serve_until_stopped(runner: Runner, options: ServeOptions, on_status: Calla
         # engine holds, the load time and the memory taken.
         on_status(f"serving {options.model_id} on http://{shown}:{port}/v1 "
                   f"({runner.name} engine, batches of up to {app.scheduler.max_batch}, requests of up to "
-                  f"{runner.context_window:,} tokens{', API key required' if options.api_key else ''}"
+                  f"{runner.context_window:,} tokens{_pages(runner)}{', API key required' if options.api_key else ''}"
                   f"{_browsers(options.cors_origins)}; "
                   f"loaded in {load_s:.1f}s, peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MiB)")
         httpd.serve_forever(poll_interval=0.2)
@@ -134,6 +174,13 @@ def _serve_until_stopped(runner: Runner, options: ServeOptions, on_status: Calla
         httpd.server_close()
         app.scheduler.stop(wait_s=STOP_WAIT_S)
         app.drain(DRAIN_S)
+
+
+def _pages(runner: Runner) -> str:
+    """Our engine's KV pages, shared by every request at once (transformers grows a cache
+    per request)."""
+    tokens = getattr(runner, "kv_tokens", None)
+    return f" and KV pages for {tokens:,} in all" if tokens else ""
 
 
 def _browsers(origins: tuple[str, ...]) -> str:

@@ -5,8 +5,10 @@ requests, a client that disconnects, a server stopped mid-answer."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -220,6 +222,30 @@ def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said
 
 @pytest.mark.slow  # ~20-60 s here: transformers loads slowly on 2 busy cores
 @pytest.mark.skipif(ENGINE == "hf", reason="the whole module ran on hf already")
+@pytest.mark.skipif(ENGINE != "ktcli", reason="--max-memory sizes our engine's pages")
+def test_max_memory_bounds_what_the_server_holds(tmp_path):
+    """Probe 100: `--attention topk:4` wrote pages for 131K tokens (3.4 GiB) when it
+    started, with no option to bound them."""
+    budget = 10**9
+    served = start_serve(tmp_path, "--threads", "2", "--attention", "topk:4", "--max-memory", "1GB")
+    try:
+        pages = int(re.search(r"KV pages for ([\d,]+) in all", served.log.read_text()).group(1).replace(",", ""))
+        assert 2048 <= pages < 32768
+        assert request(served.port, "GET", "/v1/models")[1]["data"][0]["max_model_len"] == pages
+        prompt = " ".join(f"Line {i} of the report says the lamp turned {i % 7} times." for i in range(150))
+        status, body = request(served.port, "POST", "/v1/chat/completions",
+                               {"messages": [{"role": "user", "content": prompt}], "max_tokens": 4})
+        assert status == 200 and body["usage"]["prompt_tokens"] > 2000
+        peak = int(re.search(r"VmHWM:\s+(\d+) kB", Path(f"/proc/{served.proc.pid}/status").read_text()).group(1))
+        assert peak * 1024 < budget
+    finally:
+        served.stop()
+    # a budget the model alone fills is one line, before serving
+    done = run_cli(["serve", "--port", "0", "--max-memory", "500MB"], tmp_path)
+    assert done.returncode != 0 and "leaving nothing for KV pages" in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("error: --max-memory 500MB") and "Traceback" not in done.stderr
+
+
 def test_the_hf_engine_serves_too(tmp_path):
     served = start_serve(tmp_path, "--threads", "2", engine="hf")
     try:
