@@ -46,8 +46,9 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
             _count_moved(labels, tally)
 
             def whole_read_answer(text: str) -> Answer:
-                citations.warn_of_invented(text, [d.text for d in prep.corpus.documents], prep.question, reporter)
-                _warn_of_made_up_code(text, [d.text for d in prep.corpus.documents], reporter)
+                texts = [d.text for d in prep.corpus.documents]
+                citations.warn_of_invented(text, texts, prep.question, reporter)
+                _warn_of_made_up_code(text, texts, reporter)
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
                 cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0),
                                             asked=code_names(prep.question))
@@ -121,9 +122,10 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     _count_moved(labels, tally)
 
     def retrieval_answer(text: str) -> Answer:
+        texts = [d.text for d in prep.corpus.documents]
         citations.warn_of_invented(text, [c.text for c in labelled] + ([notes] if notes else []), prep.question,
-                                   reporter, elsewhere=[d.text for d in prep.corpus.documents])
-        _warn_of_made_up_code(text, [d.text for d in prep.corpus.documents], reporter)
+                                   reporter, elsewhere=texts)
+        _warn_of_made_up_code(text, texts, reporter)
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(
