@@ -171,7 +171,8 @@ class EchoedText:
         self.in_code = False
         self.last_line = ""  # the previous non-blank line outside code, stripped
         self.last_sentence = ""  # the previous sentence, whitespace collapsed
-        self.repeated = ""  # the line or sentence that came back, once one has
+        self.repeated = ""  # the line or sentence that came back, once one has (as compared)
+        self.repeated_as_written = ""  # the same as the model wrote it, labels and numbers kept
 
     def feed(self, piece: str) -> str:
         """Add streamed text; returns what can be shown now ('' while holding, and after a
@@ -206,6 +207,7 @@ class EchoedText:
                 if (width(key) >= self.min_line and _repeats(key, number, self.sentences)) \
                         or self._adjacent(key, self.last_sentence):
                     self.repeated = key
+                    self.repeated_as_written = _collapse(text[self.sentence_start : end]).strip()
                     return self.sentence_start
                 if width(key) >= self.min_line:
                     self.sentences[key] = number
@@ -219,6 +221,7 @@ class EchoedText:
             if not self.in_code and ((self._counts(key) and _repeats(key, number, self.lines))
                                      or self._adjacent(key, self.last_line)):
                 self.repeated = key
+                self.repeated_as_written = text[self.line_start : nl].strip()
                 return self.line_start
             if key.startswith("```"):
                 self.in_code = not self.in_code

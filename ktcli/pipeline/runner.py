@@ -262,8 +262,10 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
             kept = again.feed(kept) + again.flush()
         return kept.strip()
     if echo.repeated:
+        # Quoted as written: the compared form's labels read "[0]", a label no answer has.
+        said = echo.repeated_as_written or echo.repeated
         reporter.warn(f"stopped {subject}: it started repeating an earlier line or sentence word for word "
-                      f"({echo.repeated[:40]}...)")
+                      f"({said[:40] + '...' if len(said) > 40 else said})")
     text = echo.shown.strip()
     if text and _LABELS_ONLY.fullmatch(text):
         # "[1]" and nothing else (a question about two documents at once): no answer, though

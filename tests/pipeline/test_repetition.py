@@ -432,3 +432,15 @@ def test_a_step_shared_by_two_lists_is_no_repeat():
     echo = EchoedText()
     shown = "".join(echo.feed(text[i:i + 3]) for i in range(0, len(text), 3)) + echo.flush()
     assert shown == text and not echo.repeated
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_repeat_is_quoted_as_the_model_wrote_it(seed):
+    # The note on stderr quoted the compared form: "(The museum ticket cost 18 euros. [0]...)",
+    # a label no answer has, and "[0] The Pro plan costs ..." for an answer's "[1] The Pro ...".
+    echo = EchoedText()
+    text = ("The museum ticket cost 18 euros, paid at the door. [1]\n"
+            "The museum ticket cost 18 euros, paid at the door. [2]\nMore.")
+    _stream(echo, text, seed)
+    assert "[0]" in echo.repeated  # compared without the label's number
+    assert echo.repeated_as_written == "The museum ticket cost 18 euros, paid at the door. [2]"
