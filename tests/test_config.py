@@ -416,3 +416,20 @@ def test_a_config_number_past_a_floats_whole_numbers_is_refused(tmp_path, monkey
         load_settings()
     use_config(tmp_path, monkeypatch, "max_new_tokens = 512.0\n")
     assert load_settings().max_new_tokens == 512
+
+
+def test_an_api_key_flag_without_the_openai_backend_is_refused_but_serve_takes_it(tmp_path, monkeypatch):
+    # `ktcli ask notes.md q --api-key KEY` was run by the local model, the key unused unsaid.
+    # serve's --api-key is the key its own clients send: it stays.
+    from ktcli.cli.common import Options
+
+    use_config(tmp_path, monkeypatch, "")
+    monkeypatch.delenv("KTCLI_BACKEND", raising=False)
+    with pytest.raises(UsageError, match=re.escape("--api-key is the key of an OpenAI-compatible server, which "
+                                                   "needs --backend openai")):
+        Options({"api_key": "abc"}).settings()
+    assert Options({"api_key": "abc"}).settings(serving=True).api_key == "abc"
+    remote = Options({"api_key": "abc", "backend": "openai", "base_url": "http://h:8000/v1"}).settings()
+    assert remote.api_key == "abc"
+    monkeypatch.setenv("KTCLI_API_KEY", "from-env")  # the environment's, for runs that add --backend openai
+    assert Options({}).settings().backend == "local"

@@ -51,8 +51,13 @@ class Options:
         self.flags = {k: values.get(k) for k in SETTING_FLAGS if k in values}
         self._reporter = None
 
-    def settings(self) -> Settings:
+    def settings(self, serving: bool = False) -> Settings:
         settings = load_settings(self.flags)
+        if not serving and self.flags.get("api_key") is not None and settings.backend == "local":
+            # given as a flag and silently unused, as --base-url is refused (`config.validate`);
+            # `serve`'s --api-key is the key its clients send, and is its own
+            raise UsageError("--api-key is the key of an OpenAI-compatible server, which needs --backend openai "
+                             "(and --base-url) as well; the local model takes no key")
         for message in unknown_variables() + unused_settings(settings):
             self.reporter().warn(message)
         return settings
@@ -132,7 +137,7 @@ class Options:
         from ktcli.serve.server import ServeOptions, check_origins
 
         origins = check_origins(cors_origins)
-        settings, reporter = self.settings(), self.reporter()
+        settings, reporter = self.settings(serving=True), self.reporter()
         # A config file's backend settings are a client's, of a remote server: its model
         # became the one served ("not in the local Hugging Face cache"), its key the one
         # clients had to send.
