@@ -104,6 +104,22 @@ def _without_common_folders(paths: list[str]) -> list[str]:
 # it, and a bare "<source" stop left those answers empty (LeadingSourceTag drops the tag).
 ANSWER_STOPS = ("\n\n[", "\n<source", " <source", "\n</source", "\nQuestion:", "\nSources:", "\nKey facts:",
                 "<|im_end|>")
+
+
+def answer_stops(question: str) -> tuple[str, ...]:
+    """ANSWER_STOPS and the question itself on a line of its own: after answering, the
+    bundled model wrote the question again, bare, and went on as if asked it anew ("The
+    hidden code is ZEBRA-42. [4]\n\nWhat is the hidden code?\nThe hidden code is ZEBRA-42.
+    [4]"; "...\nWhat is the rocket named?\nCiting sources like"), all of it shown as the
+    answer. An answer that opens with the question is not cut (no line break before it);
+    a short question ("Why?") could be an answer's own line, and is no stop."""
+    own = question.strip()
+    if len(own) < _QUESTION_STOP_MIN or "\n" in own:
+        return ANSWER_STOPS
+    return (*ANSWER_STOPS, "\n" + own)
+
+
+_QUESTION_STOP_MIN = 12
 # A summary (and its running notes) ends at the same source tags: a summary of a mixed
 # folder went on into eleven made-up `<source id="12" ref="...">` blocks, each with
 # another id, so no repeat check stopped it before --max-new-tokens. Paragraphs opening

@@ -26,7 +26,7 @@ from ktcli.types import Answer, Chunk, Mode
 def answer_question(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
                     tally: Tally) -> Answer:
     params = SamplingParams(max_new_tokens=settings.max_new_tokens, temperature=settings.temperature,
-                            stop=prompts.ANSWER_STOPS)
+                            stop=prompts.answer_stops(prep.question))
     plan = prep.plan
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
         whole = prompts.whole_input(prep.corpus.documents)

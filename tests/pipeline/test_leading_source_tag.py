@@ -144,3 +144,19 @@ def test_source_tags_inside_an_answer_read_as_their_labels(seed):
     for kept in ("if a < b and b <= c: `x` ```py", "a <sourcery> tag, <s>struck</s>", "ends on a backtick `",
                  "an open <source id=\"3\" ref=\"x"):
         assert run(kept) == kept  # (what never became a tag is given back whole)
+
+
+def test_the_question_said_again_on_a_line_of_its_own_ends_the_answer():
+    # The bundled model answered, wrote the question again, and answered it anew or echoed
+    # the instructions: "...\nWhat is the rocket named?\nCiting sources like", all shown.
+    from ktcli.pipeline.prompts import answer_stops
+
+    question = "What is the rocket named?"
+    stops = StopStrings(answer_stops(question))
+    text = "The rocket is named Kestrel. [5]\n\nWhat is the rocket named?\nCiting sources like [1]."
+    assert stops.feed(text) + stops.flush() == "The rocket is named Kestrel. [5]\n"
+    stops = StopStrings(answer_stops(question))
+    opened = "What is the rocket named? It is Kestrel. [1]"  # an answer that opens with it is kept
+    assert stops.feed(opened) + stops.flush() == opened
+    assert answer_stops("Why?") == ANSWER_STOPS  # too short to tell from an answer's own line
+    assert answer_stops("  What is the rocket named?  ")[-1] == "\n" + question
