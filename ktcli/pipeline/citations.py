@@ -291,6 +291,10 @@ class Relabel:
 
     def flush(self) -> str:
         text, self.held = self.held, ""
+        if re.fullmatch(r"\[\d{1,3}", text) and not _in_code(self.shown):
+            # "[1" with no "]": the token limit cut a label in half ("... 18 euros. [1" was
+            # shown), and half a label names no source
+            return ""
         return self._release(text)
 
     def _release(self, text: str) -> str:

@@ -363,6 +363,10 @@ def test_labels_left_as_written():
         assert _streamed(Relabel(PASSAGES), [written]) == shown
     # one passage: nothing to move to
     assert _streamed(Relabel(PASSAGES[:1]), ["The Halden factory opened. [1]"]) == "The Halden factory opened. [1]"
+    # the token limit cut a label in half: "[1" names no source, and was shown as the answer's end
+    assert _streamed(Relabel(PASSAGES), ["The Halden factory opened. [", "1"]) == "The Halden factory opened. "
+    assert _streamed(Relabel(PASSAGES[:1]), ["The Halden factory opened. [1"]) == "The Halden factory opened. "
+    assert _streamed(Relabel(PASSAGES), ["Use `prices[1"]) == "Use `prices[1"  # code: an index, kept
 
 
 def test_a_moved_label_that_repeats_the_one_before_it_is_left_out():
