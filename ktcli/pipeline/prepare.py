@@ -17,7 +17,7 @@ from ktcli.engine.model_store import is_converted, model_facts, model_folder, re
 from ktcli.errors import KtcliError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.extract_cache import kept_under
-from ktcli.ingest.outline import outline_lines, outline_text
+from ktcli.ingest.outline import PROSE_OUTLINE_CHARS, outline_lines, outline_text
 from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.pipeline import notes_memo
 from ktcli.pipeline.events import Reporter
@@ -658,11 +658,14 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | 
 
 def _warn_if_not_outlined(corpus: Corpus, outlines: dict, reporter: Reporter) -> None:
     """--outline always over files that have no outline: said (a 59-page PDF planned and
-    read exactly as without the flag, and nothing told why)."""
+    read exactly as without the flag, and nothing told why). The reasons named are
+    `ingest.outline.outline_lines`': "PDFs" were named, though a long PDF with headings
+    has one, and a 29-line README with headings was told it had none for want of them."""
     whole = [d.path for d in corpus.documents if d.path not in outlines]
     if whole:
         reporter.warn(f"--outline always: {first_named(whole)} {'has' if len(whole) == 1 else 'have'} no outline "
-                      "(PDFs, data, and text without headings or code) and "
+                      f"(data, documents under {PROSE_OUTLINE_CHARS:,} characters or without headings, code an "
+                      "outline would not shorten) and "
                       f"{'is' if len(whole) == 1 else 'are'} read whole")
 
 

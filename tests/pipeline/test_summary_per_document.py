@@ -152,7 +152,8 @@ def test_outline_always_says_which_files_have_no_outline(tmp_path):
     reporter = Warnings()
     prepare([str(docs)], "", "summarize", settings_for(tmp_path, mode="auto", outline="always"), reporter)
     assert [w for w in reporter.lines if "--outline always" in w] == [
-        f"--outline always: {docs / 'data.csv'} has no outline (PDFs, data, and text without headings or code) "
+        f"--outline always: {docs / 'data.csv'} has no outline (data, documents under 32,000 characters or without "
+        "headings, code an outline would not shorten) "
         "and is read whole"]
 
 
