@@ -298,6 +298,11 @@ def _main() -> None:
         raise SystemExit(2) from None
     except usage_error as e:
         command = e.ctx.command_path if e.ctx else "ktcli"
+        if others := _commands_taking(e):
+            # click offered the nearest spelling it knows: "No such option: --outline
+            # (Possible options: --quiet)" for summarize's --outline given to ask
+            _parse_failed(f"{command} takes no {e.option_name}: it is an option of "
+                          f"{_listed([f'ktcli {name}' for name in others])} (see `{command} --help`)", 2)
         _parse_failed(f"{_one_line(e.format_message())} ({_usage_hint(e, command)})", 2)
     except click_error as e:
         _parse_failed(_one_line(e.format_message()), e.exit_code)
@@ -351,6 +356,20 @@ def _parse_errors() -> tuple[type, type, type]:
     base = next(c for c in mro if c.__name__ == "ClickException")
     no_args = getattr(sys.modules[usage.__module__], "NoArgsIsHelpError", None)
     return usage, base, no_args or type("NeverRaised", (Exception,), {})
+
+
+def _commands_taking(error) -> list[str]:
+    """The other ktcli commands that take the option `error` says this one does not."""
+    token, ctx = getattr(error, "option_name", "") or "", getattr(error, "ctx", None)
+    if not token.startswith("--") or ctx is None or ctx.parent is None:
+        return []
+    commands = getattr(ctx.parent.command, "commands", None) or {}
+    return [name for name, cmd in commands.items()
+            if name != ctx.info_name and any(token in p.opts for p in cmd.params)]
+
+
+def _listed(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def _usage_hint(error, command: str) -> str:
