@@ -220,8 +220,6 @@ def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said
         served.stop(hard=True)
 
 
-@pytest.mark.slow  # ~20-60 s here: transformers loads slowly on 2 busy cores
-@pytest.mark.skipif(ENGINE == "hf", reason="the whole module ran on hf already")
 @pytest.mark.skipif(ENGINE != "ktcli", reason="--max-memory sizes our engine's pages")
 def test_max_memory_bounds_what_the_server_holds(tmp_path):
     """Probe 100: `--attention topk:4` wrote pages for 131K tokens (3.4 GiB) when it
@@ -246,6 +244,8 @@ def test_max_memory_bounds_what_the_server_holds(tmp_path):
     assert done.stderr.strip().splitlines()[-1].startswith("error: --max-memory 500MB") and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # ~20-60 s here: transformers loads slowly on 2 busy cores
+@pytest.mark.skipif(ENGINE == "hf", reason="the whole module ran on hf already")
 def test_the_hf_engine_serves_too(tmp_path):
     served = start_serve(tmp_path, "--threads", "2", engine="hf")
     try:
