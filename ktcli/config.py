@@ -216,7 +216,10 @@ def load_settings(flags: dict[str, object] | None = None) -> Settings:
             raise UsageError(f"config file {path}: {e}") from None
         for key, raw in data.items():
             if key not in known:
-                raise UsageError(f"config file {path}: unknown setting {key!r}")
+                import difflib
+
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                raise UsageError(f"config file {path}: unknown setting {key!r}" + (f" ({close[0]}?)" if close else ""))
             values[key] = _coerce(key, raw, known[key], f"{key} in {path}")
             origins[key] = f"{key} in {path}"
         cache_dir = str(values.get("cache_dir", ""))

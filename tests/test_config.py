@@ -44,6 +44,9 @@ def test_unknown_key_in_file(tmp_path, monkeypatch):
     use_config(tmp_path, monkeypatch, "colour = 'red'\n")
     with pytest.raises(UsageError, match="colour"):
         load_settings()
+    use_config(tmp_path, monkeypatch, "topk = 4\n")  # a near miss is named, as a variable's is
+    with pytest.raises(UsageError, match=r"unknown setting 'topk' \(top_k\?\)"):
+        load_settings()
 
 
 @pytest.mark.parametrize("flags, needle", [

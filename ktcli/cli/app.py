@@ -96,7 +96,7 @@ MaxSeconds = Annotated[Optional[float], typer.Option("--max-seconds", metavar="S
 Temperature = Annotated[Optional[float], typer.Option("--temperature", metavar="T", help=f"Sampling temperature; 0 is greedy (default {_D.temperature:g}).")]
 BackendOpt = Annotated[Optional[str], typer.Option("--backend", metavar="BACKEND", help="local (load --engine here) or openai (an OpenAI-compatible server).")]
 BaseUrl = Annotated[Optional[str], typer.Option("--base-url", metavar="URL", help="The server for --backend openai, e.g. http://127.0.0.1:8000/v1.")]
-ApiKey = Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", help="The server's API key (else KTCLI_API_KEY or OPENAI_API_KEY).")]
+ApiKey = Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", help="The server's API key, with --backend openai (else KTCLI_API_KEY or OPENAI_API_KEY).")]
 ServeKey = Annotated[Optional[str], typer.Option("--api-key", metavar="KEY", help="The key clients must send (Authorization: Bearer KEY); "
                                                  "required to listen beyond loopback (else KTCLI_API_KEY).")]
 ContextWindow = Annotated[Optional[int], typer.Option("--context-window", metavar="N", help="Tokens; caps the window (0, the default: no cap), or sets it where an OpenAI-compatible server does not say.")]

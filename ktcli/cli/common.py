@@ -156,7 +156,15 @@ class Options:
         if "*" in origins and not settings.api_key:
             reporter.warn("--cors-origin '*' without --api-key: any web page open in a browser on this machine can "
                           "use the server")
-        serve(settings, options, reporter.status, on_warn=reporter.warn)
+        from ktcli.serve.run import Terminated
+
+        try:
+            serve(settings, options, reporter.status, on_warn=reporter.warn)
+        except (KeyboardInterrupt, Terminated) as e:
+            # how a server is meant to stop: said as a status, not as an error, with the
+            # exit code of the signal (130, 143)
+            reporter.status(f"stopped serving ({'SIGTERM' if isinstance(e, Terminated) else 'Ctrl-C'})")
+            raise SystemExit(Terminated.exit_code if isinstance(e, Terminated) else 130) from None
 
     def _show_plan(self, reporter) -> Callable:
         def show(prep) -> None:

@@ -467,8 +467,10 @@ def _warn_if_chunks_too_small(settings: Settings, plan: Plan, reporter: Reporter
     """Only where chunks are what the model reads: a summary joins neighbouring chunks up
     to a window, and a whole read cites by them."""
     if plan.task == "ask" and plan.mode is Mode.RETRIEVAL and settings.chunk_tokens < MIN_USEFUL_CHUNK_TOKENS:
-        reporter.warn(f"{settings.named('chunk_tokens')} {settings.chunk_tokens}: the {plan.top_k} chunks retrieved "
-                      f"hold ~{settings.chunk_tokens} tokens each, too little to answer from (under "
+        one = plan.top_k == 1
+        held = "the chunk retrieved holds" if one else f"the {plan.top_k} chunks retrieved hold"
+        reporter.warn(f"{settings.named('chunk_tokens')} {settings.chunk_tokens}: {held} ~{settings.chunk_tokens} "
+                      f"tokens{'' if one else ' each'}, too little to answer from (under "
                       f"{MIN_USEFUL_CHUNK_TOKENS}; the default is {Settings().chunk_tokens})")
 
 

@@ -196,10 +196,10 @@ def test_a_short_request_joins_a_long_running_one(server):
 
 
 @pytest.mark.parametrize("signum, code, said, inherited", [
-    (signal.SIGINT, 130, "error: interrupted", signal.SIG_DFL),
-    (signal.SIGTERM, 143, "error: terminated (SIGTERM)", signal.SIG_DFL),
+    (signal.SIGINT, 130, "· stopped serving (Ctrl-C)", signal.SIG_DFL),
+    (signal.SIGTERM, 143, "· stopped serving (SIGTERM)", signal.SIG_DFL),
     # started in the background by a script: SIGINT inherited ignored, and `kill -INT` was
-    (signal.SIGINT, 130, "error: interrupted", signal.SIG_IGN)])
+    (signal.SIGINT, 130, "· stopped serving (Ctrl-C)", signal.SIG_IGN)])
 def test_stopping_the_server_mid_answer_is_one_line(tmp_path, signum, code, said, inherited):
     # Ctrl-C mid-answer exited 134 ("terminate called without an active exception": the
     # process ended under the engine thread's native step); SIGTERM ended it unsaid.
