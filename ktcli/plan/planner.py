@@ -674,12 +674,14 @@ def _window_too_small(context_window: int, task: str) -> str:
             "a model with a larger window, or give an input that fits whole")
 
 
-def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int, cap: int, task: str) -> int:
+def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int, cap: int, task: str,
+                  chunk: int = 256) -> int:
     """Evidence tokens one window of a read in parts holds: the window less the prompt,
     the notes passed in, the question and what the call writes, which is the answer or,
     in every window but an answer's last, new notes (MEMORY_TOKENS): with
     --max-new-tokens 64 a summary's map steps wrote 384 tokens of notes into a window
-    planned for 64, past its end. At most `cap`. `task`: whose terms a refusal is in."""
+    planned for 64, past its end. At most `cap`. `task`: whose terms a refusal is in;
+    `chunk`: the model tokens of one chunk, which the answer budget a refusal names leaves."""
     written = max(max_new_tokens, MEMORY_TOKENS)
     room = context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - question_tokens - written
     if context_window < SMALLEST_PARTS_WINDOW:  # whatever the question and answer
@@ -689,10 +691,13 @@ def evidence_room(context_window: int, question_tokens: int, max_new_tokens: int
         taken = {"the answer budget (--max-new-tokens)": max_new_tokens, "the question": question_tokens,
                  f"the notes passed between parts ({MEMORY_TOKENS} tokens in, as many out)": 2 * MEMORY_TOKENS}
         culprit = max(taken, key=taken.get)
+        # the most that leaves room for a chunk (as `--mode full`'s refusal names its own)
+        most = context_window - PROMPT_OVERHEAD_TOKENS - MEMORY_TOKENS - question_tokens - max(256, chunk)
+        lower = f"lower --max-new-tokens to {most:,} or less" if most >= MEMORY_TOKENS else "lower --max-new-tokens"
         raise UsageError(
             f"{culprit} leaves no room for evidence in the {context_window:,}-token window "
             f"(question ~{question_tokens:,} tokens, answer budget {max_new_tokens:,}); "
-            + ("lower --max-new-tokens" if culprit.startswith("the answer") else "shorten the question"
+            + (lower if culprit.startswith("the answer") else "shorten the question"
                if culprit == "the question" else "give an input that fits whole, or a model with a larger window")
         )
     return min(room, cap)
@@ -721,11 +726,11 @@ def _windows_packed(evidence: int, passages: int, budget: int) -> int:
 
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     n_chunks = _estimated_chunks(req)
-    room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window,
-                         req.task)
     # Chunks are cut in estimate tokens: this input's own ratio says what one costs the model
     # (a 4,000-token chunk of a CSV of numbers was 9,871 model tokens, sent into 8,192).
     per_estimate = max(req.tokens_per_estimate, MODEL_TOKENS_PER_ESTIMATE)
+    room = evidence_room(facts.context_window, req.question_tokens, req.max_new_tokens, facts.context_window,
+                         req.task, chunk=math.ceil(req.chunk_tokens * per_estimate))
     if req.chunk_tokens * per_estimate > room:  # also under --mode retrieval, which skipped it
         raise UsageError(f"--chunk-tokens {req.chunk_tokens}: a chunk must fit a window's room for evidence "
                          f"(~{int(room / per_estimate):,} tokens of this input here)")

@@ -1,4 +1,5 @@
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -355,6 +356,13 @@ def test_no_room_names_what_takes_it():
         make_plan(req(corpus_tokens=100_000, question_tokens=2, max_new_tokens=100_000), SMOL, RATES)
     with pytest.raises(UsageError, match=r"^the question leaves no room.*shorten the question"):
         make_plan(req(corpus_tokens=100_000, question_tokens=8_000, max_new_tokens=64), SMOL, RATES)
+    # the limit named is one that plans (probe 102: "lower --max-new-tokens" gave none)
+    with pytest.raises(UsageError, match=r"lower --max-new-tokens to ([0-9,]+) or less$") as refused:
+        make_plan(req(corpus_tokens=100_000, question_tokens=2, max_new_tokens=8_000), SMOL, RATES)
+    most = int(re.search(r"to ([0-9,]+) or less", str(refused.value)).group(1).replace(",", ""))
+    assert make_plan(req(corpus_tokens=100_000, question_tokens=2, max_new_tokens=most), SMOL, RATES).mode is Mode.RETRIEVAL
+    with pytest.raises(UsageError):
+        make_plan(req(corpus_tokens=100_000, question_tokens=2, max_new_tokens=most + 1), SMOL, RATES)
 
 
 def test_a_small_window_reads_what_fits_and_says_why_parts_cannot_be_read():
