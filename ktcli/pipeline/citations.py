@@ -17,7 +17,7 @@ from functools import lru_cache
 
 from ktcli.ingest.sections import MARKDOWN_RULE, SectionIndex, document_trails, paged_trails, row_cells
 from ktcli.retrieval.lexical import cjk_terms, combining_marks, fold
-from ktcli.retrieval.symbols import defined_name
+from ktcli.retrieval.symbols import defined_name, split_dotted
 from ktcli.pipeline.events import Reporter
 from ktcli.types import CHAPTER, PARAGRAPH, Answer, Chunk, Citation, Corpus, Document, Span
 
@@ -413,7 +413,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     recordable incident ...') was cited to the incident's page alone, not the revenue's.
     `label_of`: the source label the model read a chunk under (Citation.label). A sentence
     that restates ktcli's own instructions (`restates_instructions`) is no claim to cite.
-    `asked`: the code names the question asks about (`symbols.code_names`)."""
+    `asked`: the code names whose definitions the question asks for (`symbols.asked_definitions`)."""
     # joined by line breaks: a sentence split keeps list items apart (`by_sentence`); a
     # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
     known = _known_figures(chunk.text for chunk in evidence)
@@ -437,12 +437,24 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         # definition is "defined": "where is `class Context` defined?" answered "... defined in
         # the `__init__` method of the `Context` class" was cited to another class's
         # `def __init__(`, not to `class Context:` in the same evidence.
-        defining = [(present, name.lower()) for present, line in zip(line_terms, lines)
+        # A dotted name's definition is its last part's inside its owner's, and holds the
+        # whole name's words: "CliRunner.invoke is defined" in `def invoke(` under class
+        # CliRunner, not in `class CliRunner:` (named more often) nor in Context's `def invoke(`.
+        defining = [(present, name.lower(), line) for present, line in zip(line_terms, lines)
                     if line.number is not None and (name := defined_name(line.text)) and name.lower() in wanted]
-        asked_names = {name.lower() for name in asked} & {name for _present, name in defining}
-        for present, name in defining:
-            if not asked_names or name in asked_names:
+        parts = {name: [part.lower() for part in split_dotted(name)] for name in asked}
+        whole = {p[-1]: (p[:-1], set(terms(name, pieces=True))) for name, p in parts.items()}
+
+        def asked_for(name: str, line: _Line) -> bool:
+            owners = whole[name][0] if name in whole else None
+            return owners is not None and all(owner in line.chunk.section.lower() for owner in owners)
+
+        asked_names = {name for _present, name, line in defining if asked_for(name, line)}
+        for present, name, line in defining:
+            if not asked_names:
                 present |= _DEFINITION_WORDS
+            elif name in asked_names and asked_for(name, line):
+                present |= _DEFINITION_WORDS | whole[name][1]
     running = _running_lines(lines) | {i for i, line in enumerate(lines) if _DIFF_HEADER.match(line.text)}
     df = Counter(t for present in line_terms for t in present)
     n = len(lines)

@@ -19,7 +19,7 @@ from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbour
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
 from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.pipeline.summary_lines import made_up_blocks
-from ktcli.retrieval.symbols import changed_names, code_names
+from ktcli.retrieval.symbols import asked_definitions, changed_names
 from ktcli.types import Answer, Chunk, Mode
 
 
@@ -51,7 +51,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                 _warn_of_made_up_code(text, texts, reporter)
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
                 cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0),
-                                            asked=code_names(prep.question))
+                                            asked=asked_definitions(prep.question))
                 cites += citations.document_citations(text, prep.corpus.documents, cites)
                 return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
 
@@ -130,7 +130,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(
             citations.attribute(text, labelled, label_of=lambda c: label_of[id(c)],
-                                asked=code_names(prep.question)), documents)
+                                asked=asked_definitions(prep.question)), documents)
         backed = citations.label_citations(citations.backed_labels(text, labelled), labelled)[:3]
         cited = citations.merge(citations.narrowed(citations.on_their_pages(backed, documents), attributed), attributed)
         # Every label the answer writes has its entry, last where its passage does not back

@@ -148,6 +148,22 @@ def code_names(question: str) -> set[str]:
     return names
 
 
+def asked_definitions(question: str) -> set[str]:
+    """The code names whose definitions a question asks for: `code_names`, a dotted name
+    kept whole ("CliRunner.invoke": `def invoke(` in class CliRunner; its parts alone
+    asked for `class CliRunner:` too, which the answer named more often, and was cited).
+    `citations.attribute` matches a dotted name's definition by its last part."""
+    dotted = {m.group(1) for m in _BACKTICKED.finditer(question)} | {m.group(1) for m in _dotted(question)}
+    dotted = {name for name in dotted if len(split_dotted(name)) > 1}
+    parts = {part for name in dotted for part in split_dotted(name)}
+    return (code_names(question) - parts) | dotted
+
+
+def split_dotted(name: str) -> list[str]:
+    """`a.b.c` and `a::b` into their parts."""
+    return re.split(r"\.|::", name)
+
+
 def used_names(question: str) -> set[str]:
     """The code names (`code_names`) of a question that asks who calls, uses or imports
     them; none where it asks nothing of the kind. A dotted name's last part: the uses of

@@ -507,6 +507,29 @@ def test_the_definition_of_the_name_asked_about_outranks_another_defined_name():
     assert (cited[0].span.path, cited[0].span.line_start) == ("click/core.py", 213)
 
 
+def test_a_dotted_name_asked_about_is_cited_to_its_members_definition():
+    # probe 101: "Where is CliRunner.invoke defined?" was cited to `class CliRunner:` and
+    # to lines in invoke's body, not to `def invoke(` at line 595
+    from ktcli.retrieval.symbols import asked_definitions
+
+    question = "Where is CliRunner.invoke defined?"
+    assert asked_definitions(question) == {"CliRunner.invoke"}
+    assert asked_definitions("Where is `shelf.Book::load` defined, and the `Reader` class?") == {"shelf.Book::load", "Reader"}
+    from dataclasses import replace
+
+    runner_class = replace(chunk("click/testing.py", 317, ["class CliRunner:", '    """The CLI runner provides '
+                                                            'functionality to invoke"""']), section="class CliRunner")
+    invoke = replace(chunk("click/testing.py", 595, ["    def invoke(", "        self,", "        cli: Command,"], 1),
+                     section="class CliRunner > def invoke")
+    other = replace(chunk("click/core.py", 853, ["    def invoke(", "        self,", "        callback,"], 2),
+                    section="class Context > def invoke")  # another class's invoke: not the one asked
+    answer = ("CliRunner.invoke is defined in the `CliRunner` module, which is a wrapper for the "
+              "`click.testing.CliRunner` class.")
+    for evidence in ([runner_class, invoke, other], [other, runner_class, invoke]):
+        cited = attribute(answer, evidence, context=0, asked=asked_definitions(question))
+        assert (cited[0].span.path, cited[0].span.line_start) == ("click/testing.py", 595)
+
+
 def test_a_label_that_is_a_word_of_its_sentence_is_not_cut_out_of_it():
     from ktcli.pipeline.citations import Relabel
 
