@@ -565,6 +565,8 @@ def _only_invented(sentence: str, known: set[str]) -> bool:
 
 
 _YEAR = re.compile(r"(?:19|20)\d\d")
+# A number that is a whole field of a delimited row (CSV, TSV, `a | b`, `a;b`), quoted or not.
+_FIELD = re.compile(r"(?:^|(?<=[,;|\t]))[ \t]*\"?(\d+(?:\.\d+)?)\"?[ \t]*(?=[,;|\t\r]|$)", re.MULTILINE)
 
 
 def _known_figures(texts: Iterable[str]) -> set[str]:
@@ -573,6 +575,10 @@ def _known_figures(texts: Iterable[str]) -> set[str]:
     known: set[str] = set()
     for text in texts:
         known |= set(_figures_in_order(text, written_out=True))
+        # a delimited row's fields: `_FIGURE` starts no figure after a comma, so a CSV's
+        # "Marketing,Online ads,97500,Sofia Marin" held no figure, and an answer quoting
+        # its 97500 was said to be made up and cited nowhere
+        known |= {f for m in _FIELD.finditer(text) if len(f := _canonical(m[1])) >= 2}
     for figure in [f for f in known if f.isdigit() and len(f) >= 4]:
         for scale in (1_000, 1_000_000, 1_000_000_000):
             scaled = int(figure) / scale

@@ -603,3 +603,20 @@ def test_a_diffs_file_header_lines_are_never_cited():
     cited = attribute("The change in packaging/version.py lowers the letter passed to parse_letter in Version.",
                       [chunk])
     assert cited and all(c.span.line_start >= 5 for c in cited), cited
+
+
+def test_a_figure_of_a_delimited_row_is_one_the_passages_hold():
+    """Probe 103: asked who owns a budget line, the bundled model quoted the CSV row's
+    88000 and was told the figure stood in none of the passages it read (the CSV it read),
+    its sentence cited nowhere: no figure was read after a comma."""
+    from ktcli.pipeline.citations import invented_figures
+
+    csv = chunk("budget.csv", 1, ["department,line,amount_eur,owner", "Operations,Delivery vans,88000,Lena Fischer",
+                                  "Marketing,Online ads,97500,Sofia Marin"])
+    answer = "The delivery vans line is 88000 euros, owned by Lena Fischer."
+    assert invented_figures(answer, [csv.text]) == []
+    assert [c.span.line_start for c in attribute(answer, [csv])] == [1]
+    assert invented_figures("Online ads get 97,500 euros.", [csv.text]) == []
+    for row in ("a;1234;b", "a\t1234\tb", 'a,"1234",b', "a | 1234 | b"):
+        assert invented_figures("It is 1234.", [row]) == [], row
+    assert invented_figures("It is 4321.", [csv.text]) == ["4321"]
