@@ -664,10 +664,26 @@ def _names_and_figures(text: str) -> set[str]:
 
 def _words_by_sentence(text: str) -> Iterator[tuple[int, str]]:
     """Each word of `text` with its place in its sentence (0: the sentence's first, whose
-    capital says nothing of a name)."""
-    for sentence in _SENTENCE.split(text):
+    capital says nothing of a name). A line break inside a sentence (after a lowercase word
+    or a comma, before a word) is no sentence's end: the bundled model wraps its answers
+    near 100 characters, and "... sold to the new\nTidal lantern." named no Tidal."""
+    for sentence in _SENTENCE.split(_unwrapped(text)):
         for k, m in enumerate(_word_pattern().finditer(sentence)):
             yield k, m.group(0)
+
+
+def _unwrapped(text: str) -> str:
+    """`text` with each line that runs on into the next (ends in a lowercase letter or a
+    comma; the next starts with a letter) joined to it; a heading's line never is."""
+    lines = text.split("\n")
+    for i in range(len(lines) - 1):
+        line, after = lines[i].rstrip(), lines[i + 1].lstrip()
+        if line.endswith(",") or line[-1:].islower():
+            if after[:1].isalpha() and not line.lstrip().startswith("#"):
+                lines[i] += " "
+                continue
+        lines[i] += "\n"
+    return "".join(lines)
 
 
 _DIGITS = re.compile(r"\d+")

@@ -620,3 +620,15 @@ def test_a_figure_of_a_delimited_row_is_one_the_passages_hold():
     for row in ("a;1234;b", "a\t1234\tb", 'a,"1234",b', "a | 1234 | b"):
         assert invented_figures("It is 1234.", [row]) == [], row
     assert invented_figures("It is 4321.", [csv.text]) == ["4321"]
+
+
+def test_a_made_up_name_after_a_line_break_inside_a_sentence_is_said():
+    """Probe 103: the bundled model wraps its answers, and "... which will be sold to the
+    new\\nTidal lantern." named no made-up Tidal: a line's first word read as a sentence's."""
+    from ktcli.pipeline.citations import invented_names
+
+    source = "The board approved a greenhouse for the garden."
+    assert invented_names("The board approved a greenhouse, sold to the new\nTidal lantern.", [source]) == ["Tidal"]
+    assert invented_names("The board approved it,\nTidal says.", [source]) == ["Tidal"]
+    # a line after a sentence's end, a heading or a list item still opens a sentence
+    assert invented_names("The board approved it.\nTidal lanterns sold.\n## Booking\nHarvest\n- Harvest", [source]) == []
