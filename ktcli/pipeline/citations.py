@@ -527,20 +527,40 @@ def _figures_in_order(text: str, written_out: bool = False) -> list[str]:
     """The figures of `text` of two characters or more (a single digit is as often written
     out: "3 pumps", "three pumps"), each `_canonical`, with its ISO dates and clock times
     whole ("2024-03-01", "05:56:12"); `written_out`: dates and times as a source may write
-    them too ("1 March 2024", "2:30 pm"), in those forms."""
+    them too ("1 March 2024", "2:30 pm"), in those forms, and a day and month without a
+    year as "--03-01". Without it (an answer's figures) such a date or time is read whole,
+    in the same forms, instead of its parts: an answer's "2:30 pm" was "02:30", said to be
+    in none of a source's "14:30", and its "14 July 2024" passed as a 14 and a 2024 from
+    anywhere in the passages (probe 103)."""
     text = _ITEM_NUMBER.sub(" ", _LABEL.sub(" ", text))
     found = [(m.start(), _canonical(m.group(0))) for m in _FIGURE.finditer(text)]
     found += [(m.start(), f"{m[1]}-{m[2]}-{m[3]}") for m in _ISO_DATE.finditer(text)]
     found += [(m.start(), f"{int(m[1]):02d}:{m[2]}" + (f":{m[3]}" if m[3] else "")) for m in _CLOCK.finditer(text)]
+    whole: list[tuple[int, str]] = []
+    for m in _DAY_MONTH_YEAR.finditer(text):
+        day, month, year = (m[1], m[2], m[3]) if m[1] else (m[5], m[4], m[6])
+        whole.append((m.start(), f"{year}-{_MONTHS[month.lower()[:3]]:02d}-{int(day):02d}", m.end()))
+    for m in _TWELVE_HOUR.finditer(text):
+        hour = int(m[1]) % 12 + (12 if m[3].lower() == "p" else 0)
+        whole.append((m.start(), f"{hour:02d}:{m[2] or '00'}", m.end()))
     if written_out:
         found += [(m.start(), m[1]) for m in _ISO_DATE.finditer(text)]  # its year, as "March 1, 2024" writes it
-        for m in _DAY_MONTH_YEAR.finditer(text):
-            day, month, year = (m[1], m[2], m[3]) if m[1] else (m[5], m[4], m[6])
-            found.append((m.start(), f"{year}-{_MONTHS[month.lower()[:3]]:02d}-{int(day):02d}"))
-        for m in _TWELVE_HOUR.finditer(text):
-            hour = int(m[1]) % 12 + (12 if m[3].lower() == "p" else 0)
-            found.append((m.start(), f"{hour:02d}:{m[2] or '00'}"))
+        found += [(m.start(), f"--{_MONTHS[(m[2] or m[3]).lower()[:3]]:02d}-{int(m[1] or m[4]):02d}")
+                  for m in _DAY_MONTH.finditer(text)]
+    else:
+        found = [(at, f) for at, f in found if not any(start <= at < end for start, _, end in whole)]
+    found += [(start, f) for start, f, _ in whole]
     return [f for _, f in sorted(found) if len(f) >= 2]
+
+
+def _held(figure: str, known: set[str]) -> bool:
+    """Whether `figure` (an answer's) stands in what `known` was read from: a date also
+    where a source gives its day and month, and its year elsewhere ("opened on 14
+    September", "in 2023")."""
+    if figure in known:
+        return True
+    date = _ISO_DATE.fullmatch(figure)
+    return bool(date) and f"--{date[2]}-{date[3]}" in known and date[1] in known
 
 
 _ISO_DATE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
@@ -549,6 +569,7 @@ _MONTHS = {m: i for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun",
                                        "dec"), start=1)}
 _MONTH = r"(jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sep(?:t(?:ember)?)?|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
 _DAY_MONTH_YEAR = re.compile(rf"(?i)\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+{_MONTH},?\s+(\d{{4}})|{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?,?\s+(\d{{4}}))\b")
+_DAY_MONTH = re.compile(rf"(?i)\b(?:(\d{{1,2}})(?:st|nd|rd|th)?\s+{_MONTH}|{_MONTH}\s+(\d{{1,2}})(?:st|nd|rd|th)?)\b")
 _TWELVE_HOUR = re.compile(r"(?i)(?<![\d:])(\d{1,2})(?::(\d{2}))?\s*([ap])\.?m\b\.?")
 
 
@@ -561,7 +582,8 @@ def _only_invented(sentence: str, known: set[str]) -> bool:
     but years: "The salary in 2023 was 2.1 million" claims nothing the evidence says, while
     "The margin was 39.6%, up 3.8%" is cited for its 39.6 (and its 3.8 said all the same)."""
     figures = _figures(sentence)
-    return bool(figures - known) and not any(f in known and not _YEAR.fullmatch(f) for f in figures)
+    return any(not _held(f, known) for f in figures) \
+        and not any(_held(f, known) and not _YEAR.fullmatch(f) for f in figures)
 
 
 _YEAR = re.compile(r"(?:19|20)\d\d")
@@ -594,7 +616,7 @@ def invented_figures(answer: str, sources: Iterable[str], question: str = "") ->
     now cites no sentence whose figures are all such (years aside), and the caller says
     which they are."""
     known = _known_figures([*sources, question])
-    return list(dict.fromkeys(f for f in _figures_in_order(answer) if f not in known))
+    return list(dict.fromkeys(f for f in _figures_in_order(answer) if not _held(f, known)))
 
 
 # Capitalised words that are no name a source must hold: months, days, languages an answer

@@ -632,3 +632,21 @@ def test_a_made_up_name_after_a_line_break_inside_a_sentence_is_said():
     assert invented_names("The board approved it,\nTidal says.", [source]) == ["Tidal"]
     # a line after a sentence's end, a heading or a list item still opens a sentence
     assert invented_names("The board approved it.\nTidal lanterns sold.\n## Booking\nHarvest\n- Harvest", [source]) == []
+
+
+def test_an_answers_written_date_and_twelve_hour_time_are_read_whole():
+    """Probe 103: an answer's "2:30 pm" was read as 02:30 and said to stand in none of a
+    source's "14:30", and its made-up "14 July 2024" passed as a 14 and a 2024 that other
+    lines held (the outage was on 18 July; a lamp runs 14 hours)."""
+    from ktcli.pipeline.citations import invented_figures
+
+    source = "On 18 July 2024 the checkout API failed from 14:12 to 14:59 UTC. The lamp runs 14 hours."
+    assert invented_figures("It began at 2:12 pm on July 18, 2024.", [source]) == []
+    assert invented_figures("It ended at 2:59 p.m.", [source]) == []
+    assert invented_figures("It began at 2:13 pm.", [source]) == ["14:13"]
+    assert invented_figures("The outage was on 14 July 2024.", [source]) == ["2024-07-14"]
+    assert attribute("The checkout API failed on 14 July 2024.", [chunk("incident.txt", 1, [source])]) == []
+    # a day and month the source gives without its year, the year elsewhere
+    opened = "Halden opened on 14 September. Revenue in 2023 rose."
+    assert invented_figures("Halden opened on 14 September 2023.", [opened]) == []
+    assert invented_figures("Halden opened on 15 September 2023.", [opened]) == ["2023-09-15"]
