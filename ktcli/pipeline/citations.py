@@ -650,11 +650,11 @@ def invented_names(answer: str, sources: Iterable[str], question: str = "", else
 
 
 def warn_of_invented(text: str, sources: list[str], question: str, reporter: Reporter,
-                     subject: str = "answer", elsewhere: Iterable[str] = ()) -> None:
+                     subject: str = "answer", elsewhere: Iterable[str] = (), read: str = "") -> None:
     """Says on `reporter` which figures and names of `text` stand in nothing it was written
     from (`invented_figures`, `invented_names`; a name found `elsewhere` in the input is not
-    made up)."""
-    where = "the passages it read" if subject == "answer" else "the input"
+    made up); `read`: what `sources` are, as the figures' line names them."""
+    where = read or ("the passages it read" if subject == "answer" else "the input")
     made_up = invented_figures(text, sources, question)
     if made_up:
         some = f"figures {', '.join(made_up[:5])} stand" if len(made_up) > 1 else f"figure {made_up[0]} stands"

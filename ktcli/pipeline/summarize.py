@@ -222,11 +222,26 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
         reporter.warn(f"{len(cut)} of {len(docs)} summaries reached their share of --max-new-tokens "
                       f"({params.max_new_tokens:,} tokens each) and may be cut short: {first_named(paths, 5)}; "
                       f"{longer} for longer ones")
-    # each part traced to its own document's lines, an interrupted run's too (it cited a
-    # document it never reached)
-    return streamed.finish(lambda summary: replace(
-        _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep), reporter),
-        parts=tuple((doc.path, text) for doc, text in parts), files=None))  # (each has its summary)
+    def summaries(summary: str) -> Answer:
+        # each part traced to its own document's lines, an interrupted run's too (it cited a
+        # document it never reached), and checked against them
+        _warn_of_invented(parts, prep, reporter)  # (so _answer, given no reporter, checks nothing more)
+        answer = _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep))
+        return replace(answer, parts=tuple((doc.path, text) for doc, text in parts), files=None)  # (each has its own)
+
+    return streamed.finish(summaries)
+
+
+def _warn_of_invented(parts: list[tuple[Document, str]], prep: Prepared, reporter: Reporter) -> None:
+    """Each document's summary checked against its own document (which `_cited_by_document`
+    cites it to), named: checked as one text against the whole input, a library page's
+    summary of "12 librarians" passed on another file's 12, its sentence cited nowhere and
+    nothing said, and a figure no file held was said of "the summary" of eight (probe 103)."""
+    for doc, text in parts:
+        if text and text != NO_SUMMARY and not _quoted(doc):
+            others = [d.text for d in prep.corpus.documents if d.path != doc.path]
+            citations.warn_of_invented(text, [doc.text], "", reporter, f"summary of {doc.path}", elsewhere=others,
+                                       read=doc.path)
 
 
 def _quoted(doc: Document) -> bool:

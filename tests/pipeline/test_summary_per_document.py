@@ -237,3 +237,31 @@ def test_summaries_cut_at_their_share_are_said_in_one_line(folder, tmp_path):
     assert cut == [f"3 of 3 summaries reached their share of --max-new-tokens (128 tokens each) and may be cut short: "
                    f"{', '.join(str(folder / n) for n in sorted(TOPICS))}; raise --max-new-tokens past 384 for "
                    "longer ones"]
+
+
+def test_each_summarys_figures_are_checked_against_its_own_document(folder, tmp_path):
+    """Probe 103: eight summaries were checked as one text against the whole input, so a
+    figure one document's summary took from another passed (its sentence, traced to its own
+    document's lines only, was cited nowhere and nothing said), and a made-up one was said
+    of "the summary" without naming which."""
+    from .test_qa_pipeline import Warnings
+
+    class Borrowing(FirstLine):
+        def _reply(self, messages) -> str:
+            prompt = messages[-1]["content"]
+            if TOPICS["bread.md"] in prompt:  # 1871 is the lighthouse's
+                return "The rye bread recipe dates from 1871 and bakes at 240 degrees."
+            if TOPICS["release.md"] in prompt:
+                return "Tidewatch 4.0 uses 9120 constituents."
+            return super()._reply(messages)
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    reporter = Warnings()
+    summarize(prep, Borrowing(), settings, reporter, Tally())
+    bread, release = folder / "bread.md", folder / "release.md"
+    assert any(f"the summary of {bread}'s figure 1871 stands in none of {bread}" in w for w in reporter.lines), \
+        reporter.lines
+    assert any(f"the summary of {release}'s figure 9120 stands in none of {release}" in w for w in reporter.lines)
+    assert not any("lighthouse.md's" in w for w in reporter.lines)
+    assert not any(w.startswith("the summary's") for w in reporter.lines)
