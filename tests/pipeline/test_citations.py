@@ -631,7 +631,8 @@ def test_a_made_up_name_after_a_line_break_inside_a_sentence_is_said():
     assert invented_names("The board approved a greenhouse, sold to the new\nTidal lantern.", [source]) == ["Tidal"]
     assert invented_names("The board approved it,\nTidal says.", [source]) == ["Tidal"]
     # a line after a sentence's end, a heading or a list item still opens a sentence
-    assert invented_names("The board approved it.\nTidal lanterns sold.\n## Booking\nHarvest\n- Harvest", [source]) == []
+    opened = "The board approved it.\nTidal lanterns sold.\n## Booking\nHarvest\n- Harvest"
+    assert invented_names(opened, [source]) == []
 
 
 def test_an_answers_written_date_and_twelve_hour_time_are_read_whole():
