@@ -8,6 +8,7 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
     python -m benchmarks.qa_accuracy --json --baseline refs      # whole-input source refs before / now
     python -m benchmarks.qa_accuracy --json --baseline key-lines # no key lines before the question / now
     python -m benchmarks.qa_accuracy --json --baseline labels    # labels as the model wrote them / moved
+    python -m benchmarks.qa_accuracy --json --baseline figures   # figures cited by words / where they stand
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Each case runs twice in
@@ -30,6 +31,9 @@ before 2026-12-06 (the key lines' five layouts were tried on them).
   (`citations.Relabel`). Greedy decoding writes the same tokens both ways; "label right"
   counts answers whose first label names a passage holding the fact (its page, for the
   PDF).
+* figures (the PDF cases): a sentence with a figure cited by its words alone, as until
+  2026-12-07, against cited to a line that holds the figure (`citations.attribute`'s
+  `by_figure`); the same answers both ways.
 * layout: the prompt ktcli used until 2026-12-04, the question asked before the sources
   as well as after them. Now it comes after them only, so every question about one input
   starts with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import itertools
 import json
 import re
@@ -247,6 +252,18 @@ def _labels_as_written():
 
 
 # --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
+@contextlib.contextmanager
+def _figures_by_words():
+    """A sentence with a figure cited by its words alone (until 2026-12-07), not to a line
+    holding the figure. Attribution runs after the answer: the same tokens both ways."""
+    current = citations.attribute
+    citations.attribute = functools.partial(current, by_figure=False)
+    try:
+        yield
+    finally:
+        citations.attribute = current
+
+
 BASELINES = {
     "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
               ("pdf-retrieval", "tutorial-retrieval")),
@@ -257,6 +274,8 @@ BASELINES = {
     "key-lines": (("before: no key lines", _no_key_lines), "now: 2 key lines quoted", tuple(CASES)),
     "labels": (("before: labels as written", _labels_as_written), "now: moved to their backing",
                ("pdf-retrieval", "tutorial-retrieval")),
+    "figures": (("before: figures cited by words", _figures_by_words), "now: cited where they stand",
+                ("pdf-full", "pdf-retrieval")),
 }
 
 
@@ -284,6 +303,9 @@ def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
     """`patch`: a context manager that makes the pipeline the baseline, or None (now)."""
     path, mode, questions = CASES[case]
     settings = replace(base, mode=mode)
+    stack = contextlib.ExitStack()
+    if patch is not None:
+        stack.enter_context(patch())  # the only difference between the two sides (before `attribute` is taken)
     attribute = citations.attribute
     attributed: list[tuple[list, list]] = []  # (the pipeline's, the whole-answer baseline's)
 
@@ -294,9 +316,6 @@ def run_case(case: str, variant: str, patch, backend, base: Settings) -> dict:
 
     citations.attribute = both_ways
     rows = []
-    stack = contextlib.ExitStack()
-    if patch is not None:
-        stack.enter_context(patch())  # the only difference between the two sides
     try:
         for question, expected, page in questions:
             prep = prepare([path], question, "ask", settings, NullReporter())

@@ -405,7 +405,7 @@ def _only_a_verdict(sentence: str) -> bool:
 
 def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
               by_sentence: bool = True, label_of: Callable[[Chunk], int] | None = None,
-              asked: Iterable[str] = ()) -> list[Citation]:
+              asked: Iterable[str] = (), by_figure: bool = True) -> list[Citation]:
     """The evidence lines that best support `answer`, as merged, de-duplicated citations:
     first each sentence's best line, in answer order (`by_sentence`), then the lines that
     best match the answer as a whole. Scoring only the whole answer let its longest
@@ -413,7 +413,9 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     recordable incident ...') was cited to the incident's page alone, not the revenue's.
     `label_of`: the source label the model read a chunk under (Citation.label). A sentence
     that restates ktcli's own instructions (`restates_instructions`) is no claim to cite.
-    `asked`: the code names whose definitions the question asks for (`symbols.asked_definitions`)."""
+    `asked`: the code names whose definitions the question asks for (`symbols.asked_definitions`).
+    `by_figure`: a sentence with a figure the evidence holds is cited to a line holding it
+    (False: by its words alone, as until 2026-12-07; `benchmarks.qa_accuracy` compares)."""
     # joined by line breaks: a sentence split keeps list items apart (`by_sentence`); a
     # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
     known = _known_figures(chunk.text for chunk in evidence)
@@ -475,10 +477,25 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     if best <= 0:
         return []
     picks: list[tuple[float, int]] = []
+    line_figures: dict[int, set[str]] = {}
+
+    def holding(rows: list[tuple[float, int, int]], figures: set[str]) -> list[tuple[float, int, int]]:
+        """The rows whose line holds one of `figures` (a sentence's, the evidence holds them)."""
+        for _s, i, _hits in rows:
+            if i not in line_figures:
+                line_figures[i] = _known_figures([lines[i].text])
+        return [row for row in rows if line_figures[row[1]] & figures]
+
     if by_sentence:
         for sentence in _SENTENCE.split(text):
             words = set(terms(sentence, pieces=True))
-            s, i, hits = min(scored(words), key=best_first) if len(words) >= 2 else (0.0, 0, 0)
+            rows = scored(words) if len(words) >= 2 else []
+            # A sentence's figure is backed by a line that holds it: "closed for 18 days due
+            # to a fire" was cited to a report page with no 18, that shared its other words.
+            figures = {f for f in _figures(sentence) if f in known and not _YEAR.fullmatch(f)}
+            if figures and by_figure:
+                rows = holding(rows, figures)
+            s, i, hits = min(rows, key=best_first) if rows else (0.0, 0, 0)
             if hits >= 2:  # one shared word is coincidence
                 picks.append((s, i))
     # Lines far weaker than the best one are coincidental word overlap, and so is a line

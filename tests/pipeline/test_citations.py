@@ -35,6 +35,20 @@ def test_no_overlap_no_citation():
     assert attribute("I don't know.", [c]) == []
 
 
+def test_a_sentence_with_a_figure_is_cited_to_a_line_that_holds_it():
+    # probe 103: "The library was closed for 18 days during the year due to a fire." was
+    # cited to the annual report's page about the fire, which has no 18
+    report = chunk("report.pdf", 40, ["During the year a fire closed the library and the museum.",
+                                      "The museum reopened in the spring."], page=5)
+    notes = chunk("notes.txt", 3, ["Branch status:", "Library closed 18 days (repairs)."], 1)
+    answer = "The library was closed for 18 days during the year due to a fire."
+    cited = attribute(answer, [report, notes], context=0)
+    assert (cited[0].span.path, cited[0].span.line_start) == ("notes.txt", 4)
+    # without a figure, the words decide as before
+    assert attribute("The library was closed during the year due to a fire.", [report, notes],
+                     context=0)[0].span.path == "report.pdf"
+
+
 def test_a_verdict_on_the_input_is_not_cited_but_a_fact_beside_it_is():
     c = chunk("src/storage.py", 1, ["def load(path):", "    # read the code of the shelf file as well as its notes",
                                     "    with open(path) as f:", "        return json.load(f)", "",
