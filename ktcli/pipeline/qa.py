@@ -242,8 +242,10 @@ def _warn_if_echo(text: str, reporter: Reporter) -> None:
 def _whole_read_figures(prep: Prepared) -> dict:
     """The keys a retrieval answer's --json figures have, for a read of the whole input:
     one window, every document its evidence (scripts read `figures.evidence` whatever the
-    mode; it was missing)."""
-    return {"retrieved": 0, "windows": 1, "evidence": citations.documents_read(prep.corpus.documents)}
+    mode; it was missing), each document with its `label`: the number the model read it
+    under (`prompts.whole_input`: 1..n in input order), which an answer's [N] names."""
+    read = citations.documents_read(prep.corpus.documents)
+    return {"retrieved": 0, "windows": 1, "evidence": [entry | {"label": i + 1} for i, entry in enumerate(read)]}
 
 
 def _labelled(window: list[Chunk], first_label: int) -> tuple[str, int]:

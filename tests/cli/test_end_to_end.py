@@ -130,7 +130,7 @@ def test_stdin_is_read_and_cited(cache):
     assert set(FIGURE_DEFAULTS) <= set(data["figures"]) and data["figures"]["index_s"] == 0.0
     assert data["figures"]["evidence"] == [{"ref": "<stdin>", "path": "<stdin>", "line_start": 1, "line_end": 3,
                                             "page": None, "page_label": None, "unit": "line", "chars": None, "section": "",
-                                            "score": None}]
+                                            "score": None, "label": 1}]
 
 
 def test_html_citations_name_lines_of_the_file(cache, tmp_path):

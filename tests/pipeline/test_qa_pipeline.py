@@ -178,6 +178,9 @@ def test_full_mode_reads_the_whole_input(tmp_path):
     answer = answer_question(prep, backend, settings, NullReporter(), Tally())
     assert "Harbour Street" in answer.text
     assert answer.citations[0].ref == f"{doc}:1-2" or answer.citations[0].ref == f"{doc}:1"
+    # each document read whole carries the label the model read it under (probe 103: none)
+    prompt = backend.calls[-1][-1]["content"]
+    assert [e["label"] for e in answer.stats["evidence"]] == [1] and '<source id="1" ref="short.txt">' in prompt
 
 
 def test_full_mode_asked_for_is_never_swapped_for_retrieval(haystack, tmp_path):
