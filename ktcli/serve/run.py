@@ -52,8 +52,9 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
                                  pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
                                  kv_budget_bytes=budget, **_engine_options(NativeBackend.load, settings))
     if budget is not None and backend.context_window < MIN_SERVED_TOKENS:
-        raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: leaves KV pages for {backend.context_window:,} tokens "
-                         f"(~{budget / 2**20:,.0f} MiB beside the model), under {MIN_SERVED_TOKENS:,}: give more")
+        raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: leaves KV pages for "
+                         f"{backend.context_window:,} tokens (~{budget / 2**20:,.0f} MiB beside the model), under "
+                         f"{MIN_SERVED_TOKENS:,}: give more")
     govern(backend.engine, settings.threads, load_started)
     return backend
 
@@ -85,8 +86,8 @@ def kv_budget(settings: Settings, model_dir) -> int | None:
         held += CPU_RUNTIME_BYTES
     budget = parse_bytes(settings.max_memory)
     if budget <= held:
-        raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: the model ({weights} weights) and the runtime take "
-                         f"~{held / 2**20:,.0f} MiB, leaving nothing for KV pages: give more")
+        raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: the model ({weights} weights) and the "
+                         f"runtime take ~{held / 2**20:,.0f} MiB, leaving nothing for KV pages: give more")
     return budget - held
 
 
