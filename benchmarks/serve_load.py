@@ -32,9 +32,9 @@ TOPICS = ["a lighthouse keeper", "the first train across the Alps", "a cat who l
           "a storm at sea", "a chess tournament", "a city under snow", "a lost violin", "the moon landing"]
 
 
-def start_server(engine: str, threads: int, max_batch: int, log: Path) -> tuple[subprocess.Popen, int]:
+def start_server(engine: str, threads: int, max_batch: int, log: Path, *extra: str) -> tuple[subprocess.Popen, int]:
     cmd = [sys.executable, "-m", "ktcli.cli.app", "serve", "--port", "0", "--engine", engine,
-           "--threads", str(threads), "--max-batch", str(max_batch)]
+           "--threads", str(threads), "--max-batch", str(max_batch), *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     with open(log, "w") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
