@@ -328,8 +328,13 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             # asked for by name beside --kv-dtype: its answers past the window are noise
             raise UsageError(_DENSE_PAST_WINDOW.replace("--mode sparse", f"--kv-dtype {req.kv_dtype}"))
         budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
+        # Window attention only where asked for by name: it reads the first and the last
+        # pages (~320 of a 69K-token tutorial's tokens), and auto chose it over retrieval
+        # for --max-seconds 30 once its prefill was in the prompt cache, or for --kv-dtype
+        # int8 where topk was planned past the budget: answers from the input's last lines.
         ok = [p for p in sparse if (not req.memory_budget or p.est_memory_bytes <= req.memory_budget)
-              and p.est_seconds <= budget_s and p.attention.partition(":")[0] != "dense"]
+              and p.est_seconds <= budget_s and p.attention.partition(":")[0] != "dense"
+              and (p.attention.partition(":")[0] != "window" or policy_kind == "window")]
         if ok:
             reasons = (
                 _does_not_fit(req, facts, full_tokens),

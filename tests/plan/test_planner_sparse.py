@@ -61,6 +61,16 @@ def test_auto_falls_back_to_retrieval_when_sparse_is_too_slow_or_unavailable():
     assert any("> 60s budget" in r for r in slow.reasons)
 
 
+def test_auto_takes_window_attention_only_where_asked_for():
+    # topk past the budget, window within it: a window read sees the input's first and last
+    # pages only, so auto answers by retrieval unless window was asked for by name
+    for asked in (dict(max_seconds=230), dict(kv_dtype="int8", max_seconds=230)):
+        topk_only_past = make_plan(req(**asked), SMOL, RATES)
+        assert topk_only_past.mode is Mode.RETRIEVAL, asked
+    named = make_plan(req(attention="window", max_seconds=230), SMOL, RATES)
+    assert named.mode is Mode.SPARSE and named.attention.startswith("window")
+
+
 def test_short_input_stays_full_with_the_requested_dtype():
     plan = make_plan(req(corpus_tokens=1000, kv_dtype="int8"), SMOL, RATES)
     assert plan.mode is Mode.FULL and plan.kv_dtype == "int8"
