@@ -514,7 +514,10 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
     if req.memory_budget and best.est_memory_bytes > req.memory_budget:
         return f"sparse mode would need ~{_gb(best.est_memory_bytes)} even at {best.kv_dtype}, over the budget"
-    quickest = min(sparse, key=lambda p: p.est_seconds)  # the most preferred of equals
+    # (window attention only where asked for: auto never takes it, so it is not offered)
+    offered = [p for p in sparse if p.attention.partition(":")[0] != "window"
+               or req.attention.partition(":")[0] == "window"] or sparse
+    quickest = min(offered, key=lambda p: p.est_seconds)  # the most preferred of equals
     if quickest.est_seconds > budget_s:
         return f"sparse mode would take ~{quickest.est_seconds:.0f}s > {budget_s:.0f}s budget"
     held = (f" ({quickest.cached_tokens:,} tokens of its {quickest.kv_dtype} {quickest.attention} pages are in the "

@@ -67,6 +67,9 @@ def test_auto_takes_window_attention_only_where_asked_for():
     for asked in (dict(max_seconds=230), dict(kv_dtype="int8", max_seconds=230)):
         topk_only_past = make_plan(req(**asked), SMOL, RATES)
         assert topk_only_past.mode is Mode.RETRIEVAL, asked
+        # nor is it offered in the reasons ("sparse mode could read it whole ... window attention")
+        said = " ".join(topk_only_past.reasons)
+        assert "sparse mode would take" in said and "window attention" not in said, said
     named = make_plan(req(attention="window", max_seconds=230), SMOL, RATES)
     assert named.mode is Mode.SPARSE and named.attention.startswith("window")
 
