@@ -279,6 +279,8 @@ def _is_devnull(fd: int) -> bool:
 
 def _main() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)  # (`ktcli serve` puts its own in while it serves)
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where it came ignored)
+        signal.signal(signal.SIGINT, _on_sigint)
     if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
         fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
     _writable_text()
@@ -319,6 +321,32 @@ def _on_sigterm(signum, frame) -> None:
     if interruption()[1] != 143:
         note_terminated()
         raise KeyboardInterrupt
+
+
+_INTERRUPTED_AT: list[float] = []
+# A second SIGINT this soon after the first is the same one delivered twice: `timeout -s INT`
+# signals the process and then its group, and the second landed in the exit's thread join
+# ("Exception ignored in: <module 'threading'> ... KeyboardInterrupt" under "error:
+# interrupted", intermittently).
+SAME_INTERRUPT_S = 1.0
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C as Python's own (a KeyboardInterrupt), once: what streamed is kept with its
+    Sources while the first is answered. A second one within SAME_INTERRUPT_S is ignored;
+    a later one, asked for while the first is answered, ends the process at once, quietly."""
+    import time
+
+    if not _INTERRUPTED_AT:
+        _INTERRUPTED_AT.append(time.monotonic())
+        raise KeyboardInterrupt
+    if time.monotonic() - _INTERRUPTED_AT[0] > SAME_INTERRUPT_S:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+        os._exit(130)
 
 
 def _parse_failed(message: str, code: int) -> None:

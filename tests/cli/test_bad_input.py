@@ -410,6 +410,27 @@ def test_no_color_means_no_styling(cache, tmp_path):
     assert proc.returncode == 3 and b"\x1b[" not in proc.stderr and b"\nerror: " in proc.stderr
 
 
+def test_a_ctrl_c_delivered_twice_is_answered_once(monkeypatch):
+    """Probe 105: `timeout -s INT` signals the process and its group; the second SIGINT
+    landed in the exit's thread join, a traceback under "error: interrupted". A second
+    Ctrl-C asked for later ends the process at once."""
+    import os
+    import time
+
+    from ktcli.cli import app
+
+    monkeypatch.setattr(app, "_INTERRUPTED_AT", [])
+    with pytest.raises(KeyboardInterrupt):
+        app._on_sigint(2, None)
+    assert app._on_sigint(2, None) is None  # the same one again: ignored
+    exits = []
+    monkeypatch.setattr(os, "_exit", exits.append)
+    later = time.monotonic() + app.SAME_INTERRUPT_S + 1
+    monkeypatch.setattr(time, "monotonic", lambda: later)
+    app._on_sigint(2, None)
+    assert exits == [130]
+
+
 def test_an_interrupted_answer_closes_its_line(capsys, monkeypatch):
     # Ctrl-C mid-answer: the error line must not land inside the answer's last line
     import warnings
