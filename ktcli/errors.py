@@ -68,9 +68,12 @@ class InterruptedAnswer(KtcliError):
 
     exit_code = 130
 
-    def __init__(self, message: str, answer) -> None:
+    def __init__(self, message: str, answer, whole: bool = False) -> None:
+        """`whole`: the answer had ended (the run was stopped after it, while it kept the
+        prompt's K/V): --json's object is then not marked incomplete."""
         super().__init__(message)
         self.answer = answer
+        self.whole = whole
         self.exit_code = interruption()[1]
 
 

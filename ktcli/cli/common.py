@@ -192,7 +192,18 @@ class Options:
         them (before the prompt cache's write). --json: one object after the whole run,
         with every figure."""
         if self.json:
-            self._finish(run(None), reporter)
+            whole: list = []
+            try:
+                answer = run(whole.append)
+            except KeyboardInterrupt:
+                if not whole:
+                    raise
+                # Ctrl-C or SIGTERM after the answer, while the prompt cache was written
+                # (a second or more for a long input): the object had nothing but the error,
+                # where text output had shown the whole answer and its sources.
+                raise InterruptedAnswer(f"{interruption()[0]} after the answer, while the prompt cache was "
+                                        "written (not kept)", whole[-1], whole=True) from None
+            self._finish(answer, reporter)
         else:
             run(lambda answer: self._finish(answer, reporter))
 
@@ -250,7 +261,7 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     except KtcliError as e:
         partial = getattr(e, "partial", None)
         if partial is not None:
-            _keep_partial(opts, partial, str(e), unseen=getattr(e, "unseen", False))
+            _keep_partial(opts, partial, str(e), unseen=getattr(e, "unseen", False), exit_code=e.exit_code)
         failed(str(e), e.exit_code, said=partial is not None)
     except KeyboardInterrupt:
         opts.interrupted()
@@ -289,7 +300,8 @@ def _keep_interrupted_answer(opts: Options, e: InterruptedAnswer) -> None:
     from ktcli.render.formats import answer_json, citations_text
 
     if opts.json:
-        payload = json.loads(answer_json(e.answer)) | {"incomplete": True, "error": str(e)}
+        payload = json.loads(answer_json(e.answer, opts.reporter().warnings)) | {
+            "incomplete": not e.whole, "error": str(e), "exit_code": e.exit_code}
         print(json.dumps(payload, indent=2, ensure_ascii=False), flush=True)
     else:
         opts.interrupted()  # ends the answer's line
@@ -299,14 +311,15 @@ def _keep_interrupted_answer(opts: Options, e: InterruptedAnswer) -> None:
             sys.stdout.flush()
 
 
-def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False) -> None:
+def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False, exit_code: int = 1) -> None:
     """An answer cut off mid-stream is not thrown away: the text already streamed stays
     (marked by the backend), and text never shown (a summary's notes) is printed; with
     --json, stdout still gets one object, marked incomplete."""
     import json
 
     if opts.json:
-        print(json.dumps({"answer": partial, "incomplete": True, "error": error}, ensure_ascii=False))
+        print(json.dumps({"answer": partial, "incomplete": True, "error": error, "exit_code": exit_code},
+                         ensure_ascii=False))
     else:
         opts.interrupted()
         if unseen:

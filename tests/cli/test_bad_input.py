@@ -473,7 +473,7 @@ def test_a_summary_interrupted_while_reading_prints_its_notes(capsys, monkeypatc
     out, err = capsys.readouterr()
     if as_json:
         assert json.loads(out) == {"answer": "Notes from parts 1-2 of 9:\n\n- a fact [1]", "incomplete": True,
-                                   "error": "interrupted while reading part 3 of 9"}
+                                   "error": "interrupted while reading part 3 of 9", "exit_code": 130}
     else:
         assert out == "Notes from parts 1-2 of 9:\n\n- a fact [1]\n"
     assert "error: interrupted while reading part 3 of 9" in err
@@ -751,6 +751,32 @@ def test_sigterm_during_a_json_summary_still_gives_its_object(capsys, monkeypatc
     assert code == 143
     payload = json.loads(out)
     assert payload["incomplete"] and payload["error"] == "terminated (SIGTERM) while the answer streamed"
+    _on_sigterm(15, None)  # a second SIGTERM while that is done is not another interrupt
+
+
+@pytest.mark.parametrize("as_json", [False, True])
+def test_sigterm_while_the_prompt_cache_is_written_keeps_the_whole_answer(capsys, monkeypatch, tmp_path, as_json):
+    """SIGTERM after the answer, while the engine wrote its prompt's K/V (a second or more
+    for a long input): text output had shown the answer and its Sources, but `--json`
+    printed only {"error": "terminated (SIGTERM)", "exit_code": 143} (probe 104)."""
+    from ktcli import errors
+    from ktcli.cli.app import _on_sigterm
+    from tests.pipeline.fake_backend import FakeBackend
+
+    class TerminatedWhileKeeping(FakeBackend):
+        def finish(self):
+            _on_sigterm(15, None)  # as the signal would, inside the write
+            return super().finish()
+
+    monkeypatch.setattr(errors, "_terminated", [])
+    code, out, err = _summarize_keeper(TerminatedWhileKeeping(), as_json, monkeypatch, tmp_path, capsys)
+    assert code == 143 and "terminated (SIGTERM)" in err and "Traceback" not in err
+    if as_json:
+        payload = json.loads(out)
+        assert payload["answer"] == "I could not find it." and "plan" in payload and payload["exit_code"] == 143
+        assert payload["incomplete"] is False and payload["error"].startswith("terminated (SIGTERM) after the answer")
+    else:
+        assert out.startswith("I could not find it.\n") and "keeper.txt" in out
     _on_sigterm(15, None)  # a second SIGTERM while that is done is not another interrupt
 
 
