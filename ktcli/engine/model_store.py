@@ -235,8 +235,18 @@ def _usable(target: Path) -> bool:
         if not isinstance(json.loads((target / "config.json").read_bytes()), dict):
             return False
         # (tokenizer_config.json: a damaged one was blamed on the user's model, "copy or
-        # download the model again", where the fix is converting it again)
-        return all(_json_object_ends(target / name) for name in ("tokenizer.json", "tokenizer_config.json"))
+        # download the model again", where the fix is converting it again.) The small files
+        # are read whole: one damaged between its braces still was, a damaged
+        # generation_config.json was an internal JSONDecodeError and an emptied chat template
+        # "give an instruct/chat model", on every run until the folder was deleted by hand.
+        for name in ("tokenizer_config.json", "generation_config.json"):
+            path = target / name
+            if (name == "tokenizer_config.json" or path.exists()) and not isinstance(json.loads(path.read_bytes()), dict):
+                return False
+        template = target / "chat_template.jinja"
+        if template.exists() and not template.read_bytes().strip():
+            return False
+        return _json_object_ends(target / "tokenizer.json")
     except (OSError, ValueError):
         return False
 

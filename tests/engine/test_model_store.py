@@ -24,6 +24,8 @@ def _fake_convert(calls: list[Path]):
         (target / "config.json").write_text('{"model_type": "llama"}')
         (target / "tokenizer.json").write_text('{"model": {}}\n')
         (target / "tokenizer_config.json").write_text('{"bos_token": null}\n')
+        (target / "generation_config.json").write_text('{"eos_token_id": 2}\n')
+        (target / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
     return convert
 
 
@@ -62,6 +64,9 @@ def test_a_conversion_cut_short_is_converted_again(source, tmp_path, monkeypatch
 @pytest.mark.parametrize(("name", "damage"), [
     ("config.json", b"garbage"), ("config.json", b""), ("tokenizer.json", b'{"model": {"vocab"'),
     ("tokenizer.json", None), ("tokenizer_config.json", b'{"bos_token": "<'),
+    # damaged between its braces, a damaged generation config, an emptied template (probe 104)
+    ("tokenizer_config.json", b'{"bos_token": \x00\x00}'), ("generation_config.json", b'{"eos'),
+    ("generation_config.json", b"{xx}"), ("chat_template.jinja", b""),
 ])
 def test_a_conversion_with_a_damaged_config_or_tokenizer_is_converted_again(source, tmp_path, monkeypatch,
                                                                            name, damage):
