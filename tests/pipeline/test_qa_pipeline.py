@@ -489,6 +489,19 @@ def test_the_answer_is_shown_before_the_backend_finishes_its_held_back_work(tmp_
     assert "Harbour Street" in answer.text and answer.stats["kept_tokens"] == 40
 
 
+def test_the_figures_of_the_prompt_cache_and_the_answer_budget_are_always_there(tmp_path, monkeypatch):
+    """`figures.kept_tokens`, `reuse_s` and `hit_max_new_tokens` were there only when the
+    prompt cache was written or read, or the budget was reached: a script reading them met a
+    KeyError on the next run (probe 104), as FIGURE_DEFAULTS says it must not."""
+    from ktcli.pipeline import api
+
+    doc = tmp_path / "short.txt"
+    doc.write_text("Our office moved to 12 Harbour Street in March.\n")
+    monkeypatch.setattr(api, "_load", lambda *a: FakeBackend())
+    answer = api.ask([str(doc)], "Where did the office move?", settings_for(tmp_path, mode="auto"), NullReporter())
+    assert {"kept_tokens": 0, "reuse_s": 0.0, "reused_tokens": 0, "hit_max_new_tokens": 0}.items() <= answer.stats.items()
+
+
 def test_a_load_with_one_time_work_teaches_the_plans_no_load_time(tmp_path, monkeypatch):
     from ktcli.engine import loading
     from ktcli.pipeline import api
