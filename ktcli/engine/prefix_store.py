@@ -223,10 +223,20 @@ class PrefixStore:
         return False
 
     def _describe(self) -> None:
-        """Write the folder's description once (also for a folder kept before they were)."""
+        """Write the folder's description once (also for a folder kept before they were),
+        and again where it is damaged: one cut short (a crash's, or two runs writing it at
+        once, as it was written in place) kept the plan from counting the folder's rows for
+        good, a question read back in 6 s planned at 20 (probe 104)."""
         path = self.folder / _DESCRIPTION
-        if self.described is not None and (not path.is_file() or path.stat().st_size == 0):  # empty: a crash's
-            path.write_text(json.dumps(self.described))
+        if self.described is None or _description(path) is not None:
+            return
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(self.described))
+            os.replace(tmp, path)  # readers see the whole description or none
+        except BaseException:
+            _remove(tmp)
+            raise
 
     def _entries(self) -> list[Path]:
         return _entry_files(self.folder)
@@ -280,6 +290,15 @@ def _remove(path: Path) -> None:
         path.unlink()
     except OSError:
         pass  # a read-only cache: it stays, and each read of it fails its check
+
+
+def _description(path: Path) -> dict | None:
+    """A key folder's description, or None where it is missing, empty or damaged."""
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return d if isinstance(d, dict) else None
 
 
 def _entry_files(folder: Path) -> list[Path]:

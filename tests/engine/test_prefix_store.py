@@ -147,6 +147,21 @@ def test_a_read_only_store_is_still_read(tmp_path, monkeypatch):
     assert torch.equal(got_k, k) and torch.equal(got_v, v)
 
 
+@pytest.mark.parametrize("damage", ["", '{"model": "Smol', "[1, 2]"])
+def test_a_damaged_description_is_written_again(tmp_path, damage):
+    """key.json was written in place and rewritten only where empty: one cut short kept
+    `stored_prefixes` (the plan) from counting the folder's rows on every later run."""
+    wanted = {"model": "x", "weights": "int8", "kv_dtype": "fp16", "device": "cpu"}
+    store = PrefixStore(tmp_path, "m", min_reuse=4, described=dict(wanted, attention="dense"))
+    ids = list(range(40))
+    save(store, ids, *rows(40))
+    (store.folder / "key.json").write_text(damage)
+    assert prefix_store.stored_prefixes(tmp_path, ids + [1], wanted, min_reuse=4) == {}
+    list(store.layers(store.longest(ids), 40))  # a run reads the rows back
+    assert prefix_store.stored_prefixes(tmp_path, ids + [1], wanted, min_reuse=4) == {("fp16", "dense"): 40}
+    assert [p.name for p in store.folder.iterdir() if not p.name.endswith(".kv")] == ["key.json"]
+
+
 def test_a_nearly_full_disk_makes_room_from_old_entries_first(tmp_path, monkeypatch):
     import os
     import shutil
