@@ -244,17 +244,23 @@ class PrefixStore:
     def _all_entries(self) -> list[Path]:
         """Entries of every key folder under the store's root: MAX_BYTES bounds them all
         (per key, each weight and page dtype tried kept a GiB of its own)."""
-        try:
-            folders = [p for p in self.folder.parent.iterdir() if p.is_dir()]
-        except OSError:
-            return []
-        return [p for folder in folders for p in _entry_files(folder)]
+        return [p for folder in self._key_folders() for p in _entry_files(folder)]
 
     def _trim(self, keep: Path) -> None:
         from ktcli.engine.model_store import sweep_stale
 
-        sweep_stale(self.folder, f"*{_SUFFIX}.*.tmp")  # a run killed while it wrote an entry
+        # A run killed while it wrote an entry, in any key folder: MAX_BYTES counts entries,
+        # not these, and a folder no later run writes to (another model, dtype or cache
+        # path) kept its killed runs' files (up to a sparse read's ~1 GB each) for good.
+        for folder in {self.folder, *self._key_folders()}:
+            sweep_stale(folder, f"*{_SUFFIX}.*.tmp")
         self._evict(lambda total: total <= self.max_bytes, keep)
+
+    def _key_folders(self) -> list[Path]:
+        try:
+            return [p for p in self.folder.parent.iterdir() if p.is_dir()]
+        except OSError:
+            return []
 
     def _sized_entries(self) -> list[tuple[float, int, Path]]:
         """(last used, bytes, path) of every entry under the store's root."""

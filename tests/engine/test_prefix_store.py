@@ -123,6 +123,22 @@ def test_temp_files_of_killed_runs_are_swept_when_old(tmp_path):
     assert not old.exists() and fresh.exists()  # one being written now stays
 
 
+def test_old_temp_files_of_other_key_folders_are_swept_too(tmp_path):
+    """Only the folder written to was swept: a killed run's file under another model's or
+    dtype's key, uncounted by MAX_BYTES, stayed until a run of that key kept an entry."""
+    import os
+    import time
+
+    other = tmp_path / "other-key"
+    other.mkdir()
+    old, fresh = other / "abc.kv.123.tmp", other / "def.kv.456.tmp"
+    for p in (old, fresh):
+        p.write_bytes(b"x" * 100)
+    os.utime(old, (time.time() - 7200, time.time() - 7200))
+    save(PrefixStore(tmp_path, "m", min_reuse=4), list(range(40)), *rows(40))
+    assert not old.exists() and fresh.exists()
+
+
 def test_an_unwritable_store_is_skipped(tmp_path):
     (tmp_path / "file").write_text("not a folder")
     store = PrefixStore(tmp_path / "file", "m")
