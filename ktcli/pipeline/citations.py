@@ -455,7 +455,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         for present, name, line in defining:
             if not asked_names:
                 present |= _DEFINITION_WORDS
-            elif name in asked_names and asked_for(name, line):
+            elif asked_for(name, line):
                 present |= _DEFINITION_WORDS | whole[name][1]
     running = _running_lines(lines) | {i for i, line in enumerate(lines) if _DIFF_HEADER.match(line.text)}
     df = Counter(t for present in line_terms for t in present)

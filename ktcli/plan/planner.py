@@ -333,8 +333,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         # for --max-seconds 30 once its prefill was in the prompt cache, or for --kv-dtype
         # int8 where topk was planned past the budget: answers from the input's last lines.
         ok = [p for p in sparse if (not req.memory_budget or p.est_memory_bytes <= req.memory_budget)
-              and p.est_seconds <= budget_s and p.attention.partition(":")[0] != "dense"
-              and (p.attention.partition(":")[0] != "window" or policy_kind == "window")]
+              and p.est_seconds <= budget_s and p.attention.partition(":")[0] != "dense" and _auto_may_take(p, req)]
         if ok:
             reasons = (
                 _does_not_fit(req, facts, full_tokens),
@@ -507,6 +506,12 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
     return _with(chosen, reasons, retrieval, sparse)
 
 
+def _auto_may_take(plan: Plan, req: PlanRequest) -> bool:
+    """Window attention only where asked for by name: it reads the input's first and last
+    pages alone, so auto takes it neither to meet a time budget nor because it is cached."""
+    return plan.attention.partition(":")[0] != "window" or req.attention.partition(":")[0] == "window"
+
+
 def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     if not req.sparse_ok:
         return "(sparse mode, reading it whole, needs the local ktcli engine: --engine ktcli)"
@@ -514,9 +519,7 @@ def _sparse_rejection(req: PlanRequest, sparse: list[Plan]) -> str:
     budget_s = req.max_seconds or SPARSE_DEFAULT_SECONDS
     if req.memory_budget and best.est_memory_bytes > req.memory_budget:
         return f"sparse mode would need ~{_gb(best.est_memory_bytes)} even at {best.kv_dtype}, over the budget"
-    # (window attention only where asked for: auto never takes it, so it is not offered)
-    offered = [p for p in sparse if p.attention.partition(":")[0] != "window"
-               or req.attention.partition(":")[0] == "window"] or sparse
+    offered = [p for p in sparse if _auto_may_take(p, req)] or sparse  # (what auto would not take is not offered)
     quickest = min(offered, key=lambda p: p.est_seconds)  # the most preferred of equals
     if quickest.est_seconds > budget_s:
         return f"sparse mode would take ~{quickest.est_seconds:.0f}s > {budget_s:.0f}s budget"
