@@ -108,7 +108,7 @@ def _coerce(name: str, raw: object, like: object, where: str = "") -> object:
     except (TypeError, ValueError, OverflowError):
         what = {"int": "a whole number", "float": "a finite number", "bool": "true or false",
                 "tuple": "a list of patterns"}.get(
-            type(like).__name__, type(like).__name__) if name not in BYTE_SIZES else "a size like 2000000, 2.5MB or 3MiB"
+            type(like).__name__, type(like).__name__) if name not in BYTE_SIZES else "a size above 0, like 2000000, 2.5MB or 3MiB"
         if where:  # named as validate() names a bad value: where it came from, then the value
             raise UsageError(f"{where} {raw!r}: not {what}") from None
         raise UsageError(f"--{name.replace('_', '-')} {raw}: not {what}") from None  # a flag

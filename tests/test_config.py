@@ -374,8 +374,10 @@ def test_a_file_size_limit_takes_units_as_the_memory_budget_does(tmp_path, monke
     assert load_settings({"max_file_bytes": "2000000"}).max_file_bytes == 2_000_000
     monkeypatch.setenv("KTCLI_MAX_FILE_BYTES", "1KB")
     assert load_settings().max_file_bytes == 1000
-    with pytest.raises(UsageError, match="not a size like"):
+    with pytest.raises(UsageError, match="not a size above 0, like"):
         load_settings({"max_file_bytes": "lots"})
+    with pytest.raises(UsageError, match="max-file-bytes 0: not a size above 0"):  # was "not a size": it is one
+        load_settings({"max_file_bytes": "0"})
 
 
 def test_exclude_from_a_flag_the_environment_or_the_config_file(tmp_path, monkeypatch):
