@@ -235,8 +235,8 @@ def test_summaries_cut_at_their_share_are_said_in_one_line(folder, tmp_path):
     summarize(prep, Long(), settings, reporter, Tally())
     cut = [w for w in reporter.lines if "share of --max-new-tokens" in w]
     assert cut == [f"3 of 3 summaries reached their share of --max-new-tokens (128 tokens each) and may be cut short: "
-                   f"{', '.join(str(folder / n) for n in sorted(TOPICS))}; raise --max-new-tokens past 384 for "
-                   "longer ones"]
+                   f"{', '.join(str(folder / n) for n in sorted(TOPICS))}; --max-new-tokens 768 gives each "
+                   "256"]
 
 
 def test_each_summarys_figures_are_checked_against_its_own_document(folder, tmp_path):
