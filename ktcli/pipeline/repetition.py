@@ -156,7 +156,9 @@ class EchoedText:
     A list item is compared without its number or letter ('4. ', 'b) '): asked for chapter
     13's recommendations, the bundled model wrote '3. Investigate and treat the Greyrock adit
     discharge...' and the same again under 4 to 19, to the token limit, each line unlike
-    the last only in its number. Items that differ in a word are shown."""
+    the last only in its number. Items that differ in a word are shown. Lines or sentences
+    alike but for their ordinals ("the first part ...", "the second part ...") end the
+    answer at the third (`ORDINAL_COPIES`)."""
 
     def __init__(self, min_line: int = 40, min_adjacent: int = 16):
         self.min_line, self.min_adjacent = min_line, min_adjacent
@@ -171,6 +173,10 @@ class EchoedText:
         self.in_code = False
         self.last_line = ""  # the previous non-blank line outside code, stripped
         self.last_sentence = ""  # the previous sentence, whitespace collapsed
+        # long lines and sentences as `_ordinal_free` writes them ("the # part ..."), each
+        # with how many have come
+        self.counted_lines: dict[str, int] = {}
+        self.counted_sentences: dict[str, int] = {}
         self.repeated = ""  # the line or sentence that came back, once one has (as compared)
         self.repeated_as_written = ""  # the same as the model wrote it, labels and numbers kept
 
@@ -204,7 +210,7 @@ class EchoedText:
             if end is not None:  # a sentence ends before the line does
                 raw = _unmarked(_collapse(text[self.sentence_start : end]))
                 key, number = _item(raw), _item_number(raw)
-                if (width(key) >= self.min_line and _repeats(key, number, self.sentences)) \
+                if (width(key) >= self.min_line and (_repeats(key, number, self.sentences) or _counted(key, self.counted_sentences))) \
                         or self._adjacent(key, self.last_sentence):
                     self.repeated = key
                     self.repeated_as_written = _collapse(text[self.sentence_start : end]).strip()
@@ -218,7 +224,7 @@ class EchoedText:
                 return None
             raw = _unmarked(text[self.line_start : nl].strip())
             key, number = _item(raw), _item_number(raw)
-            if not self.in_code and ((self._counts(key) and _repeats(key, number, self.lines))
+            if not self.in_code and ((self._counts(key) and (_repeats(key, number, self.lines) or _counted(key, self.counted_lines)))
                                      or self._adjacent(key, self.last_line)):
                 self.repeated = key
                 self.repeated_as_written = text[self.line_start : nl].strip()
@@ -258,12 +264,13 @@ class EchoedText:
         # longer a prefix of its earlier line and was shown before its line break.
         line = _unmarked(self.text[self.line_start :].strip())
         item = _item(line, so_far=not ended)
-        if line and (any(s.startswith(item) for s in self.lines) or self._could_repeat(item, self.last_line)):
+        if line and (any(s.startswith(item) for s in self.lines) or self._could_repeat(item, self.last_line)
+                     or self._could_count(item, ended)):
             hold = self.line_start
         sentence = _unmarked(_collapse(self.text[self.sentence_start :]))
         item = _item(sentence, so_far=not ended)
         if sentence and (any(s.startswith(item) for s in self.sentences)
-                         or self._could_repeat(item, self.last_sentence)):
+                         or self._could_repeat(item, self.last_sentence) or self._could_count(item, ended)):
             hold = min(hold, self.sentence_start)
         return hold
 
@@ -281,9 +288,48 @@ class EchoedText:
         return (key in (previous, *_after_colons(previous)) and width(key) >= self.min_adjacent
                 and not self.in_code)
 
+    def _could_count(self, start: str, ended: bool) -> bool:
+        """`start` may be the copy that makes ORDINAL_COPIES alike but for their ordinals."""
+        starts = (_ordinal_free(start), _ordinal_free(start, so_far=not ended))
+        return any(n >= ORDINAL_COPIES - 1 and said.startswith(starts)
+                   for table in (self.counted_lines, self.counted_sentences) for said, n in table.items())
+
     def _could_repeat(self, start: str, previous: str) -> bool:
         return any(width(said) >= self.min_adjacent and said.startswith(start)
                    for said in (previous, *_after_colons(previous)))
+
+
+# Copies of a line or sentence that differ only in their ordinals that end an answer: the
+# bundled model wrote "The first part of the report describes ..." and the same under
+# "second" to "eighteenth", to the token limit (probe 102). Two are let through: "The first
+# argument is a path. The second argument is a path." may be so.
+ORDINAL_COPIES = 3
+_ORDINAL_WORDS = ("first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
+                  "fourteenth|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|thirtieth|fortieth|"
+                  "fiftieth|sixtieth|seventieth|eightieth|ninetieth|hundredth")
+_ORDINAL = re.compile(rf"\b(?:(?:twenty|thirty|forty|fifty|sixty|seventy|eighty|ninety)[- ]?)?(?:{_ORDINAL_WORDS})\b"
+                      r"|\b\d+(?:st|nd|rd|th)\b", re.IGNORECASE)
+_ORDINAL_PREFIXES = frozenset(w[:i] for w in _ORDINAL_WORDS.split("|") for i in range(1, len(w)))
+_LAST_WORD = re.compile(r"\b([A-Za-z]+|\d+[a-z]?)$")
+
+
+def _counted(key: str, counts: dict[str, int]) -> bool:
+    """Whether `key` makes ORDINAL_COPIES alike but for their ordinals in `counts`; counts it."""
+    free = _ordinal_free(key)
+    if free == key:
+        return False
+    counts[free] = counts.get(free, 0) + 1
+    return counts[free] >= ORDINAL_COPIES
+
+
+def _ordinal_free(text: str, so_far: bool = False) -> str:
+    """`text` with each ordinal ("third", "twenty-first", "18th") as "#". `so_far`: a last
+    word still being written that may become one ("sev", "12") is one already (it may as
+    well be another word: callers try both)."""
+    free = _ORDINAL.sub("#", text)
+    if so_far and (m := _LAST_WORD.search(free)) and (m[1].lower() in _ORDINAL_PREFIXES or m[1][0].isdigit()):
+        free = free[: m.start()] + "#"
+    return free
 
 
 def _after_colons(text: str) -> list[str]:

@@ -444,3 +444,25 @@ def test_the_repeat_is_quoted_as_the_model_wrote_it(seed):
     _stream(echo, text, seed)
     assert "[0]" in echo.repeated  # compared without the label's number
     assert echo.repeated_as_written == "The museum ticket cost 18 euros, paid at the door. [2]"
+
+
+ORDINALS = "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth".split()
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_copies_that_count_up_in_ordinals_end_at_the_third(seed):
+    # Probe 102: the bundled model wrote "The first part of the report describes ..." and the
+    # same under "second" to "eighteenth", to the token limit, each sentence unlike the last.
+    part = "part of the report describes the harbor light and its history."
+    text = " ".join(f"The {o} {part}" for o in ORDINALS)
+    echo = EchoedText()
+    assert _stream(echo, text, seed) == f"The first {part} The second {part} "
+    assert echo.repeated_as_written == f"The third {part}"
+    lines = "".join(f"- The {o} chapter is about the harbor light and its keepers\n" for o in ORDINALS)
+    assert _stream(EchoedText(), lines, seed) == "".join(lines.splitlines(keepends=True)[:2])
+    steps = " ".join(f"The {i}th step of the process is to check the light and its lamp." for i in range(4, 12))
+    assert _stream(EchoedText(), steps, seed).count("step of the process") == 2
+    # two alike may be so, and a third that differs in a word is shown
+    fine = (f"The first argument is the path to the file to read. The second argument is the path to the file "
+            f"to read. The third argument is the mode to open it in.")
+    assert _stream(EchoedText(), fine, seed) == fine
