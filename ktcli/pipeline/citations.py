@@ -391,6 +391,24 @@ _VERDICT_WORDS = frozenset(
     "readability maintainable straightforward concise robust elegant neat understandable".split()
 )
 _AS_WELL = re.compile(r"(?i)\bas well\b")  # "Sales rose as well." judges nothing
+# A sentence that says the input lacks something: "The warranty period of the X200 is not
+# mentioned." was cited to the X200's page for the question's words it repeats, as if that
+# page said it (probe 103). What no line says no line can back.
+_ABSENT = re.compile(
+    r"(?i)\b(?:(?:is|are|was|were)\s+not\s+(?:explicitly\s+)?(?:mentioned|stated|given|provided|specified|"
+    r"included|listed|discussed|described|found|available)"
+    r"|(?:does|do|did)(?:\s+not|n['\u2019]t)\s+(?:explicitly\s+)?(?:mention|state|say|give|provide|specify|"
+    r"include|list|discuss|describe|contain)"
+    r"|no\s+(?:information|mention|data|details?)\s+(?:about|on|of|regarding|is|was)"
+    r"|not\s+(?:found\s+)?in\s+the\s+(?:documents?|text|input|sources?|context))\b")
+_BUT = re.compile(r"(?i)[,;]?\s+(?:but|however|though|although|while|whereas)\b|;")
+
+
+def _only_absence(sentence: str, known: set[str]) -> bool:
+    """A sentence that only says something is not in the input (`_ABSENT`): none of its
+    figures is the evidence's, and no "but" adds what is there."""
+    return bool(_ABSENT.search(sentence)) and not _BUT.search(sentence) \
+        and not any(_held(f, known) and not _YEAR.fullmatch(f) for f in _figures(sentence))
 
 
 def _only_a_verdict(sentence: str) -> bool:
@@ -420,7 +438,8 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
     known = _known_figures(chunk.text for chunk in evidence)
     text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer))
-                     if not restates_instructions(s) and not _only_invented(s, known) and not _only_a_verdict(s))
+                     if not restates_instructions(s) and not _only_invented(s, known) and not _only_a_verdict(s)
+                     and not _only_absence(s, known))
     # (an identifier's words too: a config's `"pool_size": 25` is the answer "The pool size
     # is 25.", cited nowhere with "25" its one shared word)
     wanted = set(terms(text, pieces=True))

@@ -60,6 +60,21 @@ def test_a_verdict_on_the_input_is_not_cited_but_a_fact_beside_it_is():
     assert attribute("The shelf notes are read as well.", [c])  # "as well" judges nothing
 
 
+def test_a_sentence_that_says_the_input_lacks_something_is_not_cited():
+    # probe 103: an answer that repeats the question's words was cited by them, to a page
+    # that says nothing of the answer's claim
+    c = chunk("catalog.pdf", 1, ["The X200 ships with a steel case and a charger.",
+                                 "Q3 revenue of the X200 line was 4.2 million euros."], page=2)
+    for absent in ("The warranty period of the X200 is not mentioned.",
+                   "The documents don't mention the X200's warranty period.",
+                   "There is no information about the X200 warranty in the text."):
+        assert attribute(absent, [c]) == [], absent
+    # what it does say beside it is cited
+    assert attribute("The X200's warranty is not stated, but it ships with a steel case and a charger.", [c])
+    assert attribute("The X200 warranty is not stated. The X200 line made 4.2 million euros in Q3.", [c])
+    assert attribute("Revenue of the X200 was not found in the text: 4.2 million euros is Q3's.", [c])
+
+
 def test_an_echo_of_the_prompt_is_not_cited():
     c = chunk("tutorial.rst", 1850, ["A docstring should give a short, concise summary of the object's purpose.",
                                      "Enriching Exceptions with Notes", "The main points of the loop statement."])
