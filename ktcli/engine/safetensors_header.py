@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import struct
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import BinaryIO
@@ -49,24 +50,70 @@ def is_complete(path: Path) -> bool:
 
 
 def write_file(out: BinaryIO, entries: list[tuple[str, str, tuple[int, ...], int]], arrays: Iterable,
-               metadata: dict[str, str] | None = None) -> None:
+               metadata: dict[str, str] | None = None, checksums: bool = False) -> None:
     """A safetensors file (an 8-byte header length, a JSON header of names, dtypes, shapes
     and byte ranges, then the data) written to `out` one tensor at a time: `entries` are
     (name, safetensors dtype such as "BF16", shape, bytes), and `arrays` yields their data
     in that order, each a contiguous numpy array of that many bytes, made when it is asked
     for. safetensors' own save_file (0.8) copies every GPU tensor to the host and keeps all
     of them until the file is written: the whole model in host memory (`benchmarks.pack_save`:
-    on the CPU the two cost the same)."""
-    head: dict = {"__metadata__": metadata} if metadata else {}
+    on the CPU the two cost the same).
+
+    `checksums`: each tensor's CRC32, computed as it is written, goes into the metadata
+    (CHECKSUM_KEY, read back by `checksums_of`); the header is written first with
+    placeholders of the same width and rewritten in place at the end (`out` must seek)."""
+    meta = dict(metadata or {})
+    if checksums:
+        meta[CHECKSUM_KEY] = _checksum_text({name: 0 for name, *_ in entries})
+    head: dict = {"__metadata__": meta} if meta else {}
     at = 0
     for name, dtype, shape, size in entries:
         head[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [at, at + size]}
         at += size
-    raw = json.dumps(head, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+    raw = _header_bytes(head)
     out.write(struct.pack("<Q", len(raw)))
     out.write(raw)
+    sums = {}
     for (name, _, _, size), array in zip(entries, arrays, strict=True):  # (one missing: ValueError)
         if array.nbytes != size:
             raise ValueError(f"{name}: {array.nbytes:,} bytes given for {size:,}")
+        if checksums:
+            sums[name] = crc32(array)
         array.tofile(out)  # (no bytes copy of it)
+    if checksums:
+        meta[CHECKSUM_KEY] = _checksum_text(sums)
+        final = _header_bytes(head)
+        assert len(final) == len(raw)  # (fixed-width sums: the data stays where the header says)
+        end = out.tell()
+        out.seek(8)
+        out.write(final)
+        out.seek(end)
+
+
+# The metadata key of `write_file(checksums=True)`'s sums: a JSON object, name to 8 hex digits.
+CHECKSUM_KEY = "crc32"
+
+
+def _checksum_text(sums: dict[str, int]) -> str:
+    return json.dumps({name: f"{crc:08x}" for name, crc in sums.items()}, separators=(",", ":"))
+
+
+def _header_bytes(head: dict) -> bytes:
+    raw = json.dumps(head, separators=(",", ":")).encode()
+    return raw + b" " * (-len(raw) % 8)  # the data starts 8-byte aligned
+
+
+def checksums_of(metadata: dict[str, str]) -> dict[str, int] | None:
+    """The CRC32 of each tensor `write_file(checksums=True)` recorded, None where the
+    metadata holds none or they cannot be read."""
+    try:
+        sums = json.loads(metadata[CHECKSUM_KEY])
+        return {str(name): int(crc, 16) for name, crc in sums.items()}
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def crc32(array) -> int:
+    """The CRC32 of a contiguous array's bytes (zlib lets go of the GIL as it works: 151 MB
+    of packed SmolLM2 in ~45 ms of CPU on the 2-core Xeon)."""
+    return zlib.crc32(array.reshape(-1).view("uint8"))

@@ -105,7 +105,7 @@ def test_a_write_error_is_a_cache_miss(tiny_models, tmp_path, monkeypatch):
     """A full disk mid-file: no file, no temp file left, and the run goes on."""
     import errno
 
-    def failing_write(out, entries, arrays, metadata=None):
+    def failing_write(out, entries, arrays, metadata=None, checksums=False):
         out.write(b"\0" * 100)
         raise OSError(errno.ENOSPC, "No space left on device")
 
@@ -115,3 +115,53 @@ def test_a_write_error_is_a_cache_miss(tiny_models, tmp_path, monkeypatch):
     w = load_weights(folder, cfg, "int8")
     assert pack_cache.save(tmp_path / "x.int8.safetensors", w) is False
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bytes_changed_in_place_are_packed_afresh_not_read_as_weights(tiny_models, tmp_path, monkeypatch):
+    # Random bytes written over part of the packed file, its size unchanged: the header's
+    # check of the file's length passes, and the bytes were read as weights (every answer
+    # of the bundled model came out empty). Each tensor's CRC32 now says so.
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tiny_models["llama"]
+    cfg = load_config(folder)
+    pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path)
+    path = pack_cache.cache_file(tmp_path, folder)
+    assert pack_cache.load(path, cfg) is not None
+    size = path.stat().st_size
+    whole = path.read_bytes()
+    for at in (size - 64, size // 2):  # the last tensor's bytes, and some in the middle
+        with open(path, "r+b") as f:
+            f.seek(at)
+            f.write(os.urandom(16))
+        assert path.stat().st_size == size
+        assert pack_cache.load(path, cfg) is None
+        fresh = load_weights(folder, cfg, "int8")
+        assert _same(fresh, pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path))
+        assert path.read_bytes() == whole  # written again as it was
+    # A file without sums (written before they were kept) is packed afresh too.
+    from ktcli.engine.safetensors_header import write_file
+
+    w = load_weights(folder, cfg, "int8")
+    with open(path, "wb") as f:
+        write_file(f, [("norm", "F32", tuple(w.norm.shape), w.norm.numel() * 4)], [w.norm.numpy()],
+                   {"format": str(pack_cache.FORMAT), "layers": str(cfg.n_layers), "tied": "0"})
+    assert pack_cache.load(path, cfg) is None
+
+
+def test_written_checksums_are_each_tensors_crc32(tmp_path):
+    import zlib
+
+    import numpy as np
+
+    from ktcli.engine.safetensors_header import checksums_of, read_header, write_file
+
+    arrays = {"a": np.arange(10, dtype=np.float32), "b": np.arange(7, dtype=np.uint8)}
+    path = tmp_path / "x.safetensors"
+    with open(path, "wb") as f:
+        write_file(f, [(n, "F32" if a.dtype == np.float32 else "U8", a.shape, a.nbytes) for n, a in arrays.items()],
+                   arrays.values(), {"format": "pt"}, checksums=True)
+    header, base = read_header(path)
+    assert checksums_of(header["__metadata__"]) == {n: zlib.crc32(a.tobytes()) for n, a in arrays.items()}
+    assert header["__metadata__"]["format"] == "pt"
+    data = path.read_bytes()[base:]
+    assert data == b"".join(a.tobytes() for a in arrays.values())  # the data where the header says
