@@ -10,14 +10,14 @@ sources and pypdf's version, so an upgrade or an edit of the reader reads the fi
 
 Where the cache lives is set for a run (`kept_under`): the pipeline sets it around reading
 its input; elsewhere (tests, a library call) nothing is kept. Entries are written whole
-(a temporary file renamed into place) and a damaged one is read again, never an error; past
+(a temporary file renamed into place) with a digest of their payload and name
+(`checked_json`), and a damaged or changed one is read again, never an error; past
 MAX_ENTRIES the least recently used go.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import threading
 import time
@@ -27,6 +27,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
+from ktcli.checked_json import dumps, loads
 from ktcli.ingest.errors import TextOverLimit
 from ktcli.ingest.pdf_headings import PageSections
 
@@ -94,7 +95,9 @@ def _check_limit(texts: list[str], limit: int) -> None:
 
 def _load(path: Path) -> Pages | None:
     try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
+        entry = loads(path.name, path.read_text(encoding="utf-8"))
+        if entry is None:
+            return None  # edited or damaged since it was written (an answer cited pages it made up)
         if not all(isinstance(entry[key], list) for key in ("texts", "unread", "labels", "sections")):
             return None  # ("abc" read as three pages "a", "b", "c")
         texts = [t for t in entry["texts"] if isinstance(t, str)]
@@ -121,7 +124,7 @@ def _save(path: Path, folder: Path, pages: Pages) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # (a server reads on threads)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(json.dumps(entry, ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(dumps(path.name, entry, ensure_ascii=False), encoding="utf-8")
         os.replace(tmp, path)  # a reader sees the whole entry or none
     except (OSError, UnicodeEncodeError):  # (a lone surrogate the text kept: not worth keeping)
         try:

@@ -7,7 +7,8 @@ a second time over; it now takes the last step's seconds.
 
 Only greedy steps are kept (a sampled step's notes are one draw of many) and only where
 the prompt cache is on (`prompt_cache`: what was read stays off the disk where it is
-off). Entries are small (a few KB); the oldest go past MAX_ENTRIES. The key is the
+off). Entries are small (a few KB), with a digest of their text and name (`checked_json`:
+an entry edited by hand is written again, not read as notes); the oldest go past MAX_ENTRIES. The key is the
 prompt's tokens as the backend renders them (an edited chat template is another prompt),
 the sampling settings, the backend's outputs_key and ktcli's, torch's and transformers'
 versions.
@@ -24,6 +25,7 @@ import json
 import os
 from pathlib import Path
 
+from ktcli.checked_json import dumps, loads
 from ktcli.engine.backend import Backend, Message, SamplingParams
 
 FOLDER = "notes"
@@ -104,9 +106,9 @@ class NotesMemo:
     def get(self, messages: list[Message]) -> str | None:
         path = self._path(messages)
         try:
-            entry = json.loads(path.read_text(encoding="utf-8"))
-            text = entry["text"]
-        except (OSError, ValueError, KeyError, TypeError):  # none, damaged or unreadable: written again
+            entry = loads(path.name, path.read_text(encoding="utf-8"))
+            text = entry["text"]  # (None: changed since it was written)
+        except (OSError, ValueError, KeyError, TypeError):  # none, damaged, changed or unreadable: written again
             return None
         if not isinstance(text, str):
             return None
@@ -125,7 +127,7 @@ class NotesMemo:
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"text": text}), encoding="utf-8")
+            tmp.write_text(dumps(path.name, {"text": text}), encoding="utf-8")
             os.replace(tmp, path)  # a reader never sees half an entry
         except OSError:
             self.failed = True

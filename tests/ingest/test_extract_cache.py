@@ -69,6 +69,31 @@ def test_a_damaged_entry_is_read_again(pdf, tmp_path):
             assert load_corpus([str(pdf)]) == first  # (and kept whole again)
 
 
+def test_an_entry_edited_or_copied_under_another_name_is_read_again(pdf, tmp_path, monkeypatch):
+    # Valid JSON of the right shape, changed since it was written: a page edited to say
+    # "revenue was 99 dollars" was answered and cited on every later run.
+    with kept_under(tmp_path / "cache"):
+        first = load_corpus([str(pdf)])
+    (entry,) = (tmp_path / "cache" / extract_cache.FOLDER).glob("*.json")
+    kept = json.loads(entry.read_text())["payload"]
+    assert "Revenue grew." in kept["texts"][0]
+    edited = dict(kept, texts=[t.replace("Revenue grew.", "Revenue was 99 dollars.") for t in kept["texts"]])
+    other = entry.with_name("0" * 40 + ".json")  # a whole entry of another file, under this one's name
+    other.write_text(extract_cache.dumps(other.name, edited))
+    written = entry.read_text()
+    hand_edited = written.replace("Revenue grew.", "Revenue was 99 dollars.")  # the digest left as it was
+    assert hand_edited != written
+    for bad in (hand_edited, json.dumps(edited), other.read_text()):
+        entry.write_text(bad)
+        with kept_under(tmp_path / "cache"):
+            again = load_corpus([str(pdf)])
+        assert again == first and "99 dollars" not in again.documents[0].text
+        _no_reading(monkeypatch)  # and kept whole again: read back
+        with kept_under(tmp_path / "cache"):
+            assert load_corpus([str(pdf)]) == first
+        monkeypatch.undo()
+
+
 def test_a_kept_pdf_is_held_to_a_walks_text_limit(pdf, tmp_path):
     data = pdf.read_bytes()
     with kept_under(tmp_path / "cache"):

@@ -78,6 +78,21 @@ def test_a_damaged_entry_is_no_entry_and_is_written_again(tmp_path):
     assert memo.get(MESSAGES) == "second"
 
 
+def test_an_entry_changed_since_it_was_written_is_no_entry(tmp_path):
+    # Valid JSON, edited by hand (or another entry copied under its name): never read as notes.
+    memo = _memo(tmp_path)
+    memo.put(MESSAGES, "the museum opens at nine")
+    (entry,) = (tmp_path / "cache" / notes_memo.FOLDER).glob("*.json")
+    written = entry.read_text()
+    assert memo.get(MESSAGES) == "the museum opens at nine"
+    other = notes_memo.dumps("0" * 40 + ".json", {"text": "the museum opens at noon"})
+    for changed in (written.replace("nine", "noon"), json.dumps({"text": "noon"}), other):
+        entry.write_text(changed)
+        assert memo.get(MESSAGES) is None
+    memo.put(MESSAGES, "the museum opens at nine")
+    assert memo.get(MESSAGES) == "the museum opens at nine"
+
+
 def test_a_cache_that_cannot_be_written_keeps_nothing_quietly(tmp_path):
     (tmp_path / "cache").mkdir()
     (tmp_path / "cache" / notes_memo.FOLDER).write_text("a file where the folder goes")
