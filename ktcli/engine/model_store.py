@@ -192,17 +192,46 @@ def _metadata_end(path: Path, size: int) -> int:
 
 def model_key(folder: Path, fmt: str) -> str:
     """A name for what is derived from the model in `folder` in format `fmt`: its folder
-    name and a hash of its path and each weight file's name, size and modification time. (A
-    converted GGUF's folder is named by the GGUF's content; the record of where the GGUF
-    was last found, rewritten as virtualenvs come and go, is not part of it.)"""
+    name and a hash of each weight file's name, size and modification time and of each
+    JSON file's name and content. (A converted GGUF's folder is named by the GGUF's content;
+    the record of where the GGUF was last found, rewritten as virtualenvs come and go, is
+    not part of it.)
+
+    Not the folder's path: keyed by it, a cache folder copied or moved (another user's,
+    a CI cache, a Docker image's) reused neither its packed weights nor its prompt cache,
+    and its first run dropped the packed file it had. Two folders of one name share a key
+    only where every weight file has the same size and modification time to the
+    nanosecond (a copy that kept them: `cp -a`, `rsync -a`, `mv`) and every config,
+    tokenizer and generation file the same bytes; a copy that did not keep them (`cp -r`)
+    is keyed afresh, a cost, never wrong weights. A converted GGUF's folder without weight
+    files (the GGUF read in place) has only JSON files, so any copy of it keeps its key."""
     folder = Path(folder).resolve()
-    parts = [f"format={fmt}", str(folder)]
+    parts = [f"format={fmt}"]
     for p in sorted(folder.iterdir()):
         if p.suffix in (".safetensors", ".json") and p.is_file() and p.name != gguf_weights.SOURCE_RECORD:
             st = p.stat()
-            parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
+            if p.suffix == ".json":
+                parts.append(f"{p.name}:{_content_hash(p, st)}")
+            else:
+                parts.append(f"{p.name}:{st.st_size}:{st.st_mtime_ns}")
     digest = hashlib.sha1("\n".join(parts).encode()).hexdigest()[:16]
     return f"{folder.name}-{digest}"
+
+
+_CONTENT_HASHES: dict[str, tuple[tuple[int, int, int], str]] = {}
+
+
+def _content_hash(path: Path, st: os.stat_result) -> str:
+    """The sha1 of `path`'s bytes, computed once a process while its size, modification
+    time and inode stay (a 3.5 MB tokenizer.json: a few ms, asked for by each cache a
+    load keys)."""
+    stamp = (st.st_size, st.st_mtime_ns, st.st_ino)
+    known = _CONTENT_HASHES.get(str(path))
+    if known is not None and known[0] == stamp:
+        return known[1]
+    digest = hashlib.sha1(path.read_bytes()).hexdigest()
+    _CONTENT_HASHES[str(path)] = (stamp, digest)
+    return digest
 
 
 def converted_dir(source: ModelSource, cache_dir: Path) -> Path:

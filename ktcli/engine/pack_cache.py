@@ -13,8 +13,9 @@ model, against 1.6-2.5 s reading the float32 copy the conversion wrote before
 (`benchmarks.gguf_weights`); kept in bf16 (270 MB), they are read back as fast as the
 int8 ones, and a model's folder from Hugging Face is read as it is (its files are as fast).
 
-A cached file is keyed by the model folder's path and each weight file's name, size and
-modification time, and by FORMAT (bump it when `int8_gemv`'s packing or the engine's weight
+A cached file is keyed by the model folder's name, each weight file's name, size and
+modification time and each JSON file's content (`model_store.model_key`: not the folder's
+path, so a copied or moved cache keeps its packed weights), and by FORMAT (bump it when `int8_gemv`'s packing or the engine's weight
 layout changes), so a changed model or a new packing never reads a stale file. Anything
 unexpected in a cached file (missing or misshaped tensors, a read error, a tensor whose
 CRC32 is not the one written beside it) makes the caller pack afresh; a cache folder that

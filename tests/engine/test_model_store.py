@@ -195,3 +195,55 @@ def test_facts_count_what_the_index_names_not_a_consolidated_copy(tiny_models, t
         if indexed:
             (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"w": shard.name}}))
         assert model_store.model_facts(ModelSource("tiny", "hf", folder), tmp_path).n_params == want, indexed
+
+
+def test_the_model_key_is_the_models_content_not_its_folders_path(tmp_path):
+    """A cache folder copied or moved kept neither its packed weights nor its prompt cache:
+    the key hashed the folder's path. A changed model must still be another key."""
+    import os
+    import shutil
+
+    folder = tmp_path / "a" / "model"
+    folder.mkdir(parents=True)
+    save_file({"w": torch.arange(64, dtype=torch.float32)}, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text('{"model_type": "llama", "rope_theta": 10000}')
+    (folder / "tokenizer.json").write_text('{"model": {}}\n')
+    key = model_store.model_key(folder, "1")
+
+    def copied(name: str, keep_times: bool = True) -> Path:
+        to = tmp_path / name / "model"
+        shutil.copytree(folder, to, copy_function=shutil.copy2 if keep_times else shutil.copy)
+        return to
+
+    moved = copied("b")
+    assert model_store.model_key(moved, "1") == key  # moved, or copied keeping modification times
+    for p in moved.glob("*.json"):
+        os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10**9))
+    assert model_store.model_key(moved, "1") == key  # JSON files by their content
+    assert model_store.model_key(moved, "2") != key  # another format
+
+    # Weights copied without their times: another key (a cost, never a stale hit).
+    assert model_store.model_key(copied("c", keep_times=False), "1") != key
+    # Weights changed: another key, even at the same size.
+    changed = copied("d")
+    st = (changed / "model.safetensors").stat()
+    save_file({"w": torch.arange(64, dtype=torch.float32) + 1}, str(changed / "model.safetensors"))
+    assert (changed / "model.safetensors").stat().st_size == st.st_size
+    assert model_store.model_key(changed, "1") != key
+    # A config edited to the same size, its modification time put back: another key.
+    edited = copied("e")
+    config = edited / "config.json"
+    st = config.stat()
+    config.write_text('{"model_type": "llama", "rope_theta": 50000}')
+    os.utime(config, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert config.stat().st_size == st.st_size and model_store.model_key(edited, "1") != key
+    # A weight file or a JSON file more, or another folder name: another key.
+    more = copied("f")
+    (more / "generation_config.json").write_text("{}")
+    assert model_store.model_key(more, "1") != key
+    extra = copied("g")
+    shutil.copy2(extra / "model.safetensors", extra / "model-2.safetensors")
+    assert model_store.model_key(extra, "1") != key
+    other = tmp_path / "h" / "model-v2"
+    shutil.copytree(folder, other)
+    assert model_store.model_key(other, "1") != key

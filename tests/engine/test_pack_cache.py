@@ -165,3 +165,19 @@ def test_written_checksums_are_each_tensors_crc32(tmp_path):
     assert header["__metadata__"]["format"] == "pt"
     data = path.read_bytes()[base:]
     assert data == b"".join(a.tobytes() for a in arrays.values())  # the data where the header says
+
+
+def test_a_moved_cache_keeps_its_packed_weights(tiny_models, tmp_path, monkeypatch):
+    # Keyed by the model folder's path, a cache copied or moved whole packed again (and
+    # its first run dropped the packed file it had).
+    import shutil
+
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tmp_path / "one" / "model"
+    shutil.copytree(tiny_models["llama"], folder)
+    cfg = load_config(folder)
+    fresh = pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", tmp_path / "one" / "packed")
+    shutil.move(tmp_path / "one", tmp_path / "two")
+    monkeypatch.setattr(pack_cache, "load_weights", lambda *a, **k: pytest.fail("packed again"))
+    moved = tmp_path / "two" / "model"
+    assert _same(fresh, pack_cache.load_engine_weights(moved, cfg, "int8", "cpu", tmp_path / "two" / "packed"))
