@@ -14,7 +14,26 @@ import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
-import typer
+
+def _terminated_while_starting(signum, frame) -> None:
+    """SIGTERM before `_main` puts its own handler in (the imports take ~0.3 s): nothing has
+    started, so said as a later one is (a line on stderr, --json's object on stdout) and
+    ended at once, exit 143. The default action ended the process with neither."""
+    args = sys.argv[1:]
+    args = args[: args.index("--")] if "--" in args else args
+    try:
+        if "--json" in args:
+            os.write(1, b'{"error": "terminated (SIGTERM)", "exit_code": 143}\n')
+        os.write(2, b"error: terminated (SIGTERM)\n")
+    except OSError:
+        pass
+    os._exit(143)
+
+
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # (not where it came ignored, or a host's own)
+    signal.signal(signal.SIGTERM, _terminated_while_starting)
+
+import typer  # noqa: E402
 
 # Quiet the libraries before they are imported: no hub calls, no tqdm bars on our stderr.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -254,7 +273,7 @@ def main() -> None:
     try:
         _main()
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM before the command's own handling began
-        fail(*interruption())
+        _parse_failed(*interruption())
     except BrokenPipeError:  # `ktcli --version | head -1`: the reader has what it wanted
         os._exit(0)
     except OSError as e:  # the help or version written to a full disk: one line, not a traceback
@@ -294,6 +313,11 @@ def _main() -> None:
         # Not standalone: the parser's own errors (a bad --top-k, an unknown option, a
         # missing argument) come here to be said in one line, not typer's boxed block.
         code = app(standalone_mode=False, prog_name="ktcli")
+        if code == 130 and (_INTERRUPTED_AT or interruption()[1] == 143):
+            # typer (0.29) turns a KeyboardInterrupt while it parses into a returned 130,
+            # unsaid: its first parse imports pydantic, 0.1-1 s in which a SIGTERM or
+            # Ctrl-C ended ktcli with no line, no --json object and 130 for a SIGTERM
+            _parse_failed(*interruption())
     except no_args_is_help as e:  # `ktcli` alone: typer has shown the help (on stdout) unless it left it to us
         if e.ctx is not None:
             print(e.ctx.get_help())
@@ -309,7 +333,7 @@ def _main() -> None:
     except click_error as e:
         _parse_failed(_one_line(e.format_message()), e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
-        fail(*interruption())
+        _parse_failed(*interruption())  # (--json: its object, as a command's own interruption gives)
     raise SystemExit(code if isinstance(code, int) else 0)
 
 
@@ -350,8 +374,9 @@ def _on_sigint(signum, frame) -> None:
 
 
 def _parse_failed(message: str, code: int) -> None:
-    """A command line the parser refused (`--top-k abc`, an unknown option). With --json
-    among the options a `| jq` reader still gets one object, as for errors after parsing."""
+    """A command line the parser refused (`--top-k abc`, an unknown option), or a Ctrl-C or
+    SIGTERM before a command's own handling began. With --json among the options a `| jq`
+    reader still gets one object, as for errors after parsing."""
     options = sys.argv[1 : sys.argv.index("--")] if "--" in sys.argv else sys.argv[1:]
     if "--json" in options:
         json_error(message, code)
