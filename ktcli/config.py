@@ -10,6 +10,7 @@ import decimal
 import math
 import os
 import re
+import stat
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -446,10 +447,21 @@ def _check_cache_dir(cache_dir: str, name: str) -> None:
     """A folder, or one that can be made: checked without making it, since validation also
     runs for `ktcli plan`, a dry run (the writers make what they need)."""
     cache = Path(cache_dir).expanduser()
-    if cache.exists():
-        if not cache.is_dir():
+    try:
+        is_dir = stat.S_ISDIR(os.stat(cache).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        is_dir = None  # not there (yet)
+    except OSError as e:
+        # A symbolic link to itself (or a loop above it): exists() said no and its parent
+        # was writable, so `plan` said nothing and `ask` read its input before failing
+        # to convert the model into it.
+        raise UsageError(f"{name} {cache_dir}: cannot use it ({e.strerror or e})") from None
+    if is_dir is not None:
+        if not is_dir:
             raise UsageError(f"{name} {cache_dir}: not a folder")
         return
+    if cache.is_symlink():  # to nothing: no folder can be made through it
+        raise UsageError(f"{name} {cache_dir}: a symbolic link to {os.readlink(cache)}, which does not exist")
     ancestor = cache.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent

@@ -61,3 +61,23 @@ def test_a_sigterm_while_ktcli_starts_is_said(tmp_path, json_flag, module):
         assert json.loads(done.stdout) == {"error": "terminated (SIGTERM)", "exit_code": 143}
     else:
         assert done.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["plan", "ask"])
+def test_a_cache_dir_that_is_a_symlink_loop_is_one_line_before_the_input_is_read(tmp_path, command):
+    """`plan` exited 0 and `ask` read its standard input first (here it never ends)."""
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    env = {**os.environ, "KTCLI_CONFIG": os.devnull, "KTCLI_CACHE_DIR": str(loop)}
+    p = subprocess.Popen([sys.executable, "-m", "ktcli", command, "-", "q?"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        p.wait(timeout=60)  # (its stdin left open: read first, it would wait for ever)
+        out, err = p.stdout.read(), p.stderr.read()
+    finally:
+        p.kill()
+        p.wait()
+        for stream in (p.stdin, p.stdout, p.stderr):
+            stream.close()
+    assert p.returncode == 2 and out == ""
+    assert err == f"error: KTCLI_CACHE_DIR {loop}: cannot use it (Too many levels of symbolic links)\n"

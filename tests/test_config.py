@@ -254,6 +254,25 @@ def test_a_cache_dir_that_is_a_file_or_cannot_be_made_is_refused(tmp_path, monke
             load_settings({"cache_dir": str(locked / "cache")})
 
 
+def test_a_cache_dir_through_a_symlink_loop_or_to_nothing_is_refused(tmp_path, monkeypatch):
+    # exists() says no for a symlink to itself, and its parent was writable: `plan` said
+    # nothing, exit 0, and `ask` read its input before failing to convert into it.
+    use_config(tmp_path, monkeypatch, "")
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for bad in (loop, loop / "sub"):
+        with pytest.raises(UsageError, match="--cache-dir .*loop.*: cannot use it .*symbolic links"):
+            load_settings({"cache_dir": str(bad)})
+    dangling = tmp_path / "dangling"
+    dangling.symlink_to(tmp_path / "gone")
+    with pytest.raises(UsageError, match="dangling: a symbolic link to .*gone, which does not exist"):
+        load_settings({"cache_dir": str(dangling)})
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to(real)
+    assert load_settings({"cache_dir": str(tmp_path / "link")}).cache_path == tmp_path / "link"
+
+
 def test_temperature_and_threads_have_upper_bounds(tmp_path, monkeypatch):
     from ktcli.config import usable_cpus
 
