@@ -15,8 +15,9 @@ int8 ones, and a model's folder from Hugging Face is read as it is (its files ar
 
 A cached file is keyed by the model folder's name, each weight file's name, size and
 modification time and each JSON file's content (`model_store.model_key`: not the folder's
-path, so a copied or moved cache keeps its packed weights), and by FORMAT (bump it when `int8_gemv`'s packing or the engine's weight
-layout changes), so a changed model or a new packing never reads a stale file. Anything
+path, so a copied or moved cache keeps its packed weights), and by FORMAT (bump it when
+`int8_gemv`'s packing or the engine's weight layout changes), so a changed model or a new
+packing never reads a stale file. Anything
 unexpected in a cached file (missing or misshaped tensors, a read error, a tensor whose
 CRC32 is not the one written beside it) makes the caller pack afresh; a cache folder that
 cannot be written is skipped silently.
