@@ -680,3 +680,31 @@ def test_an_answers_written_date_and_twelve_hour_time_are_read_whole():
     opened = "Halden opened on 14 September. Revenue in 2023 rose."
     assert invented_figures("Halden opened on 14 September 2023.", [opened]) == []
     assert invented_figures("Halden opened on 15 September 2023.", [opened]) == ["2023-09-15"]
+
+
+def test_a_made_up_figure_beside_a_held_one_is_not_said_to_be_uncited():
+    """Probe 108: "TAX_RATE is set to 0.21, ... the VAT of 2.1% ..." was cited to the line
+    holding 0.21 (its other figure is held), while stderr said the made-up 2.1 was "(not
+    cited)"; a sentence of made-up figures alone is still said to be cited nowhere."""
+    from ktcli.pipeline.citations import warn_of_invented
+
+    source = chunk("tax.py", 3, ["TAX_RATE = 0.21  # Dutch standard VAT"])
+
+    class Said:
+        def __init__(self):
+            self.lines = []
+
+        def warn(self, text):
+            self.lines.append(text)
+
+    mixed = "The TAX_RATE is set to 0.21, which is the average of the VAT of 2.1%."
+    assert attribute(mixed, [source]) != []
+    said = Said()
+    warn_of_invented(mixed, [source.text], "What is TAX_RATE?", said)
+    assert said.lines == ["the answer's figure 2.1 stands in none of the passages it read: check it in the sources"]
+    alone = "TAX_RATE is 0.21. The Dutch VAT is 2.1% of the total."
+    assert [c.span.line_start for c in attribute(alone, [source])] == [3]
+    said = Said()
+    warn_of_invented(alone, [source.text], "What is TAX_RATE?", said)
+    assert said.lines == ["the answer's figure 2.1 stands in none of the passages it read (not cited): "
+                          "check it in the sources"]
