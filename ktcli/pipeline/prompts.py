@@ -102,8 +102,11 @@ def _without_common_folders(paths: list[str]) -> list[str]:
 # openings end the answer instead. A tag only ends it after a line break or a space: the
 # bundled model sometimes *opens* its answer with a source tag and then answers inside
 # it, and a bare "<source" stop left those answers empty (LeadingSourceTag drops the tag).
+# The prompt's own headings end it too when the model writes them in bold, as Markdown: over
+# the tutorial it answered "The pass statement does nothing." and went on "**Key facts:**"
+# and empty bullets until the loop check cut them, all shown (probe 108).
 ANSWER_STOPS = ("\n\n[", "\n<source", " <source", "\n</source", "\nQuestion:", "\nSources:", "\nKey facts:",
-                "<|im_end|>")
+                "\n**Question:", "\n**Sources:", "\n**Key facts", "<|im_end|>")
 
 
 def answer_stops(question: str) -> tuple[str, ...]:

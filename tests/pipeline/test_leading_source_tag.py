@@ -160,3 +160,17 @@ def test_the_question_said_again_on_a_line_of_its_own_ends_the_answer():
     assert stops.feed(opened) + stops.flush() == opened
     assert answer_stops("Why?") == ANSWER_STOPS  # too short to tell from an answer's own line
     assert answer_stops("  What is the rocket named?  ")[-1] == "\n" + question
+
+
+def test_the_prompts_headings_in_bold_end_the_answer():
+    """Probe 108: over the tutorial the bundled model answered "The pass statement does
+    nothing." and went on "**Key facts:**" and empty bullets, all shown as the answer."""
+    text = "The pass statement does nothing.\n\n**Key facts:** \n* \n* \n*"
+    stops = StopStrings(ANSWER_STOPS)
+    assert stops.feed(text) + stops.flush() == "The pass statement does nothing.\n"
+    for heading in ("**Key facts**:", "**Sources:**", "**Question:** What?"):
+        stops = StopStrings(ANSWER_STOPS)
+        assert stops.feed(f"It is 42. [1]\n{heading}\nmore") + stops.flush() == "It is 42. [1]", heading
+    bold = "**The pass statement** does nothing. [1]"  # an answer's own bold is no stop
+    stops = StopStrings(ANSWER_STOPS)
+    assert stops.feed(bold) + stops.flush() == bold
