@@ -81,3 +81,18 @@ def test_a_cache_dir_that_is_a_symlink_loop_is_one_line_before_the_input_is_read
             stream.close()
     assert p.returncode == 2 and out == ""
     assert err == f"error: KTCLI_CACHE_DIR {loop}: cannot use it (Too many levels of symbolic links)\n"
+
+
+def test_plan_json_help_names_every_key_it_prints(tmp_path):
+    """Probe 108: `plan --help` listed the object's keys without `warnings`, which it prints
+    (the README lists it)."""
+    import json
+    import re
+
+    from ktcli.cli.app import PlanJson
+
+    (tmp_path / "notes.md").write_text("The pump is in hall 4.\n")
+    done = _ktcli("plan", str(tmp_path / "notes.md"), "Where is the pump?", "--json", tmp_path=tmp_path)
+    assert done.returncode == 0, done.stderr
+    helped = set(re.findall(r"\w+", PlanJson.__metadata__[0].help.split("(", 1)[1]))
+    assert set(json.loads(done.stdout)) == helped
