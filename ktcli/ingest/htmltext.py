@@ -329,7 +329,7 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
         cursor.at_tag(child)
         name = (child.name or "").lower()
         nested = (node.name or "").lower() in _SIBLINGS_OF.get(name, ())  # an implied end before it
-        if name in _DROP or _hidden(child) or id(child) in out.skipped:
+        if name in _DROP or _hidden(child) or id(child) in out.skipped or (name == "a" and _permalink(child)):
             cursor.past_element(child)  # its line breaks still count
             continue
         if name in ("math", "svg", "input"):
@@ -384,6 +384,19 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
             out.text(" ", cursor.line, separator=True)
         else:
             _walk(child, out, cursor, one_line)
+
+
+# A heading's or a definition's permalink, shown on hover: Sphinx's and MkDocs'
+# `<a class="headerlink" href="#x">¶</a>` put "¶" after every heading ("Retry policies¶ >
+# Configuring retries¶" in a citation's trail) and every API entry of a reference page.
+_PERMALINK_SIGNS = frozenset({"", "¶", "§", "#", "🔗", "\u200b"})
+
+
+def _permalink(link: Tag) -> bool:
+    classes = {c.lower() for c in (link.get("class") or ())}
+    return bool(classes & {"headerlink", "hash-link", "anchor-link"}) or (
+        str(link.get("href") or "").startswith("#") and link.get_text().strip() in _PERMALINK_SIGNS
+        and link.find_parent(["h1", "h2", "h3", "h4", "h5", "h6", "dt"]) is not None)
 
 
 def _raised_mark(sup: Tag, out: _Lines) -> str:

@@ -200,6 +200,22 @@ def test_html_table_rows_keep_their_columns(write) -> None:
     assert load_one(write("o.html", odd)).text.split("\n")[-1] == "a | b"
 
 
+def test_html_permalinks_after_headings_are_left_out(write) -> None:
+    """Probe 108: a Sphinx page's headings read "Retry policies¶" (its hover-only permalink
+    `<a class="headerlink">¶</a>`), and so did every citation's section trail."""
+    page = "\n".join([
+        '<h1>Retry policies<a class="headerlink" href="#retry" title="Permalink">¶</a></h1>',
+        '<p>Tried 5 times.</p>',
+        '<h2 id="s">Status codes<a href="#s">#</a></h2>',
+        '<dl><dt id="C">class Client(url)<a class="reference" href="#C">¶</a></dt><dd>A client.</dd></dl>',
+        '<h3><a href="#x">Back off</a></h3>',  # a heading's own words in a link stay
+        '<p>See <a href="#s">¶</a> above.</p>',  # (outside a heading or a term, a link is read)
+    ])
+    lines = [line for line in load_one(write("retry.html", page)).text.split("\n") if line]
+    assert lines == ["# Retry policies", "Tried 5 times.", "## Status codes", "class Client(url)", "A client.",
+                     "### Back off", "See ¶ above."]
+
+
 def test_html_rowspan_keeps_the_columns_of_the_rows_below(write) -> None:
     # A cell with rowspan holds its column in the rows below, which have no cell there: read
     # without one, "Varnholm Annex | 3 | 420" put the city under Depot (asked its city, the
