@@ -337,6 +337,22 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
             if shown:
                 out.text(f" {shown} ", cursor.line)
             cursor.past_element(child)
+        elif name == "tr" and not one_line and _code_row(child):
+            # A code block laid out as a table beside its line numbers (Pygments'
+            # `linenos="table"`: Sphinx, MkDocs; Rouge, Chroma): read as a row, its
+            # code's lines ran into one ("1 2 3 4 | from tidepool import Client, ...
+            # policy = ..."). Its lines are kept, its number column left out.
+            out.newline()
+            for cell in child.children:
+                if isinstance(cell, NavigableString):
+                    cursor.past(str(cell))
+                elif isinstance(cell, Tag):
+                    cursor.at_tag(cell)
+                    if _NUMBERS.fullmatch(cell.get_text()):
+                        cursor.past_element(cell)
+                    else:
+                        _walk(cell, out, cursor)
+            out.paragraph()
         elif name in _CELL:
             # Every cell after a row's first adds its separator, also after an empty one
             # (an empty corner cell put "Autumn" over the summer's figure).
@@ -397,6 +413,18 @@ def _permalink(link: Tag) -> bool:
     return bool(classes & {"headerlink", "hash-link", "anchor-link"}) or (
         str(link.get("href") or "").startswith("#") and link.get_text().strip() in _PERMALINK_SIGNS
         and link.find_parent(["h1", "h2", "h3", "h4", "h5", "h6", "dt"]) is not None)
+
+
+_NUMBERS = re.compile(r"[\d\s]*")
+
+
+def _code_row(row: Tag) -> bool:
+    """A table row that is a code block beside its line numbers: a cell holding a <pre>
+    of several lines, and every other cell numbers alone."""
+    cells = row.find_all(["td", "th"], recursive=False)
+    numbers = [c for c in cells if _NUMBERS.fullmatch(c.get_text())]
+    code = [c for c in cells if c not in numbers and any("\n" in pre.get_text().strip() for pre in c.find_all("pre"))]
+    return len(code) == 1 and bool(numbers) and len(code) + len(numbers) == len(cells)
 
 
 def _raised_mark(sup: Tag, out: _Lines) -> str:

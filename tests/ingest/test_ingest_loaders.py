@@ -216,6 +216,38 @@ def test_html_permalinks_after_headings_are_left_out(write) -> None:
                      "### Back off", "See ¶ above."]
 
 
+def test_html_code_beside_its_line_numbers_keeps_its_lines(write) -> None:
+    """Probe 108: a Sphinx page's code block with line numbers (Pygments' table layout)
+    read as one row, "1 2 3 | from tidepool import Client policy = ... client.get(...)"."""
+    page = "\n".join([
+        '<h1>Retry policies<a class="headerlink" href="#retry" title="Permalink">¶</a></h1>',
+        '<table class="highlighttable"><tr><td class="linenos"><div class="linenodiv"><pre><span>1</span>',
+        '<span>2</span>',
+        '<span>3</span></pre></div></td><td class="code"><div class="highlight"><pre><span>from tidepool import Client</span>',
+        '<span>policy</span> = RetryPolicy(max_attempts=7)',
+        '    client = Client(retry=policy)',
+        '</pre></div></td></tr></table>',
+        '<h2 id="s">Status codes<a href="#s">#</a></h2>',
+        '<dl><dt id="C">class Client(url)<a class="reference" href="#C">¶</a></dt><dd>A client.</dd></dl>',
+        # a data table's row of numbers and one-line code stays a row; a heading's own link stays
+        '<table><tr><td>429</td><td><pre>retry()</pre></td></tr></table>',
+        '<h3><a href="#x">Back off</a></h3>',
+    ])
+    doc = load_one(write("retry.html", page))
+    lines = [line for line in doc.text.split("\n") if line]
+    assert lines == ["# Retry policies", "from tidepool import Client", "policy = RetryPolicy(max_attempts=7)",
+                     "    client = Client(retry=policy)", "## Status codes", "class Client(url)", "A client.",
+                     "429 | retry()", "### Back off"]
+    source = page.split("\n")
+    got = dict(zip(doc.text.split("\n"), doc.source_lines))
+    for text in ("from tidepool import Client", "policy = RetryPolicy(max_attempts=7)", "    client = Client(retry=policy)"):
+        assert text.strip().split()[0] in source[got[text] - 1], (text, got[text])
+    # Rouge's (Jekyll) and Chroma's (Hugo) layouts: the same
+    rouge = ('<table class="rouge-table"><tbody><tr><td class="rouge-gutter gl"><pre class="lineno">1\n2\n</pre></td>'
+             '<td class="rouge-code"><pre>package main\nfunc main() {}\n</pre></td></tr></tbody></table>')
+    assert load_one(write("rouge.html", rouge)).text.split("\n") == ["package main", "func main() {}"]
+
+
 def test_html_rowspan_keeps_the_columns_of_the_rows_below(write) -> None:
     # A cell with rowspan holds its column in the rows below, which have no cell there: read
     # without one, "Varnholm Annex | 3 | 420" put the city under Depot (asked its city, the
