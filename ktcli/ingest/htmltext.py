@@ -329,7 +329,8 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
         cursor.at_tag(child)
         name = (child.name or "").lower()
         nested = (node.name or "").lower() in _SIBLINGS_OF.get(name, ())  # an implied end before it
-        if name in _DROP or _hidden(child) or id(child) in out.skipped or (name == "a" and _permalink(child)):
+        if name in _DROP or _hidden(child) or id(child) in out.skipped or (name == "a" and _permalink(child)) \
+                or _editor_chrome(child):
             cursor.past_element(child)  # its line breaks still count
             continue
         if name in ("math", "svg", "input"):
@@ -413,6 +414,13 @@ def _permalink(link: Tag) -> bool:
     return bool(classes & {"headerlink", "hash-link", "anchor-link"}) or (
         str(link.get("href") or "").startswith("#") and link.get_text().strip() in _PERMALINK_SIGNS
         and link.find_parent(["h1", "h2", "h3", "h4", "h5", "h6", "dt"]) is not None)
+
+
+def _editor_chrome(tag: Tag) -> bool:
+    """A wiki's "[edit]" link beside each heading (MediaWiki's `mw-editsection`: a saved
+    Wikipedia page read "## History[edit]", in every section trail too)."""
+    classes = tag.get("class")
+    return bool(classes) and "mw-editsection" in classes
 
 
 _NUMBERS = re.compile(r"[\d\s]*")

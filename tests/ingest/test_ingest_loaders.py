@@ -1386,3 +1386,14 @@ def test_markdown_comments_are_left_out_where_code_fences_do_not_hold_them(tmp_p
     assert "$9" not in doc.text and "TODO" not in doc.text and "<!-- an example -->" in doc.text
     assert doc.text.split("\n")[3] == "The basic plan costs $25. "  # line 4 where it was
     assert any("2 HTML comments left out" in s.reason for s in doc.left_out)
+
+
+def test_html_wiki_edit_links_are_left_out(write) -> None:
+    """Probe 108: a saved Wikipedia page's headings read "## History[edit]", and so did the
+    section trails of its citations; MediaWiki's newer layout puts the link after the <h2>."""
+    edit = ('<span class="mw-editsection"><span class="mw-editsection-bracket">[</span>'
+            '<a href="/w/index.php?action=edit&amp;section=1">edit</a><span class="mw-editsection-bracket">]</span></span>')
+    page = (f'<h2><span class="mw-headline" id="History">History</span>{edit}</h2><p>Dammed in 1921.</p>'
+            f'<div class="mw-heading mw-heading2"><h2 id="Ecology">Ecology</h2>{edit}</div><p>Trout.</p>')
+    lines = [line for line in load_one(write("lake.html", page)).text.split("\n") if line]
+    assert lines == ["## History", "Dammed in 1921.", "## Ecology", "Trout."]
