@@ -112,12 +112,12 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 # Parts read whose notes said nothing are kept all the same: said, not a bare
                 # "interrupted" the rerun then contradicted by starting at the next part.
                 raise Interrupted(f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of "
-                                  f"parts 1-{read} said nothing from the input; they are kept{resume}") from None
+                                  f"{_parts_to(read)} said nothing from the input; they are kept{resume}") from None
             raise
         raise InterruptedWithNotes(
-            f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of parts 1-{read} are kept"
+            f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of {_parts_to(read)} are kept"
             f"{resume}",
-            f"Notes from parts 1-{read} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
+            f"Notes from {_parts_to(read)} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
         ) from None
     if memo is not None:
         memo.finish()
@@ -387,3 +387,8 @@ def _where(window: list[Chunk]) -> str:
                     f"{first.page_label or first.page}-{last.page_label or last.page}")
         return f"{paths[0]} lines {first.line_start}-{last.line_end}"
     return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more files" if len(paths) > 6 else "")
+
+
+def _parts_to(read: int) -> str:
+    """The parts 1 to `read` as said: "part 1" alone, not "parts 1-1" (probe 108)."""
+    return "part 1" if read == 1 else f"parts 1-{read}"

@@ -331,3 +331,17 @@ def test_parts_read_back_are_not_counted_as_the_pace_of_reading(haystack, tmp_pa
     shown = Progress()
     _summary(haystack, tmp_path, Keyed(), shown)
     assert shown.done[0] == 2  # parts 1 and 2 read back, unreported; the bar starts at part 3
+
+
+def test_a_summary_interrupted_in_its_second_part_names_part_1_alone(haystack, tmp_path):
+    """Probe 108: "the notes of parts 1-1 are kept", "Notes from parts 1-1 of 3"."""
+    class InterruptedAtSecond(Keyed):
+        def stream_chat(self, messages, params):
+            if len(self.calls) == 1:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+    with pytest.raises(InterruptedWithNotes) as caught:
+        _summary(haystack, tmp_path, InterruptedAtSecond())
+    assert "the notes of part 1 are kept; the same command again starts at part 2" in str(caught.value)
+    assert caught.value.partial.startswith("Notes from part 1 of ") and "1-1" not in caught.value.partial
