@@ -338,21 +338,27 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
             if shown:
                 out.text(f" {shown} ", cursor.line)
             cursor.past_element(child)
-        elif name == "tr" and not one_line and _code_row(child):
+        elif name == "tr" and not one_line and ((code := _code_row(child)) or _layout_row(child)):
             # A code block laid out as a table beside its line numbers (Pygments'
             # `linenos="table"`: Sphinx, MkDocs; Rouge, Chroma): read as a row, its
             # code's lines ran into one ("1 2 3 4 | from tidepool import Client, ...
             # policy = ..."). Its lines are kept, its number column left out.
+            # A table that lays a page out (a sidebar cell beside the article's, an HTML
+            # mail's frame): read as a row, a whole page was one line of 5,000 characters,
+            # its headings no section trail and every citation "page.html:3 (chars ...)".
+            # Its cells are read as the blocks they hold, one after the other.
             out.newline()
             for cell in child.children:
                 if isinstance(cell, NavigableString):
                     cursor.past(str(cell))
                 elif isinstance(cell, Tag):
                     cursor.at_tag(cell)
-                    if _NUMBERS.fullmatch(cell.get_text()):
+                    cell_name = (cell.name or "").lower()
+                    if (code and _NUMBERS.fullmatch(cell.get_text())) or cell_name in _DROP or _hidden(cell):
                         cursor.past_element(cell)
                     else:
                         _walk(cell, out, cursor)
+                        out.paragraph()
             out.paragraph()
         elif name in _CELL:
             # Every cell after a row's first adds its separator, also after an empty one
@@ -433,6 +439,18 @@ def _code_row(row: Tag) -> bool:
     numbers = [c for c in cells if _NUMBERS.fullmatch(c.get_text())]
     code = [c for c in cells if c not in numbers and any("\n" in pre.get_text().strip() for pre in c.find_all("pre"))]
     return len(code) == 1 and bool(numbers) and len(code) + len(numbers) == len(cells)
+
+
+_BLOCKS_OF_A_PAGE = ["h1", "h2", "h3", "h4", "h5", "h6", "table"]
+
+
+def _layout_row(row: Tag) -> bool:
+    """A row of a table that lays a page out, not one of data: its table says so
+    (role="presentation"), or a cell holds a heading or a table of its own."""
+    table = row.find_parent("table")
+    if table is not None and str(table.get("role") or "").lower() in ("presentation", "none"):
+        return True
+    return any(cell.find(_BLOCKS_OF_A_PAGE) is not None for cell in row.find_all(["td", "th"], recursive=False))
 
 
 def _raised_mark(sup: Tag, out: _Lines) -> str:

@@ -1397,3 +1397,32 @@ def test_html_wiki_edit_links_are_left_out(write) -> None:
             f'<div class="mw-heading mw-heading2"><h2 id="Ecology">Ecology</h2>{edit}</div><p>Trout.</p>')
     lines = [line for line in load_one(write("lake.html", page)).text.split("\n") if line]
     assert lines == ["## History", "Dammed in 1921.", "## Ecology", "Trout."]
+
+
+def test_html_a_layout_table_is_read_as_the_blocks_it_holds(write) -> None:
+    """Probe 108: a page laid out in a table (a sidebar cell beside the article's, an HTML
+    mail's frame) read as one row: the whole article one line of 5,000 characters, its
+    headings no section trail, every citation "page.html:3 (chars ...)"."""
+    page = "\n".join([
+        "<html><body><table width='100%'><tr>",
+        "<td class='sidebar'><a href='a.html'>Home</a><br><a href='b.html'>Archive</a></td>",
+        "<td>",
+        "<h1>Harbour bulletin</h1>",
+        "<p>Week 1: 7 arrivals.</p>",
+        "<h2>Tides</h2>",
+        "<p>High tide on Friday is at 06:42.</p>",
+        "<table><tr><th>Day</th><th>Tide</th></tr><tr><td>Fri</td><td>06:42</td></tr></table>",
+        "</td></tr></table></body></html>",
+    ])
+    doc = load_one(write("bulletin.html", page))
+    lines = [line for line in doc.text.split("\n") if line]
+    assert lines == ["Home", "Archive", "# Harbour bulletin", "Week 1: 7 arrivals.", "## Tides",
+                     "High tide on Friday is at 06:42.", "Day | Tide", "Fri | 06:42"]
+    got = dict(zip(doc.text.split("\n"), doc.source_lines))
+    assert got["## Tides"] == 6 and got["High tide on Friday is at 06:42."] == 7
+    # a mail's frame says it is one (role="presentation"); a data table stays rows
+    mail = ("<table role='presentation'><tr><td><p>Hi Ann,</p><p>The invoice is attached.</p></td>"
+            "<td><p>Sent from Kestrel Mail</p></td></tr></table>"
+            "<table><tr><td><p>Monstera</p></td><td><p>13</p><p>(indoors)</p></td></tr></table>")
+    assert [line for line in load_one(write("mail.html", mail)).text.split("\n") if line] == [
+        "Hi Ann,", "The invoice is attached.", "Sent from Kestrel Mail", "Monstera | 13 (indoors)"]
