@@ -96,3 +96,35 @@ def test_plan_json_help_names_every_key_it_prints(tmp_path):
     assert done.returncode == 0, done.stderr
     helped = set(re.findall(r"\w+", PlanJson.__metadata__[0].help.split("(", 1)[1]))
     assert set(json.loads(done.stdout)) == helped
+
+
+def test_a_run_planned_at_hours_is_said_before_it_starts():
+    """Probe 108: a 36.6M-token input was planned at ~27,559 s to its first token and `ask`
+    started without a word; the status line said "~27559s"."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from ktcli.cli.common import Options
+    from ktcli.types import Mode, Plan
+
+    class Said:
+        def __init__(self):
+            self.status_lines, self.warnings = [], []
+
+        def status(self, line):
+            self.status_lines.append(line)
+
+        def warn(self, line):
+            self.warnings.append(line)
+
+    plan = Plan(mode=Mode.RETRIEVAL, task="ask", input_tokens=36_600_000, question_tokens=5, context_window=8192,
+                answer_budget=384, evidence_budget=3072, n_documents=1, n_chunks=143_000, n_windows=1, top_k=8,
+                est_seconds=30_000.0, est_memory_bytes=2**30, est_first_token_seconds=27_559.0)
+    said = Said()
+    Options({})._show_plan(said)(SimpleNamespace(plan=plan))
+    assert said.status_lines[0].endswith("est first token ~7.7 h, ≤8.3 h")
+    assert said.warnings == ["this run is planned to take ~8.3 h on this machine (`ktcli plan` says why); "
+                             "Ctrl-C stops it"]
+    said = Said()
+    Options({})._show_plan(said)(SimpleNamespace(plan=replace(plan, est_seconds=3000.0)))
+    assert said.warnings == []

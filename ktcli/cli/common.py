@@ -21,6 +21,10 @@ SETTING_FLAGS = (
 )
 
 
+# A plan this long is said as a warning before the run starts, not only in its status line.
+LONG_RUN_S = 3600
+
+
 def fail(message: str, code: int) -> None:
     from rich.markup import escape
 
@@ -169,6 +173,7 @@ class Options:
     def _show_plan(self, reporter) -> Callable:
         def show(prep) -> None:
             from ktcli.plan.planner import BUDGET_MISS
+            from ktcli.render.formats import duration
 
             p = prep.plan
             if p.mode.value != "retrieval":
@@ -179,12 +184,15 @@ class Options:
                 what = f"{p.n_chunks:,} chunks in ~{p.n_windows} window(s)"
             if p.outline_files:
                 what += f", {p.outline_files} file(s) as outlines"
-            wait = f"first token ~{p.est_first_token_seconds:.0f}s, " if p.est_first_token_seconds else ""
+            wait = f"first token ~{duration(p.est_first_token_seconds)}, " if p.est_first_token_seconds else ""
             mode = f"{p.mode.value} (in parts)" if p.mode.value == "retrieval" and p.task == "summarize" else p.mode.value
-            reporter.status(f"plan: {mode} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{p.est_seconds:.0f}s")
+            reporter.status(f"plan: {mode} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{duration(p.est_seconds)}")
             for reason in p.reasons:
                 if reason.startswith(BUDGET_MISS):
                     reporter.warn(reason)
+            if p.est_seconds >= LONG_RUN_S:  # a run of hours started without a word (probe 108)
+                reporter.warn(f"this run is planned to take ~{duration(p.est_seconds)} on this machine "
+                              "(`ktcli plan` says why); Ctrl-C stops it")
         return show
 
     def _answer(self, run: Callable, reporter) -> None:

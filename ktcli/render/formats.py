@@ -200,7 +200,7 @@ def figures_line(answer: Answer) -> str:
 def _seconds(plan: Plan) -> str:
     """The wait for the first token, then the whole answer budget's time: the total alone
     read as a prediction (~11 s for an answer that took 2)."""
-    total = f"~{plan.est_seconds:.0f} s"
+    total = f"~{duration(plan.est_seconds)}"
     if not plan.est_first_token_seconds:
         return total
     return (f"first token in ~{_short(plan.est_first_token_seconds)}, {total} with all "
@@ -208,7 +208,17 @@ def _seconds(plan: Plan) -> str:
 
 
 def _short(seconds: float) -> str:
-    return f"{seconds:.1f} s" if seconds < 9.95 else f"{seconds:.0f} s"
+    return f"{seconds:.1f} s" if seconds < 9.95 else duration(seconds)
+
+
+def duration(seconds: float) -> str:
+    """An estimate as read: seconds up to ten minutes, then minutes, then hours (a 36M-token
+    input's plan said "first token in ~27559 s", where "~7.7 h" was the news; probe 108)."""
+    if seconds < 600:
+        return f"{seconds:.0f} s"
+    if seconds < 5970:  # (99.5 minutes: past it, "1.7 h" reads better than "100 min")
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 # A summary's "retrieval" retrieves nothing: it reads every chunk, window by window (a
@@ -247,7 +257,7 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     for alt in plan.alternatives:
         lines.append(
             f"instead     {alt['mode']}" + (f" {alt['kv_dtype']} {alt['attention']}" if "kv_dtype" in alt else "")
-            + f": ~{alt['est_seconds']:.0f} s, ~{human_bytes(alt['est_memory_bytes'])}, "
+            + f": ~{duration(alt['est_seconds'])}, ~{human_bytes(alt['est_memory_bytes'])}, "
             f"{alt['n_windows']} window(s)"
         )
     return lines

@@ -50,6 +50,15 @@ def test_memory_units_match_and_a_server_plans_none_here():
     assert "estimate    ~3 s, memory on the server" in plan_lines(remote)
 
 
+def test_long_estimates_read_in_minutes_and_hours():
+    from ktcli.render.formats import duration
+
+    assert [duration(s) for s in (3, 599, 600, 5969, 5970, 27559)] == ["3 s", "599 s", "10 min", "99 min", "1.7 h",
+                                                                       "7.7 h"]
+    plan = replace(_answer().plan, est_seconds=30000.0, est_first_token_seconds=27559.0)
+    assert "estimate    first token in ~7.7 h, ~8.3 h with all" in "\n".join(plan_lines(plan))  # was "~27559 s"
+
+
 def test_sources_name_the_last_two_levels_of_a_section_and_json_the_whole_trail():
     import json
     from dataclasses import replace
