@@ -401,6 +401,10 @@ _ABSENT = re.compile(
     r"include|list|discuss|describe|contain)"
     r"|no\s+(?:information|mention|data|details?)\s+(?:about|on|of|regarding|is|was)"
     r"|not\s+(?:found\s+)?in\s+the\s+(?:documents?|text|input|sources?|context))\b")
+# A Markdown heading the answer writes ("## Release history", copied from the page's <h2>)
+# heads what follows and claims nothing: it took one of three citations from the table row
+# below it that answered the question (probe 108).
+_HEADING = re.compile(r"\s*#{1,6}\s")
 _BUT = re.compile(r"(?i)[,;]?\s+(?:but|however|though|although|while|whereas)\b|;")
 
 
@@ -439,7 +443,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     known = _known_figures(chunk.text for chunk in evidence)
     text = "\n".join(s for s in _SENTENCE.split(_LABEL.sub(" ", answer))
                      if not restates_instructions(s) and not _only_invented(s, known) and not _only_a_verdict(s)
-                     and not _only_absence(s, known))
+                     and not _only_absence(s, known) and not _HEADING.match(s))
     # (an identifier's words too: a config's `"pool_size": 25` is the answer "The pool size
     # is 25.", cited nowhere with "25" its one shared word)
     wanted = set(terms(text, pieces=True))

@@ -75,6 +75,15 @@ def test_a_sentence_that_says_the_input_lacks_something_is_not_cited():
     assert attribute("Revenue of the X200 was not found in the text: 4.2 million euros is Q3's.", [c])
 
 
+def test_a_heading_the_answer_writes_takes_no_citation():
+    # probe 108: "## Release history", copied from the page, took one of the three
+    # citations, and the table row that answered got none
+    page = chunk("site/index.html", 10, ["Release history", "Version 3.0 was released on 2023-04-02.",
+                                         "Version 2.0 was released on 2021-01-15.", "Contact the release team."])
+    cited = attribute("## Release history\nVersion 3.0 was released on 2023-04-02.", [page], context=0)
+    assert [c.span.line_start for c in cited] == [11]
+
+
 def test_an_echo_of_the_prompt_is_not_cited():
     c = chunk("tutorial.rst", 1850, ["A docstring should give a short, concise summary of the object's purpose.",
                                      "Enriching Exceptions with Notes", "The main points of the loop statement."])
