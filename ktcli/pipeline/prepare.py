@@ -403,6 +403,7 @@ def prepare(
         cached_tokens=_whole_read_cached(cached, settings, facts),
         sparse_cached=tuple((dtype, policy, n) for (dtype, policy), n in cached.items() if policy != "dense"),
         window_cap=settings.context_window,
+        origins=settings.origins,
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
         convert_largest=facts.convert_largest_params if converts else 0,

@@ -139,6 +139,9 @@ class PlanRequest:
     # The same for sparse reads: (page dtype, policy, tokens) per kind of pages held.
     sparse_cached: tuple[tuple[str, str, int], ...] = ()
     window_cap: int = 0  # --context-window: no read's window may pass it (0: none)
+    # Where settings came from other than a flag (`Settings.origins`): a reason or an error
+    # names KTCLI_MODE, not a --mode the user never typed (`_named`)
+    origins: tuple[tuple[str, str], ...] = ()
     # Summaries: the corpus's tokens with its files read as outlines where they can be, and how many
     # files those are (0: nothing to outline); whether to (auto: when over the budget).
     outline_tokens: int = 0
@@ -240,12 +243,12 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.task not in ("ask", "summarize"):
         raise UsageError(f"unknown task {req.task!r}")
     if req.mode not in ("auto", "full", "retrieval", "sparse"):
-        raise UsageError(f"--mode {req.mode!r}: choose auto, full, sparse or retrieval")
+        raise UsageError(f"{_named(req, 'mode')} {req.mode!r}: choose auto, full, sparse or retrieval")
     if req.outline not in OUTLINE_CHOICES:
-        raise UsageError(f"--outline {req.outline!r}: choose {', '.join(OUTLINE_CHOICES)}")
+        raise UsageError(f"{_named(req, 'outline')} {req.outline!r}: choose {', '.join(OUTLINE_CHOICES)}")
     can_outline = req.task == "summarize" and req.outline_files > 0 and req.outline_tokens < req.corpus_tokens
     if can_outline and req.outline == "always":
-        return _outlined(req, facts, rates, "--outline always asked for")
+        return _outlined(req, facts, rates, _asked(req, "outline"))
     plan = _plan(req, facts, rates)
     budget_s = req.max_seconds or SUMMARY_DEFAULT_SECONDS
     if can_outline and req.outline == "auto" and plan.est_seconds > budget_s:
@@ -259,7 +262,7 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.task == "summarize" and plan.est_seconds > budget_s and not req.max_seconds:
         # Said, not left to be found out: a 300-page book with no headings planned ~1,160 s
         # and read every line with no word about the 600 s budget.
-        why = "--outline never asked for" if req.outline == "never" else "nothing in it reads shorter as an outline"
+        why = _asked(req, "outline") if req.outline == "never" else "nothing in it reads shorter as an outline"
         over = f"reading every line takes ~{plan.est_seconds:.0f}s, over the {budget_s:.0f}s default budget ({why})"
         plan = replace(plan, reasons=(*plan.reasons, over))
     return plan
@@ -308,12 +311,12 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.mode == "sparse":
         if not sparse:
             if req.sparse_ok and req.window_cap:
-                raise UsageError(f"--mode sparse reads the input whole (~{full_tokens:,} tokens with the prompt), "
+                raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole (~{full_tokens:,} tokens with the prompt), "
                                  f"past the --context-window cap of {req.window_cap:,}; raise or drop the cap")
             if not req.sparse_ok:
-                raise UsageError("--mode sparse reads the input whole in ktcli's own paged cache: "
+                raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole in ktcli's own paged cache: "
                                  "it needs the local ktcli engine (--engine ktcli, --backend local)")
-            raise UsageError(f"--mode sparse: {_sparse_rejection(req, sparse).strip('()')}")
+            raise UsageError(f"{_named(req, 'mode')} sparse: {_sparse_rejection(req, sparse).strip('()')}")
         return _choose_sparse(req, sparse, fits, full, retrieval)
     # Auto reads a too-long input whole only when asked to weigh it: a latency budget or
     # a sparse-mode flag (--kv-dtype, --attention); otherwise retrieval, as before. Not a
@@ -348,22 +351,23 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             # the input fits; the answer budget does not: --mode auto then refused the same
             # budget ("leaves no room for evidence"), so the way out is the budget
             raise UsageError(
-                f"--mode full: the input (~{full_tokens:,} tokens with the prompt) fits the model's "
+                f"{_named(req, 'mode')} full: the input (~{full_tokens:,} tokens with the prompt) fits the model's "
                 f"{facts.context_window:,}-token window, but not with the {req.max_new_tokens:,} tokens kept for the "
                 f"answer; lower --max-new-tokens to {room:,} or less"
             )
         if not fits:
             raise UsageError(
-                f"--mode full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
+                f"{_named(req, 'mode')} full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
                 f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto, retrieval"
                 + ("" if req.window_cap or not req.sparse_ok else " or sparse")  # a sparse read may not pass the cap
             )
         if req.memory_budget and full.est_memory_bytes > req.memory_budget:
             raise OutOfMemoryError(
-                f"--mode full needs ~{_gb(full.est_memory_bytes)}, over the --max-memory budget of "
+                f"{_named(req, 'mode')} full needs ~{_gb(full.est_memory_bytes)}, over the {_named(req, 'max_memory')} "
+                "budget of "
                 f"{_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
             )
-        return _with(full, ("--mode full asked for",), retrieval)
+        return _with(full, (_asked(req, "mode"),), retrieval)
     if req.mode == "retrieval":
         if retrieval is None:
             raise no_retrieval
@@ -371,10 +375,10 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             # as --mode full and --mode sparse are: `--mode retrieval --max-memory 300MB` was
             # planned at ~1012 MiB and run (820 MiB peak) with no word of the budget
             raise OutOfMemoryError(
-                f"--mode retrieval needs ~{_gb(retrieval.est_memory_bytes)} ({_what_takes_memory(retrieval)}), over "
-                f"the --max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+                f"{_named(req, 'mode')} retrieval needs ~{_gb(retrieval.est_memory_bytes)} "
+                f"({_what_takes_memory(retrieval)}), over the {_named(req, 'max_memory')} budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
             )
-        return _with(retrieval, ("--mode retrieval asked for",), full if fits else None)
+        return _with(retrieval, (_asked(req, "mode"),), full if fits else None)
     if not fits and req.mode == "auto" and _each_document_fits(req, facts):
         # together past the window, one by one within it: each summarized whole, in turn
         # (a folder of 4 documents 123 tokens over the window was read in two parts, and
@@ -421,7 +425,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
             f"even {chosen.mode.value} needs ~{_gb(chosen.est_memory_bytes)} ({_what_takes_memory(chosen)}), over the "
-            f"--max-memory budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+            f"{_named(req, 'max_memory')} budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
     if chosen is retrieval and sparse and not fits and req.task == "ask":  # (a summary: not offered, above)
@@ -477,6 +481,20 @@ def _sparse_options(req: PlanRequest, facts: ModelFacts, rates: Throughput, full
 _DENSE_PAST_WINDOW = "--mode sparse with --attention dense cannot go past the model's window; use window or topk"
 
 
+def _named(req: PlanRequest, name: str) -> str:
+    """How a reason or an error names setting `name`: where it came from (KTCLI_MODE, "mode
+    in ~/.config/ktcli/config.toml"), else its flag (`config.Settings.named`)."""
+    return dict(req.origins).get(name) or "--" + name.replace("_", "-")
+
+
+def _asked(req: PlanRequest, name: str) -> str:
+    """The reason a setting gives: "--mode retrieval asked for", or "retrieval asked for by
+    KTCLI_MODE" where no flag said it (probe 108: the plan blamed a --mode never typed)."""
+    value = getattr(req, name)
+    named = _named(req, name)
+    return f"{named} {value} asked for" if named.startswith("--") else f"{value} asked for by {named}"
+
+
 def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan, retrieval: Plan) -> Plan:
     if req.attention.partition(":")[0] == "dense" and not fits:
         raise UsageError(_DENSE_PAST_WINDOW)
@@ -488,7 +506,8 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
         how = (f"with the {least.kv_dtype} pages asked for (--kv-dtype int4 pages take the least)" if asked
                else f"even at {least.kv_dtype}")
         raise OutOfMemoryError(
-            f"--mode sparse needs ~{_gb(least.est_memory_bytes)} {how}, over the --max-memory budget of {_gb(req.memory_budget)}"
+            f"{_named(req, 'mode')} sparse needs ~{_gb(least.est_memory_bytes)} {how}, over the "
+            f"{_named(req, 'max_memory')} budget of {_gb(req.memory_budget)}"
         )
     # Most preferred first, unless the prompt cache holds most of this input's pages of
     # another kind: read back, a minutes-long prefill takes seconds (a shared start of a
@@ -499,7 +518,7 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
         ok = [p for p in ok if p.est_seconds <= req.max_seconds]
     held = [p for p in ok if p.cached_tokens >= HELD_SHARE * p.input_tokens]
     chosen = max(held, key=lambda p: p.cached_tokens) if held else ok[0]
-    reasons = ("--mode sparse asked for",
+    reasons = (_asked(req, "mode"),
                f"{chosen.kv_dtype} pages with {chosen.attention} attention: ~{_gb(chosen.est_memory_bytes)}, ~{chosen.est_seconds:.0f}s")
     if req.max_seconds and chosen.est_seconds > req.max_seconds:
         reasons += (f"{BUDGET_MISS} the {req.max_seconds:g}s budget; this one takes ~{math.ceil(chosen.est_seconds)}s",)

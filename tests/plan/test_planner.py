@@ -655,3 +655,15 @@ def test_a_dense_read_over_other_pages_is_timed_at_their_measured_speed():
     # a sparse policy's pages are timed by the sparse mode's own factors, not these
     windowed = make_plan(req(corpus_tokens=2000, kv_dtype="fp8", attention="window:4"), SMOL, RATES)
     assert windowed.est_seconds < plans["fp8"].est_seconds
+
+
+def test_a_setting_from_the_environment_or_the_config_file_is_named_as_such():
+    """Probe 108: KTCLI_MODE=retrieval was planned with the reason "--mode retrieval asked
+    for", a flag the user never typed; so were the errors."""
+    assert make_plan(req(mode="retrieval"), SMOL, RATES).reasons[0] == "--mode retrieval asked for"
+    env = make_plan(req(mode="retrieval", origins=(("mode", "KTCLI_MODE"),)), SMOL, RATES)
+    assert env.reasons[0] == "retrieval asked for by KTCLI_MODE"
+    filed = make_plan(req(mode="full", origins=(("mode", "mode in /home/u/ktcli.toml"),)), SMOL, RATES)
+    assert filed.reasons[0] == "full asked for by mode in /home/u/ktcli.toml"
+    with pytest.raises(UsageError, match=r"^KTCLI_MODE full: the input is ~50,000 tokens"):
+        make_plan(req(mode="full", corpus_tokens=50_000, origins=(("mode", "KTCLI_MODE"),)), SMOL, RATES)
