@@ -9,6 +9,7 @@ the sample PDF (read whole, and through retrieval) and on the long Python tutori
     python -m benchmarks.qa_accuracy --json --baseline key-lines # no key lines before the question / now
     python -m benchmarks.qa_accuracy --json --baseline labels    # labels as the model wrote them / moved
     python -m benchmarks.qa_accuracy --json --baseline figures   # figures cited by words / where they stand
+    python -m benchmarks.qa_accuracy --json --baseline claims    # every sentence cited / absence, headings not
 
 An answer counts as right when it contains one of the expected strings; for the PDF it
 also counts whether a cited page is the page that holds the fact. Each case runs twice in
@@ -34,6 +35,9 @@ before 2026-12-06 (the key lines' five layouts were tried on them).
 * figures (the PDF cases): a sentence with a figure cited by its words alone, as until
   2026-12-07, against cited to a line that holds the figure (`citations.attribute`'s
   `by_figure`); the same answers both ways.
+* claims (the PDF cases): every sentence cited, as until 2026-12-07, against none for a
+  sentence that only says the input lacks something or a Markdown heading the answer
+  writes (`citations._only_absence`, `_HEADING`); the same answers both ways.
 * layout: the prompt ktcli used until 2026-12-04, the question asked before the sources
   as well as after them. Now it comes after them only, so every question about one input
   starts with the same tokens and the engine reads their K/V back (`engine.prefix_store`).
@@ -264,6 +268,21 @@ def _figures_by_words():
         citations.attribute = current
 
 
+@contextlib.contextmanager
+def _every_claim_cited():
+    """Every sentence cited, as until 2026-12-07: one that only says the input lacks
+    something ("X is not mentioned") and a Markdown heading the answer writes too. The same
+    answers both ways."""
+    import re as regex
+
+    absence, heading = citations._only_absence, citations._HEADING
+    citations._only_absence, citations._HEADING = (lambda *args: False), regex.compile(r"(?!)")
+    try:
+        yield
+    finally:
+        citations._only_absence, citations._HEADING = absence, heading
+
+
 BASELINES = {
     "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
               ("pdf-retrieval", "tutorial-retrieval")),
@@ -276,6 +295,8 @@ BASELINES = {
                ("pdf-retrieval", "tutorial-retrieval")),
     "figures": (("before: figures cited by words", _figures_by_words), "now: cited where they stand",
                 ("pdf-full", "pdf-retrieval")),
+    "claims": (("before: every sentence cited", _every_claim_cited), "now: absence and headings not cited",
+               ("pdf-full", "pdf-retrieval")),
 }
 
 
