@@ -516,10 +516,20 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
     # planned at ~379 s with int8 topk where window took less, and said nothing of the budget).
     if req.max_seconds and any(p.est_seconds <= req.max_seconds for p in ok):
         ok = [p for p in ok if p.est_seconds <= req.max_seconds]
-    held = [p for p in ok if p.cached_tokens >= HELD_SHARE * p.input_tokens]
+    # Not window pages, unless window was asked for (`_auto_may_take`): a window read of the
+    # tutorial in the prompt cache made every later `--mode sparse` question a window read,
+    # answered from the input's last lines (probe 105).
+    cached = [p for p in ok if p.cached_tokens >= HELD_SHARE * p.input_tokens]
+    held = [p for p in cached if _auto_may_take(p, req)]
     chosen = max(held, key=lambda p: p.cached_tokens) if held else ok[0]
     reasons = (_asked(req, "mode"),
                f"{chosen.kv_dtype} pages with {chosen.attention} attention: ~{_gb(chosen.est_memory_bytes)}, ~{chosen.est_seconds:.0f}s")
+    if not held and cached and chosen not in cached:
+        other = max(cached, key=lambda p: p.cached_tokens)
+        reasons += (f"the prompt cache holds {other.cached_tokens:,} tokens of this input's {other.kv_dtype} "
+                    f"{other.attention} pages, not taken unasked ({other.attention} attention reads the input's first "
+                    f"and last pages alone): --attention {other.attention} --kv-dtype {other.kv_dtype} reads them back "
+                    f"in ~{other.est_seconds:.0f}s",)
     if req.max_seconds and chosen.est_seconds > req.max_seconds:
         reasons += (f"{BUDGET_MISS} the {req.max_seconds:g}s budget; this one takes ~{math.ceil(chosen.est_seconds)}s",)
     return _with(chosen, reasons, retrieval, sparse)
@@ -527,7 +537,8 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
 
 def _auto_may_take(plan: Plan, req: PlanRequest) -> bool:
     """Window attention only where asked for by name: it reads the input's first and last
-    pages alone, so auto takes it neither to meet a time budget nor because it is cached."""
+    pages alone, so auto takes it neither to meet a time budget nor because it is cached
+    (nor does --mode sparse for being cached: `_choose_sparse`)."""
     return plan.attention.partition(":")[0] != "window" or req.attention.partition(":")[0] == "window"
 
 

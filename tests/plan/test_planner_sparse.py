@@ -172,3 +172,23 @@ def test_mode_sparse_with_a_time_budget_takes_a_kind_within_it_or_says_it_misses
     missed = make_plan(req(mode="sparse", max_seconds=60), SMOL, RATES)
     assert (missed.kv_dtype, missed.attention) == ("int8", "topk")  # none within: the preferred, said
     assert any(r.startswith(f"{BUDGET_MISS} the 60s budget; this one takes ~") for r in missed.reasons)
+
+
+def test_mode_sparse_does_not_take_cached_window_pages_unasked():
+    """A window read of the input in the prompt cache made a later `--mode sparse` (no
+    --attention) a window read too, answered from the input's last lines (probe 105): the
+    cache speeds up the policy asked for, it does not choose one. Said, with how to take it."""
+    from ktcli.config import canonical_attention
+
+    window = canonical_attention("window")
+    cached = req(mode="sparse", sparse_cached=(("int8", window, 19_000),))
+    plan = make_plan(cached, SMOL, RATES)
+    assert (plan.kv_dtype, plan.attention) == ("int8", "topk") and plan.cached_tokens == 0
+    said = " ".join(plan.reasons)
+    assert "holds 19,000 tokens of this input's int8 window pages" in said and "--attention window" in said
+    asked = make_plan(req(mode="sparse", attention="window", sparse_cached=(("int8", window, 19_000),)), SMOL, RATES)
+    assert asked.attention.startswith("window") and asked.cached_tokens == 19_000
+    # the same policy's pages of another kind are taken: the same attention, read back
+    int4 = make_plan(req(mode="sparse", sparse_cached=(("int4", canonical_attention("topk"), 19_000),)), SMOL, RATES)
+    assert (int4.kv_dtype, int4.attention) == ("int4", "topk") and int4.cached_tokens == 19_000
+    assert "not taken unasked" not in " ".join(int4.reasons)
