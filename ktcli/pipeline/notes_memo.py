@@ -35,27 +35,40 @@ FORMAT = 1
 # Settings that change no step's prompt or output (where the cache lives, threads, the
 # server's key and patience), left out of a request's key.
 _NOT_IN_REQUEST = frozenset({"cache_dir", "threads", "api_key", "request_timeout", "origins"})
+# Settings that steer only the plan's choice of read (the mode, whether a summary reads
+# outlines), also left out: the choice itself is in the key (`request_key`'s `read`). A
+# rerun that added only --outline always, where the first run had outlined for its time
+# budget, or another --max-seconds, was planned at ~127 s and read its notes back in 8.7.
+_PLANNED = frozenset({"mode", "outline", "max_seconds", "max_memory"})
 
 
-def request_key(task: str, question: str, documents, settings) -> str:
+def request_key(task: str, question: str, documents, settings, read: object = None) -> str:
     """What a request's note steps follow from, as the plan knows it before any model is
-    loaded: the task, the question, the documents (paths and texts' hashes) and the
-    settings that shape its windows and prompts. Not exact (a model file replaced under
+    loaded: the task, the question, the documents (paths and texts' hashes), the settings
+    that shape its windows and prompts, and `read`: the read its plan chose (`read_chosen`),
+    not the settings that chose it (`_PLANNED`). Not exact (a model file replaced under
     its name keeps the key): the plan's estimate only; a step is read back by its own key."""
     from dataclasses import asdict
 
     from ktcli.plan.planner import MEMORY_TOKENS
 
-    shaping = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_REQUEST}
+    shaping = {k: v for k, v in asdict(settings).items() if k not in _NOT_IN_REQUEST | _PLANNED}
     # The answer budget shapes the note steps' windows as what a step writes: never less
     # than the notes' MEMORY_TOKENS (`planner.evidence_room`). A rerun with --max-new-tokens
     # 200 read all 5 parts' notes back in 5 s and was planned at ~349 s (a probe's).
     shaping["max_new_tokens"] = max(settings.max_new_tokens, MEMORY_TOKENS)
-    blob = json.dumps({"format": FORMAT, "task": task, "question": question, "settings": shaping,
+    blob = json.dumps({"format": FORMAT, "task": task, "question": question, "settings": shaping, "read": read,
                        "documents": [(d.path, d.sha256 or hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest())
                                      for d in documents], "versions": _versions()},
                       sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:40]
+
+
+def read_chosen(plan) -> dict:
+    """What of a plan its note steps follow from: its mode, KV pages and attention, and
+    whether a summary reads outlines (all outlines or none: `prepare`)."""
+    return {"mode": plan.mode.value, "kv_dtype": plan.kv_dtype, "attention": plan.attention,
+            "outlined": bool(plan.outline_files)}
 
 
 def kept_for(cache_dir: Path, request: str) -> tuple[int, bool]:

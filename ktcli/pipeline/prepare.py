@@ -378,7 +378,6 @@ def prepare(
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     converts = _converts_first(settings)
-    notes_request = _notes_request(task, question, corpus, settings)
     request = PlanRequest(
         task=task,
         corpus_tokens=int((estimate + listing) * per_estimate),
@@ -415,10 +414,15 @@ def prepare(
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,
     )
+    rates = load_rates(settings, facts)
+    plan = make_plan(request, facts, rates)
+    # Keyed by the read the plan chose, which kept notes do not change (`planner.
+    # _planned_with_kept_notes`): the plan again, with them, where an earlier run kept some.
+    notes_request = _notes_request(task, question, corpus, settings, plan)
     if notes_request:
         kept, whole = notes_memo.kept_for(settings.cache_path, notes_request)
-        request = replace(request, kept_notes=kept, notes_all_kept=whole)
-    plan = make_plan(request, facts, load_rates(settings, facts))
+        if kept:
+            plan = make_plan(replace(request, kept_notes=kept, notes_all_kept=whole), facts, rates)
     _warn_if_chunks_too_small(settings, plan, reporter)
     _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":
@@ -429,13 +433,13 @@ def prepare(
                     kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()})
 
 
-def _notes_request(task: str, question: str, corpus: Corpus, settings: Settings) -> str:
+def _notes_request(task: str, question: str, corpus: Corpus, settings: Settings, plan: Plan) -> str:
     """The request's key in the notes memo, or "" where its notes are not kept (as
     `NotesMemo.for_run` decides once the backend is loaded: a sampled run, the prompt cache
     off, a server)."""
     if not settings.prompt_cache or settings.temperature > 0 or settings.backend != "local":
         return ""
-    return notes_memo.request_key(task, question.strip(), corpus.documents, settings)
+    return notes_memo.request_key(task, question.strip(), corpus.documents, settings, notes_memo.read_chosen(plan))
 
 
 # A question answered from retrieved chunks reads only those: under this many tokens (a

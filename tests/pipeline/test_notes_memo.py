@@ -232,6 +232,37 @@ def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
     assert notes_memo.kept_for(settings.cache_path, prep.notes_request) == (parts - 1, False)
 
 
+def test_the_plan_knows_kept_notes_under_settings_that_only_steer_its_choice(haystack, tmp_path):
+    """A rerun of a summary that had read outlines for its time budget, adding only
+    --outline always (or another --max-seconds), was planned at ~127 s and read its notes
+    back in 8.7 s (probe 105): the request's key hashed the settings that chose the read,
+    not the read chosen."""
+    first = Keyed()
+    _summary(haystack, tmp_path, first)
+    parts = len(first.calls) - 1
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    for steered in (replace(settings, outline="always"), replace(settings, max_seconds=900.0),
+                    replace(settings, max_memory="64GB")):
+        again = prepare([str(haystack)], "", "summarize", steered, NullReporter())
+        assert again.plan.mode is prep.plan.mode and again.notes_request == prep.notes_request
+        assert "note steps are kept from an earlier run" in " ".join(again.plan.reasons)
+        assert again.plan.est_seconds == pytest.approx(prep.plan.est_seconds, abs=1.0)  # (its reading time aside)
+    # ... but another read is another request: outlines, or another mode
+    read = notes_memo.read_chosen(prep.plan)
+    key = notes_memo.request_key("summarize", "", prep.corpus.documents, settings, read)
+    assert key == prep.notes_request
+    assert notes_memo.request_key("summarize", "", prep.corpus.documents, settings, read | {"outlined": True}) != key
+    assert notes_memo.request_key("summarize", "", prep.corpus.documents, settings, read | {"mode": "full"}) != key
+    assert kept_count(settings, notes_memo.request_key("summarize", "", prep.corpus.documents, settings,
+                                                       read | {"outlined": True})) == 0
+    assert notes_memo.kept_for(settings.cache_path, key) == (parts, True)
+
+
+def kept_count(settings, request):
+    return notes_memo.kept_for(settings.cache_path, request)[0]
+
+
 def test_a_plan_counts_every_note_step_of_a_finished_run_kept_whatever_windows_it_estimates():
     """A summary planned at 7 windows that its run read in 6 was planned, with all 6 notes
     kept, at one window read: 52 s to its first token, against 7 s (probe 94)."""
