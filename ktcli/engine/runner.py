@@ -161,6 +161,7 @@ class Engine:
         self._keep_later = keep_later
         running: list[Sequence] = []
         last_was_prefill = False
+        prefill_told = False  # its start said (`_report_prefill`)
         start = time.perf_counter()
         try:
             while True:
@@ -183,6 +184,12 @@ class Engine:
                 if prefill and not (decoding and last_was_prefill):
                     if self.threads is not None:
                         self.threads.for_prefill()
+                    if on_prefill is not None and not prefill_told:
+                        # Said as it starts (with a prefix read back, from there): told only
+                        # after each step, a 6K-token part's first sign of life came a chunk
+                        # in, and a log's first line (one each 30 s of a phase) at its end.
+                        prefill_told = True
+                        self._report_prefill(seqs, on_prefill)
                     t0 = time.perf_counter()
                     budget = self._step_budget(prefill, decoding)
                     produced = self._step(self._take_chunks(prefill, budget), params)

@@ -21,8 +21,10 @@ def stderr_console() -> Console:
     return Console(stderr=True, highlight=False, soft_wrap=True, color_system=None if plain else "auto")
 
 
-# Without a terminal, a long phase's progress as a line this often (seconds).
+# Without a terminal, a long phase's progress as a line this often (seconds), the first
+# once it has run LOG_FIRST_S.
 LOG_EVERY_S = 30.0
+LOG_FIRST_S = 15.0
 
 
 def _clock(seconds: float) -> str:
@@ -100,9 +102,16 @@ class ConsoleReporter:
         """Without a terminal (a log, CI): a line every LOG_EVERY_S seconds, so that 12
         minutes of indexing a 1M-token folder show signs of life; none for a short phase."""
         now = time.perf_counter()
+        before = self._started.get(phase)
         _, left = self._pace_parts(phase, done, total, now)
-        first, last = self._logged.setdefault(phase, (now, now))
-        if now - first >= LOG_EVERY_S and now - last >= LOG_EVERY_S:
+        if before is None or self._started[phase][0] != before[0]:
+            # the phase starts (again: a summary's next part's prompt): its first line
+            # comes LOG_FIRST_S into it. Counted from the process's first prompt, the next
+            # parts' came at their first step, and the first part's at its end (its first
+            # report, a chunk in, was the start: 60 s of silence, then "100%").
+            self._logged[phase] = (now, now - LOG_EVERY_S + LOG_FIRST_S)
+        first, last = self._logged[phase]
+        if now - first >= LOG_FIRST_S and now - last >= LOG_EVERY_S:
             self._logged[phase] = (first, now)
             left = f", {left}" if left else ""
             self.err.print(f"[dim]·[/dim] {escape(phase)} {done:,}/{total:,} ({100 * done // total}%{left})")

@@ -310,7 +310,8 @@ def test_the_server_batches_requests_of_any_sampling_on_our_engine(runner):
 
 def test_a_long_prompt_tells_how_far_its_prefill_is(tiny_models):
     """A 30K-token prompt read for a minute with nothing said: each prefill step now tells
-    the prompt tokens read so far; a prompt read in one step tells nothing."""
+    the prompt tokens read so far, and the prefill's start is told too (a summary's part
+    was first heard of a chunk in); a prompt read in one step tells nothing."""
     from ktcli.engine.native import NativeBackend
 
     backend = NativeBackend.load(tiny_models["llama"], weights="fp32", prefill_chunk=64)
@@ -318,7 +319,7 @@ def test_a_long_prompt_tells_how_far_its_prefill_is(tiny_models):
     told = []
     backend.on_prefill = lambda done, total: told.append((done, total))
     list(backend.stream_ids([(i * 7) % 250 + 1 for i in range(300)], SamplingParams(max_new_tokens=2)))
-    assert told == [(64, 300), (128, 300), (192, 300), (256, 300), (300, 300)]
+    assert told == [(0, 300), (64, 300), (128, 300), (192, 300), (256, 300), (300, 300)]
     told.clear()
     list(backend.stream_ids([5, 6, 7], SamplingParams(max_new_tokens=2)))
     assert told == []

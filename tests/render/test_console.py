@@ -94,6 +94,26 @@ def test_without_a_terminal_a_long_phase_logs_a_line_now_and_then(capsys, monkey
                                                     "· embed 600/1,000 (60%, ~0:41 left)"]
 
 
+def test_without_a_terminal_each_parts_prompt_logs_its_first_line_a_little_way_in(capsys, monkeypatch):
+    """A summary's part read its 6K-token prompt for ~60 s and its log said nothing until
+    "6,267/6,267 (100%)" (probe 105): the first line was due 30 s after the first report,
+    and the next parts' at their first step whatever their own time."""
+    from ktcli.render import console
+
+    phase = "reading the prompt (tokens)"
+    # part 1: told at its start and after each 2,048-token step (20 s each); part 2 the same
+    clock = iter([100.0, 120.0, 140.0, 160.0, 170.0, 175.0, 190.0])
+    monkeypatch.setattr(console.time, "perf_counter", lambda: next(clock))
+    reporter = ConsoleReporter()
+    for done, total in ((0, 6144), (2048, 6144), (4096, 6144), (6144, 6144), (0, 5000), (2048, 5000), (4096, 5000)):
+        reporter.progress(phase, done, total)
+    assert capsys.readouterr().err.splitlines() == [
+        f"· {phase} 2,048/6,144 (33%, ~0:40 left)",  # 20 s in, not at its end
+        f"· {phase} 6,144/6,144 (100%)",  # 30 s on
+        f"· {phase} 4,096/5,000 (81%, ~0:04 left)",  # part 2: 20 s into its own prompt, not at its first step
+    ]
+
+
 def test_a_phase_keeps_its_pace_when_its_bar_stops_and_starts_again(monkeypatch):
     """A summary's status line for each part stopped the bars: the map's elapsed time went
     back to 0:00 at each part and what was left was never known."""
