@@ -362,7 +362,7 @@ def prepare(
         reporter.status(f"contacting {server}")
     facts = planning_facts(settings)
     _refuse_what_the_engine_cannot_run(settings, facts)
-    tokenizer = _model_tokenizer(settings, facts, estimate) or _tokenizer_for_cached_pages(task, settings)
+    tokenizer = _model_tokenizer(settings, facts, estimate, task) or _tokenizer_for_cached_pages(task, settings)
     # The model's own count where it can decide the mode: tiktoken's estimate scaled by
     # 1.25 is right for English and code, but Japanese text of 7.5K estimated tokens was
     # 10.1K of SmolLM2's, so the plan said "full" and the run switched to retrieval. Also
@@ -540,14 +540,29 @@ def _refuse_what_the_engine_cannot_run(settings: Settings, facts: ModelFacts) ->
         raise UsageError(SLIDING_WINDOW_REFUSAL)
 
 
-def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int):
+def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int, task: str = "ask"):
     """The local model's own tokenizer, where the input is near enough to the window for
-    its count to decide the mode (up to twice the window by the estimate); None for a
-    server, a model not converted yet, or an input far past the window. Costs the
-    tokenizer's load (the engine then reuses it) and one tokenisation (~20 ms for 10K)."""
-    if settings.backend != "local" or estimate * MODEL_TOKENS_PER_ESTIMATE > 2 * facts.context_window:
+    its count to decide the mode (up to twice the window by the estimate), or where a
+    sparse read of it whole may follow (`_may_read_whole`); None for a server, a model not
+    converted yet, or an input far past the window. Costs the tokenizer's load (the engine
+    then reuses it) and one tokenisation (~20 ms for 10K; ~1 s for the 68K-token tutorial
+    on a busy 2-core machine, whose sparse read takes minutes)."""
+    if settings.backend != "local":
+        return None
+    if estimate * MODEL_TOKENS_PER_ESTIMATE > 2 * facts.context_window and not _may_read_whole(settings, task):
         return None
     return _converted_tokenizer(settings)
+
+
+def _may_read_whole(settings: Settings, task: str) -> bool:
+    """Whether the plan may choose a sparse read of the whole input (`planner._plan`: asked
+    for, or weighed by auto for a sparse flag or a question's time budget): its window, time
+    and memory go by the input's tokens, and the sampled ratio's floor (`_sampled_ratio`)
+    planned the tutorial at ~78,975 tokens where the engine read 68,784."""
+    if settings.engine != "ktcli" or settings.mode not in ("auto", "sparse"):
+        return False
+    return (settings.mode == "sparse" or settings.attention.partition(":")[0] in ("window", "topk")
+            or settings.kv_dtype not in ("auto", "", "model") or (bool(settings.max_seconds) and task == "ask"))
 
 
 _SAMPLES, _SAMPLE_CHARS = 16, 4096

@@ -84,3 +84,29 @@ def test_a_window_policy_over_an_input_far_past_its_pages_is_warned(tmp_path):
         said = Warnings()
         prepare([pdf], "How many employees?", "ask", replace(settings, attention=attention), said)
         assert any("reads the first and the last" in line for line in said.lines) is warned, (attention, said.lines)
+
+
+def test_a_sparse_read_is_planned_at_the_models_own_count(tmp_path):
+    """A sparse read of the tutorial was planned at ~78,975 tokens (the sampled ratio, never
+    under 1.25) and its progress line counted 68,784: past twice the window the input was
+    never counted whole, though a sparse read's window, time and memory go by its tokens.
+    Counted whole where a sparse read may follow; sampled, as before, elsewhere."""
+    from ktcli.config import Settings
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+    from ktcli.engine.tokenizer import load_chat_tokenizer
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.prepare import prepare
+    from ktcli.pipeline.prompts import whole_input
+    from ktcli.ingest import load_corpus
+
+    tutorial = Path(__file__).resolve().parents[2] / "sample_docs" / "python-tutorial-3.11.rst"
+    text = tmp_path / "tutorial.rst"
+    text.write_text(tutorial.read_text(encoding="utf-8")[:120_000], encoding="utf-8")  # ~28K tokens, 3.4 windows
+    settings = replace(Settings(), cache_dir=str(converted_cache(tmp_path)), device="cpu")
+    tokenizer = load_chat_tokenizer(ensure_hf_dir(resolve_model("smollm2"), settings.cache_path))
+    true = len(tokenizer.encode(whole_input(load_corpus([str(text)]).documents)))
+    for asked in (dict(mode="sparse"), dict(attention="topk"), dict(kv_dtype="int8"), dict(max_seconds=60.0)):
+        plan = prepare([str(text)], "What does break do?", "ask", replace(settings, **asked), NullReporter()).plan
+        assert abs(plan.input_tokens - true) < 0.01 * true, asked
+    sampled = prepare([str(text)], "What does break do?", "ask", replace(settings, mode="retrieval"), NullReporter())
+    assert sampled.plan.input_tokens > 1.1 * true  # (not counted whole: the fixed ratio's floor)
