@@ -69,6 +69,10 @@ SUMMARY_DEFAULT_SECONDS = 600.0
 # How the reason of a plan over its time budget starts (the CLI finds it so, and kept notes
 # drop it: matched by its figure, it stayed once that figure was rounded up)
 BUDGET_MISS = "no plan is estimated within"
+# ... and those of a summary over the default budget (no --max-seconds), which kept notes
+# drop too: "even so it takes ~1216s, over the 600s default budget" stood beside an
+# estimate of ~42 s with every note kept.
+DEFAULT_BUDGET_MISSES = ("even so it takes ~", "reading every line takes ~")
 OUTLINE_CHOICES = ("auto", "always", "never")
 
 
@@ -256,14 +260,14 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
                                                  f"{budget_s:.0f}s budget")
         if outlined.est_seconds < plan.est_seconds:
             if outlined.est_seconds > budget_s and not req.max_seconds:  # said, as a given budget's miss is
-                over = f"even so it takes ~{outlined.est_seconds:.0f}s, over the {budget_s:.0f}s default budget"
+                over = f"{DEFAULT_BUDGET_MISSES[0]}{outlined.est_seconds:.0f}s, over the {budget_s:.0f}s default budget"
                 outlined = replace(outlined, reasons=(*outlined.reasons, over))
             return outlined
     if req.task == "summarize" and plan.est_seconds > budget_s and not req.max_seconds:
         # Said, not left to be found out: a 300-page book with no headings planned ~1,160 s
         # and read every line with no word about the 600 s budget.
         why = _asked(req, "outline") if req.outline == "never" else "nothing in it reads shorter as an outline"
-        over = f"reading every line takes ~{plan.est_seconds:.0f}s, over the {budget_s:.0f}s default budget ({why})"
+        over = f"{DEFAULT_BUDGET_MISSES[1]}{plan.est_seconds:.0f}s, over the {budget_s:.0f}s default budget ({why})"
         plan = replace(plan, reasons=(*plan.reasons, over))
     return plan
 
@@ -891,7 +895,7 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     total = chosen.est_seconds - saved
     # A reason that weighed the whole time against a budget says it no more (the plan showed
     # "est <=42s" beside "this one takes ~361s"); said again where the new time is over.
-    reasons = [r for r in chosen.reasons if not r.startswith(BUDGET_MISS)]
+    reasons = [r for r in chosen.reasons if not r.startswith((BUDGET_MISS, *DEFAULT_BUDGET_MISSES))]
     budget_s = req.max_seconds or (SUMMARY_DEFAULT_SECONDS if req.task == "summarize" else 0.0)
     if len(reasons) < len(chosen.reasons) and budget_s and total > budget_s:
         reasons.append(f"with the notes kept it takes ~{math.ceil(total)}s, over the {budget_s:g}s budget")

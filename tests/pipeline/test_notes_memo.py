@@ -3,6 +3,7 @@ command again writes only what it had not, and an interrupted summary picks up w
 stopped."""
 
 import json
+import math
 import os
 from dataclasses import replace
 
@@ -335,6 +336,27 @@ def test_a_plan_with_kept_notes_says_no_stale_budget_miss():
     half = make_plan(replace(req, kept_notes=2), facts, Throughput())
     assert half.est_seconds > 60 and f"with the notes kept it takes ~{half.est_seconds:.0f}s, over the 60s budget" in half.reasons
     assert not any(f"~{fresh.est_seconds:.0f}s" in r for r in half.reasons)
+
+
+def test_a_plan_with_kept_notes_says_no_stale_default_budget_miss():
+    """A summary over the 600 s default budget read as outlines, all its notes kept, was
+    planned at ~42 s beside "even so it takes ~1216s, over the 600s default budget"
+    (probe 107); said again only where the time with the notes kept is over it."""
+    from ktcli.plan import PlanRequest, Throughput, make_plan
+    from ktcli.types import ModelFacts
+
+    facts = ModelFacts(name="smollm2", context_window=2048, n_layers=30, n_kv_heads=3, head_dim=64,
+                       n_params=135_000_000, weight_bytes=135_000_000)
+    slow = Throughput(prefill_tok_s=20, decode_tok_s=5)
+    for extra in (dict(outline_files=3, outline_tokens=10_000), dict(outline="never")):
+        req = PlanRequest(task="summarize", corpus_tokens=40_000, question_tokens=0, n_documents=3, **extra)
+        fresh = make_plan(req, facts, slow)
+        assert fresh.est_seconds > 600 and any("over the 600s default budget" in r for r in fresh.reasons), extra
+        kept = make_plan(replace(req, kept_notes=fresh.n_windows, notes_all_kept=True), facts, slow)
+        assert kept.est_seconds < 600 and not any("over the 600s" in r for r in kept.reasons), kept.reasons
+        half = make_plan(replace(req, kept_notes=2), facts, slow)
+        assert f"with the notes kept it takes ~{math.ceil(half.est_seconds)}s, over the 600s budget" in half.reasons
+        assert not any(f"~{fresh.est_seconds:.0f}s" in r for r in half.reasons)
 
 
 def test_parts_read_back_are_not_counted_as_the_pace_of_reading(haystack, tmp_path):
