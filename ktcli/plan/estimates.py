@@ -57,16 +57,28 @@ def paged_fixed_bytes(facts: ModelFacts, kv_dtype: str, n_stage: int = ONE_REQUE
 CPU_RUNTIME_BYTES = 430 * 2**20
 # Retrieval also loads the embedder (all-MiniLM-L6-v2, fp32) and embeds batches of
 # chunks: a cold index of the 68K-token tutorial peaked ~180 MB above a full read.
-EMBEDDER_BYTES = 200 * 2**20
+# Measured again (2026-12-07, 2-core EPYC beside other jobs, RSS sampled by phase): the
+# model loaded, the embedder and an index read back add 90 MiB (1,470 chunks; the key
+# lines' embedder 122), and the answer's prefill then reuses what embedding batches freed:
+# the window's read added 152-156 MiB after a cold index of 341-540 chunks, where a full
+# read of as many tokens added 206-235. At 200 MiB (with 32 KB a chunk) retrieval was
+# planned at 0.76-0.83 of its peak under ~600 chunks (`--max-memory 1GB` refused the
+# tutorial's question planned at 0.98 GiB, which peaked at 0.75-0.79) and 0.88-0.92 at
+# 1,470. The fixed part is the key lines' (KEY_LINES_BYTES), the growth steeper, to the
+# same total past the cap.
+EMBEDDER_BYTES = 128 * 2**20
 # And grows with the chunks it embeds (batches of other padded lengths leave the heap in
-# pieces, even with each batch's memory handed back): ~30 KB a chunk from 600 to 1,500
-# chunks of a code repo. A cold 1.2M-token folder (5,199 chunks) peaked at 1,102 MiB
+# pieces, even with each batch's memory handed back): after the embedding of 341, 540 and
+# 1,470 chunks (prose, code, code) the process held 203, 292 and 388 MiB above the loaded
+# model, ~0.1 MB a chunk from 341 to 1,470, not the ~30 KB once measured from 600 to
+# 1,500 chunks of a code repo. A cold 1.2M-token folder (5,199 chunks) peaked at 1,102 MiB
 # against 973 planned without it. The pieces are reused past a few thousand chunks: cold
 # indexes of 5,000, 9,439 and 12,591 chunks peaked at 846, 941 and 924 MiB (2026-12-05,
 # Xeon), where 32 KB a chunk for all of them planned 1.1-1.4 GiB (and refused a 63K-chunk
-# input at 3 GiB under --max-memory 1.5GB).
-EMBED_BYTES_PER_CHUNK = 32 * 2**10
-EMBED_GROWTH_CHUNKS = 4096  # the chunks past which the heap grows no more
+# input at 3 GiB under --max-memory 1.5GB). Past the cap the fixed part and the growth
+# make 338 MiB, as 200 + 32 KB x 4,096 made 328.
+EMBED_BYTES_PER_CHUNK = 96 * 2**10
+EMBED_GROWTH_CHUNKS = 2240  # the chunks past which the heap grows no more
 # A prefill step's peak working set per token of its chunk, in fp32 values per (hidden +
 # intermediate) width: the step's activations (the MLP's [chunk, 2 * intermediate] the
 # largest), an int8 weight unpacked for the wide GEMM, and what the allocator keeps from
