@@ -549,9 +549,17 @@ def _model_tokenizer(settings: Settings, facts: ModelFacts, estimate: int, task:
     on a busy 2-core machine, whose sparse read takes minutes)."""
     if settings.backend != "local":
         return None
-    if estimate * MODEL_TOKENS_PER_ESTIMATE > 2 * facts.context_window and not _may_read_whole(settings, task):
+    tokens = estimate * MODEL_TOKENS_PER_ESTIMATE
+    if tokens > 2 * facts.context_window and not (tokens <= EXACT_COUNT_TOKENS and _may_read_whole(settings, task)):
         return None
     return _converted_tokenizer(settings)
+
+
+# Past this many (estimated) tokens a possible sparse read is planned from the sampled
+# ratio: counting costs ~1 s per 115K tokens on 2 busy cores (a 36M-token folder asked
+# with --max-seconds would have waited ~5 minutes for its plan), and a read that long
+# takes most of an hour whatever its count.
+EXACT_COUNT_TOKENS = 300_000
 
 
 def _may_read_whole(settings: Settings, task: str) -> bool:

@@ -86,7 +86,7 @@ def test_a_window_policy_over_an_input_far_past_its_pages_is_warned(tmp_path):
         assert any("reads the first and the last" in line for line in said.lines) is warned, (attention, said.lines)
 
 
-def test_a_sparse_read_is_planned_at_the_models_own_count(tmp_path):
+def test_a_sparse_read_is_planned_at_the_models_own_count(tmp_path, monkeypatch):
     """A sparse read of the tutorial was planned at ~78,975 tokens (the sampled ratio, never
     under 1.25) and its progress line counted 68,784: past twice the window the input was
     never counted whole, though a sparse read's window, time and memory go by its tokens.
@@ -110,3 +110,9 @@ def test_a_sparse_read_is_planned_at_the_models_own_count(tmp_path):
         assert abs(plan.input_tokens - true) < 0.01 * true, asked
     sampled = prepare([str(text)], "What does break do?", "ask", replace(settings, mode="retrieval"), NullReporter())
     assert sampled.plan.input_tokens > 1.1 * true  # (not counted whole: the fixed ratio's floor)
+    # past EXACT_COUNT_TOKENS the count would hold the plan up for minutes: sampled as well
+    import ktcli.pipeline.prepare as preparing
+
+    monkeypatch.setattr(preparing, "EXACT_COUNT_TOKENS", 20_000)
+    capped = prepare([str(text)], "What does break do?", "ask", replace(settings, mode="sparse"), NullReporter())
+    assert capped.plan.input_tokens > 1.1 * true
