@@ -761,14 +761,12 @@ def _windows_packed(evidence: int, passages: int, budget: int) -> int:
     """Windows that `windows.pack` fills with `passages` totalling `evidence` tokens: whole
     passages in order, each in its tag, so a window of passages of varied size ends on
     average half a passage short of its budget (the plan divided the evidence by the
-    budget: 2 windows where the run read 3, and 3 for 4). The last window has nothing after
-    it to leave out: 8 passages of 370 tokens with their tags fill one 3,072-token window,
-    planned as 2."""
+    budget: 2 windows where the run read 3, and 3 for 4)."""
     passages = max(1, passages)
     item = evidence / passages + PASSAGE_TAG_TOKENS
     if item > budget / 2:  # no two fit one window (a summary's passages are joined up to a window each)
         return passages
-    return max(1, min(passages, math.ceil((passages * item - item / 2) / (budget - item / 2))))
+    return max(1, min(passages, math.ceil(passages * item / (budget - item / 2))))
 
 
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
