@@ -98,6 +98,9 @@ FIGURE_DEFAULTS = {
     # the prompt cache's (read, written) and the answer budget's (its value where reached):
     # there only when nonzero, they were KeyErrors for the next run's script
     "reused_tokens": 0, "reuse_s": 0.0, "kept_tokens": 0, "hit_max_new_tokens": 0,
+    # the answer's labels moved to the passage that backs their sentence (`qa._count_moved`):
+    # there only when some were, and never in a summary, which writes no labels to move
+    "labels_moved": 0,
 }
 
 

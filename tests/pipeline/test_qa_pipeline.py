@@ -502,6 +502,20 @@ def test_the_figures_of_the_prompt_cache_and_the_answer_budget_are_always_there(
     assert {"kept_tokens": 0, "reuse_s": 0.0, "reused_tokens": 0, "hit_max_new_tokens": 0}.items() <= answer.stats.items()
 
 
+def test_labels_moved_is_always_in_the_figures_of_an_answer_and_a_summary(tmp_path, monkeypatch):
+    """`figures.labels_moved` was there only when a label had been moved (`qa._count_moved`):
+    a script reading it met a KeyError on most answers and on every summary."""
+    from ktcli.pipeline import api
+
+    doc = tmp_path / "short.txt"
+    doc.write_text("Our office moved to 12 Harbour Street in March.\n")
+    monkeypatch.setattr(api, "_load", lambda *a: FakeBackend())
+    settings = settings_for(tmp_path, mode="auto")
+    answer = api.ask([str(doc)], "Where did the office move?", settings, NullReporter())
+    summary = api.summarize_paths([str(doc)], settings, NullReporter())
+    assert answer.stats["labels_moved"] == 0 and summary.stats["labels_moved"] == 0
+
+
 def test_a_load_with_one_time_work_teaches_the_plans_no_load_time(tmp_path, monkeypatch):
     from ktcli.engine import loading
     from ktcli.pipeline import api
