@@ -83,9 +83,12 @@ class InterruptedWithNotes(KtcliError):
 
     exit_code = 130
 
-    def __init__(self, message: str, partial: str) -> None:
+    def __init__(self, message: str, partial: str, answer=None) -> None:
+        """`answer`: the notes as an Answer (the plan, the figures so far, the skipped files),
+        for --json's object, which had only the notes and the error."""
         super().__init__(message)
         self.partial = partial
+        self.answer = answer
         self.unseen = True  # never shown as an answer: printed when kept
         self.exit_code = interruption()[1]
 

@@ -269,7 +269,8 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
     except KtcliError as e:
         partial = getattr(e, "partial", None)
         if partial is not None:
-            _keep_partial(opts, partial, str(e), unseen=getattr(e, "unseen", False), exit_code=e.exit_code)
+            _keep_partial(opts, partial, str(e), unseen=getattr(e, "unseen", False), exit_code=e.exit_code,
+                          answer=getattr(e, "answer", None))
         failed(str(e), e.exit_code, said=partial is not None)
     except KeyboardInterrupt:
         opts.interrupted()
@@ -319,15 +320,20 @@ def _keep_interrupted_answer(opts: Options, e: InterruptedAnswer) -> None:
             sys.stdout.flush()
 
 
-def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False, exit_code: int = 1) -> None:
+def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False, exit_code: int = 1,
+                  answer=None) -> None:
     """An answer cut off mid-stream is not thrown away: the text already streamed stays
     (marked by the backend), and text never shown (a summary's notes) is printed; with
-    --json, stdout still gets one object, marked incomplete."""
+    --json, stdout still gets one object, marked incomplete: `answer`'s (plan, figures,
+    skipped... as an interrupted answer's), else the text and the error alone."""
     import json
 
+    from ktcli.render.formats import answer_json
+
     if opts.json:
-        print(json.dumps({"answer": partial, "incomplete": True, "error": error, "exit_code": exit_code},
-                         ensure_ascii=False))
+        payload = json.loads(answer_json(answer, opts.reporter().warnings)) if answer is not None else {}
+        print(json.dumps(payload | {"answer": partial, "incomplete": True, "error": error, "exit_code": exit_code},
+                         indent=2 if answer is not None else None, ensure_ascii=False), flush=True)
     else:
         opts.interrupted()
         if unseen:

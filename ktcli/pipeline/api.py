@@ -9,7 +9,7 @@ from ktcli.config import Settings, canonical_attention
 from ktcli.engine import loading as engine_loading
 from ktcli.engine.loading import load_backend, weights_note
 from ktcli.engine.model_store import resolve_model
-from ktcli.errors import InterruptedAnswer
+from ktcli.errors import InterruptedAnswer, KtcliError
 from ktcli.pipeline import citations
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared, prepare, save_rates
@@ -54,6 +54,13 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
         answer = run(prep, backend, settings, reporter, tally)
     except InterruptedAnswer as e:  # its Sources in the user's lines and pages too, with their sections
         raise InterruptedAnswer(str(e), _placed(e.answer, prep)) from None
+    except KtcliError as e:
+        if getattr(e, "partial", None) is not None:
+            # Text kept past an error (a summary's notes, an answer a server cut off): --json's
+            # object has the plan, figures and skipped files as an interrupted answer's does.
+            kept = getattr(e, "answer", None) or Answer(e.partial, (), prep.plan, tally.figures(), prep.corpus.skipped)
+            e.answer = _placed(kept, prep)
+        raise
     answer = _placed(answer, prep)
     try:
         if on_answer is not None:

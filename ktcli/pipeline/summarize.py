@@ -114,10 +114,10 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 raise Interrupted(f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of "
                                   f"{_parts_to(read)} said nothing from the input; they are kept{resume}") from None
             raise
+        kept = f"Notes from {_parts_to(read)} of {len(windows)} (interrupted before the summary was written):\n\n{notes}"
         raise InterruptedWithNotes(
             f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of {_parts_to(read)} are kept"
-            f"{resume}",
-            f"Notes from {_parts_to(read)} of {len(windows)} (interrupted before the summary was written):\n\n{notes}",
+            f"{resume}", kept, _notes_answer(kept, prep, replace(plan, n_windows=len(windows)), tally, windows[:read]),
         ) from None
     if memo is not None:
         memo.finish()
@@ -358,6 +358,17 @@ def _answer(summary: str, prep: Prepared, plan, tally: Tally, n_windows: int, ci
                                  "outlined": _outlined_paths(prep),
                                  "evidence": citations.documents_read(prep.corpus.documents, prep.outlines.keys())}
     return Answer(summary, tuple(cites), plan, figures, prep.corpus.skipped, files=file_map(prep.corpus.documents))
+
+
+def _notes_answer(notes: str, prep: Prepared, plan, tally: Tally, read: list[list[Chunk]]) -> Answer:
+    """The notes of the parts `read` before an interruption, as --json's object has them: the
+    summary's keys (plan, figures, skipped, files) with no citations (notes, not a summary),
+    its evidence the passages of those parts (an interrupted ask's object had them all, a
+    summary's only `answer`, `incomplete`, `error` and `exit_code`)."""
+    figures = tally.figures() | {"windows": len(read), "outlined_files": len(prep.outlines),
+                                 "outlined": _outlined_paths(prep),
+                                 "evidence": [citations.evidence_entry(c.span, None, c.section) for w in read for c in w]}
+    return Answer(notes, (), plan, figures, prep.corpus.skipped, files=file_map(prep.corpus.documents))
 
 
 # The prompt's own header of a part ("part 4 of 4: millers.md lines 446-478"), said back in

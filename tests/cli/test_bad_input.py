@@ -459,21 +459,35 @@ def test_a_summary_interrupted_while_reading_prints_its_notes(capsys, monkeypatc
 
     from ktcli.cli.common import Options, run_guarded
     from ktcli.errors import InterruptedWithNotes
+    from ktcli.types import Answer, Mode, Plan, Skipped
 
     monkeypatch.setattr(warnings, "showwarning", warnings.showwarning)  # the reporter replaces it
     opts = Options({"json": as_json})
-    opts.reporter()
+    opts.reporter().warn("skipped logo.png: binary")
+    notes = "Notes from parts 1-2 of 9:\n\n- a fact [1]"
+    plan = Plan(Mode.RETRIEVAL, "summarize", 9000, 0, 8192, 512, 1000, 3, 40, 9, 0, 60.0, 10**9)
+    # as `summarize` raises it: the notes' Answer too (--json had only the notes and the
+    # error, where an interrupted answer's object had its plan, figures and skipped files)
+    kept = Answer(notes, (), plan, {"windows": 2, "labels_moved": 0}, (Skipped("logo.png", "binary"),))
 
     def body():
-        raise InterruptedWithNotes("interrupted while reading part 3 of 9", "Notes from parts 1-2 of 9:\n\n- a fact [1]")
+        raise InterruptedWithNotes("interrupted while reading part 3 of 9", notes, kept)
 
     with pytest.raises(SystemExit) as exit_:
         run_guarded(opts, body)
     assert exit_.value.code == 130
     out, err = capsys.readouterr()
     if as_json:
-        assert json.loads(out) == {"answer": "Notes from parts 1-2 of 9:\n\n- a fact [1]", "incomplete": True,
-                                   "error": "interrupted while reading part 3 of 9", "exit_code": 130}
+        payload = json.loads(out)
+        assert list(payload) == ["answer", "citations", "plan", "figures", "skipped", "warnings", "incomplete",
+                                 "error", "exit_code"]
+        assert {k: payload[k] for k in ("answer", "citations", "incomplete", "error", "exit_code")} == {
+            "answer": notes, "citations": [], "incomplete": True, "error": "interrupted while reading part 3 of 9",
+            "exit_code": 130}
+        assert payload["plan"]["task"] == "summarize" and payload["plan"]["n_windows"] == 9
+        assert payload["figures"] == {"windows": 2, "labels_moved": 0}
+        assert payload["skipped"] == [{"path": "logo.png", "reason": "binary", "replaced": False, "part": False}]
+        assert payload["warnings"] == ["skipped logo.png: binary"]
     else:
         assert out == "Notes from parts 1-2 of 9:\n\n- a fact [1]\n"
     assert "error: interrupted while reading part 3 of 9" in err

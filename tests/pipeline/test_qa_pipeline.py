@@ -627,6 +627,33 @@ def test_ctrl_c_while_a_summary_reads_keeps_the_notes_so_far(haystack, tmp_path)
         summarize(small, InterruptedAtThird(), settings, NullReporter(), Tally())
     assert caught.value.exit_code == 130 and "parts 1-2 of" in caught.value.partial
     assert "The museum opens at nine [1]." in caught.value.partial
+    # --json's object of it: the summary's plan, figures and skipped files, as an interrupted
+    # answer's (it had only the notes and the error)
+    kept = caught.value.answer
+    assert kept.text == caught.value.partial and kept.citations == () and kept.plan.task == "summarize"
+    assert kept.plan.n_windows > 2 and kept.stats["windows"] == 2 and kept.stats["model_calls"] == 2
+    assert kept.stats["evidence"] and all(e["path"].startswith(str(haystack)) for e in kept.stats["evidence"])
+
+
+def test_an_answer_a_server_cut_off_keeps_the_whole_json_object(tmp_path, monkeypatch):
+    """Text kept past an error (`partial`: a server's answer cut off) gets the answer's plan,
+    figures (every key) and skipped files, for --json, as an interrupted answer does."""
+    from ktcli.engine.openai_http import StreamCutOffError
+    from ktcli.pipeline import api
+    from ktcli.pipeline.api import FIGURE_DEFAULTS
+
+    class CutOff(FakeBackend):
+        def stream_chat(self, messages, params):
+            yield "Our office "
+            raise StreamCutOffError("the server closed the stream", partial="Our office ")
+
+    doc = tmp_path / "short.txt"
+    doc.write_text("Our office moved to 12 Harbour Street in March.\n")
+    monkeypatch.setattr(api, "_load", lambda *a: CutOff())
+    with pytest.raises(StreamCutOffError) as caught:
+        api.ask([str(doc)], "Where did the office move?", settings_for(tmp_path, mode="auto"), NullReporter())
+    kept = caught.value.answer
+    assert kept.text == "Our office " and kept.plan.task == "ask" and set(FIGURE_DEFAULTS) <= set(kept.stats)
 
 
 def test_ctrl_c_before_any_note_is_a_plain_interrupt(haystack, tmp_path):

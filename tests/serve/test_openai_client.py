@@ -352,7 +352,11 @@ def test_cli_keeps_a_cut_off_answer(tmp_path):
     assert "error:" in text.stderr and "partial answer kept" in text.stderr and "Traceback" not in text.stderr
     assert as_json.returncode == 1
     payload = json.loads(as_json.stdout)
-    assert payload == {"answer": "The answer ", "incomplete": True, "error": payload["error"], "exit_code": 1}
+    assert {k: payload[k] for k in ("answer", "incomplete", "exit_code")} == {"answer": "The answer ", "incomplete": True,
+                                                                             "exit_code": 1}
+    # the answer's whole object, as an interrupted one's: its plan, figures and skipped files too
+    assert {"citations", "plan", "figures", "skipped", "warnings", "error"} <= set(payload)
+    assert payload["plan"]["task"] == "ask" and payload["citations"] == [] and "labels_moved" in payload["figures"]
 
 
 def test_cli_says_which_server_it_contacts_before_the_first_call(tmp_path):
