@@ -189,7 +189,7 @@ def figures_line(answer: Answer) -> str:
     if f.get("notes_kept"):  # a summary's parts read in an earlier run: why it took seconds
         parts.append(f"notes of {f['notes_kept']:,} window{'s' if f['notes_kept'] != 1 else ''} from the cache")
     if f.get("peak_gpu_mb"):
-        parts.append(f"peak GPU {f['peak_gpu_mb']:.0f} MB")
+        parts.append(f"peak GPU {f['peak_gpu_mb']:.0f} MiB")  # torch's bytes / 2**20, as peak RSS's KiB / 1024
     if f.get("index_bytes"):
         parts.append(f"index {human_bytes(f['index_bytes'])} ({f.get('embedded_now', 0)} embedded now, {f.get('reused', 0)} reused)")
     if f.get("kv_bytes"):

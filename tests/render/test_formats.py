@@ -23,6 +23,13 @@ def test_figures_line_names_a_bf16_prefill():
     assert "(bf16)" not in figures_line(_answer(**base))  # other backends report no prefill dtype
 
 
+def test_the_gpus_peak_is_named_in_mib_as_the_rss_is():
+    """`peak_gpu_mb` is torch's peak allocation / 2**20, as `peak_rss_mb` is getrusage's KiB
+    / 1024: the line said "peak RSS 700 MiB · peak GPU 1149 MB" for the same unit."""
+    line = figures_line(_answer(tokens_in=10, tokens_out=2, peak_rss_mb=700, peak_gpu_mb=1148.9))
+    assert "peak RSS 700 MiB" in line and "peak GPU 1149 MiB" in line
+
+
 def test_no_prefill_rate_where_it_would_mislead():
     base = dict(tokens_in=2106, tokens_out=20, ttft_s=2.4, prefill_tok_s=18.0, decode_tok_s=77.5, total_s=2.6,
                 peak_rss_mb=551)
