@@ -165,7 +165,7 @@ class HFBackend:
             ttft = ttft or total
             self._stats = GenStats(
                 prompt_tokens=len(ids), new_tokens=out_len[0], prefill_s=ttft,
-                decode_s=max(total - ttft, 1e-9), ttft_s=ttft,
+                decode_s=max(total - ttft, 1e-9), ttft_s=ttft, extra={"engine": "hf"},  # (--json: which ran)
             )
         if errors:
             raise BackendError(f"generation failed: {errors[0]}")
@@ -187,7 +187,8 @@ class HFBackend:
                  for row in new]
         n_new = int((new != pad).sum())
         self._stats = GenStats(
-            prompt_tokens=sum(len(p) for p in prompts), new_tokens=n_new, prefill_s=0.0, decode_s=total
+            prompt_tokens=sum(len(p) for p in prompts), new_tokens=n_new, prefill_s=0.0, decode_s=total,
+            extra={"engine": "hf"},
         )
         return [_cut_at_stop(t, params.stop) for t in texts]
 

@@ -18,6 +18,7 @@ def test_closing_the_stream_stops_generation_and_records_figures(smollm2_hf_dir)
     assert time.perf_counter() - start < 5  # the worker thread stopped after its next token
     stats = backend.last_stats
     assert "".join(pieces) and 3 <= stats.new_tokens < 20
+    assert stats.extra == {"engine": "hf"}  # --json's figures say which engine ran
     # what names its outputs for `pipeline.notes_memo`: the folder's files, dtype, version
     assert backend.outputs_key.startswith(f"hf-{smollm2_hf_dir.name}-") and "-fp32-" in backend.outputs_key
 
