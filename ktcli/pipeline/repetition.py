@@ -210,7 +210,8 @@ class EchoedText:
             if end is not None:  # a sentence ends before the line does
                 raw = _unmarked(_collapse(text[self.sentence_start : end]))
                 key, number = _item(raw), _item_number(raw)
-                if (width(key) >= self.min_line and (_repeats(key, number, self.sentences) or _counted(key, self.counted_sentences))) \
+                long = width(key) >= self.min_line
+                if (long and (_repeats(key, number, self.sentences) or _counted(key, self.counted_sentences))) \
                         or self._adjacent(key, self.last_sentence):
                     self.repeated = key
                     self.repeated_as_written = _collapse(text[self.sentence_start : end]).strip()
@@ -224,8 +225,8 @@ class EchoedText:
                 return None
             raw = _unmarked(text[self.line_start : nl].strip())
             key, number = _item(raw), _item_number(raw)
-            if not self.in_code and ((self._counts(key) and (_repeats(key, number, self.lines) or _counted(key, self.counted_lines)))
-                                     or self._adjacent(key, self.last_line)):
+            again = self._counts(key) and (_repeats(key, number, self.lines) or _counted(key, self.counted_lines))
+            if not self.in_code and (again or self._adjacent(key, self.last_line)):
                 self.repeated = key
                 self.repeated_as_written = text[self.line_start : nl].strip()
                 return self.line_start
