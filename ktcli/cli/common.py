@@ -186,7 +186,8 @@ class Options:
                 what += f", {p.outline_files} file(s) as outlines"
             wait = f"first token ~{duration(p.est_first_token_seconds)}, " if p.est_first_token_seconds else ""
             mode = f"{p.mode.value} (in parts)" if p.mode.value == "retrieval" and p.task == "summarize" else p.mode.value
-            reporter.status(f"plan: {mode} · ~{p.input_tokens:,} tokens · {what} · est {wait}≤{duration(p.est_seconds)}")
+            reporter.status(f"plan: {mode} · ~{p.input_tokens:,} tokens · {what} · "
+                            f"est {wait}≤{duration(p.est_seconds)}")
             for reason in p.reasons:
                 if reason.startswith(BUDGET_MISS):
                     reporter.warn(reason)

@@ -315,8 +315,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.mode == "sparse":
         if not sparse:
             if req.sparse_ok and req.window_cap:
-                raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole (~{full_tokens:,} tokens with the prompt), "
-                                 f"past the --context-window cap of {req.window_cap:,}; raise or drop the cap")
+                raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole (~{full_tokens:,} tokens with "
+                                 f"the prompt), past the --context-window cap of {req.window_cap:,}; raise or drop the cap")
             if not req.sparse_ok:
                 raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole in ktcli's own paged cache: "
                                  "it needs the local ktcli engine (--engine ktcli, --backend local)")
@@ -368,8 +368,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         if req.memory_budget and full.est_memory_bytes > req.memory_budget:
             raise OutOfMemoryError(
                 f"{_named(req, 'mode')} full needs ~{_gb(full.est_memory_bytes)}, over the {_named(req, 'max_memory')} "
-                "budget of "
-                f"{_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+                f"budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
             )
         return _with(full, (_asked(req, "mode"),), retrieval)
     if req.mode == "retrieval":
@@ -380,7 +379,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             # planned at ~1012 MiB and run (820 MiB peak) with no word of the budget
             raise OutOfMemoryError(
                 f"{_named(req, 'mode')} retrieval needs ~{_gb(retrieval.est_memory_bytes)} "
-                f"({_what_takes_memory(retrieval)}), over the {_named(req, 'max_memory')} budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+                f"({_what_takes_memory(retrieval)}), over the {_named(req, 'max_memory')} budget of "
+                f"{_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
             )
         return _with(retrieval, (_asked(req, "mode"),), full if fits else None)
     if not fits and req.mode == "auto" and _each_document_fits(req, facts):
