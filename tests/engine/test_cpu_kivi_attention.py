@@ -85,7 +85,8 @@ def test_engine_decode_through_the_kernel_gives_the_torch_paths_tokens(smollm2_d
 def test_mid_page_store_leaves_the_cache_as_the_reference_store_does(smollm2_dir, kind, cpp, monkeypatch):
     """Decode rows stored by `longctx.store_mid_page` (most of them) and `kernels.kv_store`
     (a page's first and last rows): the same pages, summaries and staging as the reference
-    store alone, through 70 tokens (a page sealed on the way)."""
+    store alone, through 24 tokens from row 120 (page 128's boundary crossed: a page sealed
+    on the way; 70 tokens from row 100 took ~10 s a case, six cases)."""
     from ktcli.engine.backend import SamplingParams
     from ktcli.engine.native import NativeBackend
 
@@ -96,11 +97,12 @@ def test_mid_page_store_leaves_the_cache_as_the_reference_store_does(smollm2_dir
     taken = []
     real = longctx.store_mid_page
     monkeypatch.setattr(longctx, "store_mid_page", lambda *a: taken.append(real(*a)) or taken[-1])
-    prompt = list(range(1000, 1100))
-    params = SamplingParams(max_new_tokens=70, temperature=0.0)
+    prompt = list(range(1000, 1120))
+    params = SamplingParams(max_new_tokens=24, temperature=0.0)
     # int4's key calibration measures on a process's first int4 load, through that load's
     # pages (freed, not cleared): load once first, so both runs start from clean pages.
-    NativeBackend.load(smollm2_dir, weights="fp32", kv_dtype=kind, threads=2, kv_budget_bytes=256 << 20)
+    if kind == "int4":
+        NativeBackend.load(smollm2_dir, weights="fp32", kv_dtype=kind, threads=2, kv_budget_bytes=256 << 20)
     runs = []
     for fast in (True, False):
         backend = NativeBackend.load(smollm2_dir, weights="fp32", kv_dtype=kind, threads=2, kv_budget_bytes=256 << 20)
@@ -108,8 +110,8 @@ def test_mid_page_store_leaves_the_cache_as_the_reference_store_does(smollm2_dir
         tokens = backend.generate_ids([prompt], params)
         runs.append((tokens, backend.kv.layers))
     (fast_tokens, fast_layers), (ref_tokens, ref_layers) = runs
-    assert taken.count(True) > 60 * 30 and taken.count(False) > 0  # most rows, every layer; a few fell back
-    assert fast_tokens == ref_tokens and len(fast_tokens[0]) == 70
+    assert taken.count(True) > 20 * 30 and taken.count(False) > 0  # most rows, every layer; a few fell back
+    assert fast_tokens == ref_tokens and len(fast_tokens[0]) == 24
     for a, b in zip(fast_layers, ref_layers):
         for name in ("k_pages", "v_pages", "k_min", "k_max", "k_scale", "v_zero", "v_scale", "stage_k", "stage_v",
                      "stage_of_block", "block_of_stage"):
