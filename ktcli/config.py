@@ -62,7 +62,7 @@ class Settings:
 
     def named(self, name: str) -> str:
         """How an error names setting `name`: where it came from, else its flag."""
-        return dict(self.origins).get(name) or "--" + name.replace("_", "-")
+        return named_setting(self.origins, name)
 
     @property
     def overlap_tokens(self) -> int:
@@ -74,6 +74,12 @@ class Settings:
     def cache_path(self) -> Path:
         # "~" expanded: a config file's cache_dir = "~/.cache/x" made a folder named "~" here
         return Path(self.cache_dir).expanduser() if self.cache_dir else Path(platformdirs.user_cache_dir("ktcli"))
+
+
+def named_setting(origins: tuple[tuple[str, str], ...], name: str) -> str:
+    """Setting `name` as a message names it: where `origins` says it came from (KTCLI_MODE,
+    "mode in ~/.config/ktcli/config.toml"), else its flag."""
+    return dict(origins).get(name) or "--" + name.replace("_", "-")
 
 
 def _coerce(name: str, raw: object, like: object, where: str = "") -> object:

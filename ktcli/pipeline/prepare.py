@@ -25,7 +25,7 @@ from ktcli.pipeline.key_lines import quotes
 from ktcli.pipeline.skip_report import first_named, report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE
+from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE, weighs_sparse
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
 from ktcli.types import Chunk, Corpus, Mode, ModelFacts, Plan
 
@@ -569,8 +569,7 @@ def _may_read_whole(settings: Settings, task: str) -> bool:
     planned the tutorial at ~78,975 tokens where the engine read 68,784."""
     if settings.engine != "ktcli" or settings.mode not in ("auto", "sparse"):
         return False
-    return (settings.mode == "sparse" or settings.attention.partition(":")[0] in ("window", "topk")
-            or settings.kv_dtype not in ("auto", "", "model") or (bool(settings.max_seconds) and task == "ask"))
+    return settings.mode == "sparse" or weighs_sparse(task, settings.max_seconds, settings.attention, settings.kv_dtype)
 
 
 _SAMPLES, _SAMPLE_CHARS = 16, 4096

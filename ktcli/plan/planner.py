@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ktcli.config import canonical_attention
+from ktcli.config import canonical_attention, named_setting
 from ktcli.errors import OutOfMemoryError, UsageError
 from ktcli.plan.estimates import (
     EMBED_BYTES_PER_CHUNK,
@@ -328,8 +328,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     # writes (window: the first and the last), and a repo's summary under --max-seconds
     # 120 was about the last file's last function, nothing else of 36 files.
     policy_kind = req.attention.partition(":")[0]  # "topk:16": topk with 16 pages per step
-    wants_sparse = ((bool(req.max_seconds) and req.task == "ask") or policy_kind in ("window", "topk")
-                    or req.kv_dtype not in MODEL_PAGES)
+    wants_sparse = weighs_sparse(req.task, req.max_seconds, req.attention, req.kv_dtype)
     if req.mode == "auto" and not fits and req.sparse_ok and wants_sparse:
         if policy_kind == "dense" and req.kv_dtype not in MODEL_PAGES:
             # asked for by name beside --kv-dtype: its answers past the window are noise
@@ -486,9 +485,8 @@ _DENSE_PAST_WINDOW = "--mode sparse with --attention dense cannot go past the mo
 
 
 def _named(req: PlanRequest, name: str) -> str:
-    """How a reason or an error names setting `name`: where it came from (KTCLI_MODE, "mode
-    in ~/.config/ktcli/config.toml"), else its flag (`config.Settings.named`)."""
-    return dict(req.origins).get(name) or "--" + name.replace("_", "-")
+    """How a reason or an error names setting `name` (`config.named_setting`)."""
+    return named_setting(req.origins, name)
 
 
 def _asked(req: PlanRequest, name: str) -> str:
@@ -497,6 +495,13 @@ def _asked(req: PlanRequest, name: str) -> str:
     value = getattr(req, name)
     named = _named(req, name)
     return f"{named} {value} asked for" if named.startswith("--") else f"{value} asked for by {named}"
+
+
+def weighs_sparse(task: str, max_seconds: float, attention: str, kv_dtype: str) -> bool:
+    """Whether auto weighs reading a too-long input whole in sparse pages: a question's
+    latency budget, or a sparse flag (--attention window or topk, --kv-dtype)."""
+    return ((bool(max_seconds) and task == "ask") or attention.partition(":")[0] in ("window", "topk")
+            or kv_dtype not in MODEL_PAGES)
 
 
 def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan, retrieval: Plan) -> Plan:
