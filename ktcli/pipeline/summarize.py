@@ -365,10 +365,9 @@ def _notes_answer(notes: str, prep: Prepared, plan, tally: Tally, read: list[lis
     summary's keys (plan, figures, skipped, files) with no citations (notes, not a summary),
     its evidence the passages of those parts (an interrupted ask's object had them all, a
     summary's only `answer`, `incomplete`, `error` and `exit_code`)."""
-    figures = tally.figures() | {"windows": len(read), "outlined_files": len(prep.outlines),
-                                 "outlined": _outlined_paths(prep),
-                                 "evidence": [citations.evidence_entry(c.span, None, c.section) for w in read for c in w]}
-    return Answer(notes, (), plan, figures, prep.corpus.skipped, files=file_map(prep.corpus.documents))
+    answer = _answer(notes, prep, plan, tally, len(read), cites=[])
+    evidence = [citations.evidence_entry(c.span, None, c.section) for w in read for c in w]
+    return replace(answer, stats=answer.stats | {"evidence": evidence})
 
 
 # The prompt's own header of a part ("part 4 of 4: millers.md lines 446-478"), said back in
