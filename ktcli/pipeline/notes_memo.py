@@ -8,15 +8,15 @@ a second time over; it now takes the last step's seconds.
 Only greedy steps are kept (a sampled step's notes are one draw of many) and only where
 the prompt cache is on (`prompt_cache`: what was read stays off the disk where it is
 off). Entries are small (a few KB), with a digest of their text and name (`checked_json`:
-an entry edited by hand is written again, not read as notes); the oldest go past MAX_ENTRIES. The key is the
-prompt's tokens as the backend renders them (an edited chat template is another prompt),
-the sampling settings, the backend's outputs_key and ktcli's, torch's and transformers'
-versions.
-
-The plan, which loads no model and renders no prompt, cannot find the entries by their
-keys: each request (its task, question, input and settings: `request_key`) records the
-entries its run read or wrote, in `requests/`, and the plan counts those still kept
-(`kept_for`). A summary's rerun was planned at ~54 s and took 3."""
+an entry edited by hand is written again, not read as notes); the oldest go past
+MAX_ENTRIES. The key is the prompt's tokens as the backend renders them (an edited chat
+template is another prompt), the sampling settings, the backend's outputs_key and
+ktcli's, torch's and transformers' versions. The plan, which loads no model and renders
+no prompt, cannot find the entries by their keys: each request (its task, question,
+input and settings: `request_key`) records the entries its run read or wrote, in
+`requests/`, and the plan counts those still kept (`kept_for`). A summary's rerun was
+planned at ~54 s and took 3.
+"""
 
 from __future__ import annotations
 
