@@ -93,6 +93,20 @@ class InterruptedWithNotes(KtcliError):
         self.exit_code = interruption()[1]
 
 
+class NotesCutOff(BackendError):
+    """A server cut off a step writing notes for the next window (a question's evidence
+    window, a summary's part), before the answer: the text of that step is notes, not an
+    answer, and is never shown as one. `partial`: "" (no answer to keep), or a summary's
+    notes of the parts read before, headed as notes (as Ctrl-C keeps them); `answer`: the
+    run's object for --json (its plan and figures), with that text."""
+
+    def __init__(self, message: str, partial: str = "", answer=None) -> None:
+        super().__init__(message)
+        self.partial = partial
+        self.answer = answer
+        self.unseen = True  # notes were shown only as progress: printed (where any) when kept
+
+
 class Interrupted(KtcliError):
     """Ctrl-C (or SIGTERM) where the work done so far is kept, which its message says."""
 

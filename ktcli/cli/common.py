@@ -337,5 +337,5 @@ def _keep_partial(opts: Options, partial: str, error: str, unseen: bool = False,
                          indent=2 if answer is not None else None, ensure_ascii=False), flush=True)
     else:
         opts.interrupted()
-        if unseen:
+        if unseen and partial:  # (none: a server's cut before a summary's first notes, or a question's)
             print(partial, flush=True)

@@ -289,7 +289,7 @@ class OpenAIBackend:
                 # Kept and marked: the reader sees where the answer stops and why.
                 yield CUT_OFF_MARK.format(reason=str(e))
             kept = f" (partial answer kept: {len(''.join(parts))} characters)" if parts else ""
-            raise StreamCutOffError(f"{e}{kept}", partial="".join(parts)) from None
+            raise StreamCutOffError(f"{e}{kept}", partial="".join(parts), reason=str(e)) from None
         rest = stops.flush()
         if rest:
             parts.append(rest)

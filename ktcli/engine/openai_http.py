@@ -47,11 +47,13 @@ class ServerStatusError(BackendError):
 
 
 class StreamCutOffError(BackendError):
-    """The server stopped mid-answer. `partial` is the text received before the cut."""
+    """The server stopped mid-answer. `partial` is the text received before the cut;
+    `reason`, why it stopped, without what was kept (the message may add that)."""
 
-    def __init__(self, message: str, partial: str = "") -> None:
+    def __init__(self, message: str, partial: str = "", reason: str = "") -> None:
         super().__init__(message)
         self.partial = partial
+        self.reason = reason or message
 
 
 class StreamTimeoutError(StreamCutOffError):
@@ -330,9 +332,9 @@ def _sse_events(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
             what = "stopped sending mid-answer" if answered else "sent no answer"
             raise StreamTimeoutError(f"the server {what} for {round(min(left, read_timeout_s), 1):g}s (read timed out)") from None
         except (OSError, http.client.HTTPException) as e:
-            raise StreamCutOffError(f"the connection broke mid-answer ({_reason(e)})") from None
+            raise StreamCutOffError(f"the connection broke mid-reply ({_reason(e)})") from None
         if not raw:
-            raise StreamCutOffError("the server closed the stream before the answer was complete")
+            raise StreamCutOffError("the server closed the stream before its reply was complete")
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if line.startswith("data:"):
             data.append(line[5:].removeprefix(" "))
@@ -347,7 +349,7 @@ def _sse_events(conn: http.client.HTTPConnection, resp: http.client.HTTPResponse
         except ValueError:
             raise StreamCutOffError(f"the server sent a malformed event: {payload[:80]!r}") from None
         if isinstance(event, dict) and event.get("error"):
-            raise StreamCutOffError(f"the server reported an error mid-answer: {error_message(payload.encode())}")
+            raise StreamCutOffError(f"the server reported an error mid-reply: {error_message(payload.encode())}")
         if isinstance(event, dict):
             answered = True
             yield event

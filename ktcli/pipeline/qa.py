@@ -6,8 +6,9 @@ import time
 from dataclasses import replace
 
 from ktcli.config import Settings
-from ktcli.errors import ModelNotInstalledError, UsageError
+from ktcli.errors import ModelNotInstalledError, NotesCutOff, UsageError
 from ktcli.engine.backend import Backend, SamplingParams
+from ktcli.engine.openai_http import StreamCutOffError
 from ktcli.pipeline import citations, key_lines, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index, embedder_for
@@ -102,8 +103,18 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params, prep.notes_request)
     for i, window in enumerate(windows[:-1]):
         evidence, label = _labelled(window, label)
-        new = take_notes(backend, prompts.notes_messages(prep.question, evidence, notes), note_params, tally,
-                         reporter, memo, f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
+        try:
+            new = take_notes(backend, prompts.notes_messages(prep.question, evidence, notes), note_params, tally,
+                             reporter, memo, f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
+        except StreamCutOffError as e:
+            # The text of a notes step is no answer: it was printed as one, "partial answer
+            # kept" (--json: its "answer"), where the server cut off before the answer began.
+            raise NotesCutOff(
+                f"the server cut off during the notes step (evidence window {i + 1} of {len(windows)}), before the "
+                f"answer: {e.reason}; no answer was written",
+                "", Answer("", (), prep.plan, tally.figures() | {"retrieved": len(hits), "windows": i},
+                           prep.corpus.skipped),
+            ) from None
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     if memo is not None:
         memo.finish()

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend, SamplingParams
-from ktcli.errors import Interrupted, InterruptedWithNotes, interruption
+from ktcli.engine.openai_http import StreamCutOffError
+from ktcli.errors import Interrupted, InterruptedWithNotes, NotesCutOff, interruption
 from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
@@ -119,6 +120,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of {_parts_to(read)} are kept"
             f"{resume}", kept, _notes_answer(kept, prep, replace(plan, n_windows=len(windows)), tally, windows[:read]),
         ) from None
+    except StreamCutOffError as e:
+        raise _cut_off_in_notes(e, read, windows, notes, memo, prep, plan, tally) from None
     if memo is not None:
         memo.finish()
     reporter.progress("map", len(windows), len(windows))
@@ -146,6 +149,22 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
     return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
                                                    len(windows), reporter=reporter))
+
+
+def _cut_off_in_notes(e: StreamCutOffError, read: int, windows: list[list[Chunk]], notes: str, memo, prep: Prepared,
+                      plan, tally: Tally) -> NotesCutOff:
+    """A server cut off part `read + 1`'s notes: no summary was written. The text of that
+    step is notes, not a summary (it was printed as the answer, "partial answer kept"); the
+    notes of the parts before are kept, headed as notes, as Ctrl-C keeps them."""
+    said = (f"the server cut off during the notes step (part {read + 1} of {len(windows)}), before the summary: "
+            f"{e.reason}; no summary was written")
+    resume = f"; the same command again starts at part {read + 1}" if memo is not None and not memo.failed else ""
+    planned = replace(plan, n_windows=len(windows))
+    if not notes:
+        return NotesCutOff(said + resume, "", _notes_answer("", prep, planned, tally, windows[:read]))
+    kept = f"Notes from {_parts_to(read)} of {len(windows)} (the server cut off before the summary was written):\n\n{notes}"
+    return NotesCutOff(f"{said}: the notes of {_parts_to(read)} are printed instead, headed as notes{resume}", kept,
+                       _notes_answer(kept, prep, planned, tally, windows[:read]))
 
 
 def every_parts_notes(taken: list[str], fits) -> str:

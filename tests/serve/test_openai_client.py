@@ -380,3 +380,76 @@ def test_cli_refused_key_is_one_line(tmp_path):
     assert done.returncode == 1
     assert "refused the API key" in done.stderr and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) <= 3
+
+
+# -- a server that cuts off a step writing notes, before the answer -------------------
+
+# ~6.5K tokens: read in parts (a summary) or in several evidence windows (a question) in a
+# 2,048-token window, so that the k-th call to the server is a notes step.
+LONG = "\n".join(f"Paragraph {i}: the warehouse in district {i} stores {i * 7} crates of apples." for i in range(300)) + "\n"
+SMALL_WINDOW = [{"id": "fake-model", "object": "model", "max_model_len": 2048}]
+
+
+def _ask_cut_at(call: int, tmp_path, monkeypatch):
+    """`ktcli ask` in retrieval mode against a server that drops the stream on its
+    `call`-th chat call (after two pieces); the index built with a hashing embedder."""
+    from dataclasses import replace
+
+    from ktcli.errors import KtcliError
+    from ktcli.pipeline import api
+    from ktcli.pipeline.events import NullReporter
+    from tests.retrieval.fakes import HashEmbedder
+
+    monkeypatch.setattr("ktcli.pipeline.indexing.embedder_for", lambda settings: HashEmbedder())
+    doc = tmp_path / "doc.txt"
+    doc.write_text(LONG)
+    with FakeOpenAI(script=["ok"] * (call - 1) + ["cut"], models=SMALL_WINDOW) as fake:
+        settings = replace(Settings(), backend="openai", base_url=fake.url, cache_dir=str(tmp_path / "cache"),
+                           mode="retrieval", top_k=30)
+        with pytest.raises(KtcliError) as caught:
+            api.ask([str(doc)], "How many crates does district 5 store?", settings, NullReporter())
+        assert fake.chat_calls == call
+    return caught.value
+
+
+def test_a_question_cut_off_in_its_notes_step_has_no_answer(tmp_path, monkeypatch):
+    """The notes a step was writing when the server cut off were kept as "partial answer"
+    and --json's `answer`: the answer had not begun."""
+    from ktcli.errors import NotesCutOff
+
+    e = _ask_cut_at(3, tmp_path, monkeypatch)
+    assert isinstance(e, NotesCutOff) and e.exit_code == 1
+    said = str(e)
+    assert said.startswith("the server cut off during the notes step (evidence window 3 of ")
+    assert "closed the stream" in said and said.endswith("no answer was written") and "\n" not in said
+    assert "partial answer" not in said
+    # nothing kept as an answer; --json's object has the plan and the figures of the windows read
+    assert e.partial == "" and e.answer.text == "" and e.answer.citations == ()
+    assert e.answer.plan.task == "ask" and e.answer.stats["windows"] == 2
+
+
+def test_a_summary_cut_off_in_its_notes_keeps_them_as_notes_not_a_summary(tmp_path):
+    from tests.serve.helpers import run_cli
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(LONG)
+    with FakeOpenAI(script=["ok", "ok", "cut"], models=SMALL_WINDOW) as fake:
+        text = run_cli(["summarize", str(doc), "--backend", "openai", "--base-url", fake.url], tmp_path)
+    assert text.returncode == 1 and "Traceback" not in text.stderr
+    # the parts' notes, headed as notes; not the cut step's text, not marked as an answer cut off
+    assert text.stdout.startswith("Notes from parts 1-2 of ") and "(the server cut off before the summary was written)" \
+        in text.stdout
+    assert text.stdout.rstrip().endswith("The answer is 42.") and "[answer cut off" not in text.stdout
+    error = [line for line in text.stderr.splitlines() if line.startswith("error:")]
+    assert len(error) == 1 and "the server cut off during the notes step (part 3 of " in error[0]
+    assert "no summary was written: the notes of parts 1-2 are printed instead, headed as notes" in error[0]
+    assert "partial answer" not in text.stderr
+
+    with FakeOpenAI(script=["cut", "cut"], models=SMALL_WINDOW) as fake:  # cut in the first part: no notes yet
+        text = run_cli(["summarize", str(doc), "--backend", "openai", "--base-url", fake.url], tmp_path)
+        as_json = run_cli(["summarize", str(doc), "--backend", "openai", "--base-url", fake.url, "--json"], tmp_path)
+    assert text.returncode == 1 and text.stdout.strip() == "" and "notes step (part 1 of " in text.stderr
+    payload = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and payload["exit_code"] == 1 and payload["incomplete"] is True
+    assert payload["answer"] == "" and payload["citations"] == [] and "notes step (part 1 of " in payload["error"]
+    assert payload["plan"]["task"] == "summarize" and payload["figures"]["windows"] == 0
