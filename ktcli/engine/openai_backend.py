@@ -173,6 +173,14 @@ class TokenCounter:
                 return int(n)  # type: ignore[arg-type]
         return estimate
 
+    @staticmethod
+    def local_chat(messages: list[Message]) -> int:
+        """A chat's tokens by tiktoken, asking the server nothing: for a call the server
+        cut off, which may be gone."""
+        from ktcli.ingest.tokens import count_tokens
+
+        return sum(count_tokens(m["content"]) + TEMPLATE_TOKENS_PER_MESSAGE for m in messages) + TEMPLATE_TOKENS_FIXED
+
     def _remote(self, body: dict) -> int | None:
         try:
             data = self.client.post_json("/tokenize", body, root=True)
@@ -283,8 +291,8 @@ class OpenAIBackend:
             if rest:
                 parts.append(rest)
                 yield rest
-            # No token counting here: it would ask the server that just went away.
-            self._record(messages, parts, _partial_usage(usage, parts), start, ttft)
+            # No token counting by the server here: it may have just gone away.
+            self._record(messages, parts, _partial_usage(usage, parts, self.tokens.local_chat(messages)), start, ttft)
             if parts:
                 # Kept and marked: the reader sees where the answer stops and why.
                 yield CUT_OFF_MARK.format(reason=str(e))
@@ -345,7 +353,8 @@ def _delta_text(event: dict) -> str:
     return content if isinstance(content, str) else ""
 
 
-def _partial_usage(usage: dict, parts: list[str]) -> dict:
-    """Usage of a stream that ended early: what the server said so far, else one
+def _partial_usage(usage: dict, parts: list[str], prompt_estimate: int) -> dict:
+    """Usage of a stream that ended early: what the server said so far, else the prompt
+    as estimated here (it was sent: the figures said tokens_in 0 for it) and one
     completion token per streamed piece (no counting call to a server that may be gone)."""
-    return {"prompt_tokens": usage.get("prompt_tokens", 0), "completion_tokens": len(parts), **usage}
+    return {"prompt_tokens": prompt_estimate, "completion_tokens": len(parts), **usage}

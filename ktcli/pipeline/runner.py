@@ -109,6 +109,7 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
                   reporter: Reporter, phase: str) -> str:
     """A non-final step (notes): collect the text, show it as progress only."""
     guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
+    before = backend.last_stats
     pieces = backend.stream_chat(messages, params)
     with _prefill_shown(backend, reporter):
         try:
@@ -118,6 +119,9 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
                 reporter.progress(phase, len(guard.text), 0)
                 if looping or echo.repeated:
                     break
+        except Exception:
+            _count_failed_call(backend, before, tally)
+            raise
         finally:
             pieces.close()  # a loop stops the backend here: no more tokens are generated
     tally.add(backend)
@@ -127,6 +131,14 @@ def generate_text(backend: Backend, messages: list[Message], params: SamplingPar
         tally.extra["stopped_repeating"] = tally.extra.get("stopped_repeating", 0) + 1
     # notes carry one copy of a repeated line, not twenty
     return guard.kept().strip() if guard.unit else (echo.shown + echo.flush()).strip()
+
+
+def _count_failed_call(backend: Backend, before, tally: Tally) -> None:
+    """A call that failed after the backend recorded its figures (a stream a server cut
+    off: its prompt was sent, its text received) counted in the run's: --json's figures of
+    a cut run said model_calls and tokens_in without it."""
+    if backend.last_stats is not before:
+        tally.add(backend)
 
 
 def take_notes(backend: Backend, messages: list[Message], params: SamplingParams, tally: Tally,
@@ -232,6 +244,9 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
                 # the part streamed is counted: --json after Ctrl-C said tokens_in 0, model_calls 0
                 tally.add(backend)
             raise AnswerInterrupted(echo.shown) from None
+        except Exception:
+            _count_failed_call(backend, before, tally)
+            raise
         finally:
             pieces.close()
     if not guard.unit:

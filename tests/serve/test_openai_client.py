@@ -357,6 +357,8 @@ def test_cli_keeps_a_cut_off_answer(tmp_path):
     # the answer's whole object, as an interrupted one's: its plan, figures and skipped files too
     assert {"citations", "plan", "figures", "skipped", "warnings", "error"} <= set(payload)
     assert payload["plan"]["task"] == "ask" and payload["citations"] == [] and "labels_moved" in payload["figures"]
+    # the cut call counted: made, its prompt sent
+    assert payload["figures"]["model_calls"] == 1 and payload["figures"]["tokens_in"] > 0
 
 
 def test_cli_says_which_server_it_contacts_before_the_first_call(tmp_path):
@@ -428,6 +430,24 @@ def test_a_question_cut_off_in_its_notes_step_has_no_answer(tmp_path, monkeypatc
     assert e.answer.plan.task == "ask" and e.answer.stats["windows"] == 2
 
 
+def test_a_call_the_server_cut_off_counts_in_the_figures(tmp_path, monkeypatch):
+    """It was made and its prompt sent: model_calls and tokens_in left it out (2 and 22
+    for three calls, the cut one's prompt counted 0)."""
+    figures = _ask_cut_at(3, tmp_path, monkeypatch).answer.stats
+    assert figures["model_calls"] == 3
+    assert figures["tokens_in"] > 2 * 11  # the two whole calls' (the server's usage), and the cut one's estimate
+    assert figures["tokens_out"] > 2 * 4  # and the pieces it sent
+
+
+def test_a_cut_off_streams_prompt_is_counted_without_asking_the_server():
+    with FakeOpenAI(script=["cut"]) as fake:
+        b = backend(fake)
+        with pytest.raises(StreamCutOffError):
+            list(b.stream_chat(MSGS, PARAMS))
+        assert fake.calls[-1][0] == "/v1/chat/completions"  # no /tokenize after the cut
+    assert b.last_stats.prompt_tokens == b.tokens.local_chat(MSGS) > 0 and b.last_stats.new_tokens == 2
+
+
 def test_a_summary_cut_off_in_its_notes_keeps_them_as_notes_not_a_summary(tmp_path):
     from tests.serve.helpers import run_cli
 
@@ -453,3 +473,4 @@ def test_a_summary_cut_off_in_its_notes_keeps_them_as_notes_not_a_summary(tmp_pa
     assert as_json.returncode == 1 and payload["exit_code"] == 1 and payload["incomplete"] is True
     assert payload["answer"] == "" and payload["citations"] == [] and "notes step (part 1 of " in payload["error"]
     assert payload["plan"]["task"] == "summarize" and payload["figures"]["windows"] == 0
+    assert payload["figures"]["model_calls"] == 1 and payload["figures"]["tokens_in"] > 0  # the cut call
