@@ -179,7 +179,7 @@ class Options:
             if p.mode.value != "retrieval":
                 what = "whole input" if p.n_windows < 2 else f"whole input, {p.n_windows} documents one by one"
             elif p.task == "ask":
-                what = f"top {p.top_k} of {p.n_chunks:,} chunks, {p.n_windows} window(s)"
+                what = f"top {p.top_k} of {p.n_chunks:,} chunks, ~{p.n_windows} window(s)"  # (the run packs them)
             else:  # a summary reads every chunk, in about this many windows
                 what = f"{p.n_chunks:,} chunks in ~{p.n_windows} window(s)"
             if p.outline_files:

@@ -17,7 +17,7 @@ from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbours, pack, refit, refuse_named_full,
                                     source_order)
-from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room
+from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, with_windows
 from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.pipeline.summary_lines import made_up_blocks
 from ktcli.retrieval.symbols import asked_definitions, changed_names
@@ -112,8 +112,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
             raise NotesCutOff(
                 f"the server cut off during the notes step (evidence window {i + 1} of {len(windows)}), before the "
                 f"answer: {e.reason}; no answer was written",
-                "", Answer("", (), prep.plan, tally.figures() | {"retrieved": len(hits), "windows": i},
-                           prep.corpus.skipped),
+                "", Answer("", (), with_windows(prep.plan, len(windows)),
+                           tally.figures() | {"retrieved": len(hits), "windows": i}, prep.corpus.skipped),
             ) from None
         notes = new if citations.has_content(new) else notes  # an echo of the instructions carries nothing
     if memo is not None:
@@ -161,7 +161,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         # could not tell which passage an answer's "[3]" was)
         figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4), h.chunk.section)
                                | {"label": citations.passage_label(h.chunk.span, labelled)} for h in hits]
-        return Answer(text, cited, prep.plan, figures, prep.corpus.skipped)
+        return Answer(text, cited, with_windows(prep.plan, len(windows)), figures, prep.corpus.skipped)
 
     return streamed.finish(retrieval_answer)
 

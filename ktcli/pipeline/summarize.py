@@ -22,7 +22,7 @@ from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import AnswerInterrupted, Tally, cited_if_interrupted, stream_answer, take_notes
 from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
-from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, per_document_tokens
+from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, per_document_tokens, with_windows
 from ktcli.types import CHAPTER, Answer, Chunk, Document, Mode
 
 # A final summary with fewer words of its own than this (not ktcli's prompt words, not in
@@ -118,7 +118,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         kept = f"Notes from {_parts_to(read)} of {len(windows)} (interrupted before the summary was written):\n\n{notes}"
         raise InterruptedWithNotes(
             f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of {_parts_to(read)} are kept"
-            f"{resume}", kept, _notes_answer(kept, prep, replace(plan, n_windows=len(windows)), tally, windows[:read]),
+            f"{resume}", kept, _notes_answer(kept, prep, with_windows(plan, len(windows)), tally, windows[:read]),
         ) from None
     except StreamCutOffError as e:
         raise _cut_off_in_notes(e, read, windows, notes, memo, prep, plan, tally) from None
@@ -130,7 +130,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         # none was made up ("The final summary is a concise and clear summary of the input").
         reporter.warn(f"the model wrote nothing from the input in the notes of its {len(windows)} parts, so no summary "
                       "is written from them (a larger model, --model, does better)")
-        return _answer("", prep, replace(plan, n_windows=len(windows)), tally, len(windows))
+        return _answer("", prep, with_windows(plan, len(windows)), tally, len(windows))
     reporter.status("writing the summary from the notes")
 
     def room(text: str) -> bool:
@@ -147,7 +147,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         written = stream_answer(backend, messages, params, tally, reporter, subject="the summary",
                                 source=_sources(prep))
         streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
-    return streamed.finish(lambda summary: _answer(summary, prep, replace(plan, n_windows=len(windows)), tally,
+    return streamed.finish(lambda summary: _answer(summary, prep, with_windows(plan, len(windows)), tally,
                                                    len(windows), reporter=reporter))
 
 
@@ -159,7 +159,7 @@ def _cut_off_in_notes(e: StreamCutOffError, read: int, windows: list[list[Chunk]
     said = (f"the server cut off during the notes step (part {read + 1} of {len(windows)}), before the summary: "
             f"{e.reason}; no summary was written")
     resume = f"; the same command again starts at part {read + 1}" if memo is not None and not memo.failed else ""
-    planned = replace(plan, n_windows=len(windows))
+    planned = with_windows(plan, len(windows))
     if not notes:
         return NotesCutOff(said + resume, "", _notes_answer("", prep, planned, tally, windows[:read]))
     kept = f"Notes from {_parts_to(read)} of {len(windows)} (the server cut off before the summary was written):\n\n{notes}"

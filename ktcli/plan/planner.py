@@ -871,14 +871,31 @@ def _what_takes_memory(plan: Plan) -> str:
 
 
 def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
-    if req.task == "ask":
+    return _windows_reason(req.task, plan, estimated=True)
+
+
+def _windows_reason(task: str, plan: Plan, estimated: bool) -> str:
+    """How a read in windows goes. `estimated`: the plan's count of windows, said as an
+    estimate ("about 13"): the run packs the passages into windows by their exact token
+    counts, which may come to another number (a summary's plan said "map over 13 window(s)"
+    of a run whose `n_windows` and `figures.windows` were 12)."""
+    n = f"about {plan.n_windows}" if estimated else f"{plan.n_windows}"
+    if task == "ask":
         return (
-            f"retrieve the top {plan.top_k} of {plan.n_chunks:,} chunks, read them in {plan.n_windows} "
+            f"retrieve the top {plan.top_k} of {plan.n_chunks:,} chunks, read them in {n} "
             f"window(s) of up to {plan.evidence_budget:,} tokens" + (" passing notes between windows" if plan.n_windows > 1 else "")
         )
-    return (
-        f"map over {plan.n_windows} window(s) of up to {plan.evidence_budget:,} tokens with running notes, then reduce"
-    )
+    return f"map over {n} window(s) of up to {plan.evidence_budget:,} tokens with running notes, then reduce"
+
+
+def with_windows(plan: Plan, n_windows: int) -> Plan:
+    """The plan a run in windows carried out: its `n_windows` the windows it packed, and its
+    reason of the read saying that count, not the estimate (the plan before the run said
+    "about 13" and its `n_windows` 13; the run read 12)."""
+    planned = _windows_reason(plan.task, plan, estimated=True)
+    ran = replace(plan, n_windows=n_windows)
+    said = _windows_reason(plan.task, ran, estimated=False)
+    return replace(ran, reasons=tuple(said if reason == planned else reason for reason in plan.reasons))
 
 
 def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:

@@ -239,7 +239,7 @@ def plan_lines(plan: Plan, est_tokens_note: str = "") -> list[str]:
     ]
     if plan.mode.value == "retrieval":
         lines.append(f"chunks      {plan.n_chunks:,}" + (f", top {plan.top_k} retrieved" if plan.top_k else ""))
-        lines.append(f"windows     {plan.n_windows} of up to {plan.evidence_budget:,} evidence tokens")
+        lines.append(f"windows     ~{plan.n_windows} of up to {plan.evidence_budget:,} evidence tokens")
     # --attention topk alone (full or retrieval) reads the model's own pages under a sparse
     # policy: said too, not left for the user to guess from the estimate
     if plan.mode.value == "sparse" or plan.kv_dtype not in ("model", "auto") \

@@ -692,3 +692,22 @@ def test_a_setting_from_the_environment_or_the_config_file_is_named_as_such():
     assert filed.reasons[0] == "full asked for by mode in /home/u/ktcli.toml"
     with pytest.raises(UsageError, match=r"^KTCLI_MODE full: the input is ~50,000 tokens"):
         make_plan(req(mode="full", corpus_tokens=50_000, origins=(("mode", "KTCLI_MODE"),)), SMOL, RATES)
+
+
+@pytest.mark.parametrize("task", ["summarize", "ask"])
+def test_a_read_in_windows_says_its_count_as_an_estimate_and_the_run_says_its_own(task):
+    """A summary's plan said "map over 13 window(s)" of a run whose `n_windows` (and
+    `figures.windows`) were 12: the plan counts windows before the passages are packed by
+    their exact sizes."""
+    from ktcli.plan.planner import with_windows
+
+    plan = make_plan(req(task=task, corpus_tokens=100_000, question_tokens=0 if task == "summarize" else 10,
+                         n_chunks=200), SMOL, RATES)
+    assert plan.mode is Mode.RETRIEVAL and plan.n_windows > 1
+    said = [r for r in plan.reasons if "window(s)" in r]
+    assert len(said) == 1 and f"about {plan.n_windows} window(s)" in said[0]
+    ran = with_windows(plan, plan.n_windows - 1)
+    assert ran.n_windows == plan.n_windows - 1
+    read = [r for r in ran.reasons if "window(s)" in r]
+    assert len(read) == 1 and f" {plan.n_windows - 1} window(s)" in read[0] and "about" not in read[0]
+    assert [r for r in ran.reasons if r not in read] == [r for r in plan.reasons if r not in said]  # the rest as they were

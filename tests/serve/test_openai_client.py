@@ -474,3 +474,25 @@ def test_a_summary_cut_off_in_its_notes_keeps_them_as_notes_not_a_summary(tmp_pa
     assert payload["answer"] == "" and payload["citations"] == [] and "notes step (part 1 of " in payload["error"]
     assert payload["plan"]["task"] == "summarize" and payload["figures"]["windows"] == 0
     assert payload["figures"]["model_calls"] == 1 and payload["figures"]["tokens_in"] > 0  # the cut call
+
+
+def test_a_summarys_plan_says_the_windows_it_read(tmp_path):
+    """The plan's reason said "map over 6 window(s)" beside `n_windows` 4 and
+    `figures.windows` 4: the plan's count is an estimate, said as one before the run (the
+    passages are packed by their exact sizes), and the plan the run carried out says its own."""
+    from tests.serve.helpers import run_cli
+
+    doc = tmp_path / "doc.txt"
+    doc.write_text(LONG)
+    with FakeOpenAI(models=SMALL_WINDOW) as fake:
+        planned = run_cli(["plan", str(doc), "--backend", "openai", "--base-url", fake.url, "--json"], tmp_path)
+        done = run_cli(["summarize", str(doc), "--backend", "openai", "--base-url", fake.url, "--json"], tmp_path)
+    assert planned.returncode == 0 and done.returncode == 0, done.stderr
+    before, after = json.loads(planned.stdout)["plan"], json.loads(done.stdout)
+    assert [r for r in before["reasons"] if "window(s)" in r] == [
+        f"map over about {before['n_windows']} window(s) of up to {before['evidence_budget']:,} tokens with running "
+        "notes, then reduce"]
+    n = after["figures"]["windows"]
+    assert after["plan"]["n_windows"] == n == fake.chat_calls - 1  # each part's notes, then the summary
+    assert [r for r in after["plan"]["reasons"] if "window(s)" in r] == [
+        f"map over {n} window(s) of up to {before['evidence_budget']:,} tokens with running notes, then reduce"]
