@@ -95,6 +95,22 @@ def starting_threads(max_threads: int, others_busy: float | None) -> int:
     return max([c for c in thread_ladder(max_threads) if c <= free + 0.5], default=1)
 
 
+def fixed_count_warning(threads: int, others_busy: float | None, cores: int, setting: str = "--threads") -> str | None:
+    """What to say where a thread count the user fixed (`setting`, e.g. --threads) asks
+    for more cores than other processes left idle: every parallel region of a step then
+    waits at its barrier for a thread whose core the scheduler gave away. With one busy
+    process beside it the README's question took 2.5x as long on 2 threads as on 1
+    (BENCHMARKS.md, "Threads under load"); under a load of ~12 on the 2 cores, 2 threads
+    decoded at 0.7-1.2 tok/s and 1 at 24-39 (a one-off look, 2026-12-07, where
+    OMP_WAIT_POLICY=PASSIVE and a short GOMP_SPINCOUNT did not help: 0.7-5.0 tok/s). The
+    governor, which a fixed count turns off, would have chosen 1."""
+    if threads <= 1 or others_busy is None or threads <= cores - others_busy + 0.5:
+        return None
+    return (f"{setting} {threads} while other processes keep ~{others_busy:.1f} of {cores} cores busy: the threads "
+            "wait for each other's cores at every step, often several times slower than fewer threads; "
+            f"leave {setting} unset (or 0) and ktcli chooses the count by timing its steps")
+
+
 class ThreadGovernor:
     def __init__(self, max_threads: int, *, fixed: bool = False, start: int | None = None,
                  first_probe: int = FIRST_PROBE,

@@ -21,9 +21,12 @@ ANNOUNCE_AFTER_S = 3.0
 one_time_s = 0.0
 
 
-def load_backend(settings: Settings, on_status: Callable[[str], None] | None = None, plan=None) -> Backend:
+def load_backend(settings: Settings, on_status: Callable[[str], None] | None = None, plan=None,
+                 on_warning: Callable[[str], None] | None = None) -> Backend:
     """The backend for `settings`; a Plan's KV dtype and attention policy (sparse mode,
-    or a --kv-dtype/--attention the plan kept) shape the native engine's cache."""
+    or a --kv-dtype/--attention the plan kept) shape the native engine's cache.
+    `on_warning` (else `on_status`) hears what the user must not miss: a --threads the
+    other processes leave no cores for."""
     if settings.backend == "openai":
         from ktcli.engine.openai_backend import OpenAIBackend
 
@@ -69,7 +72,9 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
             backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights,
                                          threads=settings.threads, pack_cache=settings.cache_path / PACKED_DIR,
                                          prefix_cache=prompts, **long_context)
-        govern(backend.engine, settings.threads, load_started)
+        crowded = govern(backend.engine, settings.threads, load_started, settings.named("threads"))
+        if crowded and (on_warning or on_status):
+            (on_warning or on_status)(crowded)
         _report_missing_kernels(on_status)
     else:
         raise UsageError(f"--engine {settings.engine!r}: choose one of {', '.join(ENGINES)}")

@@ -123,7 +123,7 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
         reporter.status(f"connecting to {settings.base_url} (OpenAI-compatible server)")
     else:
         reporter.status(f"loading model {settings.model} ({settings.engine} engine{weights_note(settings.weights)})")
-    return load_backend(settings, reporter.status, plan)
+    return load_backend(settings, reporter.status, plan, on_warning=reporter.warn)
 
 
 def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float, embed_tok_s: float,

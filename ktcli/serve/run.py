@@ -55,7 +55,9 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
         raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: leaves KV pages for "
                          f"{backend.context_window:,} tokens (~{budget / 2**20:,.0f} MiB beside the model), under "
                          f"{MIN_SERVED_TOKENS:,}: give more")
-    govern(backend.engine, settings.threads, load_started)
+    crowded = govern(backend.engine, settings.threads, load_started, settings.named("threads"))
+    if crowded and on_status:
+        on_status(crowded)
     return backend
 
 

@@ -89,3 +89,30 @@ def test_seen_idle_at_load_the_first_probe_waits_and_load_is_still_caught():
     assert simulate(gov, lambda c, i: 0.010 if c == 2 else 0.014, IDLE_FIRST_PROBE) == [2] * IDLE_FIRST_PROBE
     loaded = simulate(gov, lambda c, i: 0.4 if c == 2 else 0.016, 10, start=IDLE_FIRST_PROBE)
     assert gov.current == 1 and loaded.count(2) <= 2
+
+
+def test_a_fixed_count_the_other_processes_leave_no_cores_for_is_warned_of(monkeypatch):
+    """--threads 2 under a load of ~12 on 2 cores decoded 20x slower than 1 thread, and
+    said nothing (the governor, which would choose 1, is off for a fixed count)."""
+    import types
+
+    import torch
+
+    from ktcli.engine import threads as engine_threads
+    from ktcli.threads import CpuSample, fixed_count_warning
+
+    said = fixed_count_warning(2, 1.8, 2, "KTCLI_THREADS")
+    assert said.startswith("KTCLI_THREADS 2 while other processes keep ~1.8 of 2 cores busy")
+    assert "leave KTCLI_THREADS unset (or 0)" in said
+    # room enough, one thread, or a load not measured: nothing to say
+    assert [fixed_count_warning(*args) for args in ((2, 0.4, 2), (4, 3.0, 8), (1, 2.0, 2), (2, None, 2))] == [None] * 4
+    assert fixed_count_warning(4, 5.0, 8) is not None
+
+    # govern: a fixed count gets no governor, and the warning where it is crowded
+    monkeypatch.setattr(engine_threads, "_cores", lambda: 2)
+    busy = (CpuSample(10.0, 100.0, 5.0), CpuSample(11.0, 102.3, 5.5))  # 1.8 cores elsewhere
+    monkeypatch.setattr(engine_threads, "busy_elsewhere", lambda since: 1.8 if since is busy[0] else 0.0)
+    engine = types.SimpleNamespace(device=torch.device("cpu"), threads=None)
+    assert "--threads 2 while" in engine_threads.govern(engine, 2, busy[0]) and engine.threads is None
+    assert engine_threads.govern(engine, 2, None) is None  # idle
+    assert engine_threads.govern(engine, 0, busy[0]) is None and engine.threads is not None  # governed, unsaid
