@@ -78,7 +78,10 @@ def kept_for(cache_dir: Path, request: str) -> tuple[int, bool]:
     try:
         record = json.loads((folder / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))
         entries = record["entries"]
-        kept = sum(1 for name in entries if isinstance(name, str) and (folder / Path(name).name).is_file())
+        # Each read and its digest checked, as the run's `get` does (a few KB each: ~0.1 ms):
+        # counted by existence, an entry edited since it was written was planned as read back
+        # and then written again by the run.
+        kept = sum(1 for name in entries if isinstance(name, str) and _entry_text(folder / Path(name).name) is not None)
         return kept, record.get("complete") is True and kept == len(entries) > 0
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return 0, False
@@ -113,17 +116,15 @@ class NotesMemo:
         return cls(Path(cache_dir) / FOLDER, key, params, getattr(backend, "chat_ids", None), request)
 
     def holds(self, messages: list[Message]) -> bool:
-        """Whether notes for `messages` are kept (their step will read them back)."""
-        return self._path(messages).is_file()
+        """Whether notes for `messages` are kept (their step will read them back): the entry
+        read and its digest checked, as `get` will (by existence alone, an entry edited since
+        it was written was held, and its step then wrote it again)."""
+        return _entry_text(self._path(messages)) is not None
 
     def get(self, messages: list[Message]) -> str | None:
         path = self._path(messages)
-        try:
-            entry = loads(path.name, path.read_text(encoding="utf-8"))
-            text = entry["text"]  # (None: changed since it was written)
-        except (OSError, ValueError, KeyError, TypeError):  # none, damaged, changed or unreadable: written again
-            return None
-        if not isinstance(text, str):
+        text = _entry_text(path)
+        if text is None:
             return None
         try:
             os.utime(path)  # used: the last to go
@@ -219,6 +220,16 @@ class NotesMemo:
                     continue
             for _, p in sorted(entries)[:max(0, len(entries) - MAX_ENTRIES)]:
                 _unlink(p)
+
+
+def _entry_text(path: Path) -> str | None:
+    """The notes kept in the entry at `path`; None where there is none, or it is damaged,
+    changed since it was written (its digest) or unreadable: written again."""
+    try:
+        text = loads(path.name, path.read_text(encoding="utf-8"))["text"]  # (loads' None: changed)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return text if isinstance(text, str) else None
 
 
 def _unlink(path: Path) -> None:

@@ -398,3 +398,22 @@ def test_a_summary_interrupted_in_its_second_part_names_part_1_alone(haystack, t
         _summary(haystack, tmp_path, InterruptedAtSecond())
     assert "the notes of part 1 are kept; the same command again starts at part 2" in str(caught.value)
     assert caught.value.partial.startswith("Notes from part 1 of ") and "1-1" not in caught.value.partial
+
+
+def test_an_entry_changed_since_it_was_written_is_neither_held_nor_planned_as_kept(tmp_path):
+    """`holds` and the plan's `kept_for` checked that the entry's file existed: a note edited
+    since it was written was planned (and shown on the progress bar) as read back, and the
+    run then wrote it again. They now check its digest, as `get` does."""
+    cache = tmp_path / "cache"
+    memo = NotesMemo.for_run(cache, True, Keyed(), GREEDY, request="r1")
+    memo.put(MESSAGES, "the museum opens at nine")
+    memo.finish()
+    assert memo.holds(MESSAGES) and notes_memo.kept_for(cache, "r1") == (1, True)
+    (entry,) = (cache / notes_memo.FOLDER).glob("*.json")
+    written = entry.read_text()
+    for changed in (written.replace("nine", "noon"), written[:-5], "", "{not json"):
+        entry.write_text(changed)
+        assert not memo.holds(MESSAGES) and memo.get(MESSAGES) is None
+        assert notes_memo.kept_for(cache, "r1") == (0, False)
+    memo.put(MESSAGES, "the museum opens at nine")
+    assert memo.holds(MESSAGES) and notes_memo.kept_for(cache, "r1") == (1, True)
