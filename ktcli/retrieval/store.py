@@ -91,9 +91,20 @@ class IndexStore:
         return vectors
 
     def holds(self, key: str, chunk_hashes: Sequence[str]) -> bool:
-        """Whether an entry for these chunks is there, by its manifest alone (the planner's
-        question; `load` still verifies the vectors)."""
-        return self._matching_manifest(key, chunk_hashes) is not None
+        """Whether an entry for these chunks is there, by its manifest and its data file's
+        size (the planner's question: one stat; `load` still verifies the vectors' sha256).
+        By the manifest alone, an entry whose vectors were deleted, emptied or cut short was
+        planned as reused and then embedded again by the run."""
+        manifest = self._matching_manifest(key, chunk_hashes)
+        data_name = manifest.get("data") if manifest is not None else None
+        if not _is_data_name(key, data_name):
+            return False
+        try:
+            size = (self._shard(key) / data_name).stat().st_size
+        except OSError:
+            return False
+        expected = manifest.get("data_bytes")  # (absent from manifests written before it was kept)
+        return size == expected if isinstance(expected, int) else size > 0
 
     def _matching_manifest(self, key: str, chunk_hashes: Sequence[str]) -> dict | None:
         manifest = self._read_manifest(key)
@@ -112,7 +123,7 @@ class IndexStore:
 
     def _read_vectors(self, key: str, manifest: dict, *, expected_rows: int, dim: int | None) -> np.ndarray | None:
         data_name = manifest.get("data")
-        if not isinstance(data_name, str) or not data_name.startswith(key) or "/" in data_name:
+        if not _is_data_name(key, data_name):
             return None
         try:
             raw = (self._shard(key) / data_name).read_bytes()
@@ -156,6 +167,7 @@ class IndexStore:
             "dtype": self.dtype,
             "data": data_name,
             "data_sha256": data_sha,
+            "data_bytes": len(data),
             "chunk_sha256": list(chunk_hashes),
             "written_at": time.time(),
         }
@@ -240,10 +252,16 @@ class IndexStore:
         for shard in sorted((self.root / "entries").glob("??")):
             named: set[str] = set()
             for manifest_path in shard.glob("*.json"):
-                with suppress(OSError, ValueError):
-                    data_name = json.loads(manifest_path.read_text(encoding="utf-8"))["data"]
+                with suppress(OSError):
+                    mtime = manifest_path.stat().st_mtime
+                    data_name = _manifest_data(manifest_path)
+                    if data_name is None:
+                        # Damaged (valid JSON of another shape: a list, no "data"): no entry,
+                        # gone first. It was a TypeError or KeyError out of the run.
+                        entries.append((0.0, manifest_path, manifest_path))
+                        continue
                     named.add(data_name)
-                    entries.append((manifest_path.stat().st_mtime, manifest_path, shard / data_name))
+                    entries.append((mtime, manifest_path, shard / data_name))
             for data_path in shard.glob("*.npy"):
                 with suppress(OSError):
                     if data_path.name not in named and data_path.stat().st_mtime < cutoff:
@@ -255,6 +273,21 @@ class IndexStore:
 
     def _manifest_path(self, key: str) -> Path:
         return self._shard(key) / f"{key}.json"
+
+
+def _is_data_name(key: str, data_name: object) -> bool:
+    """Whether a manifest's "data" names a data file of entry `key` in its own shard."""
+    return isinstance(data_name, str) and data_name.startswith(key) and "/" not in data_name
+
+
+def _manifest_data(path: Path) -> str | None:
+    """The data file the manifest at `path` names; None where it is unreadable or names none."""
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+    data_name = manifest.get("data") if isinstance(manifest, dict) else None
+    return data_name if _is_data_name(path.stem, data_name) else None
 
 
 def _disk_bytes(st: os.stat_result) -> int:

@@ -202,3 +202,34 @@ def test_prune_within_its_room_reads_no_manifest(tmp_path, monkeypatch):
     full = store.size_bytes()
     monkeypatch.setattr(store, "_drop_orphans", lambda: (_ for _ in ()).throw(AssertionError("read manifests")))
     assert store.prune(full) == 0
+
+
+@pytest.mark.parametrize("damage", [_corrupt_truncate, _corrupt_empty, _corrupt_delete])
+def test_the_plan_does_not_count_an_entry_whose_vectors_are_damaged(tmp_path, damage):
+    """`holds` (the plan's count of chunks to embed) read the manifest alone: an entry whose
+    vectors were deleted or cut short was planned as reused and embedded again by the run."""
+    chunks = make_corpus(3, 2)
+    _build(chunks, tmp_path)
+    key = _entry_files(tmp_path, ".json")[1].stem
+    store = IndexStore(tmp_path)
+    hashes = store._read_manifest(key)["chunk_sha256"]
+    assert store.holds(key, hashes)
+    damage(_entry_files(tmp_path, ".npy")[1])
+    assert not store.holds(key, hashes)
+    assert _build(chunks, tmp_path).stats["n_embedded_now"] == 2
+    assert store.holds(key, hashes)
+
+
+@pytest.mark.parametrize("manifest", ['[1, 2]', '"text"', '{"version": 1}', '{"data": 5}', '{"data": "../../x"}'])
+def test_prune_takes_a_manifest_of_another_shape_as_damaged(tmp_path, manifest):
+    """A manifest that is JSON but not an entry's (edited by hand) was a TypeError or
+    KeyError out of `prune`, on every run that embedded anything over the cap."""
+    chunks = make_corpus(3, 2)
+    _build(chunks, tmp_path)
+    damaged = _entry_files(tmp_path, ".json")[0]
+    damaged.write_text(manifest)
+    store = IndexStore(tmp_path)
+    assert store.prune(store.size_bytes() - 1) > 0
+    assert not damaged.exists()  # the damaged one goes first
+    index = _build(chunks, tmp_path)
+    assert (index.stats["n_embedded_now"], index.stats["n_reused"]) == (2, 4)
