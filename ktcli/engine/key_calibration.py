@@ -30,8 +30,11 @@ from pathlib import Path
 import torch
 
 from ktcli.engine.model_store import model_key
+from ktcli.engine.safetensors_header import crc32
 
-FORMAT = 3  # bump when the text, the token count or the statistic changes
+# bump when the text, the token count or the statistic changes (4: the file holds the
+# weights' CRC32 beside them)
+FORMAT = 4
 TEXT = Path(__file__).parent / "data" / "key_calibration.txt"
 TOKENS = 1024
 _memo: dict[str, torch.Tensor] = {}  # model key -> weights [L, H, D], for loads in one process
@@ -63,20 +66,32 @@ def measure(backend) -> torch.Tensor | None:
     return sums / sums.mean(-1, keepdim=True).clamp(min=1e-30)
 
 
-def _read(path: Path, shape: tuple[int, ...]) -> torch.Tensor | None:
+def _read(path: Path, shape: tuple[int, ...] | None = None) -> torch.Tensor | None:
+    """The weights kept at `path` (of `shape`, where given), where their CRC32 is the one
+    written beside them: bytes changed in place inside the tensor's record (a disk error, a
+    stray write) loaded as other finite weights, and int4 pages shared their key bits by
+    them, silently (torch.load checks no checksum). ~1 ms for SmolLM2's 23 KB."""
     try:
-        w = torch.load(path, map_location="cpu", weights_only=True)
+        kept = torch.load(path, map_location="cpu", weights_only=True)
     except Exception:  # absent, truncated, foreign: measure afresh
         return None
-    ok = isinstance(w, torch.Tensor) and tuple(w.shape) == shape and w.dtype == torch.float32
-    return w if ok and bool(torch.isfinite(w).all()) else None
+    if not isinstance(kept, dict):  # an older FORMAT's bare tensor, or foreign
+        return None
+    w, crc = kept.get("weights"), kept.get("crc32")
+    ok = isinstance(w, torch.Tensor) and w.dtype == torch.float32 and (shape is None or tuple(w.shape) == shape)
+    return w if ok and _crc(w) == crc and bool(torch.isfinite(w).all()) else None
+
+
+def _crc(w: torch.Tensor) -> int:
+    return crc32(w.contiguous().view(-1).view(torch.uint8).numpy())
 
 
 def _write(path: Path, w: torch.Tensor) -> None:
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(w, tmp)
+        w = w.contiguous()
+        torch.save({"weights": w, "crc32": _crc(w)}, tmp)
         os.replace(tmp, path)
     except (OSError, RuntimeError):  # torch.save raises RuntimeError for an unwritable file
         # a cache that cannot be written costs a measurement next time, nothing else
@@ -96,7 +111,9 @@ def is_kept(model_dir: Path, cache_root: Path | None) -> bool:
     """Whether this model's key weights are on hand already (else a load measures them:
     a prefill of the 1,024-token calibration text: 0.6 s for SmolLM2 on the 2-core Xeon)."""
     key, path = _kept_at(model_dir, cache_root)
-    return key in _memo or (path is not None and path.is_file())
+    # (read and checked, as `calibrate` will: by existence, a damaged file was said to be
+    # on hand and its load then measured for seconds, unannounced)
+    return key in _memo or (path is not None and _read(path) is not None)
 
 
 def calibrate(backend, model_dir: Path, cache_root: Path | None) -> bool:

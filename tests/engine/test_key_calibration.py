@@ -87,3 +87,35 @@ def test_a_model_with_a_short_window_calibrates_within_its_pages(smollm2_dir, tm
     assert torch.stack([layer.k_weight for layer in b.kv.layers]).mean(-1).allclose(torch.ones(2, 2))
     assert "".join(b.stream_chat([{"role": "user", "content": "hello"}], SamplingParams(max_new_tokens=4)))
     key_calibration._memo.clear()
+
+
+def test_a_kept_file_changed_in_place_is_measured_afresh(tmp_path):
+    """Bytes flipped inside the tensor's record loaded as other finite weights (torch.load
+    checks no checksum), and int4 pages shared their key bits by them: the CRC32 kept beside
+    them is checked on reading."""
+    w = torch.rand(30, 3, 64) + 0.5
+    path = tmp_path / "m-key.keyweights.pt"
+    key_calibration._write(path, w)
+    assert torch.equal(key_calibration._read(path, (30, 3, 64)), w)
+    assert key_calibration._read(path, (30, 3, 32)) is None  # another model's shape
+    raw = path.read_bytes()
+    at = raw.index(w.numpy().tobytes()[:64]) + 1000  # inside the tensor's bytes
+    damaged = bytearray(raw)
+    damaged[at:at + 4] = bytes(b ^ 0x40 for b in damaged[at:at + 4])
+    path.write_bytes(bytes(damaged))
+    assert key_calibration._read(path, (30, 3, 64)) is None and key_calibration._read(path) is None
+    for other in (raw[: len(raw) // 2], b"", b"not a tensor"):
+        path.write_bytes(other)
+        assert key_calibration._read(path) is None
+    torch.save(w, path)  # an older FORMAT's bare tensor, with no CRC
+    assert key_calibration._read(path) is None
+
+
+def test_is_kept_says_no_for_a_damaged_file(tmp_path, monkeypatch):
+    key_calibration._memo.clear()
+    path = tmp_path / "m-key.keyweights.pt"
+    monkeypatch.setattr(key_calibration, "_kept_at", lambda model_dir, root: ("m-key", path))
+    key_calibration._write(path, torch.ones(2, 2, 4))
+    assert key_calibration.is_kept(tmp_path, tmp_path)
+    path.write_bytes(path.read_bytes()[:-40])
+    assert not key_calibration.is_kept(tmp_path, tmp_path)
