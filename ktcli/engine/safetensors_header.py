@@ -33,11 +33,38 @@ def read_header(path: Path) -> tuple[dict, int]:
                 raise ValueError("header longer than the file")
             header = json.loads(fh.read(n))
         ends = [int(info["data_offsets"][1]) for key, info in header.items() if key != "__metadata__"]
+        misfit = _misfit_tensor(header)
     except (ValueError, KeyError, TypeError, IndexError, AttributeError, MemoryError) as e:
         raise DamagedWeightsError(f"{path}: not a readable safetensors file ({type(e).__name__})") from None
+    if misfit:
+        # (safetensors' own reader refuses it too, after the plan: `--engine hf` said "internal
+        # error: SafetensorError", and a shape of text was blamed on config.json)
+        raise DamagedWeightsError(f"{path}: tensor {misfit}'s bytes do not match its shape and dtype (a damaged file)")
     if size < 8 + n + max(ends, default=0):
         raise DamagedWeightsError(f"{path}: cut short ({size:,} bytes of {8 + n + max(ends):,}; a damaged file)")
     return header, 8 + n
+
+
+# Bytes per element of the dtypes safetensors names (others are not checked).
+_ELEMENT_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16": 2, "BF16": 2, "I16": 2,
+                  "U16": 2, "I8": 1, "U8": 1, "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+
+
+def _misfit_tensor(header: dict) -> str | None:
+    """The first tensor whose byte range is not its shape times its dtype's width (a header
+    damaged in place: a dtype or a shape changed), else None; raises on a shape or range
+    that is not numbers."""
+    import math
+
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = (int(x) for x in info["data_offsets"])
+        count = math.prod(int(d) for d in info["shape"])
+        width = _ELEMENT_BYTES.get(info["dtype"])
+        if begin < 0 or end < begin or (width is not None and count * width != end - begin):
+            return name
+    return None
 
 
 def is_complete(path: Path) -> bool:

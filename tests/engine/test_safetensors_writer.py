@@ -36,3 +36,25 @@ def test_a_streamed_file_reads_back_through_safetensors(tmp_path):
 def test_a_wrong_size_or_a_missing_tensor_is_refused(tmp_path, arrays):
     with open(tmp_path / "x.safetensors", "wb") as f, pytest.raises(ValueError):
         write_file(f, [("a", "F32", (4,), 16), ("b", "F32", (1,), 4)], iter(arrays))
+
+
+@pytest.mark.parametrize(("old", "new"), [(b'"F32"', b'"F16"'), (b'"shape":[300]', b'"shape":[3x0]'),
+                                          (b'"shape":[300]', b'"shape":["30"]')])
+def test_a_header_changed_in_place_is_a_damaged_file(tmp_path, old, new):
+    """A dtype or a shape changed in the header (the file keeps its size): our engine said
+    so at load, but `--engine hf` was "internal error: SafetensorError", and a shape of text
+    was blamed on config.json by the plan. Said by the header's reader, before either."""
+    from safetensors.torch import save_file
+
+    from ktcli.engine.safetensors_header import DamagedWeightsError, read_header
+
+    path = tmp_path / "m.safetensors"
+    save_file({"b": torch.arange(300, dtype=torch.float32)}, str(path))
+    raw = path.read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    head = raw[8:8 + n].rstrip(b" ").replace(old, new)  # (the header's padding takes a longer text)
+    assert old in raw and len(head) <= n
+    changed = raw[:8] + head + b" " * (n - len(head)) + raw[8 + n:]
+    path.write_bytes(changed)
+    with pytest.raises(DamagedWeightsError, match="a damaged file|not a readable safetensors file"):
+        read_header(path)
