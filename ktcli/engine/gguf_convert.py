@@ -261,7 +261,10 @@ def write_safetensors(header: GGUFHeader, path: Path) -> None:
     names, config = weight_names(header), weight_config(header)
     entries = [(name, "F32", tuple(reversed(tensor.shape)), tensor.n_elements * 4) for tensor, name in names]
     with open(path, "wb") as f:
-        write_file(f, entries, (hf_weights(tensor, config) for tensor, _ in names), {"format": "pt"})
+        # each tensor's CRC32 in the metadata, checked as it is read (`weights.TensorReader`,
+        # `safetensors_header.verify_checksums`): a cache file changed in place is written again
+        write_file(f, entries, (hf_weights(tensor, config) for tensor, _ in names), {"format": "pt"},
+                   checksums=True)
 
 
 def _byte_alphabet() -> dict[int, str]:

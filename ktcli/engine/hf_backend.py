@@ -43,6 +43,7 @@ class HFBackend:
                 raise
             raise UsageError(no_tokenizer(model_dir, engine_hf=True)) from None
         write_safetensors(self.model_dir)  # a converted GGUF: the weights file transformers reads, once
+        _check_written_weights(self.model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch_dtype)
         self.model.eval()
         import transformers
@@ -238,3 +239,14 @@ def _window(config) -> int:
 
     cfg = text_settings(config.to_dict())
     return scaled_window(int(cfg.get("max_position_embeddings") or 2048), rope_params(cfg))
+
+
+def _check_written_weights(folder: Path) -> None:
+    """The CRC32s ktcli wrote into a safetensors file (a converted GGUF's weights: `gguf_convert`)
+    checked before transformers' loader reads it, which checks none: bytes changed in place
+    loaded as weights, silently. Files that record none (a model's own) are not read."""
+    from ktcli.engine.safetensors_header import DamagedWeightsError, verify_checksums
+
+    for path in sorted(folder.glob("*.safetensors")):
+        if not verify_checksums(path):
+            raise DamagedWeightsError(f"{path}: a tensor changed since it was written (a damaged file)")

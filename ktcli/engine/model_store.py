@@ -208,7 +208,8 @@ def model_key(folder: Path, fmt: str) -> str:
     folder = Path(folder).resolve()
     parts = [f"format={fmt}"]
     for p in sorted(folder.iterdir()):
-        if p.suffix in (".safetensors", ".json") and p.is_file() and p.name != gguf_weights.SOURCE_RECORD:
+        if p.suffix in (".safetensors", ".json") and p.is_file() and p.name not in (gguf_weights.SOURCE_RECORD,
+                                                                                    DIGEST_RECORD):
             st = p.stat()
             if p.suffix == ".json":
                 parts.append(f"{p.name}:{_content_hash(p, st)}")
@@ -248,6 +249,48 @@ def is_converted(source: ModelSource, cache_dir: Path) -> bool:
     return source.kind == "hf" or _usable(converted_dir(source, cache_dir))
 
 
+# Beside a converted folder's files: the sha1 of each of them but its weights and its
+# records, written with the conversion and checked by `_usable`.
+DIGEST_RECORD = "ktcli-digest.json"
+
+
+def _digested(folder: Path) -> list[Path]:
+    """The files of a converted folder its digest covers: config, tokenizer, template."""
+    return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix != ".safetensors"
+                  and p.name not in (gguf_weights.SOURCE_RECORD, DIGEST_RECORD) and ".tmp" not in p.name)
+
+
+def _write_digest(folder: Path) -> None:
+    """Record the sha1 of each of `folder`'s files `_digested` names (replaced whole)."""
+    record = {"sha1": {p.name: _content_hash(p, p.stat()) for p in _digested(folder)}}
+    path = folder / DIGEST_RECORD
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _digest_holds(target: Path) -> bool | None:
+    """Whether every file the folder's digest names has the sha1 written then (None: the
+    folder has no digest, converted before they were kept). Bytes changed in place inside
+    tokenizer.json (its braces intact) were loaded as the model's tokenizer: a token renamed
+    was "tokenizer.json cannot be read ...; copy or download the model again" on every run,
+    a merge changed was other tokens, silently. ~5 ms of sha1 for the bundled model's 3.5 MB
+    tokenizer, once a process (`_content_hash`, which `model_key` asks for too)."""
+    try:
+        sums = json.loads((target / DIGEST_RECORD).read_bytes())["sha1"]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return False  # a damaged record: the folder is converted again, with a new one
+    if not isinstance(sums, dict) or not sums:
+        return False
+    for name, digest in sums.items():
+        path = target / str(name)
+        if "/" in str(name) or not path.is_file() or _content_hash(path, path.stat()) != digest:
+            return False
+    return True
+
+
 def _usable(target: Path) -> bool:
     """A converted folder whose weights (a safetensors file holding every byte its header
     names, or the GGUF its record names) and whose config and tokenizer read as JSON
@@ -255,11 +298,9 @@ def _usable(target: Path) -> bool:
     converted again, not loaded as garbage (a damaged config.json was blamed on the user's
     --model, a damaged tokenizer.json was an internal error, on every run until the folder
     was deleted by hand). Where the record's GGUF is now is `ensure_hf_dir`'s to say."""
-    from ktcli.engine.safetensors_header import is_complete
-
     try:
-        weights = target / "model.safetensors"
-        if not (is_complete(weights) if weights.exists() else gguf_weights.recorded_source(target) is not None):
+        weights = sorted(target.glob("*.safetensors"))
+        if not (all(_checked_weights(p) for p in weights) if weights else gguf_weights.recorded_source(target) is not None):
             return False
         if not isinstance(json.loads((target / "config.json").read_bytes()), dict):
             return False
@@ -275,9 +316,24 @@ def _usable(target: Path) -> bool:
         template = target / "chat_template.jinja"
         if template.exists() and not template.read_bytes().strip():
             return False
+        if _digest_holds(target) is False:
+            return False
         return _json_object_ends(target / "tokenizer.json")
     except (OSError, ValueError):
         return False
+
+
+def _checked_weights(path: Path) -> bool:
+    """A converted folder's safetensors file holds every byte its header names, and the
+    CRC32 of each tensor (checked as the tensors are read: `weights.TensorReader`). One
+    written before they were kept could not be checked: converted again, once."""
+    from ktcli.engine.safetensors_header import DamagedWeightsError, checksums_of, read_header
+
+    try:
+        header, _ = read_header(path)
+    except (DamagedWeightsError, OSError):
+        return False
+    return checksums_of(header.get("__metadata__") or {}) is not None
 
 
 def _json_object_ends(path: Path) -> bool:
@@ -313,6 +369,11 @@ def ensure_hf_dir(
                 gguf_weights.record_source(target, source.path)
             except OSError:  # a cache another user warmed, read-only here: the record stays as it is
                 pass
+        if _digest_holds(target) is None:
+            try:
+                _write_digest(target)  # converted before digests were kept: recorded as it is now
+            except OSError:
+                pass
         gguf_weights.found_at(target, source.path)  # read from there, whatever the record says by then
         return target
     if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
@@ -334,6 +395,25 @@ def ensure_hf_dir(
     _drop_older_conversions(target, cache_dir, source.path)
     gguf_weights.found_at(target, source.path)
     return target
+
+
+def convert_again(source: ModelSource, cache_dir: Path, why: str,
+                  on_status: Callable[[str], None] | None = None) -> Path:
+    """Discard the converted folder of `source` (found damaged at load: `why`, a tensor
+    whose CRC32 is not the one written) and convert it again; one line said, not a traceback
+    or an answer from damaged weights. A model folder of the user's own is never rewritten:
+    the damage is theirs to mend (`why` raised as the usage error it is)."""
+    target = converted_dir(source, cache_dir)
+    if source.kind != "gguf" or not target.exists():
+        raise UsageError(why)
+    if on_status:
+        on_status(f"the converted {source.path.name} in the cache is damaged ({why.rsplit(': ', 1)[-1]}): "
+                  "converting it again")
+    _discard(target)
+    from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
+
+    drop_packed(cache_dir / PACKED_DIR, target.name)  # packed from the damaged weights, perhaps
+    return ensure_hf_dir(source, cache_dir)
 
 
 # A temp file or folder this old was left by a run killed mid-write (SIGTERM, an OOM kill;
@@ -431,6 +511,7 @@ def _convert_gguf(gguf_path: Path, target: Path) -> None:
                                  f"GGUF reader failed on it ({type(e).__name__}: {said})") from None
         _write_rope(tmp / "config.json", scaling, int(context.contents()) if context is not None else None)
         gguf_weights.record_source(tmp, gguf_path)
+        _write_digest(tmp)
         as_umask_allows(tmp)  # mkdtemp's folder and safetensors' file are owner-only
         try:
             os.replace(tmp, target)
@@ -464,6 +545,13 @@ def _convert_with_transformers(gguf_path: Path, header, tmp: Path) -> None:
         del model.config.quantization_config
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
+    # Each tensor's CRC32 in its file's metadata, as ktcli's own writer keeps them
+    # (`gguf_convert.write_safetensors`): checked as the weights are read, so bytes changed in
+    # place are converted again, not loaded (~1 s a GB, once, beside the ~30 s of the reader).
+    from ktcli.engine.safetensors_header import add_checksums
+
+    for weights in sorted(tmp.glob("*.safetensors")):
+        add_checksums(weights)
 
 
 def _head_width(folder: str, name: str, head_dim: int | None) -> dict:

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from ktcli.engine import model_store
 from ktcli.engine.model_store import ModelSource, converted_dir, ensure_hf_dir, is_converted
-from ktcli.engine.safetensors_header import DamagedWeightsError
+from ktcli.engine.safetensors_header import DamagedWeightsError, add_checksums
 from ktcli.engine.weights import TensorReader
 from ktcli.errors import CacheError, UsageError
 
@@ -21,6 +21,7 @@ def _fake_convert(calls: list[Path]):
         calls.append(target)
         target.mkdir(parents=True)
         save_file({"w": torch.arange(4096, dtype=torch.float32)}, str(target / "model.safetensors"))
+        add_checksums(target / "model.safetensors")  # as both converters keep them
         (target / "config.json").write_text('{"model_type": "llama"}')
         (target / "tokenizer.json").write_text('{"model": {}}\n')
         (target / "tokenizer_config.json").write_text('{"bos_token": null}\n')
@@ -41,6 +42,17 @@ def source(tmp_path) -> ModelSource:
     writer.write_tensors_to_file()
     writer.close()
     return ModelSource("tiny", "gguf", path)
+
+
+def test_a_converted_weights_file_without_checksums_is_converted_again(source, tmp_path, monkeypatch):
+    """One written before the CRC32s were kept could not be checked as it is read."""
+    calls: list[Path] = []
+    monkeypatch.setattr(model_store, "_convert_gguf", _fake_convert(calls))
+    cache = tmp_path / "cache"
+    target = ensure_hf_dir(source, cache)
+    save_file({"w": torch.arange(4096, dtype=torch.float32)}, str(target / "model.safetensors"))
+    assert not is_converted(source, cache)
+    assert ensure_hf_dir(source, cache) == target and len(calls) == 2 and is_converted(source, cache)
 
 
 def test_a_conversion_cut_short_is_converted_again(source, tmp_path, monkeypatch):
@@ -247,3 +259,117 @@ def test_the_model_key_is_the_models_content_not_its_folders_path(tmp_path):
     other = tmp_path / "h" / "model-v2"
     shutil.copytree(folder, other)
     assert model_store.model_key(other, "1") != key
+
+
+def _flip_inside_tensor(path: Path, name: str) -> None:
+    """Bytes changed in place inside tensor `name` (the file keeps its size)."""
+    from ktcli.engine.safetensors_header import read_header
+
+    header, base = read_header(path)
+    begin, end = header[name]["data_offsets"]
+    with open(path, "r+b") as f:
+        f.seek(base + (begin + end) // 2)
+        raw = f.read(4)
+        f.seek(base + (begin + end) // 2)
+        f.write(bytes(b ^ 0x5A for b in raw))
+
+
+def test_a_converted_weights_file_changed_in_place_is_converted_again(tmp_path):
+    """The float32 model.safetensors written into a converted GGUF's folder (for --engine hf,
+    or by transformers' converter) held no checksum: bytes flipped in place were read as
+    weights by both engines, and our engine packed them and kept the packed file. Its
+    tensors' CRC32s are written with it and checked as they are read; a damaged file is
+    converted again, said in one line, and the load goes on."""
+    from dataclasses import replace
+
+    from ktcli.config import Settings
+    from ktcli.engine import gguf_weights, loading
+    from ktcli.engine.hf_backend import _check_written_weights
+    from ktcli.engine.safetensors_header import verify_checksums
+    from tests.engine.conftest import build_tiny
+    from tests.engine.tiny_gguf import write_gguf
+
+    gguf = write_gguf(build_tiny("llama", tmp_path / "hf"), tmp_path / "tiny.gguf")
+    cache = tmp_path / "cache"
+    source = model_store.resolve_model(str(gguf))
+    folder = ensure_hf_dir(source, cache)
+    gguf_weights.write_safetensors(folder)  # as --engine hf does, once
+    weights = folder / "model.safetensors"
+    good = TensorReader.of_folder(folder).get("model.layers.0.mlp.down_proj.weight")
+    assert verify_checksums(weights)
+    _flip_inside_tensor(weights, "model.layers.0.mlp.down_proj.weight")
+    assert not verify_checksums(weights) and model_store.is_converted(source, cache)  # (the cheap check passes)
+    with pytest.raises(DamagedWeightsError, match="down_proj.weight changed since it was written"):
+        TensorReader.of_folder(folder).get("model.layers.0.mlp.down_proj.weight")
+    with pytest.raises(DamagedWeightsError):
+        _check_written_weights(folder)  # before transformers' loader, which checks nothing
+
+    said: list[str] = []
+    settings = replace(Settings(), model=str(gguf), cache_dir=str(cache), device="cpu", weights="fp32")
+    backend = loading.load_backend(settings, said.append)
+    assert [s for s in said if "damaged" in s] == [
+        "the converted tiny.gguf in the cache is damaged (tensor model.layers.0.mlp.down_proj.weight changed since "
+        "it was written (a damaged file)): converting it again"]
+    assert backend is not None and not weights.exists()  # read from the GGUF again
+    assert torch.equal(TensorReader.of_folder(folder).get("model.layers.0.mlp.down_proj.weight"), good)
+
+
+def test_a_model_folders_own_damaged_weights_are_one_line_and_left_alone(tmp_path):
+    """A --model folder is the user's: its file is never rewritten, and a tensor changed
+    since ktcli wrote it (a folder saved from a converted one) is a usage error."""
+    from dataclasses import replace
+
+    from ktcli.config import Settings
+    from ktcli.engine import loading
+    from ktcli.engine.safetensors_header import write_file
+
+    folder = tmp_path / "model"
+    from tests.engine.conftest import build_tiny
+
+    build_tiny("llama", folder)
+    from safetensors.numpy import load_file
+
+    arrays = load_file(str(folder / "model.safetensors"))
+    entries = [(n, "F32", a.shape, a.nbytes) for n, a in arrays.items()]
+    with open(folder / "model.safetensors", "wb") as f:
+        write_file(f, entries, arrays.values(), {"format": "pt"}, checksums=True)
+    _flip_inside_tensor(folder / "model.safetensors", "model.layers.0.mlp.down_proj.weight")
+    before = (folder / "model.safetensors").read_bytes()
+    settings = replace(Settings(), model=str(folder), cache_dir=str(tmp_path / "cache"), device="cpu",
+                       weights="fp32")
+    with pytest.raises(DamagedWeightsError, match="changed since it was written") as caught:
+        loading.load_backend(settings)
+    assert caught.value.exit_code == 2 and (folder / "model.safetensors").read_bytes() == before
+
+
+def test_a_converted_tokenizer_changed_in_place_is_converted_again(tmp_path):
+    """Only the tokenizer's first and last bytes were checked: a token renamed inside it
+    was "tokenizer.json cannot be read ...; copy or download the model again" on every run
+    (blamed on the user's model, never mended), a merge changed was other tokens, silently.
+    The conversion keeps each file's sha1 (`DIGEST_RECORD`), checked as the folder is."""
+    from tests.engine.conftest import build_tiny
+    from tests.engine.tiny_gguf import write_gguf
+
+    gguf = write_gguf(build_tiny("llama", tmp_path / "hf"), tmp_path / "tiny.gguf")
+    cache = tmp_path / "cache"
+    source = model_store.resolve_model(str(gguf))
+    folder = ensure_hf_dir(source, cache)
+    key = model_store.model_key(folder, "x")
+    assert (folder / model_store.DIGEST_RECORD).is_file() and model_store._usable(folder)
+    for name in ("tokenizer.json", "config.json", "tokenizer_config.json"):
+        good = (folder / name).read_bytes()
+        middle = len(good) // 2
+        (folder / name).write_bytes(good[:middle] + bytes([good[middle] ^ 0x01]) + good[middle + 1:])
+        model_store._CONTENT_HASHES.clear()  # (a new process: the memo is one process's)
+        assert model_store._digest_holds(folder) is False and not is_converted(source, cache)
+        said: list[str] = []
+        assert ensure_hf_dir(source, cache, said.append) == folder and "damaged" in said[0]
+        assert (folder / name).read_bytes() == good and model_store.model_key(folder, "x") == key
+    # A folder converted before digests were kept is recorded as it is, and keeps its key.
+    (folder / model_store.DIGEST_RECORD).unlink()
+    assert is_converted(source, cache)
+    said = []
+    assert ensure_hf_dir(source, cache, said.append) == folder and said == []
+    assert (folder / model_store.DIGEST_RECORD).is_file() and model_store.model_key(folder, "x") == key
+    (folder / model_store.DIGEST_RECORD).write_text("{damaged")
+    assert not is_converted(source, cache)

@@ -38,6 +38,29 @@ def test_a_wrong_size_or_a_missing_tensor_is_refused(tmp_path, arrays):
         write_file(f, [("a", "F32", (4,), 16), ("b", "F32", (1,), 4)], iter(arrays))
 
 
+def test_checksums_are_added_to_a_file_another_writer_made_and_checked(tmp_path):
+    """transformers' converter writes no CRC32s: `add_checksums` rewrites its file with them
+    (the same tensors and metadata), and `verify_checksums` finds a byte changed in place."""
+    from safetensors.torch import load_file, save_file
+
+    from ktcli.engine.safetensors_header import add_checksums, checksums_of, read_header, verify_checksums
+
+    tensors = {"b": torch.arange(300, dtype=torch.float32), "a": torch.ones(7, 3, dtype=torch.bfloat16)}
+    path = tmp_path / "m.safetensors"
+    save_file(tensors, str(path), metadata={"format": "pt"})
+    assert verify_checksums(path)  # records none: nothing to check
+    add_checksums(path)
+    header, base = read_header(path)
+    assert header["__metadata__"]["format"] == "pt" and set(checksums_of(header["__metadata__"])) == {"a", "b"}
+    got = load_file(str(path))
+    assert all(torch.equal(got[k], v) for k, v in tensors.items())
+    assert verify_checksums(path) and verify_checksums(path, chunk=64)
+    with open(path, "r+b") as f:
+        f.seek(base + header["b"]["data_offsets"][0] + 600)
+        f.write(b"\x01")
+    assert not verify_checksums(path) and not verify_checksums(path, chunk=64)
+
+
 @pytest.mark.parametrize(("old", "new"), [(b'"F32"', b'"F16"'), (b'"shape":[300]', b'"shape":[3x0]'),
                                           (b'"shape":[300]', b'"shape":["30"]')])
 def test_a_header_changed_in_place_is_a_damaged_file(tmp_path, old, new):
