@@ -291,13 +291,14 @@ def _digest_holds(target: Path) -> bool | None:
     return True
 
 
-def _usable(target: Path) -> bool:
+def _usable(target: Path, digest: bool = True) -> bool:
     """A converted folder whose weights (a safetensors file holding every byte its header
     names, or the GGUF its record names) and whose config and tokenizer read as JSON
     objects: a cache copied or synced with a file cut short, or left empty by a crash, is
     converted again, not loaded as garbage (a damaged config.json was blamed on the user's
     --model, a damaged tokenizer.json was an internal error, on every run until the folder
-    was deleted by hand). Where the record's GGUF is now is `ensure_hf_dir`'s to say."""
+    was deleted by hand). Where the record's GGUF is now is `ensure_hf_dir`'s to say.
+    `digest`: the files' sha1s checked against those kept at conversion (`DIGEST_RECORD`)."""
     try:
         weights = sorted(target.glob("*.safetensors"))
         if not (all(_checked_weights(p) for p in weights) if weights else gguf_weights.recorded_source(target) is not None):
@@ -316,7 +317,7 @@ def _usable(target: Path) -> bool:
         template = target / "chat_template.jinja"
         if template.exists() and not template.read_bytes().strip():
             return False
-        if _digest_holds(target) is False:
+        if digest and not _digest_holds(target):  # (None: converted before digests were kept: converted again once)
             return False
         return _json_object_ends(target / "tokenizer.json")
     except (OSError, ValueError):
@@ -369,15 +370,13 @@ def ensure_hf_dir(
                 gguf_weights.record_source(target, source.path)
             except OSError:  # a cache another user warmed, read-only here: the record stays as it is
                 pass
-        if _digest_holds(target) is None:
-            try:
-                _write_digest(target)  # converted before digests were kept: recorded as it is now
-            except OSError:
-                pass
         gguf_weights.found_at(target, source.path)  # read from there, whatever the record says by then
         return target
     if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
-        if on_status:
+        if on_status and _digest_holds(target) is None and _usable(target, digest=False):
+            # (trusted as it was, a folder damaged before would have been recorded so)
+            on_status(f"converting {source.path.name} again, once: its files' checksums are kept from now on")
+        elif on_status:
             on_status(f"the converted {source.path.name} in the cache is damaged: converting it again")
         _discard(target)
     elif on_status:

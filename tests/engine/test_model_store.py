@@ -27,6 +27,7 @@ def _fake_convert(calls: list[Path]):
         (target / "tokenizer_config.json").write_text('{"bos_token": null}\n')
         (target / "generation_config.json").write_text('{"eos_token_id": 2}\n')
         (target / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
+        model_store._write_digest(target)
     return convert
 
 
@@ -365,11 +366,13 @@ def test_a_converted_tokenizer_changed_in_place_is_converted_again(tmp_path):
         said: list[str] = []
         assert ensure_hf_dir(source, cache, said.append) == folder and "damaged" in said[0]
         assert (folder / name).read_bytes() == good and model_store.model_key(folder, "x") == key
-    # A folder converted before digests were kept is recorded as it is, and keeps its key.
+    # A folder converted before digests were kept (damaged then, perhaps) is converted again
+    # once, said so, and keeps its key (its packed weights are read as before).
     (folder / model_store.DIGEST_RECORD).unlink()
-    assert is_converted(source, cache)
+    assert not is_converted(source, cache)
     said = []
-    assert ensure_hf_dir(source, cache, said.append) == folder and said == []
+    assert ensure_hf_dir(source, cache, said.append) == folder
+    assert said == ["converting tiny.gguf again, once: its files' checksums are kept from now on"]
     assert (folder / model_store.DIGEST_RECORD).is_file() and model_store.model_key(folder, "x") == key
     (folder / model_store.DIGEST_RECORD).write_text("{damaged")
     assert not is_converted(source, cache)
