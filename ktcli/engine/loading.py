@@ -37,20 +37,21 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
     source = resolve_model(settings.model, settings.named("model"))
     model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
     try:
-        backend = _load_local(settings, model_dir, on_status, plan)
+        backend = _load_local(settings, model_dir, on_status, plan, on_warning)
     except DamagedWeightsError as e:
         if source.kind != "gguf":
             raise  # a --model folder's own file: one line (exit 2), never rewritten
         # A converted GGUF's weights file in the cache changed in place (its CRC32s): converted
         # again, said in one line, and loaded once more; a --model folder's is the user's error.
         model_dir = convert_again(source, settings.cache_path, str(e), on_status)
-        backend = _load_local(settings, model_dir, on_status, plan)
+        backend = _load_local(settings, model_dir, on_status, plan, on_warning)
     if settings.context_window and settings.context_window < backend.context_window:
         backend.context_window = settings.context_window  # --context-window caps what prompts may fill
     return backend
 
 
-def _load_local(settings: Settings, model_dir, on_status: Callable[[str], None] | None, plan) -> Backend:
+def _load_local(settings: Settings, model_dir, on_status: Callable[[str], None] | None, plan,
+                on_warning: Callable[[str], None] | None = None) -> Backend:
     backend: Backend
     if settings.engine == "hf":
         from ktcli.engine.gguf_weights import linked_gguf
