@@ -14,7 +14,8 @@ from dataclasses import replace
 from ktcli.config import Settings
 from ktcli.engine.batching import Runner, make_runner
 from ktcli.engine.loading import weights_note
-from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+from ktcli.engine.model_store import convert_again, ensure_hf_dir, resolve_model
+from ktcli.engine.safetensors_header import DamagedWeightsError
 from ktcli.errors import KtcliError, UsageError
 from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
 
@@ -38,7 +39,8 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     from ktcli.engine.threads import govern
     from ktcli.threads import cpu_sample
 
-    model_dir = ensure_hf_dir(resolve_model(settings.model, settings.named("model")), settings.cache_path, on_status)
+    source = resolve_model(settings.model, settings.named("model"))
+    model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
     if settings.attention not in ("", "auto"):  # a policy reading past the window answers noise
         from ktcli.engine.longctx import check_attention_span
 
@@ -48,9 +50,18 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
     # the engine reads their K/V back from the prompt cache (engine.prefix_store).
     prompts = settings.cache_path / "prompts" if settings.prompt_cache else None
     budget = kv_budget(settings, model_dir)
-    backend = NativeBackend.load(model_dir, device=settings.device, weights=settings.weights, threads=settings.threads,
-                                 pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
-                                 kv_budget_bytes=budget, **_engine_options(NativeBackend.load, settings))
+
+    def load(folder):
+        return NativeBackend.load(folder, device=settings.device, weights=settings.weights, threads=settings.threads,
+                                  pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
+                                  kv_budget_bytes=budget, **_engine_options(NativeBackend.load, settings))
+
+    try:
+        backend = load(model_dir)
+    except DamagedWeightsError as e:
+        if source.kind != "gguf":
+            raise  # a --model folder's own file: one line, never rewritten
+        backend = load(convert_again(source, settings.cache_path, str(e), on_status))  # as `ktcli ask` does
     if budget is not None and backend.context_window < MIN_SERVED_TOKENS:
         raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: leaves KV pages for "
                          f"{backend.context_window:,} tokens (~{budget / 2**20:,.0f} MiB beside the model), under "

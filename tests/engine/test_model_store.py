@@ -314,6 +314,16 @@ def test_a_converted_weights_file_changed_in_place_is_converted_again(tmp_path):
     assert backend is not None and not weights.exists()  # read from the GGUF again
     assert torch.equal(TensorReader.of_folder(folder).get("model.layers.0.mlp.down_proj.weight"), good)
 
+    # `ktcli serve` loads its engine itself (`serve.run.load_engine`): the same repair, not
+    # a one-line error on every start
+    from ktcli.serve.run import load_engine
+
+    gguf_weights.write_safetensors(folder)
+    _flip_inside_tensor(weights, "model.layers.0.mlp.down_proj.weight")
+    said.clear()
+    assert load_engine(replace(settings, kv_dtype="auto", attention="auto"), said.append) is not None
+    assert [s for s in said if "damaged" in s] and not weights.exists()
+
 
 def test_a_model_folders_own_damaged_weights_are_one_line_and_left_alone(tmp_path):
     """A --model folder is the user's: its file is never rewritten, and a tensor changed
