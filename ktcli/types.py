@@ -230,6 +230,10 @@ class Citation:
     # The number of the source block the model read these lines in, which the answer's
     # own "[3]" refers to (0: none, as in a summary, whose windows each start at 1).
     label: int = 0
+    # The one line whose words matched the answer's sentence (attribution), in the span's
+    # numbering; `span` is it and a line either side. None where the entry stands for a
+    # label the answer wrote, or a whole passage or document.
+    line: int | None = None
 
 
 @dataclass(frozen=True)

@@ -540,7 +540,8 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
         if any(_overlaps(span, c.span) for c in citations):  # equal spans overlap too
             continue
         label = label_of(lines[i].chunk) if label_of is not None else 0
-        citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3), label=label))
+        citations.append(Citation(ref=span.cite(), span=span, score=round(s, 3), label=label,
+                                  line=lines[i].number))
     return citations
 
 
@@ -993,10 +994,16 @@ def in_source_lines(answer: Answer, corpus: Corpus) -> Answer:
         label = printed.get((span.path, span.page))
         return replace(span, page_label=label) if label else span
 
+    def moved_line(c: Citation) -> int | None:
+        lines = maps.get(c.span.path)
+        if not lines or c.line is None:
+            return c.line
+        return lines[min(c.line, len(lines)) - 1]
+
     cites = []
     for c in answer.citations:
         span = labelled(moved(c.span))
-        cites.append(replace(c, ref=ref(span), span=span))
+        cites.append(replace(c, ref=ref(span), span=span, line=moved_line(c)))
     figures = dict(answer.stats)
     if "evidence" in figures:
         evidence = []

@@ -126,7 +126,7 @@ def answer_json(answer: Answer, warnings: list[str] | tuple[str, ...] = ()) -> s
     text said why only there, and --json's answer was "" with no reason)."""
     payload = {
         "answer": answer.text,
-        "citations": [{"ref": c.ref, **_span(c.span), "score": c.score, "section": c.section,
+        "citations": [{"ref": c.ref, **_span(c.span), "line": c.line, "score": c.score, "section": c.section,
                        "label": c.label or None} for c in _once_each(answer.citations)],
         "plan": plan_dict(answer.plan),
         "figures": answer.stats,

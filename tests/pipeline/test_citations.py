@@ -163,11 +163,13 @@ def test_citations_of_html_name_the_file_lines():
     page = Document("page.html", "# Title\n\nThe keeper is Ada.\nEnd.", "html", source_lines=(7, 8, 9, 12))
     text = Document("notes.txt", "a\nb\n", "text")
     plan = Plan(Mode.FULL, "ask", 10, 1, 8192, 384, 10, 2, 0, 1, 0, 1.0, 1)
-    cites = (Citation("page.html:3-4", Span("page.html", 3, 4)), Citation("notes.txt:2", Span("notes.txt", 2, 2)))
+    cites = (Citation("page.html:3-4", Span("page.html", 3, 4), line=3),
+             Citation("notes.txt:2", Span("notes.txt", 2, 2), line=2))
     evidence = [{"ref": "page.html:3", "path": "page.html", "line_start": 3, "line_end": 3, "page": None, "score": 1.0}]
     answer = in_source_lines(Answer("Ada.", cites, plan, {"evidence": evidence}), Corpus((page, text)))
     assert [c.ref for c in answer.citations] == ["page.html:9-12", "notes.txt:2"]
     assert answer.citations[0].span == Span("page.html", 9, 12)
+    assert [c.line for c in answer.citations] == [9, 2]  # the matched line, in the file's lines too
     assert answer.stats["evidence"][0]["ref"] == "page.html:9" and answer.stats["evidence"][0]["line_start"] == 9
 
 

@@ -1070,3 +1070,28 @@ def test_a_parts_notes_saying_the_prompts_part_header_back_lose_that_line():
     assert _without_position_echo("- part 2 of 6: report.pdf pages 3-9\n- roads") == "- roads"
     book = "Part 2 of 3: The Voyage\nThe ship sailed in part 1 of 2 of the race."
     assert _without_position_echo(book) == book  # a document's own parts, no place after them
+
+
+@pytest.mark.parametrize("name, mode", [("notes.txt", "full"), ("notes.md", "full"), ("notes.txt", "retrieval"),
+                                        ("notes.md", "retrieval")])
+def test_a_citation_names_the_exact_line_that_holds_the_fact(tmp_path, monkeypatch, name, mode):
+    """--json's `line_start`-`line_end` is the matched line and one either side; `line` is
+    the one line whose words matched, for a script that opens the file at it."""
+    import json
+
+    from ktcli.pipeline import api
+    from ktcli.render.formats import answer_json
+
+    filler = [f"Item {k}: the gardens close at dusk and the cafe serves tea." for k in range(30)]
+    body = filler[:16] + ["The vault combination is 31-07-1999 and only the curator knows it."] + filler[16:]
+    if name.endswith(".md"):
+        body = ["# Museum notes", "", "## Security", ""] + body  # the fact on line 21
+    doc = tmp_path / name
+    doc.write_text("\n".join(body) + "\n")
+    fact_line = body.index(next(b for b in body if "vault" in b)) + 1
+    monkeypatch.setattr(api, "_load", lambda *a: FakeBackend())
+    answer = api.ask([str(doc)], "What is the vault combination?", settings_for(tmp_path, mode=mode), NullReporter())
+    assert "31-07-1999" in answer.text
+    cite = json.loads(answer_json(answer))["citations"][0]
+    assert cite["line"] == fact_line
+    assert cite["line_start"] <= fact_line <= cite["line_end"] and cite["line_end"] - cite["line_start"] == 2
