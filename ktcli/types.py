@@ -256,3 +256,7 @@ class Answer:
     # them under "## path" headings (which a model's own "## Overview" made ambiguous).
     parts: tuple[tuple[str, str], ...] = ()
     files: FileMap | None = None  # a summary of several files: what each says it is
+    # A question's: whether the documents seem not to hold its answer (`pipeline.grounding`),
+    # and the measures it was judged by (None: not judged: a summary, code, no embedder).
+    not_in_documents: bool = False
+    grounding: dict | None = None

@@ -9,7 +9,7 @@ from ktcli.config import Settings
 from ktcli.errors import ModelNotInstalledError, NotesCutOff, UsageError
 from ktcli.engine.backend import Backend, SamplingParams
 from ktcli.engine.openai_http import StreamCutOffError
-from ktcli.pipeline import citations, key_lines, prompts
+from ktcli.pipeline import citations, grounding, key_lines, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index, embedder_for
 from ktcli.pipeline.prepare import Prepared
@@ -54,7 +54,8 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                 cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0),
                                             asked=asked_definitions(prep.question))
                 cites += citations.document_citations(text, prep.corpus.documents, cites)
-                return Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep), prep.corpus.skipped)
+                return _grounded(Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep),
+                                        prep.corpus.skipped), prep.question, texts, settings, reporter)
 
             return streamed.finish(whole_read_answer)
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
@@ -161,9 +162,27 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         # could not tell which passage an answer's "[3]" was)
         figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4), h.chunk.section)
                                | {"label": citations.passage_label(h.chunk.span, labelled)} for h in hits]
-        return Answer(text, cited, with_windows(prep.plan, len(windows)), figures, prep.corpus.skipped)
+        return _grounded(Answer(text, cited, with_windows(prep.plan, len(windows)), figures, prep.corpus.skipped),
+                         prep.question, [c.text for c in labelled], settings, reporter, passages=True)
 
     return streamed.finish(retrieval_answer)
+
+
+def _grounded(answer: Answer, question: str, read: list[str], settings: Settings, reporter: Reporter,
+              passages: bool = False) -> Answer:
+    """The answer with whether the documents seem not to hold it (`grounding.judge`): the
+    bundled model never says so, and answered "Who won the 1998 World Cup?" from an annual
+    report all the same."""
+    if not answer.text.strip():
+        return answer
+    try:
+        judged = grounding.judge(question, read, answer.text, embedder_for(settings), passages=passages)
+    except (ModelNotInstalledError, UsageError) as e:  # no embedder: not judged
+        reporter.warn(f"not judged whether the documents hold the answer: {e}")
+        return answer
+    if judged is None:
+        return answer
+    return replace(answer, not_in_documents=judged.not_in_documents, grounding=judged.as_dict())
 
 
 def _count_moved(labels: citations.Relabel, tally: Tally) -> None:

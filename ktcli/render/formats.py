@@ -17,6 +17,8 @@ def citations_text(answer: Answer) -> str:
     # An answer cut off inside a code block (--max-new-tokens, a stopped loop) left it open:
     # the Sources were shown as code in a Markdown viewer.
     fence = ("\n```" if _open_fence(answer.text) else "") + _files_text(answer)
+    if answer.not_in_documents:
+        fence += "\n\n" + NOT_IN_DOCUMENTS
     if not answer.citations:
         return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
@@ -37,6 +39,12 @@ def citations_text(answer: Answer) -> str:
             mark = f"[{label}]" if j == 0 else ""
             rows.append(f"  {mark:<{width}} {c.ref}{_section_note(c.section)}")
     return fence + "\n\nSources:\n" + "\n".join(rows)
+
+
+# Said after an answer the documents seem not to hold (`pipeline.grounding`), on stdout with
+# the Sources: it is about the answer's worth, and stderr is what `ktcli ask ... | tool` loses.
+NOT_IN_DOCUMENTS = ("Not in the documents: nothing read matches the question, and the answer's words are not in "
+                    "what was read; the answer above is the model's own, not the documents'.")
 
 
 def _files_text(answer: Answer) -> str:
@@ -133,6 +141,9 @@ def answer_json(answer: Answer, warnings: list[str] | tuple[str, ...] = ()) -> s
         "skipped": skipped_list(answer.skipped),
         "warnings": list(warnings),
     }
+    if answer.plan.task == "ask":
+        payload["not_in_documents"] = answer.not_in_documents
+        payload["grounding"] = answer.grounding
     if answer.parts:
         payload["documents"] = [{"path": path, "summary": text} for path, text in answer.parts]
     if answer.files is not None:

@@ -1,0 +1,97 @@
+"""Whether the documents seem not to hold what a question asks.
+
+The bundled 135M model never says "not in the documents": asked "Who won the 1998 World
+Cup?" about the sample annual report, it answered from whatever it read, or with a team of
+its own. So ktcli judges it from outside the model, from two signs that must agree:
+
+- the question matches nothing that was read: no sentence or table row read is near it in
+  the embedder's space (best cosine under QUESTION_MATCH_BELOW), and some of its content
+  words stand nowhere in it (QUESTION_WORDS_BELOW);
+- the answer stands on nothing that was read: under ANSWER_READ_BELOW of its own content
+  words (those of the question left out) are in it, or the answer says that the input
+  lacks it ("... is not mentioned"); or no content word of the question stands in what was
+  read at all (the small model answers such a question by copying a line about something
+  else, whose words are all the input's).
+
+Measured by `python -m benchmarks.unanswerable` (answerable: qa_accuracy's questions;
+unanswerable: 16 written about the sample documents, 28 asks)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from ktcli.retrieval.embedder import TextEmbedder
+
+QUESTION_MATCH_BELOW = 0.45  # answerable questions: 0.40 (1 of 94), else 0.45 and up
+QUESTION_WORDS_BELOW = 1.0  # a question every content word of which stands in the input is not judged
+ANSWER_READ_BELOW = 0.5
+MAX_LINES = 256  # lines embedded at most, the best by BM25 (as `key_lines.pick`)
+
+# Words a question asks with, not about: "How many", "how much", "how long".
+_ASKING = frozenset("many much long often far big large old kind sort type way".split())
+
+
+@dataclass(frozen=True)
+class Grounding:
+    question_match: float  # best cosine between the question and a unit read
+    question_words_found: float  # share of the question's content words that stand in what was read
+    answer_words_read: float | None  # share of the answer's own content words in what was read; None: none
+    not_in_documents: bool
+
+    def as_dict(self) -> dict:
+        return {"question_match": round(self.question_match, 3),
+                "question_words_found": round(self.question_words_found, 3),
+                "answer_words_read": None if self.answer_words_read is None else round(self.answer_words_read, 3)}
+
+
+def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedder,
+          passages: bool = False) -> Grounding | None:
+    """`read`: the texts the model read (documents whole, or retrieved passages). None
+    where nothing read is prose (code: `key_lines.lines_of` has no unit of it) or the
+    question has no content word."""
+    from ktcli.pipeline import citations, key_lines
+    from ktcli.retrieval.lexical import BM25Index, tokenize
+
+    asked = [t for t in key_lines._content_terms(question) if t not in _ASKING]
+    units = list(dict.fromkeys(u for text in read for u in key_lines.lines_of(text, passage=passages)))
+    if not asked or not units:
+        return None
+    lexical = BM25Index(units).scores(question)
+    shortlist = [units[i] for i in np.argsort(-lexical, kind="stable")[:MAX_LINES]]
+    match = float((embedder.embed(shortlist) @ embedder.embed_query(question)).max())
+    # a word stands where one read starts as it does, to 5 letters: "open" in "opened",
+    # "employees" in "employed"
+    present = {t[:n] for text in read for t in set(tokenize(text)) for n in range(1, 6)}
+    found = sum(t[:5] in present for t in asked) / len(asked)
+    # (an answer's word whole: "States" is not the report's "stated")
+    words = {t for text in read for t in tokenize(text)}
+    said = _own_words(answer, question)
+    words_read = sum(w in words for w in said) / len(said) if said else None
+    says_absent = bool(citations._ABSENT.search(answer))
+    unmatched = match < QUESTION_MATCH_BELOW and found < QUESTION_WORDS_BELOW
+    unbacked = says_absent or words_read is None or words_read < ANSWER_READ_BELOW
+    # No content word of the question anywhere in what was read, and no line near it: what
+    # the answer says is read off lines about something else ("The head of marketing is
+    # Helena Brandt.", the chair, from a report that names no head of marketing).
+    nowhere = match < QUESTION_MATCH_BELOW and found == 0
+    return Grounding(match, found, words_read, nowhere or (unmatched and unbacked))
+
+
+_LABEL = re.compile(r"\[\d{1,3}\]")
+
+
+def _own_words(answer: str, question: str) -> list[str]:
+    """The answer's content words, less the question's and ktcli's own prompt words."""
+    from ktcli.pipeline import citations
+    from ktcli.retrieval.lexical import tokenize
+
+    asked = {t[:5] for t in tokenize(question)}
+    prompt = citations._instruction_terms()
+    return list(dict.fromkeys(w for w in citations.terms(_LABEL.sub(" ", answer))
+                              if w[:5] not in asked and w not in prompt))

@@ -1,0 +1,100 @@
+"""`pipeline.grounding`: "not in the documents" where the question matches nothing read and
+the answer stands on nothing read; never where either holds."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from ktcli.config import Settings
+from ktcli.pipeline import grounding
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.indexing import embedder_for
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+from ktcli.render.formats import NOT_IN_DOCUMENTS, answer_json, citations_text
+
+from .fake_backend import FakeBackend
+
+REPORT = ("Harbor Light designs and manufactures storm lanterns.\n"
+          "Q3 revenue was $5.87 million, the strongest quarter in the company's history.\n"
+          "The Halden factory opened on 14 September 2023 and employs 96 people.\n")
+
+
+class Cosine:
+    """An embedder whose every line is the same distance from every question: `match`."""
+
+    def __init__(self, match: float) -> None:
+        self.query = np.array([match, (1 - match ** 2) ** 0.5], dtype=np.float32)
+
+    def embed(self, texts):
+        return np.tile(np.array([1.0, 0.0], dtype=np.float32), (len(texts), 1))
+
+    def embed_query(self, text):
+        return self.query
+
+
+def test_a_question_that_matches_nothing_read_with_an_answer_from_nowhere_is_not_in_the_documents():
+    judged = grounding.judge("Who won the 1998 World Cup?", [REPORT], "Brazil won it in Paris.", Cosine(0.2))
+    assert judged.not_in_documents and judged.question_words_found == 0 and judged.answer_words_read == 0
+
+
+def test_either_sign_alone_is_not_enough():
+    # the answer stands on what was read (the bundled model copies a line): not judged absent
+    copied = "Harbor Light designs and manufactures storm lanterns."
+    assert not grounding.judge("Who won the storm lantern award?", [REPORT], copied, Cosine(0.2)).not_in_documents
+    # the question matches a line well: the answer's words alone say nothing
+    assert not grounding.judge("When did the Halden factory open?", [REPORT], "Brazil won.", Cosine(0.8)).not_in_documents
+    # every content word of the question stands in what was read ("open" in "opened")
+    assert not grounding.judge("When did the Halden factory open?", [REPORT], "Brazil won.", Cosine(0.2)).not_in_documents
+
+
+def test_a_question_no_word_of_which_was_read_is_not_in_the_documents_whatever_the_answer_copies():
+    # the bundled model, asked for a head of marketing the report never names: "The head of
+    # marketing is Helena Brandt." (the chair), every word of it the report's
+    copied = "Harbor Light designs and manufactures storm lanterns."
+    assert grounding.judge("Who won the 1998 World Cup?", [REPORT], copied, Cosine(0.2)).not_in_documents
+    assert not grounding.judge("Who won the 1998 World Cup?", [REPORT], copied, Cosine(0.6)).not_in_documents
+
+
+def test_an_answer_that_says_the_input_lacks_it_counts_as_standing_on_nothing():
+    said = "The winner of the 1998 World Cup is not mentioned in the report's revenue and lanterns."
+    assert grounding.judge("Who won the 1998 World Cup?", [REPORT], said, Cosine(0.2)).not_in_documents
+
+
+def test_code_is_not_judged():
+    assert grounding.judge("What does parse do?", ["```\ndef parse(x):\n    return x\n```\n"], "It parses.",
+                           Cosine(0.1)) is None
+
+
+@pytest.mark.parametrize("question, absent", [("Who won the 1998 World Cup?", True),
+                                              ("What was the Q3 revenue?", False)])
+def test_the_bundled_embedder_tells_them_apart(question, absent):
+    """Real embedder: an unanswerable question with a made-up answer is said absent; an
+    answerable one with the same answer is not (its question matches a line)."""
+    judged = grounding.judge(question, [REPORT], "Zebras quietly juggle purple xylophones.", embedder_for(Settings()))
+    assert judged.not_in_documents is absent
+
+
+class MadeUp(FakeBackend):
+    def _reply(self, messages):
+        return "Zebras quietly juggle purple xylophones. [1]"
+
+
+def test_the_answer_says_so_after_its_text_and_in_json(tmp_path):
+    doc = tmp_path / "report.txt"
+    doc.write_text(REPORT)
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), mode="full")
+    prep = prepare([str(doc)], "Who won the 1998 World Cup?", "ask", settings, NullReporter())
+    answer = answer_question(prep, MadeUp(), settings, NullReporter(), Tally())
+    assert answer.not_in_documents and NOT_IN_DOCUMENTS in citations_text(answer)
+    payload = json.loads(answer_json(answer))
+    assert payload["not_in_documents"] is True and payload["grounding"]["question_words_found"] == 0
+    prep = prepare([str(doc)], "When did the Halden factory open?", "ask", settings, NullReporter())
+    answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
+    assert not answer.not_in_documents and NOT_IN_DOCUMENTS not in citations_text(answer)
+    assert json.loads(answer_json(answer))["not_in_documents"] is False
