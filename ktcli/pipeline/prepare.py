@@ -24,6 +24,7 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.key_lines import quotes
 from ktcli.pipeline.skip_report import first_named, report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
+from ktcli.pipeline.windows import as_read
 from ktcli.plan import PlanRequest, Throughput, make_plan
 from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE, weighs_sparse
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
@@ -371,10 +372,13 @@ def prepare(
     if tokenizer is not None:
         per_estimate = len(tokenizer.encode(whole_input(corpus.documents))) / max(estimate, 1)
         kind_ratios = _kind_ratios(corpus, tokenizer)
+        sampled, counter = per_estimate, tokenizer
     else:
         sampler = _converted_tokenizer(settings) if settings.backend == "local" else None
-        per_estimate = _sampled_ratio("\n".join(d.text for d in corpus.documents), sampler)
+        sampled = _sampled_ratio("\n".join(d.text for d in corpus.documents), sampler, floor=0.0)
+        per_estimate = max(sampled, MODEL_TOKENS_PER_ESTIMATE)
         kind_ratios = _kind_ratios(corpus, sampler)
+        counter = sampler
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     converts = _converts_first(settings)
@@ -413,6 +417,7 @@ def prepare(
         kernel_pages=bool(settings.rope_scaling) and settings.engine == "ktcli",
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,
+        **_passage_sizes(chunks, sampled, counter),
     )
     rates = load_rates(settings, facts)
     plan = make_plan(request, facts, rates)
@@ -431,6 +436,36 @@ def prepare(
                     outlines=outlines if plan.outline_files else {}, converts_model=converts,
                     notes_request=notes_request,
                     kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()})
+
+
+# Documents whose source tag `_passage_sizes` counts at most (spread over the input).
+TAG_SAMPLE_DOCUMENTS = 256
+
+
+def _passage_sizes(chunks: tuple[Chunk, ...], ratio: float, tokenizer) -> dict[str, float]:
+    """A retrieved chunk as a window reads it, in model tokens: the chunks' mean and their
+    source tags' (`PlanRequest.chunk_mean_tokens`, `passage_tag_tokens`), each tag counted
+    on a document's middle chunk (its path and place, line numbers of a typical width; a
+    table's header row), weighted by the document's chunks. `ratio`: model tokens per estimate token of the input as
+    measured (not padded: the tutorial's chunks are 1.09x tiktoken's, planned at 1.25x);
+    `tokenizer`: the model's, which counts the tags (SmolLM2 spells their line numbers
+    digit by digit: 1.4-1.5x tiktoken's count), else tiktoken's at `ratio`."""
+    if not chunks:
+        return {}
+    by_doc: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        by_doc.setdefault(c.doc_path, []).append(c)
+    docs = [(of[len(of) // 2], len(of)) for of in by_doc.values()]
+    docs = docs[::max(1, -(-len(docs) // TAG_SAMPLE_DOCUMENTS))]
+    if tokenizer is not None:
+        def count(text: str) -> float:
+            return len(tokenizer.encode(text))
+    else:
+        def count(text: str) -> float:
+            return count_tokens(text) * ratio
+    tags = sum((count(as_read([c])) + 1 - count(c.text)) * n for c, n in docs) / sum(n for _, n in docs)
+    return {"chunk_mean_tokens": sum(c.n_tokens for c in chunks) / len(chunks) * ratio,
+            "passage_tag_tokens": max(tags, 0.0)}
 
 
 def _notes_request(task: str, question: str, corpus: Corpus, settings: Settings, plan: Plan) -> str:
@@ -575,7 +610,7 @@ def _may_read_whole(settings: Settings, task: str) -> bool:
 _SAMPLES, _SAMPLE_CHARS = 16, 4096
 
 
-def _sampled_ratio(text: str, tokenizer) -> float:
+def _sampled_ratio(text: str, tokenizer, floor: float = MODEL_TOKENS_PER_ESTIMATE) -> float:
     """Model tokens per tiktoken token over 16 slices of 4 KB spread across an input too
     long to count whole (~0.15 s with the tokenizer's load): logs and CSV run 1.46x,
     minified code 1.62x, so the fixed 1.25 planned a 353K-token file at 226K. The fixed
@@ -585,8 +620,9 @@ def _sampled_ratio(text: str, tokenizer) -> float:
     step = max(len(text) // _SAMPLES, _SAMPLE_CHARS)
     slices = [text[at : at + _SAMPLE_CHARS] for at in range(0, len(text), step)][:_SAMPLES]
     ours, theirs = sum(len(tokenizer.encode(t)) for t in slices), sum(count_tokens(t) for t in slices)
-    # Never below the fixed ratio: "fits" errs on the safe side, as the padding meant.
-    return max(ours / theirs, MODEL_TOKENS_PER_ESTIMATE) if theirs else MODEL_TOKENS_PER_ESTIMATE
+    # Never below the fixed ratio: "fits" errs on the safe side, as the padding meant
+    # (`floor` 0: the ratio as sampled, what a chunk of the input costs on average).
+    return max(ours / theirs, floor) if theirs else MODEL_TOKENS_PER_ESTIMATE
 
 
 def _kind_ratios(corpus: Corpus, tokenizer) -> dict[str, float]:

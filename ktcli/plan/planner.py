@@ -180,6 +180,13 @@ class PlanRequest:
     # ... and they are all its note steps: every one this plan has is then read back, however
     # many windows it estimates.
     notes_all_kept: bool = False
+    # A retrieved chunk as a window reads it, in model tokens: the input's chunks' mean
+    # (overlap included) and their source tags' (0: not known; estimated from the corpus,
+    # the chunk settings and PASSAGE_TAG_TOKENS). Chunks cut at headings and blank lines
+    # are shorter than --chunk-tokens: the estimate had the tutorial's at 265 tokens where
+    # they are 227, and planned 2 windows for 10 retrieved chunks that the run read in 1.
+    chunk_mean_tokens: float = 0.0
+    passage_tag_tokens: float = 0.0
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -758,20 +765,31 @@ def evidence_cap(task: str) -> int:
 
 
 # A passage's source tag with its path and line range, and the blank line after it
-# (`windows.pack` counts them: 20-50 tokens).
+# (`windows.pack` counts them: 20-50 tokens; 33-43 of SmolLM2's on sample_docs, ktcli/ and
+# tests/), where the request does not say (`PlanRequest.passage_tag_tokens`).
 PASSAGE_TAG_TOKENS = 30
 
 
-def _windows_packed(evidence: int, passages: int, budget: int) -> int:
+def _windows_packed(evidence: int, passages: int, budget: int, tag: float = PASSAGE_TAG_TOKENS) -> int:
     """Windows that `windows.pack` fills with `passages` totalling `evidence` tokens: whole
-    passages in order, each in its tag, so a window of passages of varied size ends on
+    passages in order, each in its `tag`, so a window of passages of varied size ends on
     average half a passage short of its budget (the plan divided the evidence by the
-    budget: 2 windows where the run read 3, and 3 for 4)."""
+    budget: 2 windows where the run read 3, and 3 for 4). The last window has nothing
+    after it to leave out: 8 passages of 370 tokens with their tags fill one 3,072-token
+    window, planned as 2."""
     passages = max(1, passages)
-    item = evidence / passages + PASSAGE_TAG_TOKENS
+    item = evidence / passages + tag
     if item > budget / 2:  # no two fit one window (a summary's passages are joined up to a window each)
         return passages
-    return max(1, min(passages, math.ceil(passages * item / (budget - item / 2))))
+    return max(1, min(passages, math.ceil((passages * item - item / 2) / (budget - item / 2))))
+
+
+def note_steps(task: str, n_windows: int) -> int:
+    """The note steps of a read in `n_windows` windows: a question reads its last window
+    with the notes and answers there (`pipeline.qa`); a summary takes notes in every
+    window, one window too, then writes from the notes (`summarize`: a summary in parts of
+    one window was planned as one read, and its rerun with the part's note kept as none)."""
+    return n_windows - 1 if task == "ask" else n_windows
 
 
 def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
@@ -788,15 +806,18 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     if req.task == "ask":
         top_k = min(req.top_k, n_chunks)
         # chunk sizes are set in estimate tokens; the average chunk in model tokens,
-        # overlap included, is what a window really holds
-        per_chunk = req.corpus_tokens / max(n_chunks, 1) * req.chunk_tokens / max(req.chunk_tokens - req.chunk_overlap, 1)
+        # overlap included, is what a window really holds: the chunks' own mean where the
+        # request has it, else as if every chunk were cut full (most end early, at a
+        # heading or blank line, with less overlap)
+        per_chunk = req.chunk_mean_tokens or (req.corpus_tokens / max(n_chunks, 1) * req.chunk_tokens
+                                              / max(req.chunk_tokens - req.chunk_overlap, 1))
         evidence = int(top_k * min(per_chunk, req.chunk_tokens * 2))
         passages = top_k  # retrieved chunks are mostly apart: a passage each
     else:
         evidence = req.corpus_tokens  # a summary reads everything
         top_k = 0
         passages = max(req.n_documents, math.ceil(evidence / budget))  # neighbours join up to a window
-    n_windows = _windows_packed(evidence, passages, budget)
+    n_windows = _windows_packed(evidence, passages, budget, req.passage_tag_tokens or PASSAGE_TAG_TOKENS)
     # Each window: its evidence, the notes so far, and new notes; then one final answer.
     # Memory is sized for the most notes a window may pass on, time for what they run to.
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
@@ -808,9 +829,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     timed_prompt = held + notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     cost = _read_cost(req, facts)
     rates = _read_rates(req, facts, rates, timed_prompt)
-    # A question reads its last window with the notes and answers there (`pipeline.qa`); a
-    # summary takes notes in every window, then writes from the notes (`summarize`).
-    note_windows = n_windows - 1 if req.task == "ask" else n_windows if n_windows > 1 else 0
+    note_windows = note_steps(req.task, n_windows)
     final_prompt = timed_prompt if note_windows < n_windows else notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
     answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
     noted = max(0, note_windows - req.kept_notes)  # the rest are read back from an earlier run
@@ -903,7 +922,7 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     none were kept: they are the notes of the plan that run chose, and counted in, they
     could tip a summary from outlines to every line, whose notes none are."""
     chosen = _make_plan(replace(req, kept_notes=0), facts, rates)
-    note_windows = chosen.n_windows - 1 if chosen.task == "ask" else chosen.n_windows if chosen.n_windows > 1 else 0
+    note_windows = note_steps(chosen.task, chosen.n_windows)
     kept = (note_windows if req.notes_all_kept else min(req.kept_notes, note_windows)) \
         if chosen.mode is Mode.RETRIEVAL else 0
     if not kept:

@@ -116,3 +116,31 @@ def test_a_sparse_read_is_planned_at_the_models_own_count(tmp_path, monkeypatch)
     monkeypatch.setattr(preparing, "EXACT_COUNT_TOKENS", 20_000)
     capped = prepare([str(text)], "What does break do?", "ask", replace(settings, mode="sparse"), NullReporter())
     assert capped.plan.input_tokens > 1.1 * true
+
+
+def test_a_retrieved_chunk_is_planned_at_the_size_a_window_reads_it(tmp_path, monkeypatch):
+    """The plan's chunk in its source tag, in the model's tokens: the tutorial's chunks are
+    ~227 of SmolLM2's (1.09x tiktoken's, planned at the padded 1.25x: 265 with the overlap
+    of a full chunk) and their tags ~40 (line numbers spelled digit by digit; planned at
+    30), so 10 retrieved chunks were planned in 2 windows that the run read in 1."""
+    from ktcli.config import Settings
+    from ktcli.engine.model_store import ensure_hf_dir, resolve_model
+    from ktcli.engine.tokenizer import load_chat_tokenizer
+    from ktcli.pipeline import prepare as prepare_module
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.windows import as_read
+
+    tutorial = SAMPLE_PDF.parent / "python-tutorial-3.11.rst"
+    settings = replace(Settings(), cache_dir=str(converted_cache(tmp_path)), device="cpu", mode="retrieval")
+    requests = []
+    make_plan = prepare_module.make_plan
+    monkeypatch.setattr(prepare_module, "make_plan", lambda r, *a: requests.append(r) or make_plan(r, *a))
+    prep = prepare_module.prepare([str(tutorial)], "How are exceptions handled?", "ask", settings, NullReporter())
+    request = requests[0]
+    tokenizer = load_chat_tokenizer(ensure_hf_dir(resolve_model("smollm2"), settings.cache_path))
+    chunks = prep.chunks
+    mean = sum(len(tokenizer.encode(c.text)) for c in chunks) / len(chunks)
+    tags = [len(tokenizer.encode(as_read([c]))) + 1 - len(tokenizer.encode(c.text)) for c in chunks[::10]]
+    assert abs(request.chunk_mean_tokens - mean) < 0.06 * mean, (request.chunk_mean_tokens, mean)
+    assert abs(request.passage_tag_tokens - sum(tags) / len(tags)) < 3, (request.passage_tag_tokens, tags)
+    assert request.tokens_per_estimate == 1.25  # the input's count stays padded: "fits" errs on the safe side

@@ -593,6 +593,41 @@ def test_passages_near_a_window_each_take_one():
     assert _windows_packed(3000, 1, 6144) == 1
 
 
+def test_retrieved_chunks_are_planned_at_the_inputs_own_chunk_and_tag_sizes():
+    """The tutorial's chunks average ~227 model tokens in tags of ~40 (most end early, at a
+    heading or blank line): planned as full chunks with their overlap (265) in tags of 30,
+    10 or 11 retrieved chunks were 2 windows where the run read 1 (2,426 and 2,662 tokens
+    as read). 16 were read in 2, and still are planned so."""
+    from ktcli.plan.planner import _windows_packed
+
+    tutorial = dict(corpus_tokens=78_975, n_chunks=341, mode="retrieval", chunk_mean_tokens=233.0,
+                    passage_tag_tokens=41.0)
+    for top_k in (8, 10, 11):
+        assert make_plan(req(top_k=top_k, **tutorial), SMOL, RATES).n_windows == 1
+    assert make_plan(req(top_k=16, **tutorial), SMOL, RATES).n_windows == 2
+    # the same read without the sizes: full chunks with their overlap, in tags of PASSAGE_TAG_TOKENS
+    guessed = req(top_k=11, **(tutorial | dict(chunk_mean_tokens=0.0, passage_tag_tokens=0.0)))
+    assert make_plan(guessed, SMOL, RATES).n_windows == 2
+    # the last window leaves nothing out: 8 chunks of 340 tokens in their tags of 30
+    # (2,960) fill one 3,072-token window, which the plan had as 2
+    assert _windows_packed(8 * 340, 8, 3072) == 1
+
+
+def test_a_summary_of_six_documents_within_one_windows_evidence_is_one_part():
+    """Six documents of ~5.6K tokens with their tags (5,237 of SmolLM2's as read) are read
+    in one part of 6,144: planned as 2 while the half passage was left out of the last
+    window too. That part takes notes, then the summary is written from them (`summarize`),
+    so the plan has a note step for it: it was timed as the reduce step alone."""
+    from ktcli.plan.planner import note_steps
+
+    six = req(task="summarize", corpus_tokens=5610, question_tokens=0, n_documents=6, mode="retrieval")
+    plan = make_plan(six, SMOL, RATES)
+    assert plan.n_windows == 1
+    assert note_steps("summarize", 1) == 1 and note_steps("ask", 1) == 0
+    kept = make_plan(replace(six, kept_notes=1, notes_all_kept=True), SMOL, RATES)
+    assert kept.est_seconds < plan.est_seconds - 5_000 / RATES.prefill_tok_s  # its part's read, not done again
+
+
 def test_the_time_spent_reading_counts_and_a_big_index_takes_time_to_load():
     """A 10 MB file read in 2.6 s and a cached index of 12,591 chunks built for the
     question in ~1 s: its first token came at 6.1 s, planned at 3.3 s."""
