@@ -87,6 +87,26 @@ def kept_for(cache_dir: Path, request: str) -> tuple[int, bool]:
         return 0, False
 
 
+def kept_text(cache_dir: Path, request: str) -> str:
+    """The notes of `request`'s last run still kept, in step order, joined: what a summary
+    whose every note step is kept reads (the plan counts them for its memory)."""
+    folder = Path(cache_dir) / FOLDER
+    try:
+        entries = json.loads((folder / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))["entries"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ""
+    texts = []
+    for name in entries if isinstance(entries, list) else ():
+        try:
+            path = folder / Path(str(name)).name
+            text = loads(path.name, path.read_text(encoding="utf-8"))["text"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if isinstance(text, str):
+            texts.append(text)
+    return "\n".join(texts)
+
+
 class NotesMemo:
     def __init__(self, folder: Path, outputs_key: str, params: SamplingParams, render=None, request: str = ""):
         """`render`: messages -> the prompt's token ids (the backend's `chat_ids`), which

@@ -418,6 +418,7 @@ def prepare(
         read_s=time.perf_counter() - started,
         tokens_per_estimate=per_estimate,
         **_passage_sizes(chunks, sampled, counter),
+        listing_tokens=int(listing * per_estimate),
     )
     rates = load_rates(settings, facts)
     plan = make_plan(request, facts, rates)
@@ -427,7 +428,10 @@ def prepare(
     if notes_request:
         kept, whole = notes_memo.kept_for(settings.cache_path, notes_request)
         if kept:
-            plan = make_plan(replace(request, kept_notes=kept, notes_all_kept=whole), facts, rates)
+            notes = int(count_tokens(notes_memo.kept_text(settings.cache_path, notes_request)) * per_estimate) \
+                if whole else 0
+            plan = make_plan(replace(request, kept_notes=kept, notes_all_kept=whole, kept_notes_tokens=notes),
+                             facts, rates)
     _warn_if_chunks_too_small(settings, plan, reporter)
     _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":

@@ -187,6 +187,12 @@ class PlanRequest:
     # they are 227, and planned 2 windows for 10 retrieved chunks that the run read in 1.
     chunk_mean_tokens: float = 0.0
     passage_tag_tokens: float = 0.0
+    # A summary's file listing, in model tokens (in corpus_tokens too): the summary written
+    # from the parts' notes reads it beside them.
+    listing_tokens: int = 0
+    # The model tokens of the kept notes where every note step is kept (0: not counted;
+    # planned at MEMORY_TOKENS a step): a summary's rerun reads them alone.
+    kept_notes_tokens: int = 0
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -940,8 +946,21 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
         reasons.append(f"with the notes kept it takes ~{math.ceil(total)}s, over the {budget_s:g}s budget")
     reasons.append(f"the notes of {kept} of its {note_windows} note steps are kept from an earlier run: "
                    "read back, not written")
+    memory = _all_kept_memory(req, facts, chosen, note_windows) if kept >= note_windows else chosen.est_memory_bytes
     return replace(chosen, est_seconds=total, est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
-                   reasons=tuple(reasons))
+                   reasons=tuple(reasons), est_memory_bytes=memory)
+
+
+def _all_kept_memory(req: PlanRequest, facts: ModelFacts, chosen: Plan, note_windows: int) -> int:
+    """The peak of a read in parts whose every note step is kept: one model read, no part's.
+    A question reads its last window once (no later read's growth); a summary reads only
+    its parts' notes (as kept, else MEMORY_TOKENS a step) and file listing
+    (`summarize.every_parts_notes`, at most the window less the answer). A summary's rerun with its 3 parts' notes kept was planned at
+    1,023 MiB, sized for a 6K-token part read after others, and peaked at 497-576 MiB."""
+    if chosen.task == "ask":
+        return chosen.est_memory_bytes - (LATER_READS_GROWTH_BYTES if chosen.n_windows > 1 else 0)
+    notes = (req.kept_notes_tokens or note_windows * MEMORY_TOKENS) + req.listing_tokens + PROMPT_OVERHEAD_TOKENS
+    return _read_memory(req, facts, min(notes, facts.context_window - req.max_new_tokens), kv_window=chosen.kv_window)
 
 
 def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list[Plan] = ()) -> Plan:

@@ -417,3 +417,38 @@ def test_an_entry_changed_since_it_was_written_is_neither_held_nor_planned_as_ke
         assert notes_memo.kept_for(cache, "r1") == (0, False)
     memo.put(MESSAGES, "the museum opens at nine")
     assert memo.holds(MESSAGES) and notes_memo.kept_for(cache, "r1") == (1, True)
+
+
+def test_a_summary_with_every_note_kept_is_planned_at_the_memory_of_its_reduce_step_alone(haystack, tmp_path):
+    """A summary's rerun with its 3 parts' notes kept was planned at 1,023 MiB, sized for a
+    6K-token part read after others, and peaked at 497-576 MiB: the model reads the kept
+    notes and the file listing alone. Some notes kept: parts are read, planned as before."""
+    from ktcli.plan import PlanRequest, Throughput, make_plan
+    from ktcli.plan.estimates import CPU_RUNTIME_BYTES
+    from ktcli.types import ModelFacts
+
+    facts = ModelFacts(name="smollm2", context_window=8192, n_layers=30, n_kv_heads=3, head_dim=64,
+                       n_params=134_515_008, weight_bytes=151_430_400, hidden_size=576, intermediate_size=1536,
+                       host_bytes=CPU_RUNTIME_BYTES, kv_dtype="fp16")
+    req = PlanRequest(task="summarize", corpus_tokens=12_787, question_tokens=0, n_documents=1, listing_tokens=20)
+    fresh = make_plan(req, facts, Throughput())
+    some = make_plan(replace(req, kept_notes=2), facts, Throughput())
+    bound = make_plan(replace(req, kept_notes=3, notes_all_kept=True), facts, Throughput())
+    counted = make_plan(replace(req, kept_notes=3, notes_all_kept=True, kept_notes_tokens=150), facts, Throughput())
+    assert fresh.n_windows == 3 and fresh.est_memory_bytes > 1000 * 2**20
+    assert some.est_memory_bytes == fresh.est_memory_bytes
+    assert counted.est_memory_bytes < bound.est_memory_bytes < fresh.est_memory_bytes - 200 * 2**20
+    assert counted.est_memory_bytes < 650 * 2**20
+    assert counted.est_memory_bytes > CPU_RUNTIME_BYTES + facts.weight_bytes  # the model is still loaded
+
+    # through prepare: the kept notes' text is counted
+    first = Keyed()
+    _summary(haystack, tmp_path, first)
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    assert notes_memo.kept_text(settings.cache_path, prep.notes_request).count("museum opens at nine") == \
+        len(first.calls) - 1
+    (tmp_path / "elsewhere").mkdir()
+    fresh_prep = prepare([str(haystack)], "", "summarize", settings_for(tmp_path / "elsewhere"), NullReporter())
+    assert fresh_prep.plan.n_windows == prep.plan.n_windows and fresh_prep.plan.input_tokens == prep.plan.input_tokens
+    assert prep.plan.est_memory_bytes < fresh_prep.plan.est_memory_bytes
