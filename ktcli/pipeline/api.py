@@ -12,7 +12,7 @@ from ktcli.engine.model_store import resolve_model
 from ktcli.errors import InterruptedAnswer, KtcliError
 from ktcli.pipeline import citations
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.prepare import Prepared, prepare, save_rates
+from ktcli.pipeline.prepare import Prepared, mostly_code, prepare, save_rates
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
@@ -73,7 +73,7 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
         answer = replace(answer, stats=answer.stats | {"kept_tokens": kept})
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s,
                     embed_tok_s=_embed_rate(answer.stats), attention=answer.plan.attention,
-                    kv_dtype=answer.plan.kv_dtype, facts=prep.facts)
+                    kv_dtype=answer.plan.kv_dtype, facts=prep.facts, code=mostly_code(prep.corpus.documents))
     return answer
 
 
@@ -127,7 +127,8 @@ def _load(settings: Settings, reporter: Reporter, plan=None):
 
 
 def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: float, embed_tok_s: float,
-                    attention: str = "", kv_dtype: str = "", facts: ModelFacts | None = None) -> None:
+                    attention: str = "", kv_dtype: str = "", facts: ModelFacts | None = None,
+                    code: bool = False) -> None:
     prefill = decode = 0.0
     if tally.prefill_s and tally.decode_s:
         # A prompt read back from the prefix store says nothing about the prefill rate.
@@ -154,7 +155,7 @@ def _remember_rates(settings: Settings, tally: Tally, sparse: bool, load_s: floa
     # A model's notes for the next window run ~120 tokens where 384 may be written (SmolLM2):
     # planned at 384, summaries read in parts were planned 2-2.7x too long.
     notes = tally.notes_tokens / tally.notes_calls if tally.notes_calls else 0.0
-    save_rates(settings, prefill, decode, sparse, load_s, embed_tok_s, notes)
+    save_rates(settings, prefill, decode, sparse, load_s, embed_tok_s, notes, code=code)
 
 
 _DEFAULT_POLICIES = (canonical_attention("topk"), canonical_attention("window"), "dense")

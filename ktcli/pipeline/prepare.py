@@ -119,9 +119,22 @@ def _rates_key(settings: Settings) -> str:
     return f"{settings.engine}:{settings.model}:{weights}"
 
 
-def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughput:
+def load_rates(settings: Settings, facts: ModelFacts | None = None, code: bool = False) -> Throughput:
     """Throughput measured by earlier runs with this engine and model, else defaults (from
-    the model's size for the local engine on a CPU, when `facts` are given)."""
+    the model's size for the local engine on a CPU, when `facts` are given). `code`: an
+    input mostly of code, whose notes are those learned over code (`code_notes_tokens`)."""
+    rates = _load_rates(settings, facts)
+    return replace(rates, notes_tokens=rates.code_notes_tokens) if code else rates
+
+
+def mostly_code(documents) -> bool:
+    """Whether most of an input's text is code: a model's notes on it run longer (it lists
+    the functions), and are learned apart (`save_rates`' `code`)."""
+    code = sum(len(d.text) for d in documents if d.kind == "code")
+    return code > sum(len(d.text) for d in documents) / 2
+
+
+def _load_rates(settings: Settings, facts: ModelFacts | None) -> Throughput:
     if facts is None or settings.backend != "local" or _on_gpu(settings) or not facts.weight_bytes:
         defaults = Throughput()
     else:
@@ -152,7 +165,7 @@ def load_rates(settings: Settings, facts: ModelFacts | None = None) -> Throughpu
 
 
 def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sparse: bool = False,
-               load_s: float = 0.0, embed_tok_s: float = 0.0, notes_tokens: float = 0.0) -> None:
+               load_s: float = 0.0, embed_tok_s: float = 0.0, notes_tokens: float = 0.0, code: bool = False) -> None:
     """Add this run's measured rates to the last few stored (used by the next plan): each
     stored rate is the median of the last RATE_SAMPLES runs. A run slowed 2-3x by another
     process on a 2-core machine (`benchmarks/threads_under_load.py`) then moves no estimate,
@@ -160,7 +173,8 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     busy moves them after three runs. A sparse-mode run keeps its own rates, which differ
     from full attention's; every run its model's load time, and one that embedded enough
     of its input the embedding rate, and one that passed notes between windows how long
-    its model writes them. A rate of 0 is not measured (kept as it was)."""
+    its model writes them (over code, `code`, kept apart). A rate of 0 is not measured
+    (kept as it was)."""
     if prefill_tok_s <= 0 and decode_tok_s <= 0 and load_s <= 0 and embed_tok_s <= 0 and notes_tokens <= 0:
         return
     path = settings.cache_path / RATES_FILE
@@ -184,7 +198,8 @@ def save_rates(settings: Settings, prefill_tok_s: float, decode_tok_s: float, sp
     rates[CONTEXT_FREE] = CONTEXT_FREE_MARK
     prefix = "sparse_" if sparse else ""
     for name, value in ((f"{prefix}prefill_tok_s", prefill_tok_s), (f"{prefix}decode_tok_s", decode_tok_s),
-                        ("load_s", load_s), ("embed_tok_s", embed_tok_s), ("notes_tokens", notes_tokens)):
+                        ("load_s", load_s), ("embed_tok_s", embed_tok_s),
+                        ("code_notes_tokens" if code else "notes_tokens", notes_tokens)):
         if not _rate(value):
             continue
         # a file written before the history was kept starts it from its one blended rate
@@ -420,7 +435,7 @@ def prepare(
         **_passage_sizes(chunks, sampled, counter),
         listing_tokens=int(listing * per_estimate),
     )
-    rates = load_rates(settings, facts)
+    rates = load_rates(settings, facts, code=mostly_code(corpus.documents))
     plan = make_plan(request, facts, rates)
     # Keyed by the read the plan chose, which kept notes do not change (`planner.
     # _planned_with_kept_notes`): the plan again, with them, where an earlier run kept some.

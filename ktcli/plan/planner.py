@@ -114,6 +114,10 @@ class Throughput:
     # measures them: half the room. SmolLM2 writes ~120 on average (a session probe's 18
     # summaries; `pipeline.api` learns it per model).
     notes_tokens: float = 192.0
+    # ... and over code, kept apart (`prepare.load_rates` takes it for an input mostly of
+    # code): a summary of ktcli/plan wrote ~310 a step where the tutorial's wrote 49, and
+    # planned at the 49 its prose runs had taught, it took 1.37x its plan (304 s for 222).
+    code_notes_tokens: float = 320.0
 
 
 @dataclass(frozen=True)

@@ -260,6 +260,32 @@ def test_the_notes_a_model_writes_are_learned_for_the_next_plan(tmp_path):
     assert load_rates(settings).notes_tokens == 120.0
 
 
+def test_notes_over_code_are_learned_apart_from_notes_over_prose(tmp_path):
+    """A summary of ktcli/plan wrote ~310 tokens of notes a step where the tutorial's wrote
+    49; planned at the 49 (the median of the runs before, prose), it took 304 s for 222
+    planned. An input mostly of code is planned at what code runs taught (until one has,
+    Throughput's code_notes_tokens), prose at what prose runs did."""
+    from ktcli.pipeline.api import _remember_rates
+    from ktcli.pipeline.prepare import mostly_code
+    from ktcli.pipeline.runner import Tally
+    from ktcli.types import Document
+
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), device="cpu")
+    assert load_rates(settings, code=True).notes_tokens == Throughput().code_notes_tokens
+    prose = Tally(prompt_tokens=9_000, new_tokens=500, prefill_s=9.0, decode_s=10.0, notes_calls=3, notes_tokens=147)
+    for _ in range(3):
+        _remember_rates(settings, prose, sparse=False, load_s=1.2, embed_tok_s=0.0)
+    assert load_rates(settings, code=True).notes_tokens == Throughput().code_notes_tokens
+    code = Tally(prompt_tokens=9_000, new_tokens=500, prefill_s=9.0, decode_s=10.0, notes_calls=6, notes_tokens=1847)
+    _remember_rates(settings, code, sparse=False, load_s=1.2, embed_tok_s=0.0, code=True)
+    assert load_rates(settings).notes_tokens == 49.0
+    assert load_rates(settings, code=True).notes_tokens == pytest.approx(307.83)
+
+    module = Document(path="planner.py", text="def plan():\n    return 1\n" * 50, kind="code")
+    readme = Document(path="README.md", text="# Plan\n\nThe planner decides.\n", kind="markdown")
+    assert mostly_code([module, readme]) and not mostly_code([readme]) and not mostly_code([])
+
+
 def test_an_answer_is_not_counted_as_notes():
     """stream_answer counted the answer as notes: a whole-read ask of 12 tokens taught
     every later summary plan "notes = 12 tokens"."""
