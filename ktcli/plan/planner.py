@@ -840,7 +840,13 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
     cost = _read_cost(req, facts)
     rates = _read_rates(req, facts, rates, timed_prompt)
     note_windows = note_steps(req.task, n_windows)
-    final_prompt = timed_prompt if note_windows < n_windows else notes + req.question_tokens + PROMPT_OVERHEAD_TOKENS
+    # A summary is written from every part's notes beside the file listing, fitted to the
+    # window (`summarize.every_parts_notes`): planned as one part's notes, the reduce step
+    # of ktcli/plan's 6 parts was timed at 209 tokens of prompt for ~440 (sample_docs' 4
+    # outlined parts ~620; code notes run ~300 tokens a part).
+    final_prompt = timed_prompt if note_windows < n_windows else \
+        min(notes * note_windows + req.listing_tokens + PROMPT_OVERHEAD_TOKENS,
+            facts.context_window - req.max_new_tokens)
     answer_s = decode_seconds(final_prompt, req.max_new_tokens, rates.decode_tok_s, cost)
     noted = max(0, note_windows - req.kept_notes)  # the rest are read back from an earlier run
     # (the run's first prefill alone pays its setup: the final one's, counted once)

@@ -628,6 +628,29 @@ def test_a_summary_of_six_documents_within_one_windows_evidence_is_one_part():
     assert kept.est_seconds < plan.est_seconds - 5_000 / RATES.prefill_tok_s  # its part's read, not done again
 
 
+def test_a_summary_is_written_from_every_parts_notes_and_the_file_listing():
+    """The reduce step reads every part's notes beside the file listing (fitted to the
+    window): planned as one part's notes and the prompt (209 tokens), ktcli/plan's 6 parts
+    were written from ~440, and code notes run ~300 tokens a part."""
+    from ktcli.plan.estimates import prefill_seconds
+
+    code = replace(RATES, notes_tokens=300.0)
+    base = req(task="summarize", corpus_tokens=27_000, question_tokens=0, n_documents=3, mode="retrieval")
+    plain = make_plan(base, SMOL, code)
+    listed = make_plan(replace(base, listing_tokens=2000), SMOL, code)
+    assert plain.n_windows >= 5
+    assert listed.est_seconds - plain.est_seconds == pytest.approx(2000 / RATES.prefill_tok_s)
+    # all the parts' notes: more than one part's worth of reduce prompt
+    one_part = prefill_seconds(300 + 160, RATES.prefill_tok_s)
+    every = prefill_seconds(plain.n_windows * 300 + 160, RATES.prefill_tok_s)
+    fewer_notes = make_plan(base, SMOL, replace(RATES, notes_tokens=300.0 / plain.n_windows))
+    assert plain.est_seconds > fewer_notes.est_seconds + (every - one_part) * 0.9
+    # never past the window: a hundred parts' notes are fitted to it
+    huge = req(task="summarize", corpus_tokens=600_000, question_tokens=0, n_documents=1, mode="retrieval",
+               listing_tokens=3000)
+    assert make_plan(huge, SMOL, code).est_seconds == make_plan(replace(huge, listing_tokens=30_000), SMOL, code).est_seconds
+
+
 def test_the_time_spent_reading_counts_and_a_big_index_takes_time_to_load():
     """A 10 MB file read in 2.6 s and a cached index of 12,591 chunks built for the
     question in ~1 s: its first token came at 6.1 s, planned at 3.3 s."""
