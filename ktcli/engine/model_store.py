@@ -301,7 +301,8 @@ def _usable(target: Path, digest: bool = True) -> bool:
     `digest`: the files' sha1s checked against those kept at conversion (`DIGEST_RECORD`)."""
     try:
         weights = sorted(target.glob("*.safetensors"))
-        if not (all(_checked_weights(p) for p in weights) if weights else gguf_weights.recorded_source(target) is not None):
+        held = all(_checked_weights(p) for p in weights) if weights else gguf_weights.recorded_source(target) is not None
+        if not held:
             return False
         if not isinstance(json.loads((target / "config.json").read_bytes()), dict):
             return False

@@ -465,8 +465,9 @@ def _passage_sizes(chunks: tuple[Chunk, ...], ratio: float, tokenizer) -> dict[s
     """A retrieved chunk as a window reads it, in model tokens: the chunks' mean and their
     source tags' (`PlanRequest.chunk_mean_tokens`, `passage_tag_tokens`), each tag counted
     on a document's middle chunk (its path and place, line numbers of a typical width; a
-    table's header row), weighted by the document's chunks. `ratio`: model tokens per estimate token of the input as
-    measured (not padded: the tutorial's chunks are 1.09x tiktoken's, planned at 1.25x);
+    table's header row), weighted by the document's chunks. `ratio`: model tokens per
+    estimate token of the input as measured (not padded: the tutorial's chunks are 1.09x
+    tiktoken's, planned at 1.25x);
     `tokenizer`: the model's, which counts the tags (SmolLM2 spells their line numbers
     digit by digit: 1.4-1.5x tiktoken's count), else tiktoken's at `ratio`."""
     if not chunks:

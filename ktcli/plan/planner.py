@@ -965,8 +965,9 @@ def _all_kept_memory(req: PlanRequest, facts: ModelFacts, chosen: Plan, note_win
     """The peak of a read in parts whose every note step is kept: one model read, no part's.
     A question reads its last window once (no later read's growth); a summary reads only
     its parts' notes (as kept, else MEMORY_TOKENS a step) and file listing
-    (`summarize.every_parts_notes`, at most the window less the answer). A summary's rerun with its 3 parts' notes kept was planned at
-    1,023 MiB, sized for a 6K-token part read after others, and peaked at 497-576 MiB."""
+    (`summarize.every_parts_notes`, at most the window less the answer). A summary's rerun
+    with its 3 parts' notes kept was planned at 1,023 MiB, sized for a 6K-token part read
+    after others, and peaked at 497-576 MiB."""
     if chosen.task == "ask":
         return chosen.est_memory_bytes - (LATER_READS_GROWTH_BYTES if chosen.n_windows > 1 else 0)
     notes = (req.kept_notes_tokens or note_windows * MEMORY_TOKENS) + req.listing_tokens + PROMPT_OVERHEAD_TOKENS
