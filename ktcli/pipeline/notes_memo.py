@@ -95,16 +95,8 @@ def kept_text(cache_dir: Path, request: str) -> str:
         entries = json.loads((folder / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))["entries"]
     except (OSError, ValueError, KeyError, TypeError):
         return ""
-    texts = []
-    for name in entries if isinstance(entries, list) else ():
-        try:
-            path = folder / Path(str(name)).name
-            text = loads(path.name, path.read_text(encoding="utf-8"))["text"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if isinstance(text, str):
-            texts.append(text)
-    return "\n".join(texts)
+    texts = (_entry_text(folder / Path(str(name)).name) for name in (entries if isinstance(entries, list) else ()))
+    return "\n".join(text for text in texts if text is not None)
 
 
 class NotesMemo:

@@ -55,7 +55,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                                             asked=asked_definitions(prep.question))
                 cites += citations.document_citations(text, prep.corpus.documents, cites)
                 return _grounded(Answer(text, tuple(cites), plan, tally.figures() | _whole_read_figures(prep),
-                                        prep.corpus.skipped), prep.question, texts, settings, reporter)
+                                        prep.corpus.skipped), prep.question, texts, settings)
 
             return streamed.finish(whole_read_answer)
         refuse_named_full(settings.mode, needed - params.max_new_tokens, backend.context_window, params.max_new_tokens)
@@ -163,13 +163,12 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4), h.chunk.section)
                                | {"label": citations.passage_label(h.chunk.span, labelled)} for h in hits]
         return _grounded(Answer(text, cited, with_windows(prep.plan, len(windows)), figures, prep.corpus.skipped),
-                         prep.question, [c.text for c in labelled], settings, reporter, passages=True)
+                         prep.question, [c.text for c in labelled], settings, passages=True)
 
     return streamed.finish(retrieval_answer)
 
 
-def _grounded(answer: Answer, question: str, read: list[str], settings: Settings, reporter: Reporter,
-              passages: bool = False) -> Answer:
+def _grounded(answer: Answer, question: str, read: list[str], settings: Settings, passages: bool = False) -> Answer:
     """The answer with whether the documents seem not to hold it (`grounding.judge`): the
     bundled model never says so, and answered "Who won the 1998 World Cup?" from an annual
     report all the same."""
@@ -177,8 +176,9 @@ def _grounded(answer: Answer, question: str, read: list[str], settings: Settings
         return answer
     try:
         judged = grounding.judge(question, read, answer.text, embedder_for(settings), passages=passages)
-    except (ModelNotInstalledError, UsageError) as e:  # no embedder: not judged
-        reporter.warn(f"not judged whether the documents hold the answer: {e}")
+    except (ModelNotInstalledError, UsageError):
+        # No embedder: not judged, and not said again (a whole read's key lines said it,
+        # "key lines ranked by their words alone: ..."; a retrieval read needs one to start)
         return answer
     if judged is None:
         return answer
