@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ktcli.config import Settings, canonical_attention, canonical_rope_scaling, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
-from ktcli.errors import KtcliError, UsageError
+from ktcli.errors import KtcliError, OutOfMemoryError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.extract_cache import kept_under
 from ktcli.ingest.outline import PROSE_OUTLINE_CHARS, outline_lines, outline_text
@@ -436,17 +436,32 @@ def prepare(
         listing_tokens=int(listing * per_estimate),
     )
     rates = load_rates(settings, facts, code=mostly_code(corpus.documents))
-    plan = make_plan(request, facts, rates)
+    try:
+        plan, over_budget = make_plan(request, facts, rates), None
+    except OutOfMemoryError as e:
+        if not request.memory_budget:
+            raise
+        # Over --max-memory as a fresh run: a rerun whose every note step is kept reads only
+        # its notes, which may fit (a summary's rerun planned at ~1 GiB peaked at ~0.5). The
+        # read it would be, unbudgeted, tells which notes to look for; refused unless they
+        # are all kept and that read fits.
+        plan, over_budget = make_plan(replace(request, memory_budget=0), facts, rates), e
     # Keyed by the read the plan chose, which kept notes do not change (`planner.
     # _planned_with_kept_notes`): the plan again, with them, where an earlier run kept some.
     notes_request = _notes_request(task, question, corpus, settings, plan)
+    whole = False
     if notes_request:
         kept, whole = notes_memo.kept_for(settings.cache_path, notes_request)
         if kept:
             notes = int(count_tokens(notes_memo.kept_text(settings.cache_path, notes_request)) * per_estimate) \
                 if whole else 0
-            plan = make_plan(replace(request, kept_notes=kept, notes_all_kept=whole, kept_notes_tokens=notes),
-                             facts, rates)
+            plan = make_plan(replace(request, kept_notes=kept, notes_all_kept=whole, kept_notes_tokens=notes,
+                                     memory_budget=0 if over_budget else request.memory_budget), facts, rates)
+    if over_budget is not None:
+        if not whole or plan.est_memory_bytes > request.memory_budget:
+            raise over_budget
+        plan = replace(plan, reasons=(*plan.reasons, f"within the {settings.named('max_memory')} budget "
+                                      f"({settings.max_memory}) with every note kept, though not as a fresh run"))
     _warn_if_chunks_too_small(settings, plan, reporter)
     _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":

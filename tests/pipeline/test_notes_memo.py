@@ -454,3 +454,15 @@ def test_a_summary_with_every_note_kept_is_planned_at_the_memory_of_its_reduce_s
     fresh_prep = prepare([str(haystack)], "", "summarize", settings_for(tmp_path / "elsewhere"), NullReporter())
     assert fresh_prep.plan.n_windows == prep.plan.n_windows and fresh_prep.plan.input_tokens == prep.plan.input_tokens
     assert prep.plan.est_memory_bytes < fresh_prep.plan.est_memory_bytes
+
+    # under a --max-memory between the two: the rerun fits (it was refused as a fresh run
+    # is, before the notes were looked for), the fresh run is still refused
+    from ktcli.errors import OutOfMemoryError
+
+    budget = f"{(prep.plan.est_memory_bytes + fresh_prep.plan.est_memory_bytes) // 2 // 2**20}MiB"
+    rerun = prepare([str(haystack)], "", "summarize", replace(settings, max_memory=budget), NullReporter())
+    assert rerun.plan.est_memory_bytes == prep.plan.est_memory_bytes
+    assert any("budget" in r and "every note kept" in r for r in rerun.plan.reasons)
+    with pytest.raises(OutOfMemoryError, match="over the --max-memory budget"):
+        prepare([str(haystack)], "", "summarize", replace(settings_for(tmp_path / "elsewhere"), max_memory=budget),
+                NullReporter())
