@@ -283,6 +283,18 @@ def _every_claim_cited():
         citations._only_absence, citations._HEADING = absence, heading
 
 
+@contextlib.contextmanager
+def _a_year_alone_cites():
+    """A line sharing only a year with the answer cited it, as until 2026-12-07 (a junk
+    answer's "2023" was cited to three report pages). The same answers both ways."""
+    current = citations.attribute
+    citations.attribute = functools.partial(current, year_alone=True)
+    try:
+        yield
+    finally:
+        citations.attribute = current
+
+
 BASELINES = {
     "merge": (("before: blank lines stripped", _stripped_merge), "now: lines kept in place",
               ("pdf-retrieval", "tutorial-retrieval")),
@@ -297,6 +309,8 @@ BASELINES = {
                 ("pdf-full", "pdf-retrieval")),
     "claims": (("before: every sentence cited", _every_claim_cited), "now: absence and headings not cited",
                ("pdf-full", "pdf-retrieval")),
+    "years": (("before: a year alone cites", _a_year_alone_cites), "now: a year alone cites nothing",
+              ("pdf-full", "pdf-retrieval")),
 }
 
 

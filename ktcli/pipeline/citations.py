@@ -427,7 +427,7 @@ def _only_a_verdict(sentence: str) -> bool:
 
 def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, context: int = 1,
               by_sentence: bool = True, label_of: Callable[[Chunk], int] | None = None,
-              asked: Iterable[str] = (), by_figure: bool = True) -> list[Citation]:
+              asked: Iterable[str] = (), by_figure: bool = True, year_alone: bool = False) -> list[Citation]:
     """The evidence lines that best support `answer`, as merged, de-duplicated citations:
     first each sentence's best line, in answer order (`by_sentence`), then the lines that
     best match the answer as a whole. Scoring only the whole answer let its longest
@@ -437,7 +437,9 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     that restates ktcli's own instructions (`restates_instructions`) is no claim to cite.
     `asked`: the code names whose definitions the question asks for (`symbols.asked_definitions`).
     `by_figure`: a sentence with a figure the evidence holds is cited to a line holding it
-    (False: by its words alone, as until 2026-12-07; `benchmarks.qa_accuracy` compares)."""
+    (False: by its words alone, as until 2026-12-07; `benchmarks.qa_accuracy` compares).
+    `year_alone`: a line sharing only a year with the answer supports it (as until
+    2026-12-07; `benchmarks.qa_accuracy --baseline years` compares)."""
     # joined by line breaks: a sentence split keeps list items apart (`by_sentence`); a
     # sentence with a figure no evidence holds is no claim of the evidence (`invented_figures`)
     known = _known_figures(chunk.text for chunk in evidence)
@@ -524,9 +526,11 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     # Lines far weaker than the best one are coincidental word overlap, and so is a line
     # that shares one everyday word of an answer of several (a summary about quiver trees
     # was cited to a nav bar's "Home" and an image's "south bench"); one name or figure
-    # ("It is Whitfield, per the staff page.") is enough.
+    # ("It is Whitfield, per the staff page.") is enough; a year is not: a junk answer,
+    # `<script> document.write(`<h1>2023</h1>`); </script>`, was cited to three pages of an
+    # annual report by "2023" alone, which every page holds (probe 112).
     enough = min(2, len(wanted))
-    named = _names_and_figures(text)
+    named = {t for t in _names_and_figures(text) if year_alone or not _YEAR.fullmatch(t)}
 
     def supports(i: int, hits: int) -> bool:
         return hits >= enough or (hits == 1 and bool(line_terms[i] & wanted & named))

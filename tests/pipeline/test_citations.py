@@ -719,3 +719,15 @@ def test_a_made_up_figure_beside_a_held_one_is_not_said_to_be_uncited():
     warn_of_invented(alone, [source.text], "What is TAX_RATE?", said)
     assert said.lines == ["the answer's figure 2.1 stands in none of the passages it read (not cited): "
                           "check it in the sources"]
+
+
+def test_a_year_alone_cites_nothing():
+    """Probe 112: the junk answer `<script> document.write(`<h1>2023</h1>`); </script>` was
+    cited to three pages of an annual report by "2023" alone, which every page holds. One
+    shared name or figure still cites (a year beside other words does too)."""
+    said = ["In 2023 the glass studio grew to twelve staff.", "Lantern sales in 2023 reached 9,800 units.",
+            "The board met four times during 2023."]
+    pages = [chunk("report.pdf", 1 + 10 * k, [text], page=k + 1) for k, text in enumerate(said)]
+    assert attribute("<script> document.write(`<h1>2023</h1>`); </script>", pages) == []
+    assert attribute("It reached 9,800.", pages)[0].ref == "report.pdf p.2"  # one figure
+    assert attribute("The board met in 2023.", pages)[0].ref == "report.pdf p.3"
