@@ -257,15 +257,21 @@ def _labels_as_written():
 
 # --baseline -> ((label, the patch that makes the pipeline the baseline), label of now, cases)
 @contextlib.contextmanager
-def _figures_by_words():
-    """A sentence with a figure cited by its words alone (until 2026-12-07), not to a line
-    holding the figure. Attribution runs after the answer: the same tokens both ways."""
+def _attribution_with(**options):
+    """`citations.attribute` run with `options` (a rule it had before). Attribution runs
+    after the answer: the same tokens both ways."""
     current = citations.attribute
-    citations.attribute = functools.partial(current, by_figure=False)
+    citations.attribute = functools.partial(current, **options)
     try:
         yield
     finally:
         citations.attribute = current
+
+
+def _figures_by_words():
+    """A sentence with a figure cited by its words alone (until 2026-12-07), not to a line
+    holding the figure."""
+    return _attribution_with(by_figure=False)
 
 
 @contextlib.contextmanager
@@ -283,16 +289,10 @@ def _every_claim_cited():
         citations._only_absence, citations._HEADING = absence, heading
 
 
-@contextlib.contextmanager
 def _a_year_alone_cites():
     """A line sharing only a year with the answer cited it, as until 2026-12-07 (a junk
-    answer's "2023" was cited to three report pages). The same answers both ways."""
-    current = citations.attribute
-    citations.attribute = functools.partial(current, year_alone=True)
-    try:
-        yield
-    finally:
-        citations.attribute = current
+    answer's "2023" was cited to three report pages)."""
+    return _attribution_with(year_alone=True)
 
 
 BASELINES = {
