@@ -9,8 +9,7 @@ from collections.abc import Callable
 
 from ktcli.config import Settings
 from ktcli.engine.backend import Backend
-from ktcli.engine.model_store import convert_again, ensure_hf_dir, resolve_model
-from ktcli.engine.safetensors_header import DamagedWeightsError
+from ktcli.engine.model_store import ensure_hf_dir, loaded_repairing, resolve_model
 from ktcli.errors import UsageError
 
 ENGINES = ("ktcli", "hf")
@@ -36,15 +35,8 @@ def load_backend(settings: Settings, on_status: Callable[[str], None] | None = N
         raise UsageError(f"--backend {settings.backend!r}: choose local or openai")
     source = resolve_model(settings.model, settings.named("model"))
     model_dir = ensure_hf_dir(source, settings.cache_path, on_status)
-    try:
-        backend = _load_local(settings, model_dir, on_status, plan, on_warning)
-    except DamagedWeightsError as e:
-        if source.kind != "gguf":
-            raise  # a --model folder's own file: one line (exit 2), never rewritten
-        # A converted GGUF's weights file in the cache changed in place (its CRC32s): converted
-        # again, said in one line, and loaded once more; a --model folder's is the user's error.
-        model_dir = convert_again(source, settings.cache_path, str(e), on_status)
-        backend = _load_local(settings, model_dir, on_status, plan, on_warning)
+    backend = loaded_repairing(source, model_dir, settings.cache_path,
+                               lambda folder: _load_local(settings, folder, on_status, plan, on_warning), on_status)
     if settings.context_window and settings.context_window < backend.context_window:
         backend.context_window = settings.context_window  # --context-window caps what prompts may fill
     return backend

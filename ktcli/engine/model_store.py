@@ -24,12 +24,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from ktcli.engine import gguf_convert, gguf_weights
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine.gguf_header import read_header
 from ktcli.engine.gguf_meta import architecture, check_convertible, rope_scaling
 from ktcli.errors import CacheError, ModelNotInstalledError, UsageError
+
+T = TypeVar("T")
 from ktcli.filemodes import as_umask_allows
 from ktcli.types import ModelFacts
 
@@ -397,23 +400,29 @@ def ensure_hf_dir(
     return target
 
 
-def convert_again(source: ModelSource, cache_dir: Path, why: str,
-                  on_status: Callable[[str], None] | None = None) -> Path:
-    """Discard the converted folder of `source` (found damaged at load: `why`, a tensor
-    whose CRC32 is not the one written) and convert it again; one line said, not a traceback
-    or an answer from damaged weights. A model folder of the user's own is never rewritten:
-    the damage is theirs to mend (`why` raised as the usage error it is)."""
-    target = converted_dir(source, cache_dir)
-    if source.kind != "gguf" or not target.exists():
-        raise UsageError(why)
-    if on_status:
-        on_status(f"the converted {source.path.name} in the cache is damaged ({why.rsplit(': ', 1)[-1]}): "
-                  "converting it again")
+def loaded_repairing(source: ModelSource, model_dir: Path, cache_dir: Path, load: Callable[[Path], T],
+                     on_status: Callable[[str], None] | None = None) -> T:
+    """`load(model_dir)`, the converted folder of `source` discarded and converted again
+    where the load finds its weights damaged in the cache (a tensor whose CRC32 is not the
+    one written): one line said, not a traceback or an answer from damaged weights; then
+    loaded once more. A model folder of the user's own is never rewritten: its damage is
+    theirs to mend (the error re-raised, one line, exit 2). For `ktcli ask` and `serve`
+    alike (`serve` builds its engine without `loading.load_backend`)."""
+    from ktcli.engine.safetensors_header import DamagedWeightsError
+
+    try:
+        return load(model_dir)
+    except DamagedWeightsError as e:
+        if source.kind != "gguf" or not (target := converted_dir(source, cache_dir)).exists():
+            raise
+        if on_status:
+            on_status(f"the converted {source.path.name} in the cache is damaged ({str(e).rsplit(': ', 1)[-1]}): "
+                      "converting it again")
     _discard(target)
     from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
 
     drop_packed(cache_dir / PACKED_DIR, target.name)  # packed from the damaged weights, perhaps
-    return ensure_hf_dir(source, cache_dir)
+    return load(ensure_hf_dir(source, cache_dir))
 
 
 # A temp file or folder this old was left by a run killed mid-write (SIGTERM, an OOM kill;

@@ -14,8 +14,7 @@ from dataclasses import replace
 from ktcli.config import Settings
 from ktcli.engine.batching import Runner, make_runner
 from ktcli.engine.loading import weights_note
-from ktcli.engine.model_store import convert_again, ensure_hf_dir, resolve_model
-from ktcli.engine.safetensors_header import DamagedWeightsError
+from ktcli.engine.model_store import ensure_hf_dir, loaded_repairing, resolve_model
 from ktcli.errors import KtcliError, UsageError
 from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
 
@@ -56,12 +55,7 @@ def load_engine(settings: Settings, on_status: Callable[[str], None] | None = No
                                   pack_cache=settings.cache_path / PACKED_DIR, prefix_cache=prompts,
                                   kv_budget_bytes=budget, **_engine_options(NativeBackend.load, settings))
 
-    try:
-        backend = load(model_dir)
-    except DamagedWeightsError as e:
-        if source.kind != "gguf":
-            raise  # a --model folder's own file: one line, never rewritten
-        backend = load(convert_again(source, settings.cache_path, str(e), on_status))  # as `ktcli ask` does
+    backend = loaded_repairing(source, model_dir, settings.cache_path, load, on_status)
     if budget is not None and backend.context_window < MIN_SERVED_TOKENS:
         raise UsageError(f"{settings.named('max_memory')} {settings.max_memory}: leaves KV pages for "
                          f"{backend.context_window:,} tokens (~{budget / 2**20:,.0f} MiB beside the model), under "
