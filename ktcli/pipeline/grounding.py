@@ -65,12 +65,12 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     lexical = BM25Index(units).scores(question)
     shortlist = [units[i] for i in np.argsort(-lexical, kind="stable")[:MAX_LINES]]
     match = float((embedder.embed(shortlist) @ embedder.embed_query(question)).max())
-    # a word stands where one read starts as it does, to 5 letters: "open" in "opened",
-    # "employees" in "employed"
-    present = {t[:n] for text in read for t in set(tokenize(text)) for n in range(1, 6)}
-    found = sum(t[:5] in present for t in asked) / len(asked)
     # (an answer's word whole: "States" is not the report's "stated")
     words = {t for text in read for t in tokenize(text)}
+    # a question's word stands where one read starts as it does, to 5 letters: "open" in
+    # "opened", "employees" in "employed"
+    present = {t[:n] for t in words for n in range(1, 6)}
+    found = sum(t[:5] in present for t in asked) / len(asked)
     said = _own_words(answer, question)
     words_read = sum(w in words for w in said) / len(said) if said else None
     says_absent = bool(citations._ABSENT.search(answer))

@@ -482,9 +482,9 @@ def _passage_sizes(chunks: tuple[Chunk, ...], ratio: float, tokenizer) -> dict[s
     on a document's middle chunk (its path and place, line numbers of a typical width; a
     table's header row), weighted by the document's chunks. `ratio`: model tokens per
     estimate token of the input as measured (not padded: the tutorial's chunks are 1.09x
-    tiktoken's, planned at 1.25x);
-    `tokenizer`: the model's, which counts the tags (SmolLM2 spells their line numbers
-    digit by digit: 1.4-1.5x tiktoken's count), else tiktoken's at `ratio`."""
+    tiktoken's, planned at 1.25x); `tokenizer`: the model's, which counts the tags (SmolLM2
+    spells their line numbers digit by digit: 1.4-1.5x tiktoken's count), else tiktoken's
+    at `ratio`."""
     if not chunks:
         return {}
     by_doc: dict[str, list[Chunk]] = {}
