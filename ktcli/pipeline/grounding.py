@@ -64,7 +64,7 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
         return None
     lexical = BM25Index(units).scores(question)
     shortlist = [units[i] for i in np.argsort(-lexical, kind="stable")[:MAX_LINES]]
-    match = float((embedder.embed(shortlist) @ embedder.embed_query(question)).max())
+    match = float((embedder.embed_lines(shortlist) @ embedder.embed_query(question)).max())
     # (an answer's word whole: "States" is not the report's "stated")
     words = {t for text in read for t in tokenize(text)}
     # a question's word stands where one read starts as it does, to 5 letters: "open" in

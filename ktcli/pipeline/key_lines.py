@@ -353,7 +353,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
     shortlist = np.argsort(-lexical, kind="stable")[:MAX_DENSE_LINES]
     score = _scaled(lexical[shortlist])
     if embedder is not None:
-        dense = embedder.embed([candidates[i][1] for i in shortlist]) @ embedder.embed_query(question)
+        dense = embedder.embed_lines([candidates[i][1] for i in shortlist]) @ embedder.embed_query(question)
         score = _scaled(dense) + LEXICAL_WEIGHT * score
     picked: list[tuple[int, str]] = []
     for i in np.argsort(-score, kind="stable"):

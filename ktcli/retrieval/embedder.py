@@ -51,7 +51,8 @@ ProgressFn = Callable[[int, int], None]
 
 
 class TextEmbedder(Protocol):
-    """What the retriever needs from an embedder; tests substitute a fast fake."""
+    """What the retriever, the key lines and the grounding check need from an embedder;
+    tests substitute a fast fake."""
 
     name: str
 
@@ -59,6 +60,8 @@ class TextEmbedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: list[str], *, on_progress: ProgressFn | None = None) -> np.ndarray: ...
+
+    def embed_lines(self, texts: list[str]) -> np.ndarray: ...
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
@@ -108,6 +111,11 @@ def _model_name(folder: Path, label: str) -> str:
 
 _SAMPLE = 1 << 16
 _KEPT_QUERIES = 32
+# A few lines' vectors kept for the next call: a whole read's ask embeds its best lines to
+# quote them (`key_lines.pick`), then much the same lines again to judge whether the
+# documents hold the answer (`grounding.judge`): 0.4-0.9 s on the sample report, again.
+_KEPT_LINES = 1024  # vectors kept at most (1.5 KiB each at MiniLM's 384 dimensions)
+_KEPT_CALL = 256  # calls of up to this many texts are looked up and kept
 
 
 def _resolve(spec: str) -> tuple[Path, str]:
@@ -162,6 +170,7 @@ class Embedder:
         self.folder, self.name = _resolve(spec)
         self._model: SentenceTransformer | BertSentenceEncoder | None = None
         self._queries: dict[str, np.ndarray] = {}  # the questions embedded so far (`embed_query`)
+        self._lines: dict[str, np.ndarray] = {}  # the lines embedded lately (`embed_lines`)
         self.load_s = 0.0  # seconds spent loading the model (kept apart from embedding time)
         self._dim = _declared_dim(self.folder)
 
@@ -224,6 +233,22 @@ class Embedder:
                 torch.set_num_threads(threads_before)  # the engine's own governor picks its count
                 governor.released()
         return _l2_normalise(out)
+
+    def embed_lines(self, texts: list[str]) -> np.ndarray:
+        """`embed` of a few lines, those embedded by a recent call of this read back, and
+        these kept for the next (`_KEPT_LINES`)."""
+        if not texts or len(texts) > _KEPT_CALL:
+            return self.embed(texts)
+        found = {t: self._lines[t] for t in texts if t in self._lines}
+        new = [t for t in dict.fromkeys(texts) if t not in found]
+        if new:
+            found.update(zip(new, self.embed(new)))
+        out = np.stack([found[t] for t in texts])
+        for text in new:  # kept after `out` is whole: keeping may drop one of `texts`
+            if len(self._lines) >= _KEPT_LINES:
+                self._lines.pop(next(iter(self._lines)))
+            self._lines[text] = found[text]
+        return out
 
     def _governor(self, n_texts: int) -> ThreadGovernor | None:
         """A thread governor for a run of batches on the CPU (`ktcli.threads`): with another

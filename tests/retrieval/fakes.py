@@ -46,6 +46,9 @@ class HashEmbedder:
         self.n_embedded += len(texts)
         return out
 
+    def embed_lines(self, texts: list[str]) -> np.ndarray:
+        return self.embed(texts)
+
     def embed_query(self, text: str) -> np.ndarray:
         return self._vector(text)
 

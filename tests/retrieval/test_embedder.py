@@ -85,6 +85,31 @@ def test_a_question_is_embedded_once_per_run(real_embedder, monkeypatch):
     assert again is first and not again.flags.writeable
 
 
+def test_lines_embedded_lately_are_read_back_not_embedded_again(real_embedder, monkeypatch):
+    """A whole read's ask embeds its best lines for the key lines, then much the same lines
+    to judge whether the documents hold the answer: the second call embeds only new ones."""
+    lines = [f"line {i} about the harbour's revenue in quarter {i % 4}" for i in range(6)]
+    first = real_embedder.embed_lines(lines[:4])
+    embedded: list[list[str]] = []
+    embed = real_embedder.embed
+    monkeypatch.setattr(real_embedder, "embed", lambda texts, **kw: embedded.append(texts) or embed(texts, **kw))
+    again = real_embedder.embed_lines([lines[5], lines[1], lines[4], lines[1]])
+    assert embedded == [[lines[5], lines[4]]]
+    np.testing.assert_array_equal(again[1], first[1])
+    np.testing.assert_array_equal(again[3], first[1])
+    np.testing.assert_allclose(again, embed([lines[5], lines[1], lines[4], lines[1]]), atol=BATCH_ATOL)
+
+
+def test_lines_kept_are_bounded_and_a_full_store_still_answers(real_embedder, monkeypatch):
+    monkeypatch.setattr(embedder_mod, "_KEPT_LINES", 3)
+    monkeypatch.setattr(real_embedder, "_lines", {})
+    real_embedder.embed_lines(["a", "b", "c"])
+    # "a" and "b" are kept; the two new ones push both out as they are kept
+    out = real_embedder.embed_lines(["a", "b", "d", "e"])
+    assert out.shape == (4, 384) and list(real_embedder._lines) == ["c", "d", "e"]
+    assert real_embedder.embed_lines([]).shape == (0, 384)
+
+
 def test_local_folder_spec_gets_a_distinct_stable_name(tmp_path):
     import shutil
 
