@@ -85,7 +85,7 @@ _ECHO_SHARE = 0.9
 
 def restates_instructions(sentence: str) -> bool:
     words = terms(sentence)
-    return len(words) >= 3 and sum(w in _instruction_terms() for w in words) >= _ECHO_SHARE * len(words)
+    return len(words) >= 3 and sum(w in instruction_terms() for w in words) >= _ECHO_SHARE * len(words)
 
 
 # Words only an echo of the instructions holds, two of them at least: a plain short answer
@@ -158,7 +158,7 @@ def says_nothing_new(text: str, fewer_than: int = 1) -> bool:
     each, using the following format": 'using' and 'format'), passed on as a summary's
     notes and printed as them after 10 minutes of reading."""
     plain = MARKUP_TAG.sub(" ", text)
-    new = set(terms(plain)) - _instruction_terms()
+    new = set(terms(plain)) - instruction_terms()
     return len(new) < fewer_than or (len(new) < _FEW_NEW_TERMS and len(new) < _NEW_SHARE * len(_ANY_WORD.findall(plain)))
 
 
@@ -167,7 +167,7 @@ def says_nothing_of(text: str, source: str) -> bool:
     and markup: asked to summarize a one-line `py.typed`, the bundled model wrote "This is a
     summary of the content. It provides a brief overview of the content, including the main
     points and key facts." (a few words of its own, none of the file's)."""
-    said = set(terms(MARKUP_TAG.sub(" ", text))) - _instruction_terms()
+    said = set(terms(MARKUP_TAG.sub(" ", text))) - instruction_terms()
     return bool(said) and not said & set(terms(source))
 
 
@@ -182,7 +182,8 @@ MARKUP_TAG = re.compile(r"</?(?:a|b|i|p|br|hr|em|strong|span|div|pre|code|ul|ol|
 
 
 @lru_cache(maxsize=1)
-def _instruction_terms() -> frozenset[str]:
+def instruction_terms() -> frozenset[str]:
+    """The words of ktcli's own prompt: an answer that repeats them says nothing of the input."""
     from ktcli.pipeline.prompts import instructions
 
     return frozenset(terms(instructions()))
@@ -408,10 +409,15 @@ _HEADING = re.compile(r"\s*#{1,6}\s")
 _BUT = re.compile(r"(?i)[,;]?\s+(?:but|however|though|although|while|whereas)\b|;")
 
 
+def says_absent(text: str) -> bool:
+    """Whether `text` says the input lacks something ("... is not mentioned")."""
+    return bool(_ABSENT.search(text))
+
+
 def _only_absence(sentence: str, known: set[str]) -> bool:
     """A sentence that only says something is not in the input (`_ABSENT`): none of its
     figures is the evidence's, and no "but" adds what is there."""
-    return bool(_ABSENT.search(sentence)) and not _BUT.search(sentence) \
+    return says_absent(sentence) and not _BUT.search(sentence) \
         and not any(_held(f, known) and not _YEAR.fullmatch(f) for f in _figures(sentence))
 
 

@@ -58,7 +58,7 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     from ktcli.pipeline import citations, key_lines
     from ktcli.retrieval.lexical import BM25Index, tokenize
 
-    asked = [t for t in key_lines._content_terms(question) if t not in _ASKING]
+    asked = [t for t in key_lines.content_terms(question) if t not in _ASKING]
     units = list(dict.fromkeys(u for text in read for u in key_lines.lines_of(text, passage=passages)))
     if not asked or not units:
         return None
@@ -73,7 +73,7 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     found = sum(t[:5] in present for t in asked) / len(asked)
     said = _own_words(answer, question)
     words_read = sum(w in words for w in said) / len(said) if said else None
-    says_absent = bool(citations._ABSENT.search(answer))
+    says_absent = citations.says_absent(answer)
     unmatched = match < QUESTION_MATCH_BELOW and found < QUESTION_WORDS_BELOW
     unbacked = says_absent or words_read is None or words_read < ANSWER_READ_BELOW
     # No content word of the question anywhere in what was read, and no line near it: what
@@ -92,6 +92,6 @@ def _own_words(answer: str, question: str) -> list[str]:
     from ktcli.retrieval.lexical import tokenize
 
     asked = {t[:5] for t in tokenize(question)}
-    prompt = citations._instruction_terms()
+    prompt = citations.instruction_terms()
     return list(dict.fromkeys(w for w in citations.terms(_LABEL.sub(" ", answer))
                               if w[:5] not in asked and w not in prompt))

@@ -343,7 +343,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         return []
     index = BM25Index(u for _, u in candidates)
     lexical = index.scores(question)
-    if not lexical.max() > 0 or not index.scores(" ".join(_content_terms(question))).max() > 0:
+    if not lexical.max() > 0 or not index.scores(" ".join(content_terms(question))).max() > 0:
         # No word of the question anywhere (asked in another language than the text's), or
         # only its function words ("is", "the", "what"): nothing to point at. A repo's one
         # prose line (its README's first sentence) shares "is" with any question about its
@@ -376,7 +376,8 @@ can could will would shall should may might must any some all each every also ju
 """.split())
 
 
-def _content_terms(question: str) -> list[str]:
+def content_terms(question: str) -> list[str]:
+    """The question's words that carry a topic (`_FUNCTION_WORDS` left out)."""
     from ktcli.retrieval.lexical import tokenize
 
     return [t for t in tokenize(question) if t not in _FUNCTION_WORDS]
