@@ -166,6 +166,8 @@ class Embedder:
         self.govern_threads = govern_threads
         self._load_started: CpuSample | None = None
         self._threads: ThreadGovernor | None = None  # kept across runs of batches: its probes space out
+        self._seen: CpuSample | None = None  # the last look at the load (`_few_texts_threads`)
+        self._others: float | None = None  # the cores other processes kept busy then
         self.batch_size = batch_size
         self.folder, self.name = _resolve(spec)
         self._model: SentenceTransformer | BertSentenceEncoder | None = None
@@ -213,6 +215,9 @@ class Embedder:
         done = 0
         governor = self._governor(len(order))
         threads_before = torch.get_num_threads()
+        few = self._few_texts_threads() if governor is None else None
+        if few is not None:
+            torch.set_num_threads(few)
         try:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
@@ -229,8 +234,9 @@ class Embedder:
                 if on_progress is not None:
                     on_progress(done, len(texts))
         finally:
-            if governor is not None:
+            if governor is not None or few is not None:
                 torch.set_num_threads(threads_before)  # the engine's own governor picks its count
+            if governor is not None:
                 governor.released()
         return _l2_normalise(out)
 
@@ -270,6 +276,28 @@ class Embedder:
             idle = others is not None and start == most
             self._threads = ThreadGovernor(most, start=start, first_probe=IDLE_FIRST_PROBE if idle else FIRST_PROBE)
         return self._threads
+
+    def _few_texts_threads(self) -> int | None:
+        """The thread count for a call too short to time its batches (`_governor` None: the
+        key lines', the not-found check's, a question's): the rung of the ladder that fits
+        the cores other processes left idle since the last such call, or since the load.
+        None to leave torch's count (a GPU, threads the user fixed, a load not yet seen).
+        Under a load of ~6 on 2 cores, 200 lines took 11-13 s on 2 threads and 2.3-3.3 s on
+        1; each ask runs such calls before and after its answer."""
+        import torch
+
+        from ktcli.threads import busy_elsewhere, cpu_sample, starting_threads
+
+        most = torch.get_num_threads()
+        if not self.govern_threads or self.device != "cpu" or most < 2:
+            return None
+        now = cpu_sample()
+        others = busy_elsewhere(self._seen or self._load_started, now)
+        if others is None:  # (under ~0.1 s since the last look: the load seen then)
+            others = self._others
+        else:
+            self._seen, self._others = now, others
+        return None if others is None else starting_threads(most, others)
 
     def embed_query(self, text: str) -> np.ndarray:
         """One question as a [dim] vector, read-only. Kept: the retriever and the key lines

@@ -110,6 +110,45 @@ def test_lines_kept_are_bounded_and_a_full_store_still_answers(real_embedder, mo
     assert real_embedder.embed_lines([]).shape == (0, 384)
 
 
+def test_a_few_texts_run_on_the_cores_other_processes_leave_idle(monkeypatch):
+    """A call too short to time its batches (the key lines', 200 lines: 11-13 s on 2 threads
+    under a load of ~6, 2.3-3.3 s on 1) takes the count that fits the cores left idle, seen
+    since the last look; torch's setting is handed back; a fixed --threads is kept."""
+    import torch
+
+    from ktcli import threads
+    from ktcli.retrieval import embedder as module
+
+    used: list[int] = []
+
+    def encode(model, batch):
+        used.append(torch.get_num_threads())
+        return np.ones((len(batch), 4), dtype=np.float32)
+
+    busy = [1.7]
+    monkeypatch.setattr(module, "_encode_batch", encode)
+    monkeypatch.setattr(threads, "busy_elsewhere", lambda since, now=None: busy[0])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        governed = Embedder(govern_threads=True)
+        governed._model, governed._dim = object(), 4
+        governed.embed(["a line", "another"])
+        busy[0] = 0.1
+        governed.embed(["a line", "another"])
+        busy[0] = None  # too soon to tell: the load seen last
+        governed.embed(["a line", "another"])
+        assert used == [1, 2, 2] and torch.get_num_threads() == 2
+        used.clear()
+        busy[0] = 1.7
+        fixed = Embedder(govern_threads=False)  # --threads given
+        fixed._model, fixed._dim = object(), 4
+        fixed.embed(["a line"])
+        assert used == [2]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_local_folder_spec_gets_a_distinct_stable_name(tmp_path):
     import shutil
 
