@@ -187,8 +187,12 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
 _RUNS_ON_SHARE = 0.1
 _RUNS_ON_MIN = 2
 _PROSE_LINE_CHARS = 50
-_PROSE_PAGE_LINES = 12  # a page of prose holds this many lines at least (the median page)
-_PROSE_SHARE = 0.5  # ... half of them long
+# A page of prose holds this many long lines at least (the median page), and half the
+# lines are long. Long lines, not lines: a report of a section a page (the sample annual
+# report with a head at its top) has pages of 6 to 14 lines, its median 10, and kept its
+# head on every page; an invoice's, form's or slide's page has none.
+_PROSE_PAGE_LONG_LINES = 5
+_PROSE_SHARE = 0.5
 _ENDS_IN_A_WORD = re.compile(r"[^\W\d_]$")
 
 
@@ -208,8 +212,8 @@ def _runs_on(pages: list[list[str]], furniture: list[list]) -> bool:
     # a paragraph kept its head on every page. A record's page (an invoice, a form, a
     # slide) is a few short lines.
     lines = [line for body in bodies for line in body]
-    counts = sorted(len(body) for body in bodies)
-    if counts[len(counts) // 2] >= _PROSE_PAGE_LINES and \
+    long_lines = sorted(sum(len(line) >= _PROSE_LINE_CHARS for line in body) for body in bodies)
+    if long_lines[len(long_lines) // 2] >= _PROSE_PAGE_LONG_LINES and \
             sum(len(line) >= _PROSE_LINE_CHARS for line in lines) >= _PROSE_SHARE * len(lines):
         return True
     inside = sum(1 for before, after in breaks

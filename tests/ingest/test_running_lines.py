@@ -184,3 +184,26 @@ def test_a_reports_head_goes_though_every_page_ends_a_paragraph():
              + f"\nPage {i + 1} of 6" for i in range(6)]
     texts, _ = strip_running_lines(pages)
     assert "".join(texts).count("Acme Harbor Trust") == 1 and "Page " not in "".join(texts)
+
+
+def test_a_reports_head_goes_though_each_short_page_is_a_section_of_its_own():
+    """A report of a section a page (the sample annual report with its title printed at the
+    top of each page): pages of 6 to 10 lines, each ending its section, kept the head on
+    every page (the pages of prose had to hold 12 lines); a bare page number under a
+    "Confidential" foot stayed too, joined to it."""
+    from ktcli.ingest.loaders import document_from_bytes
+    from tests.ingest.fixtures import make_text_pdf
+
+    prose = "the harbor board kept its lights and moorings in order through the year."
+    pages = [["Harbor Light Lantern Company - Annual Report 2023", f"{word.title()} and the year"]
+             + [f"On {word}, line {n}: {prose}" for n in range(5 + i % 3)] + ["Confidential", f"{i + 1}"]
+             for i, word in enumerate(_WORDS[:7])]
+    doc = document_from_bytes(make_text_pdf(pages), "report.pdf", "report.pdf")
+    assert doc.text.count("Harbor Light Lantern Company - Annual Report 2023") == 1
+    assert doc.text.count("Confidential") == 1
+    for word in _WORDS[:7]:  # each page's own heading stays, though it starts the page
+        assert f"{word.title()} and the year" in doc.text
+    # a batch of records keeps what they share: slides of long lines are still few of them
+    slides = [f"Results by region\n{_WORDS[i].title()} rose by {i + 3}% over the year, as the survey of the fleet showed."
+              for i in range(6)]
+    assert strip_running_lines(slides)[0] == slides
