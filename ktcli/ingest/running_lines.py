@@ -67,6 +67,16 @@ def _halves(line: str) -> list[str]:
     return line.split(" | ") if line.count(" | ") == 1 else []
 
 
+def _header_row(lines: list[str], i: int) -> bool:
+    """Whether line `i` is a table's header row: cells (" | ") over a row of as many. A
+    table of two columns running over pages repeats its header at the top of each: read as
+    a head of two ends, "Vessel | Tonnage" went from every page and stood once above the
+    report's title."""
+    cells = lines[i].count(" | ")
+    below = next((line for line in lines[i + 1:] if line.strip()), "")
+    return cells > 0 and below.count(" | ") == cells
+
+
 def _edges(lines: list[str]) -> list[tuple[str, int]]:
     """("top" or "bottom", the index of the line) for up to `_EDGE_LINES` text lines at
     each edge, outermost first; a short page's line is at its top only."""
@@ -146,7 +156,8 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
             key = (where, _shape(lines[i]) or "")
             whole = index in running.get(key, ())
             parts = [key] if whole else [(where, _shape(h) or "") for h in _halves(lines[i])]
-            if not parts or any(index not in running.get(part, ()) for part in parts):
+            if not parts or any(index not in running.get(part, ()) for part in parts) \
+                    or (where == "top" and _header_row(lines, i)):
                 ended.add(where)  # the page's own text: nothing past it is furniture
                 continue
             texts_of = [lines[i]] if whole else _halves(lines[i])

@@ -207,3 +207,38 @@ def test_a_reports_head_goes_though_each_short_page_is_a_section_of_its_own():
     slides = [f"Results by region\n{_WORDS[i].title()} rose by {i + 3}% over the year, as the survey of the fleet showed."
               for i in range(6)]
     assert strip_running_lines(slides)[0] == slides
+
+
+def test_a_two_column_tables_header_repeated_on_each_page_is_no_head():
+    """A report's table of two columns over four pages repeats "Vessel | Tonnage" at the top
+    of each: read as a head of two ends, it went from every page and stood once above the
+    report's title, the rows on later pages without their columns' names."""
+    import io
+
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.platypus import PageBreak, Paragraph, SimpleDocTemplate, Table
+
+    from ktcli.ingest.loaders import document_from_bytes
+
+    styles = getSampleStyleSheet()
+    prose = ("The harbour board met in the spring and again in the autumn, and at each meeting it reviewed "
+             "the state of the moorings, the lights and the dredged channel, as its charter requires. ") * 3
+    story = [Paragraph("Harbour Board Report", styles["Title"])]
+    for part in range(6):
+        if part == 3:
+            rows = [["Vessel", "Tonnage"]] + [[f"MV {_WORDS[i % 10].title()} {i}", f"{1000 + 37 * i:,}"] for i in range(170)]
+            story += [Paragraph("Fleet register", styles["Heading1"]), Table(rows, repeatRows=1, hAlign="LEFT"), PageBreak()]
+        story += [Paragraph(f"Part {part + 1}", styles["Heading1"])] + [Paragraph(prose, styles["BodyText"])] * 6
+        story.append(PageBreak())
+    buffer = io.BytesIO()
+    SimpleDocTemplate(buffer, pagesize=A4, invariant=1).build(story)
+    doc = document_from_bytes(buffer.getvalue(), "board.pdf", "board.pdf")
+    assert doc.text.startswith("Harbour Board Report\n")
+    table_pages = [page.text for page in doc.pages if "MV " in page.text]
+    assert len(table_pages) >= 4
+    for page in table_pages:
+        assert "Vessel | Tonnage\nMV " in page
+    # a head of two ends over prose still goes
+    pages = ["CONFIDENTIAL - Harbour Board | Ref: HB-7\n" + "\n".join(_body(i)) for i in range(6)]
+    assert "".join(strip_running_lines(pages)[0]).count("CONFIDENTIAL") == 1
