@@ -173,15 +173,20 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     out: list[str] = []
     for index, (lines, found) in enumerate(zip(pages, furniture), start=1):
         drop: set[int] = set()
+        cut: dict[int, str] = {}  # a head of two ends kept without its page number
         for i, parts, once, texts_of in found:
-            if once and not runs_on:
-                continue
-            for part, text in zip(parts, texts_of):
-                if part in once:
-                    kept.setdefault(part, text.strip())
-            if index != first or not once:
+            if once and runs_on:
+                for part, text in zip(parts, texts_of):
+                    if part in once:
+                        kept.setdefault(part, text.strip())
+            if not once or (runs_on and index != first):
                 drop.add(i)
-        out.append(_trimmed([line for i, line in enumerate(lines) if i not in drop]) if drop else texts[index - 1])
+            elif any(heads[part].counts for part in parts):
+                # "Confidential | 4": the table reader joined a foot to its page number; the
+                # number goes as it does where the two are lines of their own
+                cut[i] = " | ".join(text.strip() for part, text in zip(parts, texts_of) if not heads[part].counts)
+        out.append(_trimmed([cut.get(i, line) for i, line in enumerate(lines) if i not in drop])
+                   if drop or cut else texts[index - 1])
     on_first = {key for key, on in running.items() if first in on}
     missing = [line for key, line in kept.items() if key not in on_first]
     if missing:

@@ -242,3 +242,15 @@ def test_a_two_column_tables_header_repeated_on_each_page_is_no_head():
     # a head of two ends over prose still goes
     pages = ["CONFIDENTIAL - Harbour Board | Ref: HB-7\n" + "\n".join(_body(i)) for i in range(6)]
     assert "".join(strip_running_lines(pages)[0]).count("CONFIDENTIAL") == 1
+
+
+def test_a_foot_joined_to_its_page_number_loses_the_number_where_the_foot_stays():
+    """Pages read by the table reader joined "Confidential" and the page number at its
+    right as one row, "Confidential | 4": in a batch of invoices, whose shared lines stay,
+    the number stayed with it (it went where the two were lines of their own)."""
+    invoices = [f"Invoice {1001 + i}\nItem {_WORDS[i]}: {i + 2} units.\nTotal due: {100 + 37 * i} EUR." for i in range(5)]
+    texts, _ = strip_running_lines([f"{t}\nConfidential | {i + 1}" for i, t in enumerate(invoices)])
+    assert texts == [f"{t}\nConfidential" for t in invoices]
+    # an end that does not count the pages stays with it
+    dated = [f"{t}\nStatement period | 2023" for t in invoices]
+    assert strip_running_lines(dated)[0] == dated
