@@ -142,33 +142,25 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     share = _MIN_SHARE_SHORT if n_text_pages < _SHORT_PAGES else _MIN_SHARE
     needed = max(_MIN_PAGES, share * n_text_pages)
     running = {key: on for key, head in heads.items() if len(on := head.pages()) >= needed}
-    if not running:
+    if not running and not _numbered_heads(pages, needed):
         return texts, [None] * len(texts)
     first = next(i for i, t in enumerate(texts, start=1) if t.strip())
-    # each page's furniture: (line, its running keys, those read once, their texts)
-    furniture: list[list[tuple[int, list[tuple[str, str]], list[tuple[str, str]], list[str]]]] = []
-    for index, lines in enumerate(pages, start=1):
-        found = []
-        ended: set[str] = set()  # edges where the page's own text began
-        for where, i in _edges(lines):  # (each edge's lines, outermost first)
-            if where in ended:
-                continue
-            key = (where, _shape(lines[i]) or "")
-            whole = index in running.get(key, ())
-            parts = [key] if whole else [(where, _shape(h) or "") for h in _halves(lines[i])]
-            if not parts or any(index not in running.get(part, ()) for part in parts) \
-                    or (where == "top" and _header_row(lines, i)):
-                ended.add(where)  # the page's own text: nothing past it is furniture
-                continue
-            texts_of = [lines[i]] if whole else _halves(lines[i])
-            once = [part for part in parts if not heads[part].counts and _LETTER.search(part[1])]
-            found.append((i, parts, once, texts_of))
-        furniture.append(found)
+    furniture = _furniture(pages, running, heads)
     # A line that does not count the pages goes only from a text that runs on from page to
     # page (a report, a contract, a paper): in a batch of invoices, forms or slides each
     # page is its own, and its "Payment terms: Net 30 days", a form's answer or a slide's
-    # title, the same on many pages, are each page's text.
+    # title, the same on many pages, are each page's text. So do heads that end in the
+    # page's number under a title that changes ("Chapter 4: Function reference 9"): a
+    # payslip's "Pay period: month 3" counts with its pages too.
     runs_on = _runs_on(pages, furniture)
+    numbered = _numbered_heads(pages, needed) if runs_on else {}
+    if numbered:
+        for key, on in numbered.items():
+            running[key] = {**running.get(key, {}), **on}
+            heads[key].counts = True
+        furniture = _furniture(pages, running, heads)
+    if not running:
+        return texts, [None] * len(texts)
     kept: dict[tuple[str, str], str] = {}  # the lines read once, by key: the first copy of each
     out: list[str] = []
     for index, (lines, found) in enumerate(zip(pages, furniture), start=1):
@@ -191,7 +183,78 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     missing = [line for key, line in kept.items() if key not in on_first]
     if missing:
         out[first - 1] = "\n".join(missing + [out[first - 1]])
-    return out, _page_numbers(running, len(texts))
+    # a numbered head's pages, whatever its chapter's title: the numbers of all of them
+    families = {(edge, "numbered"): {i: n for key, on in numbered.items() if key[0] == edge for i, n in on.items()}
+                for edge in {key[0] for key in numbered}}
+    return out, _page_numbers({**running, **families}, len(texts))
+
+
+_Furniture = list[tuple[int, list[tuple[str, str]], list[tuple[str, str]], list[str]]]
+
+
+def _furniture(pages: list[list[str]], running: dict[tuple[str, str], dict[int, int | None]],
+               heads: dict[tuple[str, str], _Head]) -> list[_Furniture]:
+    """Each page's furniture: (its line, the line's running keys, those read once, their
+    texts), walking each edge from the outside in up to the page's own text."""
+    furniture: list[_Furniture] = []
+    for index, lines in enumerate(pages, start=1):
+        found: _Furniture = []
+        ended: set[str] = set()  # edges where the page's own text began
+        for where, i in _edges(lines):  # (each edge's lines, outermost first)
+            if where in ended:
+                continue
+            key = (where, _shape(lines[i]) or "")
+            whole = index in running.get(key, ())
+            parts = [key] if whole else [(where, _shape(h) or "") for h in _halves(lines[i])]
+            if not parts or any(index not in running.get(part, ()) for part in parts) \
+                    or (where == "top" and _header_row(lines, i)):
+                ended.add(where)  # the page's own text: nothing past it is furniture
+                continue
+            texts_of = [lines[i]] if whole else _halves(lines[i])
+            once = [part for part in parts if not heads[part].counts and _LETTER.search(part[1])]
+            found.append((i, parts, once, texts_of))
+        furniture.append(found)
+    return furniture
+
+
+# A head that ends in its page's number: the number after a title of 2 or more words (or
+# a section's number and title: "2.1. TIDES 13"). One word before it is a heading or a
+# record's own ("Step 3", "Section 3", "Invoice 1001").
+_ENDS_IN_NUMBER = re.compile(r"^(.*\S)\s+(\d+)\W*$")
+
+
+def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, str], dict[int, int | None]]:
+    """Heads whose title changes from chapter to chapter, each ending in the page's number:
+    a GNU manual's "Chapter 2: Utilities 6" and "Chapter 4: Function reference 9" are
+    shapes of their own, each on too few pages, and no page word says the number counts.
+    By shape, the pages where such a line (or a bare page number) stands at an edge and its
+    number is the page's index plus the offset that most pages at that edge share, where
+    those are `needed` pages or more."""
+    lines_at: dict[tuple[str, int], dict[tuple[str, str], dict[int, int | None]]] = {}
+    for index, lines in enumerate(pages, start=1):
+        seen: set[str] = set()  # one such line an edge, the outermost: "... in section 12" under it is text
+        for edge, i in _edges(lines):
+            shape = _shape(lines[i])
+            if shape is None or edge in seen:
+                continue
+            text = lines[i].strip()
+            if text.isdigit():
+                number = int(text)
+            elif (m := _ENDS_IN_NUMBER.match(text)) and len(m[1].split()) >= 2 and _LETTER.search(m[1]):
+                number = int(m[2])
+            else:
+                continue
+            seen.add(edge)
+            lines_at.setdefault((edge, number - index), {}).setdefault((edge, shape), {})[index] = number
+    out: dict[tuple[str, str], dict[int, int | None]] = {}
+    for edge in ("top", "bottom"):
+        families = [shapes for (where, _), shapes in lines_at.items() if where == edge]
+        if not families:
+            continue
+        best = max(families, key=lambda shapes: len(set().union(*(on.keys() for on in shapes.values()))))
+        if len(set().union(*(on.keys() for on in best.values()))) >= needed:
+            out.update(best)
+    return out
 
 
 # A page break inside a sentence: the page's text ends in a hyphen or a comma, or in a

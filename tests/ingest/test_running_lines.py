@@ -254,3 +254,40 @@ def test_a_foot_joined_to_its_page_number_loses_the_number_where_the_foot_stays(
     # an end that does not count the pages stays with it
     dated = [f"{t}\nStatement period | 2023" for t in invoices]
     assert strip_running_lines(dated)[0] == dated
+
+
+def test_heads_that_end_in_the_page_number_under_changing_chapter_titles_go():
+    """A GNU manual's heads, "Chapter 4: Function reference 9", each chapter's its own
+    shape on too few pages and no page word before the number, were kept on every page
+    (libtasn1.pdf: 26 of 36 pages), and the bare numbers atop its chapters' first pages too."""
+    from ktcli.ingest.loaders import document_from_bytes
+    from tests.ingest.fixtures import make_text_pdf
+
+    prose = "the keeper wrote the readings of the tide into the harbor's book each day."
+    chapters = ["Tides", "Lanterns and lamps", "Fog signals", "Keepers of the light"]
+    pages = []
+    for page in range(1, 13):
+        chapter = (page - 1) // 3
+        head = str(page) if page % 3 == 1 else f"Chapter {chapter + 1}: {chapters[chapter]} {page}"
+        opening = [f"{chapter + 1} {chapters[chapter]}"] if page % 3 == 1 else []
+        pages.append([head] + opening + [f"In part {page}, line {n}: {prose}" for n in range(6)])
+    doc = document_from_bytes(make_text_pdf(pages), "manual.pdf", "manual.pdf")
+    assert "Chapter " not in doc.text
+    assert [p.text.split("\n")[0] for p in doc.pages][:4] == ["1 Tides", "In part 2, line 0: " + prose,
+                                                             "In part 3, line 0: " + prose, "2 Lanterns and lamps"]
+    # a heading of one word and its number that starts each page is the page's own
+    steps = ["\n".join([f"Step {page}"] + [f"In part {page}, line {n}: {prose}" for n in range(6)]) for page in range(1, 9)]
+    assert strip_running_lines(steps)[0] == steps
+    # a batch of records whose line ends in a number counting with the pages keeps it
+    slips = [f"Pay period: month {m}\nNet pay: {2810 + 37 * m}.00 EUR" for m in range(1, 7)]
+    assert strip_running_lines(slips)[0] == slips
+    # under the head, a line of the text that ends in the page's number stays
+    pages = [f"Harbor Manual, Chapter 2: {_WORDS[i].title()} {i + 1}\nSee the chart of section {i + 1}\n" + "\n".join(_body(i))
+             for i in range(6)]
+    texts, _ = strip_running_lines(pages)
+    assert [t.split("\n") for t in texts] == [[f"See the chart of section {i + 1}"] + _body(i) for i in range(6)]
+    # their numbers name the pages where they are not the pages' own, chapter after chapter
+    titles = ["Tides", "Lanterns and lamps", "Fog"]
+    pages = [f"Chapter {i // 3 + 1}: {titles[i // 3]} {i + 11}\n" + "\n".join(_body(i)) for i in range(9)]
+    texts, labels = strip_running_lines(pages)
+    assert texts == ["\n".join(_body(i)) for i in range(9)] and labels == [str(i + 11) for i in range(9)]
