@@ -221,16 +221,20 @@ def _furniture(pages: list[list[str]], running: dict[tuple[str, str], dict[int, 
 # a section's number and title: "2.1. TIDES 13"). One word before it is a heading or a
 # record's own ("Step 3", "Section 3", "Invoice 1001").
 _ENDS_IN_NUMBER = re.compile(r"^(.*\S)\s+(\d+)\W*$")
+# A head that starts with it, a book's left page ("12 CHAPTER 2. LANTERNS"), stands on 2
+# pages at least: a numbered heading ("3 Results" atop page 3) on one.
+_STARTS_WITH_NUMBER = re.compile(r"^(\d+)\s+(\S.*)$")
 
 
 def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, str], dict[int, int | None]]:
     """Heads whose title changes from chapter to chapter, each ending in the page's number:
     a GNU manual's "Chapter 2: Utilities 6" and "Chapter 4: Function reference 9" are
-    shapes of their own, each on too few pages, and no page word says the number counts.
-    By shape, the pages where such a line (or a bare page number) stands at an edge and its
+    shapes of their own, each on too few pages, and no page word says the number counts;
+    a LaTeX book's "12 CHAPTER 2. LANTERNS" and "2.1. TIDES 13" the same. By shape, the pages where such a line (or a bare page number) stands at an edge and its
     number is the page's index plus the offset that most pages at that edge share, where
     those are `needed` pages or more."""
     lines_at: dict[tuple[str, int], dict[tuple[str, str], dict[int, int | None]]] = {}
+    leading: set[tuple[str, str]] = set()  # shapes whose number starts them
     for index, lines in enumerate(pages, start=1):
         seen: set[str] = set()  # one such line an edge, the outermost: "... in section 12" under it is text
         for edge, i in _edges(lines):
@@ -242,13 +246,18 @@ def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, st
                 number = int(text)
             elif (m := _ENDS_IN_NUMBER.match(text)) and len(m[1].split()) >= 2 and _LETTER.search(m[1]):
                 number = int(m[2])
+            elif (m := _STARTS_WITH_NUMBER.match(text)) and _LETTER.search(m[2]):
+                number = int(m[1])
+                leading.add((edge, shape))
             else:
                 continue
             seen.add(edge)
             lines_at.setdefault((edge, number - index), {}).setdefault((edge, shape), {})[index] = number
     out: dict[tuple[str, str], dict[int, int | None]] = {}
     for edge in ("top", "bottom"):
-        families = [shapes for (where, _), shapes in lines_at.items() if where == edge]
+        families = [{key: on for key, on in shapes.items() if key not in leading or len(on) >= 2}
+                    for (where, _), shapes in lines_at.items() if where == edge]
+        families = [shapes for shapes in families if shapes]
         if not families:
             continue
         best = max(families, key=lambda shapes: len(set().union(*(on.keys() for on in shapes.values()))))

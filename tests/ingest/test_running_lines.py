@@ -291,3 +291,14 @@ def test_heads_that_end_in_the_page_number_under_changing_chapter_titles_go():
     pages = [f"Chapter {i // 3 + 1}: {titles[i // 3]} {i + 11}\n" + "\n".join(_body(i)) for i in range(9)]
     texts, labels = strip_running_lines(pages)
     assert texts == ["\n".join(_body(i)) for i in range(9)] and labels == [str(i + 11) for i in range(9)]
+
+
+def test_a_books_left_heads_that_start_with_the_page_number_go_too():
+    """A LaTeX book's heads: "12 CHAPTER 2. LANTERNS" on left pages, "2.1. TIDES 13" on
+    right ones; the left ones stayed. A numbered heading atop its page is on one page."""
+    pages = ["\n".join([f"{i + 12} CHAPTER 2. LANTERNS" if i % 2 == 0 else f"2.{i // 2 + 1}. TIDES {i + 12}"] + _body(i) * 3)
+             for i in range(10)]
+    texts, labels = strip_running_lines(pages)
+    assert texts == ["\n".join(_body(i) * 3) for i in range(10)] and labels == [str(i + 12) for i in range(10)]
+    headings = ["\n".join([f"{i + 1} {word.title()} of the harbor"] + _body(i) * 3) for i, word in enumerate(_WORDS[:6])]
+    assert strip_running_lines(headings)[0] == headings
