@@ -224,6 +224,7 @@ _ENDS_IN_NUMBER = re.compile(r"^(.*\S)\s+(\d+)\W*$")
 # A head that starts with it, a book's left page ("12 CHAPTER 2. LANTERNS"), stands on 2
 # pages at least: a numbered heading ("3 Results" atop page 3) on one.
 _STARTS_WITH_NUMBER = re.compile(r"^(\d+)\s+(\S.*)$")
+_YEARS = (1800, 2100)  # a number among them is a year, not a page's
 
 
 def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, str], dict[int, int | None]]:
@@ -251,6 +252,8 @@ def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, st
                 leading.add((edge, shape))
             else:
                 continue
+            if _YEARS[0] <= number <= _YEARS[1]:
+                continue  # "Harbor traffic in 2021" atop a page a year is a heading
             seen.add(edge)
             lines_at.setdefault((edge, number - index), {}).setdefault((edge, shape), {})[index] = number
     out: dict[tuple[str, str], dict[int, int | None]] = {}

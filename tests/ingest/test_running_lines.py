@@ -302,3 +302,6 @@ def test_a_books_left_heads_that_start_with_the_page_number_go_too():
     assert texts == ["\n".join(_body(i) * 3) for i in range(10)] and labels == [str(i + 12) for i in range(10)]
     headings = ["\n".join([f"{i + 1} {word.title()} of the harbor"] + _body(i) * 3) for i, word in enumerate(_WORDS[:6])]
     assert strip_running_lines(headings)[0] == headings
+    # a heading with its year atop a page a year is no head, though the years count on
+    years = ["\n".join([f"Harbor traffic in {2015 + i}"] + _body(i) * 3) for i in range(8)]
+    assert strip_running_lines(years)[0] == years
