@@ -17,6 +17,7 @@ after the other (drawn so) are left as they are.
 
 from __future__ import annotations
 
+import difflib
 import re
 
 # A page with fewer lines than this is not judged (a title page, a caption).
@@ -115,8 +116,12 @@ def _mean_chars(parts: list[str]) -> float:
 
 
 def _interleaved(plain: list[str], left: list[str], right: list[str]) -> bool:
-    """Whether the plain text reads the two columns across, a line of each in turn."""
+    """Whether the plain text reads the two columns across, a line of each in turn: in the
+    same order, lines out of place aside. A page number drawn before the text (reportlab's
+    page templates, LaTeX's foot) is the plain text's first line and the layout's last:
+    compared line by line in place, every line was one off and the columns stayed mixed."""
     across = [_squeezed(p) for pair in zip(left, right) for p in pair if p]
     squeezed = [_squeezed(p) for p in plain]
-    same = sum(a == b for a, b in zip(squeezed, across))
+    matcher = difflib.SequenceMatcher(None, squeezed, across, autojunk=False)
+    same = sum(block.size for block in matcher.get_matching_blocks())
     return same >= 0.8 * min(len(squeezed), len(across))

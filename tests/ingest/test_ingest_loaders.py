@@ -661,6 +661,27 @@ def test_two_columns_drawn_a_line_of_each_in_turn_are_read_one_after_the_other(w
     assert load_one(write("across.pdf", make_two_column_pdf_drawn_across(left, right))).text.split("\n") == left + right
 
 
+def test_two_columns_drawn_across_under_a_page_number_drawn_first_are_read_one_after_the_other(write) -> None:
+    """A page number drawn before the text (reportlab's page templates do) was the plain
+    text's first line and the layout's last: every line compared one off, and the columns
+    stayed mixed."""
+    import io
+
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    left, right = COLUMN_PROSE
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    pdf.drawString(520, 30, "7")
+    for i, (a, b) in enumerate(zip(left, right)):
+        pdf.drawString(72, 800 - 16 * i, a)
+        pdf.drawString(320, 800 - 16 * i, b)
+    pdf.showPage()
+    pdf.save()
+    assert load_one(write("foot.pdf", buffer.getvalue())).text.split("\n") == left + right + ["7"]
+
+
 def test_words_drawn_one_by_one_are_read_as_lines(write) -> None:
     """A word a line: four short lines cost 373 tokens, and citations worked on fragments."""
     lines = [f"Line {n}: the harbour master Ingrid Solvang recorded the breakwater works." for n in
