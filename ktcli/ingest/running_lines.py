@@ -281,8 +281,10 @@ _PROSE_LINE_CHARS = 50
 # A page of prose holds this many long lines at least (the median page), and half the
 # lines are long. Long lines, not lines: a report of a section a page (the sample annual
 # report with a head at its top) has pages of 6 to 14 lines, its median 10, and kept its
-# head on every page; an invoice's, form's or slide's page has none.
+# head on every page; an invoice's, form's or slide's page has none. A long line is a
+# column's: a newsletter in two columns (lines of 39 to 50 characters) kept its head.
 _PROSE_PAGE_LONG_LINES = 5
+_PROSE_PAGE_LINE_CHARS = 40
 _PROSE_SHARE = 0.5
 _ENDS_IN_A_WORD = re.compile(r"[^\W\d_]$")
 
@@ -303,9 +305,9 @@ def _runs_on(pages: list[list[str]], furniture: list[list]) -> bool:
     # a paragraph kept its head on every page. A record's page (an invoice, a form, a
     # slide) is a few short lines.
     lines = [line for body in bodies for line in body]
-    long_lines = sorted(sum(len(line) >= _PROSE_LINE_CHARS for line in body) for body in bodies)
+    long_lines = sorted(sum(len(line) >= _PROSE_PAGE_LINE_CHARS for line in body) for body in bodies)
     if long_lines[len(long_lines) // 2] >= _PROSE_PAGE_LONG_LINES and \
-            sum(len(line) >= _PROSE_LINE_CHARS for line in lines) >= _PROSE_SHARE * len(lines):
+            sum(len(line) >= _PROSE_PAGE_LINE_CHARS for line in lines) >= _PROSE_SHARE * len(lines):
         return True
     inside = sum(1 for before, after in breaks
                  if before[-1].endswith(("-", ",")) or after[0][0].islower()

@@ -305,3 +305,38 @@ def test_a_books_left_heads_that_start_with_the_page_number_go_too():
     # a heading with its year atop a page a year is no head, though the years count on
     years = ["\n".join([f"Harbor traffic in {2015 + i}"] + _body(i) * 3) for i in range(8)]
     assert strip_running_lines(years)[0] == years
+
+
+def test_a_two_column_newsletters_head_goes_though_each_page_ends_a_story():
+    """Lines of a column (39 to 50 characters) were not long lines of prose, so a
+    newsletter whose every page ended a story kept its head on each."""
+    import io
+
+    from reportlab.lib.pagesizes import A4
+    from reportlab.lib.styles import getSampleStyleSheet
+    from reportlab.lib.units import cm
+    from reportlab.platypus import BaseDocTemplate, Frame, PageBreak, PageTemplate, Paragraph
+
+    from ktcli.ingest.loaders import document_from_bytes
+
+    def furniture(canvas, doc) -> None:  # type: ignore[no-untyped-def]
+        canvas.setFont("Helvetica", 8)
+        canvas.drawString(2 * cm, A4[1] - 1.2 * cm, "Harbor Notes - Newsletter of the Port Alder Society")
+        canvas.drawCentredString(A4[0] / 2, 1.2 * cm, str(doc.page))
+
+    styles = getSampleStyleSheet()
+    buffer = io.BytesIO()
+    doc = BaseDocTemplate(buffer, pagesize=A4, invariant=1)
+    width = (A4[0] - 5 * cm) / 2
+    frames = [Frame(2 * cm, 2 * cm, width, A4[1] - 4 * cm), Frame(3 * cm + width, 2 * cm, width, A4[1] - 4 * cm)]
+    doc.addPageTemplates([PageTemplate(id="columns", frames=frames, onPage=furniture)])
+    story = []
+    for page, word in enumerate(_WORDS[:6]):
+        story.append(Paragraph(f"Story {page + 1}: the {word} report", styles["Heading2"]))
+        story += [Paragraph(" ".join(_WORDS[(page + k * n) % 10] for n in range(60)).capitalize() + ".",
+                            styles["BodyText"]) for k in range(1, 4)]
+        story.append(PageBreak())
+    doc.build(story)
+    text = document_from_bytes(buffer.getvalue(), "notes.pdf", "notes.pdf").text
+    assert text.count("Harbor Notes") == 1
+    assert all(f"Story {n}: the" in text for n in range(1, 7))
