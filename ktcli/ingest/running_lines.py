@@ -227,6 +227,21 @@ _STARTS_WITH_NUMBER = re.compile(r"^(\d+)\s+(\S.*)$")
 _YEARS = (1800, 2100)  # a number among them is a year, not a page's
 
 
+def _page_number_at_an_end(text: str) -> int | None:
+    """The number a head may end with (`_ENDS_IN_NUMBER`), or start with, negated
+    (`_STARTS_WITH_NUMBER`), or that it is; None where there is none, or it is a year
+    ("Harbor traffic in 2021" atop a page a year is a heading; "5 Annual Report 2023" a
+    head that starts with its page's number)."""
+    if text.isdigit():
+        return int(text)
+    if (m := _ENDS_IN_NUMBER.match(text)) and len(m[1].split()) >= 2 and _LETTER.search(m[1]) \
+            and not _YEARS[0] <= int(m[2]) <= _YEARS[1]:
+        return int(m[2])
+    if (m := _STARTS_WITH_NUMBER.match(text)) and _LETTER.search(m[2]) and not _YEARS[0] <= int(m[1]) <= _YEARS[1]:
+        return -int(m[1])
+    return None
+
+
 def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, str], dict[int, int | None]]:
     """Heads whose title changes from chapter to chapter, each ending in the page's number:
     a GNU manual's "Chapter 2: Utilities 6" and "Chapter 4: Function reference 9" are
@@ -242,18 +257,12 @@ def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, st
             shape = _shape(lines[i])
             if shape is None or edge in seen:
                 continue
-            text = lines[i].strip()
-            if text.isdigit():
-                number = int(text)
-            elif (m := _ENDS_IN_NUMBER.match(text)) and len(m[1].split()) >= 2 and _LETTER.search(m[1]):
-                number = int(m[2])
-            elif (m := _STARTS_WITH_NUMBER.match(text)) and _LETTER.search(m[2]):
-                number = int(m[1])
-                leading.add((edge, shape))
-            else:
+            number = _page_number_at_an_end(lines[i].strip())
+            if number is None:
                 continue
-            if _YEARS[0] <= number <= _YEARS[1]:
-                continue  # "Harbor traffic in 2021" atop a page a year is a heading
+            if number < 0:
+                number = -number
+                leading.add((edge, shape))
             seen.add(edge)
             lines_at.setdefault((edge, number - index), {}).setdefault((edge, shape), {})[index] = number
     out: dict[tuple[str, str], dict[int, int | None]] = {}

@@ -340,3 +340,12 @@ def test_a_two_column_newsletters_head_goes_though_each_page_ends_a_story():
     text = document_from_bytes(buffer.getvalue(), "notes.pdf", "notes.pdf").text
     assert text.count("Harbor Notes") == 1
     assert all(f"Story {n}: the" in text for n in range(1, 7))
+
+
+def test_a_foot_that_starts_with_the_page_number_and_ends_in_a_year_goes():
+    """The head's last number, a year, is no page's: its first one is."""
+    prose = [[f"The {word} were counted at dawn by the keepers of the {place}, as every year." for word in _WORDS[:6]]
+             for place in _WORDS[2:]]
+    pages = ["\n".join(prose[i] + [f"{i + 3} Harbor Light Annual Report 2023"]) for i in range(8)]
+    texts, labels = strip_running_lines(pages)
+    assert texts == ["\n".join(prose[i]) for i in range(8)] and labels == [str(i + 3) for i in range(8)]
