@@ -227,18 +227,18 @@ _STARTS_WITH_NUMBER = re.compile(r"^(\d+)\s+(\S.*)$")
 _YEARS = (1800, 2100)  # a number among them is a year, not a page's
 
 
-def _page_number_at_an_end(text: str) -> int | None:
-    """The number a head may end with (`_ENDS_IN_NUMBER`), or start with, negated
-    (`_STARTS_WITH_NUMBER`), or that it is; None where there is none, or it is a year
-    ("Harbor traffic in 2021" atop a page a year is a heading; "5 Annual Report 2023" a
-    head that starts with its page's number)."""
+def _page_number_at_an_end(text: str) -> tuple[int, bool] | None:
+    """The number a head may end with (`_ENDS_IN_NUMBER`), start with (`_STARTS_WITH_NUMBER`)
+    or be, and whether it starts it; None where there is none, or it is a year ("Harbor
+    traffic in 2021" atop a page a year is a heading; "5 Annual Report 2023" a head that
+    starts with its page's number)."""
     if text.isdigit():
-        return int(text)
+        return int(text), False
     if (m := _ENDS_IN_NUMBER.match(text)) and len(m[1].split()) >= 2 and _LETTER.search(m[1]) \
             and not _YEARS[0] <= int(m[2]) <= _YEARS[1]:
-        return int(m[2])
+        return int(m[2]), False
     if (m := _STARTS_WITH_NUMBER.match(text)) and _LETTER.search(m[2]) and not _YEARS[0] <= int(m[1]) <= _YEARS[1]:
-        return -int(m[1])
+        return int(m[1]), True
     return None
 
 
@@ -246,9 +246,10 @@ def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, st
     """Heads whose title changes from chapter to chapter, each ending in the page's number:
     a GNU manual's "Chapter 2: Utilities 6" and "Chapter 4: Function reference 9" are
     shapes of their own, each on too few pages, and no page word says the number counts;
-    a LaTeX book's "12 CHAPTER 2. LANTERNS" and "2.1. TIDES 13" the same. By shape, the pages where such a line (or a bare page number) stands at an edge and its
-    number is the page's index plus the offset that most pages at that edge share, where
-    those are `needed` pages or more."""
+    a LaTeX book's "12 CHAPTER 2. LANTERNS" and "2.1. TIDES 13" the same. By shape, the
+    pages where such a line (or a bare page number) stands at an edge and its number is
+    the page's index plus the offset that most pages at that edge share, where those are
+    `needed` pages or more."""
     lines_at: dict[tuple[str, int], dict[tuple[str, str], dict[int, int | None]]] = {}
     leading: set[tuple[str, str]] = set()  # shapes whose number starts them
     for index, lines in enumerate(pages, start=1):
@@ -257,11 +258,11 @@ def _numbered_heads(pages: list[list[str]], needed: float) -> dict[tuple[str, st
             shape = _shape(lines[i])
             if shape is None or edge in seen:
                 continue
-            number = _page_number_at_an_end(lines[i].strip())
-            if number is None:
+            found = _page_number_at_an_end(lines[i].strip())
+            if found is None:
                 continue
-            if number < 0:
-                number = -number
+            number, starts = found
+            if starts:
                 leading.add((edge, shape))
             seen.add(edge)
             lines_at.setdefault((edge, number - index), {}).setdefault((edge, shape), {})[index] = number
