@@ -142,7 +142,8 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     share = _MIN_SHARE_SHORT if n_text_pages < _SHORT_PAGES else _MIN_SHARE
     needed = max(_MIN_PAGES, share * n_text_pages)
     running = {key: on for key, head in heads.items() if len(on := head.pages()) >= needed}
-    if not running and not _numbered_heads(pages, needed):
+    numbered = _numbered_heads(pages, needed)
+    if not running and not numbered:
         return texts, [None] * len(texts)
     first = next(i for i, t in enumerate(texts, start=1) if t.strip())
     furniture = _furniture(pages, running, heads)
@@ -153,7 +154,8 @@ def strip_running_lines(texts: list[str]) -> tuple[list[str], list[str | None]]:
     # page's number under a title that changes ("Chapter 4: Function reference 9"): a
     # payslip's "Pay period: month 3" counts with its pages too.
     runs_on = _runs_on(pages, furniture)
-    numbered = _numbered_heads(pages, needed) if runs_on else {}
+    if not runs_on:
+        numbered = {}
     if numbered:
         for key, on in numbered.items():
             running[key] = {**running.get(key, {}), **on}
