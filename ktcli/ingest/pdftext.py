@@ -81,7 +81,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
             raise RejectedInput(display, f"PDF that cannot be opened ({_short(e)})",
                                 "a certificate or DRM security handler: export it without one") from None
         except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError) as e:
-            raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e)})") from None
+            raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e)})", _cut_short_hint(data)) from None
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
@@ -135,7 +135,9 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
             if text_limit is not None and read_chars > text_limit:
                 raise TextOverLimit(number, len(pages), read_chars)
     if not pages:
-        raise RejectedInput(display, "corrupt PDF (no pages)")
+        if hint := _cut_short_hint(data):
+            raise RejectedInput(display, "corrupt PDF (no pages)", hint)
+        raise RejectedInput(display, "PDF with no pages (nothing to read)")
     texts, counted = strip_running_lines(texts)  # before mending: a foot parts a word's halves
     texts = mend_pages(texts)
     attached = _attachment_names(reader)
@@ -807,6 +809,20 @@ def _no_text(display: str, n_pages: int) -> list[str]:
         f"no text layer on {pages} (a scanned or image-only PDF?)",
         "run OCR first, e.g. `ocrmypdf in.pdf out.pdf`",
     )
+
+
+# A PDF ends in "%%EOF" (some writers add a newline or a few bytes after it): one without
+# it in its last KiB was cut short, a download or a copy that stopped. pypdf said only
+# "Stream has ended unexpectedly", and cannot read such a file's pages even with the
+# marker put back (probe 116): the user needs the whole file, not a repair.
+_EOF_MARK, _EOF_TAIL = b"%%EOF", 1024
+
+
+def _cut_short_hint(data: bytes) -> str:
+    """What to do where `data` lacks the PDF's end marker, else ""."""
+    if _EOF_MARK in data[-_EOF_TAIL:]:
+        return ""
+    return f"the file seems cut short ({len(data):,} bytes, no %%EOF at its end): copy or download it again"
 
 
 def _short(error: BaseException) -> str:

@@ -893,6 +893,25 @@ def test_truncated_pdf_is_an_input_error_or_partial(write) -> None:
         assert doc.kind == "pdf"
 
 
+def test_a_pdf_cut_short_says_so(write) -> None:
+    """A download that stopped: pypdf's "Stream has ended unexpectedly" told the user
+    nothing they could act on (probe 116)."""
+    import io
+
+    from pypdf import PdfWriter
+
+    data = make_text_pdf([["page one text"], ["page two text"]])
+    message = input_error(write("cut.pdf", data[: len(data) * 9 // 10]))
+    assert "seems cut short" in message and "no %%EOF" in message and "\n" not in message
+    whole_but_broken = b"%PDF-1.4\n" + bytes(range(256)) * 4 + b"\n%%EOF\n"
+    assert "cut short" not in input_error(write("broken.pdf", whole_but_broken))
+    empty = io.BytesIO()
+    PdfWriter().write(empty)
+    message = input_error(write("empty.pdf", empty.getvalue()))
+    assert "PDF with no pages" in message and "corrupt" not in message and "cut short" not in message
+    assert "cut short" in input_error(write("empty-cut.pdf", empty.getvalue()[:-40]))
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
