@@ -249,6 +249,10 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
             raise
         finally:
             pieces.close()
+    if not tally.ttft_s:
+        # Nothing streamed: every line held (tags alone, a made-up code block) until a loop
+        # was stopped, or no text at all. A summary of rich/ said "ttft 0.0s" after 875 s.
+        tally.ttft_s = time.perf_counter() - tally.started
     if not guard.unit:
         last = lines.flush() if lines is not None else ""
         last = labels.feed(last) + labels.flush() if labels is not None else last
@@ -290,8 +294,6 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     if not text:
         # Said, not left as a blank line and exit 0: the model wrote only markup (a source
         # tag it opened and closed) or stopped at once.
-        if not tally.ttft_s:
-            tally.ttft_s = time.perf_counter() - tally.started  # no first token: not "ttft 0.0s"
         what = subject.removeprefix("the ")  # "answer", "summary", "summary of notes/trip.md"
         reword = "rewording the question, " if subject == "the answer" else ""
         reporter.warn(f"the model gave no {what} ({backend.last_stats.new_tokens:,} tokens, none of them text); "

@@ -250,6 +250,22 @@ def test_an_empty_answer_says_so(tmp_path):
     assert tally.ttft_s > 0
 
 
+def test_a_summary_stopped_in_a_loop_it_never_showed_has_a_first_token_time(tmp_path):
+    # A summary of rich/ (875 s) looped in a made-up code block, every line of it held, and
+    # its figures said "ttft 0.0s".
+    from ktcli.pipeline.runner import stream_answer
+
+    class LoopInCode(FakeBackend):
+        def _reply(self, messages):
+            return "```python\n" + "value = make_braces(default)\n" * 40
+
+    reporter, tally = Warnings(), Tally()
+    text = stream_answer(LoopInCode(), [{"role": "user", "content": "Summarize"}], SamplingParams(max_new_tokens=400),
+                         tally, reporter, subject="the summary", source="def f():\n    pass\n")
+    assert text == "" and any("kept repeating" in w for w in reporter.lines)
+    assert tally.ttft_s > 0
+
+
 @pytest.fixture
 def code_repo(tmp_path):
     folder = tmp_path / "repo"
