@@ -273,20 +273,25 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     plan = _plan(req, facts, rates)
     budget_s = req.max_seconds or SUMMARY_DEFAULT_SECONDS
     if can_outline and req.outline == "auto" and plan.est_seconds > budget_s:
-        outlined = _outlined(req, facts, rates, f"reading every line would take ~{plan.est_seconds:.0f}s > "
-                                                 f"{budget_s:.0f}s budget")
+        outlined = _outlined(req, facts, rates, f"reading every line would take ~{_over(plan.est_seconds)}s > "
+                                                 f"{budget_s:g}s budget")
         if outlined.est_seconds < plan.est_seconds:
             if outlined.est_seconds > budget_s and not req.max_seconds:  # said, as a given budget's miss is
-                over = f"{DEFAULT_BUDGET_MISSES[0]}{outlined.est_seconds:.0f}s, over the {budget_s:.0f}s default budget"
+                over = f"{DEFAULT_BUDGET_MISSES[0]}{_over(outlined.est_seconds)}s, over the {budget_s:g}s default budget"
                 outlined = replace(outlined, reasons=(*outlined.reasons, over))
             return outlined
     if req.task == "summarize" and plan.est_seconds > budget_s and not req.max_seconds:
         # Said, not left to be found out: a 300-page book with no headings planned ~1,160 s
         # and read every line with no word about the 600 s budget.
         why = _asked(req, "outline") if req.outline == "never" else "nothing in it reads shorter as an outline"
-        over = f"{DEFAULT_BUDGET_MISSES[1]}{plan.est_seconds:.0f}s, over the {budget_s:.0f}s default budget ({why})"
+        over = f"{DEFAULT_BUDGET_MISSES[1]}{_over(plan.est_seconds)}s, over the {budget_s:g}s default budget ({why})"
         plan = replace(plan, reasons=(*plan.reasons, over))
     return plan
+
+
+def _over(seconds: float) -> int:
+    """Seconds said to be over a budget, rounded up: 600.4 s was "~600s > 600s budget"."""
+    return math.ceil(seconds)
 
 
 def _outlined(req: PlanRequest, facts: ModelFacts, rates: Throughput, why: str) -> Plan:

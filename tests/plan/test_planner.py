@@ -769,3 +769,14 @@ def test_a_read_in_windows_says_its_count_as_an_estimate_and_the_run_says_its_ow
     read = [r for r in ran.reasons if "window(s)" in r]
     assert len(read) == 1 and f" {plan.n_windows - 1} window(s)" in read[0] and "about" not in read[0]
     assert [r for r in ran.reasons if r not in read] == [r for r in plan.reasons if r not in said]  # the rest as they were
+
+
+def test_a_time_said_over_the_budget_reads_over_it():
+    # A mixed folder planned 600.4 s read whole: "reading every line would take ~600s > 600s budget".
+    whole = make_plan(summary_req(corpus_tokens=100_000, outline="never", outline_tokens=20_000, outline_files=40),
+                      SMOL, RATES)
+    budget = whole.est_seconds - 0.05  # the estimate a hair over it
+    plan = make_plan(summary_req(corpus_tokens=100_000, outline_tokens=20_000, outline_files=40, max_seconds=budget),
+                     SMOL, RATES)
+    said, over = map(float, re.search(r"~(\d+)s > ([\d.]+)s budget", plan.reasons[0]).groups())
+    assert said > over
