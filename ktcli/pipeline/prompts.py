@@ -251,7 +251,10 @@ class LeadingEcho:
     def flush(self) -> str:
         """What is still held when the stream ends: a start that could have been a mark
         ("A", the whole answer), not an echoed question."""
-        if self.done or self.head.lstrip().lower().startswith("question:"):
+        folded = self.head.strip().lower()
+        # "Answer:" and nothing after it is the mark alone, not an answer: a question about
+        # a PDF manual printed "Answer:" as the whole answer (the question's echo before it).
+        if self.done or folded.startswith("question:") or folded in self._MARKS:
             return ""
         return _without_blank_lines(self.head)
 

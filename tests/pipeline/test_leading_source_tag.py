@@ -126,6 +126,9 @@ def test_an_answer_opened_with_a_line_break_is_shown_without_it(seed):
     assert run(" \n\n    return 80\nis the line [2].") == "    return 80\nis the line [2]."
     assert run("\nAnswer: 80 [1].") == "80 [1]."
     assert run("\n  A") == "  A"
+    # the format's echo and nothing else: no answer, not "Answer:" (a PDF manual's question)
+    assert run("Question: How do I parse a DER encoded certificate?\nAnswer:") == ""
+    assert run("Answer:\n").strip() == ""
 
 
 @pytest.mark.parametrize("seed", range(6))
