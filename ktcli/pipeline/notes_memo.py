@@ -87,6 +87,18 @@ def kept_for(cache_dir: Path, request: str) -> tuple[int, bool]:
         return 0, False
 
 
+def windows_of(cache_dir: Path, request: str) -> int:
+    """The windows `request`'s last run packed (0 where not known): the same read packs the
+    same, where the plan's estimate may not (a folder of uneven files planned at 8 windows
+    was read in 5, and its summary resumed after Ctrl-C was planned at 277 s for 137)."""
+    try:
+        record = json.loads((Path(cache_dir) / FOLDER / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))
+        windows = record.get("windows", 0)
+    except (OSError, ValueError, AttributeError):
+        return 0
+    return windows if isinstance(windows, int) and not isinstance(windows, bool) and windows > 0 else 0
+
+
 def kept_text(cache_dir: Path, request: str) -> str:
     """The notes of `request`'s last run still kept, in step order, joined: what a summary
     whose every note step is kept reads (the plan counts them for its memory)."""
@@ -115,6 +127,8 @@ class NotesMemo:
         self._request = request
         self._entries: list[str] = []  # this run's entries, in step order
         self._complete = False  # every note step of the run has been taken (`finish`)
+        # The windows the run packed, recorded for a rerun's plan (`windows_of`); 0: not said.
+        self.windows = 0
 
     @classmethod
     def for_run(cls, cache_dir: Path, prompt_cache: bool, backend: Backend,
@@ -190,7 +204,9 @@ class NotesMemo:
         tmp = record.with_name(f".{record.name}.{os.getpid()}.tmp")
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps({"entries": self._entries, "complete": self._complete}), encoding="utf-8")
+            record_json = {"entries": self._entries, "complete": self._complete} | \
+                ({"windows": self.windows} if self.windows else {})
+            tmp.write_text(json.dumps(record_json), encoding="utf-8")
             os.replace(tmp, record)
         except OSError:
             _unlink(tmp)  # the plan then does not know; the notes are kept all the same

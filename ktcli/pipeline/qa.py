@@ -102,6 +102,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     label = 1
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
     memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params, prep.notes_request)
+    if memo is not None:
+        memo.windows = len(windows)
     for i, window in enumerate(windows[:-1]):
         evidence, label = _labelled(window, label)
         try:

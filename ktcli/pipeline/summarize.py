@@ -90,6 +90,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     taken: list[str] = []
     note_params = replace(params, max_new_tokens=MEMORY_TOKENS)
     memo = NotesMemo.for_run(settings.cache_path, settings.prompt_cache, backend, note_params, prep.notes_request)
+    if memo is not None:
+        memo.windows = len(windows)
     read = 0
     try:
         for read, window in enumerate(windows):

@@ -197,6 +197,9 @@ class PlanRequest:
     # The model tokens of the kept notes where every note step is kept (0: not counted;
     # planned at MEMORY_TOKENS a step): a summary's rerun reads them alone.
     kept_notes_tokens: int = 0
+    # The windows the earlier run that kept the notes packed (`notes_memo.windows_of`; 0: not
+    # known): the same read packs the same ones, where the estimate may not.
+    known_windows: int = 0
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -832,7 +835,8 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         evidence = req.corpus_tokens  # a summary reads everything
         top_k = 0
         passages = max(req.n_documents, math.ceil(evidence / budget))  # neighbours join up to a window
-    n_windows = _windows_packed(evidence, passages, budget, req.passage_tag_tokens or PASSAGE_TAG_TOKENS)
+    n_windows = req.known_windows or _windows_packed(evidence, passages, budget,
+                                                     req.passage_tag_tokens or PASSAGE_TAG_TOKENS)
     # Each window: its evidence, the notes so far, and new notes; then one final answer.
     # Memory is sized for the most notes a window may pass on, time for what they run to.
     per_window_prompt = min(evidence, budget) + MEMORY_TOKENS + req.question_tokens + PROMPT_OVERHEAD_TOKENS
@@ -942,17 +946,21 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     """The plan, its time counting the notes an earlier run kept as read back. Chosen as if
     none were kept: they are the notes of the plan that run chose, and counted in, they
     could tip a summary from outlines to every line, whose notes none are."""
-    chosen = _make_plan(replace(req, kept_notes=0), facts, rates)
-    note_windows = note_steps(chosen.task, chosen.n_windows)
+    chosen = _make_plan(replace(req, kept_notes=0, known_windows=0), facts, rates)
+    # The windows the earlier run packed, where it said (the estimate's may be more or fewer)
+    windows = req.known_windows if req.known_windows and chosen.mode is Mode.RETRIEVAL else chosen.n_windows
+    note_windows = note_steps(chosen.task, windows)
     kept = (note_windows if req.notes_all_kept else min(req.kept_notes, note_windows)) \
         if chosen.mode is Mode.RETRIEVAL else 0
     if not kept:
         return chosen
-    # The chosen read's time less its kept steps': the same read planned with and without them.
+    # The chosen read's time, as estimated, replaced by the read's in the windows it packs
+    # with its kept steps read back.
     read = replace(req, corpus_tokens=req.outline_tokens, n_chunks=0) if chosen.outline_files else req
-    without, kept_plan = (_retrieval_plan(replace(read, kept_notes=n), facts, rates) for n in (0, kept))
-    saved = max(0.0, without.est_seconds - kept_plan.est_seconds)
-    total = chosen.est_seconds - saved
+    without = _retrieval_plan(replace(read, kept_notes=0, known_windows=0), facts, rates)
+    kept_plan = _retrieval_plan(replace(read, kept_notes=kept, known_windows=windows), facts, rates)
+    saved = without.est_seconds - kept_plan.est_seconds
+    total = max(0.0, chosen.est_seconds - saved)
     # A reason that weighed the whole time against a budget says it no more (the plan showed
     # "est <=42s" beside "this one takes ~361s"); said again where the new time is over.
     reasons = [r for r in chosen.reasons if not r.startswith((BUDGET_MISS, *DEFAULT_BUDGET_MISSES))]
@@ -962,8 +970,9 @@ def _planned_with_kept_notes(req: PlanRequest, facts: ModelFacts, rates: Through
     reasons.append(f"the notes of {kept} of its {note_windows} note steps are kept from an earlier run: "
                    "read back, not written")
     memory = _all_kept_memory(req, facts, chosen, note_windows) if kept >= note_windows else chosen.est_memory_bytes
-    return replace(chosen, est_seconds=total, est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
+    plan = replace(chosen, est_seconds=total, est_first_token_seconds=max(0.0, chosen.est_first_token_seconds - saved),
                    reasons=tuple(reasons), est_memory_bytes=memory)
+    return with_windows(plan, windows) if windows != chosen.n_windows else plan
 
 
 def _all_kept_memory(req: PlanRequest, facts: ModelFacts, chosen: Plan, note_windows: int) -> int:

@@ -214,12 +214,16 @@ def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
     """A summary's rerun was planned at ~54 s and took 3: the plan renders no prompt and
     could not find the notes. Each request records its steps' entries for it."""
     first = Keyed()
+    settings = settings_for(tmp_path)
+    fresh = prepare([str(haystack)], "", "summarize", settings, NullReporter()).plan
     _summary(haystack, tmp_path, first)
     parts = len(first.calls) - 1
-    settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
     assert prep.notes_request and notes_memo.kept_for(settings.cache_path, prep.notes_request) == (parts, True)
-    assert prep.plan.est_first_token_seconds < 5  # every note step read back, however many the plan counts
+    # every note step read back, in the windows the run packed: the summary written from the
+    # notes of its 6 parts (9 s at the default rates), against 39 s for the input read fresh
+    assert prep.plan.n_windows == parts
+    assert prep.plan.est_first_token_seconds < fresh.est_first_token_seconds / 3
     # another request (other settings, a question) has none; an entry trimmed is not counted
     other = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=1000), NullReporter())
     assert notes_memo.kept_for(settings.cache_path, other.notes_request) == (0, False)
@@ -286,6 +290,33 @@ def test_an_interrupted_run_is_not_recorded_as_whole(haystack, tmp_path):
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
     assert notes_memo.kept_for(settings.cache_path, prep.notes_request) == (2, False)
+
+
+def test_a_resumed_run_is_planned_in_the_windows_its_first_run_packed(haystack, tmp_path):
+    """A folder of uneven files planned at 8 windows was read in 5; resumed after Ctrl-C in
+    part 3, its plan counted 6 steps left where 3 were, 277 s for 137 (probe 115). The run
+    records the windows it packed, and the plan of the same request reads them."""
+    from ktcli.plan import PlanRequest, Throughput, make_plan
+    from ktcli.types import ModelFacts
+
+    with pytest.raises(InterruptedWithNotes):
+        _summary(haystack, tmp_path, InterruptedAtThird())
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    windows = notes_memo.windows_of(settings.cache_path, prep.notes_request)
+    assert windows > 2 and prep.plan.n_windows == windows
+    assert f"the notes of 2 of its {windows} note steps are kept" in " ".join(prep.plan.reasons)
+    assert notes_memo.windows_of(settings.cache_path, "no-such-request") == 0
+
+    facts = ModelFacts(name="smollm2", context_window=2048, n_layers=30, n_kv_heads=3, head_dim=64,
+                       n_params=135_000_000, weight_bytes=135_000_000)
+    req = PlanRequest(task="summarize", corpus_tokens=12_000, question_tokens=0, n_documents=1, mode="retrieval",
+                      kept_notes=2)
+    estimated = make_plan(req, facts, Throughput())
+    fewer, more = (make_plan(replace(req, known_windows=n), facts, Throughput())
+                   for n in (estimated.n_windows - 2, estimated.n_windows + 2))
+    assert (fewer.n_windows, more.n_windows) == (estimated.n_windows - 2, estimated.n_windows + 2)
+    assert fewer.est_seconds < estimated.est_seconds < more.est_seconds
 
 
 def test_kept_notes_are_planned_as_read_back():
@@ -452,7 +483,8 @@ def test_a_summary_with_every_note_kept_is_planned_at_the_memory_of_its_reduce_s
         len(first.calls) - 1
     (tmp_path / "elsewhere").mkdir()
     fresh_prep = prepare([str(haystack)], "", "summarize", settings_for(tmp_path / "elsewhere"), NullReporter())
-    assert fresh_prep.plan.n_windows == prep.plan.n_windows and fresh_prep.plan.input_tokens == prep.plan.input_tokens
+    # (the rerun planned in the windows its run packed: this test's run read with a smaller budget)
+    assert prep.plan.n_windows == len(first.calls) - 1 and fresh_prep.plan.input_tokens == prep.plan.input_tokens
     assert prep.plan.est_memory_bytes < fresh_prep.plan.est_memory_bytes
 
     # under a --max-memory between the two: the rerun fits (it was refused as a fresh run
