@@ -60,12 +60,27 @@ def test_a_question_no_word_of_which_was_read_is_not_in_the_documents_whatever_t
     # marketing is Helena Brandt." (the chair), every word of it the report's
     copied = "Harbor Light designs and manufactures storm lanterns."
     assert grounding.judge("Who won the 1998 World Cup?", [REPORT], copied, Cosine(0.2)).not_in_documents
-    assert not grounding.judge("Who won the 1998 World Cup?", [REPORT], copied, Cosine(0.6)).not_in_documents
+    assert not grounding.judge("Who won the World Cup?", [REPORT], copied, Cosine(0.6)).not_in_documents
 
 
 def test_an_answer_that_says_the_input_lacks_it_counts_as_standing_on_nothing():
     said = "The winner of the 1998 World Cup is not mentioned in the report's revenue and lanterns."
     assert grounding.judge("Who won the 1998 World Cup?", [REPORT], said, Cosine(0.2)).not_in_documents
+
+
+def test_a_year_asked_about_that_nothing_read_names_is_not_in_the_documents_however_well_the_question_matches():
+    # held-out: "How many residents did the utility serve in 2020?" of a 2024 report,
+    # question_match 0.77, answered with the 2024 line
+    copied = "Q3 revenue was $5.87 million, the strongest quarter in the company's history."
+    judged = grounding.judge("What was the Q3 revenue in 2019?", [REPORT], copied, Cosine(0.8))
+    assert judged.not_in_documents and judged.year_unread and judged.as_dict()["year_unread"] is True
+    # a year that was read, or a figure that is no year, says nothing
+    opened = "The Halden factory opened on 14 September 2023."
+    assert not grounding.judge("Which factory opened in 2023?", [REPORT], opened, Cosine(0.8)).not_in_documents
+    assert not grounding.judge("Which factory employs 2500 people?", [REPORT], opened, Cosine(0.8)).year_unread
+    # whole words: "2020" is not read in "20201"
+    assert grounding.judge("What happened in 2020?", [REPORT + "Order 20201 shipped.\n"], opened,
+                           Cosine(0.8)).year_unread
 
 
 def test_code_is_not_judged():
