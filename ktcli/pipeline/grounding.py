@@ -94,13 +94,19 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     # Helena Brandt.", the chair, from a report that names no head of marketing).
     nowhere = match < QUESTION_MATCH_BELOW and found == 0
     # A year asked about that nothing read names: what the answer says is another year's.
-    # (Whole words: "2020" is not read in "2019/20", a fiscal year; such a question fires.)
-    year_unread = any(_YEAR.fullmatch(t) and t not in words for t in asked)
+    # (A fiscal year's second year is read too: "2024" in "2023/24", "2023-24" and "FY24".)
+    # (the second year next to the first, "2023/24": not a date's month, "2024-03-12")
+    years = words | {first[:2] + second for text in read for first, second in _FISCAL.findall(text)
+                     if int(second) == (int(first) + 1) % 100} \
+        | {"20" + m for text in read for m in _FY.findall(text)}
+    year_unread = any(_YEAR.fullmatch(t) and t not in years for t in asked)
     return Grounding(match, found, words_read, nowhere or year_unread or (unmatched and unbacked), year_unread)
 
 
 _LABEL = re.compile(r"\[\d{1,3}\]")
 _YEAR = re.compile(r"1[5-9]\d\d|20\d\d")
+_FISCAL = re.compile(r"\b((?:1[5-9]|20)\d\d)\s*[/\u2013-]\s*(\d\d)\b")
+_FY = re.compile(r"(?i)\bFY\s?'?(\d\d)\b")
 
 
 def _own_words(answer: str, question: str) -> list[str]:

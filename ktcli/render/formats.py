@@ -18,7 +18,7 @@ def citations_text(answer: Answer) -> str:
     # the Sources were shown as code in a Markdown viewer.
     fence = ("\n```" if _open_fence(answer.text) else "") + _files_text(answer)
     if answer.not_in_documents:
-        fence += "\n\n" + NOT_IN_DOCUMENTS
+        fence += "\n\n" + (NO_SUCH_YEAR if _year_alone(answer.grounding or {}) else NOT_IN_DOCUMENTS)
     if not answer.citations:
         return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
@@ -47,6 +47,16 @@ def citations_text(answer: Answer) -> str:
 # and it fires on questions nothing read matches whether or not the answer's words were read.
 NOT_IN_DOCUMENTS = ("Not found in the documents: nothing read matches the question well, so the answer above is "
                     "likely the model's own guess, not the documents'.")
+# (`grounding.year_unread`: the question may match the documents well; the year is what they lack)
+NO_SUCH_YEAR = ("Not found in the documents: the year the question asks about stands nowhere in what was read, so "
+                "the answer above is likely about another year, or the model's own guess.")
+
+
+def _year_alone(grounding: dict) -> bool:
+    """The notice fired for the year alone: the question matched what was read."""
+    from ktcli.pipeline.grounding import QUESTION_MATCH_BELOW
+
+    return bool(grounding.get("year_unread")) and grounding.get("question_match", 0) >= QUESTION_MATCH_BELOW
 
 
 def _files_text(answer: Answer) -> str:

@@ -16,7 +16,7 @@ from ktcli.pipeline.indexing import embedder_for
 from ktcli.pipeline.prepare import prepare
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
-from ktcli.render.formats import NOT_IN_DOCUMENTS, answer_json, citations_text
+from ktcli.render.formats import NO_SUCH_YEAR, NOT_IN_DOCUMENTS, answer_json, citations_text
 
 from .fake_backend import FakeBackend
 
@@ -78,6 +78,14 @@ def test_a_year_asked_about_that_nothing_read_names_is_not_in_the_documents_howe
     opened = "The Halden factory opened on 14 September 2023."
     assert not grounding.judge("Which factory opened in 2023?", [REPORT], opened, Cosine(0.8)).not_in_documents
     assert not grounding.judge("Which factory employs 2500 people?", [REPORT], opened, Cosine(0.8)).year_unread
+    # a fiscal year's second year is read: "2024" in "2023/24", "2023-24", "FY24"
+    for said in ("In the fiscal year 2023/24 revenue was 5.2 million.", "Revenue 2023-24: 5.2 million.",
+                 "FY24 revenue was 5.2 million."):
+        assert not grounding.judge("What was the revenue in 2024?", [said], said, Cosine(0.8)).year_unread
+    assert grounding.judge("What was the revenue in 2025?", ["Revenue 2023-24: 5.2 million."], "5.2",
+                           Cosine(0.8)).year_unread
+    # a date's month is no second year: "2024-03-12" does not read "2003"
+    assert grounding.judge("What was the revenue in 2003?", ["Paid on 2024-03-12."], "5.2", Cosine(0.8)).year_unread
     # whole words: "2020" is not read in "20201"
     assert grounding.judge("What happened in 2020?", [REPORT + "Order 20201 shipped.\n"], opened,
                            Cosine(0.8)).year_unread
@@ -115,3 +123,17 @@ def test_the_answer_says_so_after_its_text_and_in_json(tmp_path):
     answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
     assert not answer.not_in_documents and NOT_IN_DOCUMENTS not in citations_text(answer)
     assert json.loads(answer_json(answer))["not_in_documents"] is False
+
+
+def test_a_notice_for_the_year_alone_says_so():
+    """"nothing read matches the question" was said of a question that matched a line at
+    0.67, the year its only sign ("revenue in fiscal year 2025" of a 2023/24 summary)."""
+    from ktcli.types import Answer
+
+    text = "Revenue was 5.2 million."
+    year = Answer(text, (), None, not_in_documents=True,
+                  grounding={"question_match": 0.67, "question_words_found": 0.75, "answer_words_read": 1.0,
+                             "year_unread": True})
+    assert NO_SUCH_YEAR in citations_text(year) and NOT_IN_DOCUMENTS not in citations_text(year)
+    both = replace(year, grounding=year.grounding | {"question_match": 0.2})
+    assert NOT_IN_DOCUMENTS in citations_text(both)
