@@ -16,7 +16,8 @@ its own. So ktcli judges it from outside the model, from two signs that must agr
 Or, alone: the question names a year that stands nowhere in what was read ("How many
 residents did the utility serve in 2020?" of a 2024 report that never names 2020): such
 a question matches the report as well as an answerable one, and the model copies the
-line of a year the report has ("In 2024 the utility served 38,420 residents").
+line of a year the report has ("In 2024 the utility served 38,420 residents"). A year
+that bounds a span ("since 2015", "between 2010 and 2020") is not judged.
 
 Measured by `python -m benchmarks.unanswerable` (answerable: qa_accuracy's questions;
 unanswerable: 16 written about the sample documents, 28 asks), on which the thresholds
@@ -99,7 +100,8 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     years = words | {first[:2] + second for text in read for first, second in _FISCAL.findall(text)
                      if int(second) == (int(first) + 1) % 100} \
         | {"20" + m for text in read for m in _FY.findall(text)}
-    year_unread = any(_YEAR.fullmatch(t) and t not in years for t in asked)
+    bounds = set(_BOUND_YEAR.findall(question))
+    year_unread = any(_YEAR.fullmatch(t) and t not in years and t not in bounds for t in asked)
     return Grounding(match, found, words_read, nowhere or year_unread or (unmatched and unbacked), year_unread)
 
 
@@ -107,6 +109,10 @@ _LABEL = re.compile(r"\[\d{1,3}\]")
 _YEAR = re.compile(r"1[5-9]\d\d|20\d\d")
 _FISCAL = re.compile(r"\b((?:1[5-9]|20)\d\d)\s*[/\u2013-]\s*(\d\d)\b")
 _FY = re.compile(r"(?i)\bFY\s?'?(\d\d)\b")
+# A year that bounds a span ("since 2015", "between 1990 and 2000", "before 2020") need not
+# stand in the documents: a report of 2016-2023 answers "How has revenue grown since 2015?"
+_BOUND_YEAR = re.compile(r"(?i)\b(?:since|after|before|between|from|until|till|through|to|and|prior\s+to)"
+                         r"\s+(?:the\s+(?:year|end|start|beginning)\s+(?:of\s+)?)?(?:year\s+)?(1[5-9]\d\d|20\d\d)\b")
 
 
 def _own_words(answer: str, question: str) -> list[str]:

@@ -89,6 +89,11 @@ def test_a_year_asked_about_that_nothing_read_names_is_not_in_the_documents_howe
     # whole words: "2020" is not read in "20201"
     assert grounding.judge("What happened in 2020?", [REPORT + "Order 20201 shipped.\n"], opened,
                            Cosine(0.8)).year_unread
+    # a year that bounds a span need not be read: a report of 2023 answers "since 2015"
+    for question in ("How has revenue grown since 2015?", "What changed between 2010 and 2020?",
+                     "Which lanterns were sold before 2019?", "What happened from the end of 2021?"):
+        assert not grounding.judge(question, [REPORT], opened, Cosine(0.8)).year_unread, question
+    assert grounding.judge("What was revenue in 2019, after the merger?", [REPORT], opened, Cosine(0.8)).year_unread
 
 
 def test_code_is_not_judged():
