@@ -1,5 +1,6 @@
-"""A summary's streamed text less what is no summary: lines of HTML markup alone, and code
-blocks that are not in the source the summary is of.
+"""A summary's streamed text less what is no summary: lines of HTML markup alone, code
+blocks that are not in the source the summary is of, and lines that write ktcli's own
+instructions back.
 
 Why: summarizing small repos file by file, the bundled 135M model opened sections with
 `<p>` or `<pre><code>`, filled one with `<span class="language-python">` eight times, and
@@ -10,13 +11,18 @@ are not the source's is made up. A code block mostly copied from the source stay
 the source's own text, which a summary may quote).
 
 Prose streams as it comes; a line that opens with a tag or a fence is held until it ends,
-and a code block until it closes (or the text ends), then kept or left out whole.
+and a code block until it closes (or the text ends), then kept or left out whole. A line
+that starts as one of the instructions' sentences is held while it still may be one
+(`_ECHO_CHARS`): a summary of a 36-page PDF printed "Write the final summary from these
+notes: what it is, how it is organised, and the key facts, ..." to stdout (probe 115).
 """
 
 from __future__ import annotations
 
+import functools
 import re
 
+from ktcli.pipeline import prompts
 from ktcli.pipeline.citations import MARKUP_TAG
 from ktcli.retrieval.symbols import defined_name
 
@@ -29,6 +35,36 @@ _PRE_CLOSE = re.compile(r"</pre\s*>", re.IGNORECASE)
 # A code line this short may be in any source ("}", "return x"): found or not, it says
 # little about where the block came from.
 _MIN_CODE_CHARS = 8
+# A line that repeats this many characters of an instruction's sentence is the instruction
+# written back (shorter, it may be a summary's own start: "Summarize" alone is held, then shown).
+_ECHO_CHARS = 24
+_LIST_MARK = re.compile(r"[-*#>\s]+")
+
+
+@functools.lru_cache(maxsize=1)
+def _sentences_of_instructions() -> tuple[str, ...]:
+    """The sentences of the instructions a summary's prompts hold, folded (`_folded`)."""
+    written = " ".join((prompts.SUMMARY_INSTRUCTION, prompts.SUMMARY_NOTES_INSTRUCTION,
+                        prompts.SUMMARY_REDUCE_INSTRUCTION, prompts.SYSTEM))
+    return tuple(_folded(s) for s in re.split(r"(?<=\.)\s+", written) if s.strip())
+
+
+def _folded(text: str) -> str:
+    """Lowercase, list marks and heading marks off the start, spaces collapsed."""
+    return " ".join(_LIST_MARK.sub(" ", text, count=1).lower().split()) if _LIST_MARK.match(text) \
+        else " ".join(text.lower().split())
+
+
+def _echo(text: str) -> bool | None:
+    """Whether a line starting `text` writes an instruction back: True where it repeats
+    `_ECHO_CHARS` of one, None while it still may (a prefix of one, shorter), else False."""
+    said = _folded(text)
+    for sentence in _sentences_of_instructions():
+        if said.startswith(sentence[:_ECHO_CHARS]) and len(sentence) >= _ECHO_CHARS:
+            return True
+        if sentence.startswith(said):
+            return None
+    return False
 
 
 class SummaryLines:
@@ -49,6 +85,8 @@ class SummaryLines:
         self._closer: re.Pattern[str] = _FENCE
         self.dropped_markup = 0
         self.dropped_blocks = 0
+        self.dropped_echoes = 0
+        self._echoing = False  # the line being written is an instruction written back: left out to its end
 
     def feed(self, piece: str) -> str:
         out = []
@@ -64,9 +102,19 @@ class SummaryLines:
         if self._passing:
             self._passing = not ends
             return part
+        if self._echoing:
+            self._echoing = not ends
+            return ""
         self._held += part
         start = self._held.lstrip(" \t")
         if self._block is None and start.strip() and start[0] not in "<`~." and not self._held[:1].isspace():
+            echo = _echo(start)
+            if echo:
+                self._held, self._echoing = "", not ends
+                self.dropped_echoes += 1
+                return ""
+            if echo is None and not ends:
+                return ""  # held while it may still be one
             # prose: shown as it comes (only a line that opens with a tag, a fence, a
             # directive or an indent waits for its end)
             shown, self._held = self._held, ""
@@ -153,6 +201,8 @@ class SummaryLines:
             parts.append(f"{self.dropped_blocks} code block(s) that are not in the input (made up by the model)")
         if self.dropped_markup:
             parts.append(f"{self.dropped_markup} line(s) of HTML tags alone")
+        if self.dropped_echoes:
+            parts.append(f"{self.dropped_echoes} line(s) writing ktcli's instructions back")
         return f"left out of {subject}: {' and '.join(parts)}" if parts else ""
 
 

@@ -34,6 +34,20 @@ def test_prose_passes_as_it_streams():
     assert lines.said("the summary") == ""
 
 
+@pytest.mark.parametrize("step", [1, 3, 200])
+def test_a_line_writing_the_instructions_back_is_left_out(step):
+    """A summary of a 36-page PDF printed ktcli's own instruction to stdout (probe 115)."""
+    text = ("Asn1Parser parses ASN.1 definitions.\n\nWrite the final summary from these notes: what it is, how it is "
+            "organised, and the key facts, in a few short paragraphs.\n\n- Keep the earlier notes, shortened if "
+            "needed.\nIt also writes DER.\n")
+    shown, lines, _ = _streamed(text, step=step)
+    assert shown == "Asn1Parser parses ASN.1 definitions.\n\nIt also writes DER.\n"
+    assert lines.said("the summary") == "left out of the summary: 2 line(s) writing ktcli's instructions back"
+    # a line that starts as one and goes its own way is shown whole; a short start too
+    for own in ("Write the final report of the year was good.\n", "Summarize: it parses DER.\n", "Keep\n"):
+        assert _streamed(own, step=step)[0] == own
+
+
 @pytest.mark.parametrize("junk", ["<p>\n", "<pre><code></code></pre>\n", '  <span class="language-python"></span>\n',
                                   "</p>\n"])
 def test_a_line_of_tags_alone_is_left_out(junk):
