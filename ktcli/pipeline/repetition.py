@@ -9,7 +9,9 @@ merely look alike, a table's separator rows or a code block with a repeated shor
 does not match; twenty identical words in a row does. Citation markers count as one
 another whatever their number: "[1] to [2] to [3] to ..." ran to the token limit; and so
 do the numbers of a list's items ("3. See above." "4. See above." ...) and those inside HTML
-tags (`<span id="1">`, `<span id="2">` ...).
+tags (`<span id="1">`, `<span id="2">` ...). Lines that only count up ("The 1st note is:
+1. 1." "The 2nd note is: 2. 2." ...) are a loop too, though their numbers grow wider and
+no period holds (`_counting_lines`).
 """
 
 from __future__ import annotations
@@ -23,13 +25,24 @@ class RepetitionGuard:
         self.min_unit, self.min_copies, self.min_span, self.max_unit = min_unit, min_copies, min_span, max_unit
         self.text = ""
         self.unit = ""  # the repeated unit, once found
+        self._counted_from = -1  # where lines that only count up start, where that is the loop
 
     def feed(self, piece: str) -> bool:
         """Add streamed text; True once the text ends in a loop."""
         self.text += piece
         if not self.unit and piece:
             self.unit = self._loop_unit()
+            if not self.unit and "\n" in piece and self.text.count("```") % 2 == 0:
+                self._counted_from = _counting_lines(self.text)
+                if self._counted_from >= 0:
+                    self.unit = self.text[self._counted_from:].split("\n", 1)[0] + "\n"
         return bool(self.unit)
+
+    def said(self) -> str:
+        """What the loop was, for the warning that it was stopped."""
+        if self._counted_from >= 0:
+            return f"it kept writing the same line with its numbers counting up ({self.unit.strip()[:40]}...)"
+        return f"it kept repeating the same {len(self.unit)} characters"
 
     def _loop_unit(self) -> str:
         text = _shape(self.text)
@@ -61,6 +74,8 @@ class RepetitionGuard:
         (a line break when the unit holds one, else a space) nearest to one full period."""
         if not self.unit:
             return self.text
+        if self._counted_from >= 0:  # the text before the counting, and its first line
+            return self.text[: self._counted_from + len(self.unit)]
         text, size = _shape(self.text), len(self.unit)
         start = len(text) - size
         while start > 0 and text[start - 1] == text[start - 1 + size]:
@@ -81,6 +96,34 @@ _LETTERS = re.compile(r"[^\W\d_]{2}")
 
 
 _FENCE_LINE = re.compile(r"[ \t]*```[\w+-]*[ \t]*")
+
+# Whole lines, the same but for numbers each equal to or one more than the line before's
+# (one at least), this many back to back: counting, not saying. A summary of a 548 KB HTML
+# manual wrote "The 1st note is: 1. 1." to "The 23rd note is:" and the token limit (probe
+# 115). A table's rows ("Q1 | 5.2", "Q2 | 5.4") change their figures otherwise.
+COUNTING_LINES = 5
+_COUNTED = re.compile(r"\d+(?:st|nd|rd|th)?")
+_WORDS = re.compile(r"[^\W\d_]{2,}")  # two words at least: a line that says something
+_CODE_MARKS = re.compile(r"[=;{}()]")  # code unrolled by hand ("buf[12] = 0;") counts its indices
+
+
+def _counting_lines(text: str) -> int:
+    """Where the closing run of COUNTING_LINES whole lines that only count up starts (the
+    offset of its first line in `text`), else -1."""
+    lines = text.split("\n")[:-1]  # whole lines only: the last is still being written
+    if len(lines) < COUNTING_LINES:
+        return -1
+    run = lines[-COUNTING_LINES:]
+    shape = _COUNTED.sub("#", run[0]).strip()
+    if "#" not in shape or len(_WORDS.findall(shape)) < 2 or _CODE_MARKS.search(shape) \
+            or any(_COUNTED.sub("#", line).strip() != shape for line in run):
+        return -1
+    numbers = [[int(m.rstrip("stndrh")) for m in _COUNTED.findall(line)] for line in run]
+    for before, after in zip(numbers, numbers[1:]):
+        steps = [b - a for a, b in zip(before, after)]
+        if len(before) != len(after) or any(d not in (0, 1) for d in steps) or 1 not in steps:
+            return -1
+    return len("\n".join(lines[:-COUNTING_LINES])) + (1 if len(lines) > COUNTING_LINES else 0)
 
 
 def _fences_only(unit: str) -> bool:

@@ -274,7 +274,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
             reporter.warn(f"{subject} reached {budget} ({params.max_new_tokens:,} tokens) and may be cut "
                           f"short; {longer} for a longer one")
     if guard.unit:
-        reporter.warn(f"stopped {subject}: it kept repeating the same {len(guard.unit)} characters")
+        reporter.warn(f"stopped {subject}: {guard.said()}")
         kept = guard.kept()
         if lines is not None:  # the loop's one copy, as shown: less tags alone and made-up code
             again = SummaryLines(source or "", under_heading)

@@ -68,6 +68,28 @@ def test_code_fences_alone_said_over_and_over_are_a_loop():
     assert _feed_in_pieces(RepetitionGuard(), "Run:\n```\npip install x\n```\nthen:\n```\nx --help\n```\n") is None
 
 
+def test_lines_that_only_count_up_are_a_loop_cut_to_their_first():
+    """A summary of a 548 KB HTML manual wrote "The 1st note is: 1. 1." up to "The 23rd
+    note is:" and the token limit (probe 115): each line unlike the last, no period."""
+    suffix = {1: "st", 2: "nd", 3: "rd", 21: "st", 22: "nd", 23: "rd"}
+    opening = "The summary notes are:\n\n"
+    text = opening + "".join(f"The {i}{suffix.get(i, 'th')} note is: {i}. {i}.\n" for i in range(1, 24))
+    guard = RepetitionGuard()
+    fired = _feed_in_pieces(guard, text)
+    assert fired is not None and fired < len(text) // 3
+    assert guard.kept() == opening + "The 1st note is: 1. 1.\n"
+    assert guard.said().startswith("it kept writing the same line with its numbers counting up (The 1st note is")
+    # a table's rows change their figures otherwise; rows that differ in words are a list
+    rows = "".join(f"| Q{q} | {r} | {m} |\n" for q, r, m in [(1, 5.21, 4.8), (2, 5.44, 4.9), (3, 5.87, 5.0),
+                                                             (4, 5.83, 5.1), (5, 6.02, 5.2), (6, 6.1, 5.3)])
+    assert _feed_in_pieces(RepetitionGuard(), rows) is None
+    assert _feed_in_pieces(RepetitionGuard(), "".join(f"Chapter {i}: {w}\n" for i, w in enumerate(SUITES, 1))) is None
+    # counting inside a code block is code, and code outside one too
+    code = "".join(f"x{i} = load(part{i})\n" for i in range(9))
+    assert _feed_in_pieces(RepetitionGuard(), "```\n" + code + "```\n") is None
+    assert _feed_in_pieces(RepetitionGuard(), code) is None
+
+
 @pytest.mark.parametrize(
     "text",
     [
