@@ -296,6 +296,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         # tag it opened and closed) or stopped at once.
         what = subject.removeprefix("the ")  # "answer", "summary", "summary of notes/trip.md"
         reword = "rewording the question, " if subject == "the answer" else ""
-        reporter.warn(f"the model gave no {what} ({backend.last_stats.new_tokens:,} tokens, none of them text); "
+        # (lines left out, said above: "none of them text" was untrue of an echoed instruction)
+        kind = "all of them left out" if lines is not None and lines.dropped_any else "none of them text"
+        reporter.warn(f"the model gave no {what} ({backend.last_stats.new_tokens:,} tokens, {kind}); "
                       f"try {reword}another --mode, or a larger --model")
     return text

@@ -194,6 +194,10 @@ class SummaryLines:
             self._defined = {name for line in self._lines if (name := defined_name(line))}
         return self._defined
 
+    @property
+    def dropped_any(self) -> bool:
+        return bool(self.dropped_blocks or self.dropped_markup or self.dropped_echoes)
+
     def said(self, subject: str) -> str:
         """What was left out, as one warning ("" for nothing)."""
         parts = []
