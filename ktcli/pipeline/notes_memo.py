@@ -71,12 +71,22 @@ def read_chosen(plan) -> dict:
             "outlined": bool(plan.outline_files)}
 
 
+def _record(cache_dir: Path, request: str) -> dict:
+    """`request`'s record, as its last run wrote it ({} where there is none, or it is not
+    a JSON object)."""
+    try:
+        record = json.loads((Path(cache_dir) / FOLDER / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def kept_for(cache_dir: Path, request: str) -> tuple[int, bool]:
     """How many note steps of `request`'s last run are still kept (0 where none ran), and
     whether they are all of its steps (it read every part, and none has gone since)."""
     folder = Path(cache_dir) / FOLDER
+    record = _record(cache_dir, request)
     try:
-        record = json.loads((folder / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))
         entries = record["entries"]
         # Each read and its digest checked, as the run's `get` does (a few KB each: ~0.1 ms):
         # counted by existence, an entry edited since it was written was planned as read back
@@ -91,11 +101,7 @@ def windows_of(cache_dir: Path, request: str) -> int:
     """The windows `request`'s last run packed (0 where not known): the same read packs the
     same, where the plan's estimate may not (a folder of uneven files planned at 8 windows
     was read in 5, and its summary resumed after Ctrl-C was planned at 277 s for 137)."""
-    try:
-        record = json.loads((Path(cache_dir) / FOLDER / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))
-        windows = record.get("windows", 0)
-    except (OSError, ValueError, AttributeError):
-        return 0
+    windows = _record(cache_dir, request).get("windows", 0)
     return windows if isinstance(windows, int) and not isinstance(windows, bool) and windows > 0 else 0
 
 
@@ -103,10 +109,7 @@ def kept_text(cache_dir: Path, request: str) -> str:
     """The notes of `request`'s last run still kept, in step order, joined: what a summary
     whose every note step is kept reads (the plan counts them for its memory)."""
     folder = Path(cache_dir) / FOLDER
-    try:
-        entries = json.loads((folder / REQUESTS / f"{request}.json").read_text(encoding="utf-8"))["entries"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return ""
+    entries = _record(cache_dir, request).get("entries")
     texts = (_entry_text(folder / Path(str(name)).name) for name in (entries if isinstance(entries, list) else ()))
     return "\n".join(text for text in texts if text is not None)
 
