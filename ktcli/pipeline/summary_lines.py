@@ -38,7 +38,7 @@ _MIN_CODE_CHARS = 8
 # A line that repeats this many characters of an instruction's sentence is the instruction
 # written back (shorter, it may be a summary's own start: "Summarize" alone is held, then shown).
 _ECHO_CHARS = 24
-_LIST_MARK = re.compile(r"[-*#>\s]+")
+_LIST_MARK = re.compile(r"^[-*#>\s]+")
 
 
 @functools.lru_cache(maxsize=1)
@@ -51,8 +51,7 @@ def _sentences_of_instructions() -> tuple[str, ...]:
 
 def _folded(text: str) -> str:
     """Lowercase, list marks and heading marks off the start, spaces collapsed."""
-    return " ".join(_LIST_MARK.sub(" ", text, count=1).lower().split()) if _LIST_MARK.match(text) \
-        else " ".join(text.lower().split())
+    return " ".join(_LIST_MARK.sub("", text).lower().split())
 
 
 def _echo(text: str) -> bool | None:
