@@ -31,8 +31,9 @@ class RepetitionGuard:
         """Add streamed text; True once the text ends in a loop."""
         self.text += piece
         if not self.unit and piece:
-            self.unit = self._loop_unit()
-            if not self.unit and "\n" in piece and self.text.count("```") % 2 == 0:
+            outside_code = self.text.count("```") % 2 == 0  # (once a feed, not once a candidate unit)
+            self.unit = self._loop_unit(outside_code)
+            if not self.unit and "\n" in piece and outside_code:
                 self._counted_from = _counting_lines(self.text)
                 if self._counted_from >= 0:
                     self.unit = self.text[self._counted_from:].split("\n", 1)[0] + "\n"
@@ -44,10 +45,9 @@ class RepetitionGuard:
             return f"it kept writing the same line with its numbers counting up ({self.unit.strip()[:40]}...)"
         return f"it kept repeating the same {len(self.unit)} characters"
 
-    def _loop_unit(self) -> str:
+    def _loop_unit(self, outside_code: bool) -> str:
         text = _shape(self.text)
         n = len(text)
-        outside_code = self.text.count("```") % 2 == 0  # (once a feed, not once a candidate unit)
         # Only units ending where the text ends: a loop is caught on the piece that completes
         # its last copy. Units run from min_unit up to what fits min_copies times.
         # Sizes and spans are widths (`width`): a CJK character counts two, so a loop of
