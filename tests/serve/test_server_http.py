@@ -48,6 +48,7 @@ class FakeRunner:
         self.bos_id = bos_id
         self.batches: list[int] = []
         self.prompts: list[list[int]] = []
+        self.steps: list[int] = []  # the steps each run took: a cancelled run stops early
 
     def encode_chat(self, messages, template_kwargs=None) -> list[int]:
         self.template_kwargs = template_kwargs
@@ -61,8 +62,10 @@ class FakeRunner:
         self.prompts.extend(j.prompt for j in jobs)
         streams = [_Stream(j, self.tokenizer.decode, self.context_window) for j in jobs]
         done = [False] * len(jobs)
+        self.steps.append(0)
         for step in range(max(j.params.max_new_tokens for j in jobs)):
             time.sleep(self.step_s)
+            self.steps[-1] += 1
             for i, s in enumerate(streams):
                 if not done[i]:
                     done[i] = s.push(step)
@@ -442,7 +445,7 @@ def test_non_loopback_needs_a_key():
 
 @pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}}], indirect=True)
 def test_client_disconnect_mid_stream_cancels_and_server_goes_on(served):
-    port, app, _ = served
+    port, app, runner = served
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         body = json.dumps(chat(max_tokens=50, stream=True)).encode()
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -450,11 +453,11 @@ def test_client_disconnect_mid_stream_cancels_and_server_goes_on(served):
         seen = b""
         while b"data: " not in seen:
             seen += s.recv(4096)
-    # The job is cancelled at the next token written to the dead socket, long before 50.
-    started = time.monotonic()
+    # The job is cancelled at the next token written to the dead socket, long before 50
+    # (steps counted, not seconds: a loaded CI machine stretches any time bound).
     status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
     assert status == 200 and payload["usage"]["completion_tokens"] == 2
-    assert time.monotonic() - started < 2.0
+    assert sum(runner.steps) < 25  # of 50, whether the two ran one after the other or together
 
 
 @pytest.mark.parametrize("served", [{"runner": {"step_s": 0.05}}], indirect=True)
@@ -462,15 +465,14 @@ def test_a_client_gone_before_its_whole_answer_is_cancelled(served):
     # Without streaming nothing is written until the end: the job ran all its tokens for
     # a client that had left (and a client's timeout retries ran beside it). The socket is
     # looked at every 0.25 s, also while tokens keep coming (here one every 50 ms).
-    port, app, _ = served
+    port, app, runner = served
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         body = json.dumps(chat(max_tokens=50)).encode()  # the fake's window is 64
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         time.sleep(0.3)
-    started = time.monotonic()
     status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
-    assert status == 200 and time.monotonic() - started < 1.2  # 50 steps of 50 ms would be 2.5 s
+    assert status == 200 and sum(runner.steps) < 25  # not all 50
 
 
 def test_stream_chunks_say_usage_null_until_the_last(served):
@@ -571,9 +573,8 @@ def test_stopping_cancels_the_running_batch_and_waits_for_the_engine():
     job = Job([1, 2], SamplingParams(max_new_tokens=1000))
     scheduler.submit(job)
     time.sleep(0.2)
-    started = time.monotonic()
-    assert scheduler.stop(wait_s=10) and time.monotonic() - started < 1.0
-    assert job.cancelled.is_set()
+    assert scheduler.stop(wait_s=10) and job.cancelled.is_set()
+    assert runner.steps == [runner.steps[0]] and runner.steps[0] < 100  # of 1000
 
 
 def test_cli_refuses_an_exposed_server_without_a_key(tmp_path):
