@@ -71,17 +71,21 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
     text on any page (scanned), each with what the user can do about it; TextOverLimit
     as soon as its text passes `text_limit` characters."""
     with _quiet_pypdf() as errors:
+        cut_short = _cut_short_hint(data)
         try:
-            reader = PdfReader(io.BytesIO(data), strict=False)
-            _unlock(reader, display)
-            pages = list(reader.pages)
-        except RejectedInput:
-            raise
-        except NotImplementedError as e:  # pypdf: "only Standard PDF encryption handler is available"
-            raise RejectedInput(display, f"PDF that cannot be opened ({_short(e)})",
-                                "a certificate or DRM security handler: export it without one") from None
-        except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError) as e:
-            raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e)})", _cut_short_hint(data)) from None
+            reader, pages = _open(data, display)
+        except _Unopened as e:
+            # a file cut short: its pages up to where it stops, if its page tree came before
+            recovered = _whole_objects(data) if cut_short else None
+            pages = []
+            if recovered:
+                try:
+                    reader, pages = _open(recovered, display)
+                except _Unopened:
+                    pass
+            if not pages:
+                raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e.__cause__ or e)})", cut_short) from None
+        missing: list[int] = []  # pages of a file cut short whose content the file lacks
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
@@ -90,6 +94,10 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
         read_chars = 0
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
+            if cut_short and _content_missing(page):
+                missing.append(number)
+                texts.append("")
+                continue
             try:
                 raw = pdf_marks.page_text(page)
             except DependencyError as e:
@@ -142,6 +150,8 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
     texts = mend_pages(texts)
     attached = _attachment_names(reader)
     if not any(t.strip() for t in texts):
+        if missing:
+            raise RejectedInput(display, f"corrupt PDF: none of its {len(pages)} pages' text is in the file", cut_short)
         if failures == len(pages):
             raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
         if attached:  # a blank cover over attached files: they are what it holds
@@ -155,6 +165,9 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
         n_chars = sum(len(t.strip()) for t in texts)
         unread = [(0, f"only {n_chars} characters of text on its {len(pages)} pages, each a page-sized image "
                       "(a scanned PDF with stamps? run OCR first, e.g. `ocrmypdf in.pdf out.pdf`)")]
+    if missing:  # one line for the file, as a list of pages would be for a file cut at its start
+        unread.append((0, f"{_page_list(missing)} of {len(pages)} not in the file: it stops short "
+                          f"({len(data):,} bytes, no %%EOF at its end); copy or download it again to read them"))
     if run_together:
         unread.append((0, f"right-to-left words on {_page_list(run_together)} read run together, without their spaces "
                           "(a limit of the PDF reader); `pdftotext in.pdf out.txt` (poppler) reads them apart"))
@@ -814,8 +827,60 @@ def _no_text(display: str, n_pages: int) -> list[str]:
 # A PDF ends in "%%EOF" (some writers add a newline or a few bytes after it): one without
 # it in its last KiB was cut short, a download or a copy that stopped. pypdf said only
 # "Stream has ended unexpectedly", and cannot read such a file's pages even with the
-# marker put back (probe 116): the user needs the whole file, not a repair.
+# marker put back (probe 116). `_whole_objects` gives it what it needs to read the pages
+# before the cut; the user is told which pages the file lacks.
 _EOF_MARK, _EOF_TAIL = b"%%EOF", 1024
+
+
+class _Unopened(Exception):
+    """pypdf could not open the file or list its pages (the cause is pypdf's error)."""
+
+
+def _open(data: bytes, display: str) -> tuple[PdfReader, list]:  # type: ignore[type-arg]
+    """The reader and its pages; RejectedInput for encryption it cannot open, else
+    _Unopened from pypdf's error."""
+    try:
+        reader = PdfReader(io.BytesIO(data), strict=False)
+        _unlock(reader, display)
+        return reader, list(reader.pages)
+    except RejectedInput:
+        raise
+    except NotImplementedError as e:  # pypdf: "only Standard PDF encryption handler is available"
+        raise RejectedInput(display, f"PDF that cannot be opened ({_short(e)})",
+                            "a certificate or DRM security handler: export it without one") from None
+    except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError) as e:
+        raise _Unopened() from e
+
+
+# An indirect object's header, "12 0 obj": its number is what the trailer's /Size counts.
+_OBJECT_HEADER = re.compile(rb"(\d{1,10})\s+\d{1,5}\s+obj\b")
+
+
+def _whole_objects(data: bytes) -> bytes | None:
+    """A file cut short, up to its last whole object, closed with a trailer that names no
+    root and points to no cross-reference table: pypdf then rebuilds the table by scanning
+    the objects and finds the catalog by its /Type. That reads the pages written before the
+    cut where the catalog and page tree came first (ReportLab, many simple writers); where
+    they come last, in object streams (pdfTeX), nothing is found and the file is refused."""
+    end = data.rfind(b"endobj")
+    if end < 0:
+        return None
+    size = 1 + max((int(m.group(1)) for m in _OBJECT_HEADER.finditer(data, 0, end)), default=0)
+    return data[:end + len(b"endobj")] + b"\ntrailer\n<< /Size %d >>\nstartxref\n0\n%%%%EOF\n" % size
+
+
+def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the page names content the file does not hold (it was cut before it)."""
+    try:
+        contents = page.get("/Contents")
+        if contents is None:
+            return False  # a blank page: nothing missing
+        resolved = contents.get_object()
+        if resolved is None:
+            return True
+        return isinstance(resolved, list) and any(part.get_object() is None for part in resolved)
+    except Exception:  # noqa: BLE001 - a malformed page: read it, and say what reading says
+        return False
 
 
 def _cut_short_hint(data: bytes) -> str:

@@ -901,7 +901,7 @@ def test_a_pdf_cut_short_says_so(write) -> None:
     from pypdf import PdfWriter
 
     data = make_text_pdf([["page one text"], ["page two text"]])
-    message = input_error(write("cut.pdf", data[: len(data) * 9 // 10]))
+    message = input_error(write("cut.pdf", data[:200]))  # before its page tree: nothing to read
     assert "seems cut short" in message and "no %%EOF" in message and "\n" not in message
     whole_but_broken = b"%PDF-1.4\n" + bytes(range(256)) * 4 + b"\n%%EOF\n"
     assert "cut short" not in input_error(write("broken.pdf", whole_but_broken))
@@ -910,6 +910,30 @@ def test_a_pdf_cut_short_says_so(write) -> None:
     message = input_error(write("empty.pdf", empty.getvalue()))
     assert "PDF with no pages" in message and "corrupt" not in message and "cut short" not in message
     assert "cut short" in input_error(write("empty-cut.pdf", empty.getvalue()[:-40]))
+
+
+def test_a_pdf_cut_short_gives_the_pages_before_the_cut_and_names_the_rest(write) -> None:
+    """A download that stopped at page 3 of 5 was refused whole: pypdf cannot open a file
+    without its cross-reference table, though the first pages are all there."""
+    import re
+
+    data = make_text_pdf([[f"page {n} text about the harbor"] for n in ("one", "two", "three", "four", "five")])
+    # ReportLab writes the page tree first and the pages' content streams last, in order
+    streams = [m.start() for m in re.finditer(rb"\d+ 0 obj\s*<<\s*/Filter", data)]
+    assert len(streams) == 5
+    doc = load_one(write("cut.pdf", data[:streams[2] + 40]))  # inside page three's stream
+    assert "page one text" in doc.text and "page two text" in doc.text and "three" not in doc.text
+    assert len(doc.pages) == 5 and doc.pages[1].text == "page two text about the harbor"
+    [note] = doc.left_out
+    assert note.path.endswith("cut.pdf") and note.part
+    assert note.reason.startswith("pages 3-5 of 5 not in the file: it stops short (")
+    assert "no %%EOF at its end" in note.reason and "copy or download it again" in note.reason
+    # cut after the last page's content, in the table that ends the file: all of it is there
+    whole = load_one(write("cut-late.pdf", data[:len(data) - 60]))
+    assert "page five text" in whole.text and whole.left_out == ()
+    # cut before any page's content: no text at all, refused and said why
+    message = input_error(write("cut-early.pdf", data[:streams[0] + 40]))
+    assert "none of its 5 pages' text is in the file" in message and "seems cut short" in message
 
 
 def test_pdf_form_values_and_comments_are_read(write) -> None:
