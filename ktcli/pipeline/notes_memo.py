@@ -14,7 +14,7 @@ template is another prompt), the sampling settings, the backend's outputs_key an
 ktcli's, torch's and transformers' versions. The plan, which loads no model and renders
 no prompt, cannot find the entries by their keys: each request (its task, question,
 input and settings: `request_key`) records the entries its run read or wrote, in
-`requests/`, and the plan counts those still kept (`kept_for`). A summary's rerun was
+`requests/`, and the plan counts those still kept (`kept`). A summary's rerun was
 planned at ~54 s and took 3.
 """
 
@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 from ktcli.checked_json import dumps, loads
 from ktcli.engine.backend import Backend, Message, SamplingParams
@@ -81,37 +82,33 @@ def _record(cache_dir: Path, request: str) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def kept_for(cache_dir: Path, request: str) -> tuple[int, bool]:
-    """How many note steps of `request`'s last run are still kept (0 where none ran), and
-    whether they are all of its steps (it read every part, and none has gone since)."""
+class KeptNotes(NamedTuple):
+    """What a request's last run left in the memo, for the plan of the next."""
+
+    steps: int = 0  # its note steps still kept (0 where none ran)
+    whole: bool = False  # all of its steps: it read every part, and none has gone since
+    text: str = ""  # those notes in step order, joined: what a summary whose every step is kept reads
+    # The windows it packed (0 where not known): the same read packs the same, where the
+    # plan's estimate may not (a folder of uneven files planned at 8 windows was read in 5,
+    # and its summary resumed after Ctrl-C was planned at 277 s for 137).
+    windows: int = 0
+
+
+def kept(cache_dir: Path, request: str) -> KeptNotes:
+    """`request`'s notes still kept, read once: its record, then each entry's text with its
+    digest checked, as the run's `get` does (a few KB each: ~0.1 ms). Counted by existence,
+    an entry edited since it was written was planned as read back and then written again."""
     folder = Path(cache_dir) / FOLDER
     record = _record(cache_dir, request)
-    try:
-        entries = record["entries"]
-        # Each read and its digest checked, as the run's `get` does (a few KB each: ~0.1 ms):
-        # counted by existence, an entry edited since it was written was planned as read back
-        # and then written again by the run.
-        kept = sum(1 for name in entries if isinstance(name, str) and _entry_text(folder / Path(name).name) is not None)
-        return kept, record.get("complete") is True and kept == len(entries) > 0
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return 0, False
-
-
-def windows_of(cache_dir: Path, request: str) -> int:
-    """The windows `request`'s last run packed (0 where not known): the same read packs the
-    same, where the plan's estimate may not (a folder of uneven files planned at 8 windows
-    was read in 5, and its summary resumed after Ctrl-C was planned at 277 s for 137)."""
-    windows = _record(cache_dir, request).get("windows", 0)
-    return windows if isinstance(windows, int) and not isinstance(windows, bool) and windows > 0 else 0
-
-
-def kept_text(cache_dir: Path, request: str) -> str:
-    """The notes of `request`'s last run still kept, in step order, joined: what a summary
-    whose every note step is kept reads (the plan counts them for its memory)."""
-    folder = Path(cache_dir) / FOLDER
-    entries = _record(cache_dir, request).get("entries")
-    texts = (_entry_text(folder / Path(str(name)).name) for name in (entries if isinstance(entries, list) else ()))
-    return "\n".join(text for text in texts if text is not None)
+    windows = record.get("windows", 0)
+    windows = windows if isinstance(windows, int) and not isinstance(windows, bool) and windows > 0 else 0
+    entries = record.get("entries")
+    if not isinstance(entries, list):
+        return KeptNotes(windows=windows)
+    texts = [_entry_text(folder / Path(name).name) if isinstance(name, str) else None for name in entries]
+    found = [text for text in texts if text is not None]
+    whole = record.get("complete") is True and len(found) == len(entries) > 0
+    return KeptNotes(len(found), whole, "\n".join(found), windows)
 
 
 class NotesMemo:
@@ -130,7 +127,7 @@ class NotesMemo:
         self._request = request
         self._entries: list[str] = []  # this run's entries, in step order
         self._complete = False  # every note step of the run has been taken (`finish`)
-        # The windows the run packed, recorded for a rerun's plan (`windows_of`); 0: not said.
+        # The windows the run packed, recorded for a rerun's plan (`kept`); 0: not said.
         self.windows = 0
 
     @classmethod

@@ -451,12 +451,12 @@ def prepare(
     notes_request = _notes_request(task, question, corpus, settings, plan)
     whole = False
     if notes_request:
-        kept, whole = notes_memo.kept_for(settings.cache_path, notes_request)
-        if kept:
-            notes = int(count_tokens(notes_memo.kept_text(settings.cache_path, notes_request)) * per_estimate) \
-                if whole else 0
-            plan = make_plan(replace(request, kept_notes=kept, notes_all_kept=whole, kept_notes_tokens=notes,
-                                     known_windows=notes_memo.windows_of(settings.cache_path, notes_request),
+        kept = notes_memo.kept(settings.cache_path, notes_request)
+        whole = kept.whole
+        if kept.steps:
+            notes = int(count_tokens(kept.text) * per_estimate) if whole else 0
+            plan = make_plan(replace(request, kept_notes=kept.steps, notes_all_kept=whole, kept_notes_tokens=notes,
+                                     known_windows=kept.windows,
                                      memory_budget=0 if over_budget else request.memory_budget), facts, rates)
     if over_budget is not None:
         if not whole or plan.est_memory_bytes > request.memory_budget:

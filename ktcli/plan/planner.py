@@ -178,7 +178,7 @@ class PlanRequest:
     # Model tokens per estimate token, measured on this input where it could be: numbers
     # cost SmolLM2 2.5 tokens each of tiktoken's, Korean 2.0, English 1.1-1.25.
     tokens_per_estimate: float = MODEL_TOKENS_PER_ESTIMATE
-    # Note steps of this request an earlier run left in the notes memo (`notes_memo.kept_for`):
+    # Note steps of this request an earlier run left in the notes memo (`notes_memo.kept`):
     # read back, not generated (a summary's rerun was planned at ~54 s and took 3).
     kept_notes: int = 0
     # ... and they are all its note steps: every one this plan has is then read back, however
@@ -197,7 +197,7 @@ class PlanRequest:
     # The model tokens of the kept notes where every note step is kept (0: not counted;
     # planned at MEMORY_TOKENS a step): a summary's rerun reads them alone.
     kept_notes_tokens: int = 0
-    # The windows the earlier run that kept the notes packed (`notes_memo.windows_of`; 0: not
+    # The windows the earlier run that kept the notes packed (`notes_memo.kept`; 0: not
     # known): the same read packs the same ones, where the estimate may not.
     known_windows: int = 0
 

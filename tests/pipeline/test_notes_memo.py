@@ -219,14 +219,14 @@ def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
     _summary(haystack, tmp_path, first)
     parts = len(first.calls) - 1
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
-    assert prep.notes_request and notes_memo.kept_for(settings.cache_path, prep.notes_request) == (parts, True)
+    assert prep.notes_request and notes_memo.kept(settings.cache_path, prep.notes_request)[:2] == (parts, True)
     # every note step read back, in the windows the run packed: the summary written from the
     # notes of its 6 parts (9 s at the default rates), against 39 s for the input read fresh
     assert prep.plan.n_windows == parts
     assert prep.plan.est_first_token_seconds < fresh.est_first_token_seconds / 3
     # another request (other settings, a question) has none; an entry trimmed is not counted
     other = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=1000), NullReporter())
-    assert notes_memo.kept_for(settings.cache_path, other.notes_request) == (0, False)
+    assert notes_memo.kept(settings.cache_path, other.notes_request)[:2] == (0, False)
     # an answer budget under the notes' own writes the same note steps (a probe's rerun with
     # --max-new-tokens 200 was planned at ~349 s and read its 5 parts' notes back in 5 s)
     shorter = prepare([str(haystack)], "", "summarize", replace(settings, max_new_tokens=100), NullReporter())
@@ -234,7 +234,7 @@ def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
     assert prepare([str(haystack)], "", "summarize", replace(settings, temperature=0.5), NullReporter()).notes_request == ""
     entry = next((settings.cache_path / notes_memo.FOLDER).glob("*.json"))
     entry.unlink()
-    assert notes_memo.kept_for(settings.cache_path, prep.notes_request) == (parts - 1, False)
+    assert notes_memo.kept(settings.cache_path, prep.notes_request)[:2] == (parts - 1, False)
 
 
 def test_the_plan_knows_kept_notes_under_settings_that_only_steer_its_choice(haystack, tmp_path):
@@ -261,11 +261,11 @@ def test_the_plan_knows_kept_notes_under_settings_that_only_steer_its_choice(hay
     assert notes_memo.request_key("summarize", "", prep.corpus.documents, settings, read | {"mode": "full"}) != key
     assert kept_count(settings, notes_memo.request_key("summarize", "", prep.corpus.documents, settings,
                                                        read | {"outlined": True})) == 0
-    assert notes_memo.kept_for(settings.cache_path, key) == (parts, True)
+    assert notes_memo.kept(settings.cache_path, key)[:2] == (parts, True)
 
 
 def kept_count(settings, request):
-    return notes_memo.kept_for(settings.cache_path, request)[0]
+    return notes_memo.kept(settings.cache_path, request).steps
 
 
 def test_a_plan_counts_every_note_step_of_a_finished_run_kept_whatever_windows_it_estimates():
@@ -289,7 +289,7 @@ def test_an_interrupted_run_is_not_recorded_as_whole(haystack, tmp_path):
         _summary(haystack, tmp_path, InterruptedAtThird())
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
-    assert notes_memo.kept_for(settings.cache_path, prep.notes_request) == (2, False)
+    assert notes_memo.kept(settings.cache_path, prep.notes_request)[:2] == (2, False)
 
 
 def test_a_resumed_run_is_planned_in_the_windows_its_first_run_packed(haystack, tmp_path):
@@ -303,10 +303,10 @@ def test_a_resumed_run_is_planned_in_the_windows_its_first_run_packed(haystack, 
         _summary(haystack, tmp_path, InterruptedAtThird())
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
-    windows = notes_memo.windows_of(settings.cache_path, prep.notes_request)
+    windows = notes_memo.kept(settings.cache_path, prep.notes_request).windows
     assert windows > 2 and prep.plan.n_windows == windows
     assert f"the notes of 2 of its {windows} note steps are kept" in " ".join(prep.plan.reasons)
-    assert notes_memo.windows_of(settings.cache_path, "no-such-request") == 0
+    assert notes_memo.kept(settings.cache_path, "no-such-request").windows == 0
 
     facts = ModelFacts(name="smollm2", context_window=2048, n_layers=30, n_kv_heads=3, head_dim=64,
                        n_params=135_000_000, weight_bytes=135_000_000)
@@ -434,22 +434,22 @@ def test_a_summary_interrupted_in_its_second_part_names_part_1_alone(haystack, t
 
 
 def test_an_entry_changed_since_it_was_written_is_neither_held_nor_planned_as_kept(tmp_path):
-    """`holds` and the plan's `kept_for` checked that the entry's file existed: a note edited
+    """`holds` and the plan's `kept` checked that the entry's file existed: a note edited
     since it was written was planned (and shown on the progress bar) as read back, and the
     run then wrote it again. They now check its digest, as `get` does."""
     cache = tmp_path / "cache"
     memo = NotesMemo.for_run(cache, True, Keyed(), GREEDY, request="r1")
     memo.put(MESSAGES, "the museum opens at nine")
     memo.finish()
-    assert memo.holds(MESSAGES) and notes_memo.kept_for(cache, "r1") == (1, True)
+    assert memo.holds(MESSAGES) and notes_memo.kept(cache, "r1")[:2] == (1, True)
     (entry,) = (cache / notes_memo.FOLDER).glob("*.json")
     written = entry.read_text()
     for changed in (written.replace("nine", "noon"), written[:-5], "", "{not json"):
         entry.write_text(changed)
         assert not memo.holds(MESSAGES) and memo.get(MESSAGES) is None
-        assert notes_memo.kept_for(cache, "r1") == (0, False)
+        assert notes_memo.kept(cache, "r1")[:2] == (0, False)
     memo.put(MESSAGES, "the museum opens at nine")
-    assert memo.holds(MESSAGES) and notes_memo.kept_for(cache, "r1") == (1, True)
+    assert memo.holds(MESSAGES) and notes_memo.kept(cache, "r1")[:2] == (1, True)
 
 
 def test_a_summary_with_every_note_kept_is_planned_at_the_memory_of_its_reduce_step_alone(haystack, tmp_path):
@@ -479,7 +479,7 @@ def test_a_summary_with_every_note_kept_is_planned_at_the_memory_of_its_reduce_s
     _summary(haystack, tmp_path, first)
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
-    assert notes_memo.kept_text(settings.cache_path, prep.notes_request).count("museum opens at nine") == \
+    assert notes_memo.kept(settings.cache_path, prep.notes_request).text.count("museum opens at nine") == \
         len(first.calls) - 1
     (tmp_path / "elsewhere").mkdir()
     fresh_prep = prepare([str(haystack)], "", "summarize", settings_for(tmp_path / "elsewhere"), NullReporter())
