@@ -85,6 +85,8 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
                     pass
             if not pages:
                 raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e.__cause__ or e)})", cut_short) from None
+        if cut_short:  # the pages its page tree names but the file lacks, in their places
+            pages = _with_lost_pages(reader, pages)
         missing: list[int] = []  # pages of a file cut short whose content the file lacks
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
@@ -94,7 +96,7 @@ def extract_pages(data: bytes, display: str, text_limit: int | None = None,
         read_chars = 0
         for number, page in enumerate(pages, start=1):
             errors.messages.clear()
-            if cut_short and _content_missing(page):
+            if page is None or (cut_short and _content_missing(page)):
                 missing.append(number)
                 texts.append("")
                 continue
@@ -867,6 +869,39 @@ def _whole_objects(data: bytes) -> bytes | None:
         return None
     size = 1 + max((int(m.group(1)) for m in _OBJECT_HEADER.finditer(data, 0, end)), default=0)
     return data[:end + len(b"endobj")] + b"\ntrailer\n<< /Size %d >>\nstartxref\n0\n%%%%EOF\n" % size
+
+
+def _with_lost_pages(reader: PdfReader, pages: list) -> list:  # type: ignore[type-arg]
+    """`pages` with None where the page tree names a page the file does not hold: pypdf
+    leaves such a page out, so a file cut before its last pages' objects (pypdf's own
+    writer puts each page's object beside its content) lost them unannounced, and the
+    pages after a lost one took its number."""
+    slots: list[bool] = []  # True: a page pypdf lists, False: one the file lacks
+
+    def walk(node, depth: int) -> None:  # type: ignore[no-untyped-def]
+        kids = node.get("/Kids")
+        kids = kids.get_object() if kids is not None else None
+        for kid in kids if isinstance(kids, list) else []:
+            obj = kid.get_object()
+            if not isinstance(obj, dict) or not obj:
+                slots.append(False)
+            elif "/Kids" in obj and obj.get("/Type") != "/Page" and depth < 32:
+                walk(obj, depth + 1)
+            else:
+                slots.append(True)
+
+    try:
+        root = reader.root_object["/Pages"].get_object()
+        walk(root, 0)
+        count = int(root.get("/Count", 0))
+    except Exception:  # noqa: BLE001 - a damaged tree: the pages pypdf found
+        return pages
+    if sum(slots) != len(pages):  # a tree pypdf read otherwise: lost pages placed last
+        slots = [True] * len(pages) + [False] * (len(slots) - sum(slots))
+    if len(pages) <= count <= len(pages) + 100_000:  # a lost branch of the tree: its pages last
+        slots += [False] * (count - len(slots))
+    found = iter(pages)
+    return [next(found) if present else None for present in slots]
 
 
 def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]

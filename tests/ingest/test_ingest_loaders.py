@@ -936,6 +936,36 @@ def test_a_pdf_cut_short_gives_the_pages_before_the_cut_and_names_the_rest(write
     assert "none of its 5 pages' text is in the file" in message and "seems cut short" in message
 
 
+def _pypdf_copy(data: bytes, *, bookmarks: bool = False) -> bytes:
+    """The pages as pypdf's writer lays them out: the page tree first, then each page's
+    object, its content and (after the first page's content) the fonts."""
+    from pypdf import PdfReader, PdfWriter
+
+    writer = PdfWriter()
+    for page in PdfReader(io.BytesIO(data)).pages:
+        writer.add_page(page)
+    if bookmarks:
+        for number in range(len(writer.pages)):
+            writer.add_outline_item(title=f"Part {number + 1}", page_number=number)
+    out = io.BytesIO()
+    writer.write(out)
+    return out.getvalue()
+
+
+def test_a_pdf_cut_short_before_its_last_pages_objects_names_them(write) -> None:
+    """pypdf's writer puts each page's object beside its content: cut before page 4's
+    object, pypdf listed 3 pages, and pages 4-5 went unannounced (the file "had 3 pages")."""
+    import re
+
+    data = _pypdf_copy(make_text_pdf([[f"page {n} text about the harbor"] for n in ("one", "two", "three", "four", "five")]))
+    page_objects = [m.start() for m in re.finditer(rb"\d+ 0 obj\s*<<\s*/Contents", data)]
+    assert len(page_objects) == 5
+    doc = load_one(write("cut.pdf", data[:page_objects[3] - 1]))
+    assert len(doc.pages) == 5 and "page three text" in doc.text and "four" not in doc.text
+    [note] = doc.left_out
+    assert note.reason.startswith("pages 4-5 of 5 not in the file: it stops short (")
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
