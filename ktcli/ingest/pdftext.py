@@ -905,7 +905,7 @@ def _with_lost_pages(reader: PdfReader, pages: list) -> list:  # type: ignore[ty
 
 
 def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
-    """Whether the page names content the file does not hold (it was cut before it)."""
+    """Whether the page names content or fonts the file does not hold (it was cut before them)."""
     try:
         contents = page.get("/Contents")
         if contents is None:
@@ -913,7 +913,21 @@ def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
         resolved = contents.get_object()
         if resolved is None:
             return True
-        return isinstance(resolved, list) and any(part.get_object() is None for part in resolved)
+        if isinstance(resolved, list) and any(part.get_object() is None for part in resolved):
+            return True
+        # its fonts: pypdf reads a page whose font objects are missing as U+FFFD, a line of "����"
+        # (pypdf's writer puts a page's fonts after its content)
+        resources = page.get("/Resources")
+        if resources is None:
+            return False
+        resources = resources.get_object()
+        if not isinstance(resources, dict):
+            return True
+        fonts = resources.get("/Font")
+        if fonts is None:
+            return False
+        fonts = fonts.get_object()
+        return not isinstance(fonts, dict) or any(font.get_object() is None for font in fonts.values())
     except Exception:  # noqa: BLE001 - a malformed page: read it, and say what reading says
         return False
 

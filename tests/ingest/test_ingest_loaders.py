@@ -966,6 +966,19 @@ def test_a_pdf_cut_short_before_its_last_pages_objects_names_them(write) -> None
     assert note.reason.startswith("pages 4-5 of 5 not in the file: it stops short (")
 
 
+def test_a_pdf_cut_short_between_a_page_and_its_fonts_does_not_read_it_as_replacement_characters(write) -> None:
+    """pypdf's writer puts the fonts after the first page's content: cut between them, the
+    page read as a line of U+FFFD ("����") and was given to the model as its text."""
+    import re
+
+    data = _pypdf_copy(make_text_pdf([["page one text about the harbor"], ["page two text about the harbor"]]))
+    fonts = re.search(rb"\d+ 0 obj\s*<<\s*/F1 ", data)  # the fonts of the page\'s /Resources
+    assert fonts is not None
+    message = input_error(write("cut.pdf", data[:fonts.start() - 1]))
+    assert "none of its 2 pages' text is in the file" in message and "seems cut short" in message
+    assert "\ufffd" not in message
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
