@@ -58,6 +58,13 @@ def _quiet_pypdf() -> Iterator[_Errors]:
 
 def extract_pages(data: bytes, display: str, text_limit: int | None = None,
                   ) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[PageSections]]:
+    """As `_extract_pages`, pypdf's log kept off stderr throughout."""
+    with _quiet_pypdf():  # its labels, bookmarks and attachments too: pypdf logged "Object 32 0 not defined."
+        return _extract_pages(data, display, text_limit)
+
+
+def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
+                   ) -> tuple[list[str], list[tuple[int, str]], list[str | None], list[PageSections]]:
     """Normalised text of every page (trailing newlines stripped), in page order, and the
     pages that could not be read, as (page number, why, in words for the user): their text
     is empty, and the caller reports them (a fact on such a page must not vanish unannounced).

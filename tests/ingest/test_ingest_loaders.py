@@ -979,6 +979,19 @@ def test_a_pdf_cut_short_between_a_page_and_its_fonts_does_not_read_it_as_replac
     assert "\ufffd" not in message
 
 
+def test_a_bookmarked_pdf_cut_short_keeps_pypdfs_log_off_stderr(write, capfd) -> None:
+    """Its bookmarks are read after its pages: pypdf's "Object 32 0 not defined." reached
+    the user's stderr, above the line that says what the file lacks."""
+    import re
+
+    data = _pypdf_copy(make_text_pdf([[f"page {n} text"] for n in range(1, 6)]), bookmarks=True)
+    second = [m.start() for m in re.finditer(rb"\d+ 0 obj\s*<<\s*/Contents", data)][1]
+    doc = load_one(write("cut.pdf", data[:second - 1]))
+    assert "page 1 text" in doc.text and doc.left_out[0].reason.startswith("pages 2-5 of 5 not in the file")
+    captured = capfd.readouterr()
+    assert "not defined" not in captured.err + captured.out
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
