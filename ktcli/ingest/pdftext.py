@@ -84,6 +84,9 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
         except _Unopened as e:
             # a file cut short: its pages up to where it stops, if its page tree came before
             recovered = _whole_objects(data) if cut_short else None
+            if recovered and _ENCRYPTION.search(data):  # its /ID, in the trailer, was part of its key
+                raise RejectedInput(display, "encrypted PDF cut short: the trailer its text's key needs is "
+                                    "in the part missing", cut_short) from None
             pages = []
             if recovered:
                 try:
@@ -159,10 +162,13 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
     texts = mend_pages(texts)
     attached = _attachment_names(reader)
     if not any(t.strip() for t in texts):
+        if missing and failures:  # (an encrypted file cut before its encryption dictionary)
+            raise RejectedInput(display, f"corrupt PDF: {len(missing)} of its {len(pages)} pages not in the file, "
+                                f"the text of the other {len(pages) - len(missing)} unreadable", cut_short)
         if missing:
             raise RejectedInput(display, f"corrupt PDF: none of its {len(pages)} pages' text is in the file", cut_short)
         if failures == len(pages):
-            raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)")
+            raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)", cut_short)
         if attached:  # a blank cover over attached files: they are what it holds
             raise RejectedInput(display, f"no text on its pages; {_attached_note(attached)}")
         if all(_is_blank(p) for p in pages):
@@ -863,6 +869,11 @@ def _open(data: bytes, display: str) -> tuple[PdfReader, list]:  # type: ignore[
 
 # An indirect object's header, "12 0 obj": its number is what the trailer's /Size counts.
 _OBJECT_HEADER = re.compile(rb"(\d{1,10})\s+\d{1,5}\s+obj\b")
+
+
+# The standard security handler's dictionary: an encrypted file (its text is read with a
+# key made from it and the trailer's /ID).
+_ENCRYPTION = re.compile(rb"/Filter\s*/Standard\b")
 
 
 def _whole_objects(data: bytes) -> bytes | None:

@@ -992,6 +992,15 @@ def test_a_bookmarked_pdf_cut_short_keeps_pypdfs_log_off_stderr(write, capfd) ->
     assert "not defined" not in captured.err + captured.out
 
 
+def test_an_encrypted_pdf_cut_short_is_refused_as_cut_short(write) -> None:
+    """Its key needs the trailer's /ID, at the end: read without it, every page failed and
+    the refusal ("no page could be read") did not say the file was cut short."""
+    data = encrypt_pdf(make_text_pdf([["page one text"], ["page two text"], ["page three text"]]), "")
+    for cut in (len(data) - 40, len(data) * 9 // 10, len(data) // 2):
+        message = input_error(write("cut.pdf", data[:cut]))
+        assert "seems cut short" in message, (cut, message)
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
