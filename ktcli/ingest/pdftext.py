@@ -882,7 +882,12 @@ def _whole_objects(data: bytes) -> bytes | None:
     the objects and finds the catalog by its /Type. That reads the pages written before the
     cut where the catalog and page tree came first (ReportLab, many simple writers); where
     they come last, in object streams (pdfTeX), nothing is found and the file is refused."""
-    end = data.rfind(b"endobj")
+    end = len(data)
+    while (end := data.rfind(b"endobj", 0, end)) >= 0:
+        opened = data.rfind(b"stream", 0, end)  # "endstream" too
+        if opened < 0 or data[opened - 3:opened] == b"end":
+            break
+        end = opened  # the word inside a stream the cut left open (a text about PDFs): the object before
     if end < 0:
         return None
     size = 1 + max((int(m.group(1)) for m in _OBJECT_HEADER.finditer(data, 0, end)), default=0)

@@ -1001,6 +1001,27 @@ def test_an_encrypted_pdf_cut_short_is_refused_as_cut_short(write) -> None:
         assert "seems cut short" in message, (cut, message)
 
 
+def test_a_pdf_about_pdfs_cut_inside_a_page_mentioning_endobj(write) -> None:
+    """The text "endobj" inside a page's content, the cut after it: the object was taken as
+    whole, and the page said "page could not be read (Detected loop with self reference
+    ...)" on a line of its own beside the pages the file lacks."""
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pageCompression=0)
+    for page in range(1, 5):
+        for line in range(12):
+            pdf.drawString(72, 780 - 16 * line, f"Page {page} line {line}: an object ends with the word endobj here.")
+        pdf.showPage()
+    pdf.save()
+    data = buffer.getvalue()
+    cut = [m.end() for m in __import__("re").finditer(rb"endobj here", data)][12 * 2 + 5]  # inside page 3's
+    doc = load_one(write("cut.pdf", data[:cut]))
+    [note] = doc.left_out
+    assert note.reason.startswith("pages 3-4 of 4 not in the file"), note.reason
+    assert "Page 2 line 11" in doc.text and "Page 3" not in doc.text
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
