@@ -80,7 +80,18 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
     with _quiet_pypdf() as errors:
         cut_short = _cut_short_hint(data)
         try:
-            reader, pages = _open(data, display)
+            # a file cut short in an update written after it was first saved (a form filled
+            # in, a page added, a signature): pypdf reads it as it was before the update,
+            # unannounced; read from its objects, the update's changes it holds are read
+            if cut_short and _EARLIER_END.search(data) and (recovered := _whole_objects(data)):
+                try:
+                    reader, pages = _open(recovered, display)
+                except _Unopened:
+                    pages = []
+                if not pages:
+                    reader, pages = _open(data, display)
+            else:
+                reader, pages = _open(data, display)
         except _Unopened as e:
             # a file cut short: its pages up to where it stops, if its page tree came before
             recovered = _whole_objects(data) if cut_short else None
@@ -183,6 +194,10 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
     if missing:  # one line for the file, as a list of pages would be for a file cut at its start
         unread.append((0, f"{_page_list(missing)} of {len(pages)} not in the file: it stops short "
                           f"({len(data):,} bytes, no %%EOF at its end); copy or download it again to read them"))
+    elif cut_short and _EARLIER_END.search(data):  # all its pages there, but the changes saved last may not be
+        unread.append((0, f"it stops short in a change saved to it after it was first written ({len(data):,} bytes, "
+                          "no %%EOF at its end): read with as much of that change as the file holds; "
+                          "copy or download it again to read all of it"))
     if run_together:
         unread.append((0, f"right-to-left words on {_page_list(run_together)} read run together, without their spaces "
                           "(a limit of the PDF reader); `pdftotext in.pdf out.txt` (poppler) reads them apart"))
@@ -871,6 +886,9 @@ def _open(data: bytes, display: str) -> tuple[PdfReader, list]:  # type: ignore[
 _OBJECT_HEADER = re.compile(rb"(\d{1,10})\s+\d{1,5}\s+obj\b")
 
 
+# A revision's end on a line of its own: a file cut short that holds one was cut in a change
+# saved to it later (an incremental update: a form filled in, a page added, a signature).
+_EARLIER_END = re.compile(rb"[\r\n]%%EOF")
 # The standard security handler's dictionary: an encrypted file (its text is read with a
 # key made from it and the trailer's /ID).
 _ENCRYPTION = re.compile(rb"/Filter\s*/Standard\b")
@@ -957,8 +975,9 @@ def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
 
 def _cut_short_hint(data: bytes) -> str:
     """What to do where `data` lacks the PDF's end marker, else ""."""
-    if _EOF_MARK in data[-_EOF_TAIL:]:
-        return ""
+    tail = data[-_EOF_TAIL:]
+    if _EOF_MARK in tail and not _OBJECT_HEADER.search(tail, tail.rfind(_EOF_MARK)):
+        return ""  # (an object after the last %%EOF: an update to the file, cut short)
     return f"the file seems cut short ({len(data):,} bytes, no %%EOF at its end): copy or download it again"
 
 

@@ -1022,6 +1022,33 @@ def test_a_pdf_about_pdfs_cut_inside_a_page_mentioning_endobj(write) -> None:
     assert "Page 2 line 11" in doc.text and "Page 3" not in doc.text
 
 
+def test_a_pdf_cut_short_in_a_change_saved_to_it_later(write) -> None:
+    """A page added and page 1 rewritten in an incremental update, the download stopped in
+    its last bytes: pypdf found the first revision's %%EOF and read the file as it was
+    before the change, with nothing said."""
+    from pypdf import PdfReader, PdfWriter
+    from pypdf.generic import DecodedStreamObject, NameObject
+
+    base = make_text_pdf([["page one text about the harbor"], ["page two text about the harbor"]])
+    writer = PdfWriter(io.BytesIO(base), incremental=True)
+    writer.add_page(PdfReader(io.BytesIO(make_text_pdf([["an added page about the lighthouse"]]))).pages[0])
+    revised = DecodedStreamObject()
+    revised.set_data(b"BT /F1 12 Tf 72 700 Td (page one now revised about the pier) Tj ET")
+    writer.pages[0][NameObject("/Contents")] = writer._add_object(revised)
+    out = io.BytesIO()
+    writer.write(out)
+    data = out.getvalue()
+    assert data.count(b"%%EOF") == 2
+    doc = load_one(write("cut.pdf", data[:-30]))  # the update's objects all there, its table cut
+    assert "page one now revised about the pier" in doc.text and "added page about the lighthouse" in doc.text
+    assert "page one text" not in doc.text and len(doc.pages) == 3
+    [note] = doc.left_out
+    assert note.reason.startswith("it stops short in a change saved to it after it was first written")
+    # the whole file: read as it is, nothing said
+    whole = load_one(write("whole.pdf", data))
+    assert "page one now revised" in whole.text and whole.left_out == ()
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
