@@ -78,7 +78,7 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
     text on any page (scanned), each with what the user can do about it; TextOverLimit
     as soon as its text passes `text_limit` characters."""
     with _quiet_pypdf() as errors:
-        cut_short = _cut_short_hint(data)
+        cut_short = _cut_short_fact(data)
         try:
             # a file cut short in an update written after it was first saved (a form filled
             # in, a page added, a signature): pypdf reads it as it was before the update,
@@ -96,8 +96,8 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
             # a file cut short: its pages up to where it stops, if its page tree came before
             recovered = _whole_objects(data) if cut_short else None
             if recovered and _ENCRYPTION.search(data):  # its /ID, in the trailer, was part of its key
-                raise RejectedInput(display, "encrypted PDF cut short: the trailer its text's key needs is "
-                                    "in the part missing", cut_short) from None
+                raise _cut_short_refusal(display, "encrypted PDF: the trailer its text's key needs is "
+                                         "in the part missing", cut_short) from None
             pages = []
             if recovered:
                 try:
@@ -105,7 +105,7 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
                 except _Unopened:
                     pass
             if not pages:
-                raise RejectedInput(display, f"corrupt or unreadable PDF ({_short(e.__cause__ or e)})", cut_short) from None
+                raise _cut_short_refusal(display, f"corrupt or unreadable PDF ({_short(e.__cause__ or e)})", cut_short) from None
         if cut_short:  # the pages its page tree names but the file lacks, in their places
             pages = _with_lost_pages(reader, pages)
         missing: list[int] = []  # pages of a file cut short whose content the file lacks
@@ -166,20 +166,20 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
             if text_limit is not None and read_chars > text_limit:
                 raise TextOverLimit(number, len(pages), read_chars)
     if not pages:
-        if hint := _cut_short_hint(data):
-            raise RejectedInput(display, "corrupt PDF (no pages)", hint)
+        if cut_short:
+            raise _cut_short_refusal(display, "corrupt PDF (no pages)", cut_short)
         raise RejectedInput(display, "PDF with no pages (nothing to read)")
     texts, counted = strip_running_lines(texts)  # before mending: a foot parts a word's halves
     texts = mend_pages(texts)
     attached = _attachment_names(reader)
     if not any(t.strip() for t in texts):
         if missing and failures:  # (an encrypted file cut before its encryption dictionary)
-            raise RejectedInput(display, f"corrupt PDF: {len(missing)} of its {len(pages)} pages not in the file, "
-                                f"the text of the other {len(pages) - len(missing)} unreadable", cut_short)
+            raise _cut_short_refusal(display, f"corrupt PDF: {len(missing)} of its {len(pages)} pages not in the file, "
+                                     f"the text of the other {len(pages) - len(missing)} unreadable", cut_short)
         if missing:
-            raise RejectedInput(display, f"corrupt PDF: none of its {len(pages)} pages' text is in the file", cut_short)
+            raise _cut_short_refusal(display, f"corrupt PDF: none of its {len(pages)} pages' text is in the file", cut_short)
         if failures == len(pages):
-            raise RejectedInput(display, f"corrupt PDF (no page could be read, {len(pages)} tried)", cut_short)
+            raise _cut_short_refusal(display, f"corrupt PDF (no page could be read, {len(pages)} tried)", cut_short)
         if attached:  # a blank cover over attached files: they are what it holds
             raise RejectedInput(display, f"no text on its pages; {_attached_note(attached)}")
         if all(_is_blank(p) for p in pages):
@@ -973,12 +973,21 @@ def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
         return False
 
 
-def _cut_short_hint(data: bytes) -> str:
-    """What to do where `data` lacks the PDF's end marker, else ""."""
+def _cut_short_fact(data: bytes) -> str:
+    """That `data` seems cut short, in words, where it lacks the PDF's end marker, else ""."""
     tail = data[-_EOF_TAIL:]
     if _EOF_MARK in tail and not _OBJECT_HEADER.search(tail, tail.rfind(_EOF_MARK)):
         return ""  # (an object after the last %%EOF: an update to the file, cut short)
-    return f"the file seems cut short ({len(data):,} bytes, no %%EOF at its end): copy or download it again"
+    return f"the file seems cut short ({len(data):,} bytes, no %%EOF at its end)"
+
+
+def _cut_short_refusal(display: str, reason: str, cut_short: str) -> RejectedInput:
+    """The refusal, saying the file seems cut short where it does: in its reason, as a
+    folder walk's skipped line shows only that (it said "corrupt or unreadable PDF (Stream
+    has ended unexpectedly)", no word of the cut)."""
+    if not cut_short:
+        return RejectedInput(display, reason)
+    return RejectedInput(display, f"{reason}; {cut_short}", "copy or download it again")
 
 
 def _short(error: BaseException) -> str:

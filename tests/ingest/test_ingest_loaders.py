@@ -1049,6 +1049,17 @@ def test_a_pdf_cut_short_in_a_change_saved_to_it_later(write) -> None:
     assert "page one now revised" in whole.text and whole.left_out == ()
 
 
+def test_a_pdf_cut_short_in_a_folder_is_skipped_as_cut_short(tmp_path) -> None:
+    """A folder walk shows a refusal's reason alone: a PDF cut before its page tree was
+    skipped as "corrupt or unreadable PDF (Stream has ended unexpectedly)", no word of the cut."""
+    data = make_text_pdf([["page one text"], ["page two text"]])
+    (tmp_path / "cut.pdf").write_bytes(data[:200])
+    (tmp_path / "notes.md").write_text("the notes\n")
+    corpus = load_corpus([str(tmp_path)])
+    [skipped] = [s for s in corpus.skipped if s.path.endswith("cut.pdf")]
+    assert "seems cut short (200 bytes, no %%EOF at its end)" in skipped.reason
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
