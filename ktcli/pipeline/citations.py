@@ -283,6 +283,13 @@ class Relabel:
         self.held = ""
         self.moved = 0  # labels rewritten
 
+    def rewritten(self, text: str) -> str:
+        """`text` (a part of the stream as the model wrote it) with its labels moved as
+        `feed` moves them, counting nothing: what a loop guard keeps of the raw stream."""
+        again = Relabel.__new__(Relabel)
+        again.backing, again.n, again.shown, again.held, again.moved = self.backing, self.n, "", "", 0
+        return again.feed(text) + again.flush()
+
     def feed(self, piece: str) -> str:
         text = self.held + piece
         m = _LABEL_STARTED.search(text)

@@ -279,6 +279,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         if lines is not None:  # the loop's one copy, as shown: less tags alone and made-up code
             again = SummaryLines(source or "", under_heading)
             kept = again.feed(kept) + again.flush()
+        if labels is not None:  # as shown: the raw copy kept the model's "[1]" (probe 118)
+            kept = labels.rewritten(kept)
         return kept.strip()
     if echo.repeated:
         # Quoted as written: the compared form's labels read "[0]", a label no answer has.

@@ -1113,3 +1113,30 @@ def test_a_citation_names_the_exact_line_that_holds_the_fact(tmp_path, monkeypat
     cite = json.loads(answer_json(answer))["citations"][0]
     assert cite["line"] == fact_line
     assert cite["line_start"] <= fact_line <= cite["line_end"] and cite["line_end"] - cite["line_start"] == 2
+
+
+def test_an_answer_stopped_for_repeating_keeps_the_labels_moved_as_shown(haystack, tmp_path):
+    """The loop guard returned its copy of the raw stream, the labels as the model wrote
+    them: stdout showed the vault sentence's "[5]", while the answer kept (--json's, and
+    the one Sources are listed from) said "[1]", and Sources listed [1], a file that holds
+    none of it, beside [5] (probe 118)."""
+
+    class Loops(FakeBackend):
+        def stream_chat(self, messages, params):
+            for piece in super().stream_chat(messages, params):
+                pass
+            yield "The vault combination is 31-07-1999. [1]\n"
+            for _ in range(12):
+                yield "The museum opens at nine. [2]\n"
+                yield "The gardens close at dusk. [3]\n"
+
+    for mode in ("full", "retrieval"):
+        settings = settings_for(tmp_path, mode=mode)
+        prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
+        said = Warnings()
+        answer = answer_question(prep, Loops(), settings, said, Tally())
+        assert any(line.startswith("stopped the answer") for line in said.lines), (mode, said.lines)
+        label = int(re.search(r"31-07-1999\. \[(\d+)\]", answer.text).group(1))
+        [needle] = [c for c in answer.citations if c.label == label]
+        assert needle.span.path == str(haystack / "part4.txt"), (mode, answer.text)
+        assert label != 1 and "[1]" not in answer.text, (mode, answer.text)
