@@ -109,6 +109,7 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
         if cut_short:  # the pages its page tree names but the file lacks, in their places
             pages = _with_lost_pages(reader, pages)
         missing: list[int] = []  # pages of a file cut short whose content the file lacks
+        in_part: list[int] = []  # and those whose pictures or boxes of text (form XObjects) it lacks
         texts: list[str] = []
         unread: list[tuple[int, str]] = []
         failures = 0  # pages whose content could not be read at all (not scans)
@@ -121,6 +122,8 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
                 missing.append(number)
                 texts.append("")
                 continue
+            if cut_short and _pictures_missing(page):
+                in_part.append(number)  # its text read, less what its pictures and boxes hold
             try:
                 raw = pdf_marks.page_text(page)
             except DependencyError as e:
@@ -191,8 +194,12 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
         n_chars = sum(len(t.strip()) for t in texts)
         unread = [(0, f"only {n_chars} characters of text on its {len(pages)} pages, each a page-sized image "
                       "(a scanned PDF with stamps? run OCR first, e.g. `ocrmypdf in.pdf out.pdf`)")]
-    if missing:  # one line for the file, as a list of pages would be for a file cut at its start
-        unread.append((0, f"{_page_list(missing)} of {len(pages)} not in the file: it stops short "
+    if missing or in_part:  # one line for the file, as a list of pages would be for a file cut at its start
+        lacks = [f"{_page_list(missing)} of {len(pages)} not in the file"] if missing else []
+        if in_part:
+            lacks.append(f"{_page_list(in_part)}{'' if missing else f' of {len(pages)}'} read in part "
+                         "(pictures or boxes of text the file does not hold)")
+        unread.append((0, f"{', '.join(lacks)}: it stops short "
                           f"({len(data):,} bytes, no %%EOF at its end); copy or download it again to read them"))
     elif cut_short and _EARLIER_END.search(data):  # all its pages there, but the changes saved last may not be
         unread.append((0, f"it stops short in a change saved to it after it was first written ({len(data):,} bytes, "
@@ -969,6 +976,20 @@ def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
             return False
         fonts = fonts.get_object()
         return not isinstance(fonts, dict) or any(font.get_object() is None for font in fonts.values())
+    except Exception:  # noqa: BLE001 - a malformed page: read it, and say what reading says
+        return False
+
+
+def _pictures_missing(page) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the page draws pictures or boxes of text (XObjects) the file does not hold:
+    pypdf's writer puts them after the page's content, and a box's words went unannounced."""
+    try:
+        resources = page.get("/Resources")
+        objects = resources.get_object().get("/XObject") if resources is not None else None
+        if objects is None:
+            return False
+        objects = objects.get_object()
+        return not isinstance(objects, dict) or any(one.get_object() is None for one in objects.values())
     except Exception:  # noqa: BLE001 - a malformed page: read it, and say what reading says
         return False
 

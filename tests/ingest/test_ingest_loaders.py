@@ -1060,6 +1060,33 @@ def test_a_pdf_cut_short_in_a_folder_is_skipped_as_cut_short(tmp_path) -> None:
     assert "seems cut short (200 bytes, no %%EOF at its end)" in skipped.reason
 
 
+def test_a_pdf_cut_short_before_a_pages_box_of_text_names_the_page_read_in_part(write) -> None:
+    """pypdf's writer puts a page's form XObjects (a box of text drawn once, a letterhead)
+    after its content: cut between them, the page was read without the box's words, and
+    nothing said."""
+    import re
+
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer)
+    for page in (1, 2, 3):
+        pdf.drawString(72, 780, f"Page {page} main text.")
+        pdf.beginForm(f"box{page}")
+        pdf.drawString(72, 300, f"Boxed note {page} says code {5000 + page}.")
+        pdf.endForm()
+        pdf.doForm(f"box{page}")
+        pdf.showPage()
+    pdf.save()
+    data = _pypdf_copy(buffer.getvalue())
+    forms = [m.start() for m in re.finditer(rb"\d+ 0 obj\s*<<\s*/BBox", data)]
+    assert len(forms) == 3
+    doc = load_one(write("cut.pdf", data[:forms[1] - 1]))  # page 2's content there, its box not
+    assert "Boxed note 1" in doc.text and "Page 2 main text" in doc.text and "Boxed note 2" not in doc.text
+    [note] = doc.left_out
+    assert note.reason.startswith("p.3 of 3 not in the file, p.2 read in part (pictures or boxes of text"), note.reason
+
+
 def test_pdf_form_values_and_comments_are_read(write) -> None:
     # pypdf's text leaves out what sits in annotations: a form's answers were dropped unannounced
     data = make_form_pdf("Application form.", {"applicant": "Margarethe Oyelaran-Smith", "berth": "B7"},
