@@ -8,6 +8,7 @@ evidence line is scored by the rare answer words it contains, and the best lines
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import re
 from collections import Counter
@@ -286,8 +287,8 @@ class Relabel:
     def rewritten(self, text: str) -> str:
         """`text` (a part of the stream as the model wrote it) with its labels moved as
         `feed` moves them, counting nothing: what a loop guard keeps of the raw stream."""
-        again = Relabel.__new__(Relabel)
-        again.backing, again.n, again.shown, again.held, again.moved = self.backing, self.n, "", "", 0
+        again = copy.copy(self)  # the same passages and backing, a stream of its own
+        again.shown, again.held, again.moved = "", "", 0
         return again.feed(text) + again.flush()
 
     def feed(self, piece: str) -> str:
