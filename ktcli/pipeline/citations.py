@@ -687,7 +687,7 @@ _NOT_NAMES = frozenset(
 
 def invented_names(answer: str, sources: Iterable[str], question: str = "", elsewhere: Iterable[str] = ()) -> list[str]:
     """The names `answer` writes (a word of letters capitalised inside a sentence, three or
-    more of them) that stand in none of `sources`, the question or `elsewhere` (the rest of
+    more of them, or a code of letters and digits: `_code_word`) that stand in none of `sources`, the question or `elsewhere` (the rest of
     the input), in any case: made up. Asked a mascot no document named, the bundled model
     answered "Marisol Venkataraman, a local artist", cited, unflagged: the figures check
     (`invented_figures`) has no figure to find in it."""
@@ -697,6 +697,8 @@ def invented_names(answer: str, sources: Iterable[str], question: str = "", else
         if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper() and word.lower() not in _NOT_NAMES \
                 and not (word.isupper() and len(word) <= 4):
             said.append(word)
+        elif _code_word(word):
+            said.append(word)
     if not said:
         return []
     # (found as a piece of text, in any case: a name inside a longer word counts as said)
@@ -705,7 +707,25 @@ def invented_names(answer: str, sources: Iterable[str], question: str = "", else
         if missing:
             held = "\n".join(fold(t) for t in texts).lower()
             missing = [w for w in missing if fold(w).lower() not in held]
+        if any(_code_word(w) for w in missing):  # a code written apart there: "ISO 8601", "CMAU 555000-1"
+            compact = _CODE_SEPARATORS.sub("", held)
+            missing = [w for w in missing if not _code_word(w) or _CODE_SEPARATORS.sub("", fold(w).lower()) not in compact]
     return missing
+
+
+# A fiscal year or quarter written as one word ("FY2023", "2023Q3", "H1'24"): the sources
+# may write it apart ("fiscal 2023", "Q3 2023"), so it is no code to look up.
+_CODE_SEPARATORS = re.compile(r"[\s\-_./]+")
+_PERIOD_WORD = re.compile(r"(?i)(?:fy|cy|q[1-4]|h[12])?'?\d{2,4}(?:q[1-4]|h[12])?")
+
+
+def _code_word(word: str) -> bool:
+    """Whether `word` is a code of letters and four or more digits: a container, invoice,
+    part or case number ("CMAU5550001", "INV20230042"). Asked which container went to
+    Gdansk, the bundled model numbered on from the one a CSV held ("CMAU5550002,
+    CMAU5550003"), unflagged: glued to letters, its digits are no figure (probe 118)."""
+    return (sum(c.isdigit() for c in word) >= 4 and any(c.isalpha() for c in word)
+            and not _PERIOD_WORD.fullmatch(word))
 
 
 def warn_of_invented(text: str, sources: list[str], question: str, reporter: Reporter,

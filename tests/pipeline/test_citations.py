@@ -621,6 +621,14 @@ def test_names_no_source_holds_are_said_and_names_it_does_are_not():
     # sentence starts, months and languages, names in another case, short acronyms, short words: none
     assert invented_names("Tidewater sales rose in March. It is in English. The CEO said so. Ok.",
                           ["TIDEWATER sales"], "") == []
+    # a code of letters and digits the CSV does not hold, anywhere in its sentence (probe 118)
+    csv = ["container,destination,tonnes\nCMAU5550001,Gdansk,12.4\nMSKU7781234,Oslo,9.1"]
+    numbered_on = "CMAU5550001 goes to Gdansk [1]. CMAU5550002 and cmau5550003 go there too, as does MSKU7781234."
+    assert invented_names(numbered_on, csv, "") == ["CMAU5550002", "cmau5550003"]
+    assert invented_names("Dates follow ISO8601 and part CMAU5550002.", ["ISO 8601 dates; CMAU 555000-2"], "") == []
+    # a fiscal year or quarter in one word, a hash's name, a short code: not codes to look up
+    assert invented_names("Sales in FY2023 and 2023Q3 rose; H1'24 too. It uses sha256 and B2 and A380s.",
+                          ["Sales rose in fiscal 2023"], "") == []
 
     class Said:
         lines: list[str] = []
