@@ -965,17 +965,7 @@ def _content_missing(page) -> bool:  # type: ignore[no-untyped-def]
             return True
         # its fonts: pypdf reads a page whose font objects are missing as U+FFFD, a line of "����"
         # (pypdf's writer puts a page's fonts after its content)
-        resources = page.get("/Resources")
-        if resources is None:
-            return False
-        resources = resources.get_object()
-        if not isinstance(resources, dict):
-            return True
-        fonts = resources.get("/Font")
-        if fonts is None:
-            return False
-        fonts = fonts.get_object()
-        return not isinstance(fonts, dict) or any(font.get_object() is None for font in fonts.values())
+        return _resources_missing(page, "/Font")
     except Exception:  # noqa: BLE001 - a malformed page: read it, and say what reading says
         return False
 
@@ -984,14 +974,25 @@ def _pictures_missing(page) -> bool:  # type: ignore[no-untyped-def]
     """Whether the page draws pictures or boxes of text (XObjects) the file does not hold:
     pypdf's writer puts them after the page's content, and a box's words went unannounced."""
     try:
-        resources = page.get("/Resources")
-        objects = resources.get_object().get("/XObject") if resources is not None else None
-        if objects is None:
-            return False
-        objects = objects.get_object()
-        return not isinstance(objects, dict) or any(one.get_object() is None for one in objects.values())
+        return _resources_missing(page, "/XObject")
     except Exception:  # noqa: BLE001 - a malformed page: read it, and say what reading says
         return False
+
+
+def _resources_missing(page, kind: str) -> bool:  # type: ignore[no-untyped-def]
+    """Whether the page's resources of `kind` ("/Font", "/XObject"), or its resources
+    whole, are objects the file does not hold."""
+    resources = page.get("/Resources")
+    if resources is None:
+        return False
+    resources = resources.get_object()
+    if not isinstance(resources, dict):
+        return True
+    named = resources.get(kind)
+    if named is None:
+        return False
+    named = named.get_object()
+    return not isinstance(named, dict) or any(one.get_object() is None for one in named.values())
 
 
 def _cut_short_fact(data: bytes) -> str:
