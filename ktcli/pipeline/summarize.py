@@ -93,6 +93,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     if memo is not None:
         memo.windows = len(windows)
     read = 0
+    hollow: list[int] = []  # the parts whose notes said nothing from the input (dropped)
     try:
         for read, window in enumerate(windows):
             body = prompts.passages(window)
@@ -108,6 +109,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
             if citations.has_content(new):  # an echo of the instructions carries nothing
                 notes = new
                 taken.append(new)
+            else:
+                hollow.append(read)
     except KeyboardInterrupt:
         resume = f"; the same command again starts at part {read + 1}" if memo is not None and not memo.failed else ""
         if not notes:
@@ -133,6 +136,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         reporter.warn(f"the model wrote nothing from the input in the notes of its {len(windows)} parts, so no summary "
                       "is written from them (a larger model, --model, does better)")
         return _answer("", prep, with_windows(plan, len(windows)), tally, len(windows))
+    if hollow:
+        reporter.warn(_hollow_parts(hollow, windows))
     reporter.status("writing the summary from the notes")
 
     def room(text: str) -> bool:
@@ -418,6 +423,15 @@ def _where(window: list[Chunk]) -> str:
                     f"{first.page_label or first.page}-{last.page_label or last.page}")
         return f"{paths[0]} lines {first.line_start}-{last.line_end}"
     return ", ".join(paths[:6]) + (f" and {len(paths) - 6} more files" if len(paths) > 6 else "")
+
+
+def _hollow_parts(hollow: list[int], windows: list[list[Chunk]]) -> str:
+    """Said where some parts' notes were dropped (markup, the instructions again): the
+    summary of the Python tutorial read in 2 parts was of its second half alone, the first
+    part's notes "The summary notes are shortened to 1 short line each.", nothing said."""
+    named = first_named([f"part {i + 1} ({_where(windows[i])})" for i in hollow], 3)
+    return (f"the notes of {len(hollow)} of {len(windows)} parts said nothing from the input, so the summary is "
+            f"written without them: {named} (a larger model, --model, does better)")
 
 
 def _parts_to(read: int) -> str:

@@ -1140,3 +1140,27 @@ def test_an_answer_stopped_for_repeating_keeps_the_labels_moved_as_shown(haystac
         [needle] = [c for c in answer.citations if c.label == label]
         assert needle.span.path == str(haystack / "part4.txt"), (mode, answer.text)
         assert label != 1 and "[1]" not in answer.text, (mode, answer.text)
+
+
+def test_parts_whose_notes_said_nothing_are_named_on_stderr(haystack, tmp_path):
+    """The Python tutorial's summary in 2 parts was of its second half alone: part 1's notes
+    were "The summary notes are shortened to 1 short line each.", dropped with nothing said
+    (probe 117)."""
+    class FirstHollow(FakeBackend):
+        def _reply(self, messages):
+            content = messages[-1]["content"]
+            if "Notes taken while reading the whole input" in content:
+                return "The vault combination is 31-07-1999."
+            if "Next part (part 1 of" in content:
+                return "The main points of this part are:\n\n1.  The summary notes are shortened to 1 short line each."
+            return "The vault combination is 31-07-1999 [1]."
+
+    answer, reporter = _summary_in_parts(haystack, tmp_path, FirstHollow())
+    said = [m for m in reporter.lines if "said nothing from the input, so the summary is written without them" in m]
+    assert len(said) == 1 and "part 1 (" in said[0] and "part 2 (" not in said[0]
+    assert "31-07-1999" in answer.text
+
+
+def test_parts_whose_notes_all_say_something_warn_of_nothing(haystack, tmp_path):
+    answer, reporter = _summary_in_parts(haystack, tmp_path, FakeBackend())
+    assert not any("said nothing from the input" in m for m in reporter.lines)
