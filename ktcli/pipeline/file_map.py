@@ -24,13 +24,21 @@ _COMMENT_MARK = re.compile(r"^\s*(?:#!.*|#+|//+|/\*+|\*+/?|--+|;+|%+|<!--|-->)\s
 _NOT_A_DESCRIPTION = re.compile(
     r"(?i)^(?:copyright|\(c\)|©|spdx-license|licensed under|use of this source code is governed|"
     r"all rights reserved|-\*-|(?:en)?coding[:=]|vim?:|"
-    r"eslint|prettier|pylint|noqa|type: ?ignore|@ts-|@flow|@jsx|#include)")
+    r"eslint|prettier|pylint|mypy:|pyright:|flake8[:=]|ruff:|isort:|fmt:|noqa|type: ?ignore|@ts-|@flow|@jsx|#include)"
+    # a licence header in a sentence of its own: packaging's six modules were each "This file
+    # is dual licensed under the terms of the Apache License, Version 2.0, and the BSD License."
+    r"|(?i:^(?:this|the) (?:file|code|module|program|library|software|project|package)\b.{0,40}"
+    r"\b(?:licen[cs]ed|distributed|released|available|covered) under\b)")
+# A licence line whose sentence goes on below: its continuation lines are the licence too
+# ("2.0, and the BSD License. See the LICENSE file ..." was quoted as packaging's description).
+_CONTINUED = re.compile(r"^[a-z0-9(]")
 # A C preprocessor line is code, not a "#" comment: "#include <Python.h>" read as "include <Python.h>"
 _PREPROCESSOR = re.compile(r"^\s*#\s*(?:include|define|undef|if|ifdef|ifndef|elif|else|endif|pragma|error|import)\b")
 _DESCRIPTION_FIELD = re.compile(r'^\s*"?description"?\s*[=:]\s*"((?:[^"\\]|\\.){3,})"')
 _PROSE_KINDS = ("markdown", "text", "stdin")
 # Files whose first words say nothing of a project: licences, logs, tables of data.
-_NOT_DESCRIBED = re.compile(r"(?i)(?:licen[cs]e|copying|^notice|^authors|^contributors|\.(?:log|csv|tsv|lock)$)")
+_NOT_DESCRIBED = re.compile(
+    r"(?i)(?:licen[cs]e|copying|^notice|^authors|^contributors|^copyright$|\.(?:log|csv|tsv|lock)$)")
 _TIMESTAMP = re.compile(r"\s*\[?\d{2,4}[-/.:]\d{2}")
 _MAX_NAMES = 6
 _DOCUMENT_KINDS = ("pdf", "docx", "odt", "epub", "html", "rtf")
@@ -41,7 +49,9 @@ def file_map(documents: tuple[Document, ...] | list[Document]) -> FileMap | None
     document or where none says anything."""
     if len(documents) < 2:
         return None
-    found = [(doc.path, *said) for doc in documents if (said := describe(doc)) is not None]
+    top = shared_folder([doc.path for doc in documents])
+    found = [(doc.path, *said) for doc in documents
+             if not _in_dot_folder(doc.path[len(top):].lstrip("/\\")) and (said := describe(doc)) is not None]
     if not found:
         return None
     # Past MAX_FILES, the ones nearest the top and outside tests, benchmarks and examples,
@@ -97,6 +107,13 @@ def describe(doc: Document) -> tuple[int, str] | None:
     return line, text
 
 
+def _in_dot_folder(rel: str) -> bool:
+    """`rel` (below the folder summarized) lies in a folder whose name starts with a dot
+    (`.github/`, `.agents/`): tooling, not the project (typer's map began with its
+    `.agents/skills/typer/SKILL.md`). The folder given may itself be under one (`.venv/`)."""
+    return any(part.startswith(".") and part not in (".", "..") for part in rel.replace("\\", "/").split("/")[:-1])
+
+
 def _python_docstring(text: str) -> tuple[int, str] | None:
     try:
         tree = ast.parse(text)
@@ -105,7 +122,12 @@ def _python_docstring(text: str) -> tuple[int, str] | None:
     docstring = ast.get_docstring(tree, clean=True)
     if not docstring or not tree.body:
         return None
-    paragraphs = [p for p in docstring.split("\n\n") if p.strip()]
+    # A reST directive (".. testsetup::") and its indented body say nothing of the module:
+    # packaging's `specifiers.py` and `version.py` were described as ".. testsetup::".
+    paragraphs = [p for p in docstring.split("\n\n")
+                  if p.strip() and not p.lstrip().startswith("..") and not p.startswith((" ", "\t"))]
+    if not paragraphs:
+        return None
     first = paragraphs[0].split("\n")
     if len(paragraphs) > 1 and len(first) == 2 and RST_UNDERLINE.match(first[1]):
         paragraphs = paragraphs[1:]  # a title, underlined ("flask.app" / "~~~~~~~~~"), names the module only
@@ -179,16 +201,20 @@ def _untagged(text: str) -> str:
 
 def _leading_comment(lines: list[str]) -> tuple[int, str] | None:
     """The first sentence of the comment a file opens with, licence and tool lines left aside."""
-    start, words = None, []
+    start, words, licence = None, [], False
     for i, line in enumerate(lines[:60]):
         if not line.strip():
             if words:
                 break
+            licence = False
             continue
         if not _COMMENT_MARK.match(line) or _PREPROCESSOR.match(line):
             break
         text = _untagged(_COMMENT_MARK.sub("", line, count=1).strip().rstrip("*/").strip())
-        if not text or _NOT_A_DESCRIPTION.match(text) or not re.search(r"[^\W\d_]{2}", text):
+        if licence and text and _CONTINUED.match(text):
+            continue  # the licence's sentence goes on
+        licence = bool(text) and _NOT_A_DESCRIPTION.match(text) is not None
+        if not text or licence or not re.search(r"[^\W\d_]{2}", text):
             if words:
                 break
             continue

@@ -146,3 +146,44 @@ def test_past_the_bound_public_modules_come_before_private_ones():
     listed = [path for path, _, _ in files.entries]
     assert "rich/__init__.py" in listed and "rich/table.py" in listed and "rich/_impl/x.py" not in listed
     assert files.unlisted == 3
+
+
+def test_a_licence_header_in_a_sentence_of_its_own_is_not_a_description():
+    """packaging's six modules were each "This file is dual licensed under the terms of the
+    Apache License, Version 2.0, and the BSD License." (probe 117); its continuation lines
+    are the licence too, not the description."""
+    text = ("# This file is dual licensed under the terms of the Apache License, Version\n"
+            "# 2.0, and the BSD License. See the LICENSE file in the root of this repository\n"
+            "# for complete details.\n\nfrom __future__ import annotations\n\nclass Marker:\n    pass\n")
+    assert describe(_doc("markers.py", text, language="python")) == (7, "defines Marker")
+    go = ("// This file is licensed under the MIT licence.\n// Router matches request paths to handlers.\n"
+          "package router\n")
+    assert describe(_doc("router.go", go, language="go")) == (2, "Router matches request paths to handlers.")
+
+
+def test_a_type_checker_line_is_not_part_of_the_description():
+    text = "# Adapted from pydantic 1.9.2\n# mypy: ignore-errors\n\nimport numbers\n"
+    assert describe(_doc("_typing.py", text, language="python")) == (1, "Adapted from pydantic 1.9.2")
+
+
+def test_a_docstring_of_a_rest_directive_alone_says_nothing():
+    """packaging's `specifiers.py` was described as ".. testsetup::" (probe 117)."""
+    text = ('"""\n.. testsetup::\n\n    from packaging.version import Version\n"""\n\n'
+            "class Specifier:\n    pass\n")
+    assert describe(_doc("specifiers.py", text, language="python")) == (7, "defines Specifier")
+    text = '""".. note:: old.\n\nParsing of versions.\n"""\n'
+    assert describe(_doc("version.py", text, language="python"))[1] == "Parsing of versions."
+
+
+def test_debian_copyright_files_and_dot_folders_are_not_listed():
+    """/usr/share/doc/systemd's map listed `copyright:1 Format: https://www.debian.org/...`,
+    typer's began with its `.agents/skills/typer/SKILL.md` (probe 117). A folder summarized
+    that itself lies under a dot folder (`.venv/`) is listed all the same."""
+    docs = [_doc("/x/.venv/pkg/README.md", "# pkg\n\nParses things.\n", kind="markdown"),
+            _doc("/x/.venv/pkg/copyright", "Format: https://www.debian.org/doc/copyright-format/1.0/\n",
+                 kind="text"),
+            _doc("/x/.venv/pkg/.agents/skills/SKILL.md", "# Skill\n\nWrite code with best practices.\n",
+                 kind="markdown"),
+            _doc("/x/.venv/pkg/core.py", '"""The core."""\n', language="python")]
+    listed = file_map(docs)
+    assert [path for path, _, _ in listed.entries] == ["/x/.venv/pkg/README.md", "/x/.venv/pkg/core.py"]
