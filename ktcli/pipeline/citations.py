@@ -728,6 +728,40 @@ def _code_word(word: str) -> bool:
             and not _PERIOD_WORD.fullmatch(word))
 
 
+# A code name the answer writes in backticks: `to_ascii()`, `Codec.encode`, `SHELF_FILE`. Not
+# a path (`storage.py`: a file's name need not stand in any file's text) nor a fenced block
+# (`summary_lines` checks those whole).
+_INLINE_CODE = re.compile(r"(?<!`)`([A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*)(\(\))?`(?!`)")
+_FENCED = re.compile(r"^\s*(```|~~~).*?(?:^\s*\1|\Z)", re.MULTILINE | re.DOTALL)
+_NOT_CODE_NAMES = frozenset({"None", "True", "False", "self", "cls"})
+
+
+def invented_code_names(answer: str, sources: Iterable[str], question: str = "",
+                        elsewhere: Iterable[str] = ()) -> list[str]:
+    """The code names `answer` writes in backticks (three characters or more; a dotted name
+    by its last part, where it is a call) that stand as a word in none of `sources`, the
+    question or `elsewhere`, as written: made up. The bundled model summed idna up as "use
+    the `to_ascii()` function ... `to_unicode()`", names no file of it holds, cited to
+    `cli.py` and `core.py` with nothing said (probe 117)."""
+    said: list[str] = []
+    for m in _INLINE_CODE.finditer(_FENCED.sub(" ", answer)):
+        name, call = m.group(1), m.group(2)
+        if "." in name:
+            if not call:
+                continue  # `cacert.pem`, `pyproject.toml`: a file's name, or a module's path
+            name = name.rsplit(".", 1)[1]
+        if len(name) >= 3 and name not in _NOT_CODE_NAMES and not _code_word(name):  # (that, a name: said so)
+            said.append(name + (call or ""))
+    if not said:
+        return []
+    missing = list(dict.fromkeys(said))
+    for texts in ((*sources, question), elsewhere):
+        if missing:
+            held = "\n".join(texts)
+            missing = [w for w in missing if not re.search(rf"(?<![\w]){re.escape(w.removesuffix('()'))}(?!\w)", held)]
+    return [f"`{w}`" for w in missing]
+
+
 def warn_of_invented(text: str, sources: list[str], question: str, reporter: Reporter,
                      subject: str = "answer", elsewhere: Iterable[str] = (), read: str = "") -> None:
     """Says on `reporter` which figures and names of `text` stand in nothing it was written
@@ -749,6 +783,12 @@ def warn_of_invented(text: str, sources: list[str], question: str, reporter: Rep
         where = "the input" if subject != "answer" or elsewhere else where
         reporter.warn(f"the {subject}'s {some} in none of {where}: check "
                       f"{'them' if len(names) > 1 else 'it'} in the sources")
+    # (a summary's only, for now: an answer's how-to may name a call of its own on purpose)
+    code = invented_code_names(text, sources, question, elsewhere) if subject != "answer" else []
+    if code:
+        some = f"code names {', '.join(code[:5])} stand" if len(code) > 1 else f"code name {code[0]} stands"
+        reporter.warn(f"the {subject}'s {some} in none of the input: check "
+                      f"{'them' if len(code) > 1 else 'it'} in the sources")
 
 
 def _left_uncited(text: str, figures: list[str], known: set[str]) -> bool:

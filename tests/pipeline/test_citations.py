@@ -739,3 +739,33 @@ def test_a_year_alone_cites_nothing():
     assert attribute("<script> document.write(`<h1>2023</h1>`); </script>", pages) == []
     assert attribute("It reached 9,800.", pages)[0].ref == "report.pdf p.2"  # one figure
     assert attribute("The board met in 2023.", pages)[0].ref == "report.pdf p.3"
+
+
+def test_a_summarys_code_names_no_file_holds_are_said():
+    """idna's summary said "use the `to_ascii()` function ... `to_unicode()`", names in none of
+    its files, cited to cli.py and core.py with nothing said (probe 117)."""
+    from ktcli.pipeline.citations import invented_code_names, warn_of_invented
+
+    sources = ["def encode(s, uts46=False):\n    return alabel(s)\n", "print(encode(domain).decode('ascii'))\n"]
+    summary = ("Use the `to_ascii()` function or `idna.to_unicode()`; `encode()` calls `alabel`, see `cli.py` "
+               "and `pyproject.toml`.\n```\nto_bytes()\n```\n`to_ascii()` again.")
+    assert invented_code_names(summary, sources) == ["`to_ascii()`", "`to_unicode()`"]
+    # a name the rest of the input (or the question) holds is not made up; nor a word inside a longer one
+    assert invented_code_names(summary, sources, elsewhere=["def to_ascii(x): ...\nto_unicode = 1"]) == []
+    assert invented_code_names("It calls `code()`.", ["print(encode(x))"]) == ["`code()`"]
+    assert invented_code_names("it returns `None` or `self`", ["x = 1"]) == []
+
+    class Said:
+        def __init__(self):
+            self.lines: list[str] = []
+
+        def warn(self, text):
+            self.lines.append(text)
+
+    said = Said()
+    warn_of_invented(summary, sources, "", said, "summary")
+    assert said.lines == ["the summary's code names `to_ascii()`, `to_unicode()` stand in none of the input: "
+                          "check them in the sources"]
+    said = Said()
+    warn_of_invented(summary, sources, "", said)  # an answer's: not checked (a how-to may name calls of its own)
+    assert said.lines == []
