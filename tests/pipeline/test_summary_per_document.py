@@ -265,3 +265,25 @@ def test_each_summarys_figures_are_checked_against_its_own_document(folder, tmp_
     assert any(f"the summary of {release}'s figure 9120 stands in none of {release}" in w for w in reporter.lines)
     assert not any("lighthouse.md's" in w for w in reporter.lines)
     assert not any(w.startswith("the summary's") for w in reporter.lines)
+
+
+def test_a_section_left_with_no_summary_is_not_said_to_be_cut_short(folder, tmp_path):
+    """certifi's test file was "(no summary: ...)" and, on the next line, among the summaries
+    that "may be cut short" at their share of --max-new-tokens (probe 117)."""
+    from .test_qa_pipeline import Warnings
+
+    first = sorted(TOPICS)[0]
+
+    class LongAndMadeUp(FirstLine):
+        def _reply(self, messages) -> str:
+            if first in messages[-1]["content"]:  # all of it a made-up code block, to the budget
+                return "```\n" + "\n".join(f"x{i} = {i}" for i in range(200)) + "\n```"
+            return " ".join(f"w{i}" for i in range(400))
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    reporter = Warnings()
+    answer = summarize(prep, LongAndMadeUp(), settings, reporter, Tally())
+    assert answer.text.startswith(f"## {folder / first}\n(no summary: the model wrote nothing from this file)")
+    cut = [w for w in reporter.lines if "share of --max-new-tokens" in w]
+    assert len(cut) == 1 and cut[0].startswith("2 of 3 summaries reached their share") and str(folder / first) not in cut[0]
