@@ -179,7 +179,11 @@ _ANY_WORD = re.compile(r"\w+")
 
 # HTML's own tags only: `Vec<T>` or `<config>` in a summary are words of the input.
 MARKUP_TAG = re.compile(r"</?(?:a|b|i|p|br|hr|em|strong|span|div|pre|code|ul|ol|li|h[1-6]|table|tr|td|th|img|"
-                         r"html|body|head|section|blockquote|sup|sub|small|font|tt|kbd|var)\b[^<>]*>?", re.IGNORECASE)
+                         r"html|body|head|section|blockquote|sup|sub|small|font|tt|kbd|var|"
+                         # a page's own scaffolding: man-db's summary was `<script type="text/javascript">`
+                         # and `</script>` lines, 11 of them, shown (probe 117)
+                         r"script|style|noscript|meta|title|nav|thead|tbody|"
+                         r"dl|dt|dd|center)\b[^<>]*>?", re.IGNORECASE)
 
 
 @lru_cache(maxsize=1)

@@ -30,8 +30,10 @@ _FENCE = re.compile(r"\s*(```|~~~)")
 # reStructuredText's code directive ("  .. code-block:: python"): its block is the indented
 # lines after it
 _DIRECTIVE = re.compile(r"\s*\.\. (?:code-block|code|sourcecode)::")
-_PRE_OPEN = re.compile(r"<pre\b[^>]*>", re.IGNORECASE)
-_PRE_CLOSE = re.compile(r"</pre\s*>", re.IGNORECASE)
+# (a <script> or <style> element is code too, kept only where the source holds it: man-db's
+# summary was four copies of `<script type="text/javascript">` / document.write(` / `</script>`)
+_PRE_OPEN = re.compile(r"<(?:pre|script|style)\b[^>]*>", re.IGNORECASE)
+_PRE_CLOSE = re.compile(r"</(?:pre|script|style)\s*>", re.IGNORECASE)
 # A code line this short may be in any source ("}", "return x"): found or not, it says
 # little about where the block came from.
 _MIN_CODE_CHARS = 8

@@ -143,3 +143,20 @@ def test_a_sections_own_headings_go_a_level_below_its_path_heading():
         shown = "".join(lines.feed(text[i:i + step]) for i in range(0, len(text), step)) + lines.flush()
         assert shown == "### Usage\nCall get_shell().\n\n#### Notes\nIt walks the tree. # not a heading\n"
     assert _streamed(text)[0] == text  # a summary of its own keeps them
+
+
+@pytest.mark.parametrize("step", [1, 3, 200])
+def test_script_elements_not_in_the_source_are_left_out(step):
+    """man-db's docs came back as "The following files are part of the manpage
+    documentation." and four copies of `<script type="text/javascript">`, document.write(`
+    and `</script>` lines, shown: `script` was no tag, its body no block (probe 117)."""
+    loop = '<script type="text/javascript">\ndocument.write(`\n\n</script>\n</script>\n\n'
+    text = "The following files are part of the manpage documentation.\n\n" + loop * 4 + "<title>\n<meta charset=utf-8>\n"
+    shown, lines, _ = _streamed(text, step=step)
+    assert shown == "The following files are part of the manpage documentation.\n"
+    assert "4 code block(s) that are not in the input" in lines.said("the summary")
+    # the source's own script is kept, as a <pre> block is: fenced, its tags gone
+    source = '<script>\nwindow.onload = function () { start(); };\n</script>\n'
+    shown, _, _ = _streamed("It starts on load.\n<script>\nwindow.onload = function () { start(); };\n</script>\n",
+                            source=source, step=step)
+    assert shown == "It starts on load.\n```\nwindow.onload = function () { start(); };\n```\n"
