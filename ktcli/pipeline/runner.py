@@ -279,8 +279,15 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         if lines is not None:  # the loop's one copy, as shown: less tags alone and made-up code
             again = SummaryLines(source or "", under_heading)
             kept = again.feed(kept) + again.flush()
+            if not lines.dropped_any and (left_out := again.said(subject)):
+                reporter.warn(left_out)  # (held until the loop was cut: a block never closed)
+            lines = again
         if labels is not None:  # as shown: the raw copy kept the model's "[1]" (probe 118)
             kept = labels.rewritten(kept)
+        if not kept.strip():
+            # all of it held and left out (a `<pre><code>` block never closed, looping inside):
+            # said, not a blank line and exit 0 (procps' bugs.md, probe 117)
+            _gave_none(reporter, subject, backend, lines)
         return kept.strip()
     if echo.repeated:
         # Quoted as written: the compared form's labels read "[0]", a label no answer has.
@@ -296,10 +303,14 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     if not text:
         # Said, not left as a blank line and exit 0: the model wrote only markup (a source
         # tag it opened and closed) or stopped at once.
-        what = subject.removeprefix("the ")  # "answer", "summary", "summary of notes/trip.md"
-        reword = "rewording the question, " if subject == "the answer" else ""
-        # (lines left out, said above: "none of them text" was untrue of an echoed instruction)
-        kind = "all of them left out" if lines is not None and lines.dropped_any else "none of them text"
-        reporter.warn(f"the model gave no {what} ({backend.last_stats.new_tokens:,} tokens, {kind}); "
-                      f"try {reword}another --mode, or a larger --model")
+        _gave_none(reporter, subject, backend, lines)
     return text
+
+
+def _gave_none(reporter: Reporter, subject: str, backend: Backend, lines: SummaryLines | None) -> None:
+    what = subject.removeprefix("the ")  # "answer", "summary", "summary of notes/trip.md"
+    reword = "rewording the question, " if subject == "the answer" else ""
+    # (lines left out, said above: "none of them text" was untrue of an echoed instruction)
+    kind = "all of them left out" if lines is not None and lines.dropped_any else "none of them text"
+    reporter.warn(f"the model gave no {what} ({backend.last_stats.new_tokens:,} tokens, {kind}); "
+                  f"try {reword}another --mode, or a larger --model")

@@ -1164,3 +1164,23 @@ def test_parts_whose_notes_said_nothing_are_named_on_stderr(haystack, tmp_path):
 def test_parts_whose_notes_all_say_something_warn_of_nothing(haystack, tmp_path):
     answer, reporter = _summary_in_parts(haystack, tmp_path, FakeBackend())
     assert not any("said nothing from the input" in m for m in reporter.lines)
+
+
+def test_a_summary_held_whole_until_its_loop_was_stopped_says_there_is_none(tmp_path):
+    """procps' bugs.md: the model opened `<pre><code>` and looped inside it; the block was
+    held, the loop stopped, the block left out, and stdout was a blank line, exit 0, with
+    "stopped the summary" the only word on stderr (probe 117)."""
+    from ktcli.pipeline.runner import stream_answer
+
+    class LoopInPre(FakeBackend):
+        def _reply(self, messages):
+            item = "<li>The document is more useful for advanced users and the people that package it.\n</li>\n"
+            return "<pre><code>\n<h1>Bugs and Issues</h1>\n<p>\n" + item * 8
+
+    reporter, tally = Warnings(), Tally()
+    text = stream_answer(LoopInPre(), [{"role": "user", "content": "Summarize"}], SamplingParams(max_new_tokens=400),
+                         tally, reporter, subject="the summary", source="# Bugs\n\nReport them upstream.\n")
+    assert text == ""
+    assert reporter.lines[0].startswith("stopped the summary: it kept repeating")
+    assert reporter.lines[1] == "left out of the summary: 1 code block(s) that are not in the input (made up by the model)"
+    assert reporter.lines[2].startswith("the model gave no summary (") and "all of them left out" in reporter.lines[2]
