@@ -212,9 +212,11 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     # a figure that gives each more: "raise past 384" was met by 385, still 128 each (probe 102)
     longer = f"--max-new-tokens {2 * len(docs) * params.max_new_tokens:,} gives each {2 * params.max_new_tokens:,}"
     cut: list[str] = []  # the documents whose summaries reached their share: said in one line
+    reporter = _Tail(reporter)
     with cited_if_interrupted() as streamed:
         for i, (doc, messages) in enumerate(zip(docs, each)):
-            heading = ("\n\n" if i else "") + f"## {doc.path}\n"
+            # one blank line above each heading, whatever line breaks the part before ended with
+            heading = ("\n" * max(0, 2 - reporter.line_breaks()) if i else "") + f"## {doc.path}\n"
             if i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
                 reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
                                 f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
@@ -248,8 +250,8 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
         streamed.text = _joined(parts)
     if cut:
         paths = [subject.removeprefix("the summary of ") for subject in cut]
-        what = "summaries reached their share" if len(cut) > 1 else "summary reached its share"
-        reporter.warn(f"{len(cut)} of {len(docs)} {what} of --max-new-tokens "
+        what = "reached their share" if len(cut) > 1 else "reached its share"
+        reporter.warn(f"{len(cut)} of {len(docs)} summaries {what} of --max-new-tokens "
                       f"({params.max_new_tokens:,} tokens each) and may be cut short: {first_named(paths, 5)}; "
                       f"{longer}")
     def summaries(summary: str) -> Answer:
@@ -260,6 +262,26 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
         return replace(answer, parts=tuple((doc.path, text) for doc, text in parts), files=None)  # (each has its own)
 
     return streamed.finish(summaries)
+
+
+class _Tail:
+    """`reporter`, knowing the line breaks the answer shown so far ends with: a summary
+    stopped at a repeat ended in the blank line before it, and the next file's "\n\n## path"
+    stood under three blank lines (probe 117)."""
+
+    def __init__(self, reporter: Reporter) -> None:
+        self._reporter, self._tail = reporter, ""
+
+    def line_breaks(self) -> int:
+        return self._tail.count("\n")
+
+    def answer_text(self, delta: str) -> None:
+        self._reporter.answer_text(delta)
+        bare = delta.rstrip()
+        self._tail = (self._tail + delta) if not bare else delta[len(bare):]
+
+    def __getattr__(self, name: str):
+        return getattr(self._reporter, name)
 
 
 def _warn_of_invented(parts: list[tuple[Document, str]], prep: Prepared, reporter: Reporter) -> None:

@@ -287,3 +287,22 @@ def test_a_section_left_with_no_summary_is_not_said_to_be_cut_short(folder, tmp_
     assert answer.text.startswith(f"## {folder / first}\n(no summary: the model wrote nothing from this file)")
     cut = [w for w in reporter.lines if "share of --max-new-tokens" in w]
     assert len(cut) == 1 and cut[0].startswith("2 of 3 summaries reached their share") and str(folder / first) not in cut[0]
+
+
+def test_one_blank_line_above_each_heading_whatever_the_part_before_ended_with(folder, tmp_path):
+    """idna's summaries stopped at a repeat ended in the blank line before it, and the next
+    "## path" stood under three blank lines (probe 117)."""
+    class Ending(FirstLine):
+        def _reply(self, messages) -> str:
+            line = super()._reply(messages)
+            if "bread" in messages[-1]["content"]:
+                return line + "\n\n"  # the blank line before a repeat, shown
+            return line + " " if "lighthouse" in messages[-1]["content"] else line
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    reporter = Shown()
+    summarize(prep, Ending(), settings, reporter, Tally())
+    shown = "".join(reporter.shown)
+    assert "\n\n\n" not in shown
+    assert shown.count("\n\n## ") == 2, shown
