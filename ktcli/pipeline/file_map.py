@@ -19,7 +19,9 @@ from ktcli.types import Document, FileMap
 
 MAX_FILES = 40  # listed at most; the rest are counted
 MAX_CHARS = 110  # a line of the map, cut at a word
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(`])|(?<=[。！？])")
+# (not after an initial or "e.g.": pygments' paraiso_dark.py was "Paraíso (Dark) by Jan T.")
+_SENTENCE_END = re.compile(r"(?<=[.!?])(?<![\s(][A-Z]\.)(?<!^[A-Z]\.)(?<!e\.g\.)(?<!i\.e\.)\s+(?=[A-Z0-9\"'(`])"
+                           r"|(?<=[。！？])")
 _COMMENT_MARK = re.compile(r"^\s*(?:#!.*|#+|//+|/\*+|\*+/?|--+|;+|%+|<!--|-->)\s?")
 _NOT_A_DESCRIPTION = re.compile(
     r"(?i)^(?:copyright|\(c\)|©|spdx-license|licensed under|use of this source code is governed|"

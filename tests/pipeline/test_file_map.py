@@ -187,3 +187,13 @@ def test_debian_copyright_files_and_dot_folders_are_not_listed():
             _doc("/x/.venv/pkg/core.py", '"""The core."""\n', language="python")]
     listed = file_map(docs)
     assert [path for path, _, _ in listed.entries] == ["/x/.venv/pkg/README.md", "/x/.venv/pkg/core.py"]
+
+
+def test_a_first_sentence_is_not_cut_at_an_initial():
+    """pygments' paraiso_dark.py was listed as "Paraíso (Dark) by Jan T." (probe 117)."""
+    text = '"""\n    Paraíso (Dark) by Jan T. Sott\n\n    More.\n"""\n'
+    assert describe(_doc("paraiso_dark.py", text, language="python"))[1] == "Paraíso (Dark) by Jan T. Sott"
+    text = '"""Fast paths, e.g. Unicode ones. Slow paths too."""\n'
+    assert describe(_doc("paths.py", text, language="python"))[1] == "Fast paths, e.g. Unicode ones."
+    text = '"""Version 2. The rest."""\n'
+    assert describe(_doc("v.py", text, language="python"))[1] == "Version 2."
