@@ -222,8 +222,10 @@ class Options:
         if self.json:
             print(answer_json(answer, reporter.warnings))
         else:
-            sys.stdout.write(citations_text(answer) + "\n")
-            sys.stdout.flush()
+            after = citations_text(answer)
+            if after or answer.text.strip():  # (no answer and nothing after it: not a blank line)
+                sys.stdout.write(after + "\n")
+                sys.stdout.flush()
         reporter.figures(figures_line(answer))
 
 

@@ -10,6 +10,14 @@ from ktcli.types import SECTION_SEPARATOR, TABLE_TRAIL, Answer, Plan, Skipped
 
 
 def citations_text(answer: Answer) -> str:
+    """What stdout shows after the answer: its Sources block and a summary's file map, with
+    no blank lines above them where there was no answer (man-db's docs, of which the model
+    wrote nothing, printed two blank lines above their file map: probe 117)."""
+    text = _citations_text(answer)
+    return text if answer.text.strip() else text.lstrip("\n")
+
+
+def _citations_text(answer: Answer) -> str:
     """The Sources block. Numbered as the model read its sources, where it did, so that the
     answer's "[3]" is the Sources' [3] (they were renumbered 1..n, and an answer's [3]
     pointed at nothing or at another source), in their order; the places cited in one

@@ -217,3 +217,13 @@ def test_a_summary_of_files_lists_what_each_says_before_its_sources():
     assert data["files"][1] == {"path": "repo/src/shelf/storage.py", "line": 1, "says": "Loading and saving."}
     assert data["files_unlisted"] == 2
     assert "files" not in json.loads(answer_json(_answer())) and "Files" not in citations_text(_answer())
+
+
+def test_with_no_answer_what_follows_it_has_no_blank_lines_above():
+    """man-db's docs, of which the model wrote nothing, printed two blank lines and then the
+    summary's file map (probe 117)."""
+    files = FileMap((("d/FAQ", 1, "Frequently Asked Questions."), ("d/TODO", 1, "In progress:")), folder="d", unlisted=0)
+    empty = replace(_answer(), text="", files=files)
+    assert citations_text(empty).startswith("Files in d/ (each in its own words")
+    assert citations_text(replace(empty, text="It is a pager.")).startswith("\n\nFiles in d/")
+    assert citations_text(replace(empty, files=None)) == ""
