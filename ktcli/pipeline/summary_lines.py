@@ -56,10 +56,24 @@ def _folded(text: str) -> str:
     return " ".join(_LIST_MARK.sub("", text).lower().split())
 
 
-def _echo(text: str) -> bool | None:
+# Lead-ins the bundled model writes from the notes instruction, a line of their own: ninja's
+# manual was summed up under "The main points of this part are:" (probe 117). Left out only
+# as a whole line: "The main points: the build graph ..." goes on with the input's words.
+_LEAD_INS = tuple(f"{start}{what}{of}{verb}:" for start in ("", "the ", "here are the ", "these are the ")
+                  for what in ("main points", "summary notes", "notes", "final summary", "summary")
+                  for of in ("", " of this part", " of the input", " of the content", " so far")
+                  for verb in ("", " are", " is"))
+
+
+def _echo(text: str, ends: bool = False) -> bool | None:
     """Whether a line starting `text` writes an instruction back: True where it repeats
-    `_ECHO_CHARS` of one, None while it still may (a prefix of one, shorter), else False."""
+    `_ECHO_CHARS` of one, or is one of `_LEAD_INS` whole (`ends`: the line ends there), None
+    while it still may (a prefix of one, shorter), else False."""
     said = _folded(text)
+    if said in _LEAD_INS:
+        return True if ends else None
+    if not ends and any(lead.startswith(said) for lead in _LEAD_INS):
+        return None
     for sentence in _sentences_of_instructions():
         if said.startswith(sentence[:_ECHO_CHARS]) and len(sentence) >= _ECHO_CHARS:
             return True
@@ -109,7 +123,7 @@ class SummaryLines:
         self._held += part
         start = self._held.lstrip(" \t")
         if self._block is None and start.strip() and start[0] not in "<`~." and not self._held[:1].isspace():
-            echo = _echo(start)
+            echo = _echo(start, ends)
             if echo:
                 self._held, self._echoing = "", not ends
                 self.dropped_echoes += 1

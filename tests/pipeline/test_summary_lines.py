@@ -160,3 +160,15 @@ def test_script_elements_not_in_the_source_are_left_out(step):
     shown, _, _ = _streamed("It starts on load.\n<script>\nwindow.onload = function () { start(); };\n</script>\n",
                             source=source, step=step)
     assert shown == "It starts on load.\n```\nwindow.onload = function () { start(); };\n```\n"
+
+
+@pytest.mark.parametrize("step", [1, 3, 200])
+def test_a_lead_in_from_the_notes_instruction_alone_on_its_line_is_left_out(step):
+    """ninja's manual was summed up under "The main points of this part are:" (probe 117);
+    a line that goes on past such words, or only starts like one, is shown."""
+    text = ("The main points of this part are:\n\nThe build graph is a list of build statements.\n"
+            "The main points: rules and builds.\nThe mainline build.\nSummary notes so far:\n")
+    shown, lines, _ = _streamed(text, step=step)
+    assert shown == ("The build graph is a list of build statements.\nThe main points: rules and builds.\n"
+                     "The mainline build.\n")
+    assert lines.said("the summary") == "left out of the summary: 2 line(s) writing ktcli's instructions back"
