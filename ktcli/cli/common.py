@@ -180,6 +180,10 @@ class Options:
                 what = "whole input" if p.n_windows < 2 else f"whole input, {p.n_windows} documents one by one"
             elif p.task == "ask":
                 what = f"top {p.top_k} of {p.n_chunks:,} chunks, ~{p.n_windows} window(s)"  # (the run packs them)
+            elif p.outline_files and p.read_tokens:
+                # the outlines' tokens, not the planner's 256-token count of them: the run reads
+                # them in ~1,024-token pieces ("47 chunks" of the tutorial's outline, probe 117)
+                what = f"~{p.read_tokens:,} of them read in ~{p.n_windows} window(s)"
             else:  # a summary reads every chunk, in about this many windows
                 what = f"{p.n_chunks:,} chunks in ~{p.n_windows} window(s)"
             if p.outline_files:
