@@ -60,7 +60,7 @@ def request_key(task: str, question: str, documents, settings, read: object = No
     shaping["max_new_tokens"] = max(settings.max_new_tokens, MEMORY_TOKENS)
     blob = json.dumps({"format": FORMAT, "task": task, "question": question, "settings": shaping, "read": read,
                        "documents": [(d.path, d.sha256 or hashlib.sha256(d.text.encode("utf-8", "surrogatepass")).hexdigest())
-                                     for d in documents], "versions": _versions()},
+                                     for d in documents], "versions": _versions(), "prompts": _prompt_words()},
                       sort_keys=True, ensure_ascii=False, default=str)
     return hashlib.sha256(blob.encode("utf-8", "surrogatepass")).hexdigest()[:40]
 
@@ -265,6 +265,15 @@ def _unlink(path: Path) -> None:
         path.unlink()
     except OSError:
         pass
+
+
+def _prompt_words() -> str:
+    """A digest of every word ktcli writes into a prompt: notes written under other words are
+    no step of this request's. A prompt edited between two runs of one version was planned
+    as "notes of 2 of its 2 note steps are kept" and read every part again (probe 117)."""
+    from ktcli.pipeline import prompts
+
+    return hashlib.sha256((prompts.instructions() + prompts.OUTLINE_NOTE).encode()).hexdigest()[:16]
 
 
 def _versions() -> str:

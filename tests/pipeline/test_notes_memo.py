@@ -11,7 +11,7 @@ import pytest
 
 from ktcli.engine.backend import SamplingParams
 from ktcli.errors import InterruptedWithNotes
-from ktcli.pipeline import notes_memo
+from ktcli.pipeline import notes_memo, prompts
 from ktcli.pipeline.events import NullReporter
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.prepare import prepare
@@ -237,7 +237,7 @@ def test_the_plan_knows_the_notes_an_earlier_run_kept(haystack, tmp_path):
     assert notes_memo.kept(settings.cache_path, prep.notes_request)[:2] == (parts - 1, False)
 
 
-def test_the_plan_knows_kept_notes_under_settings_that_only_steer_its_choice(haystack, tmp_path):
+def test_the_plan_knows_kept_notes_under_settings_that_only_steer_its_choice(haystack, tmp_path, monkeypatch):
     """A rerun of a summary that had read outlines for its time budget, adding only
     --outline always (or another --max-seconds), was planned at ~127 s and read its notes
     back in 8.7 s (probe 105): the request's key hashed the settings that chose the read,
@@ -262,6 +262,9 @@ def test_the_plan_knows_kept_notes_under_settings_that_only_steer_its_choice(hay
     assert kept_count(settings, notes_memo.request_key("summarize", "", prep.corpus.documents, settings,
                                                        read | {"outlined": True})) == 0
     assert notes_memo.kept(settings.cache_path, key)[:2] == (parts, True)
+    # ... and so are other prompt words: notes written under an edited prompt are no step of it
+    monkeypatch.setattr(prompts, "SUMMARY_NOTES_INSTRUCTION", prompts.SUMMARY_NOTES_INSTRUCTION + " Be brief.")
+    assert notes_memo.request_key("summarize", "", prep.corpus.documents, settings, read) != key
 
 
 def kept_count(settings, request):
