@@ -299,7 +299,7 @@ def normalize_text(text: str) -> str:
     redrawing its line ("10%\\r50%\\r100%" in pip, tqdm and cargo logs) and becomes a space:
     grep, sed and editors count lines by \\n, and turning each \\r into a line break moved
     every later citation of a build log down, 58 lines by the end of a 329-line file.
-    Terminal colour codes go too (`_TERMINAL_CODES`)."""
+    Terminal colour codes go too (`_TERMINAL_CODES`), and overstrikes (`_OVERSTRIKE`)."""
     if text.startswith("\ufeff"):
         text = text[1:]
     if "\r" in text:
@@ -309,7 +309,15 @@ def normalize_text(text: str) -> str:
         text = text.replace("\x00", "")
     if "\x1b" in text:
         text = _TERMINAL_CODES.sub("", text)
+    if "\x08" in text:
+        text = _OVERSTRIKE.sub("", text)
     return text
+
+
+# A character struck over by the next, as nroff prints bold ("b\bbo\bol\bld") and
+# underline ("_\bw"): the character written last is the text. Read with only the backspaces
+# dropped, a man page's bold words came out doubled ("bboolldd").
+_OVERSTRIKE = re.compile(r"[^\n\x08]\x08")
 
 
 # Colours and cursor moves of captured terminal output (a CI or test log): "\x1b[32mOK" was

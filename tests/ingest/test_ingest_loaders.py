@@ -1252,6 +1252,15 @@ def test_terminal_colour_codes_in_a_log_are_left_out(write) -> None:
     assert doc.text == "OK test_a passed\nFAIL test_b\n"
 
 
+def test_overstruck_man_page_text_reads_as_printed(write) -> None:
+    """nroff's bold ("N\bNA\bAM\bME\bE") and underline ("_\bf"): with the backspaces alone
+    dropped, a man page read "NNAAMMEE" and was said to have 229 control characters."""
+    bold = "".join(f"{c}\b{c}" for c in "NAME")
+    underline = "".join(f"_\b{c}" for c in "file")
+    doc = load_one(write("man.txt", f"{bold}\n     man - read {underline} pages\n     +\bo a bullet\n".encode()))
+    assert doc.text == "NAME\n     man - read file pages\n     o a bullet\n" and doc.left_out == ()
+
+
 def test_control_characters_after_a_text_head_are_left_out_and_said() -> None:
     """Binary bytes after a text head were read into the text, unsaid."""
     from ktcli.ingest.loaders import document_from_bytes
