@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path, PurePath
 from typing import BinaryIO
 
+from ktcli.ingest import compressed
 from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.layout import count_of
 from ktcli.ingest.pdf_headings import PageSections
@@ -114,11 +115,20 @@ def read_bounded(stream: BinaryIO, display: str, limit: int | None = None) -> by
 
 
 def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False,
-                        text_limit: int | None = None) -> Document:
+                        text_limit: int | None = None, unpacked_limit: tuple[int, str] | None = None,
+                        _unpacked: bool = False) -> Document:
     """Dispatch on the name first and the content second. Raises RejectedInput; a PDF
-    whose text passes `text_limit` characters, pdftext.TextOverLimit as soon as it does."""
+    whose text passes `text_limit` characters, pdftext.TextOverLimit as soon as it does.
+    A file compressed whole is read as what it decompresses to (`ingest.compressed`), up to
+    `unpacked_limit` (bytes, and what to do past them; default: what the free memory reads)."""
     if not data:
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE)
+    compression = None if _unpacked else compressed.format_of(data)
+    if compression is not None and not _holds_tar(data, f"{compression}-compressed data"):
+        limit, hint = unpacked_limit or (read_limit_bytes(), "split it, or give the part the question is about")
+        inner = compressed.decompress(data, compression, display, limit, hint)
+        return document_from_bytes(inner, display, compressed.inner_name(name, compression), is_stdin=is_stdin,
+                                   text_limit=text_limit, _unpacked=True)
     kind = doc_kind_for_name(name)
     # A PDF's header may follow some junk (readers look in the first KB). A file named as
     # text or code is a PDF only if it starts with one: a Python PDF writer or notes about
@@ -134,6 +144,11 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if kind == "pdf":  # not read as text: often a download's error page saved under the name
         raise RejectedInput(display, f"not a PDF: no %PDF- header, it holds {_what_it_holds(data)}",
                             f"to read it as text, pipe it in: `ktcli ask - \"question\" < {_shell_name(display)}`")
+    if data.startswith(b"%!PS"):
+        # PostScript is ASCII, but its words are strings among drawing commands: a docs
+        # folder's manual.ps.gz was read as 69K tokens of them
+        raise RejectedInput(display, "PostScript (a printer's page description: its text is among drawing commands)",
+                            f"convert it first: `ps2pdf {_shell_name(display)}` and give the PDF")
     zipped = _zipped_format(data, display, kind)
     if zipped is not None:
         return _zipped_document(data, display, zipped)

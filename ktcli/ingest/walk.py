@@ -293,7 +293,8 @@ class _Walker:
             # Word document"; LibreOffice's `.~lock.memo.odt#` was read as a document.
             self.skip(rel, "an office program's lock file (its document is open there)")
             return
-        if has_binary_extension(entry.name):  # before the size: "too large ... raise the limit" helped no .so
+        # before the size: "too large ... raise the limit" helped no .so
+        if has_binary_extension(entry.name) and not compressed_text(entry.name):
             self.skip(rel, "binary")
             return
         # A PDF's, a Word file's or a notebook's bytes are mostly pictures and fonts: a 6 MB
@@ -314,8 +315,11 @@ class _Walker:
         try:
             # A PDF stops being read once its text is over the limit (a 700-page one was read
             # to its end, 3.6 s, only to be skipped): its text is what the limit weighs.
+            # A compressed file's text is weighed as a file's bytes are (a log rotated as .gz)
             document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name,
-                                           text_limit=self.max_file_bytes if packed else None)
+                                           text_limit=self.max_file_bytes if packed else None,
+                                           unpacked_limit=(self.max_file_bytes, "--max-file-bytes raises the limit, "
+                                                                                "or name the file"))
         except RejectedInput as e:
             self.skip(rel, e.reason)
             return
@@ -375,6 +379,17 @@ PACKED_SUFFIXES = frozenset({".pdf", ".docx", ".docm", ".dotx", ".dotm", ".odt",
                              # or an old .doc said as what it is (all were "binary")
                              ".doc", ".xls", ".xlsx", ".xlsm", ".ppt", ".pptx", ".ods", ".odp", ".rtf", ".mhtml", ".mht"})
 PACKED_FACTOR = 25
+
+
+def compressed_text(name: str) -> bool:
+    """Whether `name` is a file compressed whole whose own name is no binary's and no tar's
+    ("NEWS.md.gz", "syslog.2.gz", "data.csv.xz"; not "site.tar.gz", "logo.png.gz"): read
+    by its content (`ingest.compressed`)."""
+    path = PurePath(name)
+    if path.suffix.lower() not in (".gz", ".bz2", ".xz"):
+        return False
+    inner = path.stem
+    return not has_binary_extension(inner) and PurePath(inner).suffix.lower() != ".tar"
 
 
 def packs_more_than_text(name: str) -> bool:

@@ -1449,13 +1449,12 @@ def test_a_source_past_what_memory_can_read_is_refused_in_pieces() -> None:
 
 
 def test_a_binary_file_is_named_by_its_format_and_a_file_of_nuls_as_such(write) -> None:
-    """A gzip or zip renamed .txt was "binary; not text"; a file of NUL bytes "holds only
-    whitespace"."""
-    import gzip
+    """A zip renamed .txt was "binary; not text"; a file of NUL bytes "holds only
+    whitespace". (A gzip renamed .txt is read: `test_a_file_compressed_whole_is_read_as_what_it_holds`.)"""
     import zipfile
 
-    message = input_error(write("gz.txt", gzip.compress(b"The keeper is Ada Quill.\n" * 50)))
-    assert "binary: gzip-compressed data" in message and "gunzip -c " in message
+    message = input_error(write("z.txt", b"\x28\xb5\x2f\xfd" + bytes(range(256)) * 4))
+    assert "binary: zstd-compressed data" in message and "zstd -dc " in message
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as archive:
         archive.writestr("notes.txt", "hello " * 100)
@@ -1483,10 +1482,40 @@ def test_a_compressed_tar_is_told_to_be_unpacked_and_hints_name_the_file(write, 
     assert f"binary: {what}; unpack it and give the folder: `mkdir unpacked && tar xf '{path}' -C unpacked`" \
         in message, message
     assert "tar xf FILE" in str(_stdin_refusal(buffer.getvalue()))  # stdin has no name to give
-    import gzip
 
-    plain = write("a b.gz", gzip.compress(b"plain text\n" * 40))
-    assert f"`gunzip -c '{plain}' | ktcli" in input_error(plain)
+
+def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> None:
+    """A rotated log, a package's NEWS.md.gz, a report.pdf.gz were refused ("decompress it
+    first"), and skipped in a folder walk: a docs folder's summary left out its README."""
+    import bz2
+    import gzip
+    import lzma
+
+    text = b"# News\n\nThe keeper is Ada Quill.\n\n## Older\n\nThe lamp was lit in 1902.\n"
+    for name, packed in (("NEWS.md.gz", gzip.compress(text)), ("NEWS.md.bz2", bz2.compress(text)),
+                         ("NEWS.md.xz", lzma.compress(text)), ("rotated.gz", gzip.compress(text[:30]) + gzip.compress(text[30:]))):
+        doc = load_one(write(name, packed))
+        assert doc.text.startswith("# News") and "lit in 1902" in doc.text and doc.path.endswith(name), name
+    assert load_one(write("NEWS.md.gz", gzip.compress(text))).kind == "markdown"  # by the name inside
+    pdf = load_one(write("report.pdf.gz", gzip.compress(make_text_pdf([["page one text"], ["page two text"]]))))
+    assert pdf.kind == "pdf" and len(pdf.pages) == 2
+    piped = load_stdin(None, io.BytesIO(gzip.compress(text)))
+    assert "Ada Quill" in piped.text
+    # cut short, nested, a tar or PostScript inside: one line each
+    message = input_error(write("manual.ps.gz", gzip.compress(b"%!PS-Adobe-3.0\n%%Pages: 3\n(Intro) show\n")))
+    assert "PostScript" in message and "ps2pdf" in message
+    assert "damaged gzip-compressed data" in input_error(write("cut.gz", gzip.compress(text * 50)[:60]))
+    assert "binary: gzip-compressed data" in input_error(write("twice.gz", gzip.compress(gzip.compress(text))))
+    # a folder reads them, its binaries and archives still skipped, its text weighed as unpacked
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "README.md.gz").write_bytes(gzip.compress(text))
+    (folder / "logo.png.gz").write_bytes(gzip.compress(b"\x89PNG\r\n\x1a\n" + bytes(200)))
+    (folder / "big.log.gz").write_bytes(gzip.compress(b"x" * 4096))
+    corpus = load_corpus([str(folder)], max_file_bytes=1024)
+    assert [d.path.rsplit("/", 1)[-1] for d in corpus.documents] == ["README.md.gz"]
+    skipped = {s.path.rsplit("/", 1)[-1]: s.reason for s in corpus.skipped}
+    assert skipped["logo.png.gz"] == "binary" and "decompresses to over 1,024 bytes" in skipped["big.log.gz"]
 
 
 def _stdin_refusal(data: bytes) -> InputError:
