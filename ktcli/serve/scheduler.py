@@ -25,13 +25,20 @@ class SchedulerStats:
     largest_batch: int = 0
     busy_s: float = 0.0
 
+    run_started: float | None = None  # perf_counter of the run in progress, if any
+
     def as_dict(self) -> dict:
         # A run of the engine takes requests in while it runs (continuous batching): the
         # requests it served over its life may outnumber the most it held at once, so they
         # are "per run", not a "mean batch" (which read 2.5 beside a largest batch of 2).
-        return {"runs": self.batches, "requests": self.jobs, "largest_batch": self.largest_batch,
-                "requests_per_run": round(self.jobs / self.batches, 2) if self.batches else 0.0,
-                "busy_s": round(self.busy_s, 2)}
+        # The run in progress counts: under steady load one run lasts for minutes, and
+        # /health said "runs": 0, "busy_s": 0.0 beside "requests": 7 all along.
+        started = self.run_started
+        runs = self.batches + (started is not None)
+        busy = self.busy_s + (time.perf_counter() - started if started is not None else 0.0)
+        return {"runs": runs, "requests": self.jobs, "largest_batch": self.largest_batch,
+                "requests_per_run": round(self.jobs / runs, 2) if runs else 0.0,
+                "busy_s": round(busy, 2)}
 
 
 SHUTTING_DOWN = "the server is shutting down"
@@ -80,6 +87,16 @@ class Scheduler:
         with self._cv:
             return len(self._waiting)
 
+    @property
+    def running(self) -> int:
+        """Requests the engine runs now (/health: "queued": 0 said nothing of 7 running)."""
+        with self._cv:
+            return sum(not job.finished for job in self._running)
+
+    def stats_dict(self) -> dict:
+        with self._cv:  # the run's start and end are written under it
+            return self.stats.as_dict()
+
     def _loop(self) -> None:
         while True:
             batch = self._next_batch()
@@ -90,6 +107,7 @@ class Scheduler:
             started = time.perf_counter()
             with self._cv:
                 self._running = batch
+                self.stats.run_started = started
             key = self._key(batch[0])
             join = (lambda room, key=key: self._join(key, room)) if getattr(self.runner, "joins", False) else None
             try:
@@ -102,8 +120,9 @@ class Scheduler:
             finally:
                 with self._cv:
                     self._running = []
-            self.stats.busy_s += time.perf_counter() - started
-            self.stats.batches += 1
+                    self.stats.busy_s += time.perf_counter() - started
+                    self.stats.batches += 1
+                    self.stats.run_started = None
 
     def _next_batch(self) -> list[Job] | None:
         with self._cv:

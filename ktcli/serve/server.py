@@ -132,7 +132,7 @@ class ServeApp:
 
     def health(self) -> dict:
         return {"status": "ok", "model": self.options.model_id, "engine": self.runner.name,
-                "queued": self.scheduler.queued, **self.scheduler.stats.as_dict()}
+                "queued": self.scheduler.queued, "running": self.scheduler.running, **self.scheduler.stats_dict()}
 
     def tokenize(self, body: dict) -> dict:
         """vLLM's /tokenize: a prompt's tokens, or a chat's with the template applied."""

@@ -523,6 +523,40 @@ def test_scheduler_batches_only_like_sampling():
     assert sorted(runner.batches) == [2, 3]
 
 
+def test_scheduler_figures_count_the_run_in_progress():
+    """Under steady load one run of the engine lasts for minutes (requests join it): /health
+    said "runs": 0, "busy_s": 0.0 beside "requests": 7 all along, and nothing of the 7
+    running ("queued": 0)."""
+    release = threading.Event()
+
+    class Held(FakeRunner):
+        def run(self, jobs, join=None):
+            release.wait(10)
+            super().run(jobs)
+
+    sched = Scheduler(Held(), gather_s=0.05)
+    jobs = [_job(), _job(), _job()]
+    sched.submit(*jobs)
+    sched.start()
+    deadline = time.monotonic() + 5
+    while sched.running < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    stats = sched.stats_dict()
+    assert sched.running == 3 and sched.queued == 0
+    assert stats["runs"] == 1 and stats["requests"] == 3 and stats["requests_per_run"] == 3.0 and stats["busy_s"] > 0
+    release.set()
+    for j in jobs:
+        while j.events.get(timeout=5)[0] == "text":
+            pass
+    deadline = time.monotonic() + 5
+    while sched.stats_dict()["runs"] != 1 or sched.stats.run_started is not None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert sched.running == 0 and sched.stats_dict()["runs"] == 1
+    sched.stop()
+
+
 def test_scheduler_survives_a_failing_runner():
     class Broken(FakeRunner):
         def run(self, jobs, join=None):
