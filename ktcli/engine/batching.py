@@ -38,6 +38,7 @@ class Job:
     events: "queue.Queue[tuple[str, str]]" = field(default_factory=queue.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     completion_tokens: int = 0
+    cached_tokens: int = 0  # prompt tokens whose K/V the engine read back, not prefilled (usage)
     finished: bool = False
     outcome: str = ""  # its finish reason, or "error" (for the server's log)
 
@@ -222,10 +223,13 @@ class NativeRunner:
                 ended[i] = True
                 streams[i].close("stop")
 
+        reused = getattr(self.engine, "reused", None)
         gen = self.engine.generate([j.prompt for j in jobs], _group_params(jobs), self.backend.eos_ids, joining,
                                    on_eos, own_params=[j.params for j in jobs])
         try:
             for i, token in gen:
+                if not ended[i] and not jobs[i].completion_tokens:  # its prompt is read by now
+                    jobs[i].cached_tokens = reused(i) if reused is not None else 0
                 if not ended[i] and streams[i].push(token):
                     ended[i] = True
                     self.engine.abort(i)

@@ -110,6 +110,11 @@ class Engine:
         string matched, say); its pages are freed before the next step."""
         self._aborted.add(self._current[index].seq_id)
 
+    def reused(self, index: int) -> int:
+        """Prompt tokens of prompt `index` in the running `generate` whose K/V were read
+        back from the prefix store, not prefilled (a server's usage says them)."""
+        return self._current[index].reused
+
     def generate(
         self, prompts: list[list[int]], params: SamplingParams, eos_ids: set[int] | frozenset = frozenset(),
         joining: Callable[[], list[tuple[list[int], SamplingParams]]] | None = None,

@@ -440,6 +440,10 @@ class Reply:
         return {**self._head(True), "choices": [], "usage": usage}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict:
+    """OpenAI's usage, with the prompt tokens read back from the prompt cache as its
+    `prompt_tokens_details.cached_tokens` (vLLM's too): a client's second question about a
+    7K-token document answered in 1 s, and nothing said why."""
     return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens}
+            "total_tokens": prompt_tokens + completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": cached_tokens}}

@@ -175,9 +175,13 @@ class Choices:
     def completion_tokens(self) -> int:
         return sum(job.completion_tokens for job in self.jobs)
 
+    @property
+    def cached_tokens(self) -> int:
+        return sum(job.cached_tokens for job in self.jobs)
+
     def usage(self) -> dict:
         """All choices' tokens together, as OpenAI counts a request's."""
-        return usage(self.prompt_tokens, self.completion_tokens)
+        return usage(self.prompt_tokens, self.completion_tokens, self.cached_tokens)
 
 
 class _Tagged:
@@ -464,10 +468,11 @@ class Handler(BaseHTTPRequestHandler):
         when the headers go, before a stream's first token): its tokens and times."""
         first = f"{self._first_text_at - started:.2f}s" if self._first_text_at is not None else "-"
         several = f"{len(choices.jobs)} prompts, " if len(choices.jobs) > 1 else ""
+        cached = f" ({choices.cached_tokens} read from the prompt cache)" if choices.cached_tokens else ""
         outcomes = dict.fromkeys(job.outcome or ("client gone" if job.cancelled.is_set() else "unfinished")
                                  for job in choices.jobs)
         sys.stderr.write(f"{time.strftime('%H:%M:%S')} {self.address_string()} {kind}: {several}"
-                         f"{choices.prompt_tokens} prompt tokens, {choices.completion_tokens} out, first token {first}, "
+                         f"{choices.prompt_tokens} prompt tokens{cached}, {choices.completion_tokens} out, first token {first}, "
                          f"total {time.monotonic() - started:.2f}s, {'/'.join(outcomes)}\n")
 
     def _next_event(self, choices: Choices) -> tuple[int, str, str]:

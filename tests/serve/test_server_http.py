@@ -123,7 +123,8 @@ def test_chat_completion(served):
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "alpha beta gamma "}
     assert body["choices"][0]["finish_reason"] == "length"
     assert "logprobs" in body["choices"][0] and body["choices"][0]["logprobs"] is None  # OpenAI's shape: the key is there
-    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10}
+    assert body["usage"] == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_default_max_tokens_and_stop_strings(served):
@@ -478,6 +479,26 @@ def test_a_client_gone_before_its_whole_answer_is_cancelled(served):
         time.sleep(0.3)
     status, payload = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
     assert status == 200 and sum(runner.steps) < 25  # not all 50
+
+
+def test_usage_says_the_prompt_tokens_read_from_the_prompt_cache(served):
+    """OpenAI's (and vLLM's) usage.prompt_tokens_details.cached_tokens: the prompt tokens
+    the engine read back instead of prefilling, summed over a request's choices."""
+    port, app, runner = served
+    plain_run = runner.run
+
+    def run(jobs, join=None):
+        for job in jobs:
+            job.cached_tokens = 4
+        plain_run(jobs, join)
+
+    runner.run = run
+    status, body = request(port, "POST", "/v1/chat/completions", chat(max_tokens=2))
+    assert status == 200 and body["usage"]["prompt_tokens_details"] == {"cached_tokens": 4}
+    status, body = request(port, "POST", "/v1/completions", {"prompt": ["ab", "cd"], "max_tokens": 2})
+    assert status == 200 and body["usage"]["prompt_tokens_details"] == {"cached_tokens": 8}
+    events = sse(port, "/v1/chat/completions", chat(max_tokens=2, stream=True, stream_options={"include_usage": True}))
+    assert events[-2]["usage"]["prompt_tokens_details"] == {"cached_tokens": 4}
 
 
 def test_stream_chunks_say_usage_null_until_the_last(served):
@@ -936,7 +957,8 @@ def test_several_prompts_get_a_choice_each_from_one_batch(served):
     assert status == 200 and runner.batches == [2]  # submitted together, run as one batch
     assert [(c["index"], c["text"], c["finish_reason"]) for c in body["choices"]] == [
         (0, "alpha beta ", "length"), (1, "alpha beta gamma delta epsilon ", "length")]
-    assert body["usage"] == {"prompt_tokens": 63, "completion_tokens": 7, "total_tokens": 70}
+    assert body["usage"] == {"prompt_tokens": 63, "completion_tokens": 7, "total_tokens": 70,
+                             "prompt_tokens_details": {"cached_tokens": 0}}
     status, body = request(port, "POST", "/v1/completions", {"prompt": [[3, 4], [5]], "max_tokens": 1})
     assert status == 200 and len(body["choices"]) == 2 and body["usage"]["prompt_tokens"] == 3
     # streamed: every chunk names its choice, one [DONE] after the last choice's end
