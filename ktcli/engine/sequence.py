@@ -34,6 +34,7 @@ class Sequence:
     # later prompt that starts the same way would compute alike (engine.prefix_store).
     aligned: int = 0
     waited: int = 0  # prefill steps in a row that gave it no chunk (Engine._take_chunks)
+    passed: int = 0  # sequences admitted past it while its pages did not fit (Engine._admit)
     status: Status = Status.WAITING
     finish_reason: str | None = None
     generator: torch.Generator | None = None  # sampling RNG, per sequence

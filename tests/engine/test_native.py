@@ -76,6 +76,26 @@ def test_preemption_gives_the_same_tokens(tiny_models):
     assert tight.engine.blocks.num_used == 0
 
 
+def test_a_short_prompt_goes_past_a_long_one_whose_pages_do_not_fit_yet(tiny_models):
+    """Only the first waiting sequence was looked at: a 5-token request waited 151 s behind
+    7K-token ones whose pages did not fit, with pages free for it (probe 119)."""
+    folder = tiny_models["qwen2"]
+    g = torch.Generator().manual_seed(5)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (30, 30, 40, 5)]
+    params = SamplingParams(max_new_tokens=8)
+    roomy = NativeBackend.load(folder, weights="fp32", block_size=4)
+    tight = NativeBackend.load(folder, weights="fp32", block_size=4, kv_budget_bytes=24 * b_per_block(folder))
+    want = [[] for _ in prompts]
+    for i, t in roomy.engine.generate(prompts, params, frozenset()):
+        want[i].append(t)
+    order = list(tight.engine.generate(prompts, params, frozenset()))
+    got = [[t for i, t in order if i == k] for k in range(len(prompts))]
+    assert got == want and tight.engine.blocks.num_used == 0
+    first = [next(n for n, (i, _) in enumerate(order) if i == k) for k in range(len(prompts))]
+    last_of_a = max(n for n, (i, _) in enumerate(order) if i == 0)
+    assert first[3] < last_of_a < first[2]  # the short one ran beside the first two; the third waited for pages
+
+
 def test_bf16_weights_stay_close_to_fp32(tiny_models):
     folder = tiny_models["llama"]
     ids = list(range(3, 60))
