@@ -54,7 +54,9 @@ def _shape(line: str) -> str | None:
         return None
     if text.startswith(("[form field ", "[comment")):
         return None  # a form's answer or a comment (`pdftext._annotation_lines`): each page's own
-    shape = _NUMBER.sub("#", text.lower())
+    # A "#" of the line's own is not a number's: "#" (a shell prompt, a heading) on one page
+    # and "13" on another were one shape, with no number on the first (an IndexError)
+    shape = _NUMBER.sub("#", text.lower().replace("#", "\N{FULLWIDTH NUMBER SIGN}"))
     if text[0].islower() and " " in text and not _PAGE_NUMBER_LINE.search(shape):
         return None  # a sentence's wrapped line ("shall be accompanied by written reasons."), not a URL
     return shape

@@ -349,3 +349,12 @@ def test_a_foot_that_starts_with_the_page_number_and_ends_in_a_year_goes():
     pages = ["\n".join(prose[i] + [f"{i + 3} Harbor Light Annual Report 2023"]) for i in range(8)]
     texts, labels = strip_running_lines(pages)
     assert texts == ["\n".join(prose[i]) for i in range(8)] and labels == [str(i + 3) for i in range(8)]
+
+
+def test_a_lone_hash_sign_at_an_edge_is_no_page_number():
+    """valgrind's manual (a PDF) has a shell prompt "#" at a page's foot where other pages
+    have a bare page number: the two were one shape, and reading it ended in an IndexError."""
+    pages = _pages(6, None, "{}")
+    pages[3] = "\n".join(_body(3) + ["#"])
+    texts, _ = strip_running_lines(pages)
+    assert texts[3].endswith("\n#")
