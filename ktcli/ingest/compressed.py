@@ -83,7 +83,7 @@ def _pieces(engine, data: bytes):  # type: ignore[no-untyped-def]
         while not engine.eof:
             piece = engine.decompress(data, _PIECE)
             data = engine.unconsumed_tail
-            if not piece and not data:
+            if not piece and not data and not engine.eof:  # a member of nothing (`gzip < /dev/null`) ends so
                 raise EOFError(_CUT)
             yield piece
         return

@@ -1679,3 +1679,13 @@ def test_html_a_layout_table_is_read_as_the_blocks_it_holds(write) -> None:
             "<table><tr><td><p>Monstera</p></td><td><p>13</p><p>(indoors)</p></td></tr></table>")
     assert [line for line in load_one(write("mail.html", mail)).text.split("\n") if line] == [
         "Hi Ann,", "The invoice is attached.", "Sent from Kestrel Mail", "Monstera | 13 (indoors)"]
+
+
+def test_a_compressed_empty_file_is_empty_not_damaged(write) -> None:
+    """`gzip < /dev/null` (a rotated log that stayed empty) was refused as damaged data "cut
+    short", and a member of nothing after a log's own made the whole log unread."""
+    import gzip
+
+    assert "empty file" in input_error(write("syslog.4.gz", gzip.compress(b"")))
+    both = gzip.compress(b"Nov 2 host sshd: Failed password for bob\n") + gzip.compress(b"")
+    assert load_one(write("syslog.2.gz", both)).text == "Nov 2 host sshd: Failed password for bob\n"
