@@ -1689,3 +1689,22 @@ def test_a_compressed_empty_file_is_empty_not_damaged(write) -> None:
     assert "empty file" in input_error(write("syslog.4.gz", gzip.compress(b"")))
     both = gzip.compress(b"Nov 2 host sshd: Failed password for bob\n") + gzip.compress(b"")
     assert load_one(write("syslog.2.gz", both)).text == "Nov 2 host sshd: Failed password for bob\n"
+
+
+@pytest.mark.parametrize("compression", ["gzip", "bzip2", "xz"])
+def test_members_past_many_pieces_are_all_read(compression) -> None:
+    """The input is handed over in slices (given whole, zlib copied what it had not used at
+    each 1 MiB of output: a 54 MB bomb took 60 s to reach its limit); each member, its
+    end inside a slice and its output over many pieces, is followed by the next."""
+    import bz2
+    import gzip
+    import lzma
+
+    from ktcli.ingest import compressed
+
+    pack = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compression]
+    members = [b"first line\n" * 300_000, b"second\n", b"third line\n" * 200_000, b""]
+    blob = b"".join(pack(m) + b"\x00" * 4 for m in members)
+    assert compressed.decompress(blob, compression, "x", 1 << 30, "") == b"".join(members)
+    with pytest.raises(RejectedInput, match="decompresses to over 1 MiB"):
+        compressed.decompress(blob, compression, "x", 1 << 20, "")
