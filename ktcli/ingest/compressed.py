@@ -21,6 +21,16 @@ _SUFFIXES = {"gzip": (".gz", ".z"), "bzip2": (".bz2", ".bz"), "xz": (".xz",)}
 _PIECE = 1 << 20
 
 
+class UnpackedOverLimit(RejectedInput):
+    """What `decompress` unpacks passed its limit: a folder walk says which limit, and how
+    to raise it, as it does for a file too large by its own size."""
+
+    def __init__(self, display: str, reason: str, hint: str, *, compression: str, limit: int) -> None:
+        super().__init__(display, reason, hint)
+        self.compression = compression
+        self.limit = limit
+
+
 def format_of(data: bytes) -> str | None:
     """The compression `data` starts with ("gzip", "bzip2", "xz"), else None. bzip2's
     "BZh" is also how a line of text may start: its block header must follow."""
@@ -61,8 +71,8 @@ def decompress(data: bytes, compression: str, display: str, limit: int, over_hin
                 total += len(piece)
                 if total > limit:
                     size = f"{limit / 2**20:,.0f} MiB" if limit >= 2**20 else f"{limit:,} bytes"
-                    raise RejectedInput(display, f"{compression}-compressed data that decompresses to over {size}",
-                                        over_hint)
+                    raise UnpackedOverLimit(display, f"{compression}-compressed data that decompresses to over {size}",
+                                            over_hint, compression=compression, limit=limit)
                 out.append(piece)
     except RejectedInput:
         raise

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePath
 
+from ktcli.ingest.compressed import UnpackedOverLimit
 from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.gitignore import (IgnoreChain, IgnoreFile, enclosing_rules, is_ignored, read_ignore_file,
                                     tracked_paths)
@@ -320,6 +321,10 @@ class _Walker:
                                            text_limit=self.max_file_bytes if packed else None,
                                            unpacked_limit=(self.max_file_bytes, "--max-file-bytes raises the limit, "
                                                                                 "or name the file"))
+        except UnpackedOverLimit as e:  # its "; --max-file-bytes raises the limit" was left out
+            self.skip(rel, f"too large (its {e.compression}-compressed text is over the {format_size(e.limit)} limit; "
+                           f"--max-file-bytes raises it, or name the file)")
+            return
         except RejectedInput as e:
             self.skip(rel, e.reason)
             return
