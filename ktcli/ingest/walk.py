@@ -301,7 +301,8 @@ class _Walker:
         # A PDF's, a Word file's or a notebook's bytes are mostly pictures and fonts: a 6 MB
         # report of 40 KB of text was skipped as "too large". Their text is what the limit
         # weighs (below), and the file only past PACKED_FACTOR times it.
-        packed = packs_more_than_text(entry.name)
+        # (a report.pdf.gz by the PDF it holds: weighed as its bytes, it was skipped where the PDF was read)
+        packed = packs_more_than_text(PurePath(entry.name).stem if compressed_text(entry.name) else entry.name)
         if size > self.max_file_bytes * (PACKED_FACTOR if packed else 1):
             self.skip(rel, _too_large(size, self.max_file_bytes, packed))
             return
@@ -319,10 +320,10 @@ class _Walker:
             # A compressed file's text is weighed as a file's bytes are (a log rotated as .gz)
             document = document_from_bytes(read_file_bytes(Path(entry.path), display), display, entry.name,
                                            text_limit=self.max_file_bytes if packed else None,
-                                           unpacked_limit=(self.max_file_bytes, "--max-file-bytes raises the limit, "
-                                                                                "or name the file"))
+                                           unpacked_limit=(self.max_file_bytes * (PACKED_FACTOR if packed else 1),
+                                                           "--max-file-bytes raises the limit, or name the file"))
         except UnpackedOverLimit as e:  # its "; --max-file-bytes raises the limit" was left out
-            self.skip(rel, f"too large (its {e.compression}-compressed text is over the {format_size(e.limit)} limit; "
+            self.skip(rel, f"too large ({e.compression}-compressed, over {format_size(e.limit)} decompressed; "
                            f"--max-file-bytes raises it, or name the file)")
             return
         except RejectedInput as e:

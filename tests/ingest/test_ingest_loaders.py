@@ -1515,8 +1515,12 @@ def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> No
     corpus = load_corpus([str(folder)], max_file_bytes=1024)
     assert [d.path.rsplit("/", 1)[-1] for d in corpus.documents] == ["README.md.gz"]
     skipped = {s.path.rsplit("/", 1)[-1]: s.reason for s in corpus.skipped}
+    # a PDF inside is weighed as a PDF is: by its text, its bytes up to 25 times the limit
+    (folder / "report.pdf.gz").write_bytes(gzip.compress(make_text_pdf([["page one text"]]) + b"%" * 4096))
+    assert [d.path.rsplit("/", 1)[-1] for d in load_corpus([str(folder)], max_file_bytes=1024).documents] == [
+        "README.md.gz", "report.pdf.gz"]
     assert skipped["logo.png.gz"] == "binary" and skipped["big.log.gz"] == (
-        "too large (its gzip-compressed text is over the 1.0 KB limit; --max-file-bytes raises it, or name the file)")
+        "too large (gzip-compressed, over 1.0 KB decompressed; --max-file-bytes raises it, or name the file)")
 
 
 def _stdin_refusal(data: bytes) -> InputError:
