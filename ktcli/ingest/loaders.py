@@ -116,7 +116,7 @@ def read_bounded(stream: BinaryIO, display: str, limit: int | None = None) -> by
 
 def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False,
                         text_limit: int | None = None, unpacked_limit: tuple[int, str] | None = None,
-                        _unpacked: bool = False) -> Document:
+                        _unpacked: str = "") -> Document:
     """Dispatch on the name first and the content second. Raises RejectedInput; a PDF
     whose text passes `text_limit` characters, pdftext.TextOverLimit as soon as it does.
     A file compressed whole is read as what it decompresses to (`ingest.compressed`), up to
@@ -128,7 +128,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         limit, hint = unpacked_limit or (read_limit_bytes(), "split it, or give the part the question is about")
         inner = compressed.decompress(data, compression, display, limit, hint)
         return document_from_bytes(inner, display, compressed.inner_name(name, compression), is_stdin=is_stdin,
-                                   text_limit=text_limit, _unpacked=True)
+                                   text_limit=text_limit, _unpacked=compression)
     kind = doc_kind_for_name(name)
     # A PDF's header may follow some junk (readers look in the first KB). A file named as
     # text or code is a PDF only if it starts with one: a Python PDF writer or notes about
@@ -147,8 +147,11 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if data.startswith(b"%!PS"):
         # PostScript is ASCII, but its words are strings among drawing commands: a docs
         # folder's manual.ps.gz was read as 69K tokens of them
+        # (ps2pdf reads no gzip: `ps2pdf manual.ps.gz` failed in Ghostscript)
+        convert = (f"{_UNPACK[_unpacked]} {_shell_name(display)} | ps2pdf - {shlex.quote(PurePath(name).stem or 'out')}.pdf"
+                   if _unpacked else f"ps2pdf {_shell_name(display)}")
         raise RejectedInput(display, "PostScript (a printer's page description: its text is among drawing commands)",
-                            f"convert it first: `ps2pdf {_shell_name(display)}` and give the PDF")
+                            f"convert it first: `{convert}` and give the PDF")
     zipped = _zipped_format(data, display, kind)
     if zipped is not None:
         return _zipped_document(data, display, zipped)
@@ -299,6 +302,8 @@ def _latin1_fallback(error: UnicodeDecodeError) -> tuple[str, int]:
 
 codecs.register_error("latin1_fallback", _latin1_fallback)
 
+
+_UNPACK = {"gzip": "gunzip -c", "bzip2": "bunzip2 -c", "xz": "xz -dc"}
 
 # Formats told by their first bytes, for a refusal that says what to do with them.
 _MAGIC = (

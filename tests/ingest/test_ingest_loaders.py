@@ -1503,7 +1503,8 @@ def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> No
     assert "Ada Quill" in piped.text
     # cut short, nested, a tar or PostScript inside: one line each
     message = input_error(write("manual.ps.gz", gzip.compress(b"%!PS-Adobe-3.0\n%%Pages: 3\n(Intro) show\n")))
-    assert "PostScript" in message and "ps2pdf" in message
+    assert "PostScript" in message and "manual.ps.gz | ps2pdf - manual.pdf`" in message  # ps2pdf reads no gzip
+    assert "manual.ps` and give the PDF" in input_error(write("manual.ps", b"%!PS-Adobe-3.0\n(Intro) show\n"))
     assert "damaged gzip-compressed data" in input_error(write("cut.gz", gzip.compress(text * 50)[:60]))
     assert "binary: gzip-compressed data" in input_error(write("twice.gz", gzip.compress(gzip.compress(text))))
     # a folder reads them, its binaries and archives still skipped, its text weighed as unpacked
