@@ -52,15 +52,19 @@ def inner_name(name: str, compression: str) -> str:
     return "" if not name else name
 
 
-def decompress(data: bytes, compression: str, display: str, limit: int, over_hint: str) -> bytes:
+def decompress(data: bytes, compression: str, display: str, limit: int, over_hint: str) -> tuple[bytes, int]:
     """All of `data` decompressed, each concatenated member or stream too (`cat a.gz b.gz`),
     or RejectedInput once past `limit` bytes (`over_hint`: what to do) or where it is
-    damaged (cut short: what decompressed up to the cut is not read as the whole file)."""
+    damaged (cut short: what decompressed up to the cut is not read as the whole file).
+    With it, how many bytes after the last member are none (trailing garbage: gzip reads
+    past them with a warning; the whole log was refused as damaged)."""
     out: list[bytes] = []
     total = 0
     at = 0  # where the next member starts in `data`
     try:
         while (found := _NOT_NUL.search(data, at)) is not None:  # another member; a tape's NUL padding is none
+            if found.start() and format_of(data[found.start() : found.start() + 16]) != compression:
+                return b"".join(out), len(data) - found.start()
             stream = _pieces(_engine(compression), data, found.start())
             while True:
                 try:
@@ -79,7 +83,7 @@ def decompress(data: bytes, compression: str, display: str, limit: int, over_hin
     except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
         raise RejectedInput(display, f"damaged {compression}-compressed data ({str(e) or type(e).__name__})",
                             "it may be cut short: copy or download it again") from None
-    return b"".join(out)
+    return b"".join(out), 0
 
 
 _CUT = "compressed data ended before its end-of-stream marker"

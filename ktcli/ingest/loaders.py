@@ -126,9 +126,14 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     compression = None if _unpacked else compressed.format_of(data)
     if compression is not None and not _holds_tar(data, f"{compression}-compressed data"):
         limit, hint = unpacked_limit or (read_limit_bytes(), "split it, or give the part the question is about")
-        inner = compressed.decompress(data, compression, display, limit, hint)
-        return document_from_bytes(inner, display, compressed.inner_name(name, compression), is_stdin=is_stdin,
-                                   text_limit=text_limit, _unpacked=compression)
+        inner, trailing = compressed.decompress(data, compression, display, limit, hint)
+        doc = document_from_bytes(inner, display, compressed.inner_name(name, compression), is_stdin=is_stdin,
+                                  text_limit=text_limit, _unpacked=compression)
+        if trailing:
+            note = (f"{trailing:,} byte{'s' if trailing > 1 else ''} after its {compression}-compressed data left out "
+                    f"(not {compression} data)")
+            doc = replace(doc, left_out=(*doc.left_out, Skipped(display, note, replaced=True)))
+        return doc
     kind = doc_kind_for_name(name)
     # A PDF's header may follow some junk (readers look in the first KB). A file named as
     # text or code is a PDF only if it starts with one: a Python PDF writer or notes about
@@ -148,7 +153,8 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         # PostScript is ASCII, but its words are strings among drawing commands: a docs
         # folder's manual.ps.gz was read as 69K tokens of them
         # (ps2pdf reads no gzip: `ps2pdf manual.ps.gz` failed in Ghostscript)
-        convert = (f"{_UNPACK[_unpacked]} {_shell_name(display)} | ps2pdf - {shlex.quote(PurePath(name).stem or 'out')}.pdf"
+        pdf = shlex.quote(PurePath(name).stem or "out")
+        convert = (f"{_UNPACK[_unpacked]} {_shell_name(display)} | ps2pdf - {pdf}.pdf"
                    if _unpacked else f"ps2pdf {_shell_name(display)}")
         raise RejectedInput(display, "PostScript (a printer's page description: its text is among drawing commands)",
                             f"convert it first: `{convert}` and give the PDF")

@@ -1711,6 +1711,17 @@ def test_members_past_many_pieces_are_all_read(compression) -> None:
     pack = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compression]
     members = [b"first line\n" * 300_000, b"second\n", b"third line\n" * 200_000, b""]
     blob = b"".join(pack(m) + b"\x00" * 4 for m in members)
-    assert compressed.decompress(blob, compression, "x", 1 << 30, "") == b"".join(members)
+    assert compressed.decompress(blob, compression, "x", 1 << 30, "") == (b"".join(members), 0)
     with pytest.raises(RejectedInput, match="decompresses to over 1 MiB"):
         compressed.decompress(blob, compression, "x", 1 << 20, "")
+
+
+def test_trailing_garbage_after_a_compressed_file_is_left_out_and_said(write) -> None:
+    """gzip reads a member followed by bytes that are none ("trailing garbage ignored");
+    ktcli refused the whole log as damaged, "cut short"."""
+    import gzip
+
+    doc = load_one(write("syslog.5.gz", gzip.compress(b"Nov 5 host sshd: Failed password for bob\n") + b"GARBAGE"))
+    assert doc.text == "Nov 5 host sshd: Failed password for bob\n"
+    assert [s.reason for s in doc.left_out] == ["7 bytes after its gzip-compressed data left out (not gzip data)"]
+    assert "damaged" in input_error(write("bad.gz", gzip.compress(b"one\n") + gzip.compress(b"two\n")[:12]))
