@@ -310,7 +310,11 @@ def normalize_text(text: str) -> str:
     if "\x1b" in text:
         text = _TERMINAL_CODES.sub("", text)
     if "\x08" in text:
-        text = _OVERSTRIKE.sub("", text)
+        struck = _OVERSTRIKE.sub("", text)
+        # a run of backspaces ("50%\b\b\b75%", a progress count in a log) backs over more
+        # than one character: read as "5075%" and 2 control characters; written column by
+        # column, as a terminal shows it
+        text = _STRUCK_LINE.sub(_overwritten, text) if _OVERSTRIKE.search(struck) else struck
     return text
 
 
@@ -318,6 +322,28 @@ def normalize_text(text: str) -> str:
 # underline ("_\bw"): the character written last is the text. Read with only the backspaces
 # dropped, a man page's bold words came out doubled ("bboolldd").
 _OVERSTRIKE = re.compile(r"[^\n\x08]\x08")
+_STRUCK_LINE = re.compile(r"[^\n]*\x08[^\n]*")
+
+
+def _overwritten(line: re.Match[str]) -> str:
+    """The line as printed: each backspace moves back a column, and a character written
+    there replaces the one before; one with nothing to back over stays (a control character)."""
+    cells: list[str] = []
+    stray: list[str] = []
+    column = 0
+    for char in line.group():
+        if char == "\x08":
+            if column:
+                column -= 1
+            else:
+                stray.append(char)
+        elif column < len(cells):
+            cells[column] = char
+            column += 1
+        else:
+            cells.append(char)
+            column += 1
+    return "".join(stray) + "".join(cells)
 
 
 # Colours and cursor moves of captured terminal output (a CI or test log): "\x1b[32mOK" was

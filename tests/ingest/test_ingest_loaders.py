@@ -1259,6 +1259,9 @@ def test_overstruck_man_page_text_reads_as_printed(write) -> None:
     underline = "".join(f"_\b{c}" for c in "file")
     doc = load_one(write("man.txt", f"{bold}\n     man - read {underline} pages\n     +\bo a bullet\n".encode()))
     assert doc.text == "NAME\n     man - read file pages\n     o a bullet\n" and doc.left_out == ()
+    # a run of backspaces backs over as many characters (a progress count in a log)
+    doc = load_one(write("fetch.log", b"fetching 5%\b\b10%\b\b\b50%\b\b\b100% done\nab\b\bX\n"))
+    assert doc.text == "fetching 100% done\nXb\n" and doc.left_out == ()
 
 
 def test_control_characters_after_a_text_head_are_left_out_and_said() -> None:
