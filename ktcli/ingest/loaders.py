@@ -317,6 +317,9 @@ _MAGIC = (
     (b"BZh", "bzip2-compressed data", "decompress it first: `bunzip2 -c FILE | ktcli ask - \"question\"`"),
     (b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first: `xz -dc FILE | ktcli ask - \"question\"`"),
     (b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first: `zstd -dc FILE | ktcli ask - \"question\"`"),
+    # no reader in Python's standard library for these either: said, not "binary" alone
+    (b"\x1f\x9d", "compress'd (.Z) data", "decompress it first: `zcat FILE | ktcli ask - \"question\"`"),
+    (b"\x04\x22\x4d\x18", "lz4-compressed data", "decompress it first: `lz4 -dc FILE | ktcli ask - \"question\"`"),
     (b"PK\x03\x04", "a zip archive (or a .xlsx/.pptx/.ods, which are zips)",
      "unpack it and give the folder, or export the document as PDF, text or CSV"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an encrypted or legacy .doc/.docx (OLE) file", "save it as .docx or PDF"),

@@ -1509,6 +1509,9 @@ def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> No
     assert "PostScript" in message and "manual.ps.gz | ps2pdf - manual.pdf`" in message  # ps2pdf reads no gzip
     assert "manual.ps` and give the PDF" in input_error(write("manual.ps", b"%!PS-Adobe-3.0\n(Intro) show\n"))
     assert "damaged gzip-compressed data" in input_error(write("cut.gz", gzip.compress(text * 50)[:60]))
+    # compress's own .Z (LZW) and lz4 are not read, and say how to be
+    assert "compress'd (.Z) data; decompress it first: `zcat " in input_error(write("old.Z", b"\x1f\x9d\x90hi\x01\x02"))
+    assert "`lz4 -dc " in input_error(write("a.txt.lz4", b"\x04\x22\x4d\x18\x64\x40\xa7\x05\x00"))
     assert "binary: gzip-compressed data" in input_error(write("twice.gz", gzip.compress(gzip.compress(text))))
     # a folder reads them, its binaries and archives still skipped, its text weighed as unpacked
     folder = tmp_path / "docs"
