@@ -310,7 +310,7 @@ def normalize_text(text: str) -> str:
     if "\x1b" in text:
         text = _TERMINAL_CODES.sub("", text)
     if "\x08" in text:
-        struck = _OVERSTRIKE.sub("", text)
+        struck = _OVERSTRIKE.sub("", _UNDERSCORED.sub(r"\1", text))
         # a run of backspaces ("50%\b\b\b75%", a progress count in a log) backs over more
         # than one character: read as "5075%" and 2 control characters; written column by
         # column, as a terminal shows it
@@ -322,6 +322,9 @@ def normalize_text(text: str) -> str:
 # underline ("_\bw"): the character written last is the text. Read with only the backspaces
 # dropped, a man page's bold words came out doubled ("bboolldd").
 _OVERSTRIKE = re.compile(r"[^\n\x08]\x08")
+# Underline struck after its character ("b\b_o\b_x\b_", man-db's manual.txt.gz): the
+# underscore is the line under it, not the text, which read "_____" for "|box|"
+_UNDERSCORED = re.compile(r"([^\n\x08_ ])\x08_")
 _STRUCK_LINE = re.compile(r"[^\n]*\x08[^\n]*")
 
 
@@ -338,7 +341,8 @@ def _overwritten(line: re.Match[str]) -> str:
             else:
                 stray.append(char)
         elif column < len(cells):
-            cells[column] = char
+            if char != "_" or cells[column] in " _":  # (an underline keeps what it is under)
+                cells[column] = char
             column += 1
         else:
             cells.append(char)

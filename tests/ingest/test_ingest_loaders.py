@@ -1262,6 +1262,10 @@ def test_overstruck_man_page_text_reads_as_printed(write) -> None:
     # a run of backspaces backs over as many characters (a progress count in a log)
     doc = load_one(write("fetch.log", b"fetching 5%\b\b10%\b\b\b50%\b\b\b100% done\nab\b\bX\n"))
     assert doc.text == "fetching 100% done\nXb\n" and doc.left_out == ()
+    # an underline struck after its character (man-db's manual.txt.gz) underlines it
+    boxed = "".join(f"{c}\b_" for c in "|box|")
+    doc = load_one(write("manual.txt", f"typed in a {boxed}, eg. _\bx\bx\b_ ab\b\b__\n".encode()))
+    assert doc.text == "typed in a |box|, eg. x ab\n" and doc.left_out == ()
 
 
 def test_control_characters_after_a_text_head_are_left_out_and_said() -> None:
