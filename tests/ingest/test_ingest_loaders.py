@@ -1715,15 +1715,17 @@ def test_members_past_many_pieces_are_all_read(compression) -> None:
     import bz2
     import gzip
     import lzma
+    import random
 
     from ktcli.ingest import compressed
 
     pack = {"gzip": gzip.compress, "bzip2": bz2.compress, "xz": lzma.compress}[compression]
-    members = [b"first line\n" * 300_000, b"second\n", b"third line\n" * 200_000, b""]
+    noise = random.Random(7).randbytes(150_000)  # a member over several 64 KB slices of input
+    members = [b"first line\n" * 300_000, noise, b"second\n", noise, b"third line\n" * 200_000, b""]
     blob = b"".join(pack(m) + b"\x00" * 4 for m in members)
     assert compressed.decompress(blob, compression, "x", 1 << 30, "") == (b"".join(members), 0)
-    with pytest.raises(RejectedInput, match="decompresses to over 1 MiB"):
-        compressed.decompress(blob, compression, "x", 1 << 20, "")
+    with pytest.raises(RejectedInput, match="decompresses to over 3 MiB"):
+        compressed.decompress(blob, compression, "x", 3 << 20, "")
 
 
 def test_trailing_garbage_after_a_compressed_file_is_left_out_and_said(write) -> None:
