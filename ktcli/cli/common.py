@@ -250,12 +250,15 @@ def _document_sizes(prep) -> list[dict]:
     """The input's documents in input order, with their share of the plan's input tokens
     (by their chunks' sizes, each kind at its own model-token ratio where the input mixes
     kinds: `Prepared.kind_ratios`)."""
-    sizes: dict[str, int] = {}
+    sizes: dict[str, float] = {}
     for chunk in prep.chunks:
         sizes[chunk.doc_path] = sizes.get(chunk.doc_path, 0) + chunk.n_tokens
-    scale = prep.plan.input_tokens / max(1, sum(sizes.values()))
-    return [{"path": d.path, "kind": d.kind,
-             "tokens": round(sizes.get(d.path, 0) * scale * prep.kind_ratios.get(d.kind, 1.0)),
+    kinds = {d.path: d.kind for d in prep.corpus.documents}
+    weighted = {path: n * prep.kind_ratios.get(kinds.get(path, ""), 1.0) for path, n in sizes.items()}
+    # scaled after the kinds' ratios, so that the shares add up to the plan's input tokens
+    # (scaled before them, sample_docs/minirepo's 14 files said 3,061 of its 2,942)
+    scale = prep.plan.input_tokens / max(1e-9, sum(weighted.values()))
+    return [{"path": d.path, "kind": d.kind, "tokens": round(weighted.get(d.path, 0) * scale),
              "outlined": d.path in prep.outlines} for d in prep.corpus.documents]
 
 

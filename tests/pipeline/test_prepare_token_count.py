@@ -144,3 +144,25 @@ def test_a_retrieved_chunk_is_planned_at_the_size_a_window_reads_it(tmp_path, mo
     assert abs(request.chunk_mean_tokens - mean) < 0.06 * mean, (request.chunk_mean_tokens, mean)
     assert abs(request.passage_tag_tokens - sum(tags) / len(tags)) < 3, (request.passage_tag_tokens, tags)
     assert request.tokens_per_estimate == 1.25  # the input's count stays padded: "fits" errs on the safe side
+
+
+def test_plan_documents_tokens_add_up_to_the_input_tokens():
+    """Probe 121: `plan sample_docs/minirepo --json` listed documents whose `tokens` (each
+    one's "share of plan.input_tokens", docs/json.md) added up to 3,061 of 2,942: the
+    kinds' ratios were applied after scaling to the input's total."""
+    from types import SimpleNamespace
+
+    from ktcli.cli.common import _document_sizes
+
+    docs = [SimpleNamespace(path="a.py", kind="code"), SimpleNamespace(path="b.md", kind="markdown"),
+            SimpleNamespace(path="c.txt", kind="text")]
+    chunks = [SimpleNamespace(doc_path=p, n_tokens=n) for p, n in (("a.py", 700), ("a.py", 300), ("b.md", 400),
+                                                                    ("c.txt", 100))]
+    prep = SimpleNamespace(chunks=chunks, corpus=SimpleNamespace(documents=docs), outlines={},
+                           plan=SimpleNamespace(input_tokens=2942),
+                           kind_ratios={"code": 1.3, "markdown": 0.8, "text": 0.9})
+    sizes = _document_sizes(prep)
+    assert abs(sum(d["tokens"] for d in sizes) - 2942) <= len(sizes)
+    # each kind still at its own ratio: a.py's 1,000 tokens of code against b.md's 400 of markdown
+    by_path = {d["path"]: d["tokens"] for d in sizes}
+    assert abs(by_path["a.py"] / by_path["b.md"] - (1000 * 1.3) / (400 * 0.8)) < 0.01
