@@ -186,3 +186,21 @@ def test_the_error_object_and_every_exit_code_are_documented(capsys):
 def test_the_interrupted_objects_keys_are_documented(name):
     keys = _dict_keys(_function("ktcli/cli/common.py", name)) - {"answer"}
     _missing(keys, _rows(_section("Interrupted")), f"the keys {name} adds")
+
+
+def test_a_page_citations_lines_are_the_files_lines_as_the_doc_says():
+    """Probe 121: the citation table said `line_start` is "null for a page", while the
+    doc's own example (and every PDF page citation) carries lines 25-27 on page 3: lines of
+    the text extracted from the whole file, counted from its first page. The example's
+    numbers are checked against the sample PDF, and the row says what they count."""
+    from ktcli.ingest.corpus import load_corpus
+
+    example = re.search(r'"line_start": (\d+), "line_end": (\d+), "page": (\d+)', DOC.read_text(encoding="utf-8"))
+    start, end, page = map(int, example.groups())
+    doc = load_corpus([str(ROOT / "sample_docs" / "harbor-light-annual-report-2023.pdf")]).documents[0]
+    offsets = {p.number: p.line_offset for p in doc.pages}
+    assert offsets[page] < start <= end <= offsets[page + 1]
+    lines = doc.text.split("\n")
+    assert any("Q3 revenue was $5.87 million" in line for line in lines[start - 1:end])
+    row = next(line for line in _section("Citations").split("\n") if line.startswith("| `line_start`"))
+    assert "null for a page or" not in row and "counted from its first page" in row
