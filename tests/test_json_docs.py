@@ -204,3 +204,22 @@ def test_a_page_citations_lines_are_the_files_lines_as_the_doc_says():
     assert any("Q3 revenue was $5.87 million" in line for line in lines[start - 1:end])
     row = next(line for line in _section("Citations").split("\n") if line.startswith("| `line_start`"))
     assert "null for a page or" not in row and "counted from its first page" in row
+
+
+def test_a_page_passages_evidence_lines_and_score_are_as_the_doc_says():
+    """Probe 121: `ask report.pdf ... --mode retrieval --json` gave evidence entries with
+    `page` 6 and `line_start` 57 (the doc: "null for pages") and scores up to 1.48 (the
+    doc said only "min-max scaled", which reads as 0-1)."""
+    from ktcli.pipeline.citations import evidence_entry
+    from ktcli.retrieval import retriever
+
+    entry = evidence_entry(Span("r.pdf", 57, 70, page=6), 1.4826)
+    assert (entry["line_start"], entry["line_end"], entry["page"], entry["unit"]) == (57, 70, 6, "page")
+    section = _section("Evidence")
+    lines_row = next(line for line in section.split("\n") if line.startswith("| `line_start`"))
+    assert "null for pages" not in lines_row and "a passage on a page" in lines_row
+    score_row = next(line for line in section.split("\n") if line.startswith("| `score`"))
+    top = 1.0 + retriever.LEXICAL_WEIGHT
+    assert f"BM25's at {retriever.LEXICAL_WEIGHT}" in score_row and f"0 to {top:g}" in score_row
+    assert retriever.DEFINITION_BONUS == retriever.USE_BONUS == retriever.SECTION_BONUS == top
+    assert f"plus {retriever.DEFINITION_BONUS:g}" in score_row
