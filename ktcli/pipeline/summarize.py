@@ -258,8 +258,13 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
         # each part traced to its own document's lines, an interrupted run's too (it cited a
         # document it never reached), and checked against them
         _warn_of_invented(parts, prep, reporter)  # (so _answer, given no reporter, checks nothing more)
-        answer = _answer(summary, prep, prep.plan, tally, len(docs), _cited_by_document(parts, prep))
-        return replace(answer, parts=tuple((doc.path, text) for doc, text in parts), files=None)  # (each has its own)
+        # (interrupted: the documents read, the one cut short among them; --json's figures
+        # said windows 3 and listed the 3 documents as evidence after 9 tokens of the first)
+        answer = _answer(summary, prep, prep.plan, tally, len(parts), _cited_by_document(parts, prep))
+        read = {doc.path for doc, _ in parts}
+        evidence = [e for e in answer.stats["evidence"] if e["path"] in read]
+        return replace(answer, parts=tuple((doc.path, text) for doc, text in parts), files=None,  # (each has its own)
+                       stats=answer.stats | {"evidence": evidence})
 
     return streamed.finish(summaries)
 
