@@ -223,3 +223,13 @@ def test_a_page_passages_evidence_lines_and_score_are_as_the_doc_says():
     assert f"BM25's at {retriever.LEXICAL_WEIGHT}" in score_row and f"0 to {top:g}" in score_row
     assert retriever.DEFINITION_BONUS == retriever.USE_BONUS == retriever.SECTION_BONUS == top
     assert f"plus {retriever.DEFINITION_BONUS:g}" in score_row
+
+
+def test_a_summarys_citation_labels_are_said():
+    """Probe 121: `summarize sample_docs/minirepo --json` cited design.md under label 5 (its
+    place among the 14 files: `summarize._answer`'s `doc_label`), where the doc said a label
+    is the number the model read, null where it read none, and a summary's reads none."""
+    source = (ROOT / "ktcli" / "pipeline" / "summarize.py").read_text(encoding="utf-8")
+    assert "doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}" in source
+    row = next(line for line in _section("Citations").split("\n") if line.startswith("| `label`"))
+    assert "a summary's" in row and "place in the input" in row
