@@ -233,3 +233,24 @@ def test_a_summarys_citation_labels_are_said():
     assert "doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}" in source
     row = next(line for line in _section("Citations").split("\n") if line.startswith("| `label`"))
     assert "a summary's" in row and "place in the input" in row
+
+
+def test_what_a_files_entry_quotes_is_said_as_the_code_takes_it():
+    """Probe 121: `summarize sample_docs/minirepo --json` gave `files` entries quoting a
+    script's leading comment (scripts/release) and a plain text's first paragraph, which
+    the doc's list (docstring, README, manifest, names) left out; and its quotes' cut."""
+    from ktcli.pipeline import file_map
+    from ktcli.types import Document
+
+    def says(path, kind, text, language=""):
+        return file_map.describe(Document(path=path, text=text, kind=kind, language=language))
+
+    assert says("scripts/release", "code", "#!/usr/bin/env bash\n# Tags a release.\nset -e\n", "shell") == (
+        2, "Tags a release.")
+    assert says("notes.txt", "text", "First line of a note\nand its second.\n\nMore.\n") == (
+        1, "First line of a note and its second.")
+    assert len(says("notes.txt", "text", "word " * 60)[1]) <= file_map.MAX_CHARS
+    text = " ".join(DOC.read_text(encoding="utf-8").split())
+    for said in ("a script's leading comment", "plain text's first paragraph",
+                 f"at most {file_map.MAX_CHARS} characters"):
+        assert said in text
