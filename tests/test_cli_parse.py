@@ -1,6 +1,7 @@
 """The parser's one-line errors, run as the user runs ktcli (no model is loaded)."""
 
 import os
+import signal
 import subprocess
 import sys
 
@@ -128,3 +129,27 @@ def test_a_run_planned_at_hours_is_said_before_it_starts():
     said = Said()
     Options({})._show_plan(said)(SimpleNamespace(plan=replace(plan, est_seconds=3000.0)))
     assert said.warnings == []
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_the_command_finished_ends_it_with_its_own_status(tmp_path, sig):
+    """Probe 121: a Ctrl-C just after `ask --json` printed its whole answer object landed in
+    the interpreter's exit (torch's finalizers): "Exception ignored in atexit callback ...
+    KeyboardInterrupt" on stderr, or death by the signal (exit 130 after an object whose
+    exit is 0). Here the signal comes from an exit callback, after `plan --json` is done."""
+    import json
+
+    notes = tmp_path / "notes.md"
+    notes.write_text("The tide turns at noon.\n")
+    child = (
+        "import atexit, os, signal, sys, time\n"
+        f"atexit.register(lambda: (os.kill(os.getpid(), signal.{sig}), time.sleep(0.3)))\n"
+        f"sys.argv = ['ktcli', 'plan', {str(notes)!r}, 'q?', '--json', '-q']\n"
+        "from ktcli.cli.app import main\n"
+        "main()\n")
+    env = {**os.environ, "KTCLI_CONFIG": os.devnull, "KTCLI_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, env=env, timeout=120,
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 0, done.stderr
+    assert "KeyboardInterrupt" not in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert json.loads(done.stdout)["plan"]["task"] == "ask"

@@ -334,7 +334,24 @@ def _main() -> None:
         _parse_failed(_one_line(e.format_message()), e.exit_code)
     except (KeyboardInterrupt, typer.Abort):
         _parse_failed(*interruption())  # (--json: its object, as a command's own interruption gives)
-    raise SystemExit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    hold_signals()  # (run_guarded held them already where the command ran in it)
+    raise SystemExit(code)
+
+
+def hold_signals() -> None:
+    """The command has said all it will: a Ctrl-C or SIGTERM from here on,
+    in the interpreter's exit (torch's finalizers, threads joined, C++ destructors: up to a
+    second), is ignored, and the process exits with the command's own status.
+    It raised a KeyboardInterrupt there, or (once Python's exit had put the default action
+    back) killed the process: `ask --json` printed its whole answer object and then
+    "Exception ignored in atexit callback ... KeyboardInterrupt" on stderr, or died by the
+    signal, exit 130 after an object whose exit is 0 (probe 121). SIGKILL still ends it.
+    Ignored, not blocked: a mask is the main thread's, and torch's threads took the signal;
+    Python's exit puts back the default action of a handler of its own, not of SIG_IGN."""
+    for sig, ours in ((signal.SIGINT, _on_sigint), (signal.SIGTERM, _on_sigterm)):
+        if signal.getsignal(sig) is ours:  # (not one that came ignored, or a host's own)
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _on_sigterm(signum, frame) -> None:

@@ -300,6 +300,10 @@ def run_guarded(opts: Options, body: Callable[[], None]) -> None:
         if os.environ.get("KTCLI_DEBUG"):
             raise
         failed(f"internal error: {type(e).__name__}: {e} (set KTCLI_DEBUG=1 for the traceback)", 1)
+    else:  # done, its output whole: a signal now would only spoil it (`app.hold_signals`)
+        from ktcli.cli.app import hold_signals
+
+        hold_signals()
 
 
 def json_error(message: str, code: int) -> None:
