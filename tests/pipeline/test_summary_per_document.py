@@ -190,6 +190,11 @@ def test_a_file_shorter_than_a_summary_is_shown_whole_not_summarized(folder, tmp
     backend, reporter = FirstLine(), Shown()
     answer = summarize(prep, backend, settings, reporter, Tally())
     assert len(backend.calls) == 3  # the three notes only
+    # probe 121: --json's figures said 2 model calls for 3 documents, one of them quoted
+    assert (answer.stats["model_calls"], answer.stats["windows"]) == (3, 5)
+    from tests.test_json_docs import _section
+
+    assert "shows it whole" in _section("Figures")
     assert f"## {folder / 'py.typed'}\nThe whole file: `# Marker file for PEP 561`" in answer.text
     assert f"## {folder / 'setup.cfg'}\nThe whole file:\n```\n[flake8]\nmax-line-length = 100\n```" in answer.text
     assert "The whole file: `# Marker file for PEP 561`" in "".join(reporter.shown)
