@@ -254,3 +254,11 @@ def test_what_a_files_entry_quotes_is_said_as_the_code_takes_it():
     for said in ("a script's leading comment", "plain text's first paragraph",
                  f"at most {file_map.MAX_CHARS} characters"):
         assert said in text
+
+
+def test_the_exit_code_under_timeout_is_said():
+    """Probe 121: the doc's own example, `timeout -s TERM 110 ktcli summarize ... --json`,
+    exits 124 (timeout's status) while the object says `"exit_code": 143`."""
+    assert "timeout -s TERM" in DOC.read_text(encoding="utf-8")
+    row = next(line for line in _section("The error object").split("\n") if line.startswith("| `143`"))
+    assert "124" in row and "--preserve-status" in row
