@@ -56,22 +56,28 @@ def b_per_block(folder):
     return 2 * cfg.n_layers * 4 * cfg.kv_size * 4
 
 
+def _roomy_and_tight(folder, lengths: tuple[int, ...], seed: int, params: SamplingParams, blocks: int):
+    """Random prompts of `lengths`, their tokens with room to spare, and the stream of
+    (index, token) a KV budget of `blocks` pages of 4 tokens gives them, with its backend."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in lengths]
+    want = [[] for _ in prompts]
+    for i, t in NativeBackend.load(folder, weights="fp32", block_size=4).engine.generate(prompts, params, frozenset()):
+        want[i].append(t)
+    tight = NativeBackend.load(folder, weights="fp32", block_size=4, kv_budget_bytes=blocks * b_per_block(folder))
+    order = list(tight.engine.generate(prompts, params, frozenset()))
+    return want, order, tight
+
+
+def _by_prompt(order: list[tuple[int, int]], n: int) -> list[list[int]]:
+    return [[t for i, t in order if i == k] for k in range(n)]
+
+
 def test_preemption_gives_the_same_tokens(tiny_models):
     """A budget too small for all sequences at once: some are preempted and recomputed,
     and every sequence still gets exactly the tokens it gets with room to spare."""
-    folder = tiny_models["qwen2"]
-    g = torch.Generator().manual_seed(3)
-    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (20, 33, 9, 25)]
-    params = SamplingParams(max_new_tokens=24)
-    roomy = NativeBackend.load(folder, weights="fp32", block_size=4)
-    tight = NativeBackend.load(folder, weights="fp32", block_size=4, kv_budget_bytes=22 * b_per_block(folder))
-    want = [[] for _ in prompts]
-    for i, t in roomy.engine.generate(prompts, params, frozenset()):
-        want[i].append(t)
-    got = [[] for _ in prompts]
-    for i, t in tight.engine.generate(prompts, params, frozenset()):
-        got[i].append(t)
-    assert got == want
+    want, order, tight = _roomy_and_tight(tiny_models["qwen2"], (20, 33, 9, 25), 3, SamplingParams(max_new_tokens=24), 22)
+    assert _by_prompt(order, 4) == want
     assert tight.engine.stats.preemptions > 0 or tight.engine.stats.peak_pages <= 22
     assert tight.engine.blocks.num_used == 0
 
@@ -79,19 +85,9 @@ def test_preemption_gives_the_same_tokens(tiny_models):
 def test_a_short_prompt_goes_past_a_long_one_whose_pages_do_not_fit_yet(tiny_models):
     """Only the first waiting sequence was looked at: a 5-token request waited 151 s behind
     7K-token ones whose pages did not fit, with pages free for it (probe 119)."""
-    folder = tiny_models["qwen2"]
-    g = torch.Generator().manual_seed(5)
-    prompts = [torch.randint(0, 256, (n,), generator=g).tolist() for n in (30, 30, 40, 5)]
-    params = SamplingParams(max_new_tokens=8)
-    roomy = NativeBackend.load(folder, weights="fp32", block_size=4)
-    tight = NativeBackend.load(folder, weights="fp32", block_size=4, kv_budget_bytes=24 * b_per_block(folder))
-    want = [[] for _ in prompts]
-    for i, t in roomy.engine.generate(prompts, params, frozenset()):
-        want[i].append(t)
-    order = list(tight.engine.generate(prompts, params, frozenset()))
-    got = [[t for i, t in order if i == k] for k in range(len(prompts))]
-    assert got == want and tight.engine.blocks.num_used == 0
-    first = [next(n for n, (i, _) in enumerate(order) if i == k) for k in range(len(prompts))]
+    want, order, tight = _roomy_and_tight(tiny_models["qwen2"], (30, 30, 40, 5), 5, SamplingParams(max_new_tokens=8), 24)
+    assert _by_prompt(order, 4) == want and tight.engine.blocks.num_used == 0
+    first = [next(n for n, (i, _) in enumerate(order) if i == k) for k in range(4)]
     last_of_a = max(n for n, (i, _) in enumerate(order) if i == 0)
     assert first[3] < last_of_a < first[2]  # the short one ran beside the first two; the third waited for pages
 
