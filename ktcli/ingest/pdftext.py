@@ -79,33 +79,26 @@ def _extract_pages(data: bytes, display: str, text_limit: int | None = None,
     as soon as its text passes `text_limit` characters."""
     with _quiet_pypdf() as errors:
         cut_short = _cut_short_fact(data)
-        try:
-            # a file cut short in an update written after it was first saved (a form filled
-            # in, a page added, a signature): pypdf reads it as it was before the update,
-            # unannounced; read from its objects, the update's changes it holds are read
-            if cut_short and _EARLIER_END.search(data) and (recovered := _whole_objects(data)):
-                try:
-                    reader, pages = _open(recovered, display)
-                except _Unopened:
-                    pages = []
-                if not pages:
-                    reader, pages = _open(data, display)
-            else:
-                reader, pages = _open(data, display)
-        except _Unopened as e:
-            # a file cut short: its pages up to where it stops, if its page tree came before
-            recovered = _whole_objects(data) if cut_short else None
-            if recovered and _ENCRYPTION.search(data):  # its /ID, in the trailer, was part of its key
-                raise _cut_short_refusal(display, "encrypted PDF: the trailer its text's key needs is "
-                                         "in the part missing", cut_short) from None
-            pages = []
-            if recovered:
-                try:
-                    reader, pages = _open(recovered, display)
-                except _Unopened:
-                    pass
-            if not pages:
-                raise _cut_short_refusal(display, f"corrupt or unreadable PDF ({_short(e.__cause__ or e)})", cut_short) from None
+        # a file cut short in an update written after it was first saved (a form filled in,
+        # a page added, a signature): pypdf reads it as it was before the update,
+        # unannounced; read from its objects, the update's changes it holds are read
+        recovered = _whole_objects(data) if cut_short and _EARLIER_END.search(data) else None
+        opened = _pages_of(recovered, display) if recovered else None
+        if opened is None:
+            try:
+                opened = _open(data, display)
+            except _Unopened as e:
+                # a file cut short: its pages up to where it stops, if its page tree came before
+                if recovered is None and cut_short:
+                    recovered = _whole_objects(data)
+                if recovered and _ENCRYPTION.search(data):  # its /ID, in the trailer, was part of its key
+                    raise _cut_short_refusal(display, "encrypted PDF: the trailer its text's key needs is "
+                                             "in the part missing", cut_short) from None
+                opened = _pages_of(recovered, display) if recovered else None
+                if opened is None:
+                    raise _cut_short_refusal(display, f"corrupt or unreadable PDF ({_short(e.__cause__ or e)})",
+                                             cut_short) from None
+        reader, pages = opened
         if cut_short:  # the pages its page tree names but the file lacks, in their places
             pages = _with_lost_pages(reader, pages)
         missing: list[int] = []  # pages of a file cut short whose content the file lacks
@@ -887,6 +880,16 @@ def _open(data: bytes, display: str) -> tuple[PdfReader, list]:  # type: ignore[
                             "a certificate or DRM security handler: export it without one") from None
     except (PyPdfError, ValueError, KeyError, TypeError, AttributeError, IndexError, RecursionError, OSError) as e:
         raise _Unopened() from e
+
+
+def _pages_of(recovered: bytes, display: str) -> tuple[PdfReader, list] | None:  # type: ignore[type-arg]
+    """`_open` of a file rebuilt from its whole objects (`_whole_objects`), None where it
+    does not open or lists no page."""
+    try:
+        reader, pages = _open(recovered, display)
+    except _Unopened:
+        return None
+    return (reader, pages) if pages else None
 
 
 # An indirect object's header, "12 0 obj": its number is what the trailer's /Size counts.
