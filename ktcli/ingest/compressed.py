@@ -47,9 +47,7 @@ def inner_name(name: str, compression: str) -> str:
     """The file's name less its compression's suffix ("NEWS.md.gz" -> "NEWS.md"), so that
     what it holds is read by its own kind; "" for a name without one (stdin)."""
     path = PurePath(name)
-    if path.suffix.lower() in _SUFFIXES[compression]:
-        return path.stem
-    return "" if not name else name
+    return path.stem if path.suffix.lower() in _SUFFIXES[compression] else name
 
 
 def decompress(data: bytes, compression: str, display: str, limit: int, over_hint: str) -> tuple[bytes, int]:
@@ -78,8 +76,6 @@ def decompress(data: bytes, compression: str, display: str, limit: int, over_hin
                     raise UnpackedOverLimit(display, f"{compression}-compressed data that decompresses to over {size}",
                                             over_hint, compression=compression, limit=limit)
                 out.append(piece)
-    except RejectedInput:
-        raise
     except (OSError, EOFError, ValueError, zlib.error, lzma.LZMAError) as e:
         raise RejectedInput(display, f"damaged {compression}-compressed data ({str(e) or type(e).__name__})",
                             "it may be cut short: copy or download it again") from None
