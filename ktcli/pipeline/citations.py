@@ -430,7 +430,7 @@ def _only_absence(sentence: str, known: set[str]) -> bool:
     """A sentence that only says something is not in the input (`_ABSENT`): none of its
     figures is the evidence's, and no "but" adds what is there."""
     return says_absent(sentence) and not _BUT.search(sentence) \
-        and not any(_held(f, known) and not _YEAR.fullmatch(f) for f in _figures(sentence))
+        and not any(_held(f, known) and not YEAR.fullmatch(f) for f in _figures(sentence))
 
 
 def _only_a_verdict(sentence: str) -> bool:
@@ -535,7 +535,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
             rows = scored(words) if len(words) >= 2 else []
             # A sentence's figure is backed by a line that holds it: "closed for 18 days due
             # to a fire" was cited to a report page with no 18, that shared its other words.
-            figures = {f for f in _figures(sentence) if f in known and not _YEAR.fullmatch(f)}
+            figures = {f for f in _figures(sentence) if f in known and not YEAR.fullmatch(f)}
             if figures and by_figure:
                 rows = holding(rows, figures)
             s, i, hits = min(rows, key=best_first) if rows else (0.0, 0, 0)
@@ -548,7 +548,7 @@ def attribute(answer: str, evidence: list[Chunk], *, max_citations: int = 3, con
     # `<script> document.write(`<h1>2023</h1>`); </script>`, was cited to three pages of an
     # annual report by "2023" alone, which every page holds (probe 112).
     enough = min(2, len(wanted))
-    named = {t for t in _names_and_figures(text) if year_alone or not _YEAR.fullmatch(t)}
+    named = {t for t in _names_and_figures(text) if year_alone or not YEAR.fullmatch(t)}
 
     def supports(i: int, hits: int) -> bool:
         return hits >= enough or (hits == 1 and bool(line_terms[i] & wanted & named))
@@ -646,10 +646,11 @@ def _only_invented(sentence: str, known: set[str]) -> bool:
     "The margin was 39.6%, up 3.8%" is cited for its 39.6 (and its 3.8 said all the same)."""
     figures = _figures(sentence)
     return any(not _held(f, known) for f in figures) \
-        and not any(_held(f, known) and not _YEAR.fullmatch(f) for f in figures)
+        and not any(_held(f, known) and not YEAR.fullmatch(f) for f in figures)
 
 
-_YEAR = re.compile(r"(?:19|20)\d\d")
+# A year, as every check of ours reads one: 1500-2099 (a history's "1776" is a year too).
+YEAR = re.compile(r"1[5-9]\d\d|20\d\d")
 # A number that is a whole field of a delimited row (CSV, TSV, `a | b`, `a;b`), quoted or not.
 _FIELD = re.compile(r"(?:^|(?<=[,;|\t]))[ \t]*\"?(\d+(?:\.\d+)?)\"?[ \t]*(?=[,;|\t\r]|$)", re.MULTILINE)
 

@@ -101,12 +101,11 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
                      if int(second) == (int(first) + 1) % 100} \
         | {"20" + m for text in read for m in _FY.findall(text)}
     bounds = set(_BOUND_YEAR.findall(question))
-    year_unread = any(_YEAR.fullmatch(t) and t not in years and t not in bounds for t in asked)
+    year_unread = any(citations.YEAR.fullmatch(t) and t not in years and t not in bounds for t in asked)
     return Grounding(match, found, words_read, nowhere or year_unread or (unmatched and unbacked), year_unread)
 
 
 _LABEL = re.compile(r"\[\d{1,3}\]")
-_YEAR = re.compile(r"1[5-9]\d\d|20\d\d")
 _FISCAL = re.compile(r"\b((?:1[5-9]|20)\d\d)\s*[/\u2013-]\s*(\d\d)\b")
 _FY = re.compile(r"(?i)\bFY\s?'?(\d\d)\b")
 # A year that bounds a span ("since 2015", "between 1990 and 2000", "before 2020") need not

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from ktcli.pipeline.citations import YEAR
 from ktcli.ingest.sections import ADORNMENT, ATX, FENCE, MARKDOWN_RULE, looks_like_a_table, row_cells
 
 if TYPE_CHECKING:
@@ -54,7 +55,6 @@ _BULLET = re.compile(r"^[-*•]\s+")
 # a figure, not a column's name: "5.87", "61,200", "40.9%", "$4.6", "1.2 kg"; a year is a
 # name ("2023")
 _FIGURE = re.compile(r"[-+−]?[$£€¥]?\d[\d,.]*\s*(?:%|[^\W\d_]{1,5}\.?)?")
-_YEAR = re.compile(r"(?:19|20)\d\d")
 # reStructuredText: a directive (".. method:: list.append(x)") and its options (":noindex:";
 # a role opening a sentence, ":keyword:`pass`", is prose)
 _DIRECTIVE = re.compile(r"\.\. ([\w:-]+)::(.*)")
@@ -302,7 +302,7 @@ def _delimited_rows(lines: list[str]) -> list[str]:
 def _is_header(cells: list[str]) -> bool:
     """A table's first row names its columns unless it holds figures (a headerless table of
     "Weight | 1.2 kg" rows); years name columns ("Item | 2023 | 2022")."""
-    return not any(_FIGURE.fullmatch(c) and not _YEAR.fullmatch(c) for c in cells)
+    return not any(_FIGURE.fullmatch(c) and not YEAR.fullmatch(c) for c in cells)
 
 
 def _row(header: list[str], cells: list[str]) -> str:

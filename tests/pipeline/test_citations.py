@@ -739,6 +739,10 @@ def test_a_year_alone_cites_nothing():
     assert attribute("<script> document.write(`<h1>2023</h1>`); </script>", pages) == []
     assert attribute("It reached 9,800.", pages)[0].ref == "report.pdf p.2"  # one figure
     assert attribute("The board met in 2023.", pages)[0].ref == "report.pdf p.3"
+    # a year is one the same way in every check: a history's "1776" too, as grounding reads it
+    history = [chunk("history.txt", 1 + 10 * k, [text]) for k, text in enumerate(
+        ["The colony declared its independence in 1776.", "By 1776 the port shipped 4,100 barrels a year."])]
+    assert attribute("<h1>1776</h1>", history) == []
 
 
 def test_a_summarys_code_names_no_file_holds_are_said():
