@@ -64,8 +64,9 @@ def check_model(body: dict, served: str) -> None:
     if not isinstance(model, str):
         raise ApiError(400, "'model' must be a string", param="model")
     if model != served:
+        # OpenAI's 404 for a model: type invalid_request_error, code model_not_found
         raise ApiError(404, f"the model {model!r} does not exist; this server serves {served!r}",
-                       type="not_found_error", code="model_not_found", param="model")
+                       code="model_not_found", param="model")
 
 
 def _number(body: dict, name: str, lo: float, hi: float, default: float) -> float:

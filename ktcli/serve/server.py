@@ -245,14 +245,14 @@ class Handler(BaseHTTPRequestHandler):
         elif path.startswith("/models/"):
             if path.removeprefix("/models/") != self.app.options.model_id:
                 raise ApiError(404, f"the model {path.removeprefix('/models/')!r} does not exist; this server serves "
-                               f"{self.app.options.model_id!r}", type="not_found_error", code="model_not_found")
+                               f"{self.app.options.model_id!r}", code="model_not_found")
             self._json(200, self.app.models()["data"][0])
         elif path == "/health":
             self._json(200, self._health())
         elif path in POST_ROUTES:
             self._not_allowed()
         else:
-            raise ApiError(404, f"no route {self.path.split('?', 1)[0]}", type="not_found_error")
+            raise _no_route(self.path)
 
     def _post(self) -> None:
         path = self._route()
@@ -264,7 +264,7 @@ class Handler(BaseHTTPRequestHandler):
         elif path in ("/models", "/health"):
             self._not_allowed()
         else:
-            raise ApiError(404, f"no route {self.path.split('?', 1)[0]}", type="not_found_error")
+            raise _no_route(self.path)
 
     def _not_allowed(self) -> None:
         raise ApiError(405, f"{self.command} is not allowed on {self.path}")
@@ -362,8 +362,10 @@ class Handler(BaseHTTPRequestHandler):
         scheme, _, given = self.headers.get("Authorization", "").strip().partition(" ")
         # The scheme is case-insensitive (RFC 7235): "bearer KEY" is as good as "Bearer KEY".
         if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), key.encode()):
-            raise ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')",
-                           type="authentication_error", code="invalid_api_key")
+            # OpenAI's own 401: type invalid_request_error, code invalid_api_key (the openai
+            # package raises AuthenticationError by the status; clients that read the body
+            # for its type found "authentication_error", which OpenAI never sends)
+            raise ApiError(401, "missing or wrong API key (send 'Authorization: Bearer <key>')", code="invalid_api_key")
 
     def handle_expect_100(self) -> bool:
         """http.server answers `Expect: 100-continue` as it parses the headers, before the
@@ -648,6 +650,11 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _CONTENT_LENGTH = re.compile(r"[0-9]+")
 # Control characters as \xNN in the log (what newer Pythons' http.server does itself).
 _CONTROL_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7F)}
+
+
+def _no_route(path: str) -> ApiError:
+    """An unknown path, as OpenAI says it: a 404 of type invalid_request_error, no code."""
+    return ApiError(404, f"no route {path.split('?', 1)[0]}")
 
 
 def _origin_refused(origin: str) -> ApiError:

@@ -438,6 +438,23 @@ def test_every_route_needs_the_key(served):
     conn.close()
 
 
+@pytest.mark.parametrize("served", [{"api_key": "sekrit"}], indirect=True)
+def test_errors_have_the_types_and_codes_openai_sends(served):
+    """OpenAI answers an unknown model, an unknown URL and a wrong key with type
+    invalid_request_error (codes model_not_found, none, invalid_api_key): ours said
+    not_found_error and authentication_error, which no OpenAI client knows."""
+    port, _, _ = served
+    def error(method, path, body=None, key="sekrit"):
+        status, payload = request(port, method, path, body, key=key)
+        return status, payload["error"]["type"], payload["error"]["code"]
+    assert error("GET", "/v1/models/other") == (404, "invalid_request_error", "model_not_found")
+    assert error("POST", "/v1/chat/completions", chat(model="other")) == (404, "invalid_request_error", "model_not_found")
+    assert error("GET", "/v1/nowhere") == (404, "invalid_request_error", None)
+    assert error("POST", "/v1/nowhere", {}) == (404, "invalid_request_error", None)
+    assert error("GET", "/v1/models", key=None) == (401, "invalid_request_error", "invalid_api_key")
+    assert error("GET", "/v1/models", key="wrong") == (401, "invalid_request_error", "invalid_api_key")
+
+
 def test_non_loopback_needs_a_key():
     with pytest.raises(UsageError, match="--api-key"):
         check_exposure("0.0.0.0", "")
