@@ -91,9 +91,15 @@ _ORIGIN = re.compile(r"[a-z][a-z0-9+.-]*://(\[[0-9a-f:.]+\]|[^/:?#\s\[\]]+)(:\d{
 
 def check_exposure(host: str, api_key: str) -> None:
     """Anything reachable from other machines must demand a key, one a client can send
-    (a key with spaces or a line break in it never matches a header's)."""
+    (a key with spaces or a line break in it never matches a header's, nor does one
+    with a character outside printable ASCII: header values are bytes read as latin-1;
+    curl sends `Bearer clé` as UTF-8 (401), httpx (the openai package's) sends ASCII only,
+    Python's http.client and requests send latin-1 (which matched), and none `ключ`)."""
     if api_key and (api_key != api_key.strip() or any(c.isspace() for c in api_key)):
         raise UsageError("--api-key: the key must not hold spaces or line breaks (no client could send it)")
+    if api_key and not (api_key.isascii() and api_key.isprintable()):
+        raise UsageError("--api-key: the key must be printable ASCII (HTTP clients send other characters "
+                         "differently or not at all, so no request could match it)")
     if not is_loopback(host) and not api_key:
         raise UsageError(f"--host {host} is reachable from other machines: give --api-key (or KTCLI_API_KEY) too")
 

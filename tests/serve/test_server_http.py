@@ -455,6 +455,35 @@ def test_errors_have_the_types_and_codes_openai_sends(served):
     assert error("GET", "/v1/models", key="wrong") == (401, "invalid_request_error", "invalid_api_key")
 
 
+@pytest.mark.parametrize("served", [{"api_key": "sk-A.b_c~1!$"}], indirect=True)
+def test_a_key_outside_printable_ascii_is_refused_at_start(served):
+    """`--api-key clé` served, and curl's requests with it got a 401: header values are
+    bytes read as latin-1 (curl sends UTF-8, the openai package sends nothing but ASCII)."""
+    from ktcli.config import Settings
+    from ktcli.serve import run
+
+    for key in ("clé", "ключ", "key\U0001f511", "nul\x00", "del\x7f"):
+        with pytest.raises(UsageError, match="printable ASCII"):
+            check_exposure("127.0.0.1", key)
+    said: list[str] = []
+    with pytest.raises(UsageError, match="printable ASCII"):
+        run.serve(Settings(), ServeOptions(host="127.0.0.1", port=0, model_id="fake", api_key="clé"), said.append,
+                  runner=FakeRunner())
+    assert said == []  # refused before serving (and before any model would load)
+    port, _, _ = served
+    # printable ASCII, punctuation and all, matches over the wire
+    assert request(port, "GET", "/v1/models", key="sk-A.b_c~1!$")[0] == 200
+    # and what curl sends for `Bearer clé` (UTF-8 bytes) is the JSON 401, not a 500
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer cl\xc3\xa9\r\n"
+                  b"Connection: close\r\n\r\n")
+        reply = b""
+        while chunk := s.recv(4096):
+            reply += chunk
+    head, _, body = reply.partition(b"\r\n\r\n")
+    assert head.split()[1] == b"401" and json.loads(body)["error"]["code"] == "invalid_api_key"
+
+
 def test_non_loopback_needs_a_key():
     with pytest.raises(UsageError, match="--api-key"):
         check_exposure("0.0.0.0", "")
