@@ -77,8 +77,15 @@ class Scheduler:
 
     def submit(self, *jobs: Job) -> None:
         """Queue `jobs` at once (a request's several choices), so that one batch takes
-        them all where it has room, not the first alone."""
+        them all where it has room, not the first alone. Once stopped, each is failed at
+        once: a request read on a kept-alive connection while the server shut down (the
+        engine finishing its step, up to a minute) waited for an engine that no longer
+        took work, and its client got a reset at exit, not the 503 of the others."""
         with self._cv:
+            if self._stopped:
+                for job in jobs:
+                    job.fail(SHUTTING_DOWN)
+                return
             self._waiting.extend(jobs)
             self._cv.notify_all()
 

@@ -737,6 +737,23 @@ def test_stopping_answers_what_runs_with_an_error_not_an_end():
         assert events[-1] == ("error", SHUTTING_DOWN) and ("done", "cancelled") not in events
 
 
+def test_a_request_read_after_stopping_is_a_503_not_a_wait(served):
+    """Shutting down, the server closes its socket and stops the engine, then waits up to a
+    minute for its step: a request on a kept-alive connection in that time was queued for
+    an engine that took no more work, and waited for the process to exit."""
+    port, app, runner = served
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(chat(max_tokens=1)))
+    first = conn.getresponse()
+    assert first.status == 200 and first.read()
+    app.scheduler.stop(wait_s=10)
+    conn.request("POST", "/v1/chat/completions", body=json.dumps(chat(max_tokens=1)))  # the same connection
+    second = conn.getresponse()
+    assert second.status == 503 and json.loads(second.read())["error"]["message"] == "the server is shutting down"
+    conn.close()
+    assert len(runner.prompts) == 1
+
+
 def test_chat_template_kwargs_reach_the_template(served):
     # vLLM's field: a Qwen3 client turns thinking back on (ktcli renders with it off)
     port, _, runner = served
