@@ -17,6 +17,10 @@ from ktcli.errors import OutOfMemoryError
 class PagedKVCache:
     """`__init__` records the shape; `allocate(num_blocks)` creates the tensors once."""
 
+    # torch.empty: a page takes memory when a request first writes it, so a server's
+    # resident size at start leaves the pool out (`ktcli serve`'s start line adds it)
+    written_at_allocation = False
+
     def __init__(self, n_layers: int, n_kv_heads: int, head_dim: int, block_size: int, dtype: torch.dtype,
                  device: torch.device | str = "cpu"):
         self.n_layers, self.n_kv_heads, self.head_dim = n_layers, n_kv_heads, head_dim

@@ -171,6 +171,8 @@ class KernelKVCache:
     """Drop-in for `PagedKVCache` (same sizing interface) over `kernels` pages, plus the
     attention of one layer. `rope` and `blocks` are attached by the loader."""
 
+    written_at_allocation = True  # `kernels.allocate` fills every page (zeros, empty bounds)
+
     def __init__(self, cfg: ModelConfig, options: LongContextOptions, device: torch.device | str = "cpu"):
         if any(w is not None for w in cfg.sliding_windows):
             raise UsageError(SLIDING_WINDOW_REFUSAL)

@@ -350,3 +350,15 @@ def test_short_prompts_arriving_together_share_one_step(tiny_models, monkeypatch
     long_prompt = [(i * 7) % 250 + 1 for i in range(300)]
     list(engine.generate([long_prompt] + prompts[:2], SamplingParams(max_new_tokens=2), frozenset()))
     assert steps[0] == 40 and all(n <= 128 for n in steps)
+
+
+def test_the_runner_says_what_its_kv_pages_take_full_and_what_is_yet_to_come(runner, tiny_models):
+    """`ktcli serve`'s start line adds to its RSS the pages requests have yet to write:
+    float pages (torch.empty) all of them, pages of the kernels' format none (written at start)."""
+    kv = runner.backend.kv
+    assert runner.kv_bytes == kv.allocated_bytes > 0 and runner.kv_device == "cpu"
+    assert runner.kv_unwritten_bytes == runner.kv_bytes
+    assert runner.working_bytes > 0
+    sparse = NativeRunner(NativeBackend.load(tiny_models["llama"], weights="fp32", kv_dtype="int8", attention="topk",
+                                             kv_budget_bytes=4 << 20))
+    assert sparse.kv_bytes > 0 and sparse.kv_unwritten_bytes == 0

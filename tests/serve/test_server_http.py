@@ -818,6 +818,40 @@ def test_a_sigterm_while_the_model_loads_is_said_in_one_line(monkeypatch):
     assert signal.getsignal(signal.SIGTERM) is before  # put back
 
 
+def test_the_start_line_says_the_memory_with_the_kv_pages_full(monkeypatch):
+    """The start line said "peak RSS 447 MiB" of a server that held 1.66 GiB after six
+    7.9K-token prompts: float pages take memory as requests write them, and what reads
+    hold beside them comes with the first request. It now adds what is still to come."""
+    from ktcli.config import Settings
+    from ktcli.serve import run
+
+    servers = []
+    monkeypatch.setattr(run, "make_server", lambda app: servers.append(make_server(app)) or servers[-1])
+    runner = FakeRunner()
+    runner.kv_tokens, runner.kv_device = 32_832, "cpu"
+    runner.kv_bytes = runner.kv_unwritten_bytes = 721 * 2**20  # float pages: none written yet
+    runner.working_bytes = 495 * 2**20
+    monkeypatch.setattr(run.resource, "getrusage", lambda who: type("Usage", (), {"ru_maxrss": 447 * 1024}))
+    said: list[str] = []
+    thread = threading.Thread(target=run.serve, args=(Settings(), ServeOptions(port=0, model_id="fake"), said.append),
+                              kwargs={"runner": runner}, daemon=True)
+    thread.start()
+    for _ in range(600):  # the line comes once it listens
+        if said:
+            break
+        time.sleep(0.05)
+    servers[0].shutdown()
+    thread.join(timeout=60)
+    assert "KV pages for 32,832 in all" in said[0]
+    assert said[0].endswith("peak RSS 447 MiB, ~1.62 GiB with all 721 MiB of KV pages in use)"), said[0]
+    # pages written at start (quantized, sparse) are in the RSS already; pages on a GPU are not in it
+    runner.kv_unwritten_bytes = 0
+    assert run._memory(runner, 1168 * 2**20) == "peak RSS 1.14 GiB, ~1.62 GiB with all 721 MiB of KV pages in use"
+    runner.kv_device = "cuda"
+    assert run._memory(runner, 900 * 2**20) == "peak RSS 900 MiB, and 721 MiB of KV pages in cuda memory"
+    assert run._memory(FakeRunner(), 900 * 2**20) == "peak RSS 900 MiB"  # transformers: no pages to add
+
+
 @pytest.mark.parametrize("served", [{"verbose": True}], indirect=True)
 def test_verbose_logs_each_generation_with_its_tokens_and_times(served, capsys):
     port, _, _ = served
