@@ -18,6 +18,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.parse
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -249,8 +250,12 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/models":
             self._json(200, self.app.models())
         elif path.startswith("/models/"):
-            if path.removeprefix("/models/") != self.app.options.model_id:
-                raise ApiError(404, f"the model {path.removeprefix('/models/')!r} does not exist; this server serves "
+            # As clients send it, percent-encoded: a model served from a folder named
+            # "my model" was asked for as my%20model, and a repo id's slash may come as
+            # %2F; the raw path compared never matched
+            asked = urllib.parse.unquote(path.removeprefix("/models/"))
+            if asked != self.app.options.model_id:
+                raise ApiError(404, f"the model {asked!r} does not exist; this server serves "
                                f"{self.app.options.model_id!r}", code="model_not_found")
             self._json(200, self.app.models()["data"][0])
         elif path == "/health":

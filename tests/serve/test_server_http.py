@@ -484,6 +484,25 @@ def test_a_key_outside_printable_ascii_is_refused_at_start(served):
     assert head.split()[1] == b"401" and json.loads(body)["error"]["code"] == "invalid_api_key"
 
 
+def test_a_model_id_is_looked_up_as_clients_encode_it():
+    """GET /v1/models/<id> compared the raw path: a model served from a folder named
+    "my model" was a 404 to every client, which send it as my%20model."""
+    app = ServeApp(FakeRunner(), ServeOptions(host="127.0.0.1", port=0, model_id="org/my model+1"))
+    httpd = make_server(app)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        port = httpd.server_address[1]
+        for path in ("/v1/models/org/my%20model%2B1", "/v1/models/org%2Fmy%20model%2B1"):  # a repo id's slash either way
+            status, body = request(port, "GET", path)
+            assert status == 200 and body["id"] == "org/my model+1", path
+        status, body = request(port, "GET", "/v1/models/my%20other")
+        assert status == 404 and "'my other' does not exist" in body["error"]["message"]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 def test_non_loopback_needs_a_key():
     with pytest.raises(UsageError, match="--api-key"):
         check_exposure("0.0.0.0", "")
