@@ -26,9 +26,6 @@ from typing import Protocol
 
 from ktcli.engine.backend import Message, SamplingParams
 from ktcli.engine.detokenize import IncrementalDetokenizer, StopStrings
-from ktcli.plan.estimates import WORKSPACE_VALUES_PER_WIDTH
-
-READS_OVER_WORKSPACE = 3  # `NativeRunner.working_bytes`
 
 
 @dataclass(eq=False)
@@ -195,14 +192,9 @@ class NativeRunner:
         self.kv_bytes = int(backend.kv.allocated_bytes)
         self.kv_device = backend.kv.device.type
         self.kv_unwritten_bytes = 0 if getattr(backend.kv, "written_at_allocation", True) else self.kv_bytes
-        # What reads hold beyond their pages, none of it taken before the first request:
-        # measured (2026-12-07, SmolLM2 int8 on 2 cores, `ktcli serve` RSS), 351 MiB over
-        # one 7.9K-token prompt's pages, 403-530 MiB over the 4 windows' pages full (5-6
-        # such prompts at once): 2.1-3.2x a prefill chunk's activations as the planner
-        # counts them (`plan.estimates.workspace_bytes`, 165 MiB here), so 3x.
-        cfg = backend.cfg
-        self.working_bytes = int(READS_OVER_WORKSPACE * WORKSPACE_VALUES_PER_WIDTH * getattr(self.engine, "prefill_chunk", 0)
-                                 * (cfg.hidden_size + cfg.intermediate_size) * 4)
+        # what a prefill step's activations scale with (`ktcli serve` sizes its working memory by them)
+        self.prefill_chunk = int(getattr(self.engine, "prefill_chunk", 0))
+        self.widths = backend.cfg.hidden_size + backend.cfg.intermediate_size
         self._decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True)
         self.message_tokens = message_tokens(self.encode_chat) if self.tokenizer is not None else 1
         self.bos_id = start_token(self.tokenizer, backend.cfg.bos_token_id)

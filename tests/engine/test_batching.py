@@ -358,7 +358,7 @@ def test_the_runner_says_what_its_kv_pages_take_full_and_what_is_yet_to_come(run
     kv = runner.backend.kv
     assert runner.kv_bytes == kv.allocated_bytes > 0 and runner.kv_device == "cpu"
     assert runner.kv_unwritten_bytes == runner.kv_bytes
-    assert runner.working_bytes > 0
+    assert runner.prefill_chunk > 0 and runner.widths == runner.backend.cfg.hidden_size + runner.backend.cfg.intermediate_size
     sparse = NativeRunner(NativeBackend.load(tiny_models["llama"], weights="fp32", kv_dtype="int8", attention="topk",
                                              kv_budget_bytes=4 << 20))
     assert sparse.kv_bytes > 0 and sparse.kv_unwritten_bytes == 0

@@ -849,7 +849,7 @@ def test_the_start_line_says_the_memory_with_the_kv_pages_full(monkeypatch):
     runner = FakeRunner()
     runner.kv_tokens, runner.kv_device = 32_832, "cpu"
     runner.kv_bytes = runner.kv_unwritten_bytes = 721 * 2**20  # float pages: none written yet
-    runner.working_bytes = 495 * 2**20
+    runner.prefill_chunk, runner.widths = 2048, 576 + 1536  # SmolLM2's: reads hold ~495 MiB beside their pages
     monkeypatch.setattr(run.resource, "getrusage", lambda who: type("Usage", (), {"ru_maxrss": 447 * 1024}))
     said: list[str] = []
     thread = threading.Thread(target=run.serve, args=(Settings(), ServeOptions(port=0, model_id="fake"), said.append),
