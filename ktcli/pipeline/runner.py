@@ -28,7 +28,7 @@ class Tally:
     prefill_s: float = 0.0
     decode_s: float = 0.0
     model_calls: int = 0
-    ttft_s: float = 0.0  # from the request's start to the first streamed answer token
+    ttft_s: float = 0.0  # from the request's start to the first streamed answer token (0: none yet)
     reused_tokens: int = 0  # prompt tokens read from the engine's prefix store, not prefilled
     reuse_s: float = 0.0  # reading them (counted in prefill_s too)
     notes_calls: int = 0  # steps that wrote notes for the next window (`generate_text`)
@@ -62,7 +62,9 @@ class Tally:
             "tokens_in": self.prompt_tokens,
             "tokens_out": self.new_tokens,
             "model_calls": self.model_calls,
-            "ttft_s": round(self.ttft_s, 3),
+            # null, not 0.0, where no answer text came: a run interrupted before its first
+            # token (a summary's notes kept) said "ttft_s": 0.0 after minutes of reading
+            "ttft_s": round(self.ttft_s, 3) if self.ttft_s else None,
             "prefill_tok_s": self._prefill_rate(),
             "decode_tok_s": round(self.new_tokens / self.decode_s, 1) if self.decode_s else 0.0,
             "total_s": round(time.perf_counter() - self.started, 3),
@@ -71,6 +73,12 @@ class Tally:
             "notes_kept": self.notes_kept,
         }
 
+
+    def first_shown(self) -> None:
+        """The answer's first text is shown now (where it is no streamed token: a file a
+        summary quotes whole)."""
+        if not self.ttft_s:
+            self.ttft_s = time.perf_counter() - self.started
 
     def _prefill_rate(self) -> float:
         """Tokens prefilled per second of prefilling, the prompt cache's reads left out of

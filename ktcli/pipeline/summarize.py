@@ -224,6 +224,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
             if _quoted(doc):
                 text = _quote(doc)
                 reporter.answer_text(text)
+                tally.first_shown()  # (two quoted files said "ttft_s": 0.0 after 5 s)
                 parts.append((doc, text))
                 continue
             try:

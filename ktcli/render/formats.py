@@ -205,7 +205,7 @@ def figures_line(answer: Answer) -> str:
         f"tokens in {f.get('tokens_in', 0):,}"
         + (f" ({f['reused_tokens']:,} read from the prompt cache)" if f.get("reused_tokens") else "")
         + f" / out {f.get('tokens_out', 0):,}",
-        f"ttft {f.get('ttft_s', 0):.1f}s",
+        None if f.get("ttft_s") is None else f"ttft {f['ttft_s']:.1f}s",  # (null: no answer text came)
         # No prefill rate worth showing for a prompt read back from the prompt cache (a few
         # tokens prefilled), nor for a server (its time to first token includes its queue
         # and the network: a fast one gave "prefill 694142 tok/s").

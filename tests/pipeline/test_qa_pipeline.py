@@ -651,6 +651,8 @@ def test_ctrl_c_while_a_summary_reads_keeps_the_notes_so_far(haystack, tmp_path)
     assert kept.text == caught.value.partial and kept.citations == () and kept.plan.task == "summarize"
     assert kept.plan.n_windows > 2 and kept.stats["windows"] == 2 and kept.stats["model_calls"] == 2
     assert kept.stats["evidence"] and all(e["path"].startswith(str(haystack)) for e in kept.stats["evidence"])
+    # no answer token came: its time to the first is null, not 0.0 (probe 124)
+    assert kept.stats["ttft_s"] is None
 
 
 def test_an_answer_a_server_cut_off_keeps_the_whole_json_object(tmp_path, monkeypatch):

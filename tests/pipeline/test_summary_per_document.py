@@ -200,6 +200,20 @@ def test_a_file_shorter_than_a_summary_is_shown_whole_not_summarized(folder, tmp
     assert "The whole file: `# Marker file for PEP 561`" in "".join(reporter.shown)
 
 
+def test_files_shown_whole_have_a_first_token_time(tmp_path):
+    """Probe 124: a summary of two one-line files, each shown whole, said "ttft_s": 0.0
+    (and "ttft 0.0s") after 5 s: the first text shown is its first piece."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha note: the pump runs at 5 l/s.\n")
+    (docs / "b.txt").write_text("Beta note: the valve is shut.\n")
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(docs)], "", "summarize", settings, NullReporter())
+    tally = Tally()
+    answer = summarize(prep, FirstLine(), settings, Shown(), tally)
+    assert answer.stats["model_calls"] == 0 and answer.stats["ttft_s"] is not None and tally.ttft_s > 0
+
+
 def test_a_summary_of_markup_and_made_up_code_alone_is_said_to_be_none(folder, tmp_path):
     from .test_qa_pipeline import Warnings
 

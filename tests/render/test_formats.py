@@ -227,3 +227,12 @@ def test_with_no_answer_what_follows_it_has_no_blank_lines_above():
     assert citations_text(empty).startswith("Files in d/ (each in its own words")
     assert citations_text(replace(empty, text="It is a pager.")).startswith("\n\nFiles in d/")
     assert citations_text(replace(empty, files=None)) == ""
+
+
+def test_a_run_with_no_answer_text_has_no_first_token_time():
+    """Probe 124: interrupted before its first token, a run's figures said ttft 0.0."""
+    from ktcli.pipeline.runner import Tally
+
+    assert Tally().figures()["ttft_s"] is None
+    assert "ttft" not in figures_line(_answer(tokens_in=10, tokens_out=0, ttft_s=None, total_s=1.0))
+    assert "ttft 1.5s" in figures_line(_answer(tokens_in=10, tokens_out=2, ttft_s=1.5, total_s=2.0))
