@@ -167,11 +167,16 @@ def take_notes(backend: Backend, messages: list[Message], params: SamplingParams
 
 class AnswerInterrupted(KeyboardInterrupt):
     """Ctrl-C while an answer streamed, with the text shown so far: a caller that can cite
-    it does (`pipeline.qa`); to any other it is the KeyboardInterrupt it was."""
+    it does (`pipeline.qa`); to any other it is the KeyboardInterrupt it was. `doing`: what
+    was going on, as the error says it after "interrupted" (default: the answer streaming)."""
 
-    def __init__(self, shown: str) -> None:
+    def __init__(self, shown: str, doing: str = "") -> None:
         super().__init__()
         self.shown = shown
+        self.doing = doing
+
+
+STREAMING = "while the answer streamed"
 
 
 class Streamed:
@@ -180,11 +185,12 @@ class Streamed:
     def __init__(self) -> None:
         self.text = ""
         self.interrupted = False
+        self.doing = STREAMING
 
     def finish(self, answer_of: Callable[[str], Answer]) -> Answer:
         answer = answer_of(self.text)
         if self.interrupted:  # the part shown keeps the Sources it can be traced to (exit 130)
-            raise InterruptedAnswer(f"{interruption()[0]} while the answer streamed", answer)
+            raise InterruptedAnswer(f"{interruption()[0]} {self.doing}", answer)
         return answer
 
 
@@ -198,6 +204,7 @@ def cited_if_interrupted():
         yield streamed
     except AnswerInterrupted as e:
         streamed.text, streamed.interrupted = e.shown.strip(), True
+        streamed.doing = e.doing or STREAMING
 
 
 _LABELS_ONLY = re.compile(r"(?:\s*\[\d{1,3}\][\s.,;:]*)+")

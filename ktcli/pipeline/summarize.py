@@ -232,11 +232,14 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                                      longer, source=_text(prep, doc), cut=cut, under_heading=True)
             except AnswerInterrupted as e:
                 parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
-                raise AnswerInterrupted(_joined(parts)) from None
+                raise AnswerInterrupted(_joined(parts), f"while the summary of {doc.path} streamed "
+                                                        f"(document {i + 1} of {len(docs)})") from None
             except KeyboardInterrupt:  # reading the next document's prompt: the summaries written are kept
                 if not parts:
                     raise
-                raise AnswerInterrupted(_joined(parts)) from None
+                # (said "while the answer streamed" where nothing streamed: probe 124)
+                raise AnswerInterrupted(_joined(parts), f"while reading {doc.path} (document {i + 1} of {len(docs)}): "
+                                                        f"the summaries of {_documents_to(len(parts))} are kept") from None
             _warn_if_echo(text, reporter)
             if not text:  # (stream_answer said why on stderr)
                 # nothing of it shown, so nothing "cut short": certifi's test file was said to be
@@ -464,6 +467,10 @@ def _hollow_parts(hollow: list[int], windows: list[list[Chunk]]) -> str:
     named = first_named([f"part {i + 1} ({_where(windows[i])})" for i in hollow], 3)
     return (f"the notes of {len(hollow)} of {len(windows)} parts said nothing from the input, so the summary is "
             f"written without them: {named} (a larger model, --model, does better)")
+
+
+def _documents_to(read: int) -> str:
+    return "document 1" if read == 1 else f"documents 1-{read}"
 
 
 def _parts_to(read: int) -> str:

@@ -113,12 +113,18 @@ def test_ctrl_c_keeps_the_summaries_written(folder, tmp_path):
     assert caught.value.answer.text == first + "\n\n" + heading + "\n" + " ".join(text.split(" ")[:3])  # (cut at the 4th)
     # probe 121: --json's figures are of the documents read (the second cut short), as docs/json.md
     # says; they said windows 3, with the third document never reached among the evidence
+    second_path = folder / sorted(TOPICS)[1]
+    assert str(caught.value) == f"interrupted while the summary of {second_path} streamed (document 2 of 3)"
     stats = caught.value.answer.stats
     assert stats["windows"] == 2
     assert [e["path"] for e in stats["evidence"]] == [str(folder / n) for n in sorted(TOPICS)[:2]]
     with pytest.raises(InterruptedAnswer) as caught:
         summarize(prep, CutBeforeTheThird(), settings, NullReporter(), Tally())
     assert caught.value.answer.text == first + "\n\n" + second
+    # probe 124: said "interrupted while the answer streamed" where none was streaming
+    third_path = folder / sorted(TOPICS)[2]
+    assert str(caught.value) == (f"interrupted while reading {third_path} (document 3 of 3): "
+                                 "the summaries of documents 1-2 are kept")
     assert caught.value.answer.stats["windows"] == 2 and len(caught.value.answer.stats["evidence"]) == 2
     # each part traced to its own document; none to the document never reached
     assert {c.span.path for c in caught.value.answer.citations} == {str(folder / n) for n in sorted(TOPICS)[:2]}
