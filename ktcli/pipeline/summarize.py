@@ -214,44 +214,30 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
     cut: list[str] = []  # the documents whose summaries reached their share: said in one line
     reporter = _Tail(reporter)
     with cited_if_interrupted() as streamed:
-        for i, (doc, messages) in enumerate(zip(docs, each)):
-            # one blank line above each heading, whatever line breaks the part before ended with
-            heading = ("\n" * max(0, 2 - reporter.line_breaks()) if i else "") + f"## {doc.path}\n"
-            if i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
-                reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
-                                f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
-            reporter.answer_text(heading)
-            if _quoted(doc):
-                text = _quote(doc)
-                reporter.answer_text(text)
-                tally.first_shown()  # (two quoted files said "ttft_s": 0.0 after 5 s)
-                parts.append((doc, text))
-                continue
-            try:
-                text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}",
-                                     longer, source=_text(prep, doc), cut=cut, under_heading=True)
-            except AnswerInterrupted as e:
-                parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
-                raise AnswerInterrupted(_joined(parts), f"while the summary of {doc.path} streamed "
-                                                        f"(document {i + 1} of {len(docs)})") from None
-            except KeyboardInterrupt:  # reading the next document's prompt: the summaries written are kept
-                if not parts:
-                    raise
-                # (said "while the answer streamed" where nothing streamed: probe 124)
-                raise AnswerInterrupted(_joined(parts), f"while reading {doc.path} (document {i + 1} of {len(docs)}): "
-                                                        f"the summaries of {_documents_to(len(parts))} are kept") from None
-            _warn_if_echo(text, reporter)
-            if not text:  # (stream_answer said why on stderr)
-                # nothing of it shown, so nothing "cut short": certifi's test file was said to be
-                # both "no summary" and among the summaries that "may be cut short" (probe 117)
-                cut[:] = [subject for subject in cut if subject != f"the summary of {doc.path}"]
-                text = NO_SUMMARY
-                reporter.answer_text(text)
-            elif citations.says_nothing_of(text, _text(prep, doc)):
-                reporter.warn(f"the summary of {doc.path} holds no word of it: the model wrote about nothing in it "
-                              "(a larger model, --model, does better)")
-            parts.append((doc, text))
-        streamed.text = _joined(parts)
+        # Ctrl-C anywhere in the loop keeps the summaries written: it came while the next
+        # document's heading was written (outside the stream's guard), and the summary of
+        # the first was lost, --json's object an error alone (probe 124).
+        i, doc, written = 0, docs[0], []
+        try:
+            for i, (doc, messages) in enumerate(zip(docs, each)):
+                written = []  # its text, once shown whole: kept if Ctrl-C comes while it is checked
+                parts.append((doc, _summarize_one(i, doc, messages, prep, backend, params, reporter, tally, budget,
+                                                  longer, cut, written)))
+            streamed.text = _joined(parts)
+        except AnswerInterrupted as e:
+            parts.append((doc, e.shown.strip()))  # its part shown: kept, and traced to its own lines
+            raise AnswerInterrupted(_joined(parts), f"while the summary of {doc.path} streamed "
+                                                    f"(document {i + 1} of {len(docs)})") from None
+        except KeyboardInterrupt:  # reading the next document's prompt: the summaries written are kept
+            if written and not any(d is doc for d, _ in parts):
+                parts.append((doc, written[-1]))
+            if not parts:
+                raise
+            at = f"(document {i + 1} of {len(docs)})"
+            # (said "while the answer streamed" where nothing streamed: probe 124)
+            doing = f"after the summary of {doc.path} {at}" if parts[-1][0] is doc else f"while reading {doc.path} {at}"
+            raise AnswerInterrupted(_joined(parts), f"{doing}: the summaries of {_documents_to(len(parts))} "
+                                                    "are kept") from None
     if cut:
         paths = [subject.removeprefix("the summary of ") for subject in cut]
         what = "reached their share" if len(cut) > 1 else "reached its share"
@@ -271,6 +257,40 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
                        stats=answer.stats | {"evidence": evidence})
 
     return streamed.finish(summaries)
+
+
+def _summarize_one(i: int, doc: Document, messages: list, prep: Prepared, backend: Backend, params: SamplingParams,
+                   reporter: _Tail, tally: Tally, budget: str, longer: str, cut: list[str], written: list[str]) -> str:
+    """One document's turn in `_each_document`: its heading, then its summary streamed (or
+    the file shown whole), checked; the text its section keeps, also put in `written` as
+    soon as it is shown."""
+    docs = prep.corpus.documents
+    # one blank line above each heading, whatever line breaks the part before ended with
+    heading = ("\n" * max(0, 2 - reporter.line_breaks()) if i else "") + f"## {doc.path}\n"
+    if i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
+        reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
+                        f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
+    reporter.answer_text(heading)
+    if _quoted(doc):
+        text = _quote(doc)
+        reporter.answer_text(text)
+        written.append(text)
+        tally.first_shown()  # (two quoted files said "ttft_s": 0.0 after 5 s)
+        return text
+    text = stream_answer(backend, messages, params, tally, reporter, budget, f"the summary of {doc.path}",
+                         longer, source=_text(prep, doc), cut=cut, under_heading=True)
+    written.append(text or NO_SUMMARY)
+    _warn_if_echo(text, reporter)
+    if not text:  # (stream_answer said why on stderr)
+        # nothing of it shown, so nothing "cut short": certifi's test file was said to be
+        # both "no summary" and among the summaries that "may be cut short" (probe 117)
+        cut[:] = [subject for subject in cut if subject != f"the summary of {doc.path}"]
+        reporter.answer_text(NO_SUMMARY)
+        return NO_SUMMARY
+    if citations.says_nothing_of(text, _text(prep, doc)):
+        reporter.warn(f"the summary of {doc.path} holds no word of it: the model wrote about nothing in it "
+                      "(a larger model, --model, does better)")
+    return text
 
 
 class _Tail:

@@ -130,6 +130,45 @@ def test_ctrl_c_keeps_the_summaries_written(folder, tmp_path):
     assert {c.span.path for c in caught.value.answer.citations} == {str(folder / n) for n in sorted(TOPICS)[:2]}
 
 
+def test_ctrl_c_between_two_documents_keeps_the_summaries_written(folder, tmp_path, monkeypatch):
+    """Probe 124: a Ctrl-C that came while the second document's heading was written (or
+    while a summary shown was checked) was outside the stream's guard: the first
+    document's summary was lost, and --json's object was the error alone."""
+    from ktcli.pipeline import summarize as summarize_module
+
+    settings = settings_for(tmp_path, mode="auto")
+    prep = prepare([str(folder)], "", "summarize", settings, NullReporter())
+    first, second = (f"## {folder / name}\n{TOPICS[name]}" for name in sorted(TOPICS)[:2])
+    names = sorted(TOPICS)
+
+    class CutAtTheSecondHeading(Shown):
+        def answer_text(self, delta):
+            super().answer_text(delta)
+            if names[1] in delta:
+                raise KeyboardInterrupt
+
+    with pytest.raises(InterruptedAnswer) as caught:
+        summarize(prep, FirstLine(), settings, CutAtTheSecondHeading(), Tally())
+    assert caught.value.answer.text == first
+    assert str(caught.value) == (f"interrupted while reading {folder / names[1]} (document 2 of 3): "
+                                 "the summaries of document 1 are kept")
+
+    checked = []
+
+    def cut_while_checking(text, source):
+        checked.append(text)
+        if len(checked) == 2:
+            raise KeyboardInterrupt
+        return False
+
+    monkeypatch.setattr(summarize_module.citations, "says_nothing_of", cut_while_checking)
+    with pytest.raises(InterruptedAnswer) as caught:
+        summarize(prep, FirstLine(), settings, Shown(), Tally())
+    assert caught.value.answer.text == first + "\n\n" + second  # the second, shown whole, kept
+    assert str(caught.value) == (f"interrupted after the summary of {folder / names[1]} (document 2 of 3): "
+                                 "the summaries of documents 1-2 are kept")
+
+
 def test_a_document_past_the_window_alone_is_read_in_parts_with_the_others(folder, tmp_path):
     """The plan's estimate fit (the model's window); the backend's window is smaller than
     one document's own prompt: read as before, in parts, never sent past the window."""
