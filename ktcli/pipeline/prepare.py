@@ -394,6 +394,8 @@ def prepare(
         per_estimate = max(sampled, MODEL_TOKENS_PER_ESTIMATE)
         kind_ratios = _kind_ratios(corpus, sampler)
         counter = sampler
+    # (the plan weighs the floor's margin; it reports the sampled count: `count_scale`)
+    count_scale = sampled / per_estimate if counter is not None and tokenizer is None else 1.0
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
     to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
     converts = _converts_first(settings)
@@ -434,6 +436,7 @@ def prepare(
         tokens_per_estimate=per_estimate,
         **_passage_sizes(chunks, sampled, counter),
         listing_tokens=int(listing * per_estimate),
+        count_scale=count_scale,
     )
     rates = load_rates(settings, facts, code=mostly_code(corpus.documents))
     try:

@@ -200,6 +200,12 @@ class PlanRequest:
     # The windows the earlier run that kept the notes packed (`notes_memo.kept`; 0: not
     # known): the same read packs the same ones, where the estimate may not.
     known_windows: int = 0
+    # The input's best count per token counted here: the token counts above carry a margin
+    # where the input was sampled, not counted (the fixed ratio, 1.25 model tokens per
+    # estimate token, is their floor: "fits" errs on the safe side), which the plan weighs
+    # by but does not report. The tutorial's plan said input_tokens 78,975 under auto (its
+    # sampled 1.09 floored at 1.25) and 68,575 under --mode sparse (counted whole): 1.09/1.25.
+    count_scale: float = 1.0
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -217,6 +223,9 @@ KERNEL_COMPILE_S = 45.0
 def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     rates = replace(rates, load_s=rates.load_s + req.read_s)  # every mode pays both before its work
     plan = replace(_planned_with_kept_notes(req, facts, rates), read_s=req.read_s)
+    # the input's tokens as best counted, in every mode: not the margin the plan weighed by
+    plan = replace(plan, input_tokens=_reported(req, plan.input_tokens), read_tokens=_reported(req, plan.read_tokens),
+                   question_tokens=_reported(req, plan.question_tokens))
     if plan.mode is Mode.FULL and plan.n_windows > 1:
         plan = replace(plan, reasons=(*plan.reasons, f"a summary of {plan.n_windows} documents: each read alone and "
                                       f"summarized in turn, in up to {per_document_tokens(plan.n_windows, req.max_new_tokens)} "
@@ -292,6 +301,12 @@ def _make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     return plan
 
 
+def _reported(req: PlanRequest, tokens: int) -> int:
+    """A count of the request's as the plan says it: without the margin of a sampled count
+    (`PlanRequest.count_scale`)."""
+    return tokens if req.count_scale == 1.0 else round(tokens * req.count_scale)
+
+
 def _over(seconds: float) -> int:
     """Seconds said to be over a budget, rounded up: 600.4 s was "~600s > 600s budget"."""
     return math.ceil(seconds)
@@ -302,21 +317,22 @@ def _outlined(req: PlanRequest, facts: ModelFacts, rates: Throughput, why: str) 
     planned like any input of that many tokens, then labelled."""
     plan = _plan(replace(req, corpus_tokens=req.outline_tokens, n_chunks=0), facts, rates)
     reason = (f"{why}: {req.outline_files} file(s) read as outlines (code: signatures, docstrings, comments; "
-              f"long prose: headings and first paragraphs), ~{req.outline_tokens:,} of ~{req.corpus_tokens:,} tokens; --outline never reads every line")
+              f"long prose: headings and first paragraphs), ~{_reported(req, req.outline_tokens):,} of ~{_reported(req, req.corpus_tokens):,} tokens; --outline never reads every line")
     return replace(plan, input_tokens=req.corpus_tokens, read_tokens=req.outline_tokens,
                    outline_files=req.outline_files, reasons=(reason, *plan.reasons))
 
 
 def _does_not_fit(req: PlanRequest, facts: ModelFacts, full_tokens: int) -> str:
     if full_tokens <= facts.context_window:  # the answer's budget is what tips it over
-        return (f"the input (~{full_tokens:,} tokens with the prompt) and the answer budget ({req.max_new_tokens:,}) "
+        return (f"the input (~{_reported(req, full_tokens):,} tokens with the prompt) and the answer budget ({req.max_new_tokens:,}) "
                 f"exceed the {facts.context_window:,}-token window")
     if req.corpus_tokens + PROMPT_OVERHEAD_TOKENS + req.max_new_tokens <= facts.context_window:
         # the question is what tips it over: "the input exceeds the window" said of a CSV of
         # 6,592 tokens asked a question of 2,400
-        return (f"the input (~{req.corpus_tokens:,} tokens) with the question (~{req.question_tokens:,} tokens) "
+        return (f"the input (~{_reported(req, req.corpus_tokens):,} tokens) with the question "
+                f"(~{_reported(req, req.question_tokens):,} tokens) "
                 f"exceeds the {facts.context_window:,}-token window")
-    return f"the input (~{req.corpus_tokens:,} tokens) exceeds the {facts.context_window:,}-token window"
+    return f"the input (~{_reported(req, req.corpus_tokens):,} tokens) exceeds the {facts.context_window:,}-token window"
 
 
 def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
@@ -340,7 +356,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.mode == "sparse":
         if not sparse:
             if req.sparse_ok and req.window_cap:
-                raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole (~{full_tokens:,} tokens with "
+                raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole (~{_reported(req, full_tokens):,} tokens with "
                                  f"the prompt), past the --context-window cap of {req.window_cap:,}; raise or drop the cap")
             if not req.sparse_ok:
                 raise UsageError(f"{_named(req, 'mode')} sparse reads the input whole in ktcli's own paged cache: "
@@ -379,13 +395,13 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             # the input fits; the answer budget does not: --mode auto then refused the same
             # budget ("leaves no room for evidence"), so the way out is the budget
             raise UsageError(
-                f"{_named(req, 'mode')} full: the input (~{full_tokens:,} tokens with the prompt) fits the model's "
+                f"{_named(req, 'mode')} full: the input (~{_reported(req, full_tokens):,} tokens with the prompt) fits the model's "
                 f"{facts.context_window:,}-token window, but not with the {req.max_new_tokens:,} tokens kept for the "
                 f"answer; lower --max-new-tokens to {room:,} or less"
             )
         if not fits:
             raise UsageError(
-                f"{_named(req, 'mode')} full: the input is ~{req.corpus_tokens:,} tokens but the model's window is "
+                f"{_named(req, 'mode')} full: the input is ~{_reported(req, req.corpus_tokens):,} tokens but the model's window is "
                 f"{facts.context_window:,} (with {req.max_new_tokens} kept for the answer); use --mode auto, retrieval"
                 + ("" if req.window_cap or not req.sparse_ok else " or sparse")  # a sparse read may not pass the cap
             )
@@ -418,7 +434,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
                   and (not req.max_seconds or each.est_seconds <= req.max_seconds
                        or (retrieval is not None and each.est_seconds <= retrieval.est_seconds)))
         if within:  # (else weighed as ever below: parts, or what the budgets allow)
-            why = (f"the input (~{full_tokens:,} tokens with the prompt) exceeds the {facts.context_window:,}-token "
+            why = (f"the input (~{_reported(req, full_tokens):,} tokens with the prompt) exceeds the {facts.context_window:,}-token "
                    f"window, but each of its {req.n_documents} documents fits it alone")
             return _with(each, (why,), retrieval)
 
@@ -427,7 +443,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if fits:
         chosen = full
         reasons.append(
-            f"the whole input (~{full_tokens:,} tokens with the prompt) fits the {facts.context_window:,}-token window"
+            f"the whole input (~{_reported(req, full_tokens):,} tokens with the prompt) fits the {facts.context_window:,}-token window"
         )
         if retrieval is None:
             pass  # nothing to weigh it against

@@ -780,3 +780,18 @@ def test_a_time_said_over_the_budget_reads_over_it():
                      SMOL, RATES)
     said, over = map(float, re.search(r"~(\d+)s > ([\d.]+)s budget", plan.reasons[0]).groups())
     assert said > over
+
+
+def test_a_sampled_counts_margin_is_weighed_not_reported():
+    """Probe 124: the tutorial's plan said input_tokens 78,975 under auto (a sampled count,
+    floored at 1.25 model tokens per estimate token) and 68,575 under --mode sparse (counted
+    whole). The margin still decides (the same windows and times); the plan says the count."""
+    padded = summary_req(corpus_tokens=100_000, outline_tokens=20_000, outline_files=40)
+    scaled = replace(padded, count_scale=0.87)
+    plain, plan = make_plan(padded, SMOL, RATES), make_plan(scaled, SMOL, RATES)
+    assert (plan.mode, plan.n_windows, plan.est_seconds) == (plain.mode, plain.n_windows, plain.est_seconds)
+    assert (plan.input_tokens, plan.read_tokens) == (87_000, 17_400)
+    assert (plain.input_tokens, plain.read_tokens) == (100_000, 20_000)
+    assert any("~17,400 of ~87,000 tokens" in r for r in plan.reasons)
+    asked = make_plan(req(corpus_tokens=100_000, question_tokens=10, count_scale=0.87), SMOL, RATES)
+    assert asked.input_tokens == 87_000 and any("the input (~87,000 tokens) exceeds" in r for r in asked.reasons)
