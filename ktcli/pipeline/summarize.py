@@ -150,10 +150,24 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     while backend.prompt_tokens(messages) + params.max_new_tokens > backend.context_window and rows > 1:
         rows //= 2  # a long listing of deep paths beside the notes, in a small window
         messages = prompts.summary_reduce_messages(notes, prompts.file_listing(prep.corpus.documents, rows))
-    with cited_if_interrupted() as streamed:
-        written = stream_answer(backend, messages, params, tally, reporter, subject="the summary",
-                                source=_sources(prep))
-        streamed.text = _with_notes_if_empty(written, notes, len(windows), reporter)
+    summary_text = None
+    try:
+        with cited_if_interrupted() as streamed:
+            summary_text = stream_answer(backend, messages, params, tally, reporter, subject="the summary",
+                                         source=_sources(prep))
+            streamed.text = _with_notes_if_empty(summary_text, notes, len(windows), reporter)
+    except KeyboardInterrupt:
+        # Before the summary's first token (its prompt read): the notes of every part are
+        # kept, as they are where the parts are read. Said "terminated (SIGTERM)" alone, and
+        # --json's object was the error alone, after every part was read (probe 124).
+        if summary_text is not None:  # (the summary shown, Ctrl-C while it was checked)
+            raise
+        resume = "; the same command again writes the summary from them" if memo is not None and not memo.failed else ""
+        kept = f"Notes from {_parts_to(len(windows))} of {len(windows)} (interrupted before the summary was written):\n\n{notes}"
+        raise InterruptedWithNotes(
+            f"{interruption()[0]} while writing the summary from the notes: the notes of {_parts_to(len(windows))} are "
+            f"kept{resume}", kept, _notes_answer(kept, prep, with_windows(plan, len(windows)), tally, windows),
+        ) from None
     return streamed.finish(lambda summary: _answer(summary, prep, with_windows(plan, len(windows)), tally,
                                                    len(windows), reporter=reporter))
 

@@ -655,6 +655,36 @@ def test_ctrl_c_while_a_summary_reads_keeps_the_notes_so_far(haystack, tmp_path)
     assert kept.stats["ttft_s"] is None
 
 
+def test_ctrl_c_while_the_summarys_prompt_is_read_keeps_every_parts_notes(haystack, tmp_path):
+    """Probe 124: after every part was read, a SIGTERM while the summary's own prompt was
+    read said "terminated (SIGTERM)" alone, and --json's object was the error alone."""
+    from ktcli.errors import InterruptedWithNotes
+
+    class InterruptedAtTheSummary(FakeBackend):
+        def stream_chat(self, messages, params):
+            if "<source" not in messages[-1]["content"]:  # the summary's step, from the notes
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+        def _reply(self, messages):
+            return "The museum opens at nine [1]."
+
+    settings = settings_for(tmp_path)
+    prep = prepare([str(haystack)], "", "summarize", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, mode=Mode.RETRIEVAL, evidence_budget=600))
+    backend = InterruptedAtTheSummary()
+    with pytest.raises(InterruptedWithNotes) as caught:
+        summarize(small, backend, settings, NullReporter(), Tally())
+    parts = len(backend.calls)
+    assert parts > 2 and caught.value.exit_code == 130
+    assert str(caught.value).startswith(f"interrupted while writing the summary from the notes: the notes of parts 1-{parts}"
+                                        " are kept")
+    assert caught.value.partial.startswith(f"Notes from parts 1-{parts} of {parts} (interrupted before the summary")
+    assert "The museum opens at nine [1]." in caught.value.partial
+    kept = caught.value.answer
+    assert kept.text == caught.value.partial and kept.stats["windows"] == parts and kept.stats["ttft_s"] is None
+
+
 def test_an_answer_a_server_cut_off_keeps_the_whole_json_object(tmp_path, monkeypatch):
     """Text kept past an error (`partial`: a server's answer cut off) gets the answer's plan,
     figures (every key) and skipped files, for --json, as an interrupted answer does."""
