@@ -6,7 +6,7 @@ import time
 from dataclasses import replace
 
 from ktcli.config import Settings
-from ktcli.errors import ModelNotInstalledError, NotesCutOff, UsageError
+from ktcli.errors import Interrupted, ModelNotInstalledError, NotesCutOff, UsageError, interruption
 from ktcli.engine.backend import Backend, SamplingParams
 from ktcli.engine.openai_http import StreamCutOffError
 from ktcli.pipeline import citations, grounding, key_lines, prompts
@@ -70,6 +70,10 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
     return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)
 
 
+def _windows_to(read: int) -> str:
+    return "window 1" if read == 1 else f"windows 1-{read}"
+
+
 def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
                            tally: Tally, params: SamplingParams) -> Answer:
     started = time.perf_counter()
@@ -109,6 +113,13 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         try:
             new = take_notes(backend, prompts.notes_messages(prep.question, evidence, notes), note_params, tally,
                              reporter, memo, f"reading evidence window {i + 1}/{len(windows)}, passing notes on")
+        except KeyboardInterrupt:
+            # Said where it was, not a bare "interrupted" after minutes of reading windows;
+            # a notes step's text is no answer, so nothing is shown (probe 124)
+            kept = (f": the notes of {_windows_to(i)} are kept; the same question again starts at window {i + 1}"
+                    if i and memo is not None and not memo.failed else "")
+            raise Interrupted(f"{interruption()[0]} while reading evidence window {i + 1} of {len(windows)}, "
+                              f"before the answer{kept}") from None
         except StreamCutOffError as e:
             # The text of a notes step is no answer: it was printed as one, "partial answer
             # kept" (--json: its "answer"), where the server cut off before the answer began.

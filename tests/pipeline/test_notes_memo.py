@@ -501,3 +501,37 @@ def test_a_summary_with_every_note_kept_is_planned_at_the_memory_of_its_reduce_s
     with pytest.raises(OutOfMemoryError, match="over the --max-memory budget"):
         prepare([str(haystack)], "", "summarize", replace(settings_for(tmp_path / "elsewhere"), max_memory=budget),
                 NullReporter())
+
+
+def test_an_answer_interrupted_in_its_windows_says_where_and_what_is_kept(haystack, tmp_path):
+    """Probe 124: Ctrl-C while a question's evidence windows were read said "interrupted"
+    alone, though the notes of the windows read were kept for the same question again."""
+    from ktcli.errors import Interrupted
+
+    class CutAtTheSecondWindow(Keyed):
+        def stream_chat(self, messages, params):
+            if len(self.calls) == 1:
+                raise KeyboardInterrupt
+            return super().stream_chat(messages, params)
+
+    settings = settings_for(tmp_path, top_k=12)
+    prep = prepare([str(haystack)], "When does the museum open?", "ask", settings, NullReporter())
+    small = replace(prep, plan=replace(prep.plan, evidence_budget=300))
+    with pytest.raises(Interrupted) as caught:
+        answer_question(small, CutAtTheSecondWindow(), settings, NullReporter(), Tally())
+    said = str(caught.value)
+    assert said.startswith("interrupted while reading evidence window 2 of ") and caught.value.exit_code == 130
+    assert said.endswith("before the answer: the notes of window 1 are kept; the same question again starts at window 2")
+    again = Keyed()
+    tally = Tally()
+    answer_question(small, again, settings, NullReporter(), tally)
+    assert tally.notes_kept == 1  # as said
+
+    class CutAtTheFirstWindow(Keyed):
+        def stream_chat(self, messages, params):
+            raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as caught:
+        answer_question(replace(small, question="What is the vault combination?"), CutAtTheFirstWindow(), settings,
+                        NullReporter(), Tally())
+    assert str(caught.value).endswith(", before the answer")  # nothing kept, nothing promised

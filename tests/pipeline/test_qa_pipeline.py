@@ -890,8 +890,13 @@ def test_ctrl_c_during_a_notes_window_is_a_plain_interrupt(haystack, tmp_path):
     settings = settings_for(tmp_path)
     prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
     small = replace(prep, plan=replace(prep.plan, evidence_budget=300))
-    with pytest.raises(KeyboardInterrupt):
+    # no answer kept (a notes step's text is none), said where it came (probe 124)
+    from ktcli.errors import Interrupted
+
+    with pytest.raises(Interrupted) as caught:
         answer_question(small, CutInNotes(), settings, NullReporter(), Tally())
+    assert str(caught.value).startswith("interrupted while reading evidence window 1 of ")
+    assert caught.value.exit_code == 130 and not hasattr(caught.value, "answer")
 
 
 def test_ctrl_c_before_the_first_word_of_the_answer_is_a_plain_interrupt(haystack, tmp_path):
