@@ -64,6 +64,45 @@ def test_a_sigterm_while_ktcli_starts_is_said(tmp_path, json_flag, module):
         assert done.stdout == ""
 
 
+@pytest.mark.parametrize("json_flag", [True, False])
+def test_a_ctrl_c_while_ktcli_starts_is_said(tmp_path, json_flag):
+    """Probe 124: Ctrl-C in the first ~0.3 s (the imports) printed the traceback of the
+    import it landed in, exit -2 and no --json object. Here it arrives as typer is
+    imported, in `python -m ktcli` as a user runs it (the finder put in by sitecustomize)."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import importlib.abc, os, signal, sys, time\n"
+        "class Kill(importlib.abc.MetaPathFinder):\n"
+        "    def find_spec(self, name, path, target=None):\n"
+        "        if name == 'typer':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "            time.sleep(0.5)\n"
+        "            sys.exit('the Ctrl-C went unanswered')\n"
+        "sys.meta_path.insert(0, Kill())\n")
+    paths = [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "KTCLI_CONFIG": os.devnull, "KTCLI_CACHE_DIR": str(tmp_path),
+           "PYTHONPATH": os.pathsep.join(paths)}
+    args = ["plan", "notes.md", "q?", *(["--json"] if json_flag else [])]
+    done = subprocess.run([sys.executable, "-m", "ktcli", *args], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert done.returncode == 130, done.stderr
+    assert done.stderr == "error: interrupted\n"
+    if json_flag:
+        import json
+
+        assert json.loads(done.stdout) == {"error": "interrupted", "exit_code": 130}
+    else:
+        assert done.stdout == ""
+
+
+def test_a_program_importing_ktcli_keeps_its_own_ctrl_c():
+    """The handler above is the command's: a test runner that imports ktcli.cli.app keeps
+    Python's KeyboardInterrupt."""
+    import ktcli.cli.app  # noqa: F401
+
+    assert signal.getsignal(signal.SIGINT) is not ktcli.cli.app._ended_while_starting
+
+
 @pytest.mark.parametrize("command", ["plan", "ask"])
 def test_a_cache_dir_that_is_a_symlink_loop_is_one_line_before_the_input_is_read(tmp_path, command):
     """`plan` exited 0 and `ask` read its standard input first (here it never ends)."""

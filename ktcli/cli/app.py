@@ -7,31 +7,44 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 inte
 from __future__ import annotations
 
 import os
-import re
-import shlex
 import signal
 import sys
-from pathlib import Path
-from typing import Annotated, Optional
 
 
-def _terminated_while_starting(signum, frame) -> None:
-    """SIGTERM before `_main` puts its own handler in (the imports take ~0.3 s): nothing has
-    started, so said as a later one is (a line on stderr, --json's object on stdout) and
-    ended at once, exit 143. The default action ended the process with neither."""
+def _ended_while_starting(signum, frame) -> None:
+    """SIGTERM or Ctrl-C before `_main` puts its own handler in (the imports take ~0.3 s):
+    nothing has started, so said as a later one is (a line on stderr, --json's object on
+    stdout) and ended at once, exit 143 or 130. SIGTERM's default action ended the process
+    with neither; a Ctrl-C printed the traceback of the import it landed in (probe 124)."""
+    said, code = ("terminated (SIGTERM)", 143) if signum == signal.SIGTERM else ("interrupted", 130)
     args = sys.argv[1:]
     args = args[: args.index("--")] if "--" in args else args
     try:
         if "--json" in args:
-            os.write(1, b'{"error": "terminated (SIGTERM)", "exit_code": 143}\n')
-        os.write(2, b"error: terminated (SIGTERM)\n")
+            os.write(1, b'{"error": "%s", "exit_code": %d}\n' % (said.encode(), code))
+        os.write(2, b"error: %s\n" % said.encode())
     except OSError:
         pass
-    os._exit(143)
+    os._exit(code)
 
 
 if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # (not where it came ignored, or a host's own)
-    signal.signal(signal.SIGTERM, _terminated_while_starting)
+    signal.signal(signal.SIGTERM, _ended_while_starting)
+def _run_as_ktcli() -> bool:
+    """Whether this process is the command (`ktcli`, `python -m ktcli`), not a program that
+    imports it (a test runner, whose own Ctrl-C is Python's)."""
+    main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", "") or ""
+    return spec_name.split(".")[0] == "ktcli" or os.path.basename(getattr(main, "__file__", "") or "") == "ktcli"
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler and _run_as_ktcli():  # (likewise)
+    signal.signal(signal.SIGINT, _ended_while_starting)
+
+import re  # noqa: E402
+import shlex  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
@@ -298,7 +311,7 @@ def _is_devnull(fd: int) -> bool:
 
 def _main() -> None:
     signal.signal(signal.SIGTERM, _on_sigterm)  # (`ktcli serve` puts its own in while it serves)
-    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # (not where it came ignored)
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _ended_while_starting):  # (not where it came ignored)
         signal.signal(signal.SIGINT, _on_sigint)
     if sys.stdout is None:  # started with standard output closed (`>&-`): nowhere to answer
         fail("standard output is closed: nothing could be written (redirect it instead, e.g. > answer.txt)", 2)
