@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from ktcli.config import Settings, canonical_attention, canonical_rope_scaling, parse_bytes
+from ktcli.config import Settings, canonical_attention, canonical_rope_scaling, named_setting, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, OutOfMemoryError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
@@ -26,7 +26,7 @@ from ktcli.pipeline.skip_report import first_named, report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.pipeline.windows import as_read
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.planner import MODEL_TOKENS_PER_ESTIMATE, weighs_sparse
+from ktcli.plan.planner import DEFAULT_MEMORY_BUDGET, MODEL_TOKENS_PER_ESTIMATE, weighs_sparse
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
 from ktcli.types import Chunk, Corpus, Mode, ModelFacts, Plan
 
@@ -423,7 +423,8 @@ def prepare(
         cached_tokens=_whole_read_cached(cached, settings, facts),
         sparse_cached=tuple((dtype, policy, n) for (dtype, policy), n in cached.items() if policy != "dense"),
         window_cap=settings.context_window,
-        origins=settings.origins,
+        # a budget no setting gave is named as the default's (`planner.DEFAULT_MEMORY_BUDGET`)
+        origins=settings.origins + ((("max_memory", DEFAULT_MEMORY_BUDGET),) if not settings.max_memory else ()),
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
         convert_params=facts.n_params if converts else 0,
         convert_largest=facts.convert_largest_params if converts else 0,
@@ -464,8 +465,9 @@ def prepare(
     if over_budget is not None:
         if not whole or plan.est_memory_bytes > request.memory_budget:
             raise over_budget
-        plan = replace(plan, reasons=(*plan.reasons, f"within the {settings.named('max_memory')} budget "
-                                      f"({settings.max_memory}) with every note kept, though not as a fresh run"))
+        budget = settings.max_memory or f"{request.memory_budget / 2**30:.2f} GiB"  # (the default's: it said "()")
+        plan = replace(plan, reasons=(*plan.reasons, f"within the {named_setting(request.origins, 'max_memory')} "
+                                      f"budget ({budget}) with every note kept, though not as a fresh run"))
     _warn_if_chunks_too_small(settings, plan, reporter)
     _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":

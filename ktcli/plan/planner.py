@@ -407,8 +407,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             )
         if req.memory_budget and full.est_memory_bytes > req.memory_budget:
             raise OutOfMemoryError(
-                f"{_named(req, 'mode')} full needs ~{_gb(full.est_memory_bytes)}, over the {_named(req, 'max_memory')} "
-                f"budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+                f"{_named(req, 'mode')} full needs ~{_gb(full.est_memory_bytes)}, over the "
+                f"{_budget(req)}{_smaller_suggestion(req, sparse)}"
             )
         return _with(full, (_asked(req, "mode"),), retrieval)
     if req.mode == "retrieval":
@@ -419,8 +419,8 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
             # planned at ~1012 MiB and run (820 MiB peak) with no word of the budget
             raise OutOfMemoryError(
                 f"{_named(req, 'mode')} retrieval needs ~{_gb(retrieval.est_memory_bytes)} "
-                f"({_what_takes_memory(retrieval)}), over the {_named(req, 'max_memory')} budget of "
-                f"{_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+                f"({_what_takes_memory(retrieval)}), over the "
+                f"{_budget(req)}{_smaller_suggestion(req, sparse)}"
             )
         return _with(retrieval, (_asked(req, "mode"),), full if fits else None)
     if not fits and req.mode == "auto" and _each_document_fits(req, facts):
@@ -469,7 +469,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
             f"even {chosen.mode.value} needs ~{_gb(chosen.est_memory_bytes)} ({_what_takes_memory(chosen)}), over the "
-            f"{_named(req, 'max_memory')} budget of {_gb(req.memory_budget)}{_smaller_suggestion(req, sparse)}"
+            f"{_budget(req)}{_smaller_suggestion(req, sparse)}"
         )
     other = retrieval if chosen is full else (full if fits else None)
     if chosen is retrieval and sparse and not fits and req.task == "ask":  # (a summary: not offered, above)
@@ -557,7 +557,7 @@ def _choose_sparse(req: PlanRequest, sparse: list[Plan], fits: bool, full: Plan,
                else f"even at {least.kv_dtype}")
         raise OutOfMemoryError(
             f"{_named(req, 'mode')} sparse needs ~{_gb(least.est_memory_bytes)} {how}, over the "
-            f"{_named(req, 'max_memory')} budget of {_gb(req.memory_budget)}"
+            f"{_budget(req)}"
         )
     # Most preferred first, unless the prompt cache holds most of this input's pages of
     # another kind: read back, a minutes-long prefill takes seconds (a shared start of a
@@ -1018,6 +1018,21 @@ def _with(plan: Plan, reasons: tuple[str, ...], other: Plan | None, sparse: list
         for p in sparse if p is not plan
     )
     return replace(plan, reasons=reasons, alternatives=alternatives)
+
+
+# How the planner's messages name a memory budget no setting gave (`prepare.memory_budget`:
+# 80% of the memory available): "over the --max-memory budget of 0.34 GiB" was said to a
+# command with no --max-memory, on a machine whose free memory had dropped (probe 124).
+DEFAULT_MEMORY_BUDGET = "default memory"
+
+
+def _budget(req: PlanRequest) -> str:
+    """The memory budget as an error says it: "--max-memory budget of 2.00 GiB", or the
+    default's, with what it is and how to set another."""
+    named = _named(req, "max_memory")
+    said = f"{named} budget of {_gb(req.memory_budget)}"
+    return said + (" (80% of the memory available now; --max-memory sets another)"
+                   if named == DEFAULT_MEMORY_BUDGET else "")
 
 
 def _smaller_suggestion(req: PlanRequest, sparse: list[Plan]) -> str:

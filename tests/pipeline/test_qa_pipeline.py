@@ -1221,3 +1221,15 @@ def test_a_summary_held_whole_until_its_loop_was_stopped_says_there_is_none(tmp_
     assert reporter.lines[0].startswith("stopped the summary: it kept repeating")
     assert reporter.lines[1] == "left out of the summary: 1 code block(s) that are not in the input (made up by the model)"
     assert reporter.lines[2].startswith("the model gave no summary (") and "all of them left out" in reporter.lines[2]
+
+
+def test_a_default_memory_budget_is_not_said_to_be_max_memorys(haystack, tmp_path, monkeypatch):
+    """Probe 124: with no --max-memory, the budget (80% of the memory available) was named
+    "the --max-memory budget" in the refusal."""
+    from ktcli.errors import OutOfMemoryError
+    from ktcli.pipeline import prepare as prepare_module
+
+    monkeypatch.setattr(prepare_module, "memory_budget", lambda settings: 200 * 2**20)
+    with pytest.raises(OutOfMemoryError) as caught:
+        prepare([str(haystack)], "", "summarize", settings_for(tmp_path, mode="auto"), NullReporter())
+    assert "over the default memory budget of 0.20 GiB (80% of the memory available now" in str(caught.value)

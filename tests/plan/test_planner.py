@@ -795,3 +795,19 @@ def test_a_sampled_counts_margin_is_weighed_not_reported():
     assert any("~17,400 of ~87,000 tokens" in r for r in plan.reasons)
     asked = make_plan(req(corpus_tokens=100_000, question_tokens=10, count_scale=0.87), SMOL, RATES)
     assert asked.input_tokens == 87_000 and any("the input (~87,000 tokens) exceeds" in r for r in asked.reasons)
+
+
+def test_a_memory_budget_no_setting_gave_is_named_as_the_default():
+    """Probe 124: on a machine whose free memory had dropped, a command with no --max-memory
+    was refused "over the --max-memory budget of 0.34 GiB"."""
+    from ktcli.plan.planner import DEFAULT_MEMORY_BUDGET
+
+    tight = req(corpus_tokens=2000, memory_budget=300 * 2**20)
+    with pytest.raises(OutOfMemoryError) as given:
+        make_plan(tight, SMOL, RATES)
+    assert "over the --max-memory budget of 0.29 GiB" in str(given.value)
+    with pytest.raises(OutOfMemoryError) as default:
+        make_plan(replace(tight, origins=(("max_memory", DEFAULT_MEMORY_BUDGET),)), SMOL, RATES)
+    said = str(default.value)
+    assert "--max-memory budget" not in said
+    assert "over the default memory budget of 0.29 GiB (80% of the memory available now; --max-memory sets another)" in said
