@@ -7,8 +7,12 @@ Exit codes: 0 success, 1 runtime failure, 2 usage error, 3 input error, 130 inte
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import signal
 import sys
+from pathlib import Path
+from typing import Annotated, Optional
 
 
 def _ended_while_starting(signum, frame) -> None:
@@ -28,8 +32,6 @@ def _ended_while_starting(signum, frame) -> None:
     os._exit(code)
 
 
-if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # (not where it came ignored, or a host's own)
-    signal.signal(signal.SIGTERM, _ended_while_starting)
 def _run_as_ktcli() -> bool:
     """Whether this process is the command (`ktcli`, `python -m ktcli`), not a program that
     imports it (a test runner, whose own Ctrl-C is Python's)."""
@@ -38,13 +40,10 @@ def _run_as_ktcli() -> bool:
     return spec_name.split(".")[0] == "ktcli" or os.path.basename(getattr(main, "__file__", "") or "") == "ktcli"
 
 
+if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:  # (not where it came ignored, or a host's own)
+    signal.signal(signal.SIGTERM, _ended_while_starting)
 if signal.getsignal(signal.SIGINT) is signal.default_int_handler and _run_as_ktcli():  # (likewise)
     signal.signal(signal.SIGINT, _ended_while_starting)
-
-import re  # noqa: E402
-import shlex  # noqa: E402
-from pathlib import Path  # noqa: E402
-from typing import Annotated, Optional  # noqa: E402
 
 import typer  # noqa: E402
 
