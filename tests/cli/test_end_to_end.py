@@ -248,7 +248,7 @@ def test_plan_names_the_largest_documents_of_an_input_past_the_window(cache):
     text = run_ktcli(["plan", str(folder), "What is this?"], cache).stdout.decode()
     assert f"largest     {LONG_TEXT} (~" in text
     data = payload(run_ktcli(["plan", str(folder), "What is this?", "--json"], cache))
-    assert data["largest"][0]["path"] == str(LONG_TEXT) and data["largest"][0]["tokens"] > 70_000
+    assert data["largest"][0]["path"] == str(LONG_TEXT) and data["largest"][0]["tokens"] > 60_000
     # and every file it would read, in input order (a count said which files count)
     assert len(data["documents"]) == data["plan"]["n_documents"] and data["largest"][0] in data["documents"]
 
