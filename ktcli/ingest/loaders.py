@@ -175,14 +175,14 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         raise RejectedInput(display, f"not {_a(_ZIPPED_KINDS[kind])}: no zip header, it holds {_what_it_holds(data)}",
                             f"to read it as text, pipe it in: `ktcli ask - \"question\" < {_shell_name(display)}`")
     if _known_binary(data):  # an archive's header, even where what follows reads as text (a stored zip)
-        raise _binary(display, data)
+        raise _binary(display, data, _unpacked)
     data, padding = _without_nul_padding(data)
     if looks_binary(data[:SNIFF_BYTES]) and not _text_before_binary(data):
         utf16 = could_be_utf16(data)
         if utf16:
             raise RejectedInput(display, f"binary (or {utf16} text without a byte-order mark?)",
                                 f"if it is text, convert it: `iconv -f {utf16} -t UTF-8 {_shell_name(display)} > converted.txt`")
-        raise _binary(display, data)
+        raise _binary(display, data, _unpacked)
     try:
         raw, note = _decode(data, kind, is_stdin)
         nuls = raw.count("\x00")  # normalize_text drops them: said below with the other controls
@@ -343,9 +343,16 @@ def _format_of(data: bytes) -> tuple[str, str] | None:
     return next(((what, hint) for magic, what, hint in _MAGIC if data.startswith(magic)), None)
 
 
-def _binary(display: str, data: bytes) -> RejectedInput:
+def _binary(display: str, data: bytes, unpacked: str = "") -> RejectedInput:
     """The refusal of a binary file, naming its format where its first bytes tell it, and
-    in its hint the file's own name."""
+    in its hint the file's own name. `unpacked`: the compression it was found inside (a
+    `head -c 5000 /bin/ls | gzip > x.gz` was "binary: an executable (ELF)", as if x.gz
+    itself were one)."""
+    if unpacked:
+        refusal = _binary(display, data)
+        what = refusal.reason.removeprefix("binary").removeprefix(": ")
+        hint = str(refusal).removeprefix(f"{display}: {refusal.reason}").removeprefix("; ")
+        return RejectedInput(display, f"holds binary data ({unpacked}-compressed){': ' + what if what else ''}", hint)
     file = _shell_name(display)
     from ktcli.ingest.zipdoc import unread_office
 

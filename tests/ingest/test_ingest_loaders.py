@@ -1516,7 +1516,8 @@ def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> No
     # compress's own .Z (LZW) and lz4 are not read, and say how to be
     assert "compress'd (.Z) data; decompress it first: `zcat " in input_error(write("old.Z", b"\x1f\x9d\x90hi\x01\x02"))
     assert "`lz4 -dc " in input_error(write("a.txt.lz4", b"\x04\x22\x4d\x18\x64\x40\xa7\x05\x00"))
-    assert "binary: gzip-compressed data" in input_error(write("twice.gz", gzip.compress(gzip.compress(text))))
+    assert "holds binary data (gzip-compressed): gzip-compressed data" in input_error(
+        write("twice.gz", gzip.compress(gzip.compress(text))))
     # a folder reads them, its binaries and archives still skipped, its text weighed as unpacked
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -1532,6 +1533,26 @@ def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> No
         "README.md.gz", "report.pdf.gz"]
     assert skipped["logo.png.gz"] == "binary" and skipped["big.log.gz"] == (
         "too large (gzip-compressed, over 1.0 KB decompressed; --max-file-bytes raises it, or name the file)")
+
+
+def test_binary_data_inside_a_compressed_file_says_it_was_inside(write, tmp_path) -> None:
+    """`head -c 5000 /bin/ls | gzip > x.gz` was "binary: an executable (ELF)", as if x.gz
+    itself were one: the line says the binary is what the compression held."""
+    import bz2
+    import gzip
+
+    elf = b"\x7fELF\x02\x01\x01" + bytes(range(256)) * 8
+    message = input_error(write("x.gz", gzip.compress(elf)))
+    assert message.startswith(f"{tmp_path / 'x.gz'}: holds binary data (gzip-compressed): an executable (ELF); ")
+    noise = bytes(range(256)) * 16
+    assert "noise.bz2: holds binary data (bzip2-compressed); not text" in input_error(write("noise.bz2", bz2.compress(noise)))
+    # in a folder, the skipped entry says so too
+    folder = tmp_path / "logs"
+    folder.mkdir()
+    (folder / "core.gz").write_bytes(gzip.compress(elf))
+    (folder / "notes.txt").write_bytes(b"a note\n")
+    corpus = load_corpus([str(folder)])
+    assert [s.reason for s in corpus.skipped] == ["holds binary data (gzip-compressed): an executable (ELF)"]
 
 
 def _stdin_refusal(data: bytes) -> InputError:
