@@ -2,7 +2,8 @@
 a package's docs (`/usr/share/doc/*/NEWS.md.gz`), `data.csv.gz`. They were refused as
 binary ("decompress it first"), and skipped unread in a folder walk: a docs folder's
 summary left out its README and its changes. A tar inside (.tgz) is an archive, not a
-file, and stays refused; zstd has no reader in Python's standard library.
+file, and stays refused; zstd has no reader in Python's standard library. The legacy
+LZMA-alone format (`.lzma`, what `lzma`/`xz --format=lzma` write) is read as xz is.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from pathlib import PurePath
 
 from ktcli.ingest.errors import RejectedInput
 
-# (format, its file suffixes): gzip's own, bzip2's and xz's
-_SUFFIXES = {"gzip": (".gz", ".z"), "bzip2": (".bz2", ".bz"), "xz": (".xz",)}
+# (format, its file suffixes): gzip's own, bzip2's, xz's and LZMA-alone's
+_SUFFIXES = {"gzip": (".gz", ".z"), "bzip2": (".bz2", ".bz"), "xz": (".xz",), "lzma": (".lzma",)}
 # Read in pieces: the cap is checked between them, so a small bomb stops at it.
 _PIECE = 1 << 20
 
@@ -40,7 +41,22 @@ def format_of(data: bytes) -> str | None:
         return "bzip2"
     if data.startswith(b"\xfd7zXZ\x00"):
         return "xz"
+    if is_lzma_alone(data):
+        return "lzma"
     return None
+
+
+def is_lzma_alone(data: bytes) -> bool:
+    """An LZMA-alone header, which has no magic: lc/lp/pb 3/0/2 as every encoder writes them
+    (0x5d), a dictionary size of 2^n or 2^n + 2^(n-1) (4 KiB to 1.5 GiB), and an unpacked
+    size that is unknown (all 0xff) or under 2^48: no text starts with "]\\0\\0"."""
+    if len(data) < 13 or data[0] != 0x5D:
+        return False
+    dictionary = int.from_bytes(data[1:5], "little")
+    size = data[5:13]
+    shapes = (2**n for n in range(12, 31))
+    return (any(dictionary in (d, d + d // 2) for d in shapes)
+            and (size == b"\xff" * 8 or int.from_bytes(size, "little") < 1 << 48))
 
 
 def inner_name(name: str, compression: str) -> str:
@@ -93,6 +109,8 @@ _INPUT = 1 << 16
 def _engine(compression: str):  # type: ignore[no-untyped-def]
     if compression == "gzip":
         return zlib.decompressobj(wbits=31)
+    if compression == "lzma":
+        return lzma.LZMADecompressor(format=lzma.FORMAT_ALONE)
     return bz2.BZ2Decompressor() if compression == "bzip2" else lzma.LZMADecompressor()
 
 

@@ -309,7 +309,9 @@ def _latin1_fallback(error: UnicodeDecodeError) -> tuple[str, int]:
 codecs.register_error("latin1_fallback", _latin1_fallback)
 
 
-_UNPACK = {"gzip": "gunzip -c", "bzip2": "bunzip2 -c", "xz": "xz -dc"}
+_UNPACK = {"gzip": "gunzip -c", "bzip2": "bunzip2 -c", "xz": "xz -dc", "lzma": "xz -dc"}
+# LZMA-alone has no magic for _MAGIC to match: told by its header's shape (`compressed.is_lzma_alone`)
+_LZMA_ALONE = ("lzma-compressed data", "decompress it first: `xz -dc FILE | ktcli ask - \"question\"`")
 
 # Formats told by their first bytes, for a refusal that says what to do with them.
 _MAGIC = (
@@ -359,10 +361,10 @@ def _binary(display: str, data: bytes, unpacked: str = "") -> RejectedInput:
     office = unread_office(data)
     if office is not None:
         return RejectedInput(display, f"{office[0]}: not read", office[1])
-    known = _format_of(data)
+    known = _format_of(data) or (_LZMA_ALONE if compressed.is_lzma_alone(data) else None)
     if known is not None and _holds_tar(data, known[0]):  # `gunzip -c a.tgz | ktcli ask -` met the tar refusal next
         packed = known[0].removesuffix(" data")
-        return RejectedInput(display, f"binary: {'an' if packed[0] in 'aeiox' else 'a'} {packed} tar archive",
+        return RejectedInput(display, f"binary: {'an' if packed[0] in 'aeilox' else 'a'} {packed} tar archive",
                              f"unpack it and give the folder: `mkdir unpacked && tar xf {file} -C unpacked`")
     if known is not None:
         return RejectedInput(display, f"binary: {known[0]}", known[1].replace("FILE", file))
@@ -386,7 +388,8 @@ def _holds_tar(data: bytes, what: str) -> bool:
     import zlib
 
     decompressors = {"gzip-compressed data": lambda: zlib.decompressobj(wbits=31),
-                     "bzip2-compressed data": bz2.BZ2Decompressor, "xz-compressed data": lzma.LZMADecompressor}
+                     "bzip2-compressed data": bz2.BZ2Decompressor, "xz-compressed data": lzma.LZMADecompressor,
+                     "lzma-compressed data": lambda: lzma.LZMADecompressor(format=lzma.FORMAT_ALONE)}
     make = decompressors.get(what)
     if make is None:
         return False

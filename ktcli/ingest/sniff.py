@@ -12,7 +12,7 @@ SNIFF_BYTES = 8192
 BINARY_EXTENSIONS = frozenset(
     """
     png jpg jpeg gif bmp ico icns webp tif tiff psd heic avif
-    zip gz tgz bz2 xz zst lz4 7z rar tar jar war ear whl egg apk deb rpm msi dmg iso
+    zip gz tgz bz2 xz lzma tlz zst lz4 7z rar tar jar war ear whl egg apk deb rpm msi dmg iso
     exe dll so dylib a o obj lib bin elf class pyc pyo pyd wasm
     woff woff2 ttf otf eot
     mp3 mp4 m4a m4v wav flac ogg oga opus avi mov mkv webm

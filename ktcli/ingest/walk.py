@@ -392,7 +392,7 @@ def compressed_text(name: str) -> bool:
     ("NEWS.md.gz", "syslog.2.gz", "data.csv.xz"; not "site.tar.gz", "logo.png.gz"): read
     by its content (`ingest.compressed`)."""
     path = PurePath(name)
-    if path.suffix.lower() not in (".gz", ".bz2", ".xz"):
+    if path.suffix.lower() not in (".gz", ".bz2", ".xz", ".lzma"):
         return False
     inner = path.stem
     return not has_binary_extension(inner) and PurePath(inner).suffix.lower() != ".tar"

@@ -1535,6 +1535,31 @@ def test_a_file_compressed_whole_is_read_as_what_it_holds(write, tmp_path) -> No
         "too large (gzip-compressed, over 1.0 KB decompressed; --max-file-bytes raises it, or name the file)")
 
 
+def test_a_legacy_lzma_file_is_read_as_an_xz_one_is(write, tmp_path) -> None:
+    """`.lzma` (LZMA-alone, `xz --format=lzma`) has no magic, and was refused as binary."""
+    import lzma
+    import tarfile
+
+    text = b"# News\n\nThe keeper is Ada Quill.\n"
+    doc = load_one(write("NEWS.md.lzma", lzma.compress(text, format=lzma.FORMAT_ALONE)))
+    assert doc.kind == "markdown" and doc.text == text.decode()
+    piped = load_stdin(None, io.BytesIO(lzma.compress(text, format=lzma.FORMAT_ALONE)))
+    assert "Ada Quill" in piped.text
+    assert "damaged lzma-compressed data" in input_error(write("cut.lzma", lzma.compress(text * 50, format=lzma.FORMAT_ALONE)[:40]))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        member = tarfile.TarInfo("a.txt")
+        member.size = 3
+        archive.addfile(member, io.BytesIO(b"hi\n"))
+    message = input_error(write("site.tar.lzma", lzma.compress(buffer.getvalue(), format=lzma.FORMAT_ALONE)))
+    assert "binary: an lzma-compressed tar archive; unpack it" in message
+    # a folder reads one as it reads a .xz
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "README.md.lzma").write_bytes(lzma.compress(text, format=lzma.FORMAT_ALONE))
+    assert [d.text for d in load_corpus([str(folder)]).documents] == [text.decode()]
+
+
 def test_binary_data_inside_a_compressed_file_says_it_was_inside(write, tmp_path) -> None:
     """`head -c 5000 /bin/ls | gzip > x.gz` was "binary: an executable (ELF)", as if x.gz
     itself were one: the line says the binary is what the compression held."""
