@@ -363,14 +363,42 @@ def _binary(display: str, data: bytes, unpacked: str = "") -> RejectedInput:
         return RejectedInput(display, f"{office[0]}: not read", office[1])
     known = _format_of(data) or (_LZMA_ALONE if compressed.is_lzma_alone(data) else None)
     if known is not None and _holds_tar(data, known[0]):  # `gunzip -c a.tgz | ktcli ask -` met the tar refusal next
-        packed = known[0].removesuffix(" data")
-        return RejectedInput(display, f"binary: {'an' if packed[0] in 'aeilox' else 'a'} {packed} tar archive",
-                             f"unpack it and give the folder: `mkdir unpacked && tar xf {file} -C unpacked`")
+        return TarArchive(display, known[0].removesuffix(" data"))
     if known is not None:
         return RejectedInput(display, f"binary: {known[0]}", known[1].replace("FILE", file))
     if data[257:262] == b"ustar":
-        return RejectedInput(display, "binary: a tar archive", "unpack it and give the folder")
+        return TarArchive(display)
     return RejectedInput(display, "binary", f"not text; {_READABLE}")
+
+
+class TarArchive(RejectedInput):
+    """A tar archive, compressed (`packed`: "gzip-compressed") or not, refused with the
+    command that unpacks it; a folder walk names it so too (`hint`), where "binary" alone
+    said nothing of what to do."""
+
+    def __init__(self, display: str, packed: str = "") -> None:
+        what = f"{'an' if packed[0] in 'aeilox' else 'a'} {packed} tar archive" if packed else "a tar archive"
+        self.hint = f"unpack it and give the folder: `mkdir unpacked && tar xf {_shell_name(display)} -C unpacked`"
+        super().__init__(display, f"binary: {what}", self.hint)
+
+
+# A tar archive by its name, and its compression (a folder walk skips them unread)
+_TAR_SUFFIXES = {".tar": "", ".tgz": "gzip-compressed", ".taz": "gzip-compressed", ".tbz": "bzip2-compressed",
+                 ".tbz2": "bzip2-compressed", ".tb2": "bzip2-compressed", ".txz": "xz-compressed",
+                 ".tlz": "lzma-compressed", ".tzst": "zstd-compressed"}
+_TAR_PACKED = {".gz": "gzip-compressed", ".bz2": "bzip2-compressed", ".xz": "xz-compressed",
+               ".lzma": "lzma-compressed", ".zst": "zstd-compressed"}
+
+
+def tar_by_name(name: str, display: str) -> TarArchive | None:
+    """The refusal of a file its name calls a tar archive ("site.tar.gz", "a.tgz"), else None."""
+    path = PurePath(name)
+    suffix = path.suffix.lower()
+    if suffix in _TAR_SUFFIXES:
+        return TarArchive(display, _TAR_SUFFIXES[suffix])
+    if suffix in _TAR_PACKED and PurePath(path.stem).suffix.lower() == ".tar":
+        return TarArchive(display, _TAR_PACKED[suffix])
+    return None
 
 
 def _shell_name(display: str) -> str:

@@ -800,3 +800,30 @@ def test_a_folder_left_empty_by_the_size_limit_says_how_to_read_it(tmp_path):
     (tmp_path / "big" / "huge.py").write_text("x = 1\n" * 1000)
     with pytest.raises(InputError, match=r"\(1 too large\); --max-file-bytes raises the limit, or name the file"):
         load_corpus([str(tmp_path / "big")], max_file_bytes=100)
+
+
+def test_a_tar_archive_in_a_folder_is_named_with_the_command_that_unpacks_it(tmp_path: Path) -> None:
+    """A .tar.gz, .tgz or .tar in a folder was skipped as "binary", with no hint; by its name
+    (unread), or by its content where the name does not say (a "backup.gz" of a tar)."""
+    import gzip
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        member = tarfile.TarInfo("a.txt")
+        member.size = 3
+        archive.addfile(member, io.BytesIO(b"hi\n"))
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("a note\n")
+    for name in ("site.tar.gz", "site.tgz", "backup.gz", "logs.tar.bz2"):
+        (folder / name).write_bytes(gzip.compress(buffer.getvalue()))
+    (folder / "plain.tar").write_bytes(buffer.getvalue())
+    skipped = {s.path.rsplit("/", 1)[-1]: s.reason for s in load_corpus([str(folder)]).skipped}
+    unpack = "(unpack it and give the folder: `mkdir unpacked && tar xf {} -C unpacked`)"
+    assert skipped["site.tar.gz"] == f"binary: a gzip-compressed tar archive {unpack.format(folder / 'site.tar.gz')}"
+    assert skipped["site.tgz"] == f"binary: a gzip-compressed tar archive {unpack.format(folder / 'site.tgz')}"
+    assert skipped["backup.gz"] == f"binary: a gzip-compressed tar archive {unpack.format(folder / 'backup.gz')}"
+    assert skipped["logs.tar.bz2"].startswith("binary: a bzip2-compressed tar archive (unpack it")  # by its name
+    assert skipped["plain.tar"] == f"binary: a tar archive {unpack.format(folder / 'plain.tar')}"
