@@ -19,6 +19,7 @@ from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.layout import count_of
 from ktcli.ingest.pdf_headings import PageSections
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, is_utf8, normalize_text, text_sha256
+from ktcli.ingest.roff import looks_like_roff
 from ktcli.ingest.rtf import RTF_MAGIC
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
@@ -236,6 +237,10 @@ def _text_before_binary(data: bytes) -> bool:
 
 
 def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool) -> Document:
+    if kind is None and looks_like_roff(text, name):  # a man page's source (`ls.1`, `ls.1.gz`, piped in)
+        doc = _roff_document(text, display)
+        if doc is not None:
+            return doc
     if kind == "html" or (kind is None and (_looks_like_html(text) or (is_stdin and _looks_like_html_fragment(text)))):
         return _html_document(text, display)
     if name.lower().endswith(".ipynb") or (is_stdin and _looks_like_notebook(text)):
@@ -536,6 +541,18 @@ def _html_document(markup: str, display: str) -> Document:
         raise RejectedInput(display, "HTML page without visible text")
     left_out = tuple(Skipped(display, note, part=True) for note in notes)
     return replace(_text_document(text, display, "html", None), source_lines=source_lines, left_out=left_out)
+
+
+def _roff_document(source: str, display: str) -> Document | None:
+    """A man page as `man` shows it (`ingest.roff`), its lines cited as the source's: read
+    raw, its `.TH`, `.SH NAME`, `\\fB...\\fR` and `\\-` reached the model and the citations.
+    None where nothing is left to show (a page of comments): read as the text it is."""
+    from ktcli.ingest.roff import roff_to_text
+
+    text, source_lines = roff_to_text(source)
+    if not text.strip():
+        return None
+    return replace(_text_document(normalize_text(text), display, "markdown", None), source_lines=source_lines)
 
 
 def _notebook_document(raw: str, display: str) -> Document:

@@ -1,0 +1,663 @@
+"""A man page's roff source (`ls.1`, `/usr/share/man/man1/ls.1.gz`) as `man` shows it: read
+raw, `.TH`, `.SH NAME`, `\\fB-a\\fR` and `\\-` reached the model and its citations.
+
+No groff here (it may be absent, and a page is a program): a small reader of what man pages
+use. The man(7) macros (`.SH` and `.SS` as `##` and `###` headings, the page's title as
+`#`, paragraphs, tagged paragraphs indented, `.TS` tables as ` | ` rows), the common mdoc(7)
+ones (BSD pages: `.Sh`, `.Fl`, `.Ar`, `.Op`, `.Xr`...), strings (`.ds`), conditions as nroff
+takes them (`.ie n`, `.if \\n(.g`), escapes (fonts and sizes dropped, `\\-` as "-",
+`\\(em` as a dash); comments, macro definitions and other requests left out. Each line of
+the text keeps the source line it came from, so a citation still names the file's line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+
+# A page's name: section 1-9 and a suffix ("ls.1", "openssl.1ssl", "File::Spec.3perl"), or .man
+_MAN_NAME = re.compile(r"\.(?:[1-9][a-z0-9+_]{0,6}|man|mdoc)$", re.IGNORECASE)
+_REQUEST = re.compile(r"^[.'][ \t]*([A-Za-z][A-Za-z0-9]{0,3}|\\\")")
+_COMMENT = re.compile(r"^[.'][ \t]*\\[\"#]|^\.\s*$|^'''")
+_TITLE = re.compile(r"^[.'][ \t]*(TH|Dd|Dt|so)\b")
+
+
+def looks_like_roff(text: str, name: str = "") -> bool:
+    """A man page's source: its first line that is no comment a request, and a title (`.TH`,
+    mdoc's `.Dd`/`.Dt`) near the start, or `.SH` and a man page's name (`ls.1`), or a page
+    that is a link to another (`.so man1/other.1`)."""
+    head = text[:20_000].split("\n", 300)[:300]
+    lines = [line for line in head if line.strip() and not _COMMENT.match(line)]
+    if not lines:
+        return False
+    if _REQUEST.match(lines[0]) and any(_TITLE.match(line) for line in lines[:60]):
+        return True
+    # by its name, where requests are a share of its lines and one makes it a page (a64l.3
+    # opens with a stray "\t" line)
+    return (bool(_MAN_NAME.search(PurePath(name).name)) and sum(bool(_REQUEST.match(line)) for line in lines) >= 3
+            and any(re.match(r"^[.']\s*(?:TH|S[Hh]|Dt)\b", line) for line in lines))
+
+
+# Special characters (`\(em`, `\[bu]`) as plain text; those not named here are left out.
+_CHARS = {
+    "em": "—", "en": "–", "hy": "-", "mi": "-", "-": "-", "bu": "•", "lq": '"', "rq": '"', "oq": "'", "cq": "'",
+    "aq": "'", "dq": '"', "ga": "`", "aa": "'", "ti": "~", "ha": "^", "rs": "\\", "sl": "/", "ba": "|", "br": "|",
+    "co": "©", "rg": "®", "tm": "™", "de": "°", "mu": "×", "di": "÷", "+-": "±", "<=": "<=", ">=": ">=", "!=": "!=",
+    "==": "==", "->": "->", "<-": "<-", "ua": "↑", "da": "↓", "rA": "=>", "lA": "<=", "Fo": "«", "Fc": "»",
+    "fo": "‹", "fc": "›", "bv": "|", "at": "@", "sh": "#", "Do": "$", "Eu": "€", "Po": "£", "ct": "¢", "ps": "¶",
+    "sc": "§", "dg": "†", "dd": "‡", "lh": "☜", "rh": "☞", "sq": "□", "ci": "○", "OK": "✓", "ss": "ß", "ae": "æ",
+    "AE": "Æ", "o/": "ø", "O/": "Ø", ":a": "ä", ":o": "ö", ":u": "ü", ":A": "Ä", ":O": "Ö", ":U": "Ü", "'e": "é",
+    "`e": "è", "'a": "á", "`a": "à", "^e": "ê", ",c": "ç", "~n": "ñ", "12": "½", "14": "¼", "34": "¾",
+    "*a": "α", "*b": "β", "*g": "γ", "*d": "δ", "*e": "ε", "*l": "λ", "*m": "μ", "*p": "π", "*s": "σ", "*W": "Ω",
+    "if": "∞", "pl": "+", "eq": "=", "lB": "[", "rB": "]", "lC": "{", "rC": "}", "la": "<", "ra": ">", "st": "∗",
+    "lb": "", "rb": "", "lt": "", "rt": "", "lk": "", "rk": "", "bracketleft": "[", "bracketright": "]",
+}
+# Predefined strings (`\*R`, `\*(Tm`); a page's own `.ds` add to them.
+_STRINGS = {"R": "®", "Tm": "™", "lq": '"', "rq": '"', "S": "", "HF": ""}
+# Escapes that take a delimited argument and print nothing of it (motions, widths, drawing).
+_DELIMITED_DROP = set("hvwlLDXxNbRSHAoBZC")
+# Escapes that take a name (one character, (xx, or [name]) and print nothing.
+_NAMED_DROP = set("fFgkmMnVYsO$")
+_NOTHING = set("&)/,%:^|dupra{}!")
+
+
+class _Line:
+    """What escapes left of one input line, and whether it ends in `\\c` (joins the next)."""
+
+    def __init__(self, text: str, joins: bool) -> None:
+        self.text, self.joins = text, joins
+
+
+def _name_at(s: str, i: int) -> tuple[str, int]:
+    """An escape's name at `s[i:]`: "x", "(xx" or "[long name]"; the name and where it ends."""
+    if i >= len(s):
+        return "", i
+    if s[i] == "(":
+        return s[i + 1 : i + 3], i + 3
+    if s[i] == "[":
+        end = s.find("]", i)
+        return (s[i + 1 : end], end + 1) if end >= 0 else (s[i + 1 :], len(s))
+    return s[i], i + 1
+
+
+def _char(name: str) -> str:
+    if name in _CHARS:
+        return _CHARS[name]
+    if re.fullmatch(r"u[0-9A-Fa-f]{4,6}(?:_[0-9A-Fa-f]{4,6})*", name):
+        try:
+            return "".join(chr(int(part.lstrip("u"), 16)) for part in name.split("_"))
+        except ValueError:
+            return ""
+    if name.startswith("char") and name[4:].isdigit():
+        return chr(int(name[4:])) if int(name[4:]) < 0x110000 else ""
+    return ""
+
+
+def unescape(s: str, strings: dict[str, str], depth: int = 0) -> _Line:
+    """`s` with roff's escapes resolved as nroff prints them."""
+    out: list[str] = []
+    i, n = 0, len(s)
+    joins = False
+    while i < n:
+        j = s.find("\\", i)
+        if j < 0:
+            out.append(s[i:])
+            break
+        out.append(s[i:j])
+        if j + 1 >= n:  # a backslash at the end: the line goes on (a macro argument's) - dropped
+            break
+        c = s[j + 1]
+        i = j + 2
+        if c in "\"#":  # a comment to the end of the line (`\#` joins the next as well)
+            joins = c == "#"
+            break
+        if c == "-":
+            out.append("-")
+        elif c in " ~0":
+            out.append(" ")
+        elif c in "\\eE":
+            out.append("\\")
+        elif c in ".'`":
+            out.append(c)
+        elif c == "t":
+            out.append("\t")
+        elif c == "c":
+            joins = True
+        elif c == "(" or c == "[":
+            name, i = _name_at(s, j + 1)
+            out.append(_char(name))
+        elif c == "*":
+            name, i = _name_at(s, i)
+            value = strings.get(name, "")
+            out.append(unescape(value, strings, depth + 1).text if depth < 8 and "\\" in value else value)
+        elif c in _DELIMITED_DROP:
+            if i < n:
+                end = s.find(s[i], i + 1)
+                arg = s[i + 1 : end] if end >= 0 else s[i + 1 :]
+                i = end + 1 if end >= 0 else n
+                if c in "Zo":  # printed (without moving, or on top of each other): its text
+                    out.append(unescape(arg, strings, depth + 1).text if depth < 8 else "")
+                elif c == "C":
+                    out.append(_char(arg))
+        elif c in _NAMED_DROP:
+            if c == "s":  # \s-1 \s+2 \s0 \s(12 \s[10] \s'..'
+                m = re.match(r"[-+]?(?:\(\d\d|\[[^\]]*\]|'[^']*'|\d)", s[i:])
+                i += m.end() if m else 0
+            elif c == "n" and i < n and s[i] in "+-":  # \n+x: incremented, read: nothing printed
+                _, i = _name_at(s, i + 1)
+            else:
+                _, i = _name_at(s, i)
+        elif c == "z":
+            pass  # zero width: the next character prints
+        elif c in _NOTHING:
+            pass
+        else:
+            out.append(c)
+    return _Line("".join(out), joins)
+
+
+def split_args(s: str) -> list[str]:
+    """A request's or macro's arguments, raw: split on blanks outside double quotes (`""`
+    in a quoted one is a quote); an escaped blank (`\\ `) does not split."""
+    args: list[str] = []
+    i, n = 0, len(s)
+    while i < n:
+        while i < n and s[i] in " \t":
+            i += 1
+        if i >= n:
+            break
+        if s[i] == '"':
+            i += 1
+            arg = []
+            while i < n:
+                if s[i] == '"':
+                    if i + 1 < n and s[i + 1] == '"':
+                        arg.append('"')
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                if s[i] == "\\" and i + 1 < n:
+                    arg.append(s[i : i + 2])
+                    i += 2
+                    continue
+                arg.append(s[i])
+                i += 1
+            args.append("".join(arg))
+        else:
+            start = i
+            while i < n and s[i] not in " \t":
+                i += 2 if s[i] == "\\" and i + 1 < n else 1
+            args.append(s[start:i])
+    return args
+
+
+_CONDITION = re.compile(r"""\s*(!?)\s*(\\n\(\.g|\\n\[\.g\]|[ntoe](?![A-Za-z0-9])|[rdcmF]\s+\S+|'[^']*'[^']*'|\([^\s]*\)|\S+)\s?""")
+# mdoc macros, as `man` prints them
+_MDOC_ENCLOSE = {"Op": ("[", "]"), "Dq": ('"', '"'), "Qq": ('"', '"'), "Sq": ("'", "'"), "Ql": ("'", "'"),
+                 "Pq": ("(", ")"), "Bq": ("[", "]"), "Brq": ("{", "}"), "Aq": ("<", ">"), "Eq": ("", "")}
+_MDOC_OPEN = {"Oo": "[", "Do": '"', "Qo": '"', "So": "'", "Po": "(", "Bo": "[", "Bro": "{", "Ao": "<", "Eo": ""}
+_MDOC_CLOSE = {"Oc": "]", "Dc": '"', "Qc": '"', "Sc": "'", "Pc": ")", "Bc": "]", "Brc": "}", "Ac": ">", "Ec": ""}
+_MDOC_PLAIN = frozenset("Ar Pa Ev Cm Ic Li Em Sy Dv Va Er Fa Ft Vt Tn Ad Ms Cd Fd Ot No Sx Mt Lk St An Lb Ic Hf "
+                        "Nx Ox Fx Bsx Dx Ux Xo Xc Tg Ef Ek Bk Sm Es En Ta".split())
+_MDOC_NAMES = {"At": "AT&T UNIX", "Bx": "BSD", "Nx": "NetBSD", "Ox": "OpenBSD", "Fx": "FreeBSD", "Dx": "DragonFly",
+               "Bsx": "BSD/OS", "Ux": "UNIX"}
+_PUNCTUATION = frozenset(".,:;)]?!")
+# mdoc's block and state macros: their arguments (`.Bk -words`, `.Bl -tag -width Ds`) print nothing
+_MDOC_SILENT = frozenset("Bk Ek Sm Tg Bf Ef Dd Os Xo Xc".split())
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.out: list[tuple[str, int]] = []  # (line, source line)
+        self.strings = dict(_STRINGS)
+        self.indent = 0  # .RS levels
+        self.body = False  # inside a tagged paragraph's body: indented
+        self.tag_next = False  # the next text line is a .TP tag
+        self.prefix = ""  # a short .IP tag ("•") put before the next text line
+        self.url: list[str] = []  # .UR/.MT targets open
+        self.joining = False  # the last line ended in \c
+        self.name = ""  # mdoc's .Nm
+        self.el_stack: list[bool] = []
+        self.skip_to = ""  # "..": in a macro definition or .ig; "depth": in a false condition's block
+        self.depth = 0
+        self.table: dict | None = None
+        self.line_no = 0
+        self.pending_heading = ""  # a .SH without its title: the next line is it
+        self.skip_end = ""  # .EQ/.PS: the request that ends what is skipped
+        self.translate: dict[int, str] = {}  # .tr
+
+    # -- output
+    def emit(self, text: str, *, tagged: bool = False) -> None:
+        text = text.rstrip()
+        if self.joining and self.out:
+            last, where = self.out[-1]
+            self.out[-1] = (last + text.lstrip(), where)
+            return
+        if not text.strip():
+            self.blank()
+            return
+        if self.tag_next:  # a .TP's tag, whether a text line or a font macro's (`.B \-a`)
+            self.tag_next, tagged = False, True
+            self.body = False
+        if self.translate:
+            text = text.translate(self.translate)
+        pad = "    " * self.indent + ("    " if self.body and not tagged else "")
+        if self.prefix:
+            text, self.prefix = f"{self.prefix} {text.lstrip()}", ""
+        self.out.append((pad + text, self.line_no))
+        if tagged:
+            self.body = True
+
+    def blank(self) -> None:
+        if self.out and self.out[-1][0] != "":
+            self.out.append(("", self.line_no))
+
+    def text_line(self, raw: str) -> None:
+        line = unescape(raw, self.strings)
+        if self.pending_heading:
+            level, self.pending_heading = self.pending_heading, ""
+            self.emit(f"{level} {line.text.strip()}")
+        else:
+            self.emit(line.text)
+        self.joining = line.joins
+
+    def args(self, rest: str) -> list[str]:
+        return [unescape(a, self.strings).text for a in split_args(rest)]
+
+    # -- input
+    def feed(self, raw: str) -> None:
+        if self.skip_to == "..":
+            if re.match(r"^[.']\s*\.\s*(?:\\\".*)?$", raw):
+                self.skip_to = ""
+            return
+        if self.skip_to == "depth":
+            self.depth += raw.count("\\{") - raw.count("\\}")
+            if self.depth <= 0:
+                self.skip_to, self.depth = "", 0
+            return
+        if self.table is not None:
+            self.table_line(raw)
+            return
+        if raw[:1] in ".'":
+            self.request(raw)
+        else:
+            self.text_line(raw.replace("\\}", "") if "\\}" in raw else raw)
+
+    def condition(self, rest: str) -> tuple[bool, str]:
+        m = _CONDITION.match(rest)
+        if m is None:
+            return False, ""
+        negate, test = m.group(1), m.group(2)
+        if test not in ("n", "t", "o", "e", "\\n(.g", "\\n[.g]"):  # an expression, a register: taken as false
+            return False, rest[m.end() :]
+        value = test in ("n", "o", "\\n(.g", "\\n[.g]")  # nroff, groff, an odd page
+        return value != bool(negate), rest[m.end() :]
+
+    def body_of(self, value: bool, body: str) -> None:
+        """A condition's body: run where `value`, else skipped (a `\\{` block to its `\\}`)."""
+        body = body.lstrip()
+        opens = body.count("\\{") - body.count("\\}")
+        if not value:
+            if opens > 0:
+                self.skip_to, self.depth = "depth", opens
+            return
+        body = body.replace("\\{", "", 1).lstrip()
+        if body.endswith("\\"):
+            body = body[:-1]
+        body = body.replace("\\}", "")
+        if body.strip():
+            self.feed(body)
+
+    def request(self, raw: str) -> None:
+        m = re.match(r"^[.']\s*(\S*)\s*(.*)$", raw)
+        if m is None:
+            return
+        name, rest = m.group(1), m.group(2)
+        if name.startswith(('\\"', "\\#")) or name == "":
+            return
+        if "\\}" in name:  # 'br\} closing a block that ran
+            name = name.replace("\\}", "")
+        handler = getattr(self, "r_" + name, None) if name.isalnum() else None
+        if name in _MDOC_SILENT:
+            return
+        if name in ("ie", "if"):
+            value, body = self.condition(rest)
+            if name == "ie":
+                self.el_stack.append(not value)
+            self.body_of(value, body)
+        elif name.startswith("el"):
+            value = self.el_stack.pop() if self.el_stack else False
+            self.body_of(value, (name[2:] + " " + rest) if len(name) > 2 else rest)
+        elif name in ("de", "de1", "am", "ig", "dei", "ami", "am1"):
+            self.skip_to = ".."
+        elif name == "ds" or name == "ds1":
+            key, _, value = rest.partition(" ")
+            value = value.lstrip()
+            self.strings[key] = value[1:] if value.startswith('"') else value
+        elif handler is not None:
+            handler(rest)
+        elif name in _MDOC_PLAIN or name in _MDOC_ENCLOSE or name in _MDOC_OPEN or name in _MDOC_CLOSE \
+                or name in ("Fl", "Xr", "Nm", "Pf", "Ns", "Fn", "In", "Ex", "Rv", "It", "Nd"):
+            self.mdoc(name, rest)
+        # any other request (.nr, .ad, .ft, .in, .ne, .TS options ...) prints nothing
+
+    # -- man(7)
+    def r_TH(self, rest: str) -> None:
+        args = self.args(rest)
+        if args:
+            self.emit(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
+            about = ", ".join(a for a in (args[4:5] + args[3:4] + args[2:3]) if a.strip())
+            if about:
+                self.emit(about)
+
+    def heading(self, level: str, title: str) -> None:
+        self.indent, self.body, self.tag_next, self.prefix = 0, False, False, ""
+        self.blank()
+        if title.strip():
+            self.emit(f"{level} {title.strip()}")
+        else:
+            self.pending_heading = level
+
+    def r_SH(self, rest: str) -> None:
+        self.heading("##", " ".join(self.args(rest)))
+
+    def r_SS(self, rest: str) -> None:
+        self.heading("###", " ".join(self.args(rest)))
+
+    def r_Sh(self, rest: str) -> None:
+        self.heading("##", self.mdoc_text(rest))
+
+    def r_Ss(self, rest: str) -> None:
+        self.heading("###", self.mdoc_text(rest))
+
+    def r_tr(self, rest: str) -> None:
+        pairs = unescape(rest.strip(), self.strings).text
+        for a, b in zip(pairs[0::2], pairs[1::2] + " "):
+            self.translate[ord(a)] = b
+
+    def paragraph(self, rest: str = "") -> None:
+        self.body, self.tag_next, self.prefix = False, False, ""
+        self.blank()
+
+    r_PP = r_P = r_LP = r_Pp = r_Lp = r_HP = paragraph
+
+    def r_sp(self, rest: str) -> None:
+        self.blank()
+
+    def r_TP(self, rest: str) -> None:
+        self.paragraph()
+        self.tag_next = True
+
+    def r_TQ(self, rest: str) -> None:
+        self.body = False
+        self.tag_next = True
+
+    def r_IP(self, rest: str) -> None:
+        self.paragraph()
+        args = self.args(rest)
+        tag = args[0].strip() if args else ""
+        if tag and len(tag) <= 4:
+            self.prefix = tag  # "•", "1.", "-"
+            self.body = True
+        elif tag:
+            self.emit(tag, tagged=True)
+        else:
+            self.body = True
+
+    def r_RS(self, rest: str) -> None:
+        self.indent += 1
+
+    def r_RE(self, rest: str) -> None:
+        self.indent = max(0, self.indent - 1)
+
+    def font(self, rest: str, alternate: bool) -> None:
+        args = self.args(rest)
+        if not args:
+            return  # applies to the next line, which prints as it is
+        self.emit(("" if alternate else " ").join(args))
+
+    def r_B(self, rest: str) -> None:
+        self.font(rest, False)
+
+    r_I = r_SM = r_SB = r_B
+
+    def r_BR(self, rest: str) -> None:
+        self.font(rest, True)
+
+    r_BI = r_IB = r_RB = r_RI = r_IR = r_BR
+
+    def r_UR(self, rest: str) -> None:
+        self.url.append(" ".join(self.args(rest)))
+
+    r_MT = r_UR
+
+    def r_UE(self, rest: str) -> None:
+        url = self.url.pop() if self.url else ""
+        tail = "".join(self.args(rest))
+        if self.out and url:
+            last, where = self.out[-1]
+            self.out[-1] = (f"{last} <{url}>{tail}" if last else f"<{url}>{tail}", where)
+
+    r_ME = r_UE
+
+    def r_SY(self, rest: str) -> None:
+        self.blank()
+        self.emit(" ".join(self.args(rest)))
+
+    def r_OP(self, rest: str) -> None:
+        self.emit(f"[{' '.join(self.args(rest))}]")
+
+    def r_YS(self, rest: str) -> None:
+        self.blank()
+
+    def r_MR(self, rest: str) -> None:
+        args = self.args(rest)
+        if args:
+            self.emit(f"{args[0]}({args[1] if len(args) > 1 else ''}){''.join(args[2:])}")
+
+    def r_so(self, rest: str) -> None:
+        self.emit(f"See {rest.strip()}.")
+
+    def r_TS(self, rest: str) -> None:
+        self.table = {"format": True, "tab": "\t", "cell": None, "row": []}
+
+    def r_EQ(self, rest: str) -> None:
+        self.skip_to, self.skip_end = "..", "EN"  # an equation (eqn), a picture (pic): nothing in words
+
+    def r_PS(self, rest: str) -> None:
+        self.skip_to, self.skip_end = "..", "PE"
+
+    # -- tables (tbl)
+    def table_line(self, raw: str) -> None:
+        t = self.table
+        assert t is not None
+        if re.match(r"^[.']\s*TE\b", raw):
+            self.table = None
+            self.blank()
+            return
+        if t["cell"] is not None:  # inside T{ ... T}
+            if raw.startswith("T}"):
+                t["row"].append(" ".join(t["cell"]).strip())
+                t["cell"] = None
+                self.table_row(raw[2:].lstrip(t["tab"]), joined=True)
+            elif raw[:1] in ".'":
+                pass
+            else:
+                t["cell"].append(unescape(raw, self.strings).text.strip())
+            return
+        if re.match(r"^[.']\s*T&", raw):
+            t["format"] = True
+            return
+        if t["format"]:
+            m = re.search(r"tab\s*\((.)\)", raw)
+            if m:
+                t["tab"] = m.group(1)
+            if raw.rstrip().endswith("."):
+                t["format"] = False
+            return
+        if raw[:1] in ".'":
+            return
+        self.table_row(raw)
+
+    def table_row(self, raw: str, joined: bool = False) -> None:
+        t = self.table
+        assert t is not None
+        cells = raw.split(t["tab"]) if raw else []
+        if cells and cells[-1].endswith("T{"):
+            cells[-1] = cells[-1][:-2]
+            t["row"] += [unescape(c, self.strings).text.strip() for c in cells[:-1]] + (
+                [] if not cells[-1].strip() else [unescape(cells[-1], self.strings).text.strip()])
+            t["cell"] = []
+            return
+        if not joined and raw.strip() in ("_", "=", "") and not t["row"]:
+            return
+        row = t["row"] + [unescape(c, self.strings).text.strip() for c in cells if c.strip() not in ("_", "=")]
+        t["row"] = []
+        if any(row):
+            self.emit(" | ".join(row))
+
+    # -- mdoc(7)
+    def mdoc_text(self, rest: str) -> str:
+        return self.mdoc_words(self.args(rest))
+
+    def mdoc_words(self, words: list[str]) -> str:
+        """The words of an mdoc line, its callable macros done (`Fl a Ar file` -> "-a file")."""
+        out: list[str] = []
+        no_space = False
+        i = 0
+
+        def put(word: str) -> None:
+            nonlocal no_space
+            if out and (no_space or word in _PUNCTUATION or (len(word) == 1 and word in _PUNCTUATION)):
+                out[-1] += word
+            elif out and out[-1] and out[-1][-1] in "([" and len(out[-1]) == 1:
+                out[-1] += word
+            else:
+                out.append(word)
+            no_space = False
+
+        while i < len(words):
+            w = words[i]
+            i += 1
+            if w == "Fl":
+                if i < len(words) and words[i] not in _PUNCTUATION and not _is_macro(words[i]):
+                    put("-" + words[i])
+                    i += 1
+                else:
+                    put("-")
+            elif w == "Nm":
+                if i < len(words) and not _is_macro(words[i]) and words[i] not in _PUNCTUATION:
+                    self.name = self.name or words[i]
+                    put(words[i])
+                    i += 1
+                else:
+                    put(self.name)
+            elif w == "Xr" and i < len(words):
+                put(f"{words[i]}({words[i + 1]})" if i + 1 < len(words) else words[i])
+                i += 2
+            elif w in _MDOC_ENCLOSE:
+                inner, tail = words[i:], []
+                while inner and inner[-1] in _PUNCTUATION:
+                    tail.insert(0, inner.pop())
+                left, right = _MDOC_ENCLOSE[w]
+                put(left + self.mdoc_words(inner) + right)
+                for p in tail:
+                    put(p)
+                i = len(words)
+            elif w in _MDOC_OPEN:
+                put(_MDOC_OPEN[w])
+                no_space = True
+            elif w in _MDOC_CLOSE:
+                if out:
+                    out[-1] += _MDOC_CLOSE[w]
+                else:
+                    put(_MDOC_CLOSE[w])
+            elif w == "Ns":
+                no_space = True
+            elif w == "Pf" and i < len(words):
+                put(words[i])
+                no_space = True
+                i += 1
+            elif w in _MDOC_NAMES:
+                put(_MDOC_NAMES[w])
+            elif w == "Ar" and (i >= len(words) or _is_macro(words[i]) or words[i] in _PUNCTUATION):
+                put("file ...")
+            elif w in _MDOC_PLAIN:
+                continue
+            else:
+                put(w)
+        return " ".join(out)
+
+    def mdoc(self, name: str, rest: str) -> None:
+        words = self.args(rest)
+        if name == "Nd":
+            desc = "- " + self.mdoc_words(words)
+            if self.out and self.out[-1][0].strip():
+                last, where = self.out[-1]
+                self.out[-1] = (f"{last} {desc}", where)
+            else:
+                self.emit(desc)
+        elif name == "It":
+            self.body = False
+            self.blank()
+            self.emit(self.mdoc_words(words), tagged=True)
+        elif name == "Ex":
+            self.emit(f"The {self.name or 'utility'} utility exits 0 on success, and >0 if an error occurs.")
+        elif name == "Rv":
+            self.emit("The function returns the value 0 if successful; otherwise -1 is returned and errno is set.")
+        elif name == "In" and words:
+            self.emit(f"#include <{words[0]}>")
+        elif name == "Fn" and words:
+            self.emit(f"{words[0]}({', '.join(words[1:])})")
+        else:
+            self.emit(self.mdoc_words([name, *words]))
+
+    def r_Dt(self, rest: str) -> None:
+        args = self.args(rest)
+        if args:
+            self.emit(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
+
+    def r_Bl(self, rest: str) -> None:
+        self.blank()
+
+    def r_El(self, rest: str) -> None:
+        self.body = False
+        self.blank()
+
+    def r_Bd(self, rest: str) -> None:
+        self.blank()
+
+    r_Ed = r_Bd
+
+
+def _is_macro(word: str) -> bool:
+    return (word in _MDOC_PLAIN or word in _MDOC_ENCLOSE or word in _MDOC_OPEN or word in _MDOC_CLOSE
+            or word in ("Fl", "Xr", "Nm", "Ns", "Pf") or word in _MDOC_NAMES)
+
+
+def roff_to_text(text: str) -> tuple[str, tuple[int, ...]]:
+    """A man page's source as `man` shows it, and the source line (1-based) of each of its
+    lines."""
+    reader = _Reader()
+    lines = text.split("\n")
+    k = 0
+    while k < len(lines):
+        raw = lines[k]
+        k += 1
+        # a line ending in a backslash goes on (a macro's argument, a condition's body)
+        while raw.endswith("\\") and not raw.endswith("\\\\") and k < len(lines) and reader.skip_to == "":
+            raw = raw[:-1] + lines[k]
+            k += 1
+        reader.line_no = k
+        if reader.skip_end and reader.skip_to == "..":
+            if re.match(rf"^[.']\s*{reader.skip_end}\b", raw):
+                reader.skip_to, reader.skip_end = "", ""
+            continue
+        reader.feed(raw)
+    out = reader.out
+    while out and not out[-1][0].strip():
+        out.pop()
+    while out and not out[0][0].strip():
+        out.pop(0)
+    return "\n".join(line for line, _ in out) + "\n", tuple(max(1, n) for _, n in out)
