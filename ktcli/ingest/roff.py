@@ -202,7 +202,16 @@ _MDOC_PLAIN = frozenset("Ar Pa Ev Cm Ic Li Em Sy Dv Va Er Fa Ft Vt Tn Ad Ms Cd F
                         "Nx Ox Fx Bsx Dx Ux Xo Xc Tg Ef Ek Bk Sm Es En Ta".split())
 _MDOC_NAMES = {"At": "AT&T UNIX", "Bx": "BSD", "Nx": "NetBSD", "Ox": "OpenBSD", "Fx": "FreeBSD", "Dx": "DragonFly",
                "Bsx": "BSD/OS", "Ux": "UNIX"}
+_MDOC_STANDARDS = {"-ansiC": "ANSI X3.159-1989 (\"ANSI C89\")", "-isoC": "ISO/IEC 9899:1990 (\"ISO C90\")",
+                   "-isoC-99": "ISO/IEC 9899:1999 (\"ISO C99\")", "-isoC-2011": "ISO/IEC 9899:2011 (\"ISO C11\")",
+                   "-p1003.1": "IEEE Std 1003.1 (\"POSIX.1\")", "-p1003.2": "IEEE Std 1003.2 (\"POSIX.2\")",
+                   "-p1003.1-2001": "IEEE Std 1003.1-2001 (\"POSIX.1\")", "-p1003.1-2008": "IEEE Std 1003.1-2008 (\"POSIX.1\")",
+                   "-susv2": "Version 2 of the Single UNIX Specification (\"SUSv2\")",
+                   "-susv3": "Version 3 of the Single UNIX Specification (\"SUSv3\")",
+                   "-xpg4": "X/Open Portability Guide Issue 4 (\"XPG4\")"}
 _PUNCTUATION = frozenset(".,:;)]?!")
+# A tag this short shares its body's first line ("-S  sort by file size"), the body indented past it.
+_HANGING = 2
 # mdoc's block and state macros: their arguments (`.Bk -words`, `.Bl -tag -width Ds`) print nothing
 _MDOC_SILENT = frozenset("Bk Ek Sm Tg Bf Ef Dd Os Xo Xc".split())
 
@@ -226,11 +235,12 @@ class _Reader:
         self.pending_heading = ""  # a .SH without its title: the next line is it
         self.skip_end = ""  # .EQ/.PS: the request that ends what is skipped
         self.translate: dict[int, str] = {}  # .tr
+        self.hanging = ""  # a short tag waiting for its body's first line
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False) -> None:
         text = text.rstrip()
-        if self.joining and self.out:
+        if self.joining and self.out and not self.hanging:
             last, where = self.out[-1]
             self.out[-1] = (last + text.lstrip(), where)
             return
@@ -242,14 +252,31 @@ class _Reader:
             self.body = False
         if self.translate:
             text = text.translate(self.translate)
+        if tagged:
+            self.flush_hanging()
+            if len(text.strip()) <= _HANGING:
+                # a tag as short as "-S" opens its body's first line, as man shows it:
+                # "-S  sort by file size" is one line, a fact read whole
+                self.hanging, self.body = text.strip(), True
+                return
         pad = "    " * self.indent + ("    " if self.body and not tagged else "")
+        if self.hanging:
+            pad, text = "    " * self.indent + self.hanging.ljust(_HANGING + 2), text.lstrip()
+            self.hanging = ""
         if self.prefix:
             text, self.prefix = f"{self.prefix} {text.lstrip()}", ""
         self.out.append((pad + text, self.line_no))
         if tagged:
             self.body = True
 
+    def flush_hanging(self) -> None:
+        """A short tag with no body line after it: a line of its own."""
+        if self.hanging:
+            self.out.append(("    " * self.indent + self.hanging, self.line_no))
+            self.hanging = ""
+
     def blank(self) -> None:
+        self.flush_hanging()
         if self.out and self.out[-1][0] != "":
             self.out.append(("", self.line_no))
 
@@ -581,6 +608,9 @@ class _Reader:
                 i += 1
             elif w in _MDOC_NAMES:
                 put(_MDOC_NAMES[w])
+            elif w == "St" and i < len(words):
+                put(_MDOC_STANDARDS.get(words[i], words[i]))
+                i += 1
             elif w == "Ar" and (i >= len(words) or _is_macro(words[i]) or words[i] in _PUNCTUATION):
                 put("file ...")
             elif w in _MDOC_PLAIN:
@@ -655,6 +685,7 @@ def roff_to_text(text: str) -> tuple[str, tuple[int, ...]]:
                 reader.skip_to, reader.skip_end = "", ""
             continue
         reader.feed(raw)
+    reader.flush_hanging()
     out = reader.out
     while out and not out[-1][0].strip():
         out.pop()

@@ -60,8 +60,9 @@ def test_a_man_page_reads_as_man_shows_it() -> None:
     assert lines[0] == "# LS(1)" and "## NAME" in lines and "## SYNOPSIS" in lines and "### Exit status:" in lines
     assert "ls - list directory contents" in lines
     assert "[OPTION]... [FILE]..." in lines  # font escapes and \, \/ gone
-    assert "-S" in lines and "    sort by file size, largest first" in lines  # a tagged paragraph: its tag, its body
-    assert "--sort=WORD" in lines
+    # a tagged paragraph: its tag, its body indented; a tag as short as "-S" on its body's first line, as man shows it
+    assert "-S  sort by file size, largest first" in lines
+    assert lines[lines.index("--sort=WORD") + 1] == "    sort by WORD instead of name: none (-U), size (-S)"
     assert "• a bullet item with 'quotes' and \"Q\"" in [line.strip() for line in lines]
     assert "lsQ(1)" not in text and "ls(1)" in text and "exits with ZERO — see" in text
     assert "GNU coreutils <https://www.gnu.org/software/coreutils/>." in text
@@ -72,7 +73,7 @@ def test_a_man_page_reads_as_man_shows_it() -> None:
     source = PAGE.split("\n")
     assert len(source_lines) == len(lines) - 1  # (the text's final newline)
     assert source[source_lines[lines.index("ls - list directory contents")] - 1] == r"ls \- list directory contents"
-    assert source[source_lines[lines.index("    sort by file size, largest first")] - 1] == "sort by file size, largest first"
+    assert source[source_lines[lines.index("-S  sort by file size, largest first")] - 1] == "sort by file size, largest first"
 
 
 def test_a_mdoc_page_reads_as_man_shows_it() -> None:
@@ -98,7 +99,7 @@ Read all of them, see
     text, _ = roff_to_text(page)
     lines = text.split("\n")
     assert lines[0] == "# TOOL(1)" and "tool - do a thing" in lines and "[-av]" in lines and "[-o file]" in lines
-    assert "-a" in lines and "    Read all of them, see" in lines and "    ls(1)." in lines
+    assert "-a  Read all of them, see" in lines and "    ls(1)." in lines
     assert "-words" not in text and ".Op" not in text and "Mdocdate" not in text
 
 
