@@ -376,8 +376,14 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
             _walk(child, out, cursor, one_line="cell")
             out.text(" ", cursor.line, separator=True)
         elif name == "pre":
-            text = child.get_text()
-            out.raw_lines(text, cursor.line)
+            blocks = [c for c in child.children if isinstance(c, Tag) or str(c).strip()]
+            if len(blocks) > 1 and all(isinstance(c, Tag) and c.name == "code" for c in blocks):
+                # Node's docs put an example's ESM and CommonJS forms in one <pre>, <code> after
+                # <code>: the first's last line and the second's first were one ("});const http2 = ...")
+                for code in blocks:
+                    out.raw_lines(code.get_text(), code.sourceline or cursor.line)
+            else:
+                out.raw_lines(child.get_text(), cursor.line)
             cursor.past(str(child))
             out.paragraph()
         elif name == "br":

@@ -145,6 +145,23 @@ def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
     assert "Hidden draft" not in doc.text and "Also hidden" not in doc.text
 
 
+def test_code_blocks_side_by_side_in_one_pre_keep_their_own_lines(write) -> None:
+    """Node's docs put an example's ESM and CommonJS forms in one <pre>, <code> after <code>:
+    the first's last line and the second's first were read as one ("});const http2 = ...")."""
+    html = "\n".join([
+        "<html><body><p>Example:</p>",
+        '<pre><code class="mjs">import http2 from "node:http2";',
+        'req.on("end", () => {});</code><code class="cjs">const http2 = require("node:http2");',
+        'req.on("end", () => {});</code></pre>',
+        "<p>End.</p></body></html>",
+    ])
+    doc = load_one(write("http2.html", html))
+    lines = doc.text.split("\n")
+    assert 'req.on("end", () => {});' in lines and 'const http2 = require("node:http2");' in lines
+    got = dict(zip(lines, doc.source_lines))
+    assert (got['import http2 from "node:http2";'], got['const http2 = require("node:http2");'], got["End."]) == (2, 3, 5)
+
+
 def test_html_without_its_head_end_tag_keeps_the_body(write) -> None:
     # HTML lets a page leave out </head> and <body>; html.parser then nests the body in
     # <head>, which was dropped whole: the text was only "Title: Fern care".
