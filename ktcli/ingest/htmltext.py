@@ -526,9 +526,13 @@ def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
              if (tag.name or "").lower() == "nav" or str(tag.get("role") or "").lower() == "navigation"]
     found_ids = {id(tag) for tag in found}
     menus = [tag for tag in found if not any(id(parent) in found_ids for parent in tag.parents)]
+    # an empty one (a menu a script fills) leaves nothing out: "1 navigation menu (0 words
+    # of site links) left out" was said of underscore.js's docs
+    counted = [(menu, _words(menu)) for menu in menus]
+    menus = [menu for menu, n in counted if n]
     if not menus:
         return [], 0
-    words = sum(_words(menu) for menu in menus)
+    words = sum(n for _, n in counted)
     if _words(soup.body or soup) - words < _MIN_WORDS_BESIDE_MENUS:
         return [], 0
     return menus, words

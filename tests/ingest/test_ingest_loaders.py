@@ -117,6 +117,9 @@ def test_a_saved_pages_navigation_menus_are_left_out_and_said(write) -> None:
     # a page that is all menu (a site map) keeps it, and says nothing
     sitemap = load_one(write("map.html", f"<html><body><h1>Site map</h1><nav><ul>{menu}</ul></nav></body></html>"))
     assert "Tide tables part 29" in sitemap.text and sitemap.left_out == ()
+    # an empty menu (one a script fills: underscore.js's docs) leaves nothing out, and is not said
+    empty = load_one(write("empty.html", f'<html><body><label for="menu" role="navigation"></label><p>{prose}</p></body></html>'))
+    assert empty.left_out == () and "tide 7 in the ledger" in empty.text
 
 
 def test_html_lines_know_the_file_lines_they_come_from(write) -> None:
