@@ -210,6 +210,7 @@ _MDOC_STANDARDS = {"-ansiC": "ANSI X3.159-1989 (\"ANSI C89\")", "-isoC": "ISO/IE
                    "-susv3": "Version 3 of the Single UNIX Specification (\"SUSv3\")",
                    "-xpg4": "X/Open Portability Guide Issue 4 (\"XPG4\")"}
 _PUNCTUATION = frozenset(".,:;)]?!")
+_LIKE_A_HEADING = re.compile(r"#{1,6}(?:\s|$)")
 # A tag this short shares its body's first line ("-S  sort by file size"), the body indented past it.
 _HANGING = 2
 # mdoc's block and state macros: their arguments (`.Bk -words`, `.Bl -tag -width Ds`) print nothing
@@ -247,6 +248,10 @@ class _Reader:
         if not text.strip():
             self.blank()
             return
+        if self.pending_heading:  # `.SS` over `.B XftFontInfo` or a text line: the heading's words
+            level, self.pending_heading = self.pending_heading, ""
+            self.put_heading(f"{level} {text.strip()}")
+            return
         if self.tag_next:  # a .TP's tag, whether a text line or a font macro's (`.B \-a`)
             self.tag_next, tagged = False, True
             self.body = False
@@ -254,7 +259,7 @@ class _Reader:
             text = text.translate(self.translate)
         if tagged:
             self.flush_hanging()
-            if len(text.strip()) <= _HANGING:
+            if len(text.strip()) <= _HANGING and not _LIKE_A_HEADING.match(text.strip()):
                 # a tag as short as "-S" opens its body's first line, as man shows it:
                 # "-S  sort by file size" is one line, a fact read whole
                 self.hanging, self.body = text.strip(), True
@@ -265,9 +270,17 @@ class _Reader:
             self.hanging = ""
         if self.prefix:
             text, self.prefix = f"{self.prefix} {text.lstrip()}", ""
+        if not pad and _LIKE_A_HEADING.match(text):
+            # a shell comment or root prompt ("# mount /dev/sda1"), a tag "#": no heading of
+            # the page, indented as a code sample is
+            pad = "    "
         self.out.append((pad + text, self.line_no))
         if tagged:
             self.body = True
+
+    def put_heading(self, line: str) -> None:
+        self.flush_hanging()
+        self.out.append((line, self.line_no))
 
     def flush_hanging(self) -> None:
         """A short tag with no body line after it: a line of its own."""
@@ -282,11 +295,7 @@ class _Reader:
 
     def text_line(self, raw: str) -> None:
         line = unescape(raw, self.strings)
-        if self.pending_heading:
-            level, self.pending_heading = self.pending_heading, ""
-            self.emit(f"{level} {line.text.strip()}")
-        else:
-            self.emit(line.text)
+        self.emit(line.text)
         self.joining = line.joins
 
     def args(self, rest: str) -> list[str]:
@@ -373,7 +382,7 @@ class _Reader:
     def r_TH(self, rest: str) -> None:
         args = self.args(rest)
         if args:
-            self.emit(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
+            self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
             about = ", ".join(a for a in (args[4:5] + args[3:4] + args[2:3]) if a.strip())
             if about:
                 self.emit(about)
@@ -382,7 +391,7 @@ class _Reader:
         self.indent, self.body, self.tag_next, self.prefix = 0, False, False, ""
         self.blank()
         if title.strip():
-            self.emit(f"{level} {title.strip()}")
+            self.put_heading(f"{level} {title.strip()}")
         else:
             self.pending_heading = level
 
@@ -646,7 +655,7 @@ class _Reader:
     def r_Dt(self, rest: str) -> None:
         args = self.args(rest)
         if args:
-            self.emit(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
+            self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
 
     def r_Bl(self, rest: str) -> None:
         self.blank()

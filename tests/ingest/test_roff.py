@@ -128,3 +128,19 @@ def test_a_compressed_man_page_in_a_folder_or_piped_is_read_as_text(tmp_path) ->
     (folder / "dir.1").write_text(".so man1/ls.1\n")
     dir_page = next(d for d in load_corpus([str(folder / "dir.1")]).documents)
     assert dir_page.text == "See man1/ls.1.\n"
+
+
+def test_a_heading_from_the_next_line_and_no_heading_from_a_hash() -> None:
+    """`.SS` over `.B XftFontInfo` is that heading (it was "### " and the name a line
+    below it); a root prompt or shell comment ("# mount ...") and a tag "#" are no
+    headings of the page, which would cut its sections there."""
+    page = "\n".join([
+        ".TH XFT 3", ".SH DATA TYPES", ".SS", ".B XftFontInfo", "is an opaque object.",
+        ".SH EXAMPLES", ".nf", "# mount /dev/sda1 /mnt", ".fi",
+        ".SH FLAGS", ".TP", ".B #", "The value takes an alternate form.", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    headings = [line for line in lines if line.startswith("#") and " " in line]
+    assert headings == ["# XFT(3)", "## DATA TYPES", "### XftFontInfo", "## EXAMPLES", "## FLAGS"]
+    assert "    # mount /dev/sda1 /mnt" in lines and "is an opaque object." in lines
+    assert "    The value takes an alternate form." in lines
