@@ -214,7 +214,7 @@ _LIKE_A_HEADING = re.compile(r"#{1,6}(?:\s|$)")
 # A tag this short shares its body's first line ("-S  sort by file size"), the body indented past it.
 _HANGING = 2
 # mdoc's block and state macros: their arguments (`.Bk -words`, `.Bl -tag -width Ds`) print nothing
-_MDOC_SILENT = frozenset("Bk Ek Sm Tg Bf Ef Dd Os Xo Xc".split())
+_MDOC_SILENT = frozenset("Bk Ek Sm Tg Bf Ef Os Xo Xc".split())
 
 
 class _Reader:
@@ -237,6 +237,7 @@ class _Reader:
         self.skip_end = ""  # .EQ/.PS: the request that ends what is skipped
         self.translate: dict[int, str] = {}  # .tr
         self.hanging = ""  # a short tag waiting for its body's first line
+        self.date = ""  # mdoc's .Dd
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False) -> None:
@@ -354,7 +355,7 @@ class _Reader:
             return
         if "\\}" in name:  # 'br\} closing a block that ran
             name = name.replace("\\}", "")
-        handler = getattr(self, "r_" + name, None) if name.isalnum() else None
+        handler = getattr(self, "r_" + name, None) if name.isalnum() and name.isascii() else None
         if name in _MDOC_SILENT:
             return
         if name in ("ie", "if"):
@@ -374,7 +375,8 @@ class _Reader:
         elif handler is not None:
             handler(rest)
         elif name in _MDOC_PLAIN or name in _MDOC_ENCLOSE or name in _MDOC_OPEN or name in _MDOC_CLOSE \
-                or name in ("Fl", "Xr", "Nm", "Pf", "Ns", "Fn", "In", "Ex", "Rv", "It", "Nd"):
+                or name in ("Fl", "Xr", "Nm", "Pf", "Ns", "Fn", "In", "Ex", "Rv", "It", "Nd", "Lb") \
+                or re.fullmatch(r"%[A-Z]", name):
             self.mdoc(name, rest)
         # any other request (.nr, .ad, .ft, .in, .ne, .TS options ...) prints nothing
 
@@ -641,10 +643,20 @@ class _Reader:
             self.body = False
             self.blank()
             self.emit(self.mdoc_words(words), tagged=True)
-        elif name == "Ex":
-            self.emit(f"The {self.name or 'utility'} utility exits 0 on success, and >0 if an error occurs.")
+        elif name == "Ex":  # as mandoc words them
+            names = [w for w in words if w != "-std"] or [self.name or "utility"]
+            self.emit(f"The {' and '.join(names)} utilit{'ies exit' if len(names) > 1 else 'y exits'} 0 on success, "
+                      "and >0 if an error occurs.")
         elif name == "Rv":
-            self.emit("The function returns the value 0 if successful; otherwise -1 is returned and errno is set.")
+            names = [f"{w}()" for w in words if w != "-std"] or [f"{self.name}()" if self.name else "function"]
+            self.emit(f"The {' and '.join(names)} function{'s return' if len(names) > 1 else ' returns'} the value 0 "
+                      "if successful; otherwise the value -1 is returned and the global variable errno is set to "
+                      "indicate the error.")
+        elif name == "Lb" and words:
+            lib = words[0]
+            self.emit(f"library \"{lib}\" (-l{lib.removeprefix('lib')})")
+        elif name.startswith("%"):  # a reference's author, title, journal... (.Rs ... .Re)
+            self.emit(self.mdoc_words(words) + ",")
         elif name == "In" and words:
             self.emit(f"#include <{words[0]}>")
         elif name == "Fn" and words:
@@ -656,6 +668,17 @@ class _Reader:
         args = self.args(rest)
         if args:
             self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
+            if self.date:
+                self.emit(self.date)
+
+    def r_Dd(self, rest: str) -> None:
+        # the page's date, said under its title as `man` shows it in the footer ("$Mdocdate: March 1 2024 $")
+        self.date = " ".join(self.args(rest)).replace("$Mdocdate:", "").strip(" $")
+
+    def r_Rs(self, rest: str) -> None:
+        self.blank()
+
+    r_Re = r_Rs
 
     def r_Bl(self, rest: str) -> None:
         self.blank()

@@ -95,12 +95,21 @@ def test_a_mdoc_page_reads_as_man_shows_it() -> None:
 Read all of them, see
 .Xr ls 1 .
 .El
+.Sh EXIT STATUS
+.Ex -std
+.Sh SEE ALSO
+.Rs
+.%A Niels Provos
+.%T A Future-Adaptable Password Scheme
+.Re
 """
     text, _ = roff_to_text(page)
     lines = text.split("\n")
     assert lines[0] == "# TOOL(1)" and "tool - do a thing" in lines and "[-av]" in lines and "[-o file]" in lines
     assert "-a  Read all of them, see" in lines and "    ls(1)." in lines
-    assert "-words" not in text and ".Op" not in text and "Mdocdate" not in text
+    assert "-words" not in text and ".Op" not in text and "Mdocdate" not in text and lines[1] == "March 1 2024"
+    assert "The tool utility exits 0 on success, and >0 if an error occurs." in lines
+    assert "Niels Provos," in lines and "A Future-Adaptable Password Scheme," in lines  # a reference was lost
 
 
 def test_man_pages_are_told_by_name_and_content_and_others_are_not() -> None:
