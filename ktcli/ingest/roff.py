@@ -213,6 +213,8 @@ _PUNCTUATION = frozenset(".,:;)]?!")
 _LIKE_A_HEADING = re.compile(r"#{1,6}(?:\s|$)")
 # A tag this short shares its body's first line ("-S  sort by file size"), the body indented past it.
 _HANGING = 2
+# A filled line takes the next source line's words until it is this long (man fills to 80 columns).
+_FILL_WIDTH = 80
 # mdoc's block and state macros: their arguments (`.Bk -words`, `.Bl -tag -width Ds`) print nothing
 _MDOC_SILENT = frozenset("Bk Ek Sm Tg Bf Ef Os Xo Xc".split())
 
@@ -238,13 +240,18 @@ class _Reader:
         self.translate: dict[int, str] = {}  # .tr
         self.hanging = ""  # a short tag waiting for its body's first line
         self.date = ""  # mdoc's .Dd
+        self.nofill = False  # .nf, .EX, mdoc's literal displays: lines as they are
+        self.section = ""  # the .SH/.Sh the reader is in
+        self.macros: dict[str, bool] = {}  # the page's own (.de), and whether each prints its arguments
+        self.defining: tuple[str, list[str]] | None = None  # a .de being read: its name and body
+        self.fill_pad: str | None = None  # the indent of the line the next text may fill, if any
 
     # -- output
-    def emit(self, text: str, *, tagged: bool = False) -> None:
+    def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
         text = text.rstrip()
         if self.joining and self.out and not self.hanging:
             last, where = self.out[-1]
-            self.out[-1] = (last + text.lstrip(), where)
+            self.out[-1] = (last + (" " if text[:1] == " " else "") + text.lstrip(), where)
             return
         if not text.strip():
             self.blank()
@@ -266,6 +273,15 @@ class _Reader:
                 self.hanging, self.body = text.strip(), True
                 return
         pad = "    " * self.indent + ("    " if self.body and not tagged else "")
+        fill = fill and not tagged and not self.nofill
+        if (fill and self.fill_pad == pad and not self.hanging and not self.prefix and text[:1] not in " \t"
+                and self.out and len(self.out[-1][0]) < _FILL_WIDTH):
+            # filled as man fills a paragraph: each macro's words (`.B dash`, `.Fl c`, `.Xr ls 1`) were
+            # a line of their own. The line is cited by where it starts.
+            last, where = self.out[-1]
+            self.out[-1] = (f"{last} {text.strip()}", where)
+            return
+        next_pad = pad
         if self.hanging:
             pad, text = "    " * self.indent + self.hanging.ljust(_HANGING + 2), text.lstrip()
             self.hanging = ""
@@ -274,23 +290,27 @@ class _Reader:
         if not pad and _LIKE_A_HEADING.match(text):
             # a shell comment or root prompt ("# mount /dev/sda1"), a tag "#": no heading of
             # the page, indented as a code sample is
-            pad = "    "
+            pad = next_pad = "    "
         self.out.append((pad + text, self.line_no))
+        self.fill_pad = next_pad if fill else None
         if tagged:
             self.body = True
 
     def put_heading(self, line: str) -> None:
         self.flush_hanging()
         self.out.append((line, self.line_no))
+        self.fill_pad = None
 
     def flush_hanging(self) -> None:
         """A short tag with no body line after it: a line of its own."""
         if self.hanging:
             self.out.append(("    " * self.indent + self.hanging, self.line_no))
             self.hanging = ""
+            self.fill_pad = None
 
     def blank(self) -> None:
         self.flush_hanging()
+        self.fill_pad = None
         if self.out and self.out[-1][0] != "":
             self.out.append(("", self.line_no))
 
@@ -307,6 +327,16 @@ class _Reader:
         if self.skip_to == "..":
             if re.match(r"^[.']\s*\.\s*(?:\\\".*)?$", raw):
                 self.skip_to = ""
+                if self.defining:
+                    name, body = self.defining
+                    # a macro of the page's own that prints its arguments (`.ZN Name`, `.MTO mail name`):
+                    # its words said, where they were lost; one that only indexes or logs (pod2man's
+                    # `.IX`, `.tm`) prints nothing
+                    self.macros[name] = any("\\$" in line and not re.match(r"^[.']\s*(?:tm|tm1|tmc|nr|ds|as)\b", line)
+                                            for line in body)
+                    self.defining = None
+            elif self.defining:
+                self.defining[1].append(raw)
             return
         if self.skip_to == "depth":
             self.depth += raw.count("\\{") - raw.count("\\}")
@@ -368,6 +398,14 @@ class _Reader:
             self.body_of(value, (name[2:] + " " + rest) if len(name) > 2 else rest)
         elif name in ("de", "de1", "am", "ig", "dei", "ami", "am1"):
             self.skip_to = ".."
+            defined = rest.split()
+            if name in ("de", "de1") and defined and not (len(defined) > 1 and defined[1] != ".."):
+                self.defining = (defined[0], [])
+        elif name in self.macros and handler is None:
+            words = [a for a in self.args(rest) if a.strip()]
+            if self.macros[name] and words:
+                said = words[0] + "".join(w if w in _PUNCTUATION else f" {w}" for w in words[1:])
+                self.emit(f" {said}" if self.joining else said)
         elif name == "ds" or name == "ds1":
             key, _, value = rest.partition(" ")
             value = value.lstrip()
@@ -375,7 +413,7 @@ class _Reader:
         elif handler is not None:
             handler(rest)
         elif name in _MDOC_PLAIN or name in _MDOC_ENCLOSE or name in _MDOC_OPEN or name in _MDOC_CLOSE \
-                or name in ("Fl", "Xr", "Nm", "Pf", "Ns", "Fn", "In", "Ex", "Rv", "It", "Nd", "Lb") \
+                or name in ("Fl", "Xr", "Nm", "Pf", "Ns", "Fn", "In", "Ex", "Rv", "It", "Nd", "Lb", "Dl", "D1") \
                 or re.fullmatch(r"%[A-Z]", name):
             self.mdoc(name, rest)
         # any other request (.nr, .ad, .ft, .in, .ne, .TS options ...) prints nothing
@@ -391,6 +429,8 @@ class _Reader:
 
     def heading(self, level: str, title: str) -> None:
         self.indent, self.body, self.tag_next, self.prefix = 0, False, False, ""
+        if level == "##":
+            self.section = title.strip().upper()
         self.blank()
         if title.strip():
             self.put_heading(f"{level} {title.strip()}")
@@ -497,7 +537,22 @@ class _Reader:
     def r_so(self, rest: str) -> None:
         self.emit(f"See {rest.strip()}.")
 
+    def r_nf(self, rest: str) -> None:
+        self.nofill = True
+        self.fill_pad = None
+
+    r_EX = r_nf
+
+    def r_fi(self, rest: str) -> None:
+        self.nofill = False
+
+    r_EE = r_fi
+
+    def r_br(self, rest: str) -> None:
+        self.fill_pad = None
+
     def r_TS(self, rest: str) -> None:
+        self.blank()
         self.table = {"format": True, "tab": "\t", "cell": None, "row": []}
 
     def r_EQ(self, rest: str) -> None:
@@ -553,7 +608,7 @@ class _Reader:
         row = t["row"] + [unescape(c, self.strings).text.strip() for c in cells if c.strip() not in ("_", "=")]
         t["row"] = []
         if any(row):
-            self.emit(" | ".join(row))
+            self.emit(" | ".join(row), fill=False)
 
     # -- mdoc(7)
     def mdoc_text(self, rest: str) -> str:
@@ -652,6 +707,13 @@ class _Reader:
             self.emit(f"The {' and '.join(names)} function{'s return' if len(names) > 1 else ' returns'} the value 0 "
                       "if successful; otherwise the value -1 is returned and the global variable errno is set to "
                       "indicate the error.")
+        elif name in ("Dl", "D1"):  # a display line: its own, indented
+            self.blank()
+            self.emit("    " + self.mdoc_words(words), fill=False)
+            self.blank()
+        elif name == "Nm" and self.section == "SYNOPSIS":  # each form of the command on a line of its own
+            self.fill_pad = None
+            self.emit(self.mdoc_words([name, *words]))
         elif name == "Lb" and words:
             lib = words[0]
             self.emit(f"library \"{lib}\" (-l{lib.removeprefix('lib')})")
@@ -689,8 +751,11 @@ class _Reader:
 
     def r_Bd(self, rest: str) -> None:
         self.blank()
+        self.nofill = any(kind in rest for kind in ("-literal", "-unfilled"))
 
-    r_Ed = r_Bd
+    def r_Ed(self, rest: str) -> None:
+        self.blank()
+        self.nofill = False
 
 
 def _is_macro(word: str) -> bool:
