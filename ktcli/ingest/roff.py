@@ -210,6 +210,10 @@ _MDOC_STANDARDS = {"-ansiC": "ANSI X3.159-1989 (\"ANSI C89\")", "-isoC": "ISO/IE
                    "-susv3": "Version 3 of the Single UNIX Specification (\"SUSv3\")",
                    "-xpg4": "X/Open Portability Guide Issue 4 (\"XPG4\")"}
 _PUNCTUATION = frozenset(".,:;)]?!")
+# The manual a section's pages are in, as man says it where the page names none.
+_MANUALS = {"1": "General Commands Manual", "2": "System Calls Manual", "3": "Library Functions Manual",
+            "4": "Kernel Interfaces Manual", "5": "File Formats Manual", "6": "Games Manual",
+            "7": "Miscellaneous Information Manual", "8": "System Manager's Manual", "9": "Kernel Developer's Manual"}
 _LIKE_A_HEADING = re.compile(r"#{1,6}(?:\s|$)")
 # A tag this short shares its body's first line ("-S  sort by file size"), the body indented past it.
 _HANGING = 2
@@ -423,7 +427,8 @@ class _Reader:
         args = self.args(rest)
         if args:
             self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
-            about = ", ".join(a for a in (args[4:5] + args[3:4] + args[2:3]) if a.strip())
+            manual = args[4] if len(args) > 4 and args[4].strip() else _MANUALS.get(args[1][:1] if len(args) > 1 else "", "")
+            about = ", ".join(a for a in ([manual] + args[3:4] + args[2:3]) if a.strip())
             if about:
                 self.emit(about)
 
@@ -730,8 +735,9 @@ class _Reader:
         args = self.args(rest)
         if args:
             self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
-            if self.date:
-                self.emit(self.date)
+            about = ", ".join(a for a in (_MANUALS.get(args[1][:1] if len(args) > 1 else "", ""), self.date) if a)
+            if about:
+                self.emit(about)
 
     def r_Dd(self, rest: str) -> None:
         # the page's date, said under its title as `man` shows it in the footer ("$Mdocdate: March 1 2024 $")

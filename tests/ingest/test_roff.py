@@ -107,7 +107,8 @@ Read all of them, see
     lines = text.split("\n")
     assert lines[0] == "# TOOL(1)" and "tool - do a thing" in lines and "tool [-av] [-o file]" in lines
     assert "-a  Read all of them, see ls(1)." in lines
-    assert "-words" not in text and ".Op" not in text and "Mdocdate" not in text and lines[1] == "March 1 2024"
+    assert "-words" not in text and ".Op" not in text and "Mdocdate" not in text
+    assert lines[1] == "General Commands Manual, March 1 2024"  # the manual of its section, as man says it
     assert "The tool utility exits 0 on success, and >0 if an error occurs." in lines
     assert "Niels Provos, A Future-Adaptable Password Scheme," in lines  # a reference was lost
 
