@@ -19,7 +19,7 @@ from pathlib import PurePath
 _MAN_NAME = re.compile(r"\.(?:[1-9][a-z0-9+_]{0,6}|man|mdoc)$", re.IGNORECASE)
 _REQUEST = re.compile(r"^[.'][ \t]*([A-Za-z][A-Za-z0-9]{0,3}|\\\")")
 _COMMENT = re.compile(r"^[.'][ \t]*\\[\"#]|^\.\s*$|^'''")
-_TITLE = re.compile(r"^[.'][ \t]*(TH|Dd|Dt|so)\b")
+_TITLE = re.compile(r"^[.'][ \t]*(?:(?:TH|Dd|Dt)\b|so[ \t]+\S)")
 
 
 def looks_like_roff(text: str, name: str = "") -> bool:

@@ -187,3 +187,8 @@ def test_a_macro_of_the_pages_own_says_its_arguments() -> None:
     text = roff_to_text(page)[0]
     assert "MultibufferSideMono" in text and "Header" not in text
     assert "Report bugs at https://example.org/issues." in text
+
+
+def test_a_list_of_dotted_names_is_no_man_page() -> None:
+    assert not looks_like_roff(".DS_Store\n.so\n.venv\n", ".gitignore")
+    assert looks_like_roff(".so man3/printf.3\n", "")
