@@ -13,6 +13,7 @@ class RejectedInput(InputError):
     def __init__(self, display: str, reason: str, hint: str = "") -> None:
         self.display = display
         self.reason = reason
+        self.hint = hint
         message = f"{display}: {reason}"
         super().__init__(f"{message}; {hint}" if hint else message)
 

@@ -331,6 +331,7 @@ _MAGIC = (
      "unpack it and give the folder, or export the document as PDF, text or CSV"),
     (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an encrypted or legacy .doc/.docx (OLE) file", "save it as .docx or PDF"),
     (b"7z\xbc\xaf\x27\x1c", "a 7z archive", "unpack it and give the folder"),
+    (b"Rar!\x1a\x07", "a RAR archive", "unpack it and give the folder"),
     (b"SQLite format 3\x00", "an SQLite database", "export what you need as text or CSV"),
     (b"\x7fELF", "an executable (ELF)", f"not text; {_READABLE}"),
     (b"\x89PNG", "a PNG image", "ktcli reads no images; run OCR on it for its text"),
@@ -383,8 +384,8 @@ class TarArchive(RejectedInput):
 
     def __init__(self, display: str, packed: str = "") -> None:
         what = f"{'an' if packed[0] in 'aeilox' else 'a'} {packed} tar archive" if packed else "a tar archive"
-        self.hint = f"unpack it and give the folder: `mkdir unpacked && tar xf {_shell_name(display)} -C unpacked`"
-        super().__init__(display, f"binary: {what}", self.hint)
+        super().__init__(display, f"binary: {what}",
+                         f"unpack it and give the folder: `mkdir unpacked && tar xf {_shell_name(display)} -C unpacked`")
 
 
 # A tar archive by its name, and its compression (a folder walk skips them unread)
@@ -395,14 +396,24 @@ _TAR_PACKED = {".gz": "gzip-compressed", ".bz2": "bzip2-compressed", ".xz": "xz-
                ".lzma": "lzma-compressed", ".zst": "zstd-compressed"}
 
 
-def tar_by_name(name: str, display: str) -> TarArchive | None:
-    """The refusal of a file its name calls a tar archive ("site.tar.gz", "a.tgz"), else None."""
+# Other archives and compressions ktcli does not read, by their names: their _MAGIC entries
+_PACKED_BY_SUFFIX = {".zip": b"PK\x03\x04", ".7z": b"7z\xbc\xaf\x27\x1c", ".zst": b"\x28\xb5\x2f\xfd",
+                     ".lz4": b"\x04\x22\x4d\x18", ".rar": b"Rar!\x1a\x07"}
+
+
+def archive_by_name(name: str, display: str) -> RejectedInput | None:
+    """The refusal of a file its name calls an archive ktcli does not read ("site.tar.gz",
+    "a.tgz", "photos.zip", "dump.zst"), with what to do, else None: a folder walk skips
+    them unread, and said only "binary"."""
     path = PurePath(name)
     suffix = path.suffix.lower()
     if suffix in _TAR_SUFFIXES:
         return TarArchive(display, _TAR_SUFFIXES[suffix])
     if suffix in _TAR_PACKED and PurePath(path.stem).suffix.lower() == ".tar":
         return TarArchive(display, _TAR_PACKED[suffix])
+    known = _format_of(_PACKED_BY_SUFFIX.get(suffix, b""))
+    if known is not None:  # (a .zip is a zip: not "or a .xlsx")
+        return RejectedInput(display, f"binary: {known[0].split(' (or ')[0]}", known[1].replace("FILE", _shell_name(display)))
     return None
 
 

@@ -15,7 +15,7 @@ from ktcli.ingest.compressed import UnpackedOverLimit
 from ktcli.ingest.errors import RejectedInput, TextOverLimit
 from ktcli.ingest.gitignore import (IgnoreChain, IgnoreFile, enclosing_rules, is_ignored, read_ignore_file,
                                     tracked_paths)
-from ktcli.ingest.loaders import TarArchive, document_from_bytes, read_file_bytes, tar_by_name
+from ktcli.ingest.loaders import TarArchive, archive_by_name, document_from_bytes, read_file_bytes
 from ktcli.ingest.sniff import has_binary_extension
 from ktcli.types import Document, Skipped
 
@@ -295,9 +295,9 @@ class _Walker:
             self.skip(rel, "an office program's lock file (its document is open there)")
             return
         # before the size: "too large ... raise the limit" helped no .so
-        if (tar := tar_by_name(entry.name, self.display(rel))) is not None:
-            # "binary" alone said nothing of what to do: the command that unpacks it, as for a file named
-            self.skip(rel, f"{tar.reason} ({tar.hint})")
+        if (archive := archive_by_name(entry.name, self.display(rel))) is not None:
+            # "binary" alone said nothing of what to do: what it is and what to do, as for a file named
+            self.skip(rel, f"{archive.reason} ({archive.hint})")
             return
         if has_binary_extension(entry.name) and not compressed_text(entry.name):
             self.skip(rel, "binary")

@@ -827,3 +827,10 @@ def test_a_tar_archive_in_a_folder_is_named_with_the_command_that_unpacks_it(tmp
     assert skipped["backup.gz"] == f"binary: a gzip-compressed tar archive {unpack.format(folder / 'backup.gz')}"
     assert skipped["logs.tar.bz2"].startswith("binary: a bzip2-compressed tar archive (unpack it")  # by its name
     assert skipped["plain.tar"] == f"binary: a tar archive {unpack.format(folder / 'plain.tar')}"
+    # other archives and compressions ktcli does not read, said as a file named alone is
+    (folder / "photos.zip").write_bytes(b"PK\x03\x04" + bytes(100))
+    (folder / "dump.sql.zst").write_bytes(b"\x28\xb5\x2f\xfd" + bytes(100))
+    skipped = {s.path.rsplit("/", 1)[-1]: s.reason for s in load_corpus([str(folder)]).skipped}
+    assert skipped["photos.zip"].startswith("binary: a zip archive (unpack it and give the folder")
+    assert skipped["dump.sql.zst"] == (f"binary: zstd-compressed data (decompress it first: "
+                                       f"`zstd -dc {folder / 'dump.sql.zst'} | ktcli ask - \"question\"`)")
