@@ -83,14 +83,13 @@ def _name_at(s: str, i: int) -> tuple[str, int]:
 def _char(name: str) -> str:
     if name in _CHARS:
         return _CHARS[name]
+    codes: list[int] = []
     if re.fullmatch(r"u[0-9A-Fa-f]{4,6}(?:_[0-9A-Fa-f]{4,6})*", name):
-        try:
-            return "".join(chr(int(part.lstrip("u"), 16)) for part in name.split("_"))
-        except ValueError:
-            return ""
-    if name.startswith("char") and name[4:].isdigit():
-        return chr(int(name[4:])) if int(name[4:]) < 0x110000 else ""
-    return ""
+        codes = [int(part.lstrip("u"), 16) for part in name.split("_")]
+    elif name.startswith("char") and name[4:].isdigit() and len(name) < 12:
+        codes = [int(name[4:])]
+    # no surrogate (`\[uD800]`: no encoder takes one alone) and nothing past Unicode
+    return "".join(chr(c) for c in codes if c < 0x110000 and not 0xD800 <= c < 0xE000)
 
 
 def unescape(s: str, strings: dict[str, str], depth: int = 0) -> _Line:
@@ -129,7 +128,10 @@ def unescape(s: str, strings: dict[str, str], depth: int = 0) -> _Line:
         elif c == "*":
             name, i = _name_at(s, i)
             value = strings.get(name, "")
-            out.append(unescape(value, strings, depth + 1).text if depth < 8 and "\\" in value else value)
+            # a string's own strings were put in when it was defined (`_Reader.define`): one
+            # level, where strings naming strings grew without end (`.ds x \*x\*x...`)
+            if depth == 0:
+                out.append(unescape(value, strings, depth + 1).text if "\\" in value else value)
         elif c in _DELIMITED_DROP:
             if i < n:
                 end = s.find(s[i], i + 1)
@@ -210,6 +212,8 @@ _MDOC_STANDARDS = {"-ansiC": "ANSI X3.159-1989 (\"ANSI C89\")", "-isoC": "ISO/IE
                    "-susv3": "Version 3 of the Single UNIX Specification (\"SUSv3\")",
                    "-xpg4": "X/Open Portability Guide Issue 4 (\"XPG4\")"}
 _PUNCTUATION = frozenset(".,:;)]?!")
+_STRING_USE = re.compile(r"\\\*(?:\(([^\n]{2})|\[([^\]\n]*)\]|([^(\[\n]))")
+_MAX_STRING = 4096  # a string's length at most
 # The manual a section's pages are in, as man says it where the page names none.
 _MANUALS = {"1": "General Commands Manual", "2": "System Calls Manual", "3": "Library Functions Manual",
             "4": "Kernel Interfaces Manual", "5": "File Formats Manual", "6": "Games Manual",
@@ -410,10 +414,11 @@ class _Reader:
             if self.macros[name] and words:
                 said = words[0] + "".join(w if w in _PUNCTUATION else f" {w}" for w in words[1:])
                 self.emit(f" {said}" if self.joining else said)
-        elif name == "ds" or name == "ds1":
+        elif name in ("ds", "ds1", "as", "as1"):
             key, _, value = rest.partition(" ")
             value = value.lstrip()
-            self.strings[key] = value[1:] if value.startswith('"') else value
+            value = self.define(value[1:] if value.startswith('"') else value)
+            self.strings[key] = (self.strings.get(key, "") + value if name.startswith("as") else value)[:_MAX_STRING]
         elif handler is not None:
             handler(rest)
         elif name in _MDOC_PLAIN or name in _MDOC_ENCLOSE or name in _MDOC_OPEN or name in _MDOC_CLOSE \
@@ -421,6 +426,11 @@ class _Reader:
                 or re.fullmatch(r"%[A-Z]", name):
             self.mdoc(name, rest)
         # any other request (.nr, .ad, .ft, .in, .ne, .TS options ...) prints nothing
+
+    def define(self, value: str) -> str:
+        """A string's value with the strings it names put in, as roff does when it is
+        defined (copy mode), so that using it expands one level only."""
+        return _STRING_USE.sub(lambda m: self.strings.get(m[1] or m[2] or m[3], ""), value)
 
     # -- man(7)
     def r_TH(self, rest: str) -> None:
@@ -430,7 +440,7 @@ class _Reader:
             manual = args[4] if len(args) > 4 and args[4].strip() else _MANUALS.get(args[1][:1] if len(args) > 1 else "", "")
             about = ", ".join(a for a in ([manual] + args[3:4] + args[2:3]) if a.strip())
             if about:
-                self.emit(about)
+                self.emit(about, fill=False)
 
     def heading(self, level: str, title: str) -> None:
         self.indent, self.body, self.tag_next, self.prefix = 0, False, False, ""
@@ -737,7 +747,7 @@ class _Reader:
             self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
             about = ", ".join(a for a in (_MANUALS.get(args[1][:1] if len(args) > 1 else "", ""), self.date) if a)
             if about:
-                self.emit(about)
+                self.emit(about, fill=False)
 
     def r_Dd(self, rest: str) -> None:
         # the page's date, said under its title as `man` shows it in the footer ("$Mdocdate: March 1 2024 $")

@@ -192,3 +192,12 @@ def test_a_macro_of_the_pages_own_says_its_arguments() -> None:
 def test_a_list_of_dotted_names_is_no_man_page() -> None:
     assert not looks_like_roff(".DS_Store\n.so\n.venv\n", ".gitignore")
     assert looks_like_roff(".so man3/printf.3\n", "")
+
+
+def test_strings_that_name_strings_stay_small_and_odd_escapes_say_nothing() -> None:
+    """`.ds x \\*x\\*x...` was expanded within itself at each use, 50 ways 8 levels deep:
+    the run grew to gigabytes; a lone surrogate (`\\[uD800]`) passed into the text."""
+    strings = ".ds a A\n.ds b \\*a\\*a\n.ds x " + "\\*x" * 50 + "\n.ds x " + "\\*b" * 50 + "\n.ds x \\*x\\*x\n"
+    text = roff_to_text(".TH X 1\n" + strings + "[\\*b] \\*x\n\\[uD800]\\[u00E9]\\[char65]\n")[0]
+    assert "[AA] " in text and len(text) < 10_000
+    assert "\ud800" not in text and "éA" in text
