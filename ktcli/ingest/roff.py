@@ -394,6 +394,8 @@ class _Reader:
         if "\\}" in name:  # 'br\} closing a block that ran
             name = name.replace("\\}", "")
         handler = getattr(self, "r_" + name, None) if name.isalnum() and name.isascii() else None
+        if name in ("PS", "EQ") and name in self.macros:  # the page's own (Xft's prototypes), not pic's or eqn's
+            handler = None
         if name in _MDOC_SILENT:
             return
         if name in ("ie", "if"):
