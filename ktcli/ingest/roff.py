@@ -429,6 +429,12 @@ class _Reader:
             self.mdoc(name, rest)
         # any other request (.nr, .ad, .ft, .in, .ne, .TS options ...) prints nothing
 
+    def r_als(self, rest: str) -> None:
+        """`.als MTO URL`: a name for a macro the page defined."""
+        names = rest.split()
+        if len(names) == 2 and names[1] in self.macros:
+            self.macros[names[0]] = self.macros[names[1]]
+
     def define(self, value: str) -> str:
         """A string's value with the strings it names put in, as roff does when it is
         defined (copy mode), so that using it expands one level only."""
@@ -753,7 +759,7 @@ class _Reader:
 
     def r_Dd(self, rest: str) -> None:
         # the page's date, said under its title as `man` shows it in the footer ("$Mdocdate: March 1 2024 $")
-        self.date = " ".join(self.args(rest)).replace("$Mdocdate:", "").strip(" $")
+        self.date = re.sub(r"\$Mdocdate:?", "", " ".join(self.args(rest))).strip(" $")
 
     def r_Rs(self, rest: str) -> None:
         self.blank()

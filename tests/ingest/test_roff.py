@@ -180,13 +180,14 @@ def test_a_macro_of_the_pages_own_says_its_arguments() -> None:
     its words; pod2man's `.IX`, which only indexes, still prints nothing."""
     page = "\n".join([
         ".de ZN", ".ie t \\fB\\^\\\\$1\\^\\fR\\\\$2", ".el \\fI\\^\\\\$1\\^\\fP\\\\$2", "..",
-        ".de IX", "..", ".de URL", "\\\\$2 <\\\\$1>\\\\$3", "..",
+        ".de IX", "..", ".de URL", "\\\\$2 <\\\\$1>\\\\$3", "..", ".als MTO URL",
         ".TH XMBUF 3", ".SH CONSTANTS", ".IX Header \"CONSTANTS\"", ".nf", ".ZN MultibufferSideMono", ".fi",
         "Report bugs at \\c", '.URL "https://example.org/issues" "" "."', "",
     ])
     text = roff_to_text(page)[0]
     assert "MultibufferSideMono" in text and "Header" not in text
     assert "Report bugs at https://example.org/issues." in text
+    assert "Karel Zak" in roff_to_text(page + '.MTO "kzak@example.org" "Karel Zak" ""\n')[0]  # (by its alias, .als)
     # a page's own .PS (Xft's prototypes) is no picture to leave out
     own = roff_to_text(".de PS\n.ta .5i 3i\n.nf\n..\n.TH XFT 3\n.PS\nFT_Face XftLockFace (XftFont *pub);\n.PE\n")[0]
     assert "FT_Face XftLockFace (XftFont *pub);" in own
