@@ -181,6 +181,11 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     if looks_binary(data[:SNIFF_BYTES]) and not _text_before_binary(data):
         utf16 = could_be_utf16(data)
         if utf16:
+            if _unpacked:  # (iconv reads no gzip)
+                raise RejectedInput(display, f"holds binary data ({_unpacked}-compressed; or {utf16} text without a "
+                                             "byte-order mark?)",
+                                    f"if it is text, convert it: `{_UNPACK[_unpacked]} {_shell_name(display)} | "
+                                    f"iconv -f {utf16} -t UTF-8 > converted.txt`")
             raise RejectedInput(display, f"binary (or {utf16} text without a byte-order mark?)",
                                 f"if it is text, convert it: `iconv -f {utf16} -t UTF-8 {_shell_name(display)} > converted.txt`")
         raise _binary(display, data, _unpacked)

@@ -1591,6 +1591,11 @@ def test_binary_data_inside_a_compressed_file_says_it_was_inside(write, tmp_path
     assert message.startswith(f"{tmp_path / 'x.gz'}: holds binary data (gzip-compressed): an executable (ELF); ")
     noise = bytes(range(256)) * 16
     assert "noise.bz2: holds binary data (bzip2-compressed); not text" in input_error(write("noise.bz2", bz2.compress(noise)))
+    # UTF-16 without a byte-order mark, compressed: the command that converts it unpacks it first
+    utf16 = "\n".join("Строка номер %d текста" % i for i in range(40)).encode("utf-16-le")
+    message = input_error(write("notes.txt.gz", gzip.compress(utf16)))
+    assert "holds binary data (gzip-compressed; or UTF-16LE text without a byte-order mark?)" in message
+    assert "notes.txt.gz | iconv -f UTF-16LE -t UTF-8 > converted.txt`" in message and "gunzip -c " in message
     # in a folder, the skipped entry says so too
     folder = tmp_path / "logs"
     folder.mkdir()
