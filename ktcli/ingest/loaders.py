@@ -456,13 +456,16 @@ def _what_it_holds(data: bytes) -> str:
     return "an HTML page (an error page saved under that name?)" if _bytes_look_like_html(data) else "text"
 
 
-_MARKDOWN_COMMENT = re.compile(r"<!--.*?-->", re.S)
+# An inline code span (`` `<!--` ``, a backtick run closed by one as long, within a paragraph)
+# is code, as CommonMark reads it before any HTML: a README that wrote "start a comment with
+# `<!--`" and later "end it with `-->`" lost every line between as one comment (probe 126).
+_CODE_SPAN_OR_COMMENT = re.compile(r"(?<!`)(`+)(?!`)(?:(?!\n[ \t]*\n).)+?(?<!`)\1(?!`)|<!--.*?-->", re.S)
 _FENCE_LINE = re.compile(r"^[ \t]{0,3}(```|~~~)")
 
 
 def without_markdown_comments(text: str) -> tuple[str, int]:
-    """Markdown's `<!-- ... -->` comments blanked out where code fences do not hold them
-    (their line breaks kept, so lines are cited where they are), and how many there were.
+    """Markdown's `<!-- ... -->` comments blanked out where code fences and inline code spans
+    do not hold them (their line breaks kept, so lines are cited where they are), and how many there were.
     A rendered page shows none of them: a README's "<!-- TODO: prices from $9 -->" was read
     as its text (a probe's)."""
     if "<!--" not in text:
@@ -474,8 +477,15 @@ def without_markdown_comments(text: str) -> tuple[str, int]:
         nonlocal count
         if prose:
             block = "".join(prose)
-            count += len(_MARKDOWN_COMMENT.findall(block))
-            out.append(_MARKDOWN_COMMENT.sub(lambda m: "\n" * m[0].count("\n"), block))
+
+            def blank(m: re.Match) -> str:
+                nonlocal count
+                if m[1]:  # a code span: kept as written
+                    return m[0]
+                count += 1
+                return "\n" * m[0].count("\n")
+
+            out.append(_CODE_SPAN_OR_COMMENT.sub(blank, block))
             prose.clear()
 
     for line in text.splitlines(keepends=True):

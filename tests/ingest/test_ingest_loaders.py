@@ -1728,6 +1728,21 @@ def test_markdown_comments_are_left_out_where_code_fences_do_not_hold_them(tmp_p
     assert any("2 HTML comments left out" in s.reason for s in doc.left_out)
 
 
+def test_markdown_comment_markers_in_inline_code_are_code(tmp_path):
+    """Probe 126: "start a comment with `<!--`" and, sections later, "end it with `-->`"
+    read as one comment: the Pricing section between was left out, said as "1 HTML comment".
+    A code span is code, as CommonMark reads it; a real comment beside one still goes."""
+    path = tmp_path / "comments.md"
+    path.write_text("# Docs\n\nStart a comment with `<!--` in the source.\n\n## Pricing\n\n"
+                    "The pro plan costs 40 dollars. <!-- TODO: raise to 45 -->\n\n"
+                    "End it with ``-->`` to hide it.\n")
+    doc = load_corpus([str(path)]).documents[0]
+    assert "The pro plan costs 40 dollars." in doc.text and "## Pricing" in doc.text
+    assert "`<!--`" in doc.text and "``-->``" in doc.text and "TODO" not in doc.text
+    assert doc.text.count("\n") == path.read_text().count("\n")
+    assert [s.reason for s in doc.left_out] == ["1 HTML comment left out (a rendered page shows none)"]
+
+
 def test_html_wiki_edit_links_are_left_out(write) -> None:
     """Probe 108: a saved Wikipedia page's headings read "## History[edit]", and so did the
     section trails of its citations; MediaWiki's newer layout puts the link after the <h2>."""
