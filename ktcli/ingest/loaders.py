@@ -461,13 +461,15 @@ def _what_it_holds(data: bytes) -> str:
 # `<!--`" and later "end it with `-->`" lost every line between as one comment (probe 126).
 _CODE_SPAN_OR_COMMENT = re.compile(r"(?<!`)(`+)(?!`)(?:(?!\n[ \t]*\n).)+?(?<!`)\1(?!`)|<!--.*?-->", re.S)
 _FENCE_LINE = re.compile(r"^[ \t]{0,3}(```|~~~)")
+# An indented code block's line: four spaces or a tab, after a blank line or another such line.
+_INDENTED_LINE = re.compile(r"^(?: {4}|\t)[ \t]*\S")
 
 
 def without_markdown_comments(text: str) -> tuple[str, int]:
-    """Markdown's `<!-- ... -->` comments blanked out where code fences and inline code spans
-    do not hold them (their line breaks kept, so lines are cited where they are), and how many there were.
-    A rendered page shows none of them: a README's "<!-- TODO: prices from $9 -->" was read
-    as its text (a probe's)."""
+    """Markdown's `<!-- ... -->` comments blanked out where code (fenced, indented or an
+    inline code span) does not hold them (their line breaks kept, so lines are cited where
+    they are), and how many there were. A rendered page shows none of them: a README's
+    "<!-- TODO: prices from $9 -->" was read as its text (a probe's)."""
     if "<!--" not in text:
         return text, 0
     out, count, fence = [], 0, ""
@@ -488,6 +490,11 @@ def without_markdown_comments(text: str) -> tuple[str, int]:
             out.append(_CODE_SPAN_OR_COMMENT.sub(blank, block))
             prose.clear()
 
+    def comment_open() -> bool:  # the prose so far ends inside a comment
+        block = _CODE_SPAN_OR_COMMENT.sub(lambda m: "", "".join(prose))
+        return "<!--" in block
+
+    after_blank, in_indented = True, False
     for line in text.splitlines(keepends=True):
         opened = _FENCE_LINE.match(line)
         if fence:
@@ -498,8 +505,16 @@ def without_markdown_comments(text: str) -> tuple[str, int]:
             flush()
             out.append(line)
             fence = opened[1]
+        elif _INDENTED_LINE.match(line) and (after_blank or in_indented) and not comment_open():
+            # an indented code block (`    <!-- begin widget` in a README's example) is code
+            # as a fenced one is: it opened a "comment" that ran to a later `-->` (probe 126)
+            flush()
+            out.append(line)
+            in_indented = True
         else:
             prose.append(line)
+            in_indented = in_indented and not line.strip()  # a blank line inside the block
+        after_blank = not line.strip()
     flush()
     return "".join(out), count
 

@@ -1743,6 +1743,21 @@ def test_markdown_comment_markers_in_inline_code_are_code(tmp_path):
     assert [s.reason for s in doc.left_out] == ["1 HTML comment left out (a rendered page shows none)"]
 
 
+def test_markdown_comment_markers_in_indented_code_are_code(tmp_path):
+    """Probe 126: an indented code block's `<!-- begin widget` ran as a comment to a later
+    block's `end widget -->`, and the prose between went. A comment whose lines are indented
+    after a blank line is still one comment."""
+    path = tmp_path / "widget.md"
+    path.write_text("# Embed\n\nPaste this:\n\n    <!-- begin widget\n    <div id=w></div>\n\n"
+                    "The widget costs 5 dollars.\n\n## Remove\n\n    end widget -->\n\n"
+                    "<!--\n\n    an indented note\n\n-->\nDone.\n")
+    doc = load_corpus([str(path)]).documents[0]
+    assert "The widget costs 5 dollars." in doc.text and "    <!-- begin widget" in doc.text
+    assert "    end widget -->" in doc.text and "an indented note" not in doc.text and "Done." in doc.text
+    assert doc.text.count("\n") == path.read_text().count("\n")
+    assert [s.reason for s in doc.left_out] == ["1 HTML comment left out (a rendered page shows none)"]
+
+
 def test_html_wiki_edit_links_are_left_out(write) -> None:
     """Probe 108: a saved Wikipedia page's headings read "## History[edit]", and so did the
     section trails of its citations; MediaWiki's newer layout puts the link after the <h2>."""
