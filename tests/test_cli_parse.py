@@ -25,6 +25,9 @@ def _ktcli(*args: str, tmp_path) -> subprocess.CompletedProcess:
      "error: ktcli serve takes no --outline: it is an option of ktcli summarize and ktcli plan "
      "(see `ktcli serve --help`)"),
     (("ask", "notes.md", "q?", "--bogus"), "error: No such option: --bogus (see `ktcli ask --help`)"),
+    # ktcli's own option after a command: "(Possible options: --attention, --json)" (probe 126)
+    (("ask", "--version"), "error: ktcli ask takes no --version: it is ktcli's own, before the command "
+                           "(`ktcli --version`)"),
 ])
 def test_an_option_of_another_command_is_named_as_such(tmp_path, args, said):
     done = _ktcli(*args, tmp_path=tmp_path)

@@ -341,6 +341,10 @@ def _main() -> None:
             # (Possible options: --quiet)" for summarize's --outline given to ask
             _parse_failed(f"{command} takes no {e.option_name}: it is an option of "
                           f"{_listed([f'ktcli {name}' for name in others])} (see `{command} --help`)", 2)
+        if _the_groups_own(e):
+            # "No such option: --version (Possible options: --attention, --json)" for `ktcli ask --version`
+            _parse_failed(f"{command} takes no {e.option_name}: it is ktcli's own, before the command "
+                          f"(`ktcli {e.option_name}`)", 2)
         _parse_failed(f"{_one_line(e.format_message())} ({_usage_hint(e, command)})", 2)
     except click_error as e:
         _parse_failed(_one_line(e.format_message()), e.exit_code)
@@ -448,6 +452,14 @@ def _commands_taking(error) -> list[str]:
     commands = getattr(ctx.parent.command, "commands", None) or {}
     return [name for name, cmd in commands.items()
             if name != ctx.info_name and any(token in p.opts for p in cmd.params)]
+
+
+def _the_groups_own(error) -> bool:
+    """Whether the option `error` says a command does not take is ktcli's own (`--version`)."""
+    token, ctx = getattr(error, "option_name", "") or "", getattr(error, "ctx", None)
+    if not token.startswith("--") or ctx is None or ctx.parent is None:
+        return False
+    return any(token in p.opts for p in ctx.parent.command.params)
 
 
 def _listed(names: list[str]) -> str:
