@@ -342,6 +342,10 @@ def parse_rope_scaling(spec: str) -> tuple[str, float] | None:
     return kind, f
 
 
+def _as_typed(value: float | int) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def _canonical_spelling(settings: Settings) -> Settings:
     """The word settings in their one lower-case spelling where that is a choice: `--kv-dtype
     INT8` and `KTCLI_MODE=FULL` were refused, while `--device ' CPU '` was taken. What no
@@ -384,7 +388,8 @@ def validate(settings: Settings, origins: dict[str, str] | None = None) -> Setti
     for name, low in _AT_LEAST.items():
         value = getattr(settings, name)
         if not value >= low:
-            raise UsageError(f"{named(name)} {value}: must be at least {low}")
+            # as typed: "--max-seconds -3", not the float's "-3.0 ... at least 0.0"
+            raise UsageError(f"{named(name)} {_as_typed(value)}: must be at least {_as_typed(low)}")
     if settings.temperature > MAX_TEMPERATURE:  # as OpenAI's API and `ktcli serve` bound it
         raise UsageError(f"{named('temperature')} {settings.temperature}: must be at most {MAX_TEMPERATURE}")
     if settings.threads > usable_cpus():

@@ -63,7 +63,7 @@ def test_unknown_key_in_file(tmp_path, monkeypatch):
     ({"weights": "int2"}, "--weights 'int2'"),
     ({"max_new_tokens": 0}, "--max-new-tokens 0: must be at least 1"),
     ({"top_k": 0}, "--top-k 0"),
-    ({"max_seconds": -3}, "--max-seconds -3"),
+    ({"max_seconds": -3.0}, "--max-seconds -3: must be at least 0"),  # as typed, not "-3.0 ... 0.0"
     ({"temperature": float("nan")}, "--temperature nan"),
     ({"device": "tpu"}, "--device 'tpu': choose auto, cpu, cuda or cuda:N"),  # was said after the input was read
 ])

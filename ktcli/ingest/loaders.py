@@ -123,7 +123,10 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
     A file compressed whole is read as what it decompresses to (`ingest.compressed`), up to
     `unpacked_limit` (bytes, and what to do past them; default: what the free memory reads)."""
     if not data:
-        raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE)
+        if is_stdin:  # (`git diff | ktcli ask - ...` with no changes)
+            raise RejectedInput(display, "empty input", "nothing came in: the command before `|` printed nothing, "
+                                                        "or the file after `<` is empty")
+        raise RejectedInput(display, EMPTY_FILE)
     compression = None if _unpacked else compressed.format_of(data)
     if compression is not None and not _holds_tar(data, f"{compression}-compressed data"):
         limit, hint = unpacked_limit or (read_limit_bytes(), "split it, or give the part the question is about")

@@ -465,6 +465,9 @@ def test_empty_file_given_explicitly(write, content: bytes) -> None:
 def test_empty_stdin() -> None:
     with pytest.raises(InputError, match="<stdin>: empty input"):
         load_corpus(["-"], stdin_text="")
+    # piped bytes: what may have printed nothing (`git diff | ktcli ask - ...` with no changes)
+    with pytest.raises(InputError, match="command before `|` printed nothing"):
+        load_stdin(None, io.BytesIO(b""))
     with pytest.raises(UsageError, match="more than once"):  # the command line, not the input, is wrong
         load_corpus(["-", "-"], stdin_text="x")
 
