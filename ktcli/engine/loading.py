@@ -101,7 +101,7 @@ def _build_kernels(on_status: Callable[[str], None] | None) -> None:
 
     if os.environ.get("KTCLI_NO_CPP_KERNELS"):
         return
-    with _one_time_work(on_status, "compiling the engine's C++ kernels (once, under a minute)",
+    with _one_time_work(on_status, "compiling the engine's C++ kernels (once: about a minute, more on a busy machine)",
                         known=cpp_ext.needs_build()):
         cpp_ext.load()
 
