@@ -311,3 +311,48 @@ def test_a_csv_with_quoted_commas_is_read_row_by_row() -> None:
     assert "id: 3, name: Ignatius Brume, department: Finance, salary: 91,450" in lines_of(text)
     assert not looks_like_a_table(["It rained, then, at last, it cleared.", "We left, ate, slept, and woke.",
                                    "Then, sadly, it rained."])
+
+
+_OPTIONS_PAGE = """## DESCRIPTION
+
+-k, --kibibytes
+    default to 1024-byte blocks for file system usage; used only with -s and per directory totals
+
+-s, --size
+    print the allocated size of each file, in blocks
+
+-S  sort by file size, largest first
+
+--sort=WORD
+    sort by WORD instead of name: none (-U), size (-S), time (-t)
+
+-u, --update
+    copy only when the SOURCE file is newer than the destination file
+
+-v, --verbose
+    explain what is being done
+"""
+
+
+def test_a_question_naming_an_option_quotes_that_options_entry_first():
+    # BM25 reads "-S" as "s", as it reads "-s": ls's "-k ... only with -s" came first (probe 125)
+    picked = key_lines.pick("what does -S do?", [(1, _OPTIONS_PAGE)], None, k=2)
+    assert picked[0][1].startswith("-S  sort by file size")
+    assert all("-S" in text for _, text in picked)  # "--sort=WORD ... size (-S)" names it too
+    assert key_lines.pick("what does -u do?", [(1, _OPTIONS_PAGE)], None, k=1)[0][1].startswith("-u, --update")
+    assert key_lines.pick("What does --sort do?", [(1, _OPTIONS_PAGE)], None, k=1)[0][1].startswith("--sort=WORD")
+
+
+def test_option_names_keep_their_case_and_dashes():
+    assert key_lines.asked_options("what does -S do, and --block-size?") == {"-S", "--block-size"}
+    assert key_lines.asked_options("Is e-mail well-known in 2023-24? Is -5 low?") == set()
+
+
+def test_an_options_entry_is_quoted_as_a_sentence():
+    # as "-r, --reverse reverse ..." the bundled model continued the option list (probe 125)
+    said = key_lines.block([(1, "-S  sort by file size, largest first"), (2, "-r, --reverse reverse order")])
+    assert said.splitlines() == ["The option -r, --reverse reverse order [2]",
+                                 "The option -S  sort by file size, largest first [1]"]
+    # prose, a bare option with nothing said of it, and a negative figure stay as written
+    for unit in ("Revenue rose 5% in Q3.", "--block-size=SIZE", "-5 degrees is the lowest reading."):
+        assert key_lines.block([(1, unit)]) == f"{unit} [1]"
