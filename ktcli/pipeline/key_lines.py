@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ktcli.pipeline.citations import YEAR
+from ktcli.retrieval.options import OPTION_HEAD, asked_options, defines_option, writes_option
 from ktcli.ingest.sections import ADORNMENT, ATX, FENCE, MARKDOWN_RULE, looks_like_a_table, row_cells
 
 if TYPE_CHECKING:
@@ -345,7 +346,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # "'s", and ls's "-k ... used only with -s" was quoted, not "-S  sort by file size"
         # (probe 125). The lines that write an asked option as written are the only ones
         # that can say what it does; those that open with it, its own entry, go first.
-        naming = [c for c in candidates if any(_writes_option(c[1], o) for o in options)]
+        naming = [c for c in candidates if any(writes_option(c[1], o) for o in options)]
         candidates = naming or candidates
     if not candidates:
         return []
@@ -364,7 +365,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         dense = embedder.embed_lines([candidates[i][1] for i in shortlist]) @ embedder.embed_query(question)
         score = _scaled(dense) + LEXICAL_WEIGHT * score
     if options:
-        score = score + np.array([2.0 if any(_defines_option(candidates[i][1], o) for o in options) else 0.0
+        score = score + np.array([2.0 if any(defines_option(candidates[i][1], o) for o in options) else 0.0
                                   for i in shortlist])
     picked: list[tuple[int, str]] = []
     for i in np.argsort(-score, kind="stable"):
@@ -375,33 +376,6 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         if len(picked) == k:
             break
     return picked
-
-
-# A command-line option as a question writes it: "-S", "--sort", "--block-size" (a dash
-# after a space or a quote and before a letter: not "e-mail", "-5", "well-known").
-_ASKED_OPTION = re.compile(r"(?<![\w-])(--?[A-Za-z][\w-]*)(?![\w-])")
-# The options a line opens with, its own entry: "-a, --all", "-S  sort by", "-p port Port",
-# "--block-size=SIZE", "-F, --classify[=WHEN]".
-_OPTION_HEAD = re.compile(r"(?:--?[A-Za-z][\w-]*(?:\[?=[^\s,]*)?,?\s+)+")
-
-
-def asked_options(question: str) -> set[str]:
-    """The command-line options a question names, case kept ("-S" is not "-s")."""
-    return set(_ASKED_OPTION.findall(question))
-
-
-def _option_pattern(option: str) -> re.Pattern[str]:
-    return re.compile(rf"(?<![\w-]){re.escape(option)}(?![\w-])")
-
-
-def _writes_option(line: str, option: str) -> bool:
-    return _option_pattern(option).search(line) is not None
-
-
-def _defines_option(line: str, option: str) -> bool:
-    """Whether `line` opens with `option` among the options it is the entry of."""
-    head = _OPTION_HEAD.match(line + " ")
-    return head is not None and _writes_option(head.group(), option)
 
 
 # English words that carry no topic of their own: a line sharing only these with the
@@ -443,5 +417,5 @@ def _as_said(unit: str) -> str:
     "head - -n 1 -f -v ..." or "The GNU coreutils package provides ...": 6 of 22 questions
     right with the option's own entry among the key facts, 21 with it said so (16 in full,
     the rest in part; probe 125)."""
-    head = _OPTION_HEAD.match(unit + " ")
+    head = OPTION_HEAD.match(unit + " ")
     return f"The option {unit}" if head is not None and head.end() < len(unit) else unit

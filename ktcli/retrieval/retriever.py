@@ -26,6 +26,7 @@ import numpy as np
 from ktcli.retrieval.dense import DenseIndex
 from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
+from ktcli.retrieval.options import asked_options, defining_chunks
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
 from ktcli.retrieval.section_names import SectionTable, named_sections
 from ktcli.retrieval.symbols import SymbolTable, code_names, used_names
@@ -159,7 +160,11 @@ class HybridIndex:
         dense = self.dense.search(self.embedder.embed_query(query), depth)
         lexical = self.lexical.search(query, depth)
         dense_weight = self._dense_weight(query, dense)
-        hits = _fuse(self.chunks, dense, lexical, len(self.chunks), self.symbols.defining(code_names(query)), dense_weight,
+        # an option's entry ("-S  sort by file size") is a definition of the option the
+        # question names ("what does -S do?"), which BM25 reads as the letter "s" (probe 125)
+        defining = self.symbols.defining(code_names(query)) | defining_chunks(
+            (c.text for c in self.chunks), asked_options(query))
+        hits = _fuse(self.chunks, dense, lexical, len(self.chunks), defining, dense_weight,
                      self.symbols.using(used_names(query)), self.sections.naming(named_sections(query)))
         # A heading alone (left over where the paragraph under it was too long to share its
         # chunk) gives the model nothing to read; its words are in that paragraph's trail.

@@ -276,3 +276,16 @@ def test_a_passage_repeated_through_a_document_is_retrieved_once():
     hits = HybridIndex.build(chunks, embedder=HashEmbedder(), store=None).search("How fast did the tide gauge drift?", 8)
     texts = [" ".join(h.chunk.text.split()) for h in hits]
     assert texts.count(clause) == 1 and texts[0] == clause and len(set(texts)) == len(texts)
+
+
+def test_an_option_the_question_names_finds_its_entry(real_embedder):
+    # BM25 reads "-S" as "s": tar's "-S, --sparse" entry was in none of the 8 passages (probe 125)
+    entries = [
+        "-s, --preserve-order\n    Sort names to extract to match archive.",
+        "-S, --sparse\n    Handle sparse files efficiently.",
+        "The file's size is stored in the member's header; it's read before the member's data.",
+        "Use -s and -S with care: see the section on the archive's format.",
+    ] + FILLER
+    index = HybridIndex.build(make_doc_chunks("tar.1", entries), embedder=real_embedder, store=None)
+    assert index.search("what does -S do?", 2)[0].chunk.text.startswith("-S, --sparse")
+    assert index.search("what does -s do?", 2)[0].chunk.text.startswith("-s, --preserve-order")
