@@ -364,6 +364,29 @@ def summary_messages(text: str, listing: str = "", outlined: bool = False) -> li
     )
 
 
+_ATX_HEADING = re.compile(r"#{1,6}[ \t]+(?=\S)")
+_FENCE = ("```", "~~~")
+
+
+def plain_headings(text: str) -> str:
+    """`text` with its Markdown headings' marks taken off ("## NAME" reads "NAME"), fenced
+    code left as it is (a "# comment" is code). Over a man page read whole (ktcli's roff
+    reader writes "# LS(1)", "## NAME"), the bundled model wrote headings of its own in
+    place of a summary ("## Contents\n\n## 1. What is ls?\n\n## 2. What is ls? ..."):
+    prose for 2 of 7 pages with the marks, 5 without; 3 of 4 Markdown READMEs either way
+    (probe 125)."""
+    if "#" not in text:
+        return text
+    out, fenced = [], False
+    for line in text.split("\n"):
+        if line.lstrip().startswith(_FENCE):
+            fenced = not fenced
+        elif not fenced and line.startswith("#"):
+            line = _ATX_HEADING.sub("", line, count=1) if _ATX_HEADING.match(line) else line
+        out.append(line)
+    return "\n".join(out)
+
+
 def summary_notes_messages(text: str, notes: str, position: str, outlined: bool = False) -> list[Message]:
     prior = f"Summary notes so far:\n{notes}\n\n" if notes else ""
     return chat(

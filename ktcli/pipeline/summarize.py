@@ -420,9 +420,12 @@ def _outlined(prep: Prepared) -> str:
 
 
 def _text(prep: Prepared, doc: Document) -> str:
-    """What the summary reads of a document: its outline when the plan outlines it."""
+    """What the summary reads of a document: its outline when the plan outlines it; a
+    document's Markdown headings without their marks (`prompts.plain_headings`; code's
+    "# comment" lines are its own)."""
     kept = prep.outlines.get(doc.path)
-    return outline_text(kept) if kept is not None else doc.text
+    text = outline_text(kept) if kept is not None else doc.text
+    return text if doc.kind == "code" else prompts.plain_headings(text)
 
 
 def _read_chunks(prep: Prepared, budget: int) -> list[Chunk]:
