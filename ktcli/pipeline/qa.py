@@ -14,7 +14,7 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index, embedder_for
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.notes_memo import NotesMemo
-from ktcli.pipeline.runner import Tally, cited_if_interrupted, stream_answer, take_notes
+from ktcli.pipeline.runner import Tally, cited_if_interrupted, first_ones, stream_answer, take_notes
 from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbours, pack, refit, refuse_named_full,
                                     source_order)
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, with_windows
@@ -70,10 +70,6 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
     return _answer_from_retrieval(replace(prep, plan=plan), backend, settings, reporter, tally, params)
 
 
-def _windows_to(read: int) -> str:
-    return "window 1" if read == 1 else f"windows 1-{read}"
-
-
 def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
                            tally: Tally, params: SamplingParams) -> Answer:
     started = time.perf_counter()
@@ -116,7 +112,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         except KeyboardInterrupt:
             # Said where it was, not a bare "interrupted" after minutes of reading windows;
             # a notes step's text is no answer, so nothing is shown (probe 124)
-            kept = (f": the notes of {_windows_to(i)} are kept; the same question again starts at window {i + 1}"
+            kept = (f": the notes of {first_ones('window', i)} are kept; the same question again starts at window {i + 1}"
                     if i and memo is not None and not memo.failed else "")
             raise Interrupted(f"{interruption()[0]} while reading evidence window {i + 1} of {len(windows)}, "
                               f"before the answer{kept}") from None

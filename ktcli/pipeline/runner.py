@@ -165,6 +165,12 @@ def take_notes(backend: Backend, messages: list[Message], params: SamplingParams
     return new
 
 
+def first_ones(noun: str, read: int) -> str:
+    """The `noun`s 1 to `read` as said: "part 1" alone, not "parts 1-1" (probe 108); else
+    "parts 1-3" (parts, windows, documents read before an interruption)."""
+    return f"{noun} 1" if read == 1 else f"{noun}s 1-{read}"
+
+
 class AnswerInterrupted(KeyboardInterrupt):
     """Ctrl-C while an answer streamed, with the text shown so far: a caller that can cite
     it does (`pipeline.qa`); to any other it is the KeyboardInterrupt it was. `doing`: what

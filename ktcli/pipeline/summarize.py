@@ -19,7 +19,8 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.file_map import file_map
 from ktcli.pipeline.prepare import Prepared
 from ktcli.pipeline.notes_memo import NotesMemo
-from ktcli.pipeline.runner import AnswerInterrupted, Tally, cited_if_interrupted, stream_answer, take_notes
+from ktcli.pipeline.runner import (AnswerInterrupted, Tally, cited_if_interrupted, first_ones, stream_answer,
+                                   take_notes)
 from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, per_document_tokens, with_windows
@@ -118,13 +119,10 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 # Parts read whose notes said nothing are kept all the same: said, not a bare
                 # "interrupted" the rerun then contradicted by starting at the next part.
                 raise Interrupted(f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of "
-                                  f"{_parts_to(read)} said nothing from the input; they are kept{resume}") from None
+                                  f"{first_ones('part', read)} said nothing from the input; they are kept{resume}") from None
             raise
-        kept = f"Notes from {_parts_to(read)} of {len(windows)} (interrupted before the summary was written):\n\n{notes}"
-        raise InterruptedWithNotes(
-            f"{interruption()[0]} while reading part {read + 1} of {len(windows)}: the notes of {_parts_to(read)} are kept"
-            f"{resume}", kept, _notes_answer(kept, prep, with_windows(plan, len(windows)), tally, windows[:read]),
-        ) from None
+        raise _interrupted_with_notes(f"while reading part {read + 1} of {len(windows)}", read, windows, notes, resume,
+                                      prep, plan, tally) from None
     except StreamCutOffError as e:
         raise _cut_off_in_notes(e, read, windows, notes, memo, prep, plan, tally) from None
     if memo is not None:
@@ -163,13 +161,23 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         if summary_text is not None:  # (the summary shown, Ctrl-C while it was checked)
             raise
         resume = "; the same command again writes the summary from them" if memo is not None and not memo.failed else ""
-        kept = f"Notes from {_parts_to(len(windows))} of {len(windows)} (interrupted before the summary was written):\n\n{notes}"
-        raise InterruptedWithNotes(
-            f"{interruption()[0]} while writing the summary from the notes: the notes of {_parts_to(len(windows))} are "
-            f"kept{resume}", kept, _notes_answer(kept, prep, with_windows(plan, len(windows)), tally, windows),
-        ) from None
+        raise _interrupted_with_notes("while writing the summary from the notes", len(windows), windows, notes, resume,
+                                      prep, plan, tally) from None
     return streamed.finish(lambda summary: _answer(summary, prep, with_windows(plan, len(windows)), tally,
                                                    len(windows), reporter=reporter))
+
+
+def _headed_notes(read: int, total: int, what: str, notes: str) -> str:
+    """The notes of the parts read, headed as notes: no summary was written from them."""
+    return f"Notes from {first_ones('part', read)} of {total} ({what} before the summary was written):\n\n{notes}"
+
+
+def _interrupted_with_notes(doing: str, read: int, windows: list[list[Chunk]], notes: str, resume: str,
+                            prep: Prepared, plan, tally: Tally) -> InterruptedWithNotes:
+    """Ctrl-C `doing` something, the notes of the first `read` parts kept (stdout and --json)."""
+    kept = _headed_notes(read, len(windows), "interrupted", notes)
+    return InterruptedWithNotes(f"{interruption()[0]} {doing}: the notes of {first_ones('part', read)} are kept{resume}",
+                                kept, _notes_answer(kept, prep, with_windows(plan, len(windows)), tally, windows[:read]))
 
 
 def _cut_off_in_notes(e: StreamCutOffError, read: int, windows: list[list[Chunk]], notes: str, memo, prep: Prepared,
@@ -183,8 +191,8 @@ def _cut_off_in_notes(e: StreamCutOffError, read: int, windows: list[list[Chunk]
     planned = with_windows(plan, len(windows))
     if not notes:
         return NotesCutOff(said + resume, "", _notes_answer("", prep, planned, tally, windows[:read]))
-    kept = f"Notes from {_parts_to(read)} of {len(windows)} (the server cut off before the summary was written):\n\n{notes}"
-    return NotesCutOff(f"{said}: the notes of {_parts_to(read)} are printed instead, headed as notes{resume}", kept,
+    kept = _headed_notes(read, len(windows), "the server cut off", notes)
+    return NotesCutOff(f"{said}: the notes of {first_ones('part', read)} are printed instead, headed as notes{resume}", kept,
                        _notes_answer(kept, prep, planned, tally, windows[:read]))
 
 
@@ -250,7 +258,7 @@ def _each_document(prep: Prepared, each: list[list], backend: Backend, params: S
             at = f"(document {i + 1} of {len(docs)})"
             # (said "while the answer streamed" where nothing streamed: probe 124)
             doing = f"after the summary of {doc.path} {at}" if parts[-1][0] is doc else f"while reading {doc.path} {at}"
-            raise AnswerInterrupted(_joined(parts), f"{doing}: the summaries of {_documents_to(len(parts))} "
+            raise AnswerInterrupted(_joined(parts), f"{doing}: the summaries of {first_ones('document', len(parts))} "
                                                     "are kept") from None
     if cut:
         paths = [subject.removeprefix("the summary of ") for subject in cut]
@@ -506,10 +514,3 @@ def _hollow_parts(hollow: list[int], windows: list[list[Chunk]]) -> str:
             f"written without them: {named} (a larger model, --model, does better)")
 
 
-def _documents_to(read: int) -> str:
-    return "document 1" if read == 1 else f"documents 1-{read}"
-
-
-def _parts_to(read: int) -> str:
-    """The parts 1 to `read` as said: "part 1" alone, not "parts 1-1" (probe 108)."""
-    return "part 1" if read == 1 else f"parts 1-{read}"
