@@ -73,10 +73,9 @@ class Tally:
             "notes_kept": self.notes_kept,
         }
 
-
     def first_shown(self) -> None:
-        """The answer's first text is shown now (where it is no streamed token: a file a
-        summary quotes whole)."""
+        """The answer's first text is shown now (a streamed token, or a file a summary
+        quotes whole), unless it was before."""
         if not self.ttft_s:
             self.ttft_s = time.perf_counter() - self.started
 
@@ -250,8 +249,8 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
             for raw in _answer_pieces(map(lead.feed, pieces)):
                 piece = lines.feed(raw) if lines is not None else raw
                 piece = labels.feed(piece) if labels is not None else piece
-                if not tally.ttft_s and piece:  # the first answer's (a summary's parts stream one by one)
-                    tally.ttft_s = time.perf_counter() - tally.started
+                if piece:  # the first answer's (a summary's parts stream one by one)
+                    tally.first_shown()
                 shown = echo.feed(piece)
                 if shown:
                     reporter.answer_text(shown)
@@ -270,10 +269,9 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
             raise
         finally:
             pieces.close()
-    if not tally.ttft_s:
-        # Nothing streamed: every line held (tags alone, a made-up code block) until a loop
-        # was stopped, or no text at all. A summary of rich/ said "ttft 0.0s" after 875 s.
-        tally.ttft_s = time.perf_counter() - tally.started
+    # Nothing streamed: every line held (tags alone, a made-up code block) until a loop was
+    # stopped, or no text at all. A summary of rich/ said "ttft 0.0s" after 875 s.
+    tally.first_shown()
     if not guard.unit:
         last = lines.flush() if lines is not None else ""
         last = labels.feed(last) + labels.flush() if labels is not None else last
