@@ -88,7 +88,12 @@ WORKSPACE_VALUES_PER_WIDTH = 10
 
 def workspace_bytes(facts: ModelFacts, chunk_tokens: int) -> int:
     """A prefill chunk's activations (0 where the model's widths are not known: a remote server)."""
-    return int(WORKSPACE_VALUES_PER_WIDTH * chunk_tokens * (facts.hidden_size + facts.intermediate_size) * 4)
+    return widths_workspace_bytes(facts.hidden_size + facts.intermediate_size, chunk_tokens)
+
+
+def widths_workspace_bytes(widths: int, chunk_tokens: int) -> int:
+    """The same from the model's hidden + intermediate widths (a loaded engine's, `ktcli serve`)."""
+    return int(WORKSPACE_VALUES_PER_WIDTH * chunk_tokens * widths * 4)
 
 
 # A sparse chunk's Quest bounds (`engine.page_groups`): query rows x pages in fp32, the

@@ -16,7 +16,7 @@ from ktcli.engine.batching import Runner, make_runner
 from ktcli.engine.loading import weights_note
 from ktcli.engine.model_store import ensure_hf_dir, loaded_repairing, resolve_model
 from ktcli.errors import KtcliError, UsageError
-from ktcli.plan.estimates import WORKSPACE_VALUES_PER_WIDTH
+from ktcli.plan.estimates import widths_workspace_bytes
 from ktcli.serve.server import ServeApp, ServeOptions, check_exposure, make_server
 
 
@@ -218,7 +218,7 @@ READS_OVER_WORKSPACE = 3
 
 
 def _working_bytes(runner: Runner) -> int:
-    return int(READS_OVER_WORKSPACE * WORKSPACE_VALUES_PER_WIDTH * runner.prefill_chunk * runner.widths * 4)
+    return READS_OVER_WORKSPACE * widths_workspace_bytes(runner.widths, runner.prefill_chunk)
 
 
 def _size(n: int) -> str:
