@@ -7,6 +7,7 @@ import os
 import re
 
 from ktcli.engine.backend import Message
+from ktcli.ingest.sections import FENCE
 from ktcli.types import CHAPTER, SECTION_SEPARATOR, TABLE_TRAIL
 
 SYSTEM = (
@@ -365,7 +366,6 @@ def summary_messages(text: str, listing: str = "", outlined: bool = False) -> li
 
 
 _ATX_HEADING = re.compile(r"#{1,6}[ \t]+(?=\S)")
-_FENCE = ("```", "~~~")
 
 
 def plain_headings(text: str) -> str:
@@ -379,10 +379,10 @@ def plain_headings(text: str) -> str:
         return text
     out, fenced = [], False
     for line in text.split("\n"):
-        if line.lstrip().startswith(_FENCE):
+        if FENCE.match(line):
             fenced = not fenced
-        elif not fenced and line.startswith("#"):
-            line = _ATX_HEADING.sub("", line, count=1) if _ATX_HEADING.match(line) else line
+        elif not fenced and (mark := _ATX_HEADING.match(line)):
+            line = line[mark.end():]
         out.append(line)
     return "\n".join(out)
 
