@@ -367,8 +367,8 @@ def _binary(display: str, data: bytes, unpacked: str = "") -> RejectedInput:
     if unpacked:
         refusal = _binary(display, data)
         what = refusal.reason.removeprefix("binary").removeprefix(": ")
-        hint = str(refusal).removeprefix(f"{display}: {refusal.reason}").removeprefix("; ")
-        return RejectedInput(display, f"holds binary data ({unpacked}-compressed){': ' + what if what else ''}", hint)
+        return RejectedInput(display, f"holds binary data ({unpacked}-compressed){': ' + what if what else ''}",
+                             refusal.hint)
     file = _shell_name(display)
     from ktcli.ingest.zipdoc import unread_office
 
