@@ -17,6 +17,12 @@ class RejectedInput(InputError):
         message = f"{display}: {reason}"
         super().__init__(f"{message}; {hint}" if hint else message)
 
+    @property
+    def reason_and_hint(self) -> str:
+        """The reason with what to do, as a skipped list names an archive: "binary: a tar
+        archive (unpack it ...)"."""
+        return f"{self.reason} ({self.hint})" if self.hint else self.reason
+
 
 class TextOverLimit(Exception):
     """A PDF's text passed the caller's `text_limit` characters by page `page` of `pages`

@@ -297,7 +297,7 @@ class _Walker:
         # before the size: "too large ... raise the limit" helped no .so
         if (archive := archive_by_name(entry.name, self.display(rel))) is not None:
             # "binary" alone said nothing of what to do: what it is and what to do, as for a file named
-            self.skip(rel, f"{archive.reason} ({archive.hint})")
+            self.skip(rel, archive.reason_and_hint)
             return
         if has_binary_extension(entry.name) and not compressed_text(entry.name):
             self.skip(rel, "binary")
@@ -331,7 +331,7 @@ class _Walker:
                            f"--max-file-bytes raises it, or name the file)")
             return
         except TarArchive as e:  # by its content (a "backup.gz" of a tar)
-            self.skip(rel, f"{e.reason} ({e.hint})")
+            self.skip(rel, e.reason_and_hint)
             return
         except RejectedInput as e:
             self.skip(rel, e.reason)
