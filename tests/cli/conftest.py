@@ -14,6 +14,8 @@ from pathlib import Path
 import platformdirs
 import pytest
 
+from ktcli.engine.pack_cache import PACKED_DIR
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "sample_docs"
 PDF = SAMPLES / "harbor-light-annual-report-2023.pdf"
@@ -24,18 +26,24 @@ THREADS = str(min(2, len(os.sched_getaffinity(0))))
 REPO = SAMPLES / "minirepo"
 
 
-def shared_models_dir() -> Path:
-    path = Path(os.environ.get("KTCLI_TEST_MODELS", platformdirs.user_cache_dir("ktcli-tests"))) / "models"
+def shared_test_cache(name: str) -> Path:
+    """The tests' persistent `name` folder (converted models, packed weights): made once a machine."""
+    path = Path(os.environ.get("KTCLI_TEST_MODELS", platformdirs.user_cache_dir("ktcli-tests"))) / name
     path.mkdir(parents=True, exist_ok=True)
     return path
 
 
 def fresh_cache(base: Path) -> Path:
+    """An otherwise empty cache whose converted models and packed int8 weights are the
+    tests' shared ones: packing SmolLM2 (152 MB written and synced) in every test's cache
+    cost each CLI test seconds. Packed files are written whole under a temporary name and
+    renamed, so no test reads a part of one."""
     cache = base / "cache"
     cache.mkdir(parents=True, exist_ok=True)
-    link = cache / "models"
-    if not link.exists():
-        link.symlink_to(shared_models_dir())
+    for name in ("models", PACKED_DIR):
+        link = cache / name
+        if not link.exists():
+            link.symlink_to(shared_test_cache(name))
     return cache
 
 

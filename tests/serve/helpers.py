@@ -12,34 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-import platformdirs
+from tests.cli.conftest import ROOT, THREADS, empty_config, fresh_cache
 
-ROOT = Path(__file__).resolve().parents[2]
-# Two CPU threads per ktcli process, as CI's 2-core machine has (one where there is one
-# CPU: --threads above the CPUs is a usage error).
-THREADS = str(min(2, len(os.sched_getaffinity(0))))
 # Our engine by default (what `ktcli serve` is for); KTCLI_SERVE_TEST_ENGINE=hf runs the
 # same tests over transformers.
 ENGINE = os.environ.get("KTCLI_SERVE_TEST_ENGINE", "ktcli")
 READY = re.compile(r"serving (\S+) on http://127\.0\.0\.1:(\d+)/v1")
-
-
-def make_cache(base: Path) -> Path:
-    """An empty cache whose models/ is the persistent converted-model folder of the tests."""
-    shared = Path(os.environ.get("KTCLI_TEST_MODELS", platformdirs.user_cache_dir("ktcli-tests"))) / "models"
-    shared.mkdir(parents=True, exist_ok=True)
-    cache = base / "cache"
-    cache.mkdir(parents=True, exist_ok=True)
-    if not (cache / "models").exists():
-        (cache / "models").symlink_to(shared)
-    return cache
-
-
-def empty_config(folder: Path) -> Path:
-    """An empty config file: the user's own config must not reach the tests."""
-    path = folder / "no-config.toml"
-    path.touch()
-    return path
 
 
 def cli_env(cache: Path) -> dict[str, str]:
@@ -51,7 +29,7 @@ def cli_env(cache: Path) -> dict[str, str]:
 
 def run_cli(args: list[str], base: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "ktcli.cli.app", *args], capture_output=True, text=True,
-                          env=cli_env(make_cache(base)), cwd=ROOT, timeout=timeout)
+                          env=cli_env(fresh_cache(base)), cwd=ROOT, timeout=timeout)
 
 
 class Served:
@@ -76,7 +54,7 @@ class Served:
 
 def start_serve(base: Path, *extra: str, engine: str = ENGINE, timeout: float = 240,
                 sigint: signal.Handlers = signal.SIG_DFL) -> Served:
-    cache = make_cache(base)
+    cache = fresh_cache(base)
     log = base / "serve.log"
     cmd = [sys.executable, "-m", "ktcli.cli.app", "serve", "--port", "0", "--engine", engine, *extra]
     with open(log, "w") as err:

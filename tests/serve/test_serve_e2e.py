@@ -246,9 +246,9 @@ def test_a_memory_budget_the_model_alone_fills_is_refused(tmp_path):
     from ktcli.engine.model_store import ensure_hf_dir, resolve_model
     from ktcli.errors import UsageError
     from ktcli.serve.run import kv_budget
-    from tests.serve.helpers import make_cache
+    from tests.cli.conftest import fresh_cache
 
-    cache = make_cache(tmp_path)
+    cache = fresh_cache(tmp_path)
     folder = ensure_hf_dir(resolve_model("smollm2"), cache)
     settings = Settings(cache_dir=str(cache), device="cpu", max_memory="500MB")
     with pytest.raises(UsageError, match=r"^--max-memory 500MB: the model \(int8 weights\) and the runtime take "
