@@ -43,13 +43,11 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
     prep = prepare(paths, question, task, settings, reporter, stdin_text)
     if on_plan:
         on_plan(prep)
-    loading = time.perf_counter()
-    backend = _load(settings, reporter, prep.plan)
-    # A first run's conversion (~20-40 s, once), a compile of the kernels or a measurement
-    # of int4 key weights (`engine.loading.one_time_s`) is no load time to plan runs with:
-    # such a run's load is not measured (0).
-    one_time = prep.converts_model or engine_loading.one_time_s > 0
-    load_s = 0.0 if one_time else time.perf_counter() - loading
+    # Loaded where the task first needs it: a summary of files each shown whole (`summarize._quoted`)
+    # needs none, and loaded all the same it took seconds and a few hundred MiB.
+    backend = _OnFirstUse(lambda: _load(settings, reporter, prep.plan))
+    if task == "ask":  # (every question reads the model, and its load is said before retrieval's lines)
+        backend.load()
     try:
         answer = run(prep, backend, settings, reporter, tally)
     except InterruptedAnswer as e:  # its Sources in the user's lines and pages too, with their sections
@@ -69,8 +67,13 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
         trouble = backend.finish()
     if trouble:
         reporter.warn(trouble)
-    if kept := backend.last_stats.extra.get("kept_tokens"):
+    if backend.loaded and (kept := backend.last_stats.extra.get("kept_tokens")):
         answer = replace(answer, stats=answer.stats | {"kept_tokens": kept})
+    # A first run's conversion (~20-40 s, once), a compile of the kernels or a measurement
+    # of int4 key weights (`engine.loading.one_time_s`) is no load time to plan runs with:
+    # such a run's load is not measured (0); nor is one that loaded nothing.
+    one_time = prep.converts_model or engine_loading.one_time_s > 0
+    load_s = 0.0 if one_time else backend.load_s
     _remember_rates(settings, tally, sparse=answer.plan.mode is Mode.SPARSE, load_s=load_s,
                     embed_tok_s=_embed_rate(answer.stats), attention=answer.plan.attention,
                     kv_dtype=answer.plan.kv_dtype, facts=prep.facts, code=mostly_code(prep.corpus.documents))
@@ -116,6 +119,36 @@ def _placed(answer: Answer, prep: Prepared) -> Answer:
     the figures with every key (FIGURE_DEFAULTS)."""
     answer = replace(answer, stats=FIGURE_DEFAULTS | answer.stats)
     return citations.in_source_lines(citations.with_sections(answer, prep.corpus), prep.corpus)
+
+
+class _OnFirstUse:
+    """The backend `load()` gives, loaded the first time any of it is used; `finish()`
+    before that has nothing to finish. `load_s`: the load's seconds (0: not loaded)."""
+
+    def __init__(self, load) -> None:
+        object.__setattr__(self, "_loader", load)
+        object.__setattr__(self, "_backend", None)
+        object.__setattr__(self, "load_s", 0.0)
+
+    @property
+    def loaded(self) -> bool:
+        return self._backend is not None
+
+    def load(self):
+        if self._backend is None:
+            start = time.perf_counter()
+            object.__setattr__(self, "_backend", self._loader())
+            object.__setattr__(self, "load_s", time.perf_counter() - start)
+        return self._backend
+
+    def finish(self) -> str | None:
+        return self._backend.finish() if self._backend is not None else None
+
+    def __getattr__(self, name: str):
+        return getattr(self.load(), name)
+
+    def __setattr__(self, name: str, value) -> None:  # (runner sets `on_prefill` on the backend)
+        setattr(self.load(), name, value)
 
 
 def _load(settings: Settings, reporter: Reporter, plan=None):

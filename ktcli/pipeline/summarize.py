@@ -51,7 +51,9 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
         each = [prompts.summary_messages(prompts.whole_input([d], [_text(prep, d)]), outlined=d.path in prep.outlines)
                 for d in prep.corpus.documents]
         share = replace(params, max_new_tokens=per_document_tokens(len(each), params.max_new_tokens))
-        if all(backend.prompt_tokens(m) + share.max_new_tokens <= backend.context_window for m in each):
+        # (a file shown whole is not read: where every one is, the model is never loaded)
+        if all(_quoted(d) or backend.prompt_tokens(m) + share.max_new_tokens <= backend.context_window
+               for d, m in zip(prep.corpus.documents, each)):
             return _each_document(prep, each, backend, share, reporter, tally)
         plan = replace(plan, n_windows=1)  # (a document's prompt past the window: read together, as below)
     if plan.mode in (Mode.FULL, Mode.SPARSE):  # sparse: the engine's window is the whole input
@@ -289,7 +291,9 @@ def _summarize_one(i: int, doc: Document, messages: list, prep: Prepared, backen
     docs = prep.corpus.documents
     # one blank line above each heading, whatever line breaks the part before ended with
     heading = ("\n" * max(0, 2 - reporter.line_breaks()) if i else "") + f"## {doc.path}\n"
-    if i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
+    if i == 0 and all(_quoted(d) for d in docs):
+        reporter.status(f"showing the {len(docs)} documents whole: each is too short to summarize, so no model is loaded")
+    elif i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
         reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
                         f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
     reporter.answer_text(heading)

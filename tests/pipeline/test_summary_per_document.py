@@ -377,3 +377,31 @@ def test_one_blank_line_above_each_heading_whatever_the_part_before_ended_with(f
     shown = "".join(reporter.shown)
     assert "\n\n\n" not in shown
     assert shown.count("\n\n## ") == 2, shown
+
+
+def test_a_summary_of_files_all_shown_whole_loads_no_model(tmp_path, monkeypatch):
+    """Two one-line files, each shown whole, took the model's load (seconds, ~300 MiB) all
+    the same; a summary with one file to read loads it, once."""
+    from ktcli.pipeline import api
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "a.txt").write_text("Alpha note: the pump runs at 5 l/s.\n")
+    (docs / "b.md").write_text("# Beta\n\nThe valve is shut.\n")
+    settings = settings_for(tmp_path, mode="auto")
+
+    def never(*a):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(api, "_load", never)
+    monkeypatch.setattr(api, "save_rates", lambda *a, **kw: None)
+    answer = api.summarize_paths([str(docs)], settings, NullReporter())
+    assert answer.text == (f"## {docs / 'a.txt'}\nThe whole file: `Alpha note: the pump runs at 5 l/s.`\n\n"
+                           f"## {docs / 'b.md'}\nThe whole file:\n```\n# Beta\n\nThe valve is shut.\n```")
+    assert answer.stats["model_calls"] == 0
+
+    (docs / "c.md").write_text(f"# c.md\n\n{TOPICS['bread.md']}\n" + "More words about it follow here. " * 5 + "\n")
+    loads = []
+    monkeypatch.setattr(api, "_load", lambda *a: loads.append(FirstLine()) or loads[-1])
+    answer = api.summarize_paths([str(docs)], settings, NullReporter())
+    assert len(loads) == 1 and len(loads[0].calls) == 1 and TOPICS["bread.md"] in answer.text
