@@ -126,6 +126,8 @@ class Options:
         else:
             lines = plan_lines(prep.plan)
             lines.insert(0, f"model       {extra['model']['name']} ({extra['engine']} engine)")
+            if assumed := extra["model"].get("assumed"):
+                lines.insert(1, f"assumed     {assumed}")
             if len(largest) > 1 and prep.plan.input_tokens > prep.plan.context_window:
                 # What makes a repo expensive: 3.4 MB of benchmark JSON was most of ktcli's own 2.3M tokens.
                 shown = ", ".join(f"{d['path']} (~{d['tokens']:,})" for d in largest[:3])

@@ -12,7 +12,7 @@ from ktcli.engine.model_store import resolve_model
 from ktcli.errors import InterruptedAnswer, KtcliError
 from ktcli.pipeline import citations
 from ktcli.pipeline.events import Reporter
-from ktcli.pipeline.prepare import Prepared, mostly_code, prepare, save_rates
+from ktcli.pipeline.prepare import Prepared, mostly_code, prepare, save_rates, server_assumption
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
@@ -83,9 +83,12 @@ def _execute(paths, question, task, run, settings: Settings, reporter: Reporter,
 def plan_only(paths: list[str], question: str, settings: Settings, reporter: Reporter,
               stdin_text: str | None = None) -> tuple[Prepared, dict]:
     task = "ask" if question.strip() else "summarize"
-    prep = prepare(paths, question, task, settings, reporter, stdin_text)
+    prep = prepare(paths, question, task, settings, reporter, stdin_text, contact_server=False)
     if settings.backend == "openai":
-        model = {"name": prep.facts.name, "server": settings.base_url, "context_window": prep.facts.context_window}
+        model = {"name": prep.facts.name, "server": settings.base_url, "context_window": prep.facts.context_window,
+                 "contacted": not server_assumption(settings)}
+        if assumed := server_assumption(settings):
+            model["assumed"] = assumed
     else:
         source = resolve_model(settings.model, settings.named("model"))
         model = {"name": prep.facts.name, "path": str(source.path), "converted": not prep.converts_model,

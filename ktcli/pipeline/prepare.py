@@ -229,11 +229,18 @@ def _rate(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
-def planning_facts(settings: Settings) -> ModelFacts:
+def planning_facts(settings: Settings, contact_server: bool = True) -> ModelFacts:
     """The model's shape, its weight bytes in the dtype the engine will load and its KV
-    pages' dtype; for a remote server, its window (and no local memory to plan)."""
+    pages' dtype; for a remote server, its window (and no local memory to plan), which
+    `ktcli plan` takes from --context-window where it is given (`contact_server` False):
+    the plan needs nothing else of the server (it counts with tiktoken, not the server's
+    tokenizer), and it planned nothing with the server down."""
     if settings.backend == "openai":
         from ktcli.engine.openai_backend import remote_model_facts
+
+        if not contact_server and settings.context_window > 0:
+            return ModelFacts(name=assumed_server_model(settings), context_window=settings.context_window, n_layers=0,
+                              n_kv_heads=0, head_dim=0, n_params=0, weight_bytes=0)
 
         return remote_model_facts(settings)
     from ktcli.engine.device import auto_kv_dtype
@@ -256,6 +263,23 @@ def planning_facts(settings: Settings) -> ModelFacts:
     cast = source if settings.engine == "hf" and differs else 0
     return replace(facts, weight_bytes=loaded, kv_dtype=auto_kv_dtype(weights, "cuda" if on_gpu else "cpu"),
                    host_bytes=0 if on_gpu else CPU_RUNTIME_BYTES + cast)
+
+
+def assumed_server_model(settings: Settings) -> str:
+    """The model a server not contacted is taken to serve: --model where one was picked,
+    else the one it lists first (`openai_backend.discover_model`)."""
+    return settings.model if settings.model != Settings().model else "the server's first model"
+
+
+def server_assumption(settings: Settings) -> str:
+    """What a plan for a server it did not contact took for granted ("" where it asked)."""
+    if settings.backend != "openai" or settings.context_window <= 0:
+        return ""
+    model = assumed_server_model(settings)
+    model = repr(model) if model == settings.model else model
+    return (f"the server was not contacted: its window taken as {settings.named('context_window')} "
+            f"{settings.context_window} (a smaller one the server has caps a run), the model as {model}, "
+            "tokens counted with tiktoken")
 
 
 def _rope_window(spec: str, facts: ModelFacts) -> int:
@@ -343,8 +367,10 @@ def _pattern_left_out(text: str, excluded: list[str]) -> bool:
 
 def prepare(
     paths: list[str], question: str, task: str, settings: Settings, reporter: Reporter,
-    stdin_text: str | None = None,
+    stdin_text: str | None = None, contact_server: bool = True,
 ) -> Prepared:
+    """`contact_server` False (`ktcli plan`): a server's window from --context-window where
+    it is given, the server not asked (`planning_facts`)."""
     if task == "ask" and not question.strip():
         raise UsageError("the question is empty")
     # A mistyped --model or a --base-url that is no URL fails now, not after reading a large folder.
@@ -374,9 +400,10 @@ def prepare(
     # Documents have distinct paths (load_corpus drops a file named twice).
     outline_estimate = sum(count_tokens(outline_text(outlines[d.path])) if d.path in outlines else n
                            for d, n in zip(corpus.documents, doc_tokens))
-    if server:  # its first call: a server slow to answer is not a silence after "reading input"
+    asks_server = bool(server) and (contact_server or settings.context_window <= 0)
+    if asks_server:  # its first call: a server slow to answer is not a silence after "reading input"
         reporter.status(f"contacting {server}")
-    facts = planning_facts(settings)
+    facts = planning_facts(settings, contact_server=asks_server)
     _refuse_what_the_engine_cannot_run(settings, facts)
     tokenizer = _model_tokenizer(settings, facts, estimate, task) or _tokenizer_for_cached_pages(task, settings)
     # The model's own count where it can decide the mode: tiktoken's estimate scaled by
