@@ -122,6 +122,7 @@ class Options:
             # every file the run would read, not only a count: which of a repo's files count
             print(plan_json(prep.plan, prep.corpus.skipped, extra | {"question": question, "largest": largest,
                                                                     "documents": documents,
+                                                                    "overhead_tokens": overhead_tokens(prep),
                                                                     "warnings": list(reporter.warnings)}))
         else:
             lines = plan_lines(prep.plan)
@@ -249,19 +250,16 @@ def _refuse_a_question(paths: list[str]) -> None:
 
 
 def _document_sizes(prep) -> list[dict]:
-    """The input's documents in input order, with their share of the plan's input tokens
-    (by their chunks' sizes, each kind at its own model-token ratio where the input mixes
-    kinds: `Prepared.kind_ratios`)."""
-    sizes: dict[str, float] = {}
-    for chunk in prep.chunks:
-        sizes[chunk.doc_path] = sizes.get(chunk.doc_path, 0) + chunk.n_tokens
-    kinds = {d.path: d.kind for d in prep.corpus.documents}
-    weighted = {path: n * prep.kind_ratios.get(kinds.get(path, ""), 1.0) for path, n in sizes.items()}
-    # scaled after the kinds' ratios, so that the shares add up to the plan's input tokens
-    # (scaled before them, sample_docs/minirepo's 14 files said 3,061 of its 2,942)
-    scale = prep.plan.input_tokens / max(1e-9, sum(weighted.values()))
-    return [{"path": d.path, "kind": d.kind, "tokens": round(weighted.get(d.path, 0) * scale),
+    """The input's documents in input order, each with its own tokens (`Prepared.
+    document_tokens`: no source tag, no share of the file listing; `overhead_tokens`)."""
+    return [{"path": d.path, "kind": d.kind, "tokens": prep.document_tokens.get(d.path, 0),
              "outlined": d.path in prep.outlines} for d in prep.corpus.documents]
+
+
+def overhead_tokens(prep) -> int:
+    """What plan.input_tokens holds beyond the documents' own tokens: each one's source tag
+    and, for a summary, the list of its files."""
+    return max(0, prep.plan.input_tokens - sum(prep.document_tokens.values()))
 
 
 def run_guarded(opts: Options, body: Callable[[], None]) -> None:

@@ -74,6 +74,10 @@ class Prepared:
     # Model tokens per estimate token by document kind, where the input mixes kinds and the
     # model's tokenizer was at hand (`_kind_ratios`); else empty: the input's one ratio.
     kind_ratios: dict[str, float] = field(default_factory=dict)
+    # Each document's own text in model tokens, as plan.input_tokens counts it (each kind at
+    # its ratio), without its source tag or the summary's file listing: those are the rest
+    # of plan.input_tokens (`plan --json`'s `overhead_tokens`).
+    document_tokens: dict[str, int] = field(default_factory=dict)
 
 
 def memory_budget(settings: Settings) -> int:
@@ -502,7 +506,19 @@ def prepare(
     return Prepared(corpus=corpus, chunks=chunks, plan=plan, facts=facts, question=question.strip(),
                     outlines=outlines if plan.outline_files else {}, converts_model=converts,
                     notes_request=notes_request,
-                    kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()})
+                    kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()},
+                    document_tokens=_document_tokens(corpus.documents, doc_tokens, per_estimate * count_scale,
+                                                     {k: r * count_scale for k, r in kind_ratios.items()}))
+
+
+def _document_tokens(documents, estimates: list[int], ratio: float, kind_ratios: dict[str, float]) -> dict[str, int]:
+    """Each document's own tokens, as the plan reports the input's (`ratio`: model tokens
+    per estimate token, its margin left out): each kind at its own ratio (`kind_ratios`),
+    scaled so that together they are the documents' share of plan.input_tokens. A 36-character
+    file was said to be 52 tokens, the prompt's tags and listing spread over the files by size."""
+    weighted = [n * kind_ratios.get(d.kind, ratio) for d, n in zip(documents, estimates)]
+    scale = sum(estimates) * ratio / max(sum(weighted), 1e-9)
+    return {d.path: round(w * scale) for d, w in zip(documents, weighted)}
 
 
 # Documents whose source tag `_passage_sizes` counts at most (spread over the input).

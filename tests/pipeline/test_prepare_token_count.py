@@ -152,23 +152,33 @@ def test_a_retrieved_chunk_is_planned_at_the_size_a_window_reads_it(tmp_path, mo
     assert request.tokens_per_estimate == 1.25  # the input's count stays padded: "fits" errs on the safe side
 
 
-def test_plan_documents_tokens_add_up_to_the_input_tokens():
-    """Probe 121: `plan sample_docs/minirepo --json` listed documents whose `tokens` (each
-    one's "share of plan.input_tokens", docs/json.md) added up to 3,061 of 2,942: the
-    kinds' ratios were applied after scaling to the input's total."""
+def test_plan_documents_tokens_are_their_own_and_add_up_with_the_overhead(tmp_path):
+    """Probe 121: documents' `tokens` added up to 3,061 of plan.input_tokens' 2,942 (the
+    kinds' ratios applied after scaling). Probe 128: each was its "share" of input_tokens,
+    the source tags and a summary's file listing spread over them by size, so a 36-character
+    file said 52 tokens: now each its own, the rest once (`overhead_tokens`), the two adding
+    up to input_tokens; each kind still at its own ratio."""
     from types import SimpleNamespace
 
-    from ktcli.cli.common import _document_sizes
+    from ktcli.cli.common import _document_sizes, overhead_tokens
+    from ktcli.config import Settings
+    from ktcli.ingest import count_tokens
+    from ktcli.pipeline.events import NullReporter
+    from ktcli.pipeline.prepare import _document_tokens, prepare
 
     docs = [SimpleNamespace(path="a.py", kind="code"), SimpleNamespace(path="b.md", kind="markdown"),
             SimpleNamespace(path="c.txt", kind="text")]
-    chunks = [SimpleNamespace(doc_path=p, n_tokens=n) for p, n in (("a.py", 700), ("a.py", 300), ("b.md", 400),
-                                                                    ("c.txt", 100))]
-    prep = SimpleNamespace(chunks=chunks, corpus=SimpleNamespace(documents=docs), outlines={},
-                           plan=SimpleNamespace(input_tokens=2942),
-                           kind_ratios={"code": 1.3, "markdown": 0.8, "text": 0.9})
-    sizes = _document_sizes(prep)
-    assert abs(sum(d["tokens"] for d in sizes) - 2942) <= len(sizes)
-    # each kind still at its own ratio: a.py's 1,000 tokens of code against b.md's 400 of markdown
-    by_path = {d["path"]: d["tokens"] for d in sizes}
-    assert abs(by_path["a.py"] / by_path["b.md"] - (1000 * 1.3) / (400 * 0.8)) < 0.01
+    own = _document_tokens(docs, [1000, 400, 100], 1.1, {"code": 1.3, "markdown": 0.8, "text": 0.9})
+    assert abs(sum(own.values()) - 1500 * 1.1) <= len(docs)
+    assert abs(own["a.py"] / own["b.md"] - (1000 * 1.3) / (400 * 0.8)) < 0.01
+
+    (tmp_path / "short.txt").write_text("The pump runs at five litres a sec.\n")  # 36 characters
+    (tmp_path / "long.txt").write_text("The harbour pump station was rebuilt in 2021 after the storm.\n" * 40)
+    settings = replace(Settings(), cache_dir=str(tmp_path / "cache"), backend="openai",
+                       base_url="http://127.0.0.1:9/v1", context_window=8192)  # (not contacted: tiktoken x 1.25)
+    prep = prepare([str(tmp_path / "short.txt"), str(tmp_path / "long.txt")], "", "summarize", settings,
+                   NullReporter(), contact_server=False)
+    sizes = {d["path"]: d["tokens"] for d in _document_sizes(prep)}
+    assert sizes[str(tmp_path / "short.txt")] == round(count_tokens("The pump runs at five litres a sec.\n") * 1.25)
+    assert sum(sizes.values()) + overhead_tokens(prep) == prep.plan.input_tokens
+    assert overhead_tokens(prep) > 20  # two source tags and the file listing
