@@ -17,6 +17,7 @@ from ktcli.engine.model_store import is_converted, model_facts, model_folder, re
 from ktcli.errors import KtcliError, OutOfMemoryError, UsageError
 from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
 from ktcli.ingest.extract_cache import kept_under
+from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.ingest.outline import PROSE_OUTLINE_CHARS, outline_lines, outline_text
 from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.pipeline import notes_memo
@@ -499,6 +500,7 @@ def prepare(
         budget = settings.max_memory or f"{request.memory_budget / 2**30:.2f} GiB"  # (the default's: it said "()")
         plan = replace(plan, reasons=(*plan.reasons, f"within the {named_setting(request.origins, 'max_memory')} "
                                       f"budget ({budget}) with every note kept, though not as a fresh run"))
+    plan = _with_piped_reason(plan, corpus, chunks, doc_tokens, per_estimate * count_scale)
     _warn_if_chunks_too_small(settings, plan, reporter)
     _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":
@@ -509,6 +511,41 @@ def prepare(
                     kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()},
                     document_tokens=_document_tokens(corpus.documents, doc_tokens, per_estimate * count_scale,
                                                      {k: r * count_scale for k, r in kind_ratios.items()}))
+
+
+def piped_beside_files(corpus: Corpus, chunks) -> list[Chunk]:
+    """The chunks of standard input where files or folders are read beside it (`git diff |
+    ktcli ask - repo/ "What does this change break?"`): what was piped is what the question
+    is about, and the files are where to look."""
+    if len(corpus.documents) < 2 or not any(d.path == STDIN_PATH for d in corpus.documents):
+        return []
+    return [c for c in chunks if c.doc_path == STDIN_PATH]
+
+
+def reads_piped_whole(piped: list[Chunk], evidence_budget: int) -> bool:
+    """Whether a question's retrieval reads standard input whole beside the files' passages:
+    where it takes at most half the evidence budget (else its chunks compete as any others)."""
+    return bool(piped) and sum(c.n_tokens for c in piped) <= evidence_budget // 2
+
+
+def _with_piped_reason(plan: Plan, corpus: Corpus, chunks, doc_tokens: list[int], ratio: float) -> Plan:
+    """The plan, with one line on standard input read beside files by retrieval: whether the
+    model reads it whole. `git log -p | ktcli plan - folder "q"` said only "retrieve the top 8
+    of 156 chunks", of a piped log too long to read whole (probe 128)."""
+    piped = piped_beside_files(corpus, chunks)
+    if plan.task != "ask" or plan.mode is not Mode.RETRIEVAL or not piped:
+        return plan
+    from ktcli.retrieval.symbols import changed_names
+
+    tokens = round(sum(n for d, n in zip(corpus.documents, doc_tokens) if d.path == STDIN_PATH) * ratio)
+    names = changed_names("\n".join(c.text for c in piped))
+    looked_up = f"; the {len(names)} name(s) its diff changes are looked up in the files" if names else ""
+    if reads_piped_whole(piped, plan.evidence_budget):
+        said = f"{STDIN_PATH} (~{tokens:,} tokens) is read whole, beside the chunks retrieved from the files{looked_up}"
+    else:
+        said = (f"{STDIN_PATH} (~{tokens:,} tokens) is over half the {plan.evidence_budget:,}-token evidence budget, "
+                f"so it is not read whole: its chunks are ranked with the files'{looked_up}")
+    return replace(plan, reasons=(*plan.reasons, said))
 
 
 def _document_tokens(documents, estimates: list[int], ratio: float, kind_ratios: dict[str, float]) -> dict[str, int]:

@@ -12,7 +12,7 @@ from ktcli.engine.openai_http import StreamCutOffError
 from ktcli.pipeline import citations, grounding, key_lines, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index, embedder_for
-from ktcli.pipeline.prepare import Prepared
+from ktcli.pipeline.prepare import Prepared, piped_beside_files, reads_piped_whole
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, first_ones, stream_answer, take_notes
 from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbours, pack, refit, refuse_named_full,
@@ -75,7 +75,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     started = time.perf_counter()
     index = build_index(prep, settings, reporter)
     index_s = time.perf_counter() - started
-    piped = _piped_beside_files(prep)
+    piped = piped_beside_files(prep.corpus, prep.chunks)
     hits = index.search(_search_query(prep.question, piped), prep.plan.top_k)
     if piped:
         hits = _with_piped_input(hits, piped, prep.plan.evidence_budget, reporter)
@@ -224,15 +224,6 @@ def _with_key_lines(plain: list, keyed: list, needed: int, backend: Backend, par
     return plain, needed
 
 
-def _piped_beside_files(prep: Prepared) -> list[Chunk]:
-    """The chunks of standard input where files or folders are read beside it (`git diff |
-    ktcli ask - repo/ "What does this change break?"`): what was piped is what the question
-    is about, and the files are where to look."""
-    if len(prep.corpus.documents) < 2 or not any(d.path == STDIN_PATH for d in prep.corpus.documents):
-        return []
-    return [c for c in prep.chunks if c.doc_path == STDIN_PATH]
-
-
 def _search_query(question: str, piped: list[Chunk]) -> str:
     """The question, and where what was piped is a diff, a question after the callers of
     the names it changes (`symbols.changed_names`): a question of no content word found
@@ -247,7 +238,9 @@ def _with_piped_input(hits: list, piped: list[Chunk], budget: int, reporter: Rep
     from ktcli.retrieval.retriever import Hit
 
     tokens = sum(c.n_tokens for c in piped)
-    if tokens > budget // 2:
+    if not reads_piped_whole(piped, budget):
+        reporter.status(f"{STDIN_PATH} ({tokens:,} tokens) is over half the {budget:,}-token evidence budget: "
+                        "not read whole, its chunks ranked with the files'")
         return hits
     reporter.status(f"reading all of {STDIN_PATH} ({tokens:,} tokens) beside the passages retrieved from the files")
     pinned = [Hit(chunk=c, score=0.0, dense_rank=None, lexical_rank=None) for c in piped]

@@ -51,3 +51,31 @@ def test_a_diff_piped_beside_a_repo_is_read_whole_with_the_callers_of_what_it_ch
     # each passage's section in --json's evidence: the diff's file, the notes' headings
     sections = {e["section"] for e in answer.stats["evidence"]}
     assert "svc/http_client.py" in sections and any(s.startswith("Notes") for s in sections)
+
+
+def test_the_plan_says_whether_standard_input_is_read_whole_beside_the_files(tmp_path):
+    """Probe 128: `git log -p | ktcli plan - folder "q"` said "retrieve the top 8 of 156
+    chunks" alone, of a piped log over half the evidence budget, which retrieval then ranked
+    as any other chunks; now one line says which, as the run does it."""
+    from ktcli.pipeline.prepare import piped_beside_files, reads_piped_whole
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for i in range(12):
+        (repo / f"notes{i}.md").write_text(f"# Notes {i}\n\n" + f"Paragraph {i} of the notes on the build. " * 60 + "\n")
+    settings = settings_for(tmp_path, top_k=4)
+    question = "What does this change break?"
+    small = prepare(["-", str(repo)], question, "ask", settings, NullReporter(), stdin_text=DIFF)
+    said = [r for r in small.plan.reasons if r.startswith("<stdin>")]
+    assert len(said) == 1 and "is read whole" in said[0] and "2 name(s) its diff changes" in said[0]
+    assert reads_piped_whole(piped_beside_files(small.corpus, small.chunks), small.plan.evidence_budget)
+
+    log = "".join(f"commit {i:040x}\nAuthor: A <a@b>\n\n    Change {i} to the retry loop of the client.\n\n"
+                  for i in range(400))
+    big = prepare(["-", str(repo)], question, "ask", settings, NullReporter(), stdin_text=log)
+    said = [r for r in big.plan.reasons if r.startswith("<stdin>")]
+    assert len(said) == 1 and "not read whole" in said[0] and "diff" not in said[0]
+    assert not reads_piped_whole(piped_beside_files(big.corpus, big.chunks), big.plan.evidence_budget)
+    # (a question about the files alone, or a summary, says nothing of it)
+    assert not any(r.startswith("<stdin>") for r in prepare([str(repo)], question, "ask", settings,
+                                                             NullReporter()).plan.reasons)
