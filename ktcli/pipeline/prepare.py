@@ -27,7 +27,8 @@ from ktcli.pipeline.skip_report import first_named, report_skipped
 from ktcli.pipeline.prompts import file_listing, whole_input
 from ktcli.pipeline.windows import as_read
 from ktcli.plan import PlanRequest, Throughput, make_plan
-from ktcli.plan.planner import DEFAULT_MEMORY_BUDGET, MODEL_TOKENS_PER_ESTIMATE, weighs_sparse
+from ktcli.plan.planner import (DEFAULT_MEMORY_BUDGET, MODEL_TOKENS_PER_ESTIMATE, summarized_per_document,
+                                weighs_sparse)
 from ktcli.plan.estimates import CPU_RUNTIME_BYTES, WEIGHT_BYTES
 from ktcli.types import Chunk, Corpus, Mode, ModelFacts, Plan
 
@@ -470,6 +471,8 @@ def prepare(
         **_passage_sizes(chunks, sampled, counter),
         listing_tokens=int(listing * per_estimate),
         count_scale=count_scale,
+        shown_whole=sum(map(shown_whole, corpus.documents)) if summarized_per_document(task, len(corpus.documents))
+        else 0,
     )
     rates = load_rates(settings, facts, code=mostly_code(corpus.documents))
     try:
@@ -511,6 +514,19 @@ def prepare(
                     kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()},
                     document_tokens=_document_tokens(corpus.documents, doc_tokens, per_estimate * count_scale,
                                                      {k: r * count_scale for k, r in kind_ratios.items()}))
+
+
+# A document this short (a `py.typed` marker, a one-line config) is shown whole in a summary
+# of several, not summarized (`summarize`): a summary would be longer than it, and the bundled
+# model's summaries of such files restated the instructions ("This is a summary of the content...").
+QUOTED_MAX_CHARS = 160
+QUOTED_MAX_LINES = 6
+
+
+def shown_whole(doc) -> bool:
+    """A document a summary of several shows whole instead of summarizing (QUOTED_MAX_CHARS)."""
+    text = doc.text.strip()
+    return bool(text) and len(text) <= QUOTED_MAX_CHARS and len(text.splitlines()) <= QUOTED_MAX_LINES
 
 
 def piped_beside_files(corpus: Corpus, chunks) -> list[Chunk]:

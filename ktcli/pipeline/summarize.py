@@ -17,7 +17,7 @@ from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.file_map import file_map
-from ktcli.pipeline.prepare import Prepared
+from ktcli.pipeline.prepare import Prepared, shown_whole
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import (AnswerInterrupted, Tally, cited_if_interrupted, first_ones, stream_answer,
                                    take_notes)
@@ -31,11 +31,6 @@ from ktcli.types import CHAPTER, Answer, Chunk, Document, Mode
 SUMMARY_MIN_TERMS = 4
 # An outline is split into pieces of about this many tokens, so windows pack evenly.
 OUTLINE_PIECE_TOKENS = 1024
-# A document this short (a `py.typed` marker, a one-line config) is shown whole in a summary
-# of several, not summarized: a summary would be longer than it, and the bundled model's
-# summaries of such files restated the instructions ("This is a summary of the content...").
-QUOTED_MAX_CHARS = 160
-QUOTED_MAX_LINES = 6
 # A document's section where the model wrote nothing of it (markup, made-up code: left out).
 NO_SUMMARY = "(no summary: the model wrote nothing from this file)"
 
@@ -352,9 +347,9 @@ def _warn_of_invented(parts: list[tuple[Document, str]], prep: Prepared, reporte
 
 
 def _quoted(doc: Document) -> bool:
-    """A document shown whole instead of summarized (QUOTED_MAX_CHARS)."""
-    text = doc.text.strip()
-    return bool(text) and len(text) <= QUOTED_MAX_CHARS and len(text.splitlines()) <= QUOTED_MAX_LINES
+    """A document shown whole instead of summarized (`prepare.QUOTED_MAX_CHARS`; the plan
+    counts them: `PlanRequest.shown_whole`)."""
+    return shown_whole(doc)
 
 
 def _quote(doc: Document) -> str:

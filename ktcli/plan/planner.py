@@ -206,6 +206,11 @@ class PlanRequest:
     # by but does not report. The tutorial's plan said input_tokens 78,975 under auto (its
     # sampled 1.09 floored at 1.25) and 68,575 under --mode sparse (counted whole): 1.09/1.25.
     count_scale: float = 1.0
+    # Documents of a summary of a few (one by one: `summarized_per_document`) each short
+    # enough to be shown whole, not summarized (`prepare.shown_whole`): no model reads them,
+    # and where all are, none is loaded (two one-line files were planned at ~37 s and 607 MiB
+    # for a run of 1.4 s and 142 MiB).
+    shown_whole: int = 0
 
 
 # Building a cached index for a question (BM25 over the chunks' words, the vectors read
@@ -226,10 +231,14 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     # the input's tokens as best counted, in every mode: not the margin the plan weighed by
     plan = replace(plan, input_tokens=_reported(req, plan.input_tokens), read_tokens=_reported(req, plan.read_tokens),
                    question_tokens=_reported(req, plan.question_tokens))
+    if plan.mode is Mode.FULL and plan.n_windows > 1 and _loads_no_model(req):
+        return replace(plan, reasons=(*plan.reasons, f"a summary of {plan.n_windows} documents, each short enough to be "
+                                      "shown whole, not summarized: no model is loaded"))
     if plan.mode is Mode.FULL and plan.n_windows > 1:
+        whole = f"; {req.shown_whole} of them shown whole, too short to summarize" if req.shown_whole else ""
         plan = replace(plan, reasons=(*plan.reasons, f"a summary of {plan.n_windows} documents: each read alone and "
                                       f"summarized in turn, in up to {per_document_tokens(plan.n_windows, req.max_new_tokens)} "
-                                      "tokens"))
+                                      f"tokens{whole}"))
     if req.compiles_kernels:  # weighed as the conversion is: every mode pays it, once
         plan = _plus_once(plan, req, KERNEL_COMPILE_S,
                           f"this first run compiles the engine's C++ kernels (once: ~{KERNEL_COMPILE_S:.0f} s)")
@@ -672,9 +681,24 @@ def per_document_tokens(n_documents: int, max_new_tokens: int) -> int:
     return min(max_new_tokens, max(PER_DOCUMENT_MIN_TOKENS, max_new_tokens // max(n_documents, 1)))
 
 
+# A summary that loads no model (its documents all shown whole): the process's peak, Python
+# and the tokenizer's tables (142 MiB for two one-line files, 2026-12-07).
+NO_MODEL_BYTES = 160 * 2**20
+
+
+def _loads_no_model(req: PlanRequest) -> bool:
+    return summarized_per_document(req.task, req.n_documents) and req.shown_whole >= req.n_documents
+
+
 def _per_document_plan(full: Plan, req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
-    """A whole read's plan as a read of each document alone: a prompt and a summary each."""
+    """A whole read's plan as a read of each document alone: a prompt and a summary each,
+    but for those shown whole, which take no model (nor its load, where all are)."""
     n = req.n_documents
+    if _loads_no_model(req):
+        return replace(full, n_windows=n, answer_budget=n * per_document_tokens(n, req.max_new_tokens),
+                       est_seconds=req.read_s, est_first_token_seconds=req.read_s, est_memory_bytes=NO_MODEL_BYTES,
+                       cached_tokens=0)
+    read = n - min(req.shown_whole, n - 1)
     each = per_document_tokens(n, req.max_new_tokens)
     cost = _read_cost(req, facts)
     prompt = req.corpus_tokens / n + PROMPT_OVERHEAD_TOKENS  # the documents' mean: times are near linear
@@ -682,7 +706,7 @@ def _per_document_plan(full: Plan, req: PlanRequest, facts: ModelFacts, rates: T
     first = rates.load_s + prefill_seconds(int(prompt), rates.prefill_tok_s, cost)
     each_s = decode_seconds(int(prompt), each, rates.decode_tok_s, cost)
     later = generation_seconds(int(prompt), each, rates.prefill_tok_s, rates.decode_tok_s, cost, first=False)
-    return replace(full, n_windows=n, answer_budget=n * each, est_seconds=first + each_s + (n - 1) * later,
+    return replace(full, n_windows=n, answer_budget=n * each, est_seconds=first + each_s + (read - 1) * later,
                    est_first_token_seconds=first, cached_tokens=0)
 
 

@@ -232,8 +232,8 @@ def _seconds(plan: Plan) -> str:
     """The wait for the first token, then the whole answer budget's time: the total alone
     read as a prediction (~11 s for an answer that took 2)."""
     total = f"~{duration(plan.est_seconds)}"
-    if not plan.est_first_token_seconds:
-        return total
+    if not plan.est_first_token_seconds or plan.est_first_token_seconds == plan.est_seconds:
+        return total  # (nothing after it: files shown whole, no model)
     return (f"first token in ~{_short(plan.est_first_token_seconds)}, {total} with all "
             f"{plan.answer_budget:,} tokens of the answer budget")
 

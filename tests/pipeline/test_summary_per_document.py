@@ -39,7 +39,7 @@ def folder(tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()
     for name, fact in TOPICS.items():
-        # (longer than a file shown whole instead of summarized: summarize.QUOTED_MAX_CHARS)
+        # (longer than a file shown whole instead of summarized: prepare.QUOTED_MAX_CHARS)
         (docs / name).write_text(f"# {name}\n\n{fact}\n" + "More words about it follow here. " * 5 + "\n")
     return docs
 
@@ -399,6 +399,7 @@ def test_a_summary_of_files_all_shown_whole_loads_no_model(tmp_path, monkeypatch
     assert answer.text == (f"## {docs / 'a.txt'}\nThe whole file: `Alpha note: the pump runs at 5 l/s.`\n\n"
                            f"## {docs / 'b.md'}\nThe whole file:\n```\n# Beta\n\nThe valve is shut.\n```")
     assert answer.stats["model_calls"] == 0
+    assert any("no model is loaded" in r for r in answer.plan.reasons)  # and so its plan said
 
     (docs / "c.md").write_text(f"# c.md\n\n{TOPICS['bread.md']}\n" + "More words about it follow here. " * 5 + "\n")
     loads = []

@@ -811,3 +811,21 @@ def test_a_memory_budget_no_setting_gave_is_named_as_the_default():
     said = str(default.value)
     assert "--max-memory budget" not in said
     assert "over the default memory budget of 0.29 GiB (80% of the memory available now; --max-memory sets another)" in said
+
+
+def test_a_summary_of_documents_all_shown_whole_is_planned_without_a_model():
+    """Probe 128: two one-line files, each shown whole (no model loads), were planned at
+    ~37 s and 607 MiB, the kernels' compile on a first run added; the run took 1.4 s and
+    141 MiB. One of two shown whole: the other's summary alone is timed."""
+    from ktcli.plan.planner import NO_MODEL_BYTES
+
+    req = PlanRequest(task="summarize", corpus_tokens=80, question_tokens=0, n_documents=2,
+                      largest_document_tokens=60, read_s=0.4)
+    read_both = make_plan(req, SMOL, RATES)
+    alone = make_plan(replace(req, shown_whole=2, compiles_kernels=True), SMOL, RATES)
+    assert alone.mode is Mode.FULL and alone.n_windows == 2
+    assert alone.est_seconds == alone.est_first_token_seconds == 0.4 and alone.est_memory_bytes == NO_MODEL_BYTES
+    assert any("no model is loaded" in r for r in alone.reasons) and not any("compiles" in r for r in alone.reasons)
+    one = make_plan(replace(req, shown_whole=1), SMOL, RATES)
+    assert one.est_seconds < read_both.est_seconds and one.est_memory_bytes == read_both.est_memory_bytes
+    assert any("1 of them shown whole" in r for r in one.reasons)
