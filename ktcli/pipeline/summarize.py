@@ -24,7 +24,7 @@ from ktcli.pipeline.runner import (AnswerInterrupted, Tally, cited_if_interrupte
 from ktcli.pipeline.skip_report import first_named
 from ktcli.pipeline.windows import as_read, merge_neighbours, pack, refit, refuse_named_full, source_order
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, per_document_tokens, with_windows
-from ktcli.types import CHAPTER, Answer, Chunk, Document, Mode
+from ktcli.types import CHAPTER, Answer, Chunk, Citation, Document, Mode
 
 # A final summary with fewer words of its own than this (not ktcli's prompt words, not in
 # markup tags) carries nothing: the notes it was written from follow it.
@@ -375,6 +375,10 @@ def _cited_by_document(parts: list[tuple[Document, str]], prep: Prepared) -> lis
     cites = []
     for doc, text in parts:
         own = [c for c in prep.chunks if c.doc_path == doc.path]
+        if _quoted(doc) and text == _quote(doc):  # the file itself: its lines, all of them (a heading
+            # and two words matched no line, and `# Title / Short note.` shown whole was cited nowhere)
+            cites += [Citation(ref=c.span.cite(), span=c.span, label=label[doc.path]) for c in own]
+            continue
         cites += citations.attribute(text, own, max_citations=3, label_of=lambda c: label[c.doc_path])
     return cites
 

@@ -400,6 +400,10 @@ def test_a_summary_of_files_all_shown_whole_loads_no_model(tmp_path, monkeypatch
                            f"## {docs / 'b.md'}\nThe whole file:\n```\n# Beta\n\nThe valve is shut.\n```")
     assert answer.stats["model_calls"] == 0
     assert any("no model is loaded" in r for r in answer.plan.reasons)  # and so its plan said
+    # each file shown whole cites all its lines (b.md was cited at line 3 alone; a file of
+    # '# Title', '', 'Short note.' nowhere: its words matched no line)
+    assert [(c.label, c.span.path, c.span.line_start, c.span.line_end) for c in answer.citations] == [
+        (1, str(docs / "a.txt"), 1, 1), (2, str(docs / "b.md"), 1, 3)]
 
     (docs / "c.md").write_text(f"# c.md\n\n{TOPICS['bread.md']}\n" + "More words about it follow here. " * 5 + "\n")
     loads = []
