@@ -5,9 +5,11 @@ Table rows and headings stay one line each."""
 
 from __future__ import annotations
 
+import inspect
 import re
 import sys
 import warnings
+from collections.abc import Iterator
 
 from bs4 import BeautifulSoup, NavigableString, Tag, XMLParsedAsHTMLWarning
 from bs4.element import Comment, Declaration, Doctype, ProcessingInstruction
@@ -136,7 +138,7 @@ def html_to_text(markup: str, *, title: bool = True,
         # XHTML (an XML prolog) is read as HTML on purpose: its visible text is the same,
         # and bs4's multi-line advice reached the user's terminal.
         warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
-        soup = BeautifulSoup(markup, "html.parser")
+        soup = _parse(markup)
     out = _Lines()
     if left_out is not None:
         menus, words = _site_menus(soup)
@@ -164,6 +166,49 @@ def html_to_text(markup: str, *, title: bool = True,
     if title and name and not (lines and name.lower() == lines[0].lstrip("# ").lower()):
         lines, sources = [f"Title: {name}", "", *lines], [page_title.sourceline or 1] * 2 + sources
     return "\n".join(lines), tuple(sources)
+
+
+class _ClosedVoidTags:
+    """bs4's html.parser builder keeps a list of the void tags it closed itself (`<br>`,
+    `<img>`: their `</br>` or `</img>`, should one follow, is then ignored), searched at
+    every end tag and shortened only by such an end tag: in Node's all.html it held 600
+    names, scanned at each of 180,000 end tags. The same multiset, counted by name."""
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def __contains__(self, name: object) -> bool:
+        return self.counts.get(name, 0) > 0  # type: ignore[call-overload]
+
+    def append(self, name: str) -> None:
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    def remove(self, name: str) -> None:
+        if self.counts.get(name, 0) <= 0:
+            raise ValueError(name)
+        self.counts[name] -= 1
+
+
+def _parse(markup: str) -> BeautifulSoup:
+    """`BeautifulSoup(markup, "html.parser")`, its void tags counted by `_ClosedVoidTags`
+    where this bs4 lets a builder name its parser class (4.13 and later)."""
+    try:
+        from bs4.builder._htmlparser import BeautifulSoupHTMLParser, HTMLParserTreeBuilder
+    except ImportError:
+        return BeautifulSoup(markup, "html.parser")
+    if "_parser_class" not in inspect.signature(HTMLParserTreeBuilder.feed).parameters:
+        return BeautifulSoup(markup, "html.parser")
+
+    class Parser(BeautifulSoupHTMLParser):
+        def __init__(self, *args, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.already_closed_empty_element = _ClosedVoidTags()  # type: ignore[assignment]
+
+    class Builder(HTMLParserTreeBuilder):
+        def feed(self, markup, _parser_class=Parser) -> None:  # type: ignore[override]
+            super().feed(markup, _parser_class=_parser_class)
+
+    return BeautifulSoup(markup, builder=Builder())
 
 
 class _Cursor:
@@ -273,7 +318,7 @@ class _RowGroup:
     def covered_before(self, cell: Tag) -> int:
         """The columns held from above where `cell` would stand (it stands after them),
         the cell then counted, its own rowspan held below it."""
-        row = cell.find_parent("tr")
+        row = _ancestor(cell, ("tr",))
         if row is not self.row:  # a new row: the spans from above reach one row further
             if self.row is not None:
                 self.held = {column: rows - 1 for column, rows in self.held.items() if rows > 1}
@@ -295,8 +340,8 @@ def _covered_columns(cell: Tag, out: _Lines) -> int:
     as empty cells, so that those after stay under their headers (a browser shows them
     shifted right; read without them, "Varnholm Annex | 3 | 420" put a city under Depot
     and a forklift count under City)."""
-    row = cell.find_parent("tr")
-    group = row.find_parent(["tbody", "thead", "tfoot", "table"]) if row is not None else None
+    row = _ancestor(cell, ("tr",))
+    group = _ancestor(row, ("tbody", "thead", "tfoot", "table")) if row is not None else None
     if group is None:
         return 0
     return out.row_groups.setdefault(id(group), _RowGroup()).covered_before(cell)
@@ -384,7 +429,7 @@ def _walk(node: Tag, out: _Lines, cursor: _Cursor, one_line: str = "", items_bef
                     out.raw_lines(code.get_text(), code.sourceline or cursor.line)
             else:
                 out.raw_lines(child.get_text(), cursor.line)
-            cursor.past(str(child))
+            cursor.line += _newlines_of(child)
             out.paragraph()
         elif name == "br":
             out.text(" ", cursor.line, separator=True) if one_line else out.newline()
@@ -425,7 +470,7 @@ def _permalink(link: Tag) -> bool:
     classes = {c.lower() for c in (link.get("class") or ())}
     return bool(classes & {"headerlink", "hash-link", "anchor-link"}) or (
         str(link.get("href") or "").startswith("#") and link.get_text().strip() in _PERMALINK_SIGNS
-        and link.find_parent(["h1", "h2", "h3", "h4", "h5", "h6", "dt"]) is not None)
+        and _ancestor(link, ("h1", "h2", "h3", "h4", "h5", "h6", "dt")) is not None)
 
 
 def _editor_chrome(tag: Tag) -> bool:
@@ -441,22 +486,24 @@ _NUMBERS = re.compile(r"[\d\s]*")
 def _code_row(row: Tag) -> bool:
     """A table row that is a code block beside its line numbers: a cell holding a <pre>
     of several lines, and every other cell numbers alone."""
-    cells = row.find_all(["td", "th"], recursive=False)
+    cells = _cells(row)
     numbers = [c for c in cells if _NUMBERS.fullmatch(c.get_text())]
-    code = [c for c in cells if c not in numbers and any("\n" in pre.get_text().strip() for pre in c.find_all("pre"))]
+    # (not `c not in numbers`: a Tag's == compares the markup of the two, every cell's)
+    code = [c for c in cells if not any(c is n for n in numbers)
+            and any("\n" in pre.get_text().strip() for pre in _descendants_named(c, ("pre",)))]
     return len(code) == 1 and bool(numbers) and len(code) + len(numbers) == len(cells)
 
 
-_BLOCKS_OF_A_PAGE = ["h1", "h2", "h3", "h4", "h5", "h6", "table"]
+_BLOCKS_OF_A_PAGE = frozenset({"h1", "h2", "h3", "h4", "h5", "h6", "table"})
 
 
 def _layout_row(row: Tag) -> bool:
     """A row of a table that lays a page out, not one of data: its table says so
     (role="presentation"), or a cell holds a heading or a table of its own."""
-    table = row.find_parent("table")
+    table = _ancestor(row, ("table",))
     if table is not None and str(table.get("role") or "").lower() in ("presentation", "none"):
         return True
-    return any(cell.find(_BLOCKS_OF_A_PAGE) is not None for cell in row.find_all(["td", "th"], recursive=False))
+    return any(next(_descendants_named(cell, _BLOCKS_OF_A_PAGE), None) is not None for cell in _cells(row))
 
 
 def _raised_mark(sup: Tag, out: _Lines) -> str:
@@ -522,8 +569,8 @@ def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
     the window's tokens, and its chunks of link titles, which hold many of the site's
     keywords, compete with the page's text in retrieval. None where the rest of the page
     holds under _MIN_WORDS_BESIDE_MENUS words."""
-    found = [tag for tag in soup.find_all(True)
-             if (tag.name or "").lower() == "nav" or str(tag.get("role") or "").lower() == "navigation"]
+    found = [tag for tag in soup.descendants if isinstance(tag, Tag)
+             and ( (tag.name or "").lower() == "nav" or str(tag.get("role") or "").lower() == "navigation")]
     found_ids = {id(tag) for tag in found}
     menus = [tag for tag in found if not any(id(parent) in found_ids for parent in tag.parents)]
     # an empty one (a menu a script fills) leaves nothing out: "1 navigation menu (0 words
@@ -533,15 +580,15 @@ def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
     if not menus:
         return [], 0
     words = sum(n for _, n in counted)
-    if _words(soup.body or soup) - words < _MIN_WORDS_BESIDE_MENUS:
+    if _words(next(_descendants_named(soup, ("body",)), None) or soup) - words < _MIN_WORDS_BESIDE_MENUS:
         return [], 0
     return menus, words
 
 
 def _words(tag: Tag) -> int:
     """Words of `tag`'s text, not counting scripts, styles or comments."""
-    return sum(len(text.split()) for text in tag.find_all(string=True)
-               if not isinstance(text, _SKIP_STRINGS) and (text.parent.name or "").lower() not in _DROP)
+    return sum(len(text.split()) for text in tag.descendants
+               if isinstance(text, NavigableString) and not isinstance(text, _SKIP_STRINGS) and (text.parent.name or "").lower() not in _DROP)
 
 
 def _hidden(tag: Tag) -> bool:
@@ -549,3 +596,46 @@ def _hidden(tag: Tag) -> bool:
     visibility:hidden."""
     style = str(tag.get("style") or "").replace(" ", "").lower()
     return tag.has_attr("hidden") or "display:none" in style or "visibility:hidden" in style
+
+
+# bs4's find_parent() and find_all() build a SoupStrainer at every call: in the walk, once
+# a table cell, link or row, they took a third of the time of Node's 8 MB all.html.
+
+
+def _ancestor(element: Tag, names: tuple[str, ...]) -> Tag | None:
+    """`element.find_parent(names)`: its nearest ancestor named one of `names`."""
+    parent = element.parent
+    while parent is not None:
+        if parent.name in names:
+            return parent
+        parent = parent.parent
+    return None
+
+
+def _cells(row: Tag) -> list[Tag]:
+    """`row.find_all(["td", "th"], recursive=False)`."""
+    return [c for c in row.children if isinstance(c, Tag) and c.name in ("td", "th")]
+
+
+def _descendants_named(tag: Tag, names) -> Iterator[Tag]:
+    """`tag.find_all(names)`, lazily."""
+    return (d for d in tag.descendants if isinstance(d, Tag) and d.name in names)
+
+
+def _newlines_of(tag: Tag) -> int:
+    """`str(tag).count("\\n")` without writing the markup out again (a <pre> of Node's
+    docs, its code highlighted in a <span> a word, took 4 ms): the line breaks of its
+    strings and of its and its descendants' attribute values."""
+    count = 0
+    for element in (tag, *tag.descendants):
+        if isinstance(element, NavigableString):
+            count += element.count("\n")
+        elif isinstance(element, Tag):
+            if element.name == "meta":  # its charset is written as the output's
+                return str(tag).count("\n")
+            for value in element.attrs.values():
+                if isinstance(value, list):
+                    count += sum(str(v).count("\n") for v in value)
+                elif value is not None:
+                    count += str(value).count("\n")
+    return count

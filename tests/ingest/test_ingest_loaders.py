@@ -165,6 +165,29 @@ def test_code_blocks_side_by_side_in_one_pre_keep_their_own_lines(write) -> None
     assert (got['import http2 from "node:http2";'], got['const http2 = require("node:http2");'], got["End."]) == (2, 3, 5)
 
 
+def test_html_fast_paths_read_as_bs4_does(write) -> None:
+    """The walk's own stand-ins for bs4's slow calls (`str(pre)` to count its lines,
+    find_parent, the parser's list of void tags it closed) give what bs4's would: a <pre>
+    with a value over lines in a tag, a stray `</br>` after `<br>`s, a table in a table."""
+    from bs4 import BeautifulSoup
+
+    from ktcli.ingest.htmltext import _newlines_of, _parse
+
+    html = "\n".join([
+        "<html><body><p>One<br>two<br>three</br>four<img src=a.png></img></p>",
+        '<pre class="x\ny">a <span title="t', 'u">b</span>', "c<!-- note", "--></pre>",
+        "<table><tr><td><table><tr><td>In</td><td>ner</td></tr></table></td><td>Out</td></tr></table>",
+        "<p>After.</p></body></html>",
+    ])
+    soup = _parse(html)
+    assert soup.decode() == BeautifulSoup(html, "html.parser").decode()
+    pre = soup.find("pre")
+    assert _newlines_of(pre) == str(pre).count("\n") == 3  # its title's, text's and comment's (not its class's)
+    doc = load_one(write("fast.html", html))
+    assert doc.text.split("\n") == ["One", "two", "threefour", "", "a b", "c", "", "In | ner", "", "Out", "", "After."]
+    assert doc.source_lines[-1] == 8
+
+
 def test_html_without_its_head_end_tag_keeps_the_body(write) -> None:
     # HTML lets a page leave out </head> and <body>; html.parser then nests the body in
     # <head>, which was dropped whole: the text was only "Title: Fern care".
