@@ -37,8 +37,86 @@ EMPTY_FILE = "empty file"  # a walk's reason for it, which reports them together
 
 
 def load_file(path: Path, display: str) -> Document:
-    """A file the user named: never skipped for size, every problem an InputError."""
-    return document_from_bytes(read_file_bytes(path, display), display, path.name)
+    """A file the user named: never skipped for size, every problem an InputError. A man
+    page that is only a link to another (`.so man1/other.1`) is read as that page."""
+    data = read_file_bytes(path, display)
+    link = _man_link(data)
+    if link is not None:
+        return _linked_man_page(path, display, link)
+    return document_from_bytes(data, display, path.name)
+
+
+# Many of /usr/share/man's pages (bash's rbash.1.gz, systemd's init.1.gz) are only a link,
+# `.so man1/systemd.1`, which `man` follows; read, such a page was "See man1/systemd.1.".
+# The link names a page under the manual's root (the folder above man1/), compressed or not.
+_SO_LINE = re.compile(r"^\.so[ \t]+(\S+)[ \t]*$")
+_MAN_SUFFIXES = ("", ".gz", ".bz2", ".xz", ".zst", ".lzma", ".Z")
+_MAX_MAN_LINKS = 8
+_MAX_LINK_PAGE = 4096  # bytes: a link page is a line or two (and a comment)
+
+
+def _man_link(data: bytes) -> str | None:
+    """The page a man page links to where it holds nothing else (comments aside)."""
+    if len(data) > _MAX_LINK_PAGE:
+        return None
+    compression = compressed.format_of(data)
+    if compression is not None:
+        try:
+            data, _ = compressed.decompress(data, compression, "", _MAX_LINK_PAGE, "")
+        except RejectedInput:
+            return None
+    lines = [line for line in data.decode("utf-8", "replace").splitlines()
+             if line.strip() and not re.match(r"^[.'][ \t]*(?:\\[\"#]|$)", line)]
+    m = _SO_LINE.match(lines[0]) if len(lines) == 1 else None
+    return m.group(1) if m else None
+
+
+def _linked_man_page(path: Path, display: str, link: str) -> Document:
+    """The page `link` names, as `man` finds it: under the manual's root (the folder above
+    the link's man1/), compressed or not, link after link (at most _MAX_MAN_LINKS). Read
+    under its own path, where its lines are (a citation of init.1.gz:45 named a line the
+    file does not have); a note says which link led there."""
+    first, seen, where = link, {os.path.realpath(path)}, path
+    for _ in range(_MAX_MAN_LINKS):
+        target = _man_page_at(where, link)
+        if target is None:
+            looked = (Path(link) if os.path.isabs(link) else where.parent.parent / link)
+            raise RejectedInput(display, f"a link to another man page (`.so {link}`) that is not there",
+                                f"looked for {looked} (and .gz, .xz, .bz2); `man {Path(link).stem}` may find it")
+        if os.path.realpath(target) in seen:
+            raise RejectedInput(display, f"man page links that lead back to a page already followed (`.so {link}`)")
+        seen.add(os.path.realpath(target))
+        shown = _shown_beside(target, display, path)
+        data = read_file_bytes(target, shown)
+        link = _man_link(data)
+        if link is None:
+            doc = document_from_bytes(data, shown, target.name)
+            via = "" if len(seen) == 2 else f", through {len(seen) - 2} other link{'s' if len(seen) > 3 else ''}"
+            note = Skipped(display, f"a link to another man page (`.so {first}`{via}): read {shown} instead, "
+                                    "and cited there", replaced=True)
+            return replace(doc, left_out=(note, *doc.left_out))
+        where = target
+    raise RejectedInput(display, f"more than {_MAX_MAN_LINKS} man page links one after another (`.so {first}`)")
+
+
+def _man_page_at(page: Path, link: str) -> Path | None:
+    """The file `.so link` in `page` names: from the manual's root (the folder above
+    `page`'s man1/; else beside `page`), with or without a compression's suffix."""
+    bases = [Path(link)] if os.path.isabs(link) else [page.parent.parent / link, page.parent / PurePath(link).name]
+    for base in bases:
+        for suffix in _MAN_SUFFIXES:
+            candidate = base.with_name(base.name + suffix)
+            if candidate.is_file():
+                return candidate
+    return None
+
+
+def _shown_beside(target: Path, display: str, given: Path) -> str:
+    """`target` as the user would write it: relative where the path they gave was."""
+    if os.path.isabs(display):
+        return os.path.normpath(os.path.abspath(target))
+    shown = os.path.relpath(target)
+    return os.path.normpath(os.path.abspath(target)) if shown.startswith("..") else shown
 
 
 def read_file_bytes(path: Path, display: str) -> bytes:

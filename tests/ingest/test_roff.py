@@ -5,6 +5,9 @@ from __future__ import annotations
 import gzip
 import io
 
+import pytest
+
+from ktcli.errors import InputError
 from ktcli.ingest import load_corpus
 from ktcli.ingest.loaders import load_stdin
 from ktcli.ingest.roff import looks_like_roff, roff_to_text
@@ -134,10 +137,33 @@ def test_a_compressed_man_page_in_a_folder_or_piped_is_read_as_text(tmp_path) ->
         assert len(doc.source_lines) == doc.n_lines
     piped = load_stdin(None, io.BytesIO(gzip.compress(PAGE.encode())))  # `zcat ls.1.gz | ktcli ask -`
     assert piped.text.startswith("# LS(1)\n")
-    # a page that only sources another says which
+    # a page that only sources another says which in a folder (the other is read there too)
     (folder / "dir.1").write_text(".so man1/ls.1\n")
-    dir_page = next(d for d in load_corpus([str(folder / "dir.1")]).documents)
+    dir_page = next(d for d in load_corpus([str(folder)]).documents if d.path.endswith("dir.1"))
     assert dir_page.text == "See man1/ls.1.\n"
+
+
+def test_a_named_man_page_that_links_to_another_is_read_as_that_one(tmp_path) -> None:
+    """`.so man1/systemd.1` (init.1.gz) was read as "See man1/systemd.1.": the link is
+    followed from the manual's root, compressed or not, link after link, and said."""
+    (tmp_path / "man1").mkdir()
+    (tmp_path / "man8").mkdir()
+    (tmp_path / "man1" / "ls.1.gz").write_bytes(gzip.compress(PAGE.encode()))
+    (tmp_path / "man1" / "dir.1.gz").write_bytes(gzip.compress(b'.\\" a link\n.so man1/ls.1\n'))
+    (tmp_path / "man8" / "vdir.8").write_text(".so man1/dir.1\n")
+    corpus = load_corpus([str(tmp_path / "man8" / "vdir.8")])
+    [doc] = corpus.documents
+    assert doc.path.endswith("man1/ls.1.gz") and doc.text.startswith("# LS(1)") and "sort by file size" in doc.text
+    assert len(doc.source_lines) == doc.n_lines
+    [note] = [s for s in corpus.skipped if s.path.endswith("vdir.8")]
+    assert note.replaced and "`.so man1/dir.1`, through 1 other link" in note.reason and "ls.1.gz" in note.reason
+    (tmp_path / "man1" / "gone.1").write_text(".so man1/nothing.1\n")
+    with pytest.raises(InputError, match=r"gone.1: a link to another man page \(`.so man1/nothing.1`\) that is not there"):
+        load_corpus([str(tmp_path / "man1" / "gone.1")])
+    (tmp_path / "man1" / "a.1").write_text(".so man1/b.1\n")
+    (tmp_path / "man1" / "b.1").write_text(".so man1/a.1\n")
+    with pytest.raises(InputError, match="lead back"):
+        load_corpus([str(tmp_path / "man1" / "a.1")])
 
 
 def test_a_heading_from_the_next_line_and_no_heading_from_a_hash() -> None:
