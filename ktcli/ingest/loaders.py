@@ -329,6 +329,8 @@ def _typed_document(text: str, display: str, name: str, kind: str | None, is_std
             return doc
     if kind == "html" or (kind is None and (_looks_like_html(text) or (is_stdin and _looks_like_html_fragment(text)))):
         return _html_document(text, display)
+    if kind in (None, "text") and _looks_like_man_output(text):  # `man ls | ktcli ask - ...`
+        text = _unhyphenated(text)
     if name.lower().endswith(".ipynb") or (is_stdin and _looks_like_notebook(text)):
         # piped in (`cat a.ipynb | ktcli ask -`), its raw JSON and base64 images were read
         return _notebook_document(text, display)
@@ -598,6 +600,31 @@ def without_markdown_comments(text: str) -> tuple[str, int]:
         after_blank = not line.strip()
     flush()
     return "".join(out), count
+
+
+# `man`'s own output (piped in, or saved): its first line "LS(1)   User Commands   LS(1)".
+_MAN_OUTPUT_HEAD = re.compile(r"\A\s*(\S+)\(([0-9n][\w+]*)\)[ \t]{2,}.*\S[ \t]{2,}\1\(\2\)[ \t]*$", re.MULTILINE)
+# A word groff broke at a line's end: it writes that break's hyphen as U+2010 HYPHEN in
+# UTF-8 (a hyphen of the source, "system-dependent", is "-"). "brack‐" / "eted-paste"
+# reached the model and the index as two words.
+_BROKEN_WORD = re.compile(r"[ \t]*(\S+)\u2010\n([ \t]*)(?=[^\W\d_])")
+
+
+def _looks_like_man_output(text: str) -> bool:
+    return "\u2010\n" in text and _MAN_OUTPUT_HEAD.match(text[:500]) is not None
+
+
+def _unhyphenated(text: str) -> str:
+    """`man`'s output with the words it hyphenated at line ends whole again: the first
+    part is moved to the start of the next line, so that every line keeps its number
+    (a line that would be left empty keeps its hyphen: an empty line ends a paragraph)."""
+    def join(m: re.Match) -> str:
+        line_start = text.rfind("\n", 0, m.start()) + 1
+        if not text[line_start:m.start()].strip():  # the broken word is its line's only one
+            return m.group(0)
+        return f"\n{m.group(2)}{m.group(1)}"
+
+    return _BROKEN_WORD.sub(join, text)
 
 
 def _text_document(text: str, display: str, kind: str, language: str | None) -> Document:

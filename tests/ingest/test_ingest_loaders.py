@@ -1864,3 +1864,19 @@ def test_trailing_garbage_after_a_compressed_file_is_left_out_and_said(write) ->
     assert doc.text == "Nov 5 host sshd: Failed password for bob\n"
     assert [s.reason for s in doc.left_out] == ["7 bytes after its gzip-compressed data left out (not gzip data)"]
     assert "damaged" in input_error(write("bad.gz", gzip.compress(b"one\n") + gzip.compress(b"two\n")[:12]))
+
+
+def test_man_output_piped_in_has_its_hyphenated_words_whole() -> None:
+    """`man bash | ktcli ask -`: groff breaks words at line ends with U+2010 ("brack‐" /
+    "eted-paste"); they are joined, each line kept (its number cited), a source's own
+    hyphen ("system-" / "dependent") and a page's overstrikes (MAN_KEEP_FORMATTING) too."""
+    page = ("BASH(1)                  General Commands Manual                 BASH(1)\n\nNAME\n"
+            "       The text inserted  by  brack\u2010\n       eted-paste  is shown; the default is system-\n"
+            "       dependent, and B\x08Bo\x08ol\x08ld\x08d text is\n       re\u2010\n       peated.\n")
+    doc = load_stdin(None, io.BytesIO(page.encode()))
+    lines = doc.text.split("\n")
+    assert lines[3:6] == ["       The text inserted  by", "       bracketed-paste  is shown; the default is system-",
+                          "       dependent, and Bold text is"]
+    assert lines[6:8] == ["       re\u2010", "       peated."]  # moved, "re" would leave its line empty
+    prose = "Notes\n\nA line that ends in a typeset hyphen\u2010\nmade by hand.\n"
+    assert "hyphen\u2010\nmade by hand." in load_stdin(None, io.BytesIO(prose.encode())).text  # no man page: as it is
