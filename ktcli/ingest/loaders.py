@@ -425,6 +425,9 @@ _MAGIC = (
     (b"\x89PNG", "a PNG image", "ktcli reads no images; run OCR on it for its text"),
     (b"\xff\xd8\xff", "a JPEG image", "ktcli reads no images; run OCR on it for its text"),
     (b"GIF8", "a GIF image", "ktcli reads no images"),
+    # TeX's typeset pages (its preamble opcode and DVI version 2): a docs folder's refcard.dvi.gz
+    (_DVI_MAGIC := b"\xf7\x02", "a TeX DVI file (typeset pages, their text among positioning commands)",
+     "convert it first: `dvipdf FILE` and give the PDF (or `dvi2tty FILE` for its text)"),
 )
 
 
@@ -447,8 +450,12 @@ def _binary(display: str, data: bytes, unpacked: str = "") -> RejectedInput:
     if unpacked:
         refusal = _binary(display, data)
         what = refusal.reason.removeprefix("binary").removeprefix(": ")
-        return RejectedInput(display, f"holds binary data ({unpacked}-compressed){': ' + what if what else ''}",
-                             refusal.hint)
+        hint = refusal.hint
+        if data.startswith(_DVI_MAGIC) and unpacked in _UNPACK:  # (dvipdf and dvi2tty read no gzip)
+            dvi = shlex.quote(PurePath(display).stem if PurePath(display).suffix else "out.dvi")
+            hint = (f"decompress and convert it first: `{_UNPACK[unpacked]} {_shell_name(display)} > {dvi} && "
+                    f"dvipdf {dvi}` and give the PDF (or `dvi2tty {dvi}` for its text)")
+        return RejectedInput(display, f"holds binary data ({unpacked}-compressed){': ' + what if what else ''}", hint)
     file = _shell_name(display)
     from ktcli.ingest.zipdoc import unread_office
 

@@ -1880,3 +1880,16 @@ def test_man_output_piped_in_has_its_hyphenated_words_whole() -> None:
     assert lines[6:8] == ["       re\u2010", "       peated."]  # moved, "re" would leave its line empty
     prose = "Notes\n\nA line that ends in a typeset hyphen\u2010\nmade by hand.\n"
     assert "hyphen\u2010\nmade by hand." in load_stdin(None, io.BytesIO(prose.encode())).text  # no man page: as it is
+
+
+def test_a_dvi_file_is_refused_as_one_with_how_to_convert_it(write) -> None:
+    """TeX's DVI (a docs folder's refcard.dvi.gz) was "binary (gzip-compressed); not text":
+    its refusal names it and how to convert it (dvipdf and dvi2tty read no gzip)."""
+    import gzip
+
+    dvi = b"\xf7\x02\x01\x83\x92\xc0\x1c\x3b\x00\x00\x00\x00\x03\xe8\x1b TeX output 2024.01.01:1200\x8b" + bytes(200)
+    message = input_error(write("refcard.dvi", dvi))
+    assert "binary: a TeX DVI file" in message and "`dvipdf " in message and "refcard.dvi` and give the PDF" in message
+    packed = input_error(write("refcard.dvi.gz", gzip.compress(dvi)))
+    assert "(gzip-compressed): a TeX DVI file" in packed
+    assert "refcard.dvi.gz > refcard.dvi && dvipdf refcard.dvi`" in packed and "dvi2tty refcard.dvi" in packed
