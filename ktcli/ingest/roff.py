@@ -253,6 +253,11 @@ class _Reader:
         self.macros: dict[str, bool] = {}  # the page's own (.de), and whether each prints its arguments
         self.defining: tuple[str, list[str]] | None = None  # a .de being read: its name and body
         self.fill_pad: str | None = None  # the indent of the line the next text may fill, if any
+        # mdoc's `.Sm off`: no spaces between a macro line's words nor between such lines (ssh's
+        # `-L [bind_address:]port:host:hostport` read "[bind_address:] port: host: hostport")
+        self.spacing = True
+        self.spaced_line = True  # the next macro line under `.Sm off` starts apart (the first after it)
+        self.tag_open = False  # an `.It ... Xo` tag, its words going on to its `.Xc`
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
@@ -396,6 +401,15 @@ class _Reader:
         handler = getattr(self, "r_" + name, None) if name.isalnum() and name.isascii() else None
         if name in ("PS", "EQ") and name in self.macros:  # the page's own (Xft's prototypes), not pic's or eqn's
             handler = None
+        if name == "Sm":
+            self.spacing = {"off": False, "on": True}.get(rest.strip().lower(), not self.spacing)
+            self.spaced_line = True
+            return
+        if name == "Xc" and self.tag_open:  # the tag's end: its body starts a line of its own
+            self.tag_open = False
+            self.flush_hanging()
+            self.fill_pad = None
+            return
         if name in _MDOC_SILENT:
             return
         if name in ("ie", "if"):
@@ -706,10 +720,23 @@ class _Reader:
                 continue
             else:
                 put(w)
-        return " ".join(out)
+        return (" " if self.spacing else "").join(out)
 
     def mdoc(self, name: str, rest: str) -> None:
         words = self.args(rest)
+        if name == "It":
+            self.tag_open = "Xo" in words
+        if not self.spacing and name not in ("It", "Dl", "D1"):
+            joined, self.joining = self.joining, not self.spaced_line
+            self.spaced_line = False
+            try:
+                self.mdoc_spaced(name, words)
+            finally:
+                self.joining = joined
+            return
+        self.mdoc_spaced(name, words)
+
+    def mdoc_spaced(self, name: str, words: list[str]) -> None:
         if name == "Nd":
             desc = "- " + self.mdoc_words(words)
             if self.out and self.out[-1][0].strip():

@@ -116,6 +116,33 @@ Read all of them, see
     assert "Niels Provos, A Future-Adaptable Password Scheme," in lines  # a reference was lost
 
 
+def test_mdoc_spacing_off_joins_words_and_an_extended_tag_ends_at_xc() -> None:
+    """ssh.1's `-L` entry: `.Sm off` read "[bind_address:] port: host: hostport", and the
+    body after `.Xc` ran on in the tag's line ("local_socket: remote_socket Specifies ...")."""
+    page = """.Dd March 1 2024
+.Dt SSH 1
+.Sh DESCRIPTION
+.Bl -tag -width Ds
+.It Fl L Xo
+.Sm off
+.Oo Ar bind_address : Oc
+.Ar port : host : hostport
+.Sm on
+.Xc
+Forwards a local port.
+.El
+The destination is
+.Sm off
+.Oo Ar user No @ Oc Ar host
+.Sm on
+as given.
+"""
+    lines = roff_to_text(page)[0].split("\n")
+    assert "-L  [bind_address:]port:host:hostport" in lines
+    assert "    Forwards a local port." in lines
+    assert "The destination is [user@]host as given." in lines
+
+
 def test_man_pages_are_told_by_name_and_content_and_others_are_not() -> None:
     assert looks_like_roff(PAGE, "ls.1") and looks_like_roff(PAGE, "")  # by its .TH, named or piped
     assert looks_like_roff(".SH NAME\n.B foo\n\\- bar\n.PP\n", "foo.3pm")  # no .TH: by its name
