@@ -67,6 +67,53 @@ def pdf_pages(data: bytes, text_limit: int | None, read: Callable[[], Pages]) ->
     return pages
 
 
+# An HTML page this long (characters) keeps its text too: bs4's html.parser takes most of
+# reading one, about 2.5 s a megabyte (Node's 8 MB single-page all.html: about 20 s, each
+# question); a smaller page is read again (a folder walk's pages would push the PDFs out).
+HTML_MIN_CHARS = 1_000_000
+
+# htmltext.html_to_text's result: the text, each line's line in the markup, what was left out
+HtmlText = tuple[str, tuple[int, ...], list[str]]
+
+
+def html_text(markup: str, read: Callable[[], HtmlText]) -> HtmlText:
+    """`read()`'s result for the HTML page `markup`, from the cache where it holds it and
+    the page is HTML_MIN_CHARS long; a read that raises keeps nothing."""
+    folder = _ROOT.get()
+    if folder is None or len(markup) < HTML_MIN_CHARS:
+        return read()
+    import bs4
+
+    key = _key(f"html {bs4.__version__}\0".encode() + markup.encode("utf-8", "surrogatepass"))
+    path = folder / f"{key}.json"
+    kept = _load_html(path)
+    if kept is not None:
+        return kept
+    result = read()
+    text, lines, notes = result
+    _write(path, folder, {"text": text, "lines": list(lines), "notes": notes})
+    return result
+
+
+def _load_html(path: Path) -> HtmlText | None:
+    try:
+        entry = loads(path.name, path.read_text(encoding="utf-8"))
+        if entry is None:
+            return None
+        text, lines, notes = entry["text"], entry["lines"], entry["notes"]
+        if not (isinstance(text, str) and isinstance(lines, list) and isinstance(notes, list)
+                and all(type(n) is int for n in lines) and all(isinstance(n, str) for n in notes)
+                and len(lines) == text.count("\n") + 1):
+            return None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+    return text, tuple(lines), notes
+
+
 def _key(data: bytes) -> str:
     return hashlib.sha256(f"{_reader()}\0".encode() + hashlib.sha256(data).digest()).hexdigest()[:40]
 
@@ -121,6 +168,10 @@ def _save(path: Path, folder: Path, pages: Pages) -> None:
     texts, unread, labels, sections = pages
     entry = {"texts": texts, "unread": unread, "labels": labels,
              "sections": [[s.start, [list(h) for h in s.headings]] for s in sections]}
+    _write(path, folder, entry)
+
+
+def _write(path: Path, folder: Path, entry: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # (a server reads on threads)
     try:
         folder.mkdir(parents=True, exist_ok=True)

@@ -688,9 +688,15 @@ def _html_document(markup: str, display: str) -> Document:
     # Imported here: BeautifulSoup and pypdf cost ~0.15 s of every start, used or not.
     from ktcli.ingest.htmltext import html_to_text
 
-    notes: list[str] = []
-    try:
+    from ktcli.ingest.extract_cache import html_text
+
+    def read() -> tuple[str, tuple[int, ...], list[str]]:
+        notes: list[str] = []
         text, source_lines = html_to_text(markup, left_out=notes)
+        return text, source_lines, notes
+
+    try:
+        text, source_lines, notes = html_text(markup, read)
     except ValueError as e:
         raise RejectedInput(display, f"unreadable HTML ({e})") from None
     if not text.strip():

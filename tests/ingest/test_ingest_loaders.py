@@ -1893,3 +1893,31 @@ def test_a_dvi_file_is_refused_as_one_with_how_to_convert_it(write) -> None:
     packed = input_error(write("refcard.dvi.gz", gzip.compress(dvi)))
     assert "(gzip-compressed): a TeX DVI file" in packed
     assert "refcard.dvi.gz > refcard.dvi && dvipdf refcard.dvi`" in packed and "dvi2tty refcard.dvi" in packed
+
+
+def test_a_large_html_page_read_again_is_the_same_document_without_parsing_it(write, tmp_path, monkeypatch) -> None:
+    """Node's 8 MB all.html took ~20 s to parse at every question: a page past
+    HTML_MIN_CHARS keeps its text in the run's cache, by its markup (a smaller one does not)."""
+    from ktcli.ingest import extract_cache, htmltext
+    from ktcli.ingest.extract_cache import kept_under
+
+    monkeypatch.setattr(extract_cache, "HTML_MIN_CHARS", 200)
+    nav = "<nav>" + " ".join(f'<a href="/p{i}">Page {i}</a>' for i in range(20)) + "</nav>"
+    page = write("big.html", f"<html><head><title>Big</title></head><body>{nav}\n<h1>Tides</h1>\n"
+                             + "<p>The tide turns at 7 in the ledger, twice a day, as the keepers wrote.</p>\n" * 5
+                             + "</body></html>")
+    small = write("small.html", "<html><body><p>Short page.</p></body></html>")
+    with kept_under(tmp_path / "cache"):
+        first = load_corpus([str(page), str(small)])
+    assert first.documents[0].left_out and first.documents[0].source_lines  # its menus said, its lines kept
+    calls = []
+    real = htmltext.html_to_text
+    monkeypatch.setattr(htmltext, "html_to_text", lambda *a, **k: calls.append(1) or real(*a, **k))
+    with kept_under(tmp_path / "cache"):
+        again = load_corpus([str(page), str(small)])
+    assert again == first and calls == [1]  # the small page only
+    entry = next((tmp_path / "cache" / extract_cache.FOLDER).glob("*.json"))
+    entry.write_text(entry.read_text().replace("Tides", "Floods"))  # edited: read again, not believed
+    with kept_under(tmp_path / "cache"):
+        assert load_corpus([str(page)]).documents == first.documents[:1]
+    assert calls == [1, 1]
