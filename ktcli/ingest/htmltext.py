@@ -569,8 +569,9 @@ def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
     the window's tokens, and its chunks of link titles, which hold many of the site's
     keywords, compete with the page's text in retrieval. None where the rest of the page
     holds under _MIN_WORDS_BESIDE_MENUS words."""
-    found = [tag for tag in soup.descendants if isinstance(tag, Tag)
-             and ( (tag.name or "").lower() == "nav" or str(tag.get("role") or "").lower() == "navigation")]
+    found = [tag for tag in soup.descendants
+             if isinstance(tag, Tag) and ((tag.name or "").lower() == "nav"
+                                          or str(tag.get("role") or "").lower() == "navigation")]
     found_ids = {id(tag) for tag in found}
     menus = [tag for tag in found if not any(id(parent) in found_ids for parent in tag.parents)]
     # an empty one (a menu a script fills) leaves nothing out: "1 navigation menu (0 words
@@ -588,7 +589,8 @@ def _site_menus(soup: BeautifulSoup) -> tuple[list[Tag], int]:
 def _words(tag: Tag) -> int:
     """Words of `tag`'s text, not counting scripts, styles or comments."""
     return sum(len(text.split()) for text in tag.descendants
-               if isinstance(text, NavigableString) and not isinstance(text, _SKIP_STRINGS) and (text.parent.name or "").lower() not in _DROP)
+               if isinstance(text, NavigableString) and not isinstance(text, _SKIP_STRINGS)
+               and (text.parent.name or "").lower() not in _DROP)
 
 
 def _hidden(tag: Tag) -> bool:
