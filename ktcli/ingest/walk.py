@@ -478,7 +478,15 @@ def _data_table_share(document) -> float | None:
     lines = [line for line in document.text.split("\n") if line.strip()]
     if not lines:
         return None
-    share = sum(1 for line in lines if _literal_line(line)) / len(lines)
+    # (stopped once too many lines are not literals for the share to reach it: a module of
+    # hand-written code is told in its first lines, not after a regex pass over every one)
+    most = len(lines)  # the literal lines there can still be
+    for line in lines:
+        if not _literal_line(line):
+            most -= 1
+            if most / len(lines) < _DATA_TABLE_SHARE:
+                return None
+    share = most / len(lines)
     return share if share >= _DATA_TABLE_SHARE else None
 
 

@@ -634,6 +634,22 @@ def test_a_generated_data_table_is_reported_not_read(write, tmp_path: Path) -> N
     assert rels(walk(tmp_path / "s"), tmp_path / "s") == ["openapi.json"]
 
 
+def test_a_data_tables_share_is_counted_whole_wherever_its_code_lines_stand(write, tmp_path: Path) -> None:
+    """The share said is that of every line, and a file with too many code lines is read,
+    whether they come first (the count stops early there) or last."""
+    rows = [f"    ({i}, {i + 5}, -1),\n" for i in range(1200)]
+    code = [f"    total_{i} = amount * rate_{i}\n" for i in range(160)]
+    write("t/app.py", "".join(code))
+    write("t/first.py", "".join(code[:60] + rows))  # 1,200 of 1,260: 95%
+    write("t/last.py", "".join(rows + code[:60]))
+    write("u/first.py", "".join(code + rows))  # 1,200 of 1,360: 88%, under the 90% of a table
+    write("u/last.py", "".join(rows + code))
+    assert reasons(walk(tmp_path / "t"), tmp_path / "t") == {
+        name: "a generated data table (95% of its 1,260 lines are literals; name the file to read it)"
+        for name in ("first.py", "last.py")}
+    assert rels(walk(tmp_path / "u"), tmp_path / "u") == ["first.py", "last.py"]
+
+
 def test_a_line_of_digits_is_judged_in_linear_time() -> None:
     """A C table's `0.99998117528260110909f,` took 1.5 s a line, one of 24 digits 18 s:
     a folder walk hung on it."""
