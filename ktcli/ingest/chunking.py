@@ -46,19 +46,25 @@ class _Piece:
 
 def chunk_corpus(corpus: Corpus, *, chunk_tokens: int = 256, overlap_tokens: int = 32) -> list[Chunk]:
     chunks: list[Chunk] = []
+    # One count of each distinct line across the documents, not each: a repo's files share
+    # most of their short lines ("        return None", "    }", docstring quotes), a fifth
+    # of the lines the stdlib's 660 modules had tiktoken encode again, file after file.
+    counter = _LineTokens()
     for document in corpus.documents:
-        chunks.extend(chunk_document(document, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens))
+        chunks.extend(chunk_document(document, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens,
+                                     counter=counter))
     return chunks
 
 
-def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: int = 32) -> list[Chunk]:
+def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: int = 32,
+                   counter: _LineTokens | None = None) -> list[Chunk]:
     """Chunks of at most `chunk_tokens` (tiktoken estimate), each starting about
     `overlap_tokens` before the previous one ended. A line longer than the budget is
     split, at sentence ends where it can be (`_split_long_line`), into chunks whose span
     names that line and their characters in it. PDF chunks stay within one page;
     whitespace-only pages get none."""
     _check_budget(chunk_tokens, overlap_tokens)
-    counter = _LineTokens()
+    counter = counter or _LineTokens()
     chunks: list[Chunk] = []
     # A PDF: the sections its bookmarks or numbered headings start on each page (no styles
     # in its text to tell a heading by). Other paged documents (Word's pages, an EPUB's
@@ -141,12 +147,18 @@ class _LineTokens:
     """Token counts of lines (with their newline), each distinct line encoded once:
     blank lines, braces and repeated boilerplate are common."""
 
+    # Lines kept at most: shared by a whole corpus's documents, the cache is emptied past
+    # it rather than hold every distinct line of a large repo (~100 bytes each).
+    MAX_LINES = 200_000
+
     def __init__(self) -> None:
         self.cache: dict[str, int] = {}
         self.encode = encoding().encode_ordinary
 
     def counts(self, lines: list[str]) -> list[int]:
         cache, encode = self.cache, self.encode
+        if len(cache) > self.MAX_LINES:
+            cache.clear()
         out = []
         for line in lines:
             n = cache.get(line)

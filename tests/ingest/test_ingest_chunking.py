@@ -235,6 +235,22 @@ def test_sample_pdf_facts_on_their_pages() -> None:
 # ---- whole corpus, determinism, speed --------------------------------------------------
 
 
+def test_a_corpus_chunks_as_its_documents_do_alone_though_its_line_counts_are_shared(monkeypatch) -> None:
+    """chunk_corpus counts each distinct line once across its documents (and empties that
+    cache past its bound): each document's chunks are still those it has alone."""
+    from ktcli.ingest import chunking
+    from ktcli.types import Corpus
+
+    corpus = load_corpus([str(REPO / "sample_docs")])
+    alone = [c for d in corpus.documents for c in chunk_document(d)]
+    assert chunk_corpus(corpus) == alone
+    monkeypatch.setattr(chunking._LineTokens, "MAX_LINES", 50)
+    assert chunk_corpus(corpus) == alone
+    shared = "\n".join(["    return None", "", "}", "x = 1"] * 40) + "\n"
+    docs = (doc_of(shared, "code", "a.py"), doc_of("# top\n" + shared, "code", "b.py"))
+    assert chunk_corpus(Corpus(docs)) == [*chunk_document(docs[0]), *chunk_document(docs[1])]
+
+
 def test_chunk_corpus_and_determinism() -> None:
     corpus = load_corpus([str(REPO / "sample_docs")])
     first = chunk_corpus(corpus)
