@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ktcli.pipeline.citations import YEAR
-from ktcli.retrieval.options import OPTION_HEAD, asked_options, defines_option, writes_option
+from ktcli.retrieval.options import OPTION_HEAD, asked_options, defines_option, is_entry, writes_option
 from ktcli.ingest.sections import ADORNMENT, ATX, FENCE, MARKDOWN_RULE, looks_like_a_table, row_cells
 
 if TYPE_CHECKING:
@@ -188,6 +188,11 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
         if _LIST_ITEM.match(stripped):
             end_paragraph()
             in_list = True
+        elif prose and is_entry(line):
+            # a --help text's next option ("  -v, --invert-match   select non-matching lines"),
+            # its entries with no blank line between them: ls --help read as one paragraph,
+            # quoted whole as the key fact of "what does -S do?" (probe 129)
+            end_paragraph()
         elif indent == 0 and was_after_blank:
             in_list = False
         prose.append(_BULLET.sub("", stripped, count=1))  # a numbered step keeps its number
@@ -418,4 +423,8 @@ def _as_said(unit: str) -> str:
     right with the option's own entry among the key facts, 21 with it said so (16 in full,
     the rest in part; probe 125)."""
     head = OPTION_HEAD.match(unit + " ")
-    return f"The option {unit}" if head is not None and head.end() < len(unit) else unit
+    if head is None or head.end() >= len(unit):
+        return unit
+    # a --help text's entry pads its options to a column: "-S                         sort by
+    # file size" says what a man page's "-S  sort by file size" does
+    return "The option " + re.sub(r" {3,}", "  ", unit)

@@ -45,6 +45,12 @@ _ENTRY = re.compile(r"\s*--?[A-Za-z][\w-]*(?:\[?=\S*)?(?:,\s*--?[A-Za-z][\w-]*(?
                     r"(?:\s+[^\s-]\S*)?\s*$|\s*--?[A-Za-z][^\n]*? {2,}\S")
 
 
+def is_entry(line: str) -> bool:
+    """Whether `line` is an option list's entry (`_ENTRY`, its options first): where a --help
+    text's next entry starts, with no blank line before it."""
+    return _ENTRY.match(line) is not None and OPTION_HEAD.match(line.lstrip() + " ") is not None
+
+
 def defining_chunks(texts, options: set[str]) -> set[int]:
     """The indexes of the texts with a line that is the entry of one of `options` (`_ENTRY`),
     starting a paragraph or the text, as an option list's entries do."""

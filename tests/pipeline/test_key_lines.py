@@ -343,6 +343,37 @@ def test_a_question_naming_an_option_quotes_that_options_entry_first():
     assert key_lines.pick("What does --sort do?", [(1, _OPTIONS_PAGE)], None, k=1)[0][1].startswith("--sort=WORD")
 
 
+_HELP_TEXT = """Usage: ls [OPTION]... [FILE]...
+List information about the FILEs (the current directory by default).
+
+Mandatory arguments to long options are mandatory for short options too.
+  -a, --all                  do not ignore entries starting with .
+  -r, --reverse              reverse order while sorting
+  -s, --size                 print the allocated size of each file, in blocks
+  -S                         sort by file size, largest first
+      --sort=WORD            sort by WORD instead of name: none (-U), size (-S),
+                             time (-t), version (-v), extension (-X), width
+  -t                         sort by time, newest first; see --time
+"""
+
+
+def test_a_help_texts_entries_are_lines_of_their_own():
+    # read as one paragraph, ls --help's option list was the key fact of "what does -S do?"
+    # whole, five entries in a line (probe 129)
+    units = key_lines.lines_of(_HELP_TEXT)
+    assert "-S                         sort by file size, largest first" in units
+    assert ("--sort=WORD            sort by WORD instead of name: none (-U), size (-S), time (-t), version (-v), "
+            "extension (-X), width") in units  # its next line is its own
+    assert "Mandatory arguments to long options are mandatory for short options too." in units
+    said = key_lines.block(key_lines.pick("what does -S do?", [(1, _HELP_TEXT)], None, k=1))
+    assert said == "The option -S  sort by file size, largest first [1]"
+
+
+def test_a_line_that_opens_with_an_option_in_prose_stays_in_its_sentence():
+    text = "Run the module as a script with python\n-m pip install --upgrade to upgrade it.\n"
+    assert key_lines.lines_of(text) == ["Run the module as a script with python -m pip install --upgrade to upgrade it."]
+
+
 def test_option_names_keep_their_case_and_dashes():
     assert key_lines.asked_options("what does -S do, and --block-size?") == {"-S", "--block-size"}
     assert key_lines.asked_options("Is e-mail well-known in 2023-24? Is -5 low?") == set()
