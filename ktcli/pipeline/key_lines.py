@@ -353,16 +353,20 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # that can say what it does; those that open with it, its own entry, go first.
         naming = [c for c in candidates if any(writes_option(c[1], o) for o in options)]
         candidates = naming or candidates
+    else:
+        naming = []
     if not candidates:
         return []
     index = BM25Index(u for _, u in candidates)
     lexical = index.scores(question)
-    if not lexical.max() > 0 or not index.scores(" ".join(content_terms(question))).max() > 0:
+    if not naming and (not lexical.max() > 0 or not index.scores(" ".join(content_terms(question))).max() > 0):
         # No word of the question anywhere (asked in another language than the text's), or
         # only its function words ("is", "the", "what"): nothing to point at. A repo's one
         # prose line (its README's first sentence) shares "is" with any question about its
         # code, and was quoted before "What is the maximum late fee?", "Where is late_fee
-        # defined?": the bundled model answered with that sentence each time.
+        # defined?": the bundled model answered with that sentence each time. (A line that
+        # writes an asked option matches it whatever the words: "what does -a do?" is all
+        # function words, "a" among them, and quoted nothing; probe 129.)
         return []
     shortlist = np.argsort(-lexical, kind="stable")[:MAX_DENSE_LINES]
     score = _scaled(lexical[shortlist])

@@ -343,6 +343,14 @@ def test_a_question_naming_an_option_quotes_that_options_entry_first():
     assert key_lines.pick("What does --sort do?", [(1, _OPTIONS_PAGE)], None, k=1)[0][1].startswith("--sort=WORD")
 
 
+def test_an_option_named_by_a_function_word_is_quoted():
+    # "what does -a do?" is all function words ("a" among them): nothing was quoted (probe 129)
+    page = _OPTIONS_PAGE + "\n-a, --all\n    do not ignore entries starting with .\n"
+    assert key_lines.pick("what does -a do?", [(1, page)], None, k=2) == [
+        (1, "-a, --all do not ignore entries starting with .")]
+    assert key_lines.pick("what does it do?", [(1, page)], None, k=2) == []
+
+
 _HELP_TEXT = """Usage: ls [OPTION]... [FILE]...
 List information about the FILEs (the current directory by default).
 
