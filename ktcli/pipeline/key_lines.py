@@ -352,7 +352,12 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # (probe 125). The lines that write an asked option as written are the only ones
         # that can say what it does; those that open with it, its own entry, go first.
         naming = [c for c in candidates if any(writes_option(c[1], o) for o in options)]
-        candidates = naming or candidates
+        # Where the option's own entry is found, it alone is quoted: beside it, ls's
+        # "--sort=WORD sort by WORD instead of name: none (-U), size (-S), time (-t)" was
+        # quoted for "what does -S do?", and the bundled model answered "--sort=WORD sort by
+        # file size" and "-S sort by file size, newest first" (probe 129).
+        entries = [c for c in naming if any(defines_option(c[1], o) for o in options)]
+        candidates = entries or naming or candidates
     else:
         naming = []
     if not candidates:

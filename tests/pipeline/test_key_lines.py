@@ -337,10 +337,17 @@ _OPTIONS_PAGE = """## DESCRIPTION
 def test_a_question_naming_an_option_quotes_that_options_entry_first():
     # BM25 reads "-S" as "s", as it reads "-s": ls's "-k ... only with -s" came first (probe 125)
     picked = key_lines.pick("what does -S do?", [(1, _OPTIONS_PAGE)], None, k=2)
-    assert picked[0][1].startswith("-S  sort by file size")
-    assert all("-S" in text for _, text in picked)  # "--sort=WORD ... size (-S)" names it too
+    # its entry alone: "--sort=WORD ... size (-S)" names it too, and beside it the bundled
+    # model answered "--sort=WORD sort by file size" (probe 129)
+    assert picked == [(1, "-S  sort by file size, largest first")]
     assert key_lines.pick("what does -u do?", [(1, _OPTIONS_PAGE)], None, k=1)[0][1].startswith("-u, --update")
     assert key_lines.pick("What does --sort do?", [(1, _OPTIONS_PAGE)], None, k=1)[0][1].startswith("--sort=WORD")
+
+
+def test_an_option_only_mentioned_is_quoted_where_no_entry_is():
+    page = "Use -x with care.\n\nThe -x option extracts files, and -x is the default mode.\n"
+    picked = key_lines.pick("what does -x do?", [(1, page)], None, k=2)
+    assert {text for _, text in picked} == {"Use -x with care.", "The -x option extracts files, and -x is the default mode."}
 
 
 def test_an_option_named_by_a_function_word_is_quoted():
@@ -373,7 +380,7 @@ def test_a_help_texts_entries_are_lines_of_their_own():
     assert ("--sort=WORD            sort by WORD instead of name: none (-U), size (-S), time (-t), version (-v), "
             "extension (-X), width") in units  # its next line is its own
     assert "Mandatory arguments to long options are mandatory for short options too." in units
-    said = key_lines.block(key_lines.pick("what does -S do?", [(1, _HELP_TEXT)], None, k=1))
+    said = key_lines.block(key_lines.pick("what does -S do?", [(1, _HELP_TEXT)], None, k=2))
     assert said == "The option -S  sort by file size, largest first [1]"
 
 
