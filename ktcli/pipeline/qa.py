@@ -9,7 +9,7 @@ from ktcli.config import Settings
 from ktcli.errors import Interrupted, ModelNotInstalledError, NotesCutOff, UsageError, interruption
 from ktcli.engine.backend import Backend, SamplingParams
 from ktcli.engine.openai_http import StreamCutOffError
-from ktcli.pipeline import citations, grounding, key_lines, prompts
+from ktcli.pipeline import citations, grounding, key_lines, option_entry, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index, embedder_for
 from ktcli.pipeline.prepare import Prepared, piped_beside_files, reads_piped_whole
@@ -50,6 +50,7 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
                 texts = [d.text for d in prep.corpus.documents]
                 citations.warn_of_invented(text, texts, prep.question, reporter)
                 _warn_of_made_up_code(text, texts, reporter)
+                _warn_if_not_the_entry(text, prep.question, texts, reporter)
                 doc_label = {d.path: i + 1 for i, d in enumerate(prep.corpus.documents)}  # prompts.whole_input's
                 cites = citations.attribute(text, list(prep.chunks), label_of=lambda c: doc_label.get(c.doc_path, 0),
                                             asked=asked_definitions(prep.question))
@@ -147,6 +148,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         citations.warn_of_invented(text, [c.text for c in labelled] + ([notes] if notes else []), prep.question,
                                    reporter, elsewhere=texts)
         _warn_of_made_up_code(text, texts, reporter)
+        _warn_if_not_the_entry(text, prep.question, texts, reporter)
         label_of = {id(c): i + 1 for i, c in enumerate(labelled)}  # as _labelled numbers them, window after window
         documents = prep.corpus.documents
         attributed = citations.on_their_pages(
@@ -256,6 +258,15 @@ def _warn_of_made_up_code(text: str, sources: list[str], reporter: Reporter) -> 
         reporter.warn(f"{made_up} code block{'s' if made_up > 1 else ''} of the answer "
                       f"{'are' if made_up > 1 else 'is'} not in the input (written by the model): check "
                       f"{'them' if made_up > 1 else 'it'} in the sources")
+
+
+def _warn_if_not_the_entry(text: str, question: str, texts: list[str], reporter: Reporter) -> None:
+    """Says so where an answer about an option says little of the option's own entry, and
+    quotes the entry (`option_entry`): "-f ... remove directories recursively" (-r's
+    entry) stands in rm's man page, so no check against what was read caught it."""
+    said = option_entry.warning(question, text, texts)
+    if said is not None:
+        reporter.warn(said)
 
 
 def _warn_if_echo(text: str, reporter: Reporter) -> None:

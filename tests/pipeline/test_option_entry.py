@@ -1,0 +1,69 @@
+"""An answer about a command-line option, checked against the option's own entry."""
+
+from ktcli.config import Settings
+from ktcli.pipeline import option_entry
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+
+from .fake_backend import FakeBackend
+
+RM = """# RM(1)
+
+## DESCRIPTION
+
+rm removes each specified file. By default, it does not remove directories.
+
+-f, --force
+    ignore nonexistent files and arguments, never prompt
+
+-i  prompt before every removal
+
+-r, -R, --recursive
+    remove directories and their contents recursively
+
+-v, --verbose
+    explain what is being done
+"""
+
+
+def test_another_options_words_are_not_the_entrys():
+    # the bundled model's answer to "what does -f do?" over rm's man page, -r's words (probe 129)
+    wrong = "The option -f, --force, is used to remove directories and their contents recursively."
+    found = option_entry.check("what does -f do?", wrong, [RM])
+    assert found.unsaid and found.entry == "-f, --force ignore nonexistent files and arguments, never prompt"
+    said = option_entry.warning("what does -f do?", wrong, [RM])
+    assert said == ("the answer says little of what -f's own entry says: "
+                    "\"-f, --force ignore nonexistent files and arguments, never prompt\"")
+
+
+def test_the_entrys_words_in_other_forms_are_said():
+    right = "The option -f, --force ignores nonexistent files and arguments and never prompts you. [1]"
+    assert not option_entry.check("what does -f do?", right, [RM]).unsaid
+    assert option_entry.warning("What does --force do?", "It ignores nonexistent files, never prompting.", [RM]) is None
+
+
+def test_no_one_option_no_entry_or_too_short_an_answer_is_not_judged():
+    answer = "It is used to remove directories and their contents recursively."
+    assert option_entry.check("What does rm do?", answer, [RM]) is None
+    assert option_entry.check("what do -f and -i do?", answer, [RM]) is None
+    assert option_entry.check("what does -x do?", answer, [RM]) is None  # no entry
+    assert option_entry.check("what does -f do?", "[1]", [RM]) is None
+
+
+def test_the_pipeline_warns_with_the_entry(tmp_path):
+    page = tmp_path / "rm.md"
+    page.write_text(RM)
+    warned = []
+
+    class Said(NullReporter):
+        def warn(self, text):
+            warned.append(text)
+
+    settings = Settings(cache_dir=str(tmp_path / "cache"), mode="full", key_lines=0)
+    # The fake model answers with the line that shares most words with the question:
+    # "-f" is no word of it, and "removes ... directories" shares "remove"
+    prep = prepare([str(page)], "what does -f remove?", "ask", settings, NullReporter())
+    answer_question(prep, FakeBackend(), settings, Said(), Tally())
+    assert any(w.startswith("the answer says little of what -f's own entry says") for w in warned), warned
