@@ -424,7 +424,7 @@ def block(lines: Sequence[tuple[int, str]]) -> str:
 
 
 def _as_said(unit: str) -> str:
-    """A command-line option's entry as a sentence: "The option -S  sort by file size,
+    """A command-line option's entry as a sentence: "The option -S means: sort by file size,
     largest first". Quoted as the page writes it, a line opening with "-S" or "-r,
     --reverse", the bundled model took the key facts for more of the option list: asked
     "what does -w do?" of ten man pages, it wrote "wc -l -max-line-length -w -l -l ...",
@@ -434,6 +434,11 @@ def _as_said(unit: str) -> str:
     head = OPTION_HEAD.match(unit + " ")
     if head is None or head.end() >= len(unit):
         return unit
-    # a --help text's entry pads its options to a column: "-S                         sort by
-    # file size" says what a man page's "-S  sort by file size" does
-    return "The option " + re.sub(r" {3,}", "  ", unit)
+    # "The option -S means: sort by ...", not "The option -S  sort by ...": on 32 questions
+    # over man pages and --help texts the bundled model answered 29 right against 21, none
+    # fewer (it copied what the option means; "-S: sort by" scored 7, "What -S does: sort
+    # by" 22: the set it was chosen on); on 12 written after, 8 against 7 (2 more right, and
+    # cat's -n answered with -b's entry; probe 129). A --help text pads its options to a
+    # column: "-S                         sort by file size".
+    options = unit[: head.end()].strip().rstrip(",")
+    return f"The option {options} means: {re.sub(r' {3,}', '  ', unit[head.end():]).strip()}"

@@ -381,7 +381,7 @@ def test_a_help_texts_entries_are_lines_of_their_own():
             "extension (-X), width") in units  # its next line is its own
     assert "Mandatory arguments to long options are mandatory for short options too." in units
     said = key_lines.block(key_lines.pick("what does -S do?", [(1, _HELP_TEXT)], None, k=2))
-    assert said == "The option -S  sort by file size, largest first [1]"
+    assert said == "The option -S means: sort by file size, largest first [1]"
 
 
 def test_a_line_that_opens_with_an_option_in_prose_stays_in_its_sentence():
@@ -397,8 +397,8 @@ def test_option_names_keep_their_case_and_dashes():
 def test_an_options_entry_is_quoted_as_a_sentence():
     # as "-r, --reverse reverse ..." the bundled model continued the option list (probe 125)
     said = key_lines.block([(1, "-S  sort by file size, largest first"), (2, "-r, --reverse reverse order")])
-    assert said.splitlines() == ["The option -r, --reverse reverse order [2]",
-                                 "The option -S  sort by file size, largest first [1]"]
+    assert said.splitlines() == ["The option -r, --reverse means: reverse order [2]",
+                                 "The option -S means: sort by file size, largest first [1]"]
     # prose, a bare option with nothing said of it, and a negative figure stay as written
     for unit in ("Revenue rose 5% in Q3.", "--block-size=SIZE", "-5 degrees is the lowest reading."):
         assert key_lines.block([(1, unit)]) == f"{unit} [1]"
