@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Sequence
 
 # A command-line option as a question writes it: "-S", "--sort", "--block-size" (a dash
 # after a space, a quote, a backtick or a bracket and before a letter: not "e-mail", "-5",
@@ -51,19 +52,30 @@ def is_entry(line: str) -> bool:
     return _ENTRY.match(line) is not None and OPTION_HEAD.match(line.lstrip() + " ") is not None
 
 
-def defining_chunks(texts, options: set[str]) -> set[int]:
-    """The indexes of the texts with a line that is the entry of one of `options` (`_ENTRY`),
-    starting a paragraph or the text, as an option list's entries do."""
-    if not options:
-        return set()
-    found = set()
-    for i, text in enumerate(texts):
-        if not any(writes_option(text, o) for o in options):
-            continue
-        before = ""
-        for line in text.splitlines():
-            if not before.strip() and _ENTRY.match(line) and any(defines_option(line, o) for o in options):
-                found.add(i)
-                break
-            before = line
-    return found
+class OptionEntries:
+    """Option -> the indexes of the chunks holding its entry (`_ENTRY`) where it starts a
+    paragraph or the chunk, as an option list's entries do; each option's looked up once
+    per index, as `symbols.SymbolTable` does a name (every chunk's text was scanned again
+    on every question naming an option)."""
+
+    def __init__(self, texts: Sequence[str]) -> None:
+        self._texts = texts
+        self._found: dict[str, frozenset[int]] = {}
+
+    def defining(self, options: set[str]) -> set[int]:
+        out: set[int] = set()
+        for option in options:
+            if option not in self._found:
+                self._found[option] = frozenset(i for i, text in enumerate(self._texts)
+                                                if writes_option(text, option) and _opens_an_entry(text, option))
+            out |= self._found[option]
+        return out
+
+
+def _opens_an_entry(text: str, option: str) -> bool:
+    before = ""
+    for line in text.splitlines():
+        if not before.strip() and _ENTRY.match(line) and defines_option(line, option):
+            return True
+        before = line
+    return False

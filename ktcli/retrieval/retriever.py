@@ -26,7 +26,7 @@ import numpy as np
 from ktcli.retrieval.dense import DenseIndex
 from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
-from ktcli.retrieval.options import asked_options, defining_chunks
+from ktcli.retrieval.options import OptionEntries, asked_options
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
 from ktcli.retrieval.section_names import SectionTable, named_sections
 from ktcli.retrieval.symbols import SymbolTable, code_names, used_names
@@ -95,11 +95,13 @@ class HybridIndex:
     embedder: TextEmbedder
     stats: dict = field(default_factory=dict)
     symbols: SymbolTable = field(init=False)
+    options: OptionEntries = field(init=False)
     sections: SectionTable = field(init=False)
     last_blind: bool = field(default=False, init=False)  # the last search was a guess (`search`)
 
     def __post_init__(self) -> None:
         self.symbols = SymbolTable(self.chunks)
+        self.options = OptionEntries([c.text for c in self.chunks])
         self.sections = SectionTable(self.chunks)
 
     @classmethod
@@ -162,8 +164,7 @@ class HybridIndex:
         dense_weight = self._dense_weight(query, dense)
         # an option's entry ("-S  sort by file size") is a definition of the option the
         # question names ("what does -S do?"), which BM25 reads as the letter "s" (probe 125)
-        defining = self.symbols.defining(code_names(query)) | defining_chunks(
-            (c.text for c in self.chunks), asked_options(query))
+        defining = self.symbols.defining(code_names(query)) | self.options.defining(asked_options(query))
         hits = _fuse(self.chunks, dense, lexical, len(self.chunks), defining, dense_weight,
                      self.symbols.using(used_names(query)), self.sections.naming(named_sections(query)))
         # A heading alone (left over where the paragraph under it was too long to share its
