@@ -15,7 +15,8 @@ from pathlib import Path
 from ktcli.config import Settings, canonical_attention, canonical_rope_scaling, named_setting, parse_bytes
 from ktcli.engine.model_store import is_converted, model_facts, model_folder, resolve_model
 from ktcli.errors import KtcliError, OutOfMemoryError, UsageError
-from ktcli.ingest import chunk_corpus, count_tokens, load_corpus
+from ktcli.ingest import count_tokens, load_corpus
+from ktcli.ingest.chunk_cache import chunked
 from ktcli.ingest.extract_cache import kept_under
 from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.ingest.outline import PROSE_OUTLINE_CHARS, outline_lines, outline_text
@@ -392,10 +393,10 @@ def prepare(
     _warn_if_nothing_excluded(paths, corpus, settings, reporter)
     if server:
         corpus = _tokens_masked(corpus, server, reporter)
-    chunks = tuple(
-        chunk_corpus(corpus, chunk_tokens=settings.chunk_tokens, overlap_tokens=settings.overlap_tokens)
-    )
-    doc_tokens = [count_tokens(d.text) for d in corpus.documents]
+    # (each document's chunks and token count kept by its content: a warm question cuts only what changed)
+    chunk_list, doc_tokens = chunked(corpus, chunk_tokens=settings.chunk_tokens,
+                                     overlap_tokens=settings.overlap_tokens, cache_dir=settings.cache_path)
+    chunks = tuple(chunk_list)
     # Read whole, each document sits in a <source id ref> tag naming its path: ~25 tokens a
     # file, which a folder of 330 small files made 9K of its 13K (the plan said 4K).
     estimate = sum(doc_tokens) + count_tokens(whole_input(corpus.documents, [""] * len(corpus.documents)))
