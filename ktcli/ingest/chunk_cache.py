@@ -15,7 +15,7 @@ tiktoken's version). The path is in the key: section trails depend on a file's n
 
 Entries are written whole (a temporary file renamed into place) with a digest of their
 payload and name (`checked_json`); a damaged or changed one is cut again, never an error.
-Past MAX_ENTRIES the least recently used go, swept once by a run that wrote any.
+Past MAX_ENTRIES or MAX_BYTES the least recently used go, swept once by a run that wrote any.
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from ktcli.types import Chunk, Corpus, Document, Span
 
 FOLDER = "chunks"
 VERSION = 1
-MAX_ENTRIES = 20_000  # a file each: the stdlib is 663 of them
+MAX_ENTRIES = 20_000  # a file each: the stdlib is 633 of them, 14 MB
+MAX_BYTES = 512 << 20
 _STALE_TEMP_S = 3600.0
 
 
@@ -147,7 +148,7 @@ def _save(path: Path, chunks: list[Chunk], n_tokens: int) -> bool:
 
 
 def _trim(folder: Path) -> None:
-    """The least recently used entries past MAX_ENTRIES, and temp files a killed run left
+    """The least recently used entries past MAX_ENTRIES or MAX_BYTES, and temp files a killed run left
     (an hour old: a live run's exists for milliseconds)."""
     now = time.time()
     entries = []
@@ -161,13 +162,15 @@ def _trim(folder: Path) -> None:
             if e.name.endswith(".tmp") and now - modified > _STALE_TEMP_S:
                 os.unlink(e.path)
             elif e.name.endswith(".json"):
-                entries.append((modified, e.path))
+                entries.append((modified, e.stat().st_size, e.path))
         except OSError:
             continue
-    if len(entries) <= MAX_ENTRIES:
-        return
-    for _, p in sorted(entries)[: len(entries) - MAX_ENTRIES]:
+    count, size = len(entries), sum(n for _, n, _ in entries)
+    for _, n, p in sorted(entries)[:-1]:  # (the newest stays, however large)
+        if count <= MAX_ENTRIES and size <= MAX_BYTES:
+            break
         try:
             os.unlink(p)
         except OSError:
-            pass
+            continue
+        count, size = count - 1, size - n

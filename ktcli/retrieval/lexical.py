@@ -171,10 +171,28 @@ class BM25Index:
         flat, lengths = self._term_ids(texts)
         self.n_docs = len(lengths)
         self.doc_len = np.asarray(lengths, dtype=np.float32)
-        self.avg_len = float(self.doc_len.mean()) if self.n_docs and self.doc_len.sum() > 0 else 1.0
         self._build_postings(flat, lengths)
+        self._normalise()
+
+    def _normalise(self) -> None:
+        self.avg_len = float(self.doc_len.mean()) if self.n_docs and self.doc_len.sum() > 0 else 1.0
         # k1 * (1 - b + b * |d| / avgdl), the per-document part of the BM25 denominator
-        self._norm = (k1 * (1.0 - b + b * self.doc_len / self.avg_len)).astype(np.float32)
+        self._norm = (self.k1 * (1.0 - self.b + self.b * self.doc_len / self.avg_len)).astype(np.float32)
+
+    @classmethod
+    def from_arrays(cls, vocab: dict[str, int], docs: np.ndarray, tfs: np.ndarray, offsets: np.ndarray,
+                    doc_len: np.ndarray, *, k1: float = 1.2, b: float = 0.75) -> BM25Index:
+        """The index whose term ids, postings and document lengths these are (one a
+        build made: `retrieval.lexical_cache` keeps them)."""
+        index = cls.__new__(cls)
+        index.k1, index.b = k1, b
+        index._tokenizer = Tokenizer()
+        index._vocab = vocab
+        index.n_docs = len(doc_len)
+        index.doc_len = doc_len
+        index._docs, index._tfs, index._offsets = docs, tfs, offsets
+        index._normalise()
+        return index
 
     def _term_ids(self, texts: Iterable[str]) -> tuple[np.ndarray, list[int]]:
         """Every token of every text as term ids, concatenated, and the per-text counts."""

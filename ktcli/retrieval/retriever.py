@@ -26,6 +26,7 @@ import numpy as np
 from ktcli.retrieval.dense import DenseIndex
 from ktcli.retrieval.embedder import Embedder, TextEmbedder
 from ktcli.retrieval.lexical import BM25Index
+from ktcli.retrieval.lexical_cache import bm25_index
 from ktcli.retrieval.options import OptionEntries, asked_options
 from ktcli.retrieval.store import PART_CHUNKS, IndexStore, chunking_fingerprint, entry_key, text_sha256
 from ktcli.retrieval.section_names import SectionTable, named_sections
@@ -133,7 +134,8 @@ class HybridIndex:
         if on_progress is not None:
             on_progress("lexical", 0, 1)
         t0 = time.perf_counter()
-        lexical = BM25Index(lexical_text(c) for c in chunks)
+        # (kept beside the store's vectors: a question about an unchanged corpus reads it back)
+        lexical = bm25_index([lexical_text(c) for c in chunks], store.root.parent if store is not None else None)
         lexical_s = time.perf_counter() - t0
         if on_progress is not None:
             on_progress("lexical", 1, 1)

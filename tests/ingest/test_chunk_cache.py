@@ -107,3 +107,7 @@ def test_the_least_recently_used_go_past_the_limit(folder, tmp_path, monkeypatch
     corpus = load_corpus([str(folder)])
     _cut(corpus, tmp_path / "cache")
     assert len(list((tmp_path / "cache" / chunk_cache.FOLDER).glob("*.json"))) == 2
+    monkeypatch.setattr(chunk_cache, "MAX_BYTES", 1)  # past its bytes: all but the newest go
+    (folder / "more.md").write_text("# More\n\nText.\n")
+    _cut(load_corpus([str(folder)]), tmp_path / "cache")
+    assert len(list((tmp_path / "cache" / chunk_cache.FOLDER).glob("*.json"))) == 1
