@@ -28,7 +28,8 @@ from functools import lru_cache
 from pathlib import Path
 
 from ktcli.checked_json import dumps, loads
-from ktcli.ingest.chunking import chunk_document
+from ktcli.ingest.chunking import LineTokens, chunk_document
+from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.ingest.tokens import ENCODING_NAME, count_tokens
 from ktcli.types import Chunk, Corpus, Document, Span
 
@@ -47,13 +48,17 @@ def chunked(corpus: Corpus, *, chunk_tokens: int, overlap_tokens: int,
     chunks: list[Chunk] = []
     tokens: list[int] = []
     wrote = False
+    counter = LineTokens()  # (the documents cut now share their lines' counts, as `chunk_corpus`'s do)
     for doc in corpus.documents:
         kept = None
-        path = folder / f"{entry_key(doc, chunk_tokens, overlap_tokens)}.json" if folder is not None else None
+        # (not what was piped in: read once, and its text need not sit in the cache)
+        kept_at = folder is not None and doc.path != STDIN_PATH
+        path = folder / f"{entry_key(doc, chunk_tokens, overlap_tokens)}.json" if kept_at else None
         if path is not None:
             kept = _load(path, doc)
         if kept is None:
-            doc_chunks = chunk_document(doc, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens)
+            doc_chunks = chunk_document(doc, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens,
+                                        counter=counter)
             n = count_tokens(doc.text)
             if path is not None:
                 wrote |= _save(path, doc_chunks, n)

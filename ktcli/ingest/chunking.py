@@ -49,7 +49,7 @@ def chunk_corpus(corpus: Corpus, *, chunk_tokens: int = 256, overlap_tokens: int
     # One count of each distinct line across the documents, not each: a repo's files share
     # most of their short lines ("        return None", "    }", docstring quotes), a fifth
     # of the lines the stdlib's 660 modules had tiktoken encode again, file after file.
-    counter = _LineTokens()
+    counter = LineTokens()
     for document in corpus.documents:
         chunks.extend(chunk_document(document, chunk_tokens=chunk_tokens, overlap_tokens=overlap_tokens,
                                      counter=counter))
@@ -57,14 +57,14 @@ def chunk_corpus(corpus: Corpus, *, chunk_tokens: int = 256, overlap_tokens: int
 
 
 def chunk_document(doc: Document, *, chunk_tokens: int = 256, overlap_tokens: int = 32,
-                   counter: _LineTokens | None = None) -> list[Chunk]:
+                   counter: LineTokens | None = None) -> list[Chunk]:
     """Chunks of at most `chunk_tokens` (tiktoken estimate), each starting about
     `overlap_tokens` before the previous one ended. A line longer than the budget is
     split, at sentence ends where it can be (`_split_long_line`), into chunks whose span
     names that line and their characters in it. PDF chunks stay within one page;
     whitespace-only pages get none."""
     _check_budget(chunk_tokens, overlap_tokens)
-    counter = counter or _LineTokens()
+    counter = counter if counter is not None else LineTokens()
     chunks: list[Chunk] = []
     # A PDF: the sections its bookmarks or numbered headings start on each page (no styles
     # in its text to tell a heading by). Other paged documents (Word's pages, an EPUB's
@@ -143,7 +143,7 @@ def _split_lines(text: str) -> list[str]:
     return lines
 
 
-class _LineTokens:
+class LineTokens:
     """Token counts of lines (with their newline), each distinct line encoded once:
     blank lines, braces and repeated boilerplate are common."""
 

@@ -111,3 +111,14 @@ def test_the_least_recently_used_go_past_the_limit(folder, tmp_path, monkeypatch
     (folder / "more.md").write_text("# More\n\nText.\n")
     _cut(load_corpus([str(folder)]), tmp_path / "cache")
     assert len(list((tmp_path / "cache" / chunk_cache.FOLDER).glob("*.json"))) == 1
+
+
+def test_what_was_piped_in_is_cut_each_time_and_not_kept(folder, tmp_path, monkeypatch):
+    corpus = load_corpus(["-", str(folder)], stdin_text="A piped note about lamps.\n" * 30)
+    cut = _counting(monkeypatch)
+    cache = tmp_path / "cache"
+    assert _cut(corpus, cache) == _fresh(corpus)
+    cut.clear()
+    assert _cut(corpus, cache) == _fresh(corpus)
+    assert cut == ["<stdin>"]
+    assert not any("piped note" in p.read_text() for p in (cache / chunk_cache.FOLDER).iterdir())

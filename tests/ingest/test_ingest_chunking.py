@@ -244,7 +244,7 @@ def test_a_corpus_chunks_as_its_documents_do_alone_though_its_line_counts_are_sh
     corpus = load_corpus([str(REPO / "sample_docs")])
     alone = [c for d in corpus.documents for c in chunk_document(d)]
     assert chunk_corpus(corpus) == alone
-    monkeypatch.setattr(chunking._LineTokens, "MAX_LINES", 50)
+    monkeypatch.setattr(chunking.LineTokens, "MAX_LINES", 50)
     assert chunk_corpus(corpus) == alone
     shared = "\n".join(["    return None", "", "}", "x = 1"] * 40) + "\n"
     docs = (doc_of(shared, "code", "a.py"), doc_of("# top\n" + shared, "code", "b.py"))
