@@ -21,12 +21,10 @@ Past MAX_ENTRIES or MAX_BYTES the least recently used go, swept once by a run th
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
-import time
 from functools import lru_cache
 from pathlib import Path
 
+from ktcli.cache_files import mark_used, trim, write_whole
 from ktcli.checked_json import dumps, loads
 from ktcli.ingest.chunking import LineTokens, chunk_document
 from ktcli.ingest.loaders import STDIN_PATH
@@ -37,7 +35,6 @@ FOLDER = "chunks"
 VERSION = 1
 MAX_ENTRIES = 20_000  # a file each: the stdlib is 633 of them, 14 MB
 MAX_BYTES = 512 << 20
-_STALE_TEMP_S = 3600.0
 
 
 def chunked(corpus: Corpus, *, chunk_tokens: int, overlap_tokens: int,
@@ -67,7 +64,7 @@ def chunked(corpus: Corpus, *, chunk_tokens: int, overlap_tokens: int,
         chunks.extend(doc_chunks)
         tokens.append(n)
     if wrote and folder is not None:
-        _trim(folder)
+        trim(folder, ".json", MAX_ENTRIES, MAX_BYTES)
     return chunks, tokens
 
 
@@ -106,10 +103,7 @@ def _load(path: Path, doc: Document) -> tuple[list[Chunk], int] | None:
         chunks = [_chunk(doc, ordinal, row) for ordinal, row in enumerate(entry["chunks"])]
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return None  # none kept, or a damaged entry: cut the document again
-    try:
-        os.utime(path)  # used: the last to go
-    except OSError:
-        pass
+    mark_used(path)
     return chunks, n
 
 
@@ -138,44 +132,4 @@ def _row(chunk: Chunk) -> list:
 def _save(path: Path, chunks: list[Chunk], n_tokens: int) -> bool:
     """Keep them; a disk that refuses keeps nothing, quietly (this run has them)."""
     entry = {"tokens": n_tokens, "chunks": [_row(c) for c in chunks]}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # (a server reads on threads)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(dumps(path.name, entry, ensure_ascii=False), encoding="utf-8", errors="surrogatepass")
-        os.replace(tmp, path)  # a reader sees the whole entry or none
-    except (OSError, UnicodeEncodeError):
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return False
-    return True
-
-
-def _trim(folder: Path) -> None:
-    """The least recently used entries past MAX_ENTRIES or MAX_BYTES, and temp files a killed run left
-    (an hour old: a live run's exists for milliseconds)."""
-    now = time.time()
-    entries = []
-    try:
-        listing = list(os.scandir(folder))
-    except OSError:
-        return
-    for e in listing:
-        try:
-            modified = e.stat().st_mtime
-            if e.name.endswith(".tmp") and now - modified > _STALE_TEMP_S:
-                os.unlink(e.path)
-            elif e.name.endswith(".json"):
-                entries.append((modified, e.stat().st_size, e.path))
-        except OSError:
-            continue
-    count, size = len(entries), sum(n for _, n, _ in entries)
-    for _, n, p in sorted(entries)[:-1]:  # (the newest stays, however large)
-        if count <= MAX_ENTRIES and size <= MAX_BYTES:
-            break
-        try:
-            os.unlink(p)
-        except OSError:
-            continue
-        count, size = count - 1, size - n
+    return write_whole(path, dumps(path.name, entry, ensure_ascii=False), errors="surrogatepass")

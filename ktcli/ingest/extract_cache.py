@@ -18,22 +18,19 @@ MAX_ENTRIES the least recently used go.
 from __future__ import annotations
 
 import hashlib
-import os
-import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
+from ktcli.cache_files import mark_used, trim, write_whole
 from ktcli.checked_json import dumps, loads
 from ktcli.ingest.errors import TextOverLimit
 from ktcli.ingest.pdf_headings import PageSections
 
 FOLDER = "extracted"
 MAX_ENTRIES = 256
-_STALE_TEMP_S = 3600.0
 _ROOT: ContextVar[Path | None] = ContextVar("ktcli_extract_cache", default=None)
 
 # pdftext.extract_pages' result: page texts, unread pages (number, why), labels, sections
@@ -107,10 +104,7 @@ def _load_html(path: Path) -> HtmlText | None:
             return None
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    try:
-        os.utime(path)
-    except OSError:
-        pass
+    mark_used(path)  # used: the last to go
     return text, tuple(lines), notes
 
 
@@ -156,10 +150,7 @@ def _load(path: Path) -> Pages | None:
         return None  # none kept, or a damaged entry: read the file again
     if not texts or not len(texts) == len(entry["texts"]) == len(labels) == len(sections):
         return None  # (a PDF has a page at least)
-    try:
-        os.utime(path)  # used: the last to go
-    except OSError:
-        pass
+    mark_used(path)  # used: the last to go
     return texts, unread, labels, sections
 
 
@@ -172,36 +163,5 @@ def _save(path: Path, folder: Path, pages: Pages) -> None:
 
 
 def _write(path: Path, folder: Path, entry: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # (a server reads on threads)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(dumps(path.name, entry, ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)  # a reader sees the whole entry or none
-    except (OSError, UnicodeEncodeError):  # (a lone surrogate the text kept: not worth keeping)
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return
-    _trim(folder)
-
-
-def _trim(folder: Path) -> None:
-    """The least recently used entries past MAX_ENTRIES, and temp files a killed run left
-    (an hour old: a live run's exists for milliseconds)."""
-    now = time.time()
-    entries = []
-    for p in folder.glob("*"):
-        try:
-            modified = p.stat().st_mtime
-            if p.name.endswith(".tmp") and now - modified > _STALE_TEMP_S:
-                p.unlink()
-            elif p.suffix == ".json":
-                entries.append((modified, p))
-        except OSError:
-            continue
-    for _, p in sorted(entries)[: max(0, len(entries) - MAX_ENTRIES)]:
-        try:
-            p.unlink()
-        except OSError:
-            pass
+    if write_whole(path, dumps(path.name, entry, ensure_ascii=False)):
+        trim(folder, ".json", MAX_ENTRIES)

@@ -18,9 +18,6 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-import os
-import threading
-import time
 import zipfile
 from collections.abc import Sequence
 from functools import lru_cache
@@ -28,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ktcli.cache_files import mark_used, trim, write_whole
 from ktcli.retrieval import lexical
 from ktcli.retrieval.lexical import BM25Index
 
@@ -35,7 +33,6 @@ FOLDER = "lexical"
 VERSION = 1
 MAX_ENTRIES = 8  # a corpus each: the stdlib's is ~7 MB
 MAX_BYTES = 512 << 20
-_STALE_TEMP_S = 3600.0
 
 
 def bm25_index(texts: Sequence[str], cache_dir: Path | None, *, k1: float = 1.2, b: float = 0.75) -> BM25Index:
@@ -49,7 +46,7 @@ def bm25_index(texts: Sequence[str], cache_dir: Path | None, *, k1: float = 1.2,
     if index is None:
         index = BM25Index(texts, k1=k1, b=b)
         if _save(path, index):
-            _trim(folder)
+            trim(folder, ".npz", MAX_ENTRIES, MAX_BYTES)
     return index
 
 
@@ -82,10 +79,7 @@ def _load(path: Path, n_texts: int, k1: float, b: float) -> BM25Index | None:
             and (len(offsets) == 0 or (offsets[0] == 0 and offsets[-1] == len(docs)))
             and np.all(np.diff(offsets) >= 0) and (len(docs) == 0 or (docs.min() >= 0 and docs.max() < n_texts))):
         return None
-    try:
-        os.utime(path)  # used: the last to go
-    except OSError:
-        pass
+    mark_used(path)
     return BM25Index.from_arrays({t: k for k, t in enumerate(terms)}, docs, tfs, offsets, doc_len, k1=k1, b=b)
 
 
@@ -97,39 +91,4 @@ def _save(path: Path, index: BM25Index) -> bool:
     vocab = np.frombuffer(json.dumps(terms, ensure_ascii=False).encode("utf-8", "surrogatepass"), dtype=np.uint8)
     buffer = io.BytesIO()
     np.savez(buffer, docs=index._docs, tfs=index._tfs, offsets=index._offsets, doc_len=index.doc_len, vocab=vocab)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_bytes(buffer.getvalue())
-        os.replace(tmp, path)  # a reader sees the whole entry or none
-    except OSError:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        return False
-    return True
-
-
-def _trim(folder: Path) -> None:
-    """The least recently used entries past MAX_ENTRIES or MAX_BYTES, and temp files a killed run left."""
-    now = time.time()
-    entries = []
-    for p in folder.glob("*"):
-        try:
-            modified = p.stat().st_mtime
-            if p.name.endswith(".tmp") and now - modified > _STALE_TEMP_S:
-                p.unlink()
-            elif p.suffix == ".npz":
-                entries.append((modified, p.stat().st_size, p))
-        except OSError:
-            continue
-    count, size = len(entries), sum(n for _, n, _ in entries)
-    for _, n, p in sorted(entries)[:-1]:  # (the newest stays, however large)
-        if count <= MAX_ENTRIES and size <= MAX_BYTES:
-            break
-        try:
-            p.unlink()
-        except OSError:
-            continue
-        count, size = count - 1, size - n
+    return write_whole(path, buffer.getvalue())
