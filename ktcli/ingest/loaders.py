@@ -19,7 +19,7 @@ from ktcli.ingest.errors import RejectedInput
 from ktcli.ingest.layout import count_of
 from ktcli.ingest.pdf_headings import PageSections
 from ktcli.ingest.normalize import UndecodableError, bom_encoding, decode_bytes, is_utf8, normalize_text, text_sha256
-from ktcli.ingest.roff import looks_like_roff
+from ktcli.ingest.roff import has_man_page_name, looks_like_roff
 from ktcli.ingest.rtf import RTF_MAGIC
 from ktcli.ingest.sniff import (
     SNIFF_BYTES,
@@ -40,7 +40,8 @@ def load_file(path: Path, display: str) -> Document:
     """A file the user named: never skipped for size, every problem an InputError. A man
     page that is only a link to another (`.so man1/other.1`) is read as that page."""
     data = read_file_bytes(path, display)
-    link = _man_link(data)
+    # (by its name too: a notes.txt whose one line is ".so x" is no man page)
+    link = _man_link(data) if has_man_page_name(path.name) else None
     if link is not None:
         return _linked_man_page(path, display, link)
     return document_from_bytes(data, display, path.name)

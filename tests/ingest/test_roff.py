@@ -187,6 +187,9 @@ def test_a_named_man_page_that_links_to_another_is_read_as_that_one(tmp_path) ->
     (tmp_path / "man1" / "gone.1").write_text(".so man1/nothing.1\n")
     with pytest.raises(InputError, match=r"gone.1: a link to another man page \(`.so man1/nothing.1`\) that is not there"):
         load_corpus([str(tmp_path / "man1" / "gone.1")])
+    (tmp_path / "man1" / "note.txt").write_text(".so man1/ls.1\n")  # no man page by its name: read as it is
+    [note_doc] = load_corpus([str(tmp_path / "man1" / "note.txt")]).documents
+    assert note_doc.text == ".so man1/ls.1\n"
     (tmp_path / "man1" / "a.1").write_text(".so man1/b.1\n")
     (tmp_path / "man1" / "b.1").write_text(".so man1/a.1\n")
     with pytest.raises(InputError, match="lead back"):
