@@ -4,13 +4,17 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 
 def _ktcli(*args: str, tmp_path) -> subprocess.CompletedProcess:
     env = {**os.environ, "KTCLI_CONFIG": os.devnull, "KTCLI_CACHE_DIR": str(tmp_path)}
-    return subprocess.run([sys.executable, "-m", "ktcli", *args], capture_output=True, text=True, env=env, timeout=120)
+    # (from the checkout under test: elsewhere `-m ktcli` may import another one's, as a
+    # clone's run with the main checkout's virtualenv did, and passed on its old code)
+    return subprocess.run([sys.executable, "-m", "ktcli", *args], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
 
 
 @pytest.mark.parametrize("args, said", [

@@ -106,7 +106,7 @@ Engine = Annotated[Optional[str], typer.Option("--engine", metavar="ENGINE", hel
 ModeOpt = Annotated[Optional[str], typer.Option("--mode", metavar="MODE", help="auto (the default), full, sparse (whole input in a quantized, sparse KV cache) or retrieval.")]
 # metavar="": a flag takes no value, which typer 0.29's help showed as "<bool>"
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON object (answer, citations, plan, figures, skipped, warnings).", metavar="")]
-PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, warnings, model, engine, documents, largest, chunks, question).", metavar="")]
+PlanJson = Annotated[bool, typer.Option("--json", help="Print one JSON object (plan, skipped, warnings, model, engine, documents, overhead_tokens, largest, chunks, question).", metavar="")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress, plan or figures on stderr (warnings, skipped files among them, and errors still are).", metavar="")]
 TopK = Annotated[Optional[int], typer.Option("--top-k", metavar="N", help=f"Chunks retrieved for a question (default {_D.top_k}).")]
 MaxNew = Annotated[Optional[int], typer.Option("--max-new-tokens", metavar="N", help=f"Longest answer, in tokens (default {_D.max_new_tokens}).")]
