@@ -47,7 +47,7 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
                 for d in prep.corpus.documents]
         share = replace(params, max_new_tokens=per_document_tokens(len(each), params.max_new_tokens))
         # (a file shown whole is not read: where every one is, the model is never loaded)
-        if all(_quoted(d) or backend.prompt_tokens(m) + share.max_new_tokens <= backend.context_window
+        if all(shown_whole(d) or backend.prompt_tokens(m) + share.max_new_tokens <= backend.context_window
                for d, m in zip(prep.corpus.documents, each)):
             return _each_document(prep, each, backend, share, reporter, tally)
         plan = replace(plan, n_windows=1)  # (a document's prompt past the window: read together, as below)
@@ -286,13 +286,13 @@ def _summarize_one(i: int, doc: Document, messages: list, prep: Prepared, backen
     docs = prep.corpus.documents
     # one blank line above each heading, whatever line breaks the part before ended with
     heading = ("\n" * max(0, 2 - reporter.line_breaks()) if i else "") + f"## {doc.path}\n"
-    if i == 0 and all(_quoted(d) for d in docs):
+    if i == 0 and all(shown_whole(d) for d in docs):
         reporter.status(f"showing the {len(docs)} documents whole: each is too short to summarize, so no model is loaded")
     elif i == 0:  # (later, between parts, a status line landed mid-line beside the text streamed)
         reporter.status(f"summarizing {len(docs)} documents one by one, {doc.path} first "
                         f"({backend.prompt_tokens(messages):,} tokens{_outlined(prep)})")
     reporter.answer_text(heading)
-    if _quoted(doc):
+    if shown_whole(doc):
         text = _quote(doc)
         reporter.answer_text(text)
         written.append(text)
@@ -340,16 +340,10 @@ def _warn_of_invented(parts: list[tuple[Document, str]], prep: Prepared, reporte
     summary of "12 librarians" passed on another file's 12, its sentence cited nowhere and
     nothing said, and a figure no file held was said of "the summary" of eight (probe 103)."""
     for doc, text in parts:
-        if text and text != NO_SUMMARY and not _quoted(doc):
+        if text and text != NO_SUMMARY and not shown_whole(doc):
             others = [d.text for d in prep.corpus.documents if d.path != doc.path]
             citations.warn_of_invented(text, [doc.text], "", reporter, f"summary of {doc.path}", elsewhere=others,
                                        read=doc.path)
-
-
-def _quoted(doc: Document) -> bool:
-    """A document shown whole instead of summarized (`prepare.QUOTED_MAX_CHARS`; the plan
-    counts them: `PlanRequest.shown_whole`)."""
-    return shown_whole(doc)
 
 
 def _quote(doc: Document) -> str:
@@ -375,7 +369,7 @@ def _cited_by_document(parts: list[tuple[Document, str]], prep: Prepared) -> lis
     cites = []
     for doc, text in parts:
         own = [c for c in prep.chunks if c.doc_path == doc.path]
-        if _quoted(doc) and text == _quote(doc):  # the file itself: its lines, all of them (a heading
+        if shown_whole(doc) and text == _quote(doc):  # the file itself: its lines, all of them (a heading
             # and two words matched no line, and `# Title / Short note.` shown whole was cited nowhere)
             cites += [Citation(ref=c.span.cite(), span=c.span, label=label[doc.path]) for c in own]
             continue
