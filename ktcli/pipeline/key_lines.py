@@ -346,6 +346,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # ("catalogue") was quoted before "What does save_catalogue do?" (probe 94).
         candidates = [c for c in candidates if any(name in c[1].lower() for name in names)]
     options = asked_options(question)
+    naming: list[tuple[int, str]] = []
     if options:
         # "What does -S do?": BM25 reads "-S" as the letter "s", as it reads "-s" and every
         # "'s", and ls's "-k ... used only with -s" was quoted, not "-S  sort by file size"
@@ -358,8 +359,6 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # file size" and "-S sort by file size, newest first" (probe 129).
         entries = [c for c in naming if any(defines_option(c[1], o) for o in options)]
         candidates = entries or naming or candidates
-    else:
-        naming = []
     if not candidates:
         return []
     index = BM25Index(u for _, u in candidates)
@@ -378,9 +377,6 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
     if embedder is not None:
         dense = embedder.embed_lines([candidates[i][1] for i in shortlist]) @ embedder.embed_query(question)
         score = _scaled(dense) + LEXICAL_WEIGHT * score
-    if options:
-        score = score + np.array([2.0 if any(defines_option(candidates[i][1], o) for o in options) else 0.0
-                                  for i in shortlist])
     picked: list[tuple[int, str]] = []
     for i in np.argsort(-score, kind="stable"):
         text = candidates[shortlist[i]][1]
