@@ -5,13 +5,25 @@ a cache's bounds. Shared by `ingest.extract_cache`, `ingest.chunk_cache` and
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 # A temporary file this old is a killed run's: a live run's exists for milliseconds.
 STALE_TEMP_S = 3600.0
+
+
+def sources_fingerprint(head: str, sources: Iterable[Path]) -> str:
+    """The fingerprint of the code that made a cache's entries: `head` (the versions of the
+    libraries it used) and each source file's name and bytes, in order; an edit or an
+    upgrade makes it anew."""
+    digest = hashlib.sha256(head.encode())
+    for source in sources:
+        digest.update(source.name.encode() + b"\0" + source.read_bytes())
+    return digest.hexdigest()
 
 
 def write_whole(path: Path, data: bytes | str, errors: str = "strict") -> bool:

@@ -24,7 +24,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-from ktcli.cache_files import mark_used, trim, write_whole
+from ktcli.cache_files import mark_used, sources_fingerprint, trim, write_whole
 from ktcli.checked_json import dumps, loads
 from ktcli.ingest.chunking import LineTokens, chunk_document
 from ktcli.ingest.loaders import STDIN_PATH
@@ -85,11 +85,8 @@ def _code() -> str:
     version and encoding."""
     import tiktoken
 
-    digest = hashlib.sha256(f"{getattr(tiktoken, '__version__', '?')}\0{ENCODING_NAME}\0".encode())
     sources = [*sorted(Path(__file__).parent.glob("*.py")), Path(__file__).parent.parent / "types.py"]
-    for source in sources:
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    return digest.hexdigest()
+    return sources_fingerprint(f"{getattr(tiktoken, '__version__', '?')}\0{ENCODING_NAME}\0", sources)
 
 
 def _load(path: Path, doc: Document) -> tuple[list[Chunk], int] | None:

@@ -24,7 +24,7 @@ from contextvars import ContextVar
 from functools import lru_cache
 from pathlib import Path
 
-from ktcli.cache_files import mark_used, trim, write_whole
+from ktcli.cache_files import mark_used, sources_fingerprint, trim, write_whole
 from ktcli.checked_json import dumps, loads
 from ktcli.ingest.errors import TextOverLimit
 from ktcli.ingest.pdf_headings import PageSections
@@ -117,10 +117,7 @@ def _reader() -> str:
     """The reader's fingerprint: the ingest package's sources and pypdf's version."""
     import pypdf
 
-    digest = hashlib.sha256(pypdf.__version__.encode())
-    for source in sorted(Path(__file__).parent.glob("*.py")):
-        digest.update(source.name.encode() + b"\0" + source.read_bytes())
-    return digest.hexdigest()
+    return sources_fingerprint(pypdf.__version__, sorted(Path(__file__).parent.glob("*.py")))
 
 
 def _check_limit(texts: list[str], limit: int) -> None:
