@@ -20,6 +20,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ktcli.pipeline.key_lines import content_terms, lines_of
 from ktcli.retrieval.options import asked_options, defines_option
 
 ENTRY_WORDS_BELOW = 0.25
@@ -43,16 +44,12 @@ def _stem(word: str) -> str:
 
 
 def _words(text: str) -> list[str]:
-    from ktcli.pipeline.key_lines import content_terms
-
     return [_stem(w) for w in content_terms(_OPTION_WORD.sub(" ", text)) if len(w) > 2 and not w.isdigit()]
 
 
 def check(question: str, answer: str, texts: Sequence[str]) -> EntryCheck | None:
     """The asked option's entry in `texts` and how much of the answer stands in it; None
     where the question names no one option, or no text holds its entry."""
-    from ktcli.pipeline.key_lines import lines_of
-
     options = asked_options(question)
     if len(options) != 1:
         return None
