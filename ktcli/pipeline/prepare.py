@@ -504,7 +504,9 @@ def prepare(
         budget = settings.max_memory or f"{request.memory_budget / 2**30:.2f} GiB"  # (the default's: it said "()")
         plan = replace(plan, reasons=(*plan.reasons, f"within the {named_setting(request.origins, 'max_memory')} "
                                       f"budget ({budget}) with every note kept, though not as a fresh run"))
-    plan = _with_piped_reason(plan, corpus, chunks, doc_tokens, per_estimate * count_scale)
+    document_tokens = _document_tokens(corpus.documents, doc_tokens, per_estimate * count_scale,
+                                       {k: r * count_scale for k, r in kind_ratios.items()})
+    plan = _with_piped_reason(plan, corpus, chunks, document_tokens.get(STDIN_PATH, 0))
     _warn_if_chunks_too_small(settings, plan, reporter)
     _warn_if_window_reads_little(plan, reporter)
     if task == "summarize" and settings.outline == "always":
@@ -513,8 +515,7 @@ def prepare(
                     outlines=outlines if plan.outline_files else {}, converts_model=converts,
                     notes_request=notes_request,
                     kind_ratios={kind: ratio / per_estimate for kind, ratio in kind_ratios.items()},
-                    document_tokens=_document_tokens(corpus.documents, doc_tokens, per_estimate * count_scale,
-                                                     {k: r * count_scale for k, r in kind_ratios.items()}))
+                    document_tokens=document_tokens)
 
 
 # A document this short (a `py.typed` marker, a one-line config) is shown whole in a summary
@@ -539,13 +540,15 @@ def piped_beside_files(corpus: Corpus, chunks) -> list[Chunk]:
     return [c for c in chunks if c.doc_path == STDIN_PATH]
 
 
-def reads_piped_whole(piped: list[Chunk], evidence_budget: int) -> bool:
+def reads_piped_whole(piped_model_tokens: int, evidence_budget: int) -> bool:
     """Whether a question's retrieval reads standard input whole beside the files' passages:
-    where it takes at most half the evidence budget (else its chunks compete as any others)."""
-    return bool(piped) and sum(c.n_tokens for c in piped) <= evidence_budget // 2
+    where it takes at most half the evidence budget (else its chunks compete as any others).
+    Both in the model's tokens: the chunks' own counts are the estimate tokenizer's, which
+    counted a digit-heavy log at well under half of what the model reads."""
+    return 0 < piped_model_tokens <= evidence_budget // 2
 
 
-def _with_piped_reason(plan: Plan, corpus: Corpus, chunks, doc_tokens: list[int], ratio: float) -> Plan:
+def _with_piped_reason(plan: Plan, corpus: Corpus, chunks, tokens: int) -> Plan:
     """The plan, with one line on standard input read beside files by retrieval: whether the
     model reads it whole. `git log -p | ktcli plan - folder "q"` said only "retrieve the top 8
     of 156 chunks", of a piped log too long to read whole (probe 128)."""
@@ -554,10 +557,9 @@ def _with_piped_reason(plan: Plan, corpus: Corpus, chunks, doc_tokens: list[int]
         return plan
     from ktcli.retrieval.symbols import changed_names
 
-    tokens = round(sum(n for d, n in zip(corpus.documents, doc_tokens) if d.path == STDIN_PATH) * ratio)
     names = changed_names("\n".join(c.text for c in piped))
     looked_up = f"; the {len(names)} name(s) its diff changes are looked up in the files" if names else ""
-    if reads_piped_whole(piped, plan.evidence_budget):
+    if reads_piped_whole(tokens, plan.evidence_budget):
         said = f"{STDIN_PATH} (~{tokens:,} tokens) is read whole, beside the chunks retrieved from the files{looked_up}"
     else:
         said = (f"{STDIN_PATH} (~{tokens:,} tokens) is over half the {plan.evidence_budget:,}-token evidence budget, "

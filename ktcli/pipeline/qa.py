@@ -79,7 +79,8 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
     piped = piped_beside_files(prep.corpus, prep.chunks)
     hits = index.search(_search_query(prep.question, piped), prep.plan.top_k)
     if piped:
-        hits = _with_piped_input(hits, piped, prep.plan.evidence_budget, reporter)
+        hits = _with_piped_input(hits, piped, prep.document_tokens.get(STDIN_PATH, 0), prep.plan.evidence_budget,
+                                 reporter)
     if index.last_blind:
         reporter.warn("no passage holds a word of the question, and the embedder reads the question or the documents "
                       "as letters, not words: the passages read are a guess (ask in the documents' language)")
@@ -234,13 +235,13 @@ def _search_query(question: str, piped: list[Chunk]) -> str:
     return f"{question} What calls {', '.join(f'`{n}`' for n in names)}?" if names else question
 
 
-def _with_piped_input(hits: list, piped: list[Chunk], budget: int, reporter: Reporter) -> list:
+def _with_piped_input(hits: list, piped: list[Chunk], tokens: int, budget: int, reporter: Reporter) -> list:
     """Standard input read whole beside the passages retrieved from the files (`Hit`s),
-    where it takes at most half the evidence budget (else its chunks compete as any others)."""
+    where it takes at most half the evidence budget (else its chunks compete as any others).
+    `tokens`: its model tokens as the plan counted them, so that the run does what it said."""
     from ktcli.retrieval.retriever import Hit
 
-    tokens = sum(c.n_tokens for c in piped)
-    if not reads_piped_whole(piped, budget):
+    if not reads_piped_whole(tokens, budget):
         reporter.status(f"{STDIN_PATH} ({tokens:,} tokens) is over half the {budget:,}-token evidence budget: "
                         "not read whole, its chunks ranked with the files'")
         return hits

@@ -9,7 +9,7 @@ from ktcli.pipeline.runner import Tally
 from ktcli.retrieval.symbols import changed_names
 
 from .fake_backend import FakeBackend
-from .test_qa_pipeline import settings_for
+from .test_qa_pipeline import StatusLog, settings_for
 
 DIFF = """diff --git a/svc/http_client.py b/svc/http_client.py
 --- a/svc/http_client.py
@@ -57,7 +57,7 @@ def test_the_plan_says_whether_standard_input_is_read_whole_beside_the_files(tmp
     """Probe 128: `git log -p | ktcli plan - folder "q"` said "retrieve the top 8 of 156
     chunks" alone, of a piped log over half the evidence budget, which retrieval then ranked
     as any other chunks; now one line says which, as the run does it."""
-    from ktcli.pipeline.prepare import piped_beside_files, reads_piped_whole
+    from ktcli.pipeline.prepare import reads_piped_whole
 
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -68,14 +68,36 @@ def test_the_plan_says_whether_standard_input_is_read_whole_beside_the_files(tmp
     small = prepare(["-", str(repo)], question, "ask", settings, NullReporter(), stdin_text=DIFF)
     said = [r for r in small.plan.reasons if r.startswith("<stdin>")]
     assert len(said) == 1 and "is read whole" in said[0] and "2 name(s) its diff changes" in said[0]
-    assert reads_piped_whole(piped_beside_files(small.corpus, small.chunks), small.plan.evidence_budget)
+    assert reads_piped_whole(small.document_tokens["<stdin>"], small.plan.evidence_budget)
 
     log = "".join(f"commit {i:040x}\nAuthor: A <a@b>\n\n    Change {i} to the retry loop of the client.\n\n"
                   for i in range(400))
     big = prepare(["-", str(repo)], question, "ask", settings, NullReporter(), stdin_text=log)
     said = [r for r in big.plan.reasons if r.startswith("<stdin>")]
     assert len(said) == 1 and "not read whole" in said[0] and "diff" not in said[0]
-    assert not reads_piped_whole(piped_beside_files(big.corpus, big.chunks), big.plan.evidence_budget)
+    assert not reads_piped_whole(big.document_tokens["<stdin>"], big.plan.evidence_budget)
     # (a question about the files alone, or a summary, says nothing of it)
     assert not any(r.startswith("<stdin>") for r in prepare([str(repo)], question, "ask", settings,
                                                              NullReporter()).plan.reasons)
+
+
+def test_the_plan_and_the_run_weigh_standard_input_in_the_model_s_tokens(tmp_path):
+    """The check compared the chunks' estimate-tokenizer counts with a budget in model tokens:
+    a digit-heavy log of ~1,500 estimate tokens (~1,725 model tokens) against a 3,072-token
+    budget was planned as "(~1,725 tokens) is read whole", over the half it allows. Now the
+    plan and the run both weigh the model tokens the plan counted, and agree."""
+    from ktcli.pipeline.prepare import piped_beside_files
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for i in range(12):
+        (repo / f"notes{i}.md").write_text(f"# Notes {i}\n\n" + f"Paragraph {i} of the notes on the build. " * 60 + "\n")
+    settings = settings_for(tmp_path, top_k=4)
+    log = "".join(f"{i * 7919:08d} 2026-12-07T21:{i % 60:02d}:00 ok 200 {i * 31:06d}\n" for i in range(60))
+    prep = prepare(["-", str(repo)], "What failed?", "ask", settings, NullReporter(), stdin_text=log)
+    half = prep.plan.evidence_budget // 2
+    assert sum(c.n_tokens for c in piped_beside_files(prep.corpus, prep.chunks)) <= half < prep.document_tokens["<stdin>"]
+    assert any(r.startswith("<stdin>") and "not read whole" in r for r in prep.plan.reasons)
+    said = StatusLog()
+    answer_question(prep, FakeBackend(), settings, said, Tally())
+    assert any("not read whole" in m for m in said.lines)
