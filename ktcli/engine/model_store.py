@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from ktcli.cache_files import write_whole
 from ktcli.engine import gguf_convert, gguf_weights
 from ktcli.engine.config import rope_params, scaled_window, shape_problem, sliding_windows, text_settings
 from ktcli.engine.gguf_header import read_header
@@ -142,55 +143,65 @@ def _from_hf_cache(repo_id: str) -> Path:
 # ids and adds the BOS/EOS a file asks for; and a fingerprint that samples the whole file;
 # 4: no float32 copy of the weights, read from the GGUF instead: the folders of 3 were each
 # ~4x their GGUF, and are dropped by the first run of 4; 5: the fingerprint reads all the
-# metadata, not its first MiB).
-CONVERSION_VERSION = 5
-# The fingerprint reads the whole metadata and tensor table (which may run past its first
-# MiB: the bundled model's does, to 1.7 MB, and a chat template or vocabulary that differed
-# only there took the other file's config and tokenizer), the file's last MiB, and SAMPLES
-# blocks of SAMPLE_BYTES spread between: a fine-tune that kept the metadata, the size and
-# the last layers' bytes (its first and last MiB alike) took the other model's conversion.
-# ~6 MB read beside the metadata, whatever the file's size.
-_FINGERPRINT_BYTES = 1 << 20
-_SAMPLES, _SAMPLE_BYTES = 64, 64 << 10
+# metadata, not its first MiB; 6: it reads every byte, not samples).
+CONVERSION_VERSION = 6
+# The fingerprint is the sha256 of the whole file. It sampled 64 blocks of 64 KiB between the
+# metadata and the last MiB (~6% of the bundled model's tensor data): a GGUF edited in one
+# tensor between the samples (one layer replaced, a merge into a few matrices) kept the
+# other file's name, and so its packed int8 weights (`pack_cache` keys by that name): wrong
+# weights, silently. Reading every byte costs ~0.15 s of CPU for the bundled 98 MB file (~6 s
+# for 4 GB), paid once per version of a file: the cache remembers each fingerprint by the
+# file's path, size, modification time and inode (FINGERPRINT_RECORD, in `models/`).
+FINGERPRINT_RECORD = ".gguf-fingerprints.json"  # (a dot: no model stem's `<stem>-*` glob takes it)
+_FINGERPRINTS_KEPT = 64  # files remembered in the record, the most recently fingerprinted
+_READ_BYTES = 8 << 20
 # path -> ((size, mtime_ns, inode, version), fingerprint): a run names the folder three
 # times or more
 _FINGERPRINTS: dict[str, tuple[tuple[int, int, int, int], str]] = {}
 
 
-def _fingerprint(path: Path) -> str:
+def _fingerprint(path: Path, cache_dir: Path | None = None) -> str:
     """What the converted folder is named by: the file's content, not its path or mtime.
     Keyed by path, every virtualenv and every reinstall of the same wheel converted the
-    model again (40 s) and left another 517 MB folder behind: ten of them on one machine."""
+    model again (40 s) and left another 517 MB folder behind: ten of them on one machine.
+    `cache_dir`: where the fingerprints of earlier runs are remembered (FINGERPRINT_RECORD)."""
     st = os.stat(path)
     stamp = (st.st_size, st.st_mtime_ns, st.st_ino, CONVERSION_VERSION)
     known = _FINGERPRINTS.get(str(path))
     if known is not None and known[0] == stamp:
         return known[1]
-    digest = hashlib.sha256(f"conversion {CONVERSION_VERSION}|".encode())
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        digest.update(f"{size}|".encode())
-        head = max(_metadata_end(path, size), min(size, _FINGERPRINT_BYTES))
-        digest.update(f.read(head))
-        middle = size - head - _FINGERPRINT_BYTES
-        for k in range(_SAMPLES if middle > _SAMPLES * _SAMPLE_BYTES else 0):
-            f.seek(head + middle * k // _SAMPLES)
-            digest.update(f.read(_SAMPLE_BYTES))
-        f.seek(max(head, size - _FINGERPRINT_BYTES))
-        digest.update(f.read(_FINGERPRINT_BYTES))
-    fingerprint = digest.hexdigest()[:16]
+    record = Path(cache_dir) / "models" / FINGERPRINT_RECORD if cache_dir is not None else None
+    remembered = _remembered_fingerprints(record)
+    entry = remembered.get(str(path))
+    if isinstance(entry, dict) and entry.get("stamp") == list(stamp) and isinstance(entry.get("sha256"), str):
+        fingerprint = entry["sha256"]
+    else:
+        digest = hashlib.sha256(f"conversion {CONVERSION_VERSION}|".encode())
+        buffer = bytearray(_READ_BYTES)
+        view = memoryview(buffer)
+        with open(path, "rb", buffering=0) as f:
+            while n := f.readinto(buffer):
+                digest.update(view[:n])
+        fingerprint = digest.hexdigest()[:16]
+        if record is not None:
+            remembered.pop(str(path), None)
+            remembered[str(path)] = {"stamp": list(stamp), "sha256": fingerprint}
+            kept = dict(list(remembered.items())[-_FINGERPRINTS_KEPT:])
+            write_whole(record, json.dumps(kept, indent=0) + "\n")  # (a read-only cache: hashed again next run)
     _FINGERPRINTS[str(path)] = (stamp, fingerprint)
     return fingerprint
 
 
-def _metadata_end(path: Path, size: int) -> int:
-    """Where the GGUF's tensor data starts (its end where it holds none); 0 for a file that
-    is not GGUF (refused later, with its reason)."""
+def _remembered_fingerprints(record: Path | None) -> dict:
+    """The fingerprints earlier runs remembered (path -> {"stamp", "sha256"}); empty where
+    there are none or the record is damaged (each file is then read again)."""
+    if record is None:
+        return {}
     try:
-        tensors = read_header(path).tensors
-    except ValueError:
-        return 0
-    return min((t.offset for t in tensors), default=size)
+        remembered = json.loads(record.read_bytes())
+    except (OSError, ValueError):
+        return {}
+    return remembered if isinstance(remembered, dict) else {}
 
 
 def model_key(folder: Path, fmt: str) -> str:
@@ -239,7 +250,7 @@ def _content_hash(path: Path, st: os.stat_result) -> str:
 
 
 def converted_dir(source: ModelSource, cache_dir: Path) -> Path:
-    return cache_dir / "models" / f"{source.path.stem}-{_fingerprint(source.path)}"
+    return cache_dir / "models" / f"{source.path.stem}-{_fingerprint(source.path, cache_dir)}"
 
 
 def model_folder(source: ModelSource, cache_dir: Path) -> Path:

@@ -274,6 +274,40 @@ def test_the_fingerprint_reads_the_middle_of_the_file_too(tmp_path):
     assert _fingerprint(one) != _fingerprint(two)
 
 
+def test_the_fingerprint_reads_every_byte_and_is_remembered_by_the_file_s_stamp(tmp_path):
+    """It sampled 64 blocks of 64 KiB between the metadata and the last MiB: a GGUF edited in
+    one tensor between the samples kept the other's conversion and packed int8 weights. Now
+    the whole file is hashed, once a version: later runs read the cache's record."""
+    from ktcli.engine import model_store
+
+    data = bytearray(np.random.default_rng(1).integers(0, 256, 12 << 20, dtype=np.uint8).tobytes())
+    one, two = tmp_path / "one.gguf", tmp_path / "two.gguf"
+    one.write_bytes(data)
+    data[(6 << 20) + 100_000] ^= 1  # one byte, where no sample fell
+    two.write_bytes(data)
+    cache = tmp_path / "cache"
+    first = model_store._fingerprint(one, cache)
+    assert first != model_store._fingerprint(two, cache)
+    record = cache / "models" / model_store.FINGERPRINT_RECORD
+    remembered = json.loads(record.read_text())
+    assert remembered[str(one)]["sha256"] == first and len(remembered) == 2
+    # a later process reads the record, not the file: shown by a record altered by hand
+    remembered[str(one)]["sha256"] = "0" * 16
+    record.write_text(json.dumps(remembered))
+    model_store._FINGERPRINTS.clear()
+    assert model_store._fingerprint(one, cache) == "0" * 16
+    # the file rewritten (a new mtime): read again, whatever the record says
+    before = one.stat().st_mtime_ns
+    one.write_bytes(bytes(data))
+    os.utime(one, ns=(before + 10**9, before + 10**9))  # (a clock too coarse to tell the writes apart)
+    model_store._FINGERPRINTS.clear()
+    assert model_store._fingerprint(one, cache) == model_store._fingerprint(two, cache)
+    # a damaged record: each file read again
+    record.write_text("{not json")
+    model_store._FINGERPRINTS.clear()
+    assert model_store._fingerprint(two, cache) == model_store._fingerprint(two)
+
+
 def test_the_fingerprint_reads_all_the_metadata(tmp_path):
     """The bundled model's metadata runs to 1.7 MB: a chat template or vocabulary that
     differed only past the first MiB, in a file of the same size, took the other file's
