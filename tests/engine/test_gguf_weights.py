@@ -158,10 +158,11 @@ def test_a_cache_whose_record_cannot_be_rewritten_reads_the_gguf_found_now(tmp_p
     assert all(torch.equal(want[k], v) for k, v in _tensors(folder).items())
 
 
-def test_a_gguf_rewritten_in_place_drops_its_packed_weights_and_a_moved_one_keeps_them(tmp_path):
-    # The fingerprint samples the file (a 2-6 MiB one's middle not at all): a GGUF rewritten
+def test_a_gguf_rewritten_in_place_drops_its_packed_weights_and_a_moved_or_touched_one_keeps_them(tmp_path):
+    # The fingerprint sampled the file (a 2-6 MiB one's middle not at all): a GGUF rewritten
     # at its path with the same size kept its folder, and the int8/bf16 weights packed from
-    # the old file were read while an uncached load read the new one.
+    # the old file were read while an uncached load read the new one. It reads every byte
+    # now: other bytes are another folder, the same bytes (moved, touched) the same one.
     gguf = _gguf(tmp_path / "a")
     cache = tmp_path / "cache"
     folder = ensure_hf_dir(ModelSource("tiny", "gguf", gguf), cache)
@@ -174,9 +175,15 @@ def test_a_gguf_rewritten_in_place_drops_its_packed_weights_and_a_moved_one_keep
     assert ensure_hf_dir(ModelSource("tiny", "gguf", moved), cache) == folder
     assert packed.exists()  # the same file found elsewhere: its packed weights are its own
     st = moved.stat()
-    os.utime(moved, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # rewritten, as far as ktcli can tell
+    os.utime(moved, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: read again, the same bytes
     assert ensure_hf_dir(ModelSource("tiny", "gguf", moved), cache) == folder
-    assert not packed.exists()
+    assert packed.exists()
+    data = bytearray(moved.read_bytes())
+    data[len(data) // 2 + 1000] ^= 1  # one byte of the tensor data, the size kept
+    moved.write_bytes(bytes(data))
+    os.utime(moved, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10**9))
+    rewritten = ensure_hf_dir(ModelSource("tiny", "gguf", moved), cache)
+    assert rewritten != folder and not folder.exists() and not packed.exists()
 
 
 def test_the_float32_file_for_engine_hf_that_cannot_be_written_is_one_cache_error(tmp_path):
