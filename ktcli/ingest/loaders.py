@@ -9,6 +9,7 @@ import re
 import shlex
 import stat
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path, PurePath
@@ -44,7 +45,7 @@ def load_file(path: Path, display: str) -> Document:
     link = _man_link(data) if has_man_page_name(path.name) else None
     if link is not None:
         return _linked_man_page(path, display, link)
-    return document_from_bytes(data, display, path.name)
+    return document_from_bytes(data, display, path.name, path=path)
 
 
 # Many of /usr/share/man's pages (bash's rbash.1.gz, systemd's init.1.gz) are only a link,
@@ -91,7 +92,7 @@ def _linked_man_page(path: Path, display: str, link: str) -> Document:
         data = read_file_bytes(target, shown)
         link = _man_link(data)
         if link is None:
-            doc = document_from_bytes(data, shown, target.name)
+            doc = document_from_bytes(data, shown, target.name, path=target)
             via = "" if len(seen) == 2 else f", through {len(seen) - 2} other link{'s' if len(seen) > 3 else ''}"
             note = Skipped(display, f"a link to another man page (`.so {first}`{via}): read {shown} instead, "
                                     "and cited there", replaced=True)
@@ -196,11 +197,12 @@ def read_bounded(stream: BinaryIO, display: str, limit: int | None = None) -> by
 
 def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool = False,
                         text_limit: int | None = None, unpacked_limit: tuple[int, str] | None = None,
-                        _unpacked: str = "") -> Document:
+                        _unpacked: str = "", path: Path | None = None) -> Document:
     """Dispatch on the name first and the content second. Raises RejectedInput; a PDF
     whose text passes `text_limit` characters, pdftext.TextOverLimit as soon as it does.
     A file compressed whole is read as what it decompresses to (`ingest.compressed`), up to
-    `unpacked_limit` (bytes, and what to do past them; default: what the free memory reads)."""
+    `unpacked_limit` (bytes, and what to do past them; default: what the free memory reads).
+    `path`: the file a user named, where a man page's `.so` inside it is read in from."""
     if not data:
         if is_stdin:  # (`git diff | ktcli ask - ...` with no changes)
             raise RejectedInput(display, "empty input", "nothing came in: the command before `|` printed nothing, "
@@ -211,7 +213,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         limit, hint = unpacked_limit or (read_limit_bytes(), "split it, or give the part the question is about")
         inner, trailing = compressed.decompress(data, compression, display, limit, hint)
         doc = document_from_bytes(inner, display, compressed.inner_name(name, compression), is_stdin=is_stdin,
-                                  text_limit=text_limit, _unpacked=compression)
+                                  text_limit=text_limit, _unpacked=compression, path=path)
         if trailing:
             note = (f"{trailing:,} byte{'s' if trailing > 1 else ''} after its {compression}-compressed data left out "
                     f"(not {compression} data)")
@@ -283,7 +285,7 @@ def document_from_bytes(data: bytes, display: str, name: str, *, is_stdin: bool 
         held = ("only NUL bytes" if padding or nuls else "only control characters" if controls
                 else "only whitespace")
         raise RejectedInput(display, "empty input" if is_stdin else EMPTY_FILE, f"it holds {held}")
-    doc = _typed_document(text, display, name, kind, is_stdin)
+    doc = _typed_document(text, display, name, kind, is_stdin, path)
     notes = [note] if note else []
     if padding:
         notes.append(f"{padding:,} NUL bytes of padding left out")
@@ -323,9 +325,10 @@ def _text_before_binary(data: bytes) -> bool:
     return first is not None and first.start() >= _MIN_TEXT_BEFORE_BINARY and not looks_binary(data[: first.start()])
 
 
-def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool) -> Document:
+def _typed_document(text: str, display: str, name: str, kind: str | None, is_stdin: bool,
+                    path: Path | None = None) -> Document:
     if kind is None and looks_like_roff(text, name):  # a man page's source (`ls.1`, `ls.1.gz`, piped in)
-        doc = _roff_document(text, display)
+        doc = _roff_document(text, display, path)
         if doc is not None:
             return doc
     if kind == "html" or (kind is None and (_looks_like_html(text) or (is_stdin and _looks_like_html_fragment(text)))):
@@ -706,16 +709,37 @@ def _html_document(markup: str, display: str) -> Document:
     return replace(_text_document(text, display, "html", None), source_lines=source_lines, left_out=left_out)
 
 
-def _roff_document(source: str, display: str) -> Document | None:
+def _roff_document(source: str, display: str, path: Path | None = None) -> Document | None:
     """A man page as `man` shows it (`ingest.roff`), its lines cited as the source's: read
     raw, its `.TH`, `.SH NAME`, `\\fB...\\fR` and `\\-` reached the model and the citations.
-    None where nothing is left to show (a page of comments): read as the text it is."""
+    None where nothing is left to show (a page of comments): read as the text it is. A page
+    the user named (`path`) reads in the pages its `.so` lines name (rbash.1 holds bash.1's
+    restricted shell section so), as man does."""
     from ktcli.ingest.roff import roff_to_text
 
-    text, source_lines = roff_to_text(source)
+    text, source_lines = roff_to_text(source, _man_includer(path) if path is not None else None)
     if not text.strip():
         return None
     return replace(_text_document(normalize_text(text), display, "markdown", None), source_lines=source_lines)
+
+
+def _man_includer(page: Path) -> Callable[[str], str | None]:
+    """The source of the page a `.so` in `page` names, found as a `.so` link is
+    (`_man_page_at`), compressed or not; None where it is not there or not readable."""
+    def include(link: str) -> str | None:
+        target = _man_page_at(page, link)
+        if target is None:
+            return None
+        try:
+            data = read_file_bytes(target, str(target))
+            compression = compressed.format_of(data)
+            if compression is not None:
+                data, _ = compressed.decompress(data, compression, str(target), read_limit_bytes(), "")
+        except RejectedInput:
+            return None
+        return normalize_text(data.decode("utf-8", "replace"))
+
+    return include
 
 
 def _notebook_document(raw: str, display: str) -> Document:

@@ -13,6 +13,7 @@ the text keeps the source line it came from, so a citation still names the file'
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from pathlib import PurePath
 
 # A page's name: section 1-9 and a suffix ("ls.1", "openssl.1ssl", "File::Spec.3perl"), or .man
@@ -219,6 +220,12 @@ _MDOC_STANDARDS = {"-ansiC": "ANSI X3.159-1989 (\"ANSI C89\")", "-isoC": "ISO/IE
 _PUNCTUATION = frozenset(".,:;)]?!")
 _STRING_USE = re.compile(r"\\\*(?:\(([^\n]{2})|\[([^\]\n]*)\]|([^(\[\n]))")
 _MAX_STRING = 4096  # a string's length at most
+# requests that print nothing of their arguments (a page's macro made of them prints nothing)
+_SILENT_REQUEST = re.compile(r"^[.']\s*(?:tm|tm1|tmc|nr|ds|as|ne|RS|in|ti|sp|ll|ft|ps|vs|ta|rr|ig)(?![A-Za-z0-9])")
+_MAX_INCLUDES = 4  # `.so` pages read in one in another, at most
+# a number or register, alone or compared with another (`\n(zZ=1`)
+_REGISTER = r"\\n(?:\([^\s]{2}|\[[^\]\s]+\]|[^(\[\s])"
+_SIMPLE_EXPRESSION = re.compile(rf"({_REGISTER}|\d+)(?:(==|=|<=|>=|<|>)({_REGISTER}|\d+))?")
 # The manual a section's pages are in, as man says it where the page names none.
 _MANUALS = {"1": "General Commands Manual", "2": "System Calls Manual", "3": "Library Functions Manual",
             "4": "Kernel Interfaces Manual", "5": "File Formats Manual", "6": "Games Manual",
@@ -263,6 +270,13 @@ class _Reader:
         self.spacing = True
         self.spaced_line = True  # the next macro line under `.Sm off` starts apart (the first after it)
         self.tag_open = False  # an `.It ... Xo` tag, its words going on to its `.Xc`
+        # number registers the page sets (`.nr zZ 1`): bash's rbash.1 and builtins.7 set one and
+        # `.so` bash.1, whose `.if \n(zZ=1 .ig zZ` leaves out all but the part they show
+        self.registers: dict[str, int] = {}
+        # the source of a page a `.so` in the page names (None where it is not there): man
+        # reads it in at that line
+        self.include: Callable[[str], str | None] | None = None
+        self.includes = 0  # pages being read in, one in another
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
@@ -350,8 +364,9 @@ class _Reader:
                     # a macro of the page's own that prints its arguments (`.ZN Name`, `.MTO mail name`):
                     # its words said, where they were lost; one that only indexes or logs (pod2man's
                     # `.IX`, `.tm`) prints nothing
-                    self.macros[name] = any("\\$" in line and not re.match(r"^[.']\s*(?:tm|tm1|tmc|nr|ds|as)\b", line)
-                                            for line in body)
+                    # (nor one that spaces or indents by its argument: pod2man's `.Vb 4` says
+                    # `.ne \\$1`, docutils' `.INDENT 0.0` `.RS \\$1`)
+                    self.macros[name] = any("\\$" in line and not _SILENT_REQUEST.match(line) for line in body)
                     self.defining = None
             elif self.defining:
                 self.defining[1].append(raw)
@@ -374,10 +389,61 @@ class _Reader:
         if m is None:
             return False, ""
         negate, test = m.group(1), m.group(2)
-        if test not in ("n", "t", "o", "e", "\\n(.g", "\\n[.g]"):  # an expression, a register: taken as false
-            return False, rest[m.end() :]
+        if test not in ("n", "t", "o", "e", "\\n(.g", "\\n[.g]"):
+            # a register the page set, compared (`\n(zZ=1`), or whether one is set (`!rzZ`);
+            # any other expression or register: taken as false
+            value = self.evaluate(test)
+            return (value is not None and value != bool(negate)), rest[m.end() :]
         value = test in ("n", "o", "\\n(.g", "\\n[.g]")  # nroff, groff, an odd page
         return value != bool(negate), rest[m.end() :]
+
+    def number(self, term: str) -> int | None:
+        """A number or a register's value (`\\n(zZ`, `\\n[name]`, `\\nx`); None where the page
+        set no such register (its value depends on the formatter: unknown)."""
+        if term.isdigit():
+            return int(term)
+        name, _ = _name_at(term, 2)
+        return 1 if name == ".g" else self.registers.get(name)
+
+    def evaluate(self, test: str) -> bool | None:
+        """A condition on registers: `rname` (set or not), a number or register alone, or two
+        compared (`\\n(zZ=1`, `\\n(XX>2`); None for any other expression."""
+        m = re.fullmatch(r"r\s*([^\s\\]+)", test)
+        if m:
+            return m.group(1) in self.registers
+        m = _SIMPLE_EXPRESSION.fullmatch(test)
+        if m is None:
+            return None
+        left = self.number(m.group(1))
+        if m.group(2) is None:
+            return None if left is None else left > 0
+        right = self.number(m.group(3))
+        if left is None or right is None:
+            return None
+        op = m.group(2)
+        return {"=": left == right, "==": left == right, "<": left < right, ">": left > right,
+                "<=": left <= right, ">=": left >= right}[op]
+
+    def r_nr(self, rest: str) -> None:
+        """`.nr zZ 1`, `.nr x +1`: a register the page's conditions may name."""
+        parts = rest.split()
+        if len(parts) < 2 or "\\" in parts[0]:
+            return
+        value = parts[1]
+        sign = value[:1] if value[:1] in "+-" else ""
+        number = self.number(value[len(sign):])
+        if number is None:
+            self.registers.pop(parts[0], None)  # (something this reader does not compute: unknown)
+            return
+        if sign and parts[0] in self.registers:
+            number = self.registers[parts[0]] + (number if sign == "+" else -number)
+        elif sign == "-":
+            number = -number
+        self.registers[parts[0]] = number
+
+    def r_rr(self, rest: str) -> None:
+        for name in rest.split():
+            self.registers.pop(name, None)
 
     def body_of(self, value: bool, body: str) -> None:
         """A condition's body: run where `value`, else skipped (a `\\{` block to its `\\}`)."""
@@ -427,8 +493,12 @@ class _Reader:
             self.body_of(value, (name[2:] + " " + rest) if len(name) > 2 else rest)
         elif name in ("de", "de1", "am", "ig", "dei", "ami", "am1"):
             self.skip_to = ".."
-            defined = rest.split()
-            if name in ("de", "de1") and defined and not (len(defined) > 1 and defined[1] != ".."):
+            defined = re.split(r'\\["#]', rest, maxsplit=1)[0].split()  # (`.de Vb \" Begin verbatim text`)
+            # `.ig zZ` ends at `.zZ`, `.de X ZZ` at `.ZZ` (bash.1 leaves parts out so); else at `..`
+            end = defined[0] if name == "ig" and defined else defined[1] if name != "ig" and len(defined) > 1 else ".."
+            if end != ".." and "\\" not in end:
+                self.skip_end = end
+            elif name in ("de", "de1") and defined:
                 self.defining = (defined[0], [])
         elif name in self.macros and handler is None:
             words = [a for a in self.args(rest) if a.strip()]
@@ -577,7 +647,20 @@ class _Reader:
             self.emit(f"{args[0]}({args[1] if len(args) > 1 else ''}){''.join(args[2:])}")
 
     def r_so(self, rest: str) -> None:
-        self.emit(f"See {rest.strip()}.")
+        """`.so man1/bash.1` inside a page (rbash.1, bash-builtins.7): that page's text read in
+        here, as man does, its lines cited as the `.so` line; "See ..." where it is not there."""
+        link = rest.strip().split()[0] if rest.strip() else ""
+        source = self.include(link) if self.include and link and self.includes < _MAX_INCLUDES else None
+        if source is None:
+            self.emit(f"See {rest.strip()}.")
+            return
+        at = self.line_no
+        self.includes += 1
+        try:
+            _read_lines(self, source.split("\n"), at)
+        finally:
+            self.includes -= 1
+            self.line_no = at
 
     def r_nf(self, rest: str) -> None:
         self.nofill = True
@@ -819,11 +902,9 @@ def _is_macro(word: str) -> bool:
             or word in ("Fl", "Xr", "Nm", "Ns", "Pf") or word in _MDOC_NAMES)
 
 
-def roff_to_text(text: str) -> tuple[str, tuple[int, ...]]:
-    """A man page's source as `man` shows it, and the source line (1-based) of each of its
-    lines."""
-    reader = _Reader()
-    lines = text.split("\n")
+def _read_lines(reader: _Reader, lines: list[str], at: int | None = None) -> None:
+    """`lines` fed to `reader`, each cited as its own line, or all as line `at` (a page
+    read in by `.so`)."""
     k = 0
     while k < len(lines):
         raw = lines[k]
@@ -832,12 +913,21 @@ def roff_to_text(text: str) -> tuple[str, tuple[int, ...]]:
         while raw.endswith("\\") and not raw.endswith("\\\\") and k < len(lines) and reader.skip_to == "":
             raw = raw[:-1] + lines[k]
             k += 1
-        reader.line_no = k
+        reader.line_no = k if at is None else at
         if reader.skip_end and reader.skip_to == "..":
-            if re.match(rf"^[.']\s*{reader.skip_end}\b", raw):
+            if re.match(rf"^[.']\s*{re.escape(reader.skip_end)}(?=\s|$)", raw):
                 reader.skip_to, reader.skip_end = "", ""
             continue
         reader.feed(raw)
+
+
+def roff_to_text(text: str, include: Callable[[str], str | None] | None = None) -> tuple[str, tuple[int, ...]]:
+    """A man page's source as `man` shows it, and the source line (1-based) of each of its
+    lines. `include`: the source of the page a `.so` names (`man1/bash.1`), None where there
+    is none; without it a `.so` says "See man1/bash.1."."""
+    reader = _Reader()
+    reader.include = include
+    _read_lines(reader, text.split("\n"))
     reader.flush_hanging()
     out = reader.out
     while out and not out[-1][0].strip():

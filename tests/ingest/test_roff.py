@@ -261,3 +261,51 @@ def test_strings_that_name_strings_stay_small_and_odd_escapes_say_nothing() -> N
     text = roff_to_text(".TH X 1\n" + strings + "[\\*b] \\*x\n\\[uD800]\\[u00E9]\\[char65]\n")[0]
     assert "[AA] " in text and len(text) < 10_000
     assert "\ud800" not in text and "éA" in text
+
+
+def test_a_so_inside_a_named_page_reads_that_page_in_with_its_registers(tmp_path) -> None:
+    """rbash.1 and bash-builtins.7 set a register and `.so man1/bash.1` mid-page; bash.1's
+    `.if \\n(zZ=1 .ig zZ` then leaves out all but the part they show. Read, rbash.1 was
+    "See man1/bash.1." (its whole restricted shell section lost)."""
+    bash = "\n".join([
+        ".de zZ", "..", ".de zY", "..", ".if !rzZ .nr zZ 0", ".if !rzY .nr zY 0",
+        ".if \\n(zZ=1 .ig zZ", ".if \\n(zY=1 .ig zY", ".TH BASH 1", ".SH NAME", "bash \\- shell",
+        ".zZ", ".SH SHELL BUILTIN COMMANDS", ".TP", "\\fBcd\\fP [\\fIdir\\fP]", "Change the current directory",
+        ".ie \\n(zZ=1 (see \\fIbash\\fP(1)).", ".el (see above).",
+        ".if \\n(zZ=1 .ig zZ", ".zY", ".SH RESTRICTED SHELL", "A restricted shell disallows cd.",
+        ".if \\n(zY=1 .ig zY", ".SH SEE ALSO", "sh(1)", ".zZ", ".zY", "",
+    ])
+    (tmp_path / "man1").mkdir()
+    (tmp_path / "man7").mkdir()
+    (tmp_path / "man1" / "bash.1.gz").write_bytes(gzip.compress(bash.encode()))
+    (tmp_path / "man1" / "rbash.1").write_text(".TH RBASH 1\n.SH NAME\nrbash \\- restricted bash\n"
+                                               ".SH RESTRICTED SHELL\n.nr zY 1\n.so man1/bash.1\n.SH SEE ALSO\nbash(1)\n")
+    (tmp_path / "man7" / "builtins.7").write_text(".TH BUILTINS 7\n.SH NAME\nbuiltins\n.nr zZ 1\n.so man1/bash.1\n")
+    [rbash] = load_corpus([str(tmp_path / "man1" / "rbash.1")]).documents
+    lines = rbash.text.split("\n")
+    assert "A restricted shell disallows cd." in lines and "See man1/bash.1." not in rbash.text
+    assert "Change the current directory" not in rbash.text and "# BASH(1)" not in lines
+    assert rbash.source_lines[lines.index("A restricted shell disallows cd.")] == 6  # cited at the .so line
+    assert lines[-3:] == ["## SEE ALSO", "bash(1)", ""]
+    [builtins] = load_corpus([str(tmp_path / "man7" / "builtins.7")]).documents
+    assert "Change the current directory (see bash(1))." in builtins.text and "restricted shell" not in builtins.text
+    [whole] = load_corpus([str(tmp_path / "man1" / "bash.1.gz")]).documents  # bash.1 itself: all of it
+    assert "Change the current directory (see above)." in whole.text and "A restricted shell disallows cd." in whole.text
+    # in a folder each page is read as it is (bash.1 is read there too)
+    folder = {d.path.rsplit("/", 1)[-1]: d for d in load_corpus([str(tmp_path / "man1")]).documents}
+    assert "See man1/bash.1." in folder["rbash.1"].text
+
+
+def test_a_macro_that_only_spaces_or_indents_by_its_argument_prints_nothing() -> None:
+    """docutils' `.INDENT 0.0` (`.RS \\\\$1`) put "0.0" and "7.0 3.5" through cmake.1; pod2man's
+    `.de Vb \\" Begin verbatim text` (`.ne \\\\$1`) would put "4" before each verbatim block."""
+    page = "\n".join([
+        ".de1 INDENT", ". RS \\\\$1", ". nr rst2man-indent-level +1", "..", ".de UNINDENT", ". RE", "..",
+        '.de Vb \\" Begin verbatim text', ".ft CW", ".nf", ".ne \\\\$1", "..", ".de Ve", ".ft R", ".fi", "..",
+        ".TH CMAKE 1", ".SH SYNOPSIS", ".INDENT 0.0", ".INDENT 3.5", "cmake [<options>] <path>", ".UNINDENT",
+        ".UNINDENT", ".Vb 4", "\\&    perl    Perl overview", ".Ve", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert lines[lines.index("## SYNOPSIS") + 1].strip() == "cmake [<options>] <path>"
+    assert "0.0" not in "\n".join(lines) and "4" not in lines
+    assert "    perl    Perl overview" in lines
