@@ -60,6 +60,11 @@ _CHARS = {
 }
 # Predefined strings (`\*R`, `\*(Tm`); a page's own `.ds` add to them.
 _STRINGS = {"R": "®", "Tm": "™", "lq": '"', "rq": '"', "S": "", "HF": ""}
+# mdoc's predefined strings (`\*[Lt]`, `\*q`), as man shows them: dash.1's `2\*[Gt]&1` read "2&1"
+_MDOC_STRINGS = {"Lt": "<", "Gt": ">", "Le": "<=", "Ge": ">=", "Ne": "!=", "Eq": "=", "Pm": "±", "If": "∞",
+                 "Pi": "π", "Na": "NaN", "Ba": "|", "Am": "&", "q": '"', "Lq": '"', "Rq": '"', "lp": "(", "rp": ")",
+                 "left-bracket": "[", "right-bracket": "]", "left-parenthesis": "(", "right-parenthesis": ")",
+                 "aa": "'", "ga": "`", "ua": "^", "Px": "POSIX", "Ai": "ANSI"}
 # Escapes that take a delimited argument and print nothing of it (motions, widths, drawing).
 _DELIMITED_DROP = set("hvwlLDXxNbRSHAoBZC")
 # Escapes that take a name (one character, (xx, or [name]) and print nothing.
@@ -864,7 +869,12 @@ class _Reader:
         else:
             self.emit(self.mdoc_words([name, *words]))
 
+    def mdoc_page(self) -> None:
+        """An mdoc page (`.Dd`, `.Dt`): its predefined strings, under the page's own."""
+        self.strings = {**_MDOC_STRINGS, **self.strings}
+
     def r_Dt(self, rest: str) -> None:
+        self.mdoc_page()
         args = self.args(rest)
         if args:
             self.put_heading(f"# {args[0]}({args[1]})" if len(args) > 1 else f"# {args[0]}")
@@ -873,6 +883,7 @@ class _Reader:
                 self.emit(about, fill=False)
 
     def r_Dd(self, rest: str) -> None:
+        self.mdoc_page()
         # the page's date, said under its title as `man` shows it in the footer ("$Mdocdate: March 1 2024 $")
         self.date = re.sub(r"\$Mdocdate:?", "", " ".join(self.args(rest))).strip(" $")
 

@@ -309,3 +309,19 @@ def test_a_macro_that_only_spaces_or_indents_by_its_argument_prints_nothing() ->
     assert lines[lines.index("## SYNOPSIS") + 1].strip() == "cmake [<options>] <path>"
     assert "0.0" not in "\n".join(lines) and "4" not in lines
     assert "    perl    Perl overview" in lines
+
+
+def test_mdoc_predefined_strings_say_their_characters() -> None:
+    """dash.1's `2\\*[Gt]&1` read "2&1", its redirection operators `\\*[Lt]  \\*[Gt] ...` were
+    lost whole and `{ printf \\*q hello \\*q ; ...}` lost its quotes."""
+    page = "\n".join([
+        ".Dd January 19, 2003", ".Dt DASH 1", ".Sh DESCRIPTION",
+        ".Dl \\*[Lt]  \\*[Gt]  \\*[Gt]|  \\*[Lt]\\*[Lt]", ".Dl $ command1 2\\*[Gt]&1 | command2",
+        ".Bd -literal", "{ printf \\*q hello \\*q ; } \\*[Gt] greeting", ".Ed",
+        "a number (n \\*[Gt] 0), \\*(Ba and \\*(Pm", "",
+    ])
+    lines = [line.strip() for line in roff_to_text(page)[0].split("\n")]
+    assert "< > >| <<" in " ".join(lines) and "$ command1 2>&1 | command2" in lines
+    assert '{ printf " hello " ; } > greeting' in lines and "a number (n > 0), | and ±" in lines
+    # a man(7) page has no such strings
+    assert roff_to_text(".TH X 1\n.SH A\nx \\*q y\n")[0].split("\n")[-2] == "x  y"
