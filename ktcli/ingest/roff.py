@@ -286,6 +286,15 @@ class _Reader:
     # -- output
     def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
         text = text.rstrip()
+        if self.tag_open and not tagged and not self.joining and text.strip():
+            # an `.It Xo` tag's words going on to its `.Xc` (dash's `.It Xo cd|chdir Op Fl LP` then
+            # `.Op Ar directory`): on the tag's line, where each macro's words were a line of the
+            # body ("cd|chdir [-LP]" / "    [directory]")
+            if self.out and self.out[-1][0].strip() and not self.hanging:
+                last, where = self.out[-1]
+                self.out[-1] = (f"{last} {text.strip()}", where)
+                return
+            tagged = True  # (`.It Xo` alone: these words start the tag)
         if self.joining and self.out and not self.hanging:
             last, where = self.out[-1]
             self.out[-1] = (last + (" " if text[:1] == " " else "") + text.lstrip(), where)
@@ -304,7 +313,7 @@ class _Reader:
             text = text.translate(self.translate)
         if tagged:
             self.flush_hanging()
-            if len(text.strip()) <= _HANGING and not _LIKE_A_HEADING.match(text.strip()):
+            if len(text.strip()) <= _HANGING and not _LIKE_A_HEADING.match(text.strip()) and not self.tag_open:
                 # a tag as short as "-S" opens its body's first line, as man shows it:
                 # "-S  sort by file size" is one line, a fact read whole
                 self.hanging, self.body = text.strip(), True

@@ -138,7 +138,7 @@ The destination is
 as given.
 """
     lines = roff_to_text(page)[0].split("\n")
-    assert "-L  [bind_address:]port:host:hostport" in lines
+    assert "-L [bind_address:]port:host:hostport" in lines  # (one line, as man shows it)
     assert "    Forwards a local port." in lines
     assert "The destination is [user@]host as given." in lines
 
@@ -325,3 +325,19 @@ def test_mdoc_predefined_strings_say_their_characters() -> None:
     assert '{ printf " hello " ; } > greeting' in lines and "a number (n > 0), | and ±" in lines
     # a man(7) page has no such strings
     assert roff_to_text(".TH X 1\n.SH A\nx \\*q y\n")[0].split("\n")[-2] == "x  y"
+
+
+def test_an_extended_tag_keeps_its_words_on_its_line() -> None:
+    """dash.1's builtins: `.It Xo cd|chdir Op Fl LP` / `.Op Ar directory` / `.Xc` read
+    "cd|chdir [-LP]" and "    [directory]" as the first line of its body, `.It Xo command`
+    the command's name alone over its options."""
+    page = "\n".join([
+        ".Dd January 19, 2003", ".Dt DASH 1", ".Sh DESCRIPTION", ".Bl -tag -width Ds",
+        ".It Xo command", ".Op Fl p", ".Op Ar arg ...", ".Xc", "Execute the specified command.",
+        ".It Xo cd|chdir Op Fl LP", ".Op Ar directory", ".Xc", "Switch to the specified directory.",
+        ".It Xo", ".Fl e", ".Ar editor", ".Xc", "Use the editor.", ".El", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert lines[lines.index("command [-p] [arg ...]") + 1] == "    Execute the specified command."
+    assert lines[lines.index("cd|chdir [-LP] [directory]") + 1] == "    Switch to the specified directory."
+    assert lines[lines.index("-e editor") + 1] == "    Use the editor."
