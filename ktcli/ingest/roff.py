@@ -240,6 +240,9 @@ _LIKE_A_HEADING = re.compile(r"#{1,6}(?:\s|$)")
 _HANGING = 2
 # A filled line takes the next source line's words until it is this long (man fills to 80 columns).
 _FILL_WIDTH = 80
+# mdoc's list kinds, and the marks of those that mark their items
+_MDOC_LIST_KINDS = frozenset("-bullet -dash -hyphen -enum -item -tag -diag -hang -ohang -inset -column".split())
+_MDOC_MARKED = {"-bullet": "•", "-dash": "-", "-hyphen": "-", "-enum": ""}
 # mdoc's block and state macros: their arguments (`.Bk -words`, `.Bl -tag -width Ds`) print nothing
 _MDOC_SILENT = frozenset("Bk Ek Sm Tg Bf Ef Os Xo Xc".split())
 
@@ -282,6 +285,10 @@ class _Reader:
         # reads it in at that line
         self.include: Callable[[str], str | None] | None = None
         self.includes = 0  # pages being read in, one in another
+        # mdoc's lists open (`.Bl`): each its kind ("-enum", "-bullet", "-tag"...), its items
+        # counted, and the indent and body state it opened in (a list in an item's body is
+        # indented under it, and its `.El` goes back to that body)
+        self.lists: list[dict] = []
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
@@ -584,7 +591,18 @@ class _Reader:
         self.body, self.tag_next, self.prefix = False, False, ""
         self.blank()
 
-    r_PP = r_P = r_LP = r_Pp = r_Lp = r_HP = paragraph
+    r_PP = r_P = r_LP = r_HP = paragraph
+
+    def r_Pp(self, rest: str) -> None:
+        """mdoc's paragraph: in a list item's body, a paragraph of that body (dash's echo
+        lists its escapes so, under the item)."""
+        if self.lists and self.body:
+            self.tag_next, self.prefix = False, ""
+            self.blank()
+        else:
+            self.paragraph(rest)
+
+    r_Lp = r_Pp
 
     def r_sp(self, rest: str) -> None:
         self.blank()
@@ -849,6 +867,14 @@ class _Reader:
         elif name == "It":
             self.body = False
             self.blank()
+            kind = self.lists[-1] if self.lists else None
+            if kind is not None and kind["kind"] in _MDOC_MARKED:  # `.Bl -enum`: "1.", `-bullet`: "•"
+                kind["n"] += 1
+                self.prefix = f"{kind['n']}." if kind["kind"] == "-enum" else _MDOC_MARKED[kind["kind"]]
+                self.body = True
+                if words:
+                    self.emit(self.mdoc_words(words))
+                return
             self.emit(self.mdoc_words(words), tagged=True)
         elif name == "Ex":  # as mandoc words them
             names = [w for w in words if w != "-std"] or [self.name or "utility"]
@@ -903,9 +929,19 @@ class _Reader:
 
     def r_Bl(self, rest: str) -> None:
         self.blank()
+        kind = next((w for w in rest.split() if w in _MDOC_LIST_KINDS), "-tag")
+        self.lists.append({"kind": kind, "n": 0, "indent": self.indent, "body": self.body})
+        if len(self.lists) > 1 and self.body:  # a list in an item's body: under that item
+            self.indent += 1
+            self.body = False
 
     def r_El(self, rest: str) -> None:
-        self.body = False
+        if self.lists:
+            opened = self.lists.pop()
+            self.indent, self.body = opened["indent"], opened["body"]
+        else:
+            self.body = False
+        self.prefix = ""
         self.blank()
 
     def r_Bd(self, rest: str) -> None:

@@ -341,3 +341,24 @@ def test_an_extended_tag_keeps_its_words_on_its_line() -> None:
     assert lines[lines.index("command [-p] [arg ...]") + 1] == "    Execute the specified command."
     assert lines[lines.index("cd|chdir [-LP] [directory]") + 1] == "    Switch to the specified directory."
     assert lines[lines.index("-e editor") + 1] == "    Use the editor."
+
+
+def test_mdoc_lists_mark_their_items_and_nest_under_an_item() -> None:
+    """`.Bl -enum` items lost their numbers, `-bullet` ones their bullets; a list in an
+    item's body (dash's `command` options, `echo`'s escapes after a `.Pp`) was read at the
+    page's margin, as if its `-p` were one of dash's own options."""
+    page = "\n".join([
+        ".Dd January 19, 2003", ".Dt DASH 1", ".Sh DESCRIPTION", "The shell does:", ".Bl -enum -offset indent",
+        ".It", "Leading words are stripped.", ".It", "The remaining words are expanded.", ".El",
+        "A command is one of:", ".Bl -bullet", ".It", "simple command", ".It", "pipeline", ".El",
+        ".Bl -tag -width Ds", ".It Ic command Op Fl p", "Execute the command.", ".Bl -tag -width 5n",
+        ".It Fl p", "search for command using a default PATH.", ".El", ".It Ic echo", "Print the arguments.",
+        ".Pp", "These sequences are escapes:", ".Bl -tag -width indent", ".It Li \\eb", "A backspace.", ".El",
+        "All others are undefined.", ".El", "After the list.", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert "    1. Leading words are stripped." in lines and "    2. The remaining words are expanded." in lines
+    assert "    • simple command" in lines and "    • pipeline" in lines
+    assert "    -p  search for command using a default PATH." in lines
+    assert "    These sequences are escapes:" in lines and "    \\b  A backspace." in lines
+    assert "    All others are undefined." in lines and "After the list." in lines
