@@ -732,7 +732,13 @@ class _Reader:
                 t["cell"] = None
                 self.table_row(raw[2:].lstrip(t["tab"]), joined=True)
             elif raw[:1] in ".'":
-                pass
+                # a font macro's words are the cell's (ps.1's `.B ps`, `.BR cmd , \ command ).`
+                # were lost from its format keywords' descriptions); other requests print nothing
+                m = re.match(r"^[.']\s*(B|I|SM|SB|BR|BI|IB|RB|RI|IR)\s+(.*)$", raw)
+                if m:
+                    words = self.args(m.group(2))
+                    alternating = m.group(1) in ("BR", "BI", "IB", "RB", "RI", "IR")
+                    t["cell"].append(("" if alternating else " ").join(words).strip())
             else:
                 t["cell"].append(unescape(raw, self.strings).text.strip())
             return

@@ -362,3 +362,17 @@ def test_mdoc_lists_mark_their_items_and_nest_under_an_item() -> None:
     assert "    -p  search for command using a default PATH." in lines
     assert "    These sequences are escapes:" in lines and "    \\b  A backspace." in lines
     assert "    All others are undefined." in lines and "After the list." in lines
+
+
+def test_a_table_cell_keeps_its_font_macros_words() -> None:
+    """ps.1's format keywords: a `T{` cell's `.B ps` and `.BR cmd , \\ command ).` lines were
+    dropped ("(alias" ... "See also the format keyword, the option")."""
+    page = "\n".join([
+        ".TH PS 1", ".SH STANDARD FORMAT SPECIFIERS", ".TS", "expand;", "lB lB lB", "l l l.",
+        "CODE\tHEADER\tDESCRIPTION", "", "args\tCOMMAND\tT{", "when this happens,", ".B ps",
+        "will print the name in brackets.  (alias", ".BR cmd , \\ command ).", "See also the", ".B comm",
+        "format keyword.", ".br", "T}", ".TE", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert ("args | COMMAND | when this happens, ps will print the name in brackets.  (alias cmd, command). "
+            "See also the comm format keyword.") in lines
