@@ -368,6 +368,11 @@ class _Reader:
             self.out.append(("", self.line_no))
 
     def text_line(self, raw: str) -> None:
+        if raw.startswith("\\#"):
+            # a comment line whose newline goes with it (top.1 opens with dozens): no line at all.
+            # Read as an empty line that joins the next, it ran the title into the heading
+            # ("# TOP(1)User Commands") and "## NAME" into "top".
+            return
         line = unescape(raw, self.strings)
         self.emit(line.text)
         self.joining = line.joins

@@ -376,3 +376,15 @@ def test_a_table_cell_keeps_its_font_macros_words() -> None:
     lines = roff_to_text(page)[0].split("\n")
     assert ("args | COMMAND | when this happens, ps will print the name in brackets.  (alias cmd, command). "
             "See also the comm format keyword.") in lines
+
+
+def test_a_whole_line_hash_comment_is_no_line() -> None:
+    """top.1's `\\#  Setup ////` lines joined whatever came next to the line before it:
+    "# TOP(1)User Commands, ..." and "## NAMEtop - display Linux processes"."""
+    page = "\n".join([
+        "\\#  Setup ///////", ".ds We top", "\\#  - other strings", ".TH TOP 1 \"September 2022\" \"procps-ng\"",
+        ".SH NAME", "\\# the name", "top \\- display Linux processes", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert lines[:2] == ["# TOP(1)", "General Commands Manual, procps-ng, September 2022"]
+    assert "## NAME" in lines and "top - display Linux processes" in lines
