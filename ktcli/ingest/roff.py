@@ -507,6 +507,9 @@ class _Reader:
             self.flush_hanging()
             self.fill_pad = None
             return
+        if name in ("Xo", "Xc") and len(rest.split()) > 0:
+            self.mdoc(name, rest)  # `.Xo ( Fl CC ) Xc` in a line of tmux.1: its words, "(-CC)"
+            return
         if name in _MDOC_SILENT:
             return
         if name in ("ie", "if"):
@@ -540,7 +543,7 @@ class _Reader:
             handler(rest)
         elif name in _MDOC_PLAIN or name in _MDOC_ENCLOSE or name in _MDOC_OPEN or name in _MDOC_CLOSE \
                 or name in ("Fl", "Xr", "Nm", "Pf", "Ns", "Fn", "In", "Ex", "Rv", "It", "Nd", "Lb", "Dl", "D1") \
-                or re.fullmatch(r"%[A-Z]", name):
+                or name in _MDOC_NAMES or re.fullmatch(r"%[A-Z]", name):  # (`.Bx` alone: "BSD")
             self.mdoc(name, rest)
         # any other request (.nr, .ad, .ft, .in, .ne, .TS options ...) prints nothing
 
@@ -836,6 +839,11 @@ class _Reader:
                     put(_MDOC_CLOSE[w])
             elif w == "Ns":
                 no_space = True
+            elif w == "Ta":  # a `.Bl -column` cell's end: tmux's `{last} Ta ! Ta ...` read "{last}! ..."
+                out.append("|")
+                if i < len(words):
+                    out.append(self.mdoc_words(words[i:]))
+                break
             elif w == "Pf" and i < len(words):
                 put(words[i])
                 no_space = True

@@ -388,3 +388,17 @@ def test_a_whole_line_hash_comment_is_no_line() -> None:
     lines = roff_to_text(page)[0].split("\n")
     assert lines[:2] == ["# TOP(1)", "General Commands Manual, procps-ng, September 2022"]
     assert "## NAME" in lines and "top - display Linux processes" in lines
+
+
+def test_mdoc_column_cells_bsd_names_and_xo_lines_are_said() -> None:
+    """tmux.1's `.It Li "{last}" Ta "!" Ta ...` read "{last}! The last ...", its
+    `.Xo ( Fl CC ) Xc` line was dropped ("Given twice disables echo"), and ssh.1's `.Bx`
+    alone on its line ("include BSD Authentication") said nothing."""
+    page = "\n".join([
+        ".Dd March 1 2024", ".Dt TMUX 1", ".Sh DESCRIPTION", ".Bl -column \"XXXXX\" \"X\"",
+        ".It Sy \"Token\" Ta Sy \"Meaning\"", ".It Li \"{last}\" Ta \"!\" Ta \"The last window\"", ".El",
+        "Given twice", ".Xo ( Fl CC ) Xc", "disables echo.", "Examples include", ".Bx", "Authentication.", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert "{last} | ! | The last window" in lines and "Token | Meaning" in lines
+    assert "Given twice (-CC) disables echo. Examples include BSD Authentication." in lines
