@@ -355,10 +355,16 @@ class _Reader:
         self.fill_pad = None
 
     def flush_hanging(self) -> None:
-        """A short tag with no body line after it: a line of its own."""
+        """A short tag with no body line after it: a line of its own. So is a short `.IP`
+        tag with none (dpkg-buildpackage's `.IP -si 4` / `.IP -sa 4` / `.IP -sd 4`, one body
+        for the three, lost "-si -sa")."""
         if self.hanging:
             self.out.append(("    " * self.indent + self.hanging, self.line_no))
             self.hanging = ""
+            self.fill_pad = None
+        if self.prefix:
+            self.out.append(("    " * self.indent + ("    " if self.body else "") + self.prefix, self.line_no))
+            self.prefix = ""
             self.fill_pad = None
 
     def blank(self) -> None:
@@ -569,6 +575,7 @@ class _Reader:
                 self.emit(about, fill=False)
 
     def heading(self, level: str, title: str) -> None:
+        self.flush_hanging()
         self.indent, self.body, self.tag_next, self.prefix = 0, False, False, ""
         if level == "##":
             self.section = title.strip().upper()
@@ -596,6 +603,7 @@ class _Reader:
             self.translate[ord(a)] = b
 
     def paragraph(self, rest: str = "") -> None:
+        self.flush_hanging()
         self.body, self.tag_next, self.prefix = False, False, ""
         self.blank()
 

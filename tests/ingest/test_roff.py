@@ -402,3 +402,14 @@ def test_mdoc_column_cells_bsd_names_and_xo_lines_are_said() -> None:
     lines = roff_to_text(page)[0].split("\n")
     assert "{last} | ! | The last window" in lines and "Token | Meaning" in lines
     assert "Given twice (-CC) disables echo. Examples include BSD Authentication." in lines
+
+
+def test_short_ip_tags_that_share_one_body_are_all_kept() -> None:
+    """dpkg-buildpackage.1: `.IP "\\fB\\-si\\fR" 4`, `.IP "\\fB\\-sa\\fR" 4`, `.IP "\\fB\\-sd\\fR" 4`
+    over one body lost "-si" and "-sa" (a short tag waits for its body's first line)."""
+    page = "\n".join([
+        ".TH DPKG-BUILDPACKAGE 1", ".SH OPTIONS", '.IP "\\fB\\-si\\fR" 4', '.IX Item "-si"', ".PD 0",
+        '.IP "\\fB\\-sa\\fR" 4', '.IP "\\fB\\-sd\\fR" 4', ".PD", "Equivalent to --source-option.", "",
+    ])
+    lines = [line.strip() for line in roff_to_text(page)[0].split("\n")]
+    assert "-si" in lines and "-sa" in lines and "-sd Equivalent to --source-option." in lines
