@@ -152,6 +152,11 @@ def unescape(s: str, strings: dict[str, str], depth: int = 0) -> _Line:
                     out.append(unescape(arg, strings, depth + 1).text if depth < 8 else "")
                 elif c == "C":
                     out.append(_char(arg))
+                elif c == "h" and re.fullmatch(r"\+?0*[1-9][0-9]*(?:\.[0-9]*)?[uimnpPvcf]?", arg.strip()) \
+                        and out and not out[-1].endswith(" "):
+                    # a move right: a space between words (DocBook's lists, `\h'-04' 1.\h'+01'The`
+                    # and `\(bu\h'+03'`, read "1.The" and "•produce")
+                    out.append(" ")
         elif c in _NAMED_DROP:
             if c == "s":  # \s-1 \s+2 \s0 \s(12 \s[10] \s'..'
                 m = re.match(r"[-+]?(?:\(\d\d|\[[^\]]*\]|'[^']*'|\d)", s[i:])
@@ -304,7 +309,7 @@ class _Reader:
             tagged = True  # (`.It Xo` alone: these words start the tag)
         if self.joining and self.out and not self.hanging:
             last, where = self.out[-1]
-            self.out[-1] = (last + (" " if text[:1] == " " else "") + text.lstrip(), where)
+            self.out[-1] = (last + (" " if text[:1] == " " and last[-1:] != " " else "") + text.lstrip(), where)
             return
         if not text.strip():
             self.blank()
@@ -382,6 +387,9 @@ class _Reader:
         line = unescape(raw, self.strings)
         self.emit(line.text)
         self.joining = line.joins
+        if line.joins and line.text[-1:].isspace() and line.text.strip() and self.out and not self.hanging:
+            last, where = self.out[-1]  # a space before the `\c` stays between the joined words
+            self.out[-1] = (last + " ", where)
 
     def args(self, rest: str) -> list[str]:
         return [unescape(a, self.strings).text for a in split_args(rest)]

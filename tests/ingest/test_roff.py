@@ -413,3 +413,14 @@ def test_short_ip_tags_that_share_one_body_are_all_kept() -> None:
     ])
     lines = [line.strip() for line in roff_to_text(page)[0].split("\n")]
     assert "-si" in lines and "-sa" in lines and "-sd Equivalent to --source-option." in lines
+
+
+def test_a_move_right_before_a_joined_line_is_a_space() -> None:
+    """DocBook's lists (git's pages, PostgreSQL's): `\\h'-04' 1.\\h'+01'\\c` then the item's
+    text read "1.The current branch", `\\(bu\\h'+03'\\c` "•produce"."""
+    item = ".RS 4\n.ie n \\{\\\n\\h'-04'{mark}\\h'+0{n}'\\c\n.\\}\n.el \\{\\\n.sp -1\n.IP x 4.2\n.\\}\n{text}\n.RE\n"
+    page = (".TH X 1\n.SH A\n" + item.replace("{mark}", " 1.").replace("{n}", "1").replace("{text}", "The branch")
+            + ".sp\n" + item.replace("{mark}", "\\(bu").replace("{n}", "3").replace("{text}", "produce output"))
+    lines = [line.strip() for line in roff_to_text(page)[0].split("\n")]
+    assert "1. The branch" in lines and "• produce output" in lines
+    assert roff_to_text(".TH X 1\n.SH A\na\\h'-2'b and c\\h'0'd\n")[0].split("\n")[-2] == "ab and cd"
