@@ -424,3 +424,10 @@ def test_a_move_right_before_a_joined_line_is_a_space() -> None:
     lines = [line.strip() for line in roff_to_text(page)[0].split("\n")]
     assert "1. The branch" in lines and "• produce output" in lines
     assert roff_to_text(".TH X 1\n.SH A\na\\h'-2'b and c\\h'0'd\n")[0].split("\n")[-2] == "ab and cd"
+
+
+def test_more_special_characters_are_said() -> None:
+    """`\\(**` (X11's structs: `/\\(** saver window \\(**/` read "/ saver window */") and
+    systemctl's `\\(mcs` (µs) printed nothing."""
+    text = roff_to_text(".TH X 3\n.SH A\nWindow window; /\\(** saver window \\(**/\n\\fB\\(mcs\\fR, x\\(ulx\n")[0]
+    assert "Window window; /* saver window */" in text and "µs, x_x" in text
