@@ -238,6 +238,7 @@ _MAX_STRING = 4096  # a string's length at most
 # requests that print nothing of their arguments (a page's macro made of them prints nothing)
 _SILENT_REQUEST = re.compile(r"^[.']\s*(?:tm|tm1|tmc|nr|ds|as|ne|RS|in|ti|sp|ll|ft|ps|vs|ta|rr|ig)(?![A-Za-z0-9])")
 _MAX_INCLUDES = 4  # `.so` pages read in one in another, at most
+_LITERAL = "\x01"  # marks an mdoc word written with `\&`: said as it is
 # a number or register, alone or compared with another (`\n(zZ=1`)
 _REGISTER = r"\\n(?:\([^\s]{2}|\[[^\]\s]+\]|[^(\[\s])"
 _SIMPLE_EXPRESSION = re.compile(rf"({_REGISTER}|\d+)(?:(==|=|<=|>=|<|>)({_REGISTER}|\d+))?")
@@ -302,7 +303,7 @@ class _Reader:
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
-        text = text.rstrip()
+        text = text.rstrip().replace(_LITERAL, "")
         if self.tag_open and not tagged and not self.joining and text.strip():
             # an `.It Xo` tag's words going on to its `.Xc` (dash's `.It Xo cd|chdir Op Fl LP` then
             # `.Op Ar directory`): on the tag's line, where each macro's words were a line of the
@@ -804,7 +805,12 @@ class _Reader:
 
     # -- mdoc(7)
     def mdoc_text(self, rest: str) -> str:
-        return self.mdoc_words(self.args(rest))
+        return self.mdoc_words(self.mdoc_args(rest))
+
+    def mdoc_args(self, rest: str) -> list[str]:
+        """An mdoc line's words; one with a `\\&` in it is marked literal (`!\\&`, `\\&Fl`:
+        no punctuation to close up, no macro to call)."""
+        return [(_LITERAL if "\\&" in raw else "") + unescape(raw, self.strings).text for raw in split_args(rest)]
 
     def mdoc_words(self, words: list[str]) -> str:
         """The words of an mdoc line, its callable macros done (`Fl a Ar file` -> "-a file")."""
@@ -825,8 +831,18 @@ class _Reader:
         while i < len(words):
             w = words[i]
             i += 1
+            if w.startswith(_LITERAL):  # (ssh_config's `.Pq Sq !\&` read "('')!")
+                if out and (no_space or (out[-1] and out[-1][-1] in "([" and len(out[-1]) == 1)):
+                    out[-1] += w
+                else:
+                    out.append(w)
+                no_space = False
+                continue
             if w == "Fl":
-                if i < len(words) and words[i] not in _PUNCTUATION and not _is_macro(words[i]):
+                if i < len(words) and words[i] == "Fl":  # `Fl Fl apple`: "--apple" (read "- -apple")
+                    put("-")
+                    no_space = True
+                elif i < len(words) and words[i] not in _PUNCTUATION and not _is_macro(words[i]):
                     put("-" + words[i])
                     i += 1
                 else:
@@ -880,10 +896,10 @@ class _Reader:
                 continue
             else:
                 put(w)
-        return (" " if self.spacing else "").join(out)
+        return (" " if self.spacing else "").join(out).replace(_LITERAL, "")
 
     def mdoc(self, name: str, rest: str) -> None:
-        words = self.args(rest)
+        words = self.mdoc_args(rest)
         if name == "It":
             self.tag_open = "Xo" in words
         if not self.spacing and name not in ("It", "Dl", "D1"):
@@ -937,8 +953,13 @@ class _Reader:
             self.emit(f"library \"{lib}\" (-l{lib.removeprefix('lib')})")
         elif name.startswith("%"):  # a reference's author, title, journal... (.Rs ... .Re)
             self.emit(self.mdoc_words(words) + ",")
-        elif name == "In" and words:
-            self.emit(f"#include <{words[0]}>")
+        elif name == "In" and words and self.section == "SYNOPSIS":  # a line of its own
+            self.fill_pad = None
+            self.emit(f"#include <{words[0]}>", fill=False)
+        elif name == "In" and words:  # in the text, the header's name only (file.1's "defined in <elf.h>,")
+            self.emit(f"<{words[0]}>" + "".join(w if w in _PUNCTUATION else f" {w}" for w in words[1:]))
+        elif name == "An" and words and words[0] in ("-split", "-nosplit"):
+            pass
         elif name == "Fn" and words:
             self.emit(f"{words[0]}({', '.join(words[1:])})")
         else:

@@ -431,3 +431,21 @@ def test_more_special_characters_are_said() -> None:
     systemctl's `\\(mcs` (µs) printed nothing."""
     text = roff_to_text(".TH X 3\n.SH A\nWindow window; /\\(** saver window \\(**/\n\\fB\\(mcs\\fR, x\\(ulx\n")[0]
     assert "Window window; /* saver window */" in text and "µs, x_x" in text
+
+
+def test_mdoc_long_options_literal_words_and_inline_headers() -> None:
+    """file.1's `.Fl Fl apple` read "- -apple" (every long option of the page), ssh_config's
+    `.Pq Sq !\\&` "('')!", `.In elf.h` in a sentence "#include <elf.h>", and `.An -nosplit`
+    printed "-nosplit"."""
+    page = "\n".join([
+        ".Dd October 26, 2022", ".Dt FILE 1", ".Sh NAME", ".Nm file", ".Nd determine file type", ".Sh SYNOPSIS",
+        ".Nm", ".Op Fl Fl apple", ".In magic.h", ".Ft int",
+        ".Sh OPTIONS", ".Bl -tag -width indent", ".It Fl b , Fl Fl brief", "Do not prepend filenames.", ".El",
+        "Negated with an exclamation mark", ".Pq Sq !\\& .", "The format is defined in", ".In elf.h ,",
+        "as file does.", ".Sh AUTHORS", ".An -nosplit", ".An Ian Darwin", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert "file [--apple]" in lines and "#include <magic.h>" in lines
+    assert "-b, --brief" in lines
+    assert "Negated with an exclamation mark ('!'). The format is defined in <elf.h>, as file does." in lines
+    assert "-nosplit" not in "\n".join(lines) and "Ian Darwin" in lines and "\x01" not in "\n".join(lines)
