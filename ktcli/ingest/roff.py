@@ -300,6 +300,7 @@ class _Reader:
         # counted, and the indent and body state it opened in (a list in an item's body is
         # indented under it, and its `.El` goes back to that body)
         self.lists: list[dict] = []
+        self.function: tuple[str, list[str]] | None = None  # an mdoc `.Fo` open: its name and `.Fa`s
 
     # -- output
     def emit(self, text: str, *, tagged: bool = False, fill: bool = True) -> None:
@@ -900,6 +901,9 @@ class _Reader:
 
     def mdoc(self, name: str, rest: str) -> None:
         words = self.mdoc_args(rest)
+        if self.function is not None and name == "Fa":  # an argument of the `.Fo` open
+            self.function[1].append(self.mdoc_words(words))
+            return
         if name == "It":
             self.tag_open = "Xo" in words
         if not self.spacing and name not in ("It", "Dl", "D1"):
@@ -960,8 +964,13 @@ class _Reader:
             self.emit(f"<{words[0]}>" + "".join(w if w in _PUNCTUATION else f" {w}" for w in words[1:]))
         elif name == "An" and words and words[0] in ("-split", "-nosplit"):
             pass
+        elif name == "Ft" and self.section == "SYNOPSIS":  # each prototype on a line of its own
+            self.fill_pad = None
+            self.emit(self.mdoc_words(words))
         elif name == "Fn" and words:
-            self.emit(f"{words[0]}({', '.join(words[1:])})")
+            tail = "".join(w for w in words[1:] if w in _PUNCTUATION)
+            arguments = [w.replace(_LITERAL, "") for w in words[1:] if w not in _PUNCTUATION]
+            self.emit(f"{words[0]}({', '.join(arguments)}){';' if self.section == 'SYNOPSIS' else ''}{tail}")
         else:
             self.emit(self.mdoc_words([name, *words]))
 
@@ -982,6 +991,19 @@ class _Reader:
         self.mdoc_page()
         # the page's date, said under its title as `man` shows it in the footer ("$Mdocdate: March 1 2024 $")
         self.date = re.sub(r"\$Mdocdate:?", "", " ".join(self.args(rest))).strip(" $")
+
+    def r_Fo(self, rest: str) -> None:
+        """`.Fo crypt` / `.Fa "const char *phrase"` ... / `.Fc`: a function's name and
+        arguments, said as "crypt(const char *phrase, ...)"; its name was lost."""
+        words = self.mdoc_args(rest)
+        self.function = (self.mdoc_words(words[:1]), []) if words else None
+
+    def r_Fc(self, rest: str) -> None:
+        if self.function is None:
+            return
+        (function, arguments), self.function = self.function, None
+        tail = self.mdoc_text(rest)
+        self.emit(f"{function}({', '.join(arguments)}){';' if self.section == 'SYNOPSIS' else ''}{tail}")
 
     def r_Rs(self, rest: str) -> None:
         self.blank()

@@ -449,3 +449,16 @@ def test_mdoc_long_options_literal_words_and_inline_headers() -> None:
     assert "-b, --brief" in lines
     assert "Negated with an exclamation mark ('!'). The format is defined in <elf.h>, as file does." in lines
     assert "-nosplit" not in "\n".join(lines) and "Ian Darwin" in lines and "\x01" not in "\n".join(lines)
+
+
+def test_mdoc_function_blocks_say_the_function() -> None:
+    """crypt(3)'s SYNOPSIS, `.Ft char *` / `.Fo crypt` / `.Fa "const char *phrase"` / `.Fc`,
+    read "char * const char *phrase const char *setting char * ...": no function's name."""
+    page = "\n".join([
+        ".Dd October 11, 2017", ".Dt CRYPT 3", ".Sh SYNOPSIS", ".In crypt.h", ".Ft \"char *\"", ".Fo crypt",
+        ".Fa \"const char *phrase\"", ".Fa \"const char *setting\"", ".Fc", ".Ft int", ".Fn crypt_check \"int x\"",
+        ".Sh DESCRIPTION", "Call", ".Fo crypt_r", ".Fa phrase", ".Fa setting", ".Fa data", ".Fc .", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert "char * crypt(const char *phrase, const char *setting);" in lines
+    assert "int crypt_check(int x);" in lines and "Call crypt_r(phrase, setting, data)." in lines
