@@ -238,6 +238,13 @@ _MAX_STRING = 4096  # a string's length at most
 # requests that print nothing of their arguments (a page's macro made of them prints nothing)
 _SILENT_REQUEST = re.compile(r"^[.']\s*(?:tm|tm1|tmc|nr|ds|as|ne|RS|in|ti|sp|ll|ft|ps|vs|ta|rr|ig)(?![A-Za-z0-9])")
 _MAX_INCLUDES = 4  # `.so` pages read in one in another, at most
+_MAX_EXPANSION = 8  # a page's own macros run one in another, at most
+# the lines of a page's macro that is run (`expand`): text, and fonts, and conditions on
+# text; one that sets fill, tabs or indents is said by its words (Xft's `.PS` says `.nf`,
+# and its `.PE`, which says `.fi`, prints nothing: run alone, it left the page unfilled)
+_EXPANDABLE = re.compile(r"^(?:[^.']|[.']\s*(?:\\[\"#]|(?:B|I|BR|BI|IB|RB|RI|IR|SM|SB)(?:\s|$)"
+                         r"|(?:ie|if)\s+\S+\s+[^.'\s]|el\s+[^.'\s])|$)")
+_MACRO_ARGUMENT = re.compile(r"\\\$(\d|\*|@|\(\d\d|\[\d+\])")
 _LITERAL = "\x01"  # marks an mdoc word written with `\&`: said as it is
 # a number or register, alone or compared with another (`\n(zZ=1`)
 _REGISTER = r"\\n(?:\([^\s]{2}|\[[^\]\s]+\]|[^(\[\s])"
@@ -300,6 +307,8 @@ class _Reader:
         # counted, and the indent and body state it opened in (a list in an item's body is
         # indented under it, and its `.El` goes back to that body)
         self.lists: list[dict] = []
+        self.macro_bodies: dict[str, list[str]] = {}  # the lines of the page's own macros
+        self.expanding = 0  # macros of the page's own being run, one in another
         self.function: tuple[str, list[str]] | None = None  # an mdoc `.Fo` open: its name and `.Fa`s
 
     # -- output
@@ -414,6 +423,7 @@ class _Reader:
                     # (nor one that spaces or indents by its argument: pod2man's `.Vb 4` says
                     # `.ne \\$1`, docutils' `.INDENT 0.0` `.RS \\$1`)
                     self.macros[name] = any("\\$" in line and not _SILENT_REQUEST.match(line) for line in body)
+                    self.macro_bodies[name] = body
                     self.defining = None
             elif self.defining:
                 self.defining[1].append(raw)
@@ -552,7 +562,11 @@ class _Reader:
                 self.defining = (defined[0], [])
         elif name in self.macros and handler is None:
             words = [a for a in self.args(rest) if a.strip()]
-            if self.macros[name] and words:
+            body = self.macro_bodies.get(name)
+            if self.macros[name] and body is not None and self.expanding < _MAX_EXPANSION \
+                    and all(_EXPANDABLE.match(line) for line in body):
+                self.expand(body, split_args(rest))
+            elif self.macros[name] and words:
                 said = words[0] + "".join(w if w in _PUNCTUATION else f" {w}" for w in words[1:])
                 self.emit(f" {said}" if self.joining else said)
         elif name in ("ds", "ds1", "as", "as1"):
@@ -573,6 +587,41 @@ class _Reader:
         names = rest.split()
         if len(names) == 2 and names[1] in self.macros:
             self.macros[names[0]] = self.macros[names[1]]
+            if names[1] in self.macro_bodies:
+                self.macro_bodies[names[0]] = self.macro_bodies[names[1]]
+
+    def expand(self, body: list[str], arguments: list[str]) -> None:
+        """A page's own macro that prints its arguments, run as roff runs it: its lines with
+        `\\$1`... put in (util-linux's `.MTO "kzak@redhat.com" "Karel Zak" ""`, whose body is
+        `\\fI\\$2\\fP <\\$1>\\$3`, read "kzak@redhat.com Karel Zak": its words in the order
+        given, the address before its name)."""
+        def argument(m: re.Match) -> str:
+            key = m.group(1).strip("([]")
+            if key == "*":
+                return " ".join(arguments)
+            if key == "@":
+                return " ".join(f'"{a}"' for a in arguments)
+            return arguments[int(key) - 1] if 0 < int(key) <= len(arguments) else ""
+
+        lines: list[str] = []
+        for line in body:  # (copy mode: `\\` is `\`; a line ending in `\` goes on)
+            line = _MACRO_ARGUMENT.sub(argument, line.replace("\\\\", "\\"))
+            if lines and lines[-1].endswith("\\") and not lines[-1].endswith("\\\\"):
+                lines[-1] = lines[-1][:-1] + line
+            else:
+                lines.append(line)
+        saved = self.registers.get(".$")
+        self.registers[".$"] = len(arguments)
+        self.expanding += 1
+        try:
+            for line in lines:
+                self.feed(line)
+        finally:
+            self.expanding -= 1
+            if saved is None:
+                self.registers.pop(".$", None)
+            else:
+                self.registers[".$"] = saved
 
     def define(self, value: str) -> str:
         """A string's value with the strings it names put in, as roff does when it is

@@ -242,8 +242,9 @@ def test_a_macro_of_the_pages_own_says_its_arguments() -> None:
     ])
     text = roff_to_text(page)[0]
     assert "MultibufferSideMono" in text and "Header" not in text
-    assert "Report bugs at https://example.org/issues." in text
-    assert "Karel Zak" in roff_to_text(page + '.MTO "kzak@example.org" "Karel Zak" ""\n')[0]  # (by its alias, .als)
+    assert "Report bugs at <https://example.org/issues>." in text  # (its body: `\\$2 <\\$1>\\$3`)
+    # (by its alias, .als) the name before its address, as the macro's body puts them
+    assert "Karel Zak <kzak@example.org>" in roff_to_text(page + '.MTO "kzak@example.org" "Karel Zak" ""\n')[0]
     # a page's own .PS (Xft's prototypes) is no picture to leave out
     own = roff_to_text(".de PS\n.ta .5i 3i\n.nf\n..\n.TH XFT 3\n.PS\nFT_Face XftLockFace (XftFont *pub);\n.PE\n")[0]
     assert "FT_Face XftLockFace (XftFont *pub);" in own
