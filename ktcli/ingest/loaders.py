@@ -103,12 +103,14 @@ def _linked_man_page(path: Path, display: str, link: str) -> Document:
 
 def _man_page_at(page: Path, link: str) -> Path | None:
     """The file `.so link` in `page` names: from the manual's root (the folder above
-    `page`'s man1/; else beside `page`), with or without a compression's suffix."""
+    `page`'s man1/; else beside `page`), with or without a compression's suffix. Only a
+    file named as a man page: a page from elsewhere saying `.so /home/me/.ssh/id_rsa`
+    would put that file before the model, and a remote backend's server."""
     bases = [Path(link)] if os.path.isabs(link) else [page.parent.parent / link, page.parent / PurePath(link).name]
     for base in bases:
         for suffix in _MAN_SUFFIXES:
             candidate = base.with_name(base.name + suffix)
-            if candidate.is_file():
+            if has_man_page_name(candidate.name) and candidate.is_file():
                 return candidate
     return None
 

@@ -23,6 +23,8 @@ _MAN_NAME = re.compile(r"\.(?:[1-9][a-z0-9+_]{0,6}|man|mdoc)$", re.IGNORECASE)
 def has_man_page_name(name: str) -> bool:
     """`ls.1`, `ls.1.gz`, `openssl.1ssl.xz`, `x.man`: a man page's file name, compressed or not."""
     return bool(_MAN_NAME.search(re.sub(r"\.(?:gz|bz2|xz|zst|lzma|Z)$", "", PurePath(name).name)))
+
+
 _REQUEST = re.compile(r"^[.'][ \t]*([A-Za-z][A-Za-z0-9]{0,3}|\\\")")
 _COMMENT = re.compile(r"^[.'][ \t]*\\[\"#]|^\.\s*$|^'''")
 _TITLE = re.compile(r"^[.'][ \t]*(?:(?:TH|Dd|Dt)\b|so[ \t]+\S)")

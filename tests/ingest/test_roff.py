@@ -297,6 +297,18 @@ def test_a_so_inside_a_named_page_reads_that_page_in_with_its_registers(tmp_path
     assert "See man1/bash.1." in folder["rbash.1"].text
 
 
+def test_a_so_reads_in_only_a_file_named_as_a_man_page(tmp_path) -> None:
+    """A page from elsewhere saying `.so /home/me/.ssh/id_rsa` would have put that file
+    before the model (and a remote backend's server): only man pages are read in."""
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n")
+    (tmp_path / "man1").mkdir()
+    page = tmp_path / "man1" / "evil.1"
+    page.write_text(f".TH EVIL 1\n.SH NAME\nevil \\- a page\n.SH DESCRIPTION\n.so {secret}\n.so ../id_rsa\n")
+    [doc] = load_corpus([str(page)]).documents
+    assert "secret" not in doc.text and f"See {secret}." in doc.text and "See ../id_rsa." in doc.text
+
+
 def test_a_macro_that_only_spaces_or_indents_by_its_argument_prints_nothing() -> None:
     """docutils' `.INDENT 0.0` (`.RS \\\\$1`) put "0.0" and "7.0 3.5" through cmake.1; pod2man's
     `.de Vb \\" Begin verbatim text` (`.ne \\\\$1`) would put "4" before each verbatim block."""
