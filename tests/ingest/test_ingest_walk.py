@@ -407,10 +407,10 @@ def test_a_readers_own_failure_on_one_file_skips_that_file_only(tmp_path, monkey
     (tmp_path / "fine.txt").write_text("a readable note\n")
     real = loaders._typed_document
 
-    def trips(text, display, name, kind, is_stdin):
+    def trips(text, display, name, kind, is_stdin, path=None):
         if name == "odd.md":
             raise IndexError("list index out of range")
-        return real(text, display, name, kind, is_stdin)
+        return real(text, display, name, kind, is_stdin, path)
 
     monkeypatch.setattr(loaders, "_typed_document", trips)
     corpus = load_corpus([str(tmp_path)])
