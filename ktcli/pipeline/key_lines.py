@@ -113,6 +113,9 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
     in_list = False  # the paragraph being read is a list item (its indented lines continue it)
     subject, directive_indent = "", None  # the directive whose body is being read (None: none)
     opened_mid_sentence = passage and bool(text.lstrip()[:1].islower())
+    # the indentation of the last line read before this one (None: none yet), not a code block's
+    last_indent: int | None = None
+    prose_indent = 0  # the indentation of the paragraph's first line
 
     def end_paragraph() -> None:
         nonlocal opened_mid_sentence
@@ -157,8 +160,19 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
             else:
                 subject, directive_indent = directive.group(2).strip(), indent
             continue
-        if stripped and indent >= 4 and was_after_blank and directive_indent is None and not in_list and not rows:
-            end_paragraph()  # a Markdown code block: indented four spaces after a blank line
+        if last_indent is None and is_entry(line):
+            # a passage of a man page that opens with an option's entry ("       -o, --output
+            # <file>"): its margin
+            last_indent = indent
+        read_indent, last_indent = (last_indent or 0), (indent if stripped else last_indent)
+        if (stripped and indent >= read_indent + 4 and was_after_blank and directive_indent is None and not in_list
+                and not rows):
+            # A Markdown code block: indented four spaces after a blank line, deeper than the
+            # text before it. A man page indents all its text seven (its option entries, over
+            # their text at fourteen): `man rm | ktcli ask - "what does -f do?"` read all of
+            # it as code, quoted nothing, and the bundled model answered from the page's
+            # first lines (probe 132).
+            end_paragraph()
             literal = indent - 1
             continue
         if rows and stripped[:1] in ("|", "-", ":") and MARKDOWN_RULE.fullmatch(stripped):
@@ -188,13 +202,18 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
         if _LIST_ITEM.match(stripped):
             end_paragraph()
             in_list = True
-        elif prose and is_entry(line):
+        elif prose and is_entry(line) and not (indent > prose_indent and indent == read_indent):
             # a --help text's next option ("  -v, --invert-match   select non-matching lines"),
             # its entries with no blank line between them: ls --help read as one paragraph,
-            # quoted whole as the key fact of "what does -S do?" (probe 129)
+            # quoted whole as the key fact of "what does -S do?" (probe 129). Not a line of an
+            # entry's text, indented as the line before it, that a justified man page starts
+            # with an option ("              -print  uses).   This allows": find's -print0's
+            # entry was cut there; probe 132).
             end_paragraph()
         elif indent == 0 and was_after_blank:
             in_list = False
+        if not prose:
+            prose_indent = indent
         prose.append(_BULLET.sub("", stripped, count=1))  # a numbered step keeps its number
         if stripped.endswith("::"):
             # "the list methods::" reads "the list methods:", "as follows. ::" "as follows."

@@ -402,3 +402,57 @@ def test_an_options_entry_is_quoted_as_a_sentence():
     # prose, a bare option with nothing said of it, and a negative figure stay as written
     for unit in ("Revenue rose 5% in Q3.", "--block-size=SIZE", "-5 degrees is the lowest reading."):
         assert key_lines.block([(1, unit)]) == f"{unit} [1]"
+
+
+# `man rm | ktcli ask - ...` as man writes it to a pipe: all its text indented seven, an
+# option's text fourteen under the option's line
+_MAN_RM = """RM(1)                            User Commands                           RM(1)
+
+NAME
+       rm - remove files or directories
+
+DESCRIPTION
+       This  manual  page  documents  the  GNU version of rm.  rm removes each
+       specified file.  By default, it does not remove directories.
+
+       Mandatory  arguments  to  long  options are mandatory for short options
+       too.
+
+       -f, --force
+              ignore nonexistent files and arguments, never prompt
+
+       -i     prompt before every removal
+
+       -r, -R, --recursive
+              remove directories and their contents recursively
+
+EXAMPLES
+       Remove a directory tree:
+
+           rm -r old/
+"""
+
+
+def test_a_man_pages_indented_text_is_read_not_passed_over_as_code():
+    # read as a Markdown code block (indented four, after a blank line), the page's whole
+    # option list was passed over: "what does -f do?" quoted nothing (probe 132)
+    units = [" ".join(u.split()) for u in key_lines.lines_of(_MAN_RM)]  # (a justified page's spaces)
+    assert "Mandatory arguments to long options are mandatory for short options too." in units
+    assert "rm -r old/" not in units  # deeper than the text before it: still code
+    said = key_lines.block(key_lines.pick("what does -f do?", [(1, _MAN_RM)], None, k=2))
+    assert said == "The option -f, --force means: ignore nonexistent files and arguments, never prompt [1]"
+    assert key_lines.block(key_lines.pick("what does -i do?", [(1, _MAN_RM)], None, k=1)) == (
+        "The option -i means: prompt before every removal [1]")
+    # a Markdown code block after text at the margin is still code
+    assert key_lines.lines_of("Install it with pip.\n\n    pip install --upgrade ktcli-tool\n") == [
+        "Install it with pip."]
+
+
+def test_a_justified_line_of_an_entrys_text_is_not_the_next_entry():
+    # a justified line of find's -print0 entry opening with "-print  uses)" ended it (probe 132)
+    find = ("       -print0\n              True;  print the full file name on the standard output, followed\n"
+            "              by a null character  (instead  of  the  newline  character  that\n"
+            "              -print  uses).   This allows file names that contain newlines to be read.\n")
+    assert " ".join(key_lines.lines_of(find)[0].split()) == (
+        "-print0 True; print the full file name on the standard output, followed by a null character (instead "
+        "of the newline character that -print uses).")
