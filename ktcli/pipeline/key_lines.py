@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ktcli.pipeline.citations import YEAR
-from ktcli.retrieval.options import OPTION_HEAD, asked_options, defines_option, is_entry, writes_option
+from ktcli.retrieval.options import (OPTION_HEAD, OPTIONS_AND_ARGUMENTS, asked_options, entry_of, is_entry,
+                                     options_alone, writes_option)
 from ktcli.ingest.sections import ADORNMENT, ATX, FENCE, MARKDOWN_RULE, looks_like_a_table, row_cells
 
 if TYPE_CHECKING:
@@ -215,6 +216,11 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
         if not prose:
             prose_indent = indent
         prose.append(_BULLET.sub("", stripped, count=1))  # a numbered step keeps its number
+        if len(prose) == 1 and options_alone(line):
+            # a man page's option line over what it does: two spaces part them, as a --help
+            # text's column does ("-p port  Port to connect to"), so that `_as_said` can tell
+            # the option's argument from its text
+            prose[-1] += " "
         if stripped.endswith("::"):
             # "the list methods::" reads "the list methods:", "as follows. ::" "as follows."
             said = prose[-1][:-2].rstrip()
@@ -376,7 +382,7 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # "--sort=WORD sort by WORD instead of name: none (-U), size (-S), time (-t)" was
         # quoted for "what does -S do?", and the bundled model answered "--sort=WORD sort by
         # file size" and "-S sort by file size, newest first" (probe 129).
-        entries = [c for c in naming if any(defines_option(c[1], o) for o in options)]
+        entries = [c for c in naming if any(entry_of(c[1], o) for o in options)]
         candidates = entries or naming or candidates
     if not candidates:
         return []
@@ -446,6 +452,13 @@ def _as_said(unit: str) -> str:
     "head - -n 1 -f -v ..." or "The GNU coreutils package provides ...": 6 of 22 questions
     right with the option's own entry among the key facts, 21 with it said so (16 in full,
     the rest in part; probe 125)."""
+    parted = OPTIONS_AND_ARGUMENTS.match(unit)
+    if parted is not None and OPTION_HEAD.match(unit + " ") is not None:
+        # "The option -p port means: Port to connect to ...", not "The option -p means: port
+        # Port to connect to ..." (the argument's name read as the text's first word; probe 132)
+        # (a man page's justified text, "a null  character  instead", read as written)
+        said = re.sub(r"\s{2,}", " ", parted.group(2).strip())
+        return f"The option {parted.group(1)} means: {said}"
     head = OPTION_HEAD.match(unit + " ")
     if head is None or head.end() >= len(unit):
         return unit

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ktcli.pipeline.key_lines import content_terms, lines_of
-from ktcli.retrieval.options import asked_options, defines_option
+from ktcli.retrieval.options import asked_options, entry_of
 
 ENTRY_WORDS_BELOW = 0.25
 _OPTION_WORD = re.compile(r"(?<![\w-])--?[A-Za-z][\w-]*(?:\[?=\S*)?")
@@ -54,7 +54,7 @@ def check(question: str, answer: str, texts: Sequence[str]) -> EntryCheck | None
     if len(options) != 1:
         return None
     option = next(iter(options))
-    entries = [u for t in texts if option in t for u in lines_of(t) if defines_option(u, option)]
+    entries = [u for t in texts if option in t for u in lines_of(t) if entry_of(u, option)]
     if not entries:
         return None
     asked = set(_words(question))
@@ -62,7 +62,8 @@ def check(question: str, answer: str, texts: Sequence[str]) -> EntryCheck | None
     if len(own) < _MIN_OWN_WORDS:
         return None
     said = {w for e in entries for w in _words(e)}
-    return EntryCheck(option, entries[0], sum(w in said for w in own) / len(own))
+    # (quoted as one line: a man page's "-f, --force  ignore ..." is parted by two spaces)
+    return EntryCheck(option, " ".join(entries[0].split()), sum(w in said for w in own) / len(own))
 
 
 def warning(question: str, answer: str, texts: Sequence[str]) -> str | None:

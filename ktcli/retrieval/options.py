@@ -13,9 +13,21 @@ from collections.abc import Sequence
 # after a space, a quote, a backtick or a bracket and before a letter: not "e-mail", "-5",
 # "well-known", "$-placeholder").
 _ASKED_OPTION = re.compile(r"(?<![^\s\"'`(\[])(--?[A-Za-z][\w-]*)(?![\w-])")
+# An option as an option list writes it: "-a", "--all"
+_OPTION = r"--?[A-Za-z][\w-]*"
+# An option's argument as an entry writes it: "port" in "-p port", "<file>" in "-o, --output <file>"
+_ARGUMENT = r"(?:<[^>\s]*>|[^\s,<-][^\s,]*)"
 # The options a line opens with, its own entry: "-a, --all", "-S  sort by", "-p port Port",
 # "--block-size=SIZE", "-F, --classify[=WHEN]".
-OPTION_HEAD = re.compile(r"(?:--?[A-Za-z][\w-]*(?:\[?=[^\s,]*)?,?\s+)+")
+# "-d delim, --delimiter=delim" (an argument before a comma, another option after it)
+OPTION_HEAD = re.compile(rf"(?:{_OPTION}(?:\[?=[^\s,]*)?(?:\s+{_ARGUMENT},)?,?\s+)+")
+# An entry's options and their arguments, where two spaces or more part them from what the
+# option does: "-p port  Port to connect to", "-o, --output <file>  Write output to <file>",
+# "-d delim, --delimiter=delim  Input items are terminated by ..." (`key_lines.lines_of`
+# joins a man page's option line to its indented text so).
+_HEAD_AND_ARGUMENTS = (rf"{_OPTION}(?:\[?=[^\s,]*)?(?: {_ARGUMENT})?"
+                       rf"(?:,\s*{_OPTION}(?:\[?=[^\s,]*)?(?: {_ARGUMENT})?)*")
+OPTIONS_AND_ARGUMENTS = re.compile(rf"\s*({_HEAD_AND_ARGUMENTS}) {{2,}}(\S.*)", re.S)
 
 
 def asked_options(question: str) -> set[str]:
@@ -42,14 +54,33 @@ def defines_option(line: str, option: str) -> bool:
 # ("-p port", "--block-size=SIZE"), or with what it does after two spaces or more ("-S  sort
 # by file size", a --help text's "  -a, --all     do not ignore"); not a sentence that a
 # line break left starting with a dash ("-m pip install --upgrade`` to upgrade ...").
-_ENTRY = re.compile(r"\s*--?[A-Za-z][\w-]*(?:\[?=\S*)?(?:,\s*--?[A-Za-z][\w-]*(?:\[?=\S*)?)*"
-                    r"(?:\s+[^\s-]\S*)?\s*$|\s*--?[A-Za-z][^\n]*? {2,}\S")
+_ALONE = (rf"\s*{_OPTION}(?:\[?=\S*)?(?:\s+{_ARGUMENT}(?=,))?(?:,\s*{_OPTION}(?:\[?=\S*)?"
+          rf"(?:\s+{_ARGUMENT}(?=,))?)*(?:\s+[^\s-]\S*)?\s*$")
+_OPTIONS_ALONE = re.compile(_ALONE)
+# (the options and their arguments, then two spaces: a man page's justified line "-o,
+# --output or -O, --remote-name options. If curl  is  given" is prose)
+_ENTRY = re.compile(rf"{_ALONE}|\s*{_HEAD_AND_ARGUMENTS} {{2,}}\S")
 
 
 def is_entry(line: str) -> bool:
     """Whether `line` is an option list's entry (`_ENTRY`, its options first): where a --help
     text's next entry starts, with no blank line before it."""
     return _ENTRY.match(line) is not None and OPTION_HEAD.match(line.lstrip() + " ") is not None
+
+
+def entry_of(unit: str, option: str) -> bool:
+    """Whether `unit` (a line, or `key_lines.lines_of`'s unit) is `option`'s own entry: an
+    entry (`is_entry`) that opens with it. A sentence that opens with it is not: curl's
+    "-o, --output can be used several times in a command line" was quoted as -o's entry
+    (probe 132)."""
+    return is_entry(unit) and defines_option(unit, option)
+
+
+def options_alone(line: str) -> bool:
+    """Whether `line` is an entry's options (and their arguments) with nothing said of them,
+    as a man page writes them over the indented lines that say what they do ("-f, --force",
+    "-p port", "-o, --output <file>")."""
+    return _OPTIONS_ALONE.match(line) is not None and is_entry(line)
 
 
 class OptionEntries:

@@ -354,7 +354,7 @@ def test_an_option_named_by_a_function_word_is_quoted():
     # "what does -a do?" is all function words ("a" among them): nothing was quoted (probe 129)
     page = _OPTIONS_PAGE + "\n-a, --all\n    do not ignore entries starting with .\n"
     assert key_lines.pick("what does -a do?", [(1, page)], None, k=2) == [
-        (1, "-a, --all do not ignore entries starting with .")]
+        (1, "-a, --all  do not ignore entries starting with .")]
     assert key_lines.pick("what does it do?", [(1, page)], None, k=2) == []
 
 
@@ -448,11 +448,34 @@ def test_a_man_pages_indented_text_is_read_not_passed_over_as_code():
         "Install it with pip."]
 
 
-def test_a_justified_line_of_an_entrys_text_is_not_the_next_entry():
-    # a justified line of find's -print0 entry opening with "-print  uses)" ended it (probe 132)
+def test_an_entrys_argument_stays_with_its_option():
+    # "The option -p means: port Port to connect to" (probe 132)
+    ssh = ("DESCRIPTION\n     The options are as follows:\n\n     -p port\n"
+           "             Port to connect to on the remote host.  This can be specified on\n"
+           "             a per-host basis in the configuration file.\n\n     -q      Quiet mode.\n")
+    said = key_lines.block(key_lines.pick("what does -p do?", [(1, ssh)], None, k=1))
+    assert said == "The option -p port means: Port to connect to on the remote host. [1]"
+    curl = ("       -o, --output <file>\n              Write output to <file> instead of stdout. If you are using {} or\n"
+            "              [] to fetch multiple documents, you should quote the URL.\n")
+    said = key_lines.block(key_lines.pick("what does -o do?", [(1, curl)], None, k=1))
+    assert said == "The option -o, --output <file> means: Write output to <file> instead of stdout. [1]"
+    xargs = ("       -d delim, --delimiter=delim\n              Input  items  are terminated by the specified character.\n")
+    said = key_lines.block(key_lines.pick("what does --delimiter do?", [(1, xargs)], None, k=1))
+    assert said == ("The option -d delim, --delimiter=delim means: Input items are terminated by the specified "
+                    "character. [1]")
+
+
+def test_a_sentence_that_opens_with_an_option_is_not_its_entry():
+    # curl's "-o, --output can be used several times" and a justified line of find's -print0
+    # entry opening with "-print  uses)" were read as entries (probe 132)
+    page = ("       -o, --output <file>\n              Write output to <file> instead of stdout.\n\n"
+            "              -o, --output can be used several times in a command line\n")
+    assert key_lines.pick("what does -o do?", [(1, page)], None, k=2) == [
+        (1, "-o, --output <file>  Write output to <file> instead of stdout.")]
     find = ("       -print0\n              True;  print the full file name on the standard output, followed\n"
             "              by a null character  (instead  of  the  newline  character  that\n"
             "              -print  uses).   This allows file names that contain newlines to be read.\n")
     assert " ".join(key_lines.lines_of(find)[0].split()) == (
         "-print0 True; print the full file name on the standard output, followed by a null character (instead "
         "of the newline character that -print uses).")
+
