@@ -13,8 +13,15 @@ from collections.abc import Sequence
 # after a space, a quote, a backtick or a bracket and before a letter: not "e-mail", "-5",
 # "well-known", "$-placeholder").
 _ASKED_OPTION = re.compile(r"(?<![^\s\"'`(\[])(--?[A-Za-z][\w-]*)(?![\w-])")
-# An option as an option list writes it: "-a", "--all"
-_OPTION = r"--?[A-Za-z][\w-]*"
+# A digit alone is an option too ("what does xargs -0 do?", ls's -1), where the question
+# asks what something does or means or names an option or flag: "Is -5 low?" asks of a
+# figure. (Not read as one, "-0" was no option, and xargs's page quoted nothing.)
+_ASKED_DIGIT = re.compile(r"(?<![^\s\"'`(\[])(-\d)(?![\w.,%-])")
+_ASKS_OF_AN_OPTION = re.compile(r"\b(?:do|does|did|doing|mean|means|option|options|flag|flags|switch)\b", re.I)
+# An option as an option list writes it: "-a", "--all", and a digit alone ("-0, --null",
+# "-1  list one file per line") before a comma, two spaces or the line's end, not a figure
+# ("-5 degrees").
+_OPTION = r"(?:--?[A-Za-z][\w-]*|-\d(?=,|\s{2}|\s*$))"
 # An option's argument as an entry writes it: "port" in "-p port", "<file>" in "-o, --output <file>"
 _ARGUMENT = r"(?:<[^>\s]*>|[^\s,<-][^\s,]*)"
 # The options a line opens with, its own entry: "-a, --all", "-S  sort by", "-p port Port",
@@ -32,7 +39,10 @@ OPTIONS_AND_ARGUMENTS = re.compile(rf"\s*({_HEAD_AND_ARGUMENTS}) {{2,}}(\S.*)", 
 
 def asked_options(question: str) -> set[str]:
     """The command-line options a question names, case kept ("-S" is not "-s")."""
-    return set(_ASKED_OPTION.findall(question))
+    asked = set(_ASKED_OPTION.findall(question))
+    if _ASKS_OF_AN_OPTION.search(question):
+        asked |= set(_ASKED_DIGIT.findall(question))
+    return asked
 
 
 @functools.lru_cache(maxsize=64)

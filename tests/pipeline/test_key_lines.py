@@ -479,3 +479,16 @@ def test_a_sentence_that_opens_with_an_option_is_not_its_entry():
         "-print0 True; print the full file name on the standard output, followed by a null character (instead "
         "of the newline character that -print uses).")
 
+
+def test_a_digit_alone_is_an_option():
+    # "what does -0 do?" of xargs's page named no option, and quoted "The GNU find -print0
+    # option produces input suitable for this mode." (probe 132)
+    assert key_lines.asked_options("what does -0 do?") == {"-0"}
+    assert key_lines.asked_options("What is the -1 flag?") == {"-1"}
+    assert key_lines.asked_options("Is -5 low? Is -0.5 low?") == set()
+    xargs = ("OPTIONS\n       -0, --null\n              Input items are terminated by a null  character  instead  of  by\n"
+             "              whitespace.\n\n       The  GNU  find  -print0  option produces input suitable for this mode.\n")
+    said = key_lines.block(key_lines.pick("what does -0 do?", [(1, xargs)], None, k=2))
+    assert said == "The option -0, --null means: Input items are terminated by a null character instead of by whitespace. [1]"
+    assert key_lines.block([(1, "-5 degrees is the lowest reading.")]) == "-5 degrees is the lowest reading. [1]"
+
