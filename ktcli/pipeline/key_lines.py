@@ -384,6 +384,14 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
         # file size" and "-S sort by file size, newest first" (probe 129).
         entries = [c for c in naming if any(entry_of(c[1], o) for o in options)]
         candidates = entries or naming or candidates
+        asks_more = content_terms(_OPTION_WORDS.sub(" ", question))
+        if entries and not asks_more:
+            # "What does -print0 do?" says nothing but the option, and no ranking can tell its
+            # entries apart: find's page has two, and "-print0, -fprint0  Always print the
+            # exact filename" (under UNUSUAL FILENAMES) was ranked over its own in the option
+            # list ("-print0  True; print the full file name ... followed by a null
+            # character"; probe 132). The first the page gives is the option list's.
+            return entries[:k]
     if not candidates:
         return []
     index = BM25Index(u for _, u in candidates)
@@ -412,6 +420,8 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
             break
     return picked
 
+
+_OPTION_WORDS = re.compile(r"(?<![\w-])--?[\w][\w-]*")
 
 # English words that carry no topic of their own: a line sharing only these with the
 # question matches it in nothing.

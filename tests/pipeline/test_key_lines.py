@@ -492,3 +492,12 @@ def test_a_digit_alone_is_an_option():
     assert said == "The option -0, --null means: Input items are terminated by a null character instead of by whitespace. [1]"
     assert key_lines.block([(1, "-5 degrees is the lowest reading.")]) == "-5 degrees is the lowest reading. [1]"
 
+
+def test_an_option_with_two_entries_is_quoted_from_its_first_first():
+    # find's page has -print0's entry in its option list, and "-print0, -fprint0" under
+    # UNUSUAL FILENAMES: the second was ranked first, and so quoted last (probe 132)
+    find = ("       -print0\n              True; print the full file name, followed by a null character.\n\n"
+            "UNUSUAL FILENAMES\n       -print0, -fprint0\n              Always print the exact filename, unchanged.\n")
+    assert [text for _, text in key_lines.pick("what does -print0 do?", [(1, find)], None, k=2)] == [
+        "-print0  True; print the full file name, followed by a null character.",
+        "-print0, -fprint0  Always print the exact filename, unchanged."]
