@@ -40,7 +40,12 @@ class EntryCheck:
 
 
 def _stem(word: str) -> str:
-    return re.sub(r"(?:ing|ed|es|s)$", "", word) if len(word) > 4 else word
+    """A word less its ending, the same for "file", "files" and "filed", "directory" and
+    "directories": "files" read "fil" and "file" "file", "uses" "uses" and "use" "use", so
+    "removes files" said none of "remove ... file" (probe 132)."""
+    if len(word) > 3:
+        word = re.sub(r"(?:ing|ed|es|s)$", "", word)
+    return re.sub(r"(?<=..)[ey]$", lambda m: "i" if m.group() == "y" else "", word)
 
 
 def _words(text: str) -> list[str]:
