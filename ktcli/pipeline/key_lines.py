@@ -117,6 +117,7 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
     # the indentation of the last line read before this one (None: none yet), not a code block's
     last_indent: int | None = None
     prose_indent = 0  # the indentation of the paragraph's first line
+    held: int | None = None  # the indentation of an option's line whose text comes after a blank line
 
     def end_paragraph() -> None:
         nonlocal opened_mid_sentence
@@ -161,13 +162,19 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
             else:
                 subject, directive_indent = directive.group(2).strip(), indent
             continue
+        continues_entry = False
+        if held is not None and stripped:
+            continues_entry = indent > held
+            if not continues_entry:
+                end_paragraph()
+            held = None
         if last_indent is None and is_entry(line):
             # a passage of a man page that opens with an option's entry ("       -o, --output
             # <file>"): its margin
             last_indent = indent
         read_indent, last_indent = (last_indent or 0), (indent if stripped else last_indent)
         if (stripped and indent >= read_indent + 4 and was_after_blank and directive_indent is None and not in_list
-                and not rows):
+                and not rows and not continues_entry):
             # A Markdown code block: indented four spaces after a blank line, deeper than the
             # text before it. A man page indents all its text seven (its option entries, over
             # their text at fourteen): `man rm | ktcli ask - "what does -f do?"` read all of
@@ -193,6 +200,11 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
         if _is_field(stripped, prose, lines[k + 1].strip() if k + 1 < len(lines) else ""):
             end_paragraph()
             out.append(stripped)
+            continue
+        if not stripped and held is None and len(prose) == 1 and options_alone(prose[0]):
+            # sed's "-i[SUFFIX], --in-place[=SUFFIX]", a blank line, then what it does, indented
+            # deeper: that text is the entry's, not a code block (probe 132)
+            held = prose_indent
             continue
         if not stripped or ATX.match(stripped) or _OPTION.match(stripped) or _is_title(stripped, lines, k):
             end_paragraph()

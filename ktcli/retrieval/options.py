@@ -26,14 +26,15 @@ _OPTION = r"(?:--?[A-Za-z][\w-]*|-\d(?=,|\s{2}|\s*$))"
 _ARGUMENT = r"(?:<[^>\s]*>|[^\s,<-][^\s,]*)"
 # The options a line opens with, its own entry: "-a, --all", "-S  sort by", "-p port Port",
 # "--block-size=SIZE", "-F, --classify[=WHEN]".
-# "-d delim, --delimiter=delim" (an argument before a comma, another option after it)
-OPTION_HEAD = re.compile(rf"(?:{_OPTION}(?:\[?=[^\s,]*)?(?:\s+{_ARGUMENT},)?,?\s+)+")
+# "-d delim, --delimiter=delim" (an argument before a comma, another option after it),
+# "-i[SUFFIX], --in-place[=SUFFIX]" (sed's)
+OPTION_HEAD = re.compile(rf"(?:{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?:\s+{_ARGUMENT},)?,?\s+)+")
 # An entry's options and their arguments, where two spaces or more part them from what the
 # option does: "-p port  Port to connect to", "-o, --output <file>  Write output to <file>",
 # "-d delim, --delimiter=delim  Input items are terminated by ..." (`key_lines.lines_of`
 # joins a man page's option line to its indented text so).
-_HEAD_AND_ARGUMENTS = (rf"{_OPTION}(?:\[?=[^\s,]*)?(?: {_ARGUMENT})?"
-                       rf"(?:,\s*{_OPTION}(?:\[?=[^\s,]*)?(?: {_ARGUMENT})?)*")
+_HEAD_AND_ARGUMENTS = (rf"{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?: {_ARGUMENT})?"
+                       rf"(?:,\s*{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?: {_ARGUMENT})?)*")
 OPTIONS_AND_ARGUMENTS = re.compile(rf"\s*({_HEAD_AND_ARGUMENTS}) {{2,}}(\S.*)", re.S)
 
 
@@ -64,7 +65,7 @@ def defines_option(line: str, option: str) -> bool:
 # ("-p port", "--block-size=SIZE"), or with what it does after two spaces or more ("-S  sort
 # by file size", a --help text's "  -a, --all     do not ignore"); not a sentence that a
 # line break left starting with a dash ("-m pip install --upgrade`` to upgrade ...").
-_ALONE = (rf"\s*{_OPTION}(?:\[?=\S*)?(?:\s+{_ARGUMENT}(?=,))?(?:,\s*{_OPTION}(?:\[?=\S*)?"
+_ALONE = (rf"\s*{_OPTION}(?:\[?=\S*|\[[^\s,=\]]*\])?(?:\s+{_ARGUMENT}(?=,))?(?:,\s*{_OPTION}(?:\[?=\S*|\[[^\s,=\]]*\])?"
           rf"(?:\s+{_ARGUMENT}(?=,))?)*(?:\s+[^\s-]\S*)?\s*$")
 _OPTIONS_ALONE = re.compile(_ALONE)
 # (the options and their arguments, then two spaces: a man page's justified line "-o,

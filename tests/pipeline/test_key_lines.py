@@ -501,3 +501,21 @@ def test_an_option_with_two_entries_is_quoted_from_its_first_first():
     assert [text for _, text in key_lines.pick("what does -print0 do?", [(1, find)], None, k=2)] == [
         "-print0  True; print the full file name, followed by a null character.",
         "-print0, -fprint0  Always print the exact filename, unchanged."]
+
+
+def test_an_options_text_after_a_blank_line_is_its_entrys():
+    # sed's page puts a blank line between an option's line and its text, indented deeper:
+    # read as a code block, "what does -i do?" quoted nothing (probe 132)
+    sed = ("SED(1)                           User Commands                          SED(1)\n\n"
+           "DESCRIPTION\n       Sed  is a stream editor.\n\n"
+           "       -n, --quiet, --silent\n\n              suppress automatic printing of pattern space\n\n"
+           "       -i[SUFFIX], --in-place[=SUFFIX]\n\n              edit files in place (makes backup if SUFFIX supplied)\n\n"
+           "       -l N, --line-length=N\n\n              specify the desired line-wrap length for the `l' command\n")
+    said = key_lines.block(key_lines.pick("what does -i do?", [(1, sed)], None, k=2))
+    assert said == ("The option -i[SUFFIX], --in-place[=SUFFIX] means: edit files in place (makes backup if SUFFIX "
+                    "supplied) [1]")
+    assert key_lines.pick("what does --quiet do?", [(1, sed)], None, k=2) == [
+        (1, "-n, --quiet, --silent  suppress automatic printing of pattern space")]
+    # an option alone before a blank line and text no deeper than it stays alone
+    assert key_lines.lines_of("       --posix\n\n       Disables all GNU extensions, as POSIX asks.\n") == [
+        "Disables all GNU extensions, as POSIX asks."]
