@@ -125,7 +125,10 @@ def lines_of(text: str, *, passage: bool = False) -> list[str]:
             units = _sentences(" ".join(prose), subject)
             if opened_mid_sentence:
                 units = units[1:]
-            out.extend(u for u in units if not _is_label(u.removeprefix(f"{subject}: ") if subject else u))
+            # (an option's short entry is no label: "-V, --version  output version information",
+            # "--debug  annotate program execution" were dropped; probe 132)
+            out.extend(u for u in units
+                       if is_entry(u) or not _is_label(u.removeprefix(f"{subject}: ") if subject else u))
             prose.clear()
         opened_mid_sentence = False
 

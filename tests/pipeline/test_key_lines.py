@@ -519,3 +519,15 @@ def test_an_options_text_after_a_blank_line_is_its_entrys():
     # an option alone before a blank line and text no deeper than it stays alone
     assert key_lines.lines_of("       --posix\n\n       Disables all GNU extensions, as POSIX asks.\n") == [
         "Disables all GNU extensions, as POSIX asks."]
+
+
+def test_a_short_entry_is_no_label():
+    # four words and no stop: read as a heading, "--debug  annotate program execution" and
+    # "-V, --version  output version information" were dropped (probe 132)
+    text = ("  -V, --version              output version information\n"
+            "      --debug                annotate program execution\n")
+    units = key_lines.lines_of(text)
+    assert len(units) == 2 and units[1].startswith("--debug") and units[1].endswith("annotate program execution")
+    assert key_lines.block(key_lines.pick("what does --debug do?", [(1, text)], None, k=2)) == (
+        "The option --debug means: annotate program execution [1]")
+    assert key_lines.lines_of("Vendor selection\n\nWe chose the vendor on price.\n") == ["We chose the vendor on price."]
