@@ -531,3 +531,14 @@ def test_a_short_entry_is_no_label():
     assert key_lines.block(key_lines.pick("what does --debug do?", [(1, text)], None, k=2)) == (
         "The option --debug means: annotate program execution [1]")
     assert key_lines.lines_of("Vendor selection\n\nWe chose the vendor on price.\n") == ["We chose the vendor on price."]
+
+
+def test_an_entry_and_the_same_with_its_next_sentence_are_one():
+    # curl's --connect-to: its first sentence, and it with the next ("This option ...")
+    # were both quoted (probe 132)
+    curl = ("       --connect-to <HOST1:PORT1:HOST2:PORT2>\n"
+            "              For a request to the given HOST1:PORT1 pair, connect to HOST2:PORT2 instead. This option is\n"
+            "              suitable to direct requests at a specific server.\n")
+    picked = key_lines.pick("what does --connect-to do?", [(1, curl)], None, k=2)
+    assert picked == [(1, "--connect-to <HOST1:PORT1:HOST2:PORT2>  For a request to the given HOST1:PORT1 pair, "
+                          "connect to HOST2:PORT2 instead.")]
