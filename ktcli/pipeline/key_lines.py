@@ -406,12 +406,9 @@ def pick(question: str, sources: Sequence[tuple[int, str]], embedder: TextEmbedd
             # exact filename" (under UNUSUAL FILENAMES) was ranked over its own in the option
             # list ("-print0  True; print the full file name ... followed by a null
             # character"; probe 132). The first the page gives is the option list's.
-            # (a sentence and the same with the one before it say one thing, as below)
-            firsts: list[tuple[int, str]] = []
-            for entry in entries:
-                if not any(entry[1] in other or other in entry[1] for _, other in firsts):
-                    firsts.append(entry)
-            return firsts[:k]
+            # Its first alone: quoted after it, the later one came last, and the bundled model
+            # answered "The option -print0, -fprint0," and stopped (probe 132).
+            return entries[:1]
     if not candidates:
         return []
     index = BM25Index(u for _, u in candidates)

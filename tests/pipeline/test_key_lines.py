@@ -498,9 +498,9 @@ def test_an_option_with_two_entries_is_quoted_from_its_first_first():
     # UNUSUAL FILENAMES: the second was ranked first, and so quoted last (probe 132)
     find = ("       -print0\n              True; print the full file name, followed by a null character.\n\n"
             "UNUSUAL FILENAMES\n       -print0, -fprint0\n              Always print the exact filename, unchanged.\n")
+    # and it alone: the later one, quoted last, was answered "The option -print0, -fprint0,"
     assert [text for _, text in key_lines.pick("what does -print0 do?", [(1, find)], None, k=2)] == [
-        "-print0  True; print the full file name, followed by a null character.",
-        "-print0, -fprint0  Always print the exact filename, unchanged."]
+        "-print0  True; print the full file name, followed by a null character."]
 
 
 def test_an_options_text_after_a_blank_line_is_its_entrys():
