@@ -65,7 +65,8 @@ def defines_option(line: str, option: str) -> bool:
 # ("-p port", "--block-size=SIZE"), or with what it does after two spaces or more ("-S  sort
 # by file size", a --help text's "  -a, --all     do not ignore"); not a sentence that a
 # line break left starting with a dash ("-m pip install --upgrade`` to upgrade ...").
-_ALONE = (rf"\s*{_OPTION}(?:\[?=\S*|\[[^\s,=\]]*\])?(?:\s+{_ARGUMENT}(?=,))?(?:,\s*{_OPTION}(?:\[?=\S*|\[[^\s,=\]]*\])?"
+# (gzip writes its options with no commas: "-d --decompress --uncompress")
+_ALONE = (rf"\s*{_OPTION}(?:\[?=\S*|\[[^\s,=\]]*\])?(?:\s+{_ARGUMENT}(?=,))?(?:(?:,\s*|\s+(?=-)){_OPTION}(?:\[?=\S*|\[[^\s,=\]]*\])?"
           rf"(?:\s+{_ARGUMENT}(?=,))?)*(?:\s+[^\s-]\S*)?\s*$")
 _OPTIONS_ALONE = re.compile(_ALONE)
 # (the options and their arguments, then two spaces: a man page's justified line "-o,

@@ -20,3 +20,9 @@ def test_the_chunk_that_holds_a_digit_options_entry_is_found():
     chunks = ["The  GNU  find  -print0  option produces input suitable for -0.",
               "OPTIONS\n\n       -0, --null\n              Input items are terminated by a null character."]
     assert OptionEntries(chunks).defining(asked_options("what does -0 do?")) == {1}
+
+
+def test_options_with_no_commas_between_them_are_an_entry():
+    # gzip's "-d --decompress --uncompress" was no entry, so -d's was not found (probe 132)
+    assert is_entry("       -d --decompress --uncompress") and entry_of("-d --decompress --uncompress", "--decompress")
+    assert not is_entry("-m pip install --upgrade to upgrade it.")
