@@ -56,19 +56,21 @@ class Grounding:
     answer_words_read: float | None  # share of the answer's own content words in what was read; None: none
     not_in_documents: bool
     year_unread: bool = False  # the question names a year that stands nowhere in what was read
+    names_unread: tuple[str, ...] = ()  # names or codes the question asks about that stand nowhere in the input
 
     def as_dict(self) -> dict:
         return {"question_match": round(self.question_match, 3),
                 "question_words_found": round(self.question_words_found, 3),
                 "answer_words_read": None if self.answer_words_read is None else round(self.answer_words_read, 3),
-                "year_unread": self.year_unread}
+                "year_unread": self.year_unread, "names_unread": list(self.names_unread)}
 
 
 def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedder,
-          passages: bool = False) -> Grounding | None:
-    """`read`: the texts the model read (documents whole, or retrieved passages). None
-    where nothing read is prose (code: `key_lines.lines_of` has no unit of it) or the
-    question has no content word."""
+          passages: bool = False, whole: Sequence[str] = ()) -> Grounding | None:
+    """`read`: the texts the model read (documents whole, or retrieved passages); `whole`:
+    the rest of the input, where `read` is passages (a name the question asks about is
+    looked for in both). None where nothing read is prose (code: `key_lines.lines_of` has
+    no unit of it) or the question has no content word."""
     from ktcli.pipeline import citations, key_lines
     from ktcli.retrieval.lexical import BM25Index, tokenize
 
@@ -102,7 +104,49 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
         | {"20" + m for text in read for m in _FY.findall(text)}
     bounds = set(_BOUND_YEAR.findall(question))
     year_unread = any(citations.YEAR.fullmatch(t) and t not in years and t not in bounds for t in asked)
-    return Grounding(match, found, words_read, nowhere or year_unread or (unmatched and unbacked), year_unread)
+    names = unread_names(question, [*read, *whole])
+    return Grounding(match, found, words_read, nowhere or year_unread or bool(names) or (unmatched and unbacked),
+                     year_unread, tuple(names))
+
+
+# A quarter or half the input may write out: "Q3" as "third quarter", "quarter 3".
+_PERIOD = re.compile(r"(?i)([qh])([1-4])")
+_ORDINALS = ("first", "second", "third", "fourth")
+# A code of letters and digits the question writes: "Q5", "FY2019", "B12", "v2" (not a
+# year alone, not a figure: those are the year rule's and the answer's)
+_CODE = re.compile(r"(?<![\w.])(?=[A-Za-z]*\d)(?=\d*[A-Za-z])[A-Za-z0-9]{2,12}(?![\w])")
+
+
+def unread_names(question: str, texts: Sequence[str]) -> list[str]:
+    """The names (a word capitalised inside the question, three letters or more: "Germany",
+    "Keeper") and codes ("Q5", "FY2019") the question asks about that stand nowhere in
+    `texts`, in any case. Such a question matches the report as well as an answerable one
+    (its other words are the report's), and the bundled model answers it with a line about
+    something else: "The revenue in Q5 was $5.87 million" (Q3's), "The revenue in Germany
+    was 21.4 million" (the year's, of a report that names no country). An acronym of four
+    letters or fewer is left out ("CEO": the report writes "chief executive officer")."""
+    from ktcli.pipeline import citations
+
+    held = "\n".join(citations.fold(t) for t in texts).lower()
+    said: list[str] = []
+    for k, word in citations._words_by_sentence(question):
+        if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper() \
+                and word.lower() not in citations._NOT_NAMES and not (word.isupper() and len(word) <= 4):
+            said.append(word)
+    said += [m.group(0) for m in _CODE.finditer(question) if not citations.YEAR.fullmatch(m.group(0))]
+    missing = []
+    for word in dict.fromkeys(said):
+        folded = citations.fold(word).lower()
+        if re.search(rf"(?<![\w]){re.escape(folded)}", held):
+            continue
+        period = _PERIOD.fullmatch(word)
+        if period:
+            n = int(period[2])
+            whole = "quarter" if period[1].lower() == "q" else "half"
+            if re.search(rf"\b{_ORDINALS[n - 1]}[\s-]+{whole}|\b{whole}\s+{n}\b", held):
+                continue
+        missing.append(word)
+    return missing
 
 
 _LABEL = re.compile(r"\[\d{1,3}\]")

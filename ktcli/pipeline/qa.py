@@ -175,19 +175,20 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
         figures["evidence"] = [citations.evidence_entry(h.chunk.span, round(h.score, 4), h.chunk.section)
                                | {"label": citations.passage_label(h.chunk.span, labelled)} for h in hits]
         return _grounded(Answer(text, cited, with_windows(prep.plan, len(windows)), figures, prep.corpus.skipped),
-                         prep.question, [c.text for c in labelled], settings, passages=True)
+                         prep.question, [c.text for c in labelled], settings, passages=True, whole=texts)
 
     return streamed.finish(retrieval_answer)
 
 
-def _grounded(answer: Answer, question: str, read: list[str], settings: Settings, passages: bool = False) -> Answer:
+def _grounded(answer: Answer, question: str, read: list[str], settings: Settings, passages: bool = False,
+              whole: list[str] = ()) -> Answer:
     """The answer with whether the documents seem not to hold it (`grounding.judge`): the
     bundled model never says so, and answered "Who won the 1998 World Cup?" from an annual
     report all the same."""
     if not answer.text.strip():
         return answer
     try:
-        judged = grounding.judge(question, read, answer.text, embedder_for(settings), passages=passages)
+        judged = grounding.judge(question, read, answer.text, embedder_for(settings), passages=passages, whole=whole)
     except (ModelNotInstalledError, UsageError):
         # No embedder: not judged, and not said again (a whole read's key lines said it,
         # "key lines ranked by their words alone: ..."; a retrieval read needs one to start)

@@ -26,7 +26,7 @@ def _citations_text(answer: Answer) -> str:
     # the Sources were shown as code in a Markdown viewer.
     fence = ("\n```" if _open_fence(answer.text) else "") + _files_text(answer)
     if answer.not_in_documents:
-        fence += "\n\n" + (NO_SUCH_YEAR if _year_alone(answer.grounding or {}) else NOT_IN_DOCUMENTS)
+        fence += "\n\n" + _not_found_notice(answer.grounding or {})
     if not answer.citations:
         return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
@@ -58,6 +58,28 @@ NOT_IN_DOCUMENTS = ("Not found in the documents: nothing read matches the questi
 # (`grounding.year_unread`: the question may match the documents well; the year is what they lack)
 NO_SUCH_YEAR = ("Not found in the documents: the year the question asks about stands nowhere in what was read, so "
                 "the answer above is likely about another year, or the model's own guess.")
+
+
+def no_such_name(names: list[str]) -> str:
+    """(`grounding.names_unread`: the question matches the documents but for what it names)"""
+    said = ", ".join(names[:3])
+    return (f"Not found in the documents: {said} {'stands' if len(names[:3]) == 1 else 'stand'} nowhere in the input, "
+            "so the answer above is likely about something else, or the model's own guess.")
+
+
+def _not_found_notice(grounding: dict) -> str:
+    if _year_alone(grounding):
+        return NO_SUCH_YEAR
+    names = grounding.get("names_unread") or []
+    if names and grounding.get("question_match", 0) >= _match_below():
+        return no_such_name(names)
+    return NOT_IN_DOCUMENTS
+
+
+def _match_below() -> float:
+    from ktcli.pipeline.grounding import QUESTION_MATCH_BELOW
+
+    return QUESTION_MATCH_BELOW
 
 
 def _year_alone(grounding: dict) -> bool:

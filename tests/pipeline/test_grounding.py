@@ -60,7 +60,7 @@ def test_a_question_no_word_of_which_was_read_is_not_in_the_documents_whatever_t
     # marketing is Helena Brandt." (the chair), every word of it the report's
     copied = "Harbor Light designs and manufactures storm lanterns."
     assert grounding.judge("Who won the 1998 World Cup?", [REPORT], copied, Cosine(0.2)).not_in_documents
-    assert not grounding.judge("Who won the World Cup?", [REPORT], copied, Cosine(0.6)).not_in_documents
+    assert not grounding.judge("Who won the cup?", [REPORT], copied, Cosine(0.6)).not_in_documents
 
 
 def test_an_answer_that_says_the_input_lacks_it_counts_as_standing_on_nothing():
@@ -94,6 +94,44 @@ def test_a_year_asked_about_that_nothing_read_names_is_not_in_the_documents_howe
                      "Which lanterns were sold before 2019?", "What happened from the end of 2021?"):
         assert not grounding.judge(question, [REPORT], opened, Cosine(0.8)).year_unread, question
     assert grounding.judge("What was revenue in 2019, after the merger?", [REPORT], opened, Cosine(0.8)).year_unread
+
+
+def test_a_name_or_code_asked_about_that_the_input_never_names_is_not_in_the_documents():
+    # probe 135: "What was the revenue in Q5?" -> "The revenue in Q5 was $5.87 million" (Q3's),
+    # "What was the revenue in Germany?" -> "21.4 million" (the year's): both matched the
+    # report at 0.6, every other word of them the report's
+    copied = "Q3 revenue was $5.87 million, the strongest quarter in the company's history."
+    for question, named in (("What was the revenue in Q5?", ["Q5"]), ("What was the revenue in Germany?", ["Germany"]),
+                            ("How many Halden staff work in Kessing?", ["Kessing"])):
+        judged = grounding.judge(question, [REPORT], copied, Cosine(0.8))
+        assert judged.not_in_documents and list(judged.names_unread) == named, question
+        assert judged.as_dict()["names_unread"] == named
+    # named in the input, in any case or form: not judged
+    for question in ("When did the Halden factory open?", "What did HARBOR LIGHT make?", "What was Q3 revenue?",
+                     "Who is the CEO?", "What was the revenue in September?", "What is Halden's headcount?"):
+        assert not grounding.judge(question, [REPORT], copied, Cosine(0.8)).names_unread, question
+    # a quarter or half the input writes out
+    said = ["Revenue in the third quarter was 5.87 million; in the first half, 9.7 million."]
+    for question in ("What was Q3 revenue?", "What was H1 revenue?"):
+        assert not grounding.judge(question, said, copied, Cosine(0.8)).names_unread, question
+    assert grounding.judge("What was Q4 revenue?", said, copied, Cosine(0.8)).names_unread == ("Q4",)
+    # through retrieval: a name in the input but not in the passages read is the input's
+    judged = grounding.judge("Where is the Kessing port?", [REPORT], copied, Cosine(0.8), passages=True,
+                             whole=["The port of Kessing."])
+    assert not judged.names_unread
+
+
+def test_a_notice_for_a_name_alone_names_it():
+    from ktcli.render.formats import no_such_name
+    from ktcli.types import Answer
+
+    named = Answer("Revenue was 5.87 million.", (), None, not_in_documents=True,
+                   grounding={"question_match": 0.6, "question_words_found": 0.75, "answer_words_read": 1.0,
+                              "year_unread": False, "names_unread": ["Q5"]})
+    assert no_such_name(["Q5"]) in citations_text(named) and NOT_IN_DOCUMENTS not in citations_text(named)
+    assert "Q5 stands nowhere in the input" in citations_text(named)
+    far = replace(named, grounding=named.grounding | {"question_match": 0.2})
+    assert NOT_IN_DOCUMENTS in citations_text(far)
 
 
 def test_code_is_not_judged():
