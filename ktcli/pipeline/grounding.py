@@ -26,7 +26,14 @@ seven other inputs, written before it was first run): there, before the year rul
 0/47 answerable and 13/52 unanswerable asks (8/8 far-off, 5/44 of the documents' own
 kind: those match the document as well as answerable ones do). The year rule, added
 after reading them: 0/152 and 18/28 (from 15/28) on the tuned set, 0/47 and 16/52 on
-the held-out one."""
+the held-out one.
+
+Or, alone (probe 135): the question names a thing or code nothing in the input names
+("revenue in Q5", "in Germany": `unread_names`), or it asks for an amount and every figure
+of the answer stands only in lines about something else (`figures_elsewhere`: the Keeper
+lamp's price answered with the Tidewater lantern's $89). On the recorded answers of
+`benchmarks.unanswerable` (both sets) neither fires on a right answer (0/113); the name
+rule on none of the 135 answerable questions, whatever the answer."""
 
 from __future__ import annotations
 
@@ -57,12 +64,14 @@ class Grounding:
     not_in_documents: bool
     year_unread: bool = False  # the question names a year that stands nowhere in what was read
     names_unread: tuple[str, ...] = ()  # names or codes the question asks about that stand nowhere in the input
+    figures_elsewhere: tuple[str, ...] = ()  # the answer's figures, read only in lines about something else
 
     def as_dict(self) -> dict:
         return {"question_match": round(self.question_match, 3),
                 "question_words_found": round(self.question_words_found, 3),
                 "answer_words_read": None if self.answer_words_read is None else round(self.answer_words_read, 3),
-                "year_unread": self.year_unread, "names_unread": list(self.names_unread)}
+                "year_unread": self.year_unread, "names_unread": list(self.names_unread),
+                "figures_elsewhere": list(self.figures_elsewhere)}
 
 
 def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedder,
@@ -105,8 +114,10 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     bounds = set(_BOUND_YEAR.findall(question))
     year_unread = any(citations.YEAR.fullmatch(t) and t not in years and t not in bounds for t in asked)
     names = unread_names(question, [*read, *whole])
-    return Grounding(match, found, words_read, nowhere or year_unread or bool(names) or (unmatched and unbacked),
-                     year_unread, tuple(names))
+    misplaced = figures_elsewhere(question, answer, [*read, *whole], passages=passages)
+    return Grounding(match, found, words_read,
+                     nowhere or year_unread or bool(names) or bool(misplaced) or (unmatched and unbacked),
+                     year_unread, tuple(names), tuple(misplaced))
 
 
 # A quarter or half the input may write out: "Q3" as "third quarter", "quarter 3".
@@ -128,14 +139,8 @@ def unread_names(question: str, texts: Sequence[str]) -> list[str]:
     from ktcli.pipeline import citations
 
     held = "\n".join(citations.fold(t) for t in texts).lower()
-    said: list[str] = []
-    for k, word in citations._words_by_sentence(question):
-        if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper() \
-                and word.lower() not in citations._NOT_NAMES and not (word.isupper() and len(word) <= 4):
-            said.append(word)
-    said += [m.group(0) for m in _CODE.finditer(question) if not citations.YEAR.fullmatch(m.group(0))]
     missing = []
-    for word in dict.fromkeys(said):
+    for word in dict.fromkeys(_question_names(question)):
         folded = citations.fold(word).lower()
         if re.search(rf"(?<![\w]){re.escape(folded)}", held):
             continue
@@ -167,3 +172,75 @@ def _own_words(answer: str, question: str) -> list[str]:
     prompt = citations.instruction_terms()
     return list(dict.fromkeys(w for w in citations.terms(_LABEL.sub(" ", answer))
                               if w[:5] not in asked and w not in prompt))
+
+
+def figures_elsewhere(question: str, answer: str, read: Sequence[str], passages: bool = False) -> list[str]:
+    """The answer's figures (years aside, and those the question writes) where every one
+    that stands in what was read stands only in units (`key_lines.lines_of`: sentences,
+    table rows) that say nothing of what the question asks about: its names ("Keeper"),
+    else its content words (`_same_word`: "employ" is "employees", "company" no "compared"). [] where any
+    figure stands beside what was asked, where the answer writes no such figure, or where
+    none stands in what was read (`citations.invented_figures` says those). The bundled
+    model answered "What is the price of the Keeper hurricane lamp?" with the Tidewater
+    lantern's "$89", "How much did the company spend on advertising?" with net income's
+    "$1.93 million", both cited, of a report that gives neither."""
+    from ktcli.pipeline import citations, key_lines
+    from ktcli.retrieval.lexical import tokenize
+
+    if not _ASKS_AMOUNT.match(question):
+        return []  # a "who" or "why" answer's figures are asides: the name is its answer
+    asked_figures = citations._known_figures([question])
+    said = [f for f in dict.fromkeys(citations._figures_in_order(answer))
+            if not citations.YEAR.fullmatch(f) and not citations._held(f, asked_figures)]
+    if not said:
+        return []
+    names = [w.lower() for w in _question_names(question)]
+    subject = {_root(t) for t in (names or [t for t in key_lines.content_terms(question) if t not in _ASKING])
+               if not citations.YEAR.fullmatch(t)}
+    if not subject:
+        return []
+    units = list(dict.fromkeys(u for text in read for u in key_lines.lines_of(text, passage=passages)))
+    elsewhere = []
+    for figure in said:
+        # (a date by its day and month: a memo's "by 28 May" under its "Date: 2024-05-02")
+        day = f"--{figure[5:]}" if _ISO_DAY.fullmatch(figure) else None
+        holders = [u for u in units if citations._held(figure, known := citations._known_figures([u]))
+                   or (day and day in known)]
+        if not holders:
+            continue  # made up, not misplaced
+        if any(_same_word(a, _root(w)) for u in holders for w in tokenize(u) for a in subject):
+            return []
+        elsewhere.append(figure)
+    return elsewhere
+
+
+# A question that asks for an amount, a price, a date or a share: "How many ...", "What was
+# the revenue ...", "How much ...". Not "Who", "Which", "Why", "Where".
+_ASKS_AMOUNT = re.compile(r"(?i)\s*(?:how\b|what(?:'s)?\b)")
+_ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def _question_names(question: str) -> list[str]:
+    """The names and codes a question writes (as `unread_names` finds them)."""
+    from ktcli.pipeline import citations
+
+    said = [word for k, word in citations._words_by_sentence(question)
+            if k > 0 and len(word) >= 3 and word.isalpha() and word[0].isupper()
+            and word.lower() not in citations._NOT_NAMES and not (word.isupper() and len(word) <= 4)]
+    return said + [m.group(0) for m in _CODE.finditer(question) if not citations.YEAR.fullmatch(m.group(0))]
+
+
+def _root(word: str) -> str:
+    """A word less an -s, -es, -ed, -ing or -ly ending, where four letters or more remain."""
+    word = word.lower()
+    for end in ("ing", "ed", "es", "ly", "s"):
+        if word.endswith(end) and len(word) - len(end) >= 4:
+            return word[:-len(end)]
+    return word
+
+
+def _same_word(a: str, b: str) -> bool:
+    """Roots (`_root`) one of which starts the other, differing by three letters or fewer:
+    "price" and "pric" (priced), "employ" and "employee"; not "compan" and "compar"."""
+    short, long = sorted((a, b), key=len)
+    return a == b or (len(short) >= 3 and long.startswith(short) and len(long) - len(short) <= 3)

@@ -73,7 +73,18 @@ def _not_found_notice(grounding: dict) -> str:
     names = grounding.get("names_unread") or []
     if names and grounding.get("question_match", 0) >= _match_below():
         return no_such_name(names)
+    figures = grounding.get("figures_elsewhere") or []
+    if figures and grounding.get("question_match", 0) >= _match_below():
+        return figures_elsewhere(figures)
     return NOT_IN_DOCUMENTS
+
+
+def figures_elsewhere(figures: list[str]) -> str:
+    """(`grounding.figures_elsewhere`: the answer's figures are the input's, said of something else)"""
+    said = ", ".join(figures[:3])
+    return (f"Not found in the documents, it seems: the answer's {'figure' if len(figures[:3]) == 1 else 'figures'} "
+            f"{said} {'stands' if len(figures[:3]) == 1 else 'stand'} in the input only in lines that say nothing of "
+            "what the question asks about, so the answer above is likely another thing's figure, not the answer.")
 
 
 def _match_below() -> float:

@@ -121,6 +121,43 @@ def test_a_name_or_code_asked_about_that_the_input_never_names_is_not_in_the_doc
     assert not judged.names_unread
 
 
+def test_an_amount_read_only_in_lines_about_something_else_is_not_in_the_documents():
+    # probe 135: "What is the price of the Keeper hurricane lamp?" -> "$89" (the Tidewater's),
+    # "How much did the company spend on advertising?" -> "$1.93 million" (net income), cited
+    report = [REPORT + "The Tidewater lantern sells at a price of $89. The Keeper lamp was discontinued.\n"
+                       "Net income for the year was $1.93 million, compared with $1.71 million.\n"
+                       "| Quarter | Complaints |\n|---|---|\n| Q3 | 131 |\n"]
+    for question, answer, figures in (
+            ("What is the price of the Keeper hurricane lamp?", "The Keeper lamp costs $89. [1]", ["89"]),
+            ("How much did the company spend on advertising?", "It spent $1.93 million on advertising.", ["1.93"]),
+            ("What was the marketing budget?", "The budget was 96 and 5.87 million.", ["96", "5.87"])):
+        judged = grounding.judge(question, report, answer, Cosine(0.8))
+        assert judged.not_in_documents and list(judged.figures_elsewhere) == figures, question
+    # a figure read beside what was asked, anywhere: not judged
+    for question, answer in (("What is the price of the Tidewater lantern?", "It costs $89."),
+                             ("What was net income?", "Net income was $1.93 million."),
+                             ("How many people does the Halden factory employ?", "It employs 96 people."),
+                             ("How many complaints were received in Q3?", "131 complaints."),  # a table row
+                             ("When did the Halden factory open?", "On 14 September 2023."),
+                             ("What was the Tidewater's price?", "It was $89, or 96.")):  # 96 is Halden's: one is enough
+        assert not grounding.judge(question, report, answer, Cosine(0.8)).figures_elsewhere, question
+    # a made-up figure is `citations.invented_figures`'s; a "who" answer's figures are asides
+    assert not grounding.judge("What was the Keeper's price?", report, "It was $77.", Cosine(0.8)).figures_elsewhere
+    assert not grounding.judge("Who chairs the board?", report, "Anna, paid $89.", Cosine(0.8)).figures_elsewhere
+    # "compared" is no "company": the words of a line are matched whole, less their endings
+    assert not grounding._same_word("compan", "compar") and grounding._same_word("employ", "employee")
+
+
+def test_a_notice_for_figures_read_elsewhere_says_so():
+    from ktcli.render.formats import figures_elsewhere
+    from ktcli.types import Answer
+
+    misplaced = Answer("It costs $89.", (), None, not_in_documents=True,
+                       grounding={"question_match": 0.6, "question_words_found": 1.0, "answer_words_read": 1.0,
+                                  "year_unread": False, "names_unread": [], "figures_elsewhere": ["89"]})
+    assert figures_elsewhere(["89"]) in citations_text(misplaced) and NOT_IN_DOCUMENTS not in citations_text(misplaced)
+
+
 def test_a_notice_for_a_name_alone_names_it():
     from ktcli.render.formats import no_such_name
     from ktcli.types import Answer
