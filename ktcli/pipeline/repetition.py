@@ -134,8 +134,14 @@ def _fences_only(unit: str) -> bool:
 
 
 def _one_line_of_words(unit: str) -> bool:
-    """A period of one line with words (where the stream ends mid-line, a rotation of it)."""
-    return unit.count("\n") == 1 and bool(_LETTERS.search(unit))
+    """A period of one line with words (where the stream ends mid-line, a rotation of it),
+    and blank lines: a summary of mv(1) wrote "MV(1)" and a blank line 35 times (7
+    characters a copy: the span rule wanted 35) before the guard stopped it (probe 135)."""
+    if "\n" not in unit:
+        return False
+    lines = unit.split("\n")
+    lines = [lines[-1] + lines[0], *lines[1:-1]]  # a rotation's last piece is its first line's start
+    return sum(1 for line in lines if line.strip()) == 1 and bool(_LETTERS.search(unit))
 
 
 _MARKER = re.compile(r"(?<![\w\]\[])\[\d+\]")  # a citation, not an index: buf[10] is code

@@ -490,3 +490,16 @@ def test_copies_that_count_up_in_ordinals_end_at_the_third(seed):
     fine = (f"The first argument is the path to the file to read. The second argument is the path to the file "
             f"to read. The third argument is the mode to open it in.")
     assert _stream(EchoedText(), fine, seed) == fine
+
+
+def test_a_short_line_between_blank_lines_is_a_loop_at_its_fifth_copy():
+    # probe 135: `ktcli summarize mv.1.gz` wrote "MV(1)" and a blank line 35 times
+    guard = RepetitionGuard()
+    fed = 0
+    while not guard.feed("MV(1)") and not guard.feed("\n\n"):
+        fed += 1
+        assert fed < 10
+    assert fed == 4 and guard.kept().strip() == "MV(1)"
+    # a list of short lines that differ is no loop
+    other = RepetitionGuard()
+    assert not any(other.feed(f"- item {c}\n\n") for c in "abcdefghij")
