@@ -82,6 +82,19 @@ def _echo(text: str, ends: bool = False) -> bool | None:
     return False
 
 
+# A line of Markdown images alone, each maybe a link: a README's badges. The bundled model
+# summed libcbor's README up as seven lines of `[![codecov](https://codecov.io/...)](...)`,
+# its URLs half made up, and nothing else (probe 135). An image says nothing in a terminal.
+_IMAGE = r"(?:\[\s*)?!\[[^\]\n]*\]\([^)\n]*\)(?:\s*\]\([^)\n]*\))?"
+_IMAGES_ONLY = re.compile(rf"{_IMAGE}(?:[\s,|]*{_IMAGE})*")
+
+
+def _may_be_images(start: str) -> bool:
+    """Whether a line starting `start` may be Markdown images alone (held to its end)."""
+    said = start.strip()
+    return said.startswith(("![", "[![", "[ ![")) or said in ("!", "[", "[!", "[ ")
+
+
 class SummaryLines:
     """Feed streamed pieces, get back the text to show; `flush` at the end."""
 
@@ -101,6 +114,7 @@ class SummaryLines:
         self.dropped_markup = 0
         self.dropped_blocks = 0
         self.dropped_echoes = 0
+        self.dropped_images = 0
         self._echoing = False  # the line being written is an instruction written back: left out to its end
 
     def feed(self, piece: str) -> str:
@@ -122,7 +136,8 @@ class SummaryLines:
             return ""
         self._held += part
         start = self._held.lstrip(" \t")
-        if self._block is None and start.strip() and start[0] not in "<`~." and not self._held[:1].isspace():
+        if self._block is None and start.strip() and start[0] not in "<`~." and not self._held[:1].isspace() \
+                and not _may_be_images(start):
             echo = _echo(start, ends)
             if echo:
                 self._held, self._echoing = "", not ends
@@ -177,6 +192,9 @@ class SummaryLines:
         if line.strip() and not MARKUP_TAG.sub("", line).strip():
             self.dropped_markup += 1
             return ""
+        if _IMAGES_ONLY.fullmatch(line.strip()):
+            self.dropped_images += 1
+            return ""
         return line
 
     def _end_block(self) -> str:
@@ -211,7 +229,7 @@ class SummaryLines:
 
     @property
     def dropped_any(self) -> bool:
-        return bool(self.dropped_blocks or self.dropped_markup or self.dropped_echoes)
+        return bool(self.dropped_blocks or self.dropped_markup or self.dropped_echoes or self.dropped_images)
 
     def said(self, subject: str) -> str:
         """What was left out, as one warning ("" for nothing)."""
@@ -220,6 +238,8 @@ class SummaryLines:
             parts.append(f"{self.dropped_blocks} code block(s) that are not in the input (made up by the model)")
         if self.dropped_markup:
             parts.append(f"{self.dropped_markup} line(s) of HTML tags alone")
+        if self.dropped_images:
+            parts.append(f"{self.dropped_images} line(s) of Markdown images (badges) alone")
         if self.dropped_echoes:
             parts.append(f"{self.dropped_echoes} line(s) writing ktcli's instructions back")
         return f"left out of {subject}: {' and '.join(parts)}" if parts else ""

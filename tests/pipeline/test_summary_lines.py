@@ -172,3 +172,18 @@ def test_a_lead_in_from_the_notes_instruction_alone_on_its_line_is_left_out(step
     assert shown == ("The build graph is a list of build statements.\nThe main points: rules and builds.\n"
                      "The mainline build.\n")
     assert lines.said("the summary") == "left out of the summary: 2 line(s) writing ktcli's instructions back"
+
+
+def test_lines_of_markdown_badges_alone_are_left_out():
+    # probe 135: libcbor's README summed up as seven badge lines, their URLs half made up
+    source = "# libcbor\n\n[![Build](https://ci.example/b.svg)](https://ci.example)\n\nlibcbor parses CBOR.\n"
+    lines = SummaryLines(source)
+    streamed = ("[![codecov](https://codecov.io/gh/PJK/libcbor/branch/master)](https://codecov.io/gh/PJK)\n\n"
+                "libcbor is a C library for CBOR.\n"
+                "![logo](logo.png) ![ci](https://ci.example/b.svg)\n"
+                "See [the docs](https://libcbor.readthedocs.io) for more.\n"
+                "[1] A line that opens with a label is prose.\n")
+    shown = "".join(lines.feed(c) for c in streamed) + lines.flush()
+    assert shown == ("libcbor is a C library for CBOR.\nSee [the docs](https://libcbor.readthedocs.io) for more.\n"
+                     "[1] A line that opens with a label is prose.\n")
+    assert lines.dropped_images == 2 and "2 line(s) of Markdown images (badges) alone" in lines.said("the summary")
