@@ -89,6 +89,37 @@ _IMAGE = r"(?:\[\s*)?!\[[^\]\n]*\]\([^)\n]*\)(?:\s*\]\([^)\n]*\))?"
 _IMAGES_ONLY = re.compile(rf"{_IMAGE}(?:[\s,|]*{_IMAGE})*")
 
 
+# How a line of code outside a fence starts: a preprocessor line, a definition, an import,
+# a C declaration, a brace, a decorator, a prompt. Lowercase keywords: a summary's prose
+# starts with a capital. The bundled model summed alloca.h up as `#define _ALLOCA_H` and
+# `#define _ALLOCA_H_` (a name of its own), shown as two headings (probe 135).
+_CODE_KEYWORDS = ("#include", "#define", "#undef", "#if", "#else", "#elif", "#endif", "#pragma", "def ", "async def ",
+                  "class ", "import ", "from ", "return ", "int ", "void ", "char ", "static ", "const ", "struct ",
+                  "typedef ", "extern ", "unsigned ", "@", "{", "}", "$ ", ">>> ")
+# The whole line, once it has ended: code, not prose that starts with such a word.
+_CODE_LINE = re.compile(
+    r"#\s*(?:include|define|undef|ifn?def|if|else|elif|endif|pragma)\b.*"
+    r"|(?:async\s+)?def\s+\w+\s*\(.*"
+    r"|class\s+\w+\s*(?:\(.*\))?\s*[:{]?"
+    r"|import\s+[\w.]+(?:\s+as\s+\w+)?(?:\s*,\s*[\w.]+(?:\s+as\s+\w+)?)*\s*;?"
+    r"|from\s+[\w.]+\s+import\s+[\w*, ()]+"
+    r"|return(?:\s+[^.]*)?;?"
+    r"|(?:(?:static|const|extern|unsigned|struct|typedef|int|void|char)\s+)+[\w*\s,()\[\]]*[;{)]"
+    r"|@\w[\w.]*(?:\(.*\))?"
+    r"|[{}][\s;{}]*"
+    r"|(?:\$|>>>)\s+\S.*"
+    # an indented line of code: a call or an assignment, ending as code does
+    r"|[a-z_][\w.]*(?:\(.*\)\s*[;:{]?|\s*=\s*[^=\s].*)")
+
+
+def _code_start(start: str) -> bool | None:
+    """Whether a line starting `start` (its indent off) starts as code: True, None while it
+    still may (a prefix of one of `_CODE_KEYWORDS`), else False."""
+    if start.startswith(_CODE_KEYWORDS):
+        return True
+    return None if any(key.startswith(start) for key in _CODE_KEYWORDS) else False
+
+
 def _may_be_images(start: str) -> bool:
     """Whether a line starting `start` may be Markdown images alone (held to its end)."""
     said = start.strip()
@@ -115,6 +146,8 @@ class SummaryLines:
         self.dropped_blocks = 0
         self.dropped_echoes = 0
         self.dropped_images = 0
+        self.dropped_code_lines = 0
+        self._collapsed: str | None = None  # the source, its runs of spaces one space
         self._echoing = False  # the line being written is an instruction written back: left out to its end
 
     def feed(self, piece: str) -> str:
@@ -145,6 +178,14 @@ class SummaryLines:
                 return ""
             if echo is None and not ends:
                 return ""  # held while it may still be one
+            code = _code_start(start)
+            if code is not False:
+                # held to its end: a line of code outside any fence (`_line` keeps it where
+                # it is the source's), or while it may still start as one ("de", "#")
+                if not ends:
+                    return ""
+                line, self._held = self._held, ""
+                return self._show(self._line(line))
             # prose: shown as it comes (only a line that opens with a tag, a fence, a
             # directive or an indent waits for its end)
             shown, self._held = self._held, ""
@@ -195,7 +236,21 @@ class SummaryLines:
         if _IMAGES_ONLY.fullmatch(line.strip()):
             self.dropped_images += 1
             return ""
+        if _CODE_LINE.fullmatch(line.strip()) and not self._line_from_source(line):
+            self.dropped_code_lines += 1
+            return ""
         return line
+
+    def _line_from_source(self, line: str) -> bool:
+        """Whether a line of code outside a fence is the source's own (a whole run of its
+        words, spaces aside) and defines no name the source does not."""
+        said = " ".join(MARKUP_TAG.sub("", line).split())
+        name = defined_name(said)
+        if name and name not in self._names_defined():
+            return False
+        if self._collapsed is None:
+            self._collapsed = " ".join(self._source.split())
+        return re.search(rf"(?<!\w){re.escape(said)}(?!\w)", self._collapsed) is not None
 
     def _end_block(self) -> str:
         block, self._block = self._block or [], None
@@ -229,13 +284,17 @@ class SummaryLines:
 
     @property
     def dropped_any(self) -> bool:
-        return bool(self.dropped_blocks or self.dropped_markup or self.dropped_echoes or self.dropped_images)
+        return bool(self.dropped_blocks or self.dropped_markup or self.dropped_echoes or self.dropped_images
+                    or self.dropped_code_lines)
 
     def said(self, subject: str) -> str:
         """What was left out, as one warning ("" for nothing)."""
         parts = []
         if self.dropped_blocks:
             parts.append(f"{self.dropped_blocks} code block(s) that are not in the input (made up by the model)")
+        if self.dropped_code_lines:
+            parts.append(f"{self.dropped_code_lines} line(s) of code outside a code block that are not in the input "
+                         "(made up by the model)")
         if self.dropped_markup:
             parts.append(f"{self.dropped_markup} line(s) of HTML tags alone")
         if self.dropped_images:

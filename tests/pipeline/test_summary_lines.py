@@ -187,3 +187,41 @@ def test_lines_of_markdown_badges_alone_are_left_out():
     assert shown == ("libcbor is a C library for CBOR.\nSee [the docs](https://libcbor.readthedocs.io) for more.\n"
                      "[1] A line that opens with a label is prose.\n")
     assert lines.dropped_images == 2 and "2 line(s) of Markdown images (badges) alone" in lines.said("the summary")
+
+
+def _shown(source: str, streamed: str, under_heading: bool = False) -> tuple[str, SummaryLines]:
+    lines = SummaryLines(source, under_heading)
+    # token by token, as the model streams: a line's start arrives a few characters at a time
+    pieces = [streamed[i:i + 3] for i in range(0, len(streamed), 3)]
+    return "".join(lines.feed(p) for p in pieces) + lines.flush(), lines
+
+
+ALLOCA = ("#ifndef\t_ALLOCA_H\n#define\t_ALLOCA_H\t1\n\n#include <features.h>\n\n"
+          "/* Allocate a block that will be freed when the calling function exits.  */\n"
+          "extern void *alloca (size_t __size) __THROW;\n")
+
+
+def test_code_lines_outside_a_fence_that_are_not_the_sources_are_left_out():
+    # probe 135: alloca.h summed up as "#define _ALLOCA_H" and "#define _ALLOCA_H_", shown as headings
+    shown, lines = _shown(ALLOCA, "#define\t_ALLOCA_H_\nThe header declares alloca.\n#include <stdlib.h>\n",
+                          under_heading=True)
+    assert shown == "The header declares alloca.\n"
+    assert lines.dropped_code_lines == 2 and "2 line(s) of code outside a code block that are not in the input" \
+        in lines.said("the summary")
+    # a made-up script, its body indented
+    shown, lines = _shown("def parse(text):\n    return text.split()\n",
+                          "It splits text.\ndef main():\n    print(parse('a b'))\n    result = main()\nimport os\n")
+    assert shown == "It splits text.\n" and lines.dropped_code_lines == 4
+
+
+def test_code_lines_outside_a_fence_that_are_the_sources_stay_and_prose_is_not_code():
+    shown, lines = _shown(ALLOCA, "#define _ALLOCA_H\nextern void *alloca (size_t __size) __THROW;\n")
+    assert shown == "#define _ALLOCA_H\nextern void *alloca (size_t __size) __THROW;\n" and not lines.dropped_any
+    prose = ("# Summary\n## alloca.h\nfrom the header: alloca allocates on the stack.\n"
+             "import is not what this does.\nclass of functions: memory.\n  see (the notes) below.\n"
+             "int values are returned.\n- def lines are listed\n")
+    shown, lines = _shown(ALLOCA, prose)
+    assert shown == prose and not lines.dropped_any
+    # a heading under ktcli's own `## path` goes a level down, as before
+    shown, _ = _shown(ALLOCA, "# Usage\nCall alloca.\n", under_heading=True)
+    assert shown == "## Usage\nCall alloca.\n"
