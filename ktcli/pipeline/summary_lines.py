@@ -87,6 +87,7 @@ def _echo(text: str, ends: bool = False) -> bool | None:
 # its URLs half made up, and nothing else (probe 135). An image says nothing in a terminal.
 _IMAGE = r"(?:\[\s*)?!\[[^\]\n]*\]\([^)\n]*\)(?:\s*\]\([^)\n]*\))?"
 _IMAGES_ONLY = re.compile(rf"{_IMAGE}(?:[\s,|]*{_IMAGE})*")
+_IMAGES_CUT = re.compile(rf"(?:{_IMAGE}[\s,|]*)*(?:\[\s*)?!\[.*")
 
 
 # How a line of code outside a fence starts: a preprocessor line, a definition, an import,
@@ -210,6 +211,10 @@ class SummaryLines:
 
     def flush(self) -> str:
         held, self._held = self._held, ""
+        if self._block is None and _IMAGES_CUT.fullmatch(held.strip()):
+            # images cut off mid-link where the text ended (--max-new-tokens): a badge line still
+            self.dropped_images += 1
+            held = ""
         shown = self._show(self._line(held)) if held else ""
         if self._block is not None:
             shown += self._show(self._end_block())

@@ -187,6 +187,9 @@ def test_lines_of_markdown_badges_alone_are_left_out():
     assert shown == ("libcbor is a C library for CBOR.\nSee [the docs](https://libcbor.readthedocs.io) for more.\n"
                      "[1] A line that opens with a label is prose.\n")
     assert lines.dropped_images == 2 and "2 line(s) of Markdown images (badges) alone" in lines.said("the summary")
+    # one cut off mid-link where the text ended (--max-new-tokens)
+    shown, cut = _shown(source, "libcbor parses CBOR.\n[![Build Status](https://ci.appveyor.io/proj")
+    assert shown == "libcbor parses CBOR.\n" and cut.dropped_images == 1
 
 
 def _shown(source: str, streamed: str, under_heading: bool = False) -> tuple[str, SummaryLines]:
