@@ -204,14 +204,42 @@ def figures_elsewhere(question: str, answer: str, read: Sequence[str], passages:
     for figure in said:
         # (a date by its day and month: a memo's "by 28 May" under its "Date: 2024-05-02")
         day = f"--{figure[5:]}" if _ISO_DAY.fullmatch(figure) else None
-        holders = [u for u in units if citations._held(figure, known := citations._known_figures([u]))
-                   or (day and day in known)]
-        if not holders:
+
+        def holds(text: str) -> bool:
+            known = citations._known_figures([text])
+            return citations._held(figure, known) or bool(day and day in known)
+
+        holders = [u for u in units if holds(u)]
+        # and the heading of each line that holds it: "## Curlew Hut" over "Bunks: 14"; the
+        # line itself where no unit holds it ("Sleeps 16.": a line no unit is made of)
+        lines = [(line, heading) for text in read for line, heading in _headed_lines(text) if holds(line)]
+        if not holders and not lines:
             continue  # made up, not misplaced
-        if any(_same_word(a, _root(w)) for u in holders for w in tokenize(u) for a in subject):
+        context = [*(holders or [line for line, _ in lines]), *{heading for _, heading in lines}]
+        if any(_same_word(a, _root(w)) for c in context for w in tokenize(c) for a in subject):
             return []
         elsewhere.append(figure)
     return elsewhere
+
+
+_MD_HEADING = re.compile(r"#{1,6}\s+(\S.*)")
+_UNDERLINE = re.compile(r"([=\-~^*#])\1{2,}\s*")
+
+
+def _headed_lines(text: str) -> list[tuple[str, str]]:
+    """Each line of `text` with the Markdown or reStructuredText heading it stands under
+    ("" where none)."""
+    lines = text.splitlines()
+    out, heading = [], ""
+    for i, line in enumerate(lines):
+        md = _MD_HEADING.fullmatch(line.strip())
+        if md:
+            heading = md[1]
+        elif line.strip() and i + 1 < len(lines) and _UNDERLINE.fullmatch(lines[i + 1].strip()) \
+                and not _UNDERLINE.fullmatch(line.strip()):
+            heading = line.strip()
+        out.append((line, heading))
+    return out
 
 
 # A question that asks for an amount, a price, a date or a share: "How many ...", "What was

@@ -141,6 +141,12 @@ def test_an_amount_read_only_in_lines_about_something_else_is_not_in_the_documen
                              ("When did the Halden factory open?", "On 14 September 2023."),
                              ("What was the Tidewater's price?", "It was $89, or 96.")):  # 96 is Halden's: one is enough
         assert not grounding.judge(question, report, answer, Cosine(0.8)).figures_elsewhere, question
+    # under a heading that names it: a table's row need not
+    guide = ["# Huts\n\n## Curlew Hut\n\n| Bunks | Price |\n|---|---|\n| 14 | 12 |\n\nWren\n----\n\nSleeps 16.\n"]
+    assert not grounding.judge("How many bunks does Curlew Hut have?", guide, "14 bunks.", Cosine(0.8)).figures_elsewhere
+    assert not grounding.judge("What does a night at Wren cost?", guide, "12 a night, 16 beds.",
+                               Cosine(0.8)).figures_elsewhere  # 16 under "Wren" (underlined)
+    assert grounding.judge("What does a night at Wren cost?", guide, "12 a night.", Cosine(0.8)).figures_elsewhere
     # a made-up figure is `citations.invented_figures`'s; a "who" answer's figures are asides
     assert not grounding.judge("What was the Keeper's price?", report, "It was $77.", Cosine(0.8)).figures_elsewhere
     assert not grounding.judge("Who chairs the board?", report, "Anna, paid $89.", Cosine(0.8)).figures_elsewhere
