@@ -228,3 +228,14 @@ def test_code_lines_outside_a_fence_that_are_the_sources_stay_and_prose_is_not_c
     # a heading under ktcli's own `## path` goes a level down, as before
     shown, _ = _shown(ALLOCA, "# Usage\nCall alloca.\n", under_heading=True)
     assert shown == "## Usage\nCall alloca.\n"
+
+
+def test_an_answers_script_block_not_in_the_input_is_counted_as_made_up():
+    # probe 135: "What was employee turnover?" of the sample report was answered with a
+    # <script> block of the model's own, and nothing said
+    from ktcli.pipeline.summary_lines import made_up_blocks
+
+    report = "Employee turnover was 7.4 percent.\n"
+    assert made_up_blocks("<script>\ndocument.write(`<h1>Employee Turnover:</h1>`);\n</script>", [report]) == 1
+    assert made_up_blocks("<pre>Employee turnover was 7.4 percent.</pre>", [report]) == 0  # the input's own
+    assert made_up_blocks("Turnover was 7.4 percent. <b>Low</b>.", [report]) == 0
