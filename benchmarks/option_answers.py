@@ -15,11 +15,11 @@ COLUMNS=80); a page the machine lacks is skipped and counted. Each page's sha256
 recorded beside the one probe 132 judged (`page_as_judged`): another man-db or coreutils
 version gives another page, and maybe other answers.
 
-Scoring (`score`): an answer is right when it holds one of the question's `right` phrases
-(the entry's meaning) and none of its `wrong` phrases (another option's meaning, or a
-meaning the entry does not say); part when it holds only a `part` phrase (the meaning in
-part, or vaguely) and no wrong one; else wrong. The phrases were chosen so
-that the scores agree with probe 132's hand judgments of its final answers
+Scoring (`score`): an answer that never names the option is wrong; else it is right when it
+holds one of the question's `right` phrases (the entry's meaning) and none of its `wrong`
+phrases (another option's meaning, or a meaning the entry does not say); part when it holds
+only a `part` phrase (the meaning in part, or vaguely) and no wrong one; else wrong. The
+phrases were chosen so that the scores agree with probe 132's hand judgments of its final answers
 (`benchmarks/option_answers_judged.json`, checked by `--check-judged` and
 tests/test_option_answers.py); they are no judge of answers unlike those, and a new answer
 that says the meaning in other words scores wrong: read the answers (they are all in the
@@ -143,6 +143,8 @@ def _norm(text: str) -> str:
 def score(answer: str, q: Question) -> str:
     """right / part / wrong, by the question's phrases (see the module's doc)."""
     low = _norm(answer)
+    if not re.search(r"(?<![\w-])" + re.escape(q.option.lower()) + r"(?![\w-])", low):
+        return "wrong"  # the tool described, not the option (probe 132: wc's "prints the line counts", W)
     right = any(p in low for p in q.right)
     part = any(p in low for p in q.part)
     wrong = any(p in low for p in q.wrong)
