@@ -26,3 +26,13 @@ def test_options_with_no_commas_between_them_are_an_entry():
     # gzip's "-d --decompress --uncompress" was no entry, so -d's was not found (probe 132)
     assert is_entry("       -d --decompress --uncompress") and entry_of("-d --decompress --uncompress", "--decompress")
     assert not is_entry("-m pip install --upgrade to upgrade it.")
+
+
+def test_a_long_line_of_options_with_values_is_read_at_once():
+    """`-a=b, -c=d, ...`: a value's `\\S*` could end before or after each comma, 2^n ways to
+    fail, and a line of 25 such took 87 s in `is_entry` (a hang for longer ones)."""
+    from ktcli.retrieval.options import is_entry, options_alone
+
+    line = "-a=b, " * 40 + "x y"
+    assert not is_entry(line) and not options_alone(line)
+    assert options_alone("-a=b, " * 40 + "-c")
