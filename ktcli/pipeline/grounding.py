@@ -37,6 +37,7 @@ rule on none of the 135 answerable questions, whatever the answer."""
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -148,8 +149,11 @@ def unread_names(question: str, texts: Sequence[str]) -> list[str]:
     missing = []
     for word in dict.fromkeys(_question_names(question)):
         forms = [citations.fold(word).lower()]
-        if len(word) > 4 and word.lower().endswith("s") and not word.isupper():
-            forms.append(forms[0][:-1])  # "the Keepers" of a page on the Keeper
+        if word.isalpha() and not word.isupper() and len(word) > 5:
+            # the word's start, a little over half of it and five letters at least:
+            # "Installation" of a page that writes "install", "the Keepers" of one on the
+            # Keeper, "Searching" of one on search(); not "Kubernetes" of one on "Kube"
+            forms.append(forms[0][:max(5, math.ceil(len(word) * 0.55))])
         period = _PERIOD.fullmatch(word)
         spelled = None
         if period:

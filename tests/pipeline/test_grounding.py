@@ -167,6 +167,9 @@ def test_through_retrieval_the_rest_of_the_input_is_read_only_where_it_names_the
     assert grounding.unread_names("How many Keepers were sold?", ["The Keeper lamp sold well."]) == []
     assert grounding.unread_names("How many Beacons were sold?", ["The Keeper lamp sold well."]) == ["Beacons"]
     assert grounding.unread_names("What did the Keeper cost?", ["A gatekeeper's hut."]) == ["Keeper"]  # a word's start
+    # a capitalised word of the question the input writes in another form: its start is enough
+    for question in ("How does Searching work?", "What Exceptions can it raise?", "How is Installation done?"):
+        assert grounding.unread_names(question, ["search() raises an exception; install it first"]) == [], question
 
 
 def test_a_notice_for_figures_read_elsewhere_says_so():
