@@ -68,14 +68,15 @@ def no_such_name(names: list[str]) -> str:
 
 
 def _not_found_notice(grounding: dict) -> str:
-    if _year_alone(grounding):
-        return NO_SUCH_YEAR
-    names = grounding.get("names_unread") or []
-    if names and grounding.get("question_match", 0) >= _match_below():
-        return no_such_name(names)
-    figures = grounding.get("figures_elsewhere") or []
-    if figures and grounding.get("question_match", 0) >= _match_below():
-        return figures_elsewhere(figures)
+    """The notice of the one sign that fired where the question matched what was read (a
+    year, a name, misplaced figures), else the general one."""
+    if _question_matched(grounding):
+        if grounding.get("year_unread"):
+            return NO_SUCH_YEAR
+        if names := grounding.get("names_unread"):
+            return no_such_name(names)
+        if figures := grounding.get("figures_elsewhere"):
+            return figures_elsewhere(figures)
     return NOT_IN_DOCUMENTS
 
 
@@ -87,17 +88,11 @@ def figures_elsewhere(figures: list[str]) -> str:
             "what the question asks about, so the answer above is likely another thing's figure, not the answer.")
 
 
-def _match_below() -> float:
+def _question_matched(grounding: dict) -> bool:
+    """The question matched what was read: the notice fired for another sign alone."""
     from ktcli.pipeline.grounding import QUESTION_MATCH_BELOW
 
-    return QUESTION_MATCH_BELOW
-
-
-def _year_alone(grounding: dict) -> bool:
-    """The notice fired for the year alone: the question matched what was read."""
-    from ktcli.pipeline.grounding import QUESTION_MATCH_BELOW
-
-    return bool(grounding.get("year_unread")) and grounding.get("question_match", 0) >= QUESTION_MATCH_BELOW
+    return grounding.get("question_match", 0) >= QUESTION_MATCH_BELOW
 
 
 def _files_text(answer: Answer) -> str:
