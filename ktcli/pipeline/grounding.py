@@ -115,7 +115,7 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     bounds = set(_BOUND_YEAR.findall(question))
     year_unread = any(citations.YEAR.fullmatch(t) and t not in years and t not in bounds for t in asked)
     names = unread_names(question, [*read, *whole])
-    misplaced = figures_elsewhere(question, answer, read, passages=passages, whole=whole)
+    misplaced = figures_elsewhere(question, answer, read, passages=passages, whole=whole, read_units=units)
     return Grounding(match, found, words_read,
                      nowhere or year_unread or bool(names) or bool(misplaced) or (unmatched and unbacked),
                      year_unread, tuple(names), tuple(misplaced))
@@ -153,7 +153,8 @@ def unread_names(question: str, texts: Sequence[str]) -> list[str]:
             # the word's start, a little over half of it and five letters at least:
             # "Installation" of a page that writes "install", "the Keepers" of one on the
             # Keeper, "Searching" of one on search(); not "Kubernetes" of one on "Kube"
-            forms.append(forms[0][:max(5, math.ceil(len(word) * 0.55))])
+            # (in place of the whole word, which starts with it: one search, not two)
+            forms = [forms[0][:max(5, math.ceil(len(word) * 0.55))]]
         period = _PERIOD.fullmatch(word)
         spelled = None
         if period:
@@ -199,7 +200,7 @@ def _own_words(answer: str, question: str) -> list[str]:
 
 
 def figures_elsewhere(question: str, answer: str, read: Sequence[str], passages: bool = False,
-                      whole: Sequence[str] = ()) -> list[str]:
+                      whole: Sequence[str] = (), read_units: Sequence[str] | None = None) -> list[str]:
     """The answer's figures (years aside, and those the question writes) where every one
     that stands in what was read stands only in units (`key_lines.lines_of`: sentences,
     table rows) that say nothing of what the question asks about: its names ("Keeper"),
@@ -229,8 +230,12 @@ def figures_elsewhere(question: str, answer: str, read: Sequence[str], passages:
     # folder took 8.5 s of CPU a question. (A figure that stands only in the others counts
     # as made up, not misplaced: not said.)
     stems = {a[:max(3, len(a) - 3)] for a in subject}  # (`_same_word`: a word's root starts with one)
-    read = [*read, *(t for t in whole if any(stem in t.lower() for stem in stems))]
-    units = list(dict.fromkeys(u for text in read for u in key_lines.lines_of(text, passage=passages)))
+    beside = [t for t in whole if any(stem in t.lower() for stem in stems)]
+    if read_units is None:  # (`judge` has cut what was read already)
+        read_units = [u for text in read for u in key_lines.lines_of(text, passage=passages)]
+    units = list(dict.fromkeys([*read_units,
+                                *(u for text in beside for u in key_lines.lines_of(text, passage=passages))]))
+    read = [*read, *beside]
     elsewhere = []
     for figure in said:
         # (a date by its day and month: a memo's "by 28 May" under its "Date: 2024-05-02")
