@@ -22,19 +22,23 @@ _ASKS_OF_AN_OPTION = re.compile(r"\b(?:do|does|did|doing|mean|means|option|optio
 # "-1  list one file per line") before a comma, two spaces or the line's end, not a figure
 # ("-5 degrees").
 _OPTION = r"(?:--?[A-Za-z][\w-]*|-\d(?=,|\s{2}|\s*$))"
+# An option's value joined to it: "--block-size=SIZE", "-F, --classify[=WHEN]", sed's
+# "-i[SUFFIX]" (to a comma or a space, not over it: `\S*` could end before or after each
+# ", " of "-a=b, -c=d, ...", 2^n ways to fail, and a line of 25 such took 87 s in `_ALONE`)
+_VALUE = r"(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?"
 # An option's argument as an entry writes it: "port" in "-p port", "<file>" in "-o, --output <file>"
 _ARGUMENT = r"(?:<[^>\s]*>|[^\s,<-][^\s,]*)"
 # The options a line opens with, its own entry: "-a, --all", "-S  sort by", "-p port Port",
 # "--block-size=SIZE", "-F, --classify[=WHEN]".
 # "-d delim, --delimiter=delim" (an argument before a comma, another option after it),
 # "-i[SUFFIX], --in-place[=SUFFIX]" (sed's)
-OPTION_HEAD = re.compile(rf"(?:{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?:\s+{_ARGUMENT},)?,?\s+)+")
+OPTION_HEAD = re.compile(rf"(?:{_OPTION}{_VALUE}(?:\s+{_ARGUMENT},)?,?\s+)+")
 # An entry's options and their arguments, where two spaces or more part them from what the
 # option does: "-p port  Port to connect to", "-o, --output <file>  Write output to <file>",
 # "-d delim, --delimiter=delim  Input items are terminated by ..." (`key_lines.lines_of`
 # joins a man page's option line to its indented text so).
-_HEAD_AND_ARGUMENTS = (rf"{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?: {_ARGUMENT})?"
-                       rf"(?:,\s*{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?: {_ARGUMENT})?)*")
+_HEAD_AND_ARGUMENTS = (rf"{_OPTION}{_VALUE}(?: {_ARGUMENT})?"
+                       rf"(?:,\s*{_OPTION}{_VALUE}(?: {_ARGUMENT})?)*")
 OPTIONS_AND_ARGUMENTS = re.compile(rf"\s*({_HEAD_AND_ARGUMENTS}) {{2,}}(\S.*)", re.S)
 
 
@@ -66,10 +70,8 @@ def defines_option(line: str, option: str) -> bool:
 # by file size", a --help text's "  -a, --all     do not ignore"); not a sentence that a
 # line break left starting with a dash ("-m pip install --upgrade`` to upgrade ...").
 # (gzip writes its options with no commas: "-d --decompress --uncompress")
-# (A value runs to a comma or a space, not over it: `\S*` could end before or after each
-# ", " of "-a=b, -c=d, ...", 2^n ways to fail, and a line of 25 such took 87 s.)
-_ALONE = (rf"\s*{_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?(?:\s+{_ARGUMENT}(?=,))?"
-          rf"(?:(?:,\s*|\s+(?=-)){_OPTION}(?:\[?=[^\s,]*|\[[^\s,=\]]*\])?"
+_ALONE = (rf"\s*{_OPTION}{_VALUE}(?:\s+{_ARGUMENT}(?=,))?"
+          rf"(?:(?:,\s*|\s+(?=-)){_OPTION}{_VALUE}"
           rf"(?:\s+{_ARGUMENT}(?=,))?)*(?:\s+[^\s-]\S*)?\s*$")
 _OPTIONS_ALONE = re.compile(_ALONE)
 # (the options and their arguments, then two spaces: a man page's justified line "-o,
