@@ -61,16 +61,21 @@ def _man_link(data: bytes) -> str | None:
     """The page a man page links to where it holds nothing else (comments aside)."""
     if len(data) > _MAX_LINK_PAGE:
         return None
-    compression = compressed.format_of(data)
-    if compression is not None:
-        try:
-            data, _ = compressed.decompress(data, compression, "", _MAX_LINK_PAGE, "")
-        except RejectedInput:
-            return None
+    try:
+        data = _decompressed(data, _MAX_LINK_PAGE)
+    except RejectedInput:
+        return None
     lines = [line for line in data.decode("utf-8", "replace").splitlines()
              if line.strip() and not re.match(r"^[.'][ \t]*(?:\\[\"#]|$)", line)]
     m = _SO_LINE.match(lines[0]) if len(lines) == 1 else None
     return m.group(1) if m else None
+
+
+def _decompressed(data: bytes, limit: int) -> bytes:
+    """A man page's bytes as written, where the file is compressed whole (`ingest.compressed`):
+    RejectedInput past `limit` bytes or damaged."""
+    compression = compressed.format_of(data)
+    return data if compression is None else compressed.decompress(data, compression, "", limit, "")[0]
 
 
 def _linked_man_page(path: Path, display: str, link: str) -> Document:
@@ -733,10 +738,7 @@ def _man_includer(page: Path) -> Callable[[str], str | None]:
         if target is None:
             return None
         try:
-            data = read_file_bytes(target, str(target))
-            compression = compressed.format_of(data)
-            if compression is not None:
-                data, _ = compressed.decompress(data, compression, str(target), read_limit_bytes(), "")
+            data = _decompressed(read_file_bytes(target, str(target)), read_limit_bytes())
         except RejectedInput:
             return None
         return normalize_text(data.decode("utf-8", "replace"))
