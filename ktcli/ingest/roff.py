@@ -1021,7 +1021,7 @@ class _Reader:
         elif name == "Fn" and words:
             tail = "".join(w for w in words[1:] if w in _PUNCTUATION)
             arguments = [w.replace(_LITERAL, "") for w in words[1:] if w not in _PUNCTUATION]
-            self.emit(f"{words[0]}({', '.join(arguments)}){';' if self.section == 'SYNOPSIS' else ''}{tail}")
+            self.prototype(words[0], arguments, tail)
         else:
             self.emit(self.mdoc_words([name, *words]))
 
@@ -1054,6 +1054,10 @@ class _Reader:
             return
         (function, arguments), self.function = self.function, None
         tail = self.mdoc_text(rest)
+        self.prototype(function, arguments, tail)
+
+    def prototype(self, function: str, arguments: list[str], tail: str) -> None:
+        """`crypt(const char *phrase, ...)`, `;` after it in a SYNOPSIS (`.Fn`, `.Fo`...`.Fc`)."""
         self.emit(f"{function}({', '.join(arguments)}){';' if self.section == 'SYNOPSIS' else ''}{tail}")
 
     def r_Rs(self, rest: str) -> None:
