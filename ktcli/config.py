@@ -50,6 +50,9 @@ class Settings:
     # ktcli engine: keep prompts' K/V in cache_dir/prompts, read back by later questions
     # about the same input (engine.prefix_store); false: neither read nor write
     prompt_cache: bool = True
+    # questions: embed every chunk (all), or, where more than EMBED_FOCUS_FROM are not in
+    # the index cache yet, those the question's words point at (auto)
+    embed: str = "auto"
     outline: str = "auto"  # summaries: read code and long prose as outlines: auto (over the time budget) | always | never
     backend: str = "local"  # "local" (load --engine in this process) or "openai" (a server)
     base_url: str = ""  # the OpenAI-compatible server, e.g. http://127.0.0.1:8000/v1
@@ -266,7 +269,12 @@ _CHOICES = {
     "weights": ("auto", "fp32", "bf16", "fp16", "int8"),
     "kv_dtype": ("auto",) + KV_DTYPES,
     "outline": ("auto", "always", "never"),
+    "embed": ("auto", "all"),
 }
+# --embed auto: a question about an input with more than EMBED_FOCUS_FROM chunks not in
+# the index cache embeds the EMBED_FOCUS_CHUNKS its words point at (`retrieval.retriever`)
+EMBED_FOCUS_FROM = 1500
+EMBED_FOCUS_CHUNKS = 1000
 # KTCLI_PREFILL_DTYPE (an engine variable, not a setting: engine.device.resolve_prefill_dtype)
 PREFILL_DTYPES = ("auto", "fp32", "bf16")
 # Lowest allowed value of the numeric settings (request_timeout: above it; chunk_tokens, and

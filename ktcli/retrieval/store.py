@@ -10,7 +10,9 @@ Layout under <cache_dir>/index/:
 
 An entry holds the embeddings of one document (a long document is split into parts of
 at most PART_CHUNKS chunks, so a run killed inside a large PDF keeps the parts it
-finished). Its key hashes the embedder name, the document's sha256, the chunking
+finished). An entry may hold some of its chunks' rows only (its manifest's "rows" names
+them): a question about a large new folder embeds the chunks its words point at, not
+every one (`retriever.focus`), and a later question adds its own. Its key hashes the embedder name, the document's sha256, the chunking
 fingerprint (sha256 of the chunk texts' hashes, in order) and the part number. Paths
 and spans are deliberately not part of the key: a renamed file with the same content
 reuses its vectors, and spans always come from the current chunks.
@@ -80,31 +82,57 @@ class IndexStore:
 
     def load(self, key: str, chunk_hashes: Sequence[str], dim: int | None = None) -> np.ndarray | None:
         """The float32 [len(chunk_hashes), dim] vectors of a complete, intact entry, or
-        None when it is missing, partial or corrupt."""
+        None when it is missing, holds some rows only, or is corrupt."""
+        loaded = self.load_rows(key, chunk_hashes, dim)
+        return _restore(loaded[0]) if loaded is not None and loaded[1].all() else None
+
+    def load_rows(self, key: str, chunk_hashes: Sequence[str],
+                  dim: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+        """The rows an intact entry holds, as stored: float32 [len(chunk_hashes), dim] holding
+        the stored values exactly (zero where a row is not held; `as_stored` makes them the
+        unit vectors `load` returns, and `save` writes them back unchanged), and which rows
+        are held (bool [len(chunk_hashes)]); None when it is missing or corrupt."""
         manifest = self._matching_manifest(key, chunk_hashes)
-        if manifest is None:
+        rows = _held_rows(manifest, len(chunk_hashes)) if manifest is not None else None
+        if rows is None:
             return None
-        vectors = self._read_vectors(key, manifest, expected_rows=len(chunk_hashes), dim=dim)
-        if vectors is not None:
-            with suppress(OSError):
-                os.utime(self._manifest_path(key))  # recency, for prune()
-        return vectors
+        stored = self._read_vectors(key, manifest, expected_rows=len(rows), dim=dim)
+        if stored is None:
+            return None
+        with suppress(OSError):
+            os.utime(self._manifest_path(key))  # recency, for prune()
+        vectors = np.zeros((len(chunk_hashes), stored.shape[1]), dtype=np.float32)
+        vectors[rows] = stored
+        held = np.zeros(len(chunk_hashes), dtype=bool)
+        held[rows] = True
+        return vectors, held
 
     def holds(self, key: str, chunk_hashes: Sequence[str]) -> bool:
-        """Whether an entry for these chunks is there, by its manifest and its data file's
-        size (the planner's question: one stat; `load` still verifies the vectors' sha256).
-        By the manifest alone, an entry whose vectors were deleted, emptied or cut short was
-        planned as reused and then embedded again by the run."""
+        """Whether a complete entry for these chunks is there (`held`)."""
+        return all(self.held(key, chunk_hashes))
+
+    def held(self, key: str, chunk_hashes: Sequence[str]) -> list[bool]:
+        """Which of the chunks' rows an entry holds, by its manifest and its data file's
+        size (the planner's question: one stat; `load_rows` still verifies the vectors'
+        sha256). By the manifest alone, an entry whose vectors were deleted, emptied or cut
+        short was planned as reused and then embedded again by the run."""
+        none = [False] * len(chunk_hashes)
         manifest = self._matching_manifest(key, chunk_hashes)
+        rows = _held_rows(manifest, len(chunk_hashes)) if manifest is not None else None
         data_name = manifest.get("data") if manifest is not None else None
-        if not _is_data_name(key, data_name):
-            return False
+        if rows is None or not _is_data_name(key, data_name):
+            return none
         try:
             size = (self._shard(key) / data_name).stat().st_size
         except OSError:
-            return False
+            return none
         expected = manifest.get("data_bytes")  # (absent from manifests written before it was kept)
-        return size == expected if isinstance(expected, int) else size > 0
+        if not (size == expected if isinstance(expected, int) else size > 0):
+            return none
+        out = none
+        for row in rows:
+            out[row] = True
+        return out
 
     def _matching_manifest(self, key: str, chunk_hashes: Sequence[str]) -> dict | None:
         manifest = self._read_manifest(key)
@@ -137,7 +165,9 @@ class IndexStore:
             return None
         if array.ndim != 2 or array.shape[0] != expected_rows or (dim is not None and array.shape[1] != dim):
             return None
-        vectors = _restore(array)
+        if array.dtype not in (np.float16, np.float32):
+            return None
+        vectors = array.astype(np.float32)
         return vectors if np.isfinite(vectors).all() else None
 
     def as_stored(self, vectors: np.ndarray) -> np.ndarray:
@@ -148,11 +178,18 @@ class IndexStore:
 
     # -- writing ---------------------------------------------------------------------
 
-    def save(self, key: str, chunk_hashes: Sequence[str], vectors: np.ndarray, meta: dict | None = None) -> bool:
-        """Write one entry: vectors first, manifest last. False (and a note in
-        write_errors) when the disk refuses; the caller keeps its in-memory vectors."""
-        if vectors.ndim != 2 or vectors.shape[0] != len(chunk_hashes):
-            raise ValueError(f"{len(chunk_hashes)} chunk hashes but vectors of shape {vectors.shape}")
+    def save(self, key: str, chunk_hashes: Sequence[str], vectors: np.ndarray, meta: dict | None = None,
+             rows: Sequence[int] | None = None) -> bool:
+        """Write one entry: vectors first, manifest last. `rows`: the chunks (ascending
+        indices into chunk_hashes) whose vectors these are, where the entry holds some only
+        (None: all). It replaces what the entry held: a caller adding rows passes them all.
+        False (and a note in write_errors) when the disk refuses; the caller keeps its
+        in-memory vectors."""
+        n_rows = len(chunk_hashes) if rows is None else len(rows)
+        if vectors.ndim != 2 or vectors.shape[0] != n_rows:
+            raise ValueError(f"{n_rows} rows but vectors of shape {vectors.shape}")
+        if rows is not None and (list(rows) != sorted(set(rows)) or (rows and not 0 <= rows[0] <= rows[-1] < len(chunk_hashes))):
+            raise ValueError("rows must be distinct ascending indices into chunk_hashes")
         buffer = io.BytesIO()
         np.save(buffer, np.ascontiguousarray(vectors, dtype=self.dtype), allow_pickle=False)
         data = buffer.getvalue()
@@ -171,6 +208,8 @@ class IndexStore:
             "chunk_sha256": list(chunk_hashes),
             "written_at": time.time(),
         }
+        if rows is not None and n_rows < len(chunk_hashes):
+            manifest["rows"] = [int(r) for r in rows]
         try:
             self._sweep_temp_once()
             shard = self._shard(key)
@@ -278,6 +317,18 @@ class IndexStore:
 def _is_data_name(key: str, data_name: object) -> bool:
     """Whether a manifest's "data" names a data file of entry `key` in its own shard."""
     return isinstance(data_name, str) and data_name.startswith(key) and "/" not in data_name
+
+
+def _held_rows(manifest: dict, n: int) -> list[int] | None:
+    """The rows a manifest's vectors are (all n where it names none); None where its
+    "rows" are not distinct ascending indices below n (a damaged entry: not held)."""
+    rows = manifest.get("rows")
+    if rows is None:
+        return list(range(n))
+    if (not isinstance(rows, list) or not all(type(r) is int for r in rows)
+            or rows != sorted(set(rows)) or (rows and not 0 <= rows[0] <= rows[-1] < n)):
+        return None
+    return rows
 
 
 def _manifest_data(path: Path) -> str | None:
