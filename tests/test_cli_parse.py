@@ -25,6 +25,9 @@ def _ktcli(*args: str, tmp_path) -> subprocess.CompletedProcess:
     (("summarize", "notes.md", "--top-k", "3"),
      "error: ktcli summarize takes no --top-k: it is an option of ktcli ask and ktcli plan "
      "(see `ktcli summarize --help`)"),
+    (("summarize", "notes.md", "--embed", "all"),
+     "error: ktcli summarize takes no --embed: it is an option of ktcli ask and ktcli plan "
+     "(see `ktcli summarize --help`)"),
     (("serve", "--outline", "never"),
      "error: ktcli serve takes no --outline: it is an option of ktcli summarize and ktcli plan "
      "(see `ktcli serve --help`)"),

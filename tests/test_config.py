@@ -429,6 +429,9 @@ def test_word_choices_are_taken_in_any_case(tmp_path, monkeypatch):
         load_settings({"mode": "BOGUS"})
     with pytest.raises(UsageError, match="--device ' GPU ': choose"):
         load_settings({"device": " GPU "})
+    assert load_settings({"embed": "ALL"}).embed == "all"
+    with pytest.raises(UsageError, match="--embed 'some': choose auto or all"):
+        load_settings({"embed": "some"})
 
 
 

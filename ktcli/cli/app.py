@@ -63,7 +63,7 @@ os.environ.setdefault("GOMP_SPINCOUNT", "100000")
 from ktcli.cli.common import Options, fail, json_error, run_guarded  # noqa: E402
 from ktcli.cli.help_style import plain_type_column  # noqa: E402
 from ktcli.cli.stderr_guard import guard_stderr  # noqa: E402
-from ktcli.config import Settings  # noqa: E402
+from ktcli.config import EMBED_FOCUS_CHUNKS, EMBED_FOCUS_FROM, Settings  # noqa: E402
 from ktcli.errors import interruption, note_terminated  # noqa: E402
 
 plain_type_column()
@@ -134,6 +134,7 @@ ContextWindow = Annotated[Optional[int], typer.Option("--context-window", metava
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", metavar="DTYPE", help="KV page dtype: fp32, bf16, fp16, fp8, int8 or int4 (default: the plan's).")]
 AttentionOpt = Annotated[Optional[str], typer.Option("--attention", metavar="POLICY", help="dense, window (sinks + recent pages) or topk (sinks + recent + query-selected pages); topk:N / window:N set the page count (default topk:8, window:4; pages of 64 tokens).")]
 OutlineOpt = Annotated[Optional[str], typer.Option("--outline", metavar="WHEN", help="Summaries: read code files (signatures, docstrings, comments) and long prose (headings, first paragraphs) as outlines: auto (when reading every line would exceed --max-seconds, default 600 s), always or never.")]
+EmbedOpt = Annotated[Optional[str], typer.Option("--embed", metavar="WHICH", help=f"Questions: auto (the default: an input with over {EMBED_FOCUS_FROM:,} chunks not in the index cache embeds the {EMBED_FOCUS_CHUNKS:,} its words point at; later questions add theirs) or all (embed every chunk now).")]
 RopeScaling = Annotated[Optional[str], typer.Option("--rope-scaling", metavar="SCALING", help="linear|dynamic|yarn|llama3[:factor], e.g. yarn:4 (default: the model config's).")]
 
 
@@ -148,6 +149,7 @@ def ask(
     max_memory: MaxMemory = None, max_seconds: MaxSeconds = None, temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
+    embed: EmbedOpt = None,
 ) -> None:
     """Answer QUESTION about PATHS, with citations."""
     opts = Options(locals())
@@ -182,7 +184,7 @@ def plan(
     temperature: Temperature = None,
     backend: BackendOpt = None, base_url: BaseUrl = None, api_key: ApiKey = None, context_window: ContextWindow = None,
     kv_dtype: KvDtype = None, attention: AttentionOpt = None, rope_scaling: RopeScaling = None,
-    outline: OutlineOpt = None,
+    outline: OutlineOpt = None, embed: EmbedOpt = None,
 ) -> None:
     """Dry run: show tokens, the chosen mode and its time and memory estimates. Runs no model.
     Takes every option ask and summarize take, so a command line can be planned as it is."""

@@ -17,7 +17,7 @@ SETTING_FLAGS = (
     "model", "engine", "mode", "top_k", "max_new_tokens", "chunk_tokens", "max_file_bytes", "cache_dir",
     "threads", "device", "weights", "max_memory", "max_seconds", "temperature",
     "backend", "base_url", "api_key", "context_window", "kv_dtype", "attention",
-    "rope_scaling", "outline", "exclude",
+    "rope_scaling", "outline", "exclude", "embed",
 )
 
 
@@ -113,6 +113,8 @@ class Options:
         # plan takes every option of ask and summarize; one the planned command ignores is said
         if not question and self.flags.get("top_k") is not None:
             reporter.warn("--top-k is for a question: a summary reads every chunk")
+        if not question and self.flags.get("embed") is not None:
+            reporter.warn("--embed is for a question: a summary embeds nothing")
         if question and self.flags.get("outline") is not None:
             reporter.warn("--outline is for a summary: a question reads the retrieved chunks as they are")
         prep, extra = plan_only(paths, question, settings, reporter, None)

@@ -107,7 +107,7 @@ def plan_only(paths: list[str], question: str, settings: Settings, reporter: Rep
 # KeyError on the next input. The backend's own (kv pages, device) vary with it.
 FIGURE_DEFAULTS = {
     "retrieved": 0, "windows": 1, "evidence": [], "index_s": 0.0, "index_bytes": 0, "embedded_now": 0,
-    "embedded_tokens": 0, "embed_s": 0.0, "reused": 0, "outlined_files": 0, "outlined": [], "stopped_repeating": 0,
+    "embedded_tokens": 0, "embed_s": 0.0, "reused": 0, "not_embedded": 0, "outlined_files": 0, "outlined": [], "stopped_repeating": 0,
     # the prompt cache's (read, written) and the answer budget's (its value where reached):
     # there only when nonzero, they were KeyErrors for the next run's script
     "reused_tokens": 0, "reuse_s": 0.0, "kept_tokens": 0, "hit_max_new_tokens": 0,

@@ -10,7 +10,9 @@ from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.prepare import Prepared
 
 
-def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
+def build_index(prep: Prepared, settings: Settings, reporter: Reporter, query: str | None = None):
+    """The index of `prep`'s chunks. `query`: what it is searched for, which chooses the
+    chunks embedded where many are not in the cache yet (--embed auto: `HybridIndex.build`)."""
     # Imported here: sentence-transformers costs seconds to import, and a question that
     # fits the window whole never needs it.
     from ktcli.retrieval.retriever import HybridIndex
@@ -18,10 +20,13 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
 
     store = IndexStore(settings.cache_path)
     kept = [0, 0]  # chunks embedded and written to the store this run, of those to embed
+    focused: list[int] = []  # chunks the question chose to embed, of those not embedded
 
     def on_progress(phase: str, done: int, total: int) -> None:
-        if phase == "cached":  # said once the store was read: "indexing" alone misled when nothing was
-            reporter.status(_index_status(done, total))
+        if phase == "focus":
+            focused[:] = [done, total]
+        elif phase == "cached":  # said once the store was read: "indexing" alone misled when nothing was
+            reporter.status(_index_status(done, total, *focused))
         elif phase == "kept":
             kept[:] = [done, total]
         else:
@@ -29,7 +34,7 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
 
     try:
         index = HybridIndex.build(list(prep.chunks), embedder=embedder_for(settings), store=store,
-                                  on_progress=on_progress)
+                                  on_progress=on_progress, focus=query if settings.embed == "auto" else None)
     except KeyboardInterrupt:
         if not kept[0] or store.write_errors:
             raise
@@ -49,7 +54,13 @@ def build_index(prep: Prepared, settings: Settings, reporter: Reporter):
 INDEX_MAX_BYTES = 2 << 30
 
 
-def _index_status(reused: int, total: int) -> str:
+def _index_status(reused: int, total: int, focused: int | None = None, missing: int = 0) -> str:
+    if focused is not None:
+        # Said with what the rest costs: a user who wants every chunk ranked by meaning now
+        # knows the flag, and that later questions fill the cache anyway.
+        held = f", {reused:,} in the cache" if reused else ""
+        return (f"indexing {focused:,} of {_chunks(total)} (those the question's words point at{held}; "
+                f"{missing - focused:,} not embedded: --embed all embeds every one)")
     if reused == total:
         return f"index of {_chunks(total)} reused from the cache"
     if reused:

@@ -431,7 +431,7 @@ def prepare(
     # (the plan weighs the floor's margin; it reports the sampled count: `count_scale`)
     count_scale = sampled / per_estimate if counter is not None and tokenizer is None else 1.0
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
-    to_embed = _unembedded_share(chunks, settings) if task == "ask" else None
+    to_embed, focus = _unembedded_share(chunks, settings) if task == "ask" else (None, (0, 0))
     converts = _converts_first(settings)
     request = PlanRequest(
         task=task,
@@ -460,6 +460,8 @@ def prepare(
         # a budget no setting gave is named as the default's (`planner.DEFAULT_MEMORY_BUDGET`)
         origins=settings.origins + ((("max_memory", DEFAULT_MEMORY_BUDGET),) if not settings.max_memory else ()),
         uncached_tokens=None if to_embed is None else int(estimate * per_estimate * to_embed),
+        focus_chunks=focus[0],
+        unembedded_chunks=focus[1],
         convert_params=facts.n_params if converts else 0,
         convert_largest=facts.convert_largest_params if converts else 0,
         compiles_kernels=_compiles_kernels(settings),
@@ -839,26 +841,33 @@ def _whole_read_cached(cached: dict[tuple[str, str], int], settings: Settings, f
     return cached.get((facts.kv_dtype if settings.kv_dtype == "auto" else settings.kv_dtype, "dense"), 0)
 
 
-def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> float | None:
-    """The share of the input's tokens whose chunks the index cache does not hold yet, so
-    the plan counts only their embedding: a second question about the tutorial was
-    estimated at ~31 s and answered in ~8. None (count it all) when that cannot be told."""
+def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> tuple[float | None, tuple[int, int]]:
+    """The share of the input's tokens whose chunks the question's index embeds, those the
+    index cache does not hold yet (of them the ones its words point at, where they are many:
+    --embed auto), so the plan counts only their embedding: a second question about the
+    tutorial was estimated at ~31 s and answered in ~8. None (count it all) when that cannot
+    be told. And the chunks a focused build embeds, of those not held ((0, 0): not focused)."""
     if not chunks:
-        return None
+        return None, (0, 0)
     try:
         from ktcli.retrieval.embedder import Embedder
-        from ktcli.retrieval.retriever import cached_chunks
+        from ktcli.retrieval.retriever import cached_chunks, planned_embeddings
         from ktcli.retrieval.store import IndexStore
 
         held = cached_chunks(chunks, Embedder(settings.embedder).name, IndexStore(settings.cache_path))
     except KtcliError:
         if settings.mode == "full":
-            return None  # no retrieval will run: the embedder is not needed
+            return None, (0, 0)  # no retrieval will run: the embedder is not needed
         raise  # a bad --embedder, said now: it was said only after the model had loaded
     except Exception:  # noqa: BLE001 - an estimate; the index build reports real problems
-        return None
+        return None, (0, 0)
     total = sum(c.n_tokens for c in chunks)
-    return sum(c.n_tokens for c, h in zip(chunks, held) if not h) / total if total else None
+    missing = len(held) - sum(held)
+    embedded = planned_embeddings(held, settings.embed == "auto")
+    share = sum(c.n_tokens for c, h in zip(chunks, held) if not h) / total if total else None
+    if share is None or embedded == missing:
+        return share, (0, 0)
+    return share * embedded / missing, (embedded, missing)
 
 
 def _warn_if_not_outlined(corpus: Corpus, outlines: dict, reporter: Reporter) -> None:

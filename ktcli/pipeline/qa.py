@@ -74,10 +74,11 @@ def answer_question(prep: Prepared, backend: Backend, settings: Settings, report
 def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings, reporter: Reporter,
                            tally: Tally, params: SamplingParams) -> Answer:
     started = time.perf_counter()
-    index = build_index(prep, settings, reporter)
-    index_s = time.perf_counter() - started
     piped = piped_beside_files(prep.corpus, prep.chunks)
-    hits = index.search(_search_query(prep.question, piped), prep.plan.top_k)
+    query = _search_query(prep.question, piped)
+    index = build_index(prep, settings, reporter, query)
+    index_s = time.perf_counter() - started
+    hits = index.search(query, prep.plan.top_k)
     if piped:
         hits = _with_piped_input(hits, piped, prep.document_tokens.get(STDIN_PATH, 0), prep.plan.evidence_budget,
                                  reporter)
@@ -169,6 +170,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
             "embedded_now": index.stats.get("n_embedded_now", 0),
             "embedded_tokens": index.stats.get("embedded_tokens", 0), "embed_s": index.stats.get("embed_s", 0.0),
             "reused": index.stats.get("n_reused", 0),
+            "not_embedded": index.stats.get("n_not_embedded", 0),
         }
         # in retrieval order, each with the label the model read it under (a --json reader
         # could not tell which passage an answer's "[3]" was)

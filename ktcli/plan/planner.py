@@ -138,6 +138,10 @@ class PlanRequest:
     max_seconds: float = 0.0  # 0: no latency budget
     memory_budget: int = 0  # bytes; 0: no limit
     uncached_tokens: int | None = None  # tokens that still need embedding (None: all)
+    # A question's index embeds the chunks its words point at: this many of `unembedded`
+    # not in the index cache (--embed auto, `retrieval.retriever.FOCUS_FROM`); 0: all it lacks
+    focus_chunks: int = 0
+    unembedded_chunks: int = 0
     kv_dtype: str = "auto"  # auto or a kernels KV kind (fp32, bf16, fp16, fp8, int8, int4)
     attention: str = "auto"  # auto | dense | window | topk
     sparse_ok: bool = False  # the engine can run the sparse mode (local ktcli engine)
@@ -431,7 +435,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
                 f"({_what_takes_memory(retrieval)}), over the "
                 f"{_budget(req)}{_smaller_suggestion(req, sparse)}"
             )
-        return _with(retrieval, (_asked(req, "mode"),), full if fits else None)
+        return _with(retrieval, (_asked(req, "mode"), *_focus_reasons(req)), full if fits else None)
     if not fits and req.mode == "auto" and _each_document_fits(req, facts):
         # together past the window, one by one within it: each summarized whole, in turn
         # (a folder of 4 documents 123 tokens over the window was read in two parts, and
@@ -474,7 +478,7 @@ def _plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
         if retrieval is None:
             raise no_retrieval
     if chosen is retrieval:
-        reasons.append(_retrieval_reason(req, retrieval))
+        reasons.extend((_retrieval_reason(req, retrieval), *_focus_reasons(req)))
     if req.memory_budget and chosen.est_memory_bytes > req.memory_budget:
         raise OutOfMemoryError(
             f"even {chosen.mode.value} needs ~{_gb(chosen.est_memory_bytes)} ({_what_takes_memory(chosen)}), over the "
@@ -956,6 +960,14 @@ def _what_takes_memory(plan: Plan) -> str:
 
 def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
     return _windows_reason(req.task, plan, estimated=True)
+
+
+def _focus_reasons(req: PlanRequest) -> tuple[str, ...]:
+    """What a question's index embeds, where it is not every chunk the cache lacks."""
+    if not req.focus_chunks:
+        return ()
+    return (f"embed the ~{req.focus_chunks:,} chunks the question's words point at, of "
+            f"{req.unembedded_chunks:,} not in the index cache (--embed all: every one)",)
 
 
 def _windows_reason(task: str, plan: Plan, estimated: bool) -> str:

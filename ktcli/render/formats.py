@@ -250,7 +250,9 @@ def figures_line(answer: Answer) -> str:
     if f.get("peak_gpu_mb"):
         parts.append(f"peak GPU {f['peak_gpu_mb']:.0f} MiB")  # torch's bytes / 2**20, as peak RSS's KiB / 1024
     if f.get("index_bytes"):
-        parts.append(f"index {human_bytes(f['index_bytes'])} ({f.get('embedded_now', 0)} embedded now, {f.get('reused', 0)} reused)")
+        later = f", {f['not_embedded']:,} left for later questions" if f.get("not_embedded") else ""
+        parts.append(f"index {human_bytes(f['index_bytes'])} ({f.get('embedded_now', 0):,} embedded now, "
+                     f"{f.get('reused', 0):,} reused{later})")
     if f.get("kv_bytes"):
         parts.append(f"KV {human_bytes(f['kv_bytes'])}")
     return " · ".join(parts)

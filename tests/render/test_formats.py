@@ -236,3 +236,10 @@ def test_a_run_with_no_answer_text_has_no_first_token_time():
     assert Tally().figures()["ttft_s"] is None
     assert "ttft" not in figures_line(_answer(tokens_in=10, tokens_out=0, ttft_s=None, total_s=1.0))
     assert "ttft 1.5s" in figures_line(_answer(tokens_in=10, tokens_out=2, ttft_s=1.5, total_s=2.0))
+
+
+def test_the_figures_line_says_what_the_index_left_for_later_questions():
+    base = dict(tokens_in=2106, tokens_out=20, peak_rss_mb=551, index_bytes=4 << 20, embedded_now=1000, reused=12)
+    assert "(1,000 embedded now, 12 reused)" in figures_line(_answer(**base))
+    assert "(1,000 embedded now, 12 reused, 1,331 left for later questions)" in figures_line(
+        _answer(**base, not_embedded=1331))

@@ -1,0 +1,63 @@
+"""--embed auto: a question about an input with many chunks not in the index cache embeds
+those its words point at, says so, and plans so; --embed all embeds every one. The
+thresholds (`retriever.FOCUS_FROM`, `FOCUS_CHUNKS`) are made small to see it on a few
+chunks, with the real embedder."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ktcli.config import Settings
+from ktcli.pipeline.events import NullReporter
+from ktcli.pipeline.prepare import prepare
+from ktcli.pipeline.qa import answer_question
+from ktcli.pipeline.runner import Tally
+from ktcli.retrieval import retriever
+
+from .fake_backend import FakeBackend
+from .test_qa_pipeline import NEEDLE, StatusLog, haystack  # noqa: F401 - a fixture
+
+QUESTION = "What is the vault combination?"
+
+
+@pytest.fixture(autouse=True)
+def small_focus(monkeypatch):
+    monkeypatch.setattr(retriever, "FOCUS_FROM", 5)
+    monkeypatch.setattr(retriever, "FOCUS_CHUNKS", 6)
+
+
+def _settings(tmp_path, **kw):
+    return replace(Settings(), cache_dir=str(tmp_path / "cache"), mode="retrieval", **kw)
+
+
+def test_a_question_embeds_the_chunks_its_words_point_at(haystack, tmp_path):  # noqa: F811
+    settings = _settings(tmp_path)
+    prep = prepare([str(haystack)], QUESTION, "ask", settings, NullReporter())
+    n_chunks = len(prep.chunks)
+    assert n_chunks > 10
+    # planned so: the reason says what is embedded, the estimate counts it
+    said = next(r for r in prep.plan.reasons if "point at" in r)
+    assert f"embed the ~6 chunks the question's words point at, of {n_chunks:,} not in the index cache" in said
+    every = prepare([str(haystack)], QUESTION, "ask", replace(settings, embed="all"), NullReporter())
+    assert not any("point at" in r for r in every.plan.reasons)
+    assert every.plan.est_seconds - every.plan.read_s > prep.plan.est_seconds - prep.plan.read_s
+    log = StatusLog()
+    answer = answer_question(prep, FakeBackend(), settings, log, Tally())
+    assert NEEDLE.split(" and ")[0].split("is ")[1] in answer.text  # 31-07-1999, found
+    assert answer.stats["embedded_now"] == 6 and answer.stats["not_embedded"] == n_chunks - 6
+    assert (f"indexing 6 of {n_chunks:,} chunks (those the question's words point at; "
+            f"{n_chunks - 6:,} not embedded: --embed all embeds every one)") in log.lines
+    # a second question adds what its words point at to what the first kept
+    log = StatusLog()
+    again = prepare([str(haystack)], "When do the gardens close?", "ask", settings, NullReporter())
+    second = answer_question(again, FakeBackend(), settings, log, Tally())
+    assert second.stats["reused"] == 6 and 0 < second.stats["embedded_now"] <= 6
+
+
+def test_embed_all_embeds_every_chunk(haystack, tmp_path):  # noqa: F811
+    settings = _settings(tmp_path, embed="all")
+    prep = prepare([str(haystack)], QUESTION, "ask", settings, NullReporter())
+    answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
+    assert answer.stats["embedded_now"] == len(prep.chunks)
