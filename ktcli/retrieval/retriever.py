@@ -73,6 +73,11 @@ COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can 
 # orders what the words found; a later question embeds its own, and the cache fills.
 FOCUS_FROM = EMBED_FOCUS_FROM
 FOCUS_CHUNKS = EMBED_FOCUS_CHUNKS
+# ... unless its words match fewer chunks than this: words the input hardly writes (another
+# language, other terms) leave dense search the only way to its passages. Not FOCUS_CHUNKS:
+# "What does `eliminate_dead_code` do?" matches ~700 of torch/fx's 2,343 chunks, and all
+# 2,343 were embedded for it.
+FOCUS_MIN_MATCHED = 100
 
 BuildProgress = Callable[[str, int, int], None]  # (stage, done, total); stages below
 
@@ -260,11 +265,9 @@ class _NameTables:
 def _focus(query: str, chunks: list[Chunk], lexical: BM25Index, tables: _NameTables) -> set[int] | None:
     """The chunks a question over a large, not yet embedded input embeds: BM25's best
     FOCUS_CHUNKS for it, and those its names find (what `search` adds bonuses to). None
-    (embed them all) where its words match fewer than FOCUS_CHUNKS: a question whose words
-    the input hardly writes (another language, other terms) leaves dense search the only
-    way to its passages."""
+    (embed them all) where its words match fewer than FOCUS_MIN_MATCHED chunks."""
     matched = lexical.search(query, FOCUS_CHUNKS)
-    if len(matched) < FOCUS_CHUNKS:
+    if len(matched) < FOCUS_MIN_MATCHED:
         return None
     wanted = {idx for idx, _ in matched}
     wanted |= tables.symbols.defining(code_names(query)) | tables.options.defining(asked_options(query))

@@ -26,7 +26,8 @@ Concurrency: two processes that build the same entry write separate temp files a
 each renames its own complete file into place; since a manifest names its data file by
 checksum, a reader never pairs one writer's manifest with the other's vectors. No lock
 is taken, so no run can wait on another or deadlock; the cost is that simultaneous runs
-may embed the same document twice.
+may embed the same document twice, and of two runs adding rows to one entry at once the
+entry keeps the rows of the one that wrote last (a later question embeds the others again).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ QUESTION = "What is the vault combination?"
 def small_focus(monkeypatch):
     monkeypatch.setattr(retriever, "FOCUS_FROM", 5)
     monkeypatch.setattr(retriever, "FOCUS_CHUNKS", 6)
+    monkeypatch.setattr(retriever, "FOCUS_MIN_MATCHED", 3)
 
 
 def _settings(tmp_path, **kw):

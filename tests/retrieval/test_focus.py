@@ -19,6 +19,7 @@ from tests.retrieval.fakes import HashEmbedder, make_corpus, make_doc_chunks
 def small_focus(monkeypatch):
     monkeypatch.setattr(retriever, "FOCUS_FROM", 6)
     monkeypatch.setattr(retriever, "FOCUS_CHUNKS", 4)
+    monkeypatch.setattr(retriever, "FOCUS_MIN_MATCHED", 3)
 
 
 def _build(chunks, cache_dir, focus=None, embedder=None, **kw):
@@ -73,7 +74,7 @@ def test_few_unembedded_chunks_are_all_embedded(tmp_path):
 
 
 def test_a_question_whose_words_match_few_chunks_embeds_them_all(tmp_path):
-    # its words match 2 chunks, fewer than FOCUS_CHUNKS: dense search is its only way to the rest
+    # its words match 2 chunks, fewer than FOCUS_MIN_MATCHED: dense search is its only way to the rest
     texts = [f"chapter {i} tells of the river and the mill in spring" for i in range(10)]
     texts[3] += " and a zebra"
     texts[7] += " and the zebra again"
@@ -137,3 +138,12 @@ def test_store_entry_holding_some_rows(tmp_path):
     for damaged in ([3, 1], [1, 9], "1,3", [1.0, 3.0]):
         manifest.write_text(json.dumps(record | {"rows": damaged}))
         assert store.load_rows("k1", hashes) is None and store.held("k1", hashes) == [False] * 4
+
+
+def test_words_matching_fewer_chunks_than_the_focus_holds_embed_those(tmp_path):
+    texts = [f"chapter {i} tells of the river and the mill in spring" for i in range(10)]
+    for i in (1, 4, 8):
+        texts[i] += " and a zebra"
+    embedder = HashEmbedder()
+    index = _build(make_doc_chunks("mill.md", texts), tmp_path, "zebra?", embedder)
+    assert embedder.n_embedded == 3 and index.dense_positions.tolist() == [1, 4, 8]
