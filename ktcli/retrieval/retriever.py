@@ -67,10 +67,10 @@ COMMIT_EVERY = 256  # chunks embedded between store writes: the most a kill can 
 # A question about an input with more chunks than FOCUS_FROM not yet embedded embeds the
 # FOCUS_CHUNKS that BM25 ranks best for it (and the chunks defining or using a name it
 # asks about), not every one: embedding is ~99% of a cold question over a large folder
-# (torch/_dynamo's 5,649 chunks: 527 of 531 CPU s on 2 cores), and a probe that ranked
-# _dynamo's 12 gold questions over BM25's top 1,000 alone found the same best chunk for
-# all 12 and 7 of the same top 8, for 5.6x fewer chunks embedded. The dense ranking then
-# orders what the words found; a later question embeds its own, and the cache fills.
+# (torch/_dynamo's 5,649 chunks: 527 of 531 CPU s on 2 cores). On torch/fx's 2,343 chunks
+# 12 questions got the same first chunk and the same top 8 as with every chunk embedded,
+# in 2.56x less time (`benchmarks/focused_index.py`). The dense ranking then orders what
+# the words found; a later question embeds its own, and the cache fills.
 FOCUS_FROM = EMBED_FOCUS_FROM
 FOCUS_CHUNKS = EMBED_FOCUS_CHUNKS
 # ... unless its words match fewer chunks than this: words the input hardly writes (another
