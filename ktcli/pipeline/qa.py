@@ -186,9 +186,8 @@ def _grounded(answer: Answer, question: str, read: list[str], settings: Settings
               whole: list[str] = ()) -> Answer:
     """The answer with whether the documents seem not to hold it (`grounding.judge`): the
     bundled model never says so, and answered "Who won the 1998 World Cup?" from an annual
-    report all the same."""
-    if not answer.text.strip():
-        return answer
+    report all the same. An answer with no text is judged too (its question alone can be
+    one nothing read matches): the notice that it is no answer says so."""
     try:
         judged = grounding.judge(question, read, answer.text, embedder_for(settings), passages=passages, whole=whole)
     except (ModelNotInstalledError, UsageError):

@@ -212,7 +212,70 @@ def cited_if_interrupted():
         streamed.doing = e.doing or STREAMING
 
 
-_LABELS_ONLY = re.compile(r"(?:\s*\[\d{1,3}\][\s.,;:]*)+")
+_LABEL = re.compile(r"\[\d{1,3}\]")
+# What may stand around the labels of an answer that is labels alone: punctuation, a
+# label not yet closed ("[1] [2"), and words that only point at one ("The answer is: [1].",
+# "See [1]."; not "Yes [1].", which answers).
+_LABEL_OPENED = re.compile(r"\[\d{0,3}$")
+_POINTING = frozenset("the answer answers is are source sources see according to here".split())
+_WORD_RUN = re.compile(r"\w+")
+_BETWEEN_LABELS = re.compile(r"[\s.,;:!]*")
+
+
+def _labels_alone_so_far(text: str) -> bool:
+    """Whether `text`, the start of an answer, is so far labels and pointing words alone
+    (its last word may be cut: a start of one of them counts). One linear pass each."""
+    rest = _LABEL_OPENED.sub("", _LABEL.sub(" ", text))
+    words = _WORD_RUN.findall(rest)
+    if not _BETWEEN_LABELS.fullmatch(_WORD_RUN.sub(" ", rest)):
+        return False
+    if words and rest[-1:].isalnum():  # still being written
+        last = words.pop().lower()
+        if not any(w.startswith(last) for w in _POINTING):
+            return False
+    return all(w.lower() in _POINTING for w in words)
+
+
+class LabelsFirst:
+    """Holds an answer's start back while it is source labels alone: the bundled model
+    answered questions the input could not ("What is the capital of France?", "Who wrote
+    Hamlet?" of the sample repo) with "[1]" or "The answer is: [1]." and stopped, shown as
+    the answer with `.gitignore` under Sources. The first other word releases what was
+    held; at the end, `labels` is what an answer of labels alone wrote ("" where it wrote
+    words, or nothing)."""
+
+    def __init__(self) -> None:
+        self.held = ""
+        self.released = False
+
+    def feed(self, text: str) -> str:
+        if self.released or not text:
+            return text
+        self.held += text
+        if _labels_alone_so_far(self.held):
+            return ""
+        self.released = True
+        out, self.held = self.held, ""
+        return out
+
+    def flush(self) -> str:
+        """At the end: what was held, unless it is labels alone ("The answer is" is shown)."""
+        if self.released or self.labels:
+            return ""
+        self.released = True
+        out, self.held = self.held, ""
+        return out
+
+    @property
+    def labels(self) -> str:
+        return "" if self.released else " ".join(_LABEL.findall(self.held))
+
+
+def labels_only(text: str) -> str:
+    """The labels of `text` where it is source labels alone ("[1]", "[1] [2]."), else ""."""
+    held = LabelsFirst()
+    held.feed(text)
+    return held.labels
 
 
 def _answer_pieces(pieces: Iterator[str]) -> Iterator[str]:
@@ -240,7 +303,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     several in one line. `labels`: moves each source label the answer writes to the
     passage that backs its sentence (`citations.Relabel`). `under_heading`: a summary's
     section under ktcli's `## path` heading, whose own headings go a level down."""
-    guard, echo, lead = RepetitionGuard(), EchoedText(), LeadingSourceTag()
+    guard, echo, lead, first = RepetitionGuard(), EchoedText(), LeadingSourceTag(), LabelsFirst()
     lines = SummaryLines(source, under_heading) if source is not None else None
     before = backend.last_stats
     pieces = backend.stream_chat(messages, params)
@@ -251,14 +314,14 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
                 piece = labels.feed(piece) if labels is not None else piece
                 if piece:  # the first answer's (a summary's parts stream one by one)
                     tally.first_shown()
-                shown = echo.feed(piece)
+                shown = first.feed(echo.feed(piece))
                 if shown:
                     reporter.answer_text(shown)
                 if guard.feed(raw) or echo.repeated:
                     break
         except KeyboardInterrupt:
-            if not echo.shown.strip():
-                raise  # still reading the prompt: nothing of an answer to keep
+            if not echo.shown.strip() or not first.released:
+                raise  # still reading the prompt (or labels alone): nothing of an answer to keep
             pieces.close()  # (a backend records the call's figures as its stream closes)
             if backend.last_stats is not before:
                 # the part streamed is counted: --json after Ctrl-C said tokens_in 0, model_calls 0
@@ -275,7 +338,7 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
     if not guard.unit:
         last = lines.flush() if lines is not None else ""
         last = labels.feed(last) + labels.flush() if labels is not None else last
-        rest = echo.feed(last) + echo.flush()
+        rest = first.feed(echo.feed(last) + echo.flush()) + first.flush()
         if rest:
             reporter.answer_text(rest)
     if lines is not None and (left_out := lines.said(subject)):
@@ -303,6 +366,9 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
             lines = again
         if labels is not None:  # as shown: the raw copy kept the model's "[1]" (probe 118)
             kept = labels.rewritten(kept)
+        if written := labels_only(kept):  # "[1]" over and over: no answer either
+            _wrote_labels_only(reporter, subject, written, tally)
+            return ""
         if not kept.strip():
             # all of it held and left out (a `<pre><code>` block never closed, looping inside):
             # said, not a blank line and exit 0 (procps' bugs.md, probe 117)
@@ -314,16 +380,26 @@ def stream_answer(backend: Backend, messages: list[Message], params: SamplingPar
         reporter.warn(f"stopped {subject}: it started repeating an earlier line or sentence word for word "
                       f"({said[:40] + '...' if len(said) > 40 else said})")
     text = echo.shown.strip()
-    if text and _LABELS_ONLY.fullmatch(text):
-        # "[1]" and nothing else (a question about two documents at once): no answer, though
-        # its Sources are listed
-        reporter.warn(f"the model wrote only a source label, no {subject.removeprefix('the ')}: "
-                      "the place it points at is listed; try asking one thing at a time, or a larger --model")
+    if first.labels:
+        # "[1]" and nothing else (a question about two documents at once, or one the input
+        # cannot answer): no answer, and nothing to cite, though "[1]" names a source
+        _wrote_labels_only(reporter, subject, first.labels, tally)
+        return ""
     if not text:
         # Said, not left as a blank line and exit 0: the model wrote only markup (a source
         # tag it opened and closed) or stopped at once.
         _gave_none(reporter, subject, backend, lines)
     return text
+
+
+def _wrote_labels_only(reporter: Reporter, subject: str, written: str, tally: Tally) -> None:
+    """Said of a text of source labels alone (`written`, as "[1]"), which is shown as none,
+    and kept in the figures (`labels_only`) for the stdout notice and --json."""
+    tally.extra["labels_only"] = written
+    what = subject.removeprefix("the ")
+    reword = "rewording the question, asking one thing at a time, " if subject == "the answer" else ""
+    reporter.warn(f"the model wrote only a source label ({written}), no {what}: nothing is shown or cited; "
+                  f"try {reword}or a larger --model")
 
 
 def _gave_none(reporter: Reporter, subject: str, backend: Backend, lines: SummaryLines | None) -> None:

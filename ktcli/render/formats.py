@@ -13,8 +13,29 @@ def citations_text(answer: Answer) -> str:
     """What stdout shows after the answer: its Sources block and a summary's file map, with
     no blank lines above them where there was no answer (man-db's docs, of which the model
     wrote nothing, printed two blank lines above their file map: probe 117)."""
+    if not answer.text.strip() and answer.plan.task == "ask":
+        return no_answer(answer)
     text = _citations_text(answer)
     return text if answer.text.strip() else text.lstrip("\n")
+
+
+def no_answer(answer: Answer) -> str:
+    """What stdout says of a question with no answer: a blank stdout, or the model's bare
+    "[1]" over a Sources list (its `.gitignore`), read as an answer to a question the input
+    could not answer ("What is the capital of France?" of a code repo). Said on stdout, as
+    the not-found notice is: a pipeline loses stderr."""
+    labels = answer.stats.get("labels_only")
+    said = (f"No answer: the model wrote only a source label ({labels}), no words, so nothing is cited."
+            if labels else "No answer: the model wrote none.")
+    if not answer.not_in_documents:
+        return said
+    grounding = answer.grounding or {}
+    if _question_matched(grounding) and grounding.get("year_unread"):
+        return said + " Not found in the documents: the year the question asks about stands nowhere in what was read."
+    if _question_matched(grounding) and (names := grounding.get("names_unread")):
+        return said + (f" Not found in the documents: {', '.join(names[:3])} "
+                       f"{'stands' if len(names[:3]) == 1 else 'stand'} nowhere in the input.")
+    return said + " Not found in the documents: nothing read matches the question well."
 
 
 def _citations_text(answer: Answer) -> str:

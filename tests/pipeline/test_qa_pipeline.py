@@ -1072,17 +1072,52 @@ def test_a_summarys_made_up_figure_is_said(haystack, tmp_path):
     assert any("the summary's figure 9120 stands in none of the input" in line for line in said.lines), said.lines
 
 
-def test_an_answer_of_a_label_alone_is_said(haystack, tmp_path):
+@pytest.mark.parametrize("mode", ["retrieval", "full"])
+def test_an_answer_of_a_label_alone_is_no_answer_and_cites_nothing(haystack, tmp_path, mode):
+    """`ktcli ask minirepo "What is the capital of France?"` printed "[1]" as the answer,
+    with `.gitignore` under Sources: a label alone is held back as it streams, and the
+    answer is none, citing nothing."""
     class LabelOnly(FakeBackend):
-        def _reply(self, messages):
-            return "[1]"
+        def stream_chat(self, messages, params):
+            list(super().stream_chat(messages, params))  # (its call and figures)
+            yield from ["[", "1", "]", " ", "[2", "]."]
 
-    settings = settings_for(tmp_path)
+    settings = settings_for(tmp_path, mode=mode)
     prep = prepare([str(haystack)], "What is the vault combination?", "ask", settings, NullReporter())
-    said = Warnings()
+    said = Shown()
     answer = answer_question(prep, LabelOnly(), settings, said, Tally())
-    assert answer.text == "[1]"
-    assert any(line.startswith("the model wrote only a source label, no answer") for line in said.lines), said.lines
+    assert answer.text == "" and answer.citations == () and "".join(said.shown) == ""
+    assert answer.stats["labels_only"] == "[1] [2]"
+    assert any(line.startswith("the model wrote only a source label ([1] [2]), no answer: nothing is shown or cited")
+               for line in said.lines), said.lines
+    assert not any(line.startswith("the model gave no answer") for line in said.lines)
+
+
+def test_labels_before_the_answers_words_are_shown_with_them(tmp_path):
+    from ktcli.pipeline.runner import labels_only, stream_answer
+
+    class LabelFirst(FakeBackend):
+        def _reply(self, messages):
+            return "[1] The vault combination is 31-07-1999."
+
+    said, tally = Shown(), Tally()
+    text = stream_answer(LabelFirst(), [{"role": "user", "content": "Why?"}], SamplingParams(max_new_tokens=40),
+                         tally, said)
+    assert text == "[1] The vault combination is 31-07-1999." == "".join(said.shown).strip()
+    assert "labels_only" not in tally.extra and said.lines == []
+    assert labels_only("[1]") == "[1]" and labels_only(" [1], [3].\n") == "[1] [3]"
+    # words that only point at a label are none of an answer ("Who wrote Hamlet?" of the
+    # sample repo: "The answer is: [1]."); "Yes [1]." answers
+    assert labels_only("The answer is: [1].") == labels_only("See [1].") == "[1]"
+    assert labels_only("[1] x") == labels_only("") == labels_only("[") == labels_only("Yes [1].") == ""
+    assert labels_only("The answer is 42 [1].") == labels_only("It is in [2].") == ""
+    for long in ("[1]" + " " * 100_000 + "x", "the " * 50_000 + "x[1]", "[1" * 50_000):
+        assert labels_only(long) == ""  # (linear: no backtracking over a long run)
+    # a start of pointing words with no label is shown at the end, as written
+    said = Shown()
+    assert stream_answer(type("Pointing", (FakeBackend,), {"_reply": lambda self, m: "The answer is"})(),
+                         [{"role": "user", "content": "Why?"}], SamplingParams(max_new_tokens=40), Tally(),
+                         said) == "The answer is" == "".join(said.shown).strip()
 
 
 def test_a_summary_in_parts_is_written_from_every_parts_notes(haystack, tmp_path):

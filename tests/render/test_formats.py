@@ -132,7 +132,8 @@ def test_an_answer_nothing_was_traced_to_names_what_was_read():
     assert text.splitlines()[2:5] == ["Read (no sentence of the answer matched a line of it):",
                                       "  click/utils.py:1-30", "  click/utils.py:31-60"]
     assert text.splitlines()[-1] == "  ... and 2 more"
-    assert citations_text(replace(_answer(evidence=evidence), text=" ")) == ""  # nothing said, nothing to check
+    # nothing said, nothing to check: no list of what was read, only that there is no answer
+    assert citations_text(replace(_answer(evidence=evidence), text=" ")) == "No answer: the model wrote none."
     assert citations_text(_answer()) == ""  # no evidence figures (a summary)
     # a PDF page's passages share its ref: each place once, with how many came from it
     pages = [{"ref": "paper.pdf p.219 (page 3 of the file)"}] * 4 + [{"ref": "paper.pdf p.220 (page 4 of the file)"}]
@@ -223,7 +224,8 @@ def test_with_no_answer_what_follows_it_has_no_blank_lines_above():
     """man-db's docs, of which the model wrote nothing, printed two blank lines and then the
     summary's file map (probe 117)."""
     files = FileMap((("d/FAQ", 1, "Frequently Asked Questions."), ("d/TODO", 1, "In progress:")), folder="d", unlisted=0)
-    empty = replace(_answer(), text="", files=files)
+    summary = _answer()
+    empty = replace(summary, text="", files=files, plan=replace(summary.plan, task="summarize"))
     assert citations_text(empty).startswith("Files in d/ (each in its own words")
     assert citations_text(replace(empty, text="It is a pager.")).startswith("\n\nFiles in d/")
     assert citations_text(replace(empty, files=None)) == ""
@@ -243,3 +245,22 @@ def test_the_figures_line_says_what_the_index_left_for_later_questions():
     assert "(1,000 embedded now, 12 reused)" in figures_line(_answer(**base))
     assert "(1,000 embedded now, 12 reused, 1,331 left for later questions)" in figures_line(
         _answer(**base, not_embedded=1331))
+
+
+def test_an_answer_of_labels_alone_is_said_to_be_none_and_cites_nothing():
+    """`ktcli ask minirepo "What is the capital of France?"` printed "[1]", then the
+    not-found notice and `.gitignore` under Sources: a label is no answer (the pipeline
+    gives its text as "" and its labels in `labels_only`), and stdout says so."""
+    from ktcli.types import Citation, Span
+
+    gitignore = Citation(ref="minirepo/.gitignore", span=Span("minirepo/.gitignore"), label=1)
+    none = replace(_answer(labels_only="[1]"), text="", citations=(gitignore,))
+    assert citations_text(none) == "No answer: the model wrote only a source label ([1]), no words, so nothing is cited."
+    unmatched = replace(none, not_in_documents=True, grounding={"question_match": 0.1})
+    assert citations_text(unmatched).endswith("no words, so nothing is cited. Not found in the documents: nothing "
+                                              "read matches the question well.")
+    named = replace(unmatched, grounding={"question_match": 0.9, "names_unread": ["Germany"]})
+    assert citations_text(named).endswith("Not found in the documents: Germany stands nowhere in the input.")
+    assert "Sources" not in citations_text(unmatched) and ".gitignore" not in citations_text(unmatched)
+    data = json.loads(answer_json(replace(unmatched, citations=())))
+    assert data["answer"] == "" and data["citations"] == [] and data["figures"]["labels_only"] == "[1]"
