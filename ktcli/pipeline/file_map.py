@@ -14,6 +14,7 @@ import ast
 import re
 
 from ktcli.ingest.sections import ATX, RST_UNDERLINE
+from ktcli.pipeline.badges import badges_line
 from ktcli.pipeline.prompts import shared_folder
 from ktcli.types import Document, FileMap
 
@@ -89,6 +90,8 @@ def describe(doc: Document) -> tuple[int, str] | None:
         said = _python_docstring(doc.text) if doc.language == "python" else None
         said = said or _description_field(lines) or _leading_comment(lines)
         said = said or (_python_definitions(doc.text) if doc.language == "python" else None)
+    elif doc.kind == "markdown" and (badges := badges_line(doc.text)):
+        said = 0, badges  # (no prose to quote: libcbor's README, probe 139)
     elif doc.kind in _PROSE_KINDS and lines and _TIMESTAMP.match(lines[0]):
         said = None  # a log
     elif doc.kind == "markdown" or (doc.kind in _PROSE_KINDS and _rst_title(lines)):

@@ -22,6 +22,7 @@ from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.ingest.outline import PROSE_OUTLINE_CHARS, outline_lines, outline_text
 from ktcli.ingest.walk import EXCLUDED_BY
 from ktcli.pipeline import notes_memo
+from ktcli.pipeline.badges import badges_only
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.key_lines import quotes
 from ktcli.pipeline.skip_report import first_named, report_skipped
@@ -528,9 +529,16 @@ QUOTED_MAX_LINES = 6
 
 
 def shown_whole(doc) -> bool:
-    """A document a summary of several shows whole instead of summarizing (QUOTED_MAX_CHARS)."""
+    """A document a summary of several shows whole instead of summarizing (QUOTED_MAX_CHARS),
+    or lists as the badges it is alone (`badges`: a README of badge lines)."""
     text = doc.text.strip()
-    return bool(text) and len(text) <= QUOTED_MAX_CHARS and len(text.splitlines()) <= QUOTED_MAX_LINES
+    return bool(text) and (len(text) <= QUOTED_MAX_CHARS and len(text.splitlines()) <= QUOTED_MAX_LINES
+                           or badges_alone(text))
+
+
+def badges_alone(text: str) -> bool:
+    """Whether `text` is lines of Markdown badges alone (`badges.badges_only`)."""
+    return badges_only(text) is not None
 
 
 def piped_beside_files(corpus: Corpus, chunks) -> list[Chunk]:

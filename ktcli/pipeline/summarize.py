@@ -17,7 +17,8 @@ from ktcli.ingest.outline import outline_chunks, outline_text
 from ktcli.pipeline import citations, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.file_map import file_map
-from ktcli.pipeline.prepare import Prepared, shown_whole
+from ktcli.pipeline.badges import badge_summary
+from ktcli.pipeline.prepare import Prepared, badges_alone, shown_whole
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import (AnswerInterrupted, Tally, cited_if_interrupted, first_ones, stream_answer,
                                    take_notes)
@@ -42,6 +43,8 @@ def summarize(prep: Prepared, backend: Backend, settings: Settings, reporter: Re
     plan = prep.plan
     if prep.outlines:  # which files, not only how many: most of an input may go unread
         reporter.warn(_outlined_files(prep))
+    if len(prep.corpus.documents) == 1 and badges_alone(prep.corpus.documents[0].text.strip()):
+        return _badges_alone(prep, reporter, tally)
     if plan.mode is Mode.FULL and plan.n_windows > 1:  # a few documents: one at a time (`planner.PER_DOCUMENT_MAX`)
         each = [prompts.summary_messages(prompts.whole_input([d], [_text(prep, d)]), outlined=d.path in prep.outlines)
                 for d in prep.corpus.documents]
@@ -346,8 +349,23 @@ def _warn_of_invented(parts: list[tuple[Document, str]], prep: Prepared, reporte
                                        read=doc.path)
 
 
+def _badges_alone(prep: Prepared, reporter: Reporter, tally: Tally) -> Answer:
+    """A document of badges alone (libcbor's README): what they say, listed, with no model
+    (it wrote made-up prose of one, and copied badge lines, left out, of another)."""
+    doc = prep.corpus.documents[0]
+    reporter.status(f"{doc.path} holds badges alone: listing what they say, no model is loaded")
+    text = _quote(doc)
+    reporter.answer_text(text)
+    tally.first_shown()
+    cites = [Citation(ref=c.span.cite(), span=c.span, label=1) for c in prep.chunks if c.doc_path == doc.path]
+    return _answer(text, prep, prep.plan, tally, 1, cites)
+
+
 def _quote(doc: Document) -> str:
+    """A document shown whole (`shown_whole`): its text, or what its badges say."""
     text = doc.text.strip()
+    if badges_alone(text):
+        return badge_summary(text) or ""
     if "\n" not in text and "`" not in text:
         return f"The whole file: `{text}`"
     return f"The whole file:\n```\n{text}\n```"
