@@ -228,6 +228,12 @@ class EchoedText:
         self.counted_sentences: dict[str, int] = {}
         self.repeated = ""  # the line or sentence that came back, once one has (as compared)
         self.repeated_as_written = ""  # the same as the model wrote it, labels and numbers kept
+        # A line that is a paragraph of its own (`_lone_line`): the last non-blank line where
+        # it stood after a blank one (or first), and how many such copies of it have come in
+        # a row; and whether the line being written stands after a blank one.
+        self.lone_line = ""
+        self.lone_copies = 0
+        self.after_blank = True
 
     def feed(self, piece: str) -> str:
         """Add streamed text; returns what can be shown now ('' while holding, and after a
@@ -275,7 +281,7 @@ class EchoedText:
             raw = _unmarked(text[self.line_start : nl].strip())
             key, number = _item(raw), _item_number(raw)
             again = self._counts(key) and (_repeats(key, number, self.lines) or _counted(key, self.counted_lines))
-            if not self.in_code and (again or self._adjacent(key, self.last_line)):
+            if not self.in_code and (again or self._adjacent(key, self.last_line) or self._lone_again(raw)):
                 self.repeated = key
                 self.repeated_as_written = text[self.line_start : nl].strip()
                 return self.line_start
@@ -286,6 +292,7 @@ class EchoedText:
                 self.lines[key] = number
             if key and not self.in_code and not key.startswith("```"):
                 self.last_line = key
+            self._take_lone(raw)
             self.line_start = nl + 1
             if self.in_code or key.startswith("```") or not key:
                 self.sentence_start = self.line_start  # code, fences and blank lines end a sentence
@@ -317,6 +324,8 @@ class EchoedText:
         if line and (any(s.startswith(item) for s in self.lines) or self._could_repeat(item, self.last_line)
                      or self._could_count(item, ended)):
             hold = self.line_start
+        if line and self._could_be_lone_again(line):
+            hold = min(hold, self.line_start)
         sentence = _unmarked(_collapse(self.text[self.sentence_start :]))
         item = _item(sentence, so_far=not ended)
         if sentence and (any(s.startswith(item) for s in self.sentences)
@@ -344,9 +353,58 @@ class EchoedText:
         return any(n >= ORDINAL_COPIES - 1 and said.startswith(starts)
                    for table in (self.counted_lines, self.counted_sentences) for said, n in table.items())
 
+    def _lone_again(self, line: str) -> bool:
+        """`line` (whole, stripped) is a paragraph of its own repeating the one before it, as
+        often as makes a loop (`_lone_copies_needed`)."""
+        return (self.after_blank and line == self.lone_line and _lone_line(line)
+                and self.lone_copies + 1 >= _lone_copies_needed(line))
+
+    def _could_be_lone_again(self, start: str) -> bool:
+        """The line being written (`start`, stripped) may yet be the copy `_lone_again` stops at."""
+        return (self.after_blank and not self.in_code and bool(self.lone_line) and self.lone_line.startswith(start)
+                and self.lone_copies + 1 >= _lone_copies_needed(self.lone_line))
+
+    def _take_lone(self, line: str) -> None:
+        """Count a whole line (stripped) in: a blank one, or the next one-line paragraph."""
+        if not line:
+            self.after_blank = True
+            return
+        if self.in_code or line.startswith("```"):
+            self.lone_line, self.lone_copies, self.after_blank = "", 0, False
+            return
+        if not self.after_blank:
+            self.lone_line, self.lone_copies = "", 0  # a paragraph's second line: the last was no paragraph alone
+        elif line == self.lone_line:
+            self.lone_copies += 1
+        else:
+            self.lone_line, self.lone_copies = line, 1
+        self.after_blank = False
+
     def _could_repeat(self, start: str, previous: str) -> bool:
         return any(width(said) >= self.min_adjacent and said.startswith(start)
                    for said in (previous, *_after_colons(previous)))
+
+
+# A short line that is a paragraph of its own, the same as the paragraph just before it:
+# a summary of mv(1) wrote "MV(1)" and a blank line 35 times, five shown before
+# `RepetitionGuard` stopped it (a line under `min_adjacent` characters counts there alone,
+# from LINE_COPIES copies). A fragment (no sentence end: a title, a name, a path) said twice
+# so is a loop; a sentence three times ("Yes." may answer two questions in a row). Not a
+# list item or a table row: "- yes" may be every item's answer.
+LONE_FRAGMENT_COPIES = 2
+LONE_SENTENCE_COPIES = 3
+_LIST_OR_ROW = re.compile(r"(?:[-*+\u2022]|\d+[.)]|[A-Za-z][.)])(?:\s|$)|\|")
+_ENDS_SENTENCE = re.compile(r"""[.!?\u061f\u06d4\u0964\u3002\uff01\uff1f]["')\]\u201d\u2019\u300d\uff09]*$""")
+
+
+def _lone_line(line: str) -> bool:
+    """A whole line (stripped) that `EchoedText` counts as a one-line paragraph repeating:
+    words, not a list item, a table row or a fence."""
+    return bool(_LETTERS.search(line)) and not _LIST_OR_ROW.match(line) and not line.startswith("```")
+
+
+def _lone_copies_needed(line: str) -> int:
+    return LONE_SENTENCE_COPIES if _ENDS_SENTENCE.search(line) else LONE_FRAGMENT_COPIES
 
 
 # Copies of a line or sentence that differ only in their ordinals that end an answer: the

@@ -503,3 +503,51 @@ def test_a_short_line_between_blank_lines_is_a_loop_at_its_fifth_copy():
     # a list of short lines that differ is no loop
     other = RepetitionGuard()
     assert not any(other.feed(f"- item {c}\n\n") for c in "abcdefghij")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_short_paragraph_said_again_after_a_blank_line_is_shown_once(seed):
+    # `RepetitionGuard` alone showed "MV(1)" five times (probe 135); a fragment of its own
+    # paragraph ends the answer at its second copy, a sentence at its third
+    for loop, shown in (("MV(1)\n\n", "MV(1)\n\n"), ("## mv(1)\n\n", "## mv(1)\n\n"),
+                        ("It is small.\n\n", "It is small.\n\nIt is small.\n\n")):
+        echo = EchoedText()
+        assert _stream(echo, "A summary of mv.\n\n" + loop * 30, seed) == "A summary of mv.\n\n" + shown
+        assert echo.repeated == loop.strip()
+    # as stream_answer shows it, from the model's own pieces
+    class Pieces(LoopingBackend):
+        def stream_chat(self, messages, params):
+            try:
+                for piece in ["MV", "(", "1", ")", "\n\n"] * 35:
+                    self.streamed += 1
+                    yield piece
+            finally:
+                self.closed = True
+
+    backend, reporter = Pieces(), Recorder()
+    text = stream_answer(backend, [{"role": "user", "content": "x"}], SamplingParams(max_new_tokens=400), Tally(),
+                         reporter)
+    assert text == "MV(1)" and "".join(reporter.shown) == "MV(1)\n\n" and backend.streamed == 10  # at the second copy's line break
+    assert len(reporter.warnings) == 1 and "repeating an earlier line" in reporter.warnings[0] \
+        and "(MV(1))" in reporter.warnings[0]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Answers:\n\n- yes\n\n- yes\n\n- yes\n\n- yes\n",  # a loose list: each item its answer
+        "Answers:\n- yes\n- yes\n- yes\n",
+        "| a | yes |\n\n| b | yes |\n\n| c | yes |\n",
+        "Is it installed?\n\nYes.\n\nIs it running?\n\nYes.\n",  # apart
+        "Yes.\n\nYes.\n",  # a sentence twice: two answers may be so
+        "## Usage\n\nRun it.\n\n## Usage\n\nSee above.\n",  # headings apart
+        "MV(1)\nNAME\n\nMV(1)\n",  # the first copy no paragraph of its own
+        "```\nmain\n\nmain\n\nmain\n```\n",  # code is not checked
+        "...\n\n...\n\n...\n",  # no words
+    ],
+    ids=["loose-list", "list", "table-rows", "apart", "sentence-twice", "headings", "not-alone", "code", "no-words"],
+)
+def test_short_paragraphs_that_are_not_loops_are_shown(text):
+    for seed in range(3):
+        echo = EchoedText()
+        assert _stream(echo, text, seed) == text and not echo.repeated
