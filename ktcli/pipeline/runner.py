@@ -397,9 +397,9 @@ def _wrote_labels_only(reporter: Reporter, subject: str, written: str, tally: Ta
     and kept in the figures (`labels_only`) for the stdout notice and --json."""
     tally.extra["labels_only"] = written
     what = subject.removeprefix("the ")
-    reword = "rewording the question, asking one thing at a time, " if subject == "the answer" else ""
+    reword = "rewording the question, asking one thing at a time, or " if subject == "the answer" else ""
     reporter.warn(f"the model wrote only a source label ({written}), no {what}: nothing is shown or cited; "
-                  f"try {reword}or a larger --model")
+                  f"try {reword}a larger --model")
 
 
 def _gave_none(reporter: Reporter, subject: str, backend: Backend, lines: SummaryLines | None) -> None:

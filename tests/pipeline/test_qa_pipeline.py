@@ -1106,6 +1106,13 @@ def test_labels_before_the_answers_words_are_shown_with_them(tmp_path):
     assert text == "[1] The vault combination is 31-07-1999." == "".join(said.shown).strip()
     assert "labels_only" not in tally.extra and said.lines == []
     assert labels_only("[1]") == "[1]" and labels_only(" [1], [3].\n") == "[1] [3]"
+    # a summary's part of a label alone: said of the summary
+    said = Shown()
+    assert stream_answer(type("Label", (FakeBackend,), {"_reply": lambda self, m: "[2]"})(),
+                         [{"role": "user", "content": "Sum up."}], SamplingParams(max_new_tokens=40), Tally(), said,
+                         subject="the summary of a.md", source="text") == ""
+    assert said.lines == ["the model wrote only a source label ([2]), no summary of a.md: nothing is shown or cited; "
+                          "try a larger --model"] and said.shown == []
     # words that only point at a label are none of an answer ("Who wrote Hamlet?" of the
     # sample repo: "The answer is: [1]."); "Yes [1]." answers
     assert labels_only("The answer is: [1].") == labels_only("See [1].") == "[1]"
