@@ -27,15 +27,7 @@ def no_answer(answer: Answer) -> str:
     labels = answer.stats.get("labels_only")
     said = (f"No answer: the model wrote only a source label ({labels}), no words, so nothing is cited."
             if labels else "No answer: the model wrote none.")
-    if not answer.not_in_documents:
-        return said
-    grounding = answer.grounding or {}
-    if _question_matched(grounding) and grounding.get("year_unread"):
-        return said + " Not found in the documents: the year the question asks about stands nowhere in what was read."
-    if _question_matched(grounding) and (names := grounding.get("names_unread")):
-        return said + (f" Not found in the documents: {', '.join(names[:3])} "
-                       f"{'stands' if len(names[:3]) == 1 else 'stand'} nowhere in the input.")
-    return said + " Not found in the documents: nothing read matches the question well."
+    return f"{said} {_not_found(answer.grounding or {})[0]}." if answer.not_in_documents else said
 
 
 def _citations_text(answer: Answer) -> str:
@@ -74,39 +66,57 @@ def _citations_text(answer: Answer) -> str:
 # the Sources: it is about the answer's worth, and stderr is what `ktcli ask ... | tool` loses.
 # Hedged: the judgement is a heuristic, tuned on 16 questions (benchmarks/unanswerable.py),
 # and it fires on questions nothing read matches whether or not the answer's words were read.
-NOT_IN_DOCUMENTS = ("Not found in the documents: nothing read matches the question well, so the answer above is "
-                    "likely the model's own guess, not the documents'.")
+_NOTHING_MATCHES = ("Not found in the documents: nothing read matches the question well",
+                    "so the answer above is likely the model's own guess, not the documents'")
 # (`grounding.year_unread`: the question may match the documents well; the year is what they lack)
-NO_SUCH_YEAR = ("Not found in the documents: the year the question asks about stands nowhere in what was read, so "
-                "the answer above is likely about another year, or the model's own guess.")
+_NO_YEAR = ("Not found in the documents: the year the question asks about stands nowhere in what was read",
+            "so the answer above is likely about another year, or the model's own guess")
+NOT_IN_DOCUMENTS = f"{_NOTHING_MATCHES[0]}, {_NOTHING_MATCHES[1]}."
+NO_SUCH_YEAR = f"{_NO_YEAR[0]}, {_NO_YEAR[1]}."
+
+
+def _names_unread(names: list[str]) -> tuple[str, str]:
+    """(`grounding.names_unread`: the question matches the documents but for what it names)"""
+    said = ", ".join(names[:3])
+    return (f"Not found in the documents: {said} {'stands' if len(names[:3]) == 1 else 'stand'} nowhere in the input",
+            "so the answer above is likely about something else, or the model's own guess")
 
 
 def no_such_name(names: list[str]) -> str:
-    """(`grounding.names_unread`: the question matches the documents but for what it names)"""
-    said = ", ".join(names[:3])
-    return (f"Not found in the documents: {said} {'stands' if len(names[:3]) == 1 else 'stand'} nowhere in the input, "
-            "so the answer above is likely about something else, or the model's own guess.")
+    lack, so = _names_unread(names)
+    return f"{lack}, {so}."
 
 
-def _not_found_notice(grounding: dict) -> str:
-    """The notice of the one sign that fired where the question matched what was read (a
-    year, a name, misplaced figures), else the general one."""
-    if _question_matched(grounding):
-        if grounding.get("year_unread"):
-            return NO_SUCH_YEAR
-        if names := grounding.get("names_unread"):
-            return no_such_name(names)
-        if figures := grounding.get("figures_elsewhere"):
-            return figures_elsewhere(figures)
-    return NOT_IN_DOCUMENTS
-
-
-def figures_elsewhere(figures: list[str]) -> str:
+def _figures_elsewhere(figures: list[str]) -> tuple[str, str]:
     """(`grounding.figures_elsewhere`: the answer's figures are the input's, said of something else)"""
     said = ", ".join(figures[:3])
     return (f"Not found in the documents, it seems: the answer's {'figure' if len(figures[:3]) == 1 else 'figures'} "
             f"{said} {'stands' if len(figures[:3]) == 1 else 'stand'} in the input only in lines that say nothing of "
-            "what the question asks about, so the answer above is likely another thing's figure, not the answer.")
+            "what the question asks about", "so the answer above is likely another thing's figure, not the answer")
+
+
+def figures_elsewhere(figures: list[str]) -> str:
+    lack, so = _figures_elsewhere(figures)
+    return f"{lack}, {so}."
+
+
+def _not_found(grounding: dict) -> tuple[str, str]:
+    """What the documents lack by the one sign that fired where the question matched what
+    was read (a year, a name, misplaced figures), else by the general one; and what that
+    makes of the answer."""
+    if _question_matched(grounding):
+        if grounding.get("year_unread"):
+            return _NO_YEAR
+        if names := grounding.get("names_unread"):
+            return _names_unread(names)
+        if figures := grounding.get("figures_elsewhere"):
+            return _figures_elsewhere(figures)
+    return _NOTHING_MATCHES
+
+
+def _not_found_notice(grounding: dict) -> str:
+    lack, so = _not_found(grounding)
+    return f"{lack}, {so}."
 
 
 def _question_matched(grounding: dict) -> bool:
