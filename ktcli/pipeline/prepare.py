@@ -476,7 +476,7 @@ def prepare(
         listing_tokens=int(listing * per_estimate),
         count_scale=count_scale,
         shown_whole=sum(map(shown_whole, corpus.documents)) if summarized_per_document(task, len(corpus.documents))
-        else 0,
+        else int(task == "summarize" and len(corpus.documents) == 1 and badges_alone(corpus.documents[0].text.strip())),
     )
     rates = load_rates(settings, facts, code=mostly_code(corpus.documents))
     try:

@@ -213,7 +213,7 @@ class PlanRequest:
     # Documents of a summary of a few (one by one: `summarized_per_document`) each short
     # enough to be shown whole, not summarized (`prepare.shown_whole`): no model reads them,
     # and where all are, none is loaded (two one-line files were planned at ~37 s and 607 MiB
-    # for a run of 1.4 s and 142 MiB).
+    # for a run of 1.4 s and 142 MiB). A summary of one document: 1 where it is badges alone.
     shown_whole: int = 0
 
 
@@ -235,6 +235,12 @@ def make_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> Plan:
     # the input's tokens as best counted, in every mode: not the margin the plan weighed by
     plan = replace(plan, input_tokens=_reported(req, plan.input_tokens), read_tokens=_reported(req, plan.read_tokens),
                    question_tokens=_reported(req, plan.question_tokens))
+    if req.task == "summarize" and req.n_documents == 1 and req.shown_whole:
+        # a file of badges alone (`pipeline.badges`): listed, with no model, in any mode (planned
+        # ~35 s for a run of 0.8)
+        return replace(plan, mode=Mode.FULL, n_windows=1, est_seconds=req.read_s, est_first_token_seconds=req.read_s,
+                       est_memory_bytes=NO_MODEL_BYTES, cached_tokens=0, alternatives=(),
+                       reasons=("the file holds badges alone: what they say is listed, no model is loaded",))
     if plan.mode is Mode.FULL and plan.n_windows > 1 and _loads_no_model(req):
         return replace(plan, reasons=(*plan.reasons, f"a summary of {plan.n_windows} documents, each short enough to be "
                                       "shown whole, not summarized: no model is loaded"))

@@ -259,6 +259,9 @@ def human_bytes(n: float) -> str:
 
 def figures_line(answer: Answer) -> str:
     f = answer.stats
+    if f.get("model_calls", 1) == 0 and not f.get("tokens_in") and not f.get("tokens_out"):
+        # files shown whole, badges listed: no rates of a model that never ran ("prefill 0 tok/s")
+        return f"no model run · total {f.get('total_s', 0):.1f}s · peak RSS {f.get('peak_rss_mb', 0):.0f} MiB"
     parts = [
         "summary in parts" if _in_parts(answer.plan) else f"mode {answer.plan.mode.value}",
         f"tokens in {f.get('tokens_in', 0):,}"

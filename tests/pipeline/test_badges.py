@@ -10,6 +10,7 @@ from ktcli.pipeline.file_map import describe
 from ktcli.pipeline.prepare import prepare
 from ktcli.pipeline.runner import Tally
 from ktcli.pipeline.summarize import summarize
+from ktcli.render.formats import figures_line
 from ktcli.types import Document
 
 from .fake_backend import FakeBackend
@@ -59,6 +60,12 @@ def test_a_file_of_badges_alone_is_summarized_with_no_model(tmp_path):
     answer = summarize(prep, backend, settings, shown, Tally())
     assert backend.calls == [] and answer.text.startswith(SAID) and "".join(shown.shown) == answer.text
     assert {c.span.path for c in answer.citations} == {str(readme)} and shown.lines == []
+    # and so planned: no model's load or prefill (it was ~35 s for a run of 0.8), no other mode to offer
+    assert prep.plan.est_seconds == prep.plan.read_s and prep.plan.est_memory_bytes < 200 << 20
+    assert prep.plan.reasons == ("the file holds badges alone: what they say is listed, no model is loaded",)
+    assert prep.plan.alternatives == ()
+    # and its figures line names no model's rates ("prefill 0 tok/s · decode 0.0 tok/s")
+    assert figures_line(answer).startswith("no model run · total ")
 
 
 def test_a_folder_lists_what_its_badges_readme_says(tmp_path):
