@@ -65,6 +65,8 @@ class RepetitionGuard:
             copies = max(self.min_copies, -(-self.min_span // wide))  # ceil(min_span / width)
             if line:
                 copies = min(copies, LINE_COPIES)
+            elif outside_code and _a_word(unit):
+                copies = min(copies, WORD_COPIES)
             if copies * size <= n and text.endswith(unit * copies):
                 return unit
         return ""
@@ -93,6 +95,15 @@ class RepetitionGuard:
 LINE_COPIES = 5
 MIN_LINE_UNIT = 4
 _LETTERS = re.compile(r"[^\W\d_]{2}")
+# A word (a unit within a line holding a run of 4 letters) said this many times back to
+# back is a loop: an answer about torch's autograd wrote "autograd." 27 times in a row (9
+# characters a copy: the span rule wanted 27). Not a row of "NA," or "0, ": data quoted.
+WORD_COPIES = 8
+_A_WORD = re.compile(r"[^\W\d_]{4}")
+
+
+def _a_word(unit: str) -> bool:
+    return "\n" not in unit and bool(_A_WORD.search(unit))
 
 
 _FENCE_LINE = re.compile(r"[ \t]*```[\w+-]*[ \t]*")

@@ -41,9 +41,21 @@ def test_a_repeated_sentence_is_caught_after_three_copies_and_kept_once():
 
 def test_short_units_need_a_long_run():
     guard = RepetitionGuard()
-    assert _feed_in_pieces(guard, "word " * 30) is None  # 150 characters: could be emphasis
-    fired = _feed_in_pieces(RepetitionGuard(), "Answer: " + "word " * 100)
+    assert _feed_in_pieces(guard, "NA, " * 30) is None  # 120 characters, no word: a row of data quoted
+    fired = _feed_in_pieces(RepetitionGuard(), "Answer: " + "0, 1, " * 100)
     assert fired is not None and fired <= len("Answer: ") + 250
+
+
+def test_a_word_said_eight_times_in_a_row_is_a_loop():
+    """An answer about torch's autograd wrote "autograd." 27 times back to back before the
+    span rule stopped it; emphasis says a word two or three times, not eight."""
+    opening = "It is implemented in the `"
+    guard = RepetitionGuard()
+    fired = _feed_in_pieces(guard, opening + "autograd." * 40)
+    assert fired is not None and fired <= len(opening) + 8 * len("autograd.") + 6
+    assert guard.kept().startswith(opening + "autograd") and guard.kept().count("autograd") == 1
+    assert _feed_in_pieces(RepetitionGuard(), "It is very, " * 2 + "very " * 5 + "old.") is None
+    assert _feed_in_pieces(RepetitionGuard(), "```\n" + "self." * 40 + "x\n```\n") is None  # code is code
 
 
 def test_a_short_line_said_five_times_is_a_loop_outside_code_only():
