@@ -286,8 +286,10 @@ def _digested(folder: Path) -> list[Path]:
 
 
 def _write_digest(folder: Path) -> None:
-    """Record the sha1 of each of `folder`'s files `_digested` names (replaced whole)."""
-    record = {"sha1": {p.name: _content_hash(p, p.stat()) for p in _digested(folder)}}
+    """Record the sha1 of each of `folder`'s files `_digested` names (replaced whole), and
+    the CONVERSION_VERSION that wrote them (`_conversion_of`)."""
+    record = {"sha1": {p.name: _content_hash(p, p.stat()) for p in _digested(folder)},
+              "conversion": CONVERSION_VERSION}
     path = folder / DIGEST_RECORD
     tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record, sort_keys=True) + "\n")
@@ -392,6 +394,10 @@ def ensure_hf_dir(
             except OSError:  # a cache another user warmed, read-only here: the record stays as it is
                 pass
         gguf_weights.found_at(target, source.path)  # read from there, whatever the record says by then
+        _mark_used(target)
+        # (here too: a version's conversion left by an upgrade otherwise stayed until this
+        # file's next conversion, which may never come)
+        _drop_older_conversions(target, cache_dir, source.path)
         return target
     if target.exists():  # damaged: moved aside, so the fresh conversion can take its name
         if on_status and _digest_holds(target) is None and _usable(target, digest=False):
@@ -467,6 +473,17 @@ def sweep_stale(folder: Path, pattern: str) -> None:
             pass
 
 
+# Conversions of the same GGUF path by other CONVERSION_VERSIONs (an older ktcli and a newer
+# one sharing a cache folder: a pinned CI install beside a dev one) are kept, at most
+# OTHER_VERSIONS_KEPT of them, while used within OTHER_VERSION_KEPT_S: each version dropped
+# the other's on conversion, so alternating between two converted (~40 s through
+# transformers' reader) and packed again on every run. A version's folder carries its
+# packed weights (151 MB int8, 270 MB bf16 for the bundled model; ~7 GB int8 for a 7B), so
+# one left behind by an upgrade goes a week after its last use.
+OTHER_VERSIONS_KEPT = 1
+OTHER_VERSION_KEPT_S = 7 * 24 * 3600
+
+
 def _drop_older_conversions(target: Path, cache_dir: Path, source: Path) -> None:
     """Remove the other conversions of the same GGUF file (the file upgraded in place, or a
     folder named by an older fingerprint) and their packed weights: each is ~4x the GGUF.
@@ -474,11 +491,11 @@ def _drop_older_conversions(target: Path, cache_dir: Path, source: Path) -> None
     models both named `model.gguf` in two folders dropped each other's conversion on every
     run, and one running beside the other found its folder gone ("no config.json"). A folder
     with no record (converted before records were kept) goes where its name's stem is this
-    one's, as it did then. A conversion still being written (.tmp-) is left alone."""
-    from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
-
+    one's, as it did then. A conversion still being written (.tmp-) is left alone, and one
+    of another CONVERSION_VERSION within OTHER_VERSIONS_KEPT and OTHER_VERSION_KEPT_S."""
     sweep_stale(target.parent, "*.tmp-*")
     stem = target.name.rsplit("-", 1)[0]
+    others: list[tuple[float, Path]] = []  # (last used, folder) of other versions' conversions of this file
     for other in target.parent.glob(f"{glob.escape(stem)}-*"):
         name = other.name
         if other == target or ".tmp-" in name or ".damaged-" in name or name.rsplit("-", 1)[0] != stem:
@@ -486,8 +503,53 @@ def _drop_older_conversions(target: Path, cache_dir: Path, source: Path) -> None
         recorded = _recorded_source(other)
         if recorded not in (None, str(source.resolve())) and Path(recorded).exists():
             continue  # another file of the same name
-        shutil.rmtree(other, ignore_errors=True)
-        drop_packed(cache_dir / PACKED_DIR, name)
+        if recorded == str(source.resolve()) and _conversion_of(other) != CONVERSION_VERSION:
+            others.append((_last_used(other), other))
+        else:  # no record, a file that is gone, or this version's of another content
+            _drop_conversion(other, cache_dir)
+    now = time.time()
+    for rank, (used, other) in enumerate(sorted(others, key=lambda o: o[0], reverse=True)):
+        if rank >= OTHER_VERSIONS_KEPT or now - used > OTHER_VERSION_KEPT_S:
+            _drop_conversion(other, cache_dir)
+
+
+def _drop_conversion(folder: Path, cache_dir: Path) -> None:
+    from ktcli.engine.pack_cache import PACKED_DIR, drop_packed
+
+    shutil.rmtree(folder, ignore_errors=True)
+    drop_packed(cache_dir / PACKED_DIR, folder.name)
+
+
+def _conversion_of(folder: Path) -> int | None:
+    """The CONVERSION_VERSION that converted `folder` (None: one converted before it was
+    recorded, or a damaged record)."""
+    try:
+        version = json.loads((folder / DIGEST_RECORD).read_bytes()).get("conversion")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return version if isinstance(version, int) else None
+
+
+def _last_used(folder: Path) -> float:
+    """When a run last used `folder`: its own modification time, set by each run of a
+    version that marks it (`_mark_used`), or the last read of its config.json (the access
+    time, which a mount with `relatime` updates once a day: the sign left by a version that
+    marks nothing)."""
+    times = []
+    for path in (folder, folder / "config.json"):
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        times += [st.st_mtime, st.st_atime] if path != folder else [st.st_mtime]
+    return max(times, default=0.0)
+
+
+def _mark_used(folder: Path) -> None:
+    try:
+        os.utime(folder)
+    except OSError:
+        pass  # a cache another user warmed, read-only here
 
 
 def _recorded_source(folder: Path) -> str | None:

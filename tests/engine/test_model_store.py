@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from ktcli.engine import model_store
+from ktcli.engine import gguf_weights, model_store
 from ktcli.engine.model_store import ModelSource, converted_dir, ensure_hf_dir, is_converted
 from ktcli.engine.safetensors_header import DamagedWeightsError, add_checksums
 from ktcli.engine.weights import TensorReader
@@ -28,6 +28,7 @@ def _fake_convert(calls: list[Path]):
         (target / "generation_config.json").write_text('{"eos_token_id": 2}\n')
         (target / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }}{% endfor %}")
         model_store._write_digest(target)
+        gguf_weights.record_source(target, gguf)  # as both converters do
     return convert
 
 
@@ -387,3 +388,66 @@ def test_a_converted_tokenizer_changed_in_place_is_converted_again(tmp_path):
     assert (folder / model_store.DIGEST_RECORD).is_file() and model_store.model_key(folder, "x") == key
     (folder / model_store.DIGEST_RECORD).write_text("{damaged")
     assert not is_converted(source, cache)
+
+
+def _runs_of(version: int, source: ModelSource, cache: Path, monkeypatch) -> Path:
+    """A run of a ktcli whose conversions are of `version` (a new process: nothing remembered)."""
+    monkeypatch.setattr(model_store, "CONVERSION_VERSION", version)
+    monkeypatch.setattr(model_store, "_FINGERPRINTS", {})
+    return ensure_hf_dir(source, cache)
+
+
+def _packed_beside(folder: Path, cache: Path) -> Path:
+    packed = cache / "packed" / f"{folder.name}-0123456789abcdef.int8.safetensors"
+    packed.parent.mkdir(exist_ok=True)
+    packed.write_bytes(b"x")
+    return packed
+
+
+def test_two_conversion_versions_sharing_a_cache_keep_their_own_conversions(source, tmp_path, monkeypatch):
+    """An older ktcli and a newer one on one cache folder dropped each other's conversion of
+    the same GGUF (and its packed weights) on each conversion: alternating between them
+    converted (~40 s through transformers' reader) and packed again on every run."""
+    calls: list[Path] = []
+    monkeypatch.setattr(model_store, "_convert_gguf", _fake_convert(calls))
+    cache = tmp_path / "cache"
+    old = _runs_of(6, source, cache, monkeypatch)
+    old_packed = _packed_beside(old, cache)
+    new = _runs_of(7, source, cache, monkeypatch)
+    new_packed = _packed_beside(new, cache)
+    for _ in range(2):
+        assert _runs_of(6, source, cache, monkeypatch) == old and _runs_of(7, source, cache, monkeypatch) == new
+    assert len(calls) == 2 and old.exists() and new.exists() and old_packed.exists() and new_packed.exists()
+    # The GGUF upgraded in place: the new version's stale conversion goes, the old version's stays.
+    source.path.write_bytes(source.path.read_bytes() + b"\0" * 64)
+    newer = _runs_of(7, source, cache, monkeypatch)
+    assert newer not in (old, new) and not new.exists() and not new_packed.exists()
+    assert old.exists() and old_packed.exists() and len(calls) == 3
+
+
+def test_other_versions_conversions_are_bounded_by_count_and_age(source, tmp_path, monkeypatch):
+    """Kept for another version, a conversion does not stay for good: a third version's
+    drops the least recently used, and one unused for OTHER_VERSION_KEPT_S goes on the
+    next run of any version (an upgrade's leftover), with its packed weights."""
+    import os
+    import time
+
+    calls: list[Path] = []
+    monkeypatch.setattr(model_store, "_convert_gguf", _fake_convert(calls))
+    cache = tmp_path / "cache"
+
+    def age(folder: Path, seconds: float) -> None:
+        when = time.time() - seconds
+        for path in (folder / "config.json", folder):
+            os.utime(path, (when, when))
+
+    five = _runs_of(5, source, cache, monkeypatch)
+    six = _runs_of(6, source, cache, monkeypatch)
+    age(five, 200)
+    age(six, 100)  # 6 used after 5
+    seven = _runs_of(7, source, cache, monkeypatch)
+    assert not five.exists() and six.exists() and seven.exists()
+    six_packed = _packed_beside(six, cache)
+    age(six, model_store.OTHER_VERSION_KEPT_S + 60)
+    assert _runs_of(7, source, cache, monkeypatch) == seven and len(calls) == 3  # no conversion: a warm run
+    assert not six.exists() and not six_packed.exists() and seven.exists()
