@@ -172,7 +172,8 @@ def _fingerprint(path: Path, cache_dir: Path | None = None) -> str:
         return known[1]
     record = Path(cache_dir) / "models" / FINGERPRINT_RECORD if cache_dir is not None else None
     remembered = _remembered_fingerprints(record)
-    entry = remembered.get(str(path))
+    key = _remembered_key(path)
+    entry = remembered.get(key, remembered.get(str(path)))  # (under the path alone: an earlier ktcli's)
     if isinstance(entry, dict) and entry.get("stamp") == list(stamp) and isinstance(entry.get("sha256"), str):
         fingerprint = entry["sha256"]
     else:
@@ -185,12 +186,19 @@ def _fingerprint(path: Path, cache_dir: Path | None = None) -> str:
                 digest.update(view[:n])
         fingerprint = digest.hexdigest()[:16]
         if record is not None:
-            remembered.pop(str(path), None)
-            remembered[str(path)] = {"stamp": list(stamp), "sha256": fingerprint}
+            remembered.pop(key, None)
+            remembered[key] = {"stamp": list(stamp), "sha256": fingerprint}
             kept = dict(list(remembered.items())[-_FINGERPRINTS_KEPT:])
             write_whole(record, json.dumps(kept, indent=0) + "\n")  # (a read-only cache: hashed again next run)
     _FINGERPRINTS[str(path)] = (stamp, fingerprint)
     return fingerprint
+
+
+def _remembered_key(path: Path) -> str:
+    """The record's name for `path`'s fingerprint, which names the version: keyed by the
+    path alone, two versions sharing the cache replaced each other's entry, and each run of
+    either read the whole file again (~6 s for 4 GB)."""
+    return f"{path} (conversion {CONVERSION_VERSION})"
 
 
 def _remembered_fingerprints(record: Path | None) -> dict:

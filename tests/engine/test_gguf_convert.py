@@ -290,9 +290,9 @@ def test_the_fingerprint_reads_every_byte_and_is_remembered_by_the_file_s_stamp(
     assert first != model_store._fingerprint(two, cache)
     record = cache / "models" / model_store.FINGERPRINT_RECORD
     remembered = json.loads(record.read_text())
-    assert remembered[str(one)]["sha256"] == first and len(remembered) == 2
+    assert remembered[model_store._remembered_key(one)]["sha256"] == first and len(remembered) == 2
     # a later process reads the record, not the file: shown by a record altered by hand
-    remembered[str(one)]["sha256"] = "0" * 16
+    remembered[model_store._remembered_key(one)]["sha256"] = "0" * 16
     record.write_text(json.dumps(remembered))
     model_store._FINGERPRINTS.clear()
     assert model_store._fingerprint(one, cache) == "0" * 16

@@ -451,3 +451,29 @@ def test_other_versions_conversions_are_bounded_by_count_and_age(source, tmp_pat
     age(six, model_store.OTHER_VERSION_KEPT_S + 60)
     assert _runs_of(7, source, cache, monkeypatch) == seven and len(calls) == 3  # no conversion: a warm run
     assert not six.exists() and not six_packed.exists() and seven.exists()
+
+
+def test_two_versions_sharing_a_cache_remember_their_own_fingerprints(source, tmp_path, monkeypatch):
+    """The record of each GGUF's fingerprint was keyed by the file's path alone: two versions
+    replaced each other's entry, and each run of either read the whole file again (~6 s for
+    4 GB)."""
+    calls: list[Path] = []
+    monkeypatch.setattr(model_store, "_convert_gguf", _fake_convert(calls))
+    read: list[Path] = []
+    refuse = model_store._refuse_unconvertible
+    monkeypatch.setattr(model_store, "_refuse_unconvertible", lambda path: (read.append(path), refuse(path)))
+    cache = tmp_path / "cache"
+    for _ in range(3):
+        _runs_of(6, source, cache, monkeypatch)
+        _runs_of(7, source, cache, monkeypatch)
+    assert len(read) == 2 and len(calls) == 2  # each version's first run reads the file whole; no other does
+    # A record an earlier ktcli wrote (keyed by the path alone) is still read.
+    import json
+
+    record = cache / "models" / model_store.FINGERPRINT_RECORD
+    remembered = json.loads(record.read_text())
+    monkeypatch.setattr(model_store, "CONVERSION_VERSION", 6)
+    remembered = {str(source.path): remembered[model_store._remembered_key(source.path)]}
+    record.write_text(json.dumps(remembered))
+    _runs_of(6, source, cache, monkeypatch)
+    assert len(read) == 2 and len(calls) == 2
