@@ -34,6 +34,7 @@ from __future__ import annotations
 import glob
 import hashlib
 import os
+import time
 from collections.abc import Callable
 from dataclasses import fields
 from pathlib import Path
@@ -42,8 +43,8 @@ import torch
 
 from ktcli.engine.config import ModelConfig
 from ktcli.engine.gguf_weights import linked_gguf
-from ktcli.engine.model_store import model_key, sweep_stale
-from ktcli.engine.safetensors_header import checksums_of, crc32, write_file
+from ktcli.engine.model_store import OTHER_VERSION_KEPT_S, OTHER_VERSIONS_KEPT, model_key, sweep_stale
+from ktcli.engine.safetensors_header import checksums_of, crc32, read_header, write_file
 from ktcli.engine.weights import DTYPES, LayerWeights, ModelWeights, load_weights
 
 FORMAT = 2  # 2: each tensor's CRC32 in the metadata
@@ -115,15 +116,52 @@ def _drop_stale(path: Path) -> None:
     """Remove the packed files of earlier versions of the same model folder name (changed
     weights leave their old file behind, 151 MB for SmolLM2), and temp files of killed
     runs. Another folder of the same name loses its file too, and is packed again on its
-    next load: a cost, never an error."""
+    next load: a cost, never an error. A file of another FORMAT (another ktcli version
+    sharing the cache) is kept while it is one of the OTHER_VERSIONS_KEPT last used and
+    used within OTHER_VERSION_KEPT_S (`model_store`): dropped on each save, alternating
+    between two versions packed again on every run."""
     sweep_stale(path.parent, "*.tmp")
     kind = ".".join(path.name.rsplit(".", 2)[-2:])  # "bf16.safetensors": a model run in int8 and bf16 keeps both
+    others: list[tuple[float, Path]] = []  # (last used, file) of other formats'
     for old in path.parent.glob(f"*.{kind}"):
         if old != path and old.name.rsplit("-", 1)[0] == path.name.rsplit("-", 1)[0]:
-            try:
-                old.unlink()
-            except OSError:
-                pass
+            fmt = _format_of(old)
+            if fmt is not None and fmt != str(FORMAT):
+                others.append((_last_used(old), old))
+            else:
+                _unlink(old)
+    now = time.time()
+    for rank, (used, old) in enumerate(sorted(others, key=lambda o: o[0], reverse=True)):
+        if rank >= OTHER_VERSIONS_KEPT or now - used > OTHER_VERSION_KEPT_S:
+            _unlink(old)
+
+
+def _format_of(path: Path) -> str | None:
+    """The FORMAT a packed file was written in ("" where it names none); None where it
+    cannot be read (damaged: dropped)."""
+    try:
+        header, _ = read_header(path)
+    except Exception:  # noqa: BLE001 - a truncated or foreign file
+        return None
+    meta = header.get("__metadata__")
+    return str(meta.get("format", "")) if isinstance(meta, dict) else ""
+
+
+def _last_used(path: Path) -> float:
+    """When a load last read `path`: its modification time, set by each load that marks it
+    (`load_or_pack`). (Not its access time, which `_format_of` reading the header sets: a
+    file read by the sweep would never age.)"""
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
 
 
 def load(path: Path, cfg: ModelConfig, weights: str = "int8", device: torch.device | str = "cpu") -> ModelWeights | None:
@@ -198,7 +236,12 @@ def load_or_pack(folder: Path, cfg: ModelConfig, root: Path | None, pack: Callab
     if w is None:
         w = pack()
         save(path, w)
-        w = _moved(w, device)
+        return _moved(w, device)
+    try:
+        os.utime(path)  # used: another version's file is kept while used (`_drop_stale`)
+    except OSError:
+        pass  # a cache another user warmed, read-only here
+    _drop_stale(path)  # (an upgrade's leftover file otherwise stayed until this model's next pack)
     return w
 
 

@@ -181,3 +181,43 @@ def test_a_moved_cache_keeps_its_packed_weights(tiny_models, tmp_path, monkeypat
     monkeypatch.setattr(pack_cache, "load_weights", lambda *a, **k: pytest.fail("packed again"))
     moved = tmp_path / "two" / "model"
     assert _same(fresh, pack_cache.load_engine_weights(moved, cfg, "int8", "cpu", tmp_path / "two" / "packed"))
+
+
+def test_two_pack_formats_sharing_a_cache_keep_their_own_files_within_a_bound(tiny_models, tmp_path, monkeypatch):
+    """Two ktcli versions of different FORMATs on one cache folder dropped each other's
+    packed file of the same model on every save: alternating packed again on every run
+    (~0.4 s for the bundled model, a 7B's whole weights for a 7B). Kept now, one other
+    format's file, while used within a week; past that it goes on the next load."""
+    import time
+
+    from ktcli.engine import model_store
+
+    monkeypatch.delenv("KTCLI_NO_PACK_CACHE", raising=False)
+    folder = tiny_models["llama"]
+    cfg = load_config(folder)
+    root = tmp_path / "cache"
+    packs: list[int] = []
+    real = pack_cache.load_weights
+    monkeypatch.setattr(pack_cache, "load_weights", lambda *a, **k: (packs.append(pack_cache.FORMAT), real(*a, **k))[1])
+
+    def run(fmt: int) -> os.PathLike:
+        monkeypatch.setattr(pack_cache, "FORMAT", fmt)
+        pack_cache.load_engine_weights(folder, cfg, "int8", "cpu", root)
+        return pack_cache.cache_file(root, folder)
+
+    def age(path, seconds: float) -> None:
+        when = time.time() - seconds
+        os.utime(path, (when, when))
+
+    two, three = run(2), run(3)
+    for _ in range(2):
+        assert run(2) == two and run(3) == three
+    assert packs == [2, 3] and two.is_file() and three.is_file()
+    # a third format: the least recently used other goes
+    age(two, 200)
+    age(three, 100)
+    four = run(4)
+    assert packs == [2, 3, 4] and not two.exists() and three.is_file() and four.is_file()
+    # unused for longer than the bound: gone on the next load, which packs nothing
+    age(three, model_store.OTHER_VERSION_KEPT_S + 60)
+    assert run(4) == four and packs == [2, 3, 4] and not three.exists() and four.is_file()
