@@ -242,3 +242,31 @@ def test_the_plan_says_the_float32_file_engine_hf_writes_once(tmp_path):
     assert _float32_file_params(Settings(model=str(gguf), cache_dir=str(cache)), facts, converts=False) == 0
     gguf_weights.write_safetensors(folder)
     assert _float32_file_params(settings, facts, converts=False) == 0
+
+
+def test_two_cold_runs_converting_the_same_gguf_at_once_both_load_one_folder(tmp_path, monkeypatch):
+    """Two runs of one version on a fresh cache both convert: the one that finishes second
+    finds the first's folder under the name (its rename fails) and keeps it; neither fails,
+    nothing is left beside it, and the folder reads the same tensors."""
+    from ktcli.engine import gguf_convert
+
+    gguf = _gguf(tmp_path)
+    cache = tmp_path / "cache"
+    source = ModelSource("tiny", "gguf", gguf)
+    convert = gguf_convert.convert
+    finished_first: list = []
+    converted: list = []
+
+    def racing(header, folder):
+        converted.append(folder)
+        if not finished_first:  # the other run converts and finishes while this one converts
+            finished_first.append(None)
+            finished_first[0] = ensure_hf_dir(source, cache)
+        convert(header, folder)
+
+    monkeypatch.setattr(gguf_convert, "convert", racing)
+    folder = ensure_hf_dir(source, cache)
+    assert len(converted) == 2 and folder == finished_first[0] and model_store._usable(folder)
+    assert sorted(p.name for p in (cache / "models").iterdir()) == sorted([model_store.FINGERPRINT_RECORD, folder.name])
+    with TensorReader.of_folder(folder) as reader:
+        assert reader.names()
