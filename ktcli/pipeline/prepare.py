@@ -432,7 +432,7 @@ def prepare(
     # (the plan weighs the floor's margin; it reports the sampled count: `count_scale`)
     count_scale = sampled / per_estimate if counter is not None and tokenizer is None else 1.0
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
-    to_embed, focus = _unembedded_share(chunks, settings) if task == "ask" else (None, (0, 0))
+    to_embed, focus = _unembedded_share(chunks, settings, question) if task == "ask" else (None, (0, 0))
     converts = _converts_first(settings)
     request = PlanRequest(
         task=task,
@@ -849,7 +849,8 @@ def _whole_read_cached(cached: dict[tuple[str, str], int], settings: Settings, f
     return cached.get((facts.kv_dtype if settings.kv_dtype == "auto" else settings.kv_dtype, "dense"), 0)
 
 
-def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> tuple[float | None, tuple[int, int]]:
+def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings,
+                      question: str) -> tuple[float | None, tuple[int, int]]:
     """The share of the input's tokens whose chunks the question's index embeds, those the
     index cache does not hold yet (of them the ones its words point at, where they are many:
     --embed auto), so the plan counts only their embedding: a second question about the
@@ -871,10 +872,10 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings) -> tuple[fl
         return None, (0, 0)
     total = sum(c.n_tokens for c in chunks)
     missing = len(held) - sum(held)
-    embedded = planned_embeddings(held, settings.embed == "auto")
+    embedded = planned_embeddings(held, question if settings.embed == "auto" else None, chunks, settings.cache_path)
     share = sum(c.n_tokens for c, h in zip(chunks, held) if not h) / total if total else None
     if share is None or embedded == missing:
-        return share, (0, 0)
+        return share, (0, 0)  # (also where nothing is missing)
     return share * embedded / missing, (embedded, missing)
 
 

@@ -139,7 +139,8 @@ class PlanRequest:
     memory_budget: int = 0  # bytes; 0: no limit
     uncached_tokens: int | None = None  # tokens that still need embedding (None: all)
     # A question's index embeds the chunks its words point at: this many of `unembedded`
-    # not in the index cache (--embed auto, `retrieval.retriever.FOCUS_FROM`); 0: all it lacks
+    # not in the index cache (--embed auto, `retrieval.retriever.FOCUS_FROM`); (0, 0): it
+    # embeds all it lacks
     focus_chunks: int = 0
     unembedded_chunks: int = 0
     kv_dtype: str = "auto"  # auto or a kernels KV kind (fp32, bf16, fp16, fp8, int8, int4)
@@ -923,7 +924,7 @@ def _retrieval_plan(req: PlanRequest, facts: ModelFacts, rates: Throughput) -> P
         est_seconds=seconds, est_first_token_seconds=_before_answer(seconds, answer_s), kv_window=kv_window,
         est_memory_bytes=_read_memory(req, facts, per_window_prompt, kv_window=kv_window)
         + (LATER_READS_GROWTH_BYTES if n_windows > 1 else 0)
-        + (EMBEDDER_BYTES + _index_memory(n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
+        + (EMBEDDER_BYTES + _index_memory(req, n_chunks) + _embedding_memory(req, n_chunks) if req.task == "ask" else 0),
         # Each window is read with the KV dtype and policy asked for, as a full read is
         # (they were dropped here, silently: `--mode retrieval --kv-dtype int4` ran fp16 pages).
         **_asked_cache(req),
@@ -953,9 +954,18 @@ def _embedding_memory(req: PlanRequest, n_chunks: int) -> int:
     return int(min(min(share, 1.0) * n_chunks, EMBED_GROWTH_CHUNKS) * EMBED_BYTES_PER_CHUNK)
 
 
-def _index_memory(n_chunks: int) -> int:
-    # 384-dim float32 embedding + chunk text and metadata (~1.5 KB) per chunk
-    return n_chunks * (384 * 4 + 1536)
+# A chunk held for a question: its text, span and section, and its BM25 postings. torch's
+# 111,409 chunks (46 MB of sources) held 468 MiB after `prepare` and the BM25 index read
+# back (2026-12-08), ~4.4 KB a chunk; planned at 1.5 KB, the whole question's peak was
+# 1.07-1.15x its estimate.
+CHUNK_BYTES = 4400
+VECTOR_BYTES = 384 * 4  # a float32 MiniLM vector in faiss
+
+
+def _index_memory(req: PlanRequest, n_chunks: int) -> int:
+    """Every chunk, and the vectors of those embedded (a focused index leaves most out)."""
+    vectors = n_chunks - req.unembedded_chunks + req.focus_chunks
+    return n_chunks * CHUNK_BYTES + vectors * VECTOR_BYTES
 
 
 def _what_takes_memory(plan: Plan) -> str:
@@ -970,8 +980,11 @@ def _retrieval_reason(req: PlanRequest, plan: Plan) -> str:
 
 def _focus_reasons(req: PlanRequest) -> tuple[str, ...]:
     """What a question's index embeds, where it is not every chunk the cache lacks."""
-    if not req.focus_chunks:
+    if not req.unembedded_chunks:
         return ()
+    if not req.focus_chunks:
+        return (f"embed none: the chunks the question's words point at are in the index cache, and the "
+                f"{req.unembedded_chunks:,} others not needed (--embed all: every one)",)
     return (f"embed the ~{req.focus_chunks:,} chunks the question's words point at, of "
             f"{req.unembedded_chunks:,} not in the index cache (--embed all: every one)",)
 

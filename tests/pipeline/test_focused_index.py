@@ -50,6 +50,11 @@ def test_a_question_embeds_the_chunks_its_words_point_at(haystack, tmp_path):  #
     assert answer.stats["embedded_now"] == 6 and answer.stats["not_embedded"] == n_chunks - 6
     assert (f"indexing 6 of {n_chunks:,} chunks (those the question's words point at; "
             f"{n_chunks - 6:,} not embedded: --embed all embeds every one)") in log.lines
+    # asked again, its plan finds the chunks it needs held (the BM25 index kept tells which)
+    again = prepare([str(haystack)], QUESTION, "ask", settings, NullReporter())
+    assert any(r.startswith("embed none: the chunks the question's words point at are in the index cache, "
+                            f"and the {n_chunks - 6:,} others not needed") for r in again.plan.reasons)
+    assert again.plan.est_seconds - again.plan.read_s < prep.plan.est_seconds - prep.plan.read_s
     # a second question adds what its words point at to what the first kept
     log = StatusLog()
     again = prepare([str(haystack)], "When do the gardens close?", "ask", settings, NullReporter())

@@ -111,11 +111,21 @@ def test_the_same_document_twice_is_embedded_once(tmp_path):
     assert index.stats["n_chunks"] - index.stats["n_not_embedded"] == 8  # both copies' gamma chunks
 
 
-def test_planned_embeddings():
-    assert planned_embeddings([False] * 16, focused=True) == 4
-    assert planned_embeddings([False] * 16, focused=False) == 16
-    assert planned_embeddings([True] * 12 + [False] * 4, focused=True) == 4
-    assert planned_embeddings([False] * 6, focused=True) == 6  # not more than FOCUS_FROM
+def test_planned_embeddings(tmp_path):
+    question = "which part is about topic gamma"
+    assert planned_embeddings([False] * 16, question) == 4
+    assert planned_embeddings([False] * 16, None) == 16
+    assert planned_embeddings([True] * 12 + [False] * 4, question) == 4
+    assert planned_embeddings([False] * 6, question) == 6  # not more than FOCUS_FROM
+    # with the BM25 index kept by a question before, the focus is the build's own
+    chunks = make_corpus(4, 4)
+    _build(chunks, tmp_path, "which part is about topic alpha")
+    held = _held_by_store(chunks, tmp_path)
+    assert planned_embeddings(held, "which part is about topic alpha", chunks, tmp_path) == 0  # asked again
+    assert planned_embeddings(held, question, chunks, tmp_path) == 4
+    embedder = HashEmbedder()
+    _build(chunks, tmp_path, question, embedder)
+    assert embedder.n_embedded == 4
 
 
 def test_store_entry_holding_some_rows(tmp_path):
