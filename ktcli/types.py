@@ -123,6 +123,13 @@ class Corpus:
 SECTION_SEPARATOR = " > "  # between the levels of a section trail (Chunk.section, Citation.section)
 # The deepest section trail kept: below that, titles say little the last ones do not.
 SECTION_MAX_DEPTH = 4
+# C++'s export macros and attributes between `class` / `struct` and the name, as a regex
+# (`ingest.sections`' trails, `retrieval.symbols`' definitions): torch's `class TORCH_API
+# Engine` was the section "class TORCH_API" of every class in its headers, and defined
+# TORCH_API, not Engine.
+DECLARATION_ATTRIBUTES = (r"(?:(?:[A-Z][A-Z0-9]*_[A-Z0-9_]*|[A-Z][A-Z0-9]*(?:API|EXPORT))\s+(?=[^\W\d])"
+                          r"|(?:__declspec|alignas)\s*\([^()\n]*\)\s*|__attribute__\s*\(\([^()\n]*\)\)\s*"
+                          r"|\[\[[^\]\n]*\]\]\s*)*")
 TABLE_TRAIL = "columns: "  # a CSV's or TSV's trail: its header row after this
 
 

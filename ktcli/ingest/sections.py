@@ -24,7 +24,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 
 from ktcli.ingest.pdf_headings import numbered_headings
-from ktcli.types import SECTION_MAX_DEPTH, SECTION_SEPARATOR, TABLE_TRAIL
+from ktcli.types import DECLARATION_ATTRIBUTES, SECTION_MAX_DEPTH, SECTION_SEPARATOR, TABLE_TRAIL
 
 SEPARATOR = SECTION_SEPARATOR
 MAX_DEPTH = SECTION_MAX_DEPTH
@@ -47,8 +47,9 @@ _LITERAL = re.compile(r"`{1,2}([^`]*)`{1,2}_{0,2}")
 _DECLARATION = re.compile(
     r"\s*(?:@\S+\s+)*(?:(?:export|default|pub(?:\([\w:]+\))?|public|private|protected|internal|static|final|"
     r"abstract|async|unsafe|override|open|sealed|data|suspend|inline|virtual)\s+)*"
-    r"(?P<kind>class|def|fn|func|function|struct|enum|trait|impl|interface|module|namespace|object|type|record)"
-    r"\s+(?P<name>(?:[^\W\d]|\$)[\w$.:<>]*)"  # a name may start with any alphabet's letter
+    r"(?P<kind>class|def|fn|func|function|struct|enum(?:\s+(?:class|struct))?|trait|impl|interface|module|namespace"
+    r"|object|type|record)\s+" + DECLARATION_ATTRIBUTES +
+    r"(?P<name>(?:[^\W\d]|\$)[\w$.:<>]*)"  # a name may start with any alphabet's letter
 )
 
 

@@ -18,14 +18,14 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ktcli.types import Chunk
+from ktcli.types import DECLARATION_ATTRIBUTES, Chunk
 
 # class / def / function / fn / func / struct ... NAME, as most languages write a definition
 _DEFINED = re.compile(
     r"^[ \t]*(?:(?:export|default|pub(?:\([\w:]+\))?|public|private|protected|internal|static|abstract|final|"
     r"async|unsafe|extern|inline|virtual|sealed|data|open)\s+)*"
-    r"(?:class|def|function|fn|func(?:\s*\([^)]*\))?|struct|enum|interface|trait|type|module|object|record|"
-    r"macro_rules!|defmacro|defun|sub)\s+((?:[^\W\d]|\$)[\w$]*)",
+    r"(?:class|def|function|fn|func(?:\s*\([^)]*\))?|struct|enum(?:\s+(?:class|struct))?|interface|trait|type|module|object|record|"
+    r"macro_rules!|defmacro|defun|sub)\s+" + DECLARATION_ATTRIBUTES + r"((?:[^\W\d]|\$)[\w$]*)",
     re.MULTILINE,
 )
 # a constant assigned at the start of a line: TAX_RATE = 0.2, const MAX_SIZE: usize = 8

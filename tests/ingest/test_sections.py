@@ -361,3 +361,19 @@ def test_a_numbered_log_has_no_numbered_headings():
     log = [f"{i} INFO Request served in {i % 7} ms" if i % 2 else f"{i} Worker started job" for i in range(1, 40)]
     trails = document_trails("run.log", "text", log)
     assert all(trails.at(k) == "" for k in range(len(log)))
+
+
+def test_cpp_export_macros_and_attributes_are_not_the_name():
+    """torch's headers declare `class TORCH_API Engine`: every class there was the section
+    "class TORCH_API" (and defined TORCH_API: tests/retrieval/test_symbols.py)."""
+    lines = ["namespace torch {", "class TORCH_API Engine {", " public:", "  void execute();", "};",
+             "enum class Color { Red, Green };", "struct C10_API alignas(16) Foo final : Bar {", "  int x;", "};",
+             "class __declspec(dllexport) Widget {", "};", "class [[nodiscard]] Result {", "};", "class HTTP_ERROR;", "}"]
+    trails = document_trails("engine.h", "code", lines, "cpp")
+    said = {lines[k]: trails.at(k) for k in range(len(lines))}
+    assert said["  void execute();"].endswith("class Engine")
+    assert said["enum class Color { Red, Green };"].endswith("enum class Color")
+    assert said["  int x;"].endswith("struct Foo")
+    assert said["class __declspec(dllexport) Widget {"].endswith("class Widget")
+    assert said["class [[nodiscard]] Result {"].endswith("class Result")
+    assert said["class HTTP_ERROR;"].endswith("class HTTP_ERROR")  # a name in capitals, alone, is the name

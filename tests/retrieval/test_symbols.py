@@ -152,6 +152,16 @@ def test_definitions_in_c_sql_shell_and_more():
     assert table.defining({"ready", "compute", "ValueError", "push", "describe", "result"}) == set()
 
 
+def test_cpp_classes_behind_export_macros_are_defined_by_their_names():
+    """torch's headers declare `class TORCH_API Engine`: "where is Engine defined?" found
+    no definition (TORCH_API was defined, in every header)."""
+    texts = ["class TORCH_API Engine {\n public:\n", "struct C10_API alignas(16) Storage final {\n",
+             "enum class DeviceType : int8_t {\n", "class [[nodiscard]] Result {\n"]
+    table = SymbolTable([chunk(i, t) for i, t in enumerate(texts)])
+    assert [table.defining({n}) for n in ("Engine", "Storage", "DeviceType", "Result")] == [{i} for i in range(4)]
+    assert table.defining({"TORCH_API"}) == table.defining({"C10_API"}) == set()
+
+
 def test_prose_is_read_for_class_and_def_only():
     """`Install click (pip install click)` in a README read as C's `type name(...)`."""
     readme = Chunk(doc_path="README.md", ordinal=0, text="Install click (pip install click)\n\nclass Shelf: ...\n",
