@@ -14,6 +14,8 @@ cuts them), and 12 questions about it written for this benchmark. Measured:
   a text the same vector in any batch, up to float rounding), so all 12 cost no embedding;
   everything else is the real build and search. There is no gold here: the baseline's
   ranking is the reference, good or bad;
+* other focus sizes (--sizes): the same agreement with FOCUS_CHUNKS set to each, to see
+  how far it could shrink (the cold time is about proportional to it);
 * later questions: the 12 asked in turn of one store (recorded vectors again), the chunks
   each embeds beside what the ones before it kept: the cost moved from the first question
   to the next ones.
@@ -106,6 +108,22 @@ def run(args) -> dict:
                          "baseline_first": f"{reference[0].chunk.doc_path}:{reference[0].chunk.span.line_start}"})
             print(f"{n + 1:2d} embedded {rows[-1]['embedded']:5,}  first {'same' if rows[-1]['same_first'] else 'DIFF'}"
                   f"  shared {same}/{TOP_K}  {question}", file=sys.stderr)
+        by_size = {}
+        for size in args.sizes:
+            retriever.FOCUS_CHUNKS, kept_size = size, retriever.FOCUS_CHUNKS
+            try:
+                first = shared = 0
+                for n, question in enumerate(QUESTIONS):
+                    reference = full.search(question, TOP_K)
+                    focused = HybridIndex.build(chunks, embedder=recorded, store=None, focus=question)
+                    hits = focused.search(question, TOP_K)
+                    first += hits[0].chunk is reference[0].chunk
+                    shared += len({id(h.chunk) for h in hits} & {id(h.chunk) for h in reference})
+            finally:
+                retriever.FOCUS_CHUNKS = kept_size
+            by_size[size] = {"same_first": first, "mean_shared_of_8": round(shared / len(QUESTIONS), 2)}
+            print(f"focus of {size:,}: same first {first}/{len(QUESTIONS)}, shared {shared / len(QUESTIONS):.2f}/{TOP_K}",
+                  file=sys.stderr)
         in_turn = []
         for question in QUESTIONS:
             asked = HybridIndex.build(chunks, embedder=recorded, store=IndexStore(scratch / "in-turn"), focus=question)
@@ -135,6 +153,7 @@ def run(args) -> dict:
         "mean_shared_of_8": round(sum(r["shared_of_8"] for r in rows) / len(rows), 2),
         "n_questions": len(rows),
         "in_turn_embedded": in_turn,
+        "by_focus_size": by_size,
         "questions": rows,
     }
 
@@ -142,6 +161,8 @@ def run(args) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = common.arg_parser("focused_index", __doc__, "focused_index")
     parser.add_argument("--timed", type=int, default=2, help="cold focused builds timed (each embeds ~1,000 chunks)")
+    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",") if x], default=[250, 500],
+                        help="other FOCUS_CHUNKS whose agreement is measured (comma-separated)")
     args = parser.parse_args(argv)
     result = run(args)
     common.report(args.name, result, args.json)
