@@ -55,6 +55,17 @@ MAX_LINES = 256  # lines embedded at most, the best by BM25 (as `key_lines.pick`
 
 # Words a question asks with, not about: "How many", "how much", "how long".
 _ASKING = frozenset("many much long often far big large old kind sort type way".split())
+# Words that name the input itself, or ask for it as a whole: a question of these alone
+# ("What does this project do?", "What is this document about?", "How do I use this
+# library?") asks about whatever was read, and the input seldom calls itself "project":
+# the minirepo's README, piped in, was said not to hold what its own first line answers.
+_ABOUT_THE_INPUT = frozenset("""
+    project projects document documents doc docs file files code codebase repo repos repository text paper
+    report article book page pages library package module tool program app application software script
+    readme folder directory input purpose point points idea ideas main key goal goals overview summary
+    summarize summarise explain describe give tell takeaway takeaways content contents use used usage
+    work works gist thing things
+""".split())
 
 
 @dataclass(frozen=True)
@@ -80,13 +91,15 @@ def judge(question: str, read: Sequence[str], answer: str, embedder: TextEmbedde
     """`read`: the texts the model read (documents whole, or retrieved passages); `whole`:
     the rest of the input, where `read` is passages (a name the question asks about is
     looked for in both). None where nothing read is prose (code: `key_lines.lines_of` has
-    no unit of it) or the question has no content word."""
+    no unit of it) or the question has no content word but those of `_ABOUT_THE_INPUT`."""
     from ktcli.pipeline import citations, key_lines
     from ktcli.retrieval.lexical import BM25Index, tokenize
 
     asked = [t for t in key_lines.content_terms(question) if t not in _ASKING]
+    if all(t in _ABOUT_THE_INPUT for t in asked):
+        return None  # (no content word, or those of a question about the input as a whole)
     units = list(dict.fromkeys(u for text in read for u in key_lines.lines_of(text, passage=passages)))
-    if not asked or not units:
+    if not units:
         return None
     lexical = BM25Index(units).scores(question)
     shortlist = [units[i] for i in np.argsort(-lexical, kind="stable")[:MAX_LINES]]

@@ -195,6 +195,19 @@ def test_a_notice_for_a_name_alone_names_it():
     assert NOT_IN_DOCUMENTS in citations_text(far)
 
 
+def test_a_question_about_the_input_as_a_whole_is_not_judged():
+    """`cat README.md | ktcli ask - "What does this project do?"` answered from the README's
+    first lines and was said not to be in the documents: the README never says "project"."""
+    readme = "# shelf\n\nA tiny command-line catalogue for a home library. It keeps books in one JSON file.\n"
+    for question in ("What does this project do?", "What is this document about?", "How do I use this library?",
+                     "Explain what this repo is for.", "What is the main point of the paper?", "Give me an overview."):
+        assert grounding.judge(question, [readme], "It catalogues books.", Cosine(0.2)) is None, question
+    # a word of its own is judged as before ("tags", "Germany")
+    assert grounding.judge("What does this project say about Germany?", [readme], "It catalogues books.",
+                           Cosine(0.2)).not_in_documents
+    assert grounding.judge("Who is the author?", [readme], "Jane Doe.", Cosine(0.2)).not_in_documents
+
+
 def test_code_is_not_judged():
     assert grounding.judge("What does parse do?", ["```\ndef parse(x):\n    return x\n```\n"], "It parses.",
                            Cosine(0.1)) is None
