@@ -292,8 +292,12 @@ def _headed_lines(text: str) -> list[tuple[str, str]]:
 
 
 # A question that asks for an amount, a price, a date or a share: "How many ...", "What was
-# the revenue ...", "How much ...". Not "Who", "Which", "Why", "Where".
-_ASKS_AMOUNT = re.compile(r"(?i)\s*(?:how\b|what(?:'s)?\b)")
+# the revenue ...", "How much ...", "How warm ...". Not "Who", "Which", "Why", "Where", nor
+# "How do I ...", "How does ... work": "How do I define a function?" of the Python tutorial
+# was answered with scopes and "a feature of Python 3.10", and its "3.1" said to be another
+# thing's figure.
+_ASKS_AMOUNT = re.compile(
+    r"(?i)\s*(?:how\b(?!\s+(?:do|does|did|is|are|was|were|can|could|should|would|will|to|come)\b)|what(?:'s)?\b)")
 _ISO_DAY = re.compile(r"\d{4}-\d{2}-\d{2}")
 
 

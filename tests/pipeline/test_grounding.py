@@ -172,6 +172,17 @@ def test_through_retrieval_the_rest_of_the_input_is_read_only_where_it_names_the
         assert grounding.unread_names(question, ["search() raises an exception; install it first"]) == [], question
 
 
+def test_a_question_of_how_to_asks_no_amount():
+    """"How do I define a function?" of the Python tutorial: an answer about scopes and "a
+    feature of Python 3.10" was said to give another thing's figure (3.1)."""
+    tutorial = ("Defining Functions\n\nThe keyword def introduces a function definition.\n\n"
+                "Assignment expressions are new in Python 3.10, and the release notes list them.\n")
+    answer = "Use def. Pattern matching is a feature of Python 3.10."
+    assert grounding.figures_elsewhere("How do I define a function?", answer, [tutorial]) == []
+    assert grounding.figures_elsewhere("How does a function get defined?", answer, [tutorial]) == []
+    assert grounding.figures_elsewhere("How many functions are defined?", answer, [tutorial]) == ["3.1"]
+
+
 def test_a_notice_for_figures_read_elsewhere_says_so():
     from ktcli.render.formats import figures_elsewhere
     from ktcli.types import Answer
