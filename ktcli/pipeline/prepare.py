@@ -850,12 +850,13 @@ def _whole_read_cached(cached: dict[tuple[str, str], int], settings: Settings, f
 
 
 def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings,
-                      question: str) -> tuple[float | None, tuple[int, int]]:
+                      question: str = "") -> tuple[float | None, tuple[int, int]]:
     """The share of the input's tokens whose chunks the question's index embeds, those the
     index cache does not hold yet (of them the ones its words point at, where they are many:
-    --embed auto), so the plan counts only their embedding: a second question about the
-    tutorial was estimated at ~31 s and answered in ~8. None (count it all) when that cannot
-    be told. And the chunks a focused build embeds, of those not held ((0, 0): not focused)."""
+    --embed auto, chosen as the run will: `retriever.planned_embeddings`), so the plan counts
+    only their embedding: a second question about the tutorial was estimated at ~31 s and
+    answered in ~8. None (count it all) when that cannot be told. And the chunks a focused
+    build embeds, of those not held ((0, 0): not focused)."""
     if not chunks:
         return None, (0, 0)
     try:
@@ -871,12 +872,16 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings,
     except Exception:  # noqa: BLE001 - an estimate; the index build reports real problems
         return None, (0, 0)
     total = sum(c.n_tokens for c in chunks)
+    if not total:
+        return None, (0, 0)
     missing = len(held) - sum(held)
-    embedded = planned_embeddings(held, question if settings.embed == "auto" else None, chunks, settings.cache_path)
-    share = sum(c.n_tokens for c, h in zip(chunks, held) if not h) / total if total else None
-    if share is None or embedded == missing:
-        return share, (0, 0)  # (also where nothing is missing)
-    return share * embedded / missing, (embedded, missing)
+    try:
+        embedded = planned_embeddings(chunks, held, question if settings.embed == "auto" and question else None,
+                                      Path(settings.cache_path))
+    except Exception:  # noqa: BLE001 - an estimate: every chunk not held, as before the focus
+        embedded = [pos for pos, is_held in enumerate(held) if not is_held]
+    share = sum(chunks[pos].n_tokens for pos in embedded) / total
+    return share, ((0, 0) if len(embedded) == missing else (len(embedded), missing))
 
 
 def _warn_if_not_outlined(corpus: Corpus, outlines: dict, reporter: Reporter) -> None:

@@ -50,12 +50,6 @@ def bm25_index(texts: Sequence[str], cache_dir: Path | None, *, k1: float = 1.2,
     return index
 
 
-def kept_bm25_index(texts: Sequence[str], cache_dir: Path, *, k1: float = 1.2, b: float = 0.75) -> BM25Index | None:
-    """The index `bm25_index` would return, where the cache holds it; None (nothing built)
-    where it does not: the planner's question, which must stay cheap."""
-    return _load(cache_dir / FOLDER / f"{entry_key(texts, k1, b)}.npz", len(texts), k1, b)
-
-
 def entry_key(texts: Sequence[str], k1: float, b: float) -> str:
     digest = hashlib.sha256(f"ktcli-bm25-v{VERSION}\0{_code()}\0{k1!r}\0{b!r}\0{len(texts)}\0".encode())
     for text in texts:

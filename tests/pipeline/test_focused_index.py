@@ -67,3 +67,13 @@ def test_embed_all_embeds_every_chunk(haystack, tmp_path):  # noqa: F811
     prep = prepare([str(haystack)], QUESTION, "ask", settings, NullReporter())
     answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
     assert answer.stats["embedded_now"] == len(prep.chunks)
+
+
+def test_the_plan_says_what_the_run_embeds(haystack, tmp_path):  # noqa: F811
+    # planned as a count of FOCUS_CHUNKS: a question whose words the input hardly writes was
+    # planned at ~1,000 of torch/fx's chunks and embedded all 2,343 (its words match too few)
+    settings = _settings(tmp_path)
+    prep = prepare([str(haystack)], "Wie lautet die Zahlenkombination?", "ask", settings, NullReporter())
+    assert not any("point at" in r for r in prep.plan.reasons)
+    answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
+    assert answer.stats["embedded_now"] == len(prep.chunks)

@@ -111,21 +111,28 @@ def test_the_same_document_twice_is_embedded_once(tmp_path):
     assert index.stats["n_chunks"] - index.stats["n_not_embedded"] == 8  # both copies' gamma chunks
 
 
-def test_planned_embeddings(tmp_path):
-    question = "which part is about topic gamma"
-    assert planned_embeddings([False] * 16, question) == 4
-    assert planned_embeddings([False] * 16, None) == 16
-    assert planned_embeddings([True] * 12 + [False] * 4, question) == 4
-    assert planned_embeddings([False] * 6, question) == 6  # not more than FOCUS_FROM
-    # with the BM25 index kept by a question before, the focus is the build's own
+@pytest.mark.parametrize("question", [
+    "which part is about topic gamma",  # BM25's best FOCUS_CHUNKS
+    "what does `compute_2_3` return",  # ... and the definition its name finds, over FOCUS_CHUNKS
+    "zebra?",  # no word matched: every chunk
+    None,  # --embed all
+])
+def test_the_plan_counts_the_chunks_the_build_embeds(tmp_path, question):
+    # planned as a count of FOCUS_CHUNKS, torch/fx's "What does `eliminate_dead_code` do?"
+    # said ~1,000 and embedded 531; a question in German said ~1,000 and embedded 2,343
     chunks = make_corpus(4, 4)
-    _build(chunks, tmp_path, "which part is about topic alpha")
+    for step in (question, "which part is about topic alpha"):  # cold, then beside what it kept
+        held = _held_by_store(chunks, tmp_path)
+        planned = planned_embeddings(chunks, held, step, tmp_path)
+        embedder = HashEmbedder()
+        index = _build(chunks, tmp_path, step, embedder)
+        assert len(planned) == embedder.n_embedded == index.stats["n_embedded_now"]
+        now = {i for i, is_held in enumerate(_held_by_store(chunks, tmp_path)) if is_held and not held[i]}
+        assert set(planned) == now
     held = _held_by_store(chunks, tmp_path)
-    assert planned_embeddings(held, "which part is about topic alpha", chunks, tmp_path) == 0  # asked again
-    assert planned_embeddings(held, question, chunks, tmp_path) == 4
-    embedder = HashEmbedder()
-    _build(chunks, tmp_path, question, embedder)
-    assert embedder.n_embedded == 4
+    assert planned_embeddings(chunks, held, "which part is about topic alpha", tmp_path) == []  # asked again
+    assert planned_embeddings(chunks, [False] * 16, None, tmp_path) == list(range(16))
+    assert planned_embeddings(chunks[:6], [False] * 6, "topic gamma", tmp_path) == list(range(6))  # not over FOCUS_FROM
 
 
 def test_store_entry_holding_some_rows(tmp_path):
