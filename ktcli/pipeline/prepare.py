@@ -432,7 +432,9 @@ def prepare(
     # (the plan weighs the floor's margin; it reports the sampled count: `count_scale`)
     count_scale = sampled / per_estimate if counter is not None and tokenizer is None else 1.0
     cached = _cached_prompts(corpus, question, task, settings, facts, tokenizer)
-    to_embed, focus = _unembedded_share(chunks, settings, question) if task == "ask" else (None, (0, 0))
+    # (the query the run searches for: it chooses what a focused index embeds)
+    to_embed, focus = (_unembedded_share(chunks, settings, search_query(question, piped_beside_files(corpus, chunks)))
+                       if task == "ask" else (None, (0, 0)))
     converts = _converts_first(settings)
     request = PlanRequest(
         task=task,
@@ -548,6 +550,19 @@ def piped_beside_files(corpus: Corpus, chunks) -> list[Chunk]:
     if len(corpus.documents) < 2 or not any(d.path == STDIN_PATH for d in corpus.documents):
         return []
     return [c for c in chunks if c.doc_path == STDIN_PATH]
+
+
+def search_query(question: str, piped: list[Chunk]) -> str:
+    """The question, and where what was piped is a diff, a question after the callers of
+    the names it changes (`symbols.changed_names`): a question of no content word found
+    8 arbitrary passages, none the caller that breaks. The plan counts what a focused index
+    embeds for it, not for the question alone (895 of torch/fx's chunks planned, 1,000 run)."""
+    if not piped:
+        return question
+    from ktcli.retrieval.symbols import changed_names
+
+    names = changed_names("\n".join(c.text for c in piped))
+    return f"{question} What calls {', '.join(f'`{n}`' for n in names)}?" if names else question
 
 
 def reads_piped_whole(piped_model_tokens: int, evidence_budget: int) -> bool:

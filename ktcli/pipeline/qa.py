@@ -12,7 +12,7 @@ from ktcli.engine.openai_http import StreamCutOffError
 from ktcli.pipeline import citations, grounding, key_lines, option_entry, prompts
 from ktcli.pipeline.events import Reporter
 from ktcli.pipeline.indexing import build_index, embedder_for
-from ktcli.pipeline.prepare import Prepared, piped_beside_files, reads_piped_whole
+from ktcli.pipeline.prepare import Prepared, piped_beside_files, reads_piped_whole, search_query
 from ktcli.pipeline.notes_memo import NotesMemo
 from ktcli.pipeline.runner import Tally, cited_if_interrupted, first_ones, stream_answer, take_notes
 from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbours, pack, refit, refuse_named_full,
@@ -20,7 +20,7 @@ from ktcli.pipeline.windows import (across_page_breaks, as_read, merge_neighbour
 from ktcli.plan.planner import MEMORY_TOKENS, evidence_cap, evidence_room, with_windows
 from ktcli.ingest.loaders import STDIN_PATH
 from ktcli.pipeline.summary_lines import made_up_blocks
-from ktcli.retrieval.symbols import asked_definitions, changed_names
+from ktcli.retrieval.symbols import asked_definitions
 from ktcli.types import Answer, Chunk, Mode
 
 
@@ -75,7 +75,7 @@ def _answer_from_retrieval(prep: Prepared, backend: Backend, settings: Settings,
                            tally: Tally, params: SamplingParams) -> Answer:
     started = time.perf_counter()
     piped = piped_beside_files(prep.corpus, prep.chunks)
-    query = _search_query(prep.question, piped)
+    query = search_query(prep.question, piped)
     index = build_index(prep, settings, reporter, query)
     index_s = time.perf_counter() - started
     hits = index.search(query, prep.plan.top_k)
@@ -227,14 +227,6 @@ def _with_key_lines(plain: list, keyed: list, needed: int, backend: Backend, par
         if with_lines <= backend.context_window:
             return keyed, with_lines
     return plain, needed
-
-
-def _search_query(question: str, piped: list[Chunk]) -> str:
-    """The question, and where what was piped is a diff, a question after the callers of
-    the names it changes (`symbols.changed_names`): a question of no content word found
-    8 arbitrary passages, none the caller that breaks."""
-    names = changed_names("\n".join(c.text for c in piped)) if piped else []
-    return f"{question} What calls {', '.join(f'`{n}`' for n in names)}?" if names else question
 
 
 def _with_piped_input(hits: list, piped: list[Chunk], tokens: int, budget: int, reporter: Reporter) -> list:

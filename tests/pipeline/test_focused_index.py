@@ -77,3 +77,27 @@ def test_the_plan_says_what_the_run_embeds(haystack, tmp_path):  # noqa: F811
     assert not any("point at" in r for r in prep.plan.reasons)
     answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
     assert answer.stats["embedded_now"] == len(prep.chunks)
+
+
+def test_the_plan_counts_a_diffs_callers_as_the_run_embeds_them(tmp_path):
+    # the run searches for the question and the callers of what a piped diff changes
+    # (`prepare.search_query`): planned for the question alone, torch/fx with a diff of
+    # shape_prop.py said ~895 chunks and the run embedded 1,000
+    from .test_piped_beside_files import DIFF
+
+    repo = tmp_path / "repo"
+    (repo / "svc").mkdir(parents=True)
+    (repo / "svc" / "http_client.py").write_text(
+        "import time\n\nMAX_RETRIES = 5\n\n\ndef fetch_with_retry(session, url, retries=MAX_RETRIES):\n"
+        "    for attempt in range(retries):\n        time.sleep(attempt)\n")
+    for i in range(8):  # callers: none of the question's words, more than FOCUS_CHUNKS
+        (repo / "svc" / f"caller{i}.py").write_text(
+            f"from svc.http_client import fetch_with_retry\n\n\ndef charge_{i}(session, customer):\n"
+            "    return fetch_with_retry(session, customer.invoice_url)\n")
+    for i in range(12):  # distractors: the question's words, none of the names
+        (repo / f"notes{i}.md").write_text(f"# Notes {i}\n\nThis change may break the build; what does it break?\n")
+    settings = _settings(tmp_path, top_k=4)
+    prep = prepare(["-", str(repo)], "What does this change break?", "ask", settings, NullReporter(), stdin_text=DIFF)
+    said = next(r for r in prep.plan.reasons if "point at" in r)
+    answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
+    assert f"embed the ~{answer.stats['embedded_now']} chunks" in said
