@@ -58,6 +58,10 @@ def _index_status(reused: int, total: int, focused: int | None = None, missing: 
     if focused is not None:
         # Said with what the rest costs: a user who wants every chunk ranked by meaning now
         # knows the flag, and that later questions fill the cache anyway.
+        if not focused:
+            # "indexing 0 of 5,649 chunks" where a question was asked again
+            return (f"index reused from the cache: it holds the chunks the question's words point at "
+                    f"({reused:,} of {_chunks(total)}; {missing:,} not embedded: --embed all embeds every one)")
         held = f", {reused:,} in the cache" if reused else ""
         return (f"indexing {focused:,} of {_chunks(total)} (those the question's words point at{held}; "
                 f"{missing - focused:,} not embedded: --embed all embeds every one)")

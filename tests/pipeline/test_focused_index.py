@@ -101,3 +101,19 @@ def test_the_plan_counts_a_diffs_callers_as_the_run_embeds_them(tmp_path):
     said = next(r for r in prep.plan.reasons if "point at" in r)
     answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
     assert f"embed the ~{answer.stats['embedded_now']} chunks" in said
+
+
+def test_a_question_asked_again_says_its_chunks_are_reused(haystack, tmp_path):  # noqa: F811
+    # more chunks than FOCUS_FROM still missing, and none the question points at: the status
+    # said "indexing 0 of N chunks"
+    settings = _settings(tmp_path)
+    prep = prepare([str(haystack)], QUESTION, "ask", settings, NullReporter())
+    answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
+    n_chunks = len(prep.chunks)
+    log = StatusLog()
+    again = answer_question(prepare([str(haystack)], QUESTION, "ask", settings, NullReporter()), FakeBackend(),
+                            settings, log, Tally())
+    assert again.stats["embedded_now"] == 0 and again.stats["reused"] == 6
+    assert not any(line.startswith("indexing 0 ") for line in log.lines)
+    assert (f"index reused from the cache: it holds the chunks the question's words point at (6 of {n_chunks:,} "
+            f"chunks; {n_chunks - 6:,} not embedded: --embed all embeds every one)") in log.lines
