@@ -164,3 +164,13 @@ def test_words_matching_fewer_chunks_than_the_focus_holds_embed_those(tmp_path):
     embedder = HashEmbedder()
     index = _build(make_doc_chunks("mill.md", texts), tmp_path, "zebra?", embedder)
     assert embedder.n_embedded == 3 and index.dense_positions.tolist() == [1, 4, 8]
+
+
+def test_an_entry_that_gains_rows_leaves_no_old_vectors_behind(tmp_path):
+    chunks = make_corpus(4, 4)
+    for question in ("which part is about topic gamma", "which part is about topic alpha", None):
+        _build(chunks, tmp_path, question)
+    entries = tmp_path / "index" / "entries"
+    manifests = sorted(entries.rglob("*.json"))
+    assert len(manifests) == 4 and len(sorted(entries.rglob("*.npy"))) == 4  # one data file an entry, no leftovers
+    assert all(_held_by_store(chunks, tmp_path))
