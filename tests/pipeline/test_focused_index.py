@@ -83,13 +83,9 @@ def test_the_plan_counts_a_diffs_callers_as_the_run_embeds_them(tmp_path):
     # the run searches for the question and the callers of what a piped diff changes
     # (`prepare.search_query`): planned for the question alone, torch/fx with a diff of
     # shape_prop.py said ~895 chunks and the run embedded 1,000
-    from .test_piped_beside_files import DIFF
+    from .test_piped_beside_files import DIFF, http_client_repo
 
-    repo = tmp_path / "repo"
-    (repo / "svc").mkdir(parents=True)
-    (repo / "svc" / "http_client.py").write_text(
-        "import time\n\nMAX_RETRIES = 5\n\n\ndef fetch_with_retry(session, url, retries=MAX_RETRIES):\n"
-        "    for attempt in range(retries):\n        time.sleep(attempt)\n")
+    repo = http_client_repo(tmp_path)
     for i in range(8):  # callers: none of the question's words, more than FOCUS_CHUNKS
         (repo / "svc" / f"caller{i}.py").write_text(
             f"from svc.http_client import fetch_with_retry\n\n\ndef charge_{i}(session, customer):\n"

@@ -23,17 +23,23 @@ DIFF = """diff --git a/svc/http_client.py b/svc/http_client.py
 """
 
 
+def http_client_repo(tmp_path):
+    """A repo whose svc/http_client.py defines what DIFF changes (its callers are the test's)."""
+    repo = tmp_path / "repo"
+    (repo / "svc").mkdir(parents=True)
+    (repo / "svc" / "http_client.py").write_text(
+        "import time\n\nMAX_RETRIES = 5\n\n\ndef fetch_with_retry(session, url, retries=MAX_RETRIES):\n"
+        "    for attempt in range(retries):\n        time.sleep(attempt)\n")
+    return repo
+
+
 def test_the_names_a_diff_changes():
     assert changed_names(DIFF) == ["MAX_RETRIES", "fetch_with_retry"]  # changed lines first, then hunk headers
     assert changed_names("MAX_RETRIES = 5\ndef f(): pass\n") == []  # no diff: nothing changed
 
 
 def test_a_diff_piped_beside_a_repo_is_read_whole_with_the_callers_of_what_it_changes(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "svc").mkdir(parents=True)
-    (repo / "svc" / "http_client.py").write_text(
-        "import time\n\nMAX_RETRIES = 5\n\n\ndef fetch_with_retry(session, url, retries=MAX_RETRIES):\n"
-        "    for attempt in range(retries):\n        time.sleep(attempt)\n")
+    repo = http_client_repo(tmp_path)
     (repo / "svc" / "billing.py").write_text(
         "from svc.http_client import fetch_with_retry\n\n\ndef charge_customer(session, customer):\n"
         "    return fetch_with_retry(session, customer.invoice_url)\n")
