@@ -890,9 +890,11 @@ def _unembedded_share(chunks: tuple[Chunk, ...], settings: Settings,
     if not total:
         return None, (0, 0)
     missing = len(held) - sum(held)
+    # (the focus is chosen over the BM25 index, built here where no question kept it: not
+    # for a read of the whole input, which builds no index)
+    focused = settings.embed == "auto" and question and settings.mode in ("auto", "retrieval")
     try:
-        embedded = planned_embeddings(chunks, held, question if settings.embed == "auto" and question else None,
-                                      Path(settings.cache_path))
+        embedded = planned_embeddings(chunks, held, question if focused else None, Path(settings.cache_path))
     except Exception:  # noqa: BLE001 - an estimate: every chunk not held, as before the focus
         embedded = [pos for pos, is_held in enumerate(held) if not is_held]
     share = sum(chunks[pos].n_tokens for pos in embedded) / total
