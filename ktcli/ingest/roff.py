@@ -181,6 +181,13 @@ def unescape(s: str, strings: dict[str, str], depth: int = 0) -> _Line:
     return _Line("".join(out), joins)
 
 
+def _copied(arg: str) -> str:
+    """A macro's argument as copy mode reads it: `\\\\` is one backslash, so xargs.1's
+    `.B "\\-\\-show\\\\-limits"` reads "--show-limits", as `man xargs` shows it (not
+    "--show\\-limits")."""
+    return arg.replace("\\\\", "\\") if "\\\\" in arg else arg
+
+
 def split_args(s: str) -> list[str]:
     """A request's or macro's arguments, raw: split on blanks outside double quotes (`""`
     in a quoted one is a quote); an escaped blank (`\\ `) does not split."""
@@ -410,7 +417,7 @@ class _Reader:
             self.out[-1] = (last + " ", where)
 
     def args(self, rest: str) -> list[str]:
-        return [unescape(a, self.strings).text for a in split_args(rest)]
+        return [unescape(_copied(a), self.strings).text for a in split_args(rest)]
 
     # -- input
     def feed(self, raw: str) -> None:
@@ -862,7 +869,8 @@ class _Reader:
     def mdoc_args(self, rest: str) -> list[str]:
         """An mdoc line's words; one with a `\\&` in it is marked literal (`!\\&`, `\\&Fl`:
         no punctuation to close up, no macro to call)."""
-        return [(_LITERAL if "\\&" in raw else "") + unescape(raw, self.strings).text for raw in split_args(rest)]
+        return [(_LITERAL if "\\&" in raw else "") + unescape(_copied(raw), self.strings).text
+                for raw in split_args(rest)]
 
     def mdoc_words(self, words: list[str]) -> str:
         """The words of an mdoc line, its callable macros done (`Fl a Ar file` -> "-a file")."""

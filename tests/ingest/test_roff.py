@@ -475,3 +475,17 @@ def test_mdoc_function_blocks_say_the_function() -> None:
     lines = roff_to_text(page)[0].split("\n")
     assert "char * crypt(const char *phrase, const char *setting);" in lines
     assert "int crypt_check(int x);" in lines and "Call crypt_r(phrase, setting, data)." in lines
+
+
+def test_a_macro_argument_reads_a_doubled_backslash_as_one() -> None:
+    """A macro's arguments are read in copy mode, where `\\\\` is one backslash: xargs.1's
+    `.B "\\-\\-show\\\\-limits"` is "--show-limits" in `man xargs`, and read "--show\\-limits"
+    here. A text line's `\\\\` still prints a backslash."""
+    page = "\n".join([
+        ".TH XARGS 1", ".SH OPTIONS", ".TP", '.B "\\-\\-show\\\\-limits"', "Display the limits.", ".TP",
+        ".BR \\-\\-null\\\\-data \" and \" C:\\\\\\\\dir", "Other.", ".PP", "A path C:\\\\dir here.", "",
+    ])
+    lines = roff_to_text(page)[0].split("\n")
+    assert "--show-limits" in [line.strip() for line in lines]
+    assert "--null-data and C:\\dir" in [line.strip() for line in lines]
+    assert "A path C:\\dir here." in lines
