@@ -5,6 +5,8 @@ phrases from the option's own entry.
 
     python -m benchmarks.option_answers            # 44 questions x 2 arms
     python -m benchmarks.option_answers --quick    # 4 questions, a smoke check
+    python -m benchmarks.option_answers --cases man_rm:-f,help_grep:-v   # those questions only
+    python -m benchmarks.option_answers --set held_out                   # one set only
     python -m benchmarks.option_answers --check-judged   # the scoring against the hand judgments; no model
     python -m benchmarks.option_answers --rescore        # a results file's answers scored again; no model
 
@@ -134,6 +136,27 @@ def questions() -> list[Question]:
 
     return [Question(st, src, cmd, opt, split(r), split(p), split(w), sha)
             for st, src, cmd, opt, r, p, w, sha in QUESTIONS]
+
+
+def select(qs: list[Question], cases: str = "", only_set: str = "") -> list[Question]:
+    """The questions `cases` names ("man_rm:-f,help_grep:-v", a page and an option each; a
+    page alone names all its questions) within the set `only_set` ("" for both). A name
+    that is no question's is an error, not an empty run."""
+    if only_set:
+        if only_set not in {row[0] for row in QUESTIONS}:
+            raise SystemExit(f"--set: no set {only_set!r} (tuned, held_out)")
+        qs = [q for q in qs if q.set == only_set]
+    if not cases:
+        return qs
+    wanted = [c.strip() for c in cases.split(",") if c.strip()]
+    picked = []
+    for case in wanted:
+        page, _, option = case.partition(":")
+        found = [q for q in qs if q.page == page and (not option or q.option == option)]
+        if not found:
+            raise SystemExit(f"--cases: no question {case!r} (a page and an option, as man_rm:-f)")
+        picked += [q for q in found if q not in picked]
+    return picked
 
 
 def _norm(text: str) -> str:
@@ -286,6 +309,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = arg_parser("option_answers", __doc__, "option_answers")
     parser.add_argument("--quick", action="store_true", help=f"only {len(QUICK)} questions (a smoke check)")
     parser.add_argument("--only", default="", help="only questions whose page or option contains this")
+    parser.add_argument("--cases", default="",
+                        help="only these questions, comma-separated PAGE:OPTION (man_rm:-f,help_grep:-v; a page alone: all its)")
+    parser.add_argument("--set", default="", choices=("", "tuned", "held_out"), help="only this set's questions")
     parser.add_argument("--check-judged", action="store_true",
                         help="score probe 132's hand-judged answers and say where the scoring disagrees; no model")
     parser.add_argument("--rescore", action="store_true",
@@ -319,6 +345,9 @@ def main(argv: list[str] | None = None) -> dict:
             args.name = "option_answers_quick"
     if args.only:
         qs = [q for q in qs if args.only in q.page or args.only in q.option]
+    qs = select(qs, args.cases, args.set)
+    if (args.only or args.cases or args.set) and args.name == "option_answers":
+        args.name = "option_answers_subset"  # (not over the full run's results)
     base = dataclasses.replace(load_settings({}), temperature=0.0, prompt_cache=False)
     arms = {"key_lines": base if base.key_lines else dataclasses.replace(base, key_lines=2),
             "baseline": dataclasses.replace(base, key_lines=0)}
@@ -347,7 +376,8 @@ def main(argv: list[str] | None = None) -> dict:
     result = {
         "benchmark": "option_answers",
         "command": "python -m benchmarks.option_answers" + (" --quick" if args.quick else "")
-                   + (f" --only {args.only}" if args.only else ""),
+                   + (f" --only {args.only}" if args.only else "")
+                   + (f" --cases {args.cases}" if args.cases else "") + (f" --set {args.set}" if args.set else ""),
         "machine": machine(),
         "settings": {"model": base.model, "engine": base.engine, "weights": base.weights, "temperature": 0.0,
                      "key_lines": arms["key_lines"].key_lines, "baseline_key_lines": 0, "prompt_cache": False,
