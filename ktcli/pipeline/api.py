@@ -114,6 +114,8 @@ FIGURE_DEFAULTS = {
     # the answer's labels moved to the passage that backs their sentence (`qa._count_moved`):
     # there only when some were, and never in a summary, which writes no labels to move
     "labels_moved": 0,
+    # an option's own entry, where the answer about it says little of it (`qa._check_the_entry`)
+    "option_entry": None,
 }
 
 

@@ -11,8 +11,9 @@ Measured on 32 option questions over man pages and --help texts (probe 129): on 
 answers of the bundled model it was tuned on, an answer under ENTRY_WORDS_BELOW of whose own
 words stand in the entry was wrong in 18 of the 20 flagged (the other 2 said "reverse", then
 "sort files by their size"), and 12 of the 44 others were; on 64 answers written after the
-key lines changed, 12 of 17 flagged and 8 of 45 others (2 not judged). A warning, then, not
-a verdict: it quotes the entry for the reader to compare."""
+key lines changed, 12 of 17 flagged and 8 of 45 others (2 not judged). A notice, then, not
+a verdict: stdout quotes the entry after the answer for the reader to compare
+(`render.formats.option_entry_notice`)."""
 
 from __future__ import annotations
 
@@ -69,11 +70,3 @@ def check(question: str, answer: str, texts: Sequence[str]) -> EntryCheck | None
     said = {w for e in entries for w in _words(e)}
     # (quoted as one line: a man page's "-f, --force  ignore ..." is parted by two spaces)
     return EntryCheck(option, " ".join(entries[0].split()), sum(w in said for w in own) / len(own))
-
-
-def warning(question: str, answer: str, texts: Sequence[str]) -> str | None:
-    """What stderr says of an answer that does not say what the option's entry says."""
-    found = check(question, answer, texts)
-    if found is None or not found.unsaid:
-        return None
-    return f"the answer says little of what {found.option}'s own entry says: \"{found.entry}\""

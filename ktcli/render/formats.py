@@ -40,6 +40,8 @@ def _citations_text(answer: Answer) -> str:
     fence = ("\n```" if _open_fence(answer.text) else "") + _files_text(answer)
     if answer.not_in_documents:
         fence += "\n\n" + _not_found_notice(answer.grounding or {})
+    if entry := answer.stats.get("option_entry"):
+        fence += f"\n\n{option_entry_notice(entry['option'], entry['entry'])}"
     if not answer.citations:
         return fence + _evidence_read(answer)
     labelled = all(c.label for c in answer.citations)  # else (a summary) numbered in order
@@ -117,6 +119,11 @@ def _not_found(grounding: dict) -> tuple[str, str]:
 def _not_found_notice(grounding: dict) -> str:
     lack, so = _not_found(grounding)
     return f"{lack}, {so}."
+
+
+def option_entry_notice(option: str, entry: str) -> str:
+    """(`qa._check_the_entry`: the answer about an option says little of its own entry)"""
+    return f"The input's own entry for {option}, of which the answer above says little: \"{entry}\""
 
 
 def _question_matched(grounding: dict) -> bool:

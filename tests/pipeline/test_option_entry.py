@@ -6,6 +6,7 @@ from ktcli.pipeline.events import NullReporter
 from ktcli.pipeline.prepare import prepare
 from ktcli.pipeline.qa import answer_question
 from ktcli.pipeline.runner import Tally
+from ktcli.render.formats import citations_text, option_entry_notice
 
 from .fake_backend import FakeBackend
 
@@ -33,15 +34,15 @@ def test_another_options_words_are_not_the_entrys():
     wrong = "The option -f, --force, is used to remove directories and their contents recursively."
     found = option_entry.check("what does -f do?", wrong, [RM])
     assert found.unsaid and found.entry == "-f, --force ignore nonexistent files and arguments, never prompt"
-    said = option_entry.warning("what does -f do?", wrong, [RM])
-    assert said == ("the answer says little of what -f's own entry says: "
-                    "\"-f, --force ignore nonexistent files and arguments, never prompt\"")
+    assert option_entry_notice(found.option, found.entry) == (
+        "The input's own entry for -f, of which the answer above says little: "
+        "\"-f, --force ignore nonexistent files and arguments, never prompt\"")
 
 
 def test_the_entrys_words_in_other_forms_are_said():
     right = "The option -f, --force ignores nonexistent files and arguments and never prompts you. [1]"
     assert not option_entry.check("what does -f do?", right, [RM]).unsaid
-    assert option_entry.warning("What does --force do?", "It ignores nonexistent files, never prompting.", [RM]) is None
+    assert not option_entry.check("What does --force do?", "It ignores nonexistent files, never prompting.", [RM]).unsaid
 
 
 def test_a_words_other_forms_are_the_same_word():
@@ -61,20 +62,16 @@ def test_no_one_option_no_entry_or_too_short_an_answer_is_not_judged():
     assert option_entry.check("what does -f do?", "[1]", [RM]) is None
 
 
-def test_the_pipeline_warns_with_the_entry(tmp_path):
+def test_the_answer_is_followed_by_the_entry_on_stdout(tmp_path):
     page = tmp_path / "rm.md"
     # (its first sentence less "file", which -f's "nonexistent files" says too: a fourth of
     # the fake's answer would stand in the entry, not under a fourth)
     page.write_text(RM.replace("rm removes each specified file.", "rm removes each operand it is given."))
-    warned = []
-
-    class Said(NullReporter):
-        def warn(self, text):
-            warned.append(text)
-
     settings = Settings(cache_dir=str(tmp_path / "cache"), mode="full", key_lines=0)
     # The fake model answers with the line that shares most words with the question:
     # "-f" is no word of it, and "removes ... directories" shares "remove"
     prep = prepare([str(page)], "what does -f remove?", "ask", settings, NullReporter())
-    answer_question(prep, FakeBackend(), settings, Said(), Tally())
-    assert any(w.startswith("the answer says little of what -f's own entry says") for w in warned), warned
+    answer = answer_question(prep, FakeBackend(), settings, NullReporter(), Tally())
+    entry = "-f, --force ignore nonexistent files and arguments, never prompt"
+    assert answer.stats["option_entry"] == {"option": "-f", "entry": entry}
+    assert f"The input's own entry for -f, of which the answer above says little: \"{entry}\"" in citations_text(answer)
