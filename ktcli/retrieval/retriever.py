@@ -555,11 +555,10 @@ def _assemble(parts: list[_Part], n_chunks: int, embedder: TextEmbedder,
     dims = {p.vectors.shape[1] for p in parts if p.vectors is not None}
     dim = dims.pop() if len(dims) == 1 else embedder.dim
     out = np.zeros((n_chunks, dim), dtype=np.float32)  # [n_chunks, dim]
-    held = np.zeros(n_chunks, dtype=bool)
     for part in parts:
         if part.vectors is not None:
             out[part.positions] = part.vectors
-            held[part.positions] = part.held
+    held = _held_mask(parts, n_chunks)  # (a part with no vectors holds no row)
     if store is not None:
         out = store.as_stored(out)
     if held.all():
